@@ -1,0 +1,1 @@
+"""Metaflow integration: `@gpu_offload` steps land on Liqo virtual nodes."""

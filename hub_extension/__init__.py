@@ -1,0 +1,1 @@
+"""JupyterHub integration: the admin peering service, spawner hooks."""

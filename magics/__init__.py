@@ -1,0 +1,1 @@
+"""The `%%gpu_offload` magic, its engine, the runner and the backends."""

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sets up everything the tests need on a fresh machine (Python and the package registries only) and runs
+# the whole suite: lint, types, layer contracts, then pytest. `.ci/run` runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip check
+
+echo "== ruff"
+.venv/bin/ruff check .
+echo "== mypy"
+.venv/bin/python .ci/typecheck-tree.py >/dev/null
+MYPYPATH=.typecheck .venv/bin/mypy -p gpu_offload
+echo "== import-linter"
+PYTHONPATH=.typecheck .venv/bin/lint-imports --no-cache
+echo "== pytest"
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+exit $rc
