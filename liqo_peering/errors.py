@@ -1,0 +1,139 @@
+"""The errors of the base layer. Every message names the object, the cause and the next step.
+
+API failures are mapped from the client's ``ApiException`` by HTTP status (as kopf does) and chain it, so a
+caller can catch ``APINotFound`` instead of comparing status codes, and a traceback still shows the wire.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class GpuOffloadError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class InvalidRequest(GpuOffloadError, ValueError):
+    """A request or argument is malformed; the message says which value and what would be accepted."""
+
+
+class APIError(GpuOffloadError):
+    """The Kubernetes API refused or failed a request.
+
+    ``status`` is the HTTP status (0 when the server was not reached), ``target`` the object or collection
+    the request was about, ``detail`` the server's own message.
+    """
+
+    next_step = "retry; if it persists, check the API server's health"
+
+    def __init__(self, action: str, target: str, status: int, detail: str) -> None:
+        self.action = action
+        self.target = target
+        self.status = status
+        self.detail = detail
+        cause = f"HTTP {status}" if status else "no response"
+        super().__init__(f"{action} {target} failed ({cause}: {detail}); {self.next_step}")
+
+
+class APIUnreachable(APIError):
+    next_step = "check that the cluster is reachable and that your kubeconfig points at it"
+
+
+class APIUnauthorized(APIError):
+    next_step = "your credentials were rejected; refresh the kubeconfig (or log in to the hub again)"
+
+
+class APIForbidden(APIError):
+    next_step = "ask your cluster admin for RBAC rights on this resource, or use the hub's inventory"
+
+
+class APINotFound(APIError):
+    next_step = "check the name and namespace; for Liqo kinds, check that Liqo is installed (kubectl get crd)"
+
+
+class APIConflict(APIError):
+    next_step = "someone changed it meanwhile; read it again and retry"
+
+
+class APIGone(APIError):
+    next_step = "the resourceVersion is too old; list again and watch from the new one"
+
+
+class APIInvalid(APIError):
+    next_step = "the object was rejected by validation; fix the field the server names"
+
+
+class APIServerError(APIError):
+    next_step = "the API server failed; retry in a moment"
+
+
+_BY_STATUS: dict[int, type[APIError]] = {
+    401: APIUnauthorized,
+    403: APIForbidden,
+    404: APINotFound,
+    409: APIConflict,
+    410: APIGone,
+    422: APIInvalid,
+}
+
+
+def _server_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if message:
+            return str(message)
+    return str(getattr(exc, "reason", None) or exc)
+
+
+def api_error(exc: Exception, action: str, target: str) -> APIError:
+    """Translate a client exception into the matching ``APIError`` (raise it ``from exc``).
+
+    ``exc`` is a ``kubernetes.client.ApiException`` (status 0 means the request never got an answer) or a
+    transport error from urllib3.
+    """
+    status = int(getattr(exc, "status", 0) or 0)
+    if status == 0:
+        return APIUnreachable(action, target, 0, str(exc))
+    cls = _BY_STATUS.get(status, APIServerError if status >= 500 else APIError)
+    return cls(action, target, status, _server_message(exc))
+
+
+class PlacementError(GpuOffloadError):
+    """No virtual node can take the request; the message lists what exists."""
+
+
+class NoFit(PlacementError):
+    """Nothing free matches; ``alternatives`` holds (cluster, model, free GPUs) that exist right now."""
+
+    def __init__(self, message: str, alternatives: tuple[tuple[str, str | None, int], ...]) -> None:
+        super().__init__(message)
+        self.alternatives = alternatives
+
+
+class UnknownCluster(PlacementError):
+    """The requested cluster id is not peered; ``valid`` lists the ones that are."""
+
+    def __init__(self, message: str, valid: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.valid = valid
+
+
+class UnknownModel(PlacementError):
+    """The requested GPU model exists on no virtual node; ``valid`` lists the models that do."""
+
+    def __init__(self, message: str, valid: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.valid = valid
+
+
+class BundleTooLarge(GpuOffloadError):
+    """The bundle cannot travel in a Secret; object storage must carry it."""
+
+
+class OffloadingConflict(GpuOffloadError):
+    """The namespace's NamespaceOffloading cannot be widened without changing what others rely on."""

@@ -1,0 +1,281 @@
+"""Inventory records and the pure functions that build them from API objects.
+
+Inputs are plain dicts exactly as the API returns them (camelCase keys), so the same functions serve the
+direct client, the watch cache and the hub's user-scoped API. Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kubernetes.utils import parse_quantity
+
+from . import labels as L
+
+Health = Literal["healthy", "degraded", "down"]
+Obj = Mapping[str, Any]
+
+# Condition states from the ForeignCluster CRD: good ones, ones still converging, failed ones.
+_GOOD = {"Established", "Ready"}
+_FAILED = {"Error", "NotReady"}
+# Without authentication the virtual kubelet cannot reach the donor, without offloading there is no node:
+# either failing means no pod can run there. Networking only affects pod-to-pod traffic, not logs.
+_VITAL_MODULES = ("offloading", "authentication")
+_FINISHED_PHASES = {"Succeeded", "Failed"}
+
+
+@dataclass(frozen=True)
+class VirtualNodeRecord:
+    """One Liqo virtual node and its GPUs as placement sees them."""
+
+    name: str
+    cluster_id: str
+    capacity: int
+    """GPUs the node reports (``status.capacity``), or the VirtualNode's quota when no Node exists yet."""
+    allocatable: int
+    in_use: int
+    """GPUs requested by pods bound to this node that have not finished."""
+    model: str | None = None
+    memory: str | None = None
+    """Memory of one GPU as the admin labelled it, e.g. ``80Gi``."""
+    price: float | None = None
+    """Price of one GPU-hour set by the admin; None when unknown."""
+    cordoned: bool = False
+    ready: bool = True
+
+    @property
+    def free(self) -> int:
+        """GPUs that a new pod can still get here."""
+        return max(0, self.allocatable - self.in_use)
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    """A peered cluster (one ForeignCluster) and the virtual nodes that lead to it."""
+
+    cluster_id: str
+    name: str
+    role: str
+    health: Health
+    reason: str = ""
+    """Why the cluster is not healthy, naming the failing module and condition; empty when healthy."""
+    virtual_nodes: tuple[VirtualNodeRecord, ...] = ()
+
+    @property
+    def gpus_free(self) -> int:
+        """Free GPUs over the cluster's usable virtual nodes."""
+        return sum(vn.free for vn in self.virtual_nodes if vn.ready and not vn.cordoned)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every peered cluster with its virtual nodes: what ``gpu-offload clusters`` shows."""
+
+    clusters: tuple[ClusterRecord, ...] = ()
+    errors: tuple[str, ...] = field(default=())
+    """Objects that could not be read (malformed labels, ...), each naming the object: shown, never fatal."""
+
+    def cluster(self, key: str) -> ClusterRecord | None:
+        """The cluster whose id or ForeignCluster name is ``key``."""
+        return next((c for c in self.clusters if key in (c.cluster_id, c.name)), None)
+
+    @property
+    def virtual_nodes(self) -> tuple[VirtualNodeRecord, ...]:
+        """All virtual nodes of all clusters."""
+        return tuple(vn for c in self.clusters for vn in c.virtual_nodes)
+
+    def _repr_html_(self) -> str:
+        from .render import render_html
+
+        return render_html(self)
+
+    def __str__(self) -> str:
+        from .render import render_table
+
+        return render_table(self)
+
+
+def _conditions(holder: Obj | None) -> list[Obj]:
+    return list((holder or {}).get("conditions") or [])
+
+
+def _describe(prefix: str, cond: Obj) -> str:
+    text = f"{prefix}{cond.get('type')}={cond.get('status')}"
+    detail = cond.get("message") or cond.get("reason")
+    return f"{text} ({detail})" if detail else text
+
+
+def cluster_health(foreign_cluster: Obj) -> tuple[Health, str]:
+    """Health of a peered cluster from its ForeignCluster status, and the condition that made it so.
+
+    ``down``: a vital module (offloading, authentication) is disabled or has a failed condition, or the
+    API server condition failed. ``degraded``: anything else is failed or still converging.
+    """
+    status = foreign_cluster.get("status") or {}
+    modules = status.get("modules") or {}
+    down: list[str] = []
+    degraded: list[str] = []
+    for cond in _conditions(status):
+        state = cond.get("status")
+        if state in _GOOD:
+            continue
+        bucket = down if cond.get("type") == "APIServerStatus" and state in _FAILED else degraded
+        bucket.append(_describe("", cond))
+    for module in ("offloading", "authentication", "networking"):
+        spec = modules.get(module) or {}
+        vital = module in _VITAL_MODULES
+        if not spec.get("enabled", False):
+            if vital:
+                down.append(f"{module} module disabled")
+            continue
+        for cond in _conditions(spec):
+            state = cond.get("status")
+            if state in _GOOD:
+                continue
+            bucket = down if vital and state in _FAILED else degraded
+            bucket.append(_describe(f"{module}/", cond))
+    if down:
+        return "down", "; ".join(down)
+    if degraded:
+        return "degraded", "; ".join(degraded)
+    return "healthy", ""
+
+
+def _count(value: Any, what: str) -> int:
+    if value is None:
+        return 0
+    try:
+        return int(parse_quantity(value))
+    except ValueError as exc:
+        raise ValueError(f"{what}: {value!r} is not a quantity") from exc
+
+
+def pod_gpus(pod: Obj) -> int:
+    """GPUs a pod holds: the sum over its containers, or its largest init container if that is more."""
+    spec = pod.get("spec") or {}
+
+    def gpus(container: Obj) -> int:
+        res = container.get("resources") or {}
+        limit = (res.get("limits") or {}).get(L.GPU_RESOURCE)
+        request = (res.get("requests") or {}).get(L.GPU_RESOURCE)
+        return _count(limit if limit is not None else request, "nvidia.com/gpu")
+
+    main = sum(gpus(c) for c in spec.get("containers") or [])
+    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def gpus_in_use(pods: Iterable[Obj]) -> dict[str, int]:
+    """GPUs held per node name by the pods bound to it that are not finished."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in _FINISHED_PHASES:
+            continue
+        used[node] = used.get(node, 0) + pod_gpus(pod)
+    return used
+
+
+def _meta(obj: Obj | None, key: str) -> Mapping[str, str]:
+    return ((obj or {}).get("metadata") or {}).get(key) or {}
+
+
+def _price(raw: str | None, where: str) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{where}: {L.PRICE_PER_GPU_HOUR}={raw!r} is not a number; set it like '2.5'") from None
+    if value < 0:
+        raise ValueError(f"{where}: {L.PRICE_PER_GPU_HOUR}={raw!r} is negative")
+    return value
+
+
+def _node_ready(node: Obj) -> bool:
+    conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int) -> VirtualNodeRecord:
+    """One record from the Node Liqo created and/or its VirtualNode (either may be missing, not both).
+
+    The Node is what the scheduler sees, so it wins; the VirtualNode's ``spec.labels`` stand in for labels
+    not yet reflected on the Node, and its quota for capacity before the Node exists.
+    """
+    if node is None and virtual_node is None:
+        raise ValueError("virtual_node_record needs a Node or a VirtualNode")
+    vspec = (virtual_node or {}).get("spec") or {}
+    merged_labels = {**_meta(virtual_node, "labels"), **(vspec.get("labels") or {}), **_meta(node, "labels")}
+    merged_notes = {**_meta(virtual_node, "annotations"), **_meta(node, "annotations")}
+    name = str(((node or virtual_node) or {}).get("metadata", {}).get("name"))
+    cluster_id = merged_labels.get(L.REMOTE_CLUSTER_ID_LABEL) or vspec.get("clusterID") or ""
+    where = f"virtual node {name}"
+    if node is not None:
+        nstatus = node.get("status") or {}
+        capacity = _count((nstatus.get("capacity") or {}).get(L.GPU_RESOURCE), where)
+        allocatable = _count((nstatus.get("allocatable") or {}).get(L.GPU_RESOURCE), where)
+        ready = _node_ready(node)
+        unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    else:
+        capacity = _count(((vspec.get("resourceQuota") or {}).get("hard") or {}).get(L.GPU_RESOURCE), where)
+        allocatable, ready, unschedulable = capacity, False, False
+    cordon_flag = merged_labels.get(L.CORDONED, merged_notes.get(L.CORDONED, ""))
+    return VirtualNodeRecord(
+        name=name,
+        cluster_id=cluster_id,
+        capacity=capacity,
+        allocatable=allocatable,
+        in_use=used,
+        model=merged_labels.get(L.GPU_MODEL),
+        memory=merged_labels.get(L.GPU_MEMORY),
+        price=_price(merged_labels.get(L.PRICE_PER_GPU_HOUR, merged_notes.get(L.PRICE_PER_GPU_HOUR)), where),
+        cordoned=unschedulable or cordon_flag.lower() == "true",
+        ready=ready,
+    )
+
+
+def _is_virtual(node: Obj) -> bool:
+    return _meta(node, "labels").get(L.TYPE_LABEL) == L.TYPE_VIRTUAL_NODE
+
+
+def build_inventory(
+    foreign_clusters: Iterable[Obj],
+    virtual_nodes: Iterable[Obj] = (),
+    nodes: Iterable[Obj] = (),
+    pods: Iterable[Obj] = (),
+) -> Inventory:
+    """The inventory from lists of ForeignClusters, VirtualNodes, Nodes and Pods (dicts from the API).
+
+    Nodes that are not Liqo virtual nodes are ignored. A virtual node whose cluster has no ForeignCluster
+    appears under a cluster marked down, so the admin sees it instead of it silently vanishing.
+    """
+    used = gpus_in_use(pods)
+    node_by_name = {n["metadata"]["name"]: n for n in nodes if _is_virtual(n)}
+    vn_by_name = {v["metadata"]["name"]: v for v in virtual_nodes}
+    errors: list[str] = []
+    records: list[VirtualNodeRecord] = []
+    for name in sorted(set(node_by_name) | set(vn_by_name)):
+        try:
+            records.append(virtual_node_record(node_by_name.get(name), vn_by_name.get(name), used.get(name, 0)))
+        except ValueError as exc:
+            errors.append(str(exc))
+    by_cluster: dict[str, list[VirtualNodeRecord]] = {}
+    for record in records:
+        by_cluster.setdefault(record.cluster_id, []).append(record)
+    clusters: list[ClusterRecord] = []
+    seen: set[str] = set()
+    for fc in sorted(foreign_clusters, key=lambda o: o["metadata"]["name"]):
+        cid = (fc.get("spec") or {}).get("clusterID") or fc["metadata"]["name"]
+        seen.add(cid)
+        health, reason = cluster_health(fc)
+        role = (fc.get("status") or {}).get("role") or "Unknown"
+        mine = tuple(by_cluster.get(cid, ()))
+        clusters.append(ClusterRecord(cid, fc["metadata"]["name"], role, health, reason, mine))
+    for cid in sorted(set(by_cluster) - seen):
+        mine = tuple(by_cluster[cid])
+        reason = f"no ForeignCluster with clusterID {cid!r} (peering removed or not visible to you)"
+        clusters.append(ClusterRecord(cid, cid, "Unknown", "down", reason, mine))
+    return Inventory(tuple(clusters), tuple(errors))

@@ -1,0 +1,63 @@
+"""Names the project shares with Liqo and with itself: label keys, taints, API groups.
+
+The Liqo names are facts of Liqo v1.x (read from its source and CRDs); the ``gpu-offload.io/`` names are the
+project's own interface: the sandbox seeds donors with the same keys, admins set them with kubectl, so a
+rename here is a breaking change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- Liqo ---------------------------------------------------------------------------------------------
+VIRTUAL_NODE_TAINT_KEY = "virtual-node.liqo.io/not-allowed"
+"""Taint (value ``true``, effect NoExecute) on every Liqo virtual node."""
+VIRTUAL_NODE_TAINT_EFFECT = "NoExecute"
+TYPE_LABEL = "liqo.io/type"
+"""Node label whose value is ``virtual-node`` on Liqo virtual nodes."""
+TYPE_VIRTUAL_NODE = "virtual-node"
+REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
+"""Node label naming the cluster a virtual node leads to."""
+SCHEDULING_ENABLED_LABEL = "liqo.io/scheduling-enabled"
+NAMESPACE_OFFLOADING_NAME = "offloading"
+"""Liqo only honours a NamespaceOffloading with exactly this name."""
+GPU_RESOURCE = "nvidia.com/gpu"
+"""Extended resource name of NVIDIA GPUs (device plugin), also the key in ResourceSlice resources."""
+
+
+@dataclass(frozen=True)
+class GVK:
+    """Group, version and plural of a custom resource, as CustomObjectsApi wants them."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        """``group/version`` as written in an object's ``apiVersion``."""
+        return f"{self.group}/{self.version}"
+
+
+FOREIGN_CLUSTER = GVK("core.liqo.io", "v1beta1", "foreignclusters", "ForeignCluster")
+VIRTUAL_NODE = GVK("offloading.liqo.io", "v1beta1", "virtualnodes", "VirtualNode")
+NAMESPACE_OFFLOADING = GVK("offloading.liqo.io", "v1beta1", "namespaceoffloadings", "NamespaceOffloading")
+RESOURCE_SLICE = GVK("authentication.liqo.io", "v1beta1", "resourceslices", "ResourceSlice")
+
+# --- the project's own keys ---------------------------------------------------------------------------
+PREFIX = "gpu-offload.io/"
+GPU_MODEL = PREFIX + "gpu-model"
+"""Label on a virtual node (or its VirtualNode) naming the GPU model, e.g. ``A100``: Liqo does not reflect it."""
+GPU_MEMORY = PREFIX + "gpu-memory"
+"""Label with the memory of one GPU, e.g. ``80Gi``."""
+PRICE_PER_GPU_HOUR = PREFIX + "price-per-gpu-hour"
+"""Label or annotation with the admin's price of one GPU-hour, a decimal number, e.g. ``2.5``."""
+CORDONED = PREFIX + "cordoned"
+"""Label or annotation ``true`` on a virtual node the admin has taken out of placement."""
+USER = PREFIX + "user"
+KERNEL = PREFIX + "kernel"
+RUN_ID = PREFIX + "run-id"
+MANAGED_BY = PREFIX + "managed-by"
+MANAGED_BY_VALUE = "gpu-offload"
+"""Value of ``gpu-offload.io/managed-by`` on everything the project creates (label-based cleanup uses it)."""

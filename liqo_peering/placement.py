@@ -1,0 +1,229 @@
+"""Choosing a virtual node for a request, and the pod scheduling fragment that sends a pod there.
+
+Policies are small objects ranking candidate nodes; ``place`` does the filtering (health, readiness,
+cordon, model, cluster) and the error messages, so every policy gets the same guarantees for free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import labels as L
+from .errors import InvalidRequest, NoFit, UnknownCluster, UnknownModel
+from .inventory import ClusterRecord, Inventory, VirtualNodeRecord
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """What a cell or step asks for."""
+
+    gpus: int = 1
+    gpu_model: str | None = None
+    """Model as labelled on virtual nodes (case-insensitive), or None for any."""
+    cluster: str = AUTO
+    """A cluster id or ForeignCluster name, or ``auto``."""
+    fallback_models: tuple[str, ...] = ()
+    """Models to try in order when ``gpu_model`` has no fit (requires ``gpu_model``)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise InvalidRequest(f"gpus={self.gpus!r}: ask for a whole number of GPUs, 1 or more (e.g. --gpus 1)")
+        if self.fallback_models and not self.gpu_model:
+            raise InvalidRequest(
+                f"fallback models {list(self.fallback_models)} given without a GPU model: "
+                "name the preferred model first (e.g. --gpu-model A100)"
+            )
+        if not self.cluster:
+            raise InvalidRequest("cluster is empty: give a cluster id or 'auto'")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a request goes: one virtual node of one cluster."""
+
+    virtual_node: str
+    cluster_id: str
+    model: str | None
+    gpus: int
+    fallback: bool = False
+    """True when the model is a fallback, not the one asked for (say so to the user)."""
+
+    def scheduling_fragment(self) -> dict[str, Any]:
+        """Pod fields that send a pod here; see ``scheduling_fragment``."""
+        return scheduling_fragment(self.cluster_id, self.gpus)
+
+
+class PlacementPolicy(Protocol):
+    """Ranks usable candidates (already filtered for model, cluster, health and room)."""
+
+    name: str
+
+    def choose(self, candidates: Sequence[VirtualNodeRecord], gpus: int) -> VirtualNodeRecord:
+        """The chosen node; ``candidates`` is never empty and every one has ``free >= gpus``."""
+        ...
+
+
+def _price_key(vn: VirtualNodeRecord) -> float:
+    # An unpriced node sorts after every priced one: the admin priced the others on purpose.
+    return float("inf") if vn.price is None else vn.price
+
+
+class MostFree:
+    """Default: the node with the most free GPUs (spreads load), the cheapest on ties, then by name."""
+
+    name = "most-free"
+
+    def choose(self, candidates: Sequence[VirtualNodeRecord], gpus: int) -> VirtualNodeRecord:
+        return min(candidates, key=lambda vn: (-vn.free, _price_key(vn), vn.cluster_id, vn.name))
+
+
+class BinPack:
+    """The node left fullest after placing (keeps large holes for large requests), cheapest on ties."""
+
+    name = "bin-pack"
+
+    def choose(self, candidates: Sequence[VirtualNodeRecord], gpus: int) -> VirtualNodeRecord:
+        return min(candidates, key=lambda vn: (vn.free - gpus, _price_key(vn), vn.cluster_id, vn.name))
+
+
+class FirstFit:
+    """The first node in (cluster id, name) order: predictable, for tests and tiny setups."""
+
+    name = "first-fit"
+
+    def choose(self, candidates: Sequence[VirtualNodeRecord], gpus: int) -> VirtualNodeRecord:
+        return min(candidates, key=lambda vn: (vn.cluster_id, vn.name))
+
+
+POLICIES: dict[str, PlacementPolicy] = {p.name: p for p in (MostFree(), BinPack(), FirstFit())}
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a.lower() == b.lower()
+
+
+def _usable(cluster: ClusterRecord) -> list[VirtualNodeRecord]:
+    if cluster.health == "down":
+        return []
+    return [vn for vn in cluster.virtual_nodes if vn.ready and not vn.cordoned]
+
+
+def _check_names(inventory: Inventory, request: PlacementRequest) -> list[ClusterRecord]:
+    if request.cluster == AUTO:
+        clusters = list(inventory.clusters)
+    else:
+        found = inventory.cluster(request.cluster)
+        if found is None:
+            valid = tuple(c.cluster_id for c in inventory.clusters)
+            raise UnknownCluster(
+                f"no peered cluster {request.cluster!r}; valid: {', '.join(valid) or 'none (peer one first)'}"
+                " or 'auto'",
+                valid,
+            )
+        clusters = [found]
+    known = sorted({vn.model for vn in inventory.virtual_nodes if vn.model})
+    for model in (request.gpu_model, *request.fallback_models):
+        if model is not None and not any(_same(model, k) for k in known):
+            raise UnknownModel(
+                f"no virtual node has GPU model {model!r}; models: {', '.join(known) or 'none labelled'}"
+                f" (label virtual nodes with {L.GPU_MODEL})",
+                tuple(known),
+            )
+    return clusters
+
+
+def place(
+    inventory: Inventory, request: PlacementRequest, policy: PlacementPolicy | None = None
+) -> Placement:
+    """Choose a virtual node for ``request``, trying the model then each fallback model in order.
+
+    Skips clusters that are down, nodes not ready and cordoned nodes. Raises ``UnknownCluster`` or
+    ``UnknownModel`` listing the valid names, or ``NoFit`` saying what is free instead.
+    """
+    policy = policy or MostFree()
+    clusters = _check_names(inventory, request)
+    usable = [vn for c in clusters for vn in _usable(c)]
+    models: list[str | None] = [request.gpu_model, *request.fallback_models]
+    for index, model in enumerate(models):
+        fits = [
+            vn for vn in usable if vn.free >= request.gpus and (model is None or _same(vn.model, model))
+        ]
+        if fits:
+            chosen = policy.choose(fits, request.gpus)
+            return Placement(chosen.name, chosen.cluster_id, chosen.model, request.gpus, fallback=index > 0)
+    raise no_fit(request, clusters)
+
+
+def _what(n: int, model: str | None) -> str:
+    return f"{n} free {model}" if model else f"{n} free GPU" + ("" if n == 1 else "s")
+
+
+def no_fit(request: PlacementRequest, clusters: Sequence[ClusterRecord]) -> NoFit:
+    """The error for a request nothing can take, listing per cluster the largest free block per model."""
+    best: dict[tuple[str, str | None], int] = {}
+    for cluster in clusters:
+        for vn in _usable(cluster):
+            if vn.free:
+                key = (cluster.name, vn.model)
+                best[key] = max(best.get(key, 0), vn.free)
+    ordered = sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+    alternatives = tuple((name, model, free) for (name, model), free in ordered)
+    wanted = [request.gpu_model, *request.fallback_models] if request.gpu_model else [None]
+    where = "no cluster has" if request.cluster == AUTO else f"cluster {request.cluster} does not have"
+    message = f"{where} {' or '.join(_what(request.gpus, m) for m in wanted)}"
+    if alternatives:
+        message += "; " + ", ".join(
+            f"{name} has {_what(free, model)}" if i == 0 else f"{name} {_what(free, model)}"
+            for i, (name, model, free) in enumerate(alternatives)
+        )
+        message += _hints(request, alternatives, wanted)
+    else:
+        down = [f"{c.name} ({c.health}: {c.reason})" for c in clusters if c.health == "down"]
+        message += "; no GPU is free anywhere right now" + (f"; down: {', '.join(down)}" if down else "")
+        message += " (retry later, or ask your admin for more GPUs)"
+    return NoFit(message, alternatives)
+
+
+def _hints(
+    request: PlacementRequest, alternatives: tuple[tuple[str, str | None, int], ...], wanted: list[str | None]
+) -> str:
+    hints: list[str] = []
+    other_models = sorted(
+        {m for _, m, free in alternatives if m and free >= request.gpus and not any(_same(m, w) for w in wanted)}
+    )
+    hints += [f"--gpu-model {m}" for m in other_models]
+    same_model = [free for _, m, free in alternatives if wanted == [None] or any(_same(m, w) for w in wanted)]
+    if same_model:
+        hints.append(f"--gpus {max(same_model)}")
+    return f" (use {' or '.join(hints)})" if hints else ""
+
+
+def scheduling_fragment(cluster_id: str, gpus: int) -> dict[str, Any]:
+    """The pod fields that land a pod on a virtual node of ``cluster_id`` with ``gpus`` GPUs.
+
+    ``resources`` belongs to the container; ``tolerations`` and ``affinity`` to the pod spec. The
+    toleration is the one Liqo's webhook would add in an offloaded namespace: adding it ourselves means the
+    user never writes it. The remote side drops the affinity; the GPU request finds a GPU node there.
+    """
+    return {
+        "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}},
+        "tolerations": [{"key": L.VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": L.VIRTUAL_NODE_TAINT_EFFECT}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": [cluster_id]},
+                                {"key": L.TYPE_LABEL, "operator": "In", "values": [L.TYPE_VIRTUAL_NODE]},
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+    }
