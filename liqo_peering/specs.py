@@ -1,0 +1,306 @@
+"""Pure builders of the objects the project writes: no network here, only dicts in API shape.
+
+Built like kubespawner's ``objects.py``: a backend or the hub calls these, then one client call sends the
+result. Tests compare them with literal dicts and validate them against the real schemas.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import labels as L
+from .errors import BundleTooLarge, InvalidRequest, OffloadingConflict
+from .selectors import selector_matches
+
+MOUNT_PATH = "/gpu-offload"
+BUNDLE_KEY = "bundle.pkl"
+RUNNER_KEY = "runner.pyz"
+# The API server caps a Secret's data at 1 MiB; leave room for metadata and the base64 of the other key.
+MAX_SECRET_BYTES = 1024 * 1024 - 16 * 1024
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value: unchanged when it already is one, else cleaned plus a short hash.
+
+    User names like ``alice@example.org`` are not label values; the hash keeps two users who clean to
+    the same text apart. The raw text goes into an annotation beside it.
+    """
+    if len(text) <= 63 and _LABEL_VALUE.match(text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:54].strip("-_.")
+    return f"{cleaned}-{digest}" if cleaned else digest
+
+
+def _dns_name(text: str, what: str) -> str:
+    if len(text) > 63 or not _DNS_LABEL.match(text):
+        raise InvalidRequest(
+            f"{what} {text!r} is not a DNS label: use lowercase letters, digits and '-', at most 63 characters"
+        )
+    return text
+
+
+# --- NamespaceOffloading ------------------------------------------------------------------------------
+
+
+def cluster_selector(cluster_ids: Sequence[str] | None) -> dict[str, Any]:
+    """A clusterSelector over Liqo virtual nodes: all of them, or those of the given clusters."""
+    exprs: list[dict[str, Any]] = [{"key": L.TYPE_LABEL, "operator": "In", "values": [L.TYPE_VIRTUAL_NODE]}]
+    if cluster_ids:
+        exprs.append({"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": sorted(set(cluster_ids))})
+    return {"nodeSelectorTerms": [{"matchExpressions": exprs}]}
+
+
+def namespace_offloading(
+    namespace: str, cluster_ids: Sequence[str] | None = None, strategy: str = "LocalAndRemote"
+) -> dict[str, Any]:
+    """The NamespaceOffloading that lets pods of ``namespace`` reach the given clusters (all when None).
+
+    namespaceMappingStrategy is left to Liqo's default: it cannot change once set, so we never pick it.
+    """
+    if strategy not in ("Local", "Remote", "LocalAndRemote"):
+        raise InvalidRequest(f"podOffloadingStrategy {strategy!r}: use Local, Remote or LocalAndRemote")
+    return {
+        "apiVersion": L.NAMESPACE_OFFLOADING.api_version,
+        "kind": L.NAMESPACE_OFFLOADING.kind,
+        "metadata": {
+            "name": L.NAMESPACE_OFFLOADING_NAME,
+            "namespace": _dns_name(namespace, "namespace"),
+            "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE},
+        },
+        "spec": {"podOffloadingStrategy": strategy, "clusterSelector": cluster_selector(cluster_ids)},
+    }
+
+
+def _virtual_node_labels(cluster_id: str) -> dict[str, str]:
+    return {L.TYPE_LABEL: L.TYPE_VIRTUAL_NODE, L.REMOTE_CLUSTER_ID_LABEL: cluster_id}
+
+
+def merge_offloading(
+    existing: Mapping[str, Any],
+    cluster_ids: Sequence[str],
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Any] | None:
+    """The existing NamespaceOffloading widened so it also selects ``cluster_ids``; None if it already does.
+
+    Terms of a NodeSelector are ORed, so appending a term for the missing clusters selects them without
+    dropping any cluster the old terms selected (others' pods rely on those). ``node_labels`` maps a
+    cluster id to its virtual node's labels when known, so terms on other labels (a GPU model, say) are
+    judged correctly. Only the clusterSelector changes; metadata (resourceVersion: the update is
+    optimistic) and namespaceMappingStrategy are kept as they are.
+    """
+    spec = existing.get("spec") or {}
+    name = f"NamespaceOffloading {existing.get('metadata', {}).get('namespace')}/{L.NAMESPACE_OFFLOADING_NAME}"
+    if spec.get("podOffloadingStrategy") == "Local":
+        raise OffloadingConflict(
+            f"{name} has podOffloadingStrategy Local, so no pod leaves the cluster; changing it would move "
+            "other people's pods too: ask the namespace owner to set LocalAndRemote, or use another namespace"
+        )
+    selector = spec.get("clusterSelector") or {}
+    terms = list(selector.get("nodeSelectorTerms") or [])
+    if not terms:
+        return None  # Liqo reads an absent or empty selector as "every peered cluster"
+    missing = [
+        cid
+        for cid in sorted(set(cluster_ids))
+        if not selector_matches(selector, (node_labels or {}).get(cid) or _virtual_node_labels(cid))
+    ]
+    if not missing:
+        return None
+    merged = copy.deepcopy(dict(existing))
+    merged["spec"]["clusterSelector"] = {
+        "nodeSelectorTerms": terms + cluster_selector(missing)["nodeSelectorTerms"]
+    }
+    return merged
+
+
+# --- ResourceSlice ------------------------------------------------------------------------------------
+
+
+def gpu_resource_slice(
+    name: str,
+    tenant_namespace: str,
+    consumer_cluster_id: str,
+    provider_cluster_id: str,
+    gpus: int,
+    cpu: str | None = None,
+    memory: str | None = None,
+) -> dict[str, Any]:
+    """A ResourceSlice asking a donor for ``gpus`` GPUs (Liqo gives a granted slice its own virtual node).
+
+    ``cpu`` and ``memory`` ride along because the pods using the GPUs need some; Liqo recommends a
+    separate slice for GPUs so they get a node of their own that can carry the model labels.
+    """
+    if gpus < 1:
+        raise InvalidRequest(f"ResourceSlice {name}: gpus={gpus}; ask for 1 or more")
+    resources: dict[str, str] = {L.GPU_RESOURCE: str(gpus)}
+    if cpu:
+        resources["cpu"] = cpu
+    if memory:
+        resources["memory"] = memory
+    return {
+        "apiVersion": L.RESOURCE_SLICE.api_version,
+        "kind": L.RESOURCE_SLICE.kind,
+        "metadata": {
+            "name": _dns_name(name, "ResourceSlice name"),
+            "namespace": _dns_name(tenant_namespace, "tenant namespace"),
+            "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE, L.REMOTE_CLUSTER_ID_LABEL: provider_cluster_id},
+        },
+        "spec": {
+            "class": "default",
+            "consumerClusterID": _dns_name(consumer_cluster_id, "consumer cluster id"),
+            "providerClusterID": _dns_name(provider_cluster_id, "provider cluster id"),
+            "resources": resources,
+        },
+    }
+
+
+# --- the runner Pod and its Secret --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunnerPodSpec:
+    """Everything that makes one runner pod; the backend fills it from the OffloadRequest and placement."""
+
+    run_id: str
+    """DNS-label-safe id of the run; names the pod and the Secret."""
+    namespace: str
+    image: str
+    user: str
+    kernel: str
+    scheduling: Mapping[str, Any]
+    """``Placement.scheduling_fragment()``: container resources, pod tolerations and affinity."""
+    timeout: int | None = None
+    """Seconds before Kubernetes stops the pod (activeDeadlineSeconds); None for no limit."""
+    python: str = "python3"
+    """Interpreter in the image that runs the runner zipapp."""
+    session: bool = False
+    """A warm session pod reading commands on stdin instead of running one bundle."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    cpu: str | None = None
+    memory: str | None = None
+    run_as_user: int = 1000
+    """Stock images often default to root, which restricted pods may not be; any uid works for the runner."""
+
+
+def runner_pod_name(run_id: str) -> str:
+    """The pod's name for a run (its Secret is ``<pod>-bundle``)."""
+    return _dns_name(f"gpuo-{run_id}", "pod name (from run id)")
+
+
+def runner_labels(spec: RunnerPodSpec) -> dict[str, str]:
+    """Labels identifying who and what a pod or Secret belongs to: cleanup selects on them."""
+    return {
+        L.MANAGED_BY: L.MANAGED_BY_VALUE,
+        L.USER: label_value(spec.user),
+        L.KERNEL: label_value(spec.kernel),
+        L.RUN_ID: label_value(spec.run_id),
+    }
+
+
+def _container(spec: RunnerPodSpec) -> dict[str, Any]:
+    runner = f"{MOUNT_PATH}/{RUNNER_KEY}"
+    args = ["--session"] if spec.session else ["--bundle", f"{MOUNT_PATH}/{BUNDLE_KEY}"]
+    resources = copy.deepcopy(dict(spec.scheduling.get("resources") or {}))
+    requests = {k: v for k, v in (("cpu", spec.cpu), ("memory", spec.memory)) if v}
+    if requests:
+        resources["requests"] = requests
+    # HOME: a non-root uid in a stock image has no home directory, and libraries want one.
+    env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", **spec.env}
+    container: dict[str, Any] = {
+        "name": "runner",
+        "image": spec.image,
+        "command": [spec.python, runner, *args],
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "resources": resources,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "bundle", "mountPath": MOUNT_PATH, "readOnly": True}],
+    }
+    if spec.session:
+        container.update(stdin=True, stdinOnce=False, tty=False)
+    return container
+
+
+def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
+    """The Pod running the runner zipapp from its Secret, at the "restricted" pod security level."""
+    if spec.timeout is not None and spec.timeout < 1:
+        raise InvalidRequest(f"run {spec.run_id}: timeout={spec.timeout}s; give 1 second or more, or none")
+    if not spec.image:
+        raise InvalidRequest(f"run {spec.run_id}: no image; pass --image or set the default image")
+    name = runner_pod_name(spec.run_id)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": spec.run_as_user,
+            "runAsGroup": spec.run_as_user,
+            "fsGroup": spec.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_container(spec)],
+        # 0o444: the runner's uid is not the Secret's owner, so it needs read for everyone.
+        "volumes": [{"name": "bundle", "secret": {"secretName": f"{name}-bundle", "defaultMode": 0o444}}],
+    }
+    for key in ("tolerations", "affinity"):
+        if spec.scheduling.get(key):
+            pod_spec[key] = copy.deepcopy(spec.scheduling[key])
+    if spec.timeout is not None:
+        pod_spec["activeDeadlineSeconds"] = spec.timeout
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": _dns_name(spec.namespace, "namespace"),
+            "labels": runner_labels(spec),
+            "annotations": {L.USER: spec.user, L.KERNEL: spec.kernel},
+        },
+        "spec": pod_spec,
+    }
+
+
+def runner_secret(pod: Mapping[str, Any], pod_uid: str, bundle: bytes, runner: bytes) -> dict[str, Any]:
+    """The Secret holding bundle and runner, owned by ``pod`` (created first) so it is deleted with it.
+
+    The pod waits in ContainerCreating until its Secret exists, which is what allows this order.
+    """
+    meta = pod["metadata"]
+    size = len(bundle) + len(runner)
+    if size > MAX_SECRET_BYTES:
+        raise BundleTooLarge(
+            f"run {meta['labels'].get(L.RUN_ID)}: bundle ({len(bundle)} bytes) plus runner ({len(runner)} bytes)"
+            f" is {size} bytes, more than a Secret holds ({MAX_SECRET_BYTES}); configure S3-compatible object"
+            " storage for the kubernetes backend, or pass smaller inputs"
+        )
+    if not pod_uid:
+        raise InvalidRequest(f"Secret for pod {meta['name']}: no pod uid; create the pod first and pass its uid")
+    data = {key: base64.b64encode(value).decode("ascii") for key, value in ((BUNDLE_KEY, bundle), (RUNNER_KEY, runner))}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "immutable": True,
+        "metadata": {
+            "name": f"{meta['name']}-bundle",
+            "namespace": meta["namespace"],
+            "labels": dict(meta["labels"]),
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": pod_uid}],
+        },
+        "data": data,
+    }

@@ -1,0 +1,152 @@
+"""Placement policies, request checks, no-fit messages and the scheduling fragment."""
+
+from __future__ import annotations
+
+import pytest
+from gpu_offload.liqo_peering.errors import InvalidRequest, NoFit, UnknownCluster, UnknownModel
+from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
+from gpu_offload.liqo_peering.placement import (
+    POLICIES,
+    BinPack,
+    FirstFit,
+    MostFree,
+    PlacementRequest,
+    place,
+    scheduling_fragment,
+)
+
+
+def vn(name: str, cluster: str, free: int, model: str | None, price: float | None = None, **kw) -> VirtualNodeRecord:
+    return VirtualNodeRecord(name, cluster, capacity=8, allocatable=free + 1, in_use=1, model=model, price=price, **kw)
+
+
+def inv(*nodes: VirtualNodeRecord, down: tuple[str, ...] = ()) -> Inventory:
+    clusters = sorted({n.cluster_id for n in nodes})
+    return Inventory(tuple(
+        ClusterRecord(c, c, "Provider", "down" if c in down else "healthy", "offloading broken" if c in down else "",
+                      tuple(n for n in nodes if n.cluster_id == c))
+        for c in clusters
+    ))
+
+
+def test_most_free_of_the_requested_model() -> None:
+    got = place(inv(vn("b1", "b", 2, "A100"), vn("c1", "c", 6, "A100"), vn("d1", "d", 8, "L4")), PlacementRequest(1, "A100"))
+    assert (got.virtual_node, got.cluster_id, got.model, got.fallback) == ("c1", "c", "A100", False)
+
+
+def test_cheapest_on_ties_unpriced_last() -> None:
+    nodes = inv(vn("b1", "b", 4, "A100", 3.0), vn("c1", "c", 4, "A100", 1.5), vn("d1", "d", 4, "A100"))
+    assert place(nodes, PlacementRequest(2, "A100")).cluster_id == "c"
+
+
+def test_model_match_is_case_insensitive_and_any_model_when_none() -> None:
+    nodes = inv(vn("b1", "b", 2, "A100"), vn("c1", "c", 6, "L4"))
+    assert place(nodes, PlacementRequest(1, "a100")).virtual_node == "b1"
+    assert place(nodes, PlacementRequest(1)).virtual_node == "c1"
+
+
+@pytest.mark.parametrize("kw", [{"cordoned": True}, {"ready": False}])
+def test_cordoned_and_not_ready_nodes_are_skipped(kw) -> None:
+    nodes = inv(vn("big", "b", 8, "A100", **kw), vn("small", "c", 1, "A100"))
+    assert place(nodes, PlacementRequest(1, "A100")).virtual_node == "small"
+
+
+def test_down_clusters_are_skipped_and_named_when_nothing_is_left() -> None:
+    nodes = inv(vn("big", "b", 8, "A100"), vn("small", "c", 1, "A100"), down=("b",))
+    assert place(nodes, PlacementRequest(1, "A100")).virtual_node == "small"
+    with pytest.raises(NoFit) as err:
+        place(inv(vn("big", "b", 8, "A100"), down=("b",)), PlacementRequest(1, "A100"))
+    assert "down: b (down: offloading broken)" in str(err.value)
+
+
+def test_fallback_models_in_order() -> None:
+    nodes = inv(vn("b1", "b", 1, "A100"), vn("c1", "c", 8, "L4"), vn("d1", "d", 8, "T4"))
+    got = place(nodes, PlacementRequest(4, "A100", fallback_models=("T4", "L4")))
+    assert (got.virtual_node, got.model, got.fallback) == ("d1", "T4", True)
+
+
+def test_no_fit_says_what_exists() -> None:
+    nodes = inv(vn("b1", "donor-b", 2, "A100"), vn("c1", "donor-c", 8, "L4"))
+    with pytest.raises(NoFit) as err:
+        place(nodes, PlacementRequest(4, "A100"))
+    assert str(err.value) == (
+        "no cluster has 4 free A100; donor-b has 2 free A100, donor-c 8 free L4 (use --gpu-model L4 or --gpus 2)"
+    )
+    assert err.value.alternatives == (("donor-b", "A100", 2), ("donor-c", "L4", 8))
+
+
+def test_no_fit_on_a_named_cluster() -> None:
+    nodes = inv(vn("b1", "donor-b", 2, "A100"), vn("c1", "donor-c", 8, "A100"))
+    with pytest.raises(NoFit, match=r"^cluster donor-b does not have 4 free A100; donor-b has 2 free A100 \(use --gpus 2\)$"):
+        place(nodes, PlacementRequest(4, "A100", cluster="donor-b"))
+
+
+def test_nothing_free_anywhere() -> None:
+    with pytest.raises(NoFit, match="no cluster has 1 free GPU; no GPU is free anywhere right now"):
+        place(inv(vn("b1", "b", 0, "A100")), PlacementRequest(1))
+
+
+def test_unknown_cluster_lists_valid_ones() -> None:
+    with pytest.raises(UnknownCluster) as err:
+        place(inv(vn("b1", "donor-b", 2, "A100"), vn("c1", "donor-c", 8, "L4")), PlacementRequest(1, cluster="donor-z"))
+    assert str(err.value) == "no peered cluster 'donor-z'; valid: donor-b, donor-c or 'auto'"
+
+
+def test_unknown_model_lists_valid_ones_fallbacks_too() -> None:
+    nodes = inv(vn("b1", "b", 2, "A100"), vn("c1", "c", 8, "L4"))
+    with pytest.raises(UnknownModel) as err:
+        place(nodes, PlacementRequest(1, "A100", fallback_models=("H200",)))
+    assert str(err.value).startswith("no virtual node has GPU model 'H200'; models: A100, L4")
+    assert err.value.valid == ("A100", "L4")
+
+
+@pytest.mark.parametrize(
+    "kw, text",
+    [({"gpus": 0}, "gpus=0"), ({"gpus": 1.5}, "gpus=1.5"), ({"gpus": True}, "gpus=True"),
+     ({"fallback_models": ("L4",)}, "without a GPU model"), ({"cluster": ""}, "cluster is empty")],
+)
+def test_bad_requests(kw, text) -> None:
+    with pytest.raises(InvalidRequest, match=text):
+        PlacementRequest(**kw)
+
+
+def test_alternative_policies() -> None:
+    nodes = [vn("b1", "b", 2, "A100"), vn("c1", "c", 6, "A100"), vn("a1", "a", 4, "A100")]
+    assert MostFree().choose(nodes, 2).name == "c1"
+    assert BinPack().choose(nodes, 2).name == "b1"
+    assert FirstFit().choose(nodes, 2).name == "a1"
+    assert place(inv(*nodes), PlacementRequest(3, "A100"), BinPack()).virtual_node == "a1"
+    assert set(POLICIES) == {"most-free", "bin-pack", "first-fit"}
+
+
+def test_a_custom_policy_plugs_in_and_gets_only_fitting_candidates() -> None:
+    seen = []
+
+    class Priciest:
+        name = "priciest"
+
+        def choose(self, candidates, gpus):
+            seen.extend(candidates)
+            return max(candidates, key=lambda v: v.price or 0)
+
+    nodes = inv(vn("b1", "b", 2, "A100", 1.0), vn("c1", "c", 6, "A100", 9.0), vn("d1", "d", 6, "A100", 5.0, cordoned=True))
+    assert place(nodes, PlacementRequest(2, "A100"), Priciest()).virtual_node == "c1"
+    assert {v.name for v in seen} == {"b1", "c1"}
+
+
+def test_scheduling_fragment(k8s_schema) -> None:
+    got = place(inv(vn("c1", "donor-c", 6, "A100")), PlacementRequest(2, "A100"))
+    fragment = got.scheduling_fragment()
+    assert fragment == scheduling_fragment("donor-c", 2) == {
+        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+        "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-c"]},
+                {"key": "liqo.io/type", "operator": "In", "values": ["virtual-node"]},
+            ]}
+        ]}}},
+    }
+    k8s_schema({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+        "containers": [{"name": "c", "image": "python:3.11", "resources": fragment["resources"]}],
+        "tolerations": fragment["tolerations"], "affinity": fragment["affinity"]}})
