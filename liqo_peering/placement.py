@@ -172,7 +172,7 @@ def no_fit(request: PlacementRequest, clusters: Sequence[ClusterRecord]) -> NoFi
                 best[key] = max(best.get(key, 0), vn.free)
     ordered = sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
     alternatives = tuple((name, model, free) for (name, model), free in ordered)
-    wanted = [request.gpu_model, *request.fallback_models] if request.gpu_model else [None]
+    wanted: list[str | None] = [request.gpu_model, *request.fallback_models] if request.gpu_model else [None]
     where = "no cluster has" if request.cluster == AUTO else f"cluster {request.cluster} does not have"
     message = f"{where} {' or '.join(_what(request.gpus, m) for m in wanted)}"
     if alternatives:
