@@ -9,7 +9,9 @@ from collections.abc import Sequence
 
 # (sub-command, module that defines `add_parser(subparsers)`): imported lazily so `gpu-offload --help`
 # stays fast and a missing optional dependency only affects its own command.
-COMMANDS: list[tuple[str, str]] = []
+COMMANDS: list[tuple[str, str]] = [
+    ("quickstart", "gpu_offload.magics.quickstart"),
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

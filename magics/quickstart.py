@@ -1,0 +1,107 @@
+"""``gpu-offload quickstart``: execute the example notebook headless on the local backend, streaming.
+
+The cells' output is printed as the kernel publishes it (not when the notebook ends), and the executed
+notebook is written next to the example (or to ``--output``). A cell error ends the run with exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+NOTEBOOK = "quickstart.ipynb"
+
+
+def default_notebook() -> Path:
+    """``examples/quickstart.ipynb`` of the working directory, else of the source tree we run from."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        candidate = root / "examples" / NOTEBOOK
+        if candidate.is_file():
+            return candidate
+    return Path("examples") / NOTEBOOK
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``quickstart`` on the ``gpu-offload`` command."""
+    parser = subparsers.add_parser(
+        "quickstart",
+        help="run examples/quickstart.ipynb headless on the embedded local backend",
+        description=__doc__,
+    )
+    parser.add_argument("--notebook", type=Path, default=None, help="notebook to run (default: the example)")
+    parser.add_argument("--output", type=Path, default=None, help="where to write the executed notebook")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute the notebook; 0 when every cell ran, 1 on a cell error, 2 when the notebook is missing."""
+    import nbformat
+    from nbclient.exceptions import CellExecutionError
+
+    source = args.notebook or default_notebook()
+    if not source.is_file():
+        print(
+            f"gpu-offload quickstart: notebook {source} not found. Run it from the repository root, or "
+            "pass --notebook PATH.",
+            file=sys.stderr,
+        )
+        return 2
+    output = args.output or source.with_name(source.stem + ".executed.ipynb")
+    notebook = nbformat.read(source, as_version=4)
+    client = _streaming_client(notebook, source.parent, args.timeout)
+    status = 0
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        print(f"\ngpu-offload quickstart: a cell failed, stopping:\n{err}", file=sys.stderr)
+        status = 1
+    finally:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, output)
+    print(f"\nwrote {output}")
+    return status
+
+
+def _streaming_client(notebook: Any, cwd: Path, timeout: int) -> Any:
+    from nbclient import NotebookClient
+
+    class StreamingClient(NotebookClient):  # type: ignore[misc]
+        """Prints each cell's output the moment its iopub message arrives."""
+
+        def output(self, outs: Any, msg: dict[str, Any], display_id: Any, cell_index: int) -> Any:
+            _echo(msg)
+            return super().output(outs, msg, display_id, cell_index)
+
+    def header(cell: Any, cell_index: int) -> None:
+        if cell.cell_type == "code":
+            first = cell.source.splitlines()[0] if cell.source else ""
+            print(f"\n[cell {cell_index}] {first}", flush=True)
+
+    return StreamingClient(
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+        on_cell_execute=header,
+    )
+
+
+def _echo(msg: dict[str, Any]) -> None:
+    kind = msg["msg_type"]
+    content = msg["content"]
+    if kind == "stream":
+        target = sys.stderr if content.get("name") == "stderr" else sys.stdout
+        target.write(content.get("text", ""))
+        target.flush()
+    elif kind in ("display_data", "execute_result"):
+        data = content.get("data", {})
+        rich = sorted(mime for mime in data if mime != "text/plain")
+        text = data.get("text/plain", "")
+        print(
+            f"{text}{'  ' if text and rich else ''}{'[' + ', '.join(rich) + ']' if rich else ''}", flush=True
+        )
+    elif kind == "error":
+        print(f"{content.get('ename')}: {content.get('evalue')}", file=sys.stderr, flush=True)
