@@ -1,0 +1,111 @@
+"""Fixtures for the Helm chart and the zero-to-jupyterhub overlay: render through Helm's own Go SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "helm" / "gpu-offload"
+OVERLAY = REPO / "helm" / "z2jh-overlay.yaml"
+# shared/ sits beside the repository (a fresh clone in CI, the work tree on a developer's machine).
+SHARED = REPO / ".." / "shared"
+
+RELEASE = "gpu-offload"
+HUB_NAMESPACE = "jhub"
+# The oldest Kubernetes the chart supports (ValidatingAdmissionPolicy v1 is GA from 1.30); pinned so a
+# newer kubernetes-validate release cannot change what "valid" means under the tests.
+KUBE_VERSION = "1.30.0"
+
+TWO_TENANTS = {"liqo": {"tenantNamespaces": ["liqo-tenant-alpha", "liqo-tenant-beta"]}}
+
+Render = Callable[..., list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    """The chart, loaded by Helm."""
+    with helm.Chart.load(CHART_DIR) as loaded:
+        yield loaded
+
+
+def render_manifests(chart: helm.Chart, values: dict[str, Any] | None = None, **options: Any) -> dict[str, str]:
+    """Helm's rendering of every template (path -> text), as `helm install` would on a new release."""
+    options.setdefault("name", RELEASE)
+    options.setdefault("namespace", HUB_NAMESPACE)
+    return chart.render(values=values, is_install=True, **options)
+
+
+def objects_of(manifests: dict[str, str]) -> list[dict[str, Any]]:
+    """The Kubernetes objects among rendered manifests (NOTES.txt is text for the operator)."""
+    objects: list[dict[str, Any]] = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return objects
+
+
+@pytest.fixture(scope="module")
+def render(chart: helm.Chart) -> Render:
+    """Render the chart with values and return its objects."""
+
+    def _render(values: dict[str, Any] | None = None, **options: Any) -> list[dict[str, Any]]:
+        return objects_of(render_manifests(chart, values, **options))
+
+    return _render
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    """The one object of that kind and name (and namespace), or a failure naming what exists."""
+    hits = [
+        o
+        for o in objects
+        if o["kind"] == kind
+        and o["metadata"]["name"] == name
+        and (namespace is None or o["metadata"].get("namespace") == namespace)
+    ]
+    present = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
+    assert len(hits) == 1, f"expected one {kind}/{name} in the render, found {len(hits)} among {present}"
+    return hits[0]
+
+
+def config_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The service's configuration file as the hub pod will read it from the chart's ConfigMap."""
+    configmap = find(objects, "ConfigMap", f"{RELEASE}-config")
+    parsed: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
+    return parsed
+
+
+@dataclass(frozen=True)
+class Kit:
+    """What the helm tests share (pytest's importlib mode lets tests import nothing from conftest)."""
+
+    chart: helm.Chart
+    render: Render
+    manifests: Callable[..., dict[str, str]]
+    find: Callable[..., dict[str, Any]]
+    config_of: Callable[[list[dict[str, Any]]], dict[str, Any]]
+    chart_dir: Path = CHART_DIR
+    overlay: Path = OVERLAY
+    shared: Path = SHARED
+    release: str = RELEASE
+    hub_namespace: str = HUB_NAMESPACE
+    kube_version: str = KUBE_VERSION
+    two_tenants: Any = None
+
+
+@pytest.fixture(scope="module")
+def kit(chart: helm.Chart, render: Render) -> Kit:
+    """Chart, renderer, lookups and constants in one object."""
+
+    def _manifests(values: dict[str, Any] | None = None, **options: Any) -> dict[str, str]:
+        return render_manifests(chart, values, **options)
+
+    return Kit(chart, render, _manifests, find, config_of, two_tenants=TWO_TENANTS)
