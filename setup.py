@@ -13,14 +13,21 @@ ROOTS = {
     "gpu_offload.flows": "flows",
     "gpu_offload.hub_extension": "hub_extension",
     "gpu_offload.sandbox": "sandbox",
+    # Metaflow finds extensions only under this top-level namespace package (no __init__.py by Metaflow's
+    # rule); its modules are thin shims over gpu_offload.flows.
+    "metaflow_extensions": "flows/metaflow_extensions",
 }
+# Folders that get their own ROOTS entry and must not be discovered again under another name.
+NESTED_ROOTS = {"gpu_offload.flows": ["metaflow_extensions", "metaflow_extensions.*"]}
 
 packages = []
 for name, path in ROOTS.items():
     packages.append(name)
     packages += [
         f"{name}.{sub}"
-        for sub in find_namespace_packages(path, exclude=["*__pycache__*", "*.egg-info*"])
+        for sub in find_namespace_packages(
+            path, exclude=["*__pycache__*", "*.egg-info*", *NESTED_ROOTS.get(name, [])]
+        )
     ]
 
 setup(

@@ -1,0 +1,92 @@
+"""Where an ``@gpu_offload`` step goes, decided once and recorded so every later process reuses it.
+
+The decision is made where the flow is validated (``run``, ``argo-workflows create``): from the live
+cluster through ``gpu_offload.liqo_peering`` when it is reachable, else from an offline inventory file,
+else from configuration alone. It is then written into the step's environment, so the mutator that
+Metaflow runs again inside the step's pod (or the local ``kubernetes step`` trampoline) reads it back
+instead of asking a cluster it may not reach: the same answer, with no network.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Literal
+
+from .errors import GpuOffloadFlowError
+from .options import AUTO, OffloadOptions
+from .settings import OffloadSettings
+
+if TYPE_CHECKING:
+    from gpu_offload.liqo_peering.inventory import Inventory
+
+Origin = Literal["recorded", "live", "inventory", "config"]
+
+
+@dataclass(frozen=True)
+class StepPlacement:
+    """The placement of one step: what the ``@kubernetes`` decorator is built from."""
+
+    step: str
+    gpus: int
+    cluster_id: str | None
+    """Cluster the pod is pinned to (``liqo.io/remote-cluster-id``), or None for any virtual node."""
+    gpu_model: str | None
+    namespace: str | None
+    origin: Origin
+    """Where the decision came from; ``recorded`` inside the step's own pod."""
+
+    def to_json(self) -> str:
+        """The compact form recorded in the step's environment."""
+        data = asdict(self)
+        data.pop("origin")
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def recorded_placement(step: str, text: str | None) -> StepPlacement | None:
+    """The decision recorded for ``step``, or None when there is none (or it was made for another step)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        if data.get("step") != step:
+            return None
+        return StepPlacement(
+            step=step,
+            gpus=int(data["gpus"]),
+            cluster_id=data.get("cluster_id"),
+            gpu_model=data.get("gpu_model"),
+            namespace=data.get("namespace"),
+            origin="recorded",
+        )
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise GpuOffloadFlowError(
+            f"step '{step}': the recorded placement {text!r} cannot be read ({exc}); it is written by "
+            "@gpu_offload itself: unset METAFLOW_GPU_OFFLOAD_PLACEMENT and deploy again"
+        ) from exc
+
+
+def decide(
+    step: str, options: OffloadOptions, settings: OffloadSettings, inventory: Inventory | None, origin: Origin
+) -> StepPlacement:
+    """Place ``step``: on ``inventory`` when one is known (checking names and room), else from settings."""
+    cluster = options.cluster if options.cluster != AUTO else (settings.cluster or AUTO)
+    model = options.gpu_model or settings.gpu_model
+    if inventory is None:
+        return StepPlacement(
+            step, options.gpus, None if cluster == AUTO else cluster, model, settings.namespace, "config"
+        )
+    from gpu_offload.liqo_peering.errors import GpuOffloadError
+    from gpu_offload.liqo_peering.placement import PlacementRequest, place
+
+    try:
+        chosen = place(inventory, PlacementRequest(gpus=options.gpus, gpu_model=model, cluster=cluster))
+    except GpuOffloadError as exc:
+        where = "the cluster" if origin == "live" else f"the inventory ({settings.inventory})"
+        raise GpuOffloadFlowError(
+            f"step '{step}' {options.describe()}: {exc} [placement from {where}]"
+        ) from exc
+    # The node selector must carry the label value exactly as the nodes have it; placement matched the
+    # model case-insensitively, so take the model from the chosen node.
+    label_model = chosen.model if model else None
+    return StepPlacement(step, options.gpus, chosen.cluster_id, label_model, settings.namespace, origin)

@@ -1,0 +1,59 @@
+"""An offline inventory: the clusters and GPUs a deployment may use, from a JSON file.
+
+Used where no cluster is reachable when the flow is validated (CI building Argo templates, a laptop), so
+that an unknown cluster or a model nobody offers is still caught before anything is deployed. The format:
+
+    {"clusters": [{"id": "donor-a", "name": "donor-a",
+                   "virtual_nodes": [{"name": "liqo-donor-a", "gpus": 4, "model": "A100"}]}]}
+
+Free GPUs are not known offline: every listed GPU counts as free.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import GpuOffloadFlowError
+
+if TYPE_CHECKING:
+    from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory
+
+FORMAT_HINT = 'expected {"clusters": [{"id": ..., "virtual_nodes": [{"name": ..., "gpus": 4, "model": "A100"}]}]}'
+
+
+def _cluster(path: str, raw: Any) -> ClusterRecord:
+    from gpu_offload.liqo_peering.inventory import ClusterRecord, VirtualNodeRecord
+
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
+        raise GpuOffloadFlowError(f"inventory {path}: cluster entry {raw!r} has no 'id'; {FORMAT_HINT}")
+    cid = raw["id"]
+    nodes = []
+    for node in raw.get("virtual_nodes") or []:
+        gpus = node.get("gpus") if isinstance(node, dict) else None
+        if not isinstance(node, dict) or not node.get("name") or isinstance(gpus, bool) or not isinstance(gpus, int):
+            raise GpuOffloadFlowError(
+                f"inventory {path}: virtual node {node!r} of cluster {cid!r} needs a 'name' and an integer "
+                f"'gpus'; {FORMAT_HINT}"
+            )
+        nodes.append(VirtualNodeRecord(str(node["name"]), cid, gpus, gpus, 0, model=node.get("model")))
+    return ClusterRecord(cid, str(raw.get("name") or cid), "Provider", "healthy", "", tuple(nodes))
+
+
+def load_inventory(path: str) -> Inventory:
+    """The inventory described by the JSON file at ``path``; raises naming the file and the bad entry."""
+    from gpu_offload.liqo_peering.inventory import Inventory
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise GpuOffloadFlowError(
+            f"inventory {path}: cannot read it ({exc.strerror}); fix METAFLOW_GPU_OFFLOAD_INVENTORY or unset it"
+        ) from exc
+    except ValueError as exc:
+        raise GpuOffloadFlowError(f"inventory {path}: not valid JSON ({exc}); {FORMAT_HINT}") from exc
+    clusters = data.get("clusters") if isinstance(data, dict) else None
+    if not isinstance(clusters, list):
+        raise GpuOffloadFlowError(f"inventory {path}: no 'clusters' list; {FORMAT_HINT}")
+    return Inventory(tuple(_cluster(path, c) for c in clusters))

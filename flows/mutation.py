@@ -1,0 +1,121 @@
+"""What ``@gpu_offload`` does to a step, on Metaflow's public ``MutableStep`` API.
+
+Metaflow may run a step mutator more than once in one process (``argo-workflows create`` re-runs it after
+attaching ``@kubernetes`` late) and does not restore the ``@kubernetes`` a previous run replaced. So the
+first run records the user's own ``@kubernetes`` and ``@environment`` arguments in ``OriginalDecorators``
+and every run rebuilds from those: running twice gives the same step as running once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .decision import StepPlacement, decide, recorded_placement
+from .errors import GpuOffloadFlowError
+from .kubernetes_args import StepIdentity, environment_vars, kubernetes_kwargs
+from .options import OffloadOptions, parse_options
+from .settings import RECORDED_ENV, OffloadSettings, metaflow_settings
+
+OVERRIDE = 3
+"""``MutableStep.OVERRIDE``: the decorator we add replaces the user's, which we merged into ours."""
+
+
+@dataclass
+class OriginalDecorators:
+    """The user's own arguments, captured before the first mutation (mutable: filled once, then read)."""
+
+    kubernetes: dict[str, Any] | None = None
+    environment: dict[str, Any] | None = None
+    captured: bool = False
+
+
+@dataclass
+class MutatorState:
+    """Per-decorator state kept across repeated ``mutate`` calls."""
+
+    originals: OriginalDecorators = field(default_factory=OriginalDecorators)
+
+
+def _user_arguments(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    # decorator_specs reports every attribute, defaults included; keep only what differs from the default,
+    # which is what the user (or a config) actually set.
+    from metaflow.plugins import STEP_DECORATORS
+
+    defaults: dict[str, Any] = next((d.defaults for d in STEP_DECORATORS if d.name == name), {})
+    return {k: v for k, v in kwargs.items() if k not in defaults or v != defaults[k]}
+
+
+def capture(mutable_step: Any) -> OriginalDecorators:
+    """The user's ``@kubernetes`` and ``@environment`` arguments as the step has them now."""
+    found = OriginalDecorators(captured=True)
+    for name, _fq, _args, kwargs in mutable_step.decorator_specs:
+        if name == "kubernetes":
+            found.kubernetes = _user_arguments(name, kwargs)
+        elif name == "environment":
+            found.environment = dict(kwargs.get("vars") or {})
+    return found
+
+
+def run_id_from(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """The run id when this process already belongs to a run: a step's pod, or the local trampoline."""
+    if environ.get("METAFLOW_RUN_ID"):
+        return environ["METAFLOW_RUN_ID"]
+    for index, arg in enumerate(argv):
+        if arg == "--run-id" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--run-id="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def place_step(
+    step: str, options: OffloadOptions, settings: OffloadSettings, environ: Mapping[str, str]
+) -> StepPlacement:
+    """The recorded decision when there is one (inside the step's pod: offline), else a fresh one."""
+    recorded = recorded_placement(step, environ.get(RECORDED_ENV))
+    if recorded is not None:
+        if recorded.gpus != options.gpus:
+            raise GpuOffloadFlowError(
+                f"step '{step}': {options.describe()} differs from the placement recorded at deploy time "
+                f"({recorded.gpus} GPUs); deploy the flow again"
+            )
+        return recorded
+    if settings.source != "config":
+        from .live import live_inventory
+
+        inventory = live_inventory(settings)
+        if inventory is not None:
+            return decide(step, options, settings, inventory, "live")
+    if settings.inventory:
+        from .inventory_file import load_inventory
+
+        return decide(step, options, settings, load_inventory(settings.inventory), "inventory")
+    return decide(step, options, settings, None, "config")
+
+
+def flow_name(step_function: Any) -> str:
+    """The flow class's name, which is Metaflow's flow name, from the step function's qualified name."""
+    parts = str(getattr(step_function, "__qualname__", "")).split(".")
+    return parts[-2] if len(parts) >= 2 else "flow"
+
+
+def mutate_step(
+    mutable_step: Any, step_function: Any, args: Sequence[Any], kwargs: Mapping[str, Any], state: MutatorState
+) -> StepPlacement:
+    """Add (or merge into) the step's ``@kubernetes`` and ``@environment``; returns the placement used."""
+    step = str(getattr(step_function, "name", getattr(step_function, "__name__", "step")))
+    options = parse_options(step, list(args), kwargs)
+    if not state.originals.captured:
+        state.originals = capture(mutable_step)
+    placement = place_step(step, options, metaflow_settings(), os.environ)
+    identity = StepIdentity(flow_name(step_function), step, run_id_from(sys.argv, os.environ))
+    offload = options.describe()
+    k8s = kubernetes_kwargs(state.originals.kubernetes or {}, placement, identity, offload)
+    env = environment_vars(state.originals.environment or {}, placement, offload)
+    mutable_step.add_decorator("kubernetes", deco_kwargs=k8s, duplicates=OVERRIDE)
+    mutable_step.add_decorator("environment", deco_kwargs={"vars": env}, duplicates=OVERRIDE)
+    return placement
