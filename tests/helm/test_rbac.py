@@ -1,0 +1,205 @@
+"""Least privilege: what each account may do once the chart is installed and the spawner hook has set up a
+user namespace, evaluated with Kubernetes RBAC's rules over the rendered objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "bind", "escalate", "impersonate"}
+KNOWN_VERBS = {"get", "list", "watch"} | WRITE_VERBS
+BROAD_ROLES = {"cluster-admin", "admin", "edit"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One API request, as the RBAC authorizer sees it."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None = None
+    name: str | None = None
+
+
+def _rule_allows(rule: dict[str, Any], request: Request) -> bool:
+    names = rule.get("resourceNames")
+    return (
+        request.verb in rule["verbs"]
+        and request.group in rule["apiGroups"]
+        and request.resource in rule["resources"]
+        # a rule limited to names never matches a request without one (create, list, watch)
+        and (not names or request.name in names)
+    )
+
+
+def allowed(objects: list[dict[str, Any]], account: tuple[str, str], request: Request) -> bool:
+    """Whether any binding of the service account grants the request (RBAC is purely additive)."""
+    subject = {"kind": "ServiceAccount", "namespace": account[0], "name": account[1]}
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects}
+    for binding in objects:
+        if binding["kind"] not in {"ClusterRoleBinding", "RoleBinding"} or subject not in binding["subjects"]:
+            continue
+        scope = binding["metadata"].get("namespace")  # None: a ClusterRoleBinding, everywhere
+        if scope is not None and request.namespace != scope:
+            continue
+        ref = binding["roleRef"]
+        role = roles.get((ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"]))
+        if role and any(_rule_allows(rule, request) for rule in role["rules"]):
+            return True
+    return False
+
+
+def hook_bindings(config: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+    """The two RoleBindings the spawner hook creates in a user namespace, from the chart's config."""
+    names = config["userNamespaces"]
+
+    def binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", **subject}],
+        }
+
+    hub = {"namespace": config["hubNamespace"], "name": config["hubServiceAccount"]}
+    server = {"namespace": namespace, "name": names["userServerServiceAccount"]}
+    return [
+        binding("gpu-offload-hub", names["hubClusterRole"], hub),
+        binding("gpu-offload-user-server", names["userServerClusterRole"], server),
+    ]
+
+
+@pytest.fixture(scope="module")
+def installed(kit: Any) -> list[dict[str, Any]]:
+    """The chart with two tenants, plus the hook's bindings in user namespace jhub-alice."""
+    objects = kit.render(kit.two_tenants)
+    return objects + hook_bindings(kit.config_of(objects), "jhub-alice")
+
+
+HUB = ("jhub", "gpu-offload-hub")
+ALICE_SERVER = ("jhub-alice", "gpu-offload-user-server")
+LIQO_OFFLOADING = "offloading.liqo.io"
+
+CASES = [
+    # the hub reads the inventory cluster-wide
+    (HUB, Request("list", "core.liqo.io", "foreignclusters"), True),
+    (HUB, Request("watch", LIQO_OFFLOADING, "virtualnodes", "liqo-tenant-alpha"), True),
+    (HUB, Request("list", "authentication.liqo.io", "resourceslices", "liqo-tenant-gamma"), True),
+    (HUB, Request("watch", "", "pods", "jhub-bob"), True),
+    (HUB, Request("list", "", "nodes"), True),
+    # ...and writes ResourceSlices and VirtualNode labels only in the listed tenant namespaces
+    (HUB, Request("create", "authentication.liqo.io", "resourceslices", "liqo-tenant-alpha"), True),
+    (HUB, Request("patch", "authentication.liqo.io", "resourceslices", "liqo-tenant-beta", "gpu"), True),
+    (HUB, Request("create", "authentication.liqo.io", "resourceslices", "liqo-tenant-gamma"), False),
+    (HUB, Request("create", "authentication.liqo.io", "resourceslices", "jhub-alice"), False),
+    (HUB, Request("patch", LIQO_OFFLOADING, "virtualnodes", "liqo-tenant-alpha", "gpu-a100"), True),
+    (HUB, Request("patch", "", "nodes", None, "gpu-a100"), False),
+    (HUB, Request("delete", "core.liqo.io", "foreignclusters", None, "alpha"), False),
+    # NamespaceOffloading only in a user namespace the hook has set up
+    (HUB, Request("create", LIQO_OFFLOADING, "namespaceoffloadings", "jhub-alice"), True),
+    (HUB, Request("create", LIQO_OFFLOADING, "namespaceoffloadings", "jhub-bob"), False),
+    (HUB, Request("create", LIQO_OFFLOADING, "namespaceoffloadings", "kube-system"), False),
+    # secrets: never cluster-wide
+    (HUB, Request("get", "", "secrets", "kube-system", "any"), False),
+    (HUB, Request("list", "", "secrets", "jhub-bob"), False),
+    # creating namespaces and RoleBindings is cluster-wide (RBAC cannot do better; admission narrows it)
+    (HUB, Request("create", "", "namespaces"), True),
+    (HUB, Request("delete", "", "namespaces", None, "kube-system"), False),
+    (HUB, Request("patch", "", "namespaces", None, "kube-system"), False),
+    (HUB, Request("create", "rbac.authorization.k8s.io", "rolebindings", "jhub-bob"), True),
+    (HUB, Request("bind", "rbac.authorization.k8s.io", "clusterroles", None, "gpu-offload-user-server"), True),
+    (HUB, Request("bind", "rbac.authorization.k8s.io", "clusterroles", None, "cluster-admin"), False),
+    (HUB, Request("escalate", "rbac.authorization.k8s.io", "clusterroles", None, "gpu-offload-user-server"), False),
+    (HUB, Request("create", "rbac.authorization.k8s.io", "clusterrolebindings"), False),
+    (HUB, Request("impersonate", "", "serviceaccounts", "jhub-alice", "gpu-offload-user-server"), False),
+    # the user's server: pods and secrets in its own namespace, nothing else
+    (ALICE_SERVER, Request("create", "", "pods", "jhub-alice"), True),
+    (ALICE_SERVER, Request("get", "", "pods/log", "jhub-alice", "run-1"), True),
+    (ALICE_SERVER, Request("delete", "", "pods", "jhub-alice", "run-1"), True),
+    (ALICE_SERVER, Request("create", "", "secrets", "jhub-alice"), True),
+    (ALICE_SERVER, Request("list", "", "secrets", "jhub-alice"), False),
+    (ALICE_SERVER, Request("create", "", "pods", "jhub-bob"), False),
+    (ALICE_SERVER, Request("get", "", "secrets", "jhub-bob", "run-1"), False),
+    (ALICE_SERVER, Request("create", "apps", "deployments", "jhub-alice"), False),
+    (ALICE_SERVER, Request("create", "", "pods/exec", "jhub-alice", "run-1"), False),
+    (ALICE_SERVER, Request("create", LIQO_OFFLOADING, "namespaceoffloadings", "jhub-alice"), False),
+    (ALICE_SERVER, Request("create", "rbac.authorization.k8s.io", "rolebindings", "jhub-alice"), False),
+    (ALICE_SERVER, Request("list", "core.liqo.io", "foreignclusters"), False),
+    # another user's server account gets nothing until the hook runs for that user
+    (("jhub-bob", "gpu-offload-user-server"), Request("create", "", "pods", "jhub-bob"), False),
+]
+
+
+@pytest.mark.parametrize("account, request_, expected", CASES, ids=lambda v: getattr(v, "resource", None))
+def test_effective_permissions(installed: list[dict[str, Any]], account: Any, request_: Request, expected: bool) -> None:
+    assert allowed(installed, account, request_) is expected, (account, request_)
+
+
+def _rules(objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(o, r) for o in objects if o["kind"] in {"Role", "ClusterRole"} for r in o["rules"]]
+
+
+def test_no_wildcards_and_only_known_verbs(kit: Any) -> None:
+    for role, rule in _rules(kit.render(kit.two_tenants)):
+        for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+            assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
+        assert set(rule["verbs"]) <= KNOWN_VERBS, (role["metadata"]["name"], rule)
+        assert "nonResourceURLs" not in rule
+        assert not {"escalate", "impersonate"} & set(rule["verbs"])
+
+
+def test_no_binding_to_a_broad_or_system_role(kit: Any) -> None:
+    for values in ({}, kit.two_tenants, {"hub": {"serviceAccount": {"create": False, "name": "hub"}}}):
+        for obj in kit.render(values):
+            if obj["kind"].endswith("Binding") and "roleRef" in obj:
+                name = obj["roleRef"]["name"]
+                assert name not in BROAD_ROLES and not name.startswith("system:"), obj["metadata"]["name"]
+
+
+def test_cluster_wide_writes_are_exactly_the_three_that_rbac_cannot_scope(kit: Any) -> None:
+    objects = kit.render(kit.two_tenants)
+    bound_cluster_wide = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
+    writes = set()
+    for role, rule in _rules(objects):
+        if role["kind"] == "ClusterRole" and role["metadata"]["name"] in bound_cluster_wide:
+            for verb in set(rule["verbs"]) & WRITE_VERBS:
+                writes |= {(resource, verb, tuple(rule.get("resourceNames", []))) for resource in rule["resources"]}
+    assert writes == {
+        ("namespaces", "create", ()),
+        ("rolebindings", "create", ()),
+        ("clusterroles", "bind", ("gpu-offload-user-namespace", "gpu-offload-user-server")),
+    }
+
+
+def test_per_namespace_cluster_roles_are_never_bound_cluster_wide(kit: Any) -> None:
+    objects = kit.render(kit.two_tenants)
+    config = kit.config_of(objects)["userNamespaces"]
+    bound_cluster_wide = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
+    assert not {config["hubClusterRole"], config["userServerClusterRole"]} & bound_cluster_wide
+
+
+def _crd_names(shared: Path) -> dict[tuple[str, str], str]:
+    """(group, plural) -> scope of every Liqo CRD in ../shared/liqo-crds."""
+    found = {}
+    for path in sorted((shared / "liqo-crds").glob("*.yaml")):
+        crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        found[(crd["spec"]["group"], crd["spec"]["names"]["plural"])] = crd["spec"]["scope"]
+    return found
+
+
+def test_liqo_rules_name_resources_that_liqo_defines(kit: Any) -> None:
+    crds = _crd_names(kit.shared)
+    liqo_rules = [(role, rule) for role, rule in _rules(kit.render(kit.two_tenants)) if "liqo.io" in rule["apiGroups"][0]]
+    assert len(liqo_rules) >= 5
+    for role, rule in liqo_rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert (group, resource) in crds, f"{role['metadata']['name']}: {group}/{resource} is no Liqo CRD"
+                if role["kind"] == "Role":  # a Role can only grant namespaced resources
+                    assert crds[(group, resource)] == "Namespaced"
