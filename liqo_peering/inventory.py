@@ -14,6 +14,8 @@ from kubernetes.utils import parse_quantity
 
 from . import labels as L
 
+KINDS = ("ForeignCluster", "VirtualNode", "Node", "Pod")
+"""The API kinds the inventory is built from (listed and watched by ``client`` and ``cache``)."""
 Health = Literal["healthy", "degraded", "down"]
 Obj = Mapping[str, Any]
 

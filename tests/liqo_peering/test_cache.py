@@ -1,0 +1,137 @@
+"""The inventory cache: pure event application, and the list/watch/resume/relist loop over a scripted source."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpu_offload.liqo_peering.cache import InventoryCache, apply_event, object_key
+from gpu_offload.liqo_peering.client import ListResult
+from gpu_offload.liqo_peering.errors import APIError, APIGone, APIServerError, GpuOffloadError
+
+
+def obj(name: str, rv: str, namespace: str | None = None, **extra: Any) -> dict:
+    meta = {"name": name, "resourceVersion": rv}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"metadata": meta, **extra}
+
+
+def test_apply_added_modified_deleted_bookmark() -> None:
+    objects: dict = {}
+    assert apply_event(objects, {"type": "ADDED", "object": obj("a", "5", "ns")}) == "5"
+    assert apply_event(objects, {"type": "MODIFIED", "object": obj("a", "6", "ns", spec={"x": 1})}) == "6"
+    assert objects == {"ns/a": obj("a", "6", "ns", spec={"x": 1})}
+    assert apply_event(objects, {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}}) == "9"
+    assert list(objects) == ["ns/a"]
+    assert apply_event(objects, {"type": "DELETED", "object": obj("a", "10", "ns")}) == "10"
+    assert apply_event(objects, {"type": "DELETED", "object": obj("never-seen", "11")}) == "11"
+    assert objects == {}
+
+
+def test_cluster_scoped_and_namespaced_keys_do_not_collide() -> None:
+    assert object_key(obj("x", "1")) == "x"
+    assert object_key(obj("x", "1", "ns")) == "ns/x"
+
+
+def test_error_events_raise_gone_or_api_error() -> None:
+    with pytest.raises(APIGone, match="HTTP 410: too old resource version"):
+        apply_event({}, {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}})
+    with pytest.raises(APIError, match="HTTP 500"):
+        apply_event({}, {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd"}})
+    with pytest.raises(ValueError, match="unknown type 'SYNC'"):
+        apply_event({}, {"type": "SYNC", "object": obj("a", "1")})
+
+
+def fc(name: str, rv: str) -> dict:
+    return {"apiVersion": "core.liqo.io/v1beta1", "kind": "ForeignCluster", "metadata": {"name": name, "resourceVersion": rv},
+            "spec": {"clusterID": name}, "status": {"role": "Provider"}}
+
+
+class ScriptedSource:
+    """Plays fixed list answers and watch streams per kind, recording every call; idle watches block."""
+
+    def __init__(self, lists: dict[str, list[ListResult | Exception]], watches: dict[str, list[Any]]) -> None:
+        self.lists, self.watches = lists, watches
+        self.calls: list[tuple[str, ...]] = []
+        self.lock = threading.Lock()
+        self.idle = {k: threading.Event() for k in ("ForeignCluster", "VirtualNode", "Node", "Pod")}
+        self.closed = threading.Event()
+
+    def list(self, kind: str) -> ListResult:
+        with self.lock:
+            self.calls.append(("list", kind))
+            script = self.lists.get(kind) or [ListResult((), "1")]
+            answer = script.pop(0) if len(script) > 1 else script[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def watch(self, kind: str, resource_version: str, timeout_seconds: int, watcher: Any = None) -> Iterator[dict]:
+        with self.lock:
+            self.calls.append(("watch", kind, resource_version))
+            script = self.watches.get(kind) or []
+            step = script.pop(0) if script else None
+        if isinstance(step, Exception):
+            raise step
+        if step is None:  # nothing more scripted: behave like a quiet watch until the test ends
+            self.idle[kind].set()
+            self.closed.wait(60)
+            return
+        yield from step
+
+
+def run_cache(source: ScriptedSource) -> InventoryCache:
+    cache = InventoryCache(source, max_backoff=0.01).start()
+    assert all(e.wait(60) for e in source.idle.values()), source.calls
+    return cache
+
+
+def test_lists_once_then_resumes_from_last_version_and_relists_on_410() -> None:
+    source = ScriptedSource(
+        lists={"ForeignCluster": [ListResult((fc("a", "1"),), "1"), ListResult((fc("b", "20"),), "20")]},
+        watches={"ForeignCluster": [
+            [{"type": "ADDED", "object": fc("b", "2")},
+             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "3"}}}],
+            APIGone("watching", "ForeignCluster", 410, "too old resource version"),
+        ]},
+    )
+    cache = run_cache(source)
+    try:
+        fc_calls = [c for c in source.calls if c[1] == "ForeignCluster"]
+        assert fc_calls == [("list", "ForeignCluster"), ("watch", "ForeignCluster", "1"), ("watch", "ForeignCluster", "3"),
+                            ("list", "ForeignCluster"), ("watch", "ForeignCluster", "20")]
+        assert [c.cluster_id for c in cache.inventory().clusters] == ["b"]
+        assert cache.stats()["ForeignCluster"]["relists"] == 2
+    finally:
+        source.closed.set()
+        cache.close()
+
+
+def test_transient_errors_are_retried_and_the_inventory_is_reused_until_a_change() -> None:
+    source = ScriptedSource(
+        lists={"Node": [APIServerError("listing", "Nodes", 503, "unavailable"), ListResult((), "7")]},
+        watches={"ForeignCluster": [[{"type": "ADDED", "object": fc("a", "2")}]]},
+    )
+    cache = run_cache(source)
+    try:
+        first = cache.inventory()
+        assert cache.inventory() is first  # no change, no rebuild
+        assert [c for c in source.calls if c[1] == "Node"][:3] == [("list", "Node"), ("list", "Node"), ("watch", "Node", "7")]
+    finally:
+        source.closed.set()
+        cache.close()
+
+
+def test_inventory_names_the_kind_that_never_synced() -> None:
+    forbidden = APIError("listing", "Pods (cluster-wide)", 403, "pods is forbidden")
+    source = ScriptedSource(lists={"Pod": [forbidden]}, watches={})
+    cache = InventoryCache(source, max_backoff=0.01).start()
+    try:
+        with pytest.raises(GpuOffloadError, match=r"could not list Pod \(listing Pods \(cluster-wide\) failed \(HTTP 403"):
+            cache.inventory(timeout=0.5)
+    finally:
+        source.closed.set()
+        cache.close()

@@ -1,0 +1,60 @@
+"""HTTP statuses from the official client become named errors that say what to do, with the cause chained."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import urllib3
+from gpu_offload.liqo_peering.errors import (
+    APIConflict,
+    APIError,
+    APIForbidden,
+    APIGone,
+    APIInvalid,
+    APINotFound,
+    APIServerError,
+    APIUnauthorized,
+    APIUnreachable,
+    api_error,
+)
+from kubernetes.client.exceptions import ApiException
+
+
+def status_exception(code: int, message: str) -> ApiException:
+    exc = ApiException(status=code, reason="Reason")
+    exc.body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code})
+    return exc
+
+
+@pytest.mark.parametrize(
+    "code, cls, step",
+    [(401, APIUnauthorized, "refresh the kubeconfig"), (403, APIForbidden, "RBAC"), (404, APINotFound, "Liqo is installed"),
+     (409, APIConflict, "read it again and retry"), (410, APIGone, "list again"), (422, APIInvalid, "fix the field"),
+     (503, APIServerError, "retry in a moment"), (418, APIError, "retry")],
+)
+def test_status_maps_to_error_naming_object_cause_and_next_step(code, cls, step) -> None:
+    cause = status_exception(code, 'namespaceoffloadings "offloading" is forbidden')
+    err = api_error(cause, "creating", "NamespaceOffloading alice/offloading")
+    assert type(err) is cls and err.status == code
+    text = str(err)
+    assert text.startswith(f"creating NamespaceOffloading alice/offloading failed (HTTP {code}: ")
+    assert 'namespaceoffloadings "offloading" is forbidden' in text and step in text
+
+
+def test_cause_is_chained_when_raised_from() -> None:
+    cause = status_exception(404, "not found")
+    with pytest.raises(APINotFound) as info:
+        try:
+            raise cause
+        except ApiException as exc:
+            raise api_error(exc, "reading", "Pod alice/gpuo-1") from exc
+    assert info.value.__cause__ is cause
+
+
+def test_unreachable_server_and_body_without_json() -> None:
+    err = api_error(urllib3.exceptions.MaxRetryError(None, "/api", "connection refused"), "listing", "Nodes")
+    assert isinstance(err, APIUnreachable) and "kubeconfig points at it" in str(err)
+    plain = ApiException(status=500, reason="Internal Server Error")
+    plain.body = "<html>proxy error</html>"
+    assert "Internal Server Error" in str(api_error(plain, "listing", "Nodes"))
