@@ -11,6 +11,7 @@ from collections.abc import Sequence
 # stays fast and a missing optional dependency only affects its own command.
 COMMANDS: list[tuple[str, str]] = [
     ("quickstart", "gpu_offload.magics.quickstart"),
+    ("clusters", "gpu_offload.liqo_peering.commands"),
 ]
 
 
