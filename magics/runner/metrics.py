@@ -1,0 +1,135 @@
+"""GPU metrics through NVML (pynvml, carried in the zipapp) while a cell runs.
+
+NVML enumerates every GPU of the machine and ignores ``CUDA_VISIBLE_DEVICES``; the local backend selects
+GPUs with that variable, so the same filter is applied here to report only the GPUs the cell can use.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .signals import block_in_this_thread
+
+NO_GPU_NOTE = "no GPU visible, running on CPU"
+
+
+def _nvml() -> Any:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # no driver, no library, no device: all mean "no GPU here"
+        return None
+
+
+def visible_handles() -> list[tuple[int, Any]]:
+    """(index, NVML handle) of the GPUs the cell may use; empty without a driver or GPU."""
+    nvml = _nvml()
+    if nvml is None:
+        return []
+    try:
+        handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
+    except Exception:
+        return []
+    selector = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if selector is None:
+        return handles
+    return [(i, h) for i, h in handles if _selected(i, _uuid(nvml, h), selector.split(","))]
+
+
+def _uuid(nvml: Any, handle: Any) -> str:
+    try:
+        uuid = nvml.nvmlDeviceGetUUID(handle)
+        return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    except Exception:
+        return ""
+
+
+def _selected(index: int, uuid: str, wanted: Sequence[str]) -> bool:
+    for item in (w.strip() for w in wanted):
+        if item.isdigit() and int(item) == index:
+            return True
+        if item.startswith("GPU-") and uuid.startswith(item):
+            return True
+    return False
+
+
+def gpu_names() -> list[str]:
+    """Names of the visible GPUs, for the ``hello`` frame."""
+    import pynvml
+
+    return [str(_read(pynvml.nvmlDeviceGetName, h) or "unknown GPU") for _, h in visible_handles()]
+
+
+def sample(handles: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
+    """One reading per GPU; a value NVML cannot give is ``None``."""
+    import pynvml
+
+    readings = []
+    for index, handle in handles:
+        memory = _read(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        utilization = _read(pynvml.nvmlDeviceGetUtilizationRates, handle)
+        temp = _read(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+        power = _read(pynvml.nvmlDeviceGetPowerUsage, handle)
+        readings.append(
+            {
+                "index": index,
+                "name": _read(pynvml.nvmlDeviceGetName, handle) or "unknown GPU",
+                "util": None if utilization is None else float(utilization.gpu),
+                "mem_used": None if memory is None else int(memory.used),
+                "mem_total": None if memory is None else int(memory.total),
+                "temp": None if temp is None else float(temp),
+                "power": None if power is None else power / 1000.0,  # NVML reports milliwatts
+            }
+        )
+    return readings
+
+
+def _read(getter: Callable[..., Any], *args: Any) -> Any:
+    try:
+        value = getter(*args)
+    except Exception:  # e.g. power readings are not supported on every board
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Sampler:
+    """Emits ``metrics`` every ``interval`` seconds between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, emit: Callable[..., None], interval: float) -> None:
+        self._emit = emit
+        self.interval = interval
+        """Seconds between samples (the bundle's ``metrics_interval``)."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.note_sent = False
+
+    def start(self) -> None:
+        """Begin sampling; without a GPU, say so once per runner instead."""
+        handles = visible_handles()
+        if not handles:
+            if not self.note_sent:
+                self._emit("metrics", gpu=[], note=NO_GPU_NOTE)
+                self.note_sent = True
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(handles,), name="gpuo-metrics", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling (returns promptly; the sampler thread ends at its next tick)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
+
+    def _loop(self, handles: list[tuple[int, Any]]) -> None:
+        block_in_this_thread()
+        while True:
+            self._emit("metrics", gpu=sample(handles))
+            if self._stop.wait(max(0.05, float(self.interval))):
+                return

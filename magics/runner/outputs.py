@@ -1,0 +1,94 @@
+"""Sending the cell's variables back: CUDA tensors to CPU, unpicklable values skipped or refused.
+
+A value the user asked for with ``--out`` (``required_outputs``) must arrive, so failing to pickle it is an
+error; any other assigned name that cannot travel is skipped with a warning naming it and its type.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from . import buffers
+from .failures import fail
+
+Emit = Callable[..., None]
+
+
+def cuda_to_cpu(obj: Any) -> Any:
+    """Pickler hook: a CUDA tensor (anywhere inside a value) is pickled as its CPU copy."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor) or not getattr(obj, "is_cuda", False):
+        return NotImplemented
+    return obj.cpu().__reduce_ex__(5)
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def send(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
+    """Pickle the wanted names and send one ``outputs`` frame (buffers through the bundle's transport)."""
+    required = list(dict.fromkeys(bundle["required_outputs"]))
+    names = list(dict.fromkeys([*bundle["outputs"], *required]))
+    missing = [name for name in required if name not in namespace]
+    if missing:
+        raise fail(
+            emit,
+            "NameError",
+            f"--out {', '.join(missing)}: the cell did not assign {', '.join(f'`{m}`' for m in missing)}; "
+            "assign it in the cell or drop it from --out",
+        )
+    emit("status", state="sending outputs")
+    values = {name: namespace[name] for name in names if name in namespace}
+    _warn_cuda(emit, values)
+    for name in list(values):
+        error = buffers.pickling_error(values[name], cuda_to_cpu)
+        if error is None:
+            continue
+        what = f"output `{name}` ({_type_name(values[name])}) cannot be pickled: {error}"
+        if name in required:
+            raise fail(
+                emit,
+                "PicklingError",
+                f"{what}; it was asked for with --out, so the run fails: convert it to a picklable value "
+                "in the cell (e.g. a list, an array, a state_dict) or drop it from --out",
+            )
+        emit("warning", text=f"{what}; skipped (it stays where the cell ran)")
+        del values[name]
+    try:
+        _emit_outputs(emit, bundle, values)
+    except buffers.BufferTransportError as exc:
+        raise fail(emit, "BufferTransportError", f"the cell's outputs cannot be sent back: {exc}") from None
+
+
+def _warn_cuda(emit: Emit, values: dict[str, Any]) -> None:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    moved = [n for n, v in values.items() if isinstance(v, torch.Tensor) and getattr(v, "is_cuda", False)]
+    if moved:
+        emit(
+            "warning",
+            text=f"CUDA tensor(s) {', '.join(moved)} moved to CPU before sending back (the notebook may "
+            "have no GPU); call .cuda() on them if it does",
+        )
+
+
+def _emit_outputs(emit: Emit, bundle: dict[str, Any], values: dict[str, Any]) -> None:
+    transport, shm_dir, urls = bundle["output_transport"], bundle["shm_dir"], bundle["output_urls"]
+    dumped = buffers.dump(values, transport, shm_dir=shm_dir, urls=urls, reducer=cuda_to_cpu)
+    written: list[Any] = list(dumped.buffers)
+    try:
+        packed = buffers.pack_main(
+            dumped.pickle, transport, shm_dir=shm_dir, urls=urls, index=len(dumped.buffers)
+        )
+        if isinstance(packed, dict):
+            written.append(packed)
+        emit("outputs", names=list(values), pickle=packed, buffers=buffers.json_refs(dumped.buffers))
+    except BaseException:
+        # nobody will read these files now: an interrupted or failed send must not leak shared memory
+        buffers.discard(written)
+        raise

@@ -1,0 +1,148 @@
+"""The runner process's plumbing: private frame channel, capture, signals, watchdog, and one run.
+
+Set up once per process (:meth:`Runtime.start`); :meth:`Runtime.run` executes one bundle and always ends
+with a ``done`` frame, whatever the cell did.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from . import display, metrics, watchdog
+from .capture import FdCapture, private_stdout, write_all
+from .execute import cell_traceback, run_cell
+from .failures import CellFailed
+from .frames import FrameEncoder
+from .signals import Interrupts, masked
+
+# frames that must come after the text printed before them: the capture is drained first
+_ORDERED = {"display_data", "error", "warning", "outputs", "done"}
+STATUS_EXIT = {"ok": 0, "error": 1, "interrupted": 130}
+MISMATCH_EXIT = 3
+
+
+def _frame_writer(fd: int) -> Any:
+    main = threading.main_thread()
+
+    def write(data: bytes) -> None:
+        try:
+            if threading.current_thread() is main:
+                with masked():  # an interrupt must not cut a frame line in half
+                    write_all(fd, data)
+            else:
+                write_all(fd, data)
+        except BrokenPipeError:
+            os._exit(141)  # the engine is gone: nobody is left to report to
+
+    return write
+
+
+def new_namespace() -> dict[str, Any]:
+    """The cell's globals: a fresh ``__main__`` (so notebook-style functions pickle by value)."""
+    return {"__name__": "__main__", "__builtins__": builtins, "display": display.display}
+
+
+class Runtime:
+    """One runner process: frames out, streams captured, interrupts routed to the cell."""
+
+    def __init__(self, nonce: str, session: bool) -> None:
+        self.session = session
+        self.interrupts = Interrupts(one_shot=not session)
+        self.command_fd = os.dup(0)  # the session's command channel; the cell's stdin is /dev/null
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        self.encoder = FrameEncoder(nonce, _frame_writer(private_stdout()))
+        self.capture = FdCapture(lambda name, text: self.encoder.emit("stream", name=name, text=text))
+        self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
+        self.namespace = new_namespace()
+
+    def emit(self, kind: str, **payload: Any) -> None:
+        """Send a frame, after any text the cell printed before it."""
+        if kind in _ORDERED:
+            self.capture.flush()
+        self.encoder.emit(kind, **payload)
+
+    def start(self, parent_pid: int | None) -> None:
+        """Say hello, install handlers and the watchdog, and start capturing fds 1 and 2."""
+        self.interrupts.install()
+        if parent_pid is not None:
+            watchdog.arm(parent_pid, self._parent_died)
+        python = ".".join(str(part) for part in sys.version_info[:3])
+        self.encoder.emit(
+            "hello", python=python, pid=os.getpid(), gpus=metrics.gpu_names(), session=self.session
+        )
+        os.environ.setdefault("MPLBACKEND", f"module://{__package__}.mpl_backend")
+        display.set_emitter(self.emit)
+        self.capture.start()
+
+    def _parent_died(self) -> None:
+        self.interrupts.terminating = True
+        self.interrupts.terminate()
+        watchdog.hard_exit_later(1)
+
+    def version_mismatch(self, wanted: str) -> bool:
+        """Send the one-sentence error if this Python's minor version is not ``wanted``."""
+        ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        if wanted == ours:
+            return False
+        self.encoder.emit(
+            "error",
+            ename="PythonVersionMismatch",
+            evalue=(
+                f"The runner has Python {sys.version.split()[0]} but the notebook kernel runs Python "
+                f"{wanted}, and variables cannot travel between minor versions: choose an image with "
+                f"Python {wanted} (--image)."
+            ),
+            traceback=[],
+        )
+        self.encoder.emit("done", status="error", elapsed=0.0)
+        return True
+
+    def run(self, bundle: dict[str, Any]) -> str:
+        """Run one bundle; returns the ``done`` status (``ok``, ``error`` or ``interrupted``)."""
+        started = time.perf_counter()
+        os.environ.update({str(k): str(v) for k, v in bundle["env"].items()})
+        self.sampler.interval = bundle["metrics_interval"]
+        status = "ok"
+        try:
+            try:
+                self.interrupts.running = True
+                if self.interrupts.pending:
+                    self.interrupts.pending = False
+                    raise KeyboardInterrupt
+                self.sampler.start()
+                run_cell(self.emit, bundle, self.namespace)
+            finally:
+                self.interrupts.running = False
+                self.sampler.stop()
+        except KeyboardInterrupt as exc:
+            status = "interrupted"
+            tb = cell_traceback(exc, bundle["filename"])
+            self.emit("error", ename="KeyboardInterrupt", evalue="interrupted", traceback=tb)
+        except CellFailed:
+            status = "error"
+        except Exception as exc:  # a fault of the runner itself, not of the cell: still report and go on
+            status = "error"
+            self.emit(
+                "error",
+                ename=type(exc).__name__,
+                evalue=f"the runner failed: {exc}",
+                traceback=traceback.format_exception(type(exc), exc, exc.__traceback__),
+            )
+        self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
+        return status
+
+    def close(self) -> None:
+        """Drain the capture and point fds 1 and 2 at /dev/null: late output (atexit) must not block."""
+        self.capture.stop()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.close(devnull)

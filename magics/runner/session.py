@@ -1,0 +1,116 @@
+"""The warm session: JSON commands on stdin, one namespace across runs, like an ipyparallel engine.
+
+Commands, one per line: ``{"op": "run", "bundle": PATH}`` or ``{"op": "run", "bundle_b64": ...}``,
+``{"op": "interrupt"}``, ``{"op": "exit"}``. A reader thread handles ``interrupt`` at once (the main thread
+is busy running the cell); runs are queued for the main thread. End of stdin ends the session.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import queue
+import threading
+from typing import Any
+
+from .bundle import BundleError, parse_bundle, read_bundle
+from .runtime import MISMATCH_EXIT, Runtime
+from .signals import block_in_this_thread
+
+TERMINATED_EXIT = 143
+
+
+class _Commands:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.queued_runs = 0
+        self._lock = threading.Lock()
+
+    def read(self) -> None:
+        block_in_this_thread()
+        with os.fdopen(self.runtime.command_fd, "rb", buffering=0) as source:
+            for raw in iter(source.readline, b""):
+                self._handle(raw)
+        self.queue.put({"op": "exit"})
+
+    def _handle(self, raw: bytes) -> None:
+        try:
+            command = json.loads(raw)
+            op = command["op"]
+        except (ValueError, TypeError, KeyError):
+            self.queue.put({"op": "bad", "line": raw[:200].decode("utf-8", "replace")})
+            return
+        if op == "interrupt":
+            with self._lock:
+                self.runtime.interrupts.interrupt(self.queued_runs)
+            return
+        if op == "run":
+            with self._lock:
+                self.queued_runs += 1
+        self.queue.put(command)
+
+    def next(self) -> dict[str, Any] | None:
+        """The next command, or ``None`` when the runner is asked to terminate."""
+        while not self.runtime.interrupts.terminating:
+            try:
+                command = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if command.get("op") == "run":
+                with self._lock:
+                    self.queued_runs -= 1
+            return command
+        return None
+
+
+def _load(command: dict[str, Any]) -> dict[str, Any]:
+    if "bundle" in command:
+        return read_bundle(str(command["bundle"]))
+    if "bundle_b64" in command:
+        try:
+            data = base64.b64decode(command["bundle_b64"], validate=True)
+        except (binascii.Error, TypeError) as exc:
+            raise BundleError(
+                f"bundle_b64 is not base64 ({exc}); encode the bundle bytes with base64"
+            ) from exc
+        return parse_bundle(data, "bundle_b64")
+    raise BundleError(
+        'a run command needs "bundle" (a path) or "bundle_b64"; e.g. {"op": "run", "bundle": P}'
+    )
+
+
+def serve(runtime: Runtime) -> int:
+    """Run commands until ``exit``, end of stdin or termination; returns the exit code."""
+    commands = _Commands(runtime)
+    threading.Thread(target=commands.read, name="gpuo-commands", daemon=True).start()
+    while True:
+        command = commands.next()
+        if command is None:
+            return TERMINATED_EXIT
+        op = command.get("op")
+        if op == "exit":
+            return 0
+        if op == "bad":
+            _reject(
+                runtime, f'session command {command["line"]!r} is not JSON with an "op"; send one per line'
+            )
+            continue
+        if op != "run":
+            _reject(runtime, f"unknown session command {command!r}; use run, interrupt or exit")
+            continue
+        try:
+            bundle = _load(command)
+        except BundleError as exc:
+            _reject(runtime, str(exc))
+            continue
+        if runtime.version_mismatch(bundle["python"]):
+            return MISMATCH_EXIT
+        runtime.run(bundle)
+
+
+def _reject(runtime: Runtime, message: str) -> None:
+    runtime.emit("error", ename="ProtocolError", evalue=message, traceback=[])
+    runtime.emit("done", status="error", elapsed=0.0)

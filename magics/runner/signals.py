@@ -1,0 +1,71 @@
+"""Interrupts: SIGINT/SIGTERM (and the session's ``interrupt`` command) become KeyboardInterrupt in the cell.
+
+Helper threads block these signals so the kernel always delivers them to the main thread, the one running
+the cell: a signal landing on another thread would not wake a ``time.sleep`` in the cell.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+HANDLED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def block_in_this_thread() -> None:
+    """Call first thing in every helper thread."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+
+
+class Interrupts:
+    """Decides when a signal may raise KeyboardInterrupt: only while a run is in progress.
+
+    ``one_shot`` runners raise at any time (there is nothing to keep); a session raises only inside a run,
+    so an interrupt that arrives between cells cannot break the runner's own loop.
+    """
+
+    def __init__(self, one_shot: bool) -> None:
+        self.one_shot = one_shot
+        self.running = False
+        self.terminating = False
+        self.pending = False
+        """An interrupt arrived for a run that was queued but not yet started."""
+        self._main = threading.main_thread().ident
+
+    def install(self) -> None:
+        """Install the handlers (main thread only)."""
+        signal.signal(signal.SIGINT, self._on_interrupt)
+        signal.signal(signal.SIGTERM, self._on_terminate)
+
+    def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
+        if self.running or self.one_shot:
+            raise KeyboardInterrupt
+
+    def _on_terminate(self, signum: int, frame: FrameType | None) -> None:
+        self.terminating = True
+        if self.running or self.one_shot:
+            raise KeyboardInterrupt
+
+    def interrupt(self, queued_runs: int = 0) -> None:
+        """Interrupt the running cell from any thread; remember it if a run is queued but not started."""
+        if self.running:
+            assert self._main is not None
+            signal.pthread_kill(self._main, signal.SIGINT)
+        elif queued_runs:
+            self.pending = True
+
+    def terminate(self) -> None:
+        """Ask the main thread to stop (used by the parent-death watchdog from any thread)."""
+        assert self._main is not None
+        signal.pthread_kill(self._main, signal.SIGTERM)
+
+
+class masked:
+    """Context manager: hold the handled signals off while a frame is written, so no frame is cut short."""
+
+    def __enter__(self) -> None:
+        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+
+    def __exit__(self, *exc: object) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
