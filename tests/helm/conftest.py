@@ -83,6 +83,27 @@ def config_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return parsed
 
 
+def hook_bindings(config: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+    """The two RoleBindings the spawner hook creates in a user namespace, from the chart's config."""
+    names = config["userNamespaces"]
+
+    def binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", **subject}],
+        }
+
+    hub = {"namespace": config["hubNamespace"], "name": config["hubServiceAccount"]}
+    server = {"namespace": namespace, "name": names["userServerServiceAccount"]}
+    return [
+        binding("gpu-offload-hub", names["hubClusterRole"], hub),
+        binding("gpu-offload-user-server", names["userServerClusterRole"], server),
+    ]
+
+
 @dataclass(frozen=True)
 class Kit:
     """What the helm tests share (pytest's importlib mode lets tests import nothing from conftest)."""
@@ -92,6 +113,7 @@ class Kit:
     manifests: Callable[..., dict[str, str]]
     find: Callable[..., dict[str, Any]]
     config_of: Callable[[list[dict[str, Any]]], dict[str, Any]]
+    hook_bindings: Callable[[dict[str, Any], str], list[dict[str, Any]]]
     chart_dir: Path = CHART_DIR
     overlay: Path = OVERLAY
     shared: Path = SHARED
@@ -108,4 +130,4 @@ def kit(chart: helm.Chart, render: Render) -> Kit:
     def _manifests(values: dict[str, Any] | None = None, **options: Any) -> dict[str, str]:
         return render_manifests(chart, values, **options)
 
-    return Kit(chart, render, _manifests, find, config_of, two_tenants=TWO_TENANTS)
+    return Kit(chart, render, _manifests, find, config_of, hook_bindings, two_tenants=TWO_TENANTS)

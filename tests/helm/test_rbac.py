@@ -54,32 +54,11 @@ def allowed(objects: list[dict[str, Any]], account: tuple[str, str], request: Re
     return False
 
 
-def hook_bindings(config: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
-    """The two RoleBindings the spawner hook creates in a user namespace, from the chart's config."""
-    names = config["userNamespaces"]
-
-    def binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
-        return {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", **subject}],
-        }
-
-    hub = {"namespace": config["hubNamespace"], "name": config["hubServiceAccount"]}
-    server = {"namespace": namespace, "name": names["userServerServiceAccount"]}
-    return [
-        binding("gpu-offload-hub", names["hubClusterRole"], hub),
-        binding("gpu-offload-user-server", names["userServerClusterRole"], server),
-    ]
-
-
 @pytest.fixture(scope="module")
 def installed(kit: Any) -> list[dict[str, Any]]:
     """The chart with two tenants, plus the hook's bindings in user namespace jhub-alice."""
     objects = kit.render(kit.two_tenants)
-    return objects + hook_bindings(kit.config_of(objects), "jhub-alice")
+    return objects + kit.hook_bindings(kit.config_of(objects), "jhub-alice")
 
 
 HUB = ("jhub", "gpu-offload-hub")
