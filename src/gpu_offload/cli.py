@@ -12,6 +12,7 @@ from collections.abc import Sequence
 COMMANDS: list[tuple[str, str]] = [
     ("quickstart", "gpu_offload.magics.quickstart"),
     ("clusters", "gpu_offload.liqo_peering.commands"),
+    ("sandbox", "gpu_offload.sandbox.cli"),
 ]
 
 

@@ -1,0 +1,182 @@
+"""Server-side fields of new and updated objects: metadata the server owns, and the defaults and status
+resets kube-apiserver applies to the kinds the project writes. Pure functions over dicts."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import ipaddress
+import itertools
+import random
+import re
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import Cause
+from .resources import ResourceType
+
+Obj = dict[str, Any]
+# the alphabet Kubernetes uses for generateName suffixes (no vowels, no look-alike digits)
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SERVICE_IPS = (str(ip) for ip in itertools.islice(ipaddress.ip_network("10.96.0.0/12").hosts(), 10, None))
+# kinds whose status a create request cannot set (it is reset, as the real strategies do)
+_RESET_STATUS = {"Pod": {"phase": "Pending"}, "Job": {}, "Service": {"loadBalancer": {}},
+                 "Namespace": {"phase": "Active"}}
+
+
+def now() -> str:
+    """RFC 3339 UTC timestamp with seconds, as metadata timestamps are written."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def generate_name(prefix: str) -> str:
+    """``prefix`` plus five random characters, as the API server completes ``generateName``."""
+    return prefix + "".join(random.choice(_SUFFIX) for _ in range(5))
+
+
+def name_causes(rt: ResourceType, name: str) -> list[Cause]:
+    """Why ``name`` is not a valid object name for ``rt`` (namespaces and services need DNS labels)."""
+    label_only = rt.plural in ("namespaces", "services")
+    pattern, limit = (_DNS1123_LABEL, 63) if label_only else (_DNS1123_SUBDOMAIN, 253)
+    if pattern.match(name) and len(name) <= limit:
+        return []
+    what = "RFC 1123 label" if label_only else "RFC 1123 subdomain"
+    return [Cause("FieldValueInvalid",
+                  f'Invalid value: "{name}": a lowercase {what} must consist of lower case alphanumeric '
+                  f"characters, '-' or '.', and must start and end with an alphanumeric character "
+                  f"(at most {limit} characters)", "metadata.name")]
+
+
+def _pod_defaults(spec: Obj) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("priority", 0)
+    for container in spec.get("containers", []) + spec.get("initContainers", []):
+        container.setdefault("terminationMessagePath", "/dev/termination-log")
+        container.setdefault("terminationMessagePolicy", "File")
+        latest = str(container.get("image", "")).endswith(":latest") or ":" not in str(container.get("image", ""))
+        container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+        container.setdefault("resources", {})
+    if spec.get("serviceAccountName") is None:
+        spec["serviceAccountName"] = spec.get("serviceAccount") or "default"
+
+
+def _qos_class(spec: Obj) -> str:
+    resources = [c.get("resources") or {} for c in spec.get("containers", [])]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    guaranteed = all(
+        (r.get("limits") or {}).get(res) is not None
+        and (r.get("requests") or {}).get(res, (r.get("limits") or {}).get(res)) == (r.get("limits") or {}).get(res)
+        for r in resources for res in ("cpu", "memory")
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _job_defaults(job: Obj) -> None:
+    spec = job.setdefault("spec", {})
+    uid = job["metadata"]["uid"]
+    name = job["metadata"]["name"]
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("completions", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("manualSelector", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    labels = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+              "controller-uid": uid, "job-name": name}
+    template = spec.setdefault("template", {})
+    tmeta = template.setdefault("metadata", {})
+    tmeta["labels"] = {**(tmeta.get("labels") or {}), **labels}
+    spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+    _pod_defaults(template.setdefault("spec", {}))
+
+
+def on_create(rt: ResourceType, obj: Obj, namespace: str) -> Obj:
+    """A copy of ``obj`` with server-owned metadata set and the kind's defaults applied."""
+    out = copy.deepcopy(obj)
+    meta = out.setdefault("metadata", {})
+    for owned in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                  "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink"):
+        meta.pop(owned, None)
+    if rt.namespaced:
+        meta["namespace"] = namespace
+    else:
+        meta.pop("namespace", None)
+    meta["uid"] = str(uuid.uuid4())
+    meta["creationTimestamp"] = now()
+    meta["generation"] = 1
+    out["apiVersion"], out["kind"] = rt.api_version, rt.kind
+    if rt.kind in _RESET_STATUS and not rt.custom:
+        out["status"] = copy.deepcopy(_RESET_STATUS[rt.kind])
+    elif rt.custom and "status" in rt.subresources:
+        out.pop("status", None)
+    _kind_defaults(rt, out)
+    return out
+
+
+def _kind_defaults(rt: ResourceType, out: Obj) -> None:
+    if rt.custom:
+        return
+    if rt.kind == "Pod":
+        _pod_defaults(out.setdefault("spec", {}))
+        out["status"]["qosClass"] = _qos_class(out["spec"])
+    elif rt.kind == "Job":
+        _job_defaults(out)
+    elif rt.kind == "Namespace":
+        out["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = out["metadata"]["name"]
+        out.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    elif rt.kind == "Secret":
+        out.setdefault("type", "Opaque")
+        string_data = out.pop("stringData", None) or {}
+        if string_data:
+            data = out.setdefault("data", {}) or {}
+            data.update({k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()})
+            out["data"] = data
+    elif rt.kind == "Service":
+        spec = out.setdefault("spec", {})
+        spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+        if spec.get("clusterIP") is None:
+            spec["clusterIP"] = next(_SERVICE_IPS)
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+
+
+def spec_changed(old: Obj, new: Obj) -> bool:
+    """Whether anything besides metadata and status changed (what bumps ``metadata.generation``)."""
+    skip = ("metadata", "status")
+    return {k: v for k, v in old.items() if k not in skip} != {k: v for k, v in new.items() if k not in skip}
+
+
+POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
+
+
+def pod_update_causes(old_spec: Obj, new_spec: Obj) -> list[Cause]:
+    """Pod specs are immutable apart from images, tolerations (added) and a few fields, as on a real
+    server; ``spec.nodeName`` is set through the binding subresource."""
+    def masked(spec: Obj) -> Obj:
+        out = {k: v for k, v in spec.items() if k not in POD_MUTABLE}
+        for key in ("containers", "initContainers"):
+            out[key] = [{k: v for k, v in c.items() if k != "image"} for c in spec.get(key, [])]
+        return out
+
+    causes = []
+    if masked(old_spec) != masked(new_spec):
+        causes.append(Cause("FieldValueForbidden",
+                            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                            "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
+                            "(only additions to existing tolerations), `spec.terminationGracePeriodSeconds`",
+                            "spec"))
+    old_tols = old_spec.get("tolerations") or []
+    if any(t not in (new_spec.get("tolerations") or []) for t in old_tols):
+        causes.append(Cause("FieldValueForbidden", "Forbidden: existing toleration can not be modified",
+                            "spec.tolerations"))
+    return causes

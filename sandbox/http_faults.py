@@ -1,0 +1,104 @@
+"""Injectable HTTP faults: an error status or added latency on requests whose path matches a pattern.
+
+Extension point (part 2's fault injection and its control endpoint)::
+
+    rule = api.faults.add(FaultRule(path=r"/api/v1/namespaces/[^/]+/pods$", methods=("POST",),
+                                    status=503, times=2))
+    ...
+    api.faults.remove(rule)
+
+A rule with ``status`` answers that code with a ``Status`` body (503 also carries Retry-After, so
+clients that retry do); a rule with ``delay`` sleeps before the request is served normally. ``times``
+limits how often a rule fires (0: until removed). Cutting a log stream is ``api.logs.cut(ns, pod)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from .errors import ApiError
+
+REASONS = {429: "TooManyRequests", 500: "InternalError", 502: "InternalError", 503: "ServiceUnavailable",
+           504: "Timeout"}
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    """Fail or slow down requests whose URL path matches ``path`` (a regular expression, searched)."""
+
+    path: str
+    methods: tuple[str, ...] = ()  # empty: every method
+    status: int = 0  # 0: no error
+    delay: float = 0.0  # seconds added before serving
+    times: int = 0  # 0: unlimited
+
+    def __post_init__(self) -> None:
+        if not self.status and not self.delay:
+            raise ValueError(f"fault rule for {self.path!r} does nothing: give status (e.g. 503) or delay")
+        re.compile(self.path)
+
+
+class Faults:
+    """The active fault rules of one server (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: dict[FaultRule, int] = {}  # rule -> times fired
+
+    def add(self, rule: FaultRule) -> FaultRule:
+        """Activate ``rule``; returns it as the handle for ``remove``."""
+        with self._lock:
+            self._rules[rule] = 0
+        return rule
+
+    def remove(self, rule: FaultRule) -> None:
+        """Deactivate ``rule`` (no error if it already ran out)."""
+        with self._lock:
+            self._rules.pop(rule, None)
+
+    def clear(self) -> None:
+        """Deactivate every rule."""
+        with self._lock:
+            self._rules.clear()
+
+    def fired(self, rule: FaultRule) -> int:
+        """How often ``rule`` fired so far."""
+        with self._lock:
+            return self._rules.get(rule, rule.times)
+
+    def match(self, method: str, path: str) -> FaultRule | None:
+        """The first active rule for this request, counted as fired."""
+        with self._lock:
+            for rule, fired in self._rules.items():
+                if (not rule.methods or method in rule.methods) and re.search(rule.path, path):
+                    if rule.times and fired >= rule.times:
+                        continue
+                    self._rules[rule] = fired + 1
+                    return rule
+        return None
+
+    def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
+        """An aiohttp middleware applying the rules before any handler."""
+
+        @web.middleware
+        async def apply_faults(request: web.Request, handler: Callable[..., Awaitable[web.StreamResponse]]
+                               ) -> web.StreamResponse:
+            rule = self.match(request.method, request.path)
+            if rule is not None:
+                if rule.delay:
+                    await asyncio.sleep(rule.delay)
+                if rule.status:
+                    err = ApiError(rule.status, REASONS.get(rule.status, "InternalError"),
+                                   f"injected fault on {request.method} {request.path} (sandbox fault rule)",
+                                   retry_after=1 if rule.status in (429, 503) else 0)
+                    headers = {"Retry-After": "1"} if err.retry_after else None
+                    return web.json_response(err.status(), status=rule.status, headers=headers)
+            return await handler(request)
+
+        return apply_faults

@@ -1,0 +1,199 @@
+"""The sandbox API server: an aiohttp app over :class:`Api`, run on its own loop (in a thread or not).
+
+Extension points (part 2):
+
+- ``ApiServer(plugins=[...])``: each plugin is called as ``plugin(server)`` before start; it registers
+  admission hooks, stream providers and faults on ``server.api``, controllers with
+  ``server.add_controller`` and extra HTTP routes on ``server.app.router`` (e.g. a fault control endpoint
+  under ``/sandbox/``).
+- Controllers are coroutine functions ``async def controller(api: Api) -> None``, run as asyncio tasks on
+  the server's loop from ``start()`` and cancelled on ``stop()``; they use ``api`` (synchronous,
+  thread-safe) and ``api.store.subscribe(...)`` for changes. One that crashes is logged and not restarted.
+- From another thread, ``server.call(coro)`` runs a coroutine on the server's loop and returns its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from . import discovery
+from .api import Api
+from .errors import ApiError
+from .http_api import resource_handler
+from .jobs import job_controller
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Controller = Callable[[Api], Awaitable[None]]
+Plugin = Callable[["ApiServer"], None]
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(obj).encode(), status=status, content_type="application/json")
+
+
+@web.middleware
+async def _status_errors(request: web.Request, handler: Callable[..., Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return web.Response(body=json.dumps(exc.status()).encode(), status=exc.code,
+                            content_type="application/json", headers=headers)
+
+
+def _discovery_routes(app: web.Application, api: Api) -> None:
+    reg = api.registry
+
+    def not_found(what: str) -> ApiError:
+        return ApiError(404, "NotFound", f"the server could not find the requested resource ({what})")
+
+    async def version(_: web.Request) -> web.Response:
+        return _json(discovery.KUBE_VERSION)
+
+    async def core(_: web.Request) -> web.Response:
+        return _json(discovery.core_versions())
+
+    async def core_v1(_: web.Request) -> web.Response:
+        return _json(discovery.resource_list(reg, "", "v1"))
+
+    async def groups(_: web.Request) -> web.Response:
+        return _json(discovery.group_list(reg))
+
+    async def group(request: web.Request) -> web.Response:
+        doc = discovery.group(reg, request.match_info["group"])
+        if doc is None:
+            raise not_found(request.path)
+        return _json(doc)
+
+    async def group_version(request: web.Request) -> web.Response:
+        doc = discovery.resource_list(reg, request.match_info["group"], request.match_info["version"])
+        if doc is None:
+            raise not_found(request.path)
+        return _json(doc)
+
+    async def healthy(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app.router.add_get("/version", version)
+    for probe in ("/healthz", "/readyz", "/livez"):
+        app.router.add_get(probe, healthy)
+    app.router.add_get("/api", core)
+    app.router.add_get("/api/v1", core_v1)
+    app.router.add_get("/apis", groups)
+    app.router.add_get("/apis/{group}", group)
+    app.router.add_get("/apis/{group}/{version}", group_version)
+
+
+class ApiServer:
+    """The HTTP server of one emulated cluster, on 127.0.0.1."""
+
+    def __init__(self, api: Api | None = None, host: str = "127.0.0.1", port: int = 0,
+                 plugins: Iterable[Plugin] = ()) -> None:
+        self.api = api or Api()
+        self.host, self.port = host, port
+        self.app = web.Application(middlewares=[self.api.faults.middleware(), _status_errors],
+                                   client_max_size=64 * 1024 * 1024)
+        _discovery_routes(self.app, self.api)
+        self.app.router.add_route("*", "/api/v1/{tail:.*}", resource_handler(self.api, core=True))
+        self.app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", resource_handler(self.api, core=False))
+        self._controllers: list[Controller] = [job_controller]
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        for plugin in plugins:
+            plugin(self)
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>`` once started."""
+        return f"http://{self.host}:{self.port}"
+
+    def add_controller(self, controller: Controller) -> None:
+        """Run ``controller(api)`` as a task on the server's loop (now, if already started)."""
+        self._controllers.append(controller)
+        if self.loop is not None and self._runner is not None:
+            self.loop.call_soon_threadsafe(self._spawn, controller)
+
+    def _spawn(self, controller: Controller) -> None:
+        task = asyncio.get_running_loop().create_task(self._guard(controller))
+        self._tasks.append(task)
+
+    async def _guard(self, controller: Controller) -> None:
+        try:
+            await controller(self.api)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sandbox controller %s crashed and will not restart", controller.__name__)
+
+    async def start(self) -> None:
+        """Bind the port (an ephemeral one if 0), serve, and start the controllers."""
+        self.loop = asyncio.get_running_loop()
+        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, shutdown_timeout=1.0)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:  # port 0: learn which port the OS picked
+            self.port = sockets[0].getsockname()[1]
+        for controller in self._controllers:
+            self._spawn(controller)
+
+    async def stop(self) -> None:
+        """Cancel the controllers and close every connection."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def start_in_thread(self) -> ApiServer:
+        """Start on a fresh loop in a daemon thread; returns once the port answers."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as exc:  # handed to the starting thread
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="sandbox-api", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise RuntimeError(f"the sandbox API server could not start on {self.host}:{self.port}") from failure[0]
+        return self
+
+    def stop_thread(self) -> None:
+        """Stop a server started with ``start_in_thread`` and wait for its thread."""
+        if self.loop is not None and self._thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the server's loop from another thread and return its result."""
+        if self.loop is None:
+            raise RuntimeError("the sandbox server is not running: start it first")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

@@ -1,0 +1,195 @@
+"""The object store: objects by (storage key, namespace, name), one resourceVersion counter, watch events.
+
+Extension point (part 2) — how controllers see changes. ``Store.subscribe(key, namespace, since)`` returns
+a :class:`Subscription`, an async iterator of :class:`WatchEvent`, bound to the running asyncio loop.
+Controllers are asyncio tasks on the server's loop (see ``server.py``); the store's own calls are
+synchronous, non-blocking and guarded by one re-entrant lock, so a test thread may call them too.
+
+Objects handed out by ``get``/``list`` are copies the caller may change. ``WatchEvent.object`` is the stored
+snapshot itself, shared by all subscribers: treat it as read-only (copy before changing).
+
+History: the last ``history_size`` events are kept; a watch resumed from an older resourceVersion gets 410
+Gone, as after an etcd compaction. ``compact()`` drops the history on purpose (tests use it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import collections
+import copy
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import gone
+
+StorageKey = tuple[str, str]  # (group, plural)
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change: ADDED, MODIFIED or DELETED, with the object as stored after the change."""
+
+    type: str
+    key: StorageKey
+    object: Obj
+    resource_version: int
+
+
+class Subscription:
+    """Events for one storage key (and optionally one namespace), delivered on one asyncio loop."""
+
+    def __init__(self, store: Store, key: StorageKey | None, namespace: str | None,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self.key = key
+        self.namespace = namespace
+        self._loop = loop
+        self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self.closed = False
+
+    def wants(self, event: WatchEvent) -> bool:
+        """Whether this subscription covers ``event``."""
+        if self.key is not None and event.key != self.key:
+            return False
+        ns = event.object.get("metadata", {}).get("namespace")
+        return self.namespace is None or ns == self.namespace
+
+    def _deliver(self, event: WatchEvent | None) -> None:
+        # called from any thread: hand over to the subscriber's loop, in order
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    def close(self) -> None:
+        """Stop receiving events; a pending ``next`` returns None."""
+        if not self.closed:
+            self.closed = True
+            self._store._unsubscribe(self)
+            self._deliver(None)
+
+    async def next(self, timeout: float | None = None) -> WatchEvent | None:
+        """The next event, or None when closed or when ``timeout`` seconds pass without one."""
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        event = await self.next()
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+
+class Store:
+    """Thread-safe storage with a global resourceVersion, event history and subscriptions."""
+
+    def __init__(self, history_size: int = 50_000) -> None:
+        self.lock = threading.RLock()
+        self._rv = 0
+        self._objects: dict[StorageKey, dict[tuple[str, str], Obj]] = {}
+        self._history: collections.deque[WatchEvent] = collections.deque(maxlen=history_size)
+        self._compacted_rv = 0
+        self._subs: list[Subscription] = []
+        self._listeners: list[Callable[[WatchEvent], None]] = []
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion handed out."""
+        with self.lock:
+            return self._rv
+
+    def get(self, key: StorageKey, namespace: str, name: str) -> Obj | None:
+        """A copy of the object, or None."""
+        with self.lock:
+            obj = self._objects.get(key, {}).get((namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def list(self, key: StorageKey, namespace: str | None = None) -> tuple[builtins.list[Obj], int]:
+        """Copies of all objects of ``key`` (in ``namespace`` if given), and the list's resourceVersion."""
+        with self.lock:
+            objs = self._objects.get(key, {})
+            items = [copy.deepcopy(o) for (ns, _), o in sorted(objs.items())
+                     if namespace is None or ns == namespace]
+            return items, self._rv
+
+    def put(self, key: StorageKey, obj: Obj, event_type: str) -> Obj:
+        """Store ``obj`` (ADDED or MODIFIED) under a new resourceVersion; returns a copy as stored."""
+        with self.lock:
+            self._rv += 1
+            stored = copy.deepcopy(obj)
+            stored["metadata"]["resourceVersion"] = str(self._rv)
+            meta = stored["metadata"]
+            self._objects.setdefault(key, {})[(meta.get("namespace", ""), meta["name"])] = stored
+            self._emit(WatchEvent(event_type, key, stored, self._rv))
+            return copy.deepcopy(stored)
+
+    def remove(self, key: StorageKey, namespace: str, name: str) -> Obj | None:
+        """Remove the object (a DELETED event under a new resourceVersion); returns it or None."""
+        with self.lock:
+            old = self._objects.get(key, {}).pop((namespace, name), None)
+            if old is None:
+                return None
+            self._rv += 1
+            gone_obj = copy.deepcopy(old)
+            gone_obj["metadata"]["resourceVersion"] = str(self._rv)
+            self._emit(WatchEvent("DELETED", key, gone_obj, self._rv))
+            return copy.deepcopy(gone_obj)
+
+    def storage_keys(self) -> builtins.list[StorageKey]:
+        """Storage keys holding at least one object."""
+        with self.lock:
+            return [k for k, v in self._objects.items() if v]
+
+    def _emit(self, event: WatchEvent) -> None:
+        self._history.append(event)
+        for sub in list(self._subs):
+            if sub.wants(event):
+                sub._deliver(event)
+        for listener in list(self._listeners):
+            listener(event)
+
+    def add_listener(self, listener: Callable[[WatchEvent], None]) -> None:
+        """Call ``listener(event)`` synchronously, under the store lock, for every change.
+
+        For bookkeeping that must never miss or reorder an event (the log buffers use it to drop a
+        deleted pod's logs). It must be quick and must not block; controllers use ``subscribe`` instead.
+        """
+        with self.lock:
+            self._listeners.append(listener)
+
+    def compact(self) -> None:
+        """Forget the event history, as an etcd compaction does: older watches resume with 410."""
+        with self.lock:
+            self._history.clear()
+            self._compacted_rv = self._rv
+
+    def subscribe(self, key: StorageKey | None, namespace: str | None = None, since: int | None = None,
+                  loop: asyncio.AbstractEventLoop | None = None) -> Subscription:
+        """Events after resourceVersion ``since`` (None: from now on) for ``key`` (None: all keys).
+
+        Raises a 410 ApiError if events after ``since`` were already forgotten.
+        """
+        loop = loop or asyncio.get_running_loop()
+        with self.lock:
+            sub = Subscription(self, key, namespace, loop)
+            if since is not None and since < self._rv:
+                oldest = self._history[0].resource_version if self._history else self._rv + 1
+                if since < max(oldest - 1, self._compacted_rv):
+                    raise gone(f"too old resource version: {since} ({max(oldest - 1, self._compacted_rv)})")
+                for event in self._history:
+                    if event.resource_version > since and sub.wants(event):
+                        sub._deliver(event)
+            self._subs.append(sub)
+            return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with self.lock:
+            if sub in self._subs:
+                self._subs.remove(sub)

@@ -1,0 +1,102 @@
+"""The watch stream: newline-delimited ``{"type", "object"}`` JSON over a chunked response.
+
+Semantics kept from kube-apiserver: no resourceVersion (or "0") first sends ADDED for every matching
+object, a resourceVersion resumes after it (410 Gone once forgotten: the Status is sent as an ERROR event,
+as a real server does for an established watch), ``timeoutSeconds`` ends the stream cleanly, and an
+object that stops (starts) matching the selector is sent as DELETED (ADDED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from .api import Api
+from .errors import ApiError, bad_request
+from .resources import ResourceType
+from .selectors import Selector
+
+
+def _since(value: str | None) -> int | None:
+    if value in (None, "", "0"):
+        return None
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise bad_request(f"resourceVersion={value!r} is not a resource version this server issued") from exc
+
+
+async def _send(resp: web.StreamResponse, kind: str, obj: dict[str, Any]) -> None:
+    await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+
+
+async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespace: str | None,
+                      selector: Selector) -> web.StreamResponse:
+    """Stream events of ``rt`` until ``timeoutSeconds`` pass or the client goes away."""
+    q = request.query
+    since = _since(q.get("resourceVersion"))
+    timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else 1800.0
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    try:
+        sub = api.watch(rt, namespace, since)
+        listed = api.list(rt, namespace, selector) if since is None else None
+    except ApiError as exc:
+        if exc.code != 410:
+            raise
+        await resp.prepare(request)
+        await _send(resp, "ERROR", exc.status())
+        return resp
+    await resp.prepare(request)
+    seen = _Membership(resumed=since is not None)
+    try:
+        # events up to the initial list's resourceVersion repeat what the list holds: skip them
+        initial = listed["items"] if listed else []
+        listed_rv = int(listed["metadata"]["resourceVersion"]) if listed else 0
+        for obj in initial:
+            seen.matching.add((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
+            await _send(resp, "ADDED", obj)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            event = await sub.next(timeout=max(left, 0)) if left > 0 else None
+            if event is None:
+                break
+            if event.resource_version <= listed_rv:
+                continue
+            kind = seen.translate(event.type, event.object, selector)
+            if kind:
+                await _send(resp, kind, dict(event.object, apiVersion=rt.api_version))
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        sub.close()
+    return resp
+
+
+class _Membership:
+    """Which objects the client currently believes match the selector, to translate event types."""
+
+    def __init__(self, resumed: bool) -> None:
+        self.resumed = resumed
+        self.matching: set[tuple[str, str]] = set()
+        self.unmatched: set[tuple[str, str]] = set()
+
+    def translate(self, kind: str, obj: dict[str, Any], selector: Selector) -> str:
+        """The event type to send for ``kind`` on ``obj`` ("" to send nothing)."""
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if key in self.matching or key in self.unmatched:
+            was = key in self.matching
+        else:  # first sight after a resume: the client saw it earlier unless it is new
+            was = self.resumed and kind != "ADDED"
+        now = selector.matches(obj)
+        self.matching.discard(key)
+        self.unmatched.discard(key)
+        if kind == "DELETED":
+            return kind if was or now else ""
+        (self.matching if now else self.unmatched).add(key)
+        if now:
+            return "MODIFIED" if was else "ADDED"
+        return "DELETED" if was else ""
