@@ -1,0 +1,12 @@
+{{/*
+Rules between values, which JSON Schema could state but Helm would then report only as "minLength: got 0,
+want 1": here each message says what is wrong and what to set. Included by configmap.yaml (always rendered).
+*/}}
+{{- define "gpu-offload.validate" -}}
+{{- if and (not .Values.hub.serviceAccount.create) (not .Values.hub.serviceAccount.name) -}}
+{{- fail "hub.serviceAccount.create is false but hub.serviceAccount.name is empty: name the existing account the hub pod runs as (z2jh's default is \"hub\"), or set hub.serviceAccount.create=true" -}}
+{{- end -}}
+{{- if and (not .Values.usageDatabase.persistence.enabled) (not .Values.usageDatabase.url) -}}
+{{- fail "usageDatabase.persistence.enabled is false but usageDatabase.url is empty: without the volume, GPU usage would be lost at every hub restart. Set usageDatabase.url (an SQLAlchemy URL, e.g. postgresql://user@host/db) or set usageDatabase.persistence.enabled=true" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,81 @@
+"""Bad values are refused before anything is rendered, with a message that names the key and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+
+BAD_VALUES_FILE = """\
+liqo:
+  tenantNamespaces:
+    - liqo-tenant-alpha
+    - Liqo_Tenant_Beta
+"""
+
+
+def _values_file(tmp_path: Path, text: str) -> dict[str, Any]:
+    """A values file as `helm install -f` reads it (Helm's own YAML loader)."""
+    path = tmp_path / "my-values.yaml"
+    path.write_text(text)
+    return helm.values_from_yaml(path.read_text())
+
+
+def test_the_chart_defaults_satisfy_the_schema(kit: Any) -> None:
+    kit.chart.validate_schema(None)
+    assert kit.chart.schema is not None
+
+
+def test_a_bad_values_file_is_refused_by_render_and_by_lint_naming_the_entry(kit: Any, tmp_path: Path) -> None:
+    values = _values_file(tmp_path, BAD_VALUES_FILE)
+    with pytest.raises(helm.HelmValuesError) as refused:
+        kit.manifests(values)
+    message = str(refused.value)
+    assert "/liqo/tenantNamespaces/1" in message and "Liqo_Tenant_Beta" in message
+
+    report = helm.lint(kit.chart_dir, values, strict=True, namespace=kit.hub_namespace)
+    assert any("/liqo/tenantNamespaces/1" in error for error in report["errors"]), report
+
+
+@pytest.mark.parametrize(
+    "values, where, what",
+    [
+        ({"usageDatabse": {"url": "postgresql://x@db/u"}}, "at ''", "additional properties 'usageDatabse' not allowed"),
+        ({"service": {"port": "10101"}}, "/service/port", "got string, want integer"),
+        ({"service": {"port": 80}}, "/service/port", "minimum: got 80"),
+        ({"usageDatabase": {"persistence": {"size": "lots"}}}, "/usageDatabase/persistence/size", "'lots'"),
+        ({"usageDatabase": {"url": "db.example:5432"}}, "/usageDatabase/url", "does not match pattern"),
+        ({"userServer": {"serviceAccountName": "Alice's"}}, "/userServer/serviceAccountName", "does not match"),
+        ({"liqo": {"tenantNamespaces": ["liqo-tenant-a", "liqo-tenant-a"]}}, "/liqo/tenantNamespaces", "items at 0 and 1 are equal"),
+        ({"admissionPolicy": {"enabled": "yes"}}, "/admissionPolicy/enabled", "want boolean"),
+        ({"offload": {"objectStorage": {"endpoint": "s3.local"}}}, "/offload/objectStorage/endpoint", "pattern"),
+    ],
+)
+def test_schema_violations_name_the_key_and_the_rule(kit: Any, values: dict[str, Any], where: str, what: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as refused:
+        kit.chart.validate_schema(values)
+    assert where in str(refused.value) and what in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "values, fix",
+    [
+        (
+            {"usageDatabase": {"persistence": {"enabled": False}}},
+            "Set usageDatabase.url (an SQLAlchemy URL, e.g. postgresql://user@host/db) or set "
+            "usageDatabase.persistence.enabled=true",
+        ),
+        (
+            {"hub": {"serviceAccount": {"create": False}}},
+            'name the existing account the hub pod runs as (z2jh\'s default is "hub")',
+        ),
+    ],
+    ids=["no volume and no url", "reused account without a name"],
+)
+def test_rules_between_values_say_what_to_set(kit: Any, values: dict[str, Any], fix: str) -> None:
+    kit.chart.validate_schema(values)  # each value alone is fine...
+    with pytest.raises(helm.HelmRenderError) as refused:  # ...together they are not
+        kit.manifests(values)
+    assert fix in str(refused.value)
