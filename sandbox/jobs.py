@@ -1,10 +1,189 @@
-"""Placeholder replaced below."""
+"""The job controller: a batch/v1 Job creates its pods and its status follows theirs.
+
+Pods are created from ``spec.template`` (generateName ``<job>-``, the template's labels, which the server
+extended with ``job-name``, ``controller-uid`` and their ``batch.kubernetes.io/`` variants, and an
+ownerReference to the Job, so deleting the Job with Background or Foreground propagation removes them).
+Status: ``active``, ``ready``, ``succeeded``, ``failed``, ``startTime``, ``completionTime`` and the
+conditions ``SuccessCriteriaMet`` + ``Complete`` or ``FailureTarget`` + ``Failed`` (reasons
+``BackoffLimitExceeded``, ``DeadlineExceeded``), as Kubernetes 1.36 reports them. ``backoffLimit`` counts
+failed pods; ``activeDeadlineSeconds`` runs from ``startTime``; ``ttlSecondsAfterFinished`` deletes a finished
+Job (and its pods) after that many seconds. Not emulated: Indexed completion mode, pod failure policies,
+per-index backoff, ``suspend`` beyond not starting pods.
+
+It also registers the admission rule kube-apiserver enforces on Jobs: the pod template's restartPolicy
+must be Never or OnFailure.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import copy
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .admission import AdmissionRequest
+from .api import Api
+from .defaults import now
+from .errors import ApiError, Cause
+from .resources import ResourceType
+from .selectors import Selector, parse_label_selector
 
-async def job_controller(api: Any) -> None:
-    """Drive batch/v1 Jobs (filled in later in this module)."""
+Obj = dict[str, Any]
+UID_LABEL = "batch.kubernetes.io/controller-uid"
+
+
+def restart_policy_rule(req: AdmissionRequest) -> list[Cause]:
+    """A Job's pods must not restart forever: restartPolicy Never or OnFailure (422 otherwise)."""
+    policy = req.object.get("spec", {}).get("template", {}).get("spec", {}).get("restartPolicy")
+    if policy in ("Never", "OnFailure"):
+        return []
+    return [Cause("FieldValueNotSupported", f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"',
+                  "spec.template.spec.restartPolicy")]
+
+
+def _parse(ts: str | None) -> datetime | None:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")) if ts else None
+
+
+def _finished(job: Obj) -> str:
+    for cond in job.get("status", {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return str(cond["type"])
+    return ""
+
+
+def _condition(kind: str, reason: str, message: str) -> Obj:
+    stamp = now()
+    return {"type": kind, "status": "True", "reason": reason, "message": message,
+            "lastProbeTime": stamp, "lastTransitionTime": stamp}
+
+
+def _owned_pods(api: Api, pods: ResourceType, job: Obj) -> list[Obj]:
+    uid = job["metadata"]["uid"]
+    sel = Selector(parse_label_selector(f"{UID_LABEL}={uid}"))
+    items = api.list(pods, job["metadata"]["namespace"], sel)["items"]
+    return [p for p in items if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+
+
+def _pod_for(job: Obj) -> Obj:
+    template = copy.deepcopy(job["spec"]["template"])
+    meta = template.setdefault("metadata", {})
+    meta.pop("name", None)
+    meta["generateName"] = f"{job['metadata']['name']}-"
+    meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
+                                "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template.get("spec", {})}
+
+
+def _verdict(job: Obj, succeeded: int, failed: int) -> tuple[str, str, str] | None:
+    spec = job["spec"]
+    start = _parse(job.get("status", {}).get("startTime"))
+    if succeeded >= spec.get("completions", 1):
+        return ("Complete", "CompletionsReached", "Reached expected number of succeeded pods")
+    if failed > spec.get("backoffLimit", 6):
+        return ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    deadline = spec.get("activeDeadlineSeconds")
+    if deadline is not None and start and datetime.now(timezone.utc) >= start + timedelta(seconds=deadline):
+        return ("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
     return None
+
+
+def _finish(api: Api, pods: ResourceType, job: Obj, active: list[Obj], verdict: tuple[str, str, str]) -> None:
+    kind, reason, message = verdict
+    status = job["status"]
+    first = ("SuccessCriteriaMet" if kind == "Complete" else "FailureTarget")
+    status["conditions"] = (status.get("conditions") or []) + [
+        _condition(first, reason, message), _condition(kind, reason, message)]
+    if kind == "Complete":
+        status["completionTime"] = now()
+    for pod in active:  # a finished job leaves no pod running
+        try:
+            api.delete(pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+    status["active"] = 0
+
+
+def reconcile(api: Api, jobs: ResourceType, pods: ResourceType, job: Obj) -> None:
+    """Bring one Job's pods and status in line with its spec (idempotent)."""
+    if _finished(job) or job["metadata"].get("deletionTimestamp") or job["spec"].get("suspend"):
+        return
+    owned = _owned_pods(api, pods, job)
+    phase = [p.get("status", {}).get("phase") for p in owned]
+    succeeded, failed = phase.count("Succeeded"), phase.count("Failed")
+    active = [p for p, ph in zip(owned, phase, strict=True)
+              if ph not in ("Succeeded", "Failed") and not p["metadata"].get("deletionTimestamp")]
+    status = copy.deepcopy(job.get("status") or {})
+    job["status"] = status
+    status.setdefault("startTime", now())
+    status.update(succeeded=succeeded, failed=failed, uncountedTerminatedPods={},
+                  ready=sum(1 for p in active if _ready(p)), active=len(active))
+    verdict = _verdict(job, succeeded, failed)
+    if verdict:
+        _finish(api, pods, job, active, verdict)
+    else:
+        spec = job["spec"]
+        wanted = min(spec.get("parallelism", 1), spec.get("completions", 1) - succeeded) - len(active)
+        for _ in range(max(wanted, 0)):
+            api.create(pods, _pod_for(job), job["metadata"]["namespace"])
+            status["active"] += 1
+    api.replace(jobs, job["metadata"]["namespace"], job["metadata"]["name"], job, "status")
+
+
+def _ready(pod: Obj) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions") or [])
+
+
+def _next_wakeup(job: Obj) -> datetime | None:
+    status, spec = job.get("status") or {}, job["spec"]
+    if _finished(job):
+        ttl = spec.get("ttlSecondsAfterFinished")
+        done = _parse(status.get("completionTime")) or _parse(
+            next((c.get("lastTransitionTime") for c in status.get("conditions") or [] if c["type"] == "Failed"), None))
+        return done + timedelta(seconds=ttl) if ttl is not None and done else None
+    start, deadline = _parse(status.get("startTime")), spec.get("activeDeadlineSeconds")
+    return start + timedelta(seconds=deadline) if start and deadline is not None else None
+
+
+def _expire(api: Api, jobs: ResourceType, job: Obj) -> None:
+    if _finished(job):
+        api.delete(jobs, job["metadata"]["namespace"], job["metadata"]["name"], propagation="Background")
+
+
+def _sweep(api: Api, jobs: ResourceType, pods: ResourceType) -> float | None:
+    """Reconcile every Job; returns seconds until the next deadline or TTL (None: none pending)."""
+    waits = []
+    for job in api.list(jobs)["items"]:
+        try:
+            wake = _next_wakeup(job)
+            if wake and wake <= datetime.now(timezone.utc):
+                _expire(api, jobs, job)
+            reconcile(api, jobs, pods, api.get(jobs, job["metadata"]["namespace"], job["metadata"]["name"]))
+            fresh = api.find(jobs, job["metadata"]["namespace"], job["metadata"]["name"])
+            wake = _next_wakeup(fresh) if fresh else None
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                raise
+            continue  # changed under us: the event that changed it triggers another sweep
+        if wake:
+            waits.append(max((wake - datetime.now(timezone.utc)).total_seconds(), 0.0))
+    return min(waits) if waits else None
+
+
+async def job_controller(api: Api) -> None:
+    """Run forever on the server's loop: sweep on every Job or Pod change and at deadlines."""
+    jobs, pods = api.type("batch", "v1", "jobs"), api.type("", "v1", "pods")
+    sub = api.store.subscribe(None)
+    try:
+        wait = _sweep(api, jobs, pods)
+        while True:
+            event = await sub.next(timeout=wait if wait is not None else None)
+            if event is not None and event.key not in (jobs.key, pods.key):
+                continue
+            # coalesce a burst of events into one sweep
+            await asyncio.sleep(0)
+            wait = _sweep(api, jobs, pods)
+    finally:
+        sub.close()

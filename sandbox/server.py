@@ -27,7 +27,7 @@ from . import discovery
 from .api import Api
 from .errors import ApiError
 from .http_api import resource_handler
-from .jobs import job_controller
+from .jobs import job_controller, restart_policy_rule
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -105,6 +105,7 @@ class ApiServer:
         _discovery_routes(self.app, self.api)
         self.app.router.add_route("*", "/api/v1/{tail:.*}", resource_handler(self.api, core=True))
         self.app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", resource_handler(self.api, core=False))
+        self.api.admission.add_validating("jobs.batch", restart_policy_rule)
         self._controllers: list[Controller] = [job_controller]
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
