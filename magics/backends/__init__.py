@@ -1,0 +1,1 @@
+"""Backends start runners: ``local`` (a subprocess); cluster backends plug in through ``base.Backend``."""

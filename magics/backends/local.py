@@ -1,0 +1,309 @@
+"""The embedded local backend: the runner zipapp as a subprocess of the kernel.
+
+Each runner starts in its own session (``start_new_session=True``): Jupyter's interrupt signals the
+kernel's whole process group, and a runner must receive an interrupt only from the engine, which then
+signals the runner's own group. ``--parent-pid`` makes a runner end itself when the kernel dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO
+
+from ..errors import OffloadUsageError
+from ..runner.__main__ import NONCE_ENV
+from ..runner.frames import FrameDecoder, Noise
+from .base import Job, Placement, RunEvent, RunnerExit, SessionInfo, Transfer
+
+DIAGNOSTIC_LINES = 30
+
+
+def visible_devices(gpus: int, inherited: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a runner given ``--gpus``: the first ``gpus`` of the kernel's own."""
+    if inherited is not None and inherited.strip():
+        pool = [d.strip() for d in inherited.split(",") if d.strip()]
+    else:
+        pool = [str(i) for i in range(max(gpus, 0))]
+    return ",".join(pool[:gpus])
+
+
+def runner_environment(placement: Placement, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a runner: the kernel's, plus the placement's, with the GPUs narrowed."""
+    env = dict(base)
+    env.update(placement.env)
+    env["CUDA_VISIBLE_DEVICES"] = visible_devices(placement.gpus, base.get("CUDA_VISIBLE_DEVICES"))
+    # modules next to the notebook import on the runner as they do in the kernel
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), base.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class RunnerProcess:
+    """One runner subprocess and the threads that turn its output into events."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], nonce: str, interactive: bool) -> None:
+        self.events: queue.Queue[RunEvent] = queue.Queue()
+        self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
+        self._decoder = FrameDecoder(nonce)
+        self.popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=dict(env),
+        )
+        self.pid = self.popen.pid
+        assert self.popen.stdout is not None and self.popen.stderr is not None
+        self._stdout = _thread(self._read_frames, self.popen.stdout)
+        self._stderr = _thread(self._read_diagnostics, self.popen.stderr)
+        _thread(self._wait_for_exit)
+
+    def _read_frames(self, pipe: IO[bytes]) -> None:
+        for line in iter(pipe.readline, b""):
+            for event in self._decoder.feed(line):
+                if isinstance(event, Noise):
+                    self.diagnostics.append(event.line)
+                else:
+                    self.events.put(event)
+
+    def _read_diagnostics(self, pipe: IO[bytes]) -> None:
+        for line in iter(pipe.readline, b""):
+            self.diagnostics.append(line.decode("utf-8", "replace").rstrip())
+
+    def _wait_for_exit(self) -> None:
+        code = self.popen.wait()
+        # a subprocess of the cell may keep the pipes open after the runner died: do not wait for it
+        self._stdout.join(2.0)
+        self._stderr.join(0.5)
+        self.events.put(RunnerExit(code, "\n".join(self.diagnostics)))
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the runner's process group (the cell's subprocesses included)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+            os.killpg(self.pid, signum)
+
+    def send(self, command: Mapping[str, object]) -> bool:
+        """Write one JSON command to a session runner's stdin; ``False`` if the runner is gone."""
+        stdin = self.popen.stdin
+        if stdin is None:
+            return False
+        try:
+            stdin.write(json.dumps(command).encode() + b"\n")
+            stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            return False
+        return True
+
+    def stop(self, grace: float) -> int | None:
+        """Wait up to ``grace`` seconds for the runner to exit, then kill its group; return the exit code."""
+        try:
+            return self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            return self.popen.wait()
+        finally:
+            if self.popen.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self.popen.stdin.close()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the runner process is still running."""
+        return self.popen.poll() is None
+
+
+def _thread(target: Callable[..., None], *args: object) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True, name="gpu-offload-runner-io")
+    thread.start()
+    return thread
+
+
+class OneShotRun:
+    """A bundle run by a runner started for it alone."""
+
+    def __init__(self, process: RunnerProcess, workdir: Path) -> None:
+        self.process = process
+        self._workdir = workdir
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        try:
+            return self.process.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def interrupt(self) -> None:
+        """SIGINT to the runner's own process group: the cell gets KeyboardInterrupt."""
+        self.process.signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        """SIGKILL to the runner's process group."""
+        self.process.signal(signal.SIGKILL)
+
+    def release(self, grace: float) -> int | None:
+        """Wait for the runner to exit (killed after ``grace`` s) and remove the bundle."""
+        try:
+            return self.process.stop(grace)
+        finally:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+class LocalSession:
+    """A warm runner whose namespace persists across cells."""
+
+    def __init__(self, name: str, process: RunnerProcess, placement: Placement) -> None:
+        self.name = name
+        self.process = process
+        self.placement = placement
+        self.runs = 0
+        self.busy = False
+
+
+class SessionRun:
+    """A bundle run inside a session; ends with the ``done`` frame, the runner stays up."""
+
+    def __init__(self, session: LocalSession, workdir: Path, on_death: Callable[[str], None]) -> None:
+        self.session = session
+        self._workdir = workdir
+        self._on_death = on_death
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        try:
+            event = self.session.process.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(event, RunnerExit):
+            self._on_death(self.session.name)
+        return event
+
+    def interrupt(self) -> None:
+        """Ask the session runner to interrupt the cell; the session and its state survive."""
+        self.session.process.send({"op": "interrupt"})
+
+    def kill(self) -> None:
+        """End the session's runner (its state is lost)."""
+        self.session.process.signal(signal.SIGKILL)
+
+    def release(self, grace: float) -> int | None:
+        """Remove the bundle and mark the session idle; the runner stays up."""
+        self.session.busy = False
+        shutil.rmtree(self._workdir, ignore_errors=True)
+        return None
+
+
+class LocalBackend:
+    """Runs runners as subprocesses of this kernel, with this kernel's Python."""
+
+    name = "local"
+
+    def __init__(self, python: str | None = None, runner: Path | None = None) -> None:
+        self.python = python or sys.executable
+        self._runner = runner
+        self._sessions: dict[str, LocalSession] = {}
+        self._lock = threading.Lock()
+        shm = Path("/dev/shm")
+        shm_dir = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+        self.transfer = Transfer(output_transport="shm", shm_dir=str(shm_dir))
+
+    def describe(self) -> str:
+        """One line for ``%gpu_offload status``."""
+        return f"local backend: runners are subprocesses of this kernel ({self.python})"
+
+    def runner_path(self) -> Path:
+        """The runner zipapp, built on first use and cached."""
+        if self._runner is None:
+            from ..runner.build import build_runner
+
+            self._runner = Path(build_runner())
+        return self._runner
+
+    def _argv(self, *extra: str) -> list[str]:
+        return [self.python, str(self.runner_path()), *extra, "--parent-pid", str(os.getpid())]
+
+    def submit(self, job: Job, placement: Placement, session: str | None = None) -> OneShotRun | SessionRun:
+        """Start ``job`` in a new runner, or in the named warm runner (started on first use)."""
+        workdir = Path(tempfile.mkdtemp(prefix="gpu-offload-run-"))
+        path = workdir / "bundle.pkl"
+        path.write_bytes(job.bundle)
+        try:
+            if session is None:
+                env = runner_environment(placement, os.environ)
+                process = RunnerProcess(self._argv("--bundle", str(path)), env, job.nonce, interactive=False)
+                return OneShotRun(process, workdir)
+            return self._submit_to_session(session, placement, path, workdir)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+
+    def _submit_to_session(self, name: str, placement: Placement, path: Path, workdir: Path) -> SessionRun:
+        with self._lock:
+            current = self._sessions.get(name)
+            if current is not None and not current.process.alive:
+                del self._sessions[name]
+                current = None
+            if current is None:
+                # a session runner frames every run with one nonce, given through its environment
+                session_nonce = secrets.token_hex(16)
+                env = {**runner_environment(placement, os.environ), NONCE_ENV: session_nonce}
+                process = RunnerProcess(self._argv("--session"), env, session_nonce, interactive=True)
+                current = self._sessions[name] = LocalSession(name, process, placement)
+            elif current.placement != placement:
+                raise OffloadUsageError(
+                    f"Session `{name}` was started with --gpus {current.placement.gpus}; this cell asks "
+                    f"for --gpus {placement.gpus}. Close it with `%gpu_offload close {name}` to change "
+                    "its GPUs, or use another --session name."
+                )
+            if current.busy:
+                raise OffloadUsageError(
+                    f"Session `{name}` is still running a cell. Wait for it (`%gpu_result`), cancel it, "
+                    "or use another --session name."
+                )
+            current.busy = True
+            current.runs += 1
+        run = SessionRun(current, workdir, self._forget)
+        if not current.process.send({"op": "run", "bundle": str(path)}):
+            run.release(0)
+            self._forget(name)
+        return run
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._sessions.pop(name, None)
+
+    def sessions(self) -> list[SessionInfo]:
+        """The warm runners that are still alive."""
+        with self._lock:
+            return [
+                SessionInfo(s.name, f"local pid {s.process.pid}", s.runs, s.busy)
+                for s in self._sessions.values()
+                if s.process.alive
+            ]
+
+    def close_session(self, name: str, grace: float = 5.0) -> bool:
+        """Ask the session's runner to exit; kill it after ``grace`` seconds."""
+        with self._lock:
+            current = self._sessions.pop(name, None)
+        if current is None:
+            return False
+        current.process.send({"op": "exit"})
+        current.process.stop(grace)
+        return True
+
+    def close(self) -> None:
+        """End every session."""
+        for name in list(self._sessions):
+            self.close_session(name, grace=2.0)

@@ -1,0 +1,231 @@
+"""Follows a run's events and turns them into what the notebook shows and gets back.
+
+Streams go out as they arrive; a remote error is raised as :class:`RemoteError` after the output before it;
+outputs enter the user namespace only when the run succeeded, so a failed or interrupted run never
+overwrites a variable. Ctrl-C (KeyboardInterrupt while following) interrupts the cell remotely.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backends.base import Run, RunnerExit
+from .errors import OffloadError, OffloadTimeout, RemoteError, RunnerDied
+from .runner import buffers
+from .runner.frames import (
+    DisplayData,
+    Done,
+    Error,
+    Hello,
+    Metrics,
+    Outputs,
+    RunnerWarning,
+    Status,
+    Stream,
+)
+from .sinks import Sink
+
+POLL = 0.05
+
+
+@dataclass(frozen=True)
+class FollowSettings:
+    """How patiently the engine follows a run."""
+
+    progress_after: float = 2.0
+    """Seconds without output before saying what the run waits for."""
+    grace: float = 5.0
+    """Seconds an interrupted runner gets to finish before it is killed."""
+    timeout: float | None = None
+    """``--timeout``: seconds after which the cell is interrupted."""
+
+
+@dataclass
+class Outcome:
+    """What following a run produced (mutable while following, read-only after)."""
+
+    status: str = "running"
+    """``running``, ``ok``, ``error``, ``interrupted``, ``cancelled``, ``timeout`` or ``died``."""
+    error: OffloadError | None = None
+    outputs: Outputs | None = None
+    hello: Hello | None = None
+    metrics: Metrics | None = None
+    elapsed: float = 0.0
+    state: str = "starting runner"
+    seen_output: bool = False
+    remote_error: Error | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Stop(Exception):
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+
+def follow(
+    run: Run,
+    sink: Sink,
+    settings: FollowSettings,
+    *,
+    cancelled: threading.Event | None = None,
+    on_event: Callable[[Outcome], None] | None = None,
+) -> Outcome:
+    """Read ``run``'s events into ``sink`` until it is done; KeyboardInterrupt interrupts it remotely.
+
+    The KeyboardInterrupt is re-raised once the runner has stopped (output kept, nothing loaded).
+    """
+    outcome = Outcome()
+    started = time.monotonic()
+    try:
+        _read(run, sink, settings, outcome, started, cancelled, on_event)
+    except KeyboardInterrupt:
+        _stop(run, sink, settings, outcome, "interrupted")
+        raise
+    except _Stop as stop:
+        _stop(run, sink, settings, outcome, stop.status)
+        if stop.status == "timeout" and settings.timeout is not None:
+            outcome.error = OffloadTimeout(settings.timeout)
+    outcome.elapsed = time.monotonic() - started
+    return outcome
+
+
+def _read(
+    run: Run,
+    sink: Sink,
+    settings: FollowSettings,
+    outcome: Outcome,
+    started: float,
+    cancelled: threading.Event | None,
+    on_event: Callable[[Outcome], None] | None,
+) -> None:
+    quiet_since = started
+    announced = ""
+    while True:
+        event = run.next_event(POLL)
+        now = time.monotonic()
+        if cancelled is not None and cancelled.is_set():
+            raise _Stop("cancelled")
+        if settings.timeout is not None and now - started > settings.timeout:
+            raise _Stop("timeout")
+        if event is None:
+            quiet = not outcome.seen_output and now - quiet_since > settings.progress_after
+            if quiet and announced != outcome.state:
+                announced = outcome.state
+                sink.notice(f"no output yet after {now - started:.0f} s: {outcome.state}")
+            continue
+        if isinstance(event, Status):
+            outcome.state = event.state
+            quiet_since = now
+        if _handle(event, sink, outcome):
+            return
+        if on_event is not None:
+            on_event(outcome)
+
+
+def _handle(event: object, sink: Sink, outcome: Outcome) -> bool:
+    """Apply one event; ``True`` when the run is over."""
+    if isinstance(event, Stream):
+        outcome.seen_output = True
+        sink.stream(event.name, event.text)
+    elif isinstance(event, DisplayData):
+        outcome.seen_output = True
+        sink.display(event.data, event.metadata)
+    elif isinstance(event, Hello):
+        outcome.hello = event
+        outcome.state = "runner started, waiting for it to load the inputs"
+    elif isinstance(event, RunnerWarning):
+        sink.notice(f"warning: {event.text}")
+    elif isinstance(event, Metrics):
+        outcome.metrics = event
+        sink.metrics(event)
+    elif isinstance(event, Error):
+        outcome.remote_error = event
+    elif isinstance(event, Outputs):
+        outcome.outputs = event
+    elif isinstance(event, Done):
+        outcome.status = event.status
+        if event.status == "error" and outcome.remote_error is not None:
+            err = outcome.remote_error
+            outcome.error = RemoteError(err.ename, err.evalue, err.traceback)
+        return True
+    elif isinstance(event, RunnerExit):
+        if outcome.status == "running":
+            outcome.status = "died"
+            if outcome.remote_error is not None:
+                # the runner reported why it gave up (e.g. a Python version mismatch) before exiting
+                err = outcome.remote_error
+                outcome.error = RemoteError(err.ename, err.evalue, err.traceback)
+            else:
+                outcome.error = RunnerDied(event.code, event.detail)
+        return True
+    return False
+
+
+def _stop(run: Run, sink: Sink, settings: FollowSettings, outcome: Outcome, status: str) -> None:
+    """Interrupt the cell, keep the output it still sends for ``grace`` seconds, then kill it."""
+    run.interrupt()
+    outcome.status = status
+    deadline = time.monotonic() + settings.grace
+    try:
+        while time.monotonic() < deadline:
+            event = run.next_event(POLL)
+            if isinstance(event, (Done, RunnerExit)):
+                return
+            if isinstance(event, (Stream, DisplayData)):
+                _handle(event, sink, outcome)
+            elif isinstance(event, Outputs):
+                outcome.outputs = event  # discarded below: an interrupted run copies nothing back
+        sink.notice(f"the runner did not stop within {settings.grace:g} s of the interrupt; killing it")
+        run.kill()
+    except KeyboardInterrupt:
+        # a second Ctrl-C: do not wait any longer
+        run.kill()
+
+
+def load_outputs(outcome: Outcome) -> dict[str, Any]:
+    """The values an ``ok`` run sent back; buffers of any other run are discarded."""
+    outputs = outcome.outputs
+    if outputs is None:
+        return {}
+    if outcome.status != "ok":
+        discard_outputs(outcome)
+        return {}
+    outcome.outputs = None
+    try:
+        values = buffers.load_packed(outputs.pickle, outputs.buffers)
+    except Exception as exc:
+        raise OffloadError(
+            f"The cell ran, but its outputs {', '.join(outputs.names)} could not be loaded here: {exc}. "
+            "Your variables are untouched. Return plain data (numbers, arrays, dicts) or import the "
+            "classes they need in the notebook first."
+        ) from exc
+    return dict(values)
+
+
+def discard_outputs(outcome: Outcome) -> None:
+    """Remove the shared-memory files of outputs that will not be loaded."""
+    if outcome.outputs is not None:
+        packed = outcome.outputs.pickle
+        refs = [*outcome.outputs.buffers, *([packed] if isinstance(packed, dict) else [])]
+        buffers.discard(refs)
+        outcome.outputs = None
+
+
+def conclude(outcome: Outcome, namespace: MutableMapping[str, Any]) -> dict[str, Any]:
+    """Load the outputs of a successful run into ``namespace`` (all or nothing) or raise its error."""
+    if outcome.error is not None:
+        discard_outputs(outcome)
+        raise outcome.error
+    if outcome.status == "interrupted":
+        discard_outputs(outcome)
+        raise KeyboardInterrupt
+    if outcome.status != "ok":
+        discard_outputs(outcome)
+        raise OffloadError(f"The offloaded cell ended as `{outcome.status}`; no variable was copied back.")
+    values = load_outputs(outcome)
+    namespace.update(values)
+    return values

@@ -1,0 +1,157 @@
+"""One offloaded cell from request to result: launch, follow (blocking or in the background), conclude."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from .analysis import CellAnalysis
+from .backends.base import Backend, Placement, Run
+from .bundle import build_job
+from .engine import FollowSettings, Outcome, conclude, discard_outputs, follow
+from .request import OffloadRequest
+from .runner import buffers
+from .sinks import RecordingSink, Sink
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a cell needs besides the request: its analysis and where it shows up in tracebacks."""
+
+    analysis: CellAnalysis
+    filename: str = "<offloaded cell>"
+    first_line: int = 2
+    """Notebook line of the cell body (below the ``%%gpu_offload`` line), so tracebacks match the cell."""
+
+
+def placement_of(request: OffloadRequest) -> Placement:
+    """The placement fields of a request."""
+    return Placement(
+        gpus=request.gpus, gpu_model=request.gpu_model, cluster=request.cluster, image=request.image
+    )
+
+
+def start(
+    request: OffloadRequest, launch: Launch, namespace: MutableMapping[str, Any], backend: Backend
+) -> tuple[Run, tuple[dict[str, Any], ...]]:
+    """Pickle the inputs and submit; nothing is left behind if either step fails."""
+    job, refs = build_job(
+        request.cell,
+        launch.analysis,
+        namespace,
+        backend.transfer,
+        filename=launch.filename,
+        first_line=launch.first_line,
+    )
+    try:
+        run = backend.submit(job, placement_of(request), request.session)
+    except BaseException:
+        buffers.discard(refs)
+        raise
+    return run, refs
+
+
+def run_blocking(
+    request: OffloadRequest,
+    launch: Launch,
+    namespace: MutableMapping[str, Any],
+    backend: Backend,
+    sink: Sink,
+    settings: FollowSettings,
+) -> Outcome:
+    """Run the cell and follow it here; outputs enter ``namespace`` only if it succeeded."""
+    run, refs = start(request, launch, namespace, backend)
+    try:
+        outcome = follow(run, sink, settings)
+    finally:
+        run.release(settings.grace)
+        buffers.discard(refs)
+    conclude(outcome, namespace)
+    return outcome
+
+
+class OffloadHandle:
+    """A ``--noblock`` run: ``.status``, ``.result()``, ``.cancel()``.
+
+    Output is kept until :meth:`result` shows it; outputs enter the namespace when :meth:`result` is
+    called on a successful run.
+    """
+
+    def __init__(
+        self,
+        request: OffloadRequest,
+        launch: Launch,
+        namespace: MutableMapping[str, Any],
+        backend: Backend,
+        settings: FollowSettings,
+        sink: Sink,
+    ) -> None:
+        self.request = request
+        self._namespace = namespace
+        self._sink = sink
+        self._recording = RecordingSink()
+        self._cancelled = threading.Event()
+        self._outcome: Outcome | None = None
+        self._concluded = False
+        self._run, self._refs = start(request, launch, namespace, backend)
+        self._settings = settings
+        self._thread = threading.Thread(target=self._follow, daemon=True, name="gpu-offload-noblock")
+        self._thread.start()
+
+    def _follow(self) -> None:
+        try:
+            self._outcome = follow(self._run, self._recording, self._settings, cancelled=self._cancelled)
+        finally:
+            self._run.release(self._settings.grace)
+            buffers.discard(self._refs)
+
+    @property
+    def status(self) -> str:
+        """``running``, then ``ok``, ``error``, ``interrupted``, ``cancelled``, ``timeout`` or ``died``."""
+        if self._outcome is None:
+            return "cancelling" if self._cancelled.is_set() else "running"
+        return self._outcome.status
+
+    def done(self) -> bool:
+        """Whether the run has ended."""
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the run to end; returns :meth:`done`."""
+        self._thread.join(timeout)
+        return self.done()
+
+    def cancel(self) -> None:
+        """Interrupt the run (a one-shot runner is then killed after the grace period); copies nothing back."""
+        self._cancelled.set()
+
+    def result(self) -> dict[str, Any]:
+        """Wait, show the output, load the outputs into the notebook and return them (or raise the error).
+
+        Ctrl-C while waiting cancels the run.
+        """
+        try:
+            while not self.wait(0.1):
+                self._recording.replay(self._sink)
+        except KeyboardInterrupt:
+            self.cancel()
+            self.wait()
+            raise
+        finally:
+            self._recording.replay(self._sink)
+        outcome = self._outcome
+        assert outcome is not None
+        if self._concluded:
+            raise RuntimeError(
+                "This handle's result was already taken; its outputs are in the notebook namespace."
+            )
+        self._concluded = True
+        if outcome.status == "cancelled":
+            discard_outputs(outcome)
+            raise KeyboardInterrupt("the --noblock run was cancelled; no variable was copied back")
+        return conclude(outcome, self._namespace)
+
+    def __repr__(self) -> str:
+        return f"<gpu_offload run {self.status}: use .result(), .status or .cancel()>"

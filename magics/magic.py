@@ -1,0 +1,277 @@
+"""The ``%%gpu_offload`` cell magic and the ``%gpu_offload`` / ``%gpu_result`` line magics.
+
+A parser over injected backends: it turns arguments into an :class:`OffloadRequest`, the cell into a
+:class:`CellAnalysis`, and hands both to the execution layer. It holds no process or cluster code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import difflib
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Float, Integer, Unicode
+
+from .analysis import analyse_cell
+from .backends.base import Backend
+from .engine import FollowSettings
+from .errors import BackendNotConfigured, OffloadUsageError
+from .execution import Launch, OffloadHandle, run_blocking
+from .request import OffloadRequest, split_names
+from .sinks import NotebookSink, Sink
+
+OPTIONS = (
+    "--gpus", "--gpu-model", "--cluster", "--in", "--out", "--session", "--noblock", "--timeout",
+    "--image", "--backend",
+)  # fmt: skip
+LOCAL_NOTE = (
+    "no cluster is configured, so cells run on the embedded local backend (a runner process on this "
+    "machine). `%gpu_offload config` shows the settings."
+)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _named(marker: Callable[..., Any], name: str) -> Callable[[F], F]:
+    # IPython's decorators are typed as returning a union; this keeps the decorated method's type
+    return cast(Callable[[F], F], marker(name))
+
+
+def _local_backend() -> Backend:
+    from .backends.local import LocalBackend
+
+    return LocalBackend()
+
+
+@magics_class
+class GpuOffloadMagics(Magics):
+    """Run cells in a runner process (local) or on a remote GPU; configurable as ``c.GpuOffloadMagics``."""
+
+    backend = Unicode(
+        "auto",
+        config=True,
+        help="Default backend: 'auto' (a configured cluster, else local), 'local' or 'kubernetes'.",
+    )
+    default_gpus = Integer(1, config=True, help="GPUs a cell gets when it does not say --gpus.")
+    progress_after = Float(
+        2.0, config=True, help="Seconds without output before the magic says what a run waits for."
+    )
+    grace_period = Float(
+        5.0, config=True, help="Seconds an interrupted one-shot runner gets to exit before it is killed."
+    )
+
+    def __init__(
+        self,
+        shell: Any = None,
+        backends: Mapping[str, Backend] | None = None,
+        sink: Sink | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(shell, **kwargs)
+        self.ipython: Any = shell
+        self._factories: dict[str, Callable[[], Backend]] = {"local": _local_backend}
+        self._backends: dict[str, Backend] = dict(backends or {})
+        self._sink = sink or NotebookSink()
+        self._announced = False
+        self.last_handle: OffloadHandle | None = None
+        atexit.register(self.close)
+
+    # -- the cell magic -------------------------------------------------------------------------------
+
+    @magic_arguments()
+    @argument("--gpus", type=int, default=None, metavar="N", help="GPUs for the cell (default 1; 0: CPU).")
+    @argument("--gpu-model", default=None, metavar="NAME", help="GPU model to ask for, e.g. A100.")
+    @argument("--cluster", default="auto", metavar="ID", help="Remote cluster id, or auto (default).")
+    @argument("--in", dest="inputs", default=None, metavar="a,b", help="Also send these variables.")
+    @argument("--out", dest="outputs", default=None, metavar="c,d", help="Also copy these back (required).")
+    @argument("--session", default=None, metavar="NAME", help="Run in a warm runner that keeps its state.")
+    @argument("--noblock", action="store_true", help="Return a handle at once; %%gpu_result shows it.")
+    @argument("--timeout", type=float, default=None, metavar="SECONDS", help="Interrupt after this long.")
+    @argument("--image", default=None, metavar="IMAGE", help="Container image (cluster backends).")
+    @argument("--backend", default=None, metavar="local|kubernetes", help="Override the default backend.")
+    @_named(cell_magic, "gpu_offload")
+    def gpu_offload_cell(self, line: str, cell: str) -> OffloadHandle | None:
+        """Run this cell on a GPU runner; its output streams back and the variables it assigns return.
+
+        Inputs are the notebook variables the cell reads (plus --in); modules are imported again on the
+        runner. Outputs are the names the cell assigns (plus --out). Ctrl-C interrupts the cell remotely.
+        Examples::
+
+            %%gpu_offload --gpus 1
+            model = train(data)
+
+            %%gpu_offload --session train --noblock
+            for epoch in range(10): step()
+        """
+        request = self._request(line, cell)
+        backend = self._backend(request.backend)
+        launch = Launch(
+            analysis=analyse_cell(
+                cell,
+                self.ipython.user_ns,
+                hidden=set(self.ipython.user_ns_hidden),
+                extra_inputs=request.inputs,
+                extra_outputs=request.outputs,
+            ),
+            filename=f"<offloaded cell {self.ipython.execution_count}>",
+        )
+        settings = FollowSettings(self.progress_after, self.grace_period, request.timeout)
+        if request.noblock:
+            handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
+            self.last_handle = handle
+            return handle
+        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings)
+        return None
+
+    def _request(self, line: str, cell: str) -> OffloadRequest:
+        try:
+            args = parse_argstring(self.gpu_offload_cell, line)
+        except UsageError as err:
+            raise OffloadUsageError(_explain(str(err), line)) from None
+        return OffloadRequest(
+            cell=cell,
+            gpus=self.default_gpus if args.gpus is None else args.gpus,
+            gpu_model=args.gpu_model,
+            cluster=args.cluster,
+            inputs=split_names(args.inputs),
+            outputs=split_names(args.outputs),
+            session=args.session,
+            noblock=args.noblock,
+            timeout=args.timeout,
+            image=args.image,
+            backend=args.backend,
+        )
+
+    def _backend(self, name: str | None) -> Backend:
+        name = name or self.backend
+        if name == "auto":
+            name = "local"  # no cluster backend can be configured yet
+            if not self._announced:
+                self._announced = True
+                self._sink.notice(LOCAL_NOTE)
+        if name not in self._backends:
+            factory = self._factories.get(name)
+            if factory is None:
+                raise BackendNotConfigured(
+                    f"--backend {name}: no {name} cluster is configured for this kernel, and this version "
+                    "ships only the local backend. Drop --backend (or write --backend local) to run on "
+                    "this machine; a cluster backend is configured with c.GpuOffloadMagics.backend once "
+                    "it is installed."
+                )
+            self._backends[name] = factory()
+        return self._backends[name]
+
+    # -- line magics ----------------------------------------------------------------------------------
+
+    @_named(line_magic, "gpu_offload")
+    def gpu_offload_line(self, line: str) -> None:
+        """Show or manage offloading: ``status`` (default), ``sessions``, ``close NAME|--all``, ``config``.
+
+        ``config KEY=VALUE`` sets a setting for this kernel (backend, default_gpus, progress_after,
+        grace_period).
+        """
+        words = shlex.split(line)
+        command, rest = (words[0], words[1:]) if words else ("status", [])
+        actions: dict[str, Callable[[list[str]], None]] = {
+            "status": self._status,
+            "sessions": self._list_sessions,
+            "close": self._close,
+            "config": self._config,
+        }
+        action = actions.get(command)
+        if action is None:
+            raise OffloadUsageError(
+                f"%gpu_offload {command}: unknown command. Write one of: %gpu_offload status, "
+                "%gpu_offload sessions, %gpu_offload close NAME, %gpu_offload config [KEY=VALUE]."
+            )
+        action(rest)
+
+    @_named(line_magic, "gpu_result")
+    def gpu_result(self, line: str) -> None:
+        """Wait for the last ``--noblock`` run, show its output and copy its variables back."""
+        if self.last_handle is None:
+            raise OffloadUsageError(
+                "%gpu_result: there is no --noblock run in this kernel. Start one with "
+                "%%gpu_offload --noblock on top of a cell."
+            )
+        values = self.last_handle.result()
+        if values:
+            self._sink.notice(f"copied back: {', '.join(values)}")
+
+    def _status(self, _: list[str]) -> None:
+        print(f"default backend: {self.backend}")
+        for backend in self._backends.values():
+            print(backend.describe())
+        self._list_sessions([])
+        handle = self.last_handle
+        if handle is not None:
+            print(f"last --noblock run: {handle.status}")
+
+    def _list_sessions(self, _: list[str]) -> None:
+        found = [info for backend in self._backends.values() for info in backend.sessions()]
+        if not found:
+            print("no sessions (start one with %%gpu_offload --session NAME)")
+        for info in found:
+            print(
+                f"session {info.name}: {info.where}, {info.runs} cell(s) run, {'busy' if info.busy else 'idle'}"
+            )
+
+    def _close(self, words: list[str]) -> None:
+        if not words:
+            raise OffloadUsageError(
+                "%gpu_offload close: name the session, e.g. %gpu_offload close train, or --all."
+            )
+        for backend in self._backends.values():
+            names = [s.name for s in backend.sessions()] if words == ["--all"] else words
+            for name in names:
+                if backend.close_session(name, self.grace_period):
+                    print(f"closed session {name}")
+                    words = [w for w in words if w != name]
+        unknown = [w for w in words if w != "--all"]
+        if unknown:
+            raise OffloadUsageError(
+                f"%gpu_offload close {' '.join(unknown)}: no such session. `%gpu_offload sessions` lists them."
+            )
+
+    def _config(self, words: list[str]) -> None:
+        traits = ("backend", "default_gpus", "progress_after", "grace_period")
+        for word in words:
+            key, sep, value = word.partition("=")
+            if not sep or key not in traits:
+                raise OffloadUsageError(
+                    f"%gpu_offload config {word}: write KEY=VALUE with KEY one of {', '.join(traits)}, "
+                    "e.g. %gpu_offload config default_gpus=2."
+                )
+            trait = self.traits()[key]
+            try:
+                setattr(self, key, trait.from_string(value))
+            except Exception as exc:
+                raise OffloadUsageError(f"%gpu_offload config {word}: {exc}") from None
+        for key in traits:
+            print(f"{key} = {getattr(self, key)!r}    # c.GpuOffloadMagics.{key}")
+
+    def close(self) -> None:
+        """End every session (the kernel is shutting down)."""
+        for backend in self._backends.values():
+            backend.close()
+
+
+def _explain(message: str, line: str) -> str:
+    """Turn argparse's complaint into one that says what to write instead."""
+    hints = []
+    for word in line.split():
+        if word.startswith("--") and word.split("=")[0] not in OPTIONS:
+            close = difflib.get_close_matches(word.split("=")[0], OPTIONS, n=1)
+            hints.append(f"`{word}` is not an option" + (f"; did you mean {close[0]}?" if close else ""))
+    detail = "; ".join(hints) or message
+    return (
+        f"%%gpu_offload {line.strip()}: {detail}. Options: --gpus N, --gpu-model NAME, --cluster ID|auto, "
+        "--in a,b, --out c,d, --session NAME, --noblock, --timeout SECONDS, --image IMAGE, "
+        "--backend local|kubernetes (see %%gpu_offload? for help)."
+    )

@@ -1,0 +1,147 @@
+"""The ``%%gpu_offload`` magic in a real IPython shell, on the local backend with the real runner."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from gpu_offload.magics.errors import InputNotSerializable, RemoteError, RunnerDied
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+
+def offload(shell: Any, cell: str, line: str = "") -> Any:
+    return shell.run_cell_magic("gpu_offload", line, cell)
+
+
+def test_variables_the_cell_assigns_come_back_and_its_prints_show(shell: Any) -> None:
+    shell.user_ns["x"] = 21
+    with capture_output() as captured:
+        offload(shell, "y = x * 2\nprint('y is', y)")
+    assert shell.user_ns["y"] == 42
+    assert "y is 42" in captured.stdout
+
+
+def test_a_function_defined_in_the_notebook_runs_on_the_runner(shell: Any) -> None:
+    shell.run_cell("def double(v):\n    return v * 2\nbase = 5")
+    offload(shell, "result = double(base) + 1")
+    assert shell.user_ns["result"] == 11
+
+
+def test_numpy_arrays_round_trip_and_modules_are_imported_again(shell: Any, backend: Any) -> None:
+    shell.run_cell("import numpy as np\ndata = np.arange(300_000, dtype=np.float64)")
+    offload(shell, "total = np.sum(data)\nsquares = data ** 2")
+    assert shell.user_ns["total"] == pytest.approx(np.arange(300_000).sum())
+    np.testing.assert_array_equal(shell.user_ns["squares"], np.arange(300_000, dtype=np.float64) ** 2)
+    assert shell.user_ns["squares"].flags.writeable
+
+
+def test_a_remote_exception_keeps_prior_output_and_leaves_variables_untouched(shell: Any) -> None:
+    shell.user_ns["x"] = 5
+    with capture_output() as captured, pytest.raises(RemoteError) as caught:
+        offload(shell, "print('before the error')\nx = 10\n1 / 0")
+    assert "before the error" in captured.stdout
+    assert shell.user_ns["x"] == 5
+    assert caught.value.ename == "ZeroDivisionError"
+    rendered = "\n".join(caught.value._render_traceback_())
+    assert "1 / 0" in rendered
+
+
+def test_unknown_option_is_a_usage_error_suggesting_the_right_one(shell: Any, backend: Any) -> None:
+    with pytest.raises(UsageError, match=r"`--gpu` is not an option; did you mean --gpus\?"):
+        offload(shell, "x = 1", "--gpu 2")
+    assert backend.submitted == []
+
+
+def test_negative_gpus_is_a_usage_error(shell: Any, backend: Any) -> None:
+    with pytest.raises(UsageError, match=r"--gpus -1: the number of GPUs cannot be negative"):
+        offload(shell, "x = 1", "--gpus -1")
+    assert backend.submitted == []
+
+
+def test_an_unpicklable_input_fails_before_launch_naming_it(shell: Any, backend: Any) -> None:
+    shell.user_ns["lock"] = threading.Lock()
+    shell.user_ns["x"] = 1
+    with pytest.raises(InputNotSerializable, match=r"Input `lock` \(type _thread\.lock\) cannot be sent"):
+        offload(shell, "x = 2\nwith lock:\n    pass")
+    assert backend.submitted == []
+    assert shell.user_ns["x"] == 1
+
+
+def test_a_syntax_error_is_reported_locally_and_nothing_is_launched(shell: Any, backend: Any) -> None:
+    with pytest.raises(UsageError, match=r"Syntax error on line 3 of the cell"):
+        offload(shell, "x = 1\ny = (\n")
+    with pytest.raises(UsageError, match=r"Line 2 of the cell is IPython syntax.*`!ls`"):
+        offload(shell, "!ls\n")
+    assert backend.submitted == []
+
+
+@pytest.mark.parametrize(
+    "ending, code", [("os._exit(7)", "exit code 7"), ("os.kill(os.getpid(), 9)", "signal 9")]
+)
+def test_a_runner_dying_mid_run_is_reported_with_its_exit_code(shell: Any, ending: str, code: str) -> None:
+    shell.user_ns["x"] = 1
+    with capture_output() as captured, pytest.raises(RunnerDied, match=code):
+        offload(shell, f"import os\nx = 2\nprint('working', flush=True)\n{ending}")
+    assert "working" in captured.stdout
+    assert shell.user_ns["x"] == 1
+
+
+def test_the_kubernetes_backend_says_it_is_not_configured(shell: Any) -> None:
+    with pytest.raises(UsageError, match=r"--backend kubernetes: no kubernetes cluster is configured"):
+        offload(shell, "x = 1", "--backend kubernetes")
+
+
+def test_a_session_keeps_state_across_cells_and_closes(shell: Any) -> None:
+    offload(shell, "hidden = object()\ncounter = 1", "--session s1")
+    shell.user_ns.pop("hidden", None)
+    offload(shell, "counter += 1\nsame = hidden is not None", "--session s1")
+    assert shell.user_ns["counter"] == 2
+    assert shell.user_ns["same"] is True
+    with capture_output() as captured:
+        shell.run_line_magic("gpu_offload", "sessions")
+        shell.run_line_magic("gpu_offload", "close s1")
+    assert "session s1: local pid" in captured.stdout
+    assert "closed session s1" in captured.stdout
+    with capture_output() as captured:
+        shell.run_line_magic("gpu_offload", "sessions")
+    assert "no sessions" in captured.stdout
+
+
+def test_noblock_returns_a_handle_whose_result_loads_the_outputs(shell: Any) -> None:
+    with capture_output() as captured:
+        handle = offload(shell, "print('in the background')\nanswer = 42", "--noblock")
+        values = handle.result()
+    assert values == {"answer": 42}
+    assert shell.user_ns["answer"] == 42
+    assert handle.status == "ok"
+    assert "in the background" in captured.stdout
+
+
+def test_cancelling_a_noblock_run_copies_nothing_back(shell: Any) -> None:
+    shell.user_ns["answer"] = "untouched"
+    handle = offload(shell, "import time\nanswer = 1\ntime.sleep(300)", "--noblock")
+    handle.cancel()
+    with capture_output(), pytest.raises(KeyboardInterrupt):
+        handle.result()
+    assert handle.status == "cancelled"
+    assert shell.user_ns["answer"] == "untouched"
+
+
+def test_gpu_result_shows_the_last_noblock_run(shell: Any) -> None:
+    offload(shell, "late = 'here'", "--noblock")
+    with capture_output():
+        shell.run_line_magic("gpu_result", "")
+    assert shell.user_ns["late"] == "here"
+
+
+def test_status_and_config_line_magics(shell: Any) -> None:
+    with capture_output() as captured:
+        shell.run_line_magic("gpu_offload", "config default_gpus=0")
+        shell.run_line_magic("gpu_offload", "status")
+    assert "default_gpus = 0" in captured.stdout
+    assert "local backend" in captured.stdout
+    with pytest.raises(UsageError, match=r"%gpu_offload frobnicate: unknown command"):
+        shell.run_line_magic("gpu_offload", "frobnicate")
