@@ -1,0 +1,230 @@
+"""Faults to inject into a running sandbox, from tests (``SandboxFaults``) or over HTTP (``/sandbox/faults``).
+
+=================  ==============================================================================
+fault              effect
+=================  ==============================================================================
+node-not-ready     peering lost: Node Ready=Unknown, unreachable taints (NoSchedule, NoExecute), its
+                   donor's ForeignCluster reports the connection in Error; its pods fail (NodeLost)
+node-ready         the node and its ForeignCluster are healthy again (taints removed)
+oom-kill           a container's process is killed: terminated, reason OOMKilled, exit code 137
+evict              the pod fails with reason Evicted (processes stopped with its grace period)
+image-pull         an image can no longer be pulled: new containers go ErrImagePull/ImagePullBackOff
+api-error          requests whose path matches a regex get an HTTP error (default 503), ``times`` times
+api-latency        requests whose path matches a regex are delayed by ``seconds``
+cut-logs           every open ``pods/log`` follow stream of a pod is dropped mid-way
+=================  ==============================================================================
+
+Over HTTP: ``POST /sandbox/faults`` with ``{"fault": "<name>", ...parameters}`` applies one; ``GET`` lists
+the active ones; ``DELETE`` clears them all. Bad input is a 400 naming the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .defaults import now
+from .errors import ApiError
+from .http_faults import FaultRule
+from .patching import MERGE
+
+if TYPE_CHECKING:
+    from .api import Api
+    from .images import Images
+    from .kubelet import Kubelet
+
+CONTROL_PATH = "/sandbox/faults"
+UNREACHABLE = "node.kubernetes.io/unreachable"
+EVICTED_MESSAGE = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 10Mi."
+
+
+class FaultError(ValueError):
+    """A fault that cannot be applied; the message names the fix."""
+
+
+class SandboxFaults:
+    """The faults of one sandbox: nodes, containers, images, API requests, log streams."""
+
+    def __init__(self, api: Api, kubelet: Kubelet, images: Images) -> None:
+        self.api = api
+        self.kubelet = kubelet
+        self.images = images
+        self.rules: list[FaultRule] = []
+        self.lost_nodes: set[str] = set()
+
+    # ---- nodes ---------------------------------------------------------------------------------
+    def _node(self, name: str) -> dict[str, Any]:
+        node = self.api.find(self.api.type("", "v1", "nodes"), "", name)
+        if node is None:
+            raise FaultError(f"node {name!r} does not exist: pick one of `kubectl get nodes`")
+        return node
+
+    def _set_node(self, name: str, ready: bool) -> None:
+        nodes = self.api.type("", "v1", "nodes")
+        node = self._node(name)
+        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != UNREACHABLE]
+        if not ready:
+            taints += [{"key": UNREACHABLE, "effect": effect, "timeAdded": now()} for effect in ("NoSchedule", "NoExecute")]
+        self.api.patch(nodes, "", name, {"spec": {"taints": taints or None}}, MERGE)
+        condition = ({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                      "message": "kubelet is posting ready status (sandbox)"} if ready else
+                     {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                      "message": "Kubelet stopped posting node status."})
+        condition.update(lastHeartbeatTime=now(), lastTransitionTime=now())
+        self.api.patch(nodes, "", name, {"status": {"conditions": [condition]}}, MERGE, "status")
+        cluster = (node["metadata"].get("labels") or {}).get("liqo.io/remote-cluster-id")
+        if cluster:
+            self._set_foreign_cluster(cluster, ready)
+
+    def _set_foreign_cluster(self, cluster: str, ready: bool) -> None:
+        rt = self.api.kind("core.liqo.io/v1beta1", "ForeignCluster")
+        fc = self.api.find(rt, "", cluster)
+        if fc is None:
+            return
+        modules = (fc.get("status") or {}).get("modules") or {}
+        wanted = {"NetworkConnectionStatus": "Established" if ready else "Error",
+                  "OffloadingNodeStatus": "Ready" if ready else "NotReady"}
+        for module in modules.values():
+            for cond in module.get("conditions") or []:
+                if cond.get("type") in wanted:
+                    cond.update(status=wanted[cond["type"]], lastTransitionTime=now())
+        with contextlib.suppress(ApiError):
+            self.api.patch(rt, "", cluster, {"status": {"modules": modules}}, MERGE, "status")
+
+    async def node_not_ready(self, name: str) -> int:
+        """Peering lost: the node goes NotReady and its running pods fail (NodeLost). Returns how many."""
+        self._set_node(name, ready=False)
+        self.lost_nodes.add(name)
+        workers = [w for w in list(self.kubelet.workers.values()) if w.node == name and w.failure is None]
+        for worker in workers:
+            await worker.fail("NodeLost", f"Node {name} which was running pod {worker.name} is unresponsive",
+                              grace=0)
+        return len(workers)
+
+    def node_ready(self, name: str) -> None:
+        """The node (and its peering) is healthy again."""
+        self._set_node(name, ready=True)
+        self.lost_nodes.discard(name)
+
+    # ---- pods ----------------------------------------------------------------------------------
+    def _worker(self, namespace: str, pod: str) -> Any:
+        worker = self.kubelet.worker(namespace, pod)
+        if worker is None:
+            raise FaultError(f"pod {namespace}/{pod} is not running on the sandbox kubelet: wait until it is "
+                             "Running (kubectl get pod) and name it exactly")
+        return worker
+
+    async def oom_kill(self, namespace: str, pod: str, container: str = "") -> None:
+        """Kill a container as the kernel's OOM killer would (reason OOMKilled, exit code 137)."""
+        worker = self._worker(namespace, pod)
+        name = container or worker.records[0].name
+        if not await worker.kill_container(name, "OOMKilled"):
+            raise FaultError(f"container {name!r} of pod {namespace}/{pod} is not running: "
+                             "wait until it runs, or name a running container")
+
+    async def evict(self, namespace: str, pod: str, message: str = EVICTED_MESSAGE) -> None:
+        """Evict a pod: it fails with reason Evicted."""
+        worker = self._worker(namespace, pod)
+        worker.event("Warning", "Evicted", message)
+        await worker.fail("Evicted", message, grace=float(worker.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+
+    def cut_logs(self, namespace: str, pod: str) -> int:
+        """Drop every open log follow stream of the pod; returns how many container logs were affected."""
+        return self.api.logs.cut(namespace, pod)
+
+    # ---- images and requests -------------------------------------------------------------------
+    def image_unavailable(self, image: str) -> None:
+        """Make ``image`` fail to pull from now on."""
+        self.images.missing.add(image)
+
+    def api_error(self, path: str, status: int = 503, methods: tuple[str, ...] = (), times: int = 0) -> FaultRule:
+        """Answer requests matching ``path`` (a regex) with HTTP ``status``."""
+        return self._rule(FaultRule(path, tuple(methods), status=status, times=times))
+
+    def api_latency(self, path: str, seconds: float, methods: tuple[str, ...] = (), times: int = 0) -> FaultRule:
+        """Delay requests matching ``path`` (a regex) by ``seconds``."""
+        return self._rule(FaultRule(path, tuple(methods), delay=seconds, times=times))
+
+    def _rule(self, rule: FaultRule) -> FaultRule:
+        if re.search(rule.path, CONTROL_PATH):
+            raise FaultError(f"path pattern {rule.path!r} would also block {CONTROL_PATH}: anchor it to the API "
+                             "paths, e.g. ^/api/v1/namespaces/[^/]+/pods")
+        self.rules.append(self.api.faults.add(rule))
+        return rule
+
+    def active(self) -> dict[str, Any]:
+        """What is injected right now."""
+        return {"lostNodes": sorted(self.lost_nodes), "missingImages": sorted(self.images.missing),
+                "apiRules": [{"path": r.path, "methods": list(r.methods), "status": r.status, "delay": r.delay,
+                              "times": r.times, "fired": self.api.faults.fired(r)} for r in self.rules]}
+
+    def clear(self) -> None:
+        """Undo every fault that can be undone (failed pods stay failed)."""
+        for rule in self.rules:
+            self.api.faults.remove(rule)
+        self.rules.clear()
+        self.images.missing.clear()
+        for name in list(self.lost_nodes):
+            with contextlib.suppress(FaultError, ApiError):
+                self.node_ready(name)
+        self.lost_nodes.clear()
+
+    # ---- HTTP control endpoint -----------------------------------------------------------------
+    async def apply(self, body: dict[str, Any]) -> Any:
+        """Apply the fault described by ``body`` (see the module docstring)."""
+        def need(key: str) -> Any:
+            if key not in body:
+                raise FaultError(f"fault {body.get('fault')!r} needs {key!r}; see GET {CONTROL_PATH}")
+            return body[key]
+
+        fault = body.get("fault")
+        ns = body.get("namespace", "default")
+        handlers: dict[str, Any] = {
+            "node-not-ready": lambda: self.node_not_ready(need("node")),
+            "node-ready": lambda: self.node_ready(need("node")),
+            "oom-kill": lambda: self.oom_kill(ns, need("pod"), body.get("container", "")),
+            "evict": lambda: self.evict(ns, need("pod")),
+            "cut-logs": lambda: self.cut_logs(ns, need("pod")),
+            "image-pull": lambda: self.image_unavailable(need("image")),
+            "api-error": lambda: self.api_error(need("path"), int(body.get("status", 503)),
+                                                tuple(body.get("methods", ())), int(body.get("times", 0))),
+            "api-latency": lambda: self.api_latency(need("path"), float(need("seconds")),
+                                                    tuple(body.get("methods", ())), int(body.get("times", 0))),
+        }
+        if fault not in handlers:
+            raise FaultError(f"unknown fault {fault!r}: use one of {', '.join(sorted(handlers))}")
+        result = handlers[fault]()
+        if hasattr(result, "__await__"):
+            result = await result
+        return result if isinstance(result, (int, str, type(None))) else str(result)
+
+    def routes(self, app: web.Application) -> None:
+        """Add ``GET/POST/DELETE /sandbox/faults`` to the server's app."""
+        async def get(_: web.Request) -> web.Response:
+            return web.json_response({**self.active(), "faults": _names()})
+
+        async def post(request: web.Request) -> web.Response:
+            try:
+                body = await request.json()
+                if not isinstance(body, dict):
+                    raise FaultError('send a JSON object like {"fault": "node-not-ready", "node": "donor-1-gpu"}')
+                result = await self.apply(body)
+            except (json.JSONDecodeError, FaultError, ValueError, TypeError) as exc:
+                return web.json_response({"error": str(exc)}, status=400)
+            return web.json_response({"applied": body["fault"], "result": result})
+
+        async def delete(_: web.Request) -> web.Response:
+            self.clear()
+            return web.json_response({"cleared": True})
+
+        app.router.add_get(CONTROL_PATH, get)
+        app.router.add_post(CONTROL_PATH, post)
+        app.router.add_delete(CONTROL_PATH, delete)
+
+
+def _names() -> list[str]:
+    return ["node-not-ready", "node-ready", "oom-kill", "evict", "image-pull", "api-error", "api-latency", "cut-logs"]
