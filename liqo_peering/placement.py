@@ -146,12 +146,18 @@ def place(
     """
     policy = policy or MostFree()
     clusters = _check_names(inventory, request)
-    usable = [vn for c in clusters for vn in _usable(c)]
+    # One pass groups the nodes with room by model, so each fallback costs a dict lookup, not a scan.
+    roomy: dict[str | None, list[VirtualNodeRecord]] = {}
+    for cluster in clusters:
+        for vn in _usable(cluster):
+            if vn.free >= request.gpus:
+                roomy.setdefault(vn.model.lower() if vn.model else None, []).append(vn)
     models: list[str | None] = [request.gpu_model, *request.fallback_models]
     for index, model in enumerate(models):
-        fits = [
-            vn for vn in usable if vn.free >= request.gpus and (model is None or _same(vn.model, model))
-        ]
+        if model is None:
+            fits = [vn for group in roomy.values() for vn in group]
+        else:
+            fits = roomy.get(model.lower(), [])
         if fits:
             chosen = policy.choose(fits, request.gpus)
             return Placement(chosen.name, chosen.cluster_id, chosen.model, request.gpus, fallback=index > 0)
@@ -162,8 +168,11 @@ def _what(n: int, model: str | None) -> str:
     return f"{n} free {model}" if model else f"{n} free GPU" + ("" if n == 1 else "s")
 
 
-def no_fit(request: PlacementRequest, clusters: Sequence[ClusterRecord]) -> NoFit:
-    """The error for a request nothing can take, listing per cluster the largest free block per model."""
+MAX_LISTED = 5
+"""Alternatives named in a no-fit message; the exception's ``alternatives`` holds all of them."""
+
+
+def _alternatives(clusters: Sequence[ClusterRecord]) -> tuple[tuple[str, str | None, int], ...]:
     best: dict[tuple[str, str | None], int] = {}
     for cluster in clusters:
         for vn in _usable(cluster):
@@ -171,15 +180,27 @@ def no_fit(request: PlacementRequest, clusters: Sequence[ClusterRecord]) -> NoFi
                 key = (cluster.name, vn.model)
                 best[key] = max(best.get(key, 0), vn.free)
     ordered = sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
-    alternatives = tuple((name, model, free) for (name, model), free in ordered)
+    return tuple((name, model, free) for (name, model), free in ordered)
+
+
+def no_fit(request: PlacementRequest, clusters: Sequence[ClusterRecord]) -> NoFit:
+    """The error for a request nothing can take, naming the largest free blocks (per cluster and model)."""
+    alternatives = _alternatives(clusters)
     wanted: list[str | None] = [request.gpu_model, *request.fallback_models] if request.gpu_model else [None]
     where = "no cluster has" if request.cluster == AUTO else f"cluster {request.cluster} does not have"
     message = f"{where} {' or '.join(_what(request.gpus, m) for m in wanted)}"
     if alternatives:
+        # The requested models first, then the largest blocks: what the user is most likely to take.
+        def rank(alt: tuple[str, str | None, int]) -> tuple[bool, int]:
+            return (not any(w is None or _same(alt[1], w) for w in wanted), -alt[2])
+
+        shown = sorted(alternatives, key=rank)[:MAX_LISTED]
         message += "; " + ", ".join(
             f"{name} has {_what(free, model)}" if i == 0 else f"{name} {_what(free, model)}"
-            for i, (name, model, free) in enumerate(alternatives)
+            for i, (name, model, free) in enumerate(shown)
         )
+        if len(alternatives) > len(shown):
+            message += f" and {len(alternatives) - len(shown)} more (gpu-offload clusters lists them)"
         message += _hints(request, alternatives, wanted)
     else:
         down = [f"{c.name} ({c.health}: {c.reason})" for c in clusters if c.health == "down"]
@@ -195,8 +216,8 @@ def _hints(
     other_models = sorted(
         {m for _, m, free in alternatives if m and free >= request.gpus and not any(_same(m, w) for w in wanted)}
     )
-    hints += [f"--gpu-model {m}" for m in other_models]
-    same_model = [free for _, m, free in alternatives if wanted == [None] or any(_same(m, w) for w in wanted)]
+    hints += [f"--gpu-model {m}" for m in other_models[:MAX_LISTED]]
+    same_model = [free for _, m, free in alternatives if any(w is None or _same(m, w) for w in wanted)]
     if same_model:
         hints.append(f"--gpus {max(same_model)}")
     return f" (use {' or '.join(hints)})" if hints else ""

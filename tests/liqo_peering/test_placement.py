@@ -150,3 +150,14 @@ def test_scheduling_fragment(k8s_schema) -> None:
     k8s_schema({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
         "containers": [{"name": "c", "image": "python:3.11", "resources": fragment["resources"]}],
         "tolerations": fragment["tolerations"], "affinity": fragment["affinity"]}})
+
+
+def test_no_fit_message_stays_short_with_many_clusters_wanted_model_first() -> None:
+    nodes = [vn(f"n{i}", f"donor-{i:02d}", 1 + i % 3, "L4" if i % 2 else "A100") for i in range(40)]
+    with pytest.raises(NoFit) as err:
+        place(inv(*nodes), PlacementRequest(8, "A100"))
+    text = str(err.value)
+    assert text.startswith("no cluster has 8 free A100; donor-02 has 3 free A100, ")
+    assert " and 35 more (gpu-offload clusters lists them)" in text
+    assert text.endswith("(use --gpus 3)")
+    assert len(err.value.alternatives) == 40
