@@ -43,6 +43,10 @@ def visible_devices(gpus: int, inherited: str | None) -> str:
 def runner_environment(placement: Placement, base: Mapping[str, str]) -> dict[str, str]:
     """The environment of a runner: the kernel's, plus the placement's, with the GPUs narrowed."""
     env = dict(base)
+    # ipykernel points MPLBACKEND at its inline backend, which only works inside a kernel: without it the
+    # runner picks its own backend that sends figures back as PNG
+    if "inline" in env.get("MPLBACKEND", ""):
+        del env["MPLBACKEND"]
     env.update(placement.env)
     env["CUDA_VISIBLE_DEVICES"] = visible_devices(placement.gpus, base.get("CUDA_VISIBLE_DEVICES"))
     # modules next to the notebook import on the runner as they do in the kernel

@@ -1,0 +1,70 @@
+"""The magic inside a real Jupyter kernel: live streaming, the kernel's own interrupt, sessions surviving it."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+
+def test_output_streams_to_the_client_while_the_cell_still_runs(kernel: Any, tmp_path: Path) -> None:
+    flag = tmp_path / "seen"
+    # The cell waits until the test has received its first line on iopub: if output were sent only at the
+    # end, the cell would give up after 60 s and print "not streamed".
+    cell = (
+        f"%%gpu_offload\nimport os, time\nprint('first line')\ndeadline = time.time() + 60\n"
+        f"while not os.path.exists({str(flag)!r}) and time.time() < deadline:\n    time.sleep(0.01)\n"
+        f"print('second line' if os.path.exists({str(flag)!r}) else 'not streamed')"
+    )
+
+    def on_output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream" and "first line" in msg["content"]["text"]:
+            flag.touch()
+
+    reply, outputs = kernel.execute(cell, on_output)
+    assert reply["status"] == "ok", reply
+    assert "second line" in kernel.text(outputs)
+
+
+def test_kernel_interrupt_stops_the_remote_cell_and_copies_nothing_back(kernel: Any) -> None:
+    kernel.execute("x = 'before'")
+    started = threading.Event()
+
+    def on_output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream" and "started" in msg["content"]["text"]:
+            started.set()
+            kernel.manager.interrupt_kernel()
+
+    cell = "%%gpu_offload\nimport time\nx = 'after'\nprint('started', flush=True)\ntime.sleep(300)"
+    reply, outputs = kernel.execute(cell, on_output)
+    assert started.is_set()
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    assert "started" in kernel.text(outputs)
+    _, outputs = kernel.execute("print(x)")
+    assert kernel.text(outputs).strip() == "before"
+
+
+def test_a_session_survives_an_interrupt_with_its_state(kernel: Any) -> None:
+    reply, _ = kernel.execute("%%gpu_offload --session keep\nimport time\nkept = 41")
+    assert reply["status"] == "ok", reply
+
+    def on_output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream" and "waiting" in msg["content"]["text"]:
+            kernel.manager.interrupt_kernel()
+
+    reply, _ = kernel.execute(
+        "%%gpu_offload --session keep\nprint('waiting', flush=True)\ntime.sleep(300)", on_output
+    )
+    assert reply["ename"] == "KeyboardInterrupt", reply
+    reply, outputs = kernel.execute("%%gpu_offload --session keep\nprint(kept + 1)")
+    assert reply["status"] == "ok", reply
+    assert kernel.text(outputs).strip() == "42"
+    kernel.execute("%gpu_offload close keep")
+
+
+def test_remote_errors_reach_the_client_as_an_error_with_the_remote_traceback(kernel: Any) -> None:
+    reply, outputs = kernel.execute("%%gpu_offload\nprint('partial')\nraise ValueError('bad value')")
+    assert reply["status"] == "error"
+    errors = [m["content"] for m in outputs if m["msg_type"] == "error"]
+    assert errors and "bad value" in "\n".join(errors[0]["traceback"])
+    assert "partial" in kernel.text(outputs)
