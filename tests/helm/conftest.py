@@ -35,7 +35,9 @@ def chart() -> Iterator[helm.Chart]:
         yield loaded
 
 
-def render_manifests(chart: helm.Chart, values: dict[str, Any] | None = None, **options: Any) -> dict[str, str]:
+def render_manifests(
+    chart: helm.Chart, values: dict[str, Any] | None = None, **options: Any
+) -> dict[str, str]:
     """Helm's rendering of every template (path -> text), as `helm install` would on a new release."""
     options.setdefault("name", RELEASE)
     options.setdefault("namespace", HUB_NAMESPACE)

@@ -28,7 +28,9 @@ def _is_true(result: Any) -> bool:
     return isinstance(result, celpy.celtypes.BoolType) and bool(result)
 
 
-def admit(policy: dict[str, Any], request: dict[str, Any], obj: dict[str, Any], namespace: Any) -> tuple[bool, str]:
+def admit(
+    policy: dict[str, Any], request: dict[str, Any], obj: dict[str, Any], namespace: Any
+) -> tuple[bool, str]:
     """(allowed, message) for one request under the rendered policy."""
     activation = {"request": request, "object": obj, "namespaceObject": namespace}
     spec = policy["spec"]
@@ -78,7 +80,11 @@ def test_the_hub_may_create_a_labelled_user_namespace(policy: dict[str, Any]) ->
 
 @pytest.mark.parametrize(
     "ns",
-    [namespace("jhub-alice"), namespace("jhub-alice", {USER_LABEL: "false"}), namespace("kube-alice", {USER_LABEL: "true"})],
+    [
+        namespace("jhub-alice"),
+        namespace("jhub-alice", {USER_LABEL: "false"}),
+        namespace("kube-alice", {USER_LABEL: "true"}),
+    ],
     ids=["no label", "label false", "wrong prefix"],
 )
 def test_the_hub_may_not_create_any_other_namespace(policy: dict[str, Any], ns: dict[str, Any]) -> None:
@@ -102,7 +108,11 @@ def test_the_spawner_hooks_bindings_are_admitted_in_a_user_namespace(
 def test_the_same_bindings_are_denied_outside_user_namespaces(
     policy: dict[str, Any], hook_bindings: list[dict[str, Any]]
 ) -> None:
-    for target in (namespace("kube-system"), namespace("jhub-alice-but-unlabelled"), namespace("other", {USER_LABEL: "true"})):
+    for target in (
+        namespace("kube-system"),
+        namespace("jhub-alice-but-unlabelled"),
+        namespace("other", {USER_LABEL: "true"}),
+    ):
         for binding in hook_bindings:
             moved = {**binding, "metadata": {**binding["metadata"], "namespace": target["metadata"]["name"]}}
             allowed, message = admit(policy, create("rolebindings", moved), moved, target)
@@ -113,15 +123,35 @@ def test_the_same_bindings_are_denied_outside_user_namespaces(
 @pytest.mark.parametrize(
     "role, subject",
     [
-        ("gpu-offload-user-server", {"kind": "ServiceAccount", "name": "gpu-offload-user-server", "namespace": "jhub-bob"}),
-        ("gpu-offload-user-server", {"kind": "Group", "name": "system:authenticated", "apiGroup": "rbac.authorization.k8s.io"}),
+        (
+            "gpu-offload-user-server",
+            {"kind": "ServiceAccount", "name": "gpu-offload-user-server", "namespace": "jhub-bob"},
+        ),
+        (
+            "gpu-offload-user-server",
+            {"kind": "Group", "name": "system:authenticated", "apiGroup": "rbac.authorization.k8s.io"},
+        ),
         ("gpu-offload-user-server", {"kind": "ServiceAccount", "name": "default", "namespace": "jhub-alice"}),
-        ("gpu-offload-user-namespace", {"kind": "ServiceAccount", "name": "gpu-offload-user-server", "namespace": "jhub-alice"}),
-        ("gpu-offload-user-namespace", {"kind": "User", "name": "mallory", "apiGroup": "rbac.authorization.k8s.io"}),
+        (
+            "gpu-offload-user-namespace",
+            {"kind": "ServiceAccount", "name": "gpu-offload-user-server", "namespace": "jhub-alice"},
+        ),
+        (
+            "gpu-offload-user-namespace",
+            {"kind": "User", "name": "mallory", "apiGroup": "rbac.authorization.k8s.io"},
+        ),
     ],
-    ids=["server role to another namespace", "to every user", "to the default account", "hub role to the server", "to a user"],
+    ids=[
+        "server role to another namespace",
+        "to every user",
+        "to the default account",
+        "hub role to the server",
+        "to a user",
+    ],
 )
-def test_bindings_to_anyone_else_are_denied(policy: dict[str, Any], role: str, subject: dict[str, str]) -> None:
+def test_bindings_to_anyone_else_are_denied(
+    policy: dict[str, Any], role: str, subject: dict[str, str]
+) -> None:
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -136,7 +166,9 @@ def test_bindings_to_anyone_else_are_denied(policy: dict[str, Any], role: str, s
 
 def test_a_custom_prefix_reaches_the_policy(kit: Any) -> None:
     custom = kit.find(
-        kit.render({"userNamespaces": {"prefix": "lab-"}}), "ValidatingAdmissionPolicy", "gpu-offload-hub-user-namespaces"
+        kit.render({"userNamespaces": {"prefix": "lab-"}}),
+        "ValidatingAdmissionPolicy",
+        "gpu-offload-hub-user-namespaces",
     )
     lab = namespace("lab-alice", {USER_LABEL: "true"})
     assert admit(custom, create("namespaces", lab), lab, None)[0]

@@ -27,7 +27,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 def test_lint_reports_no_warning_or_error(kit: Any) -> None:
     for values in VARIANTS.values():
         report = helm.lint(
-            kit.chart_dir, values, strict=True, namespace=kit.hub_namespace, kube_version=f"v{kit.kube_version}"
+            kit.chart_dir,
+            values,
+            strict=True,
+            namespace=kit.hub_namespace,
+            kube_version=f"v{kit.kube_version}",
         )
         serious = [m for m in report["messages"] if m["severity"] >= 2]
         assert report["errors"] == [] and serious == [], (values, report)
@@ -71,7 +75,12 @@ def test_a_kind_without_a_schema_is_not_silently_accepted(kit: Any) -> None:
 
 
 def test_namespaced_objects_land_in_the_release_namespace_or_a_tenant_namespace(kit: Any) -> None:
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for obj in kit.render(kit.two_tenants):
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in cluster_scoped:
@@ -100,7 +109,9 @@ def test_the_hub_account_is_created_or_reused(kit: Any) -> None:
     reused = kit.render(VARIANTS["z2jh's own hub account"])
     assert not [o for o in reused if o["kind"] == "ServiceAccount"]
     for binding in (o for o in reused if o["kind"].endswith("Binding") and "subjects" in o):
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": kit.hub_namespace}]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "hub", "namespace": kit.hub_namespace}
+        ]
 
 
 def test_the_config_names_every_object_the_spawner_hook_must_bind(kit: Any) -> None:
@@ -128,9 +139,9 @@ def test_notes_tell_the_next_step_and_warn_about_what_is_missing(kit: Any) -> No
     assert "liqo.tenantNamespaces is empty" in notes
     assert "WARNING: helm/z2jh-overlay.yaml names" not in notes
 
-    other = kit.manifests(
-        {**kit.two_tenants, "admissionPolicy": {"enabled": False}}, name="lab"
-    )["gpu-offload/templates/NOTES.txt"]
+    other = kit.manifests({**kit.two_tenants, "admissionPolicy": {"enabled": False}}, name="lab")[
+        "gpu-offload/templates/NOTES.txt"
+    ]
     assert "liqo-tenant-alpha, liqo-tenant-beta" in other
     assert "admissionPolicy.enabled is false" in other
     assert 'release called "gpu-offload"' in other

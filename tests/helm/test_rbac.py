@@ -92,9 +92,17 @@ CASES = [
     (HUB, Request("delete", "", "namespaces", None, "kube-system"), False),
     (HUB, Request("patch", "", "namespaces", None, "kube-system"), False),
     (HUB, Request("create", "rbac.authorization.k8s.io", "rolebindings", "jhub-bob"), True),
-    (HUB, Request("bind", "rbac.authorization.k8s.io", "clusterroles", None, "gpu-offload-user-server"), True),
+    (
+        HUB,
+        Request("bind", "rbac.authorization.k8s.io", "clusterroles", None, "gpu-offload-user-server"),
+        True,
+    ),
     (HUB, Request("bind", "rbac.authorization.k8s.io", "clusterroles", None, "cluster-admin"), False),
-    (HUB, Request("escalate", "rbac.authorization.k8s.io", "clusterroles", None, "gpu-offload-user-server"), False),
+    (
+        HUB,
+        Request("escalate", "rbac.authorization.k8s.io", "clusterroles", None, "gpu-offload-user-server"),
+        False,
+    ),
     (HUB, Request("create", "rbac.authorization.k8s.io", "clusterrolebindings"), False),
     (HUB, Request("impersonate", "", "serviceaccounts", "jhub-alice", "gpu-offload-user-server"), False),
     # the user's server: pods and secrets in its own namespace, nothing else
@@ -116,7 +124,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("account, request_, expected", CASES, ids=lambda v: getattr(v, "resource", None))
-def test_effective_permissions(installed: list[dict[str, Any]], account: Any, request_: Request, expected: bool) -> None:
+def test_effective_permissions(
+    installed: list[dict[str, Any]], account: Any, request_: Request, expected: bool
+) -> None:
     assert allowed(installed, account, request_) is expected, (account, request_)
 
 
@@ -148,7 +158,9 @@ def test_cluster_wide_writes_are_exactly_the_three_that_rbac_cannot_scope(kit: A
     for role, rule in _rules(objects):
         if role["kind"] == "ClusterRole" and role["metadata"]["name"] in bound_cluster_wide:
             for verb in set(rule["verbs"]) & WRITE_VERBS:
-                writes |= {(resource, verb, tuple(rule.get("resourceNames", []))) for resource in rule["resources"]}
+                writes |= {
+                    (resource, verb, tuple(rule.get("resourceNames", []))) for resource in rule["resources"]
+                }
     assert writes == {
         ("namespaces", "create", ()),
         ("rolebindings", "create", ()),
@@ -174,11 +186,17 @@ def _crd_names(shared: Path) -> dict[tuple[str, str], str]:
 
 def test_liqo_rules_name_resources_that_liqo_defines(kit: Any) -> None:
     crds = _crd_names(kit.shared)
-    liqo_rules = [(role, rule) for role, rule in _rules(kit.render(kit.two_tenants)) if "liqo.io" in rule["apiGroups"][0]]
+    liqo_rules = [
+        (role, rule)
+        for role, rule in _rules(kit.render(kit.two_tenants))
+        if "liqo.io" in rule["apiGroups"][0]
+    ]
     assert len(liqo_rules) >= 5
     for role, rule in liqo_rules:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                assert (group, resource) in crds, f"{role['metadata']['name']}: {group}/{resource} is no Liqo CRD"
+                assert (group, resource) in crds, (
+                    f"{role['metadata']['name']}: {group}/{resource} is no Liqo CRD"
+                )
                 if role["kind"] == "Role":  # a Role can only grant namespaced resources
                     assert crds[(group, resource)] == "Namespaced"

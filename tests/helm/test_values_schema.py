@@ -28,7 +28,9 @@ def test_the_chart_defaults_satisfy_the_schema(kit: Any) -> None:
     assert kit.chart.schema is not None
 
 
-def test_a_bad_values_file_is_refused_by_render_and_by_lint_naming_the_entry(kit: Any, tmp_path: Path) -> None:
+def test_a_bad_values_file_is_refused_by_render_and_by_lint_naming_the_entry(
+    kit: Any, tmp_path: Path
+) -> None:
     values = _values_file(tmp_path, BAD_VALUES_FILE)
     with pytest.raises(helm.HelmValuesError) as refused:
         kit.manifests(values)
@@ -42,18 +44,36 @@ def test_a_bad_values_file_is_refused_by_render_and_by_lint_naming_the_entry(kit
 @pytest.mark.parametrize(
     "values, where, what",
     [
-        ({"usageDatabse": {"url": "postgresql://x@db/u"}}, "at ''", "additional properties 'usageDatabse' not allowed"),
+        (
+            {"usageDatabse": {"url": "postgresql://x@db/u"}},
+            "at ''",
+            "additional properties 'usageDatabse' not allowed",
+        ),
         ({"service": {"port": "10101"}}, "/service/port", "got string, want integer"),
         ({"service": {"port": 80}}, "/service/port", "minimum: got 80"),
         ({"usageDatabase": {"persistence": {"size": "lots"}}}, "/usageDatabase/persistence/size", "'lots'"),
         ({"usageDatabase": {"url": "db.example:5432"}}, "/usageDatabase/url", "does not match pattern"),
-        ({"userServer": {"serviceAccountName": "Alice's"}}, "/userServer/serviceAccountName", "does not match"),
-        ({"liqo": {"tenantNamespaces": ["liqo-tenant-a", "liqo-tenant-a"]}}, "/liqo/tenantNamespaces", "items at 0 and 1 are equal"),
+        (
+            {"userServer": {"serviceAccountName": "Alice's"}},
+            "/userServer/serviceAccountName",
+            "does not match",
+        ),
+        (
+            {"liqo": {"tenantNamespaces": ["liqo-tenant-a", "liqo-tenant-a"]}},
+            "/liqo/tenantNamespaces",
+            "items at 0 and 1 are equal",
+        ),
         ({"admissionPolicy": {"enabled": "yes"}}, "/admissionPolicy/enabled", "want boolean"),
-        ({"offload": {"objectStorage": {"endpoint": "s3.local"}}}, "/offload/objectStorage/endpoint", "pattern"),
+        (
+            {"offload": {"objectStorage": {"endpoint": "s3.local"}}},
+            "/offload/objectStorage/endpoint",
+            "pattern",
+        ),
     ],
 )
-def test_schema_violations_name_the_key_and_the_rule(kit: Any, values: dict[str, Any], where: str, what: str) -> None:
+def test_schema_violations_name_the_key_and_the_rule(
+    kit: Any, values: dict[str, Any], where: str, what: str
+) -> None:
     with pytest.raises(helm.HelmValuesError) as refused:
         kit.chart.validate_schema(values)
     assert where in str(refused.value) and what in str(refused.value), str(refused.value)

@@ -28,7 +28,9 @@ def z2jh_schema(kit: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def z2jh(kit: Any, z2jh_schema: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[helm.Chart]:
+def z2jh(
+    kit: Any, z2jh_schema: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[helm.Chart]:
     """A stand-in z2jh chart (no templates) holding z2jh's real defaults and schema, so Helm itself merges.
 
     Built in a temporary directory: the z2jh data is read from ../shared, never copied into the repository.
@@ -83,7 +85,11 @@ def test_the_same_check_refuses_a_broken_overlay(
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            _deep_merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
     return out
 
 
@@ -192,4 +198,7 @@ def test_extra_config_runs_and_wires_the_hub(
     assert spawner.environment["GPU_OFFLOAD_SERVICE_URL"] == "http://hub.jhub.svc:10101/services/gpu-offload/"
     assert spawner.environment["GPU_OFFLOAD_BACKEND"] == "kubernetes"
     service_env = c.JupyterHub.services[0]["environment"]
-    assert service_env["KUBERNETES_SERVICE_HOST"] == "10.0.0.1" and service_env["KUBERNETES_SERVICE_PORT"] == "443"
+    assert (
+        service_env["KUBERNETES_SERVICE_HOST"] == "10.0.0.1"
+        and service_env["KUBERNETES_SERVICE_PORT"] == "443"
+    )
