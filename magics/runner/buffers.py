@@ -21,9 +21,6 @@ import mmap
 import os
 import pickle
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -176,6 +173,9 @@ def _write_shm(view: memoryview, directory: str) -> str:
 
 
 def _put(url: str, view: memoryview) -> None:
+    import urllib.error
+    import urllib.request  # only the url transport needs it, and it costs a cold start 0.1 s
+
     request = urllib.request.Request(
         url,
         data=view.cast("B") if view.ndim != 1 or view.format != "B" else view,
@@ -194,6 +194,8 @@ def _put(url: str, view: memoryview) -> None:
 
 def _safe(url: str) -> str:
     # a presigned URL's query string is a credential: never put it in an error message
+    import urllib.parse
+
     parts = urllib.parse.urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
@@ -258,6 +260,9 @@ def _map_shm(path: str, size: int) -> Any:
 
 
 def _get(url: str, size: int) -> bytearray:
+    import urllib.error
+    import urllib.request
+
     out = bytearray(size)
     view = memoryview(out)
     try:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import py_compile
 import shutil
+import sys
 import tempfile
 import zipapp
 from collections.abc import Iterator
@@ -49,7 +51,21 @@ def content_hash() -> str:
     digest = hashlib.sha256()
     for name, path in _sources():
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(sys.implementation.cache_tag.encode())  # the archive holds bytecode for this Python
     return digest.hexdigest()[:16]
+
+
+def _precompile(source: Path) -> None:
+    """Put ``x.pyc`` beside ``x.py``: zipimport cannot cache bytecode, and compiling pynvml and
+    cloudpickle on every start costs most of a cold start. Unchecked-hash pycs need no source mtime;
+    another Python version rejects their magic number and compiles the source instead."""
+    py_compile.compile(
+        str(source),
+        cfile=str(source.with_suffix(".pyc")),
+        dfile=source.name,
+        doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
 
 
 def build_runner(directory: Path | None = None) -> Path:
@@ -70,6 +86,7 @@ def build_runner(directory: Path | None = None) -> Path:
         for name, path in _sources():
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, tree / name)
+            _precompile(tree / name)
         # our own entry point (zipapp's generated one drops main()'s return value, i.e. the exit code)
         (tree / "__main__.py").write_text(_ENTRY)
         partial = Path(staging) / "runner.pyz"

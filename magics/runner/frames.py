@@ -222,7 +222,8 @@ class FrameDecoder:
     """Turns the runner's stdout (bytes or text, in chunks of any size) into events.
 
     Frames with ``seq <= last_seen`` are dropped, so a resumed log stream neither loses nor repeats events:
-    create the new decoder with ``last_seen=old.last_seen``, or keep feeding the same one.
+    keep feeding the same decoder after a resume (it also holds the ``part`` frames of an unfinished large
+    event; a new decoder made with ``last_seen=`` would not have them).
     """
 
     def __init__(self, nonce: str, last_seen: int = -1) -> None:

@@ -6,6 +6,7 @@ GPUs with that variable, so the same filter is applied here to report only the G
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -17,6 +18,8 @@ NO_GPU_NOTE = "no GPU visible, running on CPU"
 
 
 def _nvml() -> Any:
+    if not _driver_present():
+        return None
     try:
         import pynvml
 
@@ -24,6 +27,18 @@ def _nvml() -> Any:
         return pynvml
     except Exception:  # no driver, no library, no device: all mean "no GPU here"
         return None
+
+
+def _driver_present() -> bool:
+    # loading the driver's library is the first thing NVML does; trying it first spares importing
+    # pynvml (a large module) on every CPU-only start
+    for name in ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll"):
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
 
 
 def visible_handles() -> list[tuple[int, Any]]:
@@ -60,9 +75,12 @@ def _selected(index: int, uuid: str, wanted: Sequence[str]) -> bool:
 
 def gpu_names() -> list[str]:
     """Names of the visible GPUs, for the ``hello`` frame."""
+    handles = visible_handles()
+    if not handles:
+        return []
     import pynvml
 
-    return [str(_read(pynvml.nvmlDeviceGetName, h) or "unknown GPU") for _, h in visible_handles()]
+    return [str(_read(pynvml.nvmlDeviceGetName, h) or "unknown GPU") for _, h in handles]
 
 
 def sample(handles: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
