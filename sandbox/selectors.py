@@ -71,7 +71,7 @@ def parse_label_selector(text: str | None) -> tuple[Requirement, ...]:
             op = "=" if m.group(3) == "==" else m.group(3)
             reqs.append(Requirement(m.group(1), op, (m.group(4),)))
         elif m := _EXISTS_RE.match(term):
-            reqs.append(Requirement(m.group(3), "!exists" if m.group(1) else "exists"))
+            reqs.append(Requirement(m.group(2), "!exists" if m.group(1) else "exists"))
         else:
             raise bad_request(
                 f"unable to parse requirement {term.strip()!r} in labelSelector {text!r}: "

@@ -140,9 +140,9 @@ class ApiServer:
     async def start(self) -> None:
         """Bind the port (an ephemeral one if 0), serve, and start the controllers."""
         self.loop = asyncio.get_running_loop()
-        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, shutdown_timeout=1.0)
+        site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         sockets = getattr(site._server, "sockets", None)
         if sockets:  # port 0: learn which port the OS picked

@@ -67,3 +67,15 @@ def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
         time.sleep(0.05)
+
+
+@pytest.fixture()
+def wait() -> Callable[..., Any]:
+    """``wait(check, what)``: see :func:`wait_for` (test modules cannot import conftest by name)."""
+    return wait_for
+
+
+@pytest.fixture()
+def pod() -> Callable[..., dict[str, Any]]:
+    """``pod(name, **spec)``: see :func:`pod_body`."""
+    return pod_body
