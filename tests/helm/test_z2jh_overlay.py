@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -144,6 +145,33 @@ def test_the_roles_use_custom_scopes_that_the_hub_defines(overlay: dict[str, Any
     assert used == defined == {"custom:gpu-offload:view", "custom:gpu-offload:manage"}
     assert "custom:gpu-offload:manage" not in viewer  # read and write stay separate
     assert viewer < operator
+
+
+# Run in a child process: JupyterHub keeps scope definitions in a module-global registry.
+_CHECK_SCOPES = """
+import json, sys
+from jupyterhub import scopes
+overlay = json.load(sys.stdin)
+jupyterhub = overlay["hub"]["config"]["JupyterHub"]
+scopes.define_custom_scopes(jupyterhub["custom_scopes"])
+for name, role in overlay["hub"]["loadRoles"].items():
+    scopes._check_scopes_exist(role["scopes"], who_for=f"role {name}")
+scopes._check_scopes_exist(jupyterhub["extra_user_scopes"], who_for="extra_user_scopes")
+scopes._check_scopes_exist(overlay["hub"]["config"]["KubeSpawner"]["server_token_scopes"], who_for="server tokens")
+"""
+
+
+def test_jupyterhub_accepts_the_custom_scopes_and_every_scope_the_overlay_grants(
+    overlay: dict[str, Any],
+) -> None:
+    checked = subprocess.run(
+        [sys.executable, "-c", _CHECK_SCOPES],
+        input=json.dumps(overlay),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stderr
 
 
 @pytest.fixture
