@@ -16,6 +16,8 @@ import jsonschema
 import yaml
 
 LIQO_VERSION = "v1beta1"
+# libyaml's loader when present: Liqo's VirtualNode CRD alone is 9,000 lines, seconds with the pure one
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _OPEN: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _STR = {"type": "string"}
@@ -116,7 +118,7 @@ def load_crd_dir(directory: str | Path) -> list[dict[str, Any]]:
         if path.suffix not in (".yaml", ".yml", ".json"):
             continue
         try:
-            docs = list(yaml.safe_load_all(path.read_text()))
+            docs = list(yaml.load_all(path.read_text(), Loader=_LOADER))
         except yaml.YAMLError as exc:
             raise CRDError(f"CRD file {path} is not valid YAML ({exc}): fix or remove it") from exc
         crds += [d for d in docs if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]

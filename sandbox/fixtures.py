@@ -1,0 +1,53 @@
+"""pytest fixtures for an origin cluster with Liqo donors (imported by tests only; needs pytest).
+
+One line in a test module or conftest gives a module-scoped origin with two donors of 4 A100 each::
+
+    origin = origin_fixture(LIQO_CRDS)            # LIQO_CRDS: ../shared/liqo-crds resolved from the repo
+
+Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.origin.RunningOrigin`). On teardown the
+fixture asserts that no container process started by the sandbox is still alive.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from . import process
+from .origin import RunningOrigin, running_origin
+
+T = TypeVar("T")
+
+
+def origin_fixture(crds: Path | None = None, donors: int = 2, gpus: int = 4, gpu_model: str = "A100",
+                   scope: Any = "module", **options: Any) -> Any:
+    """A pytest fixture serving an origin with ``donors`` donors for the scope's duration."""
+
+    @pytest.fixture(scope=scope)
+    def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningOrigin]:
+        with running_origin(tmp_path_factory.mktemp("origin"), donors, gpus, gpu_model, crds=crds,
+                            **options) as running:
+            yield running
+        leftover = process.live_processes()
+        assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
+
+    return origin
+
+
+def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0, every: float = 0.05) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds.
+
+    The timeout only bounds a hang: no test asserts on how long anything took.
+    """
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what} (last value: {last!r})")
