@@ -1,11 +1,14 @@
-"""``@gpu_offload``: the Metaflow-facing shim. The logic lives in ``gpu_offload.flows``."""
+"""``@gpu_offload``: the Metaflow-facing shim. The logic lives in ``gpu_offload.flows``.
+
+Metaflow imports this module while ``import metaflow`` is still running, so ``gpu_offload.flows`` (which
+imports Metaflow) is imported only when a decorator is used: no import cycle, and a plain
+``import metaflow`` stays as fast as without the extension.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpu_offload.flows.mutation import MutatorState, mutate_step
-from gpu_offload.flows.packaging import code_package_files
 from metaflow.user_decorators.user_step_decorator import StepMutator
 
 
@@ -26,17 +29,24 @@ class GpuOffloadDecorator(StepMutator):
     _decorator_name = "gpu_offload"
 
     def init(self, *args: Any, **kwargs: Any) -> None:
-        # Checked in mutate, where the step's name is known and the error can name it.
-        self._offload_args = args
-        self._offload_kwargs = kwargs
-        self._offload_state = MutatorState()
+        # Metaflow requires `init` for a mutator that takes arguments; they are read in `mutate`, where the
+        # step's name is known for error messages.
+        pass
 
     def mutate(self, mutable_step: Any) -> None:
-        if not hasattr(self, "_offload_state"):  # bare `@gpu_offload`: Metaflow calls no init then
-            self.init()
-        mutate_step(mutable_step, self._my_step, self._offload_args, self._offload_kwargs, self._offload_state)
+        from gpu_offload.flows.mutation import MutatorState, mutate_step
+
+        # A `--with gpu_offload:...` mutator can reach mutate before Metaflow ran external_init (which
+        # resolves config expressions in the arguments); it is idempotent.
+        self.external_init()
+        args, kwargs = self.get_args_kwargs()
+        # Kept on the instance: Metaflow may call mutate again, and the state holds the user's originals.
+        state = self.__dict__.setdefault("_offload_state", MutatorState())
+        mutate_step(mutable_step, self._my_step, args, kwargs, state)
 
     def add_to_package(self) -> Any:
+        from gpu_offload.flows.packaging import code_package_files
+
         # The step's pod runs this mutator again; it needs gpu_offload.flows there, and a stock image
         # does not have it.
         return code_package_files()

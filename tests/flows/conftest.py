@@ -1,0 +1,165 @@
+"""Real Metaflow in subprocesses against a real S3 API (a moto server on 127.0.0.1), and pod-spec checks.
+
+Every flow is copied into its own temporary folder (Metaflow packages the flow's folder), runs with its own
+HOME (no kubeconfig, no Metaflow config of the machine) and writes its datastore to the moto bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+DATA = Path(__file__).resolve().parent / "data"
+MOTO = Path(sys.executable).with_name("moto_server")
+BUCKET = "gpu-offload-flows"
+K8S_VERSION = "1.36"
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+
+    def keys(self, prefix: str = "") -> list[str]:
+        import boto3
+
+        s3 = boto3.client(
+            "s3", endpoint_url=self.endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+            region_name="us-east-1",
+        )
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A moto S3 server on an ephemeral port with one bucket; stopped at the end of the session."""
+    proc = subprocess.Popen(
+        [str(MOTO), "-H", "127.0.0.1", "-p", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        endpoint = _wait_for_port(proc)
+        import boto3
+
+        boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=BUCKET)
+        yield S3Server(endpoint)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _wait_for_port(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
+        if found:
+            return found.group(1)
+        if not line and proc.poll() is not None:
+            break
+    raise RuntimeError("moto_server did not report its port; is moto[server] installed in the venv?")
+
+
+@dataclass(frozen=True)
+class FlowRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict[str, Any]:
+        assert self.returncode == 0, self.stderr
+        return json.loads(self.stdout[self.stdout.index("{") :])
+
+
+@dataclass
+class FlowRunner:
+    """Runs ``python <flow> <args>`` the way a user would, with Metaflow configured for the moto S3."""
+
+    workdir: Path
+    s3: S3Server
+
+    def env(self, extra: Mapping[str, str]) -> dict[str, str]:
+        home = self.workdir / "home"
+        home.mkdir(exist_ok=True)
+        keep = {k: os.environ[k] for k in ("PATH", "LANG", "SYSTEMROOT") if k in os.environ}
+        return {
+            **keep,
+            "HOME": str(home),
+            "USERNAME": "tester",
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "METAFLOW_S3_ENDPOINT_URL": self.s3.endpoint,
+            "METAFLOW_DEFAULT_DATASTORE": "s3",
+            "METAFLOW_DATASTORE_SYSROOT_S3": f"s3://{BUCKET}/{self.workdir.name}",
+            "METAFLOW_DEFAULT_METADATA": "local",
+            **extra,
+        }
+
+    def __call__(self, flow: str, *args: str, env: Mapping[str, str] | None = None) -> FlowRun:
+        target = self.workdir / flow
+        if not target.exists():
+            shutil.copy(DATA / flow, target)
+        proc = subprocess.run(
+            [sys.executable, str(target), *args],
+            cwd=self.workdir,
+            env=self.env(env or {}),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        return FlowRun(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def run_flow(tmp_path: Path, s3_server: S3Server) -> FlowRunner:
+    """``run_flow("x_flow.py", "argo-workflows", "create", "--only-json", env={...})``."""
+    return FlowRunner(tmp_path, s3_server)
+
+
+def templates(workflow: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The Argo WorkflowTemplate's step templates by step name (not its hooks)."""
+    return {
+        t["name"]: t
+        for t in workflow["spec"]["templates"]
+        if "container" in t and "metaflow/step_name" in (t.get("metadata") or {}).get("annotations", {})
+    }
+
+
+def _drop_nulls(value: Any) -> Any:
+    # Argo treats a null field as absent; the Kubernetes schema does not accept null for arrays/objects.
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def pod_from_template(template: Mapping[str, Any]) -> dict[str, Any]:
+    """The Pod that Argo makes from a container template: pod-level fields plus the one container."""
+    spec_fields = ("nodeSelector", "tolerations", "volumes", "serviceAccountName", "affinity")
+    spec = {k: template[k] for k in spec_fields if k in template}
+    spec["containers"] = [{"name": "main", **template["container"]}]
+    spec["restartPolicy"] = "Never"
+    metadata = {"name": f"pod-{template['name']}".replace("_", "-"), **template.get("metadata", {})}
+    return _drop_nulls({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+
+
+def validate_pod(pod: Mapping[str, Any]) -> None:
+    """Strict schema validation of a Pod (unknown fields are errors)."""
+    kubernetes_validate.validate(dict(pod), K8S_VERSION, strict=True)

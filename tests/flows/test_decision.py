@@ -1,0 +1,101 @@
+"""Placement of a step: from config, from an offline inventory, and replayed offline from the record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from gpu_offload.flows.decision import StepPlacement, decide, recorded_placement
+from gpu_offload.flows.errors import GpuOffloadFlowError
+from gpu_offload.flows.inventory_file import load_inventory
+from gpu_offload.flows.mutation import place_step, run_id_from
+from gpu_offload.flows.options import OffloadOptions, parse_options
+from gpu_offload.flows.settings import RECORDED_ENV, OffloadSettings, read_settings
+
+DATA = Path(__file__).resolve().parent / "data"
+INVENTORY = str(DATA / "inventory.json")
+
+
+def test_settings_come_from_metaflow_style_keys() -> None:
+    conf = {"GPU_OFFLOAD_CLUSTER": "donor-b", "GPU_OFFLOAD_GPU_MODEL": " L4 ", "GPU_OFFLOAD_PLACEMENT_SOURCE": "config"}
+    assert read_settings(conf.get) == OffloadSettings(cluster="donor-b", gpu_model="L4", source="config")
+    with pytest.raises(GpuOffloadFlowError, match="METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE='cloud'"):
+        read_settings({"GPU_OFFLOAD_PLACEMENT_SOURCE": "cloud"}.get)
+
+
+def test_config_alone_pins_the_configured_cluster_and_model() -> None:
+    placed = decide("train", OffloadOptions(gpus=1), OffloadSettings(cluster="donor-b", gpu_model="L4"), None, "config")
+    assert (placed.cluster_id, placed.gpu_model, placed.origin) == ("donor-b", "L4", "config")
+
+
+def test_the_decorator_wins_over_the_configured_defaults() -> None:
+    options = OffloadOptions(gpus=1, gpu_model="A100", cluster="donor-a")
+    placed = decide("train", options, OffloadSettings(cluster="donor-b", gpu_model="L4"), None, "config")
+    assert (placed.cluster_id, placed.gpu_model) == ("donor-a", "A100")
+
+
+def test_inventory_chooses_a_cluster_that_has_the_model() -> None:
+    placed = decide("train", OffloadOptions(gpu_model="l4"), OffloadSettings(), load_inventory(INVENTORY), "inventory")
+    # matched case-insensitively, written as the nodes are labelled
+    assert (placed.cluster_id, placed.gpu_model) == ("donor-b", "L4")
+
+
+def test_inventory_refuses_more_gpus_than_any_donor_has() -> None:
+    with pytest.raises(GpuOffloadFlowError) as caught:
+        decide("train", OffloadOptions(gpus=8), OffloadSettings(inventory=INVENTORY), load_inventory(INVENTORY), "inventory")
+    assert "step 'train' @gpu_offload(gpus=8)" in str(caught.value)
+    assert INVENTORY in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "not valid JSON"),
+        ('{"clusters": {}}', "no 'clusters' list"),
+        ('{"clusters": [{"name": "x"}]}', "has no 'id'"),
+        ('{"clusters": [{"id": "a", "virtual_nodes": [{"name": "n", "gpus": "4"}]}]}', "an integer 'gpus'"),
+    ],
+)
+def test_a_bad_inventory_file_is_named_with_its_problem(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "inv.json"
+    path.write_text(content)
+    with pytest.raises(GpuOffloadFlowError, match=message) as caught:
+        load_inventory(str(path))
+    assert str(path) in str(caught.value)
+
+
+def test_a_missing_inventory_file_says_which_setting_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(GpuOffloadFlowError, match="fix METAFLOW_GPU_OFFLOAD_INVENTORY"):
+        load_inventory(str(tmp_path / "absent.json"))
+
+
+def test_inside_the_pod_the_recorded_decision_is_reused_without_any_lookup(tmp_path: Path) -> None:
+    decided = StepPlacement("train", 1, "donor-a", "A100", "gpu-jobs", "live")
+    # An inventory that would now refuse the step, and a live source: neither is consulted.
+    settings = OffloadSettings(inventory=str(tmp_path / "absent.json"), source="live")
+    again = place_step("train", OffloadOptions(gpus=1), settings, {RECORDED_ENV: decided.to_json()})
+    assert again == StepPlacement("train", 1, "donor-a", "A100", "gpu-jobs", "recorded")
+    assert again.to_json() == decided.to_json()
+
+
+def test_a_record_for_another_step_is_ignored_and_a_corrupt_one_is_an_error() -> None:
+    other = StepPlacement("evaluate", 1, "donor-b", None, None, "config").to_json()
+    assert recorded_placement("train", other) is None
+    with pytest.raises(GpuOffloadFlowError, match="unset METAFLOW_GPU_OFFLOAD_PLACEMENT"):
+        recorded_placement("train", json.dumps({"step": "train", "gpus": "many"}))
+
+
+def test_options_are_checked_with_the_step_named() -> None:
+    assert parse_options("s", [], {"gpus": "3"}) == OffloadOptions(gpus=3)
+    for bad in ({"gpus": 0}, {"gpus": True}, {"gpus": None}, {"cluster": ""}, {"gpu_model": 7}):
+        with pytest.raises(GpuOffloadFlowError, match="step 's'"):
+            parse_options("s", [], bad)
+    with pytest.raises(GpuOffloadFlowError, match="keyword arguments only"):
+        parse_options("s", [1], {})
+
+
+def test_run_id_is_known_in_the_pod_and_in_the_trampoline() -> None:
+    assert run_id_from([], {"METAFLOW_RUN_ID": "argo-x"}) == "argo-x"
+    assert run_id_from(["flow.py", "kubernetes", "step", "train", "--run-id", "17"], {}) == "17"
+    assert run_id_from(["flow.py", "run"], {}) is None

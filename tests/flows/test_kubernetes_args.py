@@ -1,0 +1,102 @@
+"""The @kubernetes arguments an offloaded step gets: merged with the user's, conflicts named."""
+
+from __future__ import annotations
+
+import pytest
+from gpu_offload.flows.decision import StepPlacement
+from gpu_offload.flows.errors import GpuOffloadFlowError
+from gpu_offload.flows.kubernetes_args import (
+    LIQO_TOLERATION,
+    StepIdentity,
+    environment_vars,
+    kubernetes_kwargs,
+    label_value,
+)
+
+PLACED = StepPlacement("train", 2, "donor-a", "A100", None, "inventory")
+WHO = StepIdentity("TrainFlow", "train", "argo-trainflow-x7")
+OFFLOAD = "@gpu_offload(gpus=2)"
+
+
+def test_adds_gpu_toleration_selector_and_labels_to_nothing() -> None:
+    assert kubernetes_kwargs({}, PLACED, WHO, OFFLOAD) == {
+        "gpu": 2,
+        "node_selector": {
+            "liqo.io/type": "virtual-node",
+            "liqo.io/remote-cluster-id": "donor-a",
+            "gpu-offload.io/gpu-model": "A100",
+        },
+        "tolerations": [LIQO_TOLERATION],
+        "labels": {
+            "gpu-offload.io/flow": "TrainFlow",
+            "gpu-offload.io/step": "train",
+            "gpu-offload.io/run-id": "argo-trainflow-x7",
+        },
+    }
+
+
+def test_keeps_every_user_argument() -> None:
+    user = {
+        "memory": 16000,
+        "image": "pytorch/pytorch:2.5",
+        "node_selector": "disk=ssd",
+        "tolerations": [{"key": "spot", "operator": "Exists"}],
+        "labels": {"team": "ml"},
+        "namespace": "ml-jobs",
+        "gpu": 2,
+    }
+    merged = kubernetes_kwargs(user, StepPlacement("train", 2, None, None, "gpu-jobs", "config"), WHO, OFFLOAD)
+    assert merged["memory"] == 16000 and merged["image"] == "pytorch/pytorch:2.5"
+    assert merged["node_selector"] == {"disk": "ssd", "liqo.io/type": "virtual-node"}
+    assert merged["tolerations"] == [{"key": "spot", "operator": "Exists"}, LIQO_TOLERATION]
+    assert merged["labels"]["team"] == "ml"
+    assert merged["namespace"] == "ml-jobs"  # the user's namespace wins over the configured default
+
+
+def test_configured_namespace_applies_when_the_user_gave_none() -> None:
+    placed = StepPlacement("train", 1, None, None, "gpu-jobs", "config")
+    assert kubernetes_kwargs({}, placed, WHO, OFFLOAD)["namespace"] == "gpu-jobs"
+
+
+def test_an_existing_liqo_toleration_is_not_duplicated() -> None:
+    user = {"tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists"}]}
+    assert len(kubernetes_kwargs(user, PLACED, WHO, OFFLOAD)["tolerations"]) == 1
+
+
+@pytest.mark.parametrize(
+    "user, message",
+    [
+        ({"gpu": 4}, "@kubernetes(gpu=4) conflicts with @gpu_offload(gpus=2)"),
+        ({"gpu": 0}, "@kubernetes(gpu=0) conflicts with @gpu_offload(gpus=2)"),
+        ({"gpu_vendor": "amd"}, "@kubernetes(gpu_vendor='amd') conflicts with @gpu_offload(gpus=2)"),
+        (
+            {"node_selector": {"liqo.io/remote-cluster-id": "donor-z"}},
+            "@kubernetes(node_selector={'liqo.io/remote-cluster-id': 'donor-z'}) conflicts with @gpu_offload",
+        ),
+        ({"labels": {"gpu-offload.io/step": "other"}}, "@kubernetes(labels={'gpu-offload.io/step': 'other'})"),
+        ({"node_selector": 5}, "@kubernetes(node_selector=5) is neither a dict nor 'key=value,...'"),
+    ],
+)
+def test_a_contradiction_names_both_decorators_and_the_step(user: dict, message: str) -> None:
+    with pytest.raises(GpuOffloadFlowError) as caught:
+        kubernetes_kwargs(user, PLACED, WHO, OFFLOAD)
+    assert message in str(caught.value)
+    assert "step 'train'" in str(caught.value)
+
+
+def test_same_gpu_count_on_both_decorators_is_fine() -> None:
+    assert kubernetes_kwargs({"gpu": 2, "gpu_vendor": "nvidia"}, PLACED, WHO, OFFLOAD)["gpu"] == 2
+
+
+def test_label_values_are_made_valid() -> None:
+    assert label_value("My Flow/step#1") == "My-Flow-step-1"
+    assert label_value("_x_") == "x"
+    assert len(label_value("a" * 80)) == 63
+
+
+def test_environment_records_the_decision_next_to_the_users_variables() -> None:
+    env = environment_vars({"WANDB_MODE": "offline"}, PLACED, OFFLOAD)
+    assert env["WANDB_MODE"] == "offline"
+    assert env["METAFLOW_GPU_OFFLOAD_PLACEMENT"] == PLACED.to_json()
+    with pytest.raises(GpuOffloadFlowError, match="remove it from @environment"):
+        environment_vars({"METAFLOW_GPU_OFFLOAD_PLACEMENT": "{}"}, PLACED, OFFLOAD)
