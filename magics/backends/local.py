@@ -7,12 +7,12 @@ signals the runner's own group. ``--parent-pid`` makes a runner end itself when 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import queue
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +29,7 @@ from ..runner.frames import FrameDecoder, Noise
 from .base import Job, Placement, RunEvent, RunnerExit, SessionInfo, Transfer
 
 DIAGNOSTIC_LINES = 30
+INLINE_BUNDLE_LIMIT = 1 << 20
 
 
 def visible_devices(gpus: int, inherited: str | None) -> str:
@@ -138,9 +139,9 @@ def _thread(target: Callable[..., None], *args: object) -> threading.Thread:
 class OneShotRun:
     """A bundle run by a runner started for it alone."""
 
-    def __init__(self, process: RunnerProcess, workdir: Path) -> None:
+    def __init__(self, process: RunnerProcess, bundle: Path) -> None:
         self.process = process
-        self._workdir = workdir
+        self._bundle = bundle
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
@@ -162,7 +163,7 @@ class OneShotRun:
         try:
             return self.process.stop(grace)
         finally:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+            _unlink(self._bundle)
 
 
 class LocalSession:
@@ -179,9 +180,9 @@ class LocalSession:
 class SessionRun:
     """A bundle run inside a session; ends with the ``done`` frame, the runner stays up."""
 
-    def __init__(self, session: LocalSession, workdir: Path, on_death: Callable[[str], None]) -> None:
+    def __init__(self, session: LocalSession, bundle: Path | None, on_death: Callable[[str], None]) -> None:
         self.session = session
-        self._workdir = workdir
+        self._bundle = bundle
         self._on_death = on_death
 
     def next_event(self, timeout: float) -> RunEvent | None:
@@ -205,7 +206,8 @@ class SessionRun:
     def release(self, grace: float) -> int | None:
         """Remove the bundle and mark the session idle; the runner stays up."""
         self.session.busy = False
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        if self._bundle is not None:
+            _unlink(self._bundle)
         return None
 
 
@@ -240,20 +242,25 @@ class LocalBackend:
 
     def submit(self, job: Job, placement: Placement, session: str | None = None) -> OneShotRun | SessionRun:
         """Start ``job`` in a new runner, or in the named warm runner (started on first use)."""
-        workdir = Path(tempfile.mkdtemp(prefix="gpu-offload-run-"))
-        path = workdir / "bundle.pkl"
-        path.write_bytes(job.bundle)
+        if session is not None:
+            return self._submit_to_session(session, placement, job)
+        path = self._write_bundle(job)
         try:
-            if session is None:
-                env = runner_environment(placement, os.environ)
-                process = RunnerProcess(self._argv("--bundle", str(path)), env, job.nonce, interactive=False)
-                return OneShotRun(process, workdir)
-            return self._submit_to_session(session, placement, path, workdir)
+            env = runner_environment(placement, os.environ)
+            process = RunnerProcess(self._argv("--bundle", str(path)), env, job.nonce, interactive=False)
         except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
+            _unlink(path)
             raise
+        return OneShotRun(process, path)
 
-    def _submit_to_session(self, name: str, placement: Placement, path: Path, workdir: Path) -> SessionRun:
+    def _write_bundle(self, job: Job) -> Path:
+        # on tmpfs next to the buffers, readable by this user only (it holds the frame nonce)
+        fd, name = tempfile.mkstemp(prefix="gpuo-bundle-", suffix=".pkl", dir=self.transfer.shm_dir)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(job.bundle)
+        return Path(name)
+
+    def _submit_to_session(self, name: str, placement: Placement, job: Job) -> SessionRun:
         with self._lock:
             current = self._sessions.get(name)
             if current is not None and not current.process.alive:
@@ -278,8 +285,15 @@ class LocalBackend:
                 )
             current.busy = True
             current.runs += 1
-        run = SessionRun(current, workdir, self._forget)
-        if not current.process.send({"op": "run", "bundle": str(path)}):
+        # a small bundle goes through the command pipe: no file to create and remove per cell
+        path = self._write_bundle(job) if len(job.bundle) > INLINE_BUNDLE_LIMIT else None
+        command = (
+            {"op": "run", "bundle": str(path)}
+            if path is not None
+            else {"op": "run", "bundle_b64": base64.b64encode(job.bundle).decode("ascii")}
+        )
+        run = SessionRun(current, path, self._forget)
+        if not current.process.send(command):
             run.release(0)
             self._forget(name)
         return run
@@ -311,3 +325,8 @@ class LocalBackend:
         """End every session."""
         for name in list(self._sessions):
             self.close_session(name, grace=2.0)
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
