@@ -12,6 +12,16 @@ fi
 .venv/bin/python -m pip install -q -e '.[test]'
 .venv/bin/python -m pip check
 
+# The hub's browser proof (tests/hub_extension) needs Debian's chromium and npm's configurable-http-proxy.
+# Installed only when missing, so a second run costs nothing.
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update && apt-get install -y chromium
+fi
+if [ ! -x .ci/node/node_modules/.bin/configurable-http-proxy ]; then
+  npm install --prefix .ci/node --no-audit --no-fund configurable-http-proxy
+fi
+export PATH="$PWD/.ci/node/node_modules/.bin:$PATH"
+
 echo "== ruff"
 .venv/bin/ruff check .
 echo "== mypy"
