@@ -81,6 +81,11 @@ class Admission:
         self._check(target, operations)
         self._validating.append(_Registration(target, operations, hook))
 
+    def remove(self, hook: Callable[[AdmissionRequest], Any]) -> None:
+        """Unregister ``hook`` from every resource it was added for."""
+        self._mutating = [r for r in self._mutating if r.hook is not hook]
+        self._validating = [r for r in self._validating if r.hook is not hook]
+
     @staticmethod
     def _matching(regs: list[_Registration], req: AdmissionRequest) -> list[_Registration]:
         name = req.resource.describe() + (f"/{req.subresource}" if req.subresource else "")

@@ -1,0 +1,133 @@
+"""Admission: invalid objects get the 422 Invalid a real API server returns, with field paths. Bodies the
+official client would not send are posted as raw HTTP; nothing of a rejected object is stored."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from gpu_offload.sandbox.errors import Cause
+from kubernetes import dynamic
+from kubernetes.client import ApiException
+
+
+def post(url: str, body: object, method: str = "POST", ctype: str = "application/json") -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": ctype})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def causes(status: dict) -> list[tuple[str, str]]:
+    return [(c["field"], c["reason"]) for c in status["details"]["causes"]]
+
+
+@pytest.fixture()
+def pods_url(api_sandbox, ns):
+    return f"{api_sandbox.url}/api/v1/namespaces/{ns}/pods"
+
+
+def test_unknown_field_is_422_with_its_path(pods_url, pod):
+    body = pod("p")
+    body["spec"]["containers"][0]["gpus"] = 1
+    code, st = post(pods_url, body)
+    assert (code, st["kind"], st["reason"]) == (422, "Status", "Invalid")
+    assert causes(st) == [("spec.containers[0].gpus", "FieldValueInvalid")]
+    assert 'unknown field "gpus"' in st["message"]
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{pods_url}/p", timeout=60)
+    assert err.value.code == 404  # nothing half-written
+
+
+def test_missing_required_field_and_wrong_type(pods_url):
+    code, st = post(pods_url, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                               "spec": {"containers": [{"image": 3}]}})
+    assert code == 422
+    assert sorted(causes(st)) == [("spec.containers[0].image", "FieldValueInvalid"),
+                          ("spec.containers[0].name", "FieldValueRequired")]
+
+
+def test_bad_names_and_mismatched_kinds(pods_url, pod):
+    code, st = post(pods_url, pod("Not_A_Name"))
+    assert code == 422 and causes(st) == [("metadata.name", "FieldValueInvalid")]
+    code, st = post(pods_url, {**pod("p"), "kind": "Secret"})
+    assert code == 400 and "do not match the endpoint" in st["message"]
+    code, st = post(pods_url, b"{not json")
+    assert code == 400 and "not valid JSON" in st["message"]
+    code, st = post(pods_url, {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}})
+    assert code == 422 and ("metadata.name", "FieldValueRequired") in causes(st)
+
+
+def test_custom_resources_are_validated_against_the_crd_schema(api_sandbox, ns):
+    url = f"{api_sandbox.url}/apis/offloading.liqo.io/v1beta1/namespaces/{ns}/namespaceoffloadings"
+    body = {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+            "metadata": {"name": "offloading"},
+            "spec": {"podOffloadingStrategy": "Nowhere", "clusterSelector": {"nodeSelectorTerms": []},
+                     "extra": True}}
+    code, st = post(url, body)
+    assert code == 422
+    assert sorted(causes(st)) == [("spec.extra", "FieldValueInvalid"),
+                                  ("spec.podOffloadingStrategy", "FieldValueNotSupported")]
+    body["spec"].pop("extra")
+    body["spec"]["podOffloadingStrategy"] = "Remote"
+    code, created = post(url, body)
+    assert code == 201 and created["metadata"]["uid"]
+
+
+def test_custom_resources_through_the_dynamic_client(k8s, ns):
+    client = dynamic.DynamicClient(k8s)
+    slices = client.resources.get(api_version="authentication.liqo.io/v1beta1", kind="ResourceSlice")
+    made = slices.create(namespace=ns, body={
+        "apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice", "metadata": {"name": "gpu"},
+        "spec": {"class": "default", "resources": {"nvidia.com/gpu": "2"}}})
+    assert made.metadata.generation == 1
+    got = slices.get(namespace=ns, name="gpu")
+    assert got.spec.resources["nvidia.com/gpu"] == "2"
+    with pytest.raises(ApiException) as err:
+        slices.create(namespace=ns, body={"apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
+                                          "metadata": {"name": "bad"}, "spec": {"resources": []}})
+    assert err.value.status == 422
+
+
+def test_mutating_and_validating_hooks_run_around_schema_validation(api_sandbox, core, ns):
+    def add_label(req):
+        if req.namespace == ns:
+            req.object["metadata"].setdefault("labels", {})["mutated"] = "yes"
+
+    def no_forbidden(req):
+        if req.namespace == ns and req.name.startswith("forbidden"):
+            return [Cause("FieldValueForbidden", "Forbidden: names starting with forbidden", "metadata.name")]
+        return []
+
+    def break_schema(req):
+        if req.namespace == ns and req.name == "broken":
+            req.object["spec"] = {"bogus": 1}
+
+    adm = api_sandbox.api.admission
+    adm.add_mutating("configmaps", add_label)
+    adm.add_mutating("configmaps", break_schema)
+    adm.add_validating("configmaps", no_forbidden)
+    try:
+        assert core.create_namespaced_config_map(ns, {"metadata": {"name": "ok"}}).metadata.labels == {"mutated": "yes"}
+        with pytest.raises(ApiException) as err:
+            core.create_namespaced_config_map(ns, {"metadata": {"name": "forbidden-1"}})
+        assert err.value.status == 422 and json.loads(err.value.body)["details"]["causes"][0]["field"] == "metadata.name"
+        with pytest.raises(ApiException) as err:  # a mutation that breaks the schema is caught by validation
+            core.create_namespaced_config_map(ns, {"metadata": {"name": "broken"}})
+        assert err.value.status == 422
+    finally:
+        for hook in (add_label, break_schema, no_forbidden):
+            adm.remove(hook)
+    assert core.create_namespaced_config_map(ns, {"metadata": {"name": "forbidden-2"}}).metadata.labels is None
+
+
+def test_unknown_patch_type_is_415(api_sandbox, core, ns):
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "c"}})
+    url = f"{api_sandbox.url}/api/v1/namespaces/{ns}/configmaps/c"
+    code, st = post(url, {"data": {}}, method="PATCH", ctype="application/apply-patch+yaml")
+    assert code == 415 and "server-side apply is not emulated" in st["message"]
