@@ -1,0 +1,113 @@
+"""The warm session runner: commands on stdin, state across runs, interrupts that leave it alive."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+
+import pytest
+from gpu_offload.magics.runner.bundle import encode_bundle
+from gpu_offload.magics.runner.frames import Done, Error, Hello, Metrics, Stream
+
+
+@pytest.fixture
+def session(start_runner, write_bundle):  # type: ignore[no-untyped-def]
+    """A started session runner plus ``run(cell, **bundle_kwargs)`` that waits for the run's ``done``."""
+    nonce = secrets.token_hex(16)
+    runner = start_runner(None, nonce, env={**os.environ, "GPU_OFFLOAD_NONCE": nonce}, stdin=subprocess.PIPE)
+
+    def start(cell: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        path, _ = write_bundle(cell, nonce=nonce, **kwargs)
+        runner.send(json.dumps({"op": "run", "bundle": str(path)}))
+
+    def run(cell: str, **kwargs):  # type: ignore[no-untyped-def]
+        start(cell, **kwargs)
+        return runner.until_done()
+
+    runner.start = start
+    runner.run = run
+    return runner
+
+
+def text(events: list) -> str:  # type: ignore[type-arg]
+    return "".join(e.text for e in events if isinstance(e, Stream) and e.name == "stdout")
+
+
+def test_state_persists_across_runs_and_bundles_can_come_inline(session, write_bundle) -> None:
+    first = session.run("x = 41\nimport math\n")
+    assert first[-1].status == "ok"
+    _, bundle = write_bundle("x += 1\nprint(x, math.pi > 3)\n", nonce=session.decoder.nonce)
+    session.send(json.dumps({"op": "run", "bundle_b64": base64.b64encode(encode_bundle(bundle)).decode()}))
+    second = session.until_done()
+    assert text(second) == "42 True\n" and second[-1].status == "ok"
+    hello = session.of(Hello)
+    assert len(hello) == 1 and hello[0].session is True
+    assert len(session.of(Metrics)) == 1  # "no GPU" is said once per runner, not per run
+    session.send(json.dumps({"op": "exit"}))
+    _, code = session.finish()
+    assert code == 0
+
+
+def test_interrupt_command_stops_the_cell_and_keeps_the_session(session) -> None:
+    session.run("x = 7\n")
+    session.start("import time\ny = 1\nprint('ready')\nwhile True:\n    time.sleep(0.05)\n")
+    session.until(lambda e: isinstance(e, Stream) and "ready" in e.text)
+    session.send(json.dumps({"op": "interrupt"}))
+    interrupted = session.until_done()
+    assert [e.ename for e in interrupted if isinstance(e, Error)] == ["KeyboardInterrupt"]
+    assert interrupted[-1].status == "interrupted"
+    assert session.proc.poll() is None
+    after = session.run("print(x, y)\n")
+    assert text(after) == "7 1\n" and after[-1].status == "ok"
+
+
+def test_an_interrupt_between_cells_is_harmless(session) -> None:
+    session.send(json.dumps({"op": "interrupt"}))
+    after = session.run("print('still here')\n")
+    assert text(after) == "still here\n" and after[-1].status == "ok"
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("not json", "not JSON"),
+        (json.dumps({"op": "run"}), '"bundle"'),
+        (json.dumps({"op": "run", "bundle": "/nonexistent/b.pkl"}), "/nonexistent/b.pkl"),
+        (json.dumps({"op": "run", "bundle_b64": "%%%"}), "base64"),
+        (json.dumps({"op": "dance"}), "run, interrupt or exit"),
+    ],
+)
+def test_bad_commands_are_reported_and_the_session_goes_on(session, command: str, expected: str) -> None:
+    session.send(command)
+    events = session.until_done()
+    (error,) = [e for e in events if isinstance(e, Error)]
+    assert error.ename == "ProtocolError" and expected in error.evalue
+    assert isinstance(events[-1], Done) and events[-1].status == "error"
+    assert session.run("print('ok')")[-1].status == "ok"
+
+
+def test_a_run_for_another_python_ends_the_session_with_the_mismatch(session, write_bundle) -> None:
+    path, _ = write_bundle("x = 1", nonce=session.decoder.nonce, python="3.10")
+    session.send(json.dumps({"op": "run", "bundle": str(path)}))
+    events, code = session.finish()
+    assert code == 3
+    assert [e.ename for e in events if isinstance(e, Error)] == ["PythonVersionMismatch"]
+
+
+def test_end_of_stdin_ends_the_session(session) -> None:
+    session.run("x = 1")
+    assert session.proc.stdin is not None
+    session.proc.stdin.close()
+    _, code = session.finish()
+    assert code == 0
+
+
+def test_a_session_without_its_nonce_is_refused(start_runner) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GPU_OFFLOAD_NONCE"}
+    runner = start_runner(None, "0" * 32, env=env, stdin=subprocess.PIPE)
+    events, code = runner.finish()
+    assert code == 2 and events == []
+    assert "GPU_OFFLOAD_NONCE" in runner.stderr()
