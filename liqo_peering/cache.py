@@ -12,8 +12,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import kubernetes
-
+from .client import new_watcher
 from .errors import APIError, APIGone, GpuOffloadError
 from .inventory import KINDS, Inventory, build_inventory
 
@@ -149,7 +148,7 @@ class InventoryCache:
                 backoff = min(backoff * 2, self._max_backoff)
 
     def _watch_once(self, kind: str, version: str) -> None:
-        watcher = kubernetes.watch.Watch()
+        watcher = new_watcher()
         self._watchers[kind] = watcher
         for event in self._source.watch(kind, version, self._watch_seconds, watcher):
             if self._stop.is_set():

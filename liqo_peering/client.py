@@ -49,6 +49,15 @@ def api_client_from_environment(context: str | None = None) -> ApiClient:
         ) from exc
 
 
+def new_watcher() -> Any:
+    """A ``kubernetes.watch.Watch`` that yields objects as plain dicts.
+
+    ``return_type="object"`` skips the client's model classes (costly for Pods and Nodes) while keeping its
+    handling of ERROR events; ``deserialize=False`` would skip that too (it fails on an ERROR event).
+    """
+    return kubernetes.watch.Watch(return_type="object")
+
+
 class LiqoClient:
     """Lists and watches ForeignClusters, VirtualNodes, virtual Nodes and unfinished Pods."""
 
@@ -85,10 +94,10 @@ class LiqoClient:
         thread. Errors (410 Gone included) are raised as ``errors.APIError`` subclasses.
         """
         func, kwargs = self._call(kind)
-        watcher = watcher or kubernetes.watch.Watch()
+        watcher = watcher or new_watcher()
         stream = watcher.stream(
             func, **kwargs, resource_version=resource_version, timeout_seconds=timeout_seconds,
-            allow_watch_bookmarks=True, deserialize=False,
+            allow_watch_bookmarks=True,
         )
         try:
             yield from stream
