@@ -1,0 +1,104 @@
+"""Other clients the project depends on, unchanged: discovery documents, kubernetes_asyncio (what
+kubespawner uses), and kubectl when the machine has it (`--validate=false`: no OpenAPI documents)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def test_discovery_documents(api_sandbox):
+    base = api_sandbox.url
+    assert _get(f"{base}/version")["gitVersion"].startswith("v1.36")
+    assert _get(f"{base}/api")["versions"] == ["v1"]
+    groups = {g["name"]: g for g in _get(f"{base}/apis")["groups"]}
+    assert {"batch", "events.k8s.io", "offloading.liqo.io", "authentication.liqo.io"} <= set(groups)
+    assert groups["offloading.liqo.io"]["preferredVersion"]["version"] == "v1beta1"
+    core = {r["name"]: r for r in _get(f"{base}/api/v1")["resources"]}
+    assert {"pods/log", "pods/exec", "pods/attach", "pods/status", "nodes/status"} <= set(core)
+    assert core["pods"]["namespaced"] and not core["nodes"]["namespaced"]
+    vn = {r["name"]: r for r in _get(f"{base}/apis/offloading.liqo.io/v1beta1")["resources"]}["virtualnodes"]
+    assert vn["kind"] == "VirtualNode" and "watch" in vn["verbs"]
+
+
+def test_kubernetes_asyncio_lists_and_watches(api_sandbox, core, ns):
+    from kubernetes_asyncio import client, config, watch
+
+    async def run() -> list[tuple[str, str]]:
+        await config.load_kube_config(config_file=str(api_sandbox.kubeconfig))
+        async with client.ApiClient() as api:
+            v1 = client.CoreV1Api(api)
+            await v1.create_namespaced_config_map(ns, {"metadata": {"name": "async"}})
+            listed = await v1.list_namespaced_config_map(ns)
+            rv = listed.metadata.resource_version
+            await v1.patch_namespaced_config_map("async", ns, {"data": {"k": "v"}})
+            events = []
+            async with watch.Watch().stream(v1.list_namespaced_config_map, ns, resource_version=rv,
+                                            timeout_seconds=1) as stream:
+                async for ev in stream:
+                    events.append((ev["type"], ev["object"].metadata.name))
+            return events
+
+    assert asyncio.run(run()) == [("MODIFIED", "async")]
+    assert core.read_namespaced_config_map("async", ns).data == {"k": "v"}
+
+
+kubectl_missing = pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl on this machine")
+
+
+def kubectl(sandbox, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["kubectl", "--kubeconfig", str(sandbox.kubeconfig), *args], input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+@kubectl_missing
+def test_kubectl_create_get_label_patch_delete(api_sandbox, ns):
+    manifest = json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "labels": {"app": "w"}},
+                           "spec": {"containers": [{"name": "main", "image": "python:3.12"}]}})
+    assert kubectl(api_sandbox, "-n", ns, "create", "--validate=false", "-f", "-", stdin=manifest).returncode == 0
+    again = kubectl(api_sandbox, "-n", ns, "create", "--validate=false", "-f", "-", stdin=manifest)
+    assert again.returncode != 0 and "AlreadyExists" in again.stderr
+    assert kubectl(api_sandbox, "-n", ns, "label", "pod", "web", "tier=gpu").returncode == 0
+    names = kubectl(api_sandbox, "-n", ns, "get", "pods", "-l", "tier in (gpu),app=w", "-o", "name").stdout
+    assert names.split() == ["pod/web"]
+    patched = kubectl(api_sandbox, "-n", ns, "patch", "pod", "web", "--type=json",
+                      "-p", '[{"op":"add","path":"/metadata/annotations","value":{"a":"b"}}]')
+    assert patched.returncode == 0, patched.stderr
+    got = json.loads(kubectl(api_sandbox, "-n", ns, "get", "pod", "web", "-o", "json").stdout)
+    assert got["metadata"]["annotations"] == {"a": "b"} and got["status"]["phase"] == "Pending"
+    gone = kubectl(api_sandbox, "-n", ns, "delete", "pod", "web", "--timeout=60s")
+    assert gone.returncode == 0, gone.stderr
+    missing = kubectl(api_sandbox, "-n", ns, "get", "pod", "web")
+    assert missing.returncode != 0 and "NotFound" in missing.stderr
+
+
+@kubectl_missing
+def test_kubectl_logs_and_exec(api_sandbox, core, ns, pod):
+    node = f"kubectl-{ns}"
+
+    async def provider(req, io):
+        await io.write_stdout(("ran " + " ".join(req.command) + "\n").encode())
+        return 0
+
+    api_sandbox.api.streams.register(provider, node=node)
+    try:
+        core.create_namespaced_pod(ns, pod("p", nodeName=node))
+        core.patch_namespaced_pod_status("p", ns, {"status": {"phase": "Running"}})
+        api_sandbox.api.logs.write(ns, "p", "main", "hello from the pod\n")
+        api_sandbox.api.logs.close(ns, "p", "main")
+        logs = kubectl(api_sandbox, "-n", ns, "logs", "p", "-f")
+        assert logs.stdout == "hello from the pod\n", logs.stderr
+        out = kubectl(api_sandbox, "-n", ns, "exec", "p", "--", "echo", "hi")
+        assert out.stdout == "ran echo hi\n", out.stderr
+    finally:
+        api_sandbox.api.streams.unregister(node)
