@@ -84,6 +84,12 @@ def place_step(
                 f"({recorded.gpus} GPUs); deploy the flow again"
             )
         return recorded
+    if downstream(environ):
+        # This process runs (or launches) another step; Metaflow still mutates every step of the flow.
+        # Their placement is not used here, so it must not ask a cluster (a pod's in-cluster account) or
+        # read an inventory file the pod does not have.
+        offline = OffloadSettings(cluster=settings.cluster, gpu_model=settings.gpu_model, source="config")
+        return decide(step, options, offline, None, "config")
     if settings.source != "config":
         from .live import live_inventory
 
@@ -95,6 +101,11 @@ def place_step(
 
         return decide(step, options, settings, load_inventory(settings.inventory), "inventory")
     return decide(step, options, settings, None, "config")
+
+
+def downstream(environ: Mapping[str, str]) -> bool:
+    """True in a step's pod or trampoline: a decision was recorded for some step, or Kubernetes runs us."""
+    return bool(environ.get(RECORDED_ENV) or environ.get("METAFLOW_KUBERNETES_WORKLOAD"))
 
 
 def flow_name(step_function: Any) -> str:

@@ -24,6 +24,8 @@ import pytest
 DATA = Path(__file__).resolve().parent / "data"
 MOTO = Path(sys.executable).with_name("moto_server")
 BUCKET = "gpu-offload-flows"
+ONLY_JSON = ("argo-workflows", "create", "--only-json")
+INVENTORY = {"METAFLOW_GPU_OFFLOAD_INVENTORY": str(DATA / "inventory.json")}
 K8S_VERSION = "1.36"
 
 
@@ -163,3 +165,13 @@ def pod_from_template(template: Mapping[str, Any]) -> dict[str, Any]:
 def validate_pod(pod: Mapping[str, Any]) -> None:
     """Strict schema validation of a Pod (unknown fields are errors)."""
     kubernetes_validate.validate(dict(pod), K8S_VERSION, strict=True)
+
+
+@pytest.fixture(scope="session")
+def offload_deployment(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> dict[str, dict]:
+    """Argo WorkflowTemplates of offload_flow.py: placed from the offline inventory, and without @gpu_offload."""
+    runner = FlowRunner(tmp_path_factory.mktemp("offload"), s3_server)
+    return {
+        "offloaded": runner("offload_flow.py", *ONLY_JSON, env=INVENTORY).json(),
+        "baseline": runner("offload_flow.py", *ONLY_JSON, env={"OFFLOAD_OFF": "1"}).json(),
+    }

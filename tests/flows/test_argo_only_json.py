@@ -12,22 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DATA, FlowRunner, pod_from_template, templates, validate_pod
+from .conftest import ONLY_JSON, FlowRunner, pod_from_template, templates, validate_pod
 
 pytestmark = pytest.mark.slow
 
-ONLY_JSON = ("argo-workflows", "create", "--only-json")
 LIQO_TOLERATION = {"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
-INVENTORY = {"METAFLOW_GPU_OFFLOAD_INVENTORY": str(DATA / "inventory.json")}
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory, s3_server) -> dict[str, dict]:
-    """The decorated flow placed from the offline inventory, and the same flow without @gpu_offload."""
-    runner = FlowRunner(tmp_path_factory.mktemp("offload"), s3_server)
-    offloaded = templates(runner("offload_flow.py", *ONLY_JSON, env=INVENTORY).json())
-    baseline = templates(runner("offload_flow.py", *ONLY_JSON, env={"OFFLOAD_OFF": "1"}).json())
-    return {"offloaded": offloaded, "baseline": baseline}
+def deployed(offload_deployment: dict[str, dict]) -> dict[str, dict]:
+    """Step templates of the decorated flow (placed from the offline inventory) and of its baseline."""
+    return {name: templates(workflow) for name, workflow in offload_deployment.items()}
 
 
 def test_offloaded_step_gets_gpus_toleration_and_selector_for_its_model(deployed) -> None:
