@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from . import watchdog
 from .bundle import BundleError, read_bundle
 from .frames import check_nonce
 from .runtime import MISMATCH_EXIT, STATUS_EXIT, Runtime
@@ -14,6 +15,7 @@ from .runtime import MISMATCH_EXIT, STATUS_EXIT, Runtime
 NONCE_ENV = "GPU_OFFLOAD_NONCE"
 """Where a session runner finds its frame nonce (a one-shot runner reads it from its bundle)."""
 USAGE_EXIT = 2
+EXIT_GRACE_SECONDS = 5.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,7 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the cell started: nothing ran, nothing to keep
         runtime.encoder.emit("done", status="interrupted", elapsed=0.0)
         return STATUS_EXIT["interrupted"]
+    runtime.interrupts.one_shot = False  # the run is over: a late signal must not raise in the shutdown
     runtime.close()
+    # threads the cell left running would keep the interpreter from exiting: they get a grace period
+    # (the engine, which is alive, deals with subprocesses left in the runner's process group)
+    watchdog.hard_exit_later(STATUS_EXIT[status], grace=EXIT_GRACE_SECONDS, kill_group=False)
     return STATUS_EXIT[status]
 
 

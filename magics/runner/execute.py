@@ -38,9 +38,9 @@ def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> N
             if value is not None:
                 data, meta = display.mime_bundle(value)
                 emit("display_data", data=data, metadata={**meta, "execute_result": True})
-    except (KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # SystemExit too: a cell's sys.exit() ends the cell, not the runner
         raise fail(emit, type(exc).__name__, str(exc), cell_traceback(exc, bundle["filename"])) from None
     finally:
         _show_figures()

@@ -78,7 +78,9 @@ class Runtime:
         self.encoder.emit(
             "hello", python=python, pid=os.getpid(), gpus=metrics.gpu_names(), session=self.session
         )
-        os.environ.setdefault("MPLBACKEND", f"module://{__package__}.mpl_backend")
+        # not setdefault: a kernel's environment names matplotlib_inline, which needs a live IPython;
+        # a bundle's own env (applied per run) can still choose another backend
+        os.environ["MPLBACKEND"] = f"module://{__package__}.mpl_backend"
         display.set_emitter(self.emit)
         self.capture.start()
 

@@ -79,13 +79,14 @@ def _set_pdeathsig(signum: int) -> None:
         pass  # the polling thread still watches
 
 
-def hard_exit_later(code: int, grace: float = GRACE_SECONDS) -> None:
-    """After ``grace`` seconds, kill the runner and (when it leads its group) what the cell started."""
+def hard_exit_later(code: int, grace: float = GRACE_SECONDS, kill_group: bool = True) -> None:
+    """After ``grace`` seconds, end the runner with ``code``; with ``kill_group``, and (when the runner
+    leads its process group) everything the cell started."""
 
     def finish() -> None:
         block_in_this_thread()
         time.sleep(grace)
-        if os.getpgrp() == os.getpid():
+        if kill_group and os.getpgrp() == os.getpid():
             # the runner leads its own group (started with start_new_session): take the cell's
             # subprocesses along, the runner included
             os.killpg(os.getpgrp(), signal.SIGKILL)

@@ -311,3 +311,20 @@ def test_an_unreadable_bundle_is_refused_in_one_sentence(start_runner, tmp_path:
         events, code = runner.finish()
         assert code == 2 and events == []
         assert str(path) in runner.stderr()
+
+
+def test_a_cell_calling_sys_exit_fails_the_cell_not_the_protocol(write_bundle, start_runner) -> None:
+    path, bundle = write_bundle("import sys\nprint('bye')\nsys.exit(4)\n")
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    (error,) = runner.of(Error)
+    assert code == 1 and error.ename == "SystemExit" and error.evalue == "4"
+    assert runner.stdout() == "bye\n" and runner.of(Done)[-1].status == "error"
+
+
+def test_a_thread_the_cell_left_running_does_not_keep_the_runner_alive(write_bundle, start_runner) -> None:
+    cell = "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,)).start()\nx = 1\n"
+    path, bundle = write_bundle(cell, outputs=["x"])
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()  # would hang (until the guard) if the runner waited for the thread
+    assert runner.of(Done)[-1].status == "ok" and code == 0

@@ -1,0 +1,110 @@
+"""Numpy round trip through the runner's shm buffer transport, against ``a.copy()`` in the same run.
+
+A round trip is what an offloaded cell costs for one array that goes in and comes back: the engine dumps
+it (one copy into /dev/shm), the runner loads it (a copy-on-write mapping, no copy), the runner dumps the
+result, the engine loads it. Goal (issue 2): at 64 MiB and above, at most 2x ``a.copy()``.
+
+    python bench/bench_transport.py            # 1 MiB .. 256 MiB
+    python bench/bench_transport.py --full     # up to 1 GiB (needs ~4 GiB free memory)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+from gpu_offload.magics.runner import buffers
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB, Linux {platform.release()}, Python {platform.python_version()}"
+
+
+def median_ms(action: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median wall and CPU (this process, user + system) milliseconds of ``action``.
+
+    What it returns is freed outside the timed region: unmapping and freeing tmpfs pages happens later in
+    real use, when the variable is dropped. CPU time is reported because the machine is shared and wall
+    time carries other people's work.
+    """
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        kept = action()
+        cpus.append(time.process_time() - cpu)
+        walls.append(time.perf_counter() - wall)
+        del kept
+    return statistics.median(walls) * 1e3, statistics.median(cpus) * 1e3
+
+
+def round_trip(array: np.ndarray, shm_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """In and out once; returns the result and the runner-side copy (freed by the caller, untimed)."""
+    sent = buffers.dump({"a": array}, "shm", shm_dir=shm_dir)  # engine: inputs
+    remote = buffers.load(sent.pickle, sent.buffers)["a"]  # runner: load inputs
+    back = buffers.dump({"a": remote}, "shm", shm_dir=shm_dir)  # runner: outputs
+    return buffers.load(back.pickle, back.buffers)["a"], remote  # engine: load outputs
+
+
+def measure(mib: int, repeats: int, shm_dir: str) -> str:
+    """One table row: medians of a.copy(), dump, load and the full round trip for a ``mib`` MiB array."""
+    array = np.random.default_rng(0).random(mib * 2**20 // 8)
+    check, _ = round_trip(array, shm_dir)
+    assert np.array_equal(check, array), "round trip changed the data"
+    del check, _
+    copy, copy_cpu = median_ms(array.copy, repeats)
+    dumped: list[buffers.Dumped] = []
+    dump, _ = median_ms(lambda: dumped.append(buffers.dump({"a": array}, "shm", shm_dir=shm_dir)), repeats)
+    load, _ = median_ms(lambda: buffers.load(dumped[-1].pickle, dumped.pop().buffers), repeats)
+    trip, trip_cpu = median_ms(lambda: round_trip(array, shm_dir), repeats)
+    ratio, ratio_cpu = trip / copy, trip_cpu / max(copy_cpu, 1e-9)
+    goal = "" if mib < 64 else ("met" if ratio <= 2 else "missed")
+    return (
+        f"| {mib} | {copy:.2f} | {dump:.2f} | {load:.3f} | {trip:.2f} | {ratio:.2f} "
+        f"| {copy_cpu:.1f} | {trip_cpu:.1f} | {ratio_cpu:.2f} | {goal} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--full", action="store_true", help="go up to 1 GiB (default stops at 256 MiB)")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    sizes = [1, 4, 16, 64, 256] + ([1024] if args.full else [])
+    shm_dir = buffers.default_shm_dir()
+    print(f"machine: {machine()}")
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, shm dir: {shm_dir}")
+    print(
+        f"median of {args.repeats} runs per row (3 at 1 GiB), milliseconds; round trip = dump, load, dump, load\n"
+    )
+    print(
+        "| MiB | copy wall | dump wall | load wall | round trip wall | trip/copy wall "
+        "| copy CPU | round trip CPU | trip/copy CPU | goal <= 2x (wall) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|")
+    for mib in sizes:
+        print(measure(mib, args.repeats if mib < 1024 else 3, shm_dir))
+    leftovers = (
+        [n for n in os.listdir(shm_dir) if n.startswith("gpuo-")] if shm_dir != tempfile.gettempdir() else []
+    )
+    if leftovers:
+        print(f"\nwarning: {len(leftovers)} gpuo- files left in {shm_dir} (other processes may own them)")
+
+
+if __name__ == "__main__":
+    main()
