@@ -1,0 +1,126 @@
+"""The hub side's configuration: the YAML file the Helm chart's ConfigMap holds, as a frozen dataclass.
+
+The service and the spawner hook both read it from the path in ``GPU_OFFLOAD_CONFIG``. Keys are the
+chart's (camelCase); a missing file or key falls back to the defaults below, so a laptop hub works with
+no file at all, while a malformed file is refused naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from gpu_offload.liqo_peering.errors import InvalidRequest
+
+CONFIG_ENV = "GPU_OFFLOAD_CONFIG"
+USER_NAMESPACE_LABEL = "gpu-offload.io/user-namespace"
+"""Fixed, not configurable: the chart's admission policy admits only namespaces carrying it."""
+
+
+@dataclass(frozen=True)
+class UserNamespaces:
+    """How user namespaces are named and what is bound inside them (names from the chart)."""
+
+    prefix: str = ""
+    """Every user namespace name starts with it; empty means ``<hub namespace>-``."""
+    hub_cluster_role: str = "gpu-offload-user-namespace"
+    """ClusterRole the hook binds to the hub's account inside each user namespace."""
+    user_server_cluster_role: str = "gpu-offload-user-server"
+    """ClusterRole the hook binds to the users' server account inside each user namespace."""
+    user_server_service_account: str = "gpu-offload-user-server"
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """Everything the service and the spawner hook need to know about the installation."""
+
+    hub_namespace: str = "default"
+    hub_service_account: str = "gpu-offload-hub"
+    user_namespaces: UserNamespaces = field(default_factory=UserNamespaces)
+    tenant_namespaces: tuple[str, ...] = ()
+    """Liqo tenant namespaces the hub may write ResourceSlices and VirtualNode labels in (chart RBAC)."""
+    cluster_id: str = ""
+    """This (consumer) cluster's Liqo id; empty: read from an existing ResourceSlice when needed."""
+    database_url: str = "sqlite:///gpu-offload-usage.sqlite"
+    port: int = 10101
+    default_image: str = "python:3.11-slim"
+    object_storage_endpoint: str = ""
+    object_storage_bucket: str = ""
+    liqoctl_enabled: bool = False
+    """Run ``liqoctl peer``/``unpeer`` from the page; False shows the command instead."""
+
+    @property
+    def user_namespace_prefix(self) -> str:
+        """The prefix user namespaces must carry (the chart's default when unset)."""
+        return self.user_namespaces.prefix or f"{self.hub_namespace}-"
+
+
+def _section(raw: Mapping[str, Any], key: str, where: Path | str) -> Mapping[str, Any]:
+    value = raw.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise InvalidRequest(f"{where}: {key} must be a mapping, got {type(value).__name__}; see the chart's ConfigMap")
+    return value
+
+
+def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubConfig:
+    """A HubConfig from the ConfigMap's ``config.yaml`` content (already parsed)."""
+    user_ns = _section(raw, "userNamespaces", where)
+    liqo = _section(raw, "liqo", where)
+    database = _section(raw, "usageDatabase", where)
+    service = _section(raw, "service", where)
+    offload = _section(raw, "offload", where)
+    storage = _section(offload, "objectStorage", where)
+    peering = _section(raw, "peering", where)
+    defaults = HubConfig()
+    tenants = liqo.get("tenantNamespaces") or []
+    if not isinstance(tenants, list) or not all(isinstance(t, str) for t in tenants):
+        raise InvalidRequest(f"{where}: liqo.tenantNamespaces must be a list of namespace names, got {tenants!r}")
+    try:
+        port = int(service.get("port", defaults.port))
+    except (TypeError, ValueError):
+        raise InvalidRequest(f"{where}: service.port={service.get('port')!r} is not a port number") from None
+    base = UserNamespaces()
+    return HubConfig(
+        hub_namespace=str(raw.get("hubNamespace") or defaults.hub_namespace),
+        hub_service_account=str(raw.get("hubServiceAccount") or defaults.hub_service_account),
+        user_namespaces=UserNamespaces(
+            prefix=str(user_ns.get("prefix") or ""),
+            hub_cluster_role=str(user_ns.get("hubClusterRole") or base.hub_cluster_role),
+            user_server_cluster_role=str(user_ns.get("userServerClusterRole") or base.user_server_cluster_role),
+            user_server_service_account=str(
+                user_ns.get("userServerServiceAccount") or base.user_server_service_account
+            ),
+        ),
+        tenant_namespaces=tuple(tenants),
+        cluster_id=str(liqo.get("clusterID") or ""),
+        database_url=str(database.get("url") or defaults.database_url),
+        port=port,
+        default_image=str(offload.get("defaultImage") or defaults.default_image),
+        object_storage_endpoint=str(storage.get("endpoint") or ""),
+        object_storage_bucket=str(storage.get("bucket") or ""),
+        liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),
+    )
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> HubConfig:
+    """The configuration from ``path``, else from ``$GPU_OFFLOAD_CONFIG``, else the defaults."""
+    chosen = path or os.environ.get(CONFIG_ENV)
+    if not chosen:
+        return HubConfig()
+    file = Path(chosen)
+    try:
+        raw = yaml.safe_load(file.read_text()) or {}
+    except OSError as exc:
+        raise InvalidRequest(
+            f"gpu-offload configuration {file} cannot be read ({exc.strerror}); check {CONFIG_ENV} and the "
+            "ConfigMap volume mount"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(f"gpu-offload configuration {file} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, Mapping):
+        raise InvalidRequest(f"gpu-offload configuration {file} must be a mapping at the top level")
+    return parse_config(raw, file)

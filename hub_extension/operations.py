@@ -1,0 +1,124 @@
+"""Carrying out a validated admin action against the API (the one I/O module of the actions), with audit.
+
+Every outcome, success or failure, comes back in words and lands in the audit log; API errors are
+translated by liqo_peering's error mapping, so the page never shows a stack trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import urllib3
+from gpu_offload.liqo_peering import labels as L
+from gpu_offload.liqo_peering.errors import GpuOffloadError, InvalidRequest, api_error
+from gpu_offload.liqo_peering.specs import gpu_resource_slice
+from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from . import liqoctl
+from .actions import Action, Cordon, NodeLabels, Peering, SliceRequest, tenant_namespace
+from .config import HubConfig
+from .store import Store
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an action ended, in words for the page and the audit log."""
+
+    ok: bool
+    message: str
+    command: str = ""
+    """For peering without liqoctl: the exact command the operator should run."""
+
+
+def _tenant(config: HubConfig, cluster_id: str) -> str:
+    namespace = tenant_namespace(cluster_id)
+    if namespace not in config.tenant_namespaces:
+        raise InvalidRequest(
+            f"the hub may not write in {namespace} (cluster {cluster_id}): add it to the chart's "
+            "liqo.tenantNamespaces and run helm upgrade, then retry"
+        )
+    return namespace
+
+
+class Operations:
+    """Applies actions with the hub's own credentials."""
+
+    def __init__(self, config: HubConfig, api_client: ApiClient, store: Store) -> None:
+        self.config = config
+        self.custom = CustomObjectsApi(api_client)
+        self.store = store
+
+    def apply(self, action: Action, who: str, consumer_cluster_id: str = "") -> Outcome:
+        """Carry out ``action`` for ``who`` and audit it; errors become an unsuccessful Outcome."""
+        try:
+            outcome = self._dispatch(action, consumer_cluster_id)
+        except (GpuOffloadError, ValueError) as exc:
+            outcome = Outcome(False, str(exc))
+        self.store.audit(who, action.kind, _target(action), outcome.message, outcome.ok)
+        return outcome
+
+    def _dispatch(self, action: Action, consumer_cluster_id: str) -> Outcome:
+        if isinstance(action, SliceRequest):
+            return self._slice(action, consumer_cluster_id)
+        if isinstance(action, (NodeLabels, Cordon)):
+            return self._patch_virtual_node(action)
+        return self._peering(action)
+
+    def _slice(self, action: SliceRequest, consumer_cluster_id: str) -> Outcome:
+        namespace = _tenant(self.config, action.cluster_id)
+        g = L.RESOURCE_SLICE
+        where = f"ResourceSlice {namespace}/{action.name}"
+        try:
+            try:
+                self.custom.get_namespaced_custom_object(g.group, g.version, namespace, g.plural, action.name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                if not consumer_cluster_id:
+                    raise InvalidRequest(
+                        f"cannot create {where}: this cluster's Liqo id is unknown; set liqo.clusterID in the "
+                        "gpu-offload configuration"
+                    ) from None
+                body = gpu_resource_slice(action.name, namespace, consumer_cluster_id, action.cluster_id,
+                                          action.gpus, action.cpu, action.memory)
+                self.custom.create_namespaced_custom_object(g.group, g.version, namespace, g.plural, body)
+                return Outcome(True, f"created {where} asking cluster {action.cluster_id} for {action.gpus} GPU(s);"
+                                     " the provider grants it shortly")
+            self.custom.patch_namespaced_custom_object(g.group, g.version, namespace, g.plural, action.name,
+                                                       action.resize_patch())
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise api_error(exc, "writing", where) from exc
+        return Outcome(True, f"resized {where} to {action.gpus} GPU(s); the virtual node follows once granted")
+
+    def _patch_virtual_node(self, action: NodeLabels | Cordon) -> Outcome:
+        namespace = _tenant(self.config, action.cluster_id)
+        g = L.VIRTUAL_NODE
+        where = f"VirtualNode {namespace}/{action.node}"
+        try:
+            self.custom.patch_namespaced_custom_object(g.group, g.version, namespace, g.plural, action.node,
+                                                       action.patch())
+        except ApiException as exc:
+            if exc.status == 404:
+                raise InvalidRequest(f"{where} does not exist: pick a virtual node listed on the cluster's page") from exc
+            raise api_error(exc, "patching", where) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise api_error(exc, "patching", where) from exc
+        if isinstance(action, Cordon):
+            done = "cordoned: new runs avoid it" if action.cordon else "uncordoned: placement may choose it again"
+            return Outcome(True, f"virtual node {action.node} {done}")
+        return Outcome(True, f"virtual node {action.node} labelled GPU model {action.model}, {action.price} per GPU-hour")
+
+    def _peering(self, action: Peering) -> Outcome:
+        if not self.config.liqoctl_enabled:
+            shown = liqoctl.shown_command(action)
+            return Outcome(False, f"{action.kind} is not run from the hub (peering.liqoctlEnabled is false): run "
+                                  f"this with admin rights on both clusters: {shown}", command=shown)
+        result = liqoctl.run(action)
+        return Outcome(result.ok, result.message)
+
+
+def _target(action: Action) -> str:
+    node = getattr(action, "node", None)
+    return f"cluster {action.cluster_id}" + (f", virtual node {node}" if node else "") + (
+        f", ResourceSlice {action.name}" if isinstance(action, SliceRequest) else "")

@@ -1,0 +1,100 @@
+"""The hub-managed service: ``python -m gpu_offload.hub_extension.service`` (JupyterHub starts it).
+
+Modelled on JupyterHub's ``examples/service-whoami``: a tornado app whose handlers are HubOAuthenticated,
+listening on the host and port of ``JUPYTERHUB_SERVICE_URL`` under ``JUPYTERHUB_SERVICE_PREFIX``.
+Kubernetes access: in-cluster service account, else ``KUBECONFIG``. Configuration: ``GPU_OFFLOAD_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from urllib.parse import urlparse
+
+from gpu_offload.liqo_peering.client import api_client_from_environment
+from gpu_offload.liqo_peering.errors import GpuOffloadError
+from jupyterhub.services.auth import HubOAuthCallbackHandler
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from . import handlers as h
+from .config import HubConfig, load_config
+from .operations import Operations
+from .state import HubState
+from .store import Store
+
+log = logging.getLogger("gpu_offload.hub")
+
+
+def make_app(state: HubState, operations: Operations, prefix: str) -> web.Application:
+    """The tornado application under ``prefix`` (ends with ``/``)."""
+    args = {"state": state, "operations": operations, "prefix": prefix}
+    routes: list[tuple[str, type[web.RequestHandler]]] = [
+        ("", h.ClustersPage),
+        ("clusters/([^/]+)", h.ClusterPage),
+        ("users", h.UsersPage),
+        ("audit", h.AuditPage),
+        ("actions/([a-z]+)", h.ActionPage),
+        ("api/admin/clusters", h.ClustersApi),
+        ("api/admin/clusters/([^/]+)", h.ClusterApi),
+        ("api/admin/usage", h.UsageApi),
+        ("api/admin/audit", h.AuditApi),
+        ("api/admin/actions/([a-z]+)", h.ActionApi),
+        ("api/inventory", h.InventoryApi),
+        ("api/me", h.MyRunsApi),
+    ]
+    rules: list[tuple[str, type[web.RequestHandler], dict[str, object]] | tuple[str, type[web.RequestHandler]]]
+    rules = [(url_path_join(prefix, path) if path else prefix, cls, args) for path, cls in routes]
+    rules.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
+    return web.Application(rules, cookie_secret=os.urandom(32))  # type: ignore[arg-type]
+
+
+def listen_address(config: HubConfig) -> tuple[str, int]:
+    """Host and port from ``JUPYTERHUB_SERVICE_URL`` (the hub sets it), else all interfaces on the config's port."""
+    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+    host = url.hostname or "0.0.0.0"
+    # In a pod the URL names the hub Service ("hub"), which is not a local address: listen on all.
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        host = "0.0.0.0"
+    return host, url.port or config.port
+
+
+async def serve(config: HubConfig) -> None:
+    """Start the watches, serve until SIGTERM/SIGINT, then stop cleanly."""
+    store = Store(config.database_url)
+    api_client = api_client_from_environment()
+    state = HubState(config, api_client, store).start()
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-offload/")
+    app = make_app(state, Operations(config, api_client, store), prefix)
+    host, port = listen_address(config)
+    server = app.listen(port, address=host, xheaders=True)
+    log.info("gpu-offload service on http://%s:%s%s", host, port, prefix)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        server.stop()
+        state.close()
+        api_client.close()
+
+
+def main() -> int:
+    """Entry point; configuration errors end the process with the message, not a traceback."""
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s gpu-offload] %(message)s")
+    try:
+        config = load_config()
+        asyncio.run(serve(config))
+    except GpuOffloadError as exc:
+        print(f"gpu-offload service: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The service's live state: liqo_peering's watch-fed inventory cache plus the hub's own watches and database.
+
+Pages and endpoints read from here without any API request; the runner-pod watch feeds the usage
+recorder as pods end.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+from gpu_offload.liqo_peering import labels as L
+from gpu_offload.liqo_peering.cache import InventoryCache
+from gpu_offload.liqo_peering.client import LiqoClient
+from gpu_offload.liqo_peering.inventory import Inventory
+from kubernetes.client import ApiClient, CustomObjectsApi
+
+from . import views
+from .config import HubConfig
+from .store import Store
+from .usage import finished_run
+from .watches import CollectionWatch, Obj, resource_slices, runner_pods
+
+log = logging.getLogger("gpu_offload.hub")
+
+
+class HubState:
+    """Everything the pages show, kept current by watches; ``start()`` before use, ``close()`` after."""
+
+    def __init__(self, config: HubConfig, api_client: ApiClient, store: Store) -> None:
+        self.config = config
+        self.api_client = api_client
+        self.store = store
+        self.cache = InventoryCache(LiqoClient(api_client))
+        g = L.FOREIGN_CLUSTER
+        self.foreign_clusters = CollectionWatch(
+            "ForeignClusters", CustomObjectsApi(api_client).list_cluster_custom_object,
+            {"group": g.group, "version": g.version, "plural": g.plural},
+        )
+        self.slices = resource_slices(api_client)
+        self.pods = runner_pods(api_client, self._on_pod)
+
+    def start(self) -> HubState:
+        """Start every watch (the pod watch last: recording needs the inventory's node-to-cluster map)."""
+        self.cache.start()
+        self.foreign_clusters.start()
+        self.slices.start()
+        self.pods.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the watches and the database pool."""
+        for watch in (self.pods, self.slices, self.foreign_clusters):
+            watch.close()
+        self.cache.close()
+        self.store.close()
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once every watch has listed once."""
+        return self.cache.wait_synced(timeout) and all(
+            w.wait_synced(timeout) for w in (self.foreign_clusters, self.slices, self.pods)
+        )
+
+    def inventory(self) -> Inventory:
+        """The current inventory (rebuilt only after a change)."""
+        return self.cache.inventory()
+
+    def _on_pod(self, event_type: str, pod: Obj) -> None:
+        now = datetime.now(timezone.utc)
+        try:
+            clusters = {vn.name: vn.cluster_id for vn in self.cache.inventory(timeout=60).virtual_nodes}
+            run = finished_run(pod, event_type, clusters, now)
+            if run is not None and self.store.record_run(run):
+                log.info("recorded %.0f GPU-seconds of %s/%s for %s on %s", run.gpu_seconds, run.namespace,
+                         run.pod, run.user or "?", run.cluster_id)
+        except Exception:  # noqa: BLE001 - one bad pod must not stop metering the others
+            log.exception("could not record the usage of pod %s", (pod.get("metadata") or {}).get("name"))
+
+    # --- views ---
+
+    def cluster_rows(self) -> list[views.ClusterRow]:
+        """Rows of the clusters page."""
+        return views.cluster_rows(self.inventory(), self.foreign_clusters.objects(), datetime.now(timezone.utc))
+
+    def cluster_detail(self, key: str) -> views.ClusterDetail | None:
+        """The one-cluster page, or None for an unknown cluster."""
+        return views.cluster_detail(
+            self.inventory(), key, self.foreign_clusters.objects(), self.slices.objects(), self.pods.objects(),
+            datetime.now(timezone.utc),
+        )
+
+    def user_runs(self, user: str) -> dict[str, Any]:
+        """A user's live runs (from the pod watch) and finished runs with usage (from the database)."""
+        now = datetime.now(timezone.utc)
+        live = [views.pod_row(p, now) for p in self.pods.objects()
+                if views.pod_user(p) == user and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        return {
+            "user": user,
+            "running": views.to_json(live),
+            "finished": [{**views.to_json(r), "gpu_seconds": r.gpu_seconds} for r in self.store.runs(user)],
+            "usage": views.to_json(self.store.totals(user)),
+        }
+
+    def consumer_cluster_id(self) -> str:
+        """This cluster's Liqo id: configured, else read from any existing ResourceSlice."""
+        if self.config.cluster_id:
+            return self.config.cluster_id
+        for obj in self.slices.objects():
+            found = (obj.get("spec") or {}).get("consumerClusterID")
+            if found:
+                return str(found)
+        return ""

@@ -1,0 +1,105 @@
+"""What one offloaded pod cost, read from the pod itself when its run ends. Pure: no I/O here.
+
+Runner pods are deleted right after their run, so the watcher sees either a terminal phase (MODIFIED to
+Succeeded/Failed) or only the DELETED event; both carry the last state of the pod. The record is keyed
+by the pod's uid, which is what makes recording it twice harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from gpu_offload.liqo_peering import labels as L
+from gpu_offload.liqo_peering.inventory import pod_gpus
+
+_TERMINAL = {"Succeeded", "Failed"}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One finished offloaded run and the GPU time it held."""
+
+    pod_uid: str
+    namespace: str
+    pod: str
+    user: str
+    cluster_id: str
+    node: str
+    gpus: int
+    started: datetime
+    ended: datetime
+    phase: str
+    """Succeeded, Failed, or Deleted (removed before it finished)."""
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPUs times wall seconds between start and end (never negative)."""
+        return self.gpus * max(0.0, (self.ended - self.started).total_seconds())
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An RFC 3339 timestamp as the API writes it (``2026-11-22T01:02:03Z``), timezone-aware."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def _container_times(status: Mapping[str, Any]) -> tuple[list[datetime], list[datetime]]:
+    starts: list[datetime] = []
+    ends: list[datetime] = []
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        for key in ("running", "terminated"):
+            started = parse_time((state.get(key) or {}).get("startedAt"))
+            if started:
+                starts.append(started)
+        finished = parse_time((state.get("terminated") or {}).get("finishedAt"))
+        if finished:
+            ends.append(finished)
+    return starts, ends
+
+
+def pod_user(pod: Mapping[str, Any]) -> str:
+    """The hub user a runner pod belongs to: the raw name from its annotation, else its label."""
+    meta = pod.get("metadata") or {}
+    return str((meta.get("annotations") or {}).get(L.USER) or (meta.get("labels") or {}).get(L.USER) or "")
+
+
+def finished_run(
+    pod: Mapping[str, Any], event_type: str, node_clusters: Mapping[str, str], now: datetime
+) -> RunRecord | None:
+    """The record of a run that just ended, or None when the pod is still running or never held a GPU.
+
+    ``node_clusters`` maps virtual node names to cluster ids (from the inventory); a pod that ran
+    elsewhere is not an offloaded run. The end is the last container's finish time, else ``now`` (the
+    pod was deleted while running, which is when its GPUs were released).
+    """
+    status = pod.get("status") or {}
+    phase = str(status.get("phase") or "")
+    if phase not in _TERMINAL and event_type != "DELETED":
+        return None
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    gpus = pod_gpus(pod)
+    if not node or node not in node_clusters or gpus < 1:
+        return None
+    starts, ends = _container_times(status)
+    started = parse_time(status.get("startTime")) or (min(starts) if starts else None)
+    if started is None:
+        return None  # never started: it held no GPU time
+    ended = max(ends) if ends else now
+    meta = pod.get("metadata") or {}
+    return RunRecord(
+        pod_uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
+        namespace=str(meta.get("namespace") or ""),
+        pod=str(meta.get("name") or ""),
+        user=pod_user(pod),
+        cluster_id=node_clusters[node],
+        node=node,
+        gpus=gpus,
+        started=started,
+        ended=max(ended, started),
+        phase=phase if phase in _TERMINAL else "Deleted",
+    )

@@ -1,0 +1,245 @@
+"""A real JupyterHub 6.1 (dummy authenticator, npm configurable-http-proxy, all on 127.0.0.1) running the
+gpu-offload service against the sandbox origin with two donors. One hub per test module.
+
+Users: ``admin`` (hub admin), ``alice`` (plain user, no access to the service's pages), ``vera`` (the
+viewer role: custom:gpu-offload:view only). A ``tester`` service with an admin role mints API tokens
+for them through the hub's REST API, as an operator would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.origin import RunningOrigin
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO / ".." / "shared"
+LIQO_CRDS = SHARED / "liqo-crds"
+NODE_BIN = REPO / ".ci" / "node" / "node_modules" / ".bin"
+ARTIFACTS = REPO / "test-artifacts" / "hub_extension"
+TESTER_TOKEN = "gpu-offload-tester-token-0123456789abcdef"
+
+origin = origin_fixture(LIQO_CRDS)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+def http(method: str, url: str, token: str | None = None, body: Any = None) -> Response:
+    """One HTTP request (no redirects followed), answering any status instead of raising."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(request, timeout=60) as answer:
+            return Response(answer.status, answer.read(), dict(answer.headers))
+    except urllib.error.HTTPError as exc:
+        return Response(exc.code, exc.read(), dict(exc.headers))
+
+
+@dataclass
+class RunningHub:
+    url: str
+    """Public URL (the proxy), e.g. http://127.0.0.1:PORT/."""
+    service_url: str
+    workdir: Path
+    liqoctl_log: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def token(self, user: str) -> str:
+        """An API token of ``user`` (all the user's own scopes), minted through the hub API."""
+        if user not in self.tokens:
+            answer = http("POST", f"{self.url}hub/api/users/{user}/tokens", TESTER_TOKEN,
+                          {"note": "gpu-offload tests", "expires_in": 3600})
+            assert answer.status == 201, answer.text
+            self.tokens[user] = answer.json()["token"]
+        return self.tokens[user]
+
+    def api(self, method: str, path: str, user: str, body: Any = None) -> Response:
+        """A request to the service through the proxy, authenticated as ``user``."""
+        return http(method, f"{self.service_url}{path}", self.token(user), body)
+
+
+HUB_CONFIG = """
+c = get_config()  # noqa
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.ConfigurableHTTPProxy.command = [{chp!r}]
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allowed_users = {{"admin", "alice", "vera"}}
+c.Authenticator.admin_users = {{"admin"}}
+c.JupyterHub.db_url = "sqlite:///{workdir}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "{workdir}/cookie_secret"
+c.JupyterHub.custom_scopes = {{
+    "custom:gpu-offload:view": {{"description": "See the GPU offload admin pages."}},
+    "custom:gpu-offload:manage": {{"description": "Change GPU lending."}},
+}}
+c.JupyterHub.load_groups = {{"gpu-offload-viewers": {{"users": ["vera"]}}}}
+c.JupyterHub.load_roles = [
+    {{"name": "gpu-offload-viewer", "scopes": ["custom:gpu-offload:view", "access:services!service=gpu-offload"],
+      "groups": ["gpu-offload-viewers"]}},
+    {{"name": "tester", "scopes": ["admin:users", "tokens", "read:users"], "services": ["tester"]}},
+]
+c.JupyterHub.services = [
+    {{"name": "tester", "api_token": {tester_token!r}}},
+    {{
+        "name": "gpu-offload",
+        "url": "http://127.0.0.1:{service_port}",
+        "command": [{python!r}, "-m", "gpu_offload.hub_extension.service"],
+        "display": True,
+        "oauth_no_confirm": True,
+        "oauth_client_allowed_scopes": ["custom:gpu-offload:view", "custom:gpu-offload:manage"],
+        "environment": {environment!r},
+    }},
+]
+"""
+
+
+def _stand_in_liqoctl(folder: Path, log: Path) -> None:
+    """A ``liqoctl`` on PATH that records its arguments and the kubeconfig it was given, then succeeds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "liqoctl"
+    script.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, sys
+        args = sys.argv[1:]
+        kubeconfig = open(args[args.index("--remote-kubeconfig") + 1]).read()
+        with open({str(log)!r}, "a") as f:
+            f.write(json.dumps({{"args": args, "kubeconfig": kubeconfig}}) + "\\n")
+        print("peering established (stand-in)")
+        """))
+    script.chmod(0o755)
+
+
+def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tuple[Path, RunningHub]:
+    """The hub's config file and the handle describing it (not started)."""
+    chp = shutil.which("configurable-http-proxy") or str(NODE_BIN / "configurable-http-proxy")
+    assert Path(chp).exists(), "configurable-http-proxy missing: tests/run.sh installs it into .ci/node"
+    port, hub_port, proxy_api_port, service_port = (free_port() for _ in range(4))
+    liqoctl_log = workdir / "liqoctl-calls.jsonl"
+    _stand_in_liqoctl(workdir / "bin", liqoctl_log)
+    config = {
+        "hubNamespace": "jhub",
+        "liqo": {"tenantNamespaces": ["liqo-tenant-donor-1", "liqo-tenant-donor-2"]},
+        "usageDatabase": {"url": f"sqlite:///{workdir}/usage.sqlite"},
+        "peering": {"liqoctlEnabled": liqoctl_enabled},
+    }
+    (workdir / "gpu-offload.yaml").write_text(yaml.safe_dump(config))
+    environment = {
+        "KUBECONFIG": str(origin.sandbox.kubeconfig),
+        "GPU_OFFLOAD_CONFIG": str(workdir / "gpu-offload.yaml"),
+        "PATH": f"{workdir / 'bin'}:{os.environ.get('PATH', '')}",
+    }
+    text = HUB_CONFIG.format(port=port, hub_port=hub_port, proxy_api_port=proxy_api_port, chp=chp,
+                             workdir=workdir, tester_token=TESTER_TOKEN, service_port=service_port,
+                             python=sys.executable, environment=environment)
+    path = workdir / "jupyterhub_config.py"
+    path.write_text(text)
+    url = f"http://127.0.0.1:{port}/"
+    return path, RunningHub(url, f"{url}services/gpu-offload/", workdir, liqoctl_log)
+
+
+@pytest.fixture(scope="module")
+def hub_factory(tmp_path_factory: pytest.TempPathFactory, origin: RunningOrigin
+                ) -> Iterator[Callable[..., RunningHub]]:
+    """Start hubs for this module (``hub_factory(liqoctl_enabled=...)``); all stopped at the end."""
+    procs: list[tuple[subprocess.Popen[bytes], Any]] = []
+
+    def start(liqoctl_enabled: bool = False) -> RunningHub:
+        workdir = tmp_path_factory.mktemp("hub")
+        config, hub = write_hub(workdir, origin, liqoctl_enabled)
+        log = (workdir / "hub.log").open("wb")
+        env = {**os.environ, "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}"}
+        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=workdir,
+                                stdout=log, stderr=subprocess.STDOUT, env=env)
+        procs.append((proc, log))
+
+        def ready() -> bool:
+            assert proc.poll() is None, f"JupyterHub exited: {(workdir / 'hub.log').read_text()[-3000:]}"
+            try:
+                health = http("GET", f"{hub.url}hub/health")
+                # the service answers its JSON API once its watches have listed
+                inventory = http("GET", f"{hub.service_url}api/inventory", TESTER_TOKEN)
+            except OSError:
+                return False
+            return health.status == 200 and inventory.status == 200 and bool(inventory.json()["clusters"])
+
+        wait_until(ready, "JupyterHub and the gpu-offload service to answer", timeout=120, every=0.3)
+        return hub
+
+    yield start
+    for proc, log in procs:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def hub(hub_factory: Callable[..., RunningHub]) -> RunningHub:
+    """A hub whose service does not run liqoctl (the chart's default)."""
+    return hub_factory(liqoctl_enabled=False)
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+def _wait(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    return wait_until(check, what, timeout)
+
+
+@pytest.fixture()
+def wait() -> Callable[..., Any]:
+    """``wait(check, what)``: poll until truthy (a hang bound, never a speed assertion)."""
+    return _wait
+
