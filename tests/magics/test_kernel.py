@@ -68,3 +68,21 @@ def test_remote_errors_reach_the_client_as_an_error_with_the_remote_traceback(ke
     errors = [m["content"] for m in outputs if m["msg_type"] == "error"]
     assert errors and "bad value" in "\n".join(errors[0]["traceback"])
     assert "partial" in kernel.text(outputs)
+
+
+def test_a_killed_kernel_leaves_no_runner_behind() -> None:
+    from jupyter_client.manager import KernelManager
+
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        client.execute_interactive("%load_ext gpu_offload.magics", timeout=60)
+        reply = client.execute_interactive("%%gpu_offload --session orphan\nx = 1", timeout=120)
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        client.stop_channels()
+        # SIGKILL: the kernel cannot close its sessions; the runner's parent-death watchdog must end it
+        manager.shutdown_kernel(now=True)

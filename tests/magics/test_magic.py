@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -146,13 +148,31 @@ def test_status_and_config_line_magics(shell: Any) -> None:
         shell.run_line_magic("gpu_offload", "frobnicate")
 
 
-def test_a_runner_that_ignores_the_interrupt_is_killed_after_the_grace_period(shell: Any) -> None:
+def test_a_runner_that_ignores_the_interrupt_is_killed_after_the_grace_period(
+    shell: Any, tmp_path: Path
+) -> None:
     shell.run_line_magic("gpu_offload", "config grace_period=0.5")
     shell.user_ns["x"] = "untouched"
-    cell = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nx = 'changed'\nwhile True:\n    time.sleep(0.05)"
-    with capture_output() as captured, pytest.raises(OffloadTimeout, match=r"longer than --timeout 0\.5 s"):
-        offload(shell, cell, "--timeout 0.5")
+    ready = tmp_path / "ready"
+    cell = (
+        "import pathlib, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nx = 'changed'\n"
+        f"pathlib.Path({str(ready)!r}).touch()\nwhile True:\n    time.sleep(0.05)"
+    )
+    handle = offload(shell, cell, "--noblock")
+    deadline = time.monotonic() + 120  # a hang guard, not a speed check
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    handle.cancel()
+    with capture_output() as captured, pytest.raises(KeyboardInterrupt):
+        handle.result()
     assert "did not stop within 0.5 s of the interrupt; killing it" in captured.stderr
+    assert shell.user_ns["x"] == "untouched"
+
+
+def test_timeout_interrupts_the_cell_and_copies_nothing_back(shell: Any) -> None:
+    shell.user_ns["x"] = "untouched"
+    with pytest.raises(OffloadTimeout, match=r"longer than --timeout 1 s and was interrupted"):
+        offload(shell, "import time\nx = 'changed'\ntime.sleep(300)", "--timeout 1")
     assert shell.user_ns["x"] == "untouched"
 
 
@@ -196,3 +216,12 @@ def test_a_session_cannot_change_its_gpus_without_closing(shell: Any) -> None:
     ):
         offload(shell, "v = 2", "--session fixed --gpus 2")
     shell.run_line_magic("gpu_offload", "close fixed")
+
+
+@pytest.mark.parametrize("gpus, devices", [("2", "0,1"), ("0", "")])
+def test_gpus_select_the_runners_visible_devices(
+    shell: Any, gpus: str, devices: str, monkeypatch: Any
+) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    offload(shell, "import os\nseen = os.environ['CUDA_VISIBLE_DEVICES']", f"--gpus {gpus}")
+    assert shell.user_ns["seen"] == devices
