@@ -50,6 +50,10 @@ async def _status_errors(request: web.Request, handler: Callable[..., Awaitable[
                             content_type="application/json", headers=headers)
 
 
+async def _unknown_path(request: web.Request) -> web.Response:
+    raise ApiError(404, "NotFound", f"the server could not find the requested resource ({request.path})")
+
+
 def _discovery_routes(app: web.Application, api: Api) -> None:
     reg = api.registry
 
@@ -86,11 +90,11 @@ def _discovery_routes(app: web.Application, api: Api) -> None:
     app.router.add_get("/version", version)
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, healthy)
-    app.router.add_get("/api", core)
-    app.router.add_get("/api/v1", core_v1)
-    app.router.add_get("/apis", groups)
-    app.router.add_get("/apis/{group}", group)
-    app.router.add_get("/apis/{group}/{version}", group_version)
+    # clients ask with and without a trailing slash (the generated ApisApi uses "/apis/")
+    for path, handler in (("/api", core), ("/api/v1", core_v1), ("/apis", groups), ("/apis/{group}", group),
+                          ("/apis/{group}/{version}", group_version)):
+        app.router.add_get(path, handler)
+        app.router.add_get(path + "/", handler)
 
 
 class ApiServer:
@@ -105,14 +109,17 @@ class ApiServer:
         _discovery_routes(self.app, self.api)
         self.app.router.add_route("*", "/api/v1/{tail:.*}", resource_handler(self.api, core=True))
         self.app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", resource_handler(self.api, core=False))
+        self._plugins = list(plugins)
         self.api.admission.add_validating("jobs.batch", restart_policy_rule)
         self._controllers: list[Controller] = [job_controller]
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        for plugin in plugins:
+        for plugin in self._plugins:
             plugin(self)
+        # last, so that plugin routes win: anything unknown is a 404 Status, as clients expect JSON
+        self.app.router.add_route("*", "/{tail:.*}", _unknown_path)
 
     @property
     def url(self) -> str:
