@@ -10,6 +10,7 @@ instead of asking a cluster it may not reach: the same answer, with no network.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from gpu_offload.liqo_peering.inventory import Inventory
 
 Origin = Literal["recorded", "live", "inventory", "config"]
+# liqo_peering words its hints for the cell magic (`--gpus 4`); a flow author writes decorator arguments.
+_MAGIC_OPTION = re.compile(r"--(gpus|gpu-model|cluster) (\S+?)(?=[ )]|$)")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,16 @@ def recorded_placement(step: str, text: str | None) -> StepPlacement | None:
         ) from exc
 
 
+def _as_argument(match: re.Match[str]) -> str:
+    name, value = match.group(1).replace("-", "_"), match.group(2)
+    return f"@gpu_offload({name}={value})" if name == "gpus" else f"@gpu_offload({name}={value!r})"
+
+
+def as_decorator_hint(message: str) -> str:
+    """``message`` with the magic's options (``--gpus 4``) written as ``@gpu_offload`` arguments."""
+    return _MAGIC_OPTION.sub(_as_argument, message)
+
+
 def decide(
     step: str, options: OffloadOptions, settings: OffloadSettings, inventory: Inventory | None, origin: Origin
 ) -> StepPlacement:
@@ -84,7 +97,7 @@ def decide(
     except GpuOffloadError as exc:
         where = "the cluster" if origin == "live" else f"the inventory ({settings.inventory})"
         raise GpuOffloadFlowError(
-            f"step '{step}' {options.describe()}: {exc} [placement from {where}]"
+            f"step '{step}' {options.describe()}: {as_decorator_hint(str(exc))} [placement from {where}]"
         ) from exc
     # The node selector must carry the label value exactly as the nodes have it; placement matched the
     # model case-insensitively, so take the model from the chosen node.

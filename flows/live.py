@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .cluster_reader import IN_CLUSTER
 from .errors import GpuOffloadFlowError
 from .settings import OffloadSettings
 
@@ -23,7 +24,7 @@ _CACHE: dict[str, Inventory | None] = {}
 def kubeconfig_path() -> str | None:
     """The kubeconfig the client would load, or None when there is none (and no in-cluster account)."""
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return "<in-cluster>"
+        return IN_CLUSTER
     for candidate in os.environ.get("KUBECONFIG", "").split(os.pathsep):
         if candidate and Path(candidate).is_file():
             return candidate
@@ -46,11 +47,18 @@ def live_inventory(settings: OffloadSettings) -> Inventory | None:
     return _CACHE[where]
 
 
+def target_namespace(settings: OffloadSettings) -> str:
+    """Where step pods go: the configured offloaded namespace, else Metaflow's Kubernetes namespace."""
+    from metaflow.metaflow_config import KUBERNETES_NAMESPACE
+
+    return settings.namespace or str(KUBERNETES_NAMESPACE or "default")
+
+
 def _fetch(where: str, settings: OffloadSettings) -> Inventory | None:
     from .cluster_reader import ClusterUnreachable, read_inventory
 
     try:
-        return read_inventory(where, settings.namespace)
+        return read_inventory(where, target_namespace(settings))
     except ClusterUnreachable:
         if settings.source == "live":
             raise

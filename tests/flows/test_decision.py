@@ -99,3 +99,9 @@ def test_run_id_is_known_in_the_pod_and_in_the_trampoline() -> None:
     assert run_id_from([], {"METAFLOW_RUN_ID": "argo-x"}) == "argo-x"
     assert run_id_from(["flow.py", "kubernetes", "step", "train", "--run-id", "17"], {}) == "17"
     assert run_id_from(["flow.py", "run"], {}) is None
+
+
+def test_placement_hints_are_written_as_decorator_arguments() -> None:
+    from gpu_offload.flows.decision import as_decorator_hint
+
+    assert as_decorator_hint("(use --gpu-model L4 or --gpus 2)") == "(use @gpu_offload(gpu_model='L4') or @gpu_offload(gpus=2))"

@@ -1,0 +1,91 @@
+"""Placement from the live cluster: real Metaflow asks the sandbox origin (Liqo donors behind the official
+client over HTTP) while validating the flow, and refuses what the cluster cannot run.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import kubernetes
+import pytest
+from gpu_offload.liqo_peering.specs import namespace_offloading
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.fixtures import origin_fixture
+from gpu_offload.sandbox.kubeconfig import write_kubeconfig
+
+from .conftest import ONLY_JSON, FlowRunner, templates
+
+pytestmark = pytest.mark.slow
+
+LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+# Named like the offline inventory's donors, so offload_flow.py places the same way live.
+DONORS = (liqo.Donor("donor-a", 4, "A100", "2.00"), liqo.Donor("donor-b", 8, "L4", "0.80"))
+OFFLOADED = "gpu-jobs"
+origin = origin_fixture(LIQO_CRDS, donors=DONORS)
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(origin) -> str:
+    """The origin's kubeconfig, with ``gpu-jobs`` offloaded to both donors and ``plain`` not offloaded."""
+    with origin.sandbox.api_client() as client:
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        for name in (OFFLOADED, "plain"):
+            core.create_namespace({"metadata": {"name": name}})
+        custom.create_namespaced_custom_object(
+            "offloading.liqo.io", "v1beta1", OFFLOADED, "namespaceoffloadings",
+            namespace_offloading(OFFLOADED, ["donor-a", "donor-b"]),
+        )
+    return str(origin.sandbox.kubeconfig)
+
+
+def _live(kubeconfig: str, namespace: str, source: str = "live") -> dict[str, str]:
+    return {
+        "KUBECONFIG": kubeconfig,
+        "METAFLOW_KUBERNETES_NAMESPACE": namespace,
+        "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE": source,
+    }
+
+
+def test_steps_are_placed_on_the_donors_the_cluster_reports(run_flow: FlowRunner, kubeconfig: str) -> None:
+    found = templates(run_flow("offload_flow.py", *ONLY_JSON, env=_live(kubeconfig, OFFLOADED)).json())
+    assert found["train"]["nodeSelector"]["liqo.io/remote-cluster-id"] == "donor-a"
+    assert found["train"]["nodeSelector"]["gpu-offload.io/gpu-model"] == "A100"
+    assert found["evaluate"]["nodeSelector"]["liqo.io/remote-cluster-id"] == "donor-b"
+
+
+def test_a_namespace_liqo_does_not_offload_is_refused(run_flow: FlowRunner, kubeconfig: str) -> None:
+    result = run_flow("offload_flow.py", *ONLY_JSON, env=_live(kubeconfig, "plain"))
+    assert result.returncode != 0
+    assert "namespace 'plain' is not offloaded by Liqo" in result.stderr
+    assert "{" not in result.stdout
+
+
+def test_a_step_asking_more_than_any_donor_has_is_refused(run_flow: FlowRunner, kubeconfig: str) -> None:
+    env = {**_live(kubeconfig, OFFLOADED), "METAFLOW_GPU_OFFLOAD_CLUSTER": "donor-a"}
+    result = run_flow("plain_flow.py", "--with", "gpu_offload:gpus=6", *ONLY_JSON, env=env)
+    assert result.returncode != 0
+    assert "@gpu_offload(gpus=6): cluster donor-a does not have 6 free GPUs" in result.stderr
+    assert "(use @gpu_offload(gpus=4)) [placement from the cluster]" in result.stderr
+
+
+@pytest.fixture
+def dead_kubeconfig(tmp_path: Path) -> str:
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return str(write_kubeconfig(tmp_path / "dead-kubeconfig", f"http://127.0.0.1:{port}"))
+
+
+def test_an_unreachable_cluster_falls_back_to_configuration_in_auto_mode(
+    run_flow: FlowRunner, dead_kubeconfig: str
+) -> None:
+    env = {**_live(dead_kubeconfig, OFFLOADED, source="auto"), "METAFLOW_GPU_OFFLOAD_CLUSTER": "donor-z"}
+    found = templates(run_flow("plain_flow.py", "--with", "gpu_offload", *ONLY_JSON, env=env).json())
+    assert found["start"]["nodeSelector"]["liqo.io/remote-cluster-id"] == "donor-z"
+
+
+def test_an_unreachable_cluster_is_an_error_in_live_mode(run_flow: FlowRunner, dead_kubeconfig: str) -> None:
+    result = run_flow("plain_flow.py", "--with", "gpu_offload", *ONLY_JSON, env=_live(dead_kubeconfig, OFFLOADED))
+    assert result.returncode != 0
+    assert "does not answer" in result.stderr and "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE=config" in result.stderr
