@@ -52,6 +52,7 @@ class PodWorker:
         self.launches: dict[str, Launch] = {}
         self.listeners: list[Callable[[str, str, bytes], None]] = []
         self.kill_reasons: dict[str, str] = {}
+        self.last_warning: dict[str, tuple[str, str]] = {}
         self.failure: tuple[str, str] | None = None
         self.stopping = False
         self.start_time = now()
@@ -117,9 +118,12 @@ class PodWorker:
     def _wait_state(self, rec: ContainerRecord, reason: str, message: str, event_reason: str,
                     event_message: str = "") -> None:
         state = podstatus.waiting(reason, message)
+        said = (event_reason, event_message or message)
+        if said != self.last_warning.get(rec.name):
+            self.last_warning[rec.name] = said
+            self.event("Warning", event_reason, said[1], rec.name)
         if state != rec.state:
             rec.state = state
-            self.event("Warning", event_reason, event_message or message, rec.name)
             self.publish()
 
     # ---- running ------------------------------------------------------------------------------
