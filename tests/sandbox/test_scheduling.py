@@ -1,0 +1,93 @@
+"""Scheduling decisions as users see them: where pods land, and the FailedScheduling they read."""
+
+from __future__ import annotations
+
+import uuid
+
+import kubernetes
+import pytest
+from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+
+origin = origin_fixture(donors=1, gpus=2)
+TOLERATE = [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}]
+
+
+@pytest.fixture(scope="module")
+def core(origin):
+    client = origin.sandbox.api_client()
+    yield kubernetes.client.CoreV1Api(client)
+    client.close()
+
+
+@pytest.fixture()
+def ns(core, origin):
+    name = f"s-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    # offloaded, so pods bound to the virtual node really run there
+    kubernetes.client.CustomObjectsApi(origin.sandbox.api_client()).create_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", name, "namespaceoffloadings",
+        {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+         "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "LocalAndRemote"}})
+    yield name
+    core.delete_namespace(name)
+
+
+def _pod(name: str, gpus: int = 0, code: str = "print('ok')", **spec) -> dict:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    return {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "python:3.11", "command": ["python3", "-c", code],
+                            "resources": {"limits": limits}}], **spec}}
+
+
+def _events(core, ns: str, pod: str, reason: str) -> list:
+    return [e for e in core.list_namespaced_event(ns).items
+            if e.involved_object.name == pod and e.reason == reason]
+
+
+def test_gpu_pod_without_liqo_toleration_gets_the_real_failed_scheduling_message(core):
+    name = f"plain-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod("default", _pod(name, gpus=1))
+    event = wait_until(lambda: _events(core, "default", name, "FailedScheduling"), "FailedScheduling")[0]
+    assert event.type == "Warning"
+    assert event.message == (
+        "0/3 nodes are available: 1 node(s) had untolerated taint {virtual-node.liqo.io/not-allowed: true}, "
+        "2 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
+        "1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod.")
+    pod = core.read_namespaced_pod(name, "default")
+    assert pod.spec.node_name is None and pod.status.phase == "Pending"
+    cond = next(c for c in pod.status.conditions if c.type == "PodScheduled")
+    assert (cond.status, cond.reason, cond.message) == ("False", "Unschedulable", event.message)
+    core.delete_namespaced_pod(name, "default")
+
+
+def test_pods_land_by_resources_and_selectors(core, ns):
+    core.create_namespaced_pod(ns, _pod("gpu", gpus=1))
+    core.create_namespaced_pod(ns, _pod("cpu", nodeSelector={"hub.jupyter.org/node-purpose": "user"}))
+    gpu = wait_until(lambda: (p := core.read_namespaced_pod("gpu", ns)).spec.node_name and p, "gpu bound")
+    cpu = wait_until(lambda: (p := core.read_namespaced_pod("cpu", ns)).spec.node_name and p, "cpu bound")
+    assert (gpu.spec.node_name, cpu.spec.node_name) == ("donor-1-gpu", "origin-user")
+    assert _events(core, ns, "gpu", "Scheduled")[0].message == f"Successfully assigned {ns}/gpu to donor-1-gpu"
+
+
+def test_a_pod_waits_for_gpus_and_is_bound_when_they_are_freed(core, ns):
+    core.create_namespaced_pod(ns, _pod("holder", gpus=2, code="import time; time.sleep(600)"))
+    wait_until(lambda: core.read_namespaced_pod("holder", ns).status.phase == "Running", "holder running")
+    core.create_namespaced_pod(ns, _pod("waiter", gpus=1))
+    event = wait_until(lambda: _events(core, ns, "waiter", "FailedScheduling"), "FailedScheduling")[0]
+    assert event.message.startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    core.delete_namespaced_pod("holder", ns)
+    done = wait_until(lambda: (p := core.read_namespaced_pod("waiter", ns)).status.phase == "Succeeded" and p,
+                      "the waiting pod to run once GPUs are free")
+    assert done.spec.node_name == "donor-1-gpu"
+
+
+def test_cordoned_node_takes_no_new_pods(core, ns):
+    core.patch_node("origin-user", {"spec": {"unschedulable": True}})
+    try:
+        core.create_namespaced_pod(ns, _pod("cordoned", nodeSelector={"hub.jupyter.org/node-purpose": "user"}))
+        event = wait_until(lambda: _events(core, ns, "cordoned", "FailedScheduling"), "FailedScheduling")[0]
+        assert "1 node(s) were unschedulable" in event.message
+    finally:
+        core.patch_node("origin-user", {"spec": {"unschedulable": False}})
+    assert wait_until(lambda: core.read_namespaced_pod("cordoned", ns).spec.node_name, "bound after uncordon") \
+        == "origin-user"
