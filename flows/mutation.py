@@ -116,13 +116,19 @@ def flow_name(step_function: Any) -> str:
 
 def mutate_step(
     mutable_step: Any, step_function: Any, args: Sequence[Any], kwargs: Mapping[str, Any], state: MutatorState
-) -> StepPlacement:
-    """Add (or merge into) the step's ``@kubernetes`` and ``@environment``; returns the placement used."""
+) -> StepPlacement | None:
+    """Add (or merge into) the step's ``@kubernetes`` and ``@environment``; returns the placement used.
+
+    With the local backend the arguments are still checked, and nothing is added (returns None).
+    """
     step = str(getattr(step_function, "name", getattr(step_function, "__name__", "step")))
     options = parse_options(step, list(args), kwargs)
+    settings = metaflow_settings()
+    if settings.backend == "local":
+        return None  # the step stays as written and runs where the flow runs
     if not state.originals.captured:
         state.originals = capture(mutable_step)
-    placement = place_step(step, options, metaflow_settings(), os.environ)
+    placement = place_step(step, options, settings, os.environ)
     identity = StepIdentity(flow_name(step_function), step, run_id_from(sys.argv, os.environ))
     offload = options.describe()
     k8s = kubernetes_kwargs(state.originals.kubernetes or {}, placement, identity, offload)

@@ -13,6 +13,8 @@ from .errors import GpuOffloadFlowError
 
 Source = Literal["auto", "live", "config"]
 SOURCES: tuple[Source, ...] = ("auto", "live", "config")
+Backend = Literal["kubernetes", "local"]
+BACKENDS: tuple[Backend, ...] = ("kubernetes", "local")
 
 # Keys without the METAFLOW_ prefix, as Metaflow's from_conf wants them.
 CLUSTER = "GPU_OFFLOAD_CLUSTER"
@@ -20,6 +22,7 @@ GPU_MODEL = "GPU_OFFLOAD_GPU_MODEL"
 NAMESPACE = "GPU_OFFLOAD_NAMESPACE"
 INVENTORY = "GPU_OFFLOAD_INVENTORY"
 PLACEMENT_SOURCE = "GPU_OFFLOAD_PLACEMENT_SOURCE"
+BACKEND = "GPU_OFFLOAD_BACKEND"
 RECORDED = "GPU_OFFLOAD_PLACEMENT"
 """Set by the extension itself (through ``@environment``) so a step's pod reuses the decision."""
 RECORDED_ENV = "METAFLOW_" + RECORDED
@@ -39,6 +42,8 @@ class OffloadSettings:
     """Path of an inventory JSON file: clusters and GPUs known offline, for checks without a cluster."""
     source: Source = "auto"
     """``live``: ask the cluster, fail if unreachable; ``config``: never ask; ``auto``: ask, fall back."""
+    backend: Backend = "kubernetes"
+    """``local`` leaves ``@gpu_offload`` steps as written: they run in the local process (CPU without a GPU)."""
 
 
 def _clean(value: object) -> str | None:
@@ -46,19 +51,24 @@ def _clean(value: object) -> str | None:
     return text or None
 
 
+def _choice(lookup: Callable[[str], object], key: str, allowed: tuple[str, ...]) -> str:
+    value = _clean(lookup(key)) or allowed[0]
+    if value not in allowed:
+        raise GpuOffloadFlowError(f"METAFLOW_{key}={value!r} is not allowed; use one of {', '.join(allowed)}")
+    return value
+
+
 def read_settings(lookup: Callable[[str], object]) -> OffloadSettings:
     """Settings from ``lookup(key)`` (Metaflow's ``from_conf`` in production, a dict's ``get`` in tests)."""
-    source = _clean(lookup(PLACEMENT_SOURCE)) or "auto"
-    if source not in SOURCES:
-        raise GpuOffloadFlowError(
-            f"METAFLOW_{PLACEMENT_SOURCE}={source!r} is not a placement source; use one of {', '.join(SOURCES)}"
-        )
+    source = _choice(lookup, PLACEMENT_SOURCE, SOURCES)
+    backend = _choice(lookup, BACKEND, BACKENDS)
     return OffloadSettings(
         cluster=_clean(lookup(CLUSTER)),
         gpu_model=_clean(lookup(GPU_MODEL)),
         namespace=_clean(lookup(NAMESPACE)),
         inventory=_clean(lookup(INVENTORY)),
-        source=source,  # type: ignore[arg-type]  # checked against SOURCES above
+        source=source,  # type: ignore[arg-type]  # one of SOURCES
+        backend=backend,  # type: ignore[arg-type]  # one of BACKENDS
     )
 
 
