@@ -137,3 +137,11 @@ class BundleTooLarge(GpuOffloadError):
 
 class OffloadingConflict(GpuOffloadError):
     """The namespace's NamespaceOffloading cannot be widened without changing what others rely on."""
+
+
+class OffloadingMissing(GpuOffloadError):
+    """The namespace has no NamespaceOffloading and we may not (or were told not to) create it."""
+
+
+class OffloadingNotReady(GpuOffloadError):
+    """The NamespaceOffloading did not reach a usable phase; the message names the phase."""
