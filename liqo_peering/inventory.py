@@ -7,7 +7,7 @@ direct client, the watch cache and the hub's user-scoped API. Nothing here touch
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from kubernetes.utils import parse_quantity
@@ -283,3 +283,27 @@ def build_inventory(
         reason = f"no ForeignCluster with clusterID {cid!r} (peering removed or not visible to you)"
         clusters.append(ClusterRecord(cid, cid, "Unknown", "down", reason, mine))
     return Inventory(tuple(clusters), tuple(errors))
+
+
+def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
+    """JSON-ready form of the records (what the hub's user-scoped API sends; ``free`` included for readers)."""
+    return asdict(inventory)
+
+
+def inventory_from_dict(data: Mapping[str, Any]) -> Inventory:
+    """The records back from ``inventory_to_dict`` output, so code after the transport is the same.
+
+    Raises ``ValueError`` naming the entry that does not fit (a hub of another version, say).
+    """
+    node_fields = {f.name for f in fields(VirtualNodeRecord) if f.init}
+    cluster_fields = {f.name for f in fields(ClusterRecord) if f.init} - {"virtual_nodes"}
+    clusters = []
+    for raw in data.get("clusters") or []:
+        try:
+            nodes = tuple(
+                VirtualNodeRecord(**{k: v for k, v in n.items() if k in node_fields}) for n in raw.get("virtual_nodes") or []
+            )
+            clusters.append(ClusterRecord(**{k: v for k, v in raw.items() if k in cluster_fields}, virtual_nodes=nodes))
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"inventory entry {raw!r} does not fit ClusterRecord/VirtualNodeRecord: {exc}") from exc
+    return Inventory(tuple(clusters), tuple(data.get("errors") or ()))

@@ -132,3 +132,20 @@ def test_quantities_parse(api, qty) -> None:
     p = api.pod("p", "vn", 1)
     p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = qty
     assert gpus_in_use([p])["vn"] == {"1k": 1000, "2": 2, 3: 3}[qty]
+
+
+def test_records_survive_the_json_transport(api) -> None:
+    import json
+
+    from gpu_offload.liqo_peering.inventory import inventory_from_dict, inventory_to_dict
+
+    inv = build_inventory(
+        [api.foreign_cluster("donor-b"), api.foreign_cluster("donor-x", offloading="NotReady", message="gone")],
+        [], [api.node("donor-b-gpu", "donor-b", 4, "A100", annotations={"gpu-offload.io/price-per-gpu-hour": "2.5"})],
+        [api.pod("a", "donor-b-gpu", 1)],
+    )
+    wire = json.loads(json.dumps(inventory_to_dict(inv)))
+    assert wire["clusters"][0]["virtual_nodes"][0]["free"] == 3
+    assert inventory_from_dict(wire) == inv
+    with pytest.raises(ValueError, match="does not fit ClusterRecord"):
+        inventory_from_dict({"clusters": [{"cluster_id": "a"}]})
