@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import origin_cli
 from .kubeconfig import write_kubeconfig
 from .server import ApiServer, Plugin
 from .testing import make_api
@@ -28,13 +29,14 @@ BANNER = """\
 ================================================================================"""
 
 # (args) -> plugins: part 2 appends a factory that turns --donors/--gpus into its Liqo plugin
-PLUGIN_FACTORIES: list[Callable[[argparse.Namespace], list[Plugin]]] = []
+PLUGIN_FACTORIES: list[Callable[[argparse.Namespace], list[Plugin]]] = [origin_cli.plugins]
 
 
 def add_topology_arguments(parser: argparse.ArgumentParser) -> None:
     """Options describing the emulated clusters (part 2 extends this group)."""
     parser.add_argument("--donors", type=int, default=0,
                         help="number of Liqo donor clusters to emulate (0: the bare API)")
+    origin_cli.add_arguments(parser)  # part 2: --gpus, --gpu-model, --prices, --image, --state-dir
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -1,0 +1,56 @@
+"""`gpu-offload sandbox --donors 2 ...` as a user runs it: banner, kubeconfig, a pod that really runs, and
+nothing left behind after Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes
+import pytest
+from gpu_offload.sandbox.fixtures import wait_until
+
+LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+
+
+def test_cli_serves_donors_until_interrupted_and_leaves_no_process(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    cmd = [sys.executable, "-m", "gpu_offload.cli", "sandbox", "--donors", "2", "--gpus", "4", "--gpu-model",
+           "H100", "--kubeconfig", str(kubeconfig), "--crds", str(LIQO_CRDS), "--state-dir", str(tmp_path / "st")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: kubeconfig.exists() or proc.poll() is not None, "the kubeconfig", timeout=120)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        config = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(str(kubeconfig), client_configuration=config)
+        with kubernetes.client.ApiClient(config) as client:
+            core = kubernetes.client.CoreV1Api(client)
+            gpu_nodes = {n.metadata.name: n.metadata.labels["gpu-offload.io/gpu-model"]
+                         for n in core.list_node(label_selector="liqo.io/type=virtual-node").items}
+            assert gpu_nodes == {"donor-1-gpu": "H100", "donor-2-gpu": "H100"}
+            core.create_namespaced_pod("default", {"metadata": {"name": "sleeper"}, "spec": {"containers": [
+                {"name": "main", "image": "python:3.11", "command": ["python3", "-c", "import time; time.sleep(600)"]}]}})
+            pod = wait_until(lambda: (p := core.read_namespaced_pod("sleeper", "default")).status.phase == "Running"
+                             and p, "the pod to run")
+            pid = int(pod.status.container_statuses[0].container_id.rsplit("/", 1)[1])
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "SANDBOX" in output and "donor-2: node donor-2-gpu, 4 x H100" in output
+    assert proc.returncode == 0, output
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_cli_refuses_bad_prices_with_the_fix(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "gpu_offload.cli", "sandbox", "--donors", "2", "--prices", "1.0",
+                             "--kubeconfig", str(tmp_path / "kc")], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "give one per donor or none" in result.stderr
+    assert not (tmp_path / "kc").exists()
