@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from .backends.base import Run, RunnerExit
@@ -58,7 +58,6 @@ class Outcome:
     state: str = "starting runner"
     seen_output: bool = False
     remote_error: Error | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _Stop(Exception):
@@ -72,7 +71,6 @@ def follow(
     settings: FollowSettings,
     *,
     cancelled: threading.Event | None = None,
-    on_event: Callable[[Outcome], None] | None = None,
 ) -> Outcome:
     """Read ``run``'s events into ``sink`` until it is done; KeyboardInterrupt interrupts it remotely.
 
@@ -81,7 +79,7 @@ def follow(
     outcome = Outcome()
     started = time.monotonic()
     try:
-        _read(run, sink, settings, outcome, started, cancelled, on_event)
+        _read(run, sink, settings, outcome, started, cancelled)
     except KeyboardInterrupt:
         _stop(run, sink, settings, outcome, "interrupted")
         raise
@@ -100,7 +98,6 @@ def _read(
     outcome: Outcome,
     started: float,
     cancelled: threading.Event | None,
-    on_event: Callable[[Outcome], None] | None,
 ) -> None:
     quiet_since = started
     announced = ""
@@ -122,8 +119,6 @@ def _read(
             quiet_since = now
         if _handle(event, sink, outcome):
             return
-        if on_event is not None:
-            on_event(outcome)
 
 
 def _handle(event: object, sink: Sink, outcome: Outcome) -> bool:
@@ -229,3 +224,21 @@ def conclude(outcome: Outcome, namespace: MutableMapping[str, Any]) -> dict[str,
     values = load_outputs(outcome)
     namespace.update(values)
     return values
+
+
+def describe(outcome: Outcome) -> str:
+    """A few lines about a finished run for ``%gpu_offload status``."""
+    lines = [f"last run: {outcome.status} in {outcome.elapsed:.2f} s"]
+    if outcome.hello is not None:
+        gpus = ", ".join(outcome.hello.gpus) or "none (CPU)"
+        lines.append(f"runner: Python {outcome.hello.python}, pid {outcome.hello.pid}, GPUs: {gpus}")
+    metrics = outcome.metrics
+    if metrics is not None:
+        for gpu in metrics.gpu:
+            lines.append(
+                f"GPU {gpu.index} {gpu.name}: {gpu.util:.0f}% busy, {gpu.mem_used / 2**30:.1f}/"
+                f"{gpu.mem_total / 2**30:.1f} GiB, {gpu.temp:.0f} C, {gpu.power:.0f} W"
+            )
+        if metrics.note:
+            lines.append(metrics.note)
+    return "\n".join(lines)

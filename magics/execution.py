@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,14 +60,20 @@ def run_blocking(
     backend: Backend,
     sink: Sink,
     settings: FollowSettings,
+    record: Callable[[Outcome], None] | None = None,
 ) -> Outcome:
-    """Run the cell and follow it here; outputs enter ``namespace`` only if it succeeded."""
+    """Run the cell and follow it here; outputs enter ``namespace`` only if it succeeded.
+
+    ``record`` sees the outcome before its error (if any) is raised, e.g. for ``%gpu_offload status``.
+    """
     run, refs = start(request, launch, namespace, backend)
     try:
         outcome = follow(run, sink, settings)
     finally:
         run.release(settings.grace)
         buffers.discard(refs)
+    if record is not None:
+        record(outcome)
     conclude(outcome, namespace)
     return outcome
 

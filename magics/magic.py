@@ -19,7 +19,7 @@ from traitlets import Float, Integer, Unicode
 
 from .analysis import analyse_cell
 from .backends.base import Backend
-from .engine import FollowSettings
+from .engine import FollowSettings, Outcome, describe
 from .errors import BackendNotConfigured, OffloadUsageError
 from .execution import Launch, OffloadHandle, run_blocking
 from .request import OffloadRequest, split_names
@@ -80,6 +80,7 @@ class GpuOffloadMagics(Magics):
         self._sink = sink or NotebookSink()
         self._announced = False
         self.last_handle: OffloadHandle | None = None
+        self.last_outcome: Outcome | None = None
         atexit.register(self.close)
 
     # -- the cell magic -------------------------------------------------------------------------------
@@ -126,8 +127,11 @@ class GpuOffloadMagics(Magics):
             handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
             self.last_handle = handle
             return handle
-        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings)
+        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings, self._remember)
         return None
+
+    def _remember(self, outcome: Outcome) -> None:
+        self.last_outcome = outcome
 
     def _request(self, line: str, cell: str) -> OffloadRequest:
         try:
@@ -209,6 +213,8 @@ class GpuOffloadMagics(Magics):
         for backend in self._backends.values():
             print(backend.describe())
         self._list_sessions([])
+        if self.last_outcome is not None:
+            print(describe(self.last_outcome))
         handle = self.last_handle
         if handle is not None:
             print(f"last --noblock run: {handle.status}")

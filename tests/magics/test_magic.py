@@ -141,9 +141,12 @@ def test_gpu_result_shows_the_last_noblock_run(shell: Any) -> None:
 def test_status_and_config_line_magics(shell: Any) -> None:
     with capture_output() as captured:
         shell.run_line_magic("gpu_offload", "config default_gpus=0")
+        offload(shell, "x = 1")
         shell.run_line_magic("gpu_offload", "status")
     assert "default_gpus = 0" in captured.stdout
     assert "local backend" in captured.stdout
+    assert "last run: ok" in captured.stdout
+    assert "GPUs: none (CPU)" in captured.stdout
     with pytest.raises(UsageError, match=r"%gpu_offload frobnicate: unknown command"):
         shell.run_line_magic("gpu_offload", "frobnicate")
 
