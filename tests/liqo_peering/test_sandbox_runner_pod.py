@@ -1,0 +1,75 @@
+"""The built runner Pod and Secret, sent with the official client, run on the placed virtual node."""
+
+from __future__ import annotations
+
+import io
+import uuid
+import zipfile
+from pathlib import Path
+
+import kubernetes
+import pytest
+from gpu_offload.liqo_peering.client import LiqoClient
+from gpu_offload.liqo_peering.placement import PlacementRequest, place
+from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_pod, runner_secret
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+
+LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")))
+
+# A stand-in for the runner zipapp: prints what the bundle path holds, as the real runner would read it.
+RUNNER_MAIN = """import sys
+path = sys.argv[sys.argv.index("--bundle") + 1]
+print("bundle says:", open(path, "rb").read().decode(), flush=True)
+"""
+
+
+def zipapp(main: str) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("__main__.py", main)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def api_client(origin):
+    client = origin.sandbox.api_client()
+    yield client
+    client.close()
+
+
+def test_runner_pod_runs_the_bundle_from_its_secret_and_takes_the_secret_along(api_client) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    liqo_client = LiqoClient(api_client, request_timeout=30)
+    namespace = f"alice-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    try:
+        placement = place(liqo_client.read_inventory(), PlacementRequest(1, "L4"))
+        liqo_client.ensure_offloading(namespace, [placement.cluster_id])
+        spec = RunnerPodSpec(run_id=uuid.uuid4().hex[:10], namespace=namespace, image="python:3.11",
+                             user="alice@example.org", kernel="kernel-1", scheduling=placement.scheduling_fragment(),
+                             timeout=120)
+        pod = runner_pod(spec)
+        name = pod["metadata"]["name"]
+        created = core.create_namespaced_pod(namespace, pod)
+        core.create_namespaced_secret(namespace, runner_secret(pod, created.metadata.uid, b"hello from the bundle",
+                                                                zipapp(RUNNER_MAIN)))
+        phase = wait_until(lambda: _finished(core, namespace, name), "runner pod finished", timeout=120)
+        # _preload_content=False: client 36 hands back str(bytes) ("b'...'") for a preloaded log.
+        log = core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
+        assert (phase, log) == ("Succeeded", "bundle says: hello from the bundle\n")
+        assert core.read_namespaced_pod(name, namespace).spec.node_name == placement.virtual_node == "donor-2-gpu"
+        selector = f"gpu-offload.io/run-id={spec.run_id},gpu-offload.io/managed-by=gpu-offload"
+        assert [s.metadata.name for s in core.list_namespaced_secret(namespace, label_selector=selector).items] == [
+            f"{name}-bundle"]
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        wait_until(lambda: not core.list_namespaced_secret(namespace, label_selector=selector).items,
+                   "Secret collected with its pod")
+    finally:
+        core.delete_namespace(namespace)
+
+
+def _finished(core, namespace: str, name: str) -> str | None:
+    phase = core.read_namespaced_pod(name, namespace).status.phase
+    return phase if phase in ("Succeeded", "Failed") else None
