@@ -235,10 +235,16 @@ def describe(outcome: Outcome) -> str:
     metrics = outcome.metrics
     if metrics is not None:
         for gpu in metrics.gpu:
+            used, total = (None if v is None else v / 2**30 for v in (gpu.mem_used, gpu.mem_total))
             lines.append(
-                f"GPU {gpu.index} {gpu.name}: {gpu.util:.0f}% busy, {gpu.mem_used / 2**30:.1f}/"
-                f"{gpu.mem_total / 2**30:.1f} GiB, {gpu.temp:.0f} C, {gpu.power:.0f} W"
+                f"GPU {gpu.index} {gpu.name}: {_num(gpu.util, '.0f')}% busy, {_num(used, '.1f')}/"
+                f"{_num(total, '.1f')} GiB, {_num(gpu.temp, '.0f')} C, {_num(gpu.power, '.0f')} W"
             )
         if metrics.note:
             lines.append(metrics.note)
     return "\n".join(lines)
+
+
+def _num(value: float | None, spec: str) -> str:
+    # NVML leaves a field out when a GPU does not report it
+    return "?" if value is None else format(value, spec)
