@@ -11,7 +11,7 @@ from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.errors import APIForbidden, APIServerError
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
-from gpu_offload.liqo_peering.specs import namespace_offloading
+from gpu_offload.liqo_peering.specs import gpu_resource_slice, namespace_offloading
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
@@ -107,3 +107,16 @@ def _relists(cache: InventoryCache) -> int:
 
 def _node(cache: InventoryCache, name: str):
     return next(v for v in cache.inventory().virtual_nodes if v.name == name)
+
+
+def test_a_built_gpu_slice_is_granted_and_shows_up_as_a_virtual_node(api_client, liqo_client) -> None:
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    body = gpu_resource_slice("donor-1-gpu-extra", "liqo-tenant-donor-1", "origin", "donor-1", 2, cpu="4", memory="16Gi")
+    custom.create_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-1", "resourceslices", body)
+    try:
+        extra = wait_until(lambda: next((v for v in liqo_client.read_inventory().virtual_nodes
+                                         if v.name == "donor-1-gpu-extra" and v.ready), None), "virtual node of the slice")
+        assert (extra.cluster_id, extra.allocatable, extra.free) == ("donor-1", 2, 2)
+    finally:
+        custom.delete_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-1",
+                                               "resourceslices", "donor-1-gpu-extra")
