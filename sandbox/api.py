@@ -19,7 +19,6 @@ Errors are :class:`~gpu_offload.sandbox.errors.ApiError`, exactly what an HTTP c
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from .logs import LogBuffers
 from .patching import apply_patch
 from .resources import ResourceRegistry, ResourceType
 from .selectors import Selector
-from .store import Obj, Store, Subscription
+from .store import Obj, Store, Subscription, clone
 from .streams import StreamProviders
 from .validation import validate_object
 
@@ -83,11 +82,15 @@ class Api:
         obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
         return obj
 
-    def list(self, rt: ResourceType, namespace: str | None = None, selector: Selector | None = None) -> Obj:
-        """A ``<Kind>List`` of the matching objects with the list's resourceVersion."""
-        items, rv = self.store.list(rt.key, namespace if rt.namespaced else None)
+    def list(self, rt: ResourceType, namespace: str | None = None, selector: Selector | None = None,
+             copy: bool = True) -> Obj:
+        """A ``<Kind>List`` of the matching objects with the list's resourceVersion.
+
+        ``copy=False`` hands out the stored objects themselves, for callers that only serialize them.
+        """
+        items, rv = self.store.snapshots(rt.key, namespace if rt.namespaced else None)
         sel = selector or Selector()
-        kept = [dict(o, apiVersion=rt.api_version) for o in items if sel.matches(o)]
+        kept = [dict(clone(o) if copy else o, apiVersion=rt.api_version) for o in items if sel.matches(o)]
         return {"apiVersion": rt.api_version, "kind": f"{rt.kind}List",
                 "metadata": {"resourceVersion": str(rv)}, "items": kept}
 
@@ -195,12 +198,12 @@ class Api:
         if subresource and subresource != "status":
             raise bad_request(f"{rt.plural}/{subresource} cannot be updated")
         if subresource == "status":
-            new = copy.deepcopy(old)
-            new["status"] = copy.deepcopy(body.get("status"))
+            new = clone(old)
+            new["status"] = clone(body.get("status"))
         else:
-            new = copy.deepcopy(body)
+            new = clone(body)
             if "status" in rt.subresources:
-                new["status"] = copy.deepcopy(old.get("status"))
+                new["status"] = clone(old.get("status"))
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         meta = new.setdefault("metadata", {})
         for owned in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",

@@ -78,7 +78,7 @@ async def _collection(api: Api, request: web.Request, t: Target) -> web.StreamRe
         selector = Selector.parse(q.get("labelSelector"), q.get("fieldSelector"), t.rt.kind)
         if t.watch or q.get("watch") in ("1", "true", "True"):
             return await watch_http.serve_watch(api, request, t.rt, t.namespace, selector)
-        return _json(api.list(t.rt, t.namespace, selector))
+        return _json(api.list(t.rt, t.namespace, selector, copy=False))
     if request.method == "POST":
         body = await read_json(request)
         if q.get("dryRun") == "All":

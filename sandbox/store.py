@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import collections
-import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,15 @@ from .errors import gone
 
 StorageKey = tuple[str, str]  # (group, plural)
 Obj = dict[str, Any]
+
+
+def clone(value: Any) -> Any:
+    """Deep copy of JSON-shaped data; several times faster than ``copy.deepcopy`` for API objects."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -109,26 +117,30 @@ class Store:
         """A copy of the object, or None."""
         with self.lock:
             obj = self._objects.get(key, {}).get((namespace, name))
-            return copy.deepcopy(obj) if obj is not None else None
+            return clone(obj) if obj is not None else None
 
     def list(self, key: StorageKey, namespace: str | None = None) -> tuple[builtins.list[Obj], int]:
         """Copies of all objects of ``key`` (in ``namespace`` if given), and the list's resourceVersion."""
+        items, rv = self.snapshots(key, namespace)
+        return [clone(o) for o in items], rv
+
+    def snapshots(self, key: StorageKey, namespace: str | None = None) -> tuple[builtins.list[Obj], int]:
+        """Like ``list`` but the stored objects themselves: read-only, for filtering before copying."""
         with self.lock:
             objs = self._objects.get(key, {})
-            items = [copy.deepcopy(o) for (ns, _), o in sorted(objs.items())
-                     if namespace is None or ns == namespace]
+            items = [o for (ns, _), o in sorted(objs.items()) if namespace is None or ns == namespace]
             return items, self._rv
 
     def put(self, key: StorageKey, obj: Obj, event_type: str) -> Obj:
         """Store ``obj`` (ADDED or MODIFIED) under a new resourceVersion; returns a copy as stored."""
         with self.lock:
             self._rv += 1
-            stored = copy.deepcopy(obj)
+            stored = clone(obj)
             stored["metadata"]["resourceVersion"] = str(self._rv)
             meta = stored["metadata"]
             self._objects.setdefault(key, {})[(meta.get("namespace", ""), meta["name"])] = stored
             self._emit(WatchEvent(event_type, key, stored, self._rv))
-            return copy.deepcopy(stored)
+            return clone(stored)
 
     def remove(self, key: StorageKey, namespace: str, name: str) -> Obj | None:
         """Remove the object (a DELETED event under a new resourceVersion); returns it or None."""
@@ -137,10 +149,10 @@ class Store:
             if old is None:
                 return None
             self._rv += 1
-            gone_obj = copy.deepcopy(old)
+            gone_obj = clone(old)
             gone_obj["metadata"]["resourceVersion"] = str(self._rv)
             self._emit(WatchEvent("DELETED", key, gone_obj, self._rv))
-            return copy.deepcopy(gone_obj)
+            return clone(gone_obj)
 
     def storage_keys(self) -> builtins.list[StorageKey]:
         """Storage keys holding at least one object."""

@@ -42,7 +42,7 @@ async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespac
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     try:
         sub = api.watch(rt, namespace, since)
-        listed = api.list(rt, namespace, selector) if since is None else None
+        listed = api.list(rt, namespace, selector, copy=False) if since is None else None
     except ApiError as exc:
         if exc.code != 410:
             raise
