@@ -175,22 +175,11 @@ def test_jupyterhub_accepts_the_custom_scopes_and_every_scope_the_overlay_grants
 
 
 @pytest.fixture
-def spawner_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """gpu_offload.hub_extension.spawner: the real one once it exists, else a placeholder with its two names.
+def spawner_module() -> types.ModuleType:
+    """gpu_offload.hub_extension.spawner, whose two names the overlay's extraConfig imports."""
+    from gpu_offload.hub_extension import spawner
 
-    The placeholder stands for code issue 7 has not delivered yet; this test checks the overlay's own
-    wiring around it, never what the hook does.
-    """
-    try:
-        from gpu_offload.hub_extension import spawner  # type: ignore[attr-defined]
-
-        return spawner  # type: ignore[no-any-return]
-    except ImportError:
-        placeholder = types.ModuleType("gpu_offload.hub_extension.spawner")
-        placeholder.pre_spawn_hook = lambda spawner: None  # type: ignore[attr-defined]
-        placeholder.profile_list = lambda spawner: []  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, placeholder.__name__, placeholder)
-        return placeholder
+    return spawner
 
 
 def test_extra_config_runs_and_wires_the_hub(

@@ -243,3 +243,23 @@ def wait() -> Callable[..., Any]:
     """``wait(check, what)``: poll until truthy (a hang bound, never a speed assertion)."""
     return _wait
 
+
+
+@pytest.fixture(scope="session")
+def validate() -> Callable[[dict[str, Any]], None]:
+    """Validate an object as the API server would: built-in kinds strictly, Liqo kinds against ../shared's CRDs."""
+    import jsonschema
+    import kubernetes_validate
+
+    schemas = {}
+    for path in sorted(LIQO_CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        schemas[crd["spec"]["names"]["kind"]] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+    def check(obj: dict[str, Any]) -> None:
+        if obj["kind"] in schemas:
+            jsonschema.Draft202012Validator(schemas[obj["kind"]]).validate(obj)
+        else:  # strict; it skips unknown kinds silently, so insist it validated
+            assert kubernetes_validate.validate(obj, "1.36", strict=True) == "1.36"
+
+    return check

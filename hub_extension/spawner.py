@@ -1,0 +1,168 @@
+"""kubespawner integration: ``pre_spawn_hook`` prepares the user's offloaded namespace, ``profile_list``
+offers "remote GPU via Liqo" profiles from the live inventory.
+
+Wire them in the hub's configuration (the z2jh overlay does)::
+
+    c.KubeSpawner.pre_spawn_hook = pre_spawn_hook
+    c.KubeSpawner.profile_list = profile_list
+
+The hook talks to the API through the spawner's own kubernetes_asyncio client, so it uses exactly the
+credentials and API server kubespawner uses. Every step is idempotent (409 means done), so a retried
+spawn repairs a half-prepared namespace instead of failing on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gpu_offload.liqo_peering import labels as L
+from gpu_offload.liqo_peering.cache import InventoryCache
+from gpu_offload.liqo_peering.client import LiqoClient, api_client_from_environment
+from gpu_offload.liqo_peering.errors import GpuOffloadError, api_error
+from gpu_offload.liqo_peering.inventory import Inventory
+from gpu_offload.liqo_peering.specs import namespace_offloading
+from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from . import user_namespace as un
+from .config import HubConfig, load_config
+
+log = logging.getLogger("gpu_offload.hub")
+RBAC_RETRIES = 8
+"""Attempts when the API answers 403 right after a RoleBinding was made (RBAC caches catch up in seconds)."""
+RBAC_FIRST_DELAY = 0.25
+
+
+async def _create(what: str, call: Callable[[], Awaitable[Any]], retries: int = RBAC_RETRIES) -> bool:
+    """Create one object: True when created, False when it already existed; 403 is retried with backoff."""
+    delay = RBAC_FIRST_DELAY
+    for attempt in range(1, retries + 1):
+        try:
+            await call()
+            return True
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            if exc.status == 403 and attempt < retries:
+                log.info("creating %s: 403, RBAC may still be propagating; retry %d in %.2fs", what, attempt, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            raise api_error(exc, "creating", what) from exc
+    raise AssertionError("unreachable")
+
+
+async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
+                            extra_labels: dict[str, str] | None = None, retries: int = RBAC_RETRIES) -> list[str]:
+    """Namespace, the two RoleBindings, the users' server account, the NamespaceOffloading, in that order.
+
+    Returns what was created (empty when everything already existed). ``retries`` bounds the attempts
+    per object on 403.
+    """
+    # Any: kubernetes_asyncio's hints want model classes, but it sends plain dicts (API-shaped) unchanged.
+    core: Any = CoreV1Api(api_client)
+    rbac: Any = RbacAuthorizationV1Api(api_client)
+    custom: Any = CustomObjectsApi(api_client)
+    offloading = namespace_offloading(name)  # built (and validated) before anything is written
+    created: list[str] = []
+    if await _create(f"namespace {name}", lambda: core.create_namespace(un.namespace(name, extra_labels)), retries):
+        created.append(f"Namespace {name}")
+    for binding in un.role_bindings(name, config):
+        what = f"RoleBinding {name}/{binding['metadata']['name']}"
+        if await _create(what, functools.partial(rbac.create_namespaced_role_binding, name, binding), retries):
+            created.append(what)
+    account = un.service_account(name, config)
+    what = f"ServiceAccount {name}/{account['metadata']['name']}"
+    if await _create(what, lambda: core.create_namespaced_service_account(name, account), retries):
+        created.append(what)
+    g = L.NAMESPACE_OFFLOADING
+    what = f"NamespaceOffloading {name}/{L.NAMESPACE_OFFLOADING_NAME}"
+    if await _create(what, lambda: custom.create_namespaced_custom_object(g.group, g.version, name, g.plural,
+                                                                         offloading), retries):
+        created.append(what)
+    return created
+
+
+async def pre_spawn_hook(spawner: Any) -> None:
+    """Before a user's server starts: make its namespace offloaded and set the magic's environment."""
+    config = load_config()
+    name = un.check_namespace(str(spawner.namespace), config)
+    labels = {k: str(v) for k, v in (getattr(spawner, "user_namespace_labels", None) or {}).items()
+              if "{" not in str(v)}  # kubespawner expands templated values itself when it creates the namespace
+    created = await prepare_namespace(spawner.api.api_client, name, config, labels)
+    if created:
+        spawner.log.info("gpu-offload: prepared %s", ", ".join(created))
+    service_url = str(spawner.environment.get("GPU_OFFLOAD_SERVICE_URL") or "")
+    spawner.environment.update(un.server_environment(name, config, service_url))
+    if not getattr(spawner, "service_account", None):
+        spawner.service_account = config.user_namespaces.user_server_service_account
+
+
+# --- profile_list ---------------------------------------------------------------------------------------
+
+_caches: dict[tuple[str, str], InventoryCache] = {}
+_caches_lock = threading.Lock()
+
+
+def _inventory(timeout: float = 10.0) -> Inventory:
+    """The live inventory from a watch-fed cache kept for the hub's lifetime (one per API location)."""
+    key = (os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBECONFIG", ""))
+    with _caches_lock:
+        cache = _caches.get(key)
+        if cache is None:
+            cache = _caches[key] = InventoryCache(LiqoClient(api_client_from_environment())).start()
+    return cache.inventory(timeout)
+
+
+def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
+    """One profile per GPU model with free GPUs, cheapest price shown, plus the default CPU-only profile."""
+    models: dict[str, dict[str, Any]] = {}
+    for cluster in inventory.clusters:
+        if cluster.health == "down":
+            continue
+        for vn in cluster.virtual_nodes:
+            if vn.cordoned or not vn.ready or not vn.model or vn.free < 1:
+                continue
+            entry = models.setdefault(vn.model, {"free": 0, "clusters": set(), "price": None})
+            entry["free"] += vn.free
+            entry["clusters"].add(cluster.cluster_id)
+            if vn.price is not None and (entry["price"] is None or vn.price < entry["price"]):
+                entry["price"] = vn.price
+    profiles: list[dict[str, Any]] = [{
+        "display_name": "Standard server",
+        "slug": "standard",
+        "description": "No remote GPU by default; %%gpu_offload still places cells on any free GPU.",
+        "default": True,
+    }]
+    for model, entry in sorted(models.items()):
+        price = "" if entry["price"] is None else f", from {entry['price']:g} per GPU-hour"
+        count = len(entry["clusters"])
+        profiles.append({
+            "display_name": f"Remote GPU via Liqo: {model}",
+            "slug": f"liqo-gpu-{model.lower()}",
+            "description": f"{entry['free']} free on {count} cluster{'s' if count > 1 else ''}{price}. "
+                           f"%%gpu_offload cells go to a {model} by default.",
+            "kubespawner_override": {"environment": {"GPU_OFFLOAD_GPU_MODEL": model}},
+        })
+    return profiles
+
+
+def profile_list(spawner: Any) -> list[dict[str, Any]]:
+    """kubespawner's ``profile_list`` callable: the profiles for the current inventory.
+
+    When the inventory cannot be read the standard profile alone is offered (saying why), so a Liqo
+    outage never blocks users from starting their servers.
+    """
+    try:
+        return gpu_profiles(_inventory())
+    except GpuOffloadError as exc:
+        spawner.log.warning("gpu-offload: no GPU profiles: %s", exc)
+        fallback = gpu_profiles(Inventory())
+        fallback[0]["description"] = f"Remote GPU inventory unavailable right now ({exc})."
+        return fallback

@@ -1,0 +1,84 @@
+"""Pure builders of what the spawner hook creates in a user's namespace, and the user server's environment.
+
+Names and roles come from the chart (through ``HubConfig``): the hub binds two ClusterRoles the chart
+made, inside the namespace only, so the hub never holds these rights cluster-wide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_offload.liqo_peering import labels as L
+from gpu_offload.liqo_peering.errors import InvalidRequest
+
+from .actions import dns_label
+from .config import USER_NAMESPACE_LABEL, HubConfig
+
+HUB_BINDING = "gpu-offload-hub"
+USER_SERVER_BINDING = "gpu-offload-user-server"
+
+
+def check_namespace(name: str, config: HubConfig) -> str:
+    """``name`` if the chart's admission policy will admit it as a user namespace."""
+    dns_label(name, "user namespace")
+    prefix = config.user_namespace_prefix
+    if not name.startswith(prefix):
+        raise InvalidRequest(
+            f"user namespace {name!r} does not start with {prefix!r}, so the chart's admission policy refuses it;"
+            f" set c.KubeSpawner.user_namespace_template to \"{prefix}{{username}}\" (or the chart's "
+            "userNamespaces.prefix to match)"
+        )
+    return name
+
+
+def namespace(name: str, extra_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The user namespace, labelled so the admission policy admits it and cleanup can find it."""
+    labels = {**(extra_labels or {}), USER_NAMESPACE_LABEL: "true", L.MANAGED_BY: L.MANAGED_BY_VALUE}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def _binding(name: str, namespace: str, cluster_role: str, account: str, account_namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
+    }
+
+
+def role_bindings(name: str, config: HubConfig) -> list[dict[str, Any]]:
+    """The hub's binding (first: the rest of the hook needs it) and the users' server binding."""
+    user_ns = config.user_namespaces
+    return [
+        _binding(HUB_BINDING, name, user_ns.hub_cluster_role, config.hub_service_account, config.hub_namespace),
+        _binding(USER_SERVER_BINDING, name, user_ns.user_server_cluster_role,
+                 user_ns.user_server_service_account, name),
+    ]
+
+
+def service_account(name: str, config: HubConfig) -> dict[str, Any]:
+    """The account the user's server runs as (it may create pods and secrets in this namespace only)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": config.user_namespaces.user_server_service_account, "namespace": name,
+                     "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
+    }
+
+
+def server_environment(name: str, config: HubConfig, service_url: str = "") -> dict[str, str]:
+    """What the magic in the user's server reads: backend, namespace, the service, image, object storage."""
+    env = {
+        "GPU_OFFLOAD_BACKEND": "kubernetes",
+        "GPU_OFFLOAD_NAMESPACE": name,
+        "GPU_OFFLOAD_IMAGE": config.default_image,
+    }
+    if service_url:
+        env["GPU_OFFLOAD_SERVICE_URL"] = service_url
+    if config.object_storage_endpoint:
+        env["GPU_OFFLOAD_S3_ENDPOINT"] = config.object_storage_endpoint
+    if config.object_storage_bucket:
+        env["GPU_OFFLOAD_S3_BUCKET"] = config.object_storage_bucket
+    return env

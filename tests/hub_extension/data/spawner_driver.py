@@ -1,0 +1,69 @@
+"""Runs one spawner scenario the way the hub process would, and prints the outcome as JSON.
+
+A child process because kubernetes_asyncio (kubespawner's client) reads KUBECONFIG once, when it is
+imported: like the hub, this process has the sandbox's kubeconfig in its environment from the start.
+Usage: python spawner_driver.py '{"scenario": "hook", "user": "alice"}'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import types
+from typing import Any
+
+from gpu_offload.hub_extension import spawner as hook
+from gpu_offload.hub_extension.config import load_config
+from kubespawner import KubeSpawner
+from traitlets.config import Config
+
+
+def make_spawner(user: str, template: str) -> KubeSpawner:
+    """A real KubeSpawner configured as the z2jh overlay's extraConfig does."""
+    c = Config()
+    c.KubeSpawner.namespace = "jhub"
+    c.KubeSpawner.enable_user_namespaces = True
+    c.KubeSpawner.user_namespace_template = template
+    c.KubeSpawner.user_namespace_labels = {"gpu-offload.io/user-namespace": "true",
+                                           "hub.jupyter.org/network-access-hub": "true"}
+    c.KubeSpawner.pre_spawn_hook = hook.pre_spawn_hook
+    c.KubeSpawner.profile_list = hook.profile_list
+    c.KubeSpawner.environment = {"GPU_OFFLOAD_SERVICE_URL": "http://hub.jhub.svc:10101/services/gpu-offload/"}
+    owner = types.SimpleNamespace(name=user, id=7, url=f"/user/{user}/", escaped_name=user)
+    return KubeSpawner(config=c, user=owner, _mock=True)
+
+
+async def scenario(args: dict[str, Any]) -> dict[str, Any]:
+    # The overlay's template is "{hubnamespace}-{username}"; kubespawner reads the hub namespace from the
+    # pod's service-account files, which only exist in a pod, so the expansion is spelled out here.
+    spawner = make_spawner(args["user"], args.get("template", "jhub-{username}"))
+    out: dict[str, Any] = {"namespace": spawner.namespace}
+    kind = args["scenario"]
+    if kind == "hook":
+        await spawner.run_pre_spawn_hook()
+    elif kind == "prepare":
+        out["created"] = await hook.prepare_namespace(spawner.api.api_client, spawner.namespace, load_config(),
+                                                      retries=args["retries"])
+    elif kind == "profiles":
+        loop = asyncio.get_running_loop()
+        out["profiles"] = await loop.run_in_executor(None, hook.profile_list, spawner)
+        out["form"] = await spawner._render_options_form_dynamically(spawner)
+        spawner.user_options = {"profile": args["choose"]}
+        await spawner.load_user_options()
+    out["environment"] = dict(spawner.environment)
+    out["service_account"] = spawner.service_account
+    return out
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    try:
+        result = asyncio.run(scenario(args))
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which asserts on it
+        result = {"error": type(exc).__name__, "message": str(exc)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
