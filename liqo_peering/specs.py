@@ -206,6 +206,19 @@ def runner_labels(spec: RunnerPodSpec) -> dict[str, str]:
     }
 
 
+def runner_selector(user: str | None = None, kernel: str | None = None, run_id: str | None = None) -> str:
+    """Label selector for what the project created, narrowed to a user, a kernel or a run.
+
+    Cleanup after a crashed kernel lists pods and Secrets with ``runner_selector(user, kernel)``; values go
+    through ``label_value`` exactly as the builders wrote them, so a user like ``alice@example.org`` matches.
+    """
+    parts = [f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"]
+    for key, value in ((L.USER, user), (L.KERNEL, kernel), (L.RUN_ID, run_id)):
+        if value is not None:
+            parts.append(f"{key}={label_value(value)}")
+    return ",".join(parts)
+
+
 def _container(spec: RunnerPodSpec) -> dict[str, Any]:
     runner = f"{MOUNT_PATH}/{RUNNER_KEY}"
     args = ["--session"] if spec.session else ["--bundle", f"{MOUNT_PATH}/{BUNDLE_KEY}"]

@@ -11,7 +11,7 @@ import kubernetes
 import pytest
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
-from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_pod, runner_secret
+from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_pod, runner_secret, runner_selector
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
@@ -60,7 +60,7 @@ def test_runner_pod_runs_the_bundle_from_its_secret_and_takes_the_secret_along(a
         log = core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
         assert (phase, log) == ("Succeeded", "bundle says: hello from the bundle\n")
         assert core.read_namespaced_pod(name, namespace).spec.node_name == placement.virtual_node == "donor-2-gpu"
-        selector = f"gpu-offload.io/run-id={spec.run_id},gpu-offload.io/managed-by=gpu-offload"
+        selector = runner_selector(run_id=spec.run_id)
         assert [s.metadata.name for s in core.list_namespaced_secret(namespace, label_selector=selector).items] == [
             f"{name}-bundle"]
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)

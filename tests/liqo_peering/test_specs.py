@@ -21,6 +21,7 @@ from gpu_offload.liqo_peering.specs import (
     namespace_offloading,
     runner_pod,
     runner_secret,
+    runner_selector,
 )
 
 VN_TERM = {"key": "liqo.io/type", "operator": "In", "values": ["virtual-node"]}
@@ -234,3 +235,12 @@ def test_too_large_bundle_fails_before_anything_is_built() -> None:
         runner_secret(pod, "uid", b"x" * 1024 * 1024, b"0123456789")
     with pytest.raises(InvalidRequest, match="no pod uid; create the pod first"):
         runner_secret(pod, "", b"b", b"r")
+
+
+def test_runner_selector_matches_the_labels_the_builders_wrote() -> None:
+    labels = runner_pod(spec())["metadata"]["labels"]
+    selector = runner_selector(user="alice@example.org", kernel="k-42")
+    pairs = dict(term.split("=", 1) for term in selector.split(","))
+    assert pairs == {k: labels[k] for k in pairs}
+    assert set(pairs) == {"gpu-offload.io/managed-by", "gpu-offload.io/user", "gpu-offload.io/kernel"}
+    assert runner_selector() == "gpu-offload.io/managed-by=gpu-offload"
