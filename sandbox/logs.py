@@ -15,8 +15,9 @@ buffers are dropped by the API layer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -123,8 +124,10 @@ class LogBuffers:
             start = max(start, len(buf.lines) - query.tail_lines)
         return start
 
-    async def read(self, namespace: str, pod: str, container: str, query: LogQuery) -> AsyncIterator[LogLine]:
-        """Lines selected by ``query``; with ``follow``, waits for more until the container closes."""
+    async def read(self, namespace: str, pod: str, container: str, query: LogQuery,
+                   gone: Callable[[], bool] = lambda: False) -> AsyncIterator[LogLine]:
+        """Lines selected by ``query``; with ``follow``, waits for more until the container closes (or
+        ``gone()`` says the reader went away, checked every couple of seconds while idle)."""
         loop = asyncio.get_running_loop()
         with self._lock:
             buf = self._buffers.setdefault((namespace, pod, container), _Buffer())
@@ -148,4 +151,7 @@ class LogBuffers:
             if done and not fresh:
                 return
             if not fresh:
-                await event.wait()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(event.wait(), 2.0)
+                if gone():
+                    return

@@ -13,6 +13,7 @@ from . import streams
 from .api import Api
 from .errors import ApiError, bad_request
 from .logs import LogQuery, LogStreamCut
+from .watch_http import client_gone
 
 _TRUE = ("1", "true", "True")
 
@@ -67,7 +68,7 @@ async def pod_log(api: Api, request: web.Request, namespace: str, name: str) -> 
     resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
     await resp.prepare(request)
     try:
-        async for line in api.logs.read(namespace, name, container, query):
+        async for line in api.logs.read(namespace, name, container, query, lambda: client_gone(request)):
             await resp.write((line.rfc3339().encode() + b" " if stamps else b"") + line.text)
     except LogStreamCut:
         # a cut stream must look like a dropped connection, not a clean end

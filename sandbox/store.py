@@ -154,6 +154,12 @@ class Store:
             self._emit(WatchEvent("DELETED", key, gone_obj, self._rv))
             return clone(gone_obj)
 
+    @property
+    def subscription_count(self) -> int:
+        """How many subscriptions are open (a watch whose client left must not stay among them)."""
+        with self.lock:
+            return len(self._subs)
+
     def storage_keys(self) -> builtins.list[StorageKey]:
         """Storage keys holding at least one object."""
         with self.lock:

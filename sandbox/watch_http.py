@@ -19,6 +19,13 @@ from .errors import ApiError, bad_request
 from .resources import ResourceType
 from .selectors import Selector
 
+IDLE_CHECK_SECONDS = 2.0
+
+
+def client_gone(request: web.Request) -> bool:
+    """Whether the client of a long-running response closed its connection."""
+    return request.transport is None or request.transport.is_closing()
+
 
 def _since(value: str | None) -> int | None:
     if value in (None, "", "0"):
@@ -61,9 +68,12 @@ async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespac
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             left = deadline - asyncio.get_running_loop().time()
-            event = await sub.next(timeout=max(left, 0)) if left > 0 else None
-            if event is None:
+            if left <= 0 or sub.closed or client_gone(request):
                 break
+            # wake up now and then: a client that went away must not keep a subscription for 30 minutes
+            event = await sub.next(timeout=min(left, IDLE_CHECK_SECONDS))
+            if event is None:
+                continue
             if event.resource_version <= listed_rv:
                 continue
             kind = seen.translate(event.type, event.object, selector)

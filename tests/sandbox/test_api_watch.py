@@ -93,3 +93,19 @@ def test_watch_across_all_namespaces_sees_each_namespace(core, ns):
     events = [(e["object"].metadata.namespace, e["object"].metadata.name) for e in watch.Watch().stream(
         core.list_config_map_for_all_namespaces, resource_version=rv, timeout_seconds=1)]
     assert (ns, "here") in events
+
+
+def test_a_client_that_goes_away_does_not_leave_its_watch_behind(api_sandbox, core, ns, wait):
+    import urllib3
+
+    store = api_sandbox.api.store
+    before = store.subscription_count
+    core.create_namespaced_config_map(ns, _cm("x"))
+    http = urllib3.PoolManager()
+    resp = http.request("GET", f"{api_sandbox.url}/api/v1/namespaces/{ns}/configmaps?watch=true",
+                        preload_content=False)
+    assert b'"ADDED"' in next(resp.stream(decode_content=True))
+    assert store.subscription_count == before + 1
+    resp.release_conn()
+    http.clear()  # closes the socket, as a killed client would
+    wait(lambda: store.subscription_count == before, "the server to drop the abandoned watch")
