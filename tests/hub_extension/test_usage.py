@@ -1,0 +1,128 @@
+"""The usage recorder: runner pods metered when they end, kept across restarts, never counted twice."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from gpu_offload.hub_extension.config import HubConfig
+from gpu_offload.hub_extension.state import HubState
+from gpu_offload.hub_extension.store import Store
+from gpu_offload.hub_extension.usage import finished_run
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.origin import RunningOrigin
+
+T0 = datetime(2026, 11, 22, 1, 0, 0, tzinfo=timezone.utc)
+
+
+def _pod(phase: str, gpus: int = 2, node: str = "donor-1-gpu", finished: str | None = "2026-11-22T01:30:00Z"
+         ) -> dict[str, Any]:
+    terminated = {"startedAt": "2026-11-22T01:00:05Z", **({"finishedAt": finished} if finished else {})}
+    state = {"terminated": terminated} if phase in ("Succeeded", "Failed") else {"running": {"startedAt": "2026-11-22T01:00:05Z"}}
+    return {
+        "metadata": {"name": "gpuo-r1", "namespace": "jhub-alice", "uid": "uid-1",
+                     "labels": {"gpu-offload.io/user": "alice-3f2a"}, "annotations": {"gpu-offload.io/user": "alice@example.org"}},
+        "spec": {"nodeName": node, "containers": [{"name": "runner", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": {"phase": phase, "startTime": "2026-11-22T01:00:00Z", "containerStatuses": [{"state": state}]},
+    }
+
+
+def test_a_finished_pod_is_metered_from_start_to_its_last_container_finish() -> None:
+    run = finished_run(_pod("Succeeded"), "MODIFIED", {"donor-1-gpu": "donor-1"}, T0 + timedelta(hours=5))
+    assert run is not None
+    assert (run.user, run.cluster_id, run.gpus, run.phase) == ("alice@example.org", "donor-1", 2, "Succeeded")
+    assert run.gpu_seconds == 2 * 30 * 60
+
+
+def test_a_pod_deleted_while_running_is_metered_until_its_deletion() -> None:
+    now = T0 + timedelta(minutes=10)
+    run = finished_run(_pod("Running", finished=None), "DELETED", {"donor-1-gpu": "donor-1"}, now)
+    assert run is not None and run.phase == "Deleted" and run.gpu_seconds == 2 * 600
+
+
+def test_running_local_or_gpu_less_pods_are_not_runs() -> None:
+    clusters = {"donor-1-gpu": "donor-1"}
+    assert finished_run(_pod("Running"), "MODIFIED", clusters, T0) is None
+    assert finished_run(_pod("Succeeded", node="local-node"), "MODIFIED", clusters, T0) is None
+    assert finished_run(_pod("Succeeded", gpus=0), "MODIFIED", clusters, T0) is None
+
+
+def test_the_store_counts_a_pod_once_and_sums_per_user_and_cluster(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/usage.sqlite")
+    run = finished_run(_pod("Succeeded"), "MODIFIED", {"donor-1-gpu": "donor-1"}, T0)
+    assert run is not None
+    assert store.record_run(run) is True
+    assert store.record_run(run) is False  # the DELETED event of the same pod
+    store.close()
+    reopened = Store(f"sqlite:///{tmp_path}/usage.sqlite")  # a restarted service
+    assert reopened.record_run(run) is False
+    (total,) = reopened.totals()
+    assert (total.user, total.cluster_id, total.runs) == ("alice@example.org", "donor-1", 1)
+    assert total.gpu_hours == pytest.approx(1.0)
+    assert [r.pod_uid for r in reopened.runs("alice@example.org")] == ["uid-1"]
+    reopened.close()
+
+
+@pytest.fixture(scope="module")
+def k8s(origin: RunningOrigin) -> Iterator[kubernetes.client.ApiClient]:
+    client = origin.sandbox.api_client()
+    yield client
+    client.close()
+
+
+def _offloaded_namespace(k8s: kubernetes.client.ApiClient) -> str:
+    name = f"jhub-u{uuid.uuid4().hex[:6]}"
+    kubernetes.client.CoreV1Api(k8s).create_namespace({"metadata": {"name": name}})
+    body = {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+            "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}}
+    kubernetes.client.CustomObjectsApi(k8s).create_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", name, "namespaceoffloadings", body)
+    return name
+
+
+def _runner_pod(name: str, user: str, gpus: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"gpu-offload.io/managed-by": "gpu-offload",
+                                                  "gpu-offload.io/user": user},
+                         "annotations": {"gpu-offload.io/user": user}},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "runner", "image": "python:3.11", "command": ["python3", "-c", "import time; time.sleep(1)"],
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+
+def test_the_service_records_real_runs_once_across_a_restart(origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/usage.sqlite"
+    core = kubernetes.client.CoreV1Api(k8s)
+    ns = _offloaded_namespace(k8s)
+    state = HubState(HubConfig(), k8s, Store(url)).start()
+    try:
+        assert state.wait_synced(60)
+        core.create_namespaced_pod(ns, _runner_pod("gpuo-a", "alice", 2))
+        wait_until(lambda: state.store.totals("alice"), "the finished pod to be recorded")
+        # the runner's backend deletes the pod after its run: the DELETED event must not count it again
+        core.delete_namespaced_pod("gpuo-a", ns)
+        wait_until(lambda: not [p for p in state.pods.objects() if p["metadata"]["name"] == "gpuo-a"],
+                   "the deletion to reach the service")
+        # a second pod finishes, and stays (not deleted) while the service restarts
+        core.create_namespaced_pod(ns, _runner_pod("gpuo-b", "alice", 1))
+        wait_until(lambda: state.store.totals("alice") and state.store.totals("alice")[0].runs == 2, "the 2nd run")
+    finally:
+        state.close()
+    restarted = HubState(HubConfig(), k8s, Store(url)).start()  # re-lists gpuo-b, finished: seen again
+    try:
+        assert restarted.wait_synced(60)
+        wait_until(lambda: [p for p in restarted.pods.objects() if p["metadata"]["name"] == "gpuo-b"], "the re-list")
+        (total,) = restarted.store.totals("alice")
+        assert total.runs == 2 and total.cluster_id in ("donor-1", "donor-2")
+        runs = {r.pod: r for r in restarted.store.runs("alice")}
+        assert runs["gpuo-a"].gpus == 2 and runs["gpuo-b"].gpus == 1
+        assert all(r.gpu_seconds > 0 and r.phase == "Succeeded" for r in runs.values())
+        mine = restarted.user_runs("alice")
+        assert {r["pod"] for r in mine["finished"]} == {"gpuo-a", "gpuo-b"} and mine["running"] == []
+    finally:
+        restarted.close()
+        core.delete_namespace(ns)
