@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import watch_http
+from . import paging, watch_http
 from .api import Api
 from .errors import ApiError, bad_request, method_not_allowed
 from .pod_http import pod_attach_or_exec, pod_binding, pod_log
@@ -78,7 +78,11 @@ async def _collection(api: Api, request: web.Request, t: Target) -> web.StreamRe
         selector = Selector.parse(q.get("labelSelector"), q.get("fieldSelector"), t.rt.kind)
         if t.watch or q.get("watch") in ("1", "true", "True"):
             return await watch_http.serve_watch(api, request, t.rt, t.namespace, selector)
-        return _json(api.list(t.rt, t.namespace, selector, copy=False))
+        listing = api.list(t.rt, t.namespace, selector, copy=False)
+        limit = q.get("limit")
+        if limit is not None and not limit.lstrip("-").isdigit():
+            raise bad_request(f"limit={limit!r} must be an integer")
+        return _json(paging.page(listing, int(limit) if limit else None, q.get("continue")))
     if request.method == "POST":
         body = await read_json(request)
         if q.get("dryRun") == "All":

@@ -76,3 +76,21 @@ def test_unsupported_field_is_400_naming_the_field(core, labelled):
         core.list_namespaced_pod(labelled, field_selector="spec.hostname=x")
     assert err.value.status == 400
     assert "field label not supported: spec.hostname" in json.loads(err.value.body)["message"]
+
+
+def test_paging_with_limit_and_continue(core, ns):
+    for i in range(7):
+        core.create_namespaced_config_map(ns, {"metadata": {"name": f"cm-{i}", "labels": {"page": "yes"}}})
+    names, token, pages = [], None, 0
+    while True:
+        chunk = core.list_namespaced_config_map(ns, label_selector="page=yes", limit=3, _continue=token)
+        names += [c.metadata.name for c in chunk.items]
+        pages += 1
+        token = chunk.metadata._continue
+        if not token:
+            break
+        assert chunk.metadata.remaining_item_count == 7 - len(names)
+    assert names == [f"cm-{i}" for i in range(7)] and pages == 3
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_config_map(ns, limit=3, _continue="garbage")
+    assert err.value.status == 400
