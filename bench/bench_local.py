@@ -158,16 +158,20 @@ def round_trips(shell: Any, peer: Peer | None, max_mib: int, runs: int) -> None:
     size, worst = 1, 0.0
     while size <= max_mib:
         array = np.random.default_rng(0).random(size * MIB // 8)
-        copy = statistics.median(samples(array.copy, runs))
         shell.user_ns["a"] = array
-        ours = statistics.median(
-            samples(lambda: shell.run_cell_magic("gpu_offload", "--session bench", "b = a"), runs)
-        )
-        assert np.array_equal(shell.user_ns["b"], array)
-        shell.user_ns.pop("b")
-        theirs = (
-            statistics.median(samples(lambda array=array: peer.round_trip(array), runs)) if peer else None
-        )
+        offload = lambda: shell.run_cell_magic("gpu_offload", "--session bench", "b = a")  # noqa: E731
+        copies: list[float] = []
+        trips: list[float] = []
+        peers: list[float] = []
+        # interleaved, so that a burst of load from the neighbours hits every column alike
+        for _ in range(runs):
+            copies += samples(array.copy, 1)
+            trips += samples(offload, 1)
+            if peer is not None:
+                peers += samples(lambda array=array: peer.round_trip(array), 1)
+        assert np.array_equal(shell.user_ns.pop("b"), array)
+        copy, ours = statistics.median(copies), statistics.median(trips)
+        theirs = statistics.median(peers) if peers else None
         if size >= 64:
             worst = max(worst, ours / copy)
         print(
@@ -263,7 +267,7 @@ def main() -> None:
         "--max-mib", type=int, default=256, help="largest array (default 256; 1024 for 1 GiB)"
     )
     parser.add_argument("--runs", type=int, default=200, help="runs of the trivial cell (default 200)")
-    parser.add_argument("--array-runs", type=int, default=3, help="runs per array size (default 3)")
+    parser.add_argument("--array-runs", type=int, default=5, help="runs per array size (default 5)")
     parser.add_argument("--lines", type=int, default=300, help="printed lines for the latency test")
     parser.add_argument("--no-peer", action="store_true", help="skip ipyparallel")
     parser.add_argument("--parts", default="overhead,arrays,latency", help="comma-separated parts to run")
