@@ -5,16 +5,20 @@ One line in a test module or conftest gives a module-scoped origin with two dono
     origin = origin_fixture(LIQO_CRDS)            # LIQO_CRDS: ../shared/liqo-crds resolved from the repo
 
 Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.origin.RunningOrigin`). On teardown the
-fixture asserts that no container process started by the sandbox is still alive.
+fixture asserts that no container process started by the sandbox is still alive. Import ``core``,
+``custom``, ``namespace`` and ``offloaded_namespace`` from here too for official clients and fresh
+namespaces (they use whatever ``origin`` fixture the importing module defines).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import kubernetes
 import pytest
 
 from . import process
@@ -51,3 +55,38 @@ def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0, 
             return last
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what} (last value: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def core(origin: RunningOrigin) -> Iterator[Any]:
+    """``CoreV1Api`` of the official client, configured from the origin's kubeconfig file."""
+    client = origin.sandbox.api_client()
+    yield kubernetes.client.CoreV1Api(client)
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def custom(origin: RunningOrigin) -> Iterator[Any]:
+    """``CustomObjectsApi`` of the official client, for the Liqo kinds."""
+    client = origin.sandbox.api_client()
+    yield kubernetes.client.CustomObjectsApi(client)
+    client.close()
+
+
+@pytest.fixture()
+def namespace(core: Any) -> Iterator[str]:
+    """A fresh namespace, not offloaded, deleted after the test."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture()
+def offloaded_namespace(namespace: str, custom: Any) -> str:
+    """A fresh namespace with a NamespaceOffloading (LocalAndRemote, every donor)."""
+    custom.create_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", namespace, "namespaceoffloadings",
+        {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+         "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "LocalAndRemote"}})
+    return namespace

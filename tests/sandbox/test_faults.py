@@ -5,34 +5,23 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-import uuid
 
 import kubernetes
 import pytest
 import urllib3
+from gpu_offload.sandbox import fixtures
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
 origin = origin_fixture()
+core, custom, namespace, offloaded_namespace = (fixtures.core, fixtures.custom, fixtures.namespace,
+                                               fixtures.offloaded_namespace)
 
 
-@pytest.fixture(scope="module")
-def core(origin):
-    client = origin.sandbox.api_client()
-    yield kubernetes.client.CoreV1Api(client)
-    client.close()
 
-
-@pytest.fixture()
-def ns(core, origin):
-    name = f"f-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    kubernetes.client.CustomObjectsApi(origin.sandbox.api_client()).create_namespaced_custom_object(
-        "offloading.liqo.io", "v1beta1", name, "namespaceoffloadings",
-        {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
-         "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
-    yield name
+@pytest.fixture(autouse=True)
+def clear_faults(origin):
+    yield
     control(origin, "DELETE")
-    core.delete_namespace(name)
 
 
 def control(origin, method: str, body: dict | None = None) -> dict:
@@ -49,32 +38,32 @@ def _pod(name: str, code: str = "import time; time.sleep(600)", gpus: int = 1, i
                             "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
 
 
-def _running(core, ns: str, name: str):
-    return wait_until(lambda: (p := core.read_namespaced_pod(name, ns)).status.phase == "Running" and p,
+def _running(core, offloaded_namespace: str, name: str):
+    return wait_until(lambda: (p := core.read_namespaced_pod(name, offloaded_namespace)).status.phase == "Running" and p,
                       f"{name} running")
 
 
-def _failed(core, ns: str, name: str):
-    return wait_until(lambda: (p := core.read_namespaced_pod(name, ns)).status.phase == "Failed" and p,
+def _failed(core, offloaded_namespace: str, name: str):
+    return wait_until(lambda: (p := core.read_namespaced_pod(name, offloaded_namespace)).status.phase == "Failed" and p,
                       f"{name} failed")
 
 
-def test_virtual_node_not_ready_fails_its_pods_and_new_pods_go_elsewhere(origin, core, ns):
+def test_virtual_node_not_ready_fails_its_pods_and_new_pods_go_elsewhere(origin, core, offloaded_namespace):
     custom = kubernetes.client.CustomObjectsApi(origin.sandbox.api_client())
-    core.create_namespaced_pod(ns, _pod("victim"))
-    node = _running(core, ns, "victim").spec.node_name
+    core.create_namespaced_pod(offloaded_namespace, _pod("victim"))
+    node = _running(core, offloaded_namespace, "victim").spec.node_name
     other = "donor-2-gpu" if node == "donor-1-gpu" else "donor-1-gpu"
     answer = control(origin, "POST", {"fault": "node-not-ready", "node": node})
     assert answer == {"applied": "node-not-ready", "result": 1}
-    failed = _failed(core, ns, "victim")
+    failed = _failed(core, offloaded_namespace, "victim")
     assert failed.status.reason == "NodeLost" and node in failed.status.message
     ready = next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("Unknown", "NodeStatusUnknown")
     fc = custom.get_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", node.removesuffix("-gpu"))
     statuses = {c["type"]: c["status"] for m in fc["status"]["modules"].values() for c in m["conditions"]}
     assert statuses["NetworkConnectionStatus"] == "Error"
-    core.create_namespaced_pod(ns, _pod("next"))
-    assert _running(core, ns, "next").spec.node_name == other
+    core.create_namespaced_pod(offloaded_namespace, _pod("next"))
+    assert _running(core, offloaded_namespace, "next").spec.node_name == other
     assert control(origin, "GET")["lostNodes"] == [node]
     control(origin, "POST", {"fault": "node-ready", "node": node})
     ready = next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
@@ -82,46 +71,46 @@ def test_virtual_node_not_ready_fails_its_pods_and_new_pods_go_elsewhere(origin,
                                            if t.key == "node.kubernetes.io/unreachable"]
 
 
-def test_oom_killed_container(origin, core, ns):
-    core.create_namespaced_pod(ns, _pod("hungry"))
-    _running(core, ns, "hungry")
-    origin.call(origin.faults.oom_kill(ns, "hungry"))
-    state = _failed(core, ns, "hungry").status.container_statuses[0].state.terminated
+def test_oom_killed_container(origin, core, offloaded_namespace):
+    core.create_namespaced_pod(offloaded_namespace, _pod("hungry"))
+    _running(core, offloaded_namespace, "hungry")
+    origin.call(origin.faults.oom_kill(offloaded_namespace, "hungry"))
+    state = _failed(core, offloaded_namespace, "hungry").status.container_statuses[0].state.terminated
     assert (state.reason, state.exit_code) == ("OOMKilled", 137)
 
 
-def test_evicted_pod(origin, core, ns):
-    core.create_namespaced_pod(ns, _pod("evictee"))
-    _running(core, ns, "evictee")
-    control(origin, "POST", {"fault": "evict", "namespace": ns, "pod": "evictee"})
-    pod = _failed(core, ns, "evictee")
+def test_evicted_pod(origin, core, offloaded_namespace):
+    core.create_namespaced_pod(offloaded_namespace, _pod("evictee"))
+    _running(core, offloaded_namespace, "evictee")
+    control(origin, "POST", {"fault": "evict", "namespace": offloaded_namespace, "pod": "evictee"})
+    pod = _failed(core, offloaded_namespace, "evictee")
     assert pod.status.reason == "Evicted" and "low on resource" in pod.status.message
 
 
-def test_image_pull_fault_then_recovery(origin, core, ns):
+def test_image_pull_fault_then_recovery(origin, core, offloaded_namespace):
     control(origin, "POST", {"fault": "image-pull", "image": "python:3.10"})
-    core.create_namespaced_pod(ns, _pod("pull", code="print('pulled')", image="python:3.10"))
-    wait_until(lambda: (s := core.read_namespaced_pod("pull", ns).status.container_statuses)
+    core.create_namespaced_pod(offloaded_namespace, _pod("pull", code="print('pulled')", image="python:3.10"))
+    wait_until(lambda: (s := core.read_namespaced_pod("pull", offloaded_namespace).status.container_statuses)
                and s[0].state.waiting and s[0].state.waiting.reason == "ImagePullBackOff", "ImagePullBackOff")
     control(origin, "DELETE")
-    wait_until(lambda: core.read_namespaced_pod("pull", ns).status.phase == "Succeeded", "the pull to succeed")
+    wait_until(lambda: core.read_namespaced_pod("pull", offloaded_namespace).status.phase == "Succeeded", "the pull to succeed")
 
 
-def test_api_5xx_on_a_chosen_path(origin, core, ns):
-    control(origin, "POST", {"fault": "api-error", "path": f"^/api/v1/namespaces/{ns}/pods$", "status": 503,
+def test_api_5xx_on_a_chosen_path(origin, core, offloaded_namespace):
+    control(origin, "POST", {"fault": "api-error", "path": f"^/api/v1/namespaces/{offloaded_namespace}/pods$", "status": 503,
                              "methods": ["POST"], "times": 1})
     with pytest.raises(kubernetes.client.ApiException) as err:
-        core.create_namespaced_pod(ns, _pod("first", code="print(1)"))
+        core.create_namespaced_pod(offloaded_namespace, _pod("first", code="print(1)"))
     assert err.value.status == 503
-    core.create_namespaced_pod(ns, _pod("first", code="print(1)"))  # the rule fired its one time
-    core.list_namespaced_pod(ns)  # other verbs were never affected
+    core.create_namespaced_pod(offloaded_namespace, _pod("first", code="print(1)"))  # the rule fired its one time
+    core.list_namespaced_pod(offloaded_namespace)  # other verbs were never affected
     assert control(origin, "GET")["apiRules"][0]["fired"] == 1
 
 
-def test_api_latency_on_a_chosen_path(origin, core, ns):
-    rule = origin.faults.api_latency(f"^/api/v1/namespaces/{ns}/configmaps", 0.2, times=2)
-    core.list_namespaced_config_map(ns)
-    core.list_namespaced_config_map(ns)
+def test_api_latency_on_a_chosen_path(origin, core, offloaded_namespace):
+    rule = origin.faults.api_latency(f"^/api/v1/namespaces/{offloaded_namespace}/configmaps", 0.2, times=2)
+    core.list_namespaced_config_map(offloaded_namespace)
+    core.list_namespaced_config_map(offloaded_namespace)
     assert origin.sandbox.api.faults.fired(rule) == 2  # slowed, still served (no timing asserted)
 
 
@@ -131,21 +120,21 @@ def test_control_endpoint_refuses_rules_that_would_lock_it_out(origin):
     assert err.value.code == 400 and "anchor it" in json.loads(err.value.read())["error"]
 
 
-def test_log_stream_cut_mid_way(origin, core, ns):
+def test_log_stream_cut_mid_way(origin, core, offloaded_namespace):
     code = "import sys, time\nfor i in range(400):\n print('line', i, flush=True); time.sleep(0.01)"
-    core.create_namespaced_pod(ns, _pod("chatty", code=code))
-    _running(core, ns, "chatty")
-    resp = core.read_namespaced_pod_log("chatty", ns, follow=True, _preload_content=False)
+    core.create_namespaced_pod(offloaded_namespace, _pod("chatty", code=code))
+    _running(core, offloaded_namespace, "chatty")
+    resp = core.read_namespaced_pod_log("chatty", offloaded_namespace, follow=True, _preload_content=False)
     got = b""
     try:
         for chunk in resp.stream(64):
             got += chunk
             if b"line 3\n" in got and "cut" not in locals():
-                cut = control(origin, "POST", {"fault": "cut-logs", "namespace": ns, "pod": "chatty"})
+                cut = control(origin, "POST", {"fault": "cut-logs", "namespace": offloaded_namespace, "pod": "chatty"})
                 assert cut["result"] == 1
     except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError):
         pass  # the connection dropped mid-stream, as when a kubelet or a proxy goes away
-    wait_until(lambda: core.read_namespaced_pod("chatty", ns).status.phase == "Succeeded", "chatty done")
-    full = core.read_namespaced_pod_log("chatty", ns, _preload_content=False).data
+    wait_until(lambda: core.read_namespaced_pod("chatty", offloaded_namespace).status.phase == "Succeeded", "chatty done")
+    full = core.read_namespaced_pod_log("chatty", offloaded_namespace, _preload_content=False).data
     assert full.count(b"\n") == 400
     assert b"line 399\n" not in got, "the follow stream should have been cut before the end"

@@ -5,29 +5,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-import uuid
 
-import kubernetes
 import pytest
+from gpu_offload.sandbox import fixtures
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 from kubernetes.stream import stream
 
 origin = origin_fixture()  # built-in Liqo description: the package alone, as a user installs it
+core, namespace = fixtures.core, fixtures.namespace
 
-
-@pytest.fixture(scope="module")
-def core(origin):
-    client = origin.sandbox.api_client()
-    yield kubernetes.client.CoreV1Api(client)
-    client.close()
-
-
-@pytest.fixture()
-def ns(core):
-    name = f"k-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
 
 
 def _pod(name: str, code: str, image: str = "python:3.11", restart: str = "Never", **container) -> dict:
@@ -36,18 +22,18 @@ def _pod(name: str, code: str, image: str = "python:3.11", restart: str = "Never
                 {"name": "main", "image": image, "command": ["python3", "-u", "-c", code], **container}]}}
 
 
-def _finished(core, ns: str, name: str):
-    return wait_until(lambda: (p := core.read_namespaced_pod(name, ns)).status.phase in ("Succeeded", "Failed")
-                      and p, f"pod {ns}/{name} to finish")
+def _finished(core, namespace: str, name: str):
+    return wait_until(lambda: (p := core.read_namespaced_pod(name, namespace)).status.phase in ("Succeeded", "Failed")
+                      and p, f"pod {namespace}/{name} to finish")
 
 
-def _log(core, ns: str, name: str) -> str:
-    return core.read_namespaced_pod_log(name, ns, _preload_content=False).data.decode()
+def _log(core, namespace: str, name: str) -> str:
+    return core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
 
 
-def test_env_volumes_downward_api_and_working_dir(core, ns):
-    core.create_namespaced_secret(ns, {"metadata": {"name": "creds"}, "stringData": {"token": "s3cr3t"}})
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "settings"}, "data": {"mode": "fast"}})
+def test_env_volumes_downward_api_and_working_dir(core, namespace):
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "creds"}, "stringData": {"token": "s3cr3t"}})
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"mode": "fast"}})
     code = ("import os, json; print(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd(), "
             "'token': open('/etc/creds/token'.replace('/etc/creds', os.environ['CREDS'])).read(), "
             "'mode': open(os.environ['CONF'] + '/mode').read()}))")
@@ -63,10 +49,10 @@ def test_env_volumes_downward_api_and_working_dir(core, ns):
                volumeMounts=[{"name": "creds", "mountPath": "/etc/creds"}, {"name": "conf", "mountPath": "/etc/conf"}])
     pod["spec"]["volumes"] = [{"name": "creds", "secret": {"secretName": "creds"}},
                               {"name": "conf", "configMap": {"name": "settings"}}]
-    core.create_namespaced_pod(ns, pod)
-    done = _finished(core, ns, "env")
-    assert done.status.phase == "Succeeded", _log(core, ns, "env")
-    out = json.loads(_log(core, ns, "env"))
+    core.create_namespaced_pod(namespace, pod)
+    done = _finished(core, namespace, "env")
+    assert done.status.phase == "Succeeded", _log(core, namespace, "env")
+    out = json.loads(_log(core, namespace, "env"))
     env = out["env"]
     assert sorted(env) == ["CM_mode", "CONF", "CREDS", "HOME", "HOST", "HOSTNAME", "IP", "LANG", "ME", "NODE",
                            "PATH", "SA", "TOKEN"]
@@ -78,22 +64,22 @@ def test_env_volumes_downward_api_and_working_dir(core, ns):
     assert env["CREDS"].endswith("/rootfs/etc/creds") and out["cwd"].endswith("/rootfs/work/here")
 
 
-def test_each_pod_gets_its_own_ip_on_loopback(core, ns):
+def test_each_pod_gets_its_own_ip_on_loopback(core, namespace):
     for name in ("a", "b"):
-        core.create_namespaced_pod(ns, _pod(name, "print('x')"))
-    ips = {_finished(core, ns, n).status.pod_ip for n in ("a", "b")}
+        core.create_namespaced_pod(namespace, _pod(name, "print('x')"))
+    ips = {_finished(core, namespace, n).status.pod_ip for n in ("a", "b")}
     assert len(ips) == 2 and all(ip.startswith("127.") for ip in ips)
 
 
-def test_exit_code_phase_and_container_state(core, ns):
-    core.create_namespaced_pod(ns, _pod("fails", "import sys; print('bye'); sys.exit(3)"))
-    pod = _finished(core, ns, "fails")
+def test_exit_code_phase_and_container_state(core, namespace):
+    core.create_namespaced_pod(namespace, _pod("fails", "import sys; print('bye'); sys.exit(3)"))
+    pod = _finished(core, namespace, "fails")
     state = pod.status.container_statuses[0].state.terminated
     assert (pod.status.phase, state.exit_code, state.reason) == ("Failed", 3, "Error")
-    assert _log(core, ns, "fails") == "bye\n"
+    assert _log(core, namespace, "fails") == "bye\n"
 
 
-def test_on_failure_restarts_until_success(core, ns):
+def test_on_failure_restarts_until_success(core, namespace):
     code = ("import os, sys; m = '/scratch/ran'\n"
             "m = m.replace('/scratch', os.environ['S'])\n"
             "first = not os.path.exists(m); open(m, 'w').close(); print('first' if first else 'again')\n"
@@ -101,60 +87,60 @@ def test_on_failure_restarts_until_success(core, ns):
     pod = _pod("retry", code, restart="OnFailure", env=[{"name": "S", "value": "/scratch"}],
                volumeMounts=[{"name": "s", "mountPath": "/scratch"}])
     pod["spec"]["volumes"] = [{"name": "s", "emptyDir": {}}]
-    core.create_namespaced_pod(ns, pod)
-    done = _finished(core, ns, "retry")
+    core.create_namespaced_pod(namespace, pod)
+    done = _finished(core, namespace, "retry")
     status = done.status.container_statuses[0]
     assert done.status.phase == "Succeeded"
     assert status.restart_count == 1
     assert status.last_state.terminated.exit_code == 1
-    assert _log(core, ns, "retry") == "first\nagain\n"
+    assert _log(core, namespace, "retry") == "first\nagain\n"
 
 
-def test_active_deadline_fails_the_pod_with_deadline_exceeded(core, ns):
+def test_active_deadline_fails_the_pod_with_deadline_exceeded(core, namespace):
     pod = _pod("slow", "import time; time.sleep(600)")
     pod["spec"]["activeDeadlineSeconds"] = 1
-    core.create_namespaced_pod(ns, pod)
-    done = _finished(core, ns, "slow")
+    core.create_namespaced_pod(namespace, pod)
+    done = _finished(core, namespace, "slow")
     assert (done.status.phase, done.status.reason) == ("Failed", "DeadlineExceeded")
     assert done.status.container_statuses[0].state.terminated is not None
 
 
-def test_unknown_image_goes_image_pull_backoff(core, ns):
-    core.create_namespaced_pod(ns, _pod("nope", "print(1)", image="registry.invalid/team/private:1"))
-    waiting = wait_until(lambda: (s := core.read_namespaced_pod("nope", ns).status.container_statuses)
+def test_unknown_image_goes_image_pull_backoff(core, namespace):
+    core.create_namespaced_pod(namespace, _pod("nope", "print(1)", image="registry.invalid/team/private:1"))
+    waiting = wait_until(lambda: (s := core.read_namespaced_pod("nope", namespace).status.container_statuses)
                          and s[0].state.waiting and s[0].state.waiting.reason == "ImagePullBackOff" and s[0],
                          "ImagePullBackOff")
     assert "registry.invalid/team/private:1" in waiting.state.waiting.message
-    assert core.read_namespaced_pod("nope", ns).status.phase == "Pending"
+    assert core.read_namespaced_pod("nope", namespace).status.phase == "Pending"
 
 
-def test_stock_image_lacks_gpu_offload_and_project_image_has_it(core, ns):
+def test_stock_image_lacks_gpu_offload_and_project_image_has_it(core, namespace):
     code = "import numpy\ntry:\n import gpu_offload; print('has')\nexcept ImportError: print('lacks')"
-    core.create_namespaced_pod(ns, _pod("stock", code, image="python:3.11-slim"))
-    core.create_namespaced_pod(ns, _pod("proj", code, image="example.org/jupyter-gpu-offload:0.1.0"))
+    core.create_namespaced_pod(namespace, _pod("stock", code, image="python:3.11-slim"))
+    core.create_namespaced_pod(namespace, _pod("proj", code, image="example.org/jupyter-gpu-offload:0.1.0"))
     for name, expected in (("stock", "lacks\n"), ("proj", "has\n")):
-        assert _finished(core, ns, name).status.phase == "Succeeded"
-        assert _log(core, ns, name) == expected
+        assert _finished(core, namespace, name).status.phase == "Succeeded"
+        assert _log(core, namespace, name) == expected
 
 
-def test_missing_secret_volume_waits_then_runs(core, ns):
+def test_missing_secret_volume_waits_then_runs(core, namespace):
     pod = _pod("later", "print(open(__import__('os').environ['F']).read())",
                env=[{"name": "F", "value": "/b/k"}], volumeMounts=[{"name": "b", "mountPath": "/b"}])
     pod["spec"]["volumes"] = [{"name": "b", "secret": {"secretName": "late"}}]
-    core.create_namespaced_pod(ns, pod)
-    wait_until(lambda: any(e.reason == "FailedMount" for e in core.list_namespaced_event(ns).items), "FailedMount")
-    assert core.read_namespaced_pod("later", ns).status.phase == "Pending"
-    core.create_namespaced_secret(ns, {"metadata": {"name": "late"}, "stringData": {"k": "arrived"}})
-    assert _finished(core, ns, "later").status.phase == "Succeeded"
-    assert _log(core, ns, "later") == "arrived\n"
+    core.create_namespaced_pod(namespace, pod)
+    wait_until(lambda: any(e.reason == "FailedMount" for e in core.list_namespaced_event(namespace).items), "FailedMount")
+    assert core.read_namespaced_pod("later", namespace).status.phase == "Pending"
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "late"}, "stringData": {"k": "arrived"}})
+    assert _finished(core, namespace, "later").status.phase == "Succeeded"
+    assert _log(core, namespace, "later") == "arrived\n"
 
 
-def test_log_follow_streams_while_the_container_runs(core, ns):
+def test_log_follow_streams_while_the_container_runs(core, namespace):
     code = "import sys\nfor line in sys.stdin: print('got', line.strip(), flush=True)"
-    core.create_namespaced_pod(ns, _pod("echo", code, stdin=True, stdinOnce=True))
-    wait_until(lambda: core.read_namespaced_pod("echo", ns).status.phase == "Running", "Running")
-    resp = core.read_namespaced_pod_log("echo", ns, follow=True, _preload_content=False)
-    attach = stream(core.connect_get_namespaced_pod_attach, "echo", ns, container="main", stdin=True,
+    core.create_namespaced_pod(namespace, _pod("echo", code, stdin=True, stdinOnce=True))
+    wait_until(lambda: core.read_namespaced_pod("echo", namespace).status.phase == "Running", "Running")
+    resp = core.read_namespaced_pod_log("echo", namespace, follow=True, _preload_content=False)
+    attach = stream(core.connect_get_namespaced_pod_attach, "echo", namespace, container="main", stdin=True,
                     stdout=True, stderr=True, tty=False, _preload_content=False)
     attach.write_stdin("hello\n")
     first = resp.readline() if hasattr(resp, "readline") else next(resp.stream(16))
@@ -168,31 +154,31 @@ def test_log_follow_streams_while_the_container_runs(core, ns):
     resp.release_conn()
 
 
-def test_exec_runs_in_the_container_environment(core, ns):
-    core.create_namespaced_pod(ns, _pod("svc", "import time; time.sleep(600)",
+def test_exec_runs_in_the_container_environment(core, namespace):
+    core.create_namespaced_pod(namespace, _pod("svc", "import time; time.sleep(600)",
                                         env=[{"name": "GREETING", "value": "hi"}]))
-    wait_until(lambda: core.read_namespaced_pod("svc", ns).status.phase == "Running", "Running")
-    out = stream(core.connect_get_namespaced_pod_exec, "svc", ns, command=[
+    wait_until(lambda: core.read_namespaced_pod("svc", namespace).status.phase == "Running", "Running")
+    out = stream(core.connect_get_namespaced_pod_exec, "svc", namespace, command=[
         "python3", "-c", "import os; print(os.environ['GREETING'], os.environ['HOSTNAME'])"],
         stdout=True, stderr=True, stdin=False, tty=False)
     assert out == "hi svc\n"
 
 
-def test_delete_sends_sigterm_then_sigkill_after_grace_and_nothing_survives(core, ns):
+def test_delete_sends_sigterm_then_sigkill_after_grace_and_nothing_survives(core, namespace):
     code = ("import signal, time\n"
             "signal.signal(signal.SIGTERM, lambda *a: print('got TERM, ignoring', flush=True))\n"
             "print('ready', flush=True)\n"
             "while True: time.sleep(0.05)")
-    core.create_namespaced_pod(ns, _pod("stubborn", code))
-    pod = wait_until(lambda: (p := core.read_namespaced_pod("stubborn", ns)).status.phase == "Running" and p,
+    core.create_namespaced_pod(namespace, _pod("stubborn", code))
+    pod = wait_until(lambda: (p := core.read_namespaced_pod("stubborn", namespace)).status.phase == "Running" and p,
                      "Running")
     pid = int(pod.status.container_statuses[0].container_id.rsplit("/", 1)[1])
-    resp = core.read_namespaced_pod_log("stubborn", ns, follow=True, _preload_content=False)
+    resp = core.read_namespaced_pod_log("stubborn", namespace, follow=True, _preload_content=False)
     lines: list[bytes] = []
     reader = threading.Thread(target=lambda: lines.extend(resp.stream(1)), daemon=True)
     reader.start()
-    core.delete_namespaced_pod("stubborn", ns)  # terminationGracePeriodSeconds: 1
-    wait_until(lambda: not core.list_namespaced_pod(ns, field_selector="metadata.name=stubborn").items,
+    core.delete_namespaced_pod("stubborn", namespace)  # terminationGracePeriodSeconds: 1
+    wait_until(lambda: not core.list_namespaced_pod(namespace, field_selector="metadata.name=stubborn").items,
                "the pod to be gone")
     reader.join(timeout=30)
     assert b"got TERM, ignoring" in b"".join(lines)

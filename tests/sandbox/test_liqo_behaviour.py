@@ -5,44 +5,20 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox import crds
+from gpu_offload.sandbox import crds, fixtures
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
 LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 origin = origin_fixture(LIQO_CRDS)
+core, custom, namespace = fixtures.core, fixtures.custom, fixtures.namespace
+
 LIQO = {"ForeignCluster": ("core.liqo.io", "foreignclusters"),
         "ResourceSlice": ("authentication.liqo.io", "resourceslices"),
         "VirtualNode": ("offloading.liqo.io", "virtualnodes")}
-
-
-@pytest.fixture(scope="module")
-def client(origin):
-    api_client = origin.sandbox.api_client()
-    yield api_client
-    api_client.close()
-
-
-@pytest.fixture(scope="module")
-def core(client):
-    return kubernetes.client.CoreV1Api(client)
-
-
-@pytest.fixture(scope="module")
-def custom(client):
-    return kubernetes.client.CustomObjectsApi(client)
-
-
-@pytest.fixture()
-def namespace(core):
-    name = f"team-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
 
 
 def _offload(custom, namespace: str, name: str = "offloading", **spec):

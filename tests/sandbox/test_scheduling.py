@@ -4,32 +4,14 @@ from __future__ import annotations
 
 import uuid
 
-import kubernetes
-import pytest
+from gpu_offload.sandbox import fixtures
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
 origin = origin_fixture(donors=1, gpus=2)
+core, custom, namespace, offloaded_namespace = (fixtures.core, fixtures.custom, fixtures.namespace,
+                                               fixtures.offloaded_namespace)
+
 TOLERATE = [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}]
-
-
-@pytest.fixture(scope="module")
-def core(origin):
-    client = origin.sandbox.api_client()
-    yield kubernetes.client.CoreV1Api(client)
-    client.close()
-
-
-@pytest.fixture()
-def ns(core, origin):
-    name = f"s-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    # offloaded, so pods bound to the virtual node really run there
-    kubernetes.client.CustomObjectsApi(origin.sandbox.api_client()).create_namespaced_custom_object(
-        "offloading.liqo.io", "v1beta1", name, "namespaceoffloadings",
-        {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
-         "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "LocalAndRemote"}})
-    yield name
-    core.delete_namespace(name)
 
 
 def _pod(name: str, gpus: int = 0, code: str = "print('ok')", **spec) -> dict:
@@ -39,8 +21,8 @@ def _pod(name: str, gpus: int = 0, code: str = "print('ok')", **spec) -> dict:
                             "resources": {"limits": limits}}], **spec}}
 
 
-def _events(core, ns: str, pod: str, reason: str) -> list:
-    return [e for e in core.list_namespaced_event(ns).items
+def _events(core, offloaded_namespace: str, pod: str, reason: str) -> list:
+    return [e for e in core.list_namespaced_event(offloaded_namespace).items
             if e.involved_object.name == pod and e.reason == reason]
 
 
@@ -60,34 +42,34 @@ def test_gpu_pod_without_liqo_toleration_gets_the_real_failed_scheduling_message
     core.delete_namespaced_pod(name, "default")
 
 
-def test_pods_land_by_resources_and_selectors(core, ns):
-    core.create_namespaced_pod(ns, _pod("gpu", gpus=1))
-    core.create_namespaced_pod(ns, _pod("cpu", nodeSelector={"hub.jupyter.org/node-purpose": "user"}))
-    gpu = wait_until(lambda: (p := core.read_namespaced_pod("gpu", ns)).spec.node_name and p, "gpu bound")
-    cpu = wait_until(lambda: (p := core.read_namespaced_pod("cpu", ns)).spec.node_name and p, "cpu bound")
+def test_pods_land_by_resources_and_selectors(core, offloaded_namespace):
+    core.create_namespaced_pod(offloaded_namespace, _pod("gpu", gpus=1))
+    core.create_namespaced_pod(offloaded_namespace, _pod("cpu", nodeSelector={"hub.jupyter.org/node-purpose": "user"}))
+    gpu = wait_until(lambda: (p := core.read_namespaced_pod("gpu", offloaded_namespace)).spec.node_name and p, "gpu bound")
+    cpu = wait_until(lambda: (p := core.read_namespaced_pod("cpu", offloaded_namespace)).spec.node_name and p, "cpu bound")
     assert (gpu.spec.node_name, cpu.spec.node_name) == ("donor-1-gpu", "origin-user")
-    assert _events(core, ns, "gpu", "Scheduled")[0].message == f"Successfully assigned {ns}/gpu to donor-1-gpu"
+    assert _events(core, offloaded_namespace, "gpu", "Scheduled")[0].message == f"Successfully assigned {offloaded_namespace}/gpu to donor-1-gpu"
 
 
-def test_a_pod_waits_for_gpus_and_is_bound_when_they_are_freed(core, ns):
-    core.create_namespaced_pod(ns, _pod("holder", gpus=2, code="import time; time.sleep(600)"))
-    wait_until(lambda: core.read_namespaced_pod("holder", ns).status.phase == "Running", "holder running")
-    core.create_namespaced_pod(ns, _pod("waiter", gpus=1))
-    event = wait_until(lambda: _events(core, ns, "waiter", "FailedScheduling"), "FailedScheduling")[0]
+def test_a_pod_waits_for_gpus_and_is_bound_when_they_are_freed(core, offloaded_namespace):
+    core.create_namespaced_pod(offloaded_namespace, _pod("holder", gpus=2, code="import time; time.sleep(600)"))
+    wait_until(lambda: core.read_namespaced_pod("holder", offloaded_namespace).status.phase == "Running", "holder running")
+    core.create_namespaced_pod(offloaded_namespace, _pod("waiter", gpus=1))
+    event = wait_until(lambda: _events(core, offloaded_namespace, "waiter", "FailedScheduling"), "FailedScheduling")[0]
     assert event.message.startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
-    core.delete_namespaced_pod("holder", ns)
-    done = wait_until(lambda: (p := core.read_namespaced_pod("waiter", ns)).status.phase == "Succeeded" and p,
+    core.delete_namespaced_pod("holder", offloaded_namespace)
+    done = wait_until(lambda: (p := core.read_namespaced_pod("waiter", offloaded_namespace)).status.phase == "Succeeded" and p,
                       "the waiting pod to run once GPUs are free")
     assert done.spec.node_name == "donor-1-gpu"
 
 
-def test_cordoned_node_takes_no_new_pods(core, ns):
+def test_cordoned_node_takes_no_new_pods(core, offloaded_namespace):
     core.patch_node("origin-user", {"spec": {"unschedulable": True}})
     try:
-        core.create_namespaced_pod(ns, _pod("cordoned", nodeSelector={"hub.jupyter.org/node-purpose": "user"}))
-        event = wait_until(lambda: _events(core, ns, "cordoned", "FailedScheduling"), "FailedScheduling")[0]
+        core.create_namespaced_pod(offloaded_namespace, _pod("cordoned", nodeSelector={"hub.jupyter.org/node-purpose": "user"}))
+        event = wait_until(lambda: _events(core, offloaded_namespace, "cordoned", "FailedScheduling"), "FailedScheduling")[0]
         assert "1 node(s) were unschedulable" in event.message
     finally:
         core.patch_node("origin-user", {"spec": {"unschedulable": False}})
-    assert wait_until(lambda: core.read_namespaced_pod("cordoned", ns).spec.node_name, "bound after uncordon") \
+    assert wait_until(lambda: core.read_namespaced_pod("cordoned", offloaded_namespace).spec.node_name, "bound after uncordon") \
         == "origin-user"
