@@ -17,10 +17,17 @@ K8S_VERSION = "1.36"
 Obj = dict[str, Any]
 
 
+# The VirtualNode CRD is 9,000 lines: the C loader reads it in a tenth of the pure-Python time.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 @functools.cache
 def _crd_schema(kind: str) -> Obj:
     for path in sorted(CRDS.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+        # file names are <group>_<plural>.yaml: only parse the one whose plural belongs to this kind
+        if not path.stem.split("_", 1)[-1].startswith(kind.lower()):
+            continue
+        crd = yaml.load(path.read_text(), Loader=_LOADER)
         if crd["spec"]["names"]["kind"] == kind:
             (version,) = crd["spec"]["versions"]
             return version["schema"]["openAPIV3Schema"]
