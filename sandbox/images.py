@@ -11,10 +11,10 @@ Each image resolves to a *runtime*: a ``bin`` folder the kubelet puts first on t
 
 The default map (first match wins; ``fnmatch`` patterns on the full image reference):
 
-======================================================  =========
-``*gpu-offload*``                                        project
-``python:*``, ``*/python:*``, ``*pytorch*``, ``*jupyter/*``, ``*numpy*``   stock
-======================================================  =========
+=================================================================  =========
+``*gpu-offload*``, ``jupyterhub/*``, ``*jupyter/*`` (notebook images)  project
+``python:*``, ``*/python:*``, ``*pytorch*``, ``*numpy*``              stock
+=================================================================  =========
 
 Any other image is not "pulled": the pod's container waits in ``ErrImagePull`` then ``ImagePullBackOff``.
 A map entry may also name an interpreter path instead of ``project`` or ``stock``.
@@ -35,9 +35,9 @@ from pathlib import Path
 PROJECT = "project"
 STOCK = "stock"
 DEFAULT_MAP: tuple[tuple[str, str], ...] = (
-    ("*gpu-offload*", PROJECT),
-    ("python:*", STOCK), ("*/python:*", STOCK), ("*pytorch*", STOCK), ("*jupyter/*", STOCK),
-    ("*numpy*", STOCK),
+    # notebook images: a user's server needs jupyterhub-singleuser, and in production has gpu_offload too
+    ("*gpu-offload*", PROJECT), ("jupyterhub/*", PROJECT), ("*jupyter/*", PROJECT),
+    ("python:*", STOCK), ("*/python:*", STOCK), ("*pytorch*", STOCK), ("*numpy*", STOCK),
 )
 STOCK_PACKAGES = ("numpy",)
 

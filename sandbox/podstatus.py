@@ -87,7 +87,8 @@ def phase(records: Sequence[ContainerRecord], restart_policy: str) -> str:
     return "Pending"
 
 
-def conditions(pod_phase: str, records: Sequence[ContainerRecord], scheduled_at: str) -> list[dict[str, Any]]:
+def conditions(pod_phase: str, records: Sequence[ContainerRecord], scheduled_at: str,
+               initialized: bool = True) -> list[dict[str, Any]]:
     """The pod's conditions for ``pod_phase``."""
     stamp = now()
     ready = pod_phase == "Running" and all(r.running for r in records)
@@ -102,7 +103,7 @@ def conditions(pod_phase: str, records: Sequence[ContainerRecord], scheduled_at:
     not_ready = "PodCompleted" if pod_phase in ("Succeeded", "Failed") else "ContainersNotReady"
     return [
         cond("PodReadyToStartContainers", True),
-        cond("Initialized", True),
+        cond("Initialized", initialized, "ContainersNotInitialized"),
         cond("Ready", ready, not_ready),
         cond("ContainersReady", ready, not_ready),
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at, "lastProbeTime": None},

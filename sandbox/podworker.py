@@ -47,7 +47,13 @@ class PodWorker:
         self.node = pod["spec"]["nodeName"]
         self.pod_ip, self.host_ip = pod_ip, host_ip
         self.dir = kubelet.state_dir / "pods" / f"{self.namespace}_{self.name}_{self.uid[:8]}"
+        self.init_records = [ContainerRecord(c["name"], c.get("image", ""))
+                             for c in pod["spec"].get("initContainers") or []]
         self.records = [ContainerRecord(c["name"], c.get("image", "")) for c in pod["spec"]["containers"]]
+        if self.init_records:
+            for rec in self.records:
+                rec.state = podstatus.waiting("PodInitializing")
+        self.initialized = not self.init_records
         self.processes: dict[str, ContainerProcess] = {}
         self.launches: dict[str, Launch] = {}
         self.listeners: list[Callable[[str, str, bytes], None]] = []
@@ -63,19 +69,27 @@ class PodWorker:
     def status(self) -> dict[str, Any]:
         """The status this worker reports (merged into the pod's by a merge patch)."""
         restart = self.pod["spec"].get("restartPolicy", "Always")
-        phase = "Failed" if self.failure else podstatus.phase(self.records, restart)
+        init_failed = any(r.exit_code for r in self.init_records) and restart == "Never"
+        if self.failure or init_failed:
+            phase = "Failed"
+        else:
+            phase = podstatus.phase(self.records, restart) if self.initialized else "Pending"
         scheduled = next((c.get("lastTransitionTime") for c in (self.pod.get("status") or {}).get("conditions")
                           or [] if c.get("type") == "PodScheduled"), self.start_time)
-        return {
+        out = {
             "phase": phase,
             "reason": self.failure[0] if self.failure else None,
             "message": self.failure[1] if self.failure else None,
             "hostIP": self.host_ip, "hostIPs": [{"ip": self.host_ip}],
             "podIP": self.pod_ip, "podIPs": [{"ip": self.pod_ip}],
             "startTime": self.start_time,
-            "conditions": podstatus.conditions(phase, self.records, scheduled or self.start_time),
+            "conditions": podstatus.conditions(phase, self.records, scheduled or self.start_time,
+                                               self.initialized),
             "containerStatuses": [podstatus.container_status(r) for r in self.records],
         }
+        if self.init_records:
+            out["initContainerStatuses"] = [podstatus.container_status(r) for r in self.init_records]
+        return out
 
     def publish(self) -> None:
         """Write the current status to the API (a pod already gone is fine)."""
@@ -93,9 +107,7 @@ class PodWorker:
                           self.pod["spec"].get("serviceAccountName", "default"), self.pod_ip, self.host_ip,
                           meta.get("labels") or {}, meta.get("annotations") or {})
 
-    async def _prepare(self, index: int) -> Launch:
-        spec = self.pod["spec"]["containers"][index]
-        rec = self.records[index]
+    async def _prepare(self, spec: dict[str, Any], rec: ContainerRecord) -> Launch:
         delay = self.kubelet.config.backoff
         while True:
             try:
@@ -134,7 +146,13 @@ class PodWorker:
         deadline = self.pod["spec"].get("activeDeadlineSeconds")
         watchdog = asyncio.ensure_future(self._deadline(int(deadline))) if deadline else None
         try:
-            await asyncio.gather(*(self._container_loop(i) for i in range(len(self.records))))
+            for spec, rec in zip(self.pod["spec"].get("initContainers") or [], self.init_records, strict=True):
+                if not await self._container_loop(spec, rec, init=True):
+                    self.publish()
+                    return
+            self.initialized = True
+            await asyncio.gather(*(self._container_loop(spec, rec)
+                                   for spec, rec in zip(self.pod["spec"]["containers"], self.records, strict=True)))
         finally:
             if watchdog is not None:
                 watchdog.cancel()
@@ -162,19 +180,20 @@ class PodWorker:
         self.publish()
         return proc
 
-    async def _container_loop(self, index: int) -> None:
-        spec = self.pod["spec"]["containers"][index]
-        rec = self.records[index]
+    async def _container_loop(self, spec: dict[str, Any], rec: ContainerRecord, init: bool = False) -> bool:
+        """Run one container, restarting it per the pod's policy; True if it ended successfully."""
         try:
-            launch = await self._prepare(index)
+            launch = await self._prepare(spec, rec)
         except StartError as exc:
             rec.state = podstatus.terminated(128, "StartError", now(), "", message=str(exc))
             self.event("Warning", "Failed", f"Error: {exc}", rec.name)
             self.publish()
-            return
+            return False
         self.launches[rec.name] = launch
         delay = self.kubelet.config.backoff
-        while not self.stopping and self.failure is None:
+        while True:
+            if self.stopping or self.failure is not None:
+                return False
             started = now()
             proc = await self._start(rec, launch, bool(spec.get("stdin")))
             result = await proc.wait() if proc else Exit(128)
@@ -182,9 +201,9 @@ class PodWorker:
             if proc is not None:
                 reason = self.kill_reasons.pop(rec.name, podstatus.exit_reason(result.code))
                 rec.state = podstatus.terminated(result.code, reason, started, rec.container_id, result.signal)
-            if self.stopping or self.failure is not None or not self._restarts(result.code):
+            if self.stopping or self.failure is not None or not self._restarts(result.code, init):
                 self.publish()
-                return
+                return result.code == 0
             rec.last_state, rec.restart_count = rec.state, rec.restart_count + 1
             rec.state = podstatus.waiting("CrashLoopBackOff", f"back-off {delay:g}s restarting failed "
                                           f"container={rec.name} pod={self.name}_{self.namespace}({self.uid})")
@@ -193,8 +212,10 @@ class PodWorker:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.kubelet.config.max_backoff)
 
-    def _restarts(self, code: int) -> bool:
+    def _restarts(self, code: int, init: bool) -> bool:
         policy = self.pod["spec"].get("restartPolicy", "Always")
+        if init:  # an init container is re-run only after a failure, and never under Never
+            return code != 0 and policy != "Never"
         return policy == "Always" or (policy == "OnFailure" and code != 0)
 
     async def _deadline(self, seconds: int) -> None:

@@ -184,3 +184,27 @@ def test_delete_sends_sigterm_then_sigkill_after_grace_and_nothing_survives(core
     assert b"got TERM, ignoring" in b"".join(lines)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_init_containers_run_first_in_order_and_a_failing_one_fails_the_pod(core, namespace):
+    pod = _pod("init", "import os; print(open(os.environ['S'] + '/order').read())",
+               env=[{"name": "S", "value": "/shared"}], volumeMounts=[{"name": "s", "mountPath": "/shared"}])
+    step = "import os; open(os.environ['S'] + '/order', 'a').write('{}')"
+    pod["spec"]["initContainers"] = [
+        {"name": f"init-{i}", "image": "python:3.11", "command": ["python3", "-c", step.format(i)],
+         "env": [{"name": "S", "value": "/shared"}], "volumeMounts": [{"name": "s", "mountPath": "/shared"}]}
+        for i in (1, 2)]
+    pod["spec"]["volumes"] = [{"name": "s", "emptyDir": {}}]
+    core.create_namespaced_pod(namespace, pod)
+    done = _finished(core, namespace, "init")
+    assert done.status.phase == "Succeeded"
+    assert [s.state.terminated.reason for s in done.status.init_container_statuses] == ["Completed", "Completed"]
+    assert _log(core, namespace, "init") == "12\n"
+    bad = _pod("bad-init", "print('never')")
+    bad["spec"]["initContainers"] = [{"name": "check", "image": "python:3.11",
+                                      "command": ["python3", "-c", "raise SystemExit(2)"]}]
+    core.create_namespaced_pod(namespace, bad)
+    failed = _finished(core, namespace, "bad-init")
+    assert failed.status.phase == "Failed"
+    assert failed.status.init_container_statuses[0].state.terminated.exit_code == 2
+    assert failed.status.container_statuses[0].state.waiting.reason == "PodInitializing"
