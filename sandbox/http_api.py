@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import paging, watch_http
+from . import paging, tables, watch_http
 from .api import Api
 from .errors import ApiError, bad_request, method_not_allowed
 from .pod_http import pod_attach_or_exec, pod_binding, pod_log
@@ -57,6 +57,11 @@ def parse_target(api: Api, group: str, version: str, segs: list[str]) -> Target:
     return Target(rt, None, name, sub, watch)
 
 
+def _table(rt: ResourceType, items: list[dict[str, Any]], rv: str, request: web.Request) -> dict[str, Any]:
+    include = request.query.get("includeObject", "Metadata")
+    return tables.table(rt, items, rv, include, [dict(c) for c in rt.printer_columns])
+
+
 async def read_json(request: web.Request) -> Any:
     """The request body as JSON; a 400 naming the parse error otherwise."""
     raw = await request.read()
@@ -82,7 +87,12 @@ async def _collection(api: Api, request: web.Request, t: Target) -> web.StreamRe
         limit = q.get("limit")
         if limit is not None and not limit.lstrip("-").isdigit():
             raise bad_request(f"limit={limit!r} must be an integer")
-        return _json(paging.page(listing, int(limit) if limit else None, q.get("continue")))
+        listing = paging.page(listing, int(limit) if limit else None, q.get("continue"))
+        if tables.wants_table(request.headers.get("Accept", "")):
+            printed = _table(t.rt, listing["items"], listing["metadata"]["resourceVersion"], request)
+            printed["metadata"].update({k: v for k, v in listing["metadata"].items() if k != "resourceVersion"})
+            return _json(printed)
+        return _json(listing)
     if request.method == "POST":
         body = await read_json(request)
         if q.get("dryRun") == "All":
@@ -125,7 +135,10 @@ async def _object(api: Api, request: web.Request, t: Target) -> web.StreamRespon
     if t.subresource and t.subresource not in t.rt.subresources:
         raise ApiError(404, "NotFound", f"{t.rt.describe()} has no subresource {t.subresource!r}")
     if method == "GET":
-        return _json(api.get(t.rt, ns, t.name))
+        obj = api.get(t.rt, ns, t.name)
+        if not t.subresource and tables.wants_table(request.headers.get("Accept", "")):
+            return _json(_table(t.rt, [obj], obj["metadata"]["resourceVersion"], request))
+        return _json(obj)
     if method == "PUT":
         return _json(api.replace(t.rt, ns, t.name, await read_json(request), t.subresource))
     if method == "PATCH":

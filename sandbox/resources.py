@@ -35,6 +35,8 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     # openAPIV3Schema of a custom resource; None for built-in kinds (those use kubernetes-validate)
     schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+    # additionalPrinterColumns of a CRD version, for kubectl's table output
+    printer_columns: tuple[Mapping[str, Any], ...] = field(default=(), compare=False, hash=False)
 
     @property
     def api_version(self) -> str:
@@ -96,7 +98,7 @@ def crd_resource_types(crd: Mapping[str, Any]) -> list[ResourceType]:
                 spec["group"], ver["name"], names["plural"], names["kind"],
                 spec.get("scope", "Namespaced") == "Namespaced", names.get("singular", names["kind"].lower()),
                 tuple(names.get("shortNames", ())), tuple(sorted(ver.get("subresources", {}))),
-                tuple(names.get("categories", ())), schema,
+                tuple(names.get("categories", ())), schema, tuple(ver.get("additionalPrinterColumns", ())),
             ))
     except (KeyError, TypeError) as exc:
         raise ValueError(

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from . import tables
 from .api import Api
 from .errors import ApiError, bad_request
 from .resources import ResourceType
@@ -42,8 +43,19 @@ async def _send(resp: web.StreamResponse, kind: str, obj: dict[str, Any]) -> Non
 
 async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespace: str | None,
                       selector: Selector) -> web.StreamResponse:
-    """Stream events of ``rt`` until ``timeoutSeconds`` pass or the client goes away."""
+    """Stream events of ``rt`` until ``timeoutSeconds`` pass or the client goes away.
+
+    A client that asked for Tables (``kubectl get -w``) gets each object as a one-row Table.
+    """
     q = request.query
+    as_table = tables.wants_table(request.headers.get("Accept", ""))
+
+    async def send(kind: str, obj: dict[str, Any]) -> None:
+        if as_table:
+            obj = tables.table(rt, [obj], obj["metadata"]["resourceVersion"], q.get("includeObject", "Metadata"),
+                               [dict(c) for c in rt.printer_columns])
+        await _send(resp, kind, obj)
+
     since = _since(q.get("resourceVersion"))
     timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else 1800.0
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -64,7 +76,7 @@ async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespac
         listed_rv = int(listed["metadata"]["resourceVersion"]) if listed else 0
         for obj in initial:
             seen.matching.add((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
-            await _send(resp, "ADDED", obj)
+            await send("ADDED", obj)
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             left = deadline - asyncio.get_running_loop().time()
@@ -78,7 +90,7 @@ async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespac
                 continue
             kind = seen.translate(event.type, event.object, selector)
             if kind:
-                await _send(resp, kind, dict(event.object, apiVersion=rt.api_version))
+                await send(kind, dict(event.object, apiVersion=rt.api_version))
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:

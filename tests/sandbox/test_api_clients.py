@@ -102,3 +102,20 @@ def test_kubectl_logs_and_exec(api_sandbox, core, ns, pod):
         assert out.stdout == "ran echo hi\n", out.stderr
     finally:
         api_sandbox.api.streams.unregister(node)
+
+
+def test_table_printing_for_kubectl(api_sandbox, core, ns, pod):
+    core.create_namespaced_pod(ns, pod("p"))
+    core.patch_namespaced_pod_status("p", ns, {"status": {"phase": "Running", "containerStatuses": [
+        {"name": "main", "image": "python:3.12", "imageID": "", "ready": True, "restartCount": 2,
+         "state": {"running": {"startedAt": "2026-11-22T01:00:00Z"}}}]}})
+    req = urllib.request.Request(f"{api_sandbox.url}/api/v1/namespaces/{ns}/pods",
+                                 headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        printed = json.loads(resp.read())
+    assert printed["kind"] == "Table"
+    assert [c["name"] for c in printed["columnDefinitions"]][:5] == ["Name", "Ready", "Status", "Restarts", "Age"]
+    assert printed["rows"][0]["cells"][:4] == ["p", "1/1", "Running", 2]
+    if shutil.which("kubectl"):
+        out = kubectl(api_sandbox, "-n", ns, "get", "pods").stdout.split()
+        assert out[:5] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"] and out[5:9] == ["p", "1/1", "Running", "2"]
