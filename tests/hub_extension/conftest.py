@@ -110,6 +110,9 @@ c.JupyterHub.hub_port = {hub_port}
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
 c.ConfigurableHTTPProxy.command = [{chp!r}]
 c.JupyterHub.authenticator_class = "dummy"
+# Nobody spawns a server in these tests: logging in lands on the home page.
+c.JupyterHub.redirect_to_server = False
+c.JupyterHub.default_url = "/hub/home"
 c.Authenticator.allowed_users = {{"admin", "alice", "vera"}}
 c.Authenticator.admin_users = {{"admin"}}
 c.JupyterHub.db_url = "sqlite:///{workdir}/jupyterhub.sqlite"

@@ -1,0 +1,105 @@
+"""The proof in a real browser: Debian's Chromium through Playwright, against a real JupyterHub, the
+service and the sandbox origin with two donors. Screenshots go to test-artifacts/hub_extension/."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_offload.liqo_peering.client import LiqoClient
+from gpu_offload.liqo_peering.placement import PlacementRequest, place
+from gpu_offload.sandbox.origin import RunningOrigin
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
+        "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium missing: tests/run.sh installs it")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def log_in(browser: Any, hub: Any, user: str) -> Any:
+    """A fresh browser context logged in as ``user`` (the dummy authenticator takes any password)."""
+    context = browser.new_context()
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    page.goto(f"{hub.url}hub/login?next=%2Fhub%2Fhome")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", "any password")
+    page.click("input[type=submit], button[type=submit]")
+    page.wait_for_url(re.compile(r".*/hub/home.*"))
+    return page
+
+
+def cluster_row(page: Any, cluster: str) -> list[str]:
+    """The cells of ``cluster``'s row on the clusters page."""
+    row = page.locator("tr", has=page.locator(f"a:text-is('{cluster}')"))
+    return [cell.strip() for cell in row.locator("td").all_inner_texts()]
+
+
+def test_admin_cordons_a_donor_and_placement_avoids_it(browser: Any, hub: Any, origin: RunningOrigin,
+                                                       artifacts: Path) -> None:
+    page = log_in(browser, hub, "admin")
+    assert page.locator('a[href*="/services/gpu-offload/"]').count() >= 1  # listed for those with access
+    page.goto(hub.service_url)
+    page.wait_for_selector("h1:text('Peered clusters')")
+    # headers: Cluster, Role, Health, Modules, Age, GPUs total, GPUs free, GPUs in use, Price, Cordon
+    for donor in ("donor-1", "donor-2"):
+        cells = cluster_row(page, donor)
+        assert cells[0] == donor and cells[5] == "4" and cells[6] == "4" and cells[9] == "schedulable", cells
+    page.screenshot(path=str(artifacts / "1-admin-clusters.png"), full_page=True)
+
+    page.click("a:text-is('donor-1')")
+    page.wait_for_selector("h1:text('Cluster donor-1')")
+    page.click("button:text('Cordon…')")
+    page.wait_for_selector("text=You are about to")
+    assert "cordon virtual node donor-1-gpu" in page.inner_text("body")
+    page.screenshot(path=str(artifacts / "2-admin-confirm-cordon.png"), full_page=True)
+    page.click("button:text('Confirm')")
+    assert "virtual node donor-1-gpu cordoned" in page.inner_text("#result")
+
+    page.goto(hub.service_url)
+    assert cluster_row(page, "donor-1")[9] == "1 cordoned"
+    assert cluster_row(page, "donor-2")[9] == "schedulable"
+    page.screenshot(path=str(artifacts / "3-admin-donor-1-cordoned.png"), full_page=True)
+    inventory = LiqoClient(origin.sandbox.api_client()).read_inventory()
+    assert {place(inventory, PlacementRequest(gpus=g)).cluster_id for g in (1, 2, 4)} == {"donor-2"}
+
+    # a form post without JupyterHub's XSRF token is refused, and changes nothing
+    forged = page.request.post(f"{hub.service_url}actions/uncordon", multipart={
+        "cluster_id": "donor-1", "node": "donor-1-gpu", "confirm": "yes"}, max_redirects=0)
+    assert forged.status == 403
+    page.goto(hub.service_url)
+    assert cluster_row(page, "donor-1")[9] == "1 cordoned"
+
+    page.click("a:text-is('donor-1')")
+    page.click("button:text('Uncordon…')")
+    page.click("button:text('Confirm')")
+    assert "uncordoned" in page.inner_text("#result")
+    page.goto(f"{hub.service_url}audit")
+    audit = page.inner_text("table")
+    assert "cordon" in audit and "uncordon" in audit and "admin" in audit
+    page.screenshot(path=str(artifacts / "4-admin-audit.png"), full_page=True)
+    page.context.close()
+
+
+def test_a_plain_user_sees_no_link_and_gets_403(browser: Any, hub: Any, artifacts: Path) -> None:
+    page = log_in(browser, hub, "alice")
+    assert page.locator('a[href*="/services/gpu-offload/"]').count() == 0
+    page.screenshot(path=str(artifacts / "5-user-home-no-link.png"), full_page=True)
+    answer = page.goto(hub.service_url)
+    assert answer is not None and answer.status == 403
+    page.screenshot(path=str(artifacts / "6-user-403.png"), full_page=True)
+    page.context.close()
