@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import fcntl
 import io
 import os
 import select
 import sys
+import termios
 import threading
 from collections.abc import Callable
 
@@ -50,6 +52,7 @@ class FdCapture:
         self._lock = threading.Lock()
         self._waiting: list[threading.Event] = []
         self._stopping = False
+        self._busy = False
         self._thread = threading.Thread(target=self._loop, name="gpuo-capture", daemon=True)
 
     def start(self) -> None:
@@ -75,16 +78,29 @@ class FdCapture:
             # a cell may close or replace sys.stdout; what reached the fd is drained all the same
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
+        if not self._pending():
+            return
         done = threading.Event()
         with self._lock:
             self._waiting.append(done)
         os.write(self._wake_w, b"f")
         done.wait(timeout)
 
+    def _pending(self) -> bool:
+        """Whether output may be written but not yet emitted (a wake-up costs two thread switches)."""
+        # the reader marks itself busy before it reads, so "pipes empty and reader idle" means emitted
+        if self._busy:
+            return True
+        for fd in self._fds:
+            if fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0") != b"\0\0\0\0":
+                return True
+        return self._busy
+
     def stop(self) -> None:
         """Drain what is left and end the reader thread (fds 1 and 2 stay redirected)."""
-        self._stopping = True
         self.flush()
+        self._stopping = True
+        os.write(self._wake_w, b"s")  # wake the reader even when nothing is pending, so it can end
         self._thread.join(timeout=5.0)
 
     def _loop(self) -> None:
@@ -92,6 +108,7 @@ class FdCapture:
         watched = [*self._fds, self._wake_r]
         while True:
             ready, _, _ = select.select(watched, [], [])
+            self._busy = True
             for fd in ready:
                 if fd != self._wake_r:
                     self._drain(fd)
@@ -105,6 +122,7 @@ class FdCapture:
                     event.set()
                 if self._stopping:
                     return
+            self._busy = False
 
     def _drain(self, fd: int) -> None:
         while True:

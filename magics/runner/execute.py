@@ -20,15 +20,20 @@ from .failures import CellFailed, fail
 
 Emit = Callable[..., None]
 
+SMALL_INPUTS = 64 * 1024
+"""Inputs smaller than this load in well under a millisecond: no progress frame for them."""
 _IPYTHON_LINE = re.compile(r"^\s*(?:[\w.,\s\[\]]+=\s*)?[%!]")
 
 
 def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
     """Everything between ``hello`` and ``done`` for one bundle; raises :class:`CellFailed` on failure."""
     code, last = compile_cell(emit, bundle)
-    emit("status", state="importing modules")
-    import_modules(emit, bundle["modules"], namespace)
-    emit("status", state="loading inputs")
+    # status frames only for steps that have work: a warm trivial cell should cost few writes
+    if bundle["modules"]:
+        emit("status", state="importing modules")
+        import_modules(emit, bundle["modules"], namespace)
+    if bundle["buffers"] or len(bundle["inputs"] or b"") > SMALL_INPUTS:
+        emit("status", state="loading inputs")
     load_inputs(emit, bundle, namespace)
     emit("status", state="running")
     try:

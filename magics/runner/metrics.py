@@ -7,6 +7,7 @@ GPUs with that variable, so the same filter is applied here to report only the G
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ def _nvml() -> Any:
         return None
 
 
+@functools.lru_cache(maxsize=1)
 def _driver_present() -> bool:
     # loading the driver's library is the first thing NVML does; trying it first spares importing
     # pynvml (a large module) on every CPU-only start

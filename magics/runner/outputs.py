@@ -41,8 +41,10 @@ def send(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
             f"--out {', '.join(missing)}: the cell did not assign {', '.join(f'`{m}`' for m in missing)}; "
             "assign it in the cell or drop it from --out",
         )
-    emit("status", state="sending outputs")
     values = {name: namespace[name] for name in names if name in namespace}
+    if not values:
+        return  # the engine treats a run without an ``outputs`` frame as one with nothing to load
+    emit("status", state="sending outputs")
     _warn_cuda(emit, values)
     for name in list(values):
         error = buffers.pickling_error(values[name], cuda_to_cpu)

@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from . import display, metrics, watchdog
+from . import display, ipython_hook, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
@@ -82,6 +82,7 @@ class Runtime:
         # a bundle's own env (applied per run) can still choose another backend
         os.environ["MPLBACKEND"] = f"module://{__package__}.mpl_backend"
         display.set_emitter(self.emit)
+        ipython_hook.install()
         self.capture.start()
 
     def _parent_died(self) -> None:

@@ -107,6 +107,7 @@ def test_traceback_points_at_cell_lines_and_keeps_earlier_output(write_bundle, s
     assert code == 1
     assert runner.stdout() == "before\n"
     (error,) = runner.of(Error)
+    assert runner.of(Stream)[0].seq < error.seq  # output before the failure comes first
     assert (error.ename, error.evalue) == ("ValueError", "bad value 7")
     text = "".join(error.traceback)
     # body line 4 of the cell is notebook line 5 (the %%gpu_offload line is line 1)
@@ -260,6 +261,17 @@ def test_display_shim_without_ipython(write_bundle, start_runner) -> None:
         assert base64.b64decode(figure.data["image/png"]).startswith(b"\x89PNG\r\n")
     assert result.data == {"text/plain": "2"} and result.metadata.get("execute_result") is True
     assert not any("non-interactive" in e.text for e in runner.of(Stream))
+
+
+def test_ipython_display_is_the_shim_where_ipython_is_installed(write_bundle, start_runner) -> None:
+    pytest.importorskip("IPython")
+    cell = "from IPython.display import HTML, display\ndisplay(HTML('<b>hi</b>'))\n"
+    path, bundle = write_bundle(cell)
+    runner = start_runner(path, bundle["nonce"])  # this interpreter has IPython installed
+    _, code = runner.finish()
+    assert code == 0, runner.of(Error)
+    (shown,) = runner.of(DisplayData)
+    assert shown.data["text/html"] == "<b>hi</b>" and runner.stdout() == ""
 
 
 def test_without_a_gpu_it_says_so_once(write_bundle, start_runner) -> None:
