@@ -5,7 +5,8 @@ Life of a pod here, as on a kubelet:
 1. ``ContainerCreating`` until its image resolves (else ``ErrImagePull``, then ``ImagePullBackOff``,
    retried), its Secret/ConfigMap volumes exist (``FailedMount`` events, retried) and its env resolves
    (else ``CreateContainerConfigError``, retried);
-2. every container runs as a local process; its output goes to ``pods/log``;
+2. every container runs as a local process; its output goes to ``pods/log``; a container whose resident
+   memory exceeds ``limits.memory`` is killed as ``OOMKilled`` (exit code 137), as its cgroup would be;
 3. an exiting container is restarted per ``restartPolicy`` with a growing back-off (``CrashLoopBackOff``);
 4. ``activeDeadlineSeconds`` (from ``status.startTime``) stops all containers: phase Failed, reason
    ``DeadlineExceeded``; faults may end a pod the same way (``Evicted``, ``NodeLost``) or kill one
@@ -25,6 +26,7 @@ from . import podstatus
 from .defaults import now
 from .images import ImageError
 from .launch import Launch, StartError, build_launch
+from .matching import quantity
 from .podfiles import ConfigError, MountError, PodContext, container_env, materialize_volumes, mount_volumes
 from .podstatus import ContainerRecord
 from .process import ContainerProcess, Exit
@@ -196,7 +198,12 @@ class PodWorker:
                 return False
             started = now()
             proc = await self._start(rec, launch, bool(spec.get("stdin")))
+            limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
+            watch = asyncio.ensure_future(self._memory_watch(rec.name, proc, int(quantity(limit)))) \
+                if proc and limit else None
             result = await proc.wait() if proc else Exit(128)
+            if watch is not None:
+                watch.cancel()
             self.kubelet.api.logs.close(self.namespace, self.name, rec.name)
             if proc is not None:
                 reason = self.kill_reasons.pop(rec.name, podstatus.exit_reason(result.code))
@@ -211,6 +218,16 @@ class PodWorker:
             self.publish()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.kubelet.config.max_backoff)
+
+    async def _memory_watch(self, container: str, proc: ContainerProcess, limit: int) -> None:
+        # the cgroup limit a kubelet would set, checked on the main process's RSS every 0.1 s
+        while proc.exit is None:
+            if proc.rss_bytes() > limit:
+                self.event("Warning", "OOMKilling", f"Memory cgroup out of memory: killed process {proc.pid} "
+                                                    f"of container {container} (limit {limit} bytes)", container)
+                await self.kill_container(container, "OOMKilled")
+                return
+            await asyncio.sleep(0.1)
 
     def _restarts(self, code: int, init: bool) -> bool:
         policy = self.pod["spec"].get("restartPolicy", "Always")

@@ -95,6 +95,17 @@ class ContainerProcess:
         _LIVE.discard(self)
         return self.exit
 
+    def rss_bytes(self) -> int:
+        """Resident memory of the process (Linux ``/proc``; 0 when unknown or gone)."""
+        try:
+            with open(f"/proc/{self._proc.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return 0
+
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the process and everything it started (no error if already gone)."""
         if self.exit is None:

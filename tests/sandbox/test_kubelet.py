@@ -208,3 +208,11 @@ def test_init_containers_run_first_in_order_and_a_failing_one_fails_the_pod(core
     assert failed.status.phase == "Failed"
     assert failed.status.init_container_statuses[0].state.terminated.exit_code == 2
     assert failed.status.container_statuses[0].state.waiting.reason == "PodInitializing"
+
+
+def test_exceeding_the_memory_limit_is_oom_killed(core, namespace):
+    code = "import time\nblob = bytearray(300 * 1024 * 1024)\nfor i in range(0, len(blob), 4096): blob[i] = 1\ntime.sleep(600)"
+    core.create_namespaced_pod(namespace, _pod("greedy", code, resources={"limits": {"memory": "128Mi"}}))
+    done = _finished(core, namespace, "greedy")
+    state = done.status.container_statuses[0].state.terminated
+    assert (done.status.phase, state.reason, state.exit_code) == ("Failed", "OOMKilled", 137)
