@@ -52,7 +52,8 @@ def api_client_from_environment(context: str | None = None) -> ApiClient:
             configuration = kubernetes.client.Configuration()
             kubernetes.config.load_incluster_config(client_configuration=configuration)
             return ApiClient(configuration)
-        return kubernetes.config.new_client_from_config(context=context)
+        # Read KUBECONFIG now: the client's default was frozen when the kubernetes package was imported.
+        return kubernetes.config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"), context=context)
     except (kubernetes.config.ConfigException, OSError) as exc:
         where = os.environ.get("KUBECONFIG", "~/.kube/config")
         raise GpuOffloadError(

@@ -120,3 +120,28 @@ def test_a_built_gpu_slice_is_granted_and_shows_up_as_a_virtual_node(api_client,
     finally:
         custom.delete_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-1",
                                                "resourceslices", "donor-1-gpu-extra")
+
+
+def test_cli_clusters_table_and_json(origin, monkeypatch, capsys) -> None:
+    import json
+
+    from gpu_offload.cli import main
+
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["clusters"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("CLUSTER")
+    assert any(line.split()[:4] == ["donor-2", "healthy", "donor-2-gpu", "L4"] for line in lines)
+    assert main(["clusters", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {c["cluster_id"] for c in data["clusters"]} >= {"donor-1", "donor-2"}
+
+
+def test_cli_clusters_without_a_cluster_explains(monkeypatch, capsys, tmp_path) -> None:
+    from gpu_offload.cli import main
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["clusters"]) == 1
+    assert "point KUBECONFIG at a kubeconfig for the origin cluster" in capsys.readouterr().err
