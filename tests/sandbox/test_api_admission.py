@@ -131,3 +131,24 @@ def test_unknown_patch_type_is_415(api_sandbox, core, ns):
     url = f"{api_sandbox.url}/api/v1/namespaces/{ns}/configmaps/c"
     code, st = post(url, {"data": {}}, method="PATCH", ctype="application/apply-patch+yaml")
     assert code == 415 and "server-side apply is not emulated" in st["message"]
+
+
+def test_a_crd_created_through_the_api_is_served_and_enforced(k8s, ns):
+    import kubernetes
+
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.example.com"},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object", "properties": {"spec": {"type": "object", "required": ["size"],
+                                                                  "properties": {"size": {"type": "integer"}}}}}}}]}}
+    kubernetes.client.ApiextensionsV1Api(k8s).create_custom_resource_definition(crd)
+    custom = kubernetes.client.CustomObjectsApi(k8s)
+    made = custom.create_namespaced_custom_object("example.com", "v1", ns, "widgets", {
+        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}})
+    assert made["metadata"]["uid"] and made["spec"] == {"size": 3}
+    with pytest.raises(ApiException) as err:
+        custom.create_namespaced_custom_object("example.com", "v1", ns, "widgets", {
+            "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "v"}, "spec": {}})
+    assert err.value.status == 422 and causes(json.loads(err.value.body)) == [("spec.size", "FieldValueRequired")]
