@@ -288,19 +288,28 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
     }
 
 
+def check_secret_size(run_id: str, bundle_bytes: int, runner_bytes: int) -> None:
+    """Raise ``BundleTooLarge`` when bundle and runner cannot travel in one Secret.
+
+    Call it before creating the pod: the Secret is built after the pod (it needs the pod's uid), and a
+    pod whose Secret never comes would be left waiting in ContainerCreating.
+    """
+    size = bundle_bytes + runner_bytes
+    if size > MAX_SECRET_BYTES:
+        raise BundleTooLarge(
+            f"run {run_id}: bundle ({bundle_bytes} bytes) plus runner ({runner_bytes} bytes) is {size} bytes, more"
+            f" than a Secret holds ({MAX_SECRET_BYTES}); configure S3-compatible object storage for the kubernetes"
+            " backend, or pass smaller inputs"
+        )
+
+
 def runner_secret(pod: Mapping[str, Any], pod_uid: str, bundle: bytes, runner: bytes) -> dict[str, Any]:
     """The Secret holding bundle and runner, owned by ``pod`` (created first) so it is deleted with it.
 
     The pod waits in ContainerCreating until its Secret exists, which is what allows this order.
     """
     meta = pod["metadata"]
-    size = len(bundle) + len(runner)
-    if size > MAX_SECRET_BYTES:
-        raise BundleTooLarge(
-            f"run {meta['labels'].get(L.RUN_ID)}: bundle ({len(bundle)} bytes) plus runner ({len(runner)} bytes)"
-            f" is {size} bytes, more than a Secret holds ({MAX_SECRET_BYTES}); configure S3-compatible object"
-            " storage for the kubernetes backend, or pass smaller inputs"
-        )
+    check_secret_size(str(meta["labels"].get(L.RUN_ID)), len(bundle), len(runner))
     if not pod_uid:
         raise InvalidRequest(f"Secret for pod {meta['name']}: no pod uid; create the pod first and pass its uid")
     data = {key: base64.b64encode(value).decode("ascii") for key, value in ((BUNDLE_KEY, bundle), (RUNNER_KEY, runner))}

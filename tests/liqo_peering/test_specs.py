@@ -15,6 +15,7 @@ from gpu_offload.liqo_peering.errors import BundleTooLarge, InvalidRequest, Offl
 from gpu_offload.liqo_peering.placement import scheduling_fragment
 from gpu_offload.liqo_peering.specs import (
     RunnerPodSpec,
+    check_secret_size,
     gpu_resource_slice,
     label_value,
     merge_offloading,
@@ -230,6 +231,9 @@ def test_runner_secret_is_owned_by_the_pod(k8s_schema) -> None:
 
 
 def test_too_large_bundle_fails_before_anything_is_built() -> None:
+    with pytest.raises(BundleTooLarge, match=r"^run r1a2: bundle \(1048000 bytes\) plus runner \(100 bytes\)"):
+        check_secret_size("r1a2", 1_048_000, 100)
+    check_secret_size("r1a2", 900_000, 100_000)  # fits: no error
     pod = runner_pod(spec())
     with pytest.raises(BundleTooLarge, match=r"bundle \(1048576 bytes\) plus runner \(10 bytes\).*object storage"):
         runner_secret(pod, "uid", b"x" * 1024 * 1024, b"0123456789")
