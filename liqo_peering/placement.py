@@ -6,7 +6,7 @@ cordon, model, cluster) and the error messages, so every policy gets the same gu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -137,15 +137,19 @@ def _check_names(inventory: Inventory, request: PlacementRequest) -> list[Cluste
 
 
 def place(
-    inventory: Inventory, request: PlacementRequest, policy: PlacementPolicy | None = None
+    inventory: Inventory,
+    request: PlacementRequest,
+    policy: PlacementPolicy | None = None,
+    avoid: Collection[str] = (),
 ) -> Placement:
     """Choose a virtual node for ``request``, trying the model then each fallback model in order.
 
-    Skips clusters that are down, nodes not ready and cordoned nodes. Raises ``UnknownCluster`` or
+    Skips clusters that are down, nodes not ready and cordoned nodes, and the cluster ids in ``avoid``
+    (a retry after a virtual node was lost goes elsewhere). Raises ``UnknownCluster`` or
     ``UnknownModel`` listing the valid names, or ``NoFit`` saying what is free instead.
     """
     policy = policy or MostFree()
-    clusters = _check_names(inventory, request)
+    clusters = [c for c in _check_names(inventory, request) if c.cluster_id not in avoid]
     # One pass groups the nodes with room by model, so each fallback costs a dict lookup, not a scan.
     roomy: dict[str | None, list[VirtualNodeRecord]] = {}
     for cluster in clusters:

@@ -161,3 +161,11 @@ def test_no_fit_message_stays_short_with_many_clusters_wanted_model_first() -> N
     assert " and 35 more (gpu-offload clusters lists them)" in text
     assert text.endswith("(use --gpus 3)")
     assert len(err.value.alternatives) == 40
+
+
+def test_a_retry_avoids_the_cluster_that_lost_its_node() -> None:
+    nodes = inv(vn("b1", "b", 8, "A100"), vn("c1", "c", 2, "A100"))
+    assert place(nodes, PlacementRequest(1, "A100")).cluster_id == "b"
+    assert place(nodes, PlacementRequest(1, "A100"), avoid={"b"}).cluster_id == "c"
+    with pytest.raises(NoFit, match="^no cluster has 4 free A100; c has 2 free A100"):
+        place(nodes, PlacementRequest(4, "A100"), avoid={"b"})
