@@ -59,7 +59,10 @@ class Base(HubOAuthenticated, web.RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # Words, never a traceback: the reason the handler gave, or the standard phrase.
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = getattr(exc, "log_message", None) or self._reason
+        if isinstance(exc, GpuOffloadError):  # e.g. the inventory cache cannot reach the API yet
+            message = f"{exc}"
+        else:
+            message = getattr(exc, "log_message", None) or self._reason
         if self.request.path.startswith(f"{self.prefix}api/"):
             self.finish({"error": message, "status": status_code})
         else:
