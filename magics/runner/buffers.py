@@ -151,7 +151,13 @@ def write_buffer(
 
 
 def _write_shm(view: memoryview, directory: str) -> str:
-    fd, path = tempfile.mkstemp(prefix="gpuo-", suffix=".buf", dir=directory)
+    try:
+        fd, path = tempfile.mkstemp(prefix="gpuo-", suffix=".buf", dir=directory)
+    except OSError as exc:
+        raise BufferTransportError(
+            f"cannot create a buffer file in {directory}: {exc.strerror}; shm_dir must be an existing, "
+            "writable directory shared by the notebook and the runner (normally /dev/shm)"
+        ) from exc
     try:
         # one copy straight from the object's memory into tmpfs pages; write() avoids a page fault per
         # 4 KiB that filling a fresh mapping would cost
@@ -165,7 +171,7 @@ def _write_shm(view: memoryview, directory: str) -> str:
         if isinstance(exc, OSError):
             raise BufferTransportError(
                 f"cannot write a {view.nbytes}-byte buffer to {directory}: {exc.strerror}; "
-                "free space there (df -h) or choose another shm_dir"
+                "free space there (df -h), or choose another shm_dir"
             ) from exc
         raise
     os.close(fd)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import buffers
-from .failures import fail
+from .failures import CellFailed, fail
 
 Emit = Callable[..., None]
 
@@ -46,6 +46,33 @@ def send(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
         return  # the engine treats a run without an ``outputs`` frame as one with nothing to load
     emit("status", state="sending outputs")
     _warn_cuda(emit, values)
+    try:
+        try:
+            dumped = _dump(bundle, values)
+        except buffers.BufferTransportError:
+            raise
+        except Exception:
+            # only now look for the culprits: checking each value up front would pickle everything twice
+            _drop_unpicklable(emit, values, required)
+            if not values:
+                return
+            dumped = _dump(bundle, values)
+    except CellFailed:
+        raise
+    except buffers.BufferTransportError as exc:
+        raise fail(emit, "BufferTransportError", f"the cell's outputs cannot be sent back: {exc}") from None
+    except Exception as exc:  # pickles one by one but not together (rare): name them all
+        raise fail(
+            emit,
+            "PicklingError",
+            f"outputs {', '.join(values)} cannot be pickled together: {exc}; "
+            "send fewer variables back (--out) or convert them to plain data",
+        ) from None
+    _emit_outputs(emit, bundle, values, dumped)
+
+
+def _drop_unpicklable(emit: Emit, values: dict[str, Any], required: list[str]) -> None:
+    """Remove from ``values`` what cannot be pickled, with a warning; fail if ``--out`` asked for it."""
     for name in list(values):
         error = buffers.pickling_error(values[name], cuda_to_cpu)
         if error is None:
@@ -60,10 +87,6 @@ def send(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
             )
         emit("warning", text=f"{what}; skipped (it stays where the cell ran)")
         del values[name]
-    try:
-        _emit_outputs(emit, bundle, values)
-    except buffers.BufferTransportError as exc:
-        raise fail(emit, "BufferTransportError", f"the cell's outputs cannot be sent back: {exc}") from None
 
 
 def _warn_cuda(emit: Emit, values: dict[str, Any]) -> None:
@@ -79,9 +102,13 @@ def _warn_cuda(emit: Emit, values: dict[str, Any]) -> None:
         )
 
 
-def _emit_outputs(emit: Emit, bundle: dict[str, Any], values: dict[str, Any]) -> None:
+def _dump(bundle: dict[str, Any], values: dict[str, Any]) -> buffers.Dumped:
     transport, shm_dir, urls = bundle["output_transport"], bundle["shm_dir"], bundle["output_urls"]
-    dumped = buffers.dump(values, transport, shm_dir=shm_dir, urls=urls, reducer=cuda_to_cpu)
+    return buffers.dump(values, transport, shm_dir=shm_dir, urls=urls, reducer=cuda_to_cpu)
+
+
+def _emit_outputs(emit: Emit, bundle: dict[str, Any], values: dict[str, Any], dumped: buffers.Dumped) -> None:
+    transport, shm_dir, urls = bundle["output_transport"], bundle["shm_dir"], bundle["output_urls"]
     written: list[Any] = list(dumped.buffers)
     try:
         packed = buffers.pack_main(

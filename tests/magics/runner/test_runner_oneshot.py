@@ -340,3 +340,17 @@ def test_a_thread_the_cell_left_running_does_not_keep_the_runner_alive(write_bun
     runner = start_runner(path, bundle["nonce"])
     _, code = runner.finish()  # would hang (until the guard) if the runner waited for the thread
     assert runner.of(Done)[-1].status == "ok" and code == 0
+
+
+def test_outputs_that_cannot_be_delivered_are_an_error_naming_the_place(
+    write_bundle, start_runner, tmp_path
+) -> None:
+    cell = "import numpy as np\nbig = np.ones(100_000)\n"
+    missing = tmp_path / "no-such-dir"
+    path, bundle = write_bundle(cell, outputs=["big"], shm_dir=str(missing), input_transport="inline")
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    (error,) = runner.of(Error)
+    assert code == 1 and error.ename == "BufferTransportError"
+    assert str(missing) in error.evalue and "shm_dir" in error.evalue
+    assert runner.of(Outputs) == [] and runner.of(Done)[-1].status == "error"
