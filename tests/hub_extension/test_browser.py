@@ -103,3 +103,41 @@ def test_a_plain_user_sees_no_link_and_gets_403(browser: Any, hub: Any, artifact
     assert answer is not None and answer.status == 403
     page.screenshot(path=str(artifacts / "6-user-403.png"), full_page=True)
     page.context.close()
+
+
+def test_admin_uploads_a_kubeconfig_to_peer_and_is_shown_the_command(browser: Any, hub: Any, artifacts: Path,
+                                                                     tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "donor-3.yaml"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts: []\n")
+    page = log_in(browser, hub, "admin")
+    page.goto(hub.service_url)
+    form = page.locator("form[action$='actions/peer']")
+    form.locator("input[name=cluster_id]").fill("donor-3")
+    form.locator("input[name=kubeconfig]").set_input_files(str(kubeconfig))
+    form.locator("button").click()
+    page.wait_for_selector("text=You are about to")
+    assert "peer cluster donor-3 with liqoctl" in page.inner_text("body")
+    page.click("button:text('Confirm')")
+    assert "peering.liqoctlEnabled is false" in page.inner_text("#result")
+    assert page.inner_text("pre") == "liqoctl peer --remote-kubeconfig '<kubeconfig of cluster donor-3>'"
+    page.screenshot(path=str(artifacts / "7-admin-peer-command.png"), full_page=True)
+    page.context.close()
+
+
+def test_admin_labels_a_virtual_node_from_its_cluster_page(browser: Any, hub: Any, artifacts: Path) -> None:
+    page = log_in(browser, hub, "admin")
+    page.goto(f"{hub.service_url}clusters/donor-2")
+    form = page.locator("form[action$='actions/label']")
+    form.locator("input[name=model]").fill("H100")
+    form.locator("input[name=price]").fill("3.75")
+    form.locator("button").click()
+    page.click("button:text('Confirm')")
+    assert "labelled GPU model H100, 3.75 per GPU-hour" in page.inner_text("#result")
+    bad = page.goto(f"{hub.service_url}clusters/donor-2")
+    assert bad is not None
+    form = page.locator("form[action$='actions/label']")
+    form.locator("input[name=price]").fill("cheap")
+    form.locator("button").click()
+    assert "decimal number" in page.inner_text("#result")  # refused in words before any confirmation
+    page.screenshot(path=str(artifacts / "8-admin-label-refused.png"), full_page=True)
+    page.context.close()
