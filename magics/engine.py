@@ -82,6 +82,7 @@ def follow(
         _read(run, sink, settings, outcome, started, cancelled)
     except KeyboardInterrupt:
         _stop(run, sink, settings, outcome, "interrupted")
+        discard_outputs(outcome)
         raise
     except _Stop as stop:
         _stop(run, sink, settings, outcome, stop.status)

@@ -11,6 +11,7 @@ from .analysis import CellAnalysis
 from .backends.base import Backend, Placement, Run
 from .bundle import build_job
 from .engine import FollowSettings, Outcome, conclude, discard_outputs, follow
+from .errors import OffloadError
 from .request import OffloadRequest
 from .runner import buffers
 from .sinks import RecordingSink, Sink
@@ -109,6 +110,11 @@ class OffloadHandle:
     def _follow(self) -> None:
         try:
             self._outcome = follow(self._run, self._recording, self._settings, cancelled=self._cancelled)
+        except BaseException as exc:  # a thread's exception would otherwise vanish; result() raises it
+            failed = OffloadError(f"Following the --noblock run failed: {exc!r}. Run the cell again.")
+            failed.__cause__ = exc
+            self._outcome = Outcome(status="died", error=failed)
+            self._run.kill()
         finally:
             self._run.release(self._settings.grace)
             buffers.discard(self._refs)
