@@ -114,6 +114,8 @@ class GpuOffloadMagics(Magics):
         """
         request = self._request(line, cell)
         backend = self._backend(request.backend)
+        if backend.name == "local":
+            self._name_ignored_options(request)
         launch = Launch(
             analysis=analyse_cell(
                 cell,
@@ -134,6 +136,17 @@ class GpuOffloadMagics(Magics):
 
     def _remember(self, outcome: Outcome) -> None:
         self.last_outcome = outcome
+
+    def _name_ignored_options(self, request: OffloadRequest) -> None:
+        ignored = [
+            option
+            for option, value in (("--gpu-model", request.gpu_model), ("--image", request.image))
+            if value is not None
+        ] + (["--cluster"] if request.cluster != "auto" else [])
+        if ignored:
+            self._sink.notice(
+                f"the local backend ignores {', '.join(ignored)}: they choose where a cluster runs the cell"
+            )
 
     def _request(self, line: str, cell: str) -> OffloadRequest:
         args = self._parsed.get(line)

@@ -228,3 +228,10 @@ def test_gpus_select_the_runners_visible_devices(
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     offload(shell, "import os\nseen = os.environ['CUDA_VISIBLE_DEVICES']", f"--gpus {gpus}")
     assert shell.user_ns["seen"] == devices
+
+
+def test_cluster_only_options_are_named_as_ignored_on_the_local_backend(shell: Any) -> None:
+    with capture_output() as captured:
+        offload(shell, "x = 1", "--gpu-model A100 --image pytorch/pytorch:2.5.1 --cluster donor-1")
+    assert "the local backend ignores --gpu-model, --image, --cluster" in captured.stderr
+    assert shell.user_ns["x"] == 1
