@@ -138,3 +138,13 @@ def test_log_stream_cut_mid_way(origin, core, offloaded_namespace):
     full = core.read_namespaced_pod_log("chatty", offloaded_namespace, _preload_content=False).data
     assert full.count(b"\n") == 400
     assert b"line 399\n" not in got, "the follow stream should have been cut before the end"
+
+
+def test_fault_on_a_missing_pod_or_node_names_the_fix(origin):
+    for body, hint in (({"fault": "oom-kill", "namespace": "nowhere", "pod": "ghost"}, "wait until it is Running"),
+                       ({"fault": "node-not-ready", "node": "no-such-node"}, "kubectl get nodes"),
+                       ({"fault": "evict", "namespace": "x"}, "needs 'pod'")):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            control(origin, "POST", body)
+        assert err.value.code == 400 and hint in json.loads(err.value.read())["error"]
+    assert control(origin, "GET")["lostNodes"] == []

@@ -216,3 +216,14 @@ def test_exceeding_the_memory_limit_is_oom_killed(core, namespace):
     done = _finished(core, namespace, "greedy")
     state = done.status.container_statuses[0].state.terminated
     assert (done.status.phase, state.reason, state.exit_code) == ("Failed", "OOMKilled", 137)
+
+
+def test_unsupported_volume_is_a_config_error_and_starts_nothing(core, namespace):
+    pod = _pod("hostpath", "print('never')", volumeMounts=[{"name": "h", "mountPath": "/host"}])
+    pod["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": "/etc"}}]
+    core.create_namespaced_pod(namespace, pod)
+    status = wait_until(lambda: (s := core.read_namespaced_pod("hostpath", namespace).status.container_statuses)
+                        and s[0].state.waiting and s[0].state.waiting.reason == "CreateContainerConfigError"
+                        and s[0], "CreateContainerConfigError")
+    assert "use secret, configMap or emptyDir volumes" in status.state.waiting.message
+    assert status.container_id is None and core.read_namespaced_pod("hostpath", namespace).status.phase == "Pending"
