@@ -87,7 +87,7 @@ class GpuOffloadMagics(Magics):
 
     # -- the cell magic -------------------------------------------------------------------------------
 
-    @magic_arguments()
+    @magic_arguments("%gpu_offload")  # prog is "%" + this: the usage line reads %%gpu_offload
     @argument("--gpus", type=int, default=None, metavar="N", help="GPUs for the cell (default 1; 0: CPU).")
     @argument("--gpu-model", default=None, metavar="NAME", help="GPU model to ask for, e.g. A100.")
     @argument("--cluster", default="auto", metavar="ID", help="Remote cluster id, or auto (default).")
@@ -294,7 +294,7 @@ def _explain(message: str, line: str) -> str:
     for word in line.split():
         if word.startswith("--") and word.split("=")[0] not in OPTIONS:
             close = difflib.get_close_matches(word.split("=")[0], OPTIONS, n=1)
-            hints.append(f"`{word}` is not an option" + (f"; did you mean {close[0]}?" if close else ""))
+            hints.append(f"`{word}` is not an option" + (f" (did you mean {close[0]}?)" if close else ""))
     detail = "; ".join(hints) or message
     return (
         f"%%gpu_offload {line.strip()}: {detail}. Options: --gpus N, --gpu-model NAME, --cluster ID|auto, "

@@ -52,7 +52,7 @@ def test_a_remote_exception_keeps_prior_output_and_leaves_variables_untouched(sh
 
 
 def test_unknown_option_is_a_usage_error_suggesting_the_right_one(shell: Any, backend: Any) -> None:
-    with pytest.raises(UsageError, match=r"`--gpu` is not an option; did you mean --gpus\?"):
+    with pytest.raises(UsageError, match=r"`--gpu` is not an option \(did you mean --gpus\?\)"):
         offload(shell, "x = 1", "--gpu 2")
     assert backend.submitted == []
 
