@@ -63,6 +63,7 @@ class Kubelet:
         self._ips = ipaddress.ip_network(config.pod_network).hosts()
         self._pods = api.type("", "v1", "pods")
         self._task: asyncio.Task[None] | None = None
+        self._deleting: set[asyncio.Future[None]] = set()
 
     # ---- plumbing for workers ------------------------------------------------------------------
     def lookup(self, namespace: str) -> Lookup:
@@ -125,7 +126,10 @@ class Kubelet:
             worker = None
         if worker is not None:
             if meta.get("deletionTimestamp") and not worker.stopping:
-                asyncio.ensure_future(self._finish_delete(worker, float(meta.get("deletionGracePeriodSeconds", 0))))
+                grace = float(meta.get("deletionGracePeriodSeconds", 0))
+                task = asyncio.ensure_future(self._finish_delete(worker, grace))
+                self._deleting.add(task)
+                task.add_done_callback(self._deleting.discard)
             return
         if not (pod.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp"):
             return
@@ -181,6 +185,8 @@ class Kubelet:
         """Stop watching and kill every container process (no grace: the sandbox is going away)."""
         if self._task is not None:
             self._task.cancel()
+        for task in list(self._deleting):
+            task.cancel()
         workers = list(self.workers.values())
         for key in list(self.workers):
             self._forget(key)

@@ -227,3 +227,12 @@ def test_unsupported_volume_is_a_config_error_and_starts_nothing(core, namespace
                         and s[0], "CreateContainerConfigError")
     assert "use secret, configMap or emptyDir volumes" in status.state.waiting.message
     assert status.container_id is None and core.read_namespaced_pod("hostpath", namespace).status.phase == "Pending"
+
+
+def test_restart_policy_always_restarts_with_crash_loop_backoff(core, namespace):
+    core.create_namespaced_pod(namespace, _pod("crash", "raise SystemExit(1)", restart="Always"))
+    status = wait_until(lambda: (s := core.read_namespaced_pod("crash", namespace).status.container_statuses)
+                        and s[0].restart_count >= 2 and s[0].state.waiting and s[0], "two restarts")
+    assert status.state.waiting.reason == "CrashLoopBackOff"
+    assert status.last_state.terminated.exit_code == 1
+    assert core.read_namespaced_pod("crash", namespace).status.phase == "Running"
