@@ -25,6 +25,7 @@ from typing import Any
 from . import defaults, lifecycle
 from .admission import Admission, AdmissionRequest
 from .errors import ApiError, Cause, already_exists, bad_request, conflict, forbidden, invalid, not_found
+from .field_rules import field_causes
 from .http_faults import Faults
 from .logs import LogBuffers
 from .patching import apply_patch
@@ -107,6 +108,7 @@ class Api:
             causes = validate_object(rt, obj)
         except LookupError as exc:
             raise ApiError(500, "InternalError", str(exc)) from exc
+        causes += field_causes(rt, obj) if not causes else ()
         if causes:
             raise invalid(rt.group, rt.kind, req.name, causes)
         self.admission.validate(req)

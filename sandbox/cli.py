@@ -71,7 +71,12 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         # the kubeconfig appears only once the API really answers, so waiting on the file is enough
         await asyncio.to_thread(urllib.request.urlopen, f"{server.url}/version", timeout=10)
-        write_kubeconfig(args.kubeconfig, server.url)
+        try:
+            write_kubeconfig(args.kubeconfig, server.url)
+        except OSError as exc:
+            print(f"gpu-offload sandbox: cannot write the kubeconfig to {args.kubeconfig} ({exc}); "
+                  "give --kubeconfig a path in a writable folder", file=sys.stderr)
+            return 1
         print(BANNER.format(url=server.url, kubeconfig=args.kubeconfig), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

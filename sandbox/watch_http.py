@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -19,6 +20,7 @@ from .api import Api
 from .errors import ApiError, bad_request
 from .resources import ResourceType
 from .selectors import Selector
+from .store import Subscription, WatchEvent
 
 IDLE_CHECK_SECONDS = 2.0
 
@@ -77,25 +79,49 @@ async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespac
         for obj in initial:
             seen.matching.add((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
             await send("ADDED", obj)
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0 or sub.closed or client_gone(request):
-                break
-            # wake up now and then: a client that went away must not keep a subscription for 30 minutes
-            event = await sub.next(timeout=min(left, IDLE_CHECK_SECONDS))
-            if event is None:
-                continue
-            if event.resource_version <= listed_rv:
-                continue
+
+        async def deliver(event: WatchEvent) -> None:
             kind = seen.translate(event.type, event.object, selector)
             if kind:
                 await send(kind, dict(event.object, apiVersion=rt.api_version))
+
+        async def bookmark(rv: int) -> None:
+            await _send(resp, "BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
+                                           "metadata": {"resourceVersion": str(rv)}})
+
+        wants_bookmarks = q.get("allowWatchBookmarks") in ("1", "true", "True")
+        await _follow(request, sub, timeout, max(listed_rv, since or 0), deliver,
+                      bookmark if wants_bookmarks else None)
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
         sub.close()
     return resp
+
+
+async def _follow(request: web.Request, sub: Subscription, timeout: float, after_rv: int,
+                  deliver: Callable[[WatchEvent], Awaitable[None]],
+                  bookmark: Callable[[int], Awaitable[None]] | None) -> None:
+    """Pass events newer than ``after_rv`` to ``deliver`` until the timeout, the end of the subscription
+    or the client leaving. When idle, ``bookmark(rv)`` (if asked for) tells the client how far it is:
+    the resourceVersion of the last event this subscription received, so resuming from it loses nothing."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last_rv, marked_rv = after_rv, after_rv
+    while True:
+        left = deadline - loop.time()
+        if left <= 0 or sub.closed or client_gone(request):
+            return
+        # wake up now and then: a client that went away must not keep a subscription for 30 minutes
+        event = await sub.next(timeout=min(left, IDLE_CHECK_SECONDS))
+        if event is None:
+            if bookmark is not None and last_rv > marked_rv:
+                await bookmark(last_rv)
+                marked_rv = last_rv
+            continue
+        if event.resource_version > after_rv:
+            last_rv = event.resource_version
+            await deliver(event)
 
 
 class _Membership:

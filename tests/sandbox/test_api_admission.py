@@ -152,3 +152,38 @@ def test_a_crd_created_through_the_api_is_served_and_enforced(k8s, ns):
         custom.create_namespaced_custom_object("example.com", "v1", ns, "widgets", {
             "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "v"}, "spec": {}})
     assert err.value.status == 422 and causes(json.loads(err.value.body)) == [("spec.size", "FieldValueRequired")]
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda p: p["metadata"].update(labels={"user": "ada@example.com"}), "metadata.labels.user"),
+    (lambda p: p["metadata"].update(labels={"bad key!": "x"}), "metadata.labels"),
+    (lambda p: p["spec"]["containers"][0].update(name="Main_Container"), "spec.containers[0].name"),
+    (lambda p: p["spec"]["containers"][0].update(env=[{"name": "1BAD", "value": "x"}]),
+     "spec.containers[0].env[0].name"),
+    (lambda p: p["spec"]["containers"][0].update(resources={"limits": {"memory": "1 GB"}}),
+     "spec.containers[0].resources.limits[memory]"),
+    (lambda p: p["spec"]["containers"][0].update(resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}),
+     "spec.containers[0].resources.requests[cpu]"),
+    (lambda p: p["spec"]["containers"][0].update(
+        resources={"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}),
+     "spec.containers[0].resources.requests[nvidia.com/gpu]"),
+])
+def test_field_rules_beyond_the_schema(pods_url, pod, mutate, field):
+    body = pod("p")
+    mutate(body)
+    code, st = post(pods_url, body)
+    assert code == 422 and [c[0] for c in causes(st)] == [field], st
+
+
+def test_secrets_over_one_mebibyte_are_refused(api_sandbox, ns):
+    import base64
+
+    url = f"{api_sandbox.url}/api/v1/namespaces/{ns}/secrets"
+    big = base64.b64encode(b"x" * (1024 * 1024 + 1)).decode()
+    code, st = post(url, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bundle"}, "data": {"b": big}})
+    assert code == 422 and causes(st) == [("data", "FieldValueTooLong")]
+    code, st = post(url, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b64"}, "data": {"b": "!!"}})
+    assert code == 422 and causes(st) == [("data[b]", "FieldValueInvalid")]
+    just = base64.b64encode(b"x" * (1024 * 1024)).decode()
+    code, _ = post(url, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fits"}, "data": {"b": just}})
+    assert code == 201

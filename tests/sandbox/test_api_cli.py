@@ -68,3 +68,10 @@ def test_a_taken_port_is_reported_and_writes_nothing(tmp_path, capsys):
         assert cli.main(["sandbox", "--kubeconfig", str(kubeconfig), "--port", str(taken.getsockname()[1])]) == 1
     assert "pick another --port" in capsys.readouterr().err
     assert not kubeconfig.exists()
+
+
+def test_an_unwritable_kubeconfig_path_is_reported_and_the_server_stops(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert cli.main(["sandbox", "--kubeconfig", str(blocker / "config")]) == 1
+    assert "cannot write the kubeconfig" in capsys.readouterr().err

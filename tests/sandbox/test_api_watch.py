@@ -109,3 +109,24 @@ def test_a_client_that_goes_away_does_not_leave_its_watch_behind(api_sandbox, co
     resp.release_conn()
     http.clear()  # closes the socket, as a killed client would
     wait(lambda: store.subscription_count == before, "the server to drop the abandoned watch")
+
+
+def test_bookmarks_carry_the_last_delivered_resource_version(api_sandbox, core, ns):
+    import json as _json
+
+    import urllib3
+
+    rv = core.list_namespaced_config_map(ns).metadata.resource_version
+    core.create_namespaced_config_map(ns, _cm("a"))
+    core.create_namespaced_config_map(ns, _cm("b"))
+    url = (f"{api_sandbox.url}/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={rv}"
+           "&allowWatchBookmarks=true&timeoutSeconds=5")
+    lines = urllib3.PoolManager().request("GET", url).data.decode().splitlines()
+    events = [_json.loads(line) for line in lines]
+    assert [e["type"] for e in events[:3]] == ["ADDED", "ADDED", "BOOKMARK"]
+    assert events[2]["object"]["metadata"]["resourceVersion"] == events[1]["object"]["metadata"]["resourceVersion"]
+    # resuming from the bookmark repeats nothing
+    again = list(watch.Watch().stream(core.list_namespaced_config_map, ns,
+                                      resource_version=events[2]["object"]["metadata"]["resourceVersion"],
+                                      timeout_seconds=1))
+    assert again == []
