@@ -167,6 +167,9 @@ class PodWorker:
         return sink
 
     async def _start(self, rec: ContainerRecord, launch: Launch, stdin: bool) -> ContainerProcess | None:
+        # the events a kubelet writes before a container runs (KubeSpawner shows them as spawn progress)
+        self.event("Normal", "Pulled", f'Container image "{rec.image}" already present on machine', rec.name)
+        self.event("Normal", "Created", f"Created container {rec.name}", rec.name)
         try:
             proc = await ContainerProcess.start(launch.argv, dict(launch.env), launch.cwd, self._sink(rec.name),
                                                 stdin=stdin)
