@@ -22,6 +22,10 @@ async def fake_kubelet(req, io):
     if req.command[0] == "fail":
         await io.write_stderr(b"going down\n")
         return int(req.command[1])
+    if req.command[0] == "size":
+        size = await io.resizes.get()
+        await io.write_stdout(f"{size.width}x{size.height} tty={req.tty}\n".encode())
+        return 0
     if req.command[0] == "not-running":
         raise ApiError(400, "BadRequest", f"container {req.container} is not running")
     await io.write_stdout(" ".join(req.command[1:]).encode() + b"\n")
@@ -77,3 +81,11 @@ def test_exec_on_an_unscheduled_pod_is_refused_before_upgrading(core, ns, pod, a
         urllib.request.urlopen(url, timeout=60)
     body = json.loads(err.value.read())
     assert err.value.code == 400 and body["message"] == "pod p does not have a host assigned"
+
+
+def test_terminal_resize_arrives_on_channel_4(core, bound_pod):
+    ws = stream(core.connect_get_namespaced_pod_exec, "p", bound_pod, command=["size"], stdin=True,
+                stdout=True, stderr=False, tty=True, _preload_content=False)
+    ws.write_channel(4, json.dumps({"Width": 120, "Height": 40}))
+    assert ws.readline_stdout(timeout=60) == "120x40 tty=True"
+    ws.close()
