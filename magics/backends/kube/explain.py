@@ -1,0 +1,133 @@
+"""What a runner pod's status means, in words a notebook user understands (pure functions).
+
+The follower asks :func:`pod_state` after every pod event; a ``failed`` state ends the run with its
+sentence, a ``waiting`` one is shown as progress while the cell has printed nothing yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MEMORY_ENV = "GPU_OFFLOAD_MEMORY"
+"""Memory request and limit of runner pods (e.g. ``32Gi``), read when a cell is submitted."""
+WAITING, RUNNING, FINISHED, FAILED = "waiting", "running", "finished", "failed"
+# Waiting reasons after which the kubelet will not succeed by itself: the pod spec or the cluster must change.
+_HOPELESS = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """What the sentences name besides the pod: where it was sent and what it asked for."""
+
+    cluster: str
+    gpus: int
+    image: str
+    memory: str | None = None
+
+
+@dataclass(frozen=True)
+class PodState:
+    """One reading of a runner pod."""
+
+    kind: str
+    """``waiting``, ``running``, ``finished`` or ``failed``."""
+    text: str = ""
+    """Progress (waiting) or the explanation (failed)."""
+    reason: str = ""
+    """Kubernetes' reason, e.g. ``OOMKilled``; used as the error's name."""
+    exit_code: int | None = None
+    lost: bool = False
+    """The virtual node (the peering) was lost: the run may be retried elsewhere if it had not started."""
+
+
+def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return statuses[0] if statuses else {}
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" + ("" if n == 1 else "s")
+
+
+def _terminated(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    state = _runner_status(pod).get("state") or {}
+    done = state.get("terminated")
+    if not done:
+        return None
+    code = int(done.get("exitCode") or 0)
+    reason = str(done.get("reason") or "")
+    if reason == "OOMKilled":
+        limit = f" (memory limit {ctx.memory})" if ctx.memory else ""
+        return PodState(FAILED, (
+            f"the cell ran out of memory on {ctx.cluster} with {_gpus(ctx.gpus)}{limit}: the runner was killed "
+            f"(OOMKilled, exit code {code}); output so far is kept, no variable was copied back. Ask for more "
+            f"memory with `%env {MEMORY_ENV}=32Gi` before the next cell, or use less (smaller batches, "
+            "del large arrays)"), reason, code)
+    return PodState(FINISHED, "", reason, code)
+
+
+def _failed_pod(status: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or "")
+    if reason == "NodeLost":
+        return PodState(FAILED, f"the virtual node of {ctx.cluster} was lost ({message})", reason, lost=True)
+    if reason == "DeadlineExceeded":
+        return PodState(FAILED, (
+            f"the pod on {ctx.cluster} reached its deadline (--timeout) and Kubernetes stopped it; output so "
+            "far is kept. Raise --timeout or make the cell faster"), reason)
+    if reason == "Evicted":
+        return PodState(FAILED, (
+            f"the pod was evicted from {ctx.cluster}: {message}; the donor needed the resources back. Run "
+            "the cell again (placement picks a cluster with room)"), reason)
+    return None
+
+
+def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    if reason == "OffloadingBackOff":
+        namespace = (pod.get("metadata") or {}).get("namespace")
+        return PodState(FAILED, (
+            f"namespace {namespace} is not offloaded, so Liqo will not send the pod to {ctx.cluster} "
+            f"(OffloadingBackOff: {status.get('message') or ''}). Ask your JupyterHub admin to offload it, or "
+            "create its NamespaceOffloading with `liqoctl offload namespace`"), reason)
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            return PodState(FAILED, (
+                f"no node can take the pod for {ctx.cluster} with {_gpus(ctx.gpus)}: the scheduler says "
+                f"\"{cond.get('message') or 'Unschedulable'}\". Check `gpu-offload clusters`, then ask for fewer "
+                "GPUs, another --gpu-model or --cluster"), "Unschedulable")
+    waiting = (_runner_status(pod).get("state") or {}).get("waiting") or {}
+    why = str(waiting.get("reason") or "")
+    if why in _HOPELESS:
+        if "Image" in why:
+            text = (f"the image {ctx.image} cannot be pulled on {ctx.cluster} ({why}: {waiting.get('message') or ''}); "
+                    "check its name and tag, or pass another with --image (it needs a Python of the "
+                    "kernel's minor version)")
+        else:
+            text = f"the runner container cannot be created on {ctx.cluster} ({why}: {waiting.get('message') or ''})"
+        return PodState(FAILED, text, why)
+    node = (pod.get("spec") or {}).get("nodeName")
+    where = f"on {node} ({ctx.cluster})" if node else f"waiting to be scheduled for {ctx.cluster}"
+    return PodState(WAITING, f"pod Pending {where}" + (f": {why}" if why else ""))
+
+
+def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
+    """Read a runner pod: waiting (with progress), running, finished (exit code) or failed (with a sentence)."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase in ("Failed", "Succeeded"):
+        failed = _failed_pod(status, ctx) if phase == "Failed" else None
+        if failed is not None:
+            return failed
+    ended = _terminated(pod, ctx)
+    if ended is not None:
+        return ended
+    if phase == "Failed":
+        return PodState(FAILED, f"the pod failed on {ctx.cluster}: {status.get('reason')}: {status.get('message')}",
+                        str(status.get("reason") or "PodFailed"))
+    if phase == "Running" or (_runner_status(pod).get("state") or {}).get("running"):
+        return PodState(RUNNING)
+    return _pending(pod, ctx)

@@ -1,0 +1,189 @@
+"""Reads a runner pod: its phase through a watch until the runner starts, then its frames through a log follow.
+
+A dropped log stream is resumed with ``sinceTime`` set to the second of the last line received; the lines
+of that second come again and the frame decoder drops the frames it has seen (``seq <= last_seen``), so
+nothing is lost or repeated. A one-shot follower stops after the ``done`` frame: the success path costs
+one watch and one log request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...runner.frames import Done, Event, FrameDecoder, Noise, Status
+from .explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, PodState, pod_state
+from .pods import PodApi, fresh_watcher
+
+DIAGNOSTIC_LINES = 30
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class PodEnded:
+    """The follower's last item: how the pod ended (or that following it failed)."""
+
+    state: PodState
+
+
+def since_second(stamp: bytes) -> str:
+    """``2026-11-22T01:02:03.123456789Z`` -> ``2026-11-22T01:02:03Z`` (the API's sinceTime precision)."""
+    text = stamp.decode("ascii", "replace")
+    return text.split(".")[0].rstrip("Z") + "Z"
+
+
+class PodFollower:
+    """A daemon thread turning one pod into a queue of frames, ``Status`` progress and a final ``PodEnded``."""
+
+    def __init__(self, pods: PodApi, pod: Mapping[str, Any], nonce: str, ctx: PodContext, *,
+                 one_shot: bool = True, watch_seconds: int = 30) -> None:
+        self.pods = pods
+        self.name = str(pod["metadata"]["name"])
+        self.ctx = ctx
+        self.one_shot = one_shot
+        self.watch_seconds = watch_seconds
+        self.events: queue.Queue[Event | PodEnded] = queue.Queue()
+        self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
+        self.started = threading.Event()
+        """Set once the runner container runs (or the pod ended): a session may attach then."""
+        self.resumes = 0
+        self._decoder = FrameDecoder(nonce)
+        self._stop = threading.Event()
+        self._watcher: Any = None
+        self._response: Any = None
+        self._last_stamp: bytes | None = None
+        self._done_seen = False
+        self._thread = threading.Thread(target=self._run, args=(dict(pod),), daemon=True,
+                                        name=f"gpu-offload-follow-{self.name}")
+        self._thread.start()
+
+    def next(self, timeout: float) -> Event | PodEnded | None:
+        """The next item within ``timeout`` seconds, else None."""
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def stop(self) -> None:
+        """Stop following (no further request is made); the thread ends soon after."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.stop()
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):  # already closed
+                response.shutdown()  # unblocks a read waiting for the next log line
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to end."""
+        self._thread.join(timeout)
+
+    # --- the thread ---
+
+    def _run(self, pod: dict[str, Any]) -> None:
+        try:
+            state = self._until_started(pod)
+            self.started.set()
+            if state.kind in (RUNNING, FINISHED):
+                state = self._follow_logs()
+        except Exception as exc:  # noqa: BLE001 - a silent thread would leave the cell waiting forever
+            state = PodState(FAILED, f"following pod {self.name} failed: {exc}", "FollowError")
+        self.started.set()
+        if state is not None and not self._stop.is_set():
+            self.events.put(PodEnded(state))
+
+    def _until_started(self, pod: dict[str, Any]) -> PodState:
+        state = pod_state(pod, self.ctx)
+        version = str(pod["metadata"].get("resourceVersion") or "")
+        shown = ""
+        while state.kind == WAITING and not self._stop.is_set():
+            if state.text != shown:
+                shown = state.text
+                self.events.put(Status(-1, state.text))
+            self._watcher = fresh_watcher()
+            for event in self.pods.watch_pod(self.name, version, self.watch_seconds, self._watcher):
+                if event.get("type") == "ERROR":
+                    fresh = self.pods.read_pod(self.name)
+                    if fresh is None:
+                        return _deleted(self.name)
+                    pod = fresh
+                elif event.get("type") == "DELETED":
+                    return _deleted(self.name)
+                elif event.get("type") in ("ADDED", "MODIFIED"):
+                    pod = event["raw_object"]
+                else:
+                    continue
+                version = str(pod["metadata"].get("resourceVersion") or version)
+                state = pod_state(pod, self.ctx)
+                if state.kind != WAITING:
+                    self._watcher.stop()
+                    break
+                if state.text != shown:
+                    shown = state.text
+                    self.events.put(Status(-1, state.text))
+        return state
+
+    def _follow_logs(self) -> PodState | None:
+        """Follow the log until the ``done`` frame (one-shot) or the container's end; resume after drops."""
+        while not self._stop.is_set():
+            self._read_stream()
+            if self._stop.is_set() or (self.one_shot and self._done_seen):
+                return None
+            pod = self.pods.read_pod(self.name)
+            if pod is None:
+                return _deleted(self.name)
+            state = pod_state(pod, self.ctx)
+            if state.kind in (FINISHED, FAILED):
+                self._read_stream()  # what the container wrote between the drop and its end
+                for event in self._decoder.close():
+                    self._deliver(event)
+                return state
+            self.resumes += 1
+        return None
+
+    def _read_stream(self) -> None:
+        since = since_second(self._last_stamp) if self._last_stamp else None
+        try:
+            self._response = self.pods.open_log(self.name, since)
+        except Exception as exc:  # noqa: BLE001 - the caller reads the pod to learn why
+            self.diagnostics.append(f"log stream of pod {self.name} not opened: {exc}")
+            return
+        pending = b""
+        try:
+            for chunk in self._response.stream(CHUNK, decode_content=False):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    self._line(line)
+                if self.one_shot and self._done_seen:
+                    break
+        except Exception:  # noqa: BLE001 - a dropped stream ends the same way as a finished one: resume
+            pass
+        finally:
+            response, self._response = self._response, None
+            if response is not None:
+                response.release_conn()
+
+    def _line(self, line: bytes) -> None:
+        stamp, _, text = line.partition(b" ")
+        self._last_stamp = stamp
+        for event in self._decoder.feed(text + b"\n"):
+            self._deliver(event)
+
+    def _deliver(self, event: Event) -> None:
+        if isinstance(event, Noise):
+            self.diagnostics.append(event.line)
+            return
+        if isinstance(event, Done):
+            self._done_seen = True
+        self.events.put(event)
+
+
+def _deleted(name: str) -> PodState:
+    return PodState(FAILED, f"pod {name} was deleted while the cell ran (by `%gpu_offload cleanup`, another "
+                            "kernel's cleanup or an admin); run the cell again", "PodDeleted")

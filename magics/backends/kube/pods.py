@@ -1,0 +1,134 @@
+"""The one module of the kubernetes backend that talks to the API: pods, their Secrets, logs and attach.
+
+Objects go out and come back as plain dicts (``_preload_content=False``): the backend builds them with
+``liqo_peering.specs`` and reads them with ``explain``, neither of which needs the client's models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import urllib3
+from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from ....liqo_peering.client import new_watcher
+from ....liqo_peering.errors import APINotFound, api_error
+
+REQUEST_TIMEOUT = 30.0
+
+
+class PodApi:
+    """Pods and Secrets of one namespace, through the official client."""
+
+    def __init__(self, api_client: ApiClient, namespace: str, request_timeout: float = REQUEST_TIMEOUT) -> None:
+        self.api_client = api_client
+        self.core = CoreV1Api(api_client)
+        self.namespace = namespace
+        self.request_timeout = request_timeout
+
+    def _json(self, action: str, target: str, func: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = func(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)
+            return dict(json.loads(response.data))
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise api_error(exc, action, target) from exc
+
+    def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a Pod or Secret; returns the object as the server stored it (uid, resourceVersion)."""
+        kind = body["kind"]
+        func = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
+        target = f"{kind} {self.namespace}/{body['metadata']['name']}"
+        return self._json("creating", target, func, self.namespace, dict(body))
+
+    def read_pod(self, name: str) -> dict[str, Any] | None:
+        """The pod, or None when it is gone."""
+        try:
+            return self._json("reading", f"Pod {self.namespace}/{name}", self.core.read_namespaced_pod, name,
+                              self.namespace)
+        except APINotFound:
+            return None
+
+    def delete_pod(self, name: str, grace: int | None = None) -> bool:
+        """Delete the pod (its Secret follows through the owner reference); False if it was already gone."""
+        try:
+            self._json("deleting", f"Pod {self.namespace}/{name}", self.core.delete_namespaced_pod, name,
+                       self.namespace, grace_period_seconds=grace)
+        except APINotFound:
+            return False
+        return True
+
+    def delete_secret(self, name: str) -> bool:
+        """Delete a Secret; False if it was already gone."""
+        try:
+            self._json("deleting", f"Secret {self.namespace}/{name}", self.core.delete_namespaced_secret, name,
+                       self.namespace)
+        except APINotFound:
+            return False
+        return True
+
+    def watch_pod(self, name: str, resource_version: str, timeout_seconds: int, watcher: Any) -> Iterator[dict[str, Any]]:
+        """Raw watch events of one pod for one server timeout (``type`` and ``raw_object``)."""
+        try:
+            yield from watcher.stream(
+                self.core.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}",
+                resource_version=resource_version, timeout_seconds=timeout_seconds,
+                _request_timeout=timeout_seconds + 30,
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise api_error(exc, "watching", f"Pod {self.namespace}/{name}") from exc
+
+    def open_log(self, name: str, since_time: str | None) -> Any:
+        """A follow stream of the pod's log with timestamps, from ``since_time`` (RFC 3339) if given.
+
+        Called through ``call_api`` because the generated ``read_namespaced_pod_log`` lacks ``sinceTime``,
+        which resuming a dropped stream needs.
+        """
+        query: list[tuple[str, str]] = [("follow", "true"), ("timestamps", "true")]
+        if since_time:
+            query.append(("sinceTime", since_time))
+        try:
+            response = self.api_client.call_api(
+                "/api/v1/namespaces/{namespace}/pods/{name}/log", "GET",
+                path_params={"namespace": self.namespace, "name": name}, query_params=query,
+                header_params={"Accept": "*/*"}, auth_settings=["BearerToken"], response_types_map={200: "str"},
+                _preload_content=False, _return_http_data_only=True,
+                _request_timeout=(self.request_timeout, None),
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise api_error(exc, "following the log of", f"Pod {self.namespace}/{name}") from exc
+        return response
+
+    def attach(self, name: str) -> Any:
+        """A websocket attached to the runner's stdin (``kubernetes.stream``), for a session pod."""
+        from kubernetes.stream import stream
+
+        try:
+            return stream(
+                self.core.connect_get_namespaced_pod_attach, name, self.namespace, container="runner",
+                stdin=True, stdout=False, stderr=False, tty=False, _preload_content=False,
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise api_error(exc, "attaching to", f"Pod {self.namespace}/{name}") from exc
+
+    def delete_matching(self, selector: str) -> list[str]:
+        """Delete the pods and Secrets matching a label selector; returns their names."""
+        removed: list[str] = []
+        target = f"pods in {self.namespace} matching {selector}"
+        for lister, deleter in (
+            (self.core.list_namespaced_pod, self.delete_pod),
+            (self.core.list_namespaced_secret, self.delete_secret),
+        ):
+            listed = self._json("listing", target, lister, self.namespace, label_selector=selector)
+            for item in listed.get("items") or []:
+                name = item["metadata"]["name"]
+                if deleter(name):
+                    removed.append(name)
+        return removed
+
+
+def fresh_watcher() -> Any:
+    """A watcher another thread can ``stop()``."""
+    return new_watcher()

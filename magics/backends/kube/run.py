@@ -1,0 +1,128 @@
+"""A one-shot cell in a pod, as the engine follows it: frames in, the pod's end explained, cleanup on release.
+
+A virtual node lost before the runner said hello is retried once on another cluster that fits (the user is
+told); lost after that, the run is reported lost with how much output had arrived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...runner.frames import Error, Hello, Outputs, RunnerWarning, Stream
+from ..base import RunEvent, RunnerExit
+from .explain import FAILED, PodContext, PodState
+from .follow import PodEnded, PodFollower
+from .pods import PodApi
+
+
+@dataclass
+class LaunchedPod:
+    """A runner pod the backend created, with its follower."""
+
+    name: str
+    ctx: PodContext
+    follower: PodFollower
+
+
+Relaunch = Callable[[set[str]], LaunchedPod]
+"""Creates the pod again, avoiding the given cluster ids (raises when nothing else fits)."""
+
+
+def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[RunEvent]:
+    """The events that end a run whose pod failed: an ``Error`` the engine raises, then the exit."""
+    return [Error(-1, state.reason or "PodFailed", state.text, ()), RunnerExit(code, diagnostics)]
+
+
+class KubeRun:
+    """One bundle in one pod (two, if the first was lost before starting)."""
+
+    def __init__(self, pods: PodApi, launched: LaunchedPod, relaunch: Relaunch,
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+        self.pods = pods
+        self.current = launched
+        self._relaunch = relaunch
+        self._cleanup = cleanup
+        self._fetch = fetch
+        self._pending: deque[RunEvent] = deque()
+        self._retried = False
+        self._hello = False
+        self._lines = 0
+        self._ended = False
+        self._released = False
+
+    @property
+    def phase(self) -> str:
+        """Where the run is, for ``--noblock`` handles."""
+        return "ended" if self._ended else ("running" if self._hello else "starting")
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        if self._pending:
+            return self._pending.popleft()
+        if self._ended:
+            return None
+        item = self.current.follower.next(timeout)
+        if item is None:
+            return None
+        if isinstance(item, PodEnded):
+            return self._ended_with(item.state)
+        if isinstance(item, Hello):
+            self._hello = True
+        elif isinstance(item, Stream):
+            self._lines += item.text.count("\n")
+        elif isinstance(item, Outputs) and self._fetch is not None:
+            item = self._fetch(item)
+        return item
+
+    def _ended_with(self, state: PodState) -> RunEvent | None:
+        diagnostics = "\n".join(self.current.follower.diagnostics)
+        if state.kind == FAILED and state.lost and not self._hello and not self._retried:
+            lost = self.current
+            self._retried = True
+            self.pods.delete_pod(lost.name, grace=0)
+            try:
+                self.current = self._relaunch({lost.ctx.cluster})
+            except Exception as exc:  # noqa: BLE001 - no second cluster fits: report the loss and why
+                text = f"{state.text}, before the cell started; no other cluster can take it: {exc}"
+                return self._finish(failure_events(dataclasses.replace(state, text=text), None, diagnostics))
+            return RunnerWarning(-1, (
+                f"{state.text} before the cell started; retrying once on {self.current.ctx.cluster}"))
+        if state.kind == FAILED:
+            if state.lost:
+                text = (f"{state.text} after the cell had started: {self._lines} line(s) of output arrived "
+                        "(shown above) and the rest of the run was lost; no variable was copied back. Run the "
+                        "cell again")
+                state = dataclasses.replace(state, text=text, reason="VirtualNodeLost")
+            return self._finish(failure_events(state, state.exit_code, diagnostics))
+        return self._finish([RunnerExit(state.exit_code, diagnostics)])
+
+    def _finish(self, events: list[RunEvent]) -> RunEvent | None:
+        self._ended = True
+        self._pending.extend(events)
+        return self._pending.popleft() if self._pending else None
+
+    def interrupt(self) -> None:
+        """Delete the pod with a grace period: the runner gets SIGTERM and interrupts the cell."""
+        self.pods.delete_pod(self.current.name, grace=10)
+
+    def kill(self) -> None:
+        """Delete the pod at once."""
+        self.current.follower.stop()
+        self.pods.delete_pod(self.current.name, grace=0)
+
+    def release(self, grace: float) -> int | None:
+        """Stop following and delete the pod (its Secret goes with it) and the run's stored objects."""
+        if self._released:
+            return None
+        self._released = True
+        self.current.follower.stop()
+        try:
+            self.pods.delete_pod(self.current.name, grace=0)
+        finally:
+            if self._cleanup is not None:
+                self._cleanup()
+        return None
+

@@ -1,0 +1,150 @@
+"""``--session`` on kubernetes: a warm pod per session that receives cell after cell through ``attach``.
+
+The pod runs the runner in session mode (``stdin: true``, no service-account token); commands go in
+through an attach websocket held for the session's life, frames come out through one log follow that
+resumes after drops. Ctrl-C sends the runner an ``interrupt`` command: the cell stops, the session and its
+variables stay.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import secrets
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...runner.__main__ import NONCE_ENV
+from ...runner.frames import Done, Hello, Outputs
+from ..base import Placement, RunEvent, RunnerExit, SessionInfo
+from .explain import FAILED
+from .follow import PodEnded
+from .run import LaunchedPod, failure_events
+
+if TYPE_CHECKING:
+    from .backend import KubernetesBackend
+
+
+class KubeSession:
+    """One warm runner pod and the attach connection to its stdin."""
+
+    def __init__(self, name: str, backend: KubernetesBackend, placement: Placement) -> None:
+        self.name = name
+        self.backend = backend
+        self.placement = placement
+        self.nonce = secrets.token_hex(16)
+        self.run_id = f"s{secrets.token_hex(7)}"
+        self.launched: LaunchedPod = backend.launch(self.run_id, b"", self.nonce, placement, set(), session=True,
+                                                    env={NONCE_ENV: self.nonce})
+        self.runs = 0
+        self.busy = False
+        self.dead = False
+        self.hello = False
+        self._ws: Any = None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the pod may still take cells."""
+        return not self.dead
+
+    def info(self) -> SessionInfo:
+        """The line ``%gpu_offload sessions`` shows."""
+        where = f"pod {self.launched.name} on {self.launched.ctx.cluster}"
+        return SessionInfo(self.name, where, self.runs, self.busy)
+
+    def submit(self, bundle: bytes, cleanup: Callable[[], None] | None = None,
+               fetch: Callable[[Outputs], Outputs] | None = None) -> SessionRun:
+        """Queue one bundle; it is sent once the runner container runs."""
+        if self.busy:
+            from ...errors import OffloadUsageError
+
+            raise OffloadUsageError(
+                f"Session `{self.name}` is still running a cell. Wait for it (`%gpu_result`), cancel it, or use "
+                "another --session name.")
+        self.busy = True
+        self.runs += 1
+        command = {"op": "run", "bundle_b64": base64.b64encode(bundle).decode("ascii")}
+        return SessionRun(self, command, cleanup, fetch)
+
+    def send(self, command: dict[str, Any]) -> bool:
+        """Write one command to the runner's stdin (attaching first if needed); False if that failed."""
+        line = json.dumps(command) + "\n"
+        for _attempt in range(2):
+            try:
+                if self._ws is None or not self._ws.is_open():
+                    self._ws = self.backend.pods.attach(self.launched.name)
+                self._ws.write_stdin(line)
+                return True
+            except Exception:  # noqa: BLE001 - a dropped websocket: attach again once
+                self._ws = None
+        return False
+
+    def close(self, grace: float) -> None:
+        """Ask the runner to exit, then delete the pod (its Secret goes with it)."""
+        if not self.dead and self._ws is not None:
+            self.send({"op": "exit"})
+        self.dead = True
+        self.launched.follower.stop()
+        if self._ws is not None:
+            with contextlib.suppress(Exception):  # already closed
+                self._ws.close()
+        self.backend.pods.delete_pod(self.launched.name, grace=max(0, int(grace)))
+
+
+class SessionRun:
+    """One cell in a session: ends with the ``done`` frame; the pod stays."""
+
+    def __init__(self, session: KubeSession, command: dict[str, Any], cleanup: Callable[[], None] | None = None,
+                 fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+        self.session = session
+        self._cleanup = cleanup
+        self._fetch = fetch
+        self._command: dict[str, Any] | None = command
+        self._pending: deque[RunEvent] = deque()
+        self._interrupted = False
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        if self._pending:
+            return self._pending.popleft()
+        follower = self.session.launched.follower
+        if self._command is not None and follower.started.is_set() and not self.session.dead:
+            command, self._command = self._command, None
+            if not self.session.send(command):
+                self.session.dead = True
+                return RunnerExit(None, f"could not attach to session pod {self.session.launched.name}")
+        item = follower.next(timeout)
+        if isinstance(item, PodEnded):
+            self.session.dead = True
+            diagnostics = "\n".join(follower.diagnostics)
+            if item.state.kind == FAILED:
+                self._pending.extend(failure_events(item.state, item.state.exit_code, diagnostics))
+            else:
+                self._pending.append(RunnerExit(item.state.exit_code, diagnostics))
+            return self._pending.popleft()
+        if isinstance(item, Hello):
+            self.session.hello = True
+        elif isinstance(item, Outputs) and self._fetch is not None:
+            item = self._fetch(item)
+        return item
+
+    def interrupt(self) -> None:
+        """Interrupt the cell, not the session (a cell not sent yet is simply not sent)."""
+        if self._command is not None:
+            self._command = None
+            self._pending.append(Done(-1, "interrupted", 0.0))
+            return
+        self.session.send({"op": "interrupt"})
+
+    def kill(self) -> None:
+        """End the session (its state is lost)."""
+        self.session.close(grace=0)
+
+    def release(self, grace: float) -> int | None:
+        """Mark the session idle; its pod stays up."""
+        self.session.busy = False
+        if self._cleanup is not None:
+            self._cleanup()
+        return None

@@ -1,0 +1,64 @@
+"""Fixtures for the kubernetes backend: an origin with two Liqo donors (sandbox), the real official client,
+a fresh namespace and a backend per test, and a check that every test leaves no pod or Secret behind."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_offload.liqo_peering.specs import runner_selector
+from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.magics.backends.kube.config import KubeSettings
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
+from gpu_offload.sandbox.images import DEFAULT_MAP
+
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
+OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
+MISMATCH_IMAGE = "python:3.12-other"
+# An image whose Python is another minor version than the kernel's (mismatch test), before the default map.
+IMAGE_MAP = ((MISMATCH_IMAGE, str(OTHER_PYTHON)), *DEFAULT_MAP)
+STOCK_IMAGE = "python:3.11-slim"
+PROJECT_IMAGE = "gpu-offload/notebook:test"
+
+origin = origin_fixture(
+    SHARED / "liqo-crds",
+    donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")),
+    image_map=IMAGE_MAP,
+)
+__all__ = ["core", "namespace", "origin"]  # namespace: fresh and not offloaded; the backend offloads it
+
+
+@pytest.fixture(scope="module")
+def api_client(origin: Any) -> Iterator[Any]:
+    """An official-client ApiClient from the sandbox's kubeconfig file."""
+    client = origin.sandbox.api_client()
+    yield client
+    client.close()
+
+
+def leftovers(core: Any, namespace: str, user: str = "alice@example.org") -> list[str]:
+    """Names of the pods and Secrets the project created for ``user`` that still exist."""
+    selector = runner_selector(user)
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    secrets = core.list_namespaced_secret(namespace, label_selector=selector).items
+    return [f"pod/{p.metadata.name}" for p in pods] + [f"secret/{s.metadata.name}" for s in secrets]
+
+
+def settings(namespace: str, **changes: Any) -> KubeSettings:
+    """Settings of a backend for user alice in ``namespace``, with a kernel id unique to the test."""
+    base = KubeSettings(namespace=namespace, image=STOCK_IMAGE, user="alice@example.org",
+                        kernel=f"k-{uuid.uuid4().hex[:8]}", watch_seconds=5)
+    return KubeSettings(**{**base.__dict__, **changes})
+
+
+@pytest.fixture()
+def kube(api_client: Any, namespace: str, core: Any) -> Iterator[KubernetesBackend]:
+    """A kubernetes backend on the sandbox; after the test, nothing of alice's is left in the namespace."""
+    backend = KubernetesBackend(settings(namespace), api_client)
+    yield backend
+    backend.close()
+    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
