@@ -125,11 +125,11 @@ def test_log_stream_cut_mid_way(origin, core, offloaded_namespace):
     core.create_namespaced_pod(offloaded_namespace, _pod("chatty", code=code))
     _running(core, offloaded_namespace, "chatty")
     resp = core.read_namespaced_pod_log("chatty", offloaded_namespace, follow=True, _preload_content=False)
-    got = b""
+    got, cut = b"", None
     try:
         for chunk in resp.stream(64):
             got += chunk
-            if b"line 3\n" in got and "cut" not in locals():
+            if b"line 3\n" in got and cut is None:
                 cut = control(origin, "POST", {"fault": "cut-logs", "namespace": offloaded_namespace, "pod": "chatty"})
                 assert cut["result"] == 1
     except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError):
