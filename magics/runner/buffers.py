@@ -27,6 +27,8 @@ from typing import Any
 
 import cloudpickle
 
+from . import handover
+
 TRANSPORTS = ("shm", "inline", "url")
 MIN_OUT_OF_BAND = 64 * 1024
 """Buffers smaller than this stay inside the pickle: a file or request per small buffer costs more."""
@@ -138,7 +140,9 @@ def write_buffer(
 ) -> dict[str, Any]:
     """Write one buffer through ``transport`` and return its reference."""
     if transport == "shm":
-        return {"kind": "shm", "path": _write_shm(view, shm_dir or default_shm_dir()), "size": view.nbytes}
+        directory = shm_dir or default_shm_dir()
+        path = handover.take(view, directory) or _write_shm(view, directory)
+        return {"kind": "shm", "path": path, "size": view.nbytes}
     if transport == "url":
         if index >= len(urls):
             raise BufferTransportError(
@@ -210,24 +214,28 @@ def _safe(url: str) -> str:
 # Loading
 
 
-def load(data: bytes | bytearray | memoryview, refs: Iterable[Ref]) -> Any:
-    """Unpickle ``data`` with the buffers ``refs`` point at; shm files are unlinked whatever happens."""
+def load(data: bytes | bytearray | memoryview, refs: Iterable[Ref], *, share: bool = False) -> Any:
+    """Unpickle ``data`` with the buffers ``refs`` point at; shm files are unlinked whatever happens.
+
+    ``share`` (the runner) maps shm files shared and keeps their names until :func:`handover.release`, so
+    outputs that are these very buffers go back without a copy.
+    """
     pending = list(refs)
     buffers: list[Any] = []
     try:
         for position, ref in enumerate(pending):
-            buffers.append(read_buffer(ref))
+            buffers.append(read_buffer(ref, share=share))
             pending[position] = {}
     finally:
         discard([ref for ref in pending if ref])
     return pickle.loads(data, buffers=buffers)
 
 
-def read_buffer(ref: Ref) -> Any:
+def read_buffer(ref: Ref, share: bool = False) -> Any:
     """Return a writable buffer for ``ref`` (a copy-on-write mapping for shm: no copy is made)."""
     kind = ref.get("kind")
     if kind == "shm":
-        return _map_shm(str(ref["path"]), int(ref["size"]))
+        return _map_shm(str(ref["path"]), int(ref["size"]), share)
     if kind == "inline":
         raw = ref["data"]
         return bytearray(base64.b64decode(raw) if isinstance(raw, str) else raw)
@@ -239,12 +247,12 @@ def read_buffer(ref: Ref) -> Any:
     )
 
 
-def _map_shm(path: str, size: int) -> Any:
+def _map_shm(path: str, size: int, share: bool = False) -> Any:
     if size == 0:
         _unlink(path)
         return bytearray()
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDWR if share else os.O_RDONLY)
     except OSError as exc:
         raise BufferTransportError(
             f"shared-memory buffer {path} cannot be opened: {exc.strerror}; the writer and reader must "
@@ -257,12 +265,15 @@ def _map_shm(path: str, size: int) -> Any:
                 f"shared-memory buffer {path} holds {actual} bytes, its reference says {size}; "
                 "the file was changed or truncated after writing: run the cell again"
             )
+        if share:
+            return handover.map_shared(fd, size, path)
         # ACCESS_COPY maps MAP_PRIVATE: pages are shared with tmpfs until written, so loading costs no
         # copy and arrays come back writable without touching the writer's data
         return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_COPY))
     finally:
         os.close(fd)
-        _unlink(path)
+        if not share:
+            _unlink(path)
 
 
 def _get(url: str, size: int) -> bytearray:

@@ -105,12 +105,12 @@ def import_modules(emit: Emit, modules: dict[str, str], namespace: dict[str, Any
 
 
 def load_inputs(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
-    """Unpickle the cell's inputs into ``namespace``."""
+    """Unpickle the cell's inputs into ``namespace``; shm inputs are mapped shared (see :mod:`.handover`)."""
     if bundle["inputs"] is None:
         buffers.discard(bundle["buffers"])
         return
     try:
-        values = buffers.load(bundle["inputs"], bundle["buffers"])
+        values = buffers.load(bundle["inputs"], bundle["buffers"], share=True)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:

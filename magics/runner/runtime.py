@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from . import display, ipython_hook, metrics, watchdog
+from . import display, handover, ipython_hook, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
@@ -125,6 +125,7 @@ class Runtime:
             finally:
                 self.interrupts.running = False
                 self.sampler.stop()
+                handover.release()
         except KeyboardInterrupt as exc:
             status = "interrupted"
             tb = cell_traceback(exc, bundle["filename"])

@@ -354,3 +354,23 @@ def test_outputs_that_cannot_be_delivered_are_an_error_naming_the_place(
     assert code == 1 and error.ename == "BufferTransportError"
     assert str(missing) in error.evalue and "shm_dir" in error.evalue
     assert runner.of(Outputs) == [] and runner.of(Done)[-1].status == "error"
+
+
+@pytest.mark.parametrize("cell, factor", [("b = a\n", 1.0), ("a *= 2\nb = a\n", 2.0)])
+def test_an_input_sent_back_is_not_copied_again(write_bundle, start_runner, tmp_path, cell, factor) -> None:
+    path, bundle = write_bundle(
+        cell, inputs={"a": np.arange(500_000.0)}, outputs=["b"], shm_dir=str(tmp_path)
+    )
+    (sent,) = bundle["buffers"]
+    inode = Path(sent["path"]).stat().st_ino
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    assert code == 0, runner.of(Error)
+    (outputs,) = runner.of(Outputs)
+    (back,) = outputs.buffers
+    # the very pages the notebook wrote come back under a new name (the engine may delete the old one)
+    assert back["path"] != sent["path"] and Path(back["path"]).stat().st_ino == inode
+    buffers.discard(bundle["buffers"])  # what the engine does with its input references after the run
+    values = buffers.load_packed(outputs.pickle, outputs.buffers)
+    np.testing.assert_array_equal(values["b"], np.arange(500_000.0) * factor)
+    assert not list(tmp_path.glob("gpuo-*"))

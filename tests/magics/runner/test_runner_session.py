@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import subprocess
+from pathlib import Path
 
 import pytest
 from gpu_offload.magics.runner.bundle import encode_bundle
@@ -111,3 +112,26 @@ def test_a_session_without_its_nonce_is_refused(start_runner) -> None:
     events, code = runner.finish()
     assert code == 2 and events == []
     assert "GPU_OFFLOAD_NONCE" in runner.stderr()
+
+
+def test_outputs_of_a_session_cannot_be_changed_by_later_cells(session, write_bundle, tmp_path) -> None:
+    import numpy as np
+    from gpu_offload.magics.runner import buffers
+    from gpu_offload.magics.runner.frames import Outputs
+
+    path, bundle = write_bundle(
+        "b = a\n",
+        inputs={"a": np.ones(200_000)},
+        outputs=["b"],
+        shm_dir=str(tmp_path),
+        nonce=session.decoder.nonce,
+    )
+    inode = Path(bundle["buffers"][0]["path"]).stat().st_ino
+    session.send(json.dumps({"op": "run", "bundle": str(path)}))
+    (outputs,) = [e for e in session.until_done() if isinstance(e, Outputs)]
+    (back,) = outputs.buffers
+    assert Path(back["path"]).stat().st_ino == inode  # the input's pages came back under a new name
+    values = buffers.load_packed(outputs.pickle, outputs.buffers)
+    assert session.run("a *= 0\nb *= 0\n")[-1].status == "ok"  # the warm runner changes its arrays in place
+    assert values["b"].sum() == 200_000  # the notebook's copy is its own
+    assert not list(tmp_path.glob("gpuo-*"))
