@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from . import discovery
+from . import discovery, openapi
 from .api import Api
 from .errors import ApiError
 from .http_api import resource_handler
@@ -87,7 +87,18 @@ def _discovery_routes(app: web.Application, api: Api) -> None:
     async def healthy(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    async def openapi_root(_: web.Request) -> web.Response:
+        return _json(openapi.root(reg))
+
+    async def openapi_gv(request: web.Request) -> web.Response:
+        doc = openapi.group_version(reg, request.match_info["gv"].strip("/"))
+        if doc is None:
+            raise not_found(request.path)
+        return _json(doc)
+
     app.router.add_get("/version", version)
+    app.router.add_get("/openapi/v3", openapi_root)
+    app.router.add_get("/openapi/v3/{gv:.+}", openapi_gv)
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, healthy)
     # clients ask with and without a trailing slash (the generated ApisApi uses "/apis/")

@@ -119,3 +119,23 @@ def test_table_printing_for_kubectl(api_sandbox, core, ns, pod):
     if shutil.which("kubectl"):
         out = kubectl(api_sandbox, "-n", ns, "get", "pods").stdout.split()
         assert out[:5] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"] and out[5:9] == ["p", "1/1", "Running", "2"]
+
+
+@kubectl_missing
+def test_kubectl_create_and_apply_with_default_validation(api_sandbox, ns):
+    good = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"k": "v"}}
+    done = kubectl(api_sandbox, "-n", ns, "create", "-f", "-", stdin=json.dumps(good))
+    assert done.returncode == 0, done.stderr  # kubectl left validation to the server (fieldValidation)
+    good["data"]["k2"] = "v2"
+    applied = kubectl(api_sandbox, "-n", ns, "apply", "-f", "-", stdin=json.dumps(good))
+    assert applied.returncode == 0, applied.stderr
+    bad = {**good, "metadata": {"name": "bad"}, "bogus": 1}
+    refused = kubectl(api_sandbox, "-n", ns, "create", "-f", "-", stdin=json.dumps(bad))
+    assert refused.returncode != 0 and 'unknown field "bogus"' in refused.stderr
+    offloading = {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+                  "metadata": {"name": "offloading"},
+                  "spec": {"podOffloadingStrategy": "Remote", "clusterSelector": {"nodeSelectorTerms": []}}}
+    made = kubectl(api_sandbox, "-n", ns, "apply", "-f", "-", stdin=json.dumps(offloading))
+    assert made.returncode == 0, made.stderr
+    listed = kubectl(api_sandbox, "-n", ns, "get", "nso").stdout.split()
+    assert "PODOFFLOADINGSTRATEGY" in listed and "Remote" in listed
