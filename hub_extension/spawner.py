@@ -32,6 +32,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from . import user_namespace as un
 from .config import HubConfig, load_config
+from .views import supply_by_model
 
 log = logging.getLogger("gpu_offload.hub")
 RBAC_RETRIES = 8
@@ -121,34 +122,24 @@ def _inventory(timeout: float = 10.0) -> Inventory:
 
 
 def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
-    """One profile per GPU model with free GPUs, cheapest price shown, plus the default CPU-only profile."""
-    models: dict[str, dict[str, Any]] = {}
-    for cluster in inventory.clusters:
-        if cluster.health == "down":
-            continue
-        for vn in cluster.virtual_nodes:
-            if vn.cordoned or not vn.ready or not vn.model or vn.free < 1:
-                continue
-            entry = models.setdefault(vn.model, {"free": 0, "clusters": set(), "price": None})
-            entry["free"] += vn.free
-            entry["clusters"].add(cluster.cluster_id)
-            if vn.price is not None and (entry["price"] is None or vn.price < entry["price"]):
-                entry["price"] = vn.price
+    """One profile per labelled GPU model with free GPUs (cheapest price shown), after the default profile."""
     profiles: list[dict[str, Any]] = [{
         "display_name": "Standard server",
         "slug": "standard",
         "description": "No remote GPU by default; %%gpu_offload still places cells on any free GPU.",
         "default": True,
     }]
-    for model, entry in sorted(models.items()):
-        price = "" if entry["price"] is None else f", from {entry['price']:g} per GPU-hour"
-        count = len(entry["clusters"])
+    for supply in supply_by_model(inventory):
+        if supply.model == "unlabelled" or supply.free < 1:
+            continue  # a profile promises a model: unlabelled nodes stay reachable through "any GPU"
+        price = "" if supply.cheapest is None else f", from {supply.cheapest:g} per GPU-hour"
+        count = len(supply.clusters)
         profiles.append({
-            "display_name": f"Remote GPU via Liqo: {model}",
-            "slug": f"liqo-gpu-{model.lower()}",
-            "description": f"{entry['free']} free on {count} cluster{'s' if count > 1 else ''}{price}. "
-                           f"%%gpu_offload cells go to a {model} by default.",
-            "kubespawner_override": {"environment": {"GPU_OFFLOAD_GPU_MODEL": model}},
+            "display_name": f"Remote GPU via Liqo: {supply.model}",
+            "slug": f"liqo-gpu-{supply.model.lower()}",
+            "description": f"{supply.free} free on {count} cluster{'s' if count > 1 else ''}{price}. "
+                           f"%%gpu_offload cells go to a {supply.model} by default.",
+            "kubespawner_override": {"environment": {"GPU_OFFLOAD_GPU_MODEL": supply.model}},
         })
     return profiles
 

@@ -160,9 +160,22 @@ def cluster_detail(
     )
 
 
-def user_inventory(inventory: Inventory) -> dict[str, Any]:
-    """The inventory any hub user may see: clusters, free GPUs by model, prices (no other users' runs)."""
-    by_model: dict[str, int] = {}
+@dataclass(frozen=True)
+class ModelSupply:
+    """Free GPUs of one model over usable virtual nodes (clusters not down, nodes ready and not cordoned)."""
+
+    model: str
+    free: int
+    clusters: tuple[str, ...]
+    """Clusters with at least one free GPU of this model."""
+    cheapest: float | None
+    """Lowest price per GPU-hour among the nodes offering it; None when none is priced."""
+
+
+def supply_by_model(inventory: Inventory) -> list[ModelSupply]:
+    """Per GPU model (``unlabelled`` for nodes without one): what a new run could get right now."""
+    free: dict[str, int] = {}
+    clusters: dict[str, set[str]] = {}
     prices: dict[str, float] = {}
     for cluster in inventory.clusters:
         if cluster.health == "down":
@@ -171,13 +184,21 @@ def user_inventory(inventory: Inventory) -> dict[str, Any]:
             if vn.cordoned or not vn.ready:
                 continue
             model = vn.model or "unlabelled"
-            by_model[model] = by_model.get(model, 0) + vn.free
+            free[model] = free.get(model, 0) + vn.free
+            if vn.free:
+                clusters.setdefault(model, set()).add(cluster.cluster_id)
             if vn.price is not None:
                 prices[model] = min(prices.get(model, vn.price), vn.price)
+    return [ModelSupply(m, n, tuple(sorted(clusters.get(m, ()))), prices.get(m)) for m, n in sorted(free.items())]
+
+
+def user_inventory(inventory: Inventory) -> dict[str, Any]:
+    """The inventory any hub user may see: clusters, free GPUs by model, prices (no other users' runs)."""
+    supply = supply_by_model(inventory)
     clusters = [{"cluster_id": c.cluster_id, "name": c.name, "health": c.health, "gpus_free": c.gpus_free,
                  "models": sorted({vn.model for vn in c.virtual_nodes if vn.model})} for c in inventory.clusters]
-    return {"clusters": clusters, "free_gpus_by_model": dict(sorted(by_model.items())),
-            "price_per_gpu_hour_by_model": dict(sorted(prices.items()))}
+    return {"clusters": clusters, "free_gpus_by_model": {s.model: s.free for s in supply},
+            "price_per_gpu_hour_by_model": {s.model: s.cheapest for s in supply if s.cheapest is not None}}
 
 
 def to_json(value: Any) -> Any:
