@@ -374,3 +374,23 @@ def test_an_input_sent_back_is_not_copied_again(write_bundle, start_runner, tmp_
     values = buffers.load_packed(outputs.pickle, outputs.buffers)
     np.testing.assert_array_equal(values["b"], np.arange(500_000.0) * factor)
     assert not list(tmp_path.glob("gpuo-*"))
+
+
+def test_module_inputs_are_imported_again_and_env_is_applied(write_bundle, start_runner) -> None:
+    cell = "import os\nroot = m.sqrt(16)\nflavour = os.environ['GPUO_TEST_FLAVOUR']\n"
+    path, bundle = write_bundle(
+        cell, modules={"m": "math"}, env={"GPUO_TEST_FLAVOUR": "mint"}, outputs=["root", "flavour"]
+    )
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    assert code == 0, runner.of(Error)
+    assert loaded_outputs(runner) == {"root": 4.0, "flavour": "mint"}
+
+
+def test_a_module_missing_where_the_cell_runs_is_named(write_bundle, start_runner) -> None:
+    path, bundle = write_bundle("x = 1", modules={"pd": "no_such_module_here"})
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    (error,) = runner.of(Error)
+    assert code == 1 and error.ename == "ModuleNotFoundError"
+    assert "`no_such_module_here` (`pd` in the notebook)" in error.evalue and "--image" in error.evalue
