@@ -30,7 +30,11 @@ class Launch:
 def placement_of(request: OffloadRequest) -> Placement:
     """The placement fields of a request."""
     return Placement(
-        gpus=request.gpus, gpu_model=request.gpu_model, cluster=request.cluster, image=request.image
+        gpus=request.gpus,
+        gpu_model=request.gpu_model,
+        cluster=request.cluster,
+        image=request.image,
+        timeout=request.timeout,
     )
 
 

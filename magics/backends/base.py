@@ -52,6 +52,8 @@ class Placement:
     """Container image; only cluster backends use it."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment variables for the runner."""
+    timeout: float | None = None
+    """``--timeout`` in seconds; a cluster backend bounds its pod with it (the engine interrupts first)."""
 
 
 @dataclass(frozen=True)

@@ -115,11 +115,10 @@ class KubernetesBackend:
 
     def _spec(self, run_id: str, placement: Placement, where: Where, session: bool,
               env: dict[str, str]) -> RunnerPodSpec:
-        timeout = getattr(placement, "timeout", None)
         return RunnerPodSpec(
             run_id=run_id, namespace=self.settings.namespace, image=placement.image or self.settings.image,
             user=self.settings.user, kernel=self.settings.kernel, scheduling=where.scheduling_fragment(),
-            timeout=None if timeout is None or session else math.ceil(timeout) + DEADLINE_MARGIN,
+            timeout=None if placement.timeout is None or session else math.ceil(placement.timeout) + DEADLINE_MARGIN,
             python=self.settings.python, session=session, env={**placement.env, **env},
         )
 

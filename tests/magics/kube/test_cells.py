@@ -1,0 +1,127 @@
+"""Cells on the kubernetes backend through the sandbox: output and variables come back, stock images work,
+a dropped log stream loses and repeats nothing, Ctrl-C deletes the pod, and nothing is left behind."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from gpu_offload.liqo_peering.specs import runner_selector
+from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.magics.errors import OffloadUsageError, RemoteError
+from gpu_offload.sandbox.fixtures import wait_until
+
+from .conftest import MISMATCH_IMAGE, leftovers, settings
+from .helpers import Sink, run_cell
+
+
+def test_a_cell_runs_on_a_stock_image_and_its_variables_come_back(kube: KubernetesBackend, core: Any,
+                                                                  namespace: str) -> None:
+    user_ns: dict[str, Any] = {"x": 20}
+    cell = "import sys\nprint('hello from', sys.prefix)\ny = x + 1\ntry:\n    import gpu_offload\nexcept ImportError:\n    print('no gpu_offload in this image')"
+    outcome, sink, run = run_cell(kube, cell, user_ns)
+    assert outcome.status == "ok", outcome.error
+    assert user_ns["y"] == 21
+    assert "no gpu_offload in this image" in sink.text  # the runner travelled in the Secret
+    assert run.current.ctx.cluster == "donor-2"  # most free GPUs: 8 L4 against 4 A100
+    wait_until(lambda: not leftovers(core, namespace), "pod and Secret deleted after the run")
+
+
+def test_the_pod_is_restricted_labelled_and_bounded_by_the_timeout(kube: KubernetesBackend, core: Any,
+                                                                   namespace: str) -> None:
+    seen: dict[str, Any] = {}
+
+    def grab(_: str) -> None:
+        pods = core.list_namespaced_pod(namespace, label_selector=runner_selector("alice@example.org")).items
+        seen["pod"] = pods[0]
+
+    outcome, _, _ = run_cell(kube, "print('look at me', flush=True)\nimport time\ntime.sleep(0.5)", {},
+                             Sink(on_line=grab), timeout=60)
+    assert outcome.status == "ok", outcome.error
+    pod = seen["pod"]
+    assert pod.spec.automount_service_account_token is False
+    container = pod.spec.containers[0]
+    assert container.security_context.allow_privilege_escalation is False
+    assert container.security_context.capabilities.drop == ["ALL"]
+    assert pod.spec.security_context.run_as_non_root is True
+    assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+    assert pod.metadata.labels["gpu-offload.io/kernel"] == kube.settings.kernel
+    assert pod.metadata.labels["gpu-offload.io/user"].startswith("alice-example.org")
+    assert pod.spec.active_deadline_seconds == 60 + 30  # --timeout plus a margin: the engine interrupts first
+    assert container.resources.limits["nvidia.com/gpu"] == "1"
+
+
+def test_a_dropped_log_stream_resumes_without_losing_or_repeating_a_line(kube: KubernetesBackend, core: Any,
+                                                                         origin: Any, namespace: str) -> None:
+    cut = threading.Event()
+
+    def cut_once(text: str) -> None:
+        if "line 3" in text and not cut.is_set():
+            cut.set()
+            for pod in core.list_namespaced_pod(namespace).items:
+                origin.faults.cut_logs(namespace, pod.metadata.name)
+
+    cell = "import time\nfor i in range(12):\n    print('line', i, flush=True)\n    time.sleep(0.15)"
+    outcome, sink, run = run_cell(kube, cell, {}, Sink(on_line=cut_once))
+    assert cut.is_set()
+    assert outcome.status == "ok", outcome.error
+    assert sink.text.splitlines() == [f"line {i}" for i in range(12)]
+    assert run.current.follower.resumes >= 1
+
+
+def test_ctrl_c_deletes_the_pod_and_copies_nothing_back(kube: KubernetesBackend, core: Any, namespace: str) -> None:
+    def interrupt(text: str) -> None:
+        if "started" in text:
+            raise KeyboardInterrupt
+
+    user_ns: dict[str, Any] = {"x": "before"}
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(kube, "import time\nx = 'after'\nprint('started', flush=True)\ntime.sleep(300)", user_ns,
+                 Sink(on_line=interrupt))
+    assert user_ns["x"] == "before"
+    wait_until(lambda: not leftovers(core, namespace), "the interrupted pod deleted")
+
+
+def test_a_remote_error_keeps_the_output_before_it(kube: KubernetesBackend) -> None:
+    outcome, sink, _ = run_cell(kube, "print('partial')\nraise ValueError('bad value')", {})
+    assert isinstance(outcome.error, RemoteError) and "bad value" in str(outcome.error)
+    assert "partial" in sink.text
+
+
+def test_a_python_minor_mismatch_is_one_sentence_from_the_first_frame(kube: KubernetesBackend) -> None:
+    outcome, _, _ = run_cell(kube, "print('never')", {}, image=MISMATCH_IMAGE)
+    assert isinstance(outcome.error, RemoteError), outcome
+    assert outcome.error.ename == "PythonVersionMismatch"
+    assert "3.12" in outcome.error.evalue and "3.11" in outcome.error.evalue
+
+
+def test_a_bundle_too_large_for_a_secret_without_storage_fails_before_launch(kube: KubernetesBackend, core: Any,
+                                                                              namespace: str) -> None:
+    big = b"x" * (2 << 20)
+    with pytest.raises(OffloadUsageError) as err:
+        run_cell(kube, "print(len(big))", {"big": big})
+    message = str(err.value)
+    assert "MiB" in message and "GPU_OFFLOAD_S3_BUCKET" in message and "Nothing was launched" in message
+    assert leftovers(core, namespace) == []
+
+
+def test_a_restarted_kernel_removes_what_its_crashed_predecessor_left(api_client: Any, core: Any,
+                                                                      namespace: str) -> None:
+    crashed = KubernetesBackend(settings(namespace, kernel="kernel-crash"), api_client)
+    from gpu_offload.magics.analysis import analyse_cell
+    from gpu_offload.magics.backends.base import Placement
+    from gpu_offload.magics.bundle import build_job
+
+    cell = "import time\ntime.sleep(300)"
+    job, _ = build_job(cell, analyse_cell(cell, {}), {}, crashed.transfer)
+    run = crashed.submit(job, Placement(gpus=1))
+    run.current.follower.stop()  # the kernel died here: nobody follows, nobody releases
+    assert leftovers(core, namespace)
+    restarted = KubernetesBackend(settings(namespace, kernel="kernel-crash"), api_client)
+    try:
+        assert sorted(restarted.cleaned) == sorted([run.current.name, f"{run.current.name}-bundle"])
+        wait_until(lambda: not leftovers(core, namespace), "leftovers of the crashed kernel removed")
+    finally:
+        restarted.close()
+        crashed.close()
