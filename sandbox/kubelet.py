@@ -175,7 +175,7 @@ class Kubelet:
     def _forget(self, key: tuple[str, str]) -> None:
         worker = self.workers.pop(key)
         worker.stopping = True
-        for proc in worker.processes.values():
+        for proc in [*worker.processes.values(), *worker.execs]:
             proc.signal_group(9)
         if worker.task is not None:
             worker.task.cancel()
@@ -190,7 +190,7 @@ class Kubelet:
         workers = list(self.workers.values())
         for key in list(self.workers):
             self._forget(key)
-        procs = [p for w in workers for p in w.processes.values()]
+        procs = [p for w in workers for p in [*w.processes.values(), *w.execs]]
         await asyncio.gather(*(p.stop(0) for p in procs), return_exceptions=True)
         await asyncio.gather(*(w.task for w in workers if w.task), return_exceptions=True)
 
@@ -209,10 +209,10 @@ class Kubelet:
             raise ApiError(400, "BadRequest", f"container {container} is not running in pod "
                                               f"{req.namespace}/{req.pod}: wait until it is Running")
         if req.kind == "exec":
-            return await self._exec(req, io, launch)
+            return await self._exec(req, io, launch, worker)
         return await self._attach(req, io, worker, container, proc)
 
-    async def _exec(self, req: StreamRequest, io: StreamIO, launch: Launch) -> int:
+    async def _exec(self, req: StreamRequest, io: StreamIO, launch: Launch, worker: PodWorker) -> int:
         writes: list[asyncio.Task[None]] = []
 
         def sink(stream: str, data: bytes) -> None:
@@ -224,8 +224,10 @@ class Kubelet:
             proc = await ContainerProcess.start(argv, dict(launch.env), launch.cwd, sink, stdin=req.stdin)
         except OSError as exc:
             raise ApiError(500, "InternalError", f'exec: "{req.command[0] if req.command else ""}": {exc}') from exc
+        worker.execs.add(proc)  # it lives in the container: it ends with it
         feeder = asyncio.ensure_future(self._feed(io, proc)) if req.stdin else None
         exit_ = await proc.wait()
+        worker.execs.discard(proc)
         if feeder is not None:
             feeder.cancel()
         await asyncio.gather(*writes, return_exceptions=True)  # all output before the exit status

@@ -57,6 +57,7 @@ class PodWorker:
                 rec.state = podstatus.waiting("PodInitializing")
         self.initialized = not self.init_records
         self.processes: dict[str, ContainerProcess] = {}
+        self.execs: set[ContainerProcess] = set()
         self.launches: dict[str, Launch] = {}
         self.listeners: list[Callable[[str, str, bytes], None]] = []
         self.kill_reasons: dict[str, str] = {}
@@ -249,7 +250,7 @@ class PodWorker:
 
     async def stop_containers(self, grace: float) -> None:
         """Stop every running process: SIGTERM, then SIGKILL after ``grace`` seconds."""
-        await asyncio.gather(*(p.stop(grace) for p in list(self.processes.values())))
+        await asyncio.gather(*(p.stop(grace) for p in [*self.processes.values(), *self.execs]))
 
     async def fail(self, reason: str, message: str, grace: float) -> None:
         """End the pod as Failed with ``reason`` (DeadlineExceeded, Evicted, NodeLost...)."""

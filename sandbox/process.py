@@ -23,6 +23,7 @@ OutputSink = Callable[[str, bytes], None]
 
 _PR_SET_PDEATHSIG = 1
 _LIVE: weakref.WeakSet[ContainerProcess] = weakref.WeakSet()
+_SESSIONS: set[int] = set()  # every session started here: its id is the pid of the process that leads it
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -49,6 +50,7 @@ class ContainerProcess:
                        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)) if stream]
         self.exit: Exit | None = None
         _LIVE.add(self)
+        _SESSIONS.add(proc.pid)
 
     @classmethod
     async def start(cls, argv: Sequence[str], env: dict[str, str], cwd: Path, sink: OutputSink,
@@ -124,9 +126,41 @@ class ContainerProcess:
             return await self.wait()
 
 
+def _sessions_on_linux() -> dict[int, list[int]] | None:
+    # session id -> live (non-zombie) pids, read from /proc; None where there is no /proc
+    if not os.path.isdir("/proc/self"):
+        return None
+    members: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z":
+            members.setdefault(int(fields[3]), []).append(int(entry.name))
+    return members
+
+
+def session_members(session: int) -> list[int]:
+    """Live pids in ``session`` (a container process and whatever it started that stayed in it)."""
+    members = _sessions_on_linux()
+    if members is None:
+        return [p.pid for p in list(_LIVE) if p.pid == session and p.exit is None]
+    return sorted(members.get(session, []))
+
+
 def live_processes() -> list[int]:
-    """Pids of processes started here that have not been waited for (empty once all are reaped)."""
-    return [p.pid for p in list(_LIVE) if p.exit is None]
+    """Every live process in a session started here, children and grandchildren included.
+
+    Empty once the sandbox stopped everything it ran. Without /proc, only the processes it started.
+    """
+    members = _sessions_on_linux()
+    if members is None:
+        return [p.pid for p in list(_LIVE) if p.exit is None]
+    return sorted(pid for sid in _SESSIONS for pid in members.get(sid, []))
 
 
 def kill_all() -> None:

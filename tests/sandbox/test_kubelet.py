@@ -7,7 +7,7 @@ import os
 import threading
 
 import pytest
-from gpu_offload.sandbox import fixtures
+from gpu_offload.sandbox import fixtures, process
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 from kubernetes.stream import stream
 
@@ -236,3 +236,33 @@ def test_restart_policy_always_restarts_with_crash_loop_backoff(core, namespace)
     assert status.state.waiting.reason == "CrashLoopBackOff"
     assert status.last_state.terminated.exit_code == 1
     assert core.read_namespaced_pod("crash", namespace).status.phase == "Running"
+
+
+def test_deleting_a_pod_also_ends_what_its_container_started(core, namespace):
+    pod = _pod("forker", "")
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "sleep 300 & sleep 300"]
+    core.create_namespaced_pod(namespace, pod)
+    running = wait_until(lambda: (p := core.read_namespaced_pod("forker", namespace)).status.phase == "Running"
+                         and p, "Running")
+    session = int(running.status.container_statuses[0].container_id.rsplit("/", 1)[1])
+    wait_until(lambda: len(process.session_members(session)) >= 3, "sh and both sleeps")
+    core.delete_namespaced_pod("forker", namespace)
+    wait_until(lambda: not core.list_namespaced_pod(namespace, field_selector="metadata.name=forker").items, "gone")
+    wait_until(lambda: not process.session_members(session), "every process of the pod to end")
+
+
+def test_an_exec_session_ends_with_its_pod(core, namespace):
+    core.create_namespaced_pod(namespace, _pod("host", "import time; time.sleep(600)"))
+    wait_until(lambda: core.read_namespaced_pod("host", namespace).status.phase == "Running", "Running")
+    session = stream(core.connect_get_namespaced_pod_exec, "host", namespace, command=[
+        "python3", "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(600)"],
+        stdout=True, stderr=True, stdin=False, tty=False, _preload_content=False)
+    out = ""
+    while not out.strip():
+        session.update(timeout=5)
+        out += session.read_stdout() if session.peek_stdout() else ""
+    exec_pid = int(out.split()[0])
+    assert process.session_members(exec_pid)
+    core.delete_namespaced_pod("host", namespace)
+    wait_until(lambda: not process.session_members(exec_pid), "the exec'd process to end with the pod")
+    session.close()
