@@ -107,7 +107,10 @@ def main() -> None:
             ]
             replay, live = watch_rate(core, "bench", before, n)
             rows += [(f"watch events, replay of {n} from a resourceVersion", replay, None),
-                     (f"watch events, live while another client patches {n}", live, None)]
+                     (f"watch events, live while another client patches {n}", live, None),
+                     (f"delete configmap (ownerReference scan over {2 * n} objects)",
+                      timed(n, lambda i: core.delete_namespaced_config_map(f"cm-{i}", "bench")),
+                      timed(n, lambda i: raw.request("DELETE", f"{base}/raw-{i}")))]
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=60)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .defaults import now
 from .resources import ResourceType
+from .store import clone
 
 if TYPE_CHECKING:
     from .api import Api
@@ -59,7 +60,7 @@ def delete(api: Api, rt: ResourceType, obj: Obj, grace: int | None, propagation:
         marked = _mark(api, rt, obj, 0)
         for dep_rt, dep in _dependents(api, meta["uid"]):
             if not dep["metadata"].get("deletionTimestamp"):
-                delete(api, dep_rt, dep, None, "Foreground")
+                delete(api, dep_rt, clone(dep), None, "Foreground")
         _settle_foreground(api)
         return api.find(rt, meta.get("namespace", ""), meta["name"]) or marked
     if meta.get("finalizers"):
@@ -104,11 +105,12 @@ def remove(api: Api, rt: ResourceType, obj: Obj) -> Obj:
 
 
 def _all_objects(api: Api) -> list[tuple[ResourceType, Obj]]:
+    # stored snapshots, read-only: whoever changes one clones it first
+    types = {t.key: t for t in api.registry.all()}
     out = []
     for key in api.store.storage_keys():
-        rt = next((t for t in api.registry.all() if t.key == key), None)
-        if rt is not None:
-            out += [(rt, o) for o in api.store.list(key)[0]]
+        if key in types:
+            out += [(types[key], o) for o in api.store.snapshots(key)[0]]
     return out
 
 
@@ -129,7 +131,8 @@ def _collect_garbage(api: Api, owner_uid: str) -> None:
 
 
 def _orphan_dependents(api: Api, owner_uid: str) -> None:
-    for rt, dep in _dependents(api, owner_uid):
+    for rt, snapshot in _dependents(api, owner_uid):
+        dep = clone(snapshot)
         dep["metadata"]["ownerReferences"] = [
             r for r in dep["metadata"]["ownerReferences"] if r.get("uid") != owner_uid]
         if not dep["metadata"]["ownerReferences"]:
@@ -139,10 +142,12 @@ def _orphan_dependents(api: Api, owner_uid: str) -> None:
 
 def _settle_foreground(api: Api) -> None:
     # owners waiting in foreground deletion lose their finalizer once no dependent is left
-    for rt, obj in _all_objects(api):
-        meta = obj["metadata"]
-        waiting = meta.get("deletionTimestamp") and FOREGROUND in (meta.get("finalizers") or [])
-        if waiting and not _dependents(api, meta["uid"]):
+    for rt, snapshot in _all_objects(api):
+        waiting = snapshot["metadata"].get("deletionTimestamp") and FOREGROUND in (
+            snapshot["metadata"].get("finalizers") or [])
+        if waiting and not _dependents(api, snapshot["metadata"]["uid"]):
+            obj = clone(snapshot)
+            meta = obj["metadata"]
             meta["finalizers"] = [f for f in meta["finalizers"] if f != FOREGROUND]
             if meta["finalizers"]:
                 api.store.put(rt.key, obj, "MODIFIED")
