@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from . import origin_cli
 from .kubeconfig import write_kubeconfig
 from .server import ApiServer, Plugin
@@ -66,7 +68,12 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 async def _serve(args: argparse.Namespace) -> int:
     plugins = [p for factory in PLUGIN_FACTORIES for p in factory(args)]
-    server = ApiServer(make_api(args.crds), port=args.port, plugins=plugins)
+    try:
+        api = make_api(args.crds)
+    except (ValueError, yaml.YAMLError) as exc:
+        print(f"gpu-offload sandbox: --crds {args.crds}: {exc}", file=sys.stderr)
+        return 2
+    server = ApiServer(api, port=args.port, plugins=plugins)
     await server.start()
     try:
         # the kubeconfig appears only once the API really answers, so waiting on the file is enough

@@ -98,7 +98,7 @@ class Subscription:
 class Store:
     """Thread-safe storage with a global resourceVersion, event history and subscriptions."""
 
-    def __init__(self, history_size: int = 50_000) -> None:
+    def __init__(self, history_size: int = 20_000) -> None:
         self.lock = threading.RLock()
         self._rv = 0
         self._objects: dict[StorageKey, dict[tuple[str, str], Obj]] = {}

@@ -75,3 +75,15 @@ def test_an_unwritable_kubeconfig_path_is_reported_and_the_server_stops(tmp_path
     blocker.write_text("not a folder")
     assert cli.main(["sandbox", "--kubeconfig", str(blocker / "config")]) == 1
     assert "cannot write the kubeconfig" in capsys.readouterr().err
+
+
+def test_a_malformed_crd_is_named_and_nothing_is_served(tmp_path, capsys):
+    crds = tmp_path / "crds"
+    crds.mkdir()
+    (crds / "broken.yaml").write_text("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+                                      "metadata: {name: widgets.example.com}\nspec: {group: example.com}\n")
+    kubeconfig = tmp_path / "config"
+    assert cli.main(["sandbox", "--kubeconfig", str(kubeconfig), "--crds", str(crds)]) == 2
+    err = capsys.readouterr().err
+    assert "broken.yaml" in err and "widgets.example.com" in err and "malformed" in err
+    assert not kubeconfig.exists()
