@@ -53,8 +53,9 @@ class Base(HubOAuthenticated, web.RequestHandler):
     def require(self, scope: str) -> None:
         """403 unless the current user holds ``scope``."""
         if not may(self.current_user, scope):
-            raise web.HTTPError(403, f"{self.user_name or 'you'} lacks the scope {scope} (ask a hub admin for the "
-                                     "gpu-offload-viewer or gpu-offload-operator role)")
+            role = "gpu-offload-operator" if scope == MANAGE_SCOPE else "gpu-offload-viewer"
+            raise web.HTTPError(403, f"{self.user_name or 'you'} lacks the scope {scope}; ask a hub admin for the "
+                                     f"{role} role")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # Words, never a traceback: the reason the handler gave, or the standard phrase.

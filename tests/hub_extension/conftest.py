@@ -223,6 +223,9 @@ def hub_factory(tmp_path_factory: pytest.TempPathFactory, origin: RunningOrigin
             proc.kill()
             proc.wait()
         log.close()
+        # the hub's and the service's log, kept for whoever reads a failure later
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log.name, ARTIFACTS / f"{Path(log.name).parent.name}-{proc.pid}.log")
 
 
 @pytest.fixture(scope="module")

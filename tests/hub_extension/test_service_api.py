@@ -71,6 +71,7 @@ def test_a_viewer_reads_the_admin_pages_but_may_not_change_anything(hub: Any) ->
     refused = hub.api("POST", "api/admin/actions/cordon", "vera",
                       {"cluster_id": "donor-1", "node": "donor-1-gpu", "confirm": True})
     assert refused.status == 403 and "custom:gpu-offload:manage" in refused.json()["error"]
+    assert "gpu-offload-operator role" in refused.json()["error"]
 
 
 def test_cordon_needs_confirmation_is_audited_and_placement_avoids_the_node(hub: Any, origin: RunningOrigin,
