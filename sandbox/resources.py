@@ -74,6 +74,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _core("nodes", "Node", namespaced=False, short=("no",), sub=("status",)),
     _core("events", "Event", short=("ev",)),
     _core("serviceaccounts", "ServiceAccount", short=("sa",)),
+    # KubeSpawner creates one per user when storage is configured; no provisioner binds it here
+    _core("persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), sub=("status",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
     ResourceType("batch", "v1", "jobs", "Job", True, "job", (), ("status",), ("all",)),
     ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",

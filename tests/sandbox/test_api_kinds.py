@@ -61,3 +61,10 @@ def test_service_account_and_explicit_merge_patch(core, ns):
         _content_type="application/merge-patch+json")
     assert out.metadata.labels == {"l": "1"} and len(out.spec.tolerations) == 2
     assert out.spec.service_account_name == "runner"
+
+
+def test_persistent_volume_claims_are_served_and_stay_pending(core, ns):
+    pvc = core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "claim-ada"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    assert pvc.status.phase == "Pending"  # no provisioner in a sandbox
+    assert [c.metadata.name for c in core.list_namespaced_persistent_volume_claim(ns).items] == ["claim-ada"]
