@@ -110,8 +110,10 @@ class FdCapture:
             ready, _, _ = select.select(watched, [], [])
             self._busy = True
             for fd in ready:
-                if fd != self._wake_r:
-                    self._drain(fd)
+                if fd != self._wake_r and not self._drain(fd):
+                    # every writer closed it (the cell closed fd 1, say): an EOF pipe stays readable,
+                    # so stop watching it or the loop would spin
+                    watched.remove(fd)
             if self._wake_r in ready:
                 os.read(self._wake_r, 4096)
                 for fd in self._fds:
@@ -124,19 +126,20 @@ class FdCapture:
                     return
             self._busy = False
 
-    def _drain(self, fd: int) -> None:
+    def _drain(self, fd: int) -> bool:
+        """Emit what ``fd`` holds; ``False`` at end of file."""
         while True:
             try:
                 data = os.read(fd, READ_SIZE)
             except BlockingIOError:
-                return
+                return True
             if not data:
-                return
+                return False
             text = self._decoders[fd].decode(data)
             for piece in split_text(text):
                 self._emit(self._fds[fd], piece)
             if len(data) < READ_SIZE:
-                return
+                return True
 
 
 def _text_stream(fd: int) -> io.TextIOWrapper:

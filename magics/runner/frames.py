@@ -321,7 +321,8 @@ class FrameEncoder:
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Send one event; split into ``part`` frames when it would not fit in one line."""
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        # default=str: a rich repr holding e.g. numpy numbers must not fail the cell that displays it
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True, default=str)
         with self._lock:
             line = self._line(kind, body)
             if len(line) <= self._limit:

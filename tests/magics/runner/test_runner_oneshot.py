@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
 import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -394,3 +396,44 @@ def test_a_module_missing_where_the_cell_runs_is_named(write_bundle, start_runne
     (error,) = runner.of(Error)
     assert code == 1 and error.ename == "ModuleNotFoundError"
     assert "`no_such_module_here` (`pd` in the notebook)" in error.evalue and "--image" in error.evalue
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_a_cell_that_closes_its_stdout_neither_spins_nor_hangs(write_bundle, start_runner, tmp_path) -> None:
+    flag = tmp_path / "go"
+    cell = (
+        "import os, sys, time, pathlib\nprint('before', flush=True)\nos.close(1)\n"
+        "print('closed', file=sys.stderr, flush=True)\n"
+        "while not pathlib.Path(flag).exists():\n    time.sleep(0.05)\n"
+    )
+    path, bundle = write_bundle(cell, inputs={"flag": str(flag)})
+    runner = start_runner(path, bundle["nonce"])
+    runner.until(lambda e: isinstance(e, Stream) and e.name == "stderr")
+    before = cpu_seconds(runner.proc.pid)
+    time.sleep(1.0)  # a window to watch the idle runner in, not a speed claim
+    used = cpu_seconds(runner.proc.pid) - before
+    flag.touch()
+    _, code = runner.finish()
+    assert code == 0 and runner.stdout() == "before\n"
+    # a reader looping on the closed pipe would burn a whole core in that window
+    assert used < 0.5
+
+
+def test_rich_reprs_with_numpy_numbers_and_nan_are_shown(write_bundle, start_runner) -> None:
+    cell = (
+        "import numpy as np\n"
+        "class Stats:\n"
+        "    def _repr_json_(self):\n        return {'mean': np.float32(1.5), 'missing': float('nan')}\n"
+        "display(Stats())\n"
+    )
+    path, bundle = write_bundle(cell)
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    assert code == 0, runner.of(Error)
+    (shown,) = runner.of(DisplayData)
+    assert shown.data["application/json"]["mean"] == "1.5"
+    assert shown.data["application/json"]["missing"] != shown.data["application/json"]["missing"]  # NaN
