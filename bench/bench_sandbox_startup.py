@@ -27,7 +27,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import kubernetes
-
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.kubeconfig import write_kubeconfig
 from gpu_offload.sandbox.origin import LiqoOrigin, OriginOptions
@@ -92,7 +91,7 @@ def main() -> None:
     print("|---:|---|---:|---:|---:|")
     for donors in (2, 20):
         for label, crds in (("built-in", None), ("real (--crds)", LIQO_CRDS)):
-            ready, first = zip(*(in_process(donors, crds) for _ in range(args.runs)))
+            ready, first = zip(*(in_process(donors, crds) for _ in range(args.runs)), strict=True)
             launch = [cli(donors, crds) for _ in range(args.runs)]
             print(f"| {donors} | {label} | {statistics.median(ready):.2f} | {statistics.median(first):.2f} | "
                   f"{statistics.median(launch):.2f} |", flush=True)
