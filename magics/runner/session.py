@@ -31,7 +31,8 @@ class _Commands:
 
     def read(self) -> None:
         block_in_this_thread()
-        with os.fdopen(self.runtime.command_fd, "rb", buffering=0) as source:
+        # buffered: a raw readline would make one system call per byte of a large bundle_b64 line
+        with os.fdopen(self.runtime.command_fd, "rb") as source:
             for raw in iter(source.readline, b""):
                 self._handle(raw)
         self.queue.put({"op": "exit"})
