@@ -214,8 +214,7 @@ class Api:
                 meta[owned] = old["metadata"][owned]
             else:
                 meta.pop(owned, None)
-        if rt.key == ("", "pods") and not subresource and (
-                causes := defaults.pod_update_causes(old.get("spec", {}), new.get("spec", {}))):
+        if not subresource and (causes := defaults.update_causes(rt, old, new)):
             raise invalid(rt.group, rt.kind, meta["name"], tuple(causes))
         if defaults.spec_changed(old, new):
             meta["generation"] = int(old["metadata"].get("generation", 1)) + 1

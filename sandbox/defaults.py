@@ -180,3 +180,24 @@ def pod_update_causes(old_spec: Obj, new_spec: Obj) -> list[Cause]:
         causes.append(Cause("FieldValueForbidden", "Forbidden: existing toleration can not be modified",
                             "spec.tolerations"))
     return causes
+
+
+_IMMUTABLE = "field is immutable"
+
+
+def update_causes(rt: ResourceType, old: Obj, new: Obj) -> list[Cause]:
+    """What an update may not change, as the real strategies enforce it: pod specs (see
+    ``pod_update_causes``), a Job's template, selector and completions, and the data of a Secret or
+    ConfigMap marked ``immutable``."""
+    if rt.custom:
+        return []
+    if rt.kind == "Pod":
+        return pod_update_causes(old.get("spec", {}), new.get("spec", {}))
+    if rt.kind == "Job":
+        return [Cause("FieldValueInvalid", f"Invalid value: {_IMMUTABLE}", f"spec.{field}")
+                for field in ("template", "selector", "completions")
+                if (old.get("spec") or {}).get(field) != (new.get("spec") or {}).get(field)]
+    if rt.kind in ("Secret", "ConfigMap") and old.get("immutable"):
+        return [Cause("FieldValueForbidden", f"Forbidden: {_IMMUTABLE} when `immutable` is set", field)
+                for field in ("data", "binaryData", "immutable") if old.get(field) != new.get(field)]
+    return []

@@ -146,3 +146,19 @@ def test_secret_string_data_is_stored_as_base64_data(core, ns):
 
 def test_new_namespace_gets_a_default_service_account(core, ns):
     assert [sa.metadata.name for sa in core.list_namespaced_service_account(ns).items] == ["default"]
+
+
+def test_immutable_fields_refuse_updates(k8s, core, ns):
+    core.create_namespaced_secret(ns, {"metadata": {"name": "frozen"}, "immutable": True, "stringData": {"a": "1"}})
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_secret("frozen", ns, {"stringData": None, "data": {"a": "Mg=="}})
+    assert err.value.status == 422 and _status(err.value)["details"]["causes"][0]["field"] == "data"
+    core.patch_namespaced_secret("frozen", ns, {"metadata": {"labels": {"ok": "yes"}}})  # metadata may change
+    batch = kubernetes.client.BatchV1Api(k8s)
+    batch.create_namespaced_job(ns, {"metadata": {"name": "j"}, "spec": {"suspend": True, "template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "m", "image": "x"}]}}}})
+    with pytest.raises(ApiException) as err:
+        batch.patch_namespaced_job("j", ns, {"spec": {"template": {"spec": {"containers": [
+            {"name": "m", "image": "y"}]}}}})
+    assert err.value.status == 422 and _status(err.value)["details"]["causes"][0]["field"] == "spec.template"
+    assert batch.patch_namespaced_job("j", ns, {"spec": {"parallelism": 0}}).spec.parallelism == 0
