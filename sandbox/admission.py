@@ -11,7 +11,8 @@ Extension point (part 2; Liqo's pod webhook, the NamespaceOffloading name check)
     api.admission.add_mutating("pods", add_liqo_toleration)
     api.admission.add_validating("namespaceoffloadings.offloading.liqo.io", offloading_name)
 
-A hook is registered for a resource as ``ResourceType.describe()`` names it (``pods``, ``jobs.batch``,
+Validating hooks registered for DELETE see the object as stored (``object`` and ``old_object``) and can
+refuse its deletion; mutating hooks never run on DELETE. A hook is registered for a resource as ``ResourceType.describe()`` names it (``pods``, ``jobs.batch``,
 ``virtualnodes.offloading.liqo.io``), optionally with ``/subresource`` (``pods/status``); ``*`` matches
 every main resource. Hooks run synchronously inside the API call, under the store lock, in registration
 order; they may read the store through the Api they closed over but must not write to it.

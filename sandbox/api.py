@@ -250,5 +250,7 @@ class Api:
                 raise conflict(rt.group, rt.plural, name, "Precondition failed: UID in precondition does not match")
             if pre.get("resourceVersion") and pre["resourceVersion"] != obj["metadata"]["resourceVersion"]:
                 raise conflict(rt.group, rt.plural, name, "Precondition failed: resourceVersion does not match")
+            meta = obj["metadata"]
+            self.admission.validate(AdmissionRequest("DELETE", rt, meta.get("namespace", ""), name, obj, obj))
             return lifecycle.delete(self, rt, obj, grace_period, propagation)
 

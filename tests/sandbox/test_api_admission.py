@@ -187,3 +187,20 @@ def test_secrets_over_one_mebibyte_are_refused(api_sandbox, ns):
     just = base64.b64encode(b"x" * (1024 * 1024)).decode()
     code, _ = post(url, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fits"}, "data": {"b": just}})
     assert code == 201
+
+
+def test_a_validating_hook_can_refuse_a_deletion(api_sandbox, core, ns):
+    def keep_protected(req):
+        if req.namespace == ns and (req.object["metadata"].get("labels") or {}).get("protected") == "yes":
+            return [Cause("FieldValueForbidden", "Forbidden: protected objects cannot be deleted", "metadata.labels")]
+        return []
+
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "keep", "labels": {"protected": "yes"}}})
+    api_sandbox.api.admission.add_validating("configmaps", keep_protected, operations=("DELETE",))
+    try:
+        with pytest.raises(ApiException) as err:
+            core.delete_namespaced_config_map("keep", ns)
+        assert err.value.status == 422
+        assert core.read_namespaced_config_map("keep", ns).metadata.deletion_timestamp is None
+    finally:
+        api_sandbox.api.admission.remove(keep_protected)
