@@ -148,8 +148,7 @@ class ActionPage(PageHandler):
     async def _apply(self, action: Action) -> Outcome:
         # liqoctl and API calls block: keep the service's event loop (and the other pages) responsive.
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.operations.apply, action, self.user_name,
-                                          self.state.consumer_cluster_id())
+        return await loop.run_in_executor(None, self.operations.apply, action, self.user_name, self.state.facts())
 
 
 class JsonHandler(Base):

@@ -6,7 +6,8 @@ translated by liqo_peering's error mapping, so the page never shows a stack trac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import urllib3
 from gpu_offload.liqo_peering import labels as L
@@ -19,6 +20,16 @@ from . import liqoctl
 from .actions import Action, Cordon, NodeLabels, Peering, SliceRequest, tenant_namespace
 from .config import HubConfig
 from .store import Store
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the watches know that an action must respect (read from the state when the action is applied)."""
+
+    consumer_cluster_id: str = ""
+    """This cluster's Liqo id; empty when unknown."""
+    authentication: Mapping[str, str] = field(default_factory=dict)
+    """Per peered cluster id, the state of its authentication module: ``ok``, ``disabled`` or the bad conditions."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,17 @@ def _tenant(config: HubConfig, cluster_id: str) -> str:
     return namespace
 
 
+def _authenticated_peer(facts: ClusterFacts, cluster_id: str) -> None:
+    # Liqo grants a ResourceSlice only over an established authentication; asking earlier just leaves a
+    # slice that never gets resources, with nothing on the page saying why.
+    state = facts.authentication.get(cluster_id)
+    if state is None:
+        raise InvalidRequest(f"cluster {cluster_id} is not peered (no ForeignCluster for it): peer with it first")
+    if state != "ok":
+        raise InvalidRequest(f"cluster {cluster_id} is not an authenticated peer (authentication: {state}); fix the "
+                             "peering (liqoctl info) before asking it for GPUs")
+
+
 class Operations:
     """Applies actions with the hub's own credentials."""
 
@@ -49,24 +71,25 @@ class Operations:
         self.custom = CustomObjectsApi(api_client)
         self.store = store
 
-    def apply(self, action: Action, who: str, consumer_cluster_id: str = "") -> Outcome:
+    def apply(self, action: Action, who: str, facts: ClusterFacts) -> Outcome:
         """Carry out ``action`` for ``who`` and audit it; errors become an unsuccessful Outcome."""
         try:
-            outcome = self._dispatch(action, consumer_cluster_id)
+            outcome = self._dispatch(action, facts)
         except (GpuOffloadError, ValueError) as exc:
             outcome = Outcome(False, str(exc))
         self.store.audit(who, action.kind, _target(action), outcome.message, outcome.ok)
         return outcome
 
-    def _dispatch(self, action: Action, consumer_cluster_id: str) -> Outcome:
+    def _dispatch(self, action: Action, facts: ClusterFacts) -> Outcome:
         if isinstance(action, SliceRequest):
-            return self._slice(action, consumer_cluster_id)
+            return self._slice(action, facts)
         if isinstance(action, (NodeLabels, Cordon)):
             return self._patch_virtual_node(action)
         return self._peering(action)
 
-    def _slice(self, action: SliceRequest, consumer_cluster_id: str) -> Outcome:
+    def _slice(self, action: SliceRequest, facts: ClusterFacts) -> Outcome:
         namespace = _tenant(self.config, action.cluster_id)
+        _authenticated_peer(facts, action.cluster_id)
         g = L.RESOURCE_SLICE
         where = f"ResourceSlice {namespace}/{action.name}"
         try:
@@ -75,12 +98,12 @@ class Operations:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-                if not consumer_cluster_id:
+                if not facts.consumer_cluster_id:
                     raise InvalidRequest(
                         f"cannot create {where}: this cluster's Liqo id is unknown; set liqo.clusterID in the "
                         "gpu-offload configuration"
                     ) from None
-                body = gpu_resource_slice(action.name, namespace, consumer_cluster_id, action.cluster_id,
+                body = gpu_resource_slice(action.name, namespace, facts.consumer_cluster_id, action.cluster_id,
                                           action.gpus, action.cpu, action.memory)
                 self.custom.create_namespaced_custom_object(g.group, g.version, namespace, g.plural, body)
                 return Outcome(True, f"created {where} asking cluster {action.cluster_id} for {action.gpus} GPU(s);"

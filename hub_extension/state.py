@@ -18,6 +18,7 @@ from kubernetes.client import ApiClient, CustomObjectsApi
 
 from . import views
 from .config import HubConfig
+from .operations import ClusterFacts
 from .store import Store
 from .usage import finished_run
 from .watches import CollectionWatch, Obj, resource_slices, runner_pods
@@ -111,3 +112,11 @@ class HubState:
             if found:
                 return str(found)
         return ""
+
+    def facts(self) -> ClusterFacts:
+        """What actions must respect right now: this cluster's id, each peer's authentication state."""
+        authentication = {}
+        for fc in self.foreign_clusters.objects():
+            cluster_id = str((fc.get("spec") or {}).get("clusterID") or fc["metadata"]["name"])
+            authentication[cluster_id] = dict(views.module_states(fc))["authentication"]
+        return ClusterFacts(self.consumer_cluster_id(), authentication)

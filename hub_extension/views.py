@@ -74,7 +74,8 @@ class ClusterDetail:
     pods: tuple[PodRow, ...]
 
 
-def _module_states(fc: Obj | None) -> tuple[tuple[str, str], ...]:
+def module_states(fc: Obj | None) -> tuple[tuple[str, str], ...]:
+    """(module, state) of a ForeignCluster's networking, authentication and offloading modules."""
     modules = ((fc or {}).get("status") or {}).get("modules") or {}
     states = []
     for module in ("networking", "authentication", "offloading"):
@@ -99,7 +100,7 @@ def cluster_row(cluster: ClusterRecord, fc: Obj | None, now: datetime) -> Cluste
     prices = [vn.price for vn in vns if vn.price is not None]
     return ClusterRow(
         cluster_id=cluster.cluster_id, name=cluster.name, role=cluster.role, health=cluster.health,
-        reason=cluster.reason, modules=_module_states(fc), age_seconds=_age(fc, now),
+        reason=cluster.reason, modules=module_states(fc), age_seconds=_age(fc, now),
         gpus_total=sum(vn.capacity for vn in vns), gpus_free=cluster.gpus_free,
         gpus_in_use=sum(vn.in_use for vn in vns), price=min(prices) if prices else None,
         virtual_nodes=len(vns), cordoned=sum(1 for vn in vns if vn.cordoned),

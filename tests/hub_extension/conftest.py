@@ -167,7 +167,8 @@ def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tu
     _stand_in_liqoctl(workdir / "bin", liqoctl_log)
     config = {
         "hubNamespace": "jhub",
-        "liqo": {"tenantNamespaces": ["liqo-tenant-donor-1", "liqo-tenant-donor-2"]},
+        # donor-3 is allowed but not peered: the service must still refuse to ask it for GPUs
+        "liqo": {"tenantNamespaces": ["liqo-tenant-donor-1", "liqo-tenant-donor-2", "liqo-tenant-donor-3"]},
         "usageDatabase": {"url": f"sqlite:///{workdir}/usage.sqlite"},
         "peering": {"liqoctlEnabled": liqoctl_enabled},
     }

@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kubernetes
 import pytest
 from gpu_offload.hub_extension import pages
 from gpu_offload.hub_extension.actions import Cordon, NodeLabels, Peering, SliceRequest, parse_action
-from gpu_offload.hub_extension.config import load_config
+from gpu_offload.hub_extension.config import HubConfig, load_config
 from gpu_offload.hub_extension.liqoctl import shown_command
+from gpu_offload.hub_extension.operations import ClusterFacts, Operations
+from gpu_offload.hub_extension.store import Store
 from gpu_offload.hub_extension.views import ClusterRow
 from gpu_offload.liqo_peering.errors import InvalidRequest
 
@@ -70,3 +73,17 @@ def test_a_bad_configuration_stops_the_service_with_the_reason(tmp_path: Path) -
     assert "liqo.tenantNamespaces must be a list" in done.stderr and "Traceback" not in done.stderr
     with pytest.raises(InvalidRequest, match="cannot be read"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_a_peer_whose_authentication_failed_is_not_asked_for_gpus(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/db.sqlite")
+    config = HubConfig(tenant_namespaces=("liqo-tenant-donor-1",))
+    # refused before any request: the client points nowhere and is never used
+    operations = Operations(config, kubernetes.client.ApiClient(), store)
+    facts = ClusterFacts("origin", {"donor-1": "AuthIdentityControlPlaneStatus=Error"})
+    outcome = operations.apply(SliceRequest("donor-1", 2, "donor-1-gpu"), "admin", facts)
+    assert not outcome.ok and "not an authenticated peer (authentication: AuthIdentityControlPlaneStatus=Error)" in (
+        outcome.message)
+    (entry,) = store.audit_log()
+    assert (entry.who, entry.action, entry.ok) == ("admin", "resourceslice", False)
+    store.close()

@@ -129,6 +129,12 @@ def test_a_peer_outside_the_hubs_tenant_namespaces_is_refused_with_the_fix_and_a
     assert (audit["action"], audit["ok"]) == ("resourceslice", False) and "donor-9" in audit["target"]
 
 
+def test_gpus_are_asked_only_of_authenticated_peers(hub: Any) -> None:
+    answer = hub.api("POST", "api/admin/actions/resourceslice", "admin",
+                     {"cluster_id": "donor-3", "gpus": "2", "confirm": True})
+    assert answer.status == 409 and "cluster donor-3 is not peered" in answer.json()["message"]
+
+
 def test_resize_and_request_gpu_slices(hub: Any, custom: Any) -> None:
     resized = hub.api("POST", "api/admin/actions/resourceslice", "admin",
                       {"cluster_id": "donor-1", "gpus": "6", "confirm": True})
