@@ -130,7 +130,8 @@ class Operations:
         if isinstance(action, Cordon):
             done = "cordoned: new runs avoid it" if action.cordon else "uncordoned: placement may choose it again"
             return Outcome(True, f"virtual node {action.node} {done}")
-        return Outcome(True, f"virtual node {action.node} labelled GPU model {action.model}, {action.price} per GPU-hour")
+        return Outcome(True, f"virtual node {action.node} labelled GPU model {action.model}, {action.price} per GPU-hour "
+                             "on its VirtualNode; labels already on the Node win until Liqo copies these over")
 
     def _peering(self, action: Peering) -> Outcome:
         if not self.config.liqoctl_enabled:
