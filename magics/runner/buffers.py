@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import io
 import mmap
 import os
 import pickle
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import cloudpickle
 
 from . import handover
 
@@ -52,7 +50,11 @@ class Dumped:
 def default_shm_dir() -> str:
     """``/dev/shm`` where it exists (memory, not disk), else the temp directory."""
     shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    if os.path.isdir(shm) and os.access(shm, os.W_OK):
+        return shm
+    import tempfile
+
+    return tempfile.gettempdir()
 
 
 def dump(
@@ -104,21 +106,29 @@ def _pickle(
 
 def _pickler(
     out: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool], reducer: Callable[[Any], Any] | None
-) -> _Pickler:
-    pickler = _Pickler(out, protocol=5, buffer_callback=buffer_callback)
+) -> Any:
+    pickler = _pickler_class()(out, protocol=5, buffer_callback=buffer_callback)
     pickler.extra_reducer = reducer
     return pickler
 
 
-class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]
-    extra_reducer: Callable[[Any], Any] | None = None
+@functools.lru_cache(maxsize=1)
+def _pickler_class() -> Any:
+    # cloudpickle (and its imports: logging, typing, platform, ...) is a third of a runner's cold start;
+    # a cell that sends nothing back never needs it (loading finds it through the pickle by itself)
+    import cloudpickle
 
-    def reducer_override(self, obj: Any) -> Any:
-        if self.extra_reducer is not None:
-            reduced = self.extra_reducer(obj)
-            if reduced is not NotImplemented:
-                return reduced
-        return super().reducer_override(obj)
+    class Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]
+        extra_reducer: Callable[[Any], Any] | None = None
+
+        def reducer_override(self, obj: Any) -> Any:
+            if self.extra_reducer is not None:
+                reduced = self.extra_reducer(obj)
+                if reduced is not NotImplemented:
+                    return reduced
+            return super().reducer_override(obj)
+
+    return Pickler
 
 
 def pickling_error(obj: Any, reducer: Callable[[Any], Any] | None = None) -> Exception | None:
@@ -155,6 +165,8 @@ def write_buffer(
 
 
 def _write_shm(view: memoryview, directory: str) -> str:
+    import tempfile  # not at module level: a runner that sends no buffer back never needs it
+
     try:
         fd, path = tempfile.mkstemp(prefix="gpuo-", suffix=".buf", dir=directory)
     except OSError as exc:

@@ -8,7 +8,6 @@ calls, checking the fields before anything runs.
 from __future__ import annotations
 
 import pickle
-import secrets
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -47,6 +46,8 @@ def make_bundle(
     ``first_line`` is the notebook line number of the cell body's first line (2 below a ``%%`` magic line),
     so tracebacks name the lines the user sees.
     """
+    import secrets  # the engine's side only; the runner never makes bundles
+
     dumped = buffers.dump(dict(inputs or {}), input_transport, shm_dir=shm_dir, urls=input_urls)
     return {
         "version": BUNDLE_VERSION,

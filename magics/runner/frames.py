@@ -6,8 +6,9 @@ text a cell prints can never pass for a frame (the runner captures the cell's st
 stream drops what it has already seen. A line never exceeds :data:`MAX_FRAME_BYTES` (container runtimes
 split longer log lines); a larger payload travels as ``part`` frames that the decoder joins again.
 
-Both ends import this module: the runner inside its zipapp (standard library only), the engine as
-``gpu_offload.magics.runner.frames``.
+The engine imports this module as ``gpu_offload.magics.runner.frames``. The encoder lives in
+:mod:`.wire` (re-exported here) so that a runner's cold start does not pay for building the event classes
+it never decodes.
 """
 
 from __future__ import annotations
@@ -15,29 +16,34 @@ from __future__ import annotations
 import codecs
 import json
 import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_FRAME_BYTES = 16 * 1024
-"""Longest frame line in bytes, newline included."""
+from .wire import MARK, MAX_FRAME_BYTES, FrameEncoder, check_nonce
 
-MARK = "\x1egpuo"
-"""What every frame line starts with (an ASCII record separator, then a fixed tag)."""
+__all__ = [
+    "MARK",
+    "MAX_FRAME_BYTES",
+    "DisplayData",
+    "Done",
+    "Error",
+    "Event",
+    "FrameDecoder",
+    "FrameEncoder",
+    "GpuSample",
+    "Hello",
+    "Metrics",
+    "Noise",
+    "Outputs",
+    "RunnerWarning",
+    "Status",
+    "Stream",
+    "UnknownFrame",
+    "check_nonce",
+]
 
 _FRAME_RE = re.compile(r"\x1egpuo ([0-9a-f]{32}) (0|[1-9][0-9]*) ([a-z_]+) (.*)\Z", re.DOTALL)
-_NONCE_RE = re.compile(r"[0-9a-f]{32}\Z")
-
-
-def check_nonce(nonce: str) -> str:
-    """Return ``nonce`` if it is 32 lower-case hex characters, else raise ``ValueError`` saying so."""
-    if not isinstance(nonce, str) or not _NONCE_RE.match(nonce):
-        raise ValueError(
-            f"frame nonce {nonce!r} is not 32 lower-case hex characters; "
-            "create one with secrets.token_hex(16)"
-        )
-    return nonce
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -298,68 +304,3 @@ class FrameDecoder:
             return builder(seq, payload)
         except (KeyError, TypeError, ValueError) as exc:
             return Noise(line, f"{kind} frame lacks or mistypes a field: {exc!r}")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Encoder (runner side)
-
-
-class FrameEncoder:
-    """Writes events as frame lines through ``write`` (which must write all the bytes it is given).
-
-    Thread-safe: the stream reader, the metrics sampler and the main thread all emit, and the lock makes
-    the order of ``seq`` the order of the lines.
-    """
-
-    def __init__(self, nonce: str, write: Callable[[bytes], object], limit: int = MAX_FRAME_BYTES) -> None:
-        self.nonce = check_nonce(nonce)
-        self._write = write
-        self._limit = limit
-        self._seq = 0
-        self._part_id = 0
-        self._lock = threading.Lock()
-
-    def emit(self, kind: str, **payload: Any) -> None:
-        """Send one event; split into ``part`` frames when it would not fit in one line."""
-        # default=str: a rich repr holding e.g. numpy numbers must not fail the cell that displays it
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True, default=str)
-        with self._lock:
-            line = self._line(kind, body)
-            if len(line) <= self._limit:
-                self._write(line)
-            else:
-                self._emit_parts(kind, body)
-
-    def _line(self, kind: str, body: str) -> bytes:
-        # ensure_ascii JSON is ASCII, so characters are bytes and no raw newline can appear
-        line = f"{MARK} {self.nonce} {self._seq} {kind} {body}\n".encode("ascii")
-        self._seq += 1
-        return line
-
-    def _emit_parts(self, kind: str, body: str) -> None:
-        part_id = self._part_id
-        self._part_id += 1
-        start = 0
-        while start < len(body):
-            frame_overhead = len(f"{MARK} {self.nonce} {self._seq} part ") + 1
-            wrapper = len(json.dumps({"id": part_id, "kind": kind, "chunk": "", "last": False}))
-            budget = self._limit - frame_overhead - wrapper
-            end = _fit(body, start, budget)
-            chunk = body[start:end]
-            start = end
-            part = {"id": part_id, "kind": kind, "chunk": chunk, "last": start >= len(body)}
-            self._write(self._line("part", json.dumps(part, separators=(",", ":"), ensure_ascii=True)))
-
-
-def _fit(text: str, start: int, budget: int) -> int:
-    """End index of the longest slice from ``start`` whose JSON string encoding fits ``budget`` bytes."""
-    if budget < 8:
-        raise ValueError(f"frame limit too small: {budget} bytes left for a part's chunk")
-    end = min(len(text), start + budget)
-    while True:
-        piece = text[start:end]
-        # the text is ASCII JSON without control characters: only quote and backslash grow (to 2 bytes)
-        cost = len(piece) + piece.count('"') + piece.count("\\")
-        if cost <= budget:
-            return end
-        end -= max(1, (cost - budget + 1) // 2)

@@ -13,10 +13,8 @@ file, so the notebook's copy can never change under it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import mmap
 import os
-import secrets
 import sys
 
 MAP_FIXED = 0x10  # Linux; Python's mmap module does not export it
@@ -27,6 +25,8 @@ _names: list[str] = []
 
 def address(view: memoryview) -> int | None:
     """Start address of a writable buffer, ``None`` for one ctypes cannot see (read-only)."""
+    import ctypes  # only runs that map shm inputs get here
+
     try:
         holder = ctypes.c_char.from_buffer(view)
     except (TypeError, ValueError):
@@ -54,7 +54,7 @@ def take(view: memoryview, directory: str) -> str | None:
     source = _eligible.pop((start, view.nbytes), None)
     if source is None:
         return None
-    target = os.path.join(directory, f"gpuo-{secrets.token_hex(8)}.buf")
+    target = os.path.join(directory, f"gpuo-{os.urandom(8).hex()}.buf")
     try:
         os.link(source, target)
     except OSError:  # another filesystem, or the name is gone: copy instead
@@ -69,6 +69,8 @@ def _make_private(start: int, size: int, path: str) -> bool:
     """Replace the shared mapping at ``start`` by a private one of the same file: same bytes, no sharing."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [

@@ -8,7 +8,6 @@ IPython up front would cost every cold start a few hundred milliseconds).
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import sys
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from .display import display
 TARGET = "IPython.core.display_functions"
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:  # a meta path finder by protocol: importlib.abc costs a cold start ~20 ms
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
@@ -29,11 +28,11 @@ class _Finder(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _Loader(spec.loader)
+        spec.loader = _Loader(spec.loader)  # type: ignore[assignment]
         return spec
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 

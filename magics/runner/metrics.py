@@ -6,7 +6,6 @@ GPUs with that variable, so the same filter is applied here to report only the G
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import threading
@@ -32,8 +31,14 @@ def _nvml() -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _driver_present() -> bool:
+    # the NVIDIA driver exposes /dev/nvidiactl (also inside GPU containers); without it there is no GPU
+    # to see, and the cold start skips ctypes and pynvml altogether
+    if os.name == "posix" and not (os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia")):
+        return False
+    import ctypes
+
     # loading the driver's library is the first thing NVML does; trying it first spares importing
-    # pynvml (a large module) on every CPU-only start
+    # pynvml (a large module) when the library is missing
     for name in ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll"):
         try:
             ctypes.CDLL(name)

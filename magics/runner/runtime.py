@@ -18,8 +18,8 @@ from . import display, handover, ipython_hook, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
-from .frames import FrameEncoder
 from .signals import Interrupts, masked
+from .wire import FrameEncoder
 
 # frames that must come after the text printed before them: the capture is drained first
 _ORDERED = {"display_data", "error", "warning", "outputs", "done"}

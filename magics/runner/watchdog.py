@@ -9,7 +9,6 @@ parent) decides by whether the parent process is really gone.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -74,6 +73,8 @@ def arm(parent_pid: int, on_death: Callable[[], None]) -> None:
 def _set_pdeathsig(signum: int) -> None:
     # CDLL(None) is the running program, libc included: no library search (ctypes.util would cost a
     # cold start ~50 ms of imports). Without prctl the polling thread still watches.
+    import ctypes
+
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
 

@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -437,3 +438,15 @@ def test_rich_reprs_with_numpy_numbers_and_nan_are_shown(write_bundle, start_run
     (shown,) = runner.of(DisplayData)
     assert shown.data["application/json"]["mean"] == "1.5"
     assert shown.data["application/json"]["missing"] != shown.data["application/json"]["missing"]  # NaN
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--bogus"], ["--session", "--bundle", "x"], ["--bundle"], ["--session", "--parent-pid", "me"]],
+)
+def test_a_bad_command_line_gets_the_usage_line(runner_pyz, argv) -> None:
+    done = subprocess.run(
+        [sys.executable, "-I", str(runner_pyz), *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "usage: runner.pyz (--bundle PATH | --session) [--parent-pid PID]" in done.stderr
