@@ -67,6 +67,11 @@ async def read_json(request: web.Request) -> Any:
     raw = await request.read()
     if not raw:
         return None
+    if request.content_type in ("application/vnd.kubernetes.protobuf", "application/cbor"):
+        # kubectl's typed clients try protobuf first and fall back to JSON on 415
+        raise ApiError(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format - accepted media types include: "
+                       f"application/json, application/yaml (not {request.content_type})")
     try:
         return json.loads(raw)
     except ValueError as exc:

@@ -204,3 +204,8 @@ def test_a_validating_hook_can_refuse_a_deletion(api_sandbox, core, ns):
         assert core.read_namespaced_config_map("keep", ns).metadata.deletion_timestamp is None
     finally:
         api_sandbox.api.admission.remove(keep_protected)
+
+
+def test_protobuf_bodies_are_415_not_misread(pods_url):
+    code, st = post(pods_url, b"k8s\x00\x0a\x0f", ctype="application/vnd.kubernetes.protobuf")
+    assert code == 415 and "application/json" in st["message"]
