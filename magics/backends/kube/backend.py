@@ -69,6 +69,7 @@ class KubernetesBackend:
         self._cache: InventoryCache | None = None
         self._offloaded: set[str] = set()
         self._lock = threading.Lock()
+        self._cache_lock = threading.Lock()  # taken inside _lock when a session's first pod is placed
         self._sessions: dict[str, KubeSession] = {}
         self.cleaned = self.cleanup()
         """What an earlier life of this kernel left behind, removed at start."""
@@ -83,7 +84,7 @@ class KubernetesBackend:
 
     def inventory_cache(self) -> InventoryCache:
         """The kernel's inventory cache, started on first use."""
-        with self._lock:
+        with self._cache_lock:
             if self._cache is None:
                 self._cache = InventoryCache(self.liqo).start()
             return self._cache

@@ -1,0 +1,39 @@
+"""``--session`` on kubernetes: one warm pod keeps its state across cells received through attach; Ctrl-C
+interrupts the cell, not the session; closing it deletes the pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.sandbox.fixtures import wait_until
+
+from .conftest import leftovers
+from .helpers import Sink, run_cell
+
+
+def test_a_session_pod_keeps_state_survives_an_interrupt_and_goes_on_close(kube: KubernetesBackend, core: Any,
+                                                                           namespace: str) -> None:
+    user_ns: dict[str, Any] = {}
+    outcome, _, _ = run_cell(kube, "kept = 41\nprint('first')", user_ns, session="train")
+    assert outcome.status == "ok", outcome.error
+    pods = core.list_namespaced_pod(namespace).items
+    assert len(pods) == 1 and pods[0].spec.automount_service_account_token is False
+    assert pods[0].spec.containers[0].stdin is True
+
+    def interrupt(text: str) -> None:
+        if "waiting" in text:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(kube, "import time\nprint('waiting', flush=True)\ntime.sleep(300)", user_ns,
+                 Sink(on_line=interrupt), session="train")
+    outcome, sink, _ = run_cell(kube, "print(kept + 1)", user_ns, session="train")
+    assert outcome.status == "ok", outcome.error
+    assert sink.text.strip() == "42"
+    assert [p.metadata.name for p in core.list_namespaced_pod(namespace).items] == [pods[0].metadata.name]
+    [info] = kube.sessions()
+    assert (info.name, info.runs, info.busy) == ("train", 3, False) and "donor-2" in info.where
+    assert kube.close_session("train", grace=1)
+    wait_until(lambda: not leftovers(core, namespace), "the session pod and its Secret deleted")
