@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import difflib
+import os
 import shlex
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
@@ -20,6 +21,7 @@ from traitlets import Float, Integer, Unicode
 
 from .analysis import analyse_cell
 from .backends.base import Backend
+from .backends.kube.config import configured as cluster_configured
 from .engine import FollowSettings, Outcome, describe
 from .errors import BackendNotConfigured, OffloadUsageError
 from .execution import Launch, OffloadHandle, run_blocking
@@ -50,6 +52,12 @@ def _local_backend() -> Backend:
     return LocalBackend()
 
 
+def _kubernetes_backend() -> Backend:
+    from .backends.kube.factory import kernel_backend
+
+    return kernel_backend()
+
+
 @magics_class
 class GpuOffloadMagics(Magics):
     """Run cells in a runner process (local) or on a remote GPU; configurable as ``c.GpuOffloadMagics``."""
@@ -76,7 +84,10 @@ class GpuOffloadMagics(Magics):
     ) -> None:
         super().__init__(shell, **kwargs)
         self.ipython: Any = shell
-        self._factories: dict[str, Callable[[], Backend]] = {"local": _local_backend}
+        self._factories: dict[str, Callable[[], Backend]] = {
+            "local": _local_backend,
+            "kubernetes": _kubernetes_backend,
+        }
         self._backends: dict[str, Backend] = dict(backends or {})
         self._sink = sink or NotebookSink()
         self._announced = False
@@ -175,8 +186,8 @@ class GpuOffloadMagics(Magics):
     def _backend(self, name: str | None) -> Backend:
         name = name or self.backend
         if name == "auto":
-            name = "local"  # no cluster backend can be configured yet
-            if not self._announced:
+            name = "kubernetes" if cluster_configured(os.environ) else "local"
+            if name == "local" and not self._announced:
                 self._announced = True
                 self._sink.notice(LOCAL_NOTE)
         if name not in self._backends:

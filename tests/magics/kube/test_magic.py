@@ -1,0 +1,52 @@
+"""The magic picks the kubernetes backend from the kernel's environment (as the hub sets it) and runs
+cells there through a real IPython shell; a missing setting is a usage error naming it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpu_offload.magics.errors import BackendNotConfigured
+from gpu_offload.magics.magic import GpuOffloadMagics
+from gpu_offload.sandbox.fixtures import wait_until
+from IPython.core.interactiveshell import InteractiveShell
+
+from .conftest import STOCK_IMAGE, leftovers
+
+
+@pytest.fixture()
+def shell(origin: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real IPython shell whose magic builds its backend from the environment, like a user's server."""
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.setenv("GPU_OFFLOAD_NAMESPACE", namespace)
+    monkeypatch.setenv("GPU_OFFLOAD_IMAGE", STOCK_IMAGE)
+    monkeypatch.setenv("GPU_OFFLOAD_KERNEL_ID", f"k-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice@example.org")
+    monkeypatch.delenv("GPU_OFFLOAD_BACKEND", raising=False)
+    ipython = InteractiveShell.instance()
+    ipython.reset()
+    magics = GpuOffloadMagics(ipython)
+    ipython.register_magics(magics)
+    yield ipython
+    magics.close()
+
+
+def test_a_configured_kernel_runs_cells_on_the_cluster_without_saying_so(shell: Any, core: Any, namespace: str,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    shell.user_ns["x"] = 2
+    shell.run_cell_magic("gpu_offload", "--gpus 1 --timeout 120", "import os\nprint('pod', os.environ['HOSTNAME'])\ny = x * 21")
+    assert shell.user_ns["y"] == 42
+    assert "pod gpuo-" in capsys.readouterr().out
+    shell.run_line_magic("gpu_offload", "status")
+    assert f"kubernetes backend: namespace {namespace}" in capsys.readouterr().out
+    wait_until(lambda: not leftovers(core, namespace), "the cell's pod deleted")
+
+
+def test_without_a_namespace_kubernetes_is_a_usage_error_naming_the_setting(shell: Any,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPU_OFFLOAD_NAMESPACE")
+    with pytest.raises(BackendNotConfigured) as err:
+        shell.run_cell_magic("gpu_offload", "--backend kubernetes", "print('never')")
+    assert "GPU_OFFLOAD_NAMESPACE" in str(err.value)
