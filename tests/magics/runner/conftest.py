@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,38 @@ def start_runner(runner_pyz: Path) -> Iterator[Callable[..., RunnerProcess]]:
     yield start
     for runner in started:
         runner.kill()
+
+
+class _Store(BaseHTTPRequestHandler):
+    """A tiny object store: PUT needs `sig=ok` in the query (a stand-in for a presigned URL), GET returns."""
+
+    objects: dict[str, bytes] = {}
+
+    def do_PUT(self) -> None:  # noqa: N802 (http.server's naming)
+        if "sig=ok" not in self.path:
+            self.send_response(403)
+            self.end_headers()
+            return
+        self.objects[self.path.split("?")[0]] = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.end_headers()
+
+    def do_GET(self) -> None:  # noqa: N802
+        body = self.objects[self.path.split("?")[0]]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def store() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Store)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

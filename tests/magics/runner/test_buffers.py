@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import mmap
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -74,39 +71,6 @@ def test_a_large_main_pickle_travels_as_a_reference(tmp_path: Path) -> None:
     small = buffers.pack_main(buffers.dump(1).pickle, "shm", shm_dir=str(tmp_path))
     assert isinstance(small, str) and buffers.load_packed(small, []) == 1
     assert list(tmp_path.iterdir()) == []
-
-
-class _Store(BaseHTTPRequestHandler):
-    objects: dict[str, bytes] = {}
-
-    def do_PUT(self) -> None:  # noqa: N802 (http.server's naming)
-        if "sig=ok" not in self.path:
-            self.send_response(403)
-            self.end_headers()
-            return
-        self.objects[self.path.split("?")[0]] = self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.end_headers()
-
-    def do_GET(self) -> None:  # noqa: N802
-        body = self.objects[self.path.split("?")[0]]
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def store() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Store)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 def test_url_transport_puts_and_gets(store: str) -> None:

@@ -450,3 +450,36 @@ def test_a_bad_command_line_gets_the_usage_line(runner_pyz, argv) -> None:
     )
     assert done.returncode == 2 and done.stdout == ""
     assert "usage: runner.pyz (--bundle PATH | --session) [--parent-pid PID]" in done.stderr
+
+
+def test_outputs_through_presigned_urls(write_bundle, start_runner, store) -> None:
+    urls = [f"{store}/bucket/run-1/out-{i}?sig=ok" for i in range(4)]
+    path, bundle = write_bundle(
+        "import numpy as np\nbig = np.arange(300_000.0)\nsmall = 'x'\n",
+        outputs=["big", "small"],
+        output_transport="url",
+        output_urls=urls,
+    )
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    assert code == 0, runner.of(Error)
+    (outputs,) = runner.of(Outputs)
+    assert [(ref["kind"], ref["index"]) for ref in outputs.buffers] == [("url", 0)]
+    values = buffers.load_packed(outputs.pickle, outputs.buffers)
+    np.testing.assert_array_equal(values["big"], np.arange(300_000.0))
+    assert values["small"] == "x"
+
+
+def test_inline_outputs_travel_in_frames_under_the_limit(write_bundle, start_runner) -> None:
+    # a log-only channel (a pod without object storage): everything inside the frames, split into parts
+    path, bundle = write_bundle(
+        "import numpy as np\nbig = np.arange(200_000.0)\n", outputs=["big"], output_transport="inline"
+    )
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    assert code == 0, runner.of(Error)
+    assert max(len(line) for line in runner.raw_lines) <= MAX_FRAME_BYTES
+    assert sum(b" part " in line for line in runner.raw_lines) > 50
+    (outputs,) = runner.of(Outputs)
+    assert outputs.buffers == ()
+    np.testing.assert_array_equal(buffers.load_packed(outputs.pickle, [])["big"], np.arange(200_000.0))
