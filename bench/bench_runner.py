@@ -16,6 +16,7 @@ import argparse
 import base64
 import json
 import os
+import resource
 import secrets
 import statistics
 import subprocess
@@ -37,22 +38,29 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def cold_start(pyz: Path, runs: int) -> tuple[list[float], list[float]]:
-    bare, runner = [], []
+def child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_child(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU (user + system of the child) seconds of one process run to completion."""
+    wall, cpu = time.perf_counter(), child_cpu()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - wall, child_cpu() - cpu
+
+
+def cold_start(pyz: Path, runs: int) -> dict[str, list[tuple[float, float]]]:
+    """A one-shot runner on a trivial cell, with and without an output (which needs cloudpickle)."""
+    rows: dict[str, list[tuple[float, float]]] = {"bare": [], "runner": [], "runner, one output": []}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(runs):
-            bundle = make_bundle("x = 1")
-            path = Path(tmp) / "b.pkl"
-            path.write_bytes(encode_bundle(bundle))
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
-            bare.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-I", str(pyz), "--bundle", str(path)], check=True, stdout=subprocess.DEVNULL
-            )
-            runner.append(time.perf_counter() - start)
-    return bare, runner
+            rows["bare"].append(timed_child([sys.executable, "-I", "-c", "pass"]))
+            for name, outputs in (("runner", []), ("runner, one output", ["x"])):
+                path = Path(tmp) / "b.pkl"
+                path.write_bytes(encode_bundle(make_bundle("x = 1", outputs=outputs)))
+                rows[name].append(timed_child([sys.executable, "-I", str(pyz), "--bundle", str(path)]))
+    return rows
 
 
 class Session:
@@ -139,17 +147,21 @@ def main() -> None:
     pyz = build_runner()
     print(f"machine: {machine()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, runner: {pyz.name}\n")
-    bare, cold = cold_start(pyz, max(5, args.runs // 20))
+    cold = cold_start(pyz, max(5, args.runs // 20))
     remote, local = warm(pyz, args.runs)
     delays = latency(pyz, args.runs)
     ms = 1e3
     print("| measure | runs | median ms | p95 ms | p99 ms | baseline median ms | added median ms |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    print(
-        f"| cold one-shot runner (trivial cell) vs `python -I -c pass` | {len(cold)} | "
-        f"{statistics.median(cold) * ms:.1f} | {pct(cold, 0.95) * ms:.1f} | - | "
-        f"{statistics.median(bare) * ms:.1f} | {(statistics.median(cold) - statistics.median(bare)) * ms:.1f} |"
-    )
+    for name in ("runner", "runner, one output"):
+        for kind, index in (("wall", 0), ("CPU", 1)):
+            values = [row[index] for row in cold[name]]
+            base = statistics.median(row[index] for row in cold["bare"])
+            print(
+                f"| cold one-shot {name} (trivial cell), {kind}, vs `python -I -c pass` | {len(values)} | "
+                f"{statistics.median(values) * ms:.1f} | {pct(values, 0.95) * ms:.1f} | - | "
+                f"{base * ms:.1f} | {(statistics.median(values) - base) * ms:.1f} |"
+            )
     print(
         f"| warm session trivial cell, bundle inline, until `done` vs exec in-process | {len(remote)} | "
         f"{statistics.median(remote) * ms:.2f} | {pct(remote, 0.95) * ms:.2f} | {pct(remote, 0.99) * ms:.2f} | "
