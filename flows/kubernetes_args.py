@@ -33,7 +33,7 @@ class StepIdentity:
     flow: str
     step: str
     run_id: str | None = None
-    """Known only once a run exists (in the trampoline and the pod); Argo labels its pods itself."""
+    """Unknown when the mutator runs; ``run_label`` adds it for ``run``, Argo labels its pods itself."""
 
 
 def label_value(text: str) -> str:

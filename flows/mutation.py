@@ -9,7 +9,6 @@ and every run rebuilds from those: running twice gives the same step as running 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from .decision import StepPlacement, decide, recorded_placement
 from .errors import GpuOffloadFlowError
 from .kubernetes_args import StepIdentity, environment_vars, kubernetes_kwargs
 from .options import OffloadOptions, parse_options
+from .run_label import INTERNAL_DECORATOR
 from .settings import RECORDED_ENV, OffloadSettings, metaflow_settings
 
 OVERRIDE = 3
@@ -58,18 +58,6 @@ def capture(mutable_step: Any) -> OriginalDecorators:
         elif name == "environment":
             found.environment = dict(kwargs.get("vars") or {})
     return found
-
-
-def run_id_from(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
-    """The run id when this process already belongs to a run: a step's pod, or the local trampoline."""
-    if environ.get("METAFLOW_RUN_ID"):
-        return environ["METAFLOW_RUN_ID"]
-    for index, arg in enumerate(argv):
-        if arg == "--run-id" and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith("--run-id="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 def place_step(
@@ -129,10 +117,12 @@ def mutate_step(
     if not state.originals.captured:
         state.originals = capture(mutable_step)
     placement = place_step(step, options, settings, os.environ)
-    identity = StepIdentity(flow_name(step_function), step, run_id_from(sys.argv, os.environ))
+    identity = StepIdentity(flow_name(step_function), step)
     offload = options.describe()
     k8s = kubernetes_kwargs(state.originals.kubernetes or {}, placement, identity, offload)
     env = environment_vars(state.originals.environment or {}, placement, offload)
     mutable_step.add_decorator("kubernetes", deco_kwargs=k8s, duplicates=OVERRIDE)
     mutable_step.add_decorator("environment", deco_kwargs={"vars": env}, duplicates=OVERRIDE)
+    # After @kubernetes, so that its runtime hook sees the command @kubernetes built.
+    mutable_step.add_decorator(INTERNAL_DECORATOR, duplicates=OVERRIDE)
     return placement

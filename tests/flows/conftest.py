@@ -45,13 +45,16 @@ class S3Server:
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A moto S3 server on an ephemeral port with one bucket; stopped at the end of the session."""
-    proc = subprocess.Popen(
-        [str(MOTO), "-H", "127.0.0.1", "-p", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    # Its request log goes to a file: a pipe nobody reads fills up and then blocks the server.
+    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [str(MOTO), "-H", "127.0.0.1", "-p", "0"], stdout=log, stderr=subprocess.STDOUT, text=True
+        )
     try:
-        endpoint = _wait_for_port(proc)
+        endpoint = _wait_for_port(proc, log_path)
         import boto3
 
         boto3.client(
@@ -61,20 +64,25 @@ def s3_server() -> Iterator[S3Server]:
         yield S3Server(endpoint)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
-def _wait_for_port(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdout is not None
+def _wait_for_port(proc: subprocess.Popen[str], log_path: Path) -> str:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
+        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", log_path.read_text())
         if found:
             return found.group(1)
-        if not line and proc.poll() is not None:
+        if proc.poll() is not None:
             break
-    raise RuntimeError("moto_server did not report its port; is moto[server] installed in the venv?")
+        time.sleep(0.1)
+    raise RuntimeError(
+        f"moto_server did not report its port (log: {log_path}); is moto[server] installed in the venv?"
+    )
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,9 @@ class FlowRunner:
             **extra,
         }
 
-    def __call__(self, flow: str, *args: str, env: Mapping[str, str] | None = None) -> FlowRun:
+    def __call__(
+        self, flow: str, *args: str, env: Mapping[str, str] | None = None, timeout: float = 240
+    ) -> FlowRun:
         target = self.workdir / flow
         if not target.exists():
             shutil.copy(DATA / flow, target)
@@ -123,7 +133,7 @@ class FlowRunner:
             env=self.env(env or {}),
             capture_output=True,
             text=True,
-            timeout=240,
+            timeout=timeout,
         )
         return FlowRun(proc.returncode, proc.stdout, proc.stderr)
 

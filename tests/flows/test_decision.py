@@ -9,7 +9,7 @@ import pytest
 from gpu_offload.flows.decision import StepPlacement, decide, recorded_placement
 from gpu_offload.flows.errors import GpuOffloadFlowError
 from gpu_offload.flows.inventory_file import load_inventory
-from gpu_offload.flows.mutation import place_step, run_id_from
+from gpu_offload.flows.mutation import place_step
 from gpu_offload.flows.options import OffloadOptions, parse_options
 from gpu_offload.flows.settings import RECORDED_ENV, OffloadSettings, read_settings
 
@@ -93,12 +93,6 @@ def test_options_are_checked_with_the_step_named() -> None:
             parse_options("s", [], bad)
     with pytest.raises(GpuOffloadFlowError, match="keyword arguments only"):
         parse_options("s", [1], {})
-
-
-def test_run_id_is_known_in_the_pod_and_in_the_trampoline() -> None:
-    assert run_id_from([], {"METAFLOW_RUN_ID": "argo-x"}) == "argo-x"
-    assert run_id_from(["flow.py", "kubernetes", "step", "train", "--run-id", "17"], {}) == "17"
-    assert run_id_from(["flow.py", "run"], {}) is None
 
 
 def test_placement_hints_are_written_as_decorator_arguments() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from gpu_offload.flows.decision import StepPlacement
 from gpu_offload.flows.errors import GpuOffloadFlowError
@@ -100,3 +102,14 @@ def test_environment_records_the_decision_next_to_the_users_variables() -> None:
     assert env["METAFLOW_GPU_OFFLOAD_PLACEMENT"] == PLACED.to_json()
     with pytest.raises(GpuOffloadFlowError, match="remove it from @environment"):
         environment_vars({"METAFLOW_GPU_OFFLOAD_PLACEMENT": "{}"}, PLACED, OFFLOAD)
+
+
+def test_run_label_is_added_to_the_kubernetes_step_command_only() -> None:
+    from gpu_offload.flows.run_label import add_run_label
+
+    options = {"run-id": "1795", "labels": '{"team": "ml"}'}
+    add_run_label(["kubernetes", "step"], options)
+    assert json.loads(options["labels"]) == {"team": "ml", "gpu-offload.io/run-id": "1795"}
+    local = {"run-id": "1795"}
+    add_run_label(["step"], local)
+    assert local == {"run-id": "1795"}
