@@ -116,10 +116,7 @@ class Runtime:
         status = "ok"
         try:
             try:
-                self.interrupts.running = True
-                if self.interrupts.pending:
-                    self.interrupts.pending = False
-                    raise KeyboardInterrupt
+                self.interrupts.begin()
                 self.sampler.start()
                 run_cell(self.emit, bundle, self.namespace)
             finally:

@@ -26,8 +26,6 @@ class _Commands:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.queued_runs = 0
-        self._lock = threading.Lock()
 
     def read(self) -> None:
         block_in_this_thread()
@@ -45,12 +43,10 @@ class _Commands:
             self.queue.put({"op": "bad", "line": raw[:200].decode("utf-8", "replace")})
             return
         if op == "interrupt":
-            with self._lock:
-                self.runtime.interrupts.interrupt(self.queued_runs)
+            self.runtime.interrupts.interrupt()
             return
         if op == "run":
-            with self._lock:
-                self.queued_runs += 1
+            self.runtime.interrupts.expect()
         self.queue.put(command)
 
     def next(self) -> dict[str, Any] | None:
@@ -60,9 +56,6 @@ class _Commands:
                 command = self.queue.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if command.get("op") == "run":
-                with self._lock:
-                    self.queued_runs -= 1
             return command
         return None
 
@@ -105,6 +98,7 @@ def serve(runtime: Runtime) -> int:
         try:
             bundle = _load(command)
         except BundleError as exc:
+            runtime.interrupts.drop()
             _reject(runtime, str(exc))
             continue
         if runtime.version_mismatch(bundle["python"]):

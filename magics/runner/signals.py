@@ -30,7 +30,9 @@ class Interrupts:
         self.running = False
         self.terminating = False
         self.pending = False
-        """An interrupt arrived for a run that was queued but not yet started."""
+        """An interrupt arrived for a run that was sent but has not started yet."""
+        self._expected = 0  # runs sent (session commands) that have not started or been dropped
+        self._lock = threading.Lock()
         self._main = threading.main_thread().ident
 
     def install(self) -> None:
@@ -47,13 +49,39 @@ class Interrupts:
         if self.running or self.one_shot:
             raise KeyboardInterrupt
 
-    def interrupt(self, queued_runs: int = 0) -> None:
-        """Interrupt the running cell from any thread; remember it if a run is queued but not started."""
-        if self.running:
-            assert self._main is not None
-            signal.pthread_kill(self._main, signal.SIGINT)
-        elif queued_runs:
-            self.pending = True
+    def expect(self) -> None:
+        """A run command arrived (reader thread): an interrupt from now on is meant for it."""
+        with self._lock:
+            self._expected += 1
+
+    def drop(self) -> None:
+        """An expected run was rejected before it started (a bad bundle): forget an interrupt for it."""
+        with self._lock:
+            self._expected = max(0, self._expected - 1)
+            if not self._expected:
+                self.pending = False
+
+    def begin(self) -> None:
+        """A run starts (main thread); raises KeyboardInterrupt at once if it was interrupted already."""
+        with self._lock:
+            self._expected = max(0, self._expected - 1)
+            self.running = True
+            interrupted, self.pending = self.pending, False
+        if interrupted:
+            raise KeyboardInterrupt
+
+    def interrupt(self) -> None:
+        """Interrupt the running cell from any thread, or the next run if it was sent but not started.
+
+        The lock makes "not running yet" and "remember it" one step, so an interrupt that arrives while
+        the main thread is reading the bundle is not lost.
+        """
+        with self._lock:
+            if self.running:
+                assert self._main is not None
+                signal.pthread_kill(self._main, signal.SIGINT)
+            elif self._expected:
+                self.pending = True
 
     def terminate(self) -> None:
         """Ask the main thread to stop (used by the parent-death watchdog from any thread)."""

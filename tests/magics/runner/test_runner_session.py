@@ -135,3 +135,21 @@ def test_outputs_of_a_session_cannot_be_changed_by_later_cells(session, write_bu
     assert session.run("a *= 0\nb *= 0\n")[-1].status == "ok"  # the warm runner changes its arrays in place
     assert values["b"].sum() == 200_000  # the notebook's copy is its own
     assert not list(tmp_path.glob("gpuo-*"))
+
+
+def test_an_interrupt_sent_right_after_its_run_is_not_lost(session, write_bundle) -> None:
+    path, _ = write_bundle("import time\nwhile True:\n    time.sleep(0.05)\n", nonce=session.decoder.nonce)
+    # one write: the interrupt may reach the runner before, while or after it starts the run
+    run = json.dumps({"op": "run", "bundle": str(path)})
+    session.send(run + "\n" + json.dumps({"op": "interrupt"}))
+    events = session.until_done()
+    assert events[-1].status == "interrupted"
+    assert session.run("print('next run is not interrupted')")[-1].status == "ok"
+
+
+def test_an_interrupt_for_a_rejected_run_does_not_hit_the_next_one(session) -> None:
+    session.send(
+        json.dumps({"op": "run", "bundle": "/nonexistent/b.pkl"}) + "\n" + json.dumps({"op": "interrupt"})
+    )
+    assert session.until_done()[-1].status == "error"
+    assert session.run("print('fine')")[-1].status == "ok"
