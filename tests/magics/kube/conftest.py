@@ -3,11 +3,13 @@ a fresh namespace and a backend per test, and a check that every test leaves no 
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from gpu_offload.liqo_peering.specs import runner_selector
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
@@ -15,6 +17,7 @@ from gpu_offload.magics.backends.kube.config import KubeSettings
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
 from gpu_offload.sandbox.images import DEFAULT_MAP
+from moto.server import ThreadedMotoServer
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
@@ -23,6 +26,7 @@ MISMATCH_IMAGE = "python:3.12-other"
 IMAGE_MAP = ((MISMATCH_IMAGE, str(OTHER_PYTHON)), *DEFAULT_MAP)
 STOCK_IMAGE = "python:3.11-slim"
 PROJECT_IMAGE = "gpu-offload/notebook:test"
+BUCKET = "offload-test"
 
 origin = origin_fixture(
     SHARED / "liqo-crds",
@@ -62,3 +66,30 @@ def kube(api_client: Any, namespace: str, core: Any) -> Iterator[KubernetesBacke
     yield backend
     backend.close()
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 for this module."""
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture()
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A client of the moto server (credentials only in the kernel's environment) with an empty bucket."""
+    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    return client

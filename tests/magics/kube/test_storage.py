@@ -3,47 +3,15 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.backends.kube.config import StorageSettings
-from moto.server import ThreadedMotoServer
 
-from .conftest import settings
+from .conftest import BUCKET, settings
 from .helpers import Sink, run_cell
-
-BUCKET = "offload-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 for this module."""
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture()
-def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A client of the moto server (credentials only in the kernel's environment) with an empty bucket."""
-    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(key, value)
-    client = boto3.client("s3", endpoint_url=s3_endpoint)
-    client.create_bucket(Bucket=BUCKET)
-    return client
 
 
 @pytest.fixture()
