@@ -86,6 +86,7 @@ class PodFollower:
     # --- the thread ---
 
     def _run(self, pod: dict[str, Any]) -> None:
+        state: PodState | None
         try:
             state = self._until_started(pod)
             self.started.set()
