@@ -11,7 +11,13 @@ from datetime import datetime
 from typing import Any
 
 from gpu_offload.liqo_peering import labels as L
-from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord, pod_gpus
+from gpu_offload.liqo_peering.inventory import (
+    ClusterRecord,
+    Inventory,
+    VirtualNodeRecord,
+    inventory_to_dict,
+    pod_gpus,
+)
 
 from .usage import parse_time, pod_user
 
@@ -198,8 +204,10 @@ def user_inventory(inventory: Inventory) -> dict[str, Any]:
     supply = supply_by_model(inventory)
     clusters = [{"cluster_id": c.cluster_id, "name": c.name, "health": c.health, "gpus_free": c.gpus_free,
                  "models": sorted({vn.model for vn in c.virtual_nodes if vn.model})} for c in inventory.clusters]
+    # "records": the full inventory records, so the kernel runs placement with liqo_peering's own code
     return {"clusters": clusters, "free_gpus_by_model": {s.model: s.free for s in supply},
-            "price_per_gpu_hour_by_model": {s.model: s.cheapest for s in supply if s.cheapest is not None}}
+            "price_per_gpu_hour_by_model": {s.model: s.cheapest for s in supply if s.cheapest is not None},
+            "records": inventory_to_dict(inventory)}
 
 
 def to_json(value: Any) -> Any:

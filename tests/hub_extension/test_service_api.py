@@ -10,6 +10,7 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering.client import LiqoClient
+from gpu_offload.liqo_peering.inventory import inventory_from_dict
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.origin import RunningOrigin
@@ -61,6 +62,9 @@ def test_a_plain_user_gets_403_on_admin_pages_but_reads_the_inventory(hub: Any) 
     body = inventory.json()
     assert body["free_gpus_by_model"] == {"A100": 8}
     assert body["price_per_gpu_hour_by_model"] == {"A100": 2.0}
+    # the records rebuild the inventory in the kernel, where placement runs the same code
+    records = inventory_from_dict(body["records"])
+    assert place(records, PlacementRequest(gpus=4)).virtual_node == "donor-1-gpu"  # most free, then cheapest
     mine = hub.api("GET", "api/me", "alice").json()
     assert mine["user"] == "alice" and mine["running"] == [] and mine["finished"] == []
 
