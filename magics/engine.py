@@ -105,21 +105,45 @@ def _read(
     while True:
         event = run.next_event(POLL)
         now = time.monotonic()
+        if event is not None:
+            if isinstance(event, Status):
+                outcome.state = event.state
+                quiet_since = now
+            if _handle(event, sink, outcome):
+                if isinstance(event, Done) and event.status == "interrupted":
+                    _explain_interrupt(run, outcome, settings.grace)
+                return
         if cancelled is not None and cancelled.is_set():
             raise _Stop("cancelled")
         if settings.timeout is not None and now - started > settings.timeout:
             raise _Stop("timeout")
-        if event is None:
-            quiet = not outcome.seen_output and now - quiet_since > settings.progress_after
-            if quiet and announced != outcome.state:
-                announced = outcome.state
-                sink.notice(f"no output yet after {now - started:.0f} s: {outcome.state}")
-            continue
-        if isinstance(event, Status):
-            outcome.state = event.state
-            quiet_since = now
-        if _handle(event, sink, outcome):
+        quiet = event is None and not outcome.seen_output and now - quiet_since > settings.progress_after
+        if quiet and announced != outcome.state:
+            announced = outcome.state
+            sink.notice(f"no output yet after {now - started:.0f} s: {outcome.state}")
+
+
+def _explain_interrupt(run: Run, outcome: Outcome, grace: float) -> None:
+    """An interrupt this engine did not send (ours end in :func:`_stop`): find out why, briefly.
+
+    A backend may follow with the cause (a cluster backend reports a lost node as an error), or the
+    runner exits; otherwise something outside sent the runner SIGINT/SIGTERM, or the cell raised it.
+    """
+    outcome.status = "died"
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        event = run.next_event(POLL)
+        if isinstance(event, Error) and event.ename != "KeyboardInterrupt":
+            outcome.error = RemoteError(event.ename, event.evalue, event.traceback)
             return
+        if isinstance(event, RunnerExit):
+            outcome.error = RunnerDied(event.code, event.detail)
+            return
+    outcome.error = OffloadError(
+        "The cell stopped with a KeyboardInterrupt this notebook did not send: the runner got SIGINT or "
+        "SIGTERM from outside, or the cell raised it. Output so far is kept; no variable was copied back. "
+        "Run the cell again."
+    )
 
 
 def _handle(event: object, sink: Sink, outcome: Outcome) -> bool:

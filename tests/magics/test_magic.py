@@ -235,3 +235,11 @@ def test_cluster_only_options_are_named_as_ignored_on_the_local_backend(shell: A
         offload(shell, "x = 1", "--gpu-model A100 --image pytorch/pytorch:2.5.1 --cluster donor-1")
     assert "the local backend ignores --gpu-model, --image, --cluster" in captured.stderr
     assert shell.user_ns["x"] == 1
+
+
+def test_an_interrupt_from_outside_is_an_error_not_a_silent_keyboard_interrupt(shell: Any) -> None:
+    shell.user_ns["x"] = "untouched"
+    cell = "import os, signal, time\nx = 'changed'\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(300)"
+    with pytest.raises(RunnerDied, match=r"ended before finishing the cell"):
+        offload(shell, cell)
+    assert shell.user_ns["x"] == "untouched"
