@@ -1,0 +1,131 @@
+"""The kubernetes backend on the sandbox: API requests per offloaded cell, and a trivial cell's overhead.
+
+Three measures, on an origin with two Liqo donors served in-process, through the official client:
+
+- ``requests per cell``: HTTP requests the sandbox served per one-shot cell (and per session cell) once the
+  inventory cache is warm and the namespace is offloaded, counted at the sandbox by catch-all fault rules
+  that add no error and a negligible delay (``api.faults``), broken down by verb and resource;
+- ``trivial cell, one-shot``: ``pass`` from submit until the engine has the ``done`` frame and the pod is
+  deleted (a new pod each time: Secret, scheduling, process start, log follow);
+- ``trivial cell, warm session``: the same in a session pod (command through attach, frames through the
+  session's log follow).
+
+Usage: .venv/bin/python bench/bench_kube.py [--cells 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+from gpu_offload.magics.analysis import analyse_cell
+from gpu_offload.magics.backends.base import Placement
+from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.magics.backends.kube.config import KubeSettings
+from gpu_offload.magics.bundle import build_job
+from gpu_offload.magics.engine import FollowSettings, follow
+from gpu_offload.magics.sinks import RecordingSink
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.http_faults import FaultRule
+from gpu_offload.sandbox.origin import running_origin
+
+LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
+# Counted in this order (the first matching rule counts a request); the last one catches the rest.
+CATEGORIES = (
+    ("POST pods", r"/namespaces/[^/]+/pods$", ("POST",)),
+    ("GET pods (watch one pod)", r"/namespaces/[^/]+/pods$", ("GET",)),
+    ("GET pods/log (follow)", r"/pods/[^/]+/log$", ("GET",)),
+    ("GET pods/attach", r"/pods/[^/]+/attach$", ()),
+    ("GET pod", r"/namespaces/[^/]+/pods/[^/]+$", ("GET",)),
+    ("DELETE pod", r"/namespaces/[^/]+/pods/[^/]+$", ("DELETE",)),
+    ("POST secrets", r"/namespaces/[^/]+/secrets$", ("POST",)),
+    ("other", r"^/(api|apis)/", ()),
+)
+TINY = 1e-9  # a rule needs an effect; this delay is below the timer's resolution
+
+
+def machine() -> str:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    mem = int(next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines()
+                   if ln.startswith("MemTotal"))) / 2**20
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, Linux {platform.release()}, Python {platform.python_version()}"
+
+
+def one_cell(backend: KubernetesBackend, session: str | None = None) -> float:
+    cell = "pass"
+    start = time.perf_counter()
+    job, _ = build_job(cell, analyse_cell(cell, {}), {}, backend.transfer)
+    run = backend.submit(job, Placement(gpus=1), session)
+    outcome = follow(run, RecordingSink(), FollowSettings(progress_after=60))
+    run.release(5)
+    elapsed = time.perf_counter() - start
+    if outcome.status != "ok":
+        raise RuntimeError(f"bench cell ended {outcome.status}: {outcome.error}")
+    return elapsed
+
+
+def counted(api: Any, cells: int, backend: KubernetesBackend, session: str | None) -> dict[str, float]:
+    rules = [(name, api.faults.add(FaultRule(path, methods, delay=TINY))) for name, path, methods in CATEGORIES]
+    try:
+        for _ in range(cells):
+            one_cell(backend, session)
+        # read before removing: a removed rule no longer has a count
+        return {name: api.faults.fired(rule) / cells for name, rule in rules}
+    finally:
+        for _, rule in rules:
+            api.faults.remove(rule)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cells", type=int, default=20)
+    args = parser.parse_args()
+    with running_origin(Path(tempfile.mkdtemp(prefix="bench-kube-")), 2, crds=LIQO_CRDS) as origin:
+        client = origin.sandbox.api_client()
+        namespace = f"bench-{uuid.uuid4().hex[:6]}"
+        kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": namespace}})
+        backend = KubernetesBackend(KubeSettings(namespace, user="bench", kernel="bench-kernel"), client)
+        try:
+            one_cell(backend)  # warms the inventory cache, offloads the namespace, builds the runner
+            one_cell(backend, "warm")
+            api = origin.sandbox.api
+            oneshot_requests = counted(api, args.cells, backend, None)
+            session_requests = counted(api, args.cells, backend, "warm")
+            oneshot = [one_cell(backend) for _ in range(args.cells)]
+            warm = [one_cell(backend, "warm") for _ in range(args.cells)]
+        finally:
+            backend.close()
+            client.close()
+    print(f"machine: {machine()}")
+    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.1f}, "
+          f"cells per measure: {args.cells}\n")
+    print("| API requests per cell (steady state, cache warm) | one-shot | warm session |")
+    print("|---|---:|---:|")
+    for name, _, _ in CATEGORIES:
+        print(f"| {name} | {oneshot_requests[name]:.2f} | {session_requests[name]:.2f} |")
+    print(f"| **total** (goal <= 8) | **{sum(oneshot_requests.values()):.2f}** | "
+          f"**{sum(session_requests.values()):.2f}** |\n")
+    print("| trivial cell (`pass`), submit to pod deleted / done | median ms | p95 ms | min ms |")
+    print("|---|---:|---:|---:|")
+    for name, values in (("one-shot pod (cold)", oneshot), ("warm session pod", warm)):
+        ms = [v * 1000 for v in values]
+        print(f"| {name} | {statistics.median(ms):.0f} | {percentile(ms, 0.95):.0f} | {min(ms):.0f} |")
+
+
+if __name__ == "__main__":
+    main()
