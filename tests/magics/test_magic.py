@@ -90,8 +90,13 @@ def test_a_runner_dying_mid_run_is_reported_with_its_exit_code(shell: Any, endin
     assert shell.user_ns["x"] == 1
 
 
-def test_the_kubernetes_backend_says_it_is_not_configured(shell: Any) -> None:
-    with pytest.raises(UsageError, match=r"--backend kubernetes: no kubernetes cluster is configured"):
+def test_the_kubernetes_backend_without_a_cluster_setting_is_a_usage_error(
+    shell: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.delenv("GPU_OFFLOAD_NAMESPACE", raising=False)
+    with pytest.raises(
+        UsageError, match=r"--backend kubernetes: GPU_OFFLOAD_NAMESPACE is not set.*--backend local"
+    ):
         offload(shell, "x = 1", "--backend kubernetes")
 
 
