@@ -22,6 +22,7 @@ from traitlets import Float, Integer, Unicode
 from .analysis import analyse_cell
 from .backends.base import Backend
 from .backends.kube.config import configured as cluster_configured
+from .dashboard.tracking import tracked
 from .engine import FollowSettings, Outcome, describe
 from .errors import BackendNotConfigured, OffloadUsageError
 from .execution import Launch, OffloadHandle, run_blocking
@@ -68,6 +69,9 @@ class GpuOffloadMagics(Magics):
         help="Default backend: 'auto' (a configured cluster, else local), 'local' or 'kubernetes'.",
     )
     default_gpus = Integer(1, config=True, help="GPUs a cell gets when it does not say --gpus.")
+    default_cluster = Unicode(
+        "auto", config=True, help="Cluster a cell runs on when it does not say --cluster (the panel sets it)."
+    )
     progress_after = Float(
         2.0, config=True, help="Seconds without output before the magic says what a run waits for."
     )
@@ -101,7 +105,7 @@ class GpuOffloadMagics(Magics):
     @magic_arguments("%gpu_offload")  # prog is "%" + this: the usage line reads %%gpu_offload
     @argument("--gpus", type=int, default=None, metavar="N", help="GPUs for the cell (default 1; 0: CPU).")
     @argument("--gpu-model", default=None, metavar="NAME", help="GPU model to ask for, e.g. A100.")
-    @argument("--cluster", default="auto", metavar="ID", help="Remote cluster id, or auto (default).")
+    @argument("--cluster", default=None, metavar="ID", help="Remote cluster id, or auto (default).")
     @argument("--in", dest="inputs", default=None, metavar="a,b", help="Also send these variables.")
     @argument("--out", dest="outputs", default=None, metavar="c,d", help="Also copy these back (required).")
     @argument("--session", default=None, metavar="NAME", help="Run in a warm runner that keeps its state.")
@@ -173,7 +177,7 @@ class GpuOffloadMagics(Magics):
             cell=cell,
             gpus=self.default_gpus if args.gpus is None else args.gpus,
             gpu_model=args.gpu_model,
-            cluster=args.cluster,
+            cluster=args.cluster or self.default_cluster,
             inputs=split_names(args.inputs),
             outputs=split_names(args.outputs),
             session=args.session,
@@ -194,19 +198,18 @@ class GpuOffloadMagics(Magics):
             factory = self._factories.get(name)
             if factory is None:
                 raise BackendNotConfigured(
-                    f"--backend {name}: no {name} cluster is configured for this kernel, and this version "
-                    "ships only the local backend. Drop --backend (or write --backend local) to run on "
-                    "this machine; a cluster backend is configured with c.GpuOffloadMagics.backend once "
-                    "it is installed."
+                    f"backend `{name}` (from c.GpuOffloadMagics.backend or %gpu_offload config) is not one "
+                    f"this kernel knows: set it to auto, local or {', '.join(n for n in self._factories if n != 'local')}."
                 )
             self._backends[name] = factory()
-        return self._backends[name]
+        return tracked(self._backends[name])  # the panel lists its runs
 
     # -- line magics ----------------------------------------------------------------------------------
 
     @_named(line_magic, "gpu_offload")
     def gpu_offload_line(self, line: str) -> None:
-        """Show or manage offloading: ``status`` (default), ``sessions``, ``close NAME|--all``, ``config``.
+        """Show or manage offloading: ``status`` (default), ``sessions``, ``close NAME|--all``, ``config``,
+        ``panel`` (a live panel of clusters and runs).
 
         ``config KEY=VALUE`` sets a setting for this kernel (backend, default_gpus, progress_after,
         grace_period).
@@ -218,12 +221,13 @@ class GpuOffloadMagics(Magics):
             "sessions": self._list_sessions,
             "close": self._close,
             "config": self._config,
+            "panel": self._panel,
         }
         action = actions.get(command)
         if action is None:
             raise OffloadUsageError(
                 f"%gpu_offload {command}: unknown command. Write one of: %gpu_offload status, "
-                "%gpu_offload sessions, %gpu_offload close NAME, %gpu_offload config [KEY=VALUE]."
+                "%gpu_offload sessions, %gpu_offload close NAME, %gpu_offload config [KEY=VALUE], %gpu_offload panel."
             )
         action(rest)
 
@@ -277,7 +281,7 @@ class GpuOffloadMagics(Magics):
             )
 
     def _config(self, words: list[str]) -> None:
-        traits = ("backend", "default_gpus", "progress_after", "grace_period")
+        traits = ("backend", "default_gpus", "default_cluster", "progress_after", "grace_period")
         for word in words:
             key, sep, value = word.partition("=")
             if not sep or key not in traits:
@@ -292,6 +296,11 @@ class GpuOffloadMagics(Magics):
                 raise OffloadUsageError(f"%gpu_offload config {word}: {exc}") from None
         for key in traits:
             print(f"{key} = {getattr(self, key)!r}    # c.GpuOffloadMagics.{key}")
+
+    def _panel(self, _: list[str]) -> None:
+        from .dashboard import panel
+
+        self.last_panel = panel(self.ipython)
 
     def close(self) -> None:
         """End every session (the kernel is shutting down)."""

@@ -248,3 +248,10 @@ def test_an_interrupt_from_outside_is_an_error_not_a_silent_keyboard_interrupt(s
     with pytest.raises(RunnerDied, match=r"ended before finishing the cell"):
         offload(shell, cell)
     assert shell.user_ns["x"] == "untouched"
+
+
+def test_an_unknown_configured_backend_is_a_usage_error_listing_the_choices(shell: Any, backend: Any) -> None:
+    shell.run_line_magic("gpu_offload", "config backend=slurm")
+    with pytest.raises(UsageError, match=r"backend `slurm` .* set it to auto, local or kubernetes"):
+        offload(shell, "x = 1")
+    assert backend.submitted == []
