@@ -1,0 +1,134 @@
+"""How long each Metaflow path of ``@gpu_offload`` takes, end to end with real Metaflow.
+
+Paths, each a fresh ``python flow.py ...`` process as a user runs it, against a moto S3 server on
+127.0.0.1 and (for live placement and ``run``) the sandbox origin with two Liqo donors:
+
+- ``argo-workflows create --only-json`` of a 4-step flow: without ``@gpu_offload`` (the baseline), with it
+  placed from configuration, from an offline inventory file, and live from the cluster;
+- a bad input caught at validation (``@kubernetes(gpu=2)`` with ``@gpu_offload(gpus=1)``);
+- ``run`` with one offloaded step executed as a Job by the sandbox's test kubelet.
+
+Prints a Markdown table with the machine and the date. Run: ``.venv/bin/python bench/bench_flows.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import boto3
+import kubernetes
+from gpu_offload.liqo_peering.specs import namespace_offloading
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.origin import running_origin
+
+REPO = Path(__file__).resolve().parents[1]
+FLOWS = REPO / "tests" / "flows" / "data"
+LIQO_CRDS = REPO / ".." / "shared" / "liqo-crds"
+BUCKET = "bench-flows"
+NAMESPACE = "gpu-jobs"
+ONLY_JSON = ("argo-workflows", "create", "--only-json")
+DONORS = (liqo.Donor("donor-a", 4, "A100", "2.00"), liqo.Donor("donor-b", 8, "L4", "0.80"))
+
+
+@contextmanager
+def moto(workdir: Path) -> Iterator[str]:
+    log = workdir / "moto.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", "0"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        while not (found := re.search(r"Running on (http://127\.0\.0\.1:\d+)", log.read_text())):
+            time.sleep(0.1)
+        endpoint = found.group(1)
+        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="t", aws_secret_access_key="t",
+                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def prepare(origin: object) -> str:
+    with origin.sandbox.api_client() as client:  # type: ignore[attr-defined]
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", NAMESPACE, "namespaceoffloadings",
+                                               namespace_offloading(NAMESPACE, ["donor-a", "donor-b"]))
+        # Metaflow requests ephemeral-storage; the sandbox's virtual nodes report none (see tests/flows).
+        for node in core.list_node(label_selector="liqo.io/type=virtual-node").items:
+            status = {f: {**getattr(node.status, f), "ephemeral-storage": "100Gi"} for f in ("capacity", "allocatable")}
+            core.patch_node_status(node.metadata.name, {"status": status})
+    return str(origin.sandbox.kubeconfig)  # type: ignore[attr-defined]
+
+
+def timed(workdir: Path, endpoint: str, flow: str, args: tuple[str, ...], extra: dict[str, str],
+          expect_ok: bool = True) -> float:
+    shutil.copy(FLOWS / flow, workdir / flow)
+    (workdir / "home").mkdir(exist_ok=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(workdir / "home"), "USERNAME": "bench",
+           "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1",
+           "METAFLOW_S3_ENDPOINT_URL": endpoint, "METAFLOW_DEFAULT_DATASTORE": "s3",
+           "METAFLOW_DATASTORE_SYSROOT_S3": f"s3://{BUCKET}/{workdir.name}", "METAFLOW_DEFAULT_METADATA": "local",
+           **extra}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, flow, *args], cwd=workdir, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - start
+    if (proc.returncode == 0) != expect_ok:
+        raise SystemExit(f"{flow} {' '.join(args)}: unexpected exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per argo path (default 3)")
+    parser.add_argument("--skip-run", action="store_true", help="leave out the (slow) sandbox run")
+    args = parser.parse_args()
+    inventory = {"METAFLOW_GPU_OFFLOAD_INVENTORY": str(FLOWS / "inventory.json")}
+    rows: list[tuple[str, list[float]]] = []
+    with tempfile.TemporaryDirectory() as tmp, moto(Path(tmp)) as endpoint, \
+            running_origin(Path(tmp) / "origin", DONORS, crds=LIQO_CRDS,
+                           image_map=(("python:*", sys.executable),)) as origin:
+        kubeconfig = prepare(origin)
+        live = {"KUBECONFIG": kubeconfig, "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE,
+                "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE": "live"}
+        cases = [
+            ("argo --only-json, no @gpu_offload (baseline)", "offload_flow.py", ONLY_JSON, {"OFFLOAD_OFF": "1"}, True),
+            ("argo --only-json, placed from config", "offload_flow.py", ONLY_JSON, {}, True),
+            ("argo --only-json, placed from inventory file", "offload_flow.py", ONLY_JSON, inventory, True),
+            ("argo --only-json, placed live (sandbox)", "offload_flow.py", ONLY_JSON, live, True),
+            ("bad input refused (gpu conflict)", "bad_flow.py", ONLY_JSON, {"BAD_CASE": "conflict-gpu"}, False),
+        ]
+        for n, (label, flow, argv, extra, ok) in enumerate(cases):
+            rows.append((label, [timed(Path(tempfile.mkdtemp(dir=tmp, prefix=f"c{n}-")), endpoint, flow, argv,
+                                       extra, ok) for _ in range(args.repeat)]))
+        if not args.skip_run:
+            run_env = {"KUBECONFIG": kubeconfig, "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE}
+            rows.append(("run, 1 offloaded step of 3 (Job on sandbox)",
+                         [timed(Path(tempfile.mkdtemp(dir=tmp, prefix="run-")), endpoint, "sandbox_flow.py",
+                                ("run",), run_env)]))
+    load = os.getloadavg()[0]
+    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, load average {load:.1f} at the end")
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print("each run: a fresh `python flow.py ...` process (Metaflow import, validation, S3 package upload)\n")
+    print("| path | runs | median s | min s | max s |")
+    print("|---|---:|---:|---:|---:|")
+    for label, times in rows:
+        print(f"| {label} | {len(times)} | {statistics.median(times):.1f} | {min(times):.1f} | {max(times):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
