@@ -209,7 +209,8 @@ class GpuOffloadMagics(Magics):
     @_named(line_magic, "gpu_offload")
     def gpu_offload_line(self, line: str) -> None:
         """Show or manage offloading: ``status`` (default), ``sessions``, ``close NAME|--all``, ``config``,
-        ``panel`` (a live panel of clusters and runs).
+        ``panel`` (a live panel of clusters and runs), ``clusters`` (peered clusters and their GPUs), ``cleanup
+        [--all]`` (delete runner pods this kernel, or every kernel of yours, left on the cluster).
 
         ``config KEY=VALUE`` sets a setting for this kernel (backend, default_gpus, progress_after,
         grace_period).
@@ -222,12 +223,15 @@ class GpuOffloadMagics(Magics):
             "close": self._close,
             "config": self._config,
             "panel": self._panel,
+            "clusters": self._clusters,
+            "cleanup": self._cleanup,
         }
         action = actions.get(command)
         if action is None:
             raise OffloadUsageError(
                 f"%gpu_offload {command}: unknown command. Write one of: %gpu_offload status, "
-                "%gpu_offload sessions, %gpu_offload close NAME, %gpu_offload config [KEY=VALUE], %gpu_offload panel."
+                "%gpu_offload sessions, %gpu_offload close NAME, %gpu_offload config [KEY=VALUE], %gpu_offload panel, "
+                "%gpu_offload clusters, %gpu_offload cleanup [--all]."
             )
         action(rest)
 
@@ -296,6 +300,22 @@ class GpuOffloadMagics(Magics):
                 raise OffloadUsageError(f"%gpu_offload config {word}: {exc}") from None
         for key in traits:
             print(f"{key} = {getattr(self, key)!r}    # c.GpuOffloadMagics.{key}")
+
+    def _kube(self) -> Any:
+        self._backend("kubernetes")  # builds it, or says what configuration is missing
+        return self._backends["kubernetes"]
+
+    def _clusters(self, _: list[str]) -> None:
+        from IPython.display import display
+
+        from .backends.kube.commands import clusters
+
+        display(clusters(self._kube()))
+
+    def _cleanup(self, words: list[str]) -> None:
+        from .backends.kube.commands import cleanup
+
+        print(cleanup(self._kube(), everything_of_user=words == ["--all"]))
 
     def _panel(self, _: list[str]) -> None:
         from .dashboard import panel

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from gpu_offload.liqo_peering.specs import label_value
 from gpu_offload.magics.errors import BackendNotConfigured
 from gpu_offload.magics.magic import GpuOffloadMagics
 from gpu_offload.sandbox.fixtures import wait_until
@@ -50,3 +51,19 @@ def test_without_a_namespace_kubernetes_is_a_usage_error_naming_the_setting(shel
     with pytest.raises(BackendNotConfigured) as err:
         shell.run_cell_magic("gpu_offload", "--backend kubernetes", "print('never')")
     assert "GPU_OFFLOAD_NAMESPACE" in str(err.value)
+
+
+def test_clusters_and_cleanup_line_magics(shell: Any, core: Any, namespace: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    shell.run_line_magic("gpu_offload", "clusters")
+    table = capsys.readouterr().out
+    assert "donor-1" in table and "donor-2" in table and "L4" in table
+    # a pod this kernel left behind (e.g. before a crash) is found by its labels and removed
+    backend = shell.magics_manager.registry["GpuOffloadMagics"]._backends["kubernetes"]
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "gpuo-left", "labels": {
+        "gpu-offload.io/managed-by": "gpu-offload", "gpu-offload.io/user": label_value("alice@example.org"),
+        "gpu-offload.io/kernel": backend.settings.kernel}},
+        "spec": {"containers": [{"name": "runner", "image": STOCK_IMAGE, "command": ["python3", "-c", "pass"]}]}})
+    shell.run_line_magic("gpu_offload", "cleanup")
+    assert "deleted 1 object(s) of kernel" in capsys.readouterr().out
+    wait_until(lambda: not leftovers(core, namespace), "the leftover pod deleted")
