@@ -170,4 +170,7 @@ class OffloadHandle:
         return conclude(outcome, self._namespace)
 
     def __repr__(self) -> str:
-        return f"<gpu_offload run {self.status}: use .result(), .status or .cancel()>"
+        run = getattr(self._run, "inner", self._run)  # the panel wraps runs
+        progress = getattr(run, "progress", None)  # cluster backends say phase, cluster and elapsed time
+        where = f" ({progress()})" if callable(progress) and self._outcome is None else ""
+        return f"<gpu_offload run {self.status}{where}: use .result(), .status or .cancel()>"

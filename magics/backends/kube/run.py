@@ -7,11 +7,12 @@ told); lost after that, the run is reported lost with how much output had arrive
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...runner.frames import Error, Hello, Outputs, RunnerWarning, Stream
+from ...runner.frames import Error, Hello, Outputs, RunnerWarning, Status, Stream
 from ..base import RunEvent, RunnerExit
 from .explain import FAILED, PodContext, PodState
 from .follow import PodEnded, PodFollower
@@ -52,11 +53,18 @@ class KubeRun:
         self._lines = 0
         self._ended = False
         self._released = False
+        self._since = time.monotonic()
+        self._waiting = "pod created"
 
-    @property
-    def phase(self) -> str:
-        """Where the run is, for ``--noblock`` handles."""
-        return "ended" if self._ended else ("running" if self._hello else "starting")
+    def progress(self) -> str:
+        """Phase, cluster and elapsed time, for ``--noblock`` handles."""
+        elapsed = time.monotonic() - self._since
+        cluster = self.current.ctx.cluster
+        if self._ended:
+            return f"ended on {cluster} after {elapsed:.0f} s"
+        if self._hello:
+            return f"Running on {cluster}, {elapsed:.0f} s"
+        return f"Pending for {cluster}, {elapsed:.0f} s: {self._waiting}"
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
@@ -71,6 +79,8 @@ class KubeRun:
             return self._ended_with(item.state)
         if isinstance(item, Hello):
             self._hello = True
+        elif isinstance(item, Status) and not self._hello:
+            self._waiting = item.state
         elif isinstance(item, Stream):
             self._lines += item.text.count("\n")
         elif isinstance(item, Outputs) and self._fetch is not None:

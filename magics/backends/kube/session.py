@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -103,7 +104,13 @@ class SessionRun:
         self._fetch = fetch
         self._command: dict[str, Any] | None = command
         self._pending: deque[RunEvent] = deque()
-        self._interrupted = False
+        self._since = time.monotonic()
+
+    def progress(self) -> str:
+        """Phase, cluster and elapsed time, for ``--noblock`` handles."""
+        where = f"session {self.session.name} on {self.session.launched.ctx.cluster}"
+        phase = "Pending" if self._command is not None else "Running"
+        return f"{phase} in {where}, {time.monotonic() - self._since:.0f} s"
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""

@@ -67,3 +67,14 @@ def test_clusters_and_cleanup_line_magics(shell: Any, core: Any, namespace: str,
     shell.run_line_magic("gpu_offload", "cleanup")
     assert "deleted 1 object(s) of kernel" in capsys.readouterr().out
     wait_until(lambda: not leftovers(core, namespace), "the leftover pod deleted")
+
+
+def test_a_noblock_handle_shows_phase_cluster_and_elapsed_time(shell: Any, core: Any, namespace: str) -> None:
+    handle = shell.run_cell_magic("gpu_offload", "--noblock",
+                                  "import time\nprint('working', flush=True)\ntime.sleep(1)\nz = 7")
+    shown = repr(handle)
+    assert "on donor-2" in shown or "for donor-2" in shown, shown
+    assert " s" in shown and ("Pending" in shown or "Running" in shown), shown
+    assert handle.result()["z"] == 7
+    assert shell.user_ns["z"] == 7
+    wait_until(lambda: not leftovers(core, namespace), "the --noblock run's pod deleted")
