@@ -10,3 +10,13 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magic import GpuOffloadMagics
 
     ipython.register_magics(GpuOffloadMagics(ipython))
+
+
+def panel(interval: float = 2.0) -> Any:
+    """Show the live panel of clusters and my runs under the current cell (same as ``%gpu_offload panel``).
+
+    Returns the panel; ``.close()`` stops its background updates.
+    """
+    from .dashboard import panel as open_panel
+
+    return open_panel(None, interval)

@@ -107,6 +107,8 @@ class OffloadHandle:
         self._outcome: Outcome | None = None
         self._concluded = False
         self._run, self._refs = start(request, launch, namespace, backend)
+        if hasattr(self._run, "on_cancel"):  # the panel's cancel button goes through cancel() below
+            self._run.on_cancel = self.cancel
         self._settings = settings
         self._thread = threading.Thread(target=self._follow, daemon=True, name="gpu-offload-noblock")
         self._thread.start()

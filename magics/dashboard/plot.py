@@ -1,0 +1,37 @@
+"""A small live plot of a run's GPU utilization and memory: an inline SVG, so it needs no plotting library
+in the kernel and no extension in the browser."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+WIDTH = 160
+HEIGHT = 36
+
+
+def _points(values: Sequence[float], top: float) -> str:
+    step = WIDTH / max(1, len(values) - 1)
+    return " ".join(
+        f"{i * step:.1f},{HEIGHT - min(max(v, 0.0), top) / top * (HEIGHT - 2) - 1:.1f}" for i, v in enumerate(values)
+    )
+
+
+def sparkline(util: Sequence[float], mem: Sequence[float], note: str = "") -> str:
+    """SVG with utilization (percent, blue) and memory (fraction of total, orange); a note when empty."""
+    if not util and not mem:
+        text = escape(note or "no GPU metrics yet")
+        return f'<span class="gpu-offload-noplot" style="color:#888;font-size:11px">{text}</span>'
+    title = escape(
+        f"GPU {util[-1]:.0f}% busy" if util else "GPU"
+    ) + (escape(f", memory {mem[-1] * 100:.0f}% used") if mem else "")
+    lines = []
+    if util:
+        lines.append(f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{_points(util, 100.0)}"/>')
+    if mem:
+        lines.append(f'<polyline fill="none" stroke="#ff7f0e" stroke-width="1.5" points="{_points(mem, 1.0)}"/>')
+    return (
+        f'<svg class="gpu-offload-plot" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'style="background:#f7f7f7;border:1px solid #ddd"><title>{title}</title>{"".join(lines)}</svg>'
+        f'<div style="font-size:10px;color:#555">{title}</div>'
+    )

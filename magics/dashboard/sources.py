@@ -1,0 +1,145 @@
+"""Wires the panel to this kernel: the magic's defaults and backends, the tracker, the state directory and,
+when a cluster is configured, the inventory and the user's runner pods."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ...liqo_peering.cache import InventoryCache
+from ..backends.kube import config as kube_config
+from ..errors import OffloadUsageError
+from .clusters import (
+    LOCAL,
+    NO_CLUSTER,
+    ClusterRow,
+    cluster_source,
+    hub_rows,
+    inventory_rows,
+    local_gpu_names,
+    local_row,
+    read_hub_inventory,
+)
+from .records import RunRecord
+from .runs import RunListing, RunnerPods, cancel_elsewhere, list_runs
+from .tracking import Tracker, tracker
+from .widget import Panel, PanelActions
+
+INVENTORY_WAIT = 5.0
+"""Seconds the first refresh waits for the inventory cache to sync (later ones read it at once)."""
+
+
+class KernelFeeds:
+    """What the panel reads and does in this kernel."""
+
+    def __init__(self, magic: Any, env: Mapping[str, str], runs: Tracker | None = None) -> None:
+        self.magic = magic
+        self.env = env
+        self.tracker = runs or tracker()
+        self.source = cluster_source(env)
+        self._gpu_names = local_gpu_names()
+        self._seen = self.tracker.version
+        self._own_cache: InventoryCache | None = None
+        self.pods: RunnerPods | None = None
+        self.user: str | None = None
+        self._cache: InventoryCache | None = None
+        self._connect()
+
+    def _connect(self) -> None:
+        # the magic's kubernetes backend (if it made one) already holds a synced cache: reuse it
+        backend = getattr(self.magic, "_backends", {}).get("kubernetes")
+        inner = getattr(backend, "inner", backend)
+        if inner is not None and hasattr(inner, "inventory_cache"):
+            self._cache = inner.inventory_cache() if self.source == "kubernetes" else None
+            self.pods = RunnerPods(inner.api_client, inner.settings.namespace)
+            self.user = inner.settings.user
+            return
+        if self.source == "none" or not self.env.get(kube_config.NAMESPACE):
+            return
+        from ...liqo_peering.client import LiqoClient, api_client_from_environment
+
+        settings = kube_config.from_environment(self.env)
+        api = api_client_from_environment()
+        self.pods = RunnerPods(api, settings.namespace)
+        self.user = settings.user
+        if self.source == "kubernetes":
+            self._cache = self._own_cache = InventoryCache(LiqoClient(api, request_timeout=30)).start()
+
+    def clusters(self) -> tuple[list[ClusterRow], list[str]]:
+        """The local row, then the donors (or how to add one)."""
+        rows = [local_row(self._gpu_names)]
+        if self.source == "none":
+            return rows, [NO_CLUSTER]
+        notes: list[str] = []
+        try:
+            if self.source == "hub":
+                rows += hub_rows(read_hub_inventory(self.env))
+            elif self._cache is not None:
+                inventory = self._cache.inventory(timeout=INVENTORY_WAIT)
+                rows += inventory_rows(inventory)
+                notes += list(inventory.errors)
+        except Exception as exc:  # noqa: BLE001 - shown in the panel; the next refresh tries again
+            where = self.env.get(kube_config.SERVICE_URL) if self.source == "hub" else "the cluster"
+            notes.append(f"The inventory could not be read from {where}: {exc}. The panel retries by itself.")
+        if len(rows) == 1 and not notes:
+            notes.append("No peered cluster lends GPUs yet: ask the admin to peer one (hub page /services/gpu-offload/).")
+        return rows, notes
+
+    def runs(self) -> RunListing:
+        """My runs across this user's kernels."""
+        return list_runs(self.tracker.records(), self.tracker.book, self.pods, self.user)
+
+    def wait_change(self, timeout: float) -> None:
+        """Wait for this kernel's runs to change (or ``timeout``)."""
+        self._seen = self.tracker.wait_change(self._seen, timeout)
+
+    def choose(self, row: ClusterRow) -> None:
+        """Make ``row`` the default of the next ``%%gpu_offload`` cells."""
+        if row.key == LOCAL:
+            self.magic.backend, self.magic.default_cluster = "local", "auto"
+        else:
+            self.magic.backend, self.magic.default_cluster = "kubernetes", row.key
+
+    def chosen(self) -> str:
+        """The key of the row the next cells run on (``auto`` when placement chooses)."""
+        if self.magic.backend == "local" or (self.magic.backend == "auto" and self.source == "none"):
+            return LOCAL
+        return str(self.magic.default_cluster)
+
+    def cancel(self, record: RunRecord) -> str:
+        """Stop a run as Ctrl-C would; says what was done."""
+        if self.tracker.cancel(record.run_id):
+            return f"Interrupting run {record.run_id} (as Ctrl-C would); press cancel again to kill it."
+        return cancel_elsewhere(record, self.tracker.book, self.pods, self.user)
+
+    def close(self) -> None:
+        """Stop the inventory watch this panel started (a backend's own cache lives on)."""
+        if self._own_cache is not None:
+            with contextlib.suppress(Exception):
+                self._own_cache.close(timeout=1.0)
+
+
+def _magic(shell: Any) -> Any:
+    registry = shell.magics_manager.registry
+    if "GpuOffloadMagics" not in registry:
+        shell.extension_manager.load_extension("gpu_offload.magics")
+    return registry["GpuOffloadMagics"]
+
+
+def open_panel(shell: Any = None, interval: float = 2.0) -> Panel:
+    """Build the panel for this kernel, display it, and return it; its updates run in a thread."""
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    if shell is None:
+        raise OffloadUsageError("The gpu_offload panel shows in a notebook: call panel() in a Jupyter kernel.")
+    feeds = KernelFeeds(_magic(shell), os.environ)
+    panel = Panel(feeds.clusters, feeds.runs, PanelActions(feeds.choose, feeds.chosen, feeds.cancel),
+                  wait_change=feeds.wait_change, interval=interval, on_close=feeds.close)
+    from IPython.display import display
+
+    display(panel.widget)
+    return panel

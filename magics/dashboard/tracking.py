@@ -1,0 +1,289 @@
+"""The panel's hook at the engine's event boundary: backends and runs wrapped so that every run is recorded.
+
+:class:`TrackedBackend` records a run before it is submitted; :class:`TrackedRun` sees each event on its way
+to the engine (state, output tail, GPU metrics) and polls for cancel requests. Neither changes what the
+engine receives, so a tracked run behaves exactly like the backend's own run.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from ..backends.base import Backend, Job, Placement, Run, RunEvent, RunnerExit, SessionInfo
+from ..backends.kube.config import kernel_id
+from ..runner.frames import Done, Hello, Metrics, Status, Stream
+from .records import MAX_SAMPLES, RunBook, RunRecord, add_output
+
+WRITE_EVERY = 0.5
+"""Seconds between writes of a record whose state did not change (output and metrics are throttled)."""
+CANCEL_POLL = 0.25
+"""Seconds between checks for a cancel request file from another kernel or the server extension."""
+
+
+def gpu_point(metrics: Metrics) -> tuple[float, float] | None:
+    """Mean utilization in percent and memory used as a fraction of the total, over the sample's GPUs."""
+    utils = [g.util for g in metrics.gpu if g.util is not None]
+    used = sum(g.mem_used for g in metrics.gpu if g.mem_used is not None and g.mem_total)
+    total = sum(g.mem_total for g in metrics.gpu if g.mem_used is not None and g.mem_total)
+    if not utils and not total:
+        return None
+    return (sum(utils) / len(utils) if utils else 0.0, used / total if total else 0.0)
+
+
+def observe(record: RunRecord, event: RunEvent) -> RunRecord:
+    """The record after ``event`` (pure; the engine sees the event unchanged)."""
+    if isinstance(event, Status):
+        state = record.state if record.state == "running" else "scheduling"
+        return replace(record, state=state, detail=event.state)
+    if isinstance(event, Hello):
+        return replace(record, state="running", detail=f"runner on Python {event.python}")
+    if isinstance(event, Stream):
+        return replace(record, state="running", tail=add_output(record.tail, event.text))
+    if isinstance(event, Metrics):
+        point = gpu_point(event)
+        if point is None:
+            return replace(record, detail=event.note or record.detail)
+        return replace(record, util=(*record.util, point[0])[-MAX_SAMPLES:],
+                       mem=(*record.mem, point[1])[-MAX_SAMPLES:])
+    if isinstance(event, Done):
+        state = "done" if event.status == "ok" else "failed"
+        detail = "" if state == "done" else event.status
+        return replace(record, state=state, detail=record.detail if record.detail == "cancelled" else detail,
+                       ended=time.time())
+    if isinstance(event, RunnerExit) and not record.finished:
+        why = f"the runner exited with code {event.code}" + (f": {event.detail}" if event.detail else "")
+        why = "cancelled" if record.detail == "cancelled" else why
+        return replace(record, state="failed", detail=why, ended=time.time())
+    return record
+
+
+class Tracker:
+    """The runs of this kernel: their records (also written to the state directory) and their cancel hooks."""
+
+    def __init__(self, book: RunBook | None = None, kernel: str | None = None) -> None:
+        self.book = book or RunBook()
+        self.kernel = kernel or kernel_id(os.environ)
+        self.pid = os.getpid()
+        self._records: dict[str, RunRecord] = {}
+        self._written: dict[str, float] = {}
+        self._dirty: set[str] = set()
+        self._runs: dict[str, TrackedRun] = {}
+        self._changed = threading.Condition()
+        self.version = 0
+        """Increases with every change; :meth:`wait_change` waits for it to move."""
+
+    def new(self, job: Job, backend: str, placement: Placement, session: str | None) -> RunRecord:
+        """Record a run about to be submitted (state ``queued``)."""
+        cluster = "local" if backend == "local" else placement.cluster
+        record = RunRecord(job.run_id, self.kernel, self.pid, backend, cluster, placement.gpus, session=session)
+        self.put(record)
+        return record
+
+    def put(self, record: RunRecord) -> None:
+        """Store a new version of a record; written through at once on a state change, else throttled."""
+        old = self._records.get(record.run_id)
+        self._records[record.run_id] = record
+        now = time.monotonic()
+        if old is None or old.state != record.state or now - self._written.get(record.run_id, 0.0) >= WRITE_EVERY:
+            self._written[record.run_id] = now
+            self._dirty.discard(record.run_id)
+            self._write(record)
+        else:
+            self._dirty.add(record.run_id)  # written by tick() once due, even if no further event comes
+        with self._changed:
+            self.version += 1
+            self._changed.notify_all()
+
+    def _write(self, record: RunRecord) -> None:
+        try:
+            self.book.write(record)
+            if record.finished:
+                self.book.forget_cancel(record.run_id)
+                self.book.prune()
+        except OSError:
+            pass  # an unwritable state dir hides this run from other kernels only; the run itself goes on
+
+    def tick(self, run_id: str) -> None:
+        """Write a throttled change once its time has come (the follower calls this on every poll)."""
+        if run_id in self._dirty and time.monotonic() - self._written.get(run_id, 0.0) >= WRITE_EVERY:
+            self.flush(run_id)
+
+    def flush(self, run_id: str) -> None:
+        """Write the latest version of a record now (its last throttled change included)."""
+        record = self._records.get(run_id)
+        self._dirty.discard(run_id)
+        if record is not None:
+            self._written[run_id] = time.monotonic()
+            self._write(record)
+
+    def wait_change(self, seen: int, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for a change after version ``seen``; returns the current version."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.version != seen, timeout)
+            return self.version
+
+    def records(self) -> list[RunRecord]:
+        """This kernel's records, as they are now (fresher than the throttled files)."""
+        return list(self._records.values())
+
+    def attach(self, run: TrackedRun) -> None:
+        """Remember a live run so a cancel from the panel reaches it directly."""
+        self._runs[run.record.run_id] = run
+
+    def detach(self, run_id: str) -> None:
+        """Forget a released run."""
+        self._runs.pop(run_id, None)
+
+    def cancel(self, run_id: str) -> bool:
+        """Interrupt a run of this kernel as Ctrl-C would; ``False`` if it is not running here."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return False
+        run.request_cancel()
+        return True
+
+
+class TrackedRun:
+    """A backend's run, seen by the tracker; cancel requests interrupt it from the thread that follows it."""
+
+    def __init__(self, inner: Run, record: RunRecord, tracker: Tracker) -> None:
+        self.inner = inner
+        self.record = record
+        self._tracker = tracker
+        self._cancels = 0
+        self._acted = 0
+        self._polled = 0.0
+        self.on_cancel: Callable[[], None] | None = None
+        """Set by a ``--noblock`` handle: its own cancel, so the engine stops the run as ``cancelled``."""
+        tracker.attach(self)
+
+    def request_cancel(self) -> None:
+        """Ask for an interrupt (a second request kills the runner, like a second Ctrl-C)."""
+        self._cancels += 1
+
+    def _check_cancel(self) -> None:
+        now = time.monotonic()
+        if now - self._polled >= CANCEL_POLL:
+            self._polled = now
+            if self._tracker.book.cancel_requested(self.record.run_id):
+                self._tracker.book.forget_cancel(self.record.run_id)
+                self._cancels += 1
+        if self._cancels <= self._acted or self.record.finished:
+            return
+        first = self._acted == 0
+        self._acted = self._cancels
+        self._update(replace(self.record, detail="cancelled"))
+        if not first:
+            self.inner.kill()
+        elif self.on_cancel is not None:
+            self.on_cancel()
+        elif threading.current_thread() is threading.main_thread():
+            # the cell is being followed in the foreground: the engine's own Ctrl-C path (interrupt, grace
+            # period, then kill; output kept, no variable copied back) is exactly what the button means
+            raise KeyboardInterrupt
+        else:
+            self.inner.interrupt()
+
+    def _update(self, record: RunRecord) -> None:
+        self.record = record
+        self._tracker.put(record)
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """The backend's next event, recorded on the way."""
+        self._check_cancel()
+        event = self.inner.next_event(timeout)
+        if event is not None:
+            updated = observe(self.record, event)
+            if updated != self.record:
+                self._update(updated)
+        self._tracker.tick(self.record.run_id)
+        return event
+
+    def interrupt(self) -> None:
+        """Interrupt the backend's run."""
+        self.inner.interrupt()
+
+    def kill(self) -> None:
+        """Kill the backend's run."""
+        self.inner.kill()
+
+    def release(self, grace: float) -> int | None:
+        """Release the backend's run; a run released before it finished is recorded as failed."""
+        try:
+            return self.inner.release(grace)
+        finally:
+            if not self.record.finished:
+                self._update(replace(self.record, state="failed", ended=time.time(),
+                                     detail=self.record.detail or "stopped before it reported an end"))
+            self._tracker.flush(self.record.run_id)
+            self._tracker.detach(self.record.run_id)
+
+    def __getattr__(self, name: str) -> Any:
+        # backend-specific extras (e.g. a kubernetes run's phase for --noblock handles) stay reachable
+        return getattr(self.inner, name)
+
+
+class TrackedBackend:
+    """A backend whose runs are recorded by ``tracker``; everything else is the backend's own."""
+
+    def __init__(self, inner: Backend, tracker: Tracker) -> None:
+        self.inner = inner
+        self.tracker = tracker
+        self.name = inner.name
+        self.transfer = inner.transfer
+
+    def describe(self) -> str:
+        """The backend's own line."""
+        return self.inner.describe()
+
+    def submit(self, job: Job, placement: Placement, session: str | None = None) -> Run:
+        """Record the run as queued, submit it, and follow it through a :class:`TrackedRun`."""
+        record = self.tracker.new(job, self.name, placement, session)
+        try:
+            run = self.inner.submit(job, placement, session)
+        except BaseException as exc:
+            self.tracker.put(replace(record, state="failed", detail=str(exc) or type(exc).__name__, ended=time.time()))
+            raise
+        detail = "waiting for a free runner" if session is None else f"in session {session}"
+        return TrackedRun(run, replace(record, state="scheduling", detail=detail), self.tracker)
+
+    def sessions(self) -> list[SessionInfo]:
+        """The backend's sessions."""
+        return self.inner.sessions()
+
+    def close_session(self, name: str, grace: float = 5.0) -> bool:
+        """Close one of the backend's sessions."""
+        return self.inner.close_session(name, grace)
+
+    def close(self) -> None:
+        """Close the backend."""
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # e.g. the kubernetes backend's inventory_cache(), which the panel reads
+        return getattr(self.inner, name)
+
+
+_TRACKER: Tracker | None = None
+_LOCK = threading.Lock()
+
+
+def tracker() -> Tracker:
+    """This kernel's tracker (made on first use)."""
+    global _TRACKER
+    with _LOCK:
+        if _TRACKER is None:
+            _TRACKER = Tracker()
+        return _TRACKER
+
+
+def tracked(backend: Backend, factory: Callable[[], Tracker] = tracker) -> Backend:
+    """``backend`` with its runs recorded (idempotent)."""
+    if isinstance(backend, TrackedBackend):
+        return backend
+    return TrackedBackend(backend, factory())

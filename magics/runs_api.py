@@ -1,0 +1,92 @@
+"""A jupyter-server extension: the user's offloaded runs over REST, for every kernel of this server.
+
+``GET {base_url}gpu-offload/runs`` lists the runs (the state directory every kernel writes, plus the runner
+pods labelled with the user in the user's namespace when a cluster is configured);
+``POST {base_url}gpu-offload/runs/<run_id>/cancel`` stops one as Ctrl-C would (the owning kernel is asked
+through the state directory; a pod whose kernel is gone is deleted). Enable it with
+``jupyter server --ServerApp.jpserver_extensions="{'gpu_offload.magics.runs_api': True}"`` (or the
+``jupyter_server_config.d`` file of the package).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from .backends.kube import config as kube_config
+from .dashboard.records import RunBook, record_to_json
+from .dashboard.runs import RunnerPods, cancel_elsewhere, list_runs
+
+RUN_ID = r"(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62})"
+
+
+class RunsContext:
+    """Where the runs come from: the state directory and, when configured, the user's runner pods."""
+
+    def __init__(self, book: RunBook, pods: RunnerPods | None, user: str | None) -> None:
+        self.book, self.pods, self.user = book, pods, user
+
+    @classmethod
+    def from_environment(cls) -> RunsContext:
+        """The server's own environment decides (a hub sets the namespace for the user's server)."""
+        env = os.environ
+        if not env.get(kube_config.NAMESPACE):
+            return cls(RunBook(), None, None)
+        from ..liqo_peering.client import api_client_from_environment
+
+        settings = kube_config.from_environment(env)
+        return cls(RunBook(), RunnerPods(api_client_from_environment(), settings.namespace), settings.user)
+
+
+class _Base(APIHandler):
+    @property
+    def runs_context(self) -> RunsContext:
+        return self.settings["gpu_offload_runs"]  # type: ignore[no-any-return]
+
+
+class RunsHandler(_Base):
+    """``GET``: the user's runs, newest first."""
+
+    @web.authenticated
+    def get(self) -> None:
+        ctx = self.runs_context
+        listing = list_runs((), ctx.book, ctx.pods, ctx.user)
+        self.finish(json.dumps({"runs": [record_to_json(r) for r in listing.runs],
+                                "problems": list(listing.problems)}))
+
+
+class CancelHandler(_Base):
+    """``POST``: stop one run."""
+
+    @web.authenticated
+    def post(self, run_id: str) -> None:
+        ctx = self.runs_context
+        listing = list_runs((), ctx.book, ctx.pods, ctx.user)
+        record = next((r for r in listing.runs if r.run_id == run_id), None)
+        if record is None:
+            self.set_status(404)
+            self.finish(json.dumps({"message": f"No run {run_id} of yours is known here: GET gpu-offload/runs "
+                                               "lists the runs this server sees."}))
+            return
+        said = cancel_elsewhere(record, ctx.book, ctx.pods, ctx.user)
+        self.set_status(200 if record.finished else 202)
+        self.finish(json.dumps({"message": said, "run": record_to_json(record)}))
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "gpu_offload.magics.runs_api"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    web_app = serverapp.web_app
+    base = url_path_join(web_app.settings["base_url"], "gpu-offload", "runs")
+    web_app.settings["gpu_offload_runs"] = RunsContext.from_environment()
+    web_app.add_handlers(".*$", [
+        (base, RunsHandler),
+        (url_path_join(base, RUN_ID, "cancel"), CancelHandler),
+    ])
