@@ -30,6 +30,7 @@ from ..base import Job, Placement, SessionInfo, Transfer
 from .config import KubeSettings
 from .explain import MEMORY_ENV, PodContext
 from .follow import PodFollower
+from .hub_inventory import HubInventory
 from .pods import PodApi
 from .podspec import cell_pod, fetched_outputs, with_output_urls
 from .run import KubeRun, LaunchedPod
@@ -66,7 +67,7 @@ class KubernetesBackend:
         self.transfer = Transfer(output_transport="inline")
         self._runner_path = runner
         self._runner: bytes | None = None
-        self._cache: InventoryCache | None = None
+        self._cache: InventoryCache | HubInventory | None = None
         self._offloaded: set[str] = set()
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()  # taken inside _lock when a session's first pod is placed
@@ -82,11 +83,15 @@ class KubernetesBackend:
 
     # --- what a launch needs ---
 
-    def inventory_cache(self) -> InventoryCache:
-        """The kernel's inventory cache, started on first use."""
+    def inventory_cache(self) -> InventoryCache | HubInventory:
+        """The kernel's inventory source, started on first use: the hub service's in a hub deployment (users
+        may not list cluster-wide), else a watch-fed cache of the cluster."""
         with self._cache_lock:
             if self._cache is None:
-                self._cache = InventoryCache(self.liqo).start()
+                if self.settings.service_url:
+                    self._cache = HubInventory(self.settings.service_url, self.settings.hub_token)
+                else:
+                    self._cache = InventoryCache(self.liqo).start()
             return self._cache
 
     def runner_bytes(self) -> bytes:

@@ -55,6 +55,10 @@ class KubeSettings:
     offloading_timeout: float = 60.0
     watch_seconds: int = 30
     """Server timeout of one pod watch request (re-watched from the last resourceVersion)."""
+    service_url: str | None = None
+    """The hub service (``GPU_OFFLOAD_SERVICE_URL``): the inventory comes from it, not from cluster-wide lists."""
+    hub_token: str = ""
+    """The user server's ``JUPYTERHUB_API_TOKEN``, sent to the hub service."""
 
 
 def configured(env: Mapping[str, str]) -> bool:
@@ -100,4 +104,6 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         kernel=kernel_id(env),
         storage=storage,
         create_offloading=create,
+        service_url=env.get(SERVICE_URL) or None,
+        hub_token=env.get("JUPYTERHUB_API_TOKEN", ""),
     )
