@@ -145,6 +145,11 @@ def test_the_roles_use_custom_scopes_that_the_hub_defines(overlay: dict[str, Any
     assert used == defined == {"custom:gpu-offload:view", "custom:gpu-offload:manage"}
     assert "custom:gpu-offload:manage" not in viewer  # read and write stay separate
     assert viewer < operator
+    # Tokens issued through the service's OAuth must be able to carry both, or role holders get 403.
+    service = overlay["hub"]["services"]["gpu-offload"]
+    assert set(service["oauth_client_allowed_scopes"]) == defined
+    # Plain users are not granted access to the admin service, so JupyterHub does not list it to them.
+    assert "extra_user_scopes" not in overlay["hub"]["config"]["JupyterHub"]
 
 
 # Run in a child process: JupyterHub keeps scope definitions in a module-global registry.
@@ -156,7 +161,8 @@ jupyterhub = overlay["hub"]["config"]["JupyterHub"]
 scopes.define_custom_scopes(jupyterhub["custom_scopes"])
 for name, role in overlay["hub"]["loadRoles"].items():
     scopes._check_scopes_exist(role["scopes"], who_for=f"role {name}")
-scopes._check_scopes_exist(jupyterhub["extra_user_scopes"], who_for="extra_user_scopes")
+service = overlay["hub"]["services"]["gpu-offload"]
+scopes._check_scopes_exist(service["oauth_client_allowed_scopes"], who_for="the service's OAuth client")
 scopes._check_scopes_exist(overlay["hub"]["config"]["KubeSpawner"]["server_token_scopes"], who_for="server tokens")
 """
 
