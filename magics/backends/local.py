@@ -26,7 +26,7 @@ from typing import IO
 
 from ..errors import OffloadUsageError
 from ..runner.__main__ import NONCE_ENV
-from ..runner.frames import FrameDecoder, Noise
+from ..runner.frames import FrameDecoder, Noise, RunnerWarning
 from .base import Job, Placement, RunEvent, RunnerExit, SessionInfo, Transfer
 
 DIAGNOSTIC_LINES = 30
@@ -207,16 +207,26 @@ class LocalSession:
 class SessionRun:
     """A bundle run inside a session; ends with the ``done`` frame, the runner stays up."""
 
-    def __init__(self, session: LocalSession, bundle: Path | None, on_death: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        session: LocalSession,
+        bundle: Path | None,
+        on_death: Callable[[str, int | None], None],
+        note: str | None = None,
+    ) -> None:
         self.session = session
         self._bundle = bundle
         self._on_death = on_death
+        self._note = note
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        if self._note is not None:
+            note, self._note = self._note, None
+            return RunnerWarning(-1, note)
         event = self.session.process.next_event(timeout)
         if isinstance(event, RunnerExit):
-            self._on_death(self.session.name)
+            self._on_death(self.session.name, event.code)
         return event
 
     def interrupt(self) -> None:
@@ -244,6 +254,7 @@ class LocalBackend:
         self.python = python or sys.executable
         self._runner = runner
         self._sessions: dict[str, LocalSession] = {}
+        self._lost: dict[str, str] = {}
         self._lock = threading.Lock()
         shm = Path("/dev/shm")
         shm_dir = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
@@ -288,8 +299,9 @@ class LocalBackend:
         with self._lock:
             current = self._sessions.get(name)
             if current is not None and not current.process.alive:
-                del self._sessions[name]
+                self._died(name, current.process.popen.returncode)
                 current = None
+            note = self._lost.pop(name, None) if current is None else None
             if current is None:
                 # a session runner frames every run with one nonce, given through its environment
                 session_nonce = secrets.token_hex(16)
@@ -316,7 +328,7 @@ class LocalBackend:
             if path is not None
             else {"op": "run", "bundle_b64": base64.b64encode(job.bundle).decode("ascii")}
         )
-        run = SessionRun(current, path, self._forget)
+        run = SessionRun(current, path, self._on_death, note)
         if not current.process.send(command):
             run.release(0)
             self._forget(name)
@@ -325,6 +337,18 @@ class LocalBackend:
     def _forget(self, name: str) -> None:
         with self._lock:
             self._sessions.pop(name, None)
+
+    def _on_death(self, name: str, code: int | None) -> None:
+        with self._lock:
+            self._died(name, code)
+
+    def _died(self, name: str, code: int | None) -> None:
+        # the next cell of this session starts a new runner: say so, since the old state is gone
+        self._sessions.pop(name, None)
+        self._lost[name] = (
+            f"session `{name}`'s runner had ended (exit code {code}); this cell starts a new one, so "
+            "variables that lived only in the session are gone"
+        )
 
     def sessions(self) -> list[SessionInfo]:
         """The warm runners that are still alive."""

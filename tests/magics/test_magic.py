@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -255,3 +257,16 @@ def test_an_unknown_configured_backend_is_a_usage_error_listing_the_choices(shel
     with pytest.raises(UsageError, match=r"backend `slurm` .* set it to auto, local or kubernetes"):
         offload(shell, "x = 1")
     assert backend.submitted == []
+
+
+def test_a_session_whose_runner_died_says_so_when_it_starts_again(shell: Any, backend: Any) -> None:
+    offload(shell, "import os\nremote_only = object()\npid = os.getpid()\ndel remote_only", "--session frail")
+    os.kill(shell.user_ns["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60  # a hang guard; the backend itself must notice the death
+    while backend.sessions() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with capture_output() as captured:
+        offload(shell, "again = 1", "--session frail")
+    assert "session `frail`'s runner had ended (exit code -9); this cell starts a new one" in captured.stderr
+    assert shell.user_ns["again"] == 1
+    shell.run_line_magic("gpu_offload", "close frail")
