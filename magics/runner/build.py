@@ -55,14 +55,14 @@ def content_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def _precompile(source: Path) -> None:
+def _precompile(source: Path, name: str) -> None:
     """Put ``x.pyc`` beside ``x.py``: zipimport cannot cache bytecode, and compiling pynvml and
     cloudpickle on every start costs most of a cold start. Unchecked-hash pycs need no source mtime;
     another Python version rejects their magic number and compiles the source instead."""
     py_compile.compile(
         str(source),
         cfile=str(source.with_suffix(".pyc")),
-        dfile=source.name,
+        dfile=name,  # tracebacks name e.g. gpo_runner/execute.py
         doraise=True,
         invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
     )
@@ -86,7 +86,7 @@ def build_runner(directory: Path | None = None) -> Path:
         for name, path in _sources():
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, tree / name)
-            _precompile(tree / name)
+            _precompile(tree / name, name)
         # our own entry point (zipapp's generated one drops main()'s return value, i.e. the exit code)
         (tree / "__main__.py").write_text(_ENTRY)
         partial = Path(staging) / "runner.pyz"

@@ -125,8 +125,17 @@ def load_inputs(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -
 
 
 def cell_traceback(exc: BaseException, filename: str) -> list[str]:
-    """The formatted traceback from the first frame of the cell on (the runner's frames are noise)."""
+    """The formatted traceback of the cell's own frames: from the cell's first frame on, and without the
+    runner's frames (e.g. the signal handler that raised a KeyboardInterrupt) at the end."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != filename:
         tb = tb.tb_next
-    return traceback.format_exception(type(exc), exc, tb)
+    summary = traceback.TracebackException(type(exc), exc, tb)
+    kept, entry = [], tb
+    for frame in summary.stack:  # one FrameSummary per traceback entry, in the same order
+        assert entry is not None
+        if entry.tb_frame.f_globals.get("__package__") != __package__:
+            kept.append(frame)
+        entry = entry.tb_next
+    summary.stack = traceback.StackSummary.from_list(kept)
+    return list(summary.format())
