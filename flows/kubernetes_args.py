@@ -85,6 +85,16 @@ def _check_gpu(step: str, user: Mapping[str, Any], placement: StepPlacement, off
         )
 
 
+def check_resources(step: str, resources: Mapping[str, Any], placement: StepPlacement, offload: str) -> None:
+    """``@resources(gpu=N)`` must agree: Metaflow gives the pod the larger of it and ``@kubernetes(gpu)``."""
+    gpu = resources.get("gpu")
+    if gpu is not None and str(gpu) != str(placement.gpus):
+        raise GpuOffloadFlowError(
+            f"step '{step}': @resources(gpu={gpu!r}) conflicts with {offload}; Metaflow would take the "
+            f"larger; give the GPU count once: drop gpu from @resources or write @gpu_offload(gpus={gpu})"
+        )
+
+
 def node_selector(placement: StepPlacement) -> dict[str, str]:
     """Virtual nodes only; of the chosen cluster and/or with the GPU model when those are known."""
     selector = {L.TYPE_LABEL: L.TYPE_VIRTUAL_NODE}

@@ -15,7 +15,7 @@ from typing import Any
 
 from .decision import StepPlacement, decide, recorded_placement
 from .errors import GpuOffloadFlowError
-from .kubernetes_args import StepIdentity, environment_vars, kubernetes_kwargs
+from .kubernetes_args import StepIdentity, check_resources, environment_vars, kubernetes_kwargs
 from .options import OffloadOptions, parse_options
 from .run_label import INTERNAL_DECORATOR
 from .settings import RECORDED_ENV, OffloadSettings, metaflow_settings
@@ -30,6 +30,7 @@ class OriginalDecorators:
 
     kubernetes: dict[str, Any] | None = None
     environment: dict[str, Any] | None = None
+    resources: dict[str, Any] | None = None
     captured: bool = False
 
 
@@ -57,6 +58,8 @@ def capture(mutable_step: Any) -> OriginalDecorators:
             found.kubernetes = _user_arguments(name, kwargs)
         elif name == "environment":
             found.environment = dict(kwargs.get("vars") or {})
+        elif name == "resources":
+            found.resources = _user_arguments(name, kwargs)
     return found
 
 
@@ -119,6 +122,7 @@ def mutate_step(
     placement = place_step(step, options, settings, os.environ)
     identity = StepIdentity(flow_name(step_function), step)
     offload = options.describe()
+    check_resources(step, state.originals.resources or {}, placement, offload)
     k8s = kubernetes_kwargs(state.originals.kubernetes or {}, placement, identity, offload)
     env = environment_vars(state.originals.environment or {}, placement, offload)
     mutable_step.add_decorator("kubernetes", deco_kwargs=k8s, duplicates=OVERRIDE)

@@ -102,6 +102,7 @@ def test_with_gpu_offload_on_the_command_line_offloads_every_step(run_flow: Flow
         ("gpus-float", "@gpu_offload(gpus=1.5) is not a whole number of GPUs"),
         ("unknown-argument", "@gpu_offload has no argument gpu"),
         ("conflict-gpu", "@kubernetes(gpu=2) conflicts with @gpu_offload(gpus=1)"),
+        ("conflict-resources", "@resources(gpu=2) conflicts with @gpu_offload(gpus=1)"),
         ("conflict-selector", "conflicts with @gpu_offload(gpus=1, cluster='donor-a')"),
     ],
 )
