@@ -70,13 +70,16 @@ def _merge_map(step: str, field: str, user: Mapping[str, str], ours: Mapping[str
     return merged
 
 
-def _check_gpu(step: str, user: Mapping[str, Any], placement: StepPlacement, offload: str) -> None:
-    gpu = user.get("gpu")
+def _check_count(step: str, decorator: str, gpu: Any, placement: StepPlacement, offload: str) -> None:
     if gpu is not None and str(gpu) != str(placement.gpus):
         raise GpuOffloadFlowError(
-            f"step '{step}': @kubernetes(gpu={gpu!r}) conflicts with {offload}; give the GPU count once: "
-            f"drop gpu from @kubernetes or write @gpu_offload(gpus={gpu})"
+            f"step '{step}': @{decorator}(gpu={gpu!r}) conflicts with {offload}; give the GPU count once: "
+            f"drop gpu from @{decorator} or write @gpu_offload(gpus={gpu})"
         )
+
+
+def _check_gpu(step: str, user: Mapping[str, Any], placement: StepPlacement, offload: str) -> None:
+    _check_count(step, "kubernetes", user.get("gpu"), placement, offload)
     vendor = user.get("gpu_vendor")
     if vendor and str(vendor).lower() != "nvidia":
         raise GpuOffloadFlowError(
@@ -86,13 +89,8 @@ def _check_gpu(step: str, user: Mapping[str, Any], placement: StepPlacement, off
 
 
 def check_resources(step: str, resources: Mapping[str, Any], placement: StepPlacement, offload: str) -> None:
-    """``@resources(gpu=N)`` must agree: Metaflow gives the pod the larger of it and ``@kubernetes(gpu)``."""
-    gpu = resources.get("gpu")
-    if gpu is not None and str(gpu) != str(placement.gpus):
-        raise GpuOffloadFlowError(
-            f"step '{step}': @resources(gpu={gpu!r}) conflicts with {offload}; Metaflow would take the "
-            f"larger; give the GPU count once: drop gpu from @resources or write @gpu_offload(gpus={gpu})"
-        )
+    """``@resources(gpu=N)`` must agree: Metaflow would give the pod the larger of it and ``@kubernetes``'s."""
+    _check_count(step, "resources", resources.get("gpu"), placement, offload)
 
 
 def node_selector(placement: StepPlacement) -> dict[str, str]:
