@@ -7,6 +7,7 @@ Objects go out and come back as plain dicts (``_preload_content=False``): the ba
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -15,9 +16,11 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ....liqo_peering.client import new_watcher
-from ....liqo_peering.errors import APINotFound, api_error
+from ....liqo_peering.errors import APIConflict, APIError, APINotFound, api_error
 
 REQUEST_TIMEOUT = 30.0
+CREATE_ATTEMPTS = 3
+RETRY_SECONDS = 1.0
 
 
 class PodApi:
@@ -37,11 +40,29 @@ class PodApi:
             raise api_error(exc, action, target) from exc
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a Pod or Secret; returns the object as the server stored it (uid, resourceVersion)."""
+        """Create a Pod or Secret; returns the object as the server stored it (uid, resourceVersion).
+
+        The client does not retry a POST, so a server error (5xx, 429) is retried here a few times: the
+        name is fixed, so a create that did land the first time answers 409 and is read back instead.
+        """
         kind = body["kind"]
         func = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
-        target = f"{kind} {self.namespace}/{body['metadata']['name']}"
-        return self._json("creating", target, func, self.namespace, dict(body))
+        name = body["metadata"]["name"]
+        target = f"{kind} {self.namespace}/{name}"
+        for attempt in range(CREATE_ATTEMPTS):
+            try:
+                return self._json("creating", target, func, self.namespace, dict(body))
+            except APIConflict:
+                # on a retry, 409 means the first attempt landed after all
+                existing = (self.read_pod(name) if kind == "Pod" else dict(body)) if attempt else None
+                if existing is None:
+                    raise
+                return existing
+            except APIError as exc:
+                if attempt + 1 == CREATE_ATTEMPTS or not (exc.status >= 500 or exc.status == 429):
+                    raise
+                time.sleep(RETRY_SECONDS * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def read_pod(self, name: str) -> dict[str, Any] | None:
         """The pod, or None when it is gone."""

@@ -12,9 +12,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...runner.frames import Error, Hello, Outputs, RunnerWarning, Status, Stream
+from ...runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
 from ..base import RunEvent, RunnerExit
-from .explain import FAILED, PodContext, PodState
+from .explain import FAILED, PodContext, PodState, pod_state
 from .follow import PodEnded, PodFollower
 from .pods import PodApi
 
@@ -28,6 +28,8 @@ class LaunchedPod:
     follower: PodFollower
 
 
+WHY_STOPPED_SECONDS = 10.0
+"""How long to wait for the pod's status to say why its runner was stopped from outside."""
 Relaunch = Callable[[set[str]], LaunchedPod]
 """Creates the pod again, avoiding the given cluster ids (raises when nothing else fits)."""
 
@@ -55,6 +57,7 @@ class KubeRun:
         self._released = False
         self._since = time.monotonic()
         self._waiting = "pod created"
+        self._interrupting = False
 
     def progress(self) -> str:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""
@@ -85,7 +88,20 @@ class KubeRun:
             self._lines += item.text.count("\n")
         elif isinstance(item, Outputs) and self._fetch is not None:
             item = self._fetch(item)
+        elif isinstance(item, Done) and item.status == "interrupted" and not self._interrupting:
+            return self._stopped_from_outside(item)
         return item
+
+    def _stopped_from_outside(self, done: Done) -> RunEvent | None:
+        """The runner got SIGTERM that this kernel did not send (eviction, node drain, deadline): say why."""
+        deadline = time.monotonic() + WHY_STOPPED_SECONDS
+        while time.monotonic() < deadline:
+            pod = self.pods.read_pod(self.current.name)
+            state = pod_state(pod, self.current.ctx) if pod is not None else None
+            if state is not None and state.kind == FAILED:
+                return self._ended_with(state)
+            time.sleep(0.2)
+        return done
 
     def _ended_with(self, state: PodState) -> RunEvent | None:
         diagnostics = "\n".join(self.current.follower.diagnostics)
@@ -116,6 +132,7 @@ class KubeRun:
 
     def interrupt(self) -> None:
         """Delete the pod with a grace period: the runner gets SIGTERM and interrupts the cell."""
+        self._interrupting = True
         self.pods.delete_pod(self.current.name, grace=10)
 
     def kill(self) -> None:

@@ -134,3 +134,20 @@ def test_api_errors_on_pod_creation_leave_nothing_behind(kube: KubernetesBackend
         run_cell(kube, "print('never')", {})
     assert "Secret" in str(err.value) and "Nothing is left running" in str(err.value)
     wait_until(lambda: not leftovers(core, namespace), "the pod whose Secret failed deleted")
+
+
+def test_an_evicted_pod_says_the_donor_needed_the_resources(kube: KubernetesBackend, core: Any, origin: Any,
+                                                            namespace: str) -> None:
+    def evict() -> None:
+        origin.call(origin.faults.evict(namespace, _pod(core, namespace).metadata.name))
+
+    outcome, sink, _ = run_cell(kube, SLOW_CELL, {}, _on_start(evict))
+    assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "Evicted", outcome.error
+    assert "evicted from donor-2" in outcome.error.evalue and "started" in sink.text
+
+
+def test_a_503_on_pod_creation_is_retried_by_the_client(kube: KubernetesBackend, origin: Any) -> None:
+    rule = origin.faults.api_error(r"^/api/v1/namespaces/[^/]+/pods$", status=503, methods=("POST",), times=1)
+    outcome, sink, _ = run_cell(kube, "print('after a 503')", {})
+    assert outcome.status == "ok", outcome.error
+    assert "after a 503" in sink.text and origin.sandbox.api.faults.fired(rule) == 1
