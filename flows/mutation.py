@@ -50,6 +50,24 @@ def _user_arguments(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k not in defaults or v != defaults[k]}
 
 
+def with_config_defaults(user: Mapping[str, Any]) -> dict[str, Any]:
+    """``@kubernetes`` arguments with Metaflow's configured node selector and tolerations where unset.
+
+    Metaflow applies METAFLOW_KUBERNETES_NODE_SELECTOR / _TOLERATIONS only to a decorator that has none;
+    the one we build always has some, so the configured ones are folded in here, as Metaflow would.
+    """
+    import json
+
+    from metaflow.metaflow_config import KUBERNETES_NODE_SELECTOR, KUBERNETES_TOLERATIONS
+
+    merged = dict(user)
+    if not merged.get("node_selector") and KUBERNETES_NODE_SELECTOR:
+        merged["node_selector"] = KUBERNETES_NODE_SELECTOR
+    if not merged.get("tolerations") and KUBERNETES_TOLERATIONS:
+        merged["tolerations"] = json.loads(KUBERNETES_TOLERATIONS)
+    return merged
+
+
 def capture(mutable_step: Any) -> OriginalDecorators:
     """The user's ``@kubernetes`` and ``@environment`` arguments as the step has them now."""
     found = OriginalDecorators(captured=True)
@@ -123,7 +141,7 @@ def mutate_step(
     identity = StepIdentity(flow_name(step_function), step)
     offload = options.describe()
     check_resources(step, state.originals.resources or {}, placement, offload)
-    k8s = kubernetes_kwargs(state.originals.kubernetes or {}, placement, identity, offload)
+    k8s = kubernetes_kwargs(with_config_defaults(state.originals.kubernetes or {}), placement, identity, offload)
     env = environment_vars(state.originals.environment or {}, placement, offload)
     mutable_step.add_decorator("kubernetes", deco_kwargs=k8s, duplicates=OVERRIDE)
     mutable_step.add_decorator("environment", deco_kwargs={"vars": env}, duplicates=OVERRIDE)

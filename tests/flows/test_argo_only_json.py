@@ -83,7 +83,13 @@ def test_every_pod_template_is_a_valid_pod(deployed) -> None:
 
 def test_with_gpu_offload_on_the_command_line_offloads_every_step(run_flow: FlowRunner) -> None:
     # Argo runs every step in the workflow's namespace: the offloaded namespace is Metaflow's own setting.
-    env = {"METAFLOW_GPU_OFFLOAD_CLUSTER": "donor-a", "METAFLOW_KUBERNETES_NAMESPACE": "gpu-jobs"}
+    env = {
+        "METAFLOW_GPU_OFFLOAD_CLUSTER": "donor-a",
+        "METAFLOW_KUBERNETES_NAMESPACE": "gpu-jobs",
+        # Metaflow's own defaults for every @kubernetes step still apply to offloaded ones.
+        "METAFLOW_KUBERNETES_NODE_SELECTOR": "disk=ssd",
+        "METAFLOW_KUBERNETES_TOLERATIONS": '[{"key": "spot", "operator": "Exists"}]',
+    }
     workflow = run_flow("plain_flow.py", "--with", "gpu_offload:gpus=2", *ONLY_JSON, env=env).json()
     assert workflow["metadata"]["namespace"] == "gpu-jobs"
     found = templates(workflow)
@@ -92,6 +98,8 @@ def test_with_gpu_offload_on_the_command_line_offloads_every_step(run_flow: Flow
         assert template["container"]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
         assert LIQO_TOLERATION in template["tolerations"]
         assert template["nodeSelector"]["liqo.io/remote-cluster-id"] == "donor-a"
+        assert template["nodeSelector"]["disk"] == "ssd"
+        assert {"key": "spot", "operator": "Exists"} in template["tolerations"]
         validate_pod(pod_from_template(template))
 
 
