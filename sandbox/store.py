@@ -80,10 +80,17 @@ class Subscription:
 
     async def next(self, timeout: float | None = None) -> WatchEvent | None:
         """The next event, or None when closed or when ``timeout`` seconds pass without one."""
+        if timeout is None:
+            return await self._queue.get()
+        # Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation that arrives together
+        # with an event, and then server.stop() waits out its join timeout.
+        getter = asyncio.ensure_future(self._queue.get())
         try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
+            done, _ = await asyncio.wait({getter}, timeout=timeout)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        return getter.result() if getter in done else None
 
     def __aiter__(self) -> Subscription:
         return self
