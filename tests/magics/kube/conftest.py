@@ -32,11 +32,12 @@ origin = origin_fixture(
     SHARED / "liqo-crds",
     donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")),
     image_map=IMAGE_MAP,
+    scope="session",  # one origin for all kube test modules: every test leaves it as it found it
 )
 __all__ = ["core", "namespace", "origin"]  # namespace: fresh and not offloaded; the backend offloads it
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def api_client(origin: Any) -> Iterator[Any]:
     """An official-client ApiClient from the sandbox's kubeconfig file."""
     client = origin.sandbox.api_client()
@@ -74,9 +75,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 for this module."""
+    """A moto S3 server on 127.0.0.1 for the test session."""
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
