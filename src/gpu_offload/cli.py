@@ -13,6 +13,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("quickstart", "gpu_offload.magics.quickstart"),
     ("clusters", "gpu_offload.liqo_peering.commands"),
     ("sandbox", "gpu_offload.sandbox.cli"),
+    ("cleanup", "gpu_offload.magics.backends.kube.cli"),
 ]
 
 

@@ -78,3 +78,22 @@ def test_a_noblock_handle_shows_phase_cluster_and_elapsed_time(shell: Any, core:
     assert handle.result()["z"] == 7
     assert shell.user_ns["z"] == 7
     wait_until(lambda: not leftovers(core, namespace), "the --noblock run's pod deleted")
+
+
+def test_the_cleanup_command_removes_a_dead_kernels_runners(origin: Any, core: Any, namespace: str,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_offload.cli import main
+
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    labels = {"gpu-offload.io/managed-by": "gpu-offload", "gpu-offload.io/user": label_value("alice@example.org"),
+              "gpu-offload.io/kernel": "dead-kernel"}
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "gpuo-dead", "labels": labels}, "spec": {
+        "containers": [{"name": "runner", "image": STOCK_IMAGE, "command": ["python3", "-c", "pass"]}]}})
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "gpuo-dead-bundle", "labels": labels}})
+    assert main(["cleanup", "--namespace", namespace, "--user", "alice@example.org", "--kernel", "other"]) == 0
+    assert "0 object(s)" in capsys.readouterr().out
+    assert main(["cleanup", "--namespace", namespace, "--user", "alice@example.org"]) == 0
+    printed = capsys.readouterr().out
+    assert "deleted gpuo-dead\n" in printed and "deleted gpuo-dead-bundle\n" in printed
+    wait_until(lambda: not leftovers(core, namespace), "the dead kernel's pod and Secret removed")

@@ -1,0 +1,48 @@
+"""``gpu-offload cleanup``: delete runner pods and Secrets a kernel left on the cluster (after a crash, say)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from typing import Any
+
+from .config import NAMESPACE
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``cleanup`` on the ``gpu-offload`` command."""
+    parser = subparsers.add_parser(
+        "cleanup",
+        help="delete runner pods and Secrets left by your kernels",
+        description="Delete the runner pods and Secrets of a user (and one kernel) by their labels, e.g. after "
+        "a kernel was killed while a cell ran. Uses KUBECONFIG (or the in-cluster account).",
+    )
+    parser.add_argument("--namespace", default=os.environ.get(NAMESPACE), help=f"default: ${NAMESPACE}")
+    parser.add_argument("--user", default=os.environ.get("JUPYTERHUB_USER") or getpass.getuser(),
+                        help="whose runners (default: $JUPYTERHUB_USER, else your login)")
+    parser.add_argument("--kernel", default=None, help="only this kernel's runners (default: all kernels)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Delete and list what was deleted; 1 with a sentence on stderr when the cluster cannot be reached."""
+    from ....liqo_peering.client import api_client_from_environment
+    from ....liqo_peering.errors import GpuOffloadError
+    from ....liqo_peering.specs import runner_selector
+    from .pods import PodApi
+
+    if not args.namespace:
+        print(f"gpu-offload cleanup: no namespace; pass --namespace or set {NAMESPACE}", file=sys.stderr)
+        return 2
+    try:
+        removed = PodApi(api_client_from_environment(), args.namespace).delete_matching(
+            runner_selector(args.user, args.kernel))
+    except GpuOffloadError as exc:
+        print(f"gpu-offload cleanup: {exc}", file=sys.stderr)
+        return 1
+    for name in sorted(removed):
+        print(f"deleted {name}")
+    print(f"{len(removed)} object(s) of user {args.user} removed from namespace {args.namespace}")
+    return 0
