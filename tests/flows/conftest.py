@@ -18,8 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import kubernetes_validate
 import pytest
+from gpu_offload.liqo_peering.specs import namespace_offloading
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.fixtures import origin_fixture
 
 DATA = Path(__file__).resolve().parent / "data"
 MOTO = Path(sys.executable).with_name("moto_server")
@@ -27,6 +31,14 @@ BUCKET = "gpu-offload-flows"
 ONLY_JSON = ("argo-workflows", "create", "--only-json")
 INVENTORY = {"METAFLOW_GPU_OFFLOAD_INVENTORY": str(DATA / "inventory.json")}
 K8S_VERSION = "1.36"
+LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+# Named like the offline inventory's donors, so offload_flow.py places the same way live and offline.
+DONORS = (liqo.Donor("donor-a", 4, "A100", "2.00"), liqo.Donor("donor-b", 8, "L4", "0.80"))
+OFFLOADED = "gpu-jobs"
+NOT_OFFLOADED = "plain"
+# Metaflow's default image (python:3.x) runs with this interpreter: it has what Metaflow's pod bootstrap
+# installs (boto3, requests), so the bootstrap's pip finds them and needs no network.
+origin = origin_fixture(LIQO_CRDS, donors=DONORS, image_map=(("python:*", sys.executable),), scope="session")
 
 
 @dataclass(frozen=True)
@@ -185,3 +197,28 @@ def offload_deployment(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Se
         "offloaded": runner("offload_flow.py", *ONLY_JSON, env=INVENTORY).json(),
         "baseline": runner("offload_flow.py", *ONLY_JSON, env={"OFFLOAD_OFF": "1"}).json(),
     }
+
+
+@pytest.fixture(scope="session")
+def cluster(origin: Any) -> dict[str, str]:
+    """Environment for Metaflow to use the origin: its kubeconfig and an offloaded namespace.
+
+    ``gpu-jobs`` is offloaded to both donors, ``plain`` exists and is not offloaded.
+    """
+    with origin.sandbox.api_client() as client:
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        for name in (OFFLOADED, NOT_OFFLOADED):
+            core.create_namespace({"metadata": {"name": name}})
+        custom.create_namespaced_custom_object(
+            "offloading.liqo.io", "v1beta1", OFFLOADED, "namespaceoffloadings",
+            namespace_offloading(OFFLOADED, [d.cluster_id for d in DONORS]),
+        )
+        # Metaflow requests ephemeral-storage (its `disk`, 10240M by default) and the sandbox's virtual
+        # nodes report none; a real Liqo virtual node reports the donor's. Give them some, as a donor would.
+        for node in core.list_node(label_selector="liqo.io/type=virtual-node").items:
+            status = {
+                field: {**getattr(node.status, field), "ephemeral-storage": "100Gi"}
+                for field in ("capacity", "allocatable")
+            }
+            core.patch_node_status(node.metadata.name, {"status": status})
+    return {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": OFFLOADED}

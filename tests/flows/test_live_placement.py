@@ -7,36 +7,17 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-import kubernetes
 import pytest
-from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import liqo
-from gpu_offload.sandbox.fixtures import origin_fixture
 from gpu_offload.sandbox.kubeconfig import write_kubeconfig
 
-from .conftest import ONLY_JSON, FlowRunner, templates
+from .conftest import NOT_OFFLOADED, OFFLOADED, ONLY_JSON, FlowRunner, templates
 
 pytestmark = pytest.mark.slow
 
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
-# Named like the offline inventory's donors, so offload_flow.py places the same way live.
-DONORS = (liqo.Donor("donor-a", 4, "A100", "2.00"), liqo.Donor("donor-b", 8, "L4", "0.80"))
-OFFLOADED = "gpu-jobs"
-origin = origin_fixture(LIQO_CRDS, donors=DONORS)
 
-
-@pytest.fixture(scope="module")
-def kubeconfig(origin) -> str:
-    """The origin's kubeconfig, with ``gpu-jobs`` offloaded to both donors and ``plain`` not offloaded."""
-    with origin.sandbox.api_client() as client:
-        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
-        for name in (OFFLOADED, "plain"):
-            core.create_namespace({"metadata": {"name": name}})
-        custom.create_namespaced_custom_object(
-            "offloading.liqo.io", "v1beta1", OFFLOADED, "namespaceoffloadings",
-            namespace_offloading(OFFLOADED, ["donor-a", "donor-b"]),
-        )
-    return str(origin.sandbox.kubeconfig)
+@pytest.fixture
+def kubeconfig(cluster: dict[str, str]) -> str:
+    return cluster["KUBECONFIG"]
 
 
 def _live(kubeconfig: str, namespace: str, source: str = "live") -> dict[str, str]:
@@ -55,7 +36,7 @@ def test_steps_are_placed_on_the_donors_the_cluster_reports(run_flow: FlowRunner
 
 
 def test_a_namespace_liqo_does_not_offload_is_refused(run_flow: FlowRunner, kubeconfig: str) -> None:
-    result = run_flow("offload_flow.py", *ONLY_JSON, env=_live(kubeconfig, "plain"))
+    result = run_flow("offload_flow.py", *ONLY_JSON, env=_live(kubeconfig, NOT_OFFLOADED))
     assert result.returncode != 0
     assert "namespace 'plain' is not offloaded by Liqo" in result.stderr
     assert "{" not in result.stdout

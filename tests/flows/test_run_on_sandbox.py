@@ -9,46 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import kubernetes
 import pytest
-from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import liqo
-from gpu_offload.sandbox.fixtures import origin_fixture
 
-from .conftest import FlowRunner
+from .conftest import OFFLOADED, FlowRunner
 
 pytestmark = pytest.mark.slow
-
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
-DONORS = (liqo.Donor("donor-a", 4, "A100", "2.00"), liqo.Donor("donor-b", 8, "L4", "0.80"))
-OFFLOADED = "gpu-jobs"
-# Metaflow's default image (python:3.x) runs with this interpreter: it has what Metaflow's pod bootstrap
-# installs (boto3, requests), so the bootstrap's pip finds them and needs no network.
-origin = origin_fixture(LIQO_CRDS, donors=DONORS, image_map=(("python:*", sys.executable),))
-
-
-@pytest.fixture(scope="module")
-def cluster(origin) -> dict[str, str]:
-    """Kubeconfig and namespace of the origin, ready for Metaflow's @kubernetes steps."""
-    with origin.sandbox.api_client() as client:
-        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
-        core.create_namespace({"metadata": {"name": OFFLOADED}})
-        custom.create_namespaced_custom_object(
-            "offloading.liqo.io", "v1beta1", OFFLOADED, "namespaceoffloadings",
-            namespace_offloading(OFFLOADED, [d.cluster_id for d in DONORS]),
-        )
-        # Metaflow requests ephemeral-storage (its `disk`, 10240M by default) and the sandbox's virtual
-        # nodes report none; a real Liqo virtual node reports the donor's. Give them some, as a donor would.
-        for node in core.list_node(label_selector="liqo.io/type=virtual-node").items:
-            status = {
-                field: {**getattr(node.status, field), "ephemeral-storage": "100Gi"}
-                for field in ("capacity", "allocatable")
-            }
-            core.patch_node_status(node.metadata.name, {"status": status})
-    return {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": OFFLOADED}
-
 
 def test_offloaded_step_runs_as_a_job_on_the_chosen_virtual_node(
     run_flow: FlowRunner, origin, cluster: dict[str, str]
