@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient
 
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient, api_client_from_environment
-from ....liqo_peering.errors import APIError, GpuOffloadError, PlacementError
+from ....liqo_peering.errors import APIError, APIForbidden, GpuOffloadError, PlacementError
 from ....liqo_peering.placement import Placement as Where
 from ....liqo_peering.placement import PlacementRequest, place
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_secret, runner_selector
@@ -72,8 +72,11 @@ class KubernetesBackend:
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()  # taken inside _lock when a session's first pod is placed
         self._sessions: dict[str, KubeSession] = {}
-        self.cleaned = self.cleanup()
+        self.cleaned: list[str] = []
         """What an earlier life of this kernel left behind, removed at start."""
+        # best effort: a server account without list rights on Secrets must still be able to run cells
+        with contextlib.suppress(ClusterError):
+            self.cleaned = self.cleanup()
 
     def describe(self) -> str:
         """One line for ``%gpu_offload status``."""
@@ -113,9 +116,15 @@ class KubernetesBackend:
         request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto")
         chosen = place(self.inventory_cache().inventory(), request, avoid=avoid)
         if chosen.cluster_id not in self._offloaded:
-            self.liqo.ensure_offloading(self.settings.namespace, [chosen.cluster_id],
-                                        create=self.settings.create_offloading,
-                                        timeout=self.settings.offloading_timeout)
+            try:
+                self.liqo.ensure_offloading(self.settings.namespace, [chosen.cluster_id],
+                                            create=self.settings.create_offloading,
+                                            timeout=self.settings.offloading_timeout)
+            except APIForbidden:
+                if self.settings.create_offloading:
+                    raise
+                # a hub user's server may not read it: the hub offloaded the namespace when the server
+                # started, and if it did not, the pod's OffloadingBackOff is explained in words
             self._offloaded.add(chosen.cluster_id)
         return chosen
 

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import kubernetes
 import pytest
 from gpu_offload.hub_extension.views import user_inventory
 from gpu_offload.liqo_peering.client import LiqoClient
@@ -69,3 +70,28 @@ def test_a_refused_token_says_what_to_do(hub_service: tuple[str, list[str]]) -> 
     with pytest.raises(HubInventoryError) as err:
         HubInventory(url, "wrong").inventory()
     assert "HTTP 403" in str(err.value) and "restart your server" in str(err.value)
+
+
+def test_a_server_account_without_list_or_offloading_read_rights_still_runs_cells(
+        api_client: Any, namespace: str, origin: Any, hub_service: tuple[str, list[str]]) -> None:
+    # the hub offloaded the namespace when the server started; the server's account may not read that object
+    # nor list Secrets (the chart's user-server role): both answer 403 here
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", namespace, "namespaceoffloadings", {
+        "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "LocalAndRemote"}})
+    origin.faults.api_error(r"/namespaces/[^/]+/secrets$", status=403, methods=("GET",))
+    origin.faults.api_error(r"/namespaceoffloadings/offloading$", status=403, methods=("GET",))
+    try:
+        url, _ = hub_service
+        backend = KubernetesBackend(settings(namespace, service_url=url, hub_token=TOKEN, create_offloading=False),
+                                    api_client)
+        try:
+            assert backend.cleaned == []
+            outcome, sink, _ = run_cell(backend, "print('ran without those rights')", {})
+            assert outcome.status == "ok", outcome.error
+            assert "ran without those rights" in sink.text
+        finally:
+            backend.close()
+    finally:
+        origin.faults.clear()
