@@ -52,3 +52,18 @@ def test_offloaded_step_runs_as_a_job_on_the_chosen_virtual_node(
     data = json.loads(read.stdout.strip().splitlines()[-1])
     assert data["ok"] is True and data["total"] == 45 and data["pod"] is True
     assert json.loads(data["placement"])["cluster_id"] == "donor-a"
+
+
+def test_bad_input_on_run_launches_nothing(run_flow: FlowRunner, origin, cluster: dict[str, str]) -> None:
+    def objects() -> tuple[int, int]:
+        with origin.sandbox.api_client() as client:
+            jobs = kubernetes.client.BatchV1Api(client).list_namespaced_job(OFFLOADED).items
+            pods = kubernetes.client.CoreV1Api(client).list_namespaced_pod(OFFLOADED).items
+        return len(jobs), len(pods)
+
+    before = objects()
+    result = run_flow("bad_flow.py", "run", env={**cluster, "BAD_CASE": "conflict-gpu"})
+    assert result.returncode != 0
+    assert "@kubernetes(gpu=2) conflicts with @gpu_offload(gpus=1)" in result.stderr
+    assert "Workflow starting" not in result.stdout + result.stderr  # not even the local start step ran
+    assert objects() == before
