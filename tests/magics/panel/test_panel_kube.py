@@ -1,0 +1,76 @@
+"""The panel with the kubernetes backend on an emulated origin with two Liqo donors: the donors appear as
+rows with model, free/total GPUs, price and health; choosing one sends the next cell there; the run is listed
+with its cluster, output and end state."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.magics.backends.kube.config import KubeSettings
+from gpu_offload.magics.dashboard.sources import KernelFeeds
+from gpu_offload.magics.dashboard.tracking import tracker
+from gpu_offload.magics.dashboard.widget import Panel, PanelActions
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
+
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
+origin = origin_fixture(
+    SHARED / "liqo-crds",
+    donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")),
+)
+__all__ = ["core", "namespace", "origin"]
+
+
+@pytest.fixture()
+def shell(origin: Any, namespace: str) -> Iterator[Any]:
+    """A real IPython shell whose magic runs cells on the sandbox's donors."""
+    from gpu_offload.magics.magic import GpuOffloadMagics
+    from IPython.core.interactiveshell import InteractiveShell
+
+    api = origin.sandbox.api_client()
+    backend = KubernetesBackend(KubeSettings(namespace=namespace, user="alice@example.org",
+                                             kernel=f"k-{uuid.uuid4().hex[:8]}", watch_seconds=5), api)
+    ipython = InteractiveShell.instance()
+    ipython.reset()
+    magics = GpuOffloadMagics(ipython, backends={"kubernetes": backend})
+    magics.backend = "kubernetes"
+    ipython.register_magics(magics)
+    yield ipython, magics
+    magics.close()
+    api.close()
+
+
+def _html(box: Any) -> str:
+    return " ".join(getattr(w, "value", "") or _html(w) for w in getattr(box, "children", ()))
+
+
+def test_donors_are_rows_and_choosing_one_sends_the_next_cell_there(shell: Any, namespace: str) -> None:
+    ipython, magics = shell
+    feeds = KernelFeeds(magics, {**os.environ, "GPU_OFFLOAD_NAMESPACE": namespace}, tracker())
+    panel = Panel(feeds.clusters, feeds.runs, PanelActions(feeds.choose, feeds.chosen, feeds.cancel),
+                  wait_change=feeds.wait_change, interval=0.5, on_close=feeds.close)
+    try:
+        wait_until(lambda: "donor-2" in _html(panel.cluster_box), "the donors listed", timeout=60)
+        rows = {row.key: row for row in feeds.clusters()[0]}
+        assert rows["local"].backend == "local"
+        donor = next(r for r in rows.values() if r.name.startswith("donor-2") or r.key.startswith("donor-2"))
+        assert (donor.model, donor.free, donor.total, donor.price, donor.health) == ("L4", 8, 8, 0.8, "healthy")
+        assert "No cluster is configured" not in panel.notes.value
+
+        panel.click_choose(donor.key)
+        assert (magics.backend, magics.default_cluster) == ("kubernetes", donor.key)
+        ipython.run_cell_magic("gpu_offload", "", "print('on the chosen donor')\nanswer = 42")
+        assert ipython.user_ns["answer"] == 42
+        run = next(r for r in tracker().records() if "on the chosen donor" in r.tail)
+        assert (run.cluster, run.backend, run.state) == (donor.key, "kubernetes", "done")
+        wait_until(lambda: run.run_id[:12] in _html(panel.run_box) and "done" in _html(panel.run_box),
+                   "the run shown done", timeout=30)
+    finally:
+        panel.close()
+    assert not panel.thread.is_alive()
