@@ -128,8 +128,8 @@ class RunBook:
 
     def write(self, record: RunRecord) -> None:
         """Store ``record``; readers never see half a file (write to a temporary name, then rename)."""
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         final = self._path(record.run_id, ".json")
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         temp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
         temp.write_text(json.dumps(record_to_json(record)))
         os.replace(temp, final)
@@ -156,8 +156,9 @@ class RunBook:
 
     def request_cancel(self, run_id: str) -> None:
         """Ask the kernel that owns ``run_id`` to interrupt it (it polls while it follows the run)."""
+        path = self._path(run_id, ".cancel")
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._path(run_id, ".cancel").touch()
+        path.touch()
 
     def cancel_requested(self, run_id: str) -> bool:
         """Whether someone asked to cancel ``run_id``."""

@@ -1,0 +1,123 @@
+"""Run records at the engine's event boundary: synthetic runner frames (encoded and decoded by the real frame
+code) reach the engine unchanged and the panel's plot, output and state; the state directory shares records
+between kernels and names what it cannot read."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gpu_offload.magics.backends.base import Job, Placement, RunEvent
+from gpu_offload.magics.dashboard.clusters import local_row
+from gpu_offload.magics.dashboard.records import RunBook
+from gpu_offload.magics.dashboard.runs import list_runs
+from gpu_offload.magics.dashboard.tracking import Tracker, TrackedRun
+from gpu_offload.magics.dashboard.widget import Panel, PanelActions
+from gpu_offload.magics.engine import FollowSettings, follow
+from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder, Metrics
+from gpu_offload.magics.sinks import RecordingSink
+
+GIB = 2**30
+
+
+class DecodedRun:
+    """A run whose events are runner frames decoded by the engine's own decoder (no process needed)."""
+
+    def __init__(self, lines: bytes, nonce: str) -> None:
+        self.events: list[RunEvent] = list(FrameDecoder(nonce).feed(lines))
+        self.interrupted = False
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        return self.events.pop(0) if self.events else None
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+
+    def kill(self) -> None:
+        pass
+
+    def release(self, grace: float) -> int | None:
+        return 0
+
+
+def _frames(nonce: str) -> bytes:
+    out: list[bytes] = []
+    enc = FrameEncoder(nonce, out.append)
+    enc.emit("status", state="pod pending on donor-2: Scheduled")
+    enc.emit("hello", python="3.11.7", pid=7, gpus=["L4", "L4"])
+    for util, used in ((20.0, 2), (50.0, 6), (80.0, 10)):
+        gpus = [{"index": i, "name": "L4", "util": util, "mem_used": used * GIB, "mem_total": 24 * GIB,
+                 "temp": 60, "power": 70} for i in range(2)]
+        enc.emit("metrics", gpu=gpus)
+    enc.emit("stream", name="stdout", text="epoch 1\nepoch 2\nloss 0.1")
+    enc.emit("done", status="ok", elapsed=1.0)
+    return b"".join(out)
+
+
+def test_metrics_frames_reach_the_engine_and_the_panel_plot(tmp_path: Path) -> None:
+    nonce = secrets.token_hex(16)
+    runs = Tracker(RunBook(tmp_path), kernel="kernel-a")
+    job = Job("run-metrics", nonce, b"")
+    record = runs.new(job, "kubernetes", Placement(gpus=2, cluster="donor-2"), None)
+    sink = RecordingSink()
+    outcome = follow(TrackedRun(DecodedRun(_frames(nonce), nonce), record, runs), sink, FollowSettings())
+    assert outcome.status == "ok"
+    assert [c for c, _ in sink.calls].count("metrics") == 3  # the engine got every event unchanged
+    metrics = [args[0] for call, args in sink.calls if call == "metrics"]
+    assert isinstance(metrics[-1], Metrics) and metrics[-1].gpu[0].util == 80.0
+
+    (shown,) = runs.records()
+    assert (shown.state, shown.cluster, shown.gpus) == ("done", "donor-2", 2)
+    assert shown.util == (20.0, 50.0, 80.0)
+    assert shown.mem == pytest.approx((2 / 24, 6 / 24, 10 / 24))
+
+    panel = Panel(lambda: ([local_row([])], []), lambda: list_runs(runs.records(), runs.book),
+                  PanelActions(lambda row: None, lambda: "local", lambda rec: ""), interval=60)
+    try:
+        row = panel._run_rows["run-metrics"]
+        assert "<svg" in row.plot.value and "GPU 80% busy, memory 42% used" in row.plot.value
+        assert row.plot.value.count("<polyline") == 2
+        assert "loss 0.1" in row.output.value and "epoch 2" in row.output.value
+        assert ">done<" in row.summary.value and "donor-2" in row.summary.value
+        assert row.cancel.disabled
+    finally:
+        panel.close()
+    assert not panel.thread.is_alive()
+
+
+def test_another_kernel_sees_the_record_and_a_dead_kernels_run_is_failed(tmp_path: Path) -> None:
+    book = RunBook(tmp_path)
+    mine = Tracker(book, kernel="kernel-a")
+    mine.new(Job("run-live", "0" * 32, b""), "local", Placement(gpus=0), None)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    theirs = Tracker(book, kernel="kernel-b")
+    theirs.pid = int(gone.stdout)  # a kernel that has exited
+    theirs.new(Job("run-orphan", "0" * 32, b""), "local", Placement(gpus=0), None)
+
+    listed = {r.run_id: r for r in list_runs([], RunBook(tmp_path)).runs}
+    assert listed["run-live"].state == "queued" and listed["run-live"].kernel == "kernel-a"
+    assert listed["run-orphan"].state == "failed"
+    assert f"pid {theirs.pid}" in listed["run-orphan"].detail
+
+
+def test_an_unreadable_record_is_named_and_the_others_still_listed(tmp_path: Path) -> None:
+    book = RunBook(tmp_path)
+    Tracker(book, kernel="k").new(Job("run-ok", "0" * 32, b""), "local", Placement(gpus=0), None)
+    (tmp_path / "run-bad.json").write_text("{not json")
+    (tmp_path / "run-odd.json").write_text(json.dumps({"run_id": "run-odd", "state": "sleeping"}))
+    listing = list_runs([], book)
+    assert [r.run_id for r in listing.runs] == ["run-ok"]
+    assert any("run-bad.json" in p for p in listing.problems)
+    assert any("run-odd.json" in p and "RunRecord" in p for p in listing.problems)
+
+
+def test_a_run_id_that_is_not_a_plain_name_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    book = RunBook(tmp_path / "runs")
+    with pytest.raises(ValueError, match=r"run id '../escape' is not a plain name"):
+        book.request_cancel("../escape")
+    assert not (tmp_path / "escape.cancel").exists()
+    assert not (tmp_path / "runs").exists()
