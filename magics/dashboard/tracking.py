@@ -228,6 +228,18 @@ class TrackedRun:
         return getattr(self.inner, name)
 
 
+def _placed_cluster(run: object) -> str | None:
+    """The cluster placement chose for a kubernetes run (its pod context), else ``None``."""
+    # --cluster auto is resolved inside the backend; its run keeps the answer on the pod it launched
+    for path in (("current", "ctx", "cluster"), ("session", "launched", "ctx", "cluster")):
+        value: object = run
+        for name in path:
+            value = getattr(value, name, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
 class TrackedBackend:
     """A backend whose runs are recorded by ``tracker``; everything else is the backend's own."""
 
@@ -250,7 +262,8 @@ class TrackedBackend:
             self.tracker.put(replace(record, state="failed", detail=str(exc) or type(exc).__name__, ended=time.time()))
             raise
         detail = "waiting for a free runner" if session is None else f"in session {session}"
-        return TrackedRun(run, replace(record, state="scheduling", detail=detail), self.tracker)
+        cluster = _placed_cluster(run) or record.cluster
+        return TrackedRun(run, replace(record, state="scheduling", detail=detail, cluster=cluster), self.tracker)
 
     def sessions(self) -> list[SessionInfo]:
         """The backend's sessions."""

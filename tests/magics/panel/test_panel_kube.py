@@ -71,6 +71,11 @@ def test_donors_are_rows_and_choosing_one_sends_the_next_cell_there(shell: Any, 
         assert (run.cluster, run.backend, run.state) == (donor.key, "kubernetes", "done")
         wait_until(lambda: run.run_id[:12] in _html(panel.run_box) and "done" in _html(panel.run_box),
                    "the run shown done", timeout=30)
+
+        # with --cluster auto the row names the cluster placement chose, not "auto"
+        ipython.run_cell_magic("gpu_offload", "--cluster auto --gpu-model A100", "print('placed by the backend')")
+        placed = next(r for r in tracker().records() if "placed by the backend" in r.tail)
+        assert placed.cluster == next(k for k, r in rows.items() if r.model == "A100")
     finally:
         panel.close()
     assert not panel.thread.is_alive()
