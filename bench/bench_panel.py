@@ -1,0 +1,119 @@
+"""What the notebook panel costs: per event on the engine's path, and per refresh of the panel.
+
+- per event: following a run's events through the tracked run (records kept, state files written
+  throttled) against the backend's own run, with the frames decoded by the real decoder;
+- per refresh: reading the state directory (N run records of other kernels) and listing the runs;
+  a full ``Panel.refresh`` with N rows (widget state updated in place, no frontend attached).
+
+Prints a Markdown table with the machine and the date. Run: ``.venv/bin/python bench/bench_panel.py``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import secrets
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpu_offload.magics.backends.base import Job, Placement, RunEvent
+from gpu_offload.magics.dashboard.clusters import local_row
+from gpu_offload.magics.dashboard.records import RunBook
+from gpu_offload.magics.dashboard.runs import list_runs
+from gpu_offload.magics.dashboard.tracking import Tracker, TrackedRun
+from gpu_offload.magics.dashboard.widget import Panel, PanelActions
+from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder
+
+EVENTS = 20_000
+
+
+class Replay:
+    """A run replaying decoded events (the backend's side is not what is measured)."""
+
+    def __init__(self, events: list[RunEvent]) -> None:
+        self.events, self.at = events, 0
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        if self.at >= len(self.events):
+            return None
+        self.at += 1
+        return self.events[self.at - 1]
+
+    def interrupt(self) -> None: ...
+    def kill(self) -> None: ...
+    def release(self, grace: float) -> int | None:
+        return 0
+
+
+def decoded(nonce: str) -> list[RunEvent]:
+    out: list[bytes] = []
+    enc = FrameEncoder(nonce, out.append)
+    for i in range(EVENTS):
+        if i % 10 == 0:
+            gpu = [{"index": 0, "name": "L4", "util": i % 100, "mem_used": i, "mem_total": 10**9}]
+            enc.emit("metrics", gpu=gpu)
+        else:
+            enc.emit("stream", name="stdout", text=f"line {i}\n")
+    return list(FrameDecoder(nonce).feed(b"".join(out)))
+
+
+def per_event(tmp: Path) -> tuple[float, float]:
+    nonce = secrets.token_hex(16)
+    events = decoded(nonce)
+    raw = Replay(events)
+    start = time.perf_counter()
+    while raw.next_event(0) is not None:
+        pass
+    bare = (time.perf_counter() - start) / len(events)
+    runs = Tracker(RunBook(tmp / "events"), kernel="bench")
+    record = runs.new(Job("bench-run", nonce, b""), "local", Placement(), None)
+    tracked = TrackedRun(Replay(events), record, runs)
+    start = time.perf_counter()
+    while tracked.next_event(0) is not None:
+        pass
+    return bare, (time.perf_counter() - start) / len(events)
+
+
+def fill(book: RunBook, count: int) -> None:
+    other = Tracker(book, kernel="other-kernel")
+    for i in range(count):
+        other.new(Job(f"run-{i:05d}", "0" * 32, b""), "local", Placement(), None)
+
+
+def timed(func: Callable[[], object], repeat: int = 20) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    print(f"machine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}; date {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC\n")
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        bare, tracked = per_event(tmp)
+        print("| measure | value |\n|---|---|")
+        print(f"| per event, backend's run (replay) | {bare * 1e6:.2f} µs |")
+        print(f"| per event, tracked run (record + throttled state file) | {tracked * 1e6:.2f} µs |")
+        for count in (10, 50, 200):
+            book = RunBook(tmp / f"book-{count}")
+            fill(book, count)
+            listing = timed(lambda book=book: list_runs([], book))  # type: ignore[misc]
+            panel = Panel(lambda: ([local_row([])], []), lambda book=book: list_runs([], book),  # type: ignore[misc]
+                          PanelActions(lambda row: None, lambda: "local", lambda rec: ""), interval=3600,
+                          max_runs=count)
+            refresh = timed(panel.refresh)
+            panel.close()
+            print(f"| list runs, {count} records in the state dir | {listing * 1e3:.1f} ms |")
+            print(f"| Panel.refresh, {count} rows | {refresh * 1e3:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()
