@@ -24,7 +24,7 @@ from gpu_offload.magics.backends.base import Job, Placement, RunEvent
 from gpu_offload.magics.dashboard.clusters import local_row
 from gpu_offload.magics.dashboard.records import RunBook
 from gpu_offload.magics.dashboard.runs import list_runs
-from gpu_offload.magics.dashboard.tracking import Tracker, TrackedRun
+from gpu_offload.magics.dashboard.tracking import TrackedRun, Tracker
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
 from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder
 
