@@ -45,7 +45,12 @@ class KernelFeeds:
         self.pods: RunnerPods | None = None
         self.user: str | None = None
         self._cache: InventoryCache | None = None
-        self._connect()
+        self._problem = ""
+        try:
+            self._connect()
+        except Exception as exc:  # noqa: BLE001 - the panel still shows the local row and this kernel's runs
+            self._problem = (f"The cluster could not be reached from this kernel: {exc}. Check KUBECONFIG and "
+                             f"{kube_config.NAMESPACE}, then open the panel again.")
 
     def _connect(self) -> None:
         # the magic's kubernetes backend (if it made one) already holds a synced cache: reuse it
@@ -72,7 +77,7 @@ class KernelFeeds:
         rows = [local_row(self._gpu_names)]
         if self.source == "none":
             return rows, [NO_CLUSTER]
-        notes: list[str] = []
+        notes: list[str] = [self._problem] if self._problem else []
         try:
             if self.source == "hub":
                 rows += hub_rows(read_hub_inventory(self.env))

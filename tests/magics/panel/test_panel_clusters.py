@@ -4,6 +4,8 @@ user-scoped JSON (as the hub's own view function writes it)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 from gpu_offload.hub_extension.views import user_inventory
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
@@ -39,3 +41,20 @@ def test_rows_from_the_hub_services_json_match_what_the_hub_sends() -> None:
 def test_the_local_row_says_cpu_only_without_gpus() -> None:
     assert local_row([]).model == "CPU only" and "no GPU" in local_row([]).note
     assert (local_row(["A10", "A10"]).model, local_row(["A10", "A10"]).total) == ("A10", 2)
+
+
+def test_an_unreachable_cluster_is_a_note_and_the_local_row_stays(tmp_path: Path, monkeypatch: Any) -> None:
+    from gpu_offload.magics.dashboard.records import RunBook
+    from gpu_offload.magics.dashboard.sources import KernelFeeds
+    from gpu_offload.magics.dashboard.tracking import Tracker
+
+    class Magic:
+        backend, default_cluster = "auto", "auto"
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))  # the client reads the real env
+    env = {"GPU_OFFLOAD_NAMESPACE": "alice"}
+    feeds = KernelFeeds(Magic(), env, Tracker(RunBook(tmp_path / "runs"), kernel="k"))
+    rows, notes = feeds.clusters()
+    assert [r.key for r in rows] == ["local"]
+    assert any("could not be reached" in n and "KUBECONFIG" in n for n in notes), notes
+    assert feeds.runs().runs == ()
