@@ -99,3 +99,13 @@ def test_closing_the_panel_stops_its_thread_and_removes_its_widgets(kernels: Any
     assert "gpu-offload-panel" not in names
     panel_kernel.wait_for(lambda: before <= panel_kernel.closed,
                           f"every widget of the panel closed: {[panel_kernel.models[k] for k in before - panel_kernel.closed]}")
+
+
+def test_the_panel_function_shows_a_panel_and_close_stops_it(kernels: Any) -> None:
+    panel_kernel, _ = kernels
+    reply, text = panel_kernel.run("from gpu_offload.magics import panel\np2 = panel(interval=0.5)")
+    assert reply["status"] == "ok", (reply, text)
+    assert panel_kernel.value("p2.thread.is_alive()") is True
+    reply, text = panel_kernel.run("p2.close()")
+    assert reply["status"] == "ok", (reply, text)
+    assert panel_kernel.value("[p2.thread.is_alive(), p2.closed]") == [False, True]
