@@ -34,7 +34,6 @@ from gpu_offload.magics.backends.kube.config import KubeSettings
 from gpu_offload.magics.bundle import build_job
 from gpu_offload.magics.engine import FollowSettings, follow
 from gpu_offload.magics.sinks import RecordingSink
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.http_faults import FaultRule
 from gpu_offload.sandbox.origin import running_origin
 
