@@ -79,3 +79,18 @@ def test_donors_are_rows_and_choosing_one_sends_the_next_cell_there(shell: Any, 
     finally:
         panel.close()
     assert not panel.thread.is_alive()
+
+
+def test_a_runner_pod_without_a_live_kernel_is_listed_and_cancel_deletes_it(shell: Any, namespace: str) -> None:
+    ipython, magics = shell
+    ipython.run_cell_magic("gpu_offload", "--session warm", "kept = 1")
+    feeds = KernelFeeds(magics, {**os.environ, "GPU_OFFLOAD_NAMESPACE": namespace}, tracker())
+    from_pods = feeds.pods.runs("alice@example.org") if feeds.pods is not None else []
+    (pod_run,) = [r for r in from_pods if r.state == "running"]
+    assert pod_run.backend == "kubernetes" and pod_run.gpus == 1 and pod_run.pid == 0
+    assert pod_run.cluster.startswith("donor-") and pod_run.kernel == magics._backends["kubernetes"].settings.kernel
+
+    said = feeds.cancel(pod_run)  # a record from the pod alone: no kernel to ask, so its pod goes
+    assert "deleted" in said, said
+    wait_until(lambda: not [r for r in feeds.pods.runs("alice@example.org") if r.run_id == pod_run.run_id],
+               "the orphaned runner pod deleted", timeout=60)
