@@ -28,8 +28,10 @@ RUN_ID = r"(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62})"
 class RunsContext:
     """Where the runs come from: the state directory and, when configured, the user's runner pods."""
 
-    def __init__(self, book: RunBook, pods: RunnerPods | None, user: str | None) -> None:
+    def __init__(self, book: RunBook, pods: RunnerPods | None, user: str | None, problem: str = "") -> None:
         self.book, self.pods, self.user = book, pods, user
+        self.problem = problem
+        """Why the cluster's pods are not listed (shown with every answer), empty when they are."""
 
     @classmethod
     def from_environment(cls) -> RunsContext:
@@ -39,8 +41,12 @@ class RunsContext:
             return cls(RunBook(), None, None)
         from ..liqo_peering.client import api_client_from_environment
 
-        settings = kube_config.from_environment(env)
-        return cls(RunBook(), RunnerPods(api_client_from_environment(), settings.namespace), settings.user)
+        try:
+            settings = kube_config.from_environment(env)
+            return cls(RunBook(), RunnerPods(api_client_from_environment(), settings.namespace), settings.user)
+        except Exception as exc:  # noqa: BLE001 - the state directory still answers; the reason is shown
+            return cls(RunBook(), None, None, f"runner pods are not listed: the cluster is unreachable ({exc}); "
+                                              "check KUBECONFIG and GPU_OFFLOAD_NAMESPACE and restart the server")
 
 
 class _Base(APIHandler):
@@ -56,8 +62,8 @@ class RunsHandler(_Base):
     def get(self) -> None:
         ctx = self.runs_context
         listing = list_runs((), ctx.book, ctx.pods, ctx.user)
-        self.finish(json.dumps({"runs": [record_to_json(r) for r in listing.runs],
-                                "problems": list(listing.problems)}))
+        problems = [*([ctx.problem] if ctx.problem else []), *listing.problems]
+        self.finish(json.dumps({"runs": [record_to_json(r) for r in listing.runs], "problems": problems}))
 
 
 class CancelHandler(_Base):

@@ -1,0 +1,19 @@
+"""The runs extension's sources: with a namespace but no reachable cluster, the state directory still
+answers and the reason the pods are missing is given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpu_offload.magics.runs_api import RunsContext
+
+
+def test_an_unreachable_cluster_leaves_the_state_dir_and_names_the_cause(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("GPU_OFFLOAD_NAMESPACE", "alice")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    monkeypatch.setenv("GPU_OFFLOAD_STATE_DIR", str(tmp_path / "runs"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    ctx = RunsContext.from_environment()
+    assert ctx.pods is None and ctx.book.root == tmp_path / "runs"
+    assert "runner pods are not listed" in ctx.problem and "KUBECONFIG" in ctx.problem
