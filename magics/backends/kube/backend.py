@@ -218,12 +218,14 @@ class KubernetesBackend:
     def _session(self, name: str, placement: Placement) -> KubeSession:
         with self._lock:
             current = self._sessions.get(name)
+            replaces = ""
             if current is not None and not current.alive:
+                replaces = current.launched.name
                 current.close(grace=0)
                 del self._sessions[name]
                 current = None
             if current is None:
-                current = self._sessions[name] = KubeSession(name, self, placement)
+                current = self._sessions[name] = KubeSession(name, self, placement, replaces)
             elif current.placement != placement:
                 raise OffloadUsageError(
                     f"Session `{name}` was started with --gpus {current.placement.gpus} on "

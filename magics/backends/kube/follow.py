@@ -79,6 +79,11 @@ class PodFollower:
             with contextlib.suppress(Exception):  # already closed
                 response.shutdown()  # unblocks a read waiting for the next log line
 
+    @property
+    def ended(self) -> bool:
+        """The pod ended (or following it failed): the follower has nothing more to give."""
+        return not self._thread.is_alive()
+
     def join(self, timeout: float) -> None:
         """Wait for the thread to end."""
         self._thread.join(timeout)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...runner.__main__ import NONCE_ENV
-from ...runner.frames import Done, Hello, Outputs
+from ...runner.frames import Done, Hello, Outputs, RunnerWarning
 from ..base import Placement, RunEvent, RunnerExit, SessionInfo
 from .explain import FAILED
 from .follow import PodEnded
@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 class KubeSession:
     """One warm runner pod and the attach connection to its stdin."""
 
-    def __init__(self, name: str, backend: KubernetesBackend, placement: Placement) -> None:
+    def __init__(self, name: str, backend: KubernetesBackend, placement: Placement, replaces: str = "") -> None:
         self.name = name
+        self.replaces = replaces
+        """The pod of a session of this name that ended while idle: the first cell says its state is gone."""
         self.backend = backend
         self.placement = placement
         self.nonce = secrets.token_hex(16)
@@ -47,8 +49,8 @@ class KubeSession:
 
     @property
     def alive(self) -> bool:
-        """Whether the pod may still take cells."""
-        return not self.dead
+        """Whether the pod may still take cells (it may have ended while idle: lost node, eviction, cleanup)."""
+        return not self.dead and not self.launched.follower.ended
 
     def info(self) -> SessionInfo:
         """The line ``%gpu_offload sessions`` shows."""
@@ -67,7 +69,12 @@ class KubeSession:
         self.busy = True
         self.runs += 1
         command = {"op": "run", "bundle_b64": base64.b64encode(bundle).decode("ascii")}
-        return SessionRun(self, command, cleanup, fetch)
+        run = SessionRun(self, command, cleanup, fetch)
+        if self.replaces:
+            run.warn(f"session {self.name}: its pod {self.replaces} ended while idle, so this cell starts a new "
+                     "session pod and the variables of the old one are gone; run the cells that define them again")
+            self.replaces = ""
+        return run
 
     def send(self, command: dict[str, Any]) -> bool:
         """Write one command to the runner's stdin (attaching first if needed); False if that failed."""
@@ -105,6 +112,10 @@ class SessionRun:
         self._command: dict[str, Any] | None = command
         self._pending: deque[RunEvent] = deque()
         self._since = time.monotonic()
+
+    def warn(self, text: str) -> None:
+        """Show ``text`` as a warning before the cell's own events."""
+        self._pending.append(RunnerWarning(-1, text))
 
     def progress(self) -> str:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""

@@ -37,3 +37,17 @@ def test_a_session_pod_keeps_state_survives_an_interrupt_and_goes_on_close(kube:
     assert (info.name, info.runs, info.busy) == ("train", 3, False) and "donor-2" in info.where
     assert kube.close_session("train", grace=1)
     wait_until(lambda: not leftovers(core, namespace), "the session pod and its Secret deleted")
+
+
+def test_a_session_pod_lost_while_idle_is_replaced_and_the_user_told(kube: KubernetesBackend, core: Any,
+                                                                     namespace: str) -> None:
+    outcome, _, _ = run_cell(kube, "kept = 1", {}, session="fragile")
+    assert outcome.status == "ok", outcome.error
+    [old] = core.list_namespaced_pod(namespace).items
+    core.delete_namespaced_pod(old.metadata.name, namespace, grace_period_seconds=0)  # e.g. an admin, a drain
+    wait_until(lambda: not kube.sessions(), "the session seen as ended")
+    outcome, sink, _ = run_cell(kube, "print(kept)", {}, session="fragile")
+    assert any(f"its pod {old.metadata.name} ended while idle" in n for n in sink.notices), sink.notices
+    assert outcome.error is not None and "kept" in str(outcome.error)  # a fresh namespace: NameError
+    assert kube.close_session("fragile", grace=1)
+    wait_until(lambda: not leftovers(core, namespace), "the new session pod deleted")
