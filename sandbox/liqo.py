@@ -53,6 +53,8 @@ class Donor:
     cpu: str = "32"
     memory: str = "128Gi"
     pods: str = "110"
+    ephemeral_storage: str = "200Gi"
+    """Liqo slices carry it too; Metaflow's `@kubernetes` asks for 10240M of it by default."""
 
     @property
     def tenant_namespace(self) -> str:
@@ -64,7 +66,8 @@ class Donor:
 
     def granted(self) -> dict[str, str]:
         """The resources the donor granted in its ResourceSlice."""
-        return {"cpu": self.cpu, "memory": self.memory, "pods": self.pods, GPU_RESOURCE: str(self.gpus)}
+        return {"cpu": self.cpu, "memory": self.memory, "pods": self.pods,
+                "ephemeral-storage": self.ephemeral_storage, GPU_RESOURCE: str(self.gpus)}
 
 
 def donors(count: int, gpus: int = 4, gpu_model: str = "A100",
@@ -202,7 +205,7 @@ def virtual_node_node(donor: Donor, index: int) -> dict[str, Any]:
 
 def local_nodes() -> list[dict[str, Any]]:
     """The origin's own GPU-less nodes; KubeSpawner's user pods land on ``origin-user``."""
-    capacity = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    capacity = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
     return [
         node(CORE_NODE, "127.0.1.1", capacity, {"hub.jupyter.org/node-purpose": "core"}),
         node(USER_NODE, "127.0.1.2", capacity, {"hub.jupyter.org/node-purpose": "user"}),

@@ -213,12 +213,4 @@ def cluster(origin: Any) -> dict[str, str]:
             "offloading.liqo.io", "v1beta1", OFFLOADED, "namespaceoffloadings",
             namespace_offloading(OFFLOADED, [d.cluster_id for d in DONORS]),
         )
-        # Metaflow requests ephemeral-storage (its `disk`, 10240M by default) and the sandbox's virtual
-        # nodes report none; a real Liqo virtual node reports the donor's. Give them some, as a donor would.
-        for node in core.list_node(label_selector="liqo.io/type=virtual-node").items:
-            status = {
-                field: {**getattr(node.status, field), "ephemeral-storage": "100Gi"}
-                for field in ("capacity", "allocatable")
-            }
-            core.patch_node_status(node.metadata.name, {"status": status})
     return {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": OFFLOADED}
