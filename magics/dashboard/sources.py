@@ -143,7 +143,7 @@ def open_panel(shell: Any = None, interval: float = 2.0) -> Panel:
         raise OffloadUsageError("The gpu_offload panel shows in a notebook: call panel() in a Jupyter kernel.")
     feeds = KernelFeeds(_magic(shell), os.environ)
     panel = Panel(feeds.clusters, feeds.runs, PanelActions(feeds.choose, feeds.chosen, feeds.cancel),
-                  wait_change=feeds.wait_change, interval=interval, on_close=feeds.close)
+                  wait_change=feeds.wait_change, interval=interval, on_close=feeds.close, wake=feeds.tracker.wake)
     from IPython.display import display
 
     display(panel.widget)

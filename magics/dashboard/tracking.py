@@ -127,6 +127,12 @@ class Tracker:
             self._changed.wait_for(lambda: self.version != seen, timeout)
             return self.version
 
+    def wake(self) -> None:
+        """Wake every :meth:`wait_change` (a panel that is closing should not wait out its interval)."""
+        with self._changed:
+            self.version += 1
+            self._changed.notify_all()
+
     def records(self) -> list[RunRecord]:
         """This kernel's records, as they are now (fresher than the throttled files)."""
         return list(self._records.values())

@@ -122,8 +122,9 @@ class Panel:
     def __init__(self, clusters: ClusterFeed, runs: RunFeed, actions: PanelActions,
                  wait_change: Callable[[float], None] | None = None,
                  interval: float = 2.0, throttle: float = 0.5, max_runs: int = 20,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, wake: Callable[[], None] | None = None) -> None:
         self._on_close = on_close
+        self._wake = wake
         self._stop = threading.Event()
         self._clusters_feed, self._runs_feed, self.actions = clusters, runs, actions
         self._wait_change: Callable[[float], object] = wait_change or self._stop.wait
@@ -236,6 +237,8 @@ class Panel:
     def close(self, timeout: float = 5.0) -> None:
         """Stop the updates, wait for the thread, and remove the widgets."""
         self._stop.set()
+        if self._wake is not None:
+            self._wake()
         if self.thread is not threading.current_thread():
             self.thread.join(timeout)
         if self._on_close is not None:

@@ -121,3 +121,18 @@ def test_a_run_id_that_is_not_a_plain_name_is_refused_and_nothing_is_written(tmp
         book.request_cancel("../escape")
     assert not (tmp_path / "escape.cancel").exists()
     assert not (tmp_path / "runs").exists()
+
+
+def test_close_wakes_the_thread_even_during_a_long_interval(tmp_path: Path) -> None:
+    runs = Tracker(RunBook(tmp_path), kernel="k")
+    seen = [runs.version]
+
+    def wait_change(timeout: float) -> None:
+        seen[0] = runs.wait_change(seen[0], timeout)
+
+    panel = Panel(lambda: ([local_row([])], []), lambda: list_runs(runs.records(), runs.book),
+                  PanelActions(lambda row: None, lambda: "local", lambda rec: ""),
+                  wait_change=wait_change, interval=3600, wake=runs.wake)
+    assert panel.thread.is_alive()
+    panel.close(timeout=60)  # without the wake the thread would sleep out its hour
+    assert not panel.thread.is_alive()
