@@ -110,7 +110,10 @@ CASES = [
     (ALICE_SERVER, Request("get", "", "pods/log", "jhub-alice", "run-1"), True),
     (ALICE_SERVER, Request("delete", "", "pods", "jhub-alice", "run-1"), True),
     (ALICE_SERVER, Request("create", "", "secrets", "jhub-alice"), True),
-    (ALICE_SERVER, Request("list", "", "secrets", "jhub-alice"), False),
+    (ALICE_SERVER, Request("list", "", "secrets", "jhub-alice"), True),  # cleanup of a crashed kernel's
+    (ALICE_SERVER, Request("create", "", "pods/attach", "jhub-alice", "session-1"), True),  # warm sessions
+    (ALICE_SERVER, Request("get", LIQO_OFFLOADING, "namespaceoffloadings", "jhub-alice", "offloading"), True),
+    (ALICE_SERVER, Request("list", "", "secrets", "jhub-bob"), False),
     (ALICE_SERVER, Request("create", "", "pods", "jhub-bob"), False),
     (ALICE_SERVER, Request("get", "", "secrets", "jhub-bob", "run-1"), False),
     (ALICE_SERVER, Request("create", "apps", "deployments", "jhub-alice"), False),
