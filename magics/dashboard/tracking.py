@@ -35,30 +35,37 @@ def gpu_point(metrics: Metrics) -> tuple[float, float] | None:
     return (sum(utils) / len(utils) if utils else 0.0, used / total if total else 0.0)
 
 
+def _with(record: RunRecord, **changes: Any) -> RunRecord:
+    """``dataclasses.replace`` without its per-call field introspection: this runs once per runner event."""
+    new = object.__new__(RunRecord)
+    new.__dict__.update(record.__dict__, **changes)
+    return new
+
+
 def observe(record: RunRecord, event: RunEvent) -> RunRecord:
     """The record after ``event`` (pure; the engine sees the event unchanged)."""
     if isinstance(event, Status):
         state = record.state if record.state == "running" else "scheduling"
-        return replace(record, state=state, detail=event.state)
+        return _with(record, state=state, detail=event.state)
     if isinstance(event, Hello):
-        return replace(record, state="running", detail=f"runner on Python {event.python}")
+        return _with(record, state="running", detail=f"runner on Python {event.python}")
     if isinstance(event, Stream):
-        return replace(record, state="running", tail=add_output(record.tail, event.text))
+        return _with(record, state="running", tail=add_output(record.tail, event.text))
     if isinstance(event, Metrics):
         point = gpu_point(event)
         if point is None:
-            return replace(record, detail=event.note or record.detail)
-        return replace(record, util=(*record.util, point[0])[-MAX_SAMPLES:],
+            return _with(record, detail=event.note or record.detail)
+        return _with(record, util=(*record.util, point[0])[-MAX_SAMPLES:],
                        mem=(*record.mem, point[1])[-MAX_SAMPLES:])
     if isinstance(event, Done):
         state = "done" if event.status == "ok" else "failed"
         detail = "" if state == "done" else event.status
-        return replace(record, state=state, detail=record.detail if record.detail == "cancelled" else detail,
+        return _with(record, state=state, detail=record.detail if record.detail == "cancelled" else detail,
                        ended=time.time())
     if isinstance(event, RunnerExit) and not record.finished:
         why = f"the runner exited with code {event.code}" + (f": {event.detail}" if event.detail else "")
         why = "cancelled" if record.detail == "cancelled" else why
-        return replace(record, state="failed", detail=why, ended=time.time())
+        return _with(record, state="failed", detail=why, ended=time.time())
     return record
 
 
@@ -205,7 +212,7 @@ class TrackedRun:
         event = self.inner.next_event(timeout)
         if event is not None:
             updated = observe(self.record, event)
-            if updated != self.record:
+            if updated is not self.record:
                 self._update(updated)
         self._tracker.tick(self.record.run_id)
         return event
