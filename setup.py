@@ -34,4 +34,12 @@ setup(
     package_dir=ROOTS,
     packages=packages,
     package_data={"": ["*.json", "*.yaml", "*.ipynb", "*.html", "*.js", "*.css", "py.typed"]},
+    # Enables the runs REST API (the panel's view of runs across kernels) in every Jupyter server of the
+    # environment, as jupyter-server extensions conventionally do.
+    data_files=[
+        (
+            "etc/jupyter/jupyter_server_config.d",
+            ["jupyter-config/jupyter_server_config.d/gpu_offload.json"],
+        )
+    ],
 )

@@ -28,6 +28,8 @@ MAX_TAIL = 2000
 MAX_SAMPLES = 60
 KEEP_FINISHED = 50
 """Finished records kept per state directory (the oldest beyond this are pruned)."""
+PRUNE_SLACK = 25
+"""Records allowed beyond :data:`KEEP_FINISHED` before a prune parses the directory."""
 
 
 @dataclass(frozen=True)
@@ -169,8 +171,19 @@ class RunBook:
         with contextlib.suppress(FileNotFoundError):
             self._path(run_id, ".cancel").unlink()
 
-    def prune(self, keep: int = KEEP_FINISHED) -> None:
-        """Delete the oldest finished records beyond ``keep``."""
+    def prune(self, keep: int = KEEP_FINISHED, slack: int = PRUNE_SLACK) -> None:
+        """Delete the oldest finished records beyond ``keep`` once more than ``keep + slack`` files exist.
+
+        Runs after every finished run, so it must cost next to nothing: counting directory entries is
+        cheap, parsing every record is not (about 10 ms for 50 of them), so that happens once per
+        ``slack`` runs.
+        """
+        try:
+            count = sum(1 for entry in os.scandir(self.root) if entry.name.endswith(".json"))
+        except FileNotFoundError:
+            return
+        if count <= keep + slack:
+            return
         records, _ = self.read_all()
         done = [r for r in records if r.finished]
         for record in done[keep:]:

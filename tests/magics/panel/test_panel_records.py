@@ -8,14 +8,16 @@ import json
 import secrets
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from gpu_offload.magics.backends.base import Job, Placement, RunEvent
 from gpu_offload.magics.dashboard.clusters import local_row
-from gpu_offload.magics.dashboard.records import RunBook
+from gpu_offload.magics.dashboard.records import KEEP_FINISHED, PRUNE_SLACK, RunBook, RunRecord
 from gpu_offload.magics.dashboard.runs import list_runs
-from gpu_offload.magics.dashboard.tracking import TrackedRun, Tracker
+from gpu_offload.magics.dashboard.tracking import WRITE_EVERY, TrackedRun, Tracker
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
 from gpu_offload.magics.engine import FollowSettings, follow
 from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder, Metrics
@@ -97,6 +99,9 @@ def test_another_kernel_sees_the_record_and_a_dead_kernels_run_is_failed(tmp_pat
     theirs = Tracker(book, kernel="kernel-b")
     theirs.pid = int(gone.stdout)  # a kernel that has exited
     theirs.new(Job("run-orphan", "0" * 32, b""), "local", Placement(gpus=0), None)
+    time.sleep(WRITE_EVERY)
+    mine.tick("run-live")  # the follower ticks on every poll; a run that lasts is written within WRITE_EVERY
+    theirs.tick("run-orphan")
 
     listed = {r.run_id: r for r in list_runs([], RunBook(tmp_path)).runs}
     assert listed["run-live"].state == "queued" and listed["run-live"].kernel == "kernel-a"
@@ -106,7 +111,10 @@ def test_another_kernel_sees_the_record_and_a_dead_kernels_run_is_failed(tmp_pat
 
 def test_an_unreadable_record_is_named_and_the_others_still_listed(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
-    Tracker(book, kernel="k").new(Job("run-ok", "0" * 32, b""), "local", Placement(gpus=0), None)
+    ok = Tracker(book, kernel="k")
+    ok.new(Job("run-ok", "0" * 32, b""), "local", Placement(gpus=0), None)
+    time.sleep(WRITE_EVERY)
+    ok.tick("run-ok")
     (tmp_path / "run-bad.json").write_text("{not json")
     (tmp_path / "run-odd.json").write_text(json.dumps({"run_id": "run-odd", "state": "sleeping"}))
     listing = list_runs([], book)
@@ -136,3 +144,33 @@ def test_close_wakes_the_thread_even_during_a_long_interval(tmp_path: Path) -> N
     assert panel.thread.is_alive()
     panel.close(timeout=60)  # without the wake the thread would sleep out its hour
     assert not panel.thread.is_alive()
+
+
+def test_a_short_run_is_written_once_when_it_ends_and_a_long_one_within_the_interval(tmp_path: Path) -> None:
+    book = RunBook(tmp_path)
+    runs = Tracker(book, kernel="k")
+    short = runs.new(Job("run-short", "0" * 32, b""), "local", Placement(gpus=0), None)
+    runs.put(replace(short, state="running"))
+    assert not (tmp_path / "run-short.json").exists()  # a warm cell pays no file write before it ends
+    runs.put(replace(short, state="done", ended=time.time()))
+    assert [r.state for r in book.read_all()[0]] == ["done"]
+
+    runs.new(Job("run-long", "0" * 32, b""), "local", Placement(gpus=0), None)
+    runs.tick("run-long")
+    assert not (tmp_path / "run-long.json").exists()
+    time.sleep(WRITE_EVERY)
+    runs.tick("run-long")
+    assert {r.run_id: r.state for r in book.read_all()[0]}["run-long"] == "queued"
+
+
+def test_prune_keeps_the_newest_finished_records_once_the_slack_is_used(tmp_path: Path) -> None:
+    book = RunBook(tmp_path)
+    for index in range(KEEP_FINISHED + PRUNE_SLACK):
+        book.write(RunRecord(f"run-{index:03d}", "k", 1, "local", "local", 0, state="done",
+                             started=float(index), ended=float(index)))
+    book.prune()
+    assert len(book.read_all()[0]) == KEEP_FINISHED + PRUNE_SLACK  # within the slack: nothing parsed
+    book.write(RunRecord("run-new", "k", 1, "local", "local", 0, state="done", started=1e9, ended=1e9))
+    book.prune()
+    kept = [r.run_id for r in book.read_all()[0]]
+    assert len(kept) == KEEP_FINISHED and kept[0] == "run-new" and "run-000" not in kept
