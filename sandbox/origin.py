@@ -25,6 +25,7 @@ from .api import Api
 from .faults import SandboxFaults
 from .images import DEFAULT_MAP, Images
 from .kubelet import Kubelet, KubeletConfig
+from .liqo_labels import label_controller
 from .liqo_slices import slice_controller
 from .scheduling import scheduler_controller
 from .server import ApiServer
@@ -81,7 +82,8 @@ class LiqoOrigin:
             finally:
                 await self.kubelet.shutdown()
 
-        for controller in (liqo_controllers.offloading_controller, slices, scheduler_controller, kubelet):
+        for controller in (liqo_controllers.offloading_controller, slices, label_controller, scheduler_controller,
+                           kubelet):
             server.add_controller(controller)
 
     def call(self, coro: Any, timeout: float | None = 60) -> Any:
