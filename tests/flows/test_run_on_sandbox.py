@@ -13,7 +13,7 @@ import sys
 import kubernetes
 import pytest
 
-from .conftest import OFFLOADED, FlowRunner
+from .conftest import OFFLOADED, FlowRunner, jobs_and_pods
 
 pytestmark = pytest.mark.slow
 
@@ -24,13 +24,7 @@ def test_offloaded_step_runs_as_a_job_on_the_chosen_virtual_node(
     assert result.returncode == 0, result.stderr[-3000:]
     assert "total=45 in pod=True" in result.stdout + result.stderr
 
-    with origin.sandbox.api_client() as client:
-        jobs = kubernetes.client.BatchV1Api(client).list_namespaced_job(
-            OFFLOADED, label_selector="gpu-offload.io/step=train"
-        ).items
-        pods = kubernetes.client.CoreV1Api(client).list_namespaced_pod(
-            OFFLOADED, label_selector="gpu-offload.io/step=train"
-        ).items
+    jobs, pods = jobs_and_pods(origin, "gpu-offload.io/step=train")
     assert len(jobs) == 1 and jobs[0].status.succeeded == 1
     (pod,) = pods
     assert pod.spec.node_name == "donor-a-gpu"  # the only A100 donor's virtual node
