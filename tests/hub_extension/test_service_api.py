@@ -162,16 +162,43 @@ def test_resize_and_request_gpu_slices(hub: Any, custom: Any) -> None:
     wait_until(granted, "the new slice to be granted and shown")
 
 
-def test_set_model_and_price_labels(hub: Any, custom: Any) -> None:
-    answer = hub.api("POST", "api/admin/actions/label", "admin",
-                     {"cluster_id": "donor-2", "node": "donor-2-gpu", "model": "H100", "price": "3.5", "confirm": True})
+def _donor_2_node(hub: Any) -> dict[str, Any]:
+    answer = hub.api("GET", "api/admin/clusters/donor-2", "admin")
     assert answer.status == 200, answer.text
-    vnode = custom.get_namespaced_custom_object(*VN, "liqo-tenant-donor-2", "virtualnodes", "donor-2-gpu")
-    assert vnode["spec"]["labels"]["gpu-offload.io/gpu-model"] == "H100"
-    assert vnode["spec"]["labels"]["gpu-offload.io/price-per-gpu-hour"] == "3.5"
-    missing = hub.api("POST", "api/admin/actions/label", "admin",
-                      {"cluster_id": "donor-2", "node": "donor-2-nope", "model": "H100", "price": "3", "confirm": True})
-    assert missing.status == 409 and "does not exist" in missing.json()["message"]
+    (vn,) = [vn for vn in answer.json()["virtual_nodes"] if vn["name"] == "donor-2-gpu"]
+    return dict(vn)
+
+
+def _set_labels(hub: Any, model: str, price: str) -> Any:
+    return hub.api("POST", "api/admin/actions/label", "admin",
+                   {"cluster_id": "donor-2", "node": "donor-2-gpu", "model": model, "price": price, "confirm": True})
+
+
+def test_set_model_and_price_labels(hub: Any, custom: Any) -> None:
+    try:
+        answer = _set_labels(hub, "H100", "3.5")
+        assert answer.status == 200, answer.text
+        vnode = custom.get_namespaced_custom_object(*VN, "liqo-tenant-donor-2", "virtualnodes", "donor-2-gpu")
+        assert vnode["spec"]["labels"]["gpu-offload.io/gpu-model"] == "H100"
+        assert vnode["spec"]["labels"]["gpu-offload.io/price-per-gpu-hour"] == "3.5"
+        # Liqo carries the labels to the Node, whose labels the inventory prefers: the pages show them
+        wait_until(lambda: (lambda vn: (vn["model"], vn["price"]) == ("H100", 3.5))(_donor_2_node(hub)),
+                   "the service to show donor-2-gpu as H100 at 3.5")
+        page = hub.api("GET", "clusters/donor-2", "admin")
+        assert page.status == 200 and "H100" in page.text and "3.5" in page.text
+        # what users see too (other slices of donor-2 an earlier test made keep their A100 labels)
+        inventory = hub.api("GET", "api/inventory", "alice").json()
+        assert inventory["price_per_gpu_hour_by_model"]["H100"] == 3.5
+        assert inventory["free_gpus_by_model"]["H100"] == 4
+        missing = hub.api("POST", "api/admin/actions/label", "admin",
+                          {"cluster_id": "donor-2", "node": "donor-2-nope", "model": "H100", "price": "3",
+                           "confirm": True})
+        assert missing.status == 409 and "does not exist" in missing.json()["message"]
+    finally:
+        back = _set_labels(hub, "A100", "2.25")
+    assert back.status == 200, back.text
+    wait_until(lambda: (lambda vn: (vn["model"], vn["price"]) == ("A100", 2.25))(_donor_2_node(hub)),
+               "donor-2-gpu to be A100 at 2.25 again")
 
 
 def test_peering_is_not_run_when_disabled_and_the_exact_command_is_shown(hub: Any) -> None:
