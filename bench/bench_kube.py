@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -36,6 +35,7 @@ from gpu_offload.magics.engine import FollowSettings, follow
 from gpu_offload.magics.sinks import RecordingSink
 from gpu_offload.sandbox.http_faults import FaultRule
 from gpu_offload.sandbox.origin import running_origin
+from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
 
 LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
 # Counted in this order (the first matching rule counts a request); the last one catches the rest.
@@ -50,14 +50,6 @@ CATEGORIES = (
     ("other", r"^/(api|apis)/", ()),
 )
 TINY = 1e-9  # a rule needs an effect; this delay is below the timer's resolution
-
-
-def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    mem = int(next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines()
-                   if ln.startswith("MemTotal"))) / 2**20
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def one_cell(backend: KubernetesBackend, session: str | None = None) -> float:
@@ -110,7 +102,7 @@ def main() -> None:
         finally:
             backend.close()
             client.close()
-    print(f"machine: {machine()}")
+    print(machine_line())
     print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.1f}, "
           f"cells per measure: {args.cells}\n")
     print("| API requests per cell (steady state, cache warm) | one-shot | warm session |")

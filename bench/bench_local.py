@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import platform
 import queue
 import re
 import statistics
@@ -25,24 +23,10 @@ from typing import Any
 
 import numpy as np
 import psutil
+from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
 
 MIB = 1 << 20
 FLOAT = re.compile(r"\d{9,}\.\d+")
-
-
-def machine() -> str:
-    """One line naming the machine, so figures can be compared across runs."""
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (
-        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores ({model}), "
-        f"Python {platform.python_version()}, load average {load}"
-    )
 
 
 def samples(action: Callable[[], object], runs: int) -> list[float]:
@@ -276,7 +260,7 @@ def main() -> None:
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    print(machine())
+    print(machine_line())
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_offload.magics")

@@ -30,7 +30,7 @@ from gpu_offload.magics.runner.bundle import encode_bundle, make_bundle
 from gpu_offload.magics.runner.frames import Done, FrameDecoder, Stream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_transport import machine  # noqa: E402  (one definition of the machine line)
+from machine import machine_line  # noqa: E402  (one definition of the machine line)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     args = parser.parse_args()
     pyz = build_runner()
-    print(f"machine: {machine()}")
+    print(machine_line())
     print(f"date: {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, runner: {pyz.name}\n")
     cold = cold_start(pyz, max(5, args.runs // 20))
     remote, local = warm(pyz, args.runs)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -23,17 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 from gpu_offload.magics.runner import buffers, handover
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB, Linux {platform.release()}, Python {platform.python_version()}"
+from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
 
 
 def median_ms(action: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -94,7 +83,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [1, 4, 16, 64, 256] + ([1024] if args.full else [])
     shm_dir = buffers.default_shm_dir()
-    print(f"machine: {machine()}")
+    print(machine_line())
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, shm dir: {shm_dir}")
     print(
         f"median of {args.repeats} runs per row (3 at 1 GiB), milliseconds; trips include the engine's discard and the runner's release\n"
