@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -135,19 +135,22 @@ class PodApi:
             raise api_error(exc, "attaching to", f"Pod {self.namespace}/{name}") from exc
 
     def delete_matching(self, selector: str) -> list[str]:
-        """Delete the pods and Secrets matching a label selector; returns their names."""
-        removed: list[str] = []
+        """Delete the pods and Secrets matching a label selector; returns the names that are now gone.
+
+        Both kinds are listed before anything is deleted: a runner Secret is owned by its pod, so the
+        garbage collector may remove it while the pod is deleted, and it must still count as cleaned up.
+        """
         target = f"pods in {self.namespace} matching {selector}"
+        found: list[tuple[str, Callable[[str], bool]]] = []
         for lister, deleter in (
             (self.core.list_namespaced_pod, self.delete_pod),
             (self.core.list_namespaced_secret, self.delete_secret),
         ):
             listed = self._json("listing", target, lister, self.namespace, label_selector=selector)
-            for item in listed.get("items") or []:
-                name = item["metadata"]["name"]
-                if deleter(name):
-                    removed.append(name)
-        return removed
+            found += [(item["metadata"]["name"], deleter) for item in listed.get("items") or []]
+        for name, deleter in found:
+            deleter(name)  # False means someone (the garbage collector) was first: gone either way
+        return [name for name, _ in found]
 
 
 def fresh_watcher() -> Any:
