@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -140,17 +140,19 @@ class PodApi:
         Both kinds are listed before anything is deleted: a runner Secret is owned by its pod, so the
         garbage collector may remove it while the pod is deleted, and it must still count as cleaned up.
         """
-        target = f"pods in {self.namespace} matching {selector}"
-        found: list[tuple[str, Callable[[str], bool]]] = []
-        for lister, deleter in (
-            (self.core.list_namespaced_pod, self.delete_pod),
-            (self.core.list_namespaced_secret, self.delete_secret),
-        ):
-            listed = self._json("listing", target, lister, self.namespace, label_selector=selector)
-            found += [(item["metadata"]["name"], deleter) for item in listed.get("items") or []]
-        for name, deleter in found:
-            deleter(name)  # False means someone (the garbage collector) was first: gone either way
-        return [name for name, _ in found]
+        where = f"in {self.namespace} matching {selector}"
+        pods = self._json("listing", f"pods {where}", self.core.list_namespaced_pod, self.namespace,
+                          label_selector=selector)
+        secrets = self._json("listing", f"Secrets {where}", self.core.list_namespaced_secret, self.namespace,
+                             label_selector=selector)
+        pod_names = [item["metadata"]["name"] for item in pods.get("items") or []]
+        secret_names = [item["metadata"]["name"] for item in secrets.get("items") or []]
+        # False from a delete means someone (the garbage collector) was first: gone either way
+        for name in pod_names:
+            self.delete_pod(name)
+        for name in secret_names:
+            self.delete_secret(name)
+        return pod_names + secret_names
 
 
 def fresh_watcher() -> Any:
