@@ -189,6 +189,10 @@ class RunnerPodSpec:
     memory: str | None = None
     run_as_user: int = 1000
     """Stock images often default to root, which restricted pods may not be; any uid works for the runner."""
+    server: str | None = None
+    """The Jupyter server the kernel runs under, when known: its orphan sweep selects on it."""
+    kernel_pid: int | None = None
+    """The kernel's process id, written beside ``server``."""
 
 
 def runner_pod_name(run_id: str) -> str:
@@ -198,22 +202,28 @@ def runner_pod_name(run_id: str) -> str:
 
 def runner_labels(spec: RunnerPodSpec) -> dict[str, str]:
     """Labels identifying who and what a pod or Secret belongs to: cleanup selects on them."""
-    return {
+    labels = {
         L.MANAGED_BY: L.MANAGED_BY_VALUE,
         L.USER: label_value(spec.user),
         L.KERNEL: label_value(spec.kernel),
         L.RUN_ID: label_value(spec.run_id),
     }
+    if spec.server:
+        labels[L.SERVER] = label_value(spec.server)
+        if spec.kernel_pid is not None:
+            labels[L.KERNEL_PID] = str(spec.kernel_pid)
+    return labels
 
 
-def runner_selector(user: str | None = None, kernel: str | None = None, run_id: str | None = None) -> str:
-    """Label selector for what the project created, narrowed to a user, a kernel or a run.
+def runner_selector(user: str | None = None, kernel: str | None = None, run_id: str | None = None,
+                    server: str | None = None) -> str:
+    """Label selector for what the project created, narrowed to a user, a kernel, a run or a Jupyter server.
 
     Cleanup after a crashed kernel lists pods and Secrets with ``runner_selector(user, kernel)``; values go
     through ``label_value`` exactly as the builders wrote them, so a user like ``alice@example.org`` matches.
     """
     parts = [f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"]
-    for key, value in ((L.USER, user), (L.KERNEL, kernel), (L.RUN_ID, run_id)):
+    for key, value in ((L.USER, user), (L.KERNEL, kernel), (L.RUN_ID, run_id), (L.SERVER, server)):
         if value is not None:
             parts.append(f"{key}={label_value(value)}")
     return ",".join(parts)

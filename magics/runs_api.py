@@ -3,7 +3,8 @@
 ``GET {base_url}gpu-offload/runs`` lists the runs (the state directory every kernel writes, plus the runner
 pods labelled with the user in the user's namespace when a cluster is configured);
 ``POST {base_url}gpu-offload/runs/<run_id>/cancel`` stops one as Ctrl-C would (the owning kernel is asked
-through the state directory; a pod whose kernel is gone is deleted). Enable it with
+through the state directory; a pod whose kernel is gone is deleted). It also sweeps: the runner pods of
+kernels this server no longer has are deleted (``backends/kube/sweep.py``). Enable it with
 ``jupyter server --ServerApp.jpserver_extensions="{'gpu_offload.magics.runs_api': True}"`` (or the
 ``jupyter_server_config.d`` file of the package).
 """
@@ -88,10 +89,66 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "gpu_offload.magics.runs_api"}]
 
 
+def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
+    """Delete, now and every ``GPU_OFFLOAD_SWEEP_SECONDS`` (0: never), the runner pods of this server's dead
+    kernels. The server's id goes into its own environment first, so the kernels it starts label their pods."""
+    import asyncio
+
+    from tornado.ioloop import PeriodicCallback
+
+    from .backends.kube.sweep import DEFAULT_SWEEP_SECONDS, OrphanSweep, server_identity
+
+    env = os.environ
+    period = float(env.get(kube_config.SWEEP_SECONDS) or DEFAULT_SWEEP_SECONDS)
+    if ctx.pods is None or not ctx.user or period <= 0:
+        return
+    env.setdefault(kube_config.SERVER_ID, server_identity(env))
+    sweep = OrphanSweep(ctx.pods, ctx.user, env[kube_config.SERVER_ID], lambda: _live_kernels(serverapp))
+    running: list[asyncio.Future[Any]] = []
+
+    def tick() -> None:
+        if running and not running[0].done():
+            return  # a slow API server: one sweep at a time
+        running[:] = [asyncio.get_running_loop().run_in_executor(None, _sweep_once, sweep, serverapp.log)]
+
+    def begin() -> None:  # on the running loop: the first sweep now, then periodically
+        callback = PeriodicCallback(tick, period * 1000)
+        callback.start()
+        serverapp.web_app.settings["gpu_offload_sweep"] = callback
+        tick()
+
+    serverapp.io_loop.add_callback(begin)
+
+
+def _live_kernels(serverapp: Any) -> dict[str, int | None]:
+    """This server's kernels and their process ids (None where the provisioner has none, e.g. mid-restart)."""
+    manager = serverapp.kernel_manager
+    live: dict[str, int | None] = {}
+    for kernel_id in manager.list_kernel_ids():
+        try:
+            pid = manager.get_kernel(kernel_id).provisioner.pid
+        except (KeyError, AttributeError):  # gone since listed, or a remote provisioner without a pid
+            pid = None
+        live[kernel_id] = pid if isinstance(pid, int) else None
+    return live
+
+
+def _sweep_once(sweep: Any, log: Any) -> None:
+    try:
+        removed = sweep.sweep()
+    except Exception as exc:  # noqa: BLE001 - an unreachable cluster must not stop the server; next tick retries
+        log.warning("gpu-offload: sweeping the runner pods of ended kernels failed: %s", exc)
+        return
+    if removed:
+        log.info("gpu-offload: removed what ended kernels left running: %s", ", ".join(removed))
+
+
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app = serverapp.web_app
     base = url_path_join(web_app.settings["base_url"], "gpu-offload", "runs")
-    web_app.settings["gpu_offload_runs"] = RunsContext.from_environment()
+    context = RunsContext.from_environment()
+    web_app.settings["gpu_offload_runs"] = context
+    _start_sweep(serverapp, context)
     web_app.add_handlers(".*$", [
         (base, RunsHandler),
         (url_path_join(base, RUN_ID, "cancel"), CancelHandler),

@@ -12,6 +12,7 @@ namespaces (they use whatever ``origin`` fixture the importing module defines).
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,6 +41,16 @@ def origin_fixture(crds: Path | None = None, donors: int = 2, gpus: int = 4, gpu
         assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
 
     return origin
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGTERM a server a test started, SIGKILL it after ``grace`` seconds, and reap it."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0, every: float = 0.05) -> T:

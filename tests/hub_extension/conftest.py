@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import origin_fixture, stop_process, wait_until
 from gpu_offload.sandbox.origin import RunningOrigin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -217,12 +217,7 @@ def hub_factory(tmp_path_factory: pytest.TempPathFactory, origin: RunningOrigin
 
     yield start
     for proc, log in procs:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
         # the hub's and the service's log, kept for whoever reads a failure later
         ARTIFACTS.mkdir(parents=True, exist_ok=True)

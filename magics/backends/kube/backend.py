@@ -134,7 +134,8 @@ class KubernetesBackend:
             run_id=run_id, namespace=self.settings.namespace, image=placement.image or self.settings.image,
             user=self.settings.user, kernel=self.settings.kernel, scheduling=where.scheduling_fragment(),
             timeout=None if placement.timeout is None or session else math.ceil(placement.timeout) + DEADLINE_MARGIN,
-            python=self.settings.python, session=session, env={**placement.env, **env},
+            python=self.settings.python, session=session, env={**placement.env, **env}, server=self.settings.server,
+            kernel_pid=os.getpid(),
         )
 
     def launch(self, run_id: str, bundle: bytes, nonce: str, placement: Placement, avoid: set[str],

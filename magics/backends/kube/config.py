@@ -23,6 +23,9 @@ S3_BUCKET = "GPU_OFFLOAD_S3_BUCKET"
 SERVICE_URL = "GPU_OFFLOAD_SERVICE_URL"
 CREATE_OFFLOADING = "GPU_OFFLOAD_CREATE_OFFLOADING"
 KERNEL_ID = "GPU_OFFLOAD_KERNEL_ID"
+SERVER_ID = "GPU_OFFLOAD_SERVER_ID"
+"""Set by the runs server extension in its own environment, so every kernel it starts inherits it."""
+SWEEP_SECONDS = "GPU_OFFLOAD_SWEEP_SECONDS"
 DEFAULT_IMAGE = "python:3.11-slim"
 """A stock image: the runner travels in the bundle, so any image with a same-minor Python works."""
 
@@ -59,6 +62,8 @@ class KubeSettings:
     """The hub service (``GPU_OFFLOAD_SERVICE_URL``): the inventory comes from it, not from cluster-wide lists."""
     hub_token: str = ""
     """The user server's ``JUPYTERHUB_API_TOKEN``, sent to the hub service."""
+    server: str | None = None
+    """The Jupyter server this kernel runs under (``GPU_OFFLOAD_SERVER_ID``), written on every pod."""
 
 
 def configured(env: Mapping[str, str]) -> bool:
@@ -106,4 +111,5 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         create_offloading=create,
         service_url=env.get(SERVICE_URL) or None,
         hub_token=env.get("JUPYTERHUB_API_TOKEN", ""),
+        server=env.get(SERVER_ID) or None,
     )

@@ -134,6 +134,12 @@ class PodApi:
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise api_error(exc, "attaching to", f"Pod {self.namespace}/{name}") from exc
 
+    def list_pods(self, selector: str) -> list[dict[str, Any]]:
+        """The pods in the namespace matching a label selector, as JSON."""
+        listed = self._json("listing", f"pods in {self.namespace} matching {selector}", self.core.list_namespaced_pod,
+                            self.namespace, label_selector=selector)
+        return list(listed.get("items") or [])
+
     def delete_matching(self, selector: str) -> list[str]:
         """Delete the pods and Secrets matching a label selector; returns the names that are now gone.
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from gpu_offload.sandbox.fixtures import stop_process
 
 REPO = Path(__file__).resolve().parents[3]
 ARTIFACTS = REPO / "test-artifacts" / "magics"
@@ -95,12 +96,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             time.sleep(0.5)
         yield started
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "panel-jupyterlab.log").write_bytes((home / "lab.log").read_bytes())

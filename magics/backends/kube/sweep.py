@@ -1,0 +1,74 @@
+"""The orphan sweep: a Jupyter server deletes the runner pods of kernels it no longer has.
+
+A kernel deletes its pods when a cell ends, on Ctrl-C and at exit, and a restarted kernel (same id) removes
+what its crashed predecessor left. What none of that covers is a kernel killed and then shut down, or a
+server that died with its kernels: their pods would hold GPUs until their ``--timeout``, or for ever. The
+runs server extension knows which kernels are alive, so it sweeps: every runner pod labelled with this
+server whose kernel is not among the live ones goes, with its Secret.
+
+The server's identity travels to its kernels through the environment (``GPU_OFFLOAD_SERVER_ID``), so pods
+made by the CLI, by another server of the same user or by a kernel started elsewhere carry no such label, or
+another one, and are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable, Mapping
+
+from ....liqo_peering import labels as L
+from ....liqo_peering.specs import label_value, runner_selector
+from .pods import PodApi
+
+DEFAULT_SWEEP_SECONDS = 60.0
+
+
+def server_identity(env: Mapping[str, str]) -> str:
+    """This server's label value: stable across restarts in a hub (its user and server name are), so a
+    restarted server also sweeps what its previous life left; host and pid elsewhere."""
+    if env.get("JUPYTERHUB_USER"):
+        return f"hub-{env.get('JUPYTERHUB_SERVER_NAME') or 'default'}"
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def orphan_selectors(pod_labels: Iterable[Mapping[str, str]], live: Mapping[str, int | None]) -> set[str]:
+    """Selector fragments, one per dead kernel life, for the pods whose kernel is gone.
+
+    ``live`` maps each live kernel id to its process id (None when unknown, as during a restart). A pod is an
+    orphan when its kernel is not live, or when it is but under another pid: the kernel crashed, the server
+    restarted it with the same id, and the new process knows nothing of the old one's pods.
+    """
+    live_pids = {label_value(k): None if pid is None else str(pid) for k, pid in live.items()}
+    found: set[str] = set()
+    for labels in pod_labels:
+        kernel, pid = labels.get(L.KERNEL), labels.get(L.KERNEL_PID)
+        if not kernel:
+            continue
+        if kernel not in live_pids:
+            found.add(f"{L.KERNEL}={kernel}")
+        elif pid and live_pids[kernel] is not None and pid != live_pids[kernel]:
+            found.add(f"{L.KERNEL}={kernel},{L.KERNEL_PID}={pid}")
+    return found
+
+
+class OrphanSweep:
+    """One server's sweep; ``sweep()`` is blocking API I/O, run it off the server's event loop."""
+
+    def __init__(self, pods: PodApi, user: str, server: str,
+                 live_kernels: Callable[[], Mapping[str, int | None]]) -> None:
+        self.pods, self.user, self.server = pods, user, server
+        self._live_kernels = live_kernels
+
+    def sweep(self) -> list[str]:
+        """Delete the pods and Secrets of this server's dead kernels; returns their names.
+
+        Pods are listed before the live kernels are asked for: a kernel that starts in between cannot have
+        a pod in the listing, so a live kernel's pod is never taken for an orphan.
+        """
+        selector = runner_selector(self.user, server=self.server)
+        labels = [(pod.get("metadata") or {}).get("labels") or {} for pod in self.pods.list_pods(selector)]
+        removed: list[str] = []
+        for orphan in sorted(orphan_selectors(labels, self._live_kernels())):
+            removed += self.pods.delete_matching(f"{selector},{orphan}")
+        return removed
