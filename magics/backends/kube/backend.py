@@ -192,6 +192,9 @@ class KubernetesBackend:
             raise
 
         def relaunch(avoid: set[str]) -> LaunchedPod:
+            if placement.cluster and placement.cluster != "auto":
+                raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let "
+                                        "placement choose)")
             return self.launch(f"{job.run_id}-r", bundle, job.nonce, placement, avoid)
 
         return KubeRun(self.pods, launched, relaunch, cleanup=lambda: self._forget_run(job.run_id),

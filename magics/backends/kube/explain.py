@@ -40,6 +40,9 @@ class PodState:
     exit_code: int | None = None
     lost: bool = False
     """The virtual node (the peering) was lost: the run may be retried elsewhere if it had not started."""
+    elsewhere: str = ""
+    """Set when another cluster may succeed (node lost, or this one cannot schedule the pod): the clause
+    the retry notice starts with. Empty for failures that would repeat anywhere."""
 
 
 def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -72,7 +75,8 @@ def _failed_pod(status: Mapping[str, Any], ctx: PodContext) -> PodState | None:
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or "")
     if reason == "NodeLost":
-        return PodState(FAILED, f"the virtual node of {ctx.cluster} was lost ({message})", reason, lost=True)
+        lost = f"the virtual node of {ctx.cluster} was lost ({message})"
+        return PodState(FAILED, lost, reason, lost=True, elsewhere=lost)
     if reason == "DeadlineExceeded":
         return PodState(FAILED, (
             f"the pod on {ctx.cluster} reached its deadline (--timeout) and Kubernetes stopped it; output so "
@@ -95,10 +99,12 @@ def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
             "create its NamespaceOffloading with `liqoctl offload namespace`"), reason)
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            said = cond.get("message") or "Unschedulable"
             return PodState(FAILED, (
                 f"no node can take the pod for {ctx.cluster} with {_gpus(ctx.gpus)}: the scheduler says "
-                f"\"{cond.get('message') or 'Unschedulable'}\". Check `gpu-offload clusters`, then ask for fewer "
-                "GPUs, another --gpu-model or --cluster"), "Unschedulable")
+                f"\"{said}\". Check `gpu-offload clusters`, then ask for fewer "
+                "GPUs, another --gpu-model or --cluster"), "Unschedulable",
+                elsewhere=f"{ctx.cluster} cannot schedule the pod (the scheduler says \"{said}\")")
     waiting = (_runner_status(pod).get("state") or {}).get("waiting") or {}
     why = str(waiting.get("reason") or "")
     if why in _HOPELESS:

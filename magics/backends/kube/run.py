@@ -1,7 +1,9 @@
 """A one-shot cell in a pod, as the engine follows it: frames in, the pod's end explained, cleanup on release.
 
-A virtual node lost before the runner said hello is retried once on another cluster that fits (the user is
-told); lost after that, the run is reported lost with how much output had arrived.
+A virtual node lost before the runner said hello, or a cluster whose scheduler cannot take the pod (the
+inventory said it had room, but a neighbour was faster or the pod asks for more memory than its nodes have),
+is retried once on another cluster that fits (the user is told); lost after the hello, the run is reported
+lost with how much output had arrived.
 """
 
 from __future__ import annotations
@@ -105,17 +107,17 @@ class KubeRun:
 
     def _ended_with(self, state: PodState) -> RunEvent | None:
         diagnostics = "\n".join(self.current.follower.diagnostics)
-        if state.kind == FAILED and state.lost and not self._hello and not self._retried:
-            lost = self.current
+        if state.kind == FAILED and state.elsewhere and not self._hello and not self._retried:
+            first = self.current
             self._retried = True
-            self.pods.delete_pod(lost.name, grace=0)
+            self.pods.delete_pod(first.name, grace=0)
             try:
-                self.current = self._relaunch({lost.ctx.cluster})
-            except Exception as exc:  # noqa: BLE001 - no second cluster fits: report the loss and why
+                self.current = self._relaunch({first.ctx.cluster})
+            except Exception as exc:  # noqa: BLE001 - no second cluster fits: report the first failure and why
                 text = f"{state.text}, before the cell started; no other cluster can take it: {exc}"
                 return self._finish(failure_events(dataclasses.replace(state, text=text), None, diagnostics))
             return RunnerWarning(-1, (
-                f"{state.text} before the cell started; retrying once on {self.current.ctx.cluster}"))
+                f"{state.elsewhere} before the cell started; retrying once on {self.current.ctx.cluster}"))
         if state.kind == FAILED:
             if state.lost:
                 text = (f"{state.text} after the cell had started: {self._lines} line(s) of output arrived "
