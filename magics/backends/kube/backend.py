@@ -140,7 +140,13 @@ class KubernetesBackend:
 
     def launch(self, run_id: str, bundle: bytes, nonce: str, placement: Placement, avoid: set[str],
                session: bool = False, env: dict[str, str] | None = None) -> LaunchedPod:
-        """Place, then create the Pod and its Secret; nothing is left behind if a step fails."""
+        """Place, then create the Pod and its Secret; nothing is left behind if a step fails.
+
+        ``avoid`` is non-empty for a retry elsewhere, which a cell pinned with ``--cluster`` does not get.
+        """
+        if avoid and placement.cluster and placement.cluster != "auto":
+            raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
+                                    "choose)")
         runner = self.runner_bytes()
         where = self.where(placement, avoid)
         bundle_url = None
@@ -192,9 +198,6 @@ class KubernetesBackend:
             raise
 
         def relaunch(avoid: set[str]) -> LaunchedPod:
-            if placement.cluster and placement.cluster != "auto":
-                raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let "
-                                        "placement choose)")
             return self.launch(f"{job.run_id}-r", bundle, job.nonce, placement, avoid)
 
         return KubeRun(self.pods, launched, relaunch, cleanup=lambda: self._forget_run(job.run_id),

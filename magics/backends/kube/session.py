@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import secrets
 import time
@@ -41,6 +42,7 @@ class KubeSession:
         self.run_id = f"s{secrets.token_hex(7)}"
         self.launched: LaunchedPod = backend.launch(self.run_id, b"", self.nonce, placement, set(), session=True,
                                                     env={NONCE_ENV: self.nonce})
+        self.moved = False
         self.runs = 0
         self.busy = False
         self.dead = False
@@ -89,6 +91,17 @@ class KubeSession:
                 self._ws = None
         return False
 
+    def move(self) -> None:
+        """Start the session's pod again on another cluster (the first one was lost or could not schedule it
+        before the runner started, so no state is lost); raises when nothing else fits or it is pinned."""
+        first = self.launched
+        self.moved = True
+        first.follower.stop()
+        self._ws = None
+        self.backend.pods.delete_pod(first.name, grace=0)
+        self.launched = self.backend.launch(f"{self.run_id}r", b"", self.nonce, self.placement, {first.ctx.cluster},
+                                            session=True, env={NONCE_ENV: self.nonce})
+
     def close(self, grace: float) -> None:
         """Ask the runner to exit, then delete the pod (its Secret goes with it)."""
         if not self.dead and self._ws is not None:
@@ -110,6 +123,8 @@ class SessionRun:
         self._cleanup = cleanup
         self._fetch = fetch
         self._command: dict[str, Any] | None = command
+        self._sent = command
+        """Kept to send again if the pod has to move before its runner started."""
         self._pending: deque[RunEvent] = deque()
         self._since = time.monotonic()
 
@@ -135,12 +150,23 @@ class SessionRun:
                 return RunnerExit(None, f"could not attach to session pod {self.session.launched.name}")
         item = follower.next(timeout)
         if isinstance(item, PodEnded):
+            state = item.state
+            if state.kind == FAILED and state.elsewhere and not self.session.hello and not self.session.moved:
+                try:
+                    self.session.move()
+                except Exception as exc:  # noqa: BLE001 - nothing else fits: report the first failure and why
+                    state = dataclasses.replace(
+                        state, text=f"{state.text}, before the session started; no other cluster can take it: {exc}")
+                else:
+                    self._command = self._sent
+                    return RunnerWarning(-1, f"{state.elsewhere} before the session started; retrying once on "
+                                             f"{self.session.launched.ctx.cluster}")
             self.session.dead = True
             diagnostics = "\n".join(follower.diagnostics)
-            if item.state.kind == FAILED:
-                self._pending.extend(failure_events(item.state, item.state.exit_code, diagnostics))
+            if state.kind == FAILED:
+                self._pending.extend(failure_events(state, state.exit_code, diagnostics))
             else:
-                self._pending.append(RunnerExit(item.state.exit_code, diagnostics))
+                self._pending.append(RunnerExit(state.exit_code, diagnostics))
             return self._pending.popleft()
         if isinstance(item, Hello):
             self.session.hello = True

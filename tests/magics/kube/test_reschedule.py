@@ -58,3 +58,23 @@ def test_a_cell_pinned_to_the_cluster_gets_the_schedulers_reason_and_no_retry(ku
     assert "the scheduler says" in outcome.error.evalue and "--cluster small" in outcome.error.evalue
     assert not any("retrying" in n for n in sink.notices)
     assert "never" not in sink.text and run.current.ctx.cluster == "small"
+
+
+def test_a_session_whose_pod_cannot_be_scheduled_starts_on_another_cluster_and_keeps_state(
+        kube: KubernetesBackend) -> None:
+    namespace: dict[str, Any] = {}
+    outcome, sink, _ = run_cell(kube, "x = 41\nprint('first')", namespace, session="train")
+    assert outcome.status == "ok", outcome.error
+    assert "first" in sink.text
+    retry = [n for n in sink.notices if "retrying once on roomy" in n]
+    assert retry and "before the session started" in retry[0], sink.notices
+    assert "roomy" in kube.sessions()[0].where
+    outcome, sink, _ = run_cell(kube, "print(x + 1)", namespace, session="train")
+    assert outcome.status == "ok", outcome.error
+    assert "42" in sink.text and not sink.notices
+
+
+def test_a_pinned_session_is_not_moved(kube: KubernetesBackend) -> None:
+    outcome, sink, _ = run_cell(kube, "print('never')", {}, session="pinned", cluster="small")
+    assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "Unschedulable", outcome.error
+    assert "--cluster small" in outcome.error.evalue and not any("retrying" in n for n in sink.notices)
