@@ -80,9 +80,11 @@ def as_decorator_hint(message: str) -> str:
 
 
 def decide(
-    step: str, options: OffloadOptions, settings: OffloadSettings, inventory: Inventory | None, origin: Origin
+    step: str, options: OffloadOptions, settings: OffloadSettings, inventory: Inventory | None, origin: Origin,
+    needs: tuple[int, int] = (0, 0),
 ) -> StepPlacement:
-    """Place ``step``: on ``inventory`` when one is known (checking names and room), else from settings."""
+    """Place ``step``: on ``inventory`` when one is known (checking names, GPUs and, from ``needs``, the CPU
+    millicores and memory bytes the step's pod requests), else from settings."""
     cluster = options.cluster if options.cluster != AUTO else (settings.cluster or AUTO)
     model = options.gpu_model or settings.gpu_model
     if inventory is None:
@@ -93,7 +95,8 @@ def decide(
     from gpu_offload.liqo_peering.placement import PlacementRequest, place
 
     try:
-        chosen = place(inventory, PlacementRequest(gpus=options.gpus, gpu_model=model, cluster=cluster))
+        chosen = place(inventory, PlacementRequest(gpus=options.gpus, gpu_model=model, cluster=cluster,
+                                                   cpu=needs[0], memory=needs[1]))
     except GpuOffloadError as exc:
         where = "the cluster" if origin == "live" else f"the inventory ({settings.inventory})"
         raise GpuOffloadFlowError(

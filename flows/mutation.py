@@ -81,10 +81,27 @@ def capture(mutable_step: Any) -> OriginalDecorators:
     return found
 
 
+def step_requests(originals: OriginalDecorators) -> tuple[int, int]:
+    """CPU millicores and memory bytes the step's pod will request, computed as Metaflow does: the larger of
+    ``@kubernetes`` (its defaults included) and ``@resources``; memory is in MB (``4096`` -> ``4096M``)."""
+    from metaflow.plugins import STEP_DECORATORS
+
+    defaults: dict[str, Any] = next((d.defaults for d in STEP_DECORATORS if d.name == "kubernetes"), {})
+    k8s = {**defaults, **(originals.kubernetes or {})}
+    resources = originals.resources or {}
+    try:
+        cpu, memory = (max(float(k8s.get(key) or 0), float(resources.get(key) or 0)) for key in ("cpu", "memory"))
+    except (TypeError, ValueError):
+        return 0, 0  # not numbers: Metaflow rejects them itself, naming the attribute
+    return int(cpu * 1000), int(memory * 10**6)
+
+
 def place_step(
-    step: str, options: OffloadOptions, settings: OffloadSettings, environ: Mapping[str, str]
+    step: str, options: OffloadOptions, settings: OffloadSettings, environ: Mapping[str, str],
+    needs: tuple[int, int] = (0, 0),
 ) -> StepPlacement:
-    """The recorded decision when there is one (inside the step's pod: offline), else a fresh one."""
+    """The recorded decision when there is one (inside the step's pod: offline), else a fresh one placed
+    with ``needs`` (CPU millicores, memory bytes) as well as the GPUs."""
     recorded = recorded_placement(step, environ.get(RECORDED_ENV))
     if recorded is not None:
         if recorded.gpus != options.gpus:
@@ -104,11 +121,11 @@ def place_step(
 
         inventory = live_inventory(settings)
         if inventory is not None:
-            return decide(step, options, settings, inventory, "live")
+            return decide(step, options, settings, inventory, "live", needs)
     if settings.inventory:
         from .inventory_file import load_inventory
 
-        return decide(step, options, settings, load_inventory(settings.inventory), "inventory")
+        return decide(step, options, settings, load_inventory(settings.inventory), "inventory", needs)
     return decide(step, options, settings, None, "config")
 
 
@@ -137,7 +154,7 @@ def mutate_step(
         return None  # the step stays as written and runs where the flow runs
     if not state.originals.captured:
         state.originals = capture(mutable_step)
-    placement = place_step(step, options, settings, os.environ)
+    placement = place_step(step, options, settings, os.environ, step_requests(state.originals))
     identity = StepIdentity(flow_name(step_function), step)
     offload = options.describe()
     check_resources(step, state.originals.resources or {}, placement, offload)

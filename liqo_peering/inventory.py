@@ -46,6 +46,10 @@ class VirtualNodeRecord:
     """Price of one GPU-hour set by the admin; None when unknown."""
     cordoned: bool = False
     ready: bool = True
+    cpu_free: int | None = None
+    """Millicores a new pod can still request here (allocatable minus bound pods' requests); None: unknown."""
+    memory_free: int | None = None
+    """Bytes of memory a new pod can still request here; None: unknown."""
     free: int = field(init=False)
     """GPUs that a new pod can still get here (allocatable minus in use); stored, placement reads it a lot."""
 
@@ -171,15 +175,72 @@ def pod_gpus(pod: Obj) -> int:
     return max(main, init)
 
 
-def gpus_in_use(pods: Iterable[Obj]) -> dict[str, int]:
-    """GPUs held per node name by the pods bound to it that are not finished."""
-    used: dict[str, int] = {}
+def _milli(value: Any, what: str) -> int:
+    try:
+        return int(parse_quantity(value) * 1000)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {value!r} is not a CPU quantity") from exc
+
+
+def _bytes(value: Any, what: str) -> int:
+    try:
+        return int(parse_quantity(value))
+    except ValueError as exc:
+        raise ValueError(f"{what}: {value!r} is not a memory quantity") from exc
+
+
+def pod_requests(pod: Obj) -> tuple[int, int]:
+    """CPU millicores and memory bytes the scheduler reserves for a pod: the containers' requests summed
+    (a limit stands in for a missing request, as the API server defaults it), or the largest init container's
+    if that is more. Unparsable values count as zero: the pod was admitted, so the API server accepted them."""
+    spec = pod.get("spec") or {}
+
+    def one(container: Obj) -> tuple[int, int]:
+        res = container.get("resources") or {}
+        asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        try:
+            cpu = _milli(asked["cpu"], "cpu") if "cpu" in asked else 0
+            memory = _bytes(asked["memory"], "memory") if "memory" in asked else 0
+        except ValueError:
+            return 0, 0
+        return cpu, memory
+
+    main = [one(c) for c in spec.get("containers") or []]
+    init = [one(c) for c in spec.get("initContainers") or []]
+    cpu = max(sum(c for c, _ in main), max((c for c, _ in init), default=0))
+    memory = max(sum(m for _, m in main), max((m for _, m in init), default=0))
+    return cpu, memory
+
+
+@dataclass
+class NodeUsage:
+    """What the unfinished pods bound to one node hold."""
+
+    gpus: int = 0
+    cpu: int = 0
+    """Millicores requested."""
+    memory: int = 0
+    """Bytes requested."""
+
+
+def usage_by_node(pods: Iterable[Obj]) -> dict[str, NodeUsage]:
+    """GPUs, CPU and memory held per node name by the pods bound to it that are not finished."""
+    used: dict[str, NodeUsage] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in _FINISHED_PHASES:
             continue
-        used[node] = used.get(node, 0) + pod_gpus(pod)
+        usage = used.setdefault(node, NodeUsage())
+        usage.gpus += pod_gpus(pod)
+        cpu, memory = pod_requests(pod)
+        usage.cpu += cpu
+        usage.memory += memory
     return used
+
+
+def gpus_in_use(pods: Iterable[Obj]) -> dict[str, int]:
+    """GPUs held per node name by the pods bound to it that are not finished."""
+    return {node: usage.gpus for node, usage in usage_by_node(pods).items()}
 
 
 def _meta(obj: Obj | None, key: str) -> Mapping[str, str]:
@@ -203,8 +264,10 @@ def _node_ready(node: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
-def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int) -> VirtualNodeRecord:
+def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int | NodeUsage) -> VirtualNodeRecord:
     """One record from the Node Liqo created and/or its VirtualNode (either may be missing, not both).
+
+    ``used`` is what the node's pods hold (or just their GPUs); CPU and memory free are known only from a Node.
 
     The Node is what the scheduler sees, so it wins; the VirtualNode's ``spec.labels`` stand in for labels
     not yet reflected on the Node, and its quota for capacity before the Node exists.
@@ -217,10 +280,17 @@ def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int) -
     name = str(((node or virtual_node) or {}).get("metadata", {}).get("name"))
     cluster_id = merged_labels.get(L.REMOTE_CLUSTER_ID_LABEL) or vspec.get("clusterID") or ""
     where = f"virtual node {name}"
+    usage = used if isinstance(used, NodeUsage) else NodeUsage(gpus=used)
+    cpu_free = memory_free = None
     if node is not None:
         nstatus = node.get("status") or {}
         capacity = _count((nstatus.get("capacity") or {}).get(L.GPU_RESOURCE), where)
-        allocatable = _count((nstatus.get("allocatable") or {}).get(L.GPU_RESOURCE), where)
+        node_allocatable = nstatus.get("allocatable") or {}
+        allocatable = _count(node_allocatable.get(L.GPU_RESOURCE), where)
+        if "cpu" in node_allocatable:
+            cpu_free = max(0, _milli(node_allocatable["cpu"], where) - usage.cpu)
+        if "memory" in node_allocatable:
+            memory_free = max(0, _bytes(node_allocatable["memory"], where) - usage.memory)
         ready = _node_ready(node)
         unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
     else:
@@ -232,12 +302,14 @@ def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int) -
         cluster_id=cluster_id,
         capacity=capacity,
         allocatable=allocatable,
-        in_use=used,
+        in_use=usage.gpus,
         model=merged_labels.get(L.GPU_MODEL),
         memory=merged_labels.get(L.GPU_MEMORY),
         price=_price(merged_labels.get(L.PRICE_PER_GPU_HOUR, merged_notes.get(L.PRICE_PER_GPU_HOUR)), where),
         cordoned=unschedulable or cordon_flag.lower() == "true",
         ready=ready,
+        cpu_free=cpu_free,
+        memory_free=memory_free,
     )
 
 
@@ -256,14 +328,15 @@ def build_inventory(
     Nodes that are not Liqo virtual nodes are ignored. A virtual node whose cluster has no ForeignCluster
     appears under a cluster marked down, so the admin sees it instead of it silently vanishing.
     """
-    used = gpus_in_use(pods)
+    used = usage_by_node(pods)
     node_by_name = {n["metadata"]["name"]: n for n in nodes if _is_virtual(n)}
     vn_by_name = {v["metadata"]["name"]: v for v in virtual_nodes}
     errors: list[str] = []
     records: list[VirtualNodeRecord] = []
     for name in sorted(set(node_by_name) | set(vn_by_name)):
         try:
-            records.append(virtual_node_record(node_by_name.get(name), vn_by_name.get(name), used.get(name, 0)))
+            records.append(virtual_node_record(node_by_name.get(name), vn_by_name.get(name),
+                                               used.get(name) or NodeUsage()))
         except ValueError as exc:
             errors.append(str(exc))
     by_cluster: dict[str, list[VirtualNodeRecord]] = {}

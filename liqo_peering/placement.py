@@ -28,6 +28,10 @@ class PlacementRequest:
     """A cluster id or ForeignCluster name, or ``auto``."""
     fallback_models: tuple[str, ...] = ()
     """Models to try in order when ``gpu_model`` has no fit (requires ``gpu_model``)."""
+    cpu: int = 0
+    """Millicores the pod requests (0: not checked). Placement skips nodes known to have less free."""
+    memory: int = 0
+    """Bytes of memory the pod requests (0: not checked)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -152,10 +156,14 @@ def place(
     clusters = [c for c in _check_names(inventory, request) if c.cluster_id not in avoid]
     # One pass groups the nodes with room by model, so each fallback costs a dict lookup, not a scan.
     roomy: dict[str | None, list[VirtualNodeRecord]] = {}
+    short: list[VirtualNodeRecord] = []  # the GPUs are free, the CPU or memory asked for is not
     for cluster in clusters:
         for vn in _usable(cluster):
             if vn.free >= request.gpus:
-                roomy.setdefault(vn.model.lower() if vn.model else None, []).append(vn)
+                if has_room(vn, request):
+                    roomy.setdefault(vn.model.lower() if vn.model else None, []).append(vn)
+                else:
+                    short.append(vn)
     models: list[str | None] = [request.gpu_model, *request.fallback_models]
     for index, model in enumerate(models):
         if model is None:
@@ -165,7 +173,46 @@ def place(
         if fits:
             chosen = policy.choose(fits, request.gpus)
             return Placement(chosen.name, chosen.cluster_id, chosen.model, request.gpus, fallback=index > 0)
-    raise no_fit(request, clusters)
+    wanted = [vn for vn in short if request.gpu_model is None
+              or any(_same(vn.model, m) for m in (request.gpu_model, *request.fallback_models))]
+    raise no_room(request, wanted) if wanted else no_fit(request, clusters)
+
+
+def has_room(vn: VirtualNodeRecord, request: PlacementRequest) -> bool:
+    """Whether the node has the CPU and memory the request asks for, as far as the node says."""
+    return ((not request.cpu or vn.cpu_free is None or vn.cpu_free >= request.cpu)
+            and (not request.memory or vn.memory_free is None or vn.memory_free >= request.memory))
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def no_room(request: PlacementRequest, short: Sequence[VirtualNodeRecord]) -> NoFit:
+    """The error when nodes have the GPUs but not the CPU or memory asked for: how much they do have."""
+    model = f" {request.gpu_model}" if request.gpu_model else ""
+    asked: list[str] = []
+    have: list[str] = []
+    if request.memory:
+        best = max(short, key=lambda vn: vn.memory_free if vn.memory_free is not None else 2**63)
+        asked.append(f"{_size(request.memory)} of memory")
+        if best.memory_free is not None and best.memory_free < request.memory:
+            have.append(f"at most {_size(best.memory_free)} of memory free ({best.cluster_id})")
+    if request.cpu:
+        best = max(short, key=lambda vn: vn.cpu_free if vn.cpu_free is not None else 2**63)
+        asked.append(f"{request.cpu / 1000:g} CPUs")
+        if best.cpu_free is not None and best.cpu_free < request.cpu:
+            have.append(f"at most {best.cpu_free / 1000:g} CPUs free ({best.cluster_id})")
+    where = "no cluster has" if request.cluster == AUTO else f"cluster {request.cluster} does not have"
+    return NoFit(
+        f"{where} {_what(request.gpus, request.gpu_model)} with {' and '.join(asked)}: {len(short)} node(s) have "
+        f"the{model} GPUs, with {'; '.join(have) or 'less free than that'}. Ask for less memory or CPU "
+        "(for cells: GPU_OFFLOAD_MEMORY)",
+        _alternatives_of(short))
+
+
+def _alternatives_of(nodes: Sequence[VirtualNodeRecord]) -> tuple[tuple[str, str | None, int], ...]:
+    return tuple(sorted({(vn.cluster_id, vn.model, vn.free) for vn in nodes}, key=lambda a: (a[0], a[1] or "")))
 
 
 def _what(n: int, model: str | None) -> str:

@@ -70,3 +70,13 @@ def test_an_unreachable_cluster_is_an_error_in_live_mode(run_flow: FlowRunner, d
     result = run_flow("plain_flow.py", "--with", "gpu_offload", *ONLY_JSON, env=_live(dead_kubeconfig, OFFLOADED))
     assert result.returncode != 0
     assert "does not answer" in result.stderr and "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE=config" in result.stderr
+
+
+def test_a_step_asking_more_memory_than_any_donor_has_is_refused_before_it_runs(run_flow: FlowRunner,
+                                                                                 kubeconfig: str) -> None:
+    # 200,000 MB: more than the 128Gi each sandbox donor's virtual node offers, whatever its free GPUs
+    result = run_flow("plain_flow.py", "--with", "gpu_offload:gpus=1", "--with", "kubernetes:memory=200000",
+                      *ONLY_JSON, env=_live(kubeconfig, OFFLOADED))
+    assert result.returncode != 0
+    assert "with 186.3 GiB of memory" in result.stderr and "of memory free" in result.stderr, result.stderr
+    assert "[placement from the cluster]" in result.stderr

@@ -149,3 +149,26 @@ def test_records_survive_the_json_transport(api) -> None:
     assert inventory_from_dict(wire) == inv
     with pytest.raises(ValueError, match="does not fit ClusterRecord"):
         inventory_from_dict({"clusters": [{"cluster_id": "a"}]})
+
+
+def test_cpu_and_memory_free_are_the_nodes_allocatable_minus_what_bound_pods_request(api) -> None:
+    asking = api.pod("asking", "donor-a-gpu", 1)
+    asking["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1500m", "memory": "16Gi"},
+                                                    "limits": {"nvidia.com/gpu": "1", "memory": "20Gi"}}
+    limits_only = api.pod("limits-only", "donor-a-gpu", 1)
+    limits_only["spec"]["containers"][0]["resources"]["limits"].update({"cpu": "2", "memory": "8Gi"})
+    finished = api.pod("finished", "donor-a-gpu", 1, phase="Succeeded")
+    finished["spec"]["containers"][0]["resources"]["limits"].update({"cpu": "8", "memory": "32Gi"})
+    inventory = build_inventory([api.foreign_cluster("donor-a")], [], [api.node("donor-a-gpu", "donor-a", 4, "A100")],
+                                [asking, limits_only, finished])
+    (record,) = inventory.virtual_nodes
+    # 16 CPUs and 64Gi allocatable; a request wins over its limit, a lone limit counts, a finished pod does not
+    assert record.cpu_free == 16000 - 1500 - 2000
+    assert record.memory_free == (64 - 16 - 8) * 2**30
+    assert record.in_use == 2
+
+
+def test_a_record_without_a_node_knows_no_cpu_or_memory(api) -> None:
+    inventory = build_inventory([api.foreign_cluster("donor-a")], [api.virtual_node("donor-a-gpu", "donor-a", 4, "A100")])
+    (record,) = inventory.virtual_nodes
+    assert record.cpu_free is None and record.memory_free is None

@@ -169,3 +169,27 @@ def test_a_retry_avoids_the_cluster_that_lost_its_node() -> None:
     assert place(nodes, PlacementRequest(1, "A100"), avoid={"b"}).cluster_id == "c"
     with pytest.raises(NoFit, match="^no cluster has 4 free A100; c has 2 free A100"):
         place(nodes, PlacementRequest(4, "A100"), avoid={"b"})
+
+
+def test_nodes_without_the_memory_or_cpu_asked_for_are_skipped_and_unknown_counts_as_enough() -> None:
+    nodes = inv(vn("small", "a", 8, "L4", memory_free=16 * 2**30, cpu_free=4000),
+                vn("roomy", "b", 2, "L4", memory_free=256 * 2**30, cpu_free=64000),
+                vn("unknown", "c", 1, "L4"))
+    assert place(nodes, PlacementRequest(1, "L4")).virtual_node == "small"
+    assert place(nodes, PlacementRequest(1, "L4", memory=64 * 2**30)).virtual_node == "roomy"
+    assert place(nodes, PlacementRequest(1, "L4", cpu=8000)).virtual_node == "roomy"
+    assert place(nodes, PlacementRequest(1, "L4", memory=512 * 2**30)).virtual_node == "unknown"
+
+
+def test_no_room_says_what_was_asked_and_the_most_that_is_free() -> None:
+    nodes = inv(vn("small", "a", 8, "L4", memory_free=16 * 2**30, cpu_free=4000),
+                vn("roomy", "b", 2, "L4", memory_free=48 * 2**30, cpu_free=64000))
+    with pytest.raises(NoFit) as err:
+        place(nodes, PlacementRequest(2, "L4", memory=64 * 2**30, cpu=2000))
+    message = str(err.value)
+    assert message.startswith("no cluster has 2 free L4 with 64.0 GiB of memory and 2 CPUs: 2 node(s) have the L4")
+    assert "at most 48.0 GiB of memory free (b)" in message and "CPUs free" not in message
+    assert "GPU_OFFLOAD_MEMORY" in message
+    with pytest.raises(NoFit) as err:  # no node has the GPUs at all: the usual no-fit message, not this one
+        place(nodes, PlacementRequest(9, "L4", memory=64 * 2**30))
+    assert str(err.value) == "no cluster has 9 free L4; a has 8 free L4, b 2 free L4 (use --gpus 8)"

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kubernetes.client import ApiClient
+from kubernetes.utils import parse_quantity
 
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient, api_client_from_environment
@@ -44,6 +45,18 @@ the backstop for a kernel that went away."""
 
 class ClusterError(OffloadError):
     """The cluster refused or failed a step of launching or following a cell."""
+
+
+def memory_bytes(quantity: str | None) -> int:
+    """``GPU_OFFLOAD_MEMORY`` in bytes for placement (0 when unset); a clear error when it is not a quantity."""
+    if not quantity:
+        return 0
+    try:
+        return int(parse_quantity(quantity))
+    except ValueError:
+        raise OffloadUsageError(
+            f"{MEMORY_ENV}={quantity!r} is not a Kubernetes memory quantity. Nothing was launched. Set it like "
+            f"`%env {MEMORY_ENV}=32Gi` (or 500Mi), or unset it for the image's default.") from None
 
 
 def _translate(exc: GpuOffloadError) -> OffloadError:
@@ -107,13 +120,15 @@ class KubernetesBackend:
             self._runner = self._runner_path.read_bytes()
         return self._runner
 
-    def where(self, placement: Placement, avoid: set[str]) -> Where:
-        """The virtual node for ``placement`` from the cached inventory, then the namespace offloaded there."""
+    def where(self, placement: Placement, avoid: set[str], memory: str | None = None) -> Where:
+        """The virtual node for ``placement`` (with ``memory`` free, a quantity) from the cached inventory, then
+        the namespace offloaded there."""
         if placement.gpus < 1:
             raise OffloadUsageError(
                 f"--gpus {placement.gpus}: the kubernetes backend runs cells on donated GPUs; ask for --gpus 1 "
                 "or more, or run CPU-only cells with --backend local.")
-        request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto")
+        request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
+                                   memory=memory_bytes(memory))
         chosen = place(self.inventory_cache().inventory(), request, avoid=avoid)
         if chosen.cluster_id not in self._offloaded:
             try:
@@ -148,12 +163,12 @@ class KubernetesBackend:
             raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
                                     "choose)")
         runner = self.runner_bytes()
-        where = self.where(placement, avoid)
+        memory = os.environ.get(MEMORY_ENV) or None
+        where = self.where(placement, avoid, memory)
         bundle_url = None
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             bundle_url = self._store_bundle(run_id, bundle, len(runner))
             bundle = b""
-        memory = os.environ.get(MEMORY_ENV) or None
         spec = self._spec(run_id, placement, where, session, env or {})
         body = cell_pod(spec, memory, bundle_url)
         created = self.pods.create(body)

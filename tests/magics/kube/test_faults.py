@@ -64,11 +64,26 @@ def test_an_image_made_unpullable_by_a_fault_is_named(kube: KubernetesBackend, o
     assert isinstance(outcome.error, RemoteError) and "python:3.11-slim" in outcome.error.evalue
 
 
-def test_unschedulable_gives_the_schedulers_reason(kube: KubernetesBackend, monkeypatch: Any) -> None:
-    monkeypatch.setenv(MEMORY_ENV, "900Ti")  # no node has that much memory
-    outcome, _, _ = run_cell(kube, "print('never')", {})
-    assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "Unschedulable", outcome.error
-    assert "the scheduler says" in outcome.error.evalue and "memory" in outcome.error.evalue.lower()
+def test_memory_no_node_has_fails_before_launch_saying_what_is_free(kube: KubernetesBackend, core: Any,
+                                                                     namespace: str, monkeypatch: Any) -> None:
+    monkeypatch.setenv(MEMORY_ENV, "900Ti")  # every donor's node has 128Gi
+    with pytest.raises(OffloadError) as err:
+        run_cell(kube, "print('never')", {})
+    message = str(err.value)
+    assert "921600.0 GiB of memory" in message and "at most 128.0 GiB of memory free" in message, message
+    assert MEMORY_ENV in message
+    assert leftovers(core, namespace) == []
+
+
+def test_a_memory_setting_that_is_not_a_quantity_is_named_and_nothing_launches(kube: KubernetesBackend, core: Any,
+                                                                               namespace: str,
+                                                                               monkeypatch: Any) -> None:
+    monkeypatch.setenv(MEMORY_ENV, "lots")
+    with pytest.raises(OffloadError) as err:
+        run_cell(kube, "print('never')", {})
+    assert f"{MEMORY_ENV}='lots' is not a Kubernetes memory quantity" in str(err.value)
+    assert "Nothing was launched" in str(err.value)
+    assert leftovers(core, namespace) == []
 
 
 def test_a_namespace_no_longer_offloaded_is_offloading_backoff(kube: KubernetesBackend, origin: Any,

@@ -1,11 +1,12 @@
-"""A cluster whose scheduler cannot take the pod although the inventory showed free GPUs is retried once
-elsewhere; a cell pinned to that cluster fails with the scheduler's reason instead.
+"""Placement knows the CPU and memory free on each virtual node, and a cluster whose scheduler still cannot take
+the pod (a neighbour took the GPUs between placement and scheduling) is retried once elsewhere; a cell pinned
+to that cluster fails with the scheduler's reason instead.
 
-Placement counts GPUs only; here the donor with the most free GPUs has nodes too small for the memory the
-cell asks for, which is what the scheduler, not the inventory, finds out."""
+Two donors: "small" has the most free GPUs (8 L4) but 16Gi of memory, "roomy" 4 A100 and 256Gi."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from gpu_offload.magics.errors import RemoteError
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
-from .conftest import IMAGE_MAP, SHARED, leftovers, settings
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
 from .helpers import run_cell
 
 origin = origin_fixture(
@@ -35,25 +36,66 @@ def api_client(origin: Any) -> Iterator[Any]:
 
 
 @pytest.fixture()
-def kube(api_client: Any, namespace: str, core: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesBackend]:
-    monkeypatch.setenv(MEMORY_ENV, "64Gi")  # more than any node of "small" has
+def kube(api_client: Any, namespace: str, core: Any, origin: Any) -> Iterator[KubernetesBackend]:
     backend = KubernetesBackend(settings(namespace), api_client)
     yield backend
     backend.close()
-    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
+    origin.faults.clear()
+    for pod in core.list_namespaced_pod(namespace).items:  # the neighbour's
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left behind", timeout=60)
+    assert leftovers(core, namespace) == []
 
 
-def test_a_cluster_that_cannot_schedule_the_pod_is_retried_once_on_another(kube: KubernetesBackend) -> None:
+def neighbour_takes_small_first(origin: Any, core: Any, namespace: str) -> threading.Thread:
+    """While this kernel's pod create is held up (after placement chose "small"), a neighbour's pod takes all
+    of small's GPUs: the scheduler then finds no room for ours."""
+    rule = origin.faults.api_latency(rf"^/api/v1/namespaces/{namespace}/pods$", 2.0, methods=("POST",), times=1)
+
+    def take() -> None:
+        wait_until(lambda: origin.faults.api.faults.fired(rule) >= 1, "this kernel's pod create held up")
+        core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "neighbour"},
+            "spec": {"nodeName": "small-gpu", "containers": [{
+                "name": "c", "image": STOCK_IMAGE, "command": ["python3", "-c", "import time; time.sleep(600)"],
+                "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
+                                 "effect": "NoExecute"}]}})
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    return thread
+
+
+def test_placement_skips_a_donor_without_the_memory_the_cell_asks_for(kube: KubernetesBackend,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MEMORY_ENV, "64Gi")  # more than "small" has: the inventory knows, no retry is needed
     outcome, sink, run = run_cell(kube, "print('ran')", {})
     assert outcome.status == "ok", outcome.error
-    assert "ran" in sink.text
-    retry = [n for n in sink.notices if "retrying once on roomy" in n]
-    assert retry and "small cannot schedule the pod" in retry[0] and "memory" in retry[0].lower(), sink.notices
+    assert "ran" in sink.text and not any("retrying" in n for n in sink.notices), sink.notices
     assert run.current.ctx.cluster == "roomy"
 
 
-def test_a_cell_pinned_to_the_cluster_gets_the_schedulers_reason_and_no_retry(kube: KubernetesBackend) -> None:
+
+
+def test_a_cluster_whose_scheduler_cannot_take_the_pod_is_retried_once_on_another(kube: KubernetesBackend,
+                                                                                   origin: Any, core: Any,
+                                                                                   namespace: str) -> None:
+    neighbour = neighbour_takes_small_first(origin, core, namespace)
+    outcome, sink, run = run_cell(kube, "print('ran')", {})
+    neighbour.join()
+    assert outcome.status == "ok", outcome.error
+    assert "ran" in sink.text
+    retry = [n for n in sink.notices if "retrying once on roomy" in n]
+    assert retry and "small cannot schedule the pod" in retry[0] and "nvidia.com/gpu" in retry[0], sink.notices
+    assert run.current.ctx.cluster == "roomy"
+
+
+def test_a_cell_pinned_to_the_cluster_gets_the_schedulers_reason_and_no_retry(kube: KubernetesBackend, origin: Any,
+                                                                              core: Any, namespace: str) -> None:
+    neighbour = neighbour_takes_small_first(origin, core, namespace)
     outcome, sink, run = run_cell(kube, "print('never')", {}, cluster="small")
+    neighbour.join()
     assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "Unschedulable", outcome.error
     assert "the scheduler says" in outcome.error.evalue and "--cluster small" in outcome.error.evalue
     assert not any("retrying" in n for n in sink.notices)
@@ -61,20 +103,24 @@ def test_a_cell_pinned_to_the_cluster_gets_the_schedulers_reason_and_no_retry(ku
 
 
 def test_a_session_whose_pod_cannot_be_scheduled_starts_on_another_cluster_and_keeps_state(
-        kube: KubernetesBackend) -> None:
-    namespace: dict[str, Any] = {}
-    outcome, sink, _ = run_cell(kube, "x = 41\nprint('first')", namespace, session="train")
+        kube: KubernetesBackend, origin: Any, core: Any, namespace: str) -> None:
+    neighbour = neighbour_takes_small_first(origin, core, namespace)
+    variables: dict[str, Any] = {}
+    outcome, sink, _ = run_cell(kube, "x = 41\nprint('first')", variables, session="train")
+    neighbour.join()
     assert outcome.status == "ok", outcome.error
     assert "first" in sink.text
     retry = [n for n in sink.notices if "retrying once on roomy" in n]
     assert retry and "before the session started" in retry[0], sink.notices
     assert "roomy" in kube.sessions()[0].where
-    outcome, sink, _ = run_cell(kube, "print(x + 1)", namespace, session="train")
+    outcome, sink, _ = run_cell(kube, "print(x + 1)", variables, session="train")
     assert outcome.status == "ok", outcome.error
     assert "42" in sink.text and not sink.notices
 
 
-def test_a_pinned_session_is_not_moved(kube: KubernetesBackend) -> None:
+def test_a_pinned_session_is_not_moved(kube: KubernetesBackend, origin: Any, core: Any, namespace: str) -> None:
+    neighbour = neighbour_takes_small_first(origin, core, namespace)
     outcome, sink, _ = run_cell(kube, "print('never')", {}, session="pinned", cluster="small")
+    neighbour.join()
     assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "Unschedulable", outcome.error
     assert "--cluster small" in outcome.error.evalue and not any("retrying" in n for n in sink.notices)

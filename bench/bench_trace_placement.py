@@ -1,0 +1,325 @@
+"""Placement policies replayed on a production GPU-cluster trace: how many GPU tasks each one places.
+
+The trace is Alibaba's cluster-trace-gpu-v2023 (Weng et al., "Beware of Fragmentation", USENIX ATC '23), read
+from ../shared/traces/alibaba-gpu-v2023/ and never copied here: 1,213 GPU nodes (6,212 GPUs, seven models)
+and task lists with creation and deletion times, CPU, memory, GPUs and allowed GPU models.
+
+The model of the pool, and what it leaves out:
+- the nodes are dealt round-robin to ``DONORS`` donor clusters; each trace node is one virtual node, so the
+  project's ``place`` sees 1,213 virtual nodes, their models and their free GPUs, exactly as in a cell;
+- tasks arrive and leave at their trace times; a task that cannot be placed on arrival is rejected (a cell
+  fails with "no cluster has ..."), not queued;
+- the project places whole GPUs only, so a task sharing a GPU (``gpu_milli`` < 1000) gets a whole one;
+- each virtual node reports its free CPU and memory. Two request kinds are replayed side by side:
+  "GPUs only" (a request without CPU or memory, as cells without ``GPU_OFFLOAD_MEMORY`` send) and "GPUs +
+  CPU + memory" (the task's own). When the chosen node lacks the task's CPU or memory, the donor's scheduler
+  answers Unschedulable and the backend retries once on another cluster (``magics/backends/kube/run.py``);
+  the replay does the same and counts both outcomes;
+- a rejection is "fragmented" when the pool had enough free GPUs of an allowed model in total, just not on
+  one node.
+
+Two modes per policy. "trace times": tasks arrive and leave when the trace says; the trace is light (at most
+71 GPUs busy at once), so this shows placement under little pressure. "fill", as the ATC '23 paper
+evaluates: tasks arrive in trace order and never leave until the GPUs asked for reach 130% of the pool; the
+figure is the share of GPUs allocated when the demand first equalled the pool (the rest stayed idle).
+
+Prints one Markdown table per trace with the machine and the date.
+Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gpu_offload.liqo_peering.errors import NoFit
+from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
+from gpu_offload.liqo_peering.placement import POLICIES, PlacementPolicy, PlacementRequest, place
+from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+
+TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
+WORKLOADS = ("default", "gpuspec33", "multigpu50", "gpushare100")
+DONORS = 6
+FILL_LOAD = 1.3
+"""Fill mode stops once the GPUs asked for reach this multiple of the pool's."""
+NEVER = 2**62
+MIB = 2**20
+"""Fill mode stops once the GPUs asked for reach this multiple of the pool's."""
+
+
+@dataclass
+class Node:
+    """A trace node as a virtual node, with what the replayed tasks use of it."""
+
+    name: str
+    cluster: str
+    gpus: int
+    model: str
+    cpu: int
+    memory: int
+    used_gpus: int = 0
+    used_cpu: int = 0
+    used_memory: int = 0
+
+    def has_room_for(self, task: Task) -> bool:
+        """Whether the donor's scheduler would also find the task's CPU and memory here."""
+        return self.used_cpu + task.cpu <= self.cpu and self.used_memory + task.memory <= self.memory
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    cpu: int
+    memory: int
+    gpus: int
+    """Whole GPUs the project asks for: at least 1 for a task that shares a GPU."""
+    shares: bool
+    models: tuple[str, ...]
+    start: int
+    end: int
+
+
+def read_nodes(donors: int) -> list[Node]:
+    with (TRACE / "openb_node_list_gpu_node.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if int(r["gpu"]) > 0]
+    return [Node(r["sn"], f"donor-{i % donors}", int(r["gpu"]), r["model"], int(r["cpu_milli"]),
+                 int(r["memory_mib"])) for i, r in enumerate(rows)]
+
+
+def read_tasks(workload: str) -> list[Task]:
+    """The GPU tasks of one workload file; CPU-only tasks never reach GPU placement."""
+    with (TRACE / f"openb_pod_list_{workload}.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    tasks = []
+    for r in rows:
+        gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
+        if gpus == 0:
+            continue
+        models = tuple(m for m in (r.get("gpu_spec") or "").split("|") if m)  # some files lack the column
+        tasks.append(Task(r["name"], int(r["cpu_milli"]), int(r["memory_mib"]), gpus, milli < 1000, models,
+                          int(r.get("creation_time") or 0), int(r.get("deletion_time") or NEVER)))
+    return tasks
+
+
+class Pool:
+    """The donors' inventory, rebuilt per change only for the cluster that changed."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.nodes = {n.name: n for n in nodes}
+        self._members: dict[str, list[str]] = {}
+        for n in nodes:
+            self._members.setdefault(n.cluster, []).append(n.name)
+        self._clusters = {cid: self._cluster(cid) for cid in sorted(self._members)}
+        self.inventory = Inventory(tuple(self._clusters.values()))
+
+    @staticmethod
+    def _record(n: Node) -> VirtualNodeRecord:
+        return VirtualNodeRecord(n.name, n.cluster, n.gpus, n.gpus, n.used_gpus, model=n.model,
+                                 cpu_free=n.cpu - n.used_cpu, memory_free=(n.memory - n.used_memory) * MIB)
+
+    def _cluster(self, cid: str) -> ClusterRecord:
+        records = tuple(self._record(self.nodes[name]) for name in self._members[cid])
+        return ClusterRecord(cid, cid, "Provider", "healthy", virtual_nodes=records)
+
+    def _changed(self, node: Node) -> None:
+        cluster = self._clusters[node.cluster]
+        record = self._record(node)
+        self._clusters[node.cluster] = replace(cluster, virtual_nodes=tuple(
+            record if vn.name == node.name else vn for vn in cluster.virtual_nodes))
+        self.inventory = Inventory(tuple(self._clusters.values()))
+
+    def take(self, node: Node, task: Task) -> None:
+        node.used_gpus += task.gpus
+        node.used_cpu += task.cpu
+        node.used_memory += task.memory
+        self._changed(node)
+
+    def give_back(self, node: Node, task: Task) -> None:
+        node.used_gpus -= task.gpus
+        node.used_cpu -= task.cpu
+        node.used_memory -= task.memory
+        self._changed(node)
+
+    def one_node_has(self, task: Task) -> bool:
+        """Whether some node of an allowed model has the task's GPUs free (whatever its CPU and memory)."""
+        wanted = {m.lower() for m in task.models}
+        return any(n.gpus - n.used_gpus >= task.gpus and (not wanted or n.model.lower() in wanted)
+                   for n in self.nodes.values())
+
+    def free_of(self, models: tuple[str, ...]) -> int:
+        wanted = {m.lower() for m in models}
+        return sum(n.gpus - n.used_gpus for n in self.nodes.values() if not wanted or n.model.lower() in wanted)
+
+    @property
+    def gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes.values())
+
+    @property
+    def used(self) -> int:
+        return sum(n.used_gpus for n in self.nodes.values())
+
+
+@dataclass
+class Tally:
+    tasks: int = 0
+    demand: int = 0
+    placed: int = 0
+    placed_on_retry: int = 0
+    no_room: int = 0
+    no_resources: int = 0
+    fragmented: int = 0
+    refused_twice: int = 0
+    rejected_gpus: int = 0
+    shared_whole: int = 0
+    allocation: list[float] | None = None
+    decide_ms: list[float] | None = None
+
+
+def events(tasks: list[Task]) -> Iterator[tuple[int, int, Task]]:
+    """Arrivals and departures in time order; at one instant departures first (their GPUs are free again)."""
+    yield from sorted([(t.start, 1, t) for t in tasks] + [(t.end, 0, t) for t in tasks],
+                      key=lambda e: (e[0], e[1], e[2].name))
+
+
+def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized: bool) -> Node | None:
+    """Place one arriving task as the kubernetes backend would (one retry elsewhere); count the outcome.
+
+    ``sized``: the request carries the task's CPU and memory, else GPUs only."""
+    assert tally.decide_ms is not None
+    tally.tasks += 1
+    tally.demand += task.gpus
+    request = PlacementRequest(task.gpus, task.models[0] if task.models else None, fallback_models=task.models[1:],
+                               cpu=task.cpu if sized else 0, memory=task.memory * MIB if sized else 0)
+    avoid: set[str] = set()
+    for retry in (0, 1):
+        start = time.perf_counter()
+        try:
+            chosen = place(pool.inventory, request, policy, avoid=avoid)
+        except NoFit:
+            tally.decide_ms.append((time.perf_counter() - start) * 1000)
+            if retry:
+                tally.refused_twice += 1
+            elif pool.one_node_has(task):
+                tally.no_resources += 1  # a node has the GPUs, none with them has the CPU or memory too
+            elif pool.free_of(task.models) >= task.gpus:
+                tally.fragmented += 1
+            else:
+                tally.no_room += 1
+            break
+        tally.decide_ms.append((time.perf_counter() - start) * 1000)
+        node = pool.nodes[chosen.virtual_node]
+        if node.has_room_for(task):
+            tally.placed += 1
+            tally.placed_on_retry += retry
+            tally.shared_whole += task.shares
+            pool.take(node, task)
+            return node
+        avoid.add(node.cluster)  # the donor's scheduler says Unschedulable: the backend retries once elsewhere
+    else:
+        tally.refused_twice += 1
+    tally.rejected_gpus += task.gpus
+    return None
+
+
+def replay(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: bool) -> Tally:
+    """Tasks arrive and leave at their trace times."""
+    pool = Pool(nodes)
+    tally = Tally(allocation=[], decide_ms=[])
+    assert tally.allocation is not None
+    placed: dict[str, Node] = {}
+    for _, arriving, task in events(tasks):
+        if arriving:
+            node = attempt(pool, task, policy, tally, sized)
+            if node is not None:
+                placed[task.name] = node
+            tally.allocation.append(pool.used / pool.gpus)
+        elif task.name in placed:
+            pool.give_back(placed.pop(task.name), task)
+    return tally
+
+
+def fill(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: bool,
+         load: float = FILL_LOAD) -> tuple[Tally, float]:
+    """The ATC '23 way: tasks in trace order (the list repeated as needed), none leaving, until the GPUs asked
+    for reach ``load`` times the pool's; returns the tally and the share of GPUs allocated when the demand
+    first reached the pool's size (the rest were left unallocated by fragmentation and refusals)."""
+    pool = Pool(nodes)
+    tally = Tally(allocation=[], decide_ms=[])
+    at_capacity = 0.0
+    ordered = sorted(tasks, key=lambda t: (t.start, t.name))
+    asked = 0
+    while asked < load * pool.gpus:
+        for task in ordered:
+            if asked >= load * pool.gpus:
+                break
+            before = asked
+            asked += task.gpus
+            attempt(pool, task, policy, tally, sized)
+            if before < pool.gpus <= asked:
+                at_capacity = pool.used / pool.gpus
+    return tally, at_capacity
+
+
+def _ms(tally: Tally) -> str:
+    assert tally.decide_ms is not None
+    ms = sorted(tally.decide_ms)
+    return f"{statistics.median(ms):.2f} / {ms[int(len(ms) * 0.99) - 1]:.2f} ms"
+
+
+def _rejections(t: Tally) -> str:
+    return f"{t.no_room} / {t.fragmented} / {t.no_resources} / {t.refused_twice}"
+
+
+def table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
+    lines = [f"### workload `{workload}`: {len(tasks)} GPU tasks asking {sum(t.gpus for t in tasks)} whole GPUs "
+             f"({sum(t.shares for t in tasks)} share a GPU, {sum(bool(t.models) for t in tasks)} constrain the "
+             f"model); {len(nodes)} nodes / {sum(n.gpus for n in nodes)} GPUs in {len({n.cluster for n in nodes})} "
+             "donors",
+             "",
+             "| policy | request | mode | placed | placed on the retry | rejected: no GPUs / fragmented / no CPU or "
+             "memory / refused twice | GPUs allocated | place() median / p99 |",
+             "|---|---|---|---|---|---|---|---|"]
+    timed = any(t.end != NEVER for t in tasks)  # some files carry no times: fill mode only
+    for name, policy in POLICIES.items():
+        for sized in (False, True):
+            kind = "GPUs + CPU + memory" if sized else "GPUs only"
+            if timed:
+                t = replay([replace(n) for n in nodes], tasks, policy, sized)
+                assert t.allocation is not None
+                lines.append(f"| {name} | {kind} | trace times | {t.placed}/{t.tasks} ({t.placed / t.tasks:.1%}) | "
+                             f"{t.placed_on_retry} | {_rejections(t)} | peak {max(t.allocation):.1%} | {_ms(t)} |")
+            t, at_capacity = fill([replace(n) for n in nodes], tasks, policy, sized)
+            lines.append(f"| {name} | {kind} | fill to {FILL_LOAD:.0%} | {t.placed}/{t.tasks} "
+                         f"({t.placed / t.tasks:.1%}) | {t.placed_on_retry} | {_rejections(t)} | "
+                         f"{at_capacity:.1%} when demand = pool | {_ms(t)} |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--donors", type=int, default=DONORS, help="donor clusters the nodes are dealt to")
+    args = parser.parse_args()
+    if not TRACE.is_dir():
+        print(f"trace not found at {TRACE}: this benchmark reads ../shared/traces/alibaba-gpu-v2023 beside "
+              "the repository", file=sys.stderr)
+        return 2
+    nodes = read_nodes(args.donors)
+    print("## Placement policies replayed on the Alibaba GPU trace (cluster-trace-gpu-v2023)")
+    print()
+    print(f"{machine_line()}; run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
+    print()
+    for workload in WORKLOADS:
+        print("\n".join(table(workload, nodes, read_tasks(workload))))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
