@@ -92,11 +92,11 @@ def decide(
             step, options.gpus, None if cluster == AUTO else cluster, model, settings.namespace, "config"
         )
     from gpu_offload.liqo_peering.errors import GpuOffloadError
-    from gpu_offload.liqo_peering.placement import PlacementRequest, place
+    from gpu_offload.liqo_peering.placement import POLICIES, PlacementRequest, place
 
     try:
         chosen = place(inventory, PlacementRequest(gpus=options.gpus, gpu_model=model, cluster=cluster,
-                                                   cpu=needs[0], memory=needs[1]))
+                                                   cpu=needs[0], memory=needs[1]), POLICIES[settings.policy])
     except GpuOffloadError as exc:
         where = "the cluster" if origin == "live" else f"the inventory ({settings.inventory})"
         raise GpuOffloadFlowError(

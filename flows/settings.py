@@ -23,6 +23,7 @@ NAMESPACE = "GPU_OFFLOAD_NAMESPACE"
 INVENTORY = "GPU_OFFLOAD_INVENTORY"
 PLACEMENT_SOURCE = "GPU_OFFLOAD_PLACEMENT_SOURCE"
 BACKEND = "GPU_OFFLOAD_BACKEND"
+POLICY = "GPU_OFFLOAD_PLACEMENT_POLICY"
 RECORDED = "GPU_OFFLOAD_PLACEMENT"
 """Set by the extension itself (through ``@environment``) so a step's pod reuses the decision."""
 RECORDED_ENV = "METAFLOW_" + RECORDED
@@ -44,6 +45,8 @@ class OffloadSettings:
     """``live``: ask the cluster, fail if unreachable; ``config``: never ask; ``auto``: ask, fall back."""
     backend: Backend = "kubernetes"
     """``local`` leaves ``@gpu_offload`` steps as written: they run in the local process (CPU without a GPU)."""
+    policy: str = "most-free"
+    """Placement policy by name (``METAFLOW_GPU_OFFLOAD_PLACEMENT_POLICY``): most-free, bin-pack, first-fit."""
 
 
 def _clean(value: object) -> str | None:
@@ -62,6 +65,9 @@ def read_settings(lookup: Callable[[str], object]) -> OffloadSettings:
     """Settings from ``lookup(key)`` (Metaflow's ``from_conf`` in production, a dict's ``get`` in tests)."""
     source = _choice(lookup, PLACEMENT_SOURCE, SOURCES)
     backend = _choice(lookup, BACKEND, BACKENDS)
+    from gpu_offload.liqo_peering.placement import POLICIES
+
+    policy = _choice(lookup, POLICY, tuple(POLICIES))
     return OffloadSettings(
         cluster=_clean(lookup(CLUSTER)),
         gpu_model=_clean(lookup(GPU_MODEL)),
@@ -69,6 +75,7 @@ def read_settings(lookup: Callable[[str], object]) -> OffloadSettings:
         inventory=_clean(lookup(INVENTORY)),
         source=source,  # type: ignore[arg-type]  # one of SOURCES
         backend=backend,  # type: ignore[arg-type]  # one of BACKENDS
+        policy=policy,
     )
 
 

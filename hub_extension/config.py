@@ -48,6 +48,8 @@ class HubConfig:
     database_url: str = "sqlite:///gpu-offload-usage.sqlite"
     port: int = 10101
     default_image: str = "python:3.11-slim"
+    placement_policy: str = "most-free"
+    """Set in every user server as ``GPU_OFFLOAD_PLACEMENT_POLICY``."""
     object_storage_endpoint: str = ""
     object_storage_bucket: str = ""
     liqoctl_enabled: bool = False
@@ -84,6 +86,12 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     except (TypeError, ValueError):
         raise InvalidRequest(f"{where}: service.port={service.get('port')!r} is not a port number") from None
     base = UserNamespaces()
+    from gpu_offload.liqo_peering.placement import POLICIES
+
+    policy = str(offload.get("placementPolicy") or defaults.placement_policy)
+    if policy not in POLICIES:
+        raise InvalidRequest(f"{where}: offload.placementPolicy={policy!r} is not a placement policy; use one of "
+                             f"{', '.join(POLICIES)}")
     return HubConfig(
         hub_namespace=str(raw.get("hubNamespace") or defaults.hub_namespace),
         hub_service_account=str(raw.get("hubServiceAccount") or defaults.hub_service_account),
@@ -100,6 +108,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         database_url=str(database.get("url") or defaults.database_url),
         port=port,
         default_image=str(offload.get("defaultImage") or defaults.default_image),
+        placement_policy=policy,
         object_storage_endpoint=str(storage.get("endpoint") or ""),
         object_storage_bucket=str(storage.get("bucket") or ""),
         liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),

@@ -74,6 +74,7 @@ def server_environment(name: str, config: HubConfig, service_url: str = "") -> d
         "GPU_OFFLOAD_BACKEND": "kubernetes",
         "GPU_OFFLOAD_NAMESPACE": name,
         "GPU_OFFLOAD_IMAGE": config.default_image,
+        "GPU_OFFLOAD_PLACEMENT_POLICY": config.placement_policy,
     }
     if service_url:
         env["GPU_OFFLOAD_SERVICE_URL"] = service_url

@@ -99,3 +99,14 @@ def test_placement_hints_are_written_as_decorator_arguments() -> None:
     from gpu_offload.flows.decision import as_decorator_hint
 
     assert as_decorator_hint("(use --gpu-model L4 or --gpus 2)") == "(use @gpu_offload(gpu_model='L4') or @gpu_offload(gpus=2))"
+
+
+def test_the_configured_policy_places_the_step() -> None:
+    settings = read_settings({"GPU_OFFLOAD_PLACEMENT_POLICY": "bin-pack"}.get)
+    assert settings.policy == "bin-pack"
+    inventory = load_inventory(INVENTORY)
+    # donor-a has 4 free GPUs, donor-b 2: most-free spreads to donor-a, bin-pack fills donor-b
+    assert decide("train", OffloadOptions(gpus=1), OffloadSettings(), inventory, "inventory").cluster_id == "donor-a"
+    assert decide("train", OffloadOptions(gpus=1), settings, inventory, "inventory").cluster_id == "donor-b"
+    with pytest.raises(GpuOffloadFlowError, match="METAFLOW_GPU_OFFLOAD_PLACEMENT_POLICY=.fastest. is not allowed"):
+        read_settings({"GPU_OFFLOAD_PLACEMENT_POLICY": "fastest"}.get)

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from gpu_offload.hub_extension import user_namespace as un
 from gpu_offload.hub_extension.config import parse_config
+from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.sandbox.origin import RunningOrigin
 from gpu_offload.sandbox.resources import ResourceType
 
@@ -29,7 +30,7 @@ CONFIG = {
     "userNamespaces": {"prefix": f"{HUB_NS}-", "hubClusterRole": "gpu-offload-user-namespace",
                        "userServerClusterRole": "gpu-offload-user-server",
                        "userServerServiceAccount": "gpu-offload-user-server"},
-    "offload": {"defaultImage": "python:3.12-slim"},
+    "offload": {"defaultImage": "python:3.12-slim", "placementPolicy": "bin-pack"},
 }
 
 
@@ -88,7 +89,7 @@ def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
     env = result["environment"]
     assert env["GPU_OFFLOAD_BACKEND"] == "kubernetes" and env["GPU_OFFLOAD_NAMESPACE"] == ns
     assert env["GPU_OFFLOAD_SERVICE_URL"] == "http://hub.jhub.svc:10101/services/gpu-offload/"
-    assert env["GPU_OFFLOAD_IMAGE"] == "python:3.12-slim"
+    assert env["GPU_OFFLOAD_IMAGE"] == "python:3.12-slim" and env["GPU_OFFLOAD_PLACEMENT_POLICY"] == "bin-pack"
     assert result["service_account"] == "gpu-offload-user-server"
     # the next spawn of the same user finds everything in place and succeeds
     again = drive(scenario="hook", user="alice")
@@ -151,3 +152,10 @@ def test_profile_list_offers_the_live_gpus_and_the_choice_reaches_the_server(
     assert by_slug["liqo-gpu-a100"]["description"].startswith("8 free on 2 clusters, from 2 per GPU-hour")
     assert "Remote GPU via Liqo: A100" in result["form"]
     assert result["environment"]["GPU_OFFLOAD_GPU_MODEL"] == "A100"
+
+
+def test_a_placement_policy_the_magic_does_not_know_stops_the_configuration() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        parse_config({**CONFIG, "offload": {"placementPolicy": "fastest"}}, "config.yaml")
+    assert "config.yaml: offload.placementPolicy='fastest'" in str(err.value)
+    assert "most-free, bin-pack, first-fit" in str(err.value)

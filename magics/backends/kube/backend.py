@@ -22,8 +22,8 @@ from kubernetes.utils import parse_quantity
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient, api_client_from_environment
 from ....liqo_peering.errors import APIError, APIForbidden, GpuOffloadError, PlacementError
+from ....liqo_peering.placement import POLICIES, PlacementRequest, place
 from ....liqo_peering.placement import Placement as Where
-from ....liqo_peering.placement import PlacementRequest, place
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_secret, runner_selector
 from ...errors import OffloadError, OffloadUsageError
 from ...runner.frames import Outputs
@@ -129,7 +129,11 @@ class KubernetesBackend:
                 "or more, or run CPU-only cells with --backend local.")
         request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
                                    memory=memory_bytes(memory))
-        chosen = place(self.inventory_cache().inventory(), request, avoid=avoid)
+        policy = POLICIES.get(self.settings.policy)
+        if policy is None:
+            raise OffloadUsageError(f"placement policy {self.settings.policy!r} is unknown; use one of "
+                                    f"{', '.join(POLICIES)}")
+        chosen = place(self.inventory_cache().inventory(), request, policy, avoid=avoid)
         if chosen.cluster_id not in self._offloaded:
             try:
                 self.liqo.ensure_offloading(self.settings.namespace, [chosen.cluster_id],

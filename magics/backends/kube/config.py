@@ -26,6 +26,7 @@ KERNEL_ID = "GPU_OFFLOAD_KERNEL_ID"
 SERVER_ID = "GPU_OFFLOAD_SERVER_ID"
 """Set by the runs server extension in its own environment, so every kernel it starts inherits it."""
 SWEEP_SECONDS = "GPU_OFFLOAD_SWEEP_SECONDS"
+POLICY = "GPU_OFFLOAD_PLACEMENT_POLICY"
 DEFAULT_IMAGE = "python:3.11-slim"
 """A stock image: the runner travels in the bundle, so any image with a same-minor Python works."""
 
@@ -64,6 +65,8 @@ class KubeSettings:
     """The user server's ``JUPYTERHUB_API_TOKEN``, sent to the hub service."""
     server: str | None = None
     """The Jupyter server this kernel runs under (``GPU_OFFLOAD_SERVER_ID``), written on every pod."""
+    policy: str = "most-free"
+    """Placement policy by name (``GPU_OFFLOAD_PLACEMENT_POLICY``): most-free, bin-pack or first-fit."""
 
 
 def configured(env: Mapping[str, str]) -> bool:
@@ -97,6 +100,13 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
             f"--backend kubernetes: {NAMESPACE} is not set, so there is no namespace to run pods in. Set it "
             "to your offloaded namespace (a hub deployment sets it for you), or use --backend local."
         )
+    from ....liqo_peering.placement import POLICIES
+
+    policy = env.get(POLICY, "").strip() or "most-free"
+    if policy not in POLICIES:
+        raise BackendNotConfigured(
+            f"{POLICY}={policy!r} is not a placement policy; use one of {', '.join(POLICIES)} (or unset it for "
+            "most-free).")
     bucket = env.get(S3_BUCKET, "").strip()
     storage = StorageSettings(bucket, env.get(S3_ENDPOINT) or None) if bucket else None
     in_hub = bool(env.get(SERVICE_URL))
@@ -112,4 +122,5 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         service_url=env.get(SERVICE_URL) or None,
         hub_token=env.get("JUPYTERHUB_API_TOKEN", ""),
         server=env.get(SERVER_ID) or None,
+        policy=policy,
     )

@@ -108,3 +108,13 @@ def test_settings_from_the_environment() -> None:
     assert hub.storage is not None and hub.storage.bucket == "b"
     with pytest.raises(BackendNotConfigured, match="GPU_OFFLOAD_NAMESPACE"):
         from_environment({})
+
+
+def test_the_placement_policy_is_chosen_by_name_and_a_wrong_name_lists_the_valid_ones() -> None:
+    assert from_environment({"GPU_OFFLOAD_NAMESPACE": "alice"}).policy == "most-free"
+    chosen = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_PLACEMENT_POLICY": "bin-pack"})
+    assert chosen.policy == "bin-pack"
+    with pytest.raises(BackendNotConfigured) as err:
+        from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_PLACEMENT_POLICY": "fastest"})
+    assert "GPU_OFFLOAD_PLACEMENT_POLICY='fastest'" in str(err.value)
+    assert "most-free, bin-pack, first-fit" in str(err.value)

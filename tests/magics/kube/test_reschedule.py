@@ -124,3 +124,15 @@ def test_a_pinned_session_is_not_moved(kube: KubernetesBackend, origin: Any, cor
     neighbour.join()
     assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "Unschedulable", outcome.error
     assert "--cluster small" in outcome.error.evalue and not any("retrying" in n for n in sink.notices)
+
+
+def test_an_admin_chosen_bin_pack_policy_fills_the_smaller_donor_first(api_client: Any, core: Any,
+                                                                       namespace: str) -> None:
+    backend = KubernetesBackend(settings(namespace, policy="bin-pack"), api_client)
+    try:
+        outcome, _, run = run_cell(backend, "print('ran')", {})
+        assert outcome.status == "ok", outcome.error
+        assert run.current.ctx.cluster == "roomy"  # 3 GPUs left there against 7 on "small"
+    finally:
+        backend.close()
+    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
