@@ -14,14 +14,14 @@ from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.inventory import Inventory
-from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from . import views
 from .config import HubConfig
 from .operations import ClusterFacts
 from .store import Store
-from .usage import finished_run
-from .watches import CollectionWatch, Obj, resource_slices, runner_pods
+from .usage import ended_deleting, finished_run, holds_meter
+from .watches import CollectionWatch, Obj, release_meter, resource_slices, runner_pods
 
 log = logging.getLogger("gpu_offload.hub")
 
@@ -41,6 +41,7 @@ class HubState:
         )
         self.slices = resource_slices(api_client)
         self.pods = runner_pods(api_client, self._on_pod)
+        self._core = CoreV1Api(api_client)
 
     def start(self) -> HubState:
         """Start every watch (the pod watch last: recording needs the inventory's node-to-cluster map)."""
@@ -75,6 +76,10 @@ class HubState:
             if run is not None and self.store.record_run(run):
                 log.info("recorded %.0f GPU-seconds of %s/%s for %s on %s", run.gpu_seconds, run.namespace,
                          run.pod, run.user or "?", run.cluster_id)
+            # recorded (or nothing to record): the pod may go now; a failure above keeps it held for a retry
+            over = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or ended_deleting(pod, now)
+            if event_type != "DELETED" and holds_meter(pod) and over:
+                release_meter(self._core, pod)
         except Exception:  # noqa: BLE001 - one bad pod must not stop metering the others
             log.exception("could not record the usage of pod %s", (pod.get("metadata") or {}).get("name"))
 

@@ -62,6 +62,21 @@ def _container_times(status: Mapping[str, Any]) -> tuple[list[datetime], list[da
     return starts, ends
 
 
+def ended_deleting(pod: Mapping[str, Any], now: datetime) -> bool:
+    """Whether a pod being deleted has stopped: no container runs any more, or its grace period is over
+    (``deletionTimestamp`` is when it ends; the kubelet of a lost node never reports)."""
+    deleting = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if deleting is None:
+        return False
+    running = [cs for cs in (pod.get("status") or {}).get("containerStatuses") or [] if (cs.get("state") or {}).get("running")]
+    return not running or now >= deleting
+
+
+def holds_meter(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod carries the meter's finalizer."""
+    return L.METERED_FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or [])
+
+
 def pod_user(pod: Mapping[str, Any]) -> str:
     """The hub user a runner pod belongs to: the raw name from its annotation, else its label."""
     meta = pod.get("metadata") or {}
@@ -74,12 +89,14 @@ def finished_run(
     """The record of a run that just ended, or None when the pod is still running or never held a GPU.
 
     ``node_clusters`` maps virtual node names to cluster ids (from the inventory); a pod that ran
-    elsewhere is not an offloaded run. The end is the last container's finish time, else ``now`` (the
-    pod was deleted while running, which is when its GPUs were released).
+    elsewhere is not an offloaded run. The end is the last container's finish time, else the pod's
+    deletion time when it is being deleted (held by the meter's finalizer, perhaps while the hub was
+    down), else ``now`` (the pod was deleted while running, which is when its GPUs were released).
     """
     status = pod.get("status") or {}
     phase = str(status.get("phase") or "")
-    if phase not in _TERMINAL and event_type != "DELETED":
+    deleting = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if phase not in _TERMINAL and event_type != "DELETED" and not (deleting and ended_deleting(pod, now)):
         return None
     node = str((pod.get("spec") or {}).get("nodeName") or "")
     gpus = pod_gpus(pod)
@@ -89,7 +106,7 @@ def finished_run(
     started = parse_time(status.get("startTime")) or (min(starts) if starts else None)
     if started is None:
         return None  # never started: it held no GPU time
-    ended = max(ends) if ends else now
+    ended = max(ends) if ends else (deleting or now)
     meta = pod.get("metadata") or {}
     return RunRecord(
         pod_uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),

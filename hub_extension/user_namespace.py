@@ -75,6 +75,7 @@ def server_environment(name: str, config: HubConfig, service_url: str = "") -> d
         "GPU_OFFLOAD_NAMESPACE": name,
         "GPU_OFFLOAD_IMAGE": config.default_image,
         "GPU_OFFLOAD_PLACEMENT_POLICY": config.placement_policy,
+        "GPU_OFFLOAD_METERED": "1",  # this hub's meter removes the finalizer runner pods then carry
     }
     if service_url:
         env["GPU_OFFLOAD_SERVICE_URL"] = service_url

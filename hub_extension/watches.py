@@ -132,3 +132,22 @@ def runner_pods(api_client: ApiClient, on_event: OnEvent | None = None) -> Colle
     """Every pod the project created (all phases), in every namespace."""
     return CollectionWatch("runner pods (cluster-wide)", CoreV1Api(api_client).list_pod_for_all_namespaces,
                            {"label_selector": f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"}, on_event)
+
+
+def release_meter(core: CoreV1Api, pod: Obj) -> None:
+    """Remove the meter's finalizer from a recorded pod, so its deletion completes.
+
+    A JSON patch that first tests the entry is still where it was read: another writer's change makes it
+    fail (422) and the next event of the pod tries again. A pod already gone is fine.
+    """
+    meta = pod.get("metadata") or {}
+    finalizers = list(meta.get("finalizers") or [])
+    if L.METERED_FINALIZER not in finalizers:
+        return
+    at = f"/metadata/finalizers/{finalizers.index(L.METERED_FINALIZER)}"
+    try:
+        core.patch_namespaced_pod(str(meta.get("name")), str(meta.get("namespace")), [
+            {"op": "test", "path": at, "value": L.METERED_FINALIZER}, {"op": "remove", "path": at}])
+    except ApiException as exc:
+        if exc.status not in (404, 409, 422):
+            raise api_error(exc, "releasing", f"Pod {meta.get('namespace')}/{meta.get('name')}") from exc

@@ -193,6 +193,8 @@ class RunnerPodSpec:
     """The Jupyter server the kernel runs under, when known: its orphan sweep selects on it."""
     kernel_pid: int | None = None
     """The kernel's process id, written beside ``server``."""
+    metered: bool = False
+    """Carry the hub meter's finalizer (only where a hub meter runs to remove it)."""
 
 
 def runner_pod_name(run_id: str) -> str:
@@ -293,6 +295,7 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
             "namespace": _dns_name(spec.namespace, "namespace"),
             "labels": runner_labels(spec),
             "annotations": {L.USER: spec.user, L.KERNEL: spec.kernel},
+            **({"finalizers": [L.METERED_FINALIZER]} if spec.metered else {}),
         },
         "spec": pod_spec,
     }

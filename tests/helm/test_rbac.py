@@ -71,6 +71,9 @@ CASES = [
     (HUB, Request("watch", LIQO_OFFLOADING, "virtualnodes", "liqo-tenant-alpha"), True),
     (HUB, Request("list", "authentication.liqo.io", "resourceslices", "liqo-tenant-gamma"), True),
     (HUB, Request("watch", "", "pods", "jhub-bob"), True),
+    # ...and releases its metering finalizer from runner pods in user namespaces the hook bound it in
+    (HUB, Request("patch", "", "pods", "jhub-alice", "gpuo-run-1"), True),
+    (HUB, Request("patch", "", "pods", "jhub-bob", "gpuo-run-1"), False),
     (HUB, Request("list", "", "nodes"), True),
     # ...and writes ResourceSlices and VirtualNode labels only in the listed tenant namespaces
     (HUB, Request("create", "authentication.liqo.io", "resourceslices", "liqo-tenant-alpha"), True),

@@ -90,6 +90,7 @@ def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
     assert env["GPU_OFFLOAD_BACKEND"] == "kubernetes" and env["GPU_OFFLOAD_NAMESPACE"] == ns
     assert env["GPU_OFFLOAD_SERVICE_URL"] == "http://hub.jhub.svc:10101/services/gpu-offload/"
     assert env["GPU_OFFLOAD_IMAGE"] == "python:3.12-slim" and env["GPU_OFFLOAD_PLACEMENT_POLICY"] == "bin-pack"
+    assert env["GPU_OFFLOAD_METERED"] == "1"  # the hub's meter releases the runner pods' finalizer
     assert result["service_account"] == "gpu-offload-user-server"
     # the next spawn of the same user finds everything in place and succeeds
     again = drive(scenario="hook", user="alice")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -125,4 +126,54 @@ def test_the_service_records_real_runs_once_across_a_restart(origin: RunningOrig
         assert {r["pod"] for r in mine["finished"]} == {"gpuo-a", "gpuo-b"} and mine["running"] == []
     finally:
         restarted.close()
+        core.delete_namespace(ns)
+
+
+def test_a_pod_held_by_the_meter_ends_at_its_deletion_not_when_the_hub_sees_it() -> None:
+    pod = _pod("Running", finished=None)
+    pod["metadata"]["deletionTimestamp"] = "2026-11-22T01:20:00Z"
+    pod["metadata"]["finalizers"] = ["gpu-offload.io/metered"]
+    clusters = {"donor-1-gpu": "donor-1"}
+    # the grace period is not over and the runner still runs: not yet
+    assert finished_run(pod, "MODIFIED", clusters, T0 + timedelta(minutes=19)) is None
+    # the hub comes back hours later: the run ended when it was deleted
+    run = finished_run(pod, "ADDED", clusters, T0 + timedelta(hours=6))
+    assert run is not None and run.phase == "Deleted" and run.gpu_seconds == 2 * 20 * 60
+    stopped = _pod("Failed", finished="2026-11-22T01:10:00Z")
+    stopped["metadata"]["deletionTimestamp"] = "2026-11-22T01:20:00Z"
+    run = finished_run(stopped, "MODIFIED", clusters, T0 + timedelta(minutes=5))
+    assert run is not None and run.gpu_seconds == 2 * 10 * 60  # the runner's own end wins
+
+
+def test_a_run_created_and_deleted_while_the_service_was_down_is_metered_when_it_returns(
+        origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(k8s)
+    ns = _offloaded_namespace(k8s)
+    try:
+        # no service runs: a kernel's pod starts, runs, and is deleted; the meter's finalizer holds it
+        body = _runner_pod("gpuo-held", "carol", 1)
+        body["metadata"]["finalizers"] = ["gpu-offload.io/metered"]
+        body["spec"]["containers"][0]["command"] = ["python3", "-c", "import time; time.sleep(300)"]
+        core.create_namespaced_pod(ns, body)
+        wait_until(lambda: (core.read_namespaced_pod("gpuo-held", ns).status.phase == "Running"), "the run started")
+        time.sleep(2.5)  # timestamps have one-second precision: let the run hold its GPU for some seconds
+        core.delete_namespaced_pod("gpuo-held", ns, grace_period_seconds=0)
+        held = core.read_namespaced_pod("gpuo-held", ns)  # still there: only the meter may let it go
+        assert held.metadata.deletion_timestamp is not None
+        deleted_at = held.metadata.deletion_timestamp
+        state = HubState(HubConfig(), k8s, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+        try:
+            assert state.wait_synced(60)
+            wait_until(lambda: state.store.totals("carol"), "the held run to be recorded")
+            (run,) = state.store.runs("carol")
+            assert run.pod == "gpuo-held" and run.gpus == 1 and run.gpu_seconds > 0
+            assert run.ended <= deleted_at + timedelta(seconds=1)  # not the time the service came back
+
+            def gone() -> bool:
+                return not core.list_namespaced_pod(ns, field_selector="metadata.name=gpuo-held").items
+
+            wait_until(gone, "the pod released by the meter")
+        finally:
+            state.close()
+    finally:
         core.delete_namespace(ns)

@@ -248,3 +248,14 @@ def test_runner_selector_matches_the_labels_the_builders_wrote() -> None:
     assert pairs == {k: labels[k] for k in pairs}
     assert set(pairs) == {"gpu-offload.io/managed-by", "gpu-offload.io/user", "gpu-offload.io/kernel"}
     assert runner_selector() == "gpu-offload.io/managed-by=gpu-offload"
+
+
+def test_a_runner_pod_under_a_server_in_a_hub_carries_the_sweep_labels_and_the_meter_finalizer(k8s_schema) -> None:
+    pod = runner_pod(spec(server="hub-default", kernel_pid=4242, metered=True))
+    k8s_schema(pod)
+    meta = pod["metadata"]
+    assert meta["labels"]["gpu-offload.io/server"] == "hub-default"
+    assert meta["labels"]["gpu-offload.io/kernel-pid"] == "4242"
+    assert meta["finalizers"] == ["gpu-offload.io/metered"]
+    plain = runner_pod(spec())["metadata"]  # without a hub meter nobody would remove it: none
+    assert "finalizers" not in plain and "gpu-offload.io/server" not in plain["labels"]

@@ -154,7 +154,7 @@ class KubernetesBackend:
             user=self.settings.user, kernel=self.settings.kernel, scheduling=where.scheduling_fragment(),
             timeout=None if placement.timeout is None or session else math.ceil(placement.timeout) + DEADLINE_MARGIN,
             python=self.settings.python, session=session, env={**placement.env, **env}, server=self.settings.server,
-            kernel_pid=os.getpid(),
+            kernel_pid=os.getpid(), metered=self.settings.metered,
         )
 
     def launch(self, run_id: str, bundle: bytes, nonce: str, placement: Placement, avoid: set[str],

@@ -27,6 +27,8 @@ SERVER_ID = "GPU_OFFLOAD_SERVER_ID"
 """Set by the runs server extension in its own environment, so every kernel it starts inherits it."""
 SWEEP_SECONDS = "GPU_OFFLOAD_SWEEP_SECONDS"
 POLICY = "GPU_OFFLOAD_PLACEMENT_POLICY"
+METERED = "GPU_OFFLOAD_METERED"
+"""``1`` where the hub's meter runs (the spawner sets it): runner pods carry its finalizer."""
 DEFAULT_IMAGE = "python:3.11-slim"
 """A stock image: the runner travels in the bundle, so any image with a same-minor Python works."""
 
@@ -67,6 +69,8 @@ class KubeSettings:
     """The Jupyter server this kernel runs under (``GPU_OFFLOAD_SERVER_ID``), written on every pod."""
     policy: str = "most-free"
     """Placement policy by name (``GPU_OFFLOAD_PLACEMENT_POLICY``): most-free, bin-pack or first-fit."""
+    metered: bool = False
+    """Runner pods carry the hub meter's finalizer (``GPU_OFFLOAD_METERED=1``, set by the spawner)."""
 
 
 def configured(env: Mapping[str, str]) -> bool:
@@ -123,4 +127,5 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         hub_token=env.get("JUPYTERHUB_API_TOKEN", ""),
         server=env.get(SERVER_ID) or None,
         policy=policy,
+        metered=env.get(METERED, "").strip().lower() in ("1", "true", "yes"),
     )

@@ -105,6 +105,8 @@ def test_settings_from_the_environment() -> None:
     hub = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_SERVICE_URL": "http://hub/",
                             "GPU_OFFLOAD_S3_BUCKET": "b", "JUPYTERHUB_USER": "alice", "GPU_OFFLOAD_KERNEL_ID": "k"})
     assert (hub.create_offloading, hub.image, hub.user, hub.kernel) == (False, DEFAULT_IMAGE, "alice", "k")
+    assert not hub.metered  # only where the spawner says a meter runs
+    assert from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_METERED": "1"}).metered
     assert hub.storage is not None and hub.storage.bucket == "b"
     with pytest.raises(BackendNotConfigured, match="GPU_OFFLOAD_NAMESPACE"):
         from_environment({})
