@@ -67,7 +67,9 @@ class OrphanSweep:
         a pod in the listing, so a live kernel's pod is never taken for an orphan.
         """
         selector = runner_selector(self.user, server=self.server)
-        labels = [(pod.get("metadata") or {}).get("labels") or {} for pod in self.pods.list_pods(selector)]
+        # a pod already being deleted (perhaps held by the hub meter's finalizer) needs nothing more
+        labels = [(pod.get("metadata") or {}).get("labels") or {} for pod in self.pods.list_pods(selector)
+                  if not (pod.get("metadata") or {}).get("deletionTimestamp")]
         removed: list[str] = []
         for orphan in sorted(orphan_selectors(labels, self._live_kernels())):
             removed += self.pods.delete_matching(f"{selector},{orphan}")
