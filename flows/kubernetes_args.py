@@ -34,6 +34,8 @@ class StepIdentity:
     step: str
     run_id: str | None = None
     """Unknown when the mutator runs; ``run_label`` adds it for ``run``, Argo labels its pods itself."""
+    user: str | None = None
+    """Who runs the flow (the hub user in a hub deployment): the hub's meter charges the step's GPU time to them."""
 
 
 def label_value(text: str) -> str:
@@ -104,8 +106,13 @@ def node_selector(placement: StepPlacement) -> dict[str, str]:
 
 
 def pod_labels(identity: StepIdentity) -> dict[str, str]:
-    """Labels that let admins and the hub find the pods of one flow, run and step."""
-    found = {FLOW_LABEL: label_value(identity.flow), STEP_LABEL: label_value(identity.step)}
+    """Labels that let admins and the hub find the pods of one flow, run and step.
+
+    ``managed-by`` puts the pods under the hub's usage meter; they get no ``user`` label, so a kernel's
+    cleanup, which selects on it, never takes a flow's pods for its own (the meter reads the annotation).
+    """
+    found = {L.MANAGED_BY: L.MANAGED_BY_VALUE, FLOW_LABEL: label_value(identity.flow),
+             STEP_LABEL: label_value(identity.step)}
     if identity.run_id:
         found[RUN_LABEL] = label_value(identity.run_id)
     return {k: v for k, v in found.items() if v}
@@ -130,6 +137,9 @@ def kubernetes_kwargs(
         tolerations.append(dict(LIQO_TOLERATION))
     merged["tolerations"] = tolerations
     merged["labels"] = _merge_map(step, "labels", dict(user.get("labels") or {}), pod_labels(identity), offload)
+    if identity.user:
+        merged["annotations"] = _merge_map(step, "annotations", dict(user.get("annotations") or {}),
+                                           {L.USER: identity.user}, offload)
     if placement.namespace and not user.get("namespace"):
         merged["namespace"] = placement.namespace
     return merged

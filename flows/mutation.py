@@ -134,6 +134,15 @@ def downstream(environ: Mapping[str, str]) -> bool:
     return bool(environ.get(RECORDED_ENV) or environ.get("METAFLOW_KUBERNETES_WORKLOAD"))
 
 
+def flow_user(environ: Mapping[str, str]) -> str | None:
+    """Who the step's GPU time is charged to: the hub user in a hub deployment, else Metaflow's user."""
+    if environ.get("JUPYTERHUB_USER"):
+        return environ["JUPYTERHUB_USER"]
+    from metaflow.util import get_username
+
+    return get_username() or None
+
+
 def flow_name(step_function: Any) -> str:
     """The flow class's name, which is Metaflow's flow name, from the step function's qualified name."""
     parts = str(getattr(step_function, "__qualname__", "")).split(".")
@@ -155,7 +164,7 @@ def mutate_step(
     if not state.originals.captured:
         state.originals = capture(mutable_step)
     placement = place_step(step, options, settings, os.environ, step_requests(state.originals))
-    identity = StepIdentity(flow_name(step_function), step)
+    identity = StepIdentity(flow_name(step_function), step, user=flow_user(os.environ))
     offload = options.describe()
     check_resources(step, state.originals.resources or {}, placement, offload)
     k8s = kubernetes_kwargs(with_config_defaults(state.originals.kubernetes or {}), placement, identity, offload)

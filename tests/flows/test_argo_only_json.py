@@ -36,6 +36,9 @@ def test_offloaded_step_gets_gpus_toleration_and_selector_for_its_model(deployed
     }
     assert train["metadata"]["labels"]["gpu-offload.io/flow"] == "OffloadFlow"
     assert train["metadata"]["labels"]["gpu-offload.io/step"] == "train"
+    # the hub's meter finds the step's pod and charges its GPU time to whoever deployed the flow
+    assert train["metadata"]["labels"]["gpu-offload.io/managed-by"] == "gpu-offload"
+    assert train["metadata"]["annotations"]["gpu-offload.io/user"]
 
 
 def test_step_pinned_to_a_cluster_gets_that_cluster_selector(deployed) -> None:

@@ -30,6 +30,7 @@ def test_adds_gpu_toleration_selector_and_labels_to_nothing() -> None:
         },
         "tolerations": [LIQO_TOLERATION],
         "labels": {
+            "gpu-offload.io/managed-by": "gpu-offload",
             "gpu-offload.io/flow": "TrainFlow",
             "gpu-offload.io/step": "train",
             "gpu-offload.io/run-id": "argo-trainflow-x7",
@@ -113,3 +114,13 @@ def test_run_label_is_added_to_the_kubernetes_step_command_only() -> None:
     local = {"run-id": "1795"}
     add_run_label(["step"], local)
     assert local == {"run-id": "1795"}
+
+
+def test_the_flows_user_is_written_for_the_hubs_meter_and_no_user_label_invites_kernel_cleanup() -> None:
+    who = StepIdentity("TrainFlow", "train", user="alice@example.org")
+    merged = kubernetes_kwargs({"annotations": {"team": "ml"}}, PLACED, who, OFFLOAD)
+    assert merged["annotations"] == {"team": "ml", "gpu-offload.io/user": "alice@example.org"}
+    assert merged["labels"]["gpu-offload.io/managed-by"] == "gpu-offload"
+    assert "gpu-offload.io/user" not in merged["labels"]  # runner_selector(user) stays the kernels' own
+    with pytest.raises(GpuOffloadFlowError, match="annotations"):
+        kubernetes_kwargs({"annotations": {"gpu-offload.io/user": "mallory"}}, PLACED, who, OFFLOAD)

@@ -12,15 +12,19 @@ import sys
 
 import kubernetes
 import pytest
+from gpu_offload.hub_extension.config import HubConfig
+from gpu_offload.hub_extension.state import HubState
+from gpu_offload.hub_extension.store import Store
+from gpu_offload.sandbox.fixtures import wait_until
 
 from .conftest import OFFLOADED, FlowRunner, jobs_and_pods
 
 pytestmark = pytest.mark.slow
 
 def test_offloaded_step_runs_as_a_job_on_the_chosen_virtual_node(
-    run_flow: FlowRunner, origin, cluster: dict[str, str]
+    run_flow: FlowRunner, origin, cluster: dict[str, str], tmp_path
 ) -> None:
-    result = run_flow("sandbox_flow.py", "run", env=cluster, timeout=270)
+    result = run_flow("sandbox_flow.py", "run", env={**cluster, "JUPYTERHUB_USER": "dora"}, timeout=270)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "total=45 in pod=True" in result.stdout + result.stderr
 
@@ -46,6 +50,17 @@ def test_offloaded_step_runs_as_a_job_on_the_chosen_virtual_node(
     data = json.loads(read.stdout.strip().splitlines()[-1])
     assert data["ok"] is True and data["total"] == 45 and data["pod"] is True
     assert json.loads(data["placement"])["cluster_id"] == "donor-a"
+
+    # the hub's usage meter finds the step's pod and charges its GPU time to the hub user who ran the flow
+    with origin.sandbox.api_client() as client:
+        state = HubState(HubConfig(), client, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+        try:
+            assert state.wait_synced(60)
+            wait_until(lambda: state.store.totals("dora"), "the step's GPU time recorded")
+            (run,) = state.store.runs("dora")
+            assert (run.pod, run.cluster_id, run.gpus, run.phase) == (pod.metadata.name, "donor-a", 1, "Succeeded")
+        finally:
+            state.close()
 
 
 def test_bad_input_on_run_launches_nothing(run_flow: FlowRunner, origin, cluster: dict[str, str]) -> None:
