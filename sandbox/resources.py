@@ -76,6 +76,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _core("nodes", "Node", namespaced=False, short=("no",), sub=("status",)),
     _core("events", "Event", short=("ev",)),
     _core("serviceaccounts", "ServiceAccount", short=("sa",)),
+    # the hub's spawner hook caps each user's GPUs with one; pod creation enforces it (quota.py)
+    _core("resourcequotas", "ResourceQuota", short=("quota",), sub=("status",)),
     # KubeSpawner creates one per user when storage is configured; no provisioner binds it here
     _core("persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), sub=("status",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),

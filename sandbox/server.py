@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from . import discovery, openapi
+from . import discovery, openapi, quota
 from .api import Api
 from .errors import ApiError
 from .http_api import resource_handler
@@ -122,6 +122,7 @@ class ApiServer:
         self.app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", resource_handler(self.api, core=False))
         self._plugins = list(plugins)
         self.api.admission.add_validating("jobs.batch", restart_policy_rule)
+        quota.install(self.api)
         self._controllers: list[Controller] = [job_controller]
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
