@@ -50,6 +50,8 @@ class HubConfig:
     default_image: str = "python:3.11-slim"
     placement_policy: str = "most-free"
     """Set in every user server as ``GPU_OFFLOAD_PLACEMENT_POLICY``."""
+    gpu_quota_per_user: int = 0
+    """GPUs one user's runs and sessions may hold at once (a ResourceQuota in their namespace); 0: no limit."""
     object_storage_endpoint: str = ""
     object_storage_bucket: str = ""
     liqoctl_enabled: bool = False
@@ -92,6 +94,10 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     if policy not in POLICIES:
         raise InvalidRequest(f"{where}: offload.placementPolicy={policy!r} is not a placement policy; use one of "
                              f"{', '.join(POLICIES)}")
+    quota = offload.get("gpuQuotaPerUser", 0) or 0
+    if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
+        raise InvalidRequest(f"{where}: offload.gpuQuotaPerUser={quota!r} must be a whole number of GPUs, 0 for "
+                             "no limit")
     return HubConfig(
         hub_namespace=str(raw.get("hubNamespace") or defaults.hub_namespace),
         hub_service_account=str(raw.get("hubServiceAccount") or defaults.hub_service_account),
@@ -109,6 +115,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         port=port,
         default_image=str(offload.get("defaultImage") or defaults.default_image),
         placement_policy=policy,
+        gpu_quota_per_user=quota,
         object_storage_endpoint=str(storage.get("endpoint") or ""),
         object_storage_bucket=str(storage.get("bucket") or ""),
         liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),

@@ -61,7 +61,8 @@ async def _create(what: str, call: Callable[[], Awaitable[Any]], retries: int = 
 
 async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
                             extra_labels: dict[str, str] | None = None, retries: int = RBAC_RETRIES) -> list[str]:
-    """Namespace, the two RoleBindings, the users' server account, the NamespaceOffloading, in that order.
+    """Namespace, the two RoleBindings, the users' server account, the GPU quota (when the admin set one), the
+    NamespaceOffloading, in that order.
 
     Returns what was created (empty when everything already existed). ``retries`` bounds the attempts
     per object on 403.
@@ -82,6 +83,16 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     what = f"ServiceAccount {name}/{account['metadata']['name']}"
     if await _create(what, lambda: core.create_namespaced_service_account(name, account), retries):
         created.append(what)
+    quota = un.gpu_quota(name, config)
+    if quota is not None:
+        what = f"ResourceQuota {name}/{un.QUOTA_NAME}"
+        if await _create(what, lambda: core.create_namespaced_resource_quota(name, quota), retries):
+            created.append(what)
+        else:  # there from an earlier spawn: bring it to the configured share (the admin may have changed it)
+            try:
+                await core.patch_namespaced_resource_quota(un.QUOTA_NAME, name, {"spec": quota["spec"]})
+            except ApiException as exc:
+                raise api_error(exc, "updating", what) from exc
     g = L.NAMESPACE_OFFLOADING
     what = f"NamespaceOffloading {name}/{L.NAMESPACE_OFFLOADING_NAME}"
     if await _create(what, lambda: custom.create_namespaced_custom_object(g.group, g.version, name, g.plural,

@@ -68,6 +68,25 @@ def service_account(name: str, config: HubConfig) -> dict[str, Any]:
     }
 
 
+QUOTA_NAME = "gpu-offload"
+
+
+def gpu_quota(name: str, config: HubConfig) -> dict[str, Any] | None:
+    """The ResourceQuota capping the GPUs a user's pods hold at once, or None when the admin set no limit.
+
+    Extended resources are quota'd by their request only (``requests.nvidia.com/gpu``); the API server
+    defaults a GPU request to the limit the runner pods set.
+    """
+    if not config.gpu_quota_per_user:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": QUOTA_NAME, "namespace": name, "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
+        "spec": {"hard": {f"requests.{L.GPU_RESOURCE}": str(config.gpu_quota_per_user)}},
+    }
+
+
 def server_environment(name: str, config: HubConfig, service_url: str = "") -> dict[str, str]:
     """What the magic in the user's server reads: backend, namespace, the service, image, object storage."""
     env = {

@@ -74,6 +74,10 @@ CASES = [
     # ...and releases its metering finalizer from runner pods in user namespaces the hook bound it in
     (HUB, Request("patch", "", "pods", "jhub-alice", "gpuo-run-1"), True),
     (HUB, Request("patch", "", "pods", "jhub-bob", "gpuo-run-1"), False),
+    # ...and keeps the user's GPU quota there; the user's own server may not change it
+    (HUB, Request("patch", "", "resourcequotas", "jhub-alice", "gpu-offload"), True),
+    (ALICE_SERVER, Request("patch", "", "resourcequotas", "jhub-alice", "gpu-offload"), False),
+    (ALICE_SERVER, Request("delete", "", "resourcequotas", "jhub-alice", "gpu-offload"), False),
     (HUB, Request("list", "", "nodes"), True),
     # ...and writes ResourceSlices and VirtualNode labels only in the listed tenant namespaces
     (HUB, Request("create", "authentication.liqo.io", "resourceslices", "liqo-tenant-alpha"), True),

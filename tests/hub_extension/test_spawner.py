@@ -30,7 +30,7 @@ CONFIG = {
     "userNamespaces": {"prefix": f"{HUB_NS}-", "hubClusterRole": "gpu-offload-user-namespace",
                        "userServerClusterRole": "gpu-offload-user-server",
                        "userServerServiceAccount": "gpu-offload-user-server"},
-    "offload": {"defaultImage": "python:3.12-slim", "placementPolicy": "bin-pack"},
+    "offload": {"defaultImage": "python:3.12-slim", "placementPolicy": "bin-pack", "gpuQuotaPerUser": 2},
 }
 
 
@@ -92,6 +92,8 @@ def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
     assert env["GPU_OFFLOAD_IMAGE"] == "python:3.12-slim" and env["GPU_OFFLOAD_PLACEMENT_POLICY"] == "bin-pack"
     assert env["GPU_OFFLOAD_METERED"] == "1"  # the hub's meter releases the runner pods' finalizer
     assert result["service_account"] == "gpu-offload-user-server"
+    quota = core.read_namespaced_resource_quota("gpu-offload", ns)
+    assert quota.spec.hard == {"requests.nvidia.com/gpu": "2"}
     # the next spawn of the same user finds everything in place and succeeds
     again = drive(scenario="hook", user="alice")
     assert "error" not in again, again
@@ -160,3 +162,22 @@ def test_a_placement_policy_the_magic_does_not_know_stops_the_configuration() ->
         parse_config({**CONFIG, "offload": {"placementPolicy": "fastest"}}, "config.yaml")
     assert "config.yaml: offload.placementPolicy='fastest'" in str(err.value)
     assert "most-free, bin-pack, first-fit" in str(err.value)
+
+
+def test_a_quota_left_from_an_earlier_configuration_is_brought_to_the_configured_share(
+    drive: Callable[..., dict[str, Any]], k8s: Any
+) -> None:
+    core = kubernetes.client.CoreV1Api(k8s)
+    ns = "jhub-quinn"
+    core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    core.create_namespaced_resource_quota(ns, {"metadata": {"name": "gpu-offload"},
+                                               "spec": {"hard": {"requests.nvidia.com/gpu": "8"}}})
+    result = drive(scenario="hook", user="quinn")
+    assert "error" not in result, result
+    assert core.read_namespaced_resource_quota("gpu-offload", ns).spec.hard == {"requests.nvidia.com/gpu": "2"}
+
+
+@pytest.mark.parametrize("value", [-1, "two", True])
+def test_a_gpu_quota_that_is_not_a_whole_number_stops_the_configuration(value: Any) -> None:
+    with pytest.raises(InvalidRequest, match=r"offload.gpuQuotaPerUser=.* must be a whole number of GPUs"):
+        parse_config({**CONFIG, "offload": {"gpuQuotaPerUser": value}}, "config.yaml")

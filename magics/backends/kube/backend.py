@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -59,9 +60,20 @@ def memory_bytes(quantity: str | None) -> int:
             f"`%env {MEMORY_ENV}=32Gi` (or 500Mi), or unset it for the image's default.") from None
 
 
+_QUOTA = re.compile(r"exceeded quota: ([^,]+), requested: (.+), used: (.+), limited: (.+)$")
+
+
 def _translate(exc: GpuOffloadError) -> OffloadError:
     if isinstance(exc, PlacementError):
         return OffloadUsageError(f"Nothing was launched: {exc}.")
+    quota = _QUOTA.search(exc.detail) if isinstance(exc, APIForbidden) else None
+    if quota is not None:
+        name, requested, used, limited = quota.groups()
+        return OffloadUsageError(
+            f"Your namespace's quota {name} is used up: this cell asks for {requested}, your runs and "
+            f"sessions already hold {used}, and the limit is {limited}. Nothing was launched. Wait for a run "
+            "to end, close a session you no longer need (`%gpu_offload sessions`, `%gpu_offload close NAME`), "
+            "ask for fewer GPUs, or ask your JupyterHub admin for a larger share.")
     return ClusterError(f"{exc}. Nothing is left running for this cell.")
 
 
