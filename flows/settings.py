@@ -24,6 +24,9 @@ INVENTORY = "GPU_OFFLOAD_INVENTORY"
 PLACEMENT_SOURCE = "GPU_OFFLOAD_PLACEMENT_SOURCE"
 BACKEND = "GPU_OFFLOAD_BACKEND"
 POLICY = "GPU_OFFLOAD_PLACEMENT_POLICY"
+POLICY_NAMES = ("most-free", "bin-pack", "first-fit")
+"""liqo_peering's placement policies by name, spelled out: the step's pod reads settings without that module
+(the code package carries only what the pod needs; a test keeps the two lists equal)."""
 RECORDED = "GPU_OFFLOAD_PLACEMENT"
 """Set by the extension itself (through ``@environment``) so a step's pod reuses the decision."""
 RECORDED_ENV = "METAFLOW_" + RECORDED
@@ -65,9 +68,7 @@ def read_settings(lookup: Callable[[str], object]) -> OffloadSettings:
     """Settings from ``lookup(key)`` (Metaflow's ``from_conf`` in production, a dict's ``get`` in tests)."""
     source = _choice(lookup, PLACEMENT_SOURCE, SOURCES)
     backend = _choice(lookup, BACKEND, BACKENDS)
-    from gpu_offload.liqo_peering.placement import POLICIES
-
-    policy = _choice(lookup, POLICY, tuple(POLICIES))
+    policy = _choice(lookup, POLICY, POLICY_NAMES)
     return OffloadSettings(
         cluster=_clean(lookup(CLUSTER)),
         gpu_model=_clean(lookup(GPU_MODEL)),

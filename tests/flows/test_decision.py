@@ -110,3 +110,10 @@ def test_the_configured_policy_places_the_step() -> None:
     assert decide("train", OffloadOptions(gpus=1), settings, inventory, "inventory").cluster_id == "donor-b"
     with pytest.raises(GpuOffloadFlowError, match="METAFLOW_GPU_OFFLOAD_PLACEMENT_POLICY=.fastest. is not allowed"):
         read_settings({"GPU_OFFLOAD_PLACEMENT_POLICY": "fastest"}.get)
+
+
+def test_the_policy_names_settings_accept_are_placements_own() -> None:
+    from gpu_offload.flows.settings import POLICY_NAMES
+    from gpu_offload.liqo_peering.placement import POLICIES
+
+    assert tuple(POLICIES) == POLICY_NAMES
