@@ -149,6 +149,14 @@ class SandboxFaults:
         """Delay requests matching ``path`` (a regex) by ``seconds``."""
         return self._rule(FaultRule(path, tuple(methods), delay=seconds, times=times))
 
+    def api_hold(self, path: str, methods: tuple[str, ...] = (), times: int = 1, longest: float = 60.0) -> FaultRule:
+        """Hold requests matching ``path`` until :meth:`release` (at most ``longest`` seconds each)."""
+        return self._rule(FaultRule(path, tuple(methods), delay=longest, times=times, hold=True))
+
+    def release(self, rule: FaultRule) -> None:
+        """Serve what ``rule`` holds."""
+        self.api.faults.release(rule)
+
     def _rule(self, rule: FaultRule) -> FaultRule:
         if re.search(rule.path, CONTROL_PATH):
             raise FaultError(f"path pattern {rule.path!r} would also block {CONTROL_PATH}: anchor it to the API "

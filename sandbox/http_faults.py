@@ -8,8 +8,10 @@ Extension point (part 2's fault injection and its control endpoint)::
     api.faults.remove(rule)
 
 A rule with ``status`` answers that code with a ``Status`` body (503 also carries Retry-After, so
-clients that retry do); a rule with ``delay`` sleeps before the request is served normally. ``times``
-limits how often a rule fires (0: until removed). Cutting a log stream is ``api.logs.cut(ns, pod)``.
+clients that retry do); a rule with ``delay`` sleeps before the request is served normally; a ``hold``
+rule keeps the request waiting until the test calls ``release(rule)`` (``delay`` bounds the wait), so a
+test can act while a client's request is in flight, whatever the machine's load. ``times`` limits how
+often a rule fires (0: until removed). Cutting a log stream is ``api.logs.cut(ns, pod)``.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ class FaultRule:
     path: str
     methods: tuple[str, ...] = ()  # empty: every method
     status: int = 0  # 0: no error
-    delay: float = 0.0  # seconds added before serving
+    delay: float = 0.0  # seconds added before serving (with ``hold``: the longest it is held)
     times: int = 0  # 0: unlimited
+    hold: bool = False  # held until ``Faults.release(rule)`` (or ``delay`` ran out): races made deterministic
 
     def __post_init__(self) -> None:
         if not self.status and not self.delay:
@@ -50,22 +53,38 @@ class Faults:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rules: dict[FaultRule, int] = {}  # rule -> times fired
+        self._released: dict[FaultRule, threading.Event] = {}  # hold rules -> their release
 
     def add(self, rule: FaultRule) -> FaultRule:
         """Activate ``rule``; returns it as the handle for ``remove``."""
         with self._lock:
             self._rules[rule] = 0
+            if rule.hold:
+                self._released[rule] = threading.Event()
         return rule
+
+    def release(self, rule: FaultRule) -> None:
+        """Let the requests a hold rule holds (and any it would hold later) be served."""
+        with self._lock:
+            event = self._released.get(rule)
+        if event is not None:
+            event.set()
 
     def remove(self, rule: FaultRule) -> None:
         """Deactivate ``rule`` (no error if it already ran out)."""
         with self._lock:
             self._rules.pop(rule, None)
+            event = self._released.pop(rule, None)
+        if event is not None:
+            event.set()  # a removed rule holds nothing any more
 
     def clear(self) -> None:
         """Deactivate every rule."""
         with self._lock:
             self._rules.clear()
+            events, self._released = list(self._released.values()), {}
+        for event in events:
+            event.set()
 
     def fired(self, rule: FaultRule) -> int:
         """How often ``rule`` fired so far."""
@@ -83,6 +102,14 @@ class Faults:
                     return rule
         return None
 
+    async def _held(self, rule: FaultRule) -> None:
+        with self._lock:
+            event = self._released.get(rule)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + rule.delay
+        while event is not None and not event.is_set() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+
     def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
         """An aiohttp middleware applying the rules before any handler."""
 
@@ -91,7 +118,9 @@ class Faults:
                                ) -> web.StreamResponse:
             rule = self.match(request.method, request.path)
             if rule is not None:
-                if rule.delay:
+                if rule.hold:
+                    await self._held(rule)
+                elif rule.delay:
                     await asyncio.sleep(rule.delay)
                 if rule.status:
                     err = ApiError(rule.status, REASONS.get(rule.status, "InternalError"),

@@ -45,6 +45,8 @@ class WatchEvent:
     key: StorageKey
     object: Obj
     resource_version: int
+    previous: Obj | None = None
+    """The object before a MODIFIED change: a watch with a selector compares both, as kube-apiserver does."""
 
 
 class Subscription:
@@ -145,8 +147,11 @@ class Store:
             stored = clone(obj)
             stored["metadata"]["resourceVersion"] = str(self._rv)
             meta = stored["metadata"]
-            self._objects.setdefault(key, {})[(meta.get("namespace", ""), meta["name"])] = stored
-            self._emit(WatchEvent(event_type, key, stored, self._rv))
+            bucket = self._objects.setdefault(key, {})
+            at = (meta.get("namespace", ""), meta["name"])
+            previous = bucket.get(at)  # stored objects are replaced, never changed in place
+            bucket[at] = stored
+            self._emit(WatchEvent(event_type, key, stored, self._rv, previous))
             return clone(stored)
 
     def remove(self, key: StorageKey, namespace: str, name: str) -> Obj | None:

@@ -81,7 +81,7 @@ async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespac
             await send("ADDED", obj)
 
         async def deliver(event: WatchEvent) -> None:
-            kind = seen.translate(event.type, event.object, selector)
+            kind = seen.translate(event.type, event.object, selector, event.previous)
             if kind:
                 await send(kind, dict(event.object, apiVersion=rt.api_version))
 
@@ -132,18 +132,28 @@ class _Membership:
         self.matching: set[tuple[str, str]] = set()
         self.unmatched: set[tuple[str, str]] = set()
 
-    def translate(self, kind: str, obj: dict[str, Any], selector: Selector) -> str:
-        """The event type to send for ``kind`` on ``obj`` ("" to send nothing)."""
+    def translate(self, kind: str, obj: dict[str, Any], selector: Selector,
+                  previous: dict[str, Any] | None = None) -> str:
+        """The event type to send for ``kind`` on ``obj`` ("" to send nothing).
+
+        As kube-apiserver's watch cache does: a change is judged on the object before and after it, so an
+        object that never matched is never reported, even on a watch resumed from a resourceVersion; a
+        deletion is sent when the object as deleted matches.
+        """
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-        if key in self.matching or key in self.unmatched:
-            was = key in self.matching
-        else:  # first sight after a resume: the client saw it earlier unless it is new
-            was = self.resumed and kind != "ADDED"
         now = selector.matches(obj)
+        if kind == "ADDED":
+            was = False
+        elif previous is not None:
+            was = selector.matches(previous)
+        elif key in self.matching or key in self.unmatched:
+            was = key in self.matching
+        else:  # no earlier state known: the client saw it earlier unless it is new
+            was = self.resumed
         self.matching.discard(key)
         self.unmatched.discard(key)
         if kind == "DELETED":
-            return kind if was or now else ""
+            return kind if now else ""
         (self.matching if now else self.unmatched).add(key)
         if now:
             return "MODIFIED" if was else "ADDED"

@@ -39,3 +39,28 @@ def test_latency_rule_still_serves_the_request(api_sandbox, core, ns):
 def test_a_rule_that_does_nothing_is_refused():
     with pytest.raises(ValueError, match="give status"):
         FaultRule(path="/api")
+
+
+def test_a_hold_rule_keeps_the_request_in_flight_until_released(api_sandbox, core, ns, pod):
+    import threading
+
+    faults = api_sandbox.api.faults
+    rule = faults.add(FaultRule(path=rf"/namespaces/{ns}/pods$", methods=("POST",), delay=60, times=1, hold=True))
+    created: list[str] = []
+    client = threading.Thread(target=lambda: created.append(core.create_namespaced_pod(ns, pod("held")).metadata.name))
+    try:
+        client.start()
+        deadline = 600
+        while faults.fired(rule) == 0 and deadline:  # the request reached the server...
+            deadline -= 1
+            threading.Event().wait(0.05)
+        assert faults.fired(rule) == 1
+        assert core.list_namespaced_pod(ns).items == []  # ...and is held: nothing created yet
+        core.create_namespaced_pod(ns, pod("meanwhile"))  # the rule fired its one time: others pass
+        faults.release(rule)
+        client.join(30)
+        assert created == ["held"]
+        assert sorted(p.metadata.name for p in core.list_namespaced_pod(ns).items) == ["held", "meanwhile"]
+    finally:
+        faults.remove(rule)
+        client.join(30)

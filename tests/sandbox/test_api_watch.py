@@ -82,6 +82,20 @@ def test_field_selector_watch_on_one_object(core, ns):
     assert events == [("ADDED", "mine"), ("DELETED", "mine")]
 
 
+def test_a_resumed_watch_never_reports_an_object_that_never_matched(core, ns):
+    # "other" exists before the resume point; its changes and deletion after it are none of this watch's
+    # business (a pod follower once read another pod's deletion as its own)
+    core.create_namespaced_config_map(ns, _cm("other"))
+    rv = core.create_namespaced_config_map(ns, _cm("mine")).metadata.resource_version
+    core.patch_namespaced_config_map("other", ns, {"data": {"v": "1"}})
+    core.patch_namespaced_config_map("mine", ns, {"data": {"v": "1"}})
+    core.delete_namespaced_config_map("other", ns)
+    events = [(e["type"], e["object"].metadata.name) for e in watch.Watch().stream(
+        core.list_namespaced_config_map, ns, field_selector="metadata.name=mine", resource_version=rv,
+        timeout_seconds=1)]
+    assert events == [("MODIFIED", "mine")]
+
+
 def test_timeout_seconds_ends_the_stream_cleanly(core, ns):
     events = list(watch.Watch().stream(core.list_namespaced_service_account, ns, timeout_seconds=1))
     assert [e["object"].metadata.name for e in events] == ["default"]

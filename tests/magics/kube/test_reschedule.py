@@ -6,10 +6,12 @@ Two donors: "small" has the most free GPUs (8 L4) but 16Gi of memory, "roomy" 4 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import kubernetes
 import pytest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.backends.kube.explain import MEMORY_ENV
@@ -42,25 +44,30 @@ def kube(api_client: Any, namespace: str, core: Any, origin: Any) -> Iterator[Ku
     backend.close()
     origin.faults.clear()
     for pod in core.list_namespaced_pod(namespace).items:  # the neighbour's
-        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        with contextlib.suppress(kubernetes.client.ApiException):  # gone since listed is fine
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
     wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left behind", timeout=60)
     assert leftovers(core, namespace) == []
 
 
 def neighbour_takes_small_first(origin: Any, core: Any, namespace: str) -> threading.Thread:
-    """While this kernel's pod create is held up (after placement chose "small"), a neighbour's pod takes all
-    of small's GPUs: the scheduler then finds no room for ours."""
-    rule = origin.faults.api_latency(rf"^/api/v1/namespaces/{namespace}/pods$", 2.0, methods=("POST",), times=1)
+    """While this kernel's pod create is held at the API server (after placement chose "small"), a
+    neighbour's pod takes all of small's GPUs; only then is the create served, so the scheduler finds no room
+    for ours, however loaded the machine is."""
+    rule = origin.faults.api_hold(rf"^/api/v1/namespaces/{namespace}/pods$", methods=("POST",))
 
     def take() -> None:
-        wait_until(lambda: origin.faults.api.faults.fired(rule) >= 1, "this kernel's pod create held up")
-        core.create_namespaced_pod(namespace, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "neighbour"},
-            "spec": {"nodeName": "small-gpu", "containers": [{
-                "name": "c", "image": STOCK_IMAGE, "command": ["python3", "-c", "import time; time.sleep(600)"],
-                "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-                "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
-                                 "effect": "NoExecute"}]}})
+        try:
+            wait_until(lambda: origin.faults.api.faults.fired(rule) >= 1, "this kernel's pod create held")
+            core.create_namespaced_pod(namespace, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "neighbour"},
+                "spec": {"nodeName": "small-gpu", "containers": [{
+                    "name": "c", "image": STOCK_IMAGE, "command": ["python3", "-c", "import time; time.sleep(600)"],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                    "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
+                                     "effect": "NoExecute"}]}})
+        finally:
+            origin.faults.release(rule)
 
     thread = threading.Thread(target=take)
     thread.start()
@@ -84,7 +91,7 @@ def test_a_cluster_whose_scheduler_cannot_take_the_pod_is_retried_once_on_anothe
     neighbour = neighbour_takes_small_first(origin, core, namespace)
     outcome, sink, run = run_cell(kube, "print('ran')", {})
     neighbour.join()
-    assert outcome.status == "ok", outcome.error
+    assert outcome.status == "ok", (outcome.error, sink.notices, run.current.name)
     assert "ran" in sink.text
     retry = [n for n in sink.notices if "retrying once on roomy" in n]
     assert retry and "small cannot schedule the pod" in retry[0] and "nvidia.com/gpu" in retry[0], sink.notices
