@@ -96,10 +96,12 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
 
     from tornado.ioloop import PeriodicCallback
 
-    from .backends.kube.sweep import DEFAULT_SWEEP_SECONDS, OrphanSweep, server_identity
+    from .backends.kube.sweep import OrphanSweep, server_identity
 
     env = os.environ
-    period = float(env.get(kube_config.SWEEP_SECONDS) or DEFAULT_SWEEP_SECONDS)
+    period, problem = sweep_period(env.get(kube_config.SWEEP_SECONDS))
+    if problem:
+        serverapp.log.warning("gpu-offload: %s", problem)
     if ctx.pods is None or not ctx.user or period <= 0:
         return
     env.setdefault(kube_config.SERVER_ID, server_identity(env))
@@ -118,6 +120,20 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
         tick()
 
     serverapp.io_loop.add_callback(begin)
+
+
+def sweep_period(raw: str | None) -> tuple[float, str]:
+    """Seconds between sweeps from ``GPU_OFFLOAD_SWEEP_SECONDS``, and what was wrong with it (empty if fine)."""
+    from .backends.kube.sweep import DEFAULT_SWEEP_SECONDS
+
+    if raw is None or not raw.strip():
+        return DEFAULT_SWEEP_SECONDS, ""
+    try:
+        return float(raw), ""
+    except ValueError:
+        return DEFAULT_SWEEP_SECONDS, (
+            f"{kube_config.SWEEP_SECONDS}={raw!r} is not a number of seconds; sweeping every "
+            f"{DEFAULT_SWEEP_SECONDS:g} s. Set it like 60, or 0 to turn the sweep off.")
 
 
 def _live_kernels(serverapp: Any) -> dict[str, int | None]:

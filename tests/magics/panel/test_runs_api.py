@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpu_offload.magics.runs_api import RunsContext
+from gpu_offload.magics.runs_api import RunsContext, sweep_period
 
 
 def test_an_unreachable_cluster_leaves_the_state_dir_and_names_the_cause(tmp_path: Path, monkeypatch: Any) -> None:
@@ -17,3 +17,10 @@ def test_an_unreachable_cluster_leaves_the_state_dir_and_names_the_cause(tmp_pat
     ctx = RunsContext.from_environment()
     assert ctx.pods is None and ctx.book.root == tmp_path / "runs"
     assert "runner pods are not listed" in ctx.problem and "KUBECONFIG" in ctx.problem
+
+
+def test_the_sweep_period_is_read_and_a_wrong_one_is_named_with_the_fix() -> None:
+    assert sweep_period(None) == (60.0, "") and sweep_period("0") == (0.0, "") and sweep_period("2.5") == (2.5, "")
+    period, problem = sweep_period("soon")
+    assert period == 60.0
+    assert "GPU_OFFLOAD_SWEEP_SECONDS='soon' is not a number of seconds" in problem and "0 to turn" in problem
