@@ -69,10 +69,7 @@ class RunnerPods(PodApi):
 
     def runs(self, user: str) -> list[RunRecord]:
         """Records of the user's runner pods in this namespace."""
-        selector = runner_selector(user)
-        listed = self._json("listing", f"pods in {self.namespace} matching {selector}",
-                            self.core.list_namespaced_pod, self.namespace, label_selector=selector)
-        return [r for r in (record_from_pod(p) for p in listed.get("items") or []) if r is not None]
+        return [r for r in (record_from_pod(p) for p in self.list_pods(runner_selector(user))) if r is not None]
 
 
 @dataclass(frozen=True)
