@@ -1,7 +1,7 @@
 """How long each Metaflow path of ``@gpu_offload`` takes, end to end with real Metaflow.
 
-Paths, each a fresh ``python flow.py ...`` process as a user runs it, against a moto S3 server on
-127.0.0.1 and (for live placement and ``run``) the sandbox origin with two Liqo donors:
+Paths, each a fresh ``python flow.py ...`` process as a user runs it, against a moto S3 server beside
+the sandbox origin with two Liqo donors (where its pods reach it), the origin serving live placement and ``run``:
 
 - ``argo-workflows create --only-json`` of a 4-step flow: without ``@gpu_offload`` (the baseline), with it
   placed from configuration, from an offline inventory file, and live from the cluster;
@@ -17,21 +17,18 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import boto3
 import kubernetes
 from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.objectstore import s3_server
 from gpu_offload.sandbox.origin import running_origin
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,24 +38,6 @@ BUCKET = "bench-flows"
 NAMESPACE = "gpu-jobs"
 ONLY_JSON = ("argo-workflows", "create", "--only-json")
 DONORS = (liqo.Donor("donor-a", 4, "A100", "2.00"), liqo.Donor("donor-b", 8, "L4", "0.80"))
-
-
-@contextmanager
-def moto(workdir: Path) -> Iterator[str]:
-    log = workdir / "moto.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", "0"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    try:
-        while not (found := re.search(r"Running on (http://127\.0\.0\.1:\d+)", log.read_text())):
-            time.sleep(0.1)
-        endpoint = found.group(1)
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="t", aws_secret_access_key="t",
-                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 def prepare(origin: object) -> str:
@@ -98,9 +77,10 @@ def main() -> None:
     args = parser.parse_args()
     inventory = {"METAFLOW_GPU_OFFLOAD_INVENTORY": str(FLOWS / "inventory.json")}
     rows: list[tuple[str, list[float]]] = []
-    with tempfile.TemporaryDirectory() as tmp, moto(Path(tmp)) as endpoint, \
+    with tempfile.TemporaryDirectory() as tmp, \
             running_origin(Path(tmp) / "origin", DONORS, crds=LIQO_CRDS,
-                           image_map=(("python:*", sys.executable),)) as origin:
+                           image_map=(("python:*", sys.executable),)) as origin, \
+            s3_server(origin.host_address, [BUCKET]) as endpoint:
         kubeconfig = prepare(origin)
         live = {"KUBECONFIG": kubeconfig, "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE,
                 "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE": "live"}

@@ -27,11 +27,11 @@ from typing import Any
 
 import kubernetes
 from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import Placement
+from gpu_offload.magics.backends.base import RunRequest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.backends.kube.config import KubeSettings
 from gpu_offload.magics.bundle import build_job
-from gpu_offload.magics.engine import FollowSettings, follow
+from gpu_offload.magics.engine import FollowSettings, Intake, follow
 from gpu_offload.magics.sinks import RecordingSink
 from gpu_offload.sandbox.http_faults import FaultRule
 from gpu_offload.sandbox.origin import running_origin
@@ -55,9 +55,10 @@ TINY = 1e-9  # a rule needs an effect; this delay is below the timer's resolutio
 def one_cell(backend: KubernetesBackend, session: str | None = None) -> float:
     cell = "pass"
     start = time.perf_counter()
-    job, _ = build_job(cell, analyse_cell(cell, {}), {}, backend.transfer)
-    run = backend.submit(job, Placement(gpus=1), session)
-    outcome = follow(run, RecordingSink(), FollowSettings(progress_after=60))
+    job, _ = build_job(cell, analyse_cell(cell, {}), {}, backend.transfer, request=RunRequest(gpus=1),
+                       session=session)
+    run = backend.submit(job)
+    outcome = follow(run, RecordingSink(), FollowSettings(progress_after=60), Intake(backend.trusts))
     run.release(5)
     elapsed = time.perf_counter() - start
     if outcome.status != "ok":

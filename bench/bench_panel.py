@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpu_offload.magics.backends.base import Job, Placement, RunEvent
+from gpu_offload.magics.backends.base import Job, RunEvent, RunRequest
 from gpu_offload.magics.dashboard.clusters import local_row
 from gpu_offload.magics.dashboard.records import RunBook
 from gpu_offload.magics.dashboard.runs import list_runs
@@ -70,7 +70,7 @@ def per_event(tmp: Path) -> tuple[float, float]:
         pass
     bare = (time.perf_counter() - start) / len(events)
     runs = Tracker(RunBook(tmp / "events"), kernel="bench")
-    record = runs.new(Job("bench-run", nonce, b""), "local", Placement(), None)
+    record = runs.new(Job("bench-run", nonce, b"", RunRequest()), "local")
     tracked = TrackedRun(Replay(events), record, runs)
     start = time.perf_counter()
     while tracked.next_event(0) is not None:
@@ -81,7 +81,7 @@ def per_event(tmp: Path) -> tuple[float, float]:
 def fill(book: RunBook, count: int) -> None:
     other = Tracker(book, kernel="other-kernel")
     for i in range(count):
-        other.new(Job(f"run-{i:05d}", "0" * 32, b""), "local", Placement(), None)
+        other.new(Job(f"run-{i:05d}", "0" * 32, b"", RunRequest()), "local")
 
 
 def timed(func: Callable[[], object], repeat: int = 20) -> float:

@@ -28,6 +28,7 @@ from pathlib import Path
 from gpu_offload.magics.runner.build import build_runner
 from gpu_offload.magics.runner.bundle import encode_bundle, make_bundle
 from gpu_offload.magics.runner.frames import Done, FrameDecoder, Stream
+from gpu_offload.magics.runner.secrecy import greeting
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_line  # noqa: E402  (one definition of the machine line)
@@ -70,9 +71,10 @@ class Session:
             [sys.executable, "-I", str(pyz), "--session"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**os.environ, "GPU_OFFLOAD_NONCE": self.nonce},
             bufsize=0,
         )
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(greeting(self.nonce))  # the session's nonce comes first on stdin
         self.decoder = FrameDecoder(self.nonce)
         self.pending: list[object] = []
 

@@ -1,11 +1,16 @@
 """Start-up time of the sandbox origin with 2 and 20 Liqo donors, on this machine.
 
-Three figures per configuration (median of ``--runs``):
+Each configuration runs twice: ``host`` (pods share the host's network and run as the sandbox's user, as
+before sandbox part 3 and as on a machine without root) and ``isolated`` (as root: a network namespace, veth
+and hosts file per pod, every container through its shim in a PID and mount namespace).
+
+Four figures per configuration (median of ``--runs``):
 
 - ``api ready``: in-process, from building the API (CRDs loaded, donors seeded, controllers and kubelet
   installed) until the HTTP API answers ``/version``;
 - ``first pod running``: after that, a pod on a stock image created through the official client until
   its phase is Running (includes building the stock-image venv once per sandbox);
+- ``next pods running``: the median over 5 more pods, one after the other, each from create to Running;
 - ``cli kubeconfig``: ``gpu-offload sandbox --donors N`` as a subprocess, from launch until the kubeconfig
   file appears (includes the interpreter's imports).
 
@@ -36,10 +41,19 @@ from gpu_offload.sandbox.testing import make_api
 LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
 
 
-def in_process(donors: int, crds: Path | None) -> tuple[float, float]:
+def _pod_running(core: kubernetes.client.CoreV1Api, name: str) -> float:
+    t0 = time.perf_counter()
+    core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": {"containers": [
+        {"name": "c", "image": "python:3.11", "command": ["python3", "-c", "import time; time.sleep(60)"]}]}})
+    while core.read_namespaced_pod(name, "default").status.phase != "Running":
+        time.sleep(0.01)
+    return time.perf_counter() - t0
+
+
+def in_process(donors: int, crds: Path | None, isolate: bool) -> tuple[float, float, float]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     start = time.perf_counter()
-    origin = LiqoOrigin(OriginOptions(workdir / "state", liqo.donors(donors)))
+    origin = LiqoOrigin(OriginOptions(workdir / "state", liqo.donors(donors), isolate=isolate))
     server = ApiServer(make_api(crds), plugins=[origin.plugin]).start_in_thread()
     try:
         urllib.request.urlopen(f"{server.url}/version", timeout=30).read()
@@ -50,15 +64,11 @@ def in_process(donors: int, crds: Path | None) -> tuple[float, float]:
         with kubernetes.client.ApiClient(config) as client:
             core = kubernetes.client.CoreV1Api(client)
             assert len(core.list_node(label_selector="liqo.io/type=virtual-node").items) == donors
-            t0 = time.perf_counter()
-            core.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": {"containers": [
-                {"name": "c", "image": "python:3.11", "command": ["python3", "-c", "import time; time.sleep(60)"]}]}})
-            while core.read_namespaced_pod("p", "default").status.phase != "Running":
-                time.sleep(0.01)
-            first_pod = time.perf_counter() - t0
+            first_pod = _pod_running(core, "p")
+            next_pods = statistics.median(_pod_running(core, f"p{i}") for i in range(5))
     finally:
         server.stop_thread()
-    return api_ready, first_pod
+    return api_ready, first_pod, next_pods
 
 
 def cli(donors: int, crds: Path | None) -> float:
@@ -87,14 +97,16 @@ def main() -> None:
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
     print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; median of {args.runs} runs, seconds")
     print()
-    print("| donors | CRDs | api ready | first pod running | cli kubeconfig |")
-    print("|---:|---|---:|---:|---:|")
+    print("| donors | CRDs | pods | api ready | first pod running | next pods running | cli kubeconfig |")
+    print("|---:|---|---|---:|---:|---:|---:|")
     for donors in (2, 20):
         for label, crds in (("built-in", None), ("real (--crds)", LIQO_CRDS)):
-            ready, first = zip(*(in_process(donors, crds) for _ in range(args.runs)), strict=True)
-            launch = [cli(donors, crds) for _ in range(args.runs)]
-            print(f"| {donors} | {label} | {statistics.median(ready):.2f} | {statistics.median(first):.2f} | "
-                  f"{statistics.median(launch):.2f} |", flush=True)
+            launch = statistics.median(cli(donors, crds) for _ in range(args.runs))
+            for mode in ("host", "isolated"):
+                ready, first, after = zip(*(in_process(donors, crds, mode == "isolated") for _ in range(args.runs)),
+                                          strict=True)
+                print(f"| {donors} | {label} | {mode} | {statistics.median(ready):.2f} | "
+                      f"{statistics.median(first):.2f} | {statistics.median(after):.3f} | {launch:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

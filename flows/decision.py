@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from gpu_offload.liqo_peering.inventory import Inventory
 
 Origin = Literal["recorded", "live", "inventory", "config"]
+WHY_TRUSTED = (
+    "@gpu_offload steps go to trusted clusters only, since Metaflow's artifacts are pickles that the step's pod "
+    "writes and later steps and notebooks load (a donor's admins could run code there); write "
+    "@gpu_offload(untrusted_ok=True) to allow untrusted clusters for this step"
+)
 # liqo_peering words its hints for the cell magic (`--gpus 4`); a flow author writes decorator arguments.
 _MAGIC_OPTION = re.compile(r"--(gpus|gpu-model|cluster) (\S+?)(?=[ )]|$)")
 
@@ -69,6 +74,24 @@ def recorded_placement(step: str, text: str | None) -> StepPlacement | None:
         ) from exc
 
 
+def check_trusted_offline(step: str, options: OffloadOptions, settings: OffloadSettings,
+                          trusted_ids: tuple[str, ...]) -> None:
+    """Without an inventory, a step may go only where it is pinned to a trusted cluster (unless
+    ``untrusted_ok``): nothing else tells trusted virtual nodes from untrusted ones."""
+    if options.untrusted_ok:
+        return
+    cluster = options.cluster if options.cluster != AUTO else (settings.cluster or AUTO)
+    if cluster in trusted_ids:
+        return
+    where = ("no cluster is named, so the step could land on any donor" if cluster == AUTO
+             else f"cluster {cluster} is not trusted")
+    raise GpuOffloadFlowError(
+        f"step '{step}' {options.describe()}: placed without an inventory, and {where} (trusted: "
+        f"{', '.join(trusted_ids) or 'none'}; the origin's GPU_OFFLOAD_TRUSTED_CLUSTERS). {WHY_TRUSTED}; or name a "
+        "trusted cluster (cluster=...), or let placement read the cluster or an inventory [placement from config]"
+    )
+
+
 def _as_argument(match: re.Match[str]) -> str:
     name, value = match.group(1).replace("-", "_"), match.group(2)
     return f"@gpu_offload({name}={value})" if name == "gpus" else f"@gpu_offload({name}={value!r})"
@@ -94,13 +117,17 @@ def decide(
     from gpu_offload.liqo_peering.errors import GpuOffloadError
     from gpu_offload.liqo_peering.placement import POLICIES, PlacementRequest, place
 
+    # the decorator's fallback models follow its own model, never the configured default
+    fallback = options.fallback_models if options.gpu_model else ()
+    request = PlacementRequest(gpus=options.gpus, gpu_model=model, cluster=cluster, fallback_models=fallback,
+                               cpu=needs[0], memory=needs[1], trusted_only=not options.untrusted_ok)
     try:
-        chosen = place(inventory, PlacementRequest(gpus=options.gpus, gpu_model=model, cluster=cluster,
-                                                   cpu=needs[0], memory=needs[1]), POLICIES[settings.policy])
+        chosen = place(inventory, request, POLICIES[settings.policy])
     except GpuOffloadError as exc:
         where = "the cluster" if origin == "live" else f"the inventory ({settings.inventory})"
+        why = f"; {WHY_TRUSTED}" if "only trusted clusters" in str(exc) else ""
         raise GpuOffloadFlowError(
-            f"step '{step}' {options.describe()}: {as_decorator_hint(str(exc))} [placement from {where}]"
+            f"step '{step}' {options.describe()}: {as_decorator_hint(str(exc))}{why} [placement from {where}]"
         ) from exc
     # The node selector must carry the label value exactly as the nodes have it; placement matched the
     # model case-insensitively, so take the model from the chosen node.

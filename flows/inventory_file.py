@@ -12,6 +12,7 @@ Free GPUs are not known offline: every listed GPU counts as free.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,4 +57,7 @@ def load_inventory(path: str) -> Inventory:
     clusters = data.get("clusters") if isinstance(data, dict) else None
     if not isinstance(clusters, list):
         raise GpuOffloadFlowError(f"inventory {path}: no 'clusters' list; {FORMAT_HINT}")
-    return Inventory(tuple(_cluster(path, c) for c in clusters))
+    from gpu_offload.liqo_peering.trust import apply_policy, policy_from_env
+
+    # trust from the origin's own setting, as for a live inventory; never from the file's clusters
+    return apply_policy(Inventory(tuple(_cluster(path, c) for c in clusters)), policy_from_env(os.environ))

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .decision import StepPlacement, decide, recorded_placement
+from .decision import StepPlacement, check_trusted_offline, decide, recorded_placement
 from .errors import GpuOffloadFlowError
 from .kubernetes_args import StepIdentity, check_resources, environment_vars, kubernetes_kwargs
 from .options import OffloadOptions, parse_options
@@ -126,7 +126,15 @@ def place_step(
         from .inventory_file import load_inventory
 
         return decide(step, options, settings, load_inventory(settings.inventory), "inventory", needs)
+    check_trusted_offline(step, options, settings, trusted_ids(environ))
     return decide(step, options, settings, None, "config")
+
+
+def trusted_ids(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The clusters the deploying process's origin trusts (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, as for cells)."""
+    from gpu_offload.liqo_peering.trust import policy_from_env
+
+    return policy_from_env(environ).trusted_ids
 
 
 def downstream(environ: Mapping[str, str]) -> bool:

@@ -9,27 +9,36 @@ from typing import Any
 from .errors import GpuOffloadFlowError
 
 AUTO = "auto"
-ARGUMENTS = ("gpus", "gpu_model", "cluster")
+ARGUMENTS = ("gpus", "gpu_model", "cluster", "untrusted_ok")
 
 
 @dataclass(frozen=True)
 class OffloadOptions:
-    """What one step asks for with ``@gpu_offload(gpus=1, gpu_model=None, cluster="auto")``."""
+    """What one step asks for with ``@gpu_offload(gpus=1, gpu_model=None, cluster="auto", untrusted_ok=False)``."""
 
     gpus: int = 1
     """Whole number of GPUs, 1 or more."""
     gpu_model: str | None = None
     """GPU model as admins label virtual nodes (``gpu-offload.io/gpu-model``), or None for any model."""
+    fallback_models: tuple[str, ...] = ()
+    """Models to take, in order, when ``gpu_model`` has no room (``gpu_model=["A100", "H100"]``)."""
     cluster: str = AUTO
     """A peered cluster's id or ForeignCluster name, or ``auto`` to let placement choose."""
+    untrusted_ok: bool = False
+    """Allow clusters the origin does not trust. Off by default: Metaflow's artifacts are pickles, which the
+    step's pod writes and later steps and the notebook load, so a donor's admins could run code there."""
 
     def describe(self) -> str:
         """The decorator as the user would write it, for error messages."""
         parts = [f"gpus={self.gpus}"]
-        if self.gpu_model:
+        if self.gpu_model and self.fallback_models:
+            parts.append(f"gpu_model={[self.gpu_model, *self.fallback_models]!r}")
+        elif self.gpu_model:
             parts.append(f"gpu_model={self.gpu_model!r}")
         if self.cluster != AUTO:
             parts.append(f"cluster={self.cluster!r}")
+        if self.untrusted_ok:
+            parts.append("untrusted_ok=True")
         return f"@gpu_offload({', '.join(parts)})"
 
 
@@ -46,6 +55,15 @@ def _gpus(step: str, value: Any) -> int:
     return value
 
 
+def _flag(step: str, name: str, value: Any) -> bool:
+    # `--with gpu_offload:untrusted_ok=True` arrives as a bool from Metaflow's spec parser; config text too
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise GpuOffloadFlowError(f"step '{step}': @gpu_offload({name}={value!r}) must be True or False")
+    return value
+
+
 def _text(step: str, name: str, value: Any, example: str) -> str | None:
     if value is None:
         return None
@@ -54,6 +72,17 @@ def _text(step: str, name: str, value: Any, example: str) -> str | None:
             f"step '{step}': @gpu_offload({name}={value!r}) must be a non-empty string, e.g. {example}"
         )
     return value.strip()
+
+
+def _models(step: str, value: Any) -> tuple[str, ...]:
+    """``gpu_model``: one model, or a list of them in the order placement should try them."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise GpuOffloadFlowError(f"step '{step}': @gpu_offload(gpu_model=[]) names no model; leave it out "
+                                      "for any model, or write gpu_model=['A100', 'H100']")
+        return tuple(str(_text(step, "gpu_model", v, "gpu_model=['A100', 'H100']")) for v in value)
+    model = _text(step, "gpu_model", value, "gpu_model='A100' or gpu_model=['A100', 'H100']")
+    return (model,) if model else ()
 
 
 def parse_options(step: str, args: tuple[Any, ...] | list[Any], kwargs: Mapping[str, Any]) -> OffloadOptions:
@@ -70,8 +99,11 @@ def parse_options(step: str, args: tuple[Any, ...] | list[Any], kwargs: Mapping[
             f"it takes {', '.join(ARGUMENTS)} (other pod settings go on @kubernetes)"
         )
     cluster = _text(step, "cluster", kwargs.get("cluster", AUTO), "cluster='auto'") or AUTO
+    models = _models(step, kwargs.get("gpu_model"))
     return OffloadOptions(
         gpus=_gpus(step, kwargs.get("gpus", 1)),
-        gpu_model=_text(step, "gpu_model", kwargs.get("gpu_model"), "gpu_model='A100'"),
+        gpu_model=models[0] if models else None,
+        fallback_models=models[1:],
         cluster=cluster,
+        untrusted_ok=_flag(step, "untrusted_ok", kwargs.get("untrusted_ok", False)),
     )

@@ -9,11 +9,11 @@ from typing import Any
 FLOWS_DIR = Path(__file__).resolve().parent
 LIQO_DIR = FLOWS_DIR.parent / "liqo_peering"
 # Only what the mutator imports inside the pod: the decision is recorded there, so no client, no inventory.
-LIQO_FILES = ("__init__.py", "labels.py")
+LIQO_FILES = ("__init__.py", "labels.py", "environment.py")
 
 
 def code_package_files() -> Iterator[tuple[str, str, Any]]:
-    """``(path, arcname, ContentType.CODE_CONTENT)`` for gpu_offload.flows and the label names it uses."""
+    """``(path, arcname, ContentType.CODE_CONTENT)`` for gpu_offload.flows and the label and setting names it uses."""
     from metaflow.packaging_sys import ContentType
 
     code = ContentType.CODE_CONTENT

@@ -7,29 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
+
+# The step's pod imports this from the code package, which carries liqo_peering's environment module
+# (flows/packaging.py) but not its placement or client.
+from gpu_offload.liqo_peering import environment as E
 
 from .errors import GpuOffloadFlowError
 
 Source = Literal["auto", "live", "config"]
-SOURCES: tuple[Source, ...] = ("auto", "live", "config")
 Backend = Literal["kubernetes", "local"]
-BACKENDS: tuple[Backend, ...] = ("kubernetes", "local")
 
-# Keys without the METAFLOW_ prefix, as Metaflow's from_conf wants them.
-CLUSTER = "GPU_OFFLOAD_CLUSTER"
-GPU_MODEL = "GPU_OFFLOAD_GPU_MODEL"
-NAMESPACE = "GPU_OFFLOAD_NAMESPACE"
-INVENTORY = "GPU_OFFLOAD_INVENTORY"
-PLACEMENT_SOURCE = "GPU_OFFLOAD_PLACEMENT_SOURCE"
-BACKEND = "GPU_OFFLOAD_BACKEND"
-POLICY = "GPU_OFFLOAD_PLACEMENT_POLICY"
-POLICY_NAMES = ("most-free", "bin-pack", "first-fit")
-"""liqo_peering's placement policies by name, spelled out: the step's pod reads settings without that module
-(the code package carries only what the pod needs; a test keeps the two lists equal)."""
-RECORDED = "GPU_OFFLOAD_PLACEMENT"
+RECORDED_ENV = E.RECORDED_PLACEMENT.name
 """Set by the extension itself (through ``@environment``) so a step's pod reuses the decision."""
-RECORDED_ENV = "METAFLOW_" + RECORDED
 
 
 @dataclass(frozen=True)
@@ -52,32 +42,20 @@ class OffloadSettings:
     """Placement policy by name (``METAFLOW_GPU_OFFLOAD_PLACEMENT_POLICY``): most-free, bin-pack, first-fit."""
 
 
-def _clean(value: object) -> str | None:
-    text = str(value).strip() if value is not None else ""
-    return text or None
-
-
-def _choice(lookup: Callable[[str], object], key: str, allowed: tuple[str, ...]) -> str:
-    value = _clean(lookup(key)) or allowed[0]
-    if value not in allowed:
-        raise GpuOffloadFlowError(f"METAFLOW_{key}={value!r} is not allowed; use one of {', '.join(allowed)}")
-    return value
-
-
 def read_settings(lookup: Callable[[str], object]) -> OffloadSettings:
     """Settings from ``lookup(key)`` (Metaflow's ``from_conf`` in production, a dict's ``get`` in tests)."""
-    source = _choice(lookup, PLACEMENT_SOURCE, SOURCES)
-    backend = _choice(lookup, BACKEND, BACKENDS)
-    policy = _choice(lookup, POLICY, POLICY_NAMES)
-    return OffloadSettings(
-        cluster=_clean(lookup(CLUSTER)),
-        gpu_model=_clean(lookup(GPU_MODEL)),
-        namespace=_clean(lookup(NAMESPACE)),
-        inventory=_clean(lookup(INVENTORY)),
-        source=source,  # type: ignore[arg-type]  # one of SOURCES
-        backend=backend,  # type: ignore[arg-type]  # one of BACKENDS
-        policy=policy,
-    )
+    try:
+        return OffloadSettings(
+            cluster=E.FLOW_CLUSTER.get(lookup),
+            gpu_model=E.FLOW_GPU_MODEL.get(lookup),
+            namespace=E.FLOW_NAMESPACE.get(lookup),
+            inventory=E.FLOW_INVENTORY.get(lookup),
+            source=cast(Source, E.FLOW_SOURCE.get(lookup)),
+            backend=cast(Backend, E.FLOW_BACKEND.get(lookup)),
+            policy=E.FLOW_POLICY.get(lookup),
+        )
+    except E.InvalidSetting as exc:
+        raise GpuOffloadFlowError(str(exc)) from None
 
 
 def metaflow_settings() -> OffloadSettings:

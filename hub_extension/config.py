@@ -14,11 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from gpu_offload.liqo_peering import environment as E
+from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
+from gpu_offload.liqo_peering.kueue import QueueSettings, queue_settings
+from gpu_offload.liqo_peering.trust import TrustPolicy, policy_from_config
 
-CONFIG_ENV = "GPU_OFFLOAD_CONFIG"
-USER_NAMESPACE_LABEL = "gpu-offload.io/user-namespace"
+USER_NAMESPACE_LABEL = L.USER_NAMESPACE
 """Fixed, not configurable: the chart's admission policy admits only namespaces carrying it."""
+POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
+POD_SECURITY_LEVELS = ("restricted", "baseline")
+"""Levels a user namespace may have: "privileged" would let a notebook user run anything on the nodes."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,8 @@ class UserNamespaces:
     user_server_cluster_role: str = "gpu-offload-user-server"
     """ClusterRole the hook binds to the users' server account inside each user namespace."""
     user_server_service_account: str = "gpu-offload-user-server"
+    pod_security: str = "baseline"
+    """Pod Security level enforced in user namespaces (``pod-security.kubernetes.io/enforce``)."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +62,17 @@ class HubConfig:
     """GPUs one user's runs and sessions may hold at once (a ResourceQuota in their namespace); 0: no limit."""
     object_storage_endpoint: str = ""
     object_storage_bucket: str = ""
+    trusted_only: bool = False
+    """The chart's ``offload.trustedOnly``: every user's kernel places cells on trusted clusters only."""
     liqoctl_enabled: bool = False
     """Run ``liqoctl peer``/``unpeer`` from the page; False shows the command instead."""
+    clusters: TrustPolicy = field(default_factory=TrustPolicy)
+    """The chart's ``clusters``: which donors the origin trusts, and the GPU model and price its admin set."""
+    queueing: QueueSettings | None = None
+    metrics_open: bool = False
+    """The chart's ``metrics.open``: serve ``/metrics`` without a token (as JupyterHub's
+    ``authenticate_prometheus = False``); False: a token with ``read:metrics`` or the view scope is needed."""
+    """The chart's ``queueing.kueue`` when enabled: runs queue through Kueue (docs/queueing.md); None: off."""
 
     @property
     def user_namespace_prefix(self) -> str:
@@ -98,7 +115,23 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
         raise InvalidRequest(f"{where}: offload.gpuQuotaPerUser={quota!r} must be a whole number of GPUs, 0 for "
                              "no limit")
+    trusted_only = offload.get("trustedOnly", False)
+    if not isinstance(trusted_only, bool):
+        raise InvalidRequest(f"{where}: offload.trustedOnly={trusted_only!r} must be true or false")
+    try:
+        clusters = policy_from_config(raw.get("clusters"))
+    except ValueError as exc:
+        raise InvalidRequest(f"{where}: {exc} (the chart's clusters value)") from None
+    queueing = _queueing(_section(raw, "queueing", where), where)
+    metrics_open = _section(raw, "metrics", where).get("open", False)
+    if not isinstance(metrics_open, bool):
+        raise InvalidRequest(f"{where}: metrics.open={metrics_open!r} must be true or false")
+    pod_security = str(user_ns.get("podSecurity") or base.pod_security)
+    if pod_security not in POD_SECURITY_LEVELS:
+        raise InvalidRequest(f"{where}: userNamespaces.podSecurity={pod_security!r}; use one of "
+                             f"{', '.join(POD_SECURITY_LEVELS)}")
     return HubConfig(
+        clusters=clusters,
         hub_namespace=str(raw.get("hubNamespace") or defaults.hub_namespace),
         hub_service_account=str(raw.get("hubServiceAccount") or defaults.hub_service_account),
         user_namespaces=UserNamespaces(
@@ -108,6 +141,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
             user_server_service_account=str(
                 user_ns.get("userServerServiceAccount") or base.user_server_service_account
             ),
+            pod_security=pod_security,
         ),
         tenant_namespaces=tuple(tenants),
         cluster_id=str(liqo.get("clusterID") or ""),
@@ -118,13 +152,26 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         gpu_quota_per_user=quota,
         object_storage_endpoint=str(storage.get("endpoint") or ""),
         object_storage_bucket=str(storage.get("bucket") or ""),
+        trusted_only=trusted_only,
         liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),
+        queueing=queueing,
+        metrics_open=metrics_open,
     )
+
+
+def _queueing(section: Mapping[str, Any], where: Path | str) -> QueueSettings | None:
+    kueue = _section(section, "kueue", where)
+    if not kueue.get("enabled", False):
+        return None
+    try:
+        return queue_settings({k: v for k, v in kueue.items() if k != "enabled"})
+    except ValueError as exc:
+        raise InvalidRequest(f"{where}: {exc} (the chart's queueing.kueue value)") from None
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> HubConfig:
     """The configuration from ``path``, else from ``$GPU_OFFLOAD_CONFIG``, else the defaults."""
-    chosen = path or os.environ.get(CONFIG_ENV)
+    chosen = path or E.HUB_CONFIG.read(os.environ)
     if not chosen:
         return HubConfig()
     file = Path(chosen)
@@ -132,7 +179,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> HubConfig:
         raw = yaml.safe_load(file.read_text()) or {}
     except OSError as exc:
         raise InvalidRequest(
-            f"gpu-offload configuration {file} cannot be read ({exc.strerror}); check {CONFIG_ENV} and the "
+            f"gpu-offload configuration {file} cannot be read ({exc.strerror}); check {E.HUB_CONFIG.name} and the "
             "ConfigMap volume mount"
         ) from exc
     except yaml.YAMLError as exc:

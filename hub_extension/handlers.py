@@ -3,9 +3,11 @@
 Who may do what (JupyterHub's OAuth decides who someone is, these handlers decide what they may see):
 - admin pages and ``/api/admin/...``: the hub's access scope for this service, then ``custom:gpu-offload:view``
   to read and ``custom:gpu-offload:manage`` to write; JupyterHub admins pass as operators;
-- ``/api/inventory`` and ``/api/me``: any hub user or server token (the magic calls them).
+- ``/api/inventory`` and ``/api/me``: any hub user or server token (the magic calls them);
+- ``/metrics``: as JupyterHub's own: a token with ``read:metrics`` (or the view scope), else 403; open to
+  anyone only with the chart's ``metrics.open``.
 XSRF: JupyterHub's HubOAuth refuses a cookie-authenticated POST without its XSRF token, so every form
-carries ``xsrf_form_html()``; token-authenticated API calls need none.
+carries its token (``HubContext.xsrf``); token-authenticated API calls need none.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from typing import Any
 
 from gpu_offload.liqo_peering.errors import GpuOffloadError, InvalidRequest
 from jupyterhub.services.auth import HubOAuthenticated
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tornado import web
 
 from . import pages, views
 from .actions import Action, Peering, parse_action
-from .operations import Operations, Outcome
+from .operations import ActionResult, Operations
 from .state import HubState
+from .uploads import KubeconfigVault
 
 VIEW_SCOPE = "custom:gpu-offload:view"
 MANAGE_SCOPE = "custom:gpu-offload:manage"
+METRICS_SCOPE = "read:metrics"
+"""JupyterHub's scope for its own /metrics; a Prometheus token made for the hub's metrics works here too."""
 
 
 def may(model: dict[str, Any] | None, scope: str) -> bool:
@@ -40,10 +46,11 @@ def may(model: dict[str, Any] | None, scope: str) -> bool:
 class Base(HubOAuthenticated, web.RequestHandler):
     """Shared plumbing: the state, the operations, the service prefix, errors in words."""
 
-    def initialize(self, state: HubState, operations: Operations, prefix: str) -> None:
+    def initialize(self, state: HubState, operations: Operations, prefix: str, vault: KubeconfigVault) -> None:
         self.state = state
         self.operations = operations
         self.prefix = prefix
+        self.vault = vault
 
     @property
     def user_name(self) -> str:
@@ -67,27 +74,25 @@ class Base(HubOAuthenticated, web.RequestHandler):
         if self.request.path.startswith(f"{self.prefix}api/"):
             self.finish({"error": message, "status": status_code})
         else:
-            self.finish(pages.layout(f"Error {status_code}", pages.result_page(False, message, self.prefix),
-                                     self.prefix, self.user_name))
+            self.finish(pages.result_page(self.page_context(), f"Error {status_code}", False, message))
+
+    def page_context(self) -> pages.HubContext:
+        """Who is looking and where: what every page needs besides its records."""
+        model = self.current_user or {}
+        return pages.HubContext(self.prefix, self.user_name, bool(model.get("admin")), self.xsrf_token.decode(),
+                                may(model, MANAGE_SCOPE))
 
 
 class PageHandler(Base):
     """Admin pages: need the view scope."""
 
-    def page(self, title: str, body: str) -> None:
-        self.finish(pages.layout(title, body, self.prefix, self.user_name))
-
-    @property
-    def can_manage(self) -> bool:
-        return may(self.current_user, MANAGE_SCOPE)
 
 
 class ClustersPage(PageHandler):
     @web.authenticated
     def get(self) -> None:
         self.require(VIEW_SCOPE)
-        self.page("Peered clusters", pages.clusters_page(self.state.cluster_rows(), self.prefix, self.can_manage,
-                                                        self.xsrf_form_html()))
+        self.finish(pages.clusters_page(self.page_context(), self.state.cluster_rows()))
 
 
 class ClusterPage(PageHandler):
@@ -97,22 +102,21 @@ class ClusterPage(PageHandler):
         detail = self.state.cluster_detail(key)
         if detail is None:
             raise web.HTTPError(404, f"no peered cluster {key!r}; pick one from the clusters page")
-        self.page(f"Cluster {detail.row.name}", pages.cluster_page(detail, self.prefix, self.can_manage,
-                                                                   self.xsrf_form_html()))
+        self.finish(pages.cluster_page(self.page_context(), detail))
 
 
 class UsersPage(PageHandler):
     @web.authenticated
     def get(self) -> None:
         self.require(VIEW_SCOPE)
-        self.page("GPU usage per user", pages.users_page(self.state.store.totals()))
+        self.finish(pages.users_page(self.page_context(), self.state.store.totals()))
 
 
 class AuditPage(PageHandler):
     @web.authenticated
     def get(self) -> None:
         self.require(VIEW_SCOPE)
-        self.page("Audit log", pages.audit_page(self.state.store.audit_log()))
+        self.finish(pages.audit_page(self.page_context(), self.state.store.audit_log()))
 
 
 def _form(handler: web.RequestHandler) -> dict[str, str]:
@@ -130,22 +134,36 @@ class ActionPage(PageHandler):
     async def post(self, kind: str) -> None:
         self.require(MANAGE_SCOPE)
         fields = _form(self)
+        confirm = fields.pop("confirm", "")
         try:
-            action = parse_action(kind, fields)
+            if confirm not in ("", "yes"):
+                raise InvalidRequest(f"confirm={confirm[:16]!r}: the only value is yes, sent by the Confirm button")
+            action = parse_action(kind, self._with_upload(kind, fields))
         except InvalidRequest as exc:
             self.set_status(400)
-            self.page("Not done", pages.result_page(False, str(exc), self.prefix))
+            self.finish(pages.result_page(self.page_context(), "Not done", False, str(exc)))
             return
-        if fields.get("confirm") != "yes":
-            self.page("Confirm", pages.confirm_page(self.prefix, kind, action.describe(), fields,
-                                                    self.xsrf_form_html()))
+        if confirm != "yes":
+            carried = action.form_fields()
+            if isinstance(action, Peering) and action.kubeconfig:
+                carried["kubeconfig_token"] = self.vault.hold(self.user_name, kind, action.cluster_id,
+                                                              action.kubeconfig)
+            self.finish(pages.confirm_page(self.page_context(), kind, action.describe(), carried))
             return
         outcome = await self._apply(action)
         self.set_status(200 if outcome.ok else 409)
-        self.page("Done" if outcome.ok else "Not done",
-                  pages.result_page(outcome.ok, outcome.message, self.prefix, outcome.command))
+        self.finish(pages.result_page(self.page_context(), "Done" if outcome.ok else "Not done", outcome.ok,
+                                      outcome.message, outcome.command))
 
-    async def _apply(self, action: Action) -> Outcome:
+    def _with_upload(self, kind: str, fields: dict[str, str]) -> dict[str, str]:
+        """``fields`` with the kubeconfig a ``kubeconfig_token`` stands for (the token is then spent)."""
+        token = fields.pop("kubeconfig_token", "").strip()
+        if token:
+            cluster_id = fields.get("cluster_id", "").strip()
+            fields = {**fields, "kubeconfig": self.vault.redeem(token, self.user_name, kind, cluster_id)}
+        return fields
+
+    async def _apply(self, action: Action) -> ActionResult:
         # liqoctl and API calls block: keep the service's event loop (and the other pages) responsive.
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self.operations.apply, action, self.user_name, self.state.facts())
@@ -201,6 +219,8 @@ class ActionApi(JsonHandler, ActionPage):
             action = parse_action(kind, {k: v for k, v in body.items() if k != "confirm"})
         except (ValueError, GpuOffloadError) as exc:
             raise web.HTTPError(400, f"{exc}") from None
+        except RecursionError:  # json.loads on deeply nested input
+            raise web.HTTPError(400, "the body nests too deeply; send a flat JSON object of fields") from None
         if body.get("confirm") is not True:
             self.set_status(400)
             self.send({"error": f"confirm: add \"confirm\": true to {action.describe()}", "status": 400})
@@ -229,3 +249,19 @@ class MyRunsApi(UserHandler):
     @web.authenticated
     def get(self) -> None:
         self.send(self.state.user_runs(self.user_name))
+
+
+class MetricsHandler(UserHandler):
+    """Prometheus' text format. Like JupyterHub's ``authenticate_prometheus``: 403 without a token holding
+    ``read:metrics`` or the view scope (a scraper gets no login redirect), unless the chart opened it."""
+
+    def get(self) -> None:
+        if not self.state.config.metrics_open:
+            model = self.current_user
+            if not (may(model, VIEW_SCOPE) or METRICS_SCOPE in set((model or {}).get("scopes") or ())):
+                raise web.HTTPError(403, f"{self.user_name or 'a request without a token'}: /metrics needs an API "
+                                         f"token with the scope {METRICS_SCOPE} or {VIEW_SCOPE} (Authorization: "
+                                         "Bearer <token>), or the chart value metrics.open: true")
+        body = generate_latest(self.state.metrics.registry)
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(body)

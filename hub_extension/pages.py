@@ -1,31 +1,36 @@
-"""The admin pages as HTML strings, from the view records. Pure: every value is escaped here.
+"""The admin pages, rendered from the view records with jinja2 templates, autoescaping on. Pure.
 
-Plain server-rendered HTML with forms: works without JavaScript, and every write goes through a
-confirmation page carrying JupyterHub's XSRF token.
+The templates (``templates/gpu_offload_*.html``, shipped in the package) extend JupyterHub's own
+``page.html``, so the pages carry the hub's navigation bar, CSS and dark mode. Why that and not an own base
+template linking the hub's CSS: the service runs in the hub's image, so the ``page.html`` found beside the
+installed ``jupyterhub`` is the very one the hub renders, and its stylesheets are those the hub serves at
+``<hub>/static/``; the hub's look and navigation come for free and follow hub upgrades, and new pages
+(issue 17) only fill ``content``. The price is the context ``page.html`` expects from the hub's own
+handlers, built here by ``HubContext``: ``static_url``, ``base_url``, ``user``, ``xsrf_token``, login and
+logout URLs. A hub configured with its own ``template_paths`` is not followed (the service cannot see
+them). ``page.html`` shows a "requires JavaScript" notice without JavaScript; the pages still work
+without it: plain forms, and every write goes through a confirmation page carrying JupyterHub's XSRF token.
+
+Values reach the HTML only through ``{{ }}``, so escaping does not depend on any caller.
 """
 
 from __future__ import annotations
 
-import html
-from collections.abc import Iterable, Mapping, Sequence
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from gpu_offload.liqo_peering.inventory import VirtualNodeRecord
+import jinja2
+import jupyterhub
+from jupyterhub._data import DATA_FILES_PATH
 
 from .store import AuditEntry, UsageTotal
-from .views import ClusterDetail, ClusterRow
+from .views import ClusterDetail, ClusterPageRow
 
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
-table{border-collapse:collapse;margin:.5rem 0 1.5rem}td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:left}
-th{background:#f3f3f3}.down{color:#b00}.degraded{color:#a60}.healthy{color:#070}.cordoned{color:#b00;font-weight:bold}
-nav a{margin-right:1rem}.ok{background:#e8f5e9;padding:.6rem}.fail{background:#fdecea;padding:.6rem}
-form.inline{display:inline}code{background:#f3f3f3;padding:.1rem .3rem}
-"""
-
-
-def e(value: object) -> str:
-    """HTML-escaped text of ``value`` (``-`` for None)."""
-    return "-" if value is None else html.escape(str(value))
+TEMPLATES = Path(__file__).parent / "templates"
 
 
 def age(seconds: float | None) -> str:
@@ -38,126 +43,106 @@ def age(seconds: float | None) -> str:
     return f"{int(max(seconds, 0))}s"
 
 
-def layout(title: str, body: str, prefix: str, user: str) -> str:
-    """A full page with the navigation bar."""
-    nav = "".join(f'<a href="{e(prefix)}{href}">{label}</a>' for href, label in
-                  (("", "Clusters"), ("users", "Users"), ("audit", "Audit log")))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)} - GPU offload</title>"
-            f"<style>{_STYLE}</style></head><body><nav>{nav}<span>signed in as {e(user)}</span></nav>"
-            f"<h1>{e(title)}</h1>{body}</body></html>")
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """A table whose cells are already HTML."""
-    head = "".join(f"<th>{e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def action_form(prefix: str, kind: str, fields: Mapping[str, str], label: str, xsrf: str,
-                inputs: str = "") -> str:
-    """A form posting to an action (hidden ``fields`` plus visible ``inputs``); the next page confirms it."""
-    hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in fields.items())
-    return (f'<form class="inline" method="post" enctype="multipart/form-data" action="{e(prefix)}actions/{e(kind)}">'
-            f'{xsrf}{hidden}{inputs}<button type="submit">{e(label)}</button></form>')
-
-
 def _price(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def _cluster_cells(row: ClusterRow, prefix: str) -> list[str]:
-    modules = "<br>".join(f"{e(m)}: {e(s)}" for m, s in row.modules)
-    state = f'<span class="cordoned">{row.cordoned} cordoned</span>' if row.cordoned else "schedulable"
-    return [
-        f'<a href="{e(prefix)}clusters/{e(row.cluster_id)}">{e(row.name)}</a>', e(row.role),
-        f'<span class="{e(row.health)}">{e(row.health)}</span> {e(row.reason)}', modules, age(row.age_seconds),
-        str(row.gpus_total), str(row.gpus_free), str(row.gpus_in_use), _price(row.price), state,
-    ]
+def _dash(value: object) -> object:
+    return "-" if value is None else value
 
 
-def clusters_page(rows: Sequence[ClusterRow], prefix: str, can_manage: bool, xsrf: str) -> str:
+def _environment() -> jinja2.Environment:
+    loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(TEMPLATES),
+                                  jinja2.FileSystemLoader(Path(DATA_FILES_PATH) / "templates")])
+    env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.Undefined)
+    env.filters.update(age=age, price=_price, dash=_dash)
+    return env
+
+
+_ENV = _environment()
+
+
+def hub_base_url(service_prefix: str) -> str:
+    """The hub's public base URL (``/`` by default): JupyterHub's ``JUPYTERHUB_BASE_URL``, else what precedes
+    ``services/`` in the service's prefix."""
+    base = os.environ.get("JUPYTERHUB_BASE_URL") or service_prefix.split("services/")[0] or "/"
+    return base if base.endswith("/") else base + "/"
+
+
+@dataclass(frozen=True)
+class PageUser:
+    """What ``page.html`` reads of the signed-in user."""
+
+    name: str
+
+    @property
+    def json_escaped_name(self) -> str:
+        """The name inside a JavaScript string literal of a <script> (page.html marks it safe): no way out."""
+        text = json.dumps(self.name)[1:-1]
+        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+@dataclass(frozen=True)
+class HubContext:
+    """Who is looking, and where the hub and the service live: what every page needs besides its records."""
+
+    service_prefix: str
+    """The service's URL prefix, ends with ``/`` (``/services/gpu-offload/``)."""
+    user: str
+    admin: bool
+    xsrf: str
+    """JupyterHub's XSRF token for this browser session; every form carries it."""
+    can_manage: bool = False
+
+    def variables(self) -> dict[str, Any]:
+        """The variables of JupyterHub's ``page.html`` plus the service's own."""
+        base = hub_base_url(self.service_prefix)
+        hub = f"{base}hub/"
+
+        def static_url(path: str, include_version: bool = True) -> str:
+            # the hub serves its static files without login; the version only busts caches on upgrades
+            return f"{hub}static/{path}" + (f"?v={jupyterhub.__version__}" if include_version else "")
+
+        return {
+            "static_url": static_url, "base_url": hub, "prefix": base, "logo_url": base,
+            "login_url": f"{hub}login", "logout_url": f"{hub}logout", "user": PageUser(self.user) if self.user else None,
+            "admin_access": self.admin, "parsed_scopes": {"admin-ui"} if self.admin else set(),
+            "no_spawner_check": True, "services": [], "xsrf_token": self.xsrf, "version_hash": "",
+            "service_prefix": self.service_prefix, "xsrf": self.xsrf, "can_manage": self.can_manage,
+        }
+
+
+def render(template: str, ctx: HubContext, title: str, **values: Any) -> str:
+    """``gpu_offload_<template>.html`` filled with ``values``, the hub's page around it."""
+    return _ENV.get_template(f"gpu_offload_{template}.html").render(**ctx.variables(), title=title, **values)
+
+
+def clusters_page(ctx: HubContext, rows: Sequence[ClusterPageRow]) -> str:
     """Every peered cluster with its GPUs, and (for operators) the peering form."""
-    headers = ("Cluster", "Role", "Health", "Modules", "Age", "GPUs total", "GPUs free", "GPUs in use",
-               "Price/GPU-h", "Cordon")
-    body = table(headers, (_cluster_cells(r, prefix) for r in rows)) if rows else "<p>No peered clusters.</p>"
-    if can_manage:
-        inputs = ('<label>cluster id <input name="cluster_id" required></label> '
-                  '<label>its kubeconfig <input type="file" name="kubeconfig"></label> ')
-        body += ("<h2>Peering</h2>" + action_form(prefix, "peer", {}, "Peer…", xsrf, inputs) + " "
-                 + action_form(prefix, "unpeer", {}, "Unpeer…", xsrf, inputs))
-    return body
+    return render("clusters", ctx, "Peered clusters", rows=rows)
 
 
-def _node_cells(vn: VirtualNodeRecord, prefix: str, can_manage: bool, xsrf: str) -> list[str]:
-    state = "not ready" if not vn.ready else ('<span class="cordoned">cordoned</span>' if vn.cordoned else "ready")
-    cells = [e(vn.name), e(vn.model), e(vn.memory), str(vn.capacity), str(vn.free), str(vn.in_use),
-             _price(vn.price), state]
-    if can_manage:
-        kind = "uncordon" if vn.cordoned else "cordon"
-        fields = {"cluster_id": vn.cluster_id, "node": vn.name}
-        label_inputs = (f'<input name="model" size="8" placeholder="model" value="{e(vn.model or "")}">'
-                        f'<input name="price" size="5" placeholder="price" value="{_price(vn.price).strip("-")}">')
-        cells.append(action_form(prefix, kind, fields, kind.capitalize() + "…", xsrf) + " "
-                     + action_form(prefix, "label", fields, "Set labels…", xsrf, label_inputs))
-    return cells
-
-
-def cluster_page(detail: ClusterDetail, prefix: str, can_manage: bool, xsrf: str) -> str:
+def cluster_page(ctx: HubContext, detail: ClusterDetail) -> str:
     """One cluster: its virtual nodes, ResourceSlices and offloaded pods, with the node and slice actions."""
-    row = detail.row
-    headers = ["Virtual node", "GPU model", "GPU memory", "GPUs", "Free", "In use", "Price/GPU-h", "State"]
-    if can_manage:
-        headers.append("Actions")
-    parts = [
-        f'<p>Cluster id <code>{e(row.cluster_id)}</code>, role {e(row.role)}, health '
-        f'<span class="{e(row.health)}">{e(row.health)}</span> {e(row.reason)}</p>',
-        "<h2>Virtual nodes</h2>",
-        table(headers, (_node_cells(vn, prefix, can_manage, xsrf) for vn in detail.virtual_nodes)),
-        "<h2>ResourceSlices</h2>",
-        table(("Namespace", "Name", "GPUs requested", "GPUs granted", "Conditions"),
-              ([e(s.namespace), e(s.name), e(s.requested_gpus), e(s.granted_gpus), e(s.conditions)]
-               for s in detail.slices)),
-    ]
-    if can_manage:
-        inputs = ('<label>name <input name="name" placeholder="' + e(f"{row.cluster_id}-gpu") + '"></label> '
-                  '<label>GPUs <input name="gpus" size="4" required></label> ')
-        parts.append(action_form(prefix, "resourceslice", {"cluster_id": row.cluster_id},
-                                 "Request or resize…", xsrf, inputs))
-    parts += ["<h2>Offloaded pods</h2>",
-              table(("Namespace", "Pod", "User", "Virtual node", "GPUs", "Phase", "Age"),
-                    ([e(p.namespace), e(p.name), e(p.user), e(p.node), str(p.gpus), e(p.phase), age(p.age_seconds)]
-                     for p in detail.pods))]
-    return "".join(parts)
+    return render("cluster", ctx, f"Cluster {detail.row.name}", detail=detail)
 
 
-def users_page(totals: Sequence[UsageTotal]) -> str:
+def users_page(ctx: HubContext, totals: Sequence[UsageTotal]) -> str:
     """GPU-hours per user and cluster."""
-    if not totals:
-        return "<p>No finished offloaded runs recorded yet.</p>"
-    return table(("User", "Cluster", "Runs", "GPU-hours"),
-                 ([e(t.user), e(t.cluster_id), str(t.runs), f"{t.gpu_hours:.3f}"] for t in totals))
+    return render("users", ctx, "GPU usage per user", totals=totals)
 
 
-def audit_page(entries: Sequence[AuditEntry]) -> str:
+def audit_page(ctx: HubContext, entries: Sequence[AuditEntry]) -> str:
     """The most recent admin actions."""
-    if not entries:
-        return "<p>No actions yet.</p>"
-    return table(("When (UTC)", "Who", "Action", "Target", "Result"),
-                 ([e(a.at.strftime("%Y-%m-%d %H:%M:%S")), e(a.who), e(a.action), e(a.target),
-                   ("" if a.ok else "FAILED: ") + e(a.result)] for a in entries))
+    return render("audit", ctx, "Audit log", entries=entries)
 
 
-def confirm_page(prefix: str, kind: str, description: str, fields: Mapping[str, str], xsrf: str) -> str:
+def confirm_page(ctx: HubContext, kind: str, description: str, fields: Mapping[str, str]) -> str:
     """Ask before doing: the action in words, and a button that submits it again with ``confirm=yes``."""
-    hidden = {**fields, "confirm": "yes"}
-    return (f"<p>You are about to <strong>{e(description)}</strong>.</p>"
-            + action_form(prefix, kind, hidden, "Confirm", xsrf)
-            + f' <a href="{e(prefix)}">Cancel</a>')
+    return render("confirm", ctx, "Confirm", kind=kind, description=description,
+                  fields={**fields, "confirm": "yes"})
 
 
-def result_page(ok: bool, message: str, prefix: str, command: str = "") -> str:
+def result_page(ctx: HubContext, title: str, ok: bool, message: str, command: str = "") -> str:
     """What happened, in words."""
-    extra = f"<p>Command:</p><pre><code>{e(command)}</code></pre>" if command else ""
-    return (f'<div class="{"ok" if ok else "fail"}" id="result">{e(message)}</div>{extra}'
-            f'<p><a href="{e(prefix)}">Back to the clusters</a></p>')
+    return render("result", ctx, title, ok=ok, message=message, command=command)

@@ -25,13 +25,14 @@ from .config import HubConfig, load_config
 from .operations import Operations
 from .state import HubState
 from .store import Store
+from .uploads import KubeconfigVault
 
 log = logging.getLogger("gpu_offload.hub")
 
 
 def make_app(state: HubState, operations: Operations, prefix: str) -> web.Application:
     """The tornado application under ``prefix`` (ends with ``/``)."""
-    args = {"state": state, "operations": operations, "prefix": prefix}
+    args = {"state": state, "operations": operations, "prefix": prefix, "vault": KubeconfigVault()}
     routes: list[tuple[str, type[web.RequestHandler]]] = [
         ("", h.ClustersPage),
         ("clusters/([^/]+)", h.ClusterPage),
@@ -45,6 +46,7 @@ def make_app(state: HubState, operations: Operations, prefix: str) -> web.Applic
         ("api/admin/actions/([a-z]+)", h.ActionApi),
         ("api/inventory", h.InventoryApi),
         ("api/me", h.MyRunsApi),
+        ("metrics", h.MetricsHandler),
     ]
     rules: list[tuple[str, type[web.RequestHandler], dict[str, object]] | tuple[str, type[web.RequestHandler]]]
     rules = [(url_path_join(prefix, path) if path else prefix, cls, args) for path, cls in routes]
@@ -68,7 +70,7 @@ async def serve(config: HubConfig) -> None:
     api_client = api_client_from_environment()
     state = HubState(config, api_client, store).start()
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-offload/")
-    app = make_app(state, Operations(config, api_client, store), prefix)
+    app = make_app(state, Operations(config, api_client, store, state.metrics.api_error), prefix)
     host, port = listen_address(config)
     server = app.listen(port, address=host, xheaders=True)
     log.info("gpu-offload service on http://%s:%s%s", host, port, prefix)

@@ -13,7 +13,7 @@ spawn repairs a half-prepared namespace instead of failing on it.
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -21,48 +21,54 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.client import LiqoClient, api_client_from_environment
-from gpu_offload.liqo_peering.errors import GpuOffloadError, api_error
+from gpu_offload.liqo_peering.errors import APIConflict, APIForbidden, APINotFound, GpuOffloadError, api_error
 from gpu_offload.liqo_peering.inventory import Inventory
+from gpu_offload.liqo_peering.retrying import Backoff, retry_async
 from gpu_offload.liqo_peering.specs import namespace_offloading
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api
+from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, NetworkingV1Api, RbacAuthorizationV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from . import user_namespace as un
 from .config import HubConfig, load_config
+from .egress import POLICY_NAME, metadata_egress_policy
 from .views import supply_by_model
 
 log = logging.getLogger("gpu_offload.hub")
 RBAC_RETRIES = 8
 """Attempts when the API answers 403 right after a RoleBinding was made (RBAC caches catch up in seconds)."""
-RBAC_FIRST_DELAY = 0.25
+RBAC_BACKOFF = Backoff(first=0.25, cap=5.0, attempts=RBAC_RETRIES)
 
 
 async def _create(what: str, call: Callable[[], Awaitable[Any]], retries: int = RBAC_RETRIES) -> bool:
     """Create one object: True when created, False when it already existed; 403 is retried with backoff."""
-    delay = RBAC_FIRST_DELAY
-    for attempt in range(1, retries + 1):
+
+    async def create() -> None:
         try:
             await call()
-            return True
         except ApiException as exc:
-            if exc.status == 409:
-                return False
-            if exc.status == 403 and attempt < retries:
-                log.info("creating %s: 403, RBAC may still be propagating; retry %d in %.2fs", what, attempt, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
             raise api_error(exc, "creating", what) from exc
-    raise AssertionError("unreachable")
+
+    def note(exc: Exception, failures: int, pause: float) -> None:
+        log.info("creating %s: 403, RBAC may still be propagating; retry %d in %.2fs", what, failures, pause)
+
+    try:
+        await retry_async(create, dataclasses.replace(RBAC_BACKOFF, attempts=retries),
+                          lambda exc: isinstance(exc, APIForbidden), note)
+    except APIConflict:
+        return False
+    return True
 
 
 async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
-                            extra_labels: dict[str, str] | None = None, retries: int = RBAC_RETRIES) -> list[str]:
-    """Namespace, the two RoleBindings, the users' server account, the GPU quota (when the admin set one), the
-    NamespaceOffloading, in that order.
+                            extra_labels: dict[str, str] | None = None, retries: int = RBAC_RETRIES,
+                            user: str = "") -> list[str]:
+    """Namespace, the two RoleBindings, the users' server account, the GPU quota (when the admin set one) or,
+    with queueing on, the LocalQueue (and no quota), the cloud-metadata NetworkPolicy, the NamespaceOffloading,
+    in that order.
 
     Returns what was created (empty when everything already existed). ``retries`` bounds the attempts
     per object on 403.
@@ -71,9 +77,11 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     core: Any = CoreV1Api(api_client)
     rbac: Any = RbacAuthorizationV1Api(api_client)
     custom: Any = CustomObjectsApi(api_client)
+    networking: Any = NetworkingV1Api(api_client)
     offloading = namespace_offloading(name)  # built (and validated) before anything is written
     created: list[str] = []
-    if await _create(f"namespace {name}", lambda: core.create_namespace(un.namespace(name, extra_labels)), retries):
+    body = un.namespace(name, extra_labels, user, config.user_namespaces.pod_security)
+    if await _create(f"namespace {name}", lambda: core.create_namespace(body), retries):
         created.append(f"Namespace {name}")
     for binding in un.role_bindings(name, config):
         what = f"RoleBinding {name}/{binding['metadata']['name']}"
@@ -84,7 +92,15 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     if await _create(what, lambda: core.create_namespaced_service_account(name, account), retries):
         created.append(what)
     quota = un.gpu_quota(name, config)
-    if quota is not None:
+    if config.queueing is not None:
+        await _drop_quota(core, name)
+        what = f"LocalQueue {name}/{config.queueing.local_queue}"
+        queue = un.local_queue(name, config)
+        g = L.LOCAL_QUEUE
+        if await _create(what, lambda: custom.create_namespaced_custom_object(g.group, g.version, name, g.plural,
+                                                                             queue), retries):
+            created.append(what)
+    elif quota is not None:
         what = f"ResourceQuota {name}/{un.QUOTA_NAME}"
         if await _create(what, lambda: core.create_namespaced_resource_quota(name, quota), retries):
             created.append(what)
@@ -93,6 +109,10 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
                 await core.patch_namespaced_resource_quota(un.QUOTA_NAME, name, {"spec": quota["spec"]})
             except ApiException as exc:
                 raise api_error(exc, "updating", what) from exc
+    what = f"NetworkPolicy {name}/{POLICY_NAME}"
+    policy = metadata_egress_policy(name)
+    if await _create(what, lambda: networking.create_namespaced_network_policy(name, policy), retries):
+        created.append(what)
     g = L.NAMESPACE_OFFLOADING
     what = f"NamespaceOffloading {name}/{L.NAMESPACE_OFFLOADING_NAME}"
     if await _create(what, lambda: custom.create_namespaced_custom_object(g.group, g.version, name, g.plural,
@@ -101,19 +121,52 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     return created
 
 
+async def _drop_quota(core: Any, name: str) -> None:
+    """Delete the GPU ResourceQuota an earlier spawn wrote before queueing was turned on (see ``gpu_quota``)."""
+    try:
+        await core.delete_namespaced_resource_quota(un.QUOTA_NAME, name)
+    except ApiException as exc:
+        error = api_error(exc, "deleting", f"ResourceQuota {name}/{un.QUOTA_NAME}")
+        if not isinstance(error, APINotFound):
+            raise error from exc
+
+
 async def pre_spawn_hook(spawner: Any) -> None:
     """Before a user's server starts: make its namespace offloaded and set the magic's environment."""
     config = load_config()
-    name = un.check_namespace(str(spawner.namespace), config)
     labels = {k: str(v) for k, v in (getattr(spawner, "user_namespace_labels", None) or {}).items()
               if "{" not in str(v)}  # kubespawner expands templated values itself when it creates the namespace
-    created = await prepare_namespace(spawner.api.api_client, name, config, labels)
-    if created:
-        spawner.log.info("gpu-offload: prepared %s", ", ".join(created))
-    service_url = str(spawner.environment.get("GPU_OFFLOAD_SERVICE_URL") or "")
-    spawner.environment.update(un.server_environment(name, config, service_url))
+    await prepare_server(spawner, spawner.api.api_client, str(spawner.namespace), config, labels)
     if not getattr(spawner, "service_account", None):
         spawner.service_account = config.user_namespaces.user_server_service_account
+
+
+async def local_pre_spawn_hook(spawner: Any) -> None:
+    """The same for a user server on the hub's own machine (``gpu-offload lab --hub``, a local spawner): the
+    namespace is the prefix and the user's name, and the API is the one ``KUBECONFIG`` names.
+
+    A seam, not the production path: once the sandbox runs user servers in pods (console scripts in
+    notebook images, per-pod networks, non-root containers), ``lab --hub`` uses KubeSpawner with
+    :func:`pre_spawn_hook` and this goes.
+    """
+    from kubernetes_asyncio import config as kube_config
+
+    config = load_config()
+    api_client = await kube_config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+    async with api_client:
+        name = f"{config.user_namespace_prefix}{str(spawner.user.name).lower()}"
+        await prepare_server(spawner, api_client, name, config)
+
+
+async def prepare_server(spawner: Any, api_client: Any, name: str, config: HubConfig,
+                         labels: dict[str, str] | None = None) -> None:
+    """Make ``name`` the user's offloaded namespace and set the magic's environment on the spawner."""
+    name = un.check_namespace(name, config)
+    created = await prepare_namespace(api_client, name, config, labels, user=str(spawner.user.name))
+    if created:
+        spawner.log.info("gpu-offload: prepared %s", ", ".join(created))
+    service_url = E.SERVICE_URL.get(spawner.environment.get) or ""
+    spawner.environment.update(un.server_environment(name, config, service_url))
 
 
 # --- profile_list ---------------------------------------------------------------------------------------
@@ -128,7 +181,8 @@ def _inventory(timeout: float = 10.0) -> Inventory:
     with _caches_lock:
         cache = _caches.get(key)
         if cache is None:
-            cache = _caches[key] = InventoryCache(LiqoClient(api_client_from_environment())).start()
+            client = LiqoClient(api_client_from_environment(), trust=load_config().clusters)
+            cache = _caches[key] = InventoryCache(client).start()
     return cache.inventory(timeout)
 
 
@@ -150,7 +204,7 @@ def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
             "slug": f"liqo-gpu-{supply.model.lower()}",
             "description": f"{supply.free} free on {count} cluster{'s' if count > 1 else ''}{price}. "
                            f"%%gpu_offload cells go to a {supply.model} by default.",
-            "kubespawner_override": {"environment": {"GPU_OFFLOAD_GPU_MODEL": supply.model}},
+            "kubespawner_override": {"environment": E.assignments({E.GPU_MODEL: supply.model})},
         })
     return profiles
 

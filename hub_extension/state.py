@@ -6,22 +6,23 @@ recorder as pods end.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.cache import InventoryCache
-from gpu_offload.liqo_peering.client import LiqoClient
+from gpu_offload.liqo_peering.client import ApiClient, LiqoClient
 from gpu_offload.liqo_peering.inventory import Inventory
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from . import views
 from .config import HubConfig
+from .metrics import HubMetrics, run_reason
 from .operations import ClusterFacts
+from .queues import QueueController, start_controller
 from .store import Store
-from .usage import ended_deleting, finished_run, holds_meter
-from .watches import CollectionWatch, Obj, release_meter, resource_slices, runner_pods
+from .usage import billed_user, ended_deleting, finished_run, holds_meter
+from .watches import Obj, read_namespace, release_meter, resource_slices, runner_pods
 
 log = logging.getLogger("gpu_offload.hub")
 
@@ -33,27 +34,29 @@ class HubState:
         self.config = config
         self.api_client = api_client
         self.store = store
-        self.cache = InventoryCache(LiqoClient(api_client))
-        g = L.FOREIGN_CLUSTER
-        self.foreign_clusters = CollectionWatch(
-            "ForeignClusters", CustomObjectsApi(api_client).list_cluster_custom_object,
-            {"group": g.group, "version": g.version, "plural": g.plural},
-        )
+        # The cache also holds the ForeignClusters the pages show: each kind is watched once.
+        self.cache = InventoryCache(LiqoClient(api_client, trust=config.clusters))
         self.slices = resource_slices(api_client)
         self.pods = runner_pods(api_client, self._on_pod)
-        self._core = CoreV1Api(api_client)
+        self._namespaces: dict[str, Obj] = {}
+        self.queues: QueueController | None = None
+        # a scrape before the first list answers an error at once rather than blocking the event loop
+        self.metrics = HubMetrics(lambda: self.cache.inventory(timeout=0))
 
     def start(self) -> HubState:
         """Start every watch (the pod watch last: recording needs the inventory's node-to-cluster map)."""
         self.cache.start()
-        self.foreign_clusters.start()
         self.slices.start()
         self.pods.start()
+        self.queues = start_controller(self.cache, self.api_client, self.config.queueing, self.config.clusters,
+                                       self.store)
         return self
 
     def close(self) -> None:
         """Stop the watches and the database pool."""
-        for watch in (self.pods, self.slices, self.foreign_clusters):
+        if self.queues is not None:
+            self.queues.close()
+        for watch in (self.pods, self.slices):
             watch.close()
         self.cache.close()
         self.store.close()
@@ -61,7 +64,7 @@ class HubState:
     def wait_synced(self, timeout: float) -> bool:
         """True once every watch has listed once."""
         return self.cache.wait_synced(timeout) and all(
-            w.wait_synced(timeout) for w in (self.foreign_clusters, self.slices, self.pods)
+            w.wait_synced(timeout) for w in (self.slices, self.pods)
         )
 
     def inventory(self) -> Inventory:
@@ -71,28 +74,41 @@ class HubState:
     def _on_pod(self, event_type: str, pod: Obj) -> None:
         now = datetime.now(timezone.utc)
         try:
-            clusters = {vn.name: vn.cluster_id for vn in self.cache.inventory(timeout=60).virtual_nodes}
-            run = finished_run(pod, event_type, clusters, now)
+            nodes = {vn.name: vn for vn in self.cache.inventory(timeout=60).virtual_nodes}
+            run = finished_run(pod, event_type, {name: vn.cluster_id for name, vn in nodes.items()}, now)
+            if run is not None:  # the user comes from the namespace, not from what the pod claims
+                run = dataclasses.replace(run, user=billed_user(pod, self._namespace(run.namespace)))
             if run is not None and self.store.record_run(run):
                 log.info("recorded %.0f GPU-seconds of %s/%s for %s on %s", run.gpu_seconds, run.namespace,
                          run.pod, run.user or "?", run.cluster_id)
+                self.metrics.record_run(run.user, run.cluster_id, nodes[run.node].model, run.gpu_seconds, run.phase,
+                                        run_reason(pod))
             # recorded (or nothing to record): the pod may go now; a failure above keeps it held for a retry
             over = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or ended_deleting(pod, now)
             if event_type != "DELETED" and holds_meter(pod) and over:
-                release_meter(self._core, pod)
+                release_meter(self.api_client, pod)
         except Exception:  # noqa: BLE001 - one bad pod must not stop metering the others
             log.exception("could not record the usage of pod %s", (pod.get("metadata") or {}).get("name"))
 
+    def _namespace(self, name: str) -> Obj | None:
+        """The namespace as the API has it (cached: its owner never changes), None once it is gone."""
+        if name not in self._namespaces:
+            found = read_namespace(self.api_client, name)
+            if found is None:
+                return None
+            self._namespaces[name] = found
+        return self._namespaces[name]
+
     # --- views ---
 
-    def cluster_rows(self) -> list[views.ClusterRow]:
+    def cluster_rows(self) -> list[views.ClusterPageRow]:
         """Rows of the clusters page."""
-        return views.cluster_rows(self.inventory(), self.foreign_clusters.objects(), datetime.now(timezone.utc))
+        return views.cluster_rows(self.inventory(), self.cache.objects("ForeignCluster"), datetime.now(timezone.utc))
 
     def cluster_detail(self, key: str) -> views.ClusterDetail | None:
         """The one-cluster page, or None for an unknown cluster."""
         return views.cluster_detail(
-            self.inventory(), key, self.foreign_clusters.objects(), self.slices.objects(), self.pods.objects(),
+            self.inventory(), key, self.cache.objects("ForeignCluster"), self.slices.objects(), self.pods.objects(),
             datetime.now(timezone.utc),
         )
 
@@ -121,7 +137,7 @@ class HubState:
     def facts(self) -> ClusterFacts:
         """What actions must respect right now: this cluster's id, each peer's authentication state."""
         authentication = {}
-        for fc in self.foreign_clusters.objects():
+        for fc in self.cache.objects("ForeignCluster"):
             cluster_id = str((fc.get("spec") or {}).get("clusterID") or fc["metadata"]["name"])
             authentication[cluster_id] = dict(views.module_states(fc))["authentication"]
         return ClusterFacts(self.consumer_cluster_id(), authentication)

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from .usage import RunRecord
+from .usage import MeteredRun
 
 _metadata = sa.MetaData()
 _runs = sa.Table(
@@ -82,7 +82,7 @@ class Store:
         """Release the connection pool."""
         self.engine.dispose()
 
-    def record_run(self, run: RunRecord) -> bool:
+    def record_run(self, run: MeteredRun) -> bool:
         """Store a finished run; False when that pod uid was already recorded (nothing changes)."""
         row = {
             "pod_uid": run.pod_uid, "namespace": run.namespace, "pod": run.pod, "user": run.user,
@@ -109,13 +109,13 @@ class Store:
         totals = [UsageTotal(r.user, r.cluster_id, int(r.runs), float(r.seconds or 0) / 3600) for r in rows]
         return sorted(totals, key=lambda t: (-t.gpu_hours, t.user, t.cluster_id))
 
-    def runs(self, user: str, limit: int = 100) -> list[RunRecord]:
+    def runs(self, user: str, limit: int = 100) -> list[MeteredRun]:
         """A user's most recent finished runs."""
         query = sa.select(_runs).where(_runs.c.user == user).order_by(_runs.c.ended.desc()).limit(limit)
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
         return [
-            RunRecord(r.pod_uid, r.namespace, r.pod, r.user, r.cluster_id, r.node, r.gpus, _utc(r.started),
+            MeteredRun(r.pod_uid, r.namespace, r.pod, r.user, r.cluster_id, r.node, r.gpus, _utc(r.started),
                       _utc(r.ended), r.phase)
             for r in rows
         ]

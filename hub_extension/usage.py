@@ -7,19 +7,24 @@ by the pod's uid, which is what makes recording it twice harmless.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.inventory import pod_gpus
+from gpu_offload.liqo_peering.timestamps import parse_time
 
+from .config import USER_NAMESPACE_LABEL
+
+log = logging.getLogger("gpu_offload.hub")
 _TERMINAL = {"Succeeded", "Failed"}
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class MeteredRun:
     """One finished offloaded run and the GPU time it held."""
 
     pod_uid: str
@@ -38,13 +43,6 @@ class RunRecord:
     def gpu_seconds(self) -> float:
         """GPUs times wall seconds between start and end (never negative)."""
         return self.gpus * max(0.0, (self.ended - self.started).total_seconds())
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """An RFC 3339 timestamp as the API writes it (``2026-11-22T01:02:03Z``), timezone-aware."""
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
 
 
 def _container_times(status: Mapping[str, Any]) -> tuple[list[datetime], list[datetime]]:
@@ -83,9 +81,40 @@ def pod_user(pod: Mapping[str, Any]) -> str:
     return str((meta.get("annotations") or {}).get(L.USER) or (meta.get("labels") or {}).get(L.USER) or "")
 
 
+def namespace_user(namespace: Mapping[str, Any] | None) -> str | None:
+    """The user a user namespace belongs to (the spawner hook's annotation), ``""`` for a user namespace made
+    before the hook wrote it, None for any other namespace (or none)."""
+    meta = (namespace or {}).get("metadata") or {}
+    if (meta.get("labels") or {}).get(USER_NAMESPACE_LABEL) != "true":
+        return None
+    return str((meta.get("annotations") or {}).get(L.USER) or "")
+
+
+def billed_user(pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> str:
+    """Whom a pod's GPU time is billed to: the owner of the user namespace it ran in, whatever the pod says.
+
+    The pod's own annotation is written by whoever created the pod, so in a user namespace it is only
+    compared, and a disagreement is logged and ignored. Outside user namespaces (Metaflow steps in a shared
+    namespace) the annotation is all there is: it trusts everyone who may create pods in that namespace.
+    """
+    claimed = pod_user(pod)
+    owner = namespace_user(namespace)
+    meta = pod.get("metadata") or {}
+    where = f"pod {meta.get('namespace')}/{meta.get('name')}"
+    if owner is None:
+        return claimed
+    if not owner:
+        log.warning("%s: its user namespace has no %s annotation (made before this version); billed to nobody "
+                    "until the user's server is restarted by the hub", where, L.USER)
+    elif claimed and claimed != owner:
+        log.warning("%s claims user %r but runs in %r's namespace: billed to %r, the claim is ignored", where,
+                    claimed, owner, owner)
+    return owner
+
+
 def finished_run(
     pod: Mapping[str, Any], event_type: str, node_clusters: Mapping[str, str], now: datetime
-) -> RunRecord | None:
+) -> MeteredRun | None:
     """The record of a run that just ended, or None when the pod is still running or never held a GPU.
 
     ``node_clusters`` maps virtual node names to cluster ids (from the inventory); a pod that ran
@@ -108,7 +137,7 @@ def finished_run(
         return None  # never started: it held no GPU time
     ended = max(ends) if ends else (deleting or now)
     meta = pod.get("metadata") or {}
-    return RunRecord(
+    return MeteredRun(
         pod_uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
         namespace=str(meta.get("namespace") or ""),
         pod=str(meta.get("name") or ""),

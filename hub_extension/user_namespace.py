@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpu_offload.liqo_peering import environment as E
+from gpu_offload.liqo_peering import kueue
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
 
 from .actions import dns_label
-from .config import USER_NAMESPACE_LABEL, HubConfig
+from .config import POD_SECURITY_LABEL, USER_NAMESPACE_LABEL, HubConfig
 
 HUB_BINDING = "gpu-offload-hub"
 USER_SERVER_BINDING = "gpu-offload-user-server"
@@ -32,10 +34,16 @@ def check_namespace(name: str, config: HubConfig) -> str:
     return name
 
 
-def namespace(name: str, extra_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The user namespace, labelled so the admission policy admits it and cleanup can find it."""
-    labels = {**(extra_labels or {}), USER_NAMESPACE_LABEL: "true", L.MANAGED_BY: L.MANAGED_BY_VALUE}
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+def namespace(name: str, extra_labels: Mapping[str, str] | None = None, user: str = "",
+              pod_security: str = "baseline") -> dict[str, Any]:
+    """The user namespace, labelled so the admission policy admits it and cleanup can find it, with its Pod
+    Security level, and annotated with its user (the raw name: the meter bills runs in it to that user)."""
+    labels = {**(extra_labels or {}), USER_NAMESPACE_LABEL: "true", L.MANAGED_BY: L.MANAGED_BY_VALUE,
+              POD_SECURITY_LABEL: pod_security}
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if user:
+        meta["annotations"] = {L.USER: user}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
 def _binding(name: str, namespace: str, cluster_role: str, account: str, account_namespace: str) -> dict[str, Any]:
@@ -72,12 +80,16 @@ QUOTA_NAME = "gpu-offload"
 
 
 def gpu_quota(name: str, config: HubConfig) -> dict[str, Any] | None:
-    """The ResourceQuota capping the GPUs a user's pods hold at once, or None when the admin set no limit.
+    """The ResourceQuota capping the GPUs a user's pods hold at once, or None when the admin set no limit or
+    runs queue through Kueue.
 
     Extended resources are quota'd by their request only (``requests.nvidia.com/gpu``); the API server
     defaults a GPU request to the limit the runner pods set.
     """
-    if not config.gpu_quota_per_user:
+    # Under Kueue the per-user share is Kueue's. A ResourceQuota would defeat it: a pod counts against the
+    # quota when it is created, gated or not, so a user's queued pods would be refused (403) instead of
+    # waiting in the queue.
+    if not config.gpu_quota_per_user or config.queueing is not None:
         return None
     return {
         "apiVersion": "v1",
@@ -87,19 +99,27 @@ def gpu_quota(name: str, config: HubConfig) -> dict[str, Any] | None:
     }
 
 
+def local_queue(name: str, config: HubConfig) -> dict[str, Any] | None:
+    """The Kueue LocalQueue of the user's namespace, or None when queueing is off."""
+    return None if config.queueing is None else kueue.local_queue(name, config.queueing)
+
+
 def server_environment(name: str, config: HubConfig, service_url: str = "") -> dict[str, str]:
-    """What the magic in the user's server reads: backend, namespace, the service, image, object storage."""
-    env = {
-        "GPU_OFFLOAD_BACKEND": "kubernetes",
-        "GPU_OFFLOAD_NAMESPACE": name,
-        "GPU_OFFLOAD_IMAGE": config.default_image,
-        "GPU_OFFLOAD_PLACEMENT_POLICY": config.placement_policy,
-        "GPU_OFFLOAD_METERED": "1",  # this hub's meter removes the finalizer runner pods then carry
-    }
-    if service_url:
-        env["GPU_OFFLOAD_SERVICE_URL"] = service_url
-    if config.object_storage_endpoint:
-        env["GPU_OFFLOAD_S3_ENDPOINT"] = config.object_storage_endpoint
-    if config.object_storage_bucket:
-        env["GPU_OFFLOAD_S3_BUCKET"] = config.object_storage_bucket
-    return env
+    """What the magic in the user's server reads: backend, namespace, the service, image, object storage, and
+    the queue and default priority when runs queue through Kueue."""
+    queueing = config.queueing
+    return E.assignments({
+        E.BACKEND: "kubernetes",
+        E.NAMESPACE: name,
+        E.IMAGE: config.default_image,
+        E.PLACEMENT_POLICY: config.placement_policy,
+        E.METERED: True,  # this hub's meter removes the finalizer runner pods then carry
+        E.SERVICE_URL: service_url,  # those below are left out when empty
+        E.S3_ENDPOINT: config.object_storage_endpoint,
+        E.S3_BUCKET: config.object_storage_bucket,
+        # the chart's trust reaches a server reading the cluster directly too
+        E.TRUSTED_CLUSTERS: ",".join(config.clusters.trusted_ids),
+        E.QUEUE: queueing.local_queue if queueing else None,
+        E.PRIORITY: queueing.default_priority if queueing else None,
+        E.TRUSTED_ONLY: config.trusted_only or None,  # unset when off: the kernel's default is off
+    })

@@ -18,14 +18,15 @@ from gpu_offload.liqo_peering.inventory import (
     inventory_to_dict,
     pod_gpus,
 )
+from gpu_offload.liqo_peering.timestamps import parse_time
 
-from .usage import parse_time, pod_user
+from .usage import pod_user
 
 Obj = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
-class ClusterRow:
+class ClusterPageRow:
     """One peered cluster on the clusters page."""
 
     cluster_id: str
@@ -44,6 +45,8 @@ class ClusterRow:
     virtual_nodes: int
     cordoned: int
     """How many of its virtual nodes are cordoned."""
+    trusted: bool = False
+    """Whether the origin's configuration trusts it (never what the donor's labels say): docs/security.md."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ class PodRow:
 class ClusterDetail:
     """The one-cluster page."""
 
-    row: ClusterRow
+    row: ClusterPageRow
     virtual_nodes: tuple[VirtualNodeRecord, ...]
     slices: tuple[SliceRow, ...]
     pods: tuple[PodRow, ...]
@@ -100,16 +103,16 @@ def _age(obj: Obj | None, now: datetime) -> float | None:
     return None if created is None else (now - created).total_seconds()
 
 
-def cluster_row(cluster: ClusterRecord, fc: Obj | None, now: datetime) -> ClusterRow:
+def cluster_row(cluster: ClusterRecord, fc: Obj | None, now: datetime) -> ClusterPageRow:
     """The row of one cluster; ``fc`` is its ForeignCluster (None when the peering is gone)."""
     vns = cluster.virtual_nodes
     prices = [vn.price for vn in vns if vn.price is not None]
-    return ClusterRow(
+    return ClusterPageRow(
         cluster_id=cluster.cluster_id, name=cluster.name, role=cluster.role, health=cluster.health,
         reason=cluster.reason, modules=module_states(fc), age_seconds=_age(fc, now),
         gpus_total=sum(vn.capacity for vn in vns), gpus_free=cluster.gpus_free,
         gpus_in_use=sum(vn.in_use for vn in vns), price=min(prices) if prices else None,
-        virtual_nodes=len(vns), cordoned=sum(1 for vn in vns if vn.cordoned),
+        virtual_nodes=len(vns), cordoned=sum(1 for vn in vns if vn.cordoned), trusted=cluster.trusted,
     )
 
 
@@ -117,7 +120,7 @@ def _fc_by_cluster(foreign_clusters: Iterable[Obj]) -> dict[str, Obj]:
     return {str((fc.get("spec") or {}).get("clusterID") or fc["metadata"]["name"]): fc for fc in foreign_clusters}
 
 
-def cluster_rows(inventory: Inventory, foreign_clusters: Iterable[Obj], now: datetime) -> list[ClusterRow]:
+def cluster_rows(inventory: Inventory, foreign_clusters: Iterable[Obj], now: datetime) -> list[ClusterPageRow]:
     """Every peered cluster, in the inventory's order."""
     fcs = _fc_by_cluster(foreign_clusters)
     return [cluster_row(c, fcs.get(c.cluster_id), now) for c in inventory.clusters]
@@ -203,7 +206,8 @@ def user_inventory(inventory: Inventory) -> dict[str, Any]:
     """The inventory any hub user may see: clusters, free GPUs by model, prices (no other users' runs)."""
     supply = supply_by_model(inventory)
     clusters = [{"cluster_id": c.cluster_id, "name": c.name, "health": c.health, "gpus_free": c.gpus_free,
-                 "models": sorted({vn.model for vn in c.virtual_nodes if vn.model})} for c in inventory.clusters]
+                 "trusted": c.trusted, "models": sorted({vn.model for vn in c.virtual_nodes if vn.model})}
+                for c in inventory.clusters]
     # "records": the full inventory records, so the kernel runs placement with liqo_peering's own code
     return {"clusters": clusters, "free_gpus_by_model": {s.model: s.free for s in supply},
             "price_per_gpu_hour_by_model": {s.model: s.cheapest for s in supply if s.cheapest is not None},

@@ -1,34 +1,33 @@
 """A watch-fed inventory cache that lives as long as the kernel: no list request per cell.
 
-One daemon thread per kind lists once, then watches from the list's resourceVersion, resuming from the last
-event or bookmark after each server timeout, and lists again only when the server answers 410 Gone. The
-event-applying logic (``apply_event``) is pure and tested on its own.
+One ``watching.ListWatch`` per kind (list once, watch, resume, list again on 410 Gone, back off after
+failures). The event-applying logic (``apply_event``) is pure and tested on its own.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .client import new_watcher
-from .errors import APIError, APIGone, GpuOffloadError
+from .errors import GpuOffloadError
 from .inventory import KINDS, Inventory, build_inventory
-
-WATCH_SECONDS = 240
-"""Server-side watch timeout: how long one watch request stays open before we resume with a new one."""
+from .retrying import WATCH_BACKOFF, Backoff
+from .trust import TrustPolicy, apply_policy
+from .watching import WATCH_SECONDS, Event, ListResult, ListWatch, WatchStream, event_error
 
 
 class Source(Protocol):
     """What the cache needs from a client: ``client.LiqoClient`` is one."""
 
-    def list(self, kind: str) -> Any:
-        """A ``ListResult`` (``items``, ``resource_version``)."""
+    def list(self, kind: str) -> ListResult:
+        """One list request for ``kind``."""
         ...
 
-    def watch(self, kind: str, resource_version: str, timeout_seconds: int, watcher: Any = None) -> Iterator[dict[str, Any]]:
-        """Raw watch events from ``resource_version``."""
+    def watch(self, kind: str, resource_version: str, timeout_seconds: int, stream: WatchStream) -> Iterator[Event]:
+        """Raw watch events from ``resource_version`` through ``stream``."""
         ...
 
 
@@ -47,9 +46,7 @@ def apply_event(objects: MutableMapping[str, Mapping[str, Any]], event: Mapping[
     kind = event.get("type")
     obj = event.get("object") or {}
     if kind == "ERROR":
-        code = int(obj.get("code") or 0)
-        cls = APIGone if code == 410 else APIError
-        raise cls("watching", "the inventory", code, str(obj.get("message") or obj.get("reason") or obj))
+        raise event_error(event, "the inventory")
     version = (obj.get("metadata") or {}).get("resourceVersion")
     if kind in ("ADDED", "MODIFIED"):
         objects[object_key(obj)] = obj
@@ -69,36 +66,51 @@ class _KindState:
     relists: int = 0
 
 
+class _KindSink:
+    """Delivers one kind's list and events into the cache (``watching.Sink``)."""
+
+    def __init__(self, cache: InventoryCache, kind: str) -> None:
+        self.cache, self.kind = cache, kind
+
+    def listed(self, result: ListResult) -> None:
+        self.cache._listed(self.kind, result)
+
+    def event(self, event: Event) -> None:
+        self.cache._apply(self.kind, event)
+
+    def failed(self, exc: Exception) -> None:
+        self.cache._failed(self.kind, exc)
+
+
 class InventoryCache:
     """Keeps the inventory's four kinds current through watches; ``inventory()`` reads it without I/O."""
 
-    def __init__(self, source: Source, watch_seconds: int = WATCH_SECONDS, max_backoff: float = 30.0) -> None:
-        self._source = source
-        self._watch_seconds = watch_seconds
-        self._max_backoff = max_backoff
+    def __init__(self, source: Source, watch_seconds: int = WATCH_SECONDS, max_backoff: float = WATCH_BACKOFF.cap) -> None:
         self._lock = threading.Condition()
+        # a source without a policy (a test's fake) trusts no donor
+        self._trust: TrustPolicy = getattr(source, "trust", None) or TrustPolicy()
         self._states = {kind: _KindState() for kind in KINDS}
-        self._stop = threading.Event()
-        self._watchers: dict[str, Any] = {}
-        self._threads: list[threading.Thread] = []
         self._generation = 0
         self._snapshot: tuple[int, Inventory] | None = None
+        backoff = Backoff(first=min(WATCH_BACKOFF.first, max_backoff), cap=max_backoff)
+        self._loops = [
+            ListWatch(kind, functools.partial(source.list, kind), functools.partial(source.watch, kind),
+                      _KindSink(self, kind), watch_seconds, backoff)
+            for kind in KINDS
+        ]
 
     def start(self) -> InventoryCache:
-        """Start one daemon thread per kind (daemon: a kernel exiting never waits for a watch)."""
-        for kind in KINDS:
-            thread = threading.Thread(target=self._run, args=(kind,), name=f"gpu-offload-watch-{kind}", daemon=True)
-            self._threads.append(thread)
-            thread.start()
+        """Start one watch thread per kind."""
+        for loop in self._loops:
+            loop.start()
         return self
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the watches and wait briefly for the threads."""
-        self._stop.set()
-        for watcher in list(self._watchers.values()):
-            watcher.stop()
-        for thread in self._threads:
-            thread.join(timeout)
+        for loop in self._loops:
+            loop.close(0)  # stop every watch first, so the waits below overlap
+        for loop in self._loops:
+            loop.close(timeout)
 
     def __enter__(self) -> InventoryCache:
         return self.start()
@@ -106,10 +118,9 @@ class InventoryCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- the watch loop ---
+    # --- what the watches deliver ---
 
-    def _relist(self, kind: str) -> str:
-        result = self._source.list(kind)
+    def _listed(self, kind: str, result: ListResult) -> None:
         with self._lock:
             state = self._states[kind]
             state.objects = {object_key(o): o for o in result.items}
@@ -118,7 +129,6 @@ class InventoryCache:
             state.relists += 1
             self._generation += 1
             self._lock.notify_all()
-        return str(result.resource_version)
 
     def _apply(self, kind: str, event: Mapping[str, Any]) -> None:
         with self._lock:
@@ -128,33 +138,12 @@ class InventoryCache:
                 state.resource_version = version
             if event.get("type") != "BOOKMARK":
                 self._generation += 1
+                self._lock.notify_all()
 
-    def _run(self, kind: str) -> None:
-        first_backoff = min(0.5, self._max_backoff)
-        backoff = first_backoff
-        while not self._stop.is_set():
-            try:
-                version = self._states[kind].resource_version or self._relist(kind)
-                self._watch_once(kind, version)
-                backoff = first_backoff
-            except APIGone:
-                with self._lock:
-                    self._states[kind].resource_version = None  # too old: list again
-            except Exception as exc:  # noqa: BLE001 - a watch thread that dies leaves the cache silently stale
-                with self._lock:
-                    self._states[kind].last_error = str(exc)
-                    self._lock.notify_all()
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self._max_backoff)
-
-    def _watch_once(self, kind: str, version: str) -> None:
-        watcher = new_watcher()
-        self._watchers[kind] = watcher
-        for event in self._source.watch(kind, version, self._watch_seconds, watcher):
-            if self._stop.is_set():
-                watcher.stop()
-                return
-            self._apply(kind, event)
+    def _failed(self, kind: str, exc: Exception) -> None:
+        with self._lock:
+            self._states[kind].last_error = str(exc)
+            self._lock.notify_all()
 
     # --- readers ---
 
@@ -162,6 +151,13 @@ class InventoryCache:
         """Wait until every kind has been listed once; False on timeout."""
         with self._lock:
             return self._lock.wait_for(lambda: all(s.synced for s in self._states.values()), timeout)
+
+    def wait_changed(self, seen: int, timeout: float) -> int:
+        """Block until the cached objects differ from generation ``seen`` (or ``timeout`` passes); return the
+        current generation. A controller passes what it last returned, so it wakes on changes, not on a clock."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._generation != seen, timeout)
+            return self._generation
 
     def inventory(self, timeout: float = 10.0) -> Inventory:
         """The current inventory, built from the cached objects (rebuilt only after a change)."""
@@ -178,9 +174,15 @@ class InventoryCache:
             lists = {k: list(s.objects.values()) for k, s in self._states.items()}
             generation = self._generation
         inventory = build_inventory(lists["ForeignCluster"], lists["VirtualNode"], lists["Node"], lists["Pod"])
+        inventory = apply_policy(inventory, self._trust)
         with self._lock:
             self._snapshot = (generation, inventory)
         return inventory
+
+    def objects(self, kind: str) -> list[Mapping[str, Any]]:
+        """A snapshot of the objects held for ``kind`` (one of ``inventory.KINDS``), as the server sent them."""
+        with self._lock:
+            return list(self._states[kind].objects.values())
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per kind: objects held, resourceVersion, relists so far, last error (for diagnostics and benches)."""

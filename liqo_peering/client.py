@@ -1,4 +1,5 @@
-"""The one module of this package that talks to the Kubernetes API: list and watch the inventory's kinds.
+"""The client of this package's API calls: list and watch the inventory's kinds (through ``watching``, the
+one watch request), and make a namespace offloaded.
 
 Everything comes back as plain dicts exactly as the server sent them (``_preload_content=False``), which is
 what the pure functions in ``inventory`` take, and is cheaper than the client's model objects.
@@ -6,11 +7,9 @@ what the pure functions in ``inventory`` take, and is cheaper than the client's 
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import kubernetes
@@ -29,20 +28,18 @@ from .errors import (
 )
 from .inventory import KINDS, Inventory, build_inventory
 from .offloading import describe_not_ready, offloading_state
+from .retrying import Backoff, retry
 from .specs import merge_offloading, namespace_offloading
+from .trust import TrustPolicy, apply_policy, policy_from_env
+from .watching import READ_MARGIN, Collection, Event, ListResult, WatchStream
 
 # Finished pods hold no GPU; the server filters them, so a watch reports a pod leaving as DELETED.
 _POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 # Waits re-watch in short pieces: a server only notices a client that left when its watch times out.
 WAIT_CHUNK_SECONDS = 5
-
-
-@dataclass(frozen=True)
-class ListResult:
-    """A list response: the items and the resourceVersion to watch from."""
-
-    items: tuple[dict[str, Any], ...]
-    resource_version: str
+# A concurrent writer of the NamespaceOffloading: read again at once, then a little later (client-go's
+# retry.RetryOnConflict also tries a few times, quickly).
+CONFLICT_RETRY = Backoff(first=0.05, cap=0.5, attempts=3)
 
 
 def api_client_from_environment(context: str | None = None) -> ApiClient:
@@ -62,68 +59,62 @@ def api_client_from_environment(context: str | None = None) -> ApiClient:
         ) from exc
 
 
-def new_watcher() -> Any:
-    """A ``kubernetes.watch.Watch`` that yields objects as plain dicts.
-
-    ``return_type="object"`` skips the client's model classes (costly for Pods and Nodes) while keeping its
-    handling of ERROR events; ``deserialize=False`` would skip that too (it fails on an ERROR event).
-    """
-    return kubernetes.watch.Watch(return_type="object")
+def kubeconfig_namespace(kubeconfig: str | None) -> str | None:
+    """The namespace kubectl uses with this kubeconfig (``KUBECONFIG``'s value, a ``:``-separated list;
+    None: ``~/.kube/config``): the current context's, else ``default``. None without a usable kubeconfig."""
+    try:
+        _, current = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig or "~/.kube/config")
+    except (kubernetes.config.ConfigException, OSError, ValueError):
+        return None
+    if not current:
+        return None
+    return str((current.get("context") or {}).get("namespace") or "default")
 
 
 class LiqoClient:
     """Lists and watches ForeignClusters, VirtualNodes, virtual Nodes and unfinished Pods."""
 
-    def __init__(self, api_client: ApiClient, request_timeout: float | None = None) -> None:
+    def __init__(self, api_client: ApiClient, request_timeout: float | None = None,
+                 trust: TrustPolicy | None = None) -> None:
         self.api_client = api_client
+        self.trust = policy_from_env(os.environ) if trust is None else trust
+        """Which clusters the origin trusts (None: ``GPU_OFFLOAD_TRUSTED_CLUSTERS``); applied to every inventory."""
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
         self.request_timeout = request_timeout
         """Seconds per list or read request (None: the client's default, no limit)."""
 
-    def _call(self, kind: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    def collection(self, kind: str) -> Collection:
+        """The list call for ``kind`` (cluster-wide; virtual Nodes and unfinished Pods only)."""
         gvk = {"ForeignCluster": L.FOREIGN_CLUSTER, "VirtualNode": L.VIRTUAL_NODE}.get(kind)
         if gvk is not None:
-            return self.custom.list_cluster_custom_object, {"group": gvk.group, "version": gvk.version, "plural": gvk.plural}
+            return Collection(f"{kind}s (cluster-wide)", self.custom.list_cluster_custom_object,
+                              {"group": gvk.group, "version": gvk.version, "plural": gvk.plural})
         if kind == "Node":
-            return self.core.list_node, {"label_selector": f"{L.TYPE_LABEL}={L.TYPE_VIRTUAL_NODE}"}
+            return Collection("Nodes (cluster-wide)", self.core.list_node,
+                              {"label_selector": f"{L.TYPE_LABEL}={L.TYPE_VIRTUAL_NODE}"})
         if kind == "Pod":
-            return self.core.list_pod_for_all_namespaces, {"field_selector": _POD_SELECTOR}
+            return Collection("Pods (cluster-wide)", self.core.list_pod_for_all_namespaces,
+                              {"field_selector": _POD_SELECTOR})
         raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
 
     def list(self, kind: str) -> ListResult:
         """One list request for ``kind`` (cluster-wide)."""
-        func, kwargs = self._call(kind)
-        try:
-            response = func(**kwargs, _preload_content=False, _request_timeout=self.request_timeout)
-            body = json.loads(response.data)
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            raise api_error(exc, "listing", f"{kind}s (cluster-wide)") from exc
-        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        return ListResult(tuple(body.get("items") or ()), version)
+        return self.collection(kind).list(self.request_timeout)
 
-    def watch(self, kind: str, resource_version: str, timeout_seconds: int, watcher: Any = None) -> Iterator[dict[str, Any]]:
+    def watch(self, kind: str, resource_version: str, timeout_seconds: int, stream: WatchStream) -> Iterator[Event]:
         """Raw watch events (``type``, ``object`` as dicts) from ``resource_version`` for one server timeout.
 
-        ``watcher`` is a ``kubernetes.watch.Watch`` the caller keeps so it can ``stop()`` it from another
-        thread. Errors (410 Gone included) are raised as ``errors.APIError`` subclasses.
+        ``stream`` lets the caller ``stop()`` it from another thread. Errors (410 Gone included) are raised
+        as ``errors.APIError`` subclasses.
         """
-        func, kwargs = self._call(kind)
-        watcher = watcher or new_watcher()
-        # The read timeout outlives the server's own timeout: it only catches a connection that went silent.
-        stream = watcher.stream(
-            func, **kwargs, resource_version=resource_version, timeout_seconds=timeout_seconds,
-            allow_watch_bookmarks=True, _request_timeout=timeout_seconds + 30,
-        )
-        try:
-            yield from stream
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            raise api_error(exc, "watching", f"{kind}s from resourceVersion {resource_version}") from exc
+        return self.collection(kind).watch(resource_version, timeout_seconds, stream)
 
     def read_inventory(self) -> Inventory:
         """The inventory from four list requests (the cache avoids them per cell)."""
         items = {kind: self.list(kind).items for kind in KINDS}
-        return build_inventory(items["ForeignCluster"], items["VirtualNode"], items["Node"], items["Pod"])
+        inventory = build_inventory(items["ForeignCluster"], items["VirtualNode"], items["Node"], items["Pod"])
+        return apply_policy(inventory, self.trust)
 
     # --- namespace offloading ---
 
@@ -158,31 +149,31 @@ class LiqoClient:
         object once ready; raises ``OffloadingMissing`` (absent and not ours to create) or
         ``OffloadingNotReady`` naming the phase.
         """
-        for _attempt in range(3):
+
+        def write() -> dict[str, Any]:
             current = self.read_offloading(namespace)
-            try:
-                if current is None:
-                    if not create:
-                        raise OffloadingMissing(
-                            f"namespace {namespace} is not offloaded (no NamespaceOffloading "
-                            f"'{L.NAMESPACE_OFFLOADING_NAME}'), so pods there cannot reach a virtual node; in a hub "
-                            "deployment the hub creates it when your server starts (ask your JupyterHub admin), "
-                            "otherwise create it with `liqoctl offload namespace` or a kubeconfig allowed to"
-                        )
-                    current = self._offloading_call("create", namespace, namespace_offloading(namespace, cluster_ids))
-                else:
-                    merged = merge_offloading(current, cluster_ids, node_labels)
-                    if merged is not None:
-                        current = self._offloading_call("replace", namespace, L.NAMESPACE_OFFLOADING_NAME, merged)
-                break
-            except APIConflict:
-                continue  # someone else created or changed it meanwhile: start from their version
-        else:
+            if current is None:
+                if not create:
+                    raise OffloadingMissing(
+                        f"namespace {namespace} is not offloaded (no NamespaceOffloading "
+                        f"'{L.NAMESPACE_OFFLOADING_NAME}'), so pods there cannot reach a virtual node; in a hub "
+                        "deployment the hub creates it when your server starts (ask your JupyterHub admin), "
+                        "otherwise create it with `liqoctl offload namespace` or a kubeconfig allowed to"
+                    )
+                return dict(self._offloading_call("create", namespace, namespace_offloading(namespace, cluster_ids)))
+            merged = merge_offloading(current, cluster_ids, node_labels)
+            if merged is None:
+                return current
+            return dict(self._offloading_call("replace", namespace, L.NAMESPACE_OFFLOADING_NAME, merged))
+
+        try:  # someone else created or changed it meanwhile: start again from their version
+            current = retry(write, CONFLICT_RETRY, lambda exc: isinstance(exc, APIConflict))
+        except APIConflict:
             raise OffloadingNotReady(
                 f"NamespaceOffloading {namespace}/{L.NAMESPACE_OFFLOADING_NAME} changed under us three times in a "
                 "row; retry in a moment"
-            )
-        return self.wait_offloading(namespace, cluster_ids, timeout, dict(current))
+            ) from None
+        return self.wait_offloading(namespace, cluster_ids, timeout, current)
 
     def wait_offloading(
         self, namespace: str, cluster_ids: Sequence[str], timeout: float, current: dict[str, Any]
@@ -196,27 +187,26 @@ class LiqoClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            watcher = new_watcher()
-            try:
-                for event in watcher.stream(
-                    self.custom.list_namespaced_custom_object, g.group, g.version, namespace, g.plural,
-                    field_selector=f"metadata.name={L.NAMESPACE_OFFLOADING_NAME}", resource_version=version,
-                    timeout_seconds=max(1, int(min(left, WAIT_CHUNK_SECONDS))), _request_timeout=left + 30,
-                ):
-                    if event["type"] == "DELETED":
-                        watcher.stop()
-                        raise OffloadingNotReady(
-                            f"NamespaceOffloading {namespace}/{L.NAMESPACE_OFFLOADING_NAME} was deleted while "
-                            "waiting for it (the namespace owner stopped offloading?); create it again or ask them"
-                        )
-                    current = event["raw_object"]
-                    version = str(current.get("metadata", {}).get("resourceVersion") or version)
-                    state = offloading_state(current, cluster_ids)
-                    if state.ready or state.failed:
-                        watcher.stop()
-                        break
-            except (ApiException, urllib3.exceptions.HTTPError) as exc:
-                raise api_error(exc, "watching", f"NamespaceOffloading {namespace}/{L.NAMESPACE_OFFLOADING_NAME}") from exc
+            stream = WatchStream(f"NamespaceOffloading {namespace}/{L.NAMESPACE_OFFLOADING_NAME}")
+            for event in stream.events(
+                self.custom.list_namespaced_custom_object, g.group, g.version, namespace, g.plural,
+                field_selector=f"metadata.name={L.NAMESPACE_OFFLOADING_NAME}", resource_version=version,
+                timeout_seconds=max(1, int(min(left, WAIT_CHUNK_SECONDS))), _request_timeout=left + READ_MARGIN,
+            ):
+                if event["type"] == "DELETED":
+                    stream.stop()
+                    raise OffloadingNotReady(
+                        f"NamespaceOffloading {namespace}/{L.NAMESPACE_OFFLOADING_NAME} was deleted while "
+                        "waiting for it (the namespace owner stopped offloading?); create it again or ask them"
+                    )
+                if event["type"] == "BOOKMARK":
+                    continue
+                current = event["object"]
+                version = str(current.get("metadata", {}).get("resourceVersion") or version)
+                state = offloading_state(current, cluster_ids)
+                if state.ready or state.failed:
+                    stream.stop()
+                    break
         if not state.ready:
             raise OffloadingNotReady(describe_not_ready(namespace, state, timeout))
         return current

@@ -11,11 +11,11 @@ from typing import Any
 from .errors import GpuOffloadError
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register ``clusters`` on the ``gpu-offload`` command."""
     parser = subparsers.add_parser(
         "clusters",
-        help="list peered clusters, their virtual nodes and free GPUs",
+        help=summary,
         description="List Liqo-peered clusters, their GPU virtual nodes, free GPUs, models and prices. "
         "Reads ForeignClusters, VirtualNodes, virtual Nodes and Pods cluster-wide with your kubeconfig.",
     )

@@ -7,6 +7,8 @@ caller can catch ``APINotFound`` instead of comparing status codes, and a traceb
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -48,8 +50,49 @@ class APIForbidden(APIError):
     next_step = "ask your cluster admin for RBAC rights on this resource, or use the hub's inventory"
 
 
+@dataclass(frozen=True)
+class QuotaUse:
+    """What a ResourceQuota denial says: the quota's name and the amounts requested, used and allowed."""
+
+    name: str
+    requested: str
+    used: str
+    limited: str
+
+
+# kube-apiserver's ResourceQuota admission plugin answers 403 with a Status whose details carry only the
+# denied object's name and kind (no causes), so the quota's figures exist only in the message it formats as
+# "exceeded quota: %s, requested: %s, used: %s, limited: %s". Parsing it here, once, beats an extra read of
+# every ResourceQuota of the namespace after each denial, which would also race with the runs that end.
+_QUOTA = re.compile(r"exceeded quota: ([^,]+), requested: (.+), used: (.+), limited: (.+)$")
+
+
+class APIForbiddenByQuota(APIForbidden):
+    """403 from the ResourceQuota admission plugin; ``quota`` holds its figures."""
+
+    next_step = "wait for a run to end or ask for less; your admin sets the namespace's quota"
+
+    def __init__(self, action: str, target: str, status: int, detail: str, quota: QuotaUse) -> None:
+        super().__init__(action, target, status, detail)
+        self.quota = quota
+
+
 class APINotFound(APIError):
     next_step = "check the name and namespace; for Liqo kinds, check that Liqo is installed (kubectl get crd)"
+
+
+# kube-apiserver's words when a namespaced object is written to a namespace that does not exist (its
+# NamespaceLifecycle admission plugin answers 404 with them).
+_MISSING_NAMESPACE = re.compile(r'^namespaces "([^"]+)" not found$')
+
+
+class APINamespaceMissing(APINotFound):
+    """404 because the object's namespace does not exist; ``namespace`` names it."""
+
+    def __init__(self, action: str, target: str, status: int, detail: str, namespace: str) -> None:
+        self.namespace = namespace
+        self.next_step = f"create it (kubectl create namespace {namespace}) or use one that exists"
+        super().__init__(action, target, status, detail)
 
 
 class APIConflict(APIError):
@@ -64,6 +107,10 @@ class APIInvalid(APIError):
     next_step = "the object was rejected by validation; fix the field the server names"
 
 
+class APIThrottled(APIError):
+    next_step = "the API server is throttling requests (429); retry in a moment"
+
+
 class APIServerError(APIError):
     next_step = "the API server failed; retry in a moment"
 
@@ -75,6 +122,7 @@ _BY_STATUS: dict[int, type[APIError]] = {
     409: APIConflict,
     410: APIGone,
     422: APIInvalid,
+    429: APIThrottled,
 }
 
 
@@ -90,17 +138,30 @@ def _server_message(exc: Any) -> str:
     return str(getattr(exc, "reason", None) or exc)
 
 
+def status_error(status: int, action: str, target: str, detail: str) -> APIError:
+    """The ``APIError`` for an HTTP status: the one mapping, used for responses and for watch ERROR events."""
+    if status == 0:
+        return APIUnreachable(action, target, 0, detail)
+    if status == 403:
+        quota = _QUOTA.search(detail)
+        if quota is not None:
+            return APIForbiddenByQuota(action, target, status, detail, QuotaUse(*quota.groups()))
+    if status == 404:
+        missing = _MISSING_NAMESPACE.match(detail)
+        if missing is not None:
+            return APINamespaceMissing(action, target, status, detail, missing.group(1))
+    cls = _BY_STATUS.get(status, APIServerError if status >= 500 else APIError)
+    return cls(action, target, status, detail)
+
+
 def api_error(exc: Exception, action: str, target: str) -> APIError:
     """Translate a client exception into the matching ``APIError`` (raise it ``from exc``).
 
-    ``exc`` is a ``kubernetes.client.ApiException`` (status 0 means the request never got an answer) or a
-    transport error from urllib3.
+    ``exc`` is an ``ApiException`` of ``kubernetes`` or ``kubernetes_asyncio`` (status 0 means the request
+    never got an answer) or a transport error.
     """
     status = int(getattr(exc, "status", 0) or 0)
-    if status == 0:
-        return APIUnreachable(action, target, 0, str(exc))
-    cls = _BY_STATUS.get(status, APIServerError if status >= 500 else APIError)
-    return cls(action, target, status, _server_message(exc))
+    return status_error(status, action, target, _server_message(exc) if status else str(exc))
 
 
 class PlacementError(GpuOffloadError):

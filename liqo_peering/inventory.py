@@ -50,6 +50,10 @@ class VirtualNodeRecord:
     """Millicores a new pod can still request here (allocatable minus bound pods' requests); None: unknown."""
     memory_free: int | None = None
     """Bytes of memory a new pod can still request here; None: unknown."""
+    cpu_allocatable: int | None = None
+    """Millicores the donor granted this node (the Node's allocatable, else the VirtualNode's quota); None: unknown."""
+    memory_allocatable: int | None = None
+    """Bytes of memory the donor granted this node, read like ``cpu_allocatable``; None: unknown."""
     free: int = field(init=False)
     """GPUs that a new pod can still get here (allocatable minus in use); stored, placement reads it a lot."""
 
@@ -68,6 +72,9 @@ class ClusterRecord:
     reason: str = ""
     """Why the cluster is not healthy, naming the failing module and condition; empty when healthy."""
     virtual_nodes: tuple[VirtualNodeRecord, ...] = ()
+    trusted: bool = False
+    """Whether the origin trusts this cluster with its users' kernels: set by ``trust.apply_policy`` from
+    origin-side configuration only, never from the cluster's objects (a donor's labels reach them)."""
 
     @property
     def gpus_free(self) -> int:
@@ -298,24 +305,30 @@ def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int | 
     merged_labels = {**_meta(virtual_node, "labels"), **(vspec.get("labels") or {}), **_meta(node, "labels")}
     merged_notes = {**_meta(virtual_node, "annotations"), **_meta(node, "annotations")}
     name = str(((node or virtual_node) or {}).get("metadata", {}).get("name"))
-    cluster_id = merged_labels.get(L.REMOTE_CLUSTER_ID_LABEL) or vspec.get("clusterID") or ""
+    # the VirtualNode's clusterID first: Liqo copies a donor's own labels onto the Node, and trust is per cluster
+    cluster_id = vspec.get("clusterID") or merged_labels.get(L.REMOTE_CLUSTER_ID_LABEL) or ""
     where = f"virtual node {name}"
     usage = used if isinstance(used, NodeUsage) else NodeUsage(gpus=used)
-    cpu_free = memory_free = None
+    cpu_free = memory_free = cpu_granted = memory_granted = None
     if node is not None:
         nstatus = node.get("status") or {}
         capacity = _count((nstatus.get("capacity") or {}).get(L.GPU_RESOURCE), where)
         node_allocatable = nstatus.get("allocatable") or {}
         allocatable = _count(node_allocatable.get(L.GPU_RESOURCE), where)
         if "cpu" in node_allocatable:
-            cpu_free = max(0, _milli(node_allocatable["cpu"], where) - usage.cpu)
+            cpu_granted = _milli(node_allocatable["cpu"], where)
+            cpu_free = max(0, cpu_granted - usage.cpu)
         if "memory" in node_allocatable:
-            memory_free = max(0, _bytes(node_allocatable["memory"], where) - usage.memory)
+            memory_granted = _bytes(node_allocatable["memory"], where)
+            memory_free = max(0, memory_granted - usage.memory)
         ready = _node_ready(node)
         unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
     else:
-        capacity = _count(((vspec.get("resourceQuota") or {}).get("hard") or {}).get(L.GPU_RESOURCE), where)
+        hard = (vspec.get("resourceQuota") or {}).get("hard") or {}
+        capacity = _count(hard.get(L.GPU_RESOURCE), where)
         allocatable, ready, unschedulable = capacity, False, False
+        cpu_granted = _milli(hard["cpu"], where) if "cpu" in hard else None
+        memory_granted = _bytes(hard["memory"], where) if "memory" in hard else None
     cordon_flag = merged_labels.get(L.CORDONED, merged_notes.get(L.CORDONED, ""))
     return VirtualNodeRecord(
         name=name,
@@ -330,6 +343,8 @@ def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int | 
         ready=ready,
         cpu_free=cpu_free,
         memory_free=memory_free,
+        cpu_allocatable=cpu_granted,
+        memory_allocatable=memory_granted,
     )
 
 

@@ -18,7 +18,6 @@ TYPE_LABEL = "liqo.io/type"
 TYPE_VIRTUAL_NODE = "virtual-node"
 REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
 """Node label naming the cluster a virtual node leads to."""
-SCHEDULING_ENABLED_LABEL = "liqo.io/scheduling-enabled"
 NAMESPACE_OFFLOADING_NAME = "offloading"
 """Liqo only honours a NamespaceOffloading with exactly this name."""
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -45,6 +44,17 @@ VIRTUAL_NODE = GVK("offloading.liqo.io", "v1beta1", "virtualnodes", "VirtualNode
 NAMESPACE_OFFLOADING = GVK("offloading.liqo.io", "v1beta1", "namespaceoffloadings", "NamespaceOffloading")
 RESOURCE_SLICE = GVK("authentication.liqo.io", "v1beta1", "resourceslices", "ResourceSlice")
 
+# --- Kueue (v1beta2, the storage version of Kueue 0.15 and later) ---------------------------------------
+KUEUE_GROUP = "kueue.x-k8s.io"
+RESOURCE_FLAVOR = GVK(KUEUE_GROUP, "v1beta2", "resourceflavors", "ResourceFlavor")
+CLUSTER_QUEUE = GVK(KUEUE_GROUP, "v1beta2", "clusterqueues", "ClusterQueue")
+LOCAL_QUEUE = GVK(KUEUE_GROUP, "v1beta2", "localqueues", "LocalQueue")
+WORKLOAD_PRIORITY_CLASS = GVK(KUEUE_GROUP, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass")
+QUEUE_NAME_LABEL = KUEUE_GROUP + "/queue-name"
+"""Label naming the LocalQueue a pod or Job waits in; Kueue's webhook gates only pods carrying it."""
+PRIORITY_CLASS_LABEL = KUEUE_GROUP + "/priority-class"
+"""Label naming the WorkloadPriorityClass of a pod or Job."""
+
 # --- the project's own keys ---------------------------------------------------------------------------
 PREFIX = "gpu-offload.io/"
 GPU_MODEL = PREFIX + "gpu-model"
@@ -53,6 +63,9 @@ GPU_MEMORY = PREFIX + "gpu-memory"
 """Label with the memory of one GPU, e.g. ``80Gi``."""
 PRICE_PER_GPU_HOUR = PREFIX + "price-per-gpu-hour"
 """Label or annotation with the admin's price of one GPU-hour, a decimal number, e.g. ``2.5``."""
+USER_NAMESPACE = PREFIX + "user-namespace"
+"""Label ``true`` on the namespaces the hub made for users: the chart's admission policy and the ClusterQueue's
+namespaceSelector select on it."""
 CORDONED = PREFIX + "cordoned"
 """Label or annotation ``true`` on a virtual node the admin has taken out of placement."""
 USER = PREFIX + "user"
@@ -65,6 +78,10 @@ METERED_FINALIZER = PREFIX + "metered"
 so a pod created and deleted while the hub was down is still metered when it comes back."""
 KERNEL_PID = PREFIX + "kernel-pid"
 """The kernel's process id beside ``SERVER``: a kernel restarted after a crash keeps its id but not its pid."""
+ORIGIN = PREFIX + "origin"
+"""``cli`` on runner pods of ``gpu-offload run``: no kernel owns them, so the orphan sweep leaves them alone
+(``--timeout``, ``gpu-offload cancel`` and ``gpu-offload cleanup`` end them)."""
+ORIGIN_CLI = "cli"
 MANAGED_BY = PREFIX + "managed-by"
 MANAGED_BY_VALUE = "gpu-offload"
 """Value of ``gpu-offload.io/managed-by`` on everything the project creates (label-based cleanup uses it)."""

@@ -32,6 +32,9 @@ class PlacementRequest:
     """Millicores the pod requests (0: not checked). Placement skips nodes known to have less free."""
     memory: int = 0
     """Bytes of memory the pod requests (0: not checked)."""
+    trusted_only: bool = False
+    """Only clusters the origin trusts (the inventory's ``trusted``, which only origin-side configuration
+    sets): whoever runs a donor's pod sees the code and inputs sent there."""
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -46,7 +49,7 @@ class PlacementRequest:
 
 
 @dataclass(frozen=True)
-class Placement:
+class NodeChoice:
     """Where a request goes: one virtual node of one cluster."""
 
     virtual_node: str
@@ -145,7 +148,7 @@ def place(
     request: PlacementRequest,
     policy: PlacementPolicy | None = None,
     avoid: Collection[str] = (),
-) -> Placement:
+) -> NodeChoice:
     """Choose a virtual node for ``request``, trying the model then each fallback model in order.
 
     Skips clusters that are down, nodes not ready and cordoned nodes, and the cluster ids in ``avoid``
@@ -154,6 +157,10 @@ def place(
     """
     policy = policy or MostFree()
     clusters = [c for c in _check_names(inventory, request) if c.cluster_id not in avoid]
+    skipped: list[str] = []
+    if request.trusted_only:
+        skipped = [c.cluster_id for c in clusters if not c.trusted]
+        clusters = _trusted(clusters, request)
     # One pass groups the nodes with room by model, so each fallback costs a dict lookup, not a scan.
     roomy: dict[str | None, list[VirtualNodeRecord]] = {}
     short: list[VirtualNodeRecord] = []  # the GPUs are free, the CPU or memory asked for is not
@@ -172,10 +179,29 @@ def place(
             fits = roomy.get(model.lower(), [])
         if fits:
             chosen = policy.choose(fits, request.gpus)
-            return Placement(chosen.name, chosen.cluster_id, chosen.model, request.gpus, fallback=index > 0)
+            return NodeChoice(chosen.name, chosen.cluster_id, chosen.model, request.gpus, fallback=index > 0)
     wanted = [vn for vn in short if request.gpu_model is None
               or any(_same(vn.model, m) for m in (request.gpu_model, *request.fallback_models))]
-    raise no_room(request, wanted) if wanted else no_fit(request, clusters)
+    error = no_room(request, wanted) if wanted else no_fit(request, clusters)
+    if skipped:
+        error = NoFit(f"{error}; only trusted clusters were asked for, and {', '.join(skipped)} "
+                      f"{'is' if len(skipped) == 1 else 'are'} not trusted", error.alternatives)
+    raise error
+
+
+TRUST_FIX = ("ask your admin to trust one (the chart's clusters.<id>.trusted; outside a hub "
+             "GPU_OFFLOAD_TRUSTED_CLUSTERS), or allow untrusted clusters for this work")
+
+
+def _trusted(clusters: list[ClusterRecord], request: PlacementRequest) -> list[ClusterRecord]:
+    """The trusted ones among ``clusters``; ``NoFit`` naming the untrusted ones when none is left."""
+    trusted = [c for c in clusters if c.trusted]
+    if trusted:
+        return trusted
+    names = ", ".join(c.cluster_id for c in clusters)
+    where = "no peered cluster is trusted" if request.cluster == AUTO else f"cluster {request.cluster} is not trusted"
+    listed = f" ({names} {'is' if len(clusters) == 1 else 'are'} untrusted)" if clusters and request.cluster == AUTO else ""
+    raise NoFit(f"only trusted clusters were asked for and {where}{listed}: {TRUST_FIX}", ())
 
 
 def has_room(vn: VirtualNodeRecord, request: PlacementRequest) -> bool:

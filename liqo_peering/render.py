@@ -6,7 +6,7 @@ import html
 
 from .inventory import ClusterRecord, Inventory, VirtualNodeRecord
 
-HEADERS = ("CLUSTER", "HEALTH", "VIRTUAL NODE", "MODEL", "MEMORY", "FREE/ALLOC", "IN USE", "$/GPU-H", "STATE")
+HEADERS = ("CLUSTER", "HEALTH", "TRUST", "VIRTUAL NODE", "MODEL", "MEMORY", "FREE/ALLOC", "IN USE", "$/GPU-H", "STATE")
 
 
 def node_state(vn: VirtualNodeRecord) -> str:
@@ -17,7 +17,8 @@ def node_state(vn: VirtualNodeRecord) -> str:
 
 
 def _row(cluster: ClusterRecord, vn: VirtualNodeRecord | None) -> tuple[str, ...]:
-    head = (cluster.name, cluster.health)
+    # trust is the origin's setting (see trust.py); untrusted donors get outputs back only as safe types
+    head = (cluster.name, cluster.health, "trusted" if cluster.trusted else "untrusted")
     if vn is None:
         return (*head, "-", "-", "-", "-", "-", "-", "-")
     price = "-" if vn.price is None else f"{vn.price:g}"

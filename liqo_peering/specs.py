@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import environment as E
 from . import labels as L
 from .errors import BundleTooLarge, InvalidRequest, OffloadingConflict
 from .selectors import selector_matches
@@ -23,6 +24,25 @@ BUNDLE_KEY = "bundle.pkl"
 RUNNER_KEY = "runner.pyz"
 # The API server caps a Secret's data at 1 MiB; leave room for metadata and the base64 of the other key.
 MAX_SECRET_BYTES = 1024 * 1024 - 16 * 1024
+BUNDLE_URL_ENV = E.BUNDLE_URL.name
+# Downloads the bundle into an unlinked temporary file and runs the runner on it through /dev/fd, so the
+# bundle (it holds the frame nonce) never sits in a named file and nothing is left behind in the image.
+# The bundle's sha256 (argv[2], set by the kernel in the pod spec) must match: anyone else who can write to
+# the bucket could have replaced the object, and the bundle is code the runner executes.
+BOOTSTRAP = (
+    "import hashlib,os,sys,tempfile,urllib.request\n"
+    "f=tempfile.TemporaryFile();h=hashlib.sha256()\n"
+    f"with urllib.request.urlopen(os.environ.pop('{BUNDLE_URL_ENV}'),timeout=300) as r:\n"
+    "    while True:\n"
+    "        b=r.read(1<<20)\n"
+    "        if not b: break\n"
+    "        f.write(b);h.update(b)\n"
+    "if h.hexdigest()!=sys.argv[2]:\n"
+    "    sys.exit('gpu-offload runner: the bundle in object storage is not the one the kernel uploaded (sha256 '"
+    "+h.hexdigest()+'); another writer of the bucket replaced it; nothing ran')\n"
+    "f.flush();os.lseek(f.fileno(),0,0);os.set_inheritable(f.fileno(),True)\n"
+    "os.execv(sys.executable,[sys.executable,sys.argv[1],'--bundle','/dev/fd/%d'%f.fileno()])\n"
+)
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -177,7 +197,7 @@ class RunnerPodSpec:
     user: str
     kernel: str
     scheduling: Mapping[str, Any]
-    """``Placement.scheduling_fragment()``: container resources, pod tolerations and affinity."""
+    """``NodeChoice.scheduling_fragment()``: container resources, pod tolerations and affinity."""
     timeout: int | None = None
     """Seconds before Kubernetes stops the pod (activeDeadlineSeconds); None for no limit."""
     python: str = "python3"
@@ -186,7 +206,13 @@ class RunnerPodSpec:
     """A warm session pod reading commands on stdin instead of running one bundle."""
     env: Mapping[str, str] = field(default_factory=dict)
     cpu: str | None = None
+    """CPU request (a quantity)."""
     memory: str | None = None
+    """Memory request and limit (a quantity): the runner is OOM-killed at what placement counted on."""
+    bundle_url: str | None = None
+    """A presigned URL of a bundle too large for the Secret: the pod fetches it with :data:`BOOTSTRAP`."""
+    bundle_sha256: str = ""
+    """The sha256 of the bundle at ``bundle_url``, which the pod checks before running it."""
     run_as_user: int = 1000
     """Stock images often default to root, which restricted pods may not be; any uid works for the runner."""
     server: str | None = None
@@ -194,7 +220,13 @@ class RunnerPodSpec:
     kernel_pid: int | None = None
     """The kernel's process id, written beside ``server``."""
     metered: bool = False
+    cli: bool = False
+    """Made by ``gpu-offload run``, not by a kernel: labelled so, which keeps the orphan sweep off it."""
     """Carry the hub meter's finalizer (only where a hub meter runs to remove it)."""
+    queue: str | None = None
+    """The Kueue LocalQueue the pod waits in (label ``kueue.x-k8s.io/queue-name``); None: not queued."""
+    priority_class: str | None = None
+    """The Kueue WorkloadPriorityClass of the pod (label ``kueue.x-k8s.io/priority-class``); needs ``queue``."""
 
 
 def runner_pod_name(run_id: str) -> str:
@@ -210,6 +242,8 @@ def runner_labels(spec: RunnerPodSpec) -> dict[str, str]:
         L.KERNEL: label_value(spec.kernel),
         L.RUN_ID: label_value(spec.run_id),
     }
+    if spec.cli:
+        labels[L.ORIGIN] = L.ORIGIN_CLI
     if spec.server:
         labels[L.SERVER] = label_value(spec.server)
         if spec.kernel_pid is not None:
@@ -231,21 +265,36 @@ def runner_selector(user: str | None = None, kernel: str | None = None, run_id: 
     return ",".join(parts)
 
 
-def _container(spec: RunnerPodSpec) -> dict[str, Any]:
+def _command(spec: RunnerPodSpec) -> list[str]:
     runner = f"{MOUNT_PATH}/{RUNNER_KEY}"
-    args = ["--session"] if spec.session else ["--bundle", f"{MOUNT_PATH}/{BUNDLE_KEY}"]
+    if spec.session:
+        return [spec.python, runner, "--session"]
+    if spec.bundle_url is not None:
+        return [spec.python, "-I", "-c", BOOTSTRAP, runner, spec.bundle_sha256]
+    return [spec.python, runner, "--bundle", f"{MOUNT_PATH}/{BUNDLE_KEY}"]
+
+
+def _resources(spec: RunnerPodSpec) -> dict[str, Any]:
     resources = copy.deepcopy(dict(spec.scheduling.get("resources") or {}))
     requests = {k: v for k, v in (("cpu", spec.cpu), ("memory", spec.memory)) if v}
     if requests:
-        resources["requests"] = requests
+        resources["requests"] = {**resources.get("requests", {}), **requests}
+    if spec.memory:
+        resources["limits"] = {**resources.get("limits", {}), "memory": spec.memory}
+    return resources
+
+
+def _container(spec: RunnerPodSpec) -> dict[str, Any]:
     # HOME: a non-root uid in a stock image has no home directory, and libraries want one.
     env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", **spec.env}
+    if spec.bundle_url is not None:
+        env[BUNDLE_URL_ENV] = spec.bundle_url
     container: dict[str, Any] = {
         "name": "runner",
         "image": spec.image,
-        "command": [spec.python, runner, *args],
+        "command": _command(spec),
         "env": [{"name": k, "value": v} for k, v in env.items()],
-        "resources": resources,
+        "resources": _resources(spec),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
@@ -257,6 +306,19 @@ def _container(spec: RunnerPodSpec) -> dict[str, Any]:
     if spec.session:
         container.update(stdin=True, stdinOnce=False, tty=False)
     return container
+
+
+def _queue_labels(spec: RunnerPodSpec) -> dict[str, str]:
+    """Kueue's labels: with a queue name its pod webhook gates the pod until Kueue admits it."""
+    if spec.queue is None:
+        if spec.priority_class is not None:
+            raise InvalidRequest(f"run {spec.run_id}: priority class {spec.priority_class!r} but no queue: queueing "
+                                 "through Kueue is off here, so leave --priority out (or ask the admin to turn it on)")
+        return {}
+    labels = {L.QUEUE_NAME_LABEL: _dns_name(spec.queue, "Kueue queue")}
+    if spec.priority_class is not None:
+        labels[L.PRIORITY_CLASS_LABEL] = _dns_name(spec.priority_class, "Kueue priority class")
+    return labels
 
 
 def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
@@ -293,7 +355,7 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "namespace": _dns_name(spec.namespace, "namespace"),
-            "labels": runner_labels(spec),
+            "labels": {**runner_labels(spec), **_queue_labels(spec)},
             "annotations": {L.USER: spec.user, L.KERNEL: spec.kernel},
             **({"finalizers": [L.METERED_FINALIZER]} if spec.metered else {}),
         },

@@ -32,6 +32,9 @@ class CellAnalysis:
     """Names to copy back after a successful run."""
     required_outputs: tuple[str, ...] = ()
     """Outputs the user named with ``--out``: failing to copy one is an error."""
+    imports: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
+    """Names the cell binds with an absolute import, outside functions and classes: name -> (module, attribute
+    or None). The kernel imports them itself where a value cannot travel (from an untrusted cluster)."""
 
 
 def parse_cell(cell: str, line_offset: int = 1) -> ast.Module:
@@ -112,7 +115,30 @@ def analyse_cell(
         modules=modules,
         outputs=tuple(_unique([*writes, *required])),
         required_outputs=tuple(required),
+        imports=cell_imports(tree),
     )
+
+
+def cell_imports(tree: ast.Module) -> dict[str, tuple[str, str | None]]:
+    """What each name bound by an absolute import at the cell's level refers to (later imports win)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            inside.update(id(child) for child in ast.walk(node) if child is not node)
+    found: dict[str, tuple[str, str | None]] = {}
+    for node in ast.walk(tree):
+        if id(node) in inside:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                # `import a.b` binds `a`; `import a.b as c` binds the submodule
+                found[alias.asname or alias.name.split(".")[0]] = (alias.name if alias.asname else
+                                                                   alias.name.split(".")[0], None)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if alias.name != "*":
+                    found[alias.asname or alias.name] = (node.module, alias.name)
+    return found
 
 
 def _unique(names: Iterable[str]) -> list[str]:

@@ -6,13 +6,14 @@ needs: naming the variable that cannot be pickled, and leaving no buffer behind 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import secrets
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cloudpickle
 
 from .analysis import CellAnalysis
-from .backends.base import Job, Transfer
+from .backends.base import Job, RunRequest, Transfer
 from .errors import InputNotSerializable
 from .runner import buffers
 from .runner.bundle import encode_bundle, make_bundle
@@ -22,30 +23,40 @@ def build_job(
     cell: str,
     analysis: CellAnalysis,
     namespace: Mapping[str, Any],
-    transfer: Transfer,
+    transfer: Callable[[str], Transfer],
     *,
     filename: str = "<offloaded cell>",
     first_line: int = 2,
+    request: RunRequest | None = None,
+    session: str | None = None,
+    script: Mapping[str, Any] | None = None,
 ) -> tuple[Job, tuple[dict[str, Any], ...]]:
     """Pickle the inputs into a bundle; returns the job and the input buffer references.
 
-    ``first_line`` is the notebook line of the cell body (2, below the ``%%gpu_offload`` line). The caller
+    ``transfer`` is the backend's choice for a run id (``backend.transfer``), asked once here: the bundle is
+    pickled once, with the transports and upload URLs of this run. ``script`` runs ``cell`` as a script
+    (``gpu-offload run``; see :mod:`.runner.script`). ``first_line`` is the notebook line of the cell body (2, below the ``%%gpu_offload`` line). The caller
     discards the references once the run ends (the runner unlinks those it maps; a runner that never
     started leaves them). An input that cannot be pickled raises :class:`InputNotSerializable` first.
     """
     values = {name: namespace[name] for name in analysis.inputs}
+    run_id = secrets.token_hex(8)
+    chosen = transfer(run_id)
     try:
         bundle = make_bundle(
             cell,
             inputs=values,
-            input_transport=transfer.output_transport,
+            input_transport=chosen.input_transport,
             modules=analysis.modules,
             outputs=analysis.outputs,
             required_outputs=analysis.required_outputs,
-            output_transport=transfer.output_transport,
-            shm_dir=transfer.shm_dir,
+            output_transport=chosen.output_transport,
+            shm_dir=chosen.shm_dir,
+            output_urls=chosen.output_urls,
+            run_id=run_id,
             filename=filename,
             first_line=first_line,
+            script=script,
         )
     except Exception as exc:  # pickling raises many types; find the variable to blame
         raise _blame(values, exc) from exc
@@ -55,7 +66,9 @@ def build_job(
     except BaseException:
         buffers.discard(refs)
         raise
-    return Job(run_id=bundle["run_id"], nonce=bundle["nonce"], bundle=data), refs
+    job = Job(run_id=bundle["run_id"], nonce=bundle["nonce"], bundle=data, request=request or RunRequest(),
+              session=session)
+    return job, refs
 
 
 class _Discard:

@@ -3,23 +3,28 @@
 Streams go out as they arrive; a remote error is raised as :class:`RemoteError` after the output before it;
 outputs enter the user namespace only when the run succeeded, so a failed or interrupted run never
 overwrites a variable. Ctrl-C (KeyboardInterrupt while following) interrupts the cell remotely.
+
+What a run on a cluster the origin does not trust sends is taken only through :mod:`.trust`: rich output
+through the MIME allowlist, published untrusted; outputs only as a safe container, never a pickle, and
+none of its buffer references acted on (not even to delete them).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import MutableMapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from .backends.base import Run, RunnerExit
+from .backends.base import Placed, Run, RunnerExit
 from .errors import OffloadError, OffloadTimeout, RemoteError, RunnerDied
 from .runner import buffers
 from .runner.frames import (
     DisplayData,
     Done,
     Error,
+    FrameError,
     Hello,
     Metrics,
     Outputs,
@@ -28,8 +33,25 @@ from .runner.frames import (
     Stream,
 )
 from .sinks import Sink
+from .trust.intake import Wanted, load_untrusted
 
 POLL = 0.05
+
+
+@dataclass(frozen=True)
+class Intake:
+    """What the kernel accepts from one run, decided on the origin from its own configuration only."""
+
+    trusts: Callable[[str], bool]
+    """Whether a cluster is trusted (the backend's ``trusts``). Asked with the run's cluster when rich output
+    or outputs arrive: a run lost before it started may go on elsewhere, and its pod was told there."""
+    wanted: Wanted = field(default_factory=Wanted)
+    """The names asked for; an untrusted run's container is read for these only."""
+
+
+TRUSTED = Intake(lambda _cluster: True)
+"""For runs whose every byte comes from the user's own machine (tests replaying a local runner)."""
+UNTRUSTING = Intake(lambda _cluster: False)
 
 
 @dataclass(frozen=True)
@@ -58,6 +80,10 @@ class Outcome:
     state: str = "starting runner"
     seen_output: bool = False
     remote_error: Error | None = None
+    intake: Intake = UNTRUSTING
+    """What :func:`follow` was told to accept (an outcome made elsewhere trusts nothing)."""
+    untrusted_from: str | None = None
+    """The cluster the outputs came from when it is not trusted (``None``: trusted or no outputs)."""
 
 
 class _Stop(Exception):
@@ -69,6 +95,7 @@ def follow(
     run: Run,
     sink: Sink,
     settings: FollowSettings,
+    intake: Intake,
     *,
     cancelled: threading.Event | None = None,
 ) -> Outcome:
@@ -76,7 +103,7 @@ def follow(
 
     The KeyboardInterrupt is re-raised once the runner has stopped (output kept, nothing loaded).
     """
-    outcome = Outcome()
+    outcome = Outcome(intake=intake)
     started = time.monotonic()
     try:
         _read(run, sink, settings, outcome, started, cancelled)
@@ -109,7 +136,7 @@ def _read(
             if isinstance(event, Status):
                 outcome.state = event.state
                 quiet_since = now
-            if _handle(event, sink, outcome):
+            if _handle(event, sink, outcome, run):
                 if isinstance(event, Done) and event.status == "interrupted":
                     _explain_interrupt(run, outcome, settings.grace)
                 return
@@ -146,26 +173,57 @@ def _explain_interrupt(run: Run, outcome: Outcome, grace: float) -> None:
     )
 
 
-def _handle(event: object, sink: Sink, outcome: Outcome) -> bool:
+def _untrusted(run: Run, outcome: Outcome) -> str | None:
+    """The run's cluster if the origin does not trust it."""
+    cluster = run.cluster
+    return None if outcome.intake.trusts(cluster) else cluster
+
+
+def _display(data: Mapping[str, Any], metadata: Mapping[str, Any], sink: Sink, untrusted: str | None) -> None:
+    if untrusted is None:
+        sink.display(data, metadata)
+        return
+    from .trust.rich import safe_display  # nh3 loads only for a cluster that needs it
+
+    shown = safe_display(data, metadata)
+    # the front ends decide trust per notebook cell, not per output: the allowlist above is what protects;
+    # the mark records where the output came from
+    sink.display(shown.data, {**shown.metadata, "trusted": False})
+    if shown.dropped:
+        sink.notice(f"output types {', '.join(shown.dropped)} from {untrusted} (a cluster this notebook does not "
+                    "trust) were not shown: only plain text, images, JSON and sanitised HTML, SVG or Markdown are")
+
+
+def _take_outputs(event: Outputs, outcome: Outcome, run: Run) -> None:
+    outcome.outputs = event
+    outcome.untrusted_from = _untrusted(run, outcome)
+
+
+def _handle(event: object, sink: Sink, outcome: Outcome, run: Run) -> bool:
     """Apply one event; ``True`` when the run is over."""
     if isinstance(event, Stream):
         outcome.seen_output = True
         sink.stream(event.name, event.text)
     elif isinstance(event, DisplayData):
         outcome.seen_output = True
-        sink.display(event.data, event.metadata)
+        _display(event.data, event.metadata, sink, _untrusted(run, outcome))
     elif isinstance(event, Hello):
         outcome.hello = event
         outcome.state = "runner started, waiting for it to load the inputs"
     elif isinstance(event, RunnerWarning):
         sink.notice(f"warning: {event.text}")
+    elif isinstance(event, FrameError):
+        # what the frame carried is lost: say so rather than let an output or a figure vanish unexplained
+        sink.notice(f"warning: a frame from the runner was dropped: {event.reason}")
+    elif isinstance(event, Placed):
+        sink.notice(event.text)
     elif isinstance(event, Metrics):
         outcome.metrics = event
         sink.metrics(event)
     elif isinstance(event, Error):
         outcome.remote_error = event
     elif isinstance(event, Outputs):
-        outcome.outputs = event
+        _take_outputs(event, outcome, run)
     elif isinstance(event, Done):
         outcome.status = event.status
         if event.status == "error" and outcome.remote_error is not None:
@@ -196,9 +254,9 @@ def _stop(run: Run, sink: Sink, settings: FollowSettings, outcome: Outcome, stat
             if isinstance(event, (Done, RunnerExit)):
                 return
             if isinstance(event, (Stream, DisplayData)):
-                _handle(event, sink, outcome)
+                _handle(event, sink, outcome, run)
             elif isinstance(event, Outputs):
-                outcome.outputs = event  # discarded below: an interrupted run copies nothing back
+                _take_outputs(event, outcome, run)  # discarded below: an interrupted run copies nothing back
         sink.notice(f"the runner did not stop within {settings.grace:g} s of the interrupt; killing it")
         run.kill()
     except KeyboardInterrupt:
@@ -206,8 +264,12 @@ def _stop(run: Run, sink: Sink, settings: FollowSettings, outcome: Outcome, stat
         run.kill()
 
 
-def load_outputs(outcome: Outcome) -> dict[str, Any]:
-    """The values an ``ok`` run sent back; buffers of any other run are discarded."""
+def load_outputs(outcome: Outcome, sink: Sink | None = None) -> dict[str, Any]:
+    """The values an ``ok`` run sent back; buffers of any other run are discarded.
+
+    From an untrusted cluster only a safe container is read; a name that cannot come back is a notice to
+    ``sink``, and an error when ``--out`` asked for it.
+    """
     outputs = outcome.outputs
     if outputs is None:
         return {}
@@ -215,6 +277,10 @@ def load_outputs(outcome: Outcome) -> dict[str, Any]:
         discard_outputs(outcome)
         return {}
     outcome.outputs = None
+    if outcome.untrusted_from is not None or outputs.format == "safe":
+        # safe outputs from a trusted cluster too: its pod was placed while the cluster was not trusted
+        notice = sink.notice if sink is not None else (lambda _text: None)
+        return load_untrusted(outputs, outcome.untrusted_from or "its cluster", outcome.intake.wanted, notice)
     try:
         values = buffers.load_packed(outputs.pickle, outputs.buffers)
     except Exception as exc:
@@ -227,16 +293,18 @@ def load_outputs(outcome: Outcome) -> dict[str, Any]:
 
 
 def discard_outputs(outcome: Outcome) -> None:
-    """Remove the shared-memory files of outputs that will not be loaded."""
-    if outcome.outputs is not None:
+    """Remove the shared-memory files of outputs that will not be loaded (a trusted run's only: what an
+    untrusted run's references name may be any file of the kernel's)."""
+    if outcome.outputs is not None and outcome.untrusted_from is None:
         packed = outcome.outputs.pickle
         refs = [*outcome.outputs.buffers, *([packed] if isinstance(packed, dict) else [])]
         buffers.discard(refs)
         outcome.outputs = None
 
 
-def conclude(outcome: Outcome, namespace: MutableMapping[str, Any]) -> dict[str, Any]:
-    """Load the outputs of a successful run into ``namespace`` (all or nothing) or raise its error."""
+def conclude(outcome: Outcome, namespace: MutableMapping[str, Any], sink: Sink | None = None) -> dict[str, Any]:
+    """Load the outputs of a successful run into ``namespace`` (all or nothing) or raise its error; warnings
+    about names that cannot come back go to ``sink``."""
     if outcome.error is not None:
         discard_outputs(outcome)
         raise outcome.error
@@ -246,7 +314,7 @@ def conclude(outcome: Outcome, namespace: MutableMapping[str, Any]) -> dict[str,
     if outcome.status != "ok":
         discard_outputs(outcome)
         raise OffloadError(f"The offloaded cell ended as `{outcome.status}`; no variable was copied back.")
-    values = load_outputs(outcome)
+    values = load_outputs(outcome, sink)
     namespace.update(values)
     return values
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from .analysis import CellAnalysis
-from .backends.base import Backend, Placement, Run
+from .backends.base import Backend, Run, RunRequest
 from .bundle import build_job
-from .engine import FollowSettings, Outcome, conclude, discard_outputs, follow
+from .engine import FollowSettings, Intake, Outcome, conclude, discard_outputs, follow
 from .errors import OffloadError
 from .request import OffloadRequest
 from .runner import buffers
 from .sinks import RecordingSink, Sink
+from .trust.intake import Wanted
 
 
 @dataclass(frozen=True)
@@ -25,16 +26,28 @@ class Launch:
     filename: str = "<offloaded cell>"
     first_line: int = 2
     """Notebook line of the cell body (below the ``%%gpu_offload`` line), so tracebacks match the cell."""
+    script: Mapping[str, Any] | None = None
+    """Run the cell's text as a script (``gpu-offload run``): the bundle's ``script`` field."""
 
 
-def placement_of(request: OffloadRequest) -> Placement:
-    """The placement fields of a request."""
-    return Placement(
+def intake(backend: Backend, launch: Launch) -> Intake:
+    """What the kernel accepts back from this cell's run: trust from the backend's (origin-side) settings."""
+    analysis = launch.analysis
+    return Intake(backend.trusts,
+                  Wanted(tuple(analysis.outputs), tuple(analysis.required_outputs), dict(analysis.imports)))
+
+
+def run_request(request: OffloadRequest) -> RunRequest:
+    """What a cell's request asks of the backend."""
+    return RunRequest(
         gpus=request.gpus,
         gpu_model=request.gpu_model,
+        fallback_models=request.fallback_models,
         cluster=request.cluster,
         image=request.image,
         timeout=request.timeout,
+        priority=request.priority,
+        trusted_only=request.trusted_only,
     )
 
 
@@ -49,9 +62,12 @@ def start(
         backend.transfer,
         filename=launch.filename,
         first_line=launch.first_line,
+        request=run_request(request),
+        session=request.session,
+        script=launch.script,
     )
     try:
-        run = backend.submit(job, placement_of(request), request.session)
+        run = backend.submit(job)
     except BaseException:
         buffers.discard(refs)
         raise
@@ -73,13 +89,13 @@ def run_blocking(
     """
     run, refs = start(request, launch, namespace, backend)
     try:
-        outcome = follow(run, sink, settings)
+        outcome = follow(run, sink, settings, intake(backend, launch))
     finally:
         run.release(settings.grace)
         buffers.discard(refs)
     if record is not None:
         record(outcome)
-    conclude(outcome, namespace)
+    conclude(outcome, namespace, sink)
     return outcome
 
 
@@ -107,15 +123,16 @@ class OffloadHandle:
         self._outcome: Outcome | None = None
         self._concluded = False
         self._run, self._refs = start(request, launch, namespace, backend)
-        if hasattr(self._run, "on_cancel"):  # the panel's cancel button goes through cancel() below
-            self._run.on_cancel = self.cancel
+        self._run.route_cancel(self.cancel)  # the panel's cancel button goes through cancel() below
         self._settings = settings
+        self._intake = intake(backend, launch)
         self._thread = threading.Thread(target=self._follow, daemon=True, name="gpu-offload-noblock")
         self._thread.start()
 
     def _follow(self) -> None:
         try:
-            self._outcome = follow(self._run, self._recording, self._settings, cancelled=self._cancelled)
+            self._outcome = follow(self._run, self._recording, self._settings, self._intake,
+                                   cancelled=self._cancelled)
         except BaseException as exc:  # a thread's exception would otherwise vanish; result() raises it
             failed = OffloadError(f"Following the --noblock run failed: {exc!r}. Run the cell again.")
             failed.__cause__ = exc
@@ -169,10 +186,9 @@ class OffloadHandle:
         if outcome.status == "cancelled":
             discard_outputs(outcome)
             raise KeyboardInterrupt("the --noblock run was cancelled; no variable was copied back")
-        return conclude(outcome, self._namespace)
+        return conclude(outcome, self._namespace, self._sink)
 
     def __repr__(self) -> str:
-        run = getattr(self._run, "inner", self._run)  # the panel wraps runs
-        progress = getattr(run, "progress", None)  # cluster backends say phase, cluster and elapsed time
-        where = f" ({progress()})" if callable(progress) and self._outcome is None else ""
+        progress = self._run.progress() if self._outcome is None else ""  # cluster backends: phase, place, time
+        where = f" ({progress})" if progress else ""
         return f"<gpu_offload run {self.status}{where}: use .result(), .status or .cancel()>"

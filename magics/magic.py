@@ -16,23 +16,21 @@ from typing import Any, TypeVar, cast
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Float, Integer, Unicode
+from IPython.core.magic_arguments import parse_argstring
+from traitlets import Bool, Float, Integer, Unicode, default
 
+from ..liqo_peering import environment as E
 from .analysis import analyse_cell
 from .backends.base import Backend
 from .backends.kube.config import configured as cluster_configured
+from .cell_options import OPTIONS, USAGE, cell_arguments
 from .dashboard.tracking import tracked
 from .engine import FollowSettings, Outcome, describe
 from .errors import BackendNotConfigured, OffloadUsageError
 from .execution import Launch, OffloadHandle, run_blocking
-from .request import OffloadRequest, split_names
+from .request import OffloadRequest, gpu_models, ignored_locally, split_names
 from .sinks import NotebookSink, Sink
 
-OPTIONS = (
-    "--gpus", "--gpu-model", "--cluster", "--in", "--out", "--session", "--noblock", "--timeout",
-    "--image", "--backend",
-)  # fmt: skip
 LOCAL_NOTE = (
     "no cluster is configured, so cells run on the embedded local backend (a runner process on this "
     "machine). `%gpu_offload config` shows the settings."
@@ -72,12 +70,33 @@ class GpuOffloadMagics(Magics):
     default_cluster = Unicode(
         "auto", config=True, help="Cluster a cell runs on when it does not say --cluster (the panel sets it)."
     )
+    default_gpu_model = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="GPU model a cell asks for when it does not say --gpu-model (default: $GPU_OFFLOAD_GPU_MODEL, "
+        "which a hub's GPU profile sets; None: any model).",
+    )
+    trusted_only = Bool(
+        False,
+        config=True,
+        help="Run every cell on trusted clusters only, as --trusted-only does (default: "
+        "$GPU_OFFLOAD_TRUSTED_ONLY, which a hub's chart sets): a donor sees a cell's code and inputs.",
+    )
     progress_after = Float(
         2.0, config=True, help="Seconds without output before the magic says what a run waits for."
     )
     grace_period = Float(
         5.0, config=True, help="Seconds an interrupted one-shot runner gets to exit before it is killed."
     )
+
+    @default("default_gpu_model")
+    def _default_gpu_model(self) -> str | None:
+        return E.GPU_MODEL.read(os.environ)
+
+    @default("trusted_only")
+    def _default_trusted_only(self) -> bool:
+        return E.TRUSTED_ONLY.read(os.environ)
 
     def __init__(
         self,
@@ -102,17 +121,7 @@ class GpuOffloadMagics(Magics):
 
     # -- the cell magic -------------------------------------------------------------------------------
 
-    @magic_arguments("%gpu_offload")  # prog is "%" + this: the usage line reads %%gpu_offload
-    @argument("--gpus", type=int, default=None, metavar="N", help="GPUs for the cell (default 1; 0: CPU).")
-    @argument("--gpu-model", default=None, metavar="NAME", help="GPU model to ask for, e.g. A100.")
-    @argument("--cluster", default=None, metavar="ID", help="Remote cluster id, or auto (default).")
-    @argument("--in", dest="inputs", default=None, metavar="a,b", help="Also send these variables.")
-    @argument("--out", dest="outputs", default=None, metavar="c,d", help="Also copy these back (required).")
-    @argument("--session", default=None, metavar="NAME", help="Run in a warm runner that keeps its state.")
-    @argument("--noblock", action="store_true", help="Return a handle at once; %%gpu_result shows it.")
-    @argument("--timeout", type=float, default=None, metavar="SECONDS", help="Interrupt after this long.")
-    @argument("--image", default=None, metavar="IMAGE", help="Container image (cluster backends).")
-    @argument("--backend", default=None, metavar="local|kubernetes", help="Override the default backend.")
+    @cell_arguments
     @_named(cell_magic, "gpu_offload")
     def gpu_offload_cell(self, line: str, cell: str) -> OffloadHandle | None:
         """Run this cell on a GPU runner; its output streams back and the variables it assigns return.
@@ -153,11 +162,7 @@ class GpuOffloadMagics(Magics):
         self.last_outcome = outcome
 
     def _name_ignored_options(self, request: OffloadRequest) -> None:
-        ignored = [
-            option
-            for option, value in (("--gpu-model", request.gpu_model), ("--image", request.image))
-            if value is not None
-        ] + (["--cluster"] if request.cluster != "auto" else [])
+        ignored = ignored_locally(request, self.default_gpu_model)
         if ignored:
             self._sink.notice(
                 f"the local backend ignores {', '.join(ignored)}: they choose where a cluster runs the cell"
@@ -173,10 +178,12 @@ class GpuOffloadMagics(Magics):
             # a notebook repeats the same few magic lines; argparse costs a third of a warm cell's CPU
             if len(self._parsed) < 256:
                 self._parsed[line] = args
+        gpu_model, fallback_models = gpu_models(args.gpu_model or self.default_gpu_model)
         return OffloadRequest(
             cell=cell,
             gpus=self.default_gpus if args.gpus is None else args.gpus,
-            gpu_model=args.gpu_model,
+            gpu_model=gpu_model,
+            fallback_models=fallback_models,
             cluster=args.cluster or self.default_cluster,
             inputs=split_names(args.inputs),
             outputs=split_names(args.outputs),
@@ -185,6 +192,8 @@ class GpuOffloadMagics(Magics):
             timeout=args.timeout,
             image=args.image,
             backend=args.backend,
+            priority=args.priority,
+            trusted_only=args.trusted_only or self.trusted_only,
         )
 
     def _backend(self, name: str | None) -> Backend:
@@ -204,6 +213,11 @@ class GpuOffloadMagics(Magics):
             self._backends[name] = factory()
         return tracked(self._backends[name])  # the panel lists its runs
 
+    def started_backend(self, name: str) -> Backend | None:
+        """The named backend if this kernel has started it, else ``None`` (the panel reuses its cluster
+        connection and inventory instead of opening its own)."""
+        return self._backends.get(name)
+
     # -- line magics ----------------------------------------------------------------------------------
 
     @_named(line_magic, "gpu_offload")
@@ -212,8 +226,8 @@ class GpuOffloadMagics(Magics):
         ``panel`` (a live panel of clusters and runs), ``clusters`` (peered clusters and their GPUs), ``cleanup
         [--all]`` (delete runner pods this kernel, or every kernel of yours, left on the cluster).
 
-        ``config KEY=VALUE`` sets a setting for this kernel (backend, default_gpus, progress_after,
-        grace_period).
+        ``config KEY=VALUE`` sets a setting for this kernel (backend, default_gpus, default_cluster,
+        default_gpu_model, trusted_only, progress_after, grace_period).
         """
         words = shlex.split(line)
         command, rest = (words[0], words[1:]) if words else ("status", [])
@@ -285,7 +299,8 @@ class GpuOffloadMagics(Magics):
             )
 
     def _config(self, words: list[str]) -> None:
-        traits = ("backend", "default_gpus", "default_cluster", "progress_after", "grace_period")
+        traits = ("backend", "default_gpus", "default_cluster", "default_gpu_model", "trusted_only",
+                  "progress_after", "grace_period")
         for word in words:
             key, sep, value = word.partition("=")
             if not sep or key not in traits:
@@ -337,7 +352,5 @@ def _explain(message: str, line: str) -> str:
             hints.append(f"`{word}` is not an option" + (f" (did you mean {close[0]}?)" if close else ""))
     detail = "; ".join(hints) or message
     return (
-        f"%%gpu_offload {line.strip()}: {detail}. Options: --gpus N, --gpu-model NAME, --cluster ID|auto, "
-        "--in a,b, --out c,d, --session NAME, --noblock, --timeout SECONDS, --image IMAGE, "
-        "--backend local|kubernetes (see %%gpu_offload? for help)."
+        f"%%gpu_offload {line.strip()}: {detail}. Options: {USAGE} (see %%gpu_offload? for help)."
     )

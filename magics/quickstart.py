@@ -1,13 +1,14 @@
-"""``gpu-offload quickstart``: execute the example notebook headless on the local backend, streaming.
+"""Executes a notebook headless for ``gpu-offload quickstart``, streaming.
 
-The cells' output is printed as the kernel publishes it (not when the notebook ends), and the executed
-notebook is written next to the example (or to ``--output``). A cell error ends the run with exit code 1.
+The cells' output (the magic's own lines included, such as where a cell's pod runs) is printed as the
+kernel publishes it, not when the notebook ends, and the executed notebook is written next to the source
+(or to ``output``). Which backend the cells use is the kernel environment's business (``env``).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +24,13 @@ def default_notebook() -> Path:
     return Path("examples") / NOTEBOOK
 
 
-def add_parser(subparsers: Any) -> None:
-    """Register ``quickstart`` on the ``gpu-offload`` command."""
-    parser = subparsers.add_parser(
-        "quickstart",
-        help="run examples/quickstart.ipynb headless on the embedded local backend",
-        description=__doc__,
-    )
-    parser.add_argument("--notebook", type=Path, default=None, help="notebook to run (default: the example)")
-    parser.add_argument("--output", type=Path, default=None, help="where to write the executed notebook")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Execute the notebook; 0 when every cell ran, 1 on a cell error, 2 when the notebook is missing."""
+def execute(source: Path, output: Path | None = None, timeout: int = 600,
+            env: Mapping[str, str] | None = None) -> int:
+    """Execute ``source`` in a fresh ``python3`` kernel (with ``env``, else this process's environment),
+    printing output as it arrives; 0 when every cell ran, 1 on a cell error, 2 when it is missing."""
     import nbformat
     from nbclient.exceptions import CellExecutionError
 
-    source = args.notebook or default_notebook()
     if not source.is_file():
         print(
             f"gpu-offload quickstart: notebook {source} not found. Run it from the repository root, or "
@@ -49,12 +38,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    output = args.output or source.with_name(source.stem + ".executed.ipynb")
+    output = output or source.with_name(source.stem + ".executed.ipynb")
     notebook = nbformat.read(source, as_version=4)
-    client = _streaming_client(notebook, source.parent, args.timeout)
+    client = _streaming_client(notebook, source.parent, timeout)
     status = 0
     try:
-        client.execute()
+        client.execute(**({"env": dict(env)} if env is not None else {}))
     except CellExecutionError as err:
         print(f"\ngpu-offload quickstart: a cell failed, stopping:\n{err}", file=sys.stderr)
         status = 1

@@ -20,6 +20,8 @@ class OffloadRequest:
     """How many GPUs the runner may see; 0 runs on CPU."""
     gpu_model: str | None = None
     """A GPU model to ask for (e.g. ``A100``); only placement on a cluster uses it."""
+    fallback_models: tuple[str, ...] = ()
+    """Models to take, in order, when ``gpu_model`` has no room (``--gpu-model A100,H100``)."""
     cluster: str = "auto"
     """A remote cluster id, or ``auto`` to let placement choose."""
     inputs: tuple[str, ...] = ()
@@ -36,6 +38,10 @@ class OffloadRequest:
     """Container image for a cluster backend; the local backend runs this kernel's Python."""
     backend: str | None = None
     """``local`` or ``kubernetes``; ``None`` uses the configured default."""
+    priority: str | None = None
+    """A Kueue priority class (``--priority``) when queueing is on; ``None`` uses the configured default."""
+    trusted_only: bool = False
+    """Run only on a cluster the origin trusts (``--trusted-only``): the donor sees the cell and its inputs."""
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -59,6 +65,11 @@ class OffloadRequest:
                         f"{option} {','.join(names)}: `{name}` is not a Python variable name. "
                         f"Write a comma-separated list of names, e.g. {option} a,b."
                     )
+        if self.priority is not None and not _is_class_name(self.priority):
+            raise OffloadUsageError(
+                f"--priority {self.priority!r}: a priority class is a lowercase name of letters, digits and '-', "
+                "e.g. --priority batch (`gpu-offload queues` lists the classes)."
+            )
         if self.session is not None and not _is_session_name(self.session):
             raise OffloadUsageError(
                 f"--session {self.session!r}: a session name uses letters, digits, '-', '_' or '.' "
@@ -66,9 +77,31 @@ class OffloadRequest:
             )
 
 
+def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = None) -> list[str]:
+    """The options of ``request`` that only choose where a cluster runs it, which the local backend ignores
+    (a GPU model that is only the configured default was not asked for)."""
+    models = ",".join((request.gpu_model, *request.fallback_models)) if request.gpu_model else None
+    chosen = [option for option, value in (("--gpu-model", models), ("--image", request.image),
+                                                   ("--priority", request.priority))
+              if value is not None and not (option == "--gpu-model" and value == default_gpu_model)]
+    return chosen + (["--cluster"] if request.cluster != "auto" else [])
+
+
+def _is_class_name(name: str) -> bool:
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+    return 0 < len(name) <= 63 and set(name) <= allowed and name[0] != "-" and name[-1] != "-"
+
+
 def _is_session_name(name: str) -> bool:
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
     return 0 < len(name) <= 63 and set(name) <= allowed
+
+
+def gpu_models(value: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """``--gpu-model A100,H100``: the model to ask for, then the ones placement falls back to in this order
+    when it has no room (``(None, ())`` for any model)."""
+    models = split_names(value)
+    return (models[0] if models else None), models[1:]
 
 
 def split_names(value: str | None) -> tuple[str, ...]:

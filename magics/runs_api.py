@@ -19,6 +19,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from ..liqo_peering import environment as E
 from .backends.kube import config as kube_config
 from .dashboard.records import RunBook, record_to_json
 from .dashboard.runs import RunnerPods, cancel_elsewhere, list_runs
@@ -38,7 +39,7 @@ class RunsContext:
     def from_environment(cls) -> RunsContext:
         """The server's own environment decides (a hub sets the namespace for the user's server)."""
         env = os.environ
-        if not env.get(kube_config.NAMESPACE):
+        if not E.NAMESPACE.read(env):
             return cls(RunBook(), None, None)
         from ..liqo_peering.client import api_client_from_environment
 
@@ -99,13 +100,13 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
     from .backends.kube.sweep import OrphanSweep, server_identity
 
     env = os.environ
-    period, problem = sweep_period(env.get(kube_config.SWEEP_SECONDS))
+    period, problem = sweep_period(env.get(E.SWEEP_SECONDS.name))
     if problem:
         serverapp.log.warning("gpu-offload: %s", problem)
     if ctx.pods is None or not ctx.user or period <= 0:
         return
-    env.setdefault(kube_config.SERVER_ID, server_identity(env))
-    sweep = OrphanSweep(ctx.pods, ctx.user, env[kube_config.SERVER_ID], lambda: _live_kernels(serverapp))
+    env.setdefault(E.SERVER_ID.name, server_identity(env))
+    sweep = OrphanSweep(ctx.pods, ctx.user, env[E.SERVER_ID.name], lambda: _live_kernels(serverapp))
     running: list[asyncio.Future[Any]] = []
 
     def tick() -> None:
@@ -124,16 +125,11 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
 
 def sweep_period(raw: str | None) -> tuple[float, str]:
     """Seconds between sweeps from ``GPU_OFFLOAD_SWEEP_SECONDS``, and what was wrong with it (empty if fine)."""
-    from .backends.kube.sweep import DEFAULT_SWEEP_SECONDS
-
-    if raw is None or not raw.strip():
-        return DEFAULT_SWEEP_SECONDS, ""
     try:
-        return float(raw), ""
-    except ValueError:
-        return DEFAULT_SWEEP_SECONDS, (
-            f"{kube_config.SWEEP_SECONDS}={raw!r} is not a number of seconds; sweeping every "
-            f"{DEFAULT_SWEEP_SECONDS:g} s. Set it like 60, or 0 to turn the sweep off.")
+        return E.SWEEP_SECONDS.get(lambda _name: raw), ""
+    except E.InvalidSetting as exc:
+        default = E.SWEEP_SECONDS.default
+        return default, f"{exc}; sweeping every {default:g} s. Set it like 60, or 0 to turn the sweep off."
 
 
 def _live_kernels(serverapp: Any) -> dict[str, int | None]:

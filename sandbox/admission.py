@@ -93,10 +93,12 @@ class Admission:
         return [r for r in regs if req.operation in r.operations
                 and (r.target == name or (r.target == "*" and not req.subresource))]
 
-    def mutate(self, req: AdmissionRequest) -> None:
-        """Run the mutating hooks registered for this request."""
-        for reg in self._matching(self._mutating, req):
+    def mutate(self, req: AdmissionRequest) -> bool:
+        """Run the mutating hooks registered for this request; True if there were any."""
+        hooks = list(self._matching(self._mutating, req))
+        for reg in hooks:
             reg.hook(req)
+        return bool(hooks)
 
     def validate(self, req: AdmissionRequest) -> None:
         """Run the validating hooks; raise 422 Invalid with all causes, or the ApiError a hook raised."""

@@ -22,9 +22,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import defaults, lifecycle
+from . import defaults, fieldvalidation, lifecycle
 from .admission import Admission, AdmissionRequest
-from .errors import ApiError, Cause, already_exists, bad_request, conflict, forbidden, invalid, not_found
+from .errors import (
+    NOT_FOUND,
+    ApiError,
+    Cause,
+    already_exists,
+    bad_request,
+    conflict,
+    forbidden,
+    invalid,
+    not_found,
+)
 from .field_rules import field_causes
 from .http_faults import Faults
 from .logs import LogBuffers
@@ -49,17 +59,19 @@ class Api:
         self.streams = StreamProviders()
         self.faults = Faults()
         self.pod_termination: Callable[[Obj], bool] | None = None
+        self.field_validation = "Warn"
+        """What a request without ``fieldValidation`` gets: Warn as kube-apiserver; Strict for project tests."""
         ns = self.type("", "v1", "namespaces")
         for name in SYSTEM_NAMESPACES:
             self.create(ns, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     # ---- resource types -------------------------------------------------------------------------
     def type(self, group: str, version: str, plural: str) -> ResourceType:
-        """The served type at group/version/plural, or a 404 naming it."""
+        """The served type at group/version/plural, or the 404 kube-apiserver answers (its exact words:
+        clients match on them)."""
         rt = self.registry.lookup(group, version, plural)
         if rt is None:
-            gv = f"{group}/{version}" if group else version
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({gv} {plural})")
+            raise ApiError(404, "NotFound", NOT_FOUND)
         return rt
 
     def kind(self, api_version: str, kind: str) -> ResourceType:
@@ -103,9 +115,12 @@ class Api:
     def _admit(self, op: str, rt: ResourceType, obj: Obj, old: Obj | None, subresource: str = "") -> None:
         meta = obj["metadata"]
         req = AdmissionRequest(op, rt, meta.get("namespace", ""), meta.get("name", ""), obj, old, subresource)
-        self.admission.mutate(req)
         try:
-            causes = validate_object(rt, obj)
+            # fieldValidation judges what the client sent, before admission: as kube-apiserver decodes first
+            causes = fieldvalidation.apply(obj, validate_object(rt, obj))
+            sent = clone(obj)
+            if self.admission.mutate(req) and obj != sent:  # only a changed object is validated again
+                causes = validate_object(rt, obj)
         except LookupError as exc:
             raise ApiError(500, "InternalError", str(exc)) from exc
         causes += field_causes(rt, obj) if not causes else ()
@@ -204,8 +219,10 @@ class Api:
             new["status"] = clone(body.get("status"))
         else:
             new = clone(body)
-            if "status" in rt.subresources:
-                new["status"] = clone(old.get("status"))
+            if "status" in rt.subresources:  # the main resource never writes status; one not yet written stays absent
+                new.pop("status", None)
+                if "status" in old:
+                    new["status"] = clone(old["status"])
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         meta = new.setdefault("metadata", {})
         for owned in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -214,6 +231,8 @@ class Api:
                 meta[owned] = old["metadata"][owned]
             else:
                 meta.pop(owned, None)
+        if rt.key == ("", "services") and not subresource:
+            defaults.service_port_defaults(new.get("spec") or {})
         if not subresource and (causes := defaults.update_causes(rt, old, new)):
             raise invalid(rt.group, rt.kind, meta["name"], tuple(causes))
         if defaults.spec_changed(old, new):

@@ -19,6 +19,7 @@ import yaml
 
 from . import origin_cli
 from .kubeconfig import write_kubeconfig
+from .kueue import cli as kueue_cli
 from .server import ApiServer, Plugin
 from .testing import make_api
 
@@ -27,11 +28,17 @@ BANNER = """\
  SANDBOX: an emulated Kubernetes API for trying gpu-offload without a cluster.
  Nothing here is a real cluster; no real GPU is used. Stop it with Ctrl-C.
  API        {url}
- kubeconfig {kubeconfig}   (export KUBECONFIG={kubeconfig})
+ kubeconfig {kubeconfig}
 ================================================================================"""
+# The project's variables, spelled here (the sandbox imports nothing of the project). With them, cells run on
+# the kubernetes backend in the kubeconfig context's namespace (``default``), offloaded on first use.
+BACKEND_EXPORTS = """\
+ Cells and flows use these donors after, in the shell that starts Jupyter:
+   export KUBECONFIG={kubeconfig}
+   export GPU_OFFLOAD_BACKEND=kubernetes"""
 
 # (args) -> plugins: part 2 appends a factory that turns --donors/--gpus into its Liqo plugin
-PLUGIN_FACTORIES: list[Callable[[argparse.Namespace], list[Plugin]]] = [origin_cli.plugins]
+PLUGIN_FACTORIES: list[Callable[[argparse.Namespace], list[Plugin]]] = [origin_cli.plugins, kueue_cli.plugins]
 
 
 def add_topology_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,15 +46,16 @@ def add_topology_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--donors", type=int, default=0,
                         help="number of Liqo donor clusters to emulate (0: the bare API)")
     origin_cli.add_arguments(parser)  # part 2: --gpus, --gpu-model, --prices, --image, --state-dir
+    kueue_cli.add_arguments(parser)
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any, summary: str) -> argparse.ArgumentParser:
     """Register ``gpu-offload sandbox``."""
-    parser = subparsers.add_parser("sandbox", help="serve an emulated Kubernetes API (a SANDBOX, not a cluster)",
-                                   description=__doc__.splitlines()[0])
+    parser = subparsers.add_parser("sandbox", help=summary, description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", type=Path, required=True,
                         help="where to write the kubeconfig (written once the API answers)")
-    parser.add_argument("--crds", type=Path, default=None, help="folder of CustomResourceDefinition YAMLs to serve")
+    parser.add_argument("--crds", type=Path, action="append", default=[],
+                        help="folder of CustomResourceDefinition YAMLs to serve; repeatable (Liqo's and Kueue's)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     add_topology_arguments(parser)
     parser.set_defaults(func=run)
@@ -59,8 +67,9 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return f"--donors {args.donors}: give 0 or more donor clusters"
     if args.donors > 0 and not PLUGIN_FACTORIES:
         return f"--donors {args.donors}: this build serves the bare API only; use --donors 0"
-    if args.crds is not None and not args.crds.is_dir():
-        return f"--crds {args.crds}: no such folder; pass a folder of CRD YAML manifests"
+    for folder in args.crds:
+        if not folder.is_dir():
+            return f"--crds {folder}: no such folder; pass a folder of CRD YAML manifests"
     if not 0 <= args.port <= 65535:
         return f"--port {args.port}: give a port between 1 and 65535, or 0 for a free one"
     return None
@@ -71,7 +80,7 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         api = make_api(args.crds)
     except (ValueError, yaml.YAMLError) as exc:
-        print(f"gpu-offload sandbox: --crds {args.crds}: {exc}", file=sys.stderr)
+        print(f"gpu-offload sandbox: --crds {' '.join(map(str, args.crds))}: {exc}", file=sys.stderr)
         return 2
     server = ApiServer(api, port=args.port, plugins=plugins)
     await server.start()
@@ -85,6 +94,8 @@ async def _serve(args: argparse.Namespace) -> int:
                   "give --kubeconfig a path in a writable folder", file=sys.stderr)
             return 1
         print(BANNER.format(url=server.url, kubeconfig=args.kubeconfig), flush=True)
+        if args.donors > 0:
+            print(BACKEND_EXPORTS.format(kubeconfig=args.kubeconfig.resolve()), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -84,8 +84,9 @@ def _job_defaults(job: Obj) -> None:
     spec = job.setdefault("spec", {})
     uid = job["metadata"]["uid"]
     name = job["metadata"]["name"]
+    if spec.get("completions") is None and spec.get("parallelism") is None:  # a work-queue Job keeps none
+        spec["completions"] = 1
     spec.setdefault("parallelism", 1)
-    spec.setdefault("completions", 1)
     spec.setdefault("backoffLimit", 6)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
@@ -148,6 +149,24 @@ def _kind_defaults(rt: ResourceType, out: Obj) -> None:
         if spec.get("clusterIP") is None:
             spec["clusterIP"] = next(_SERVICE_IPS)
         spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        service_port_defaults(spec)
+
+
+def service_port_defaults(spec: Obj) -> None:
+    """What kube-apiserver fills into a Service's spec on create and update, beyond its cluster IPs: each
+    port's protocol TCP and targetPort = port, one IPv4 family, and Cluster traffic policies. Left out:
+    nodePort allocation for NodePort and LoadBalancer Services."""
+    if spec.get("type", "ClusterIP") != "ExternalName":
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    if spec.get("type") in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if "port" in port:
+                port.setdefault("targetPort", port["port"])
 
 
 def spec_changed(old: Obj, new: Obj) -> bool:
@@ -162,8 +181,13 @@ POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSe
 def pod_update_causes(old_spec: Obj, new_spec: Obj) -> list[Cause]:
     """Pod specs are immutable apart from images, tolerations (added) and a few fields, as on a real
     server; ``spec.nodeName`` is set through the binding subresource."""
+    # a gated pod's scheduling directives may change until its gates are gone (KEP-3838, GA in 1.30):
+    # gates only removed, nodeSelector only added to, affinity only set (the sandbox does not check
+    # that a changed affinity narrows the old one)
+    gated = ("schedulingGates", "nodeSelector", "affinity") if old_spec.get("schedulingGates") else ()
+
     def masked(spec: Obj) -> Obj:
-        out = {k: v for k, v in spec.items() if k not in POD_MUTABLE}
+        out = {k: v for k, v in spec.items() if k not in POD_MUTABLE + gated}
         for key in ("containers", "initContainers"):
             out[key] = [{k: v for k, v in c.items() if k != "image"} for c in spec.get(key, [])]
         return out
@@ -175,6 +199,13 @@ def pod_update_causes(old_spec: Obj, new_spec: Obj) -> list[Cause]:
                             "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
                             "(only additions to existing tolerations), `spec.terminationGracePeriodSeconds`",
                             "spec"))
+    if gated and any(g not in (old_spec.get("schedulingGates") or []) for g in new_spec.get("schedulingGates") or []):
+        causes.append(Cause("FieldValueForbidden", "Forbidden: only deletion is allowed, but found new scheduling "
+                            "gate", "spec.schedulingGates"))
+    old_sel, new_sel = old_spec.get("nodeSelector") or {}, new_spec.get("nodeSelector") or {}
+    if gated and any(new_sel.get(k) != v for k, v in old_sel.items()):
+        causes.append(Cause("FieldValueForbidden", "Forbidden: only additions to spec.nodeSelector are allowed "
+                            "(no mutations or deletions)", "spec.nodeSelector"))
     old_tols = old_spec.get("tolerations") or []
     if any(t not in (new_spec.get("tolerations") or []) for t in old_tols):
         causes.append(Cause("FieldValueForbidden", "Forbidden: existing toleration can not be modified",
@@ -183,6 +214,22 @@ def pod_update_causes(old_spec: Obj, new_spec: Obj) -> list[Cause]:
 
 
 _IMMUTABLE = "field is immutable"
+
+
+_JOB_SCHEDULING = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
+
+
+def _job_field(spec: Obj, field: str, old_job: Obj) -> Any:
+    """A Job field as the immutability check compares it: a suspended Job that never started may change
+    its template's scheduling directives, labels and annotations (Kubernetes 1.27+), as Kueue does when it
+    admits a Job."""
+    value = spec.get(field)
+    never_started = (old_job.get("spec") or {}).get("suspend") and not (old_job.get("status") or {}).get("startTime")
+    if field != "template" or not never_started or not isinstance(value, dict):
+        return value
+    template = {k: v for k, v in value.items() if k != "metadata"}
+    template["spec"] = {k: v for k, v in (value.get("spec") or {}).items() if k not in _JOB_SCHEDULING}
+    return template
 
 
 def update_causes(rt: ResourceType, old: Obj, new: Obj) -> list[Cause]:
@@ -194,9 +241,10 @@ def update_causes(rt: ResourceType, old: Obj, new: Obj) -> list[Cause]:
     if rt.kind == "Pod":
         return pod_update_causes(old.get("spec", {}), new.get("spec", {}))
     if rt.kind == "Job":
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
         return [Cause("FieldValueInvalid", f"Invalid value: {_IMMUTABLE}", f"spec.{field}")
                 for field in ("template", "selector", "completions")
-                if (old.get("spec") or {}).get(field) != (new.get("spec") or {}).get(field)]
+                if _job_field(old_spec, field, old) != _job_field(new_spec, field, old)]
     if rt.kind in ("Secret", "ConfigMap") and old.get("immutable"):
         return [Cause("FieldValueForbidden", f"Forbidden: {_IMMUTABLE} when `immutable` is set", field)
                 for field in ("data", "binaryData", "immutable") if old.get(field) != new.get(field)]

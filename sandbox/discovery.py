@@ -15,7 +15,8 @@ KUBE_VERSION = {"major": "1", "minor": "36", "gitVersion": "v1.36.0-sandbox", "g
                 "compiler": "gc", "platform": "linux/amd64"}
 _ADDRESS = [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]
 _SUB_VERBS = {"status": ["get", "patch", "update"], "log": ["get"], "attach": ["create", "get"],
-              "exec": ["create", "get"], "binding": ["create"]}
+              "exec": ["create", "get"], "portforward": ["create", "get"],
+              "binding": ["create"]}
 
 
 def core_versions() -> dict[str, Any]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+NOT_FOUND = "the server could not find the requested resource"
+"""kube-apiserver's exact message for a resource or path it does not serve."""
+
 
 @dataclass(frozen=True)
 class Cause:
@@ -119,7 +122,3 @@ def forbidden(group: str, plural: str, name: str, message: str) -> ApiError:
     """403, e.g. creating an object in a namespace that is being deleted."""
     return ApiError(403, "Forbidden", message, name, group, plural)
 
-
-def internal(message: str) -> ApiError:
-    """500 for a fault: the sandbox never hides its own bugs behind it (those propagate)."""
-    return ApiError(500, "InternalError", message)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,7 +43,22 @@ def event(obj: Mapping[str, Any], type_: str, reason: str, message: str, compone
 
 def record(api: Api, obj: Mapping[str, Any], type_: str, reason: str, message: str, component: str,
            host: str = "", field_path: str = "") -> None:
-    """Write an Event; a namespace being deleted (or gone) just loses it, as on a real cluster."""
+    """Write an Event; a namespace being deleted (or gone) just loses it, as on a real cluster.
+
+    The same event again (same object, source, type, reason and message) raises the count and lastTimestamp
+    of the first one, as client-go's event correlator does, so a probe failing every second writes one
+    Event, not thousands.
+    """
     body = event(obj, type_, reason, message, component, host, field_path)
-    with contextlib.suppress(ApiError):
-        api.create(api.type("", "v1", "events"), body)
+    involved = {k: v for k, v in body["involvedObject"].items() if k != "resourceVersion"}  # as client-go keys
+    same = hashlib.sha256(json.dumps([involved, body["source"], type_, reason, message],
+                                     sort_keys=True).encode()).hexdigest()[:16]
+    body["metadata"]["name"] = f"{body['involvedObject']['name'] or 'object'}.{same}"
+    events = api.type("", "v1", "events")
+    with contextlib.suppress(ApiError), api.store.lock:
+        found = api.find(events, body["metadata"]["namespace"], body["metadata"]["name"])
+        if found is None:
+            api.create(events, body)
+            return
+        found = dict(found, count=int(found.get("count") or 1) + 1, lastTimestamp=body["lastTimestamp"])
+        api.replace(events, body["metadata"]["namespace"], body["metadata"]["name"], found)

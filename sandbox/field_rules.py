@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
+from kubernetes.utils import parse_quantity
+
 from .errors import Cause
 from .resources import ResourceType
 
@@ -21,12 +23,9 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# kube-apiserver's quantity grammar: stricter than the client's parse_quantity, which also takes "1K",
+# " 1" or "1.5e2m"; so admission checks the spelling here and leaves the arithmetic to parse_quantity.
 _QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?\d+)?$")
-_SUFFIX: dict[str, Decimal] = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    **{s: Decimal(10) ** (3 * i) for i, s in enumerate("kMGTPE", start=1)},
-    **{f"{s}i": Decimal(2) ** (10 * i) for i, s in enumerate("KMGTPE", start=1)},
-}
 
 
 def _label_key_causes(key: str, field: str) -> list[Cause]:
@@ -78,12 +77,7 @@ def _data_causes(obj: Mapping[str, Any], kind: str) -> Iterator[Cause]:
 def quantity(text: Any) -> Decimal | None:
     """A Kubernetes quantity's value ("1.5Gi", "500m", 2), or None if it is not one."""
     raw = str(text)
-    if not _QUANTITY.match(raw):
-        return None
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if suffix and raw.endswith(suffix):
-            return Decimal(raw[: -len(suffix)]) * _SUFFIX[suffix]
-    return Decimal(raw)
+    return parse_quantity(raw) if _QUANTITY.match(raw) else None
 
 
 def _container_causes(containers: list[Any], path: str) -> Iterator[Cause]:

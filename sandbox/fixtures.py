@@ -68,6 +68,20 @@ def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0, 
     raise AssertionError(f"timed out waiting for {what} (last value: {last!r})")
 
 
+def install_crds(api_client: Any, folder: Path) -> None:
+    """Register every CustomResourceDefinition in ``folder`` through the API, as installing an operator (Kueue,
+    say) registers its CRDs; one already registered is left as it is."""
+    import yaml
+
+    extensions = kubernetes.client.ApiextensionsV1Api(api_client)
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            extensions.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
 @pytest.fixture(scope="module")
 def core(origin: RunningOrigin) -> Iterator[Any]:
     """``CoreV1Api`` of the official client, configured from the origin's kubeconfig file."""

@@ -12,10 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
-from . import paging, tables, watch_http
+from . import fieldvalidation, paging, tables, watch_http
 from .api import Api
-from .errors import ApiError, bad_request, method_not_allowed
-from .pod_http import pod_attach_or_exec, pod_binding, pod_log
+from .errors import NOT_FOUND, ApiError, bad_request, method_not_allowed
+from .pod_http import pod_attach_or_exec, pod_binding, pod_log, pod_port_forward
 from .resources import ResourceType
 from .selectors import Selector
 
@@ -42,15 +42,15 @@ def parse_target(api: Api, group: str, version: str, segs: list[str]) -> Target:
             raise ApiError(404, "NotFound", f"{rt.describe()} is cluster-scoped: drop /namespaces/{segs[1]}")
         rest = segs[3:]
         if len(rest) > 2:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise ApiError(404, "NotFound", NOT_FOUND)
         name, sub = (rest + ["", ""])[:2]
         return Target(rt, segs[1], name, sub, watch)
     if not segs:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise ApiError(404, "NotFound", NOT_FOUND)
     rt = api.type(group, version, segs[0])
     rest = segs[1:]
     if len(rest) > 2:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise ApiError(404, "NotFound", NOT_FOUND)
     name, sub = (rest + ["", ""])[:2]
     if rt.namespaced and name:
         raise ApiError(404, "NotFound", f"{rt.describe()} is namespaced: use /namespaces/<ns>/{rt.plural}/{name}")
@@ -133,12 +133,14 @@ async def _object(api: Api, request: web.Request, t: Target) -> web.StreamRespon
     ns, method = t.namespace or "", request.method
     if t.subresource in ("attach", "exec") and t.rt.key == ("", "pods"):
         return await pod_attach_or_exec(api, request, ns, t.name, t.subresource)
+    if t.subresource == "portforward" and t.rt.key == ("", "pods"):
+        return await pod_port_forward(api, request, ns, t.name)
     if t.subresource == "log" and t.rt.key == ("", "pods") and method == "GET":
         return await pod_log(api, request, ns, t.name)
     if t.subresource == "binding" and t.rt.key == ("", "pods") and method == "POST":
         return _json(pod_binding(api, ns, t.name, await read_json(request)), 201)
     if t.subresource and t.subresource not in t.rt.subresources:
-        raise ApiError(404, "NotFound", f"{t.rt.describe()} has no subresource {t.subresource!r}")
+        raise ApiError(404, "NotFound", NOT_FOUND)  # also what a typo in a namespaced resource name meets
     if method == "GET":
         obj = api.get(t.rt, ns, t.name)
         if not t.subresource and tables.wants_table(request.headers.get("Accept", "")):
@@ -163,8 +165,12 @@ def resource_handler(api: Api, core: bool) -> Any:
         group, version = ("", "v1") if core else (info["group"], info["version"])
         segs = [s for s in info["tail"].split("/") if s]
         t = parse_target(api, group, version, segs)
-        if t.name:
-            return await _object(api, request, t)
-        return await _collection(api, request, t)
+        writes = request.method in ("POST", "PUT", "PATCH")
+        with fieldvalidation.request_scope(request.query.get("fieldValidation") if writes else None,
+                                           api.field_validation) as scope:
+            response = await (_object(api, request, t) if t.name else _collection(api, request, t))
+        for warning in scope.headers():
+            response.headers.add("Warning", warning)
+        return response
 
     return handle

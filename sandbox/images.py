@@ -1,20 +1,27 @@
 """Container images as local interpreters: which Python a pod's ``image`` runs with.
 
 Each image resolves to a *runtime*: a ``bin`` folder the kubelet puts first on the container's PATH, with
-``python``, ``python3`` and ``python3.X`` in it. Two runtimes are built in:
+``python``, ``python3`` and ``python3.X`` in it. Three runtimes are built in:
 
-- ``project``: the interpreter running the sandbox (it has ``gpu_offload`` and everything installed with it);
-- ``stock``: a Python with numpy and *without* gpu_offload, like a public Python/PyTorch image. It is a
-  venv without pip made once per sandbox run from the base interpreter (``sys._base_executable``; a venv
-  never sees the packages of the venv it was made from), with the stock packages (``numpy``) linked in
-  from where the sandbox's interpreter has them. No network, about a tenth of a second.
+- ``project``: the interpreter running the sandbox (it has ``gpu_offload`` and everything installed with it),
+  with the console scripts a notebook or hub image carries: ``jupyterhub`` and ``jupyterhub-singleuser``
+  from the interpreter's own ``bin``, and ``configurable-http-proxy`` (with the ``node`` it runs on) when
+  the sandbox's PATH or one of its tool folders has it;
+- ``stock``: a Python with numpy and *without* gpu_offload, like a public Python image. It is a venv without
+  pip made once per sandbox run from the base interpreter (``sys._base_executable``; a venv never sees the
+  packages of the venv it was made from), with the stock packages (``numpy``) and what they require linked
+  in from where the sandbox's interpreter has them. No network, about a tenth of a second;
+- ``torch``: the same, with torch (whatever build the sandbox's interpreter has, CPU here) besides numpy,
+  for PyTorch images. Without torch where the sandbox runs, such an image fails to pull, naming the fix.
 
-The default map (first match wins; ``fnmatch`` patterns on the full image reference):
+The default map (first match wins; ``fnmatch`` patterns on the full image reference, where ``*`` also
+matches ``/``, so a registry prefix such as ``quay.io/`` or ``docker.io/library/`` is covered):
 
-=================================================================  =========
-``*gpu-offload*``, ``jupyterhub/*``, ``*jupyter/*`` (notebook images)  project
-``python:*``, ``*/python:*``, ``*pytorch*``, ``*numpy*``              stock
-=================================================================  =========
+==========================================================================  =========
+``*gpu-offload*``, ``jupyterhub/*``, ``*/jupyterhub/*``, ``*jupyter/*``      project
+``*pytorch*``                                                              torch
+``python:*``, ``*/python:*``, ``*numpy*``                                  stock
+==========================================================================  =========
 
 Any other image is not "pulled": the pod's container waits in ``ErrImagePull`` then ``ImagePullBackOff``.
 A map entry may also name an interpreter path instead of ``project`` or ``stock``.
@@ -23,8 +30,10 @@ A map entry may also name an interpreter path instead of ``project`` or ``stock`
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
+import importlib.metadata
 import os
+import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -34,12 +43,17 @@ from pathlib import Path
 
 PROJECT = "project"
 STOCK = "stock"
+TORCH = "torch"
 DEFAULT_MAP: tuple[tuple[str, str], ...] = (
-    # notebook images: a user's server needs jupyterhub-singleuser, and in production has gpu_offload too
-    ("*gpu-offload*", PROJECT), ("jupyterhub/*", PROJECT), ("*jupyter/*", PROJECT),
-    ("python:*", STOCK), ("*/python:*", STOCK), ("*pytorch*", STOCK), ("*numpy*", STOCK),
+    # notebook and hub images: they need jupyterhub-singleuser / jupyterhub, and in production gpu_offload too
+    ("*gpu-offload*", PROJECT), ("jupyterhub/*", PROJECT), ("*/jupyterhub/*", PROJECT), ("*jupyter/*", PROJECT),
+    ("*pytorch*", TORCH), ("python:*", STOCK), ("*/python:*", STOCK), ("*numpy*", STOCK),
 )
 STOCK_PACKAGES = ("numpy",)
+VENV_PACKAGES = {STOCK: STOCK_PACKAGES, TORCH: ("torch", "numpy")}  # PyTorch images carry numpy too
+PROJECT_SCRIPTS = ("jupyterhub", "jupyterhub-singleuser")
+HOST_TOOLS = ("configurable-http-proxy",)
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 class ImageError(RuntimeError):
@@ -70,10 +84,12 @@ class Images:
     """Resolves image references to runtimes, building them lazily under ``state_dir/images``."""
 
     def __init__(self, state_dir: Path, mapping: Sequence[tuple[str, str]] = DEFAULT_MAP,
-                 stock_packages: Sequence[str] = STOCK_PACKAGES) -> None:
+                 stock_packages: Sequence[str] = STOCK_PACKAGES, tool_dirs: Sequence[Path] = ()) -> None:
         self.root = state_dir / "images"
         self.mapping = tuple(mapping)
-        self.stock_packages = tuple(stock_packages)
+        self.packages = dict(VENV_PACKAGES, **{STOCK: tuple(stock_packages)})
+        self.tool_dirs = tuple(tool_dirs)
+        """Searched after the sandbox's PATH for the host tools (configurable-http-proxy)."""
         self._lock = threading.Lock()
         self._built: dict[str, Runtime] = {}
         self.missing: set[str] = set()
@@ -94,7 +110,10 @@ class Images:
                 "map knows (e.g. python:3.11-slim, or one containing 'gpu-offload') or add a map entry")
         with self._lock:
             if target not in self._built:
-                self._built[target] = self._build(target)
+                try:
+                    self._built[target] = self._build(target)
+                except ImageError as exc:
+                    raise ImageError(f'Failed to pull image "{image}": {exc}') from exc
             built = self._built[target]
         return Runtime(image, built.bin_dir, built.python)
 
@@ -102,9 +121,10 @@ class Images:
         if target == PROJECT:
             bin_dir = self.root / PROJECT / "bin"
             _shim(bin_dir, Path(sys.executable))
+            self._link_tools(bin_dir)
             return Runtime(target, bin_dir, Path(sys.executable))
-        if target == STOCK:
-            return self._build_stock()
+        if target in self.packages:
+            return self._build_venv(target)
         interpreter = Path(target)
         if not os.access(interpreter, os.X_OK):
             raise ImageError(f"image map entry {target!r} is not an executable interpreter: fix the map")
@@ -112,27 +132,72 @@ class Images:
         _shim(bin_dir, interpreter)
         return Runtime(target, bin_dir, interpreter)
 
-    def _build_stock(self) -> Runtime:
-        venv = self.root / STOCK / "venv"
+    def _link_tools(self, bin_dir: Path) -> None:
+        # the console scripts of the sandbox's interpreter (their shebang names it), then the host tools
+        found = {name: Path(sys.executable).parent / name for name in PROJECT_SCRIPTS}
+        search = os.pathsep.join([os.environ.get("PATH", ""), *map(str, self.tool_dirs)])
+        for tool in HOST_TOOLS:
+            where = shutil.which(tool, path=search)
+            node = shutil.which("node", path=search)
+            if where and node:  # a node script: the image carries node as well
+                found.update({tool: Path(where), "node": Path(node)})
+        for name, source in found.items():
+            link = bin_dir / name
+            if source.exists() and not link.exists():
+                link.symlink_to(source.resolve())
+
+    def _build_venv(self, target: str) -> Runtime:
+        venv = self.root / target / "venv"
         base = getattr(sys, "_base_executable", sys.executable)
+        site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        linked: set[str] = set()
+        for package in self.packages[target]:  # before making the venv: a missing package costs nothing
+            _link_distribution(package, site, linked, dry_run=True)
         if not (venv / "bin" / "python").exists():
             subprocess.run([base, "-m", "venv", "--without-pip", "--symlinks", str(venv)], check=True,
                            capture_output=True, timeout=120, env={"PATH": os.environ.get("PATH", "")})
-        site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-        for package in self.stock_packages:
-            self._link_package(package, site)
-        return Runtime(STOCK, venv / "bin", venv / "bin" / "python")
+        linked.clear()
+        for package in self.packages[target]:
+            _link_distribution(package, site, linked)
+        return Runtime(target, venv / "bin", venv / "bin" / "python")
 
-    @staticmethod
-    def _link_package(package: str, site: Path) -> None:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            raise ImageError(f"stock image: package {package!r} is not installed where the sandbox runs; "
-                             "install it (pip install numpy) or drop it from the stock packages")
-        source = Path(next(iter(spec.submodule_search_locations)))
-        # the package, its vendored libraries (numpy.libs) and its metadata, so importlib.metadata works
-        for item in source.parent.iterdir():
-            if item.name == package or item.name.startswith((f"{package}.libs", f"{package}-")):
-                link = site / item.name
-                if not link.exists():
-                    link.symlink_to(item, target_is_directory=item.is_dir())
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(name: str) -> bool:
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _link_distribution(name: str, site: Path, linked: set[str], dry_run: bool = False) -> None:
+    """Link distribution ``name`` and what it requires into ``site``, from where the sandbox has them.
+
+    A requirement only for an extra is skipped; one with another marker (platform, Python version) is
+    linked when installed and skipped otherwise, since its marker then said it was not needed here.
+    """
+    if _normal(name) in linked:
+        return
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        raise ImageError(f"the image needs the Python package {name!r}, which is not installed where the "
+                         f"sandbox runs; install it there (pip install {name}) or map the image elsewhere") from None
+    linked.add(_normal(name))
+    source = Path(str(dist.locate_file("")))
+    for top in sorted({f.parts[0] for f in dist.files or () if f.parts and f.parts[0] != ".."}):
+        link, item = site / top, source / top
+        if not dry_run and item.exists() and not link.exists():
+            link.symlink_to(item, target_is_directory=item.is_dir())
+    for requirement in dist.requires or ():
+        requirement_name, _, marker = requirement.partition(";")
+        match = _REQUIREMENT.match(requirement_name)
+        if match is None or "extra" in marker:
+            continue
+        if marker.strip() and not _installed(match.group(1)):
+            continue
+        _link_distribution(match.group(1), site, linked, dry_run)

@@ -1,8 +1,8 @@
 """The test kubelet: runs the containers of every pod bound to a sandbox node as local processes.
 
 One kubelet serves all nodes of the sandbox (local and virtual). It watches pods; a pod bound to a node
-gets a :class:`~gpu_offload.sandbox.podworker.PodWorker`, an IP of its own on 127.10.0.0/16 and a folder
-``<state>/pods/<ns>_<name>_<uid8>/``. It serves ``pods/attach`` (the container's stdin and live output)
+gets a :class:`~gpu_offload.sandbox.podworker.PodWorker`, an IP and (as root) a network namespace of its
+own (``podnet.py``), and a folder ``<state>/pods/<ns>_<name>_<uid8>/``. It serves ``pods/attach`` (the container's stdin and live output)
 and ``pods/exec`` (a new process in the container's environment). A graceful delete is finished by the
 kubelet once the processes ended. ``shutdown()`` stops every process; none outlives the sandbox.
 
@@ -14,24 +14,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
+import getpass
+import logging
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import events
+from . import endpointslices, events, podnames
 from .api import Api
 from .errors import ApiError
 from .images import Images
+from .isolation import can_isolate
 from .launch import Launch
 from .patching import MERGE
 from .podfiles import Lookup
+from .podnet import PodNetwork
 from .podworker import COMPONENT, PodWorker
 from .process import ContainerProcess
+from .serviceproxy import ServiceProxy, backends
 from .streams import StreamIO, StreamRequest
 
+LOG = logging.getLogger(__name__)
 Gate = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 """``gate(pod)`` -> a status to report instead of running the pod, or None to run it."""
 
@@ -46,7 +51,10 @@ class KubeletConfig:
     """First back-off (image pull, mount, restart) in seconds; a real kubelet starts at 10 s."""
     max_backoff: float = 5.0
     """Back-off ceiling; a real kubelet stops at 300 s."""
-    pod_network: str = "127.10.0.0/16"
+    isolate: bool = True
+    """Where the sandbox runs as root: a network namespace per pod, containers in their own PID namespace
+    as their runAsUser (``isolation.py``). False: every pod shares the host's network and runs as the
+    sandbox's user, as on a machine without root."""
 
 
 class Kubelet:
@@ -60,12 +68,29 @@ class Kubelet:
         self.gate = gate
         self.workers: dict[tuple[str, str], PodWorker] = {}
         self.gated: set[str] = set()
-        self._ips = ipaddress.ip_network(config.pod_network).hosts()
+        self.isolating = config.isolate and can_isolate()
+        if config.isolate and not self.isolating:
+            LOG.warning("sandbox: not root, so containers run as this user (%s) whatever their runAsUser, in "
+                        "the host's process table", getpass.getuser())
+        self.network = PodNetwork.for_this_machine(self.isolating)
+        self._said: set[str] = set()
+        self._services = api.type("", "v1", "services")
+        self._names_pending = False
+        self.proxy = ServiceProxy(self.network.add_address) if self.network.isolated else None
+        self._proxy_sync: asyncio.Task[None] | None = None
+        self._proxy_dirty = False
         self._pods = api.type("", "v1", "pods")
         self._task: asyncio.Task[None] | None = None
+        self._names_task: asyncio.Task[None] | None = None
         self._deleting: set[asyncio.Future[None]] = set()
 
     # ---- plumbing for workers ------------------------------------------------------------------
+    def say_once(self, message: str) -> None:
+        """A warning in the sandbox's log, the first time only."""
+        if message not in self._said:
+            self._said.add(message)
+            LOG.warning("sandbox: %s", message)
+
     def lookup(self, namespace: str) -> Lookup:
         """Secrets and ConfigMaps of ``namespace`` by name."""
         def find(kind: str, name: str) -> dict[str, Any] | None:
@@ -104,10 +129,46 @@ class Kubelet:
             self._on_pod(pod)
         sub = self.api.store.subscribe(self._pods.key, since=rv)
         self.api.streams.register(self.stream)
+        self.api.streams.register_port_forward(self.connect)
         self._task = asyncio.ensure_future(self._watch(sub))
+        services = self.api.store.subscribe(self._services.key, since=self.api.store.list(self._services.key)[1])
+        self._names_task = asyncio.ensure_future(self._watch_services(services))
+
+    async def _watch_services(self, sub: Any) -> None:
+        async for _event in sub:
+            self._names_changed()
+
+    def name_table(self) -> list[podnames.Entry]:
+        """Every Service and pod name of the cluster with its address (see ``podnames.py``)."""
+        return podnames.entries(self.api.store.list(self._services.key)[0], self.api.store.list(self._pods.key)[0])
+
+    async def _sync_proxy(self) -> None:
+        while self.proxy is not None and self._proxy_dirty:  # one sync at a time, the last state wins
+            self._proxy_dirty = False
+            await self.proxy.sync(backends(self.api.store.list(self._services.key)[0],
+                                           self.api.store.list(self._pods.key)[0]))
+
+    def _names_changed(self) -> None:
+        # coalesced: a burst of pod updates rewrites the slices and the pods' hosts files once
+        if not self._names_pending:
+            self._names_pending = True
+            asyncio.get_running_loop().call_later(0.05, self._write_names)
+
+    def _write_names(self) -> None:
+        self._names_pending = False
+        endpointslices.sync(self.api)
+        if not self.network.isolated:
+            return
+        table = self.name_table()
+        for worker in list(self.workers.values()):
+            worker.write_names(table)
+        self._proxy_dirty = True
+        if self._proxy_sync is None or self._proxy_sync.done():
+            self._proxy_sync = asyncio.ensure_future(self._sync_proxy())
 
     async def _watch(self, sub: Any) -> None:
         async for event in sub:
+            self._names_changed()
             if event.type == "DELETED":
                 self._on_deleted(event.object)
             else:
@@ -146,7 +207,11 @@ class Kubelet:
                 self.record(pod, "Warning", str(held.get("reason", "Held")), str(held.get("message", "")))
             return
         meta = pod["metadata"]
-        worker = PodWorker(self, dict(pod), str(next(self._ips)), self.host_ip(pod["spec"]["nodeName"]))
+        host_ip = self.host_ip(pod["spec"]["nodeName"])
+        # a hostNetwork pod shares the node's network and reports the node's address, as on a node
+        pod_ip, netns = (host_ip, None) if pod["spec"].get("hostNetwork") else self.network.attach(meta["uid"])
+        worker = PodWorker(self, dict(pod), pod_ip, host_ip)
+        worker.netns = netns
         self.workers[(meta["namespace"], meta["name"])] = worker
         worker.task = asyncio.ensure_future(self._run(worker))
 
@@ -179,12 +244,14 @@ class Kubelet:
             proc.signal_group(9)
         if worker.task is not None:
             worker.task.cancel()
+        self.network.detach(worker.uid)
         shutil.rmtree(worker.dir, ignore_errors=True)
 
     async def shutdown(self) -> None:
         """Stop watching and kill every container process (no grace: the sandbox is going away)."""
-        if self._task is not None:
-            self._task.cancel()
+        for running in (self._task, self._names_task, self._proxy_sync):
+            if running is not None:
+                running.cancel()
         for task in list(self._deleting):
             task.cancel()
         workers = list(self.workers.values())
@@ -193,8 +260,19 @@ class Kubelet:
         procs = [p for w in workers for p in [*w.processes.values(), *w.execs]]
         await asyncio.gather(*(p.stop(0) for p in procs), return_exceptions=True)
         await asyncio.gather(*(w.task for w in workers if w.task), return_exceptions=True)
+        if self.proxy is not None:
+            self.proxy.close()
+        self.network.close()
 
-    # ---- attach and exec -----------------------------------------------------------------------
+    # ---- attach, exec and port-forward ---------------------------------------------------------
+    async def connect(self, namespace: str, pod: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to ``port`` of a running pod, at the pod's IP (``pods/portforward``)."""
+        worker = self.workers.get((namespace, pod))
+        if worker is None or not any(r.running for r in worker.records):
+            raise ApiError(400, "BadRequest", f"pod {namespace}/{pod} has no running container: wait until it "
+                                              "is Running")
+        return await asyncio.open_connection(worker.pod_ip, port)
+
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         """The worker running a pod, if any."""
         return self.workers.get((namespace, name))
@@ -209,10 +287,11 @@ class Kubelet:
             raise ApiError(400, "BadRequest", f"container {container} is not running in pod "
                                               f"{req.namespace}/{req.pod}: wait until it is Running")
         if req.kind == "exec":
-            return await self._exec(req, io, launch, worker)
+            return await self._exec(req, io, launch, worker, container)
         return await self._attach(req, io, worker, container, proc)
 
-    async def _exec(self, req: StreamRequest, io: StreamIO, launch: Launch, worker: PodWorker) -> int:
+    async def _exec(self, req: StreamRequest, io: StreamIO, launch: Launch, worker: PodWorker,
+                    container: str) -> int:
         writes: list[asyncio.Task[None]] = []
 
         def sink(stream: str, data: bytes) -> None:
@@ -221,7 +300,9 @@ class Kubelet:
 
         argv = [launch.paths.rewrite(a) for a in req.command]
         try:
-            proc = await ContainerProcess.start(argv, dict(launch.env), launch.cwd, sink, stdin=req.stdin)
+            proc = await ContainerProcess.start(argv, dict(launch.env), launch.cwd, sink, stdin=req.stdin,
+                                                isolation=worker.isolations.get(container),
+                                                join=worker.processes.get(container))
         except OSError as exc:
             raise ApiError(500, "InternalError", f'exec: "{req.command[0] if req.command else ""}": {exc}') from exc
         worker.execs.add(proc)  # it lives in the container: it ends with it

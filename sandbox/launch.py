@@ -58,7 +58,8 @@ def _resolve(argv0: str, runtime: Runtime, path: str) -> str:
 def build_launch(pod: Mapping[str, Any], container: Mapping[str, Any], runtime: Runtime,
                  spec_env: Mapping[str, str], paths: PathMap) -> Launch:
     """The launch of ``container`` given its resolved image, the env its spec gives and its path map."""
-    name = (pod.get("metadata") or {}).get("name", "")
+    # a pod's hostname is spec.hostname when set (an Indexed Job's pods, StatefulSets), else its name
+    name = (pod.get("spec") or {}).get("hostname") or (pod.get("metadata") or {}).get("name", "")
     home = paths.rootfs / "root"
     home.mkdir(parents=True, exist_ok=True)
     # LANG as the official Python images set it (without it, Python adds LC_CTYPE to the environment)

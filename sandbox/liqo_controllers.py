@@ -27,8 +27,6 @@ from .errors import ApiError, Cause
 from .patching import MERGE
 
 NSOFF = ("offloading.liqo.io/v1beta1", "NamespaceOffloading")
-RSLICE = ("authentication.liqo.io/v1beta1", "ResourceSlice")
-VNODE = ("offloading.liqo.io/v1beta1", "VirtualNode")
 
 
 def ensure_crds(api: Api) -> None:

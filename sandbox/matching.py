@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-_SUFFIXES = {
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-    "P": Decimal("1e15"), "E": Decimal("1e18"),
-}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
+from kubernetes.utils import parse_quantity
 
 
 def quantity(value: object) -> Decimal:
     """The numeric value of a Kubernetes quantity (``"500m"`` -> 0.5, ``"1Gi"`` -> 1073741824)."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity: write e.g. 500m, 2, 1Gi")
     try:
-        return Decimal(match.group(1)) * _SUFFIXES[match.group(2)]
-    except InvalidOperation as exc:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity: {exc}") from exc
+        return parse_quantity(str(value).strip())
+    except (ValueError, ArithmeticError) as exc:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity: write e.g. 500m, 2, 1Gi") from exc
 
 
 def _requirement_matches(req: Mapping[str, Any], value: str | None) -> bool:

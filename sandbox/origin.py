@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import liqo, liqo_controllers, process
+from . import fieldvalidation, liqo, liqo_controllers, process
 from .api import Api
 from .faults import SandboxFaults
 from .images import DEFAULT_MAP, Images
@@ -44,7 +44,17 @@ class OriginOptions:
     image_map: tuple[tuple[str, str], ...] = DEFAULT_MAP
     """(fnmatch pattern, ``project`` | ``stock`` | interpreter path), first match wins."""
     backoff: float = 0.5
+    """First restart/pull back-off in seconds (a kubelet's is 10 s; short here so tests do not wait)."""
     max_backoff: float = 5.0
+    """Back-off ceiling (a kubelet's is 300 s)."""
+    tool_dirs: tuple[Path, ...] = ()
+    """Folders searched after PATH for tools hub images carry (configurable-http-proxy)."""
+    field_validation: str = "Strict"
+    """``fieldValidation`` of requests without one (``fieldvalidation.py``). Strict here, for the project's
+    tests: a manifest the project builds with a misspelt field fails its test instead of losing the field
+    with a warning nobody reads. The CLI passes Warn, kube-apiserver's default, for outside clients."""
+    isolate: bool = True
+    """As root: pods in network namespaces, containers in PID namespaces as their user (KubeletConfig)."""
 
 
 @dataclass
@@ -62,11 +72,15 @@ class LiqoOrigin:
         self.server = server
         api = server.api
         opts = self.options
+        if opts.field_validation not in fieldvalidation.MODES:
+            raise ValueError(f"field_validation={opts.field_validation!r}: use one of {', '.join(fieldvalidation.MODES)}")
+        api.field_validation = opts.field_validation
         liqo_controllers.ensure_crds(api)
         liqo_controllers.seed(api, opts.donors)
         liqo_controllers.install_admission(api)
-        self.images = Images(opts.state_dir, opts.image_map)
-        self.kubelet = Kubelet(api, self.images, KubeletConfig(opts.state_dir, opts.backoff, opts.max_backoff),
+        self.images = Images(opts.state_dir, opts.image_map, tool_dirs=opts.tool_dirs)
+        self.kubelet = Kubelet(api, self.images, KubeletConfig(opts.state_dir, opts.backoff, opts.max_backoff,
+                                                                   opts.isolate),
                                gate=liqo_controllers.offloading_gate(api))
         self.faults = SandboxFaults(api, self.kubelet, self.images)
         self.faults.routes(server.app)
@@ -107,6 +121,13 @@ class RunningOrigin:
     @property
     def kubelet(self) -> Kubelet:
         return self.origin.kubelet
+
+    @property
+    def host_address(self) -> str:
+        """Where a server beside the sandbox (an object store outside the cluster) listens so that both this
+        machine and the pods reach it: the pod network's bridge when pods have their own network namespaces
+        (the host's 127.0.0.1 is not theirs), else 127.0.0.1."""
+        return self.kubelet.network.gateway or "127.0.0.1"
 
     def call(self, coro: Any, timeout: float | None = 60) -> Any:
         """Run a coroutine on the server's loop and return its result."""

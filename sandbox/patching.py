@@ -4,7 +4,8 @@
 - ``application/json-patch+json`` (RFC 6902): add, remove, replace, move, copy, test.
 - ``application/strategic-merge-patch+json``, modestly: like a merge patch, except the lists below merge
   by their key, as Kubernetes declares them (containers, initContainers, env, ports, volumes, volumeMounts,
-  imagePullSecrets, conditions, ownerReferences by uid), ``metadata.finalizers`` merges as a set, and the
+  imagePullSecrets, conditions, ownerReferences by uid; a Service's ``spec.ports`` by ``port``, a Node's
+  ``status.addresses`` by ``type``), ``metadata.finalizers`` merges as a set, and the
   directives ``$patch: delete`` (in a list item or a map), ``$patch: replace`` (in a map) and
   ``$deleteFromPrimitiveList/<field>`` are honoured. Every other list, ``tolerations`` included, is
   replaced whole, as Kubernetes does for lists without a patch strategy.
@@ -20,7 +21,6 @@ from .errors import ApiError, bad_request
 MERGE = "application/merge-patch+json"
 JSON = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
-APPLY = "application/apply-patch+yaml"
 
 MERGE_KEYS = {
     "containers": "name",
@@ -38,6 +38,13 @@ MERGE_KEYS = {
     "topologySpreadConstraints": "topologyKey",
 }
 SET_LISTS = {"finalizers"}
+KIND_MERGE_KEYS: dict[tuple[str, tuple[str, ...]], str] = {
+    # (kind, path of the list) -> its key where it differs from MERGE_KEYS, as each type declares it
+    ("Service", ("spec", "ports")): "port",
+    ("Node", ("status", "addresses")): "type",
+    ("Node", ("status", "images")): "",  # atomic
+    ("Endpoints", ("subsets",)): "",
+}
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -53,7 +60,13 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
-def _merge_keyed_list(target: list[Any], patch: list[Any], key: str) -> list[Any]:
+def _merge_key(kind: str, path: tuple[str, ...]) -> str:
+    # "" for a list that is replaced whole
+    found = KIND_MERGE_KEYS.get((kind, path))
+    return found if found is not None else MERGE_KEYS.get(path[-1], "")
+
+
+def _merge_keyed_list(target: list[Any], patch: list[Any], key: str, kind: str, path: tuple[str, ...]) -> list[Any]:
     out = copy.deepcopy(target)
     for item in patch:
         if not isinstance(item, dict) or key not in item:
@@ -63,14 +76,18 @@ def _merge_keyed_list(target: list[Any], patch: list[Any], key: str) -> list[Any
             if index is not None:
                 out.pop(index)
         elif index is None:
-            out.append(strategic_merge_patch({}, item))
+            out.append(strategic_merge_patch({}, item, kind, path))
         else:
-            out[index] = strategic_merge_patch(out[index], item)
+            out[index] = strategic_merge_patch(out[index], item, kind, path)
     return out
 
 
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """Kubernetes strategic merge patch for the lists in ``MERGE_KEYS`` and ``SET_LISTS``; see module doc."""
+def strategic_merge_patch(target: Any, patch: Any, kind: str = "", path: tuple[str, ...] = ()) -> Any:
+    """Kubernetes strategic merge patch for the lists in ``MERGE_KEYS`` and ``SET_LISTS``; see module doc.
+
+    ``kind`` is the patched object's kind and ``path`` where ``target`` sits in it (list indexes left out):
+    a few lists merge by another key in some kinds (``KIND_MERGE_KEYS``).
+    """
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     if patch.get("$patch") == "replace":
@@ -86,12 +103,12 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
             continue  # $retainKeys, $setElementOrder: ordering hints the sandbox does not need
         elif value is None:
             out.pop(key, None)
-        elif isinstance(value, list) and key in MERGE_KEYS and isinstance(out.get(key), list):
-            out[key] = _merge_keyed_list(out[key], value, MERGE_KEYS[key])
+        elif isinstance(value, list) and _merge_key(kind, (*path, key)) and isinstance(out.get(key), list):
+            out[key] = _merge_keyed_list(out[key], value, _merge_key(kind, (*path, key)), kind, (*path, key))
         elif isinstance(value, list) and key in SET_LISTS and isinstance(out.get(key), list):
             out[key] = out[key] + [v for v in value if v not in out[key]]
         elif isinstance(value, dict):
-            merged = strategic_merge_patch(out.get(key), value)
+            merged = strategic_merge_patch(out.get(key), value, kind, (*path, key))
             if merged is None:
                 out.pop(key, None)
             else:
@@ -185,7 +202,7 @@ def apply_patch(target: Any, patch: Any, content_type: str) -> Any:
     if ctype == MERGE:
         return merge_patch(target, patch)
     if ctype == STRATEGIC:
-        return strategic_merge_patch(target, patch)
+        return strategic_merge_patch(target, patch, target.get("kind", "") if isinstance(target, dict) else "")
     if ctype == JSON:
         return json_patch(target, patch)
     raise ApiError(

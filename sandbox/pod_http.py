@@ -1,5 +1,6 @@
 """The pod subresources served over HTTP: ``log`` (from the log buffers), ``attach``/``exec`` (websocket,
-through the registered stream provider) and ``binding`` (what a scheduler posts)."""
+through the registered stream provider), ``portforward`` (websocket, through the registered connector) and
+``binding`` (what a scheduler posts)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from aiohttp import web
+from dateutil.parser import isoparse
 
-from . import streams
+from . import portforward, streams
 from .api import Api
 from .errors import ApiError, bad_request
 from .logs import LogQuery, LogStreamCut
@@ -33,7 +35,7 @@ def _pick_container(pod: dict[str, Any], wanted: str | None) -> str:
 
 def _parse_time(value: str) -> datetime:
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return isoparse(value)
     except ValueError as exc:
         raise bad_request(f"sinceTime={value!r} is not an RFC 3339 time such as 2026-11-22T01:02:03Z") from exc
 
@@ -111,6 +113,21 @@ async def pod_attach_or_exec(api: Api, request: web.Request, namespace: str, nam
     if request.headers.get("Upgrade", "").lower() != "websocket":
         raise ApiError(400, "BadRequest", f"pods/{kind} needs a websocket upgrade (protocol v4.channel.k8s.io)")
     return await streams.serve(request, provider, req)
+
+
+async def pod_port_forward(api: Api, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
+    """``pods/<name>/portforward`` as a channel websocket (``portforward.py``)."""
+    pod = api.get(api.type("", "v1", "pods"), namespace, name)
+    req = portforward.ForwardRequest(namespace, name, portforward.parse_ports(request.query.getall("ports", [])))
+    node = pod["spec"].get("nodeName", "")
+    connect = api.streams.find_port_forward(node) if node else None
+    if connect is None:
+        raise bad_request(f"unable to upgrade connection: pod {name} is not running on a node this sandbox's "
+                          "kubelet serves (wait until it is Running)")
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        raise bad_request("pods/portforward needs a websocket upgrade (protocol v4.channel.k8s.io); SPDY is not "
+                          "emulated, so kubectl port-forward does not work: use kubernetes.stream.portforward")
+    return await portforward.serve(request, connect, req)
 
 
 def pod_binding(api: Api, namespace: str, name: str, body: Any) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Path mapping (there is no container filesystem): each pod has a folder
 ``<state>/pods/<namespace>_<name>_<uid>/`` whose ``rootfs/`` stands for the container's ``/``.
 
 - Volumes are materialized in ``volumes/<volume name>/`` (Secret and ConfigMap keys as files with their
-  modes, emptyDir empty) and mounted by a symlink at ``rootfs/<mountPath>`` (``subPath`` honoured).
+  modes, emptyDir empty) and mounted by a symlink at ``rootfs/<mountPath>`` (``subPath`` honoured). An
+  isolated container also has them bound at their real ``mountPath`` (``isolation.Isolation.mounts``), so
+  paths a program builds itself reach them too.
 - Every absolute path under a ``mountPath`` that appears in ``command``, ``args``, env values or
   ``workingDir`` is rewritten to its place under ``rootfs/``: ``python3 /gpu-offload/runner.pyz`` runs
   ``python3 <pod folder>/rootfs/gpu-offload/runner.pyz``. Paths the program builds itself are not.
@@ -13,7 +15,7 @@ Path mapping (there is no container filesystem): each pod has a folder
 
 Environment: only what the pod spec gives (``envFrom``, then ``env`` with ``$(VAR)`` expansion, valueFrom
 Secrets, ConfigMaps, the downward API and resource fields), plus what a container runtime adds: ``PATH``
-(the image's interpreter first), ``HOSTNAME`` (the pod name), ``HOME`` and ``LANG=C.UTF-8`` (as the
+(the image's interpreter first), ``HOSTNAME`` (the pod's hostname: ``spec.hostname``, else its name), ``HOME`` and ``LANG=C.UTF-8`` (as the
 Python images set it). Nothing of the host leaks.
 """
 
@@ -233,6 +235,14 @@ class PathMap:
     def host(self, container_path: str) -> Path:
         """The host path of an absolute container path."""
         return self.rootfs / container_path.lstrip("/")
+
+
+def volume_binds(container: Mapping[str, Any], volumes: Mapping[str, Path]) -> tuple[tuple[str, str], ...]:
+    """(host folder or file, mountPath) of each volumeMount of ``container``, parents before children."""
+    mounts = container.get("volumeMounts") or []
+    pairs = [(str(volumes[m["name"]] / m.get("subPath", "")), m["mountPath"].rstrip("/") or "/")
+             for m in mounts if m["name"] in volumes]
+    return tuple(sorted(pairs, key=lambda pair: pair[1].count("/")))
 
 
 def mount_volumes(container: Mapping[str, Any], volumes: Mapping[str, Path], rootfs: Path) -> PathMap:

@@ -19,10 +19,22 @@ class ContainerRecord:
     last_state: dict[str, Any] = field(default_factory=dict)
     restart_count: int = 0
     container_id: str = ""
+    probe_ready: bool = True
+    """What the readiness probe last said (True for a container without one)."""
+    probe_started: bool = True
+    """Whether the startup probe passed (True for a container without one)."""
 
     @property
     def running(self) -> bool:
         return "running" in self.state
+
+    @property
+    def started(self) -> bool:
+        return self.running and self.probe_started
+
+    @property
+    def ready(self) -> bool:
+        return self.started and self.probe_ready
 
     @property
     def exit_code(self) -> int | None:
@@ -64,7 +76,7 @@ def container_status(rec: ContainerRecord) -> dict[str, Any]:
     """One entry of ``status.containerStatuses``."""
     out: dict[str, Any] = {
         "name": rec.name, "image": rec.image, "imageID": f"sandbox://{rec.image}" if rec.container_id else "",
-        "ready": rec.running, "started": rec.running, "restartCount": rec.restart_count,
+        "ready": rec.ready, "started": rec.started, "restartCount": rec.restart_count,
         "state": rec.state, "lastState": rec.last_state,
     }
     if rec.container_id:
@@ -91,13 +103,16 @@ def conditions(pod_phase: str, records: Sequence[ContainerRecord], scheduled_at:
                initialized: bool = True) -> list[dict[str, Any]]:
     """The pod's conditions for ``pod_phase``."""
     stamp = now()
-    ready = pod_phase == "Running" and all(r.running for r in records)
+    ready = pod_phase == "Running" and all(r.ready for r in records)
+    unready = ", ".join(r.name for r in records if not r.ready)
 
     def cond(type_: str, ok: bool, reason: str = "") -> dict[str, Any]:
         out = {"type": type_, "status": "True" if ok else "False", "lastTransitionTime": stamp,
                "lastProbeTime": None}
         if not ok and reason:
             out["reason"] = reason
+            if reason == "ContainersNotReady":
+                out["message"] = f"containers with unready status: [{unready}]"
         return out
 
     not_ready = "PodCompleted" if pod_phase in ("Succeeded", "Failed") else "ContainersNotReady"

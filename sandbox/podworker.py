@@ -7,7 +7,11 @@ Life of a pod here, as on a kubelet:
    (else ``CreateContainerConfigError``, retried);
 2. every container runs as a local process; its output goes to ``pods/log``; a container whose resident
    memory exceeds ``limits.memory`` is killed as ``OOMKilled`` (exit code 137), as its cgroup would be;
-3. an exiting container is restarted per ``restartPolicy`` with a growing back-off (``CrashLoopBackOff``);
+3. an exiting container, or one that cannot start (``StartError``, exit code 128: e.g. its command is not on
+   PATH), is restarted per ``restartPolicy``: at once the first time, then after a back-off doubling from
+   the kubelet config's base to its ceiling (a kubelet's 10 s to 300 s), forgotten once a run lasted twice
+   the ceiling (a kubelet's 10 minutes) (``CrashLoopBackOff``);
+   readiness and liveness probes (``probes.py``) set the container's ``ready`` or kill it for a restart;
 4. ``activeDeadlineSeconds`` (from ``status.startTime``) stops all containers: phase Failed, reason
    ``DeadlineExceeded``; faults may end a pod the same way (``Evicted``, ``NodeLost``) or kill one
    container as ``OOMKilled``;
@@ -20,14 +24,24 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import podstatus
+from . import podnames, podstatus, probes
 from .defaults import now
-from .images import ImageError
+from .images import ImageError, Runtime
+from .isolation import Isolation, User, container_user, hand_over, reveal_plan
 from .launch import Launch, StartError, build_launch
 from .matching import quantity
-from .podfiles import ConfigError, MountError, PodContext, container_env, materialize_volumes, mount_volumes
+from .podfiles import (
+    ConfigError,
+    MountError,
+    PodContext,
+    container_env,
+    materialize_volumes,
+    mount_volumes,
+    volume_binds,
+)
 from .podstatus import ContainerRecord
 from .process import ContainerProcess, Exit
 
@@ -59,6 +73,9 @@ class PodWorker:
         self.processes: dict[str, ContainerProcess] = {}
         self.execs: set[ContainerProcess] = set()
         self.launches: dict[str, Launch] = {}
+        self.isolations: dict[str, Isolation] = {}
+        self.netns: str | None = None
+        """The pod's network namespace (``/run/netns/...``), None when it shares the host's."""
         self.listeners: list[Callable[[str, str, bytes], None]] = []
         self.kill_reasons: dict[str, str] = {}
         self.last_warning: dict[str, tuple[str, str]] = {}
@@ -118,7 +135,11 @@ class PodWorker:
                 volumes = materialize_volumes(self.pod, self.dir, self.kubelet.lookup(self.namespace))
                 paths = mount_volumes(spec, volumes, self.dir / "rootfs")
                 env = container_env(self.pod, spec, self._context(), self.kubelet.lookup(self.namespace))
-                return build_launch(self.pod, spec, runtime, env, paths)
+                launch = build_launch(self.pod, spec, runtime, env, paths)
+                if self.kubelet.isolating:
+                    binds = volume_binds(spec, volumes)
+                    self.isolations[rec.name] = self._isolation(spec, runtime, launch, binds)
+                return launch
             except ImageError as exc:
                 pulled_once = rec.state.get("waiting", {}).get("reason") == "ErrImagePull"
                 self._wait_state(rec, "ImagePullBackOff" if pulled_once else "ErrImagePull", str(exc),
@@ -129,6 +150,50 @@ class PodWorker:
                 self._wait_state(rec, "CreateContainerConfigError", str(exc), "Failed")
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.kubelet.config.max_backoff)
+
+    def _isolation(self, spec: dict[str, Any], runtime: Runtime, launch: Launch,
+                   mounts: tuple[tuple[str, str], ...]) -> Isolation:
+        user = container_user(self.pod, spec, runtime.image)
+        hand_over(self.dir / "rootfs", user)
+        hand_over(self.dir / "volumes", user)
+        needed = [(Path(launch.argv[0]), True), (launch.cwd, False)]
+        if Path(launch.argv[0]).is_relative_to(runtime.bin_dir):  # the image's shims run its interpreter
+            needed.append((runtime.python, True))
+        for program in {Path(launch.argv[0]), runtime.python}:
+            interpreter = _shebang(program)
+            if interpreter is not None:  # the kernel runs a script through the interpreter its #! names
+                needed.append((interpreter, True))
+        try:
+            reveal = reveal_plan(needed, user)
+        except PermissionError as exc:
+            fix = "let that user read it (chmod o+r, or o+x for a program), or run the container as its owner"
+            if user.explicit:
+                raise StartError(f"{exc}: {fix}") from exc
+            self.kubelet.say_once(f"{runtime.image} runs as root, not its default user: {exc}; {fix}")
+            user, reveal = User(0, 0), ()
+        # the other pods' folders (their Secrets) are hidden from this pod's containers, whoever they run as
+        reveal = (*reveal, (str(self.dir.parent), (str(self.dir),)))
+        return Isolation(user, self.netns, self._name_files(), podnames.hostname(self.pod), reveal, mounts)
+
+    def _name_files(self) -> tuple[tuple[str, str], ...]:
+        # a pod in its own network namespace resolves cluster names from files (see podnames.py)
+        if self.netns is None:
+            return ()
+        self.write_names(self.kubelet.name_table())
+        resolv = self.dir / "resolv.conf"
+        resolv.write_text(podnames.resolv_conf(self.namespace))
+        return ((str(self.dir / "hosts"), "/etc/hosts"), (str(resolv), "/etc/resolv.conf"))
+
+    def write_names(self, table: list[podnames.Entry]) -> None:
+        """Rewrite the pod's hosts file in place (the containers see it through their bind mount)."""
+        if self.netns is None:
+            return
+        text = podnames.hosts_file(self.pod, self.pod_ip, table)
+        path = self.dir / "hosts"
+        if not path.exists() or path.read_text() != text:
+            with open(path, "r+" if path.exists() else "w") as hosts:  # same inode: the mount follows it
+                hosts.write(text)
+                hosts.truncate()
 
     def _wait_state(self, rec: ContainerRecord, reason: str, message: str, event_reason: str,
                     event_message: str = "") -> None:
@@ -173,7 +238,7 @@ class PodWorker:
         self.event("Normal", "Created", f"Created container {rec.name}", rec.name)
         try:
             proc = await ContainerProcess.start(launch.argv, dict(launch.env), launch.cwd, self._sink(rec.name),
-                                                stdin=stdin)
+                                                stdin=stdin, isolation=self.isolations.get(rec.name))
         except OSError as exc:
             rec.state = podstatus.terminated(128, "StartError", now(), f"sandbox://{uuid.uuid4().hex}",
                                              message=str(exc))
@@ -188,40 +253,96 @@ class PodWorker:
 
     async def _container_loop(self, spec: dict[str, Any], rec: ContainerRecord, init: bool = False) -> bool:
         """Run one container, restarting it per the pod's policy; True if it ended successfully."""
-        try:
-            launch = await self._prepare(spec, rec)
-        except StartError as exc:
-            rec.state = podstatus.terminated(128, "StartError", now(), "", message=str(exc))
-            self.event("Warning", "Failed", f"Error: {exc}", rec.name)
-            self.publish()
-            return False
-        self.launches[rec.name] = launch
-        delay = self.kubelet.config.backoff
+        delay: float | None = None  # None: the next restart is at once, as a kubelet's first one is
         while True:
             if self.stopping or self.failure is not None:
                 return False
-            started = now()
-            proc = await self._start(rec, launch, bool(spec.get("stdin")))
-            limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
-            watch = asyncio.ensure_future(self._memory_watch(rec.name, proc, int(quantity(limit)))) \
-                if proc and limit else None
-            result = await proc.wait() if proc else Exit(128)
-            if watch is not None:
-                watch.cancel()
+            began = time.monotonic()
+            result = await self._run_once(spec, rec)
             self.kubelet.api.logs.close(self.namespace, self.name, rec.name)
-            if proc is not None:
-                reason = self.kill_reasons.pop(rec.name, podstatus.exit_reason(result.code))
-                rec.state = podstatus.terminated(result.code, reason, started, rec.container_id, result.signal)
             if self.stopping or self.failure is not None or not self._restarts(result.code, init):
                 self.publish()
                 return result.code == 0
+            if time.monotonic() - began > 2 * self.kubelet.config.max_backoff:
+                delay = None  # ran long enough (a kubelet: 10 minutes): the back-off is forgotten
             rec.last_state, rec.restart_count = rec.state, rec.restart_count + 1
+            if delay is None:
+                delay = self.kubelet.config.backoff
+                self.publish()
+                continue
             rec.state = podstatus.waiting("CrashLoopBackOff", f"back-off {delay:g}s restarting failed "
                                           f"container={rec.name} pod={self.name}_{self.namespace}({self.uid})")
-            self.event("Warning", "BackOff", "Back-off restarting failed container", rec.name)
+            self.event("Warning", "BackOff", f"Back-off restarting failed container {rec.name} in pod "
+                                             f"{self.name}_{self.namespace}({self.uid})", rec.name)
             self.publish()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.kubelet.config.max_backoff)
+
+    async def _run_once(self, spec: dict[str, Any], rec: ContainerRecord) -> Exit:
+        """Prepare and run the container once; exit code 128 if it could not start (StartError)."""
+        try:
+            launch = await self._prepare(spec, rec)
+        except StartError as exc:
+            rec.state = podstatus.terminated(128, "StartError", now(), f"sandbox://{uuid.uuid4().hex}",
+                                             message=str(exc))
+            self.event("Warning", "Failed", f"Error: {exc}", rec.name)
+            return Exit(128)
+        self.launches[rec.name] = launch
+        started = now()
+        # a (re)started container is unready until probed, and not started until its startup probe passed
+        rec.probe_ready, rec.probe_started = not spec.get("readinessProbe"), not spec.get("startupProbe")
+        proc = await self._start(rec, launch, bool(spec.get("stdin")))
+        if proc is None:
+            return Exit(128)
+        limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
+        watchers = [asyncio.ensure_future(self._memory_watch(rec.name, proc, int(quantity(limit))))] if limit else []
+        watchers += self._probers(spec, rec, proc)
+        try:
+            result = await proc.wait()
+        finally:  # also when the pod's task is cancelled: no probe outlives its container
+            for watcher in watchers:
+                watcher.cancel()
+        reason = self.kill_reasons.pop(rec.name, podstatus.exit_reason(result.code))
+        rec.state = podstatus.terminated(result.code, reason, started, rec.container_id, result.signal)
+        return result
+
+    def _probers(self, spec: dict[str, Any], rec: ContainerRecord, proc: ContainerProcess) -> list[asyncio.Task[None]]:
+        if not any(spec.get(k) for k in ("startupProbe", "readinessProbe", "livenessProbe")):
+            return []
+
+        def set_flag(flag: str) -> Callable[[bool], None]:
+            def set_(ok: bool) -> None:
+                setattr(rec, flag, ok)
+                self.publish()
+            return set_
+
+        async def kill(kind: str) -> None:
+            self.event("Normal", "Killing", f"Container {rec.name} failed {kind} probe, will be restarted", rec.name)
+            await proc.stop(self._grace())
+
+        async def run(command: list[str], timeout: float) -> tuple[int, str]:
+            return await self.exec_in(rec.name, command, timeout)
+
+        hooks = probes.Hooks(run, lambda t, r, m: self.event(t, r, m, rec.name), set_flag("probe_started"),
+                             set_flag("probe_ready"), kill)
+        return [asyncio.ensure_future(probes.supervise(spec, self.pod_ip, hooks))]
+
+    async def exec_in(self, container: str, command: list[str], timeout: float) -> tuple[int, str]:
+        """Run ``command`` in ``container``'s environment (an exec probe): its exit code and output; killed
+        after ``timeout`` seconds."""
+        launch = self.launches[container]
+        argv = [launch.paths.rewrite(a) for a in command]
+        output: list[bytes] = []
+        proc = await ContainerProcess.start(argv, dict(launch.env), launch.cwd,
+                                            lambda stream, data: output.append(data))
+        self.execs.add(proc)
+        try:
+            code = (await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)).code
+            return code, b"".join(output).decode(errors="replace")
+        finally:
+            if proc.exit is None:  # timed out, or the probe ended with its container: the shielded wait reaps it
+                proc.signal_group(9)
+            self.execs.discard(proc)
 
     async def _memory_watch(self, container: str, proc: ContainerProcess, limit: int) -> None:
         # the cgroup limit a kubelet would set, checked on the main process's RSS every 0.1 s
@@ -279,3 +400,16 @@ class PodWorker:
         if self.task is not None:
             await asyncio.wait([self.task], timeout=5)
         self.publish()
+
+
+def _shebang(program: Path) -> Path | None:
+    """The interpreter a script's ``#!`` line names, None for anything else."""
+    try:
+        with open(program, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return Path(words[0]) if words else None

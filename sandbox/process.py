@@ -3,6 +3,10 @@
 Every process gets its own session (so a signal reaches its children too) and, on Linux, dies with the
 sandbox even if the sandbox is killed without cleaning up (``PR_SET_PDEATHSIG``). The registry below lets
 the sandbox prove that nothing it started is still alive.
+
+With an :class:`~gpu_offload.sandbox.isolation.Isolation` (root only) the process is the container's shim
+(``nsinit.py``): SIGTERM goes to it alone and it hands it to the command, as a runtime signals a container's
+PID 1; SIGKILL ends its PID namespace, so no child of the container survives, whatever its session.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from .isolation import Isolation, shim_argv
 
 OutputSink = Callable[[str, bytes], None]
 """``sink(stream, data)`` with stream ``"stdout"`` or ``"stderr"``; called on the event loop."""
@@ -44,8 +50,9 @@ class Exit:
 class ContainerProcess:
     """A running local process standing in for a container."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink, isolated: bool = False) -> None:
         self._proc = proc
+        self.isolated = isolated
         self._pumps = [asyncio.ensure_future(self._pump(name, stream, sink))
                        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)) if stream]
         self.exit: Exit | None = None
@@ -54,13 +61,49 @@ class ContainerProcess:
 
     @classmethod
     async def start(cls, argv: Sequence[str], env: dict[str, str], cwd: Path, sink: OutputSink,
-                    stdin: bool = False) -> ContainerProcess:
-        """Start ``argv`` (``argv[0]`` looked up on ``env["PATH"]``); raises OSError if it cannot run."""
-        proc = await asyncio.create_subprocess_exec(
+                    stdin: bool = False, isolation: Isolation | None = None,
+                    join: ContainerProcess | None = None) -> ContainerProcess:
+        """Start ``argv`` (``argv[0]`` looked up on ``env["PATH"]``); raises OSError if it cannot run.
+
+        ``isolation``: run it shut in (see ``nsinit.py``); ``join``: in the namespaces of that container."""
+        if isolation is None:
+            proc = await cls._spawn(argv, env, cwd, stdin)
+            return cls(proc, sink)
+        status_read, status_write = os.pipe()
+        failure = ""
+        try:
+            proc = await cls._spawn(shim_argv(argv, cwd, isolation, status_write,
+                                              join.init_pid() if join is not None else None),
+                                    env, cwd, stdin, (status_write,))
+        finally:
+            os.close(status_write)
+        # Running only once the command is exec'd, as a runtime reports a container started
+        reading = asyncio.ensure_future(asyncio.to_thread(_read_all, status_read))
+        try:
+            failure = await asyncio.wait_for(asyncio.shield(reading), 60)
+        except asyncio.TimeoutError:
+            failure = "the container's shim did not start it within 60 s"
+        except BaseException:  # cancelled meanwhile: nothing of it may stay behind
+            failure = "cancelled"
+            raise
+        finally:
+            if failure:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await asyncio.shield(reading)  # its writers are dead: the read ends
+                await proc.wait()
+            os.close(status_read)
+        if failure:
+            raise OSError(failure)
+        return cls(proc, sink, isolation is not None)
+
+    @staticmethod
+    async def _spawn(argv: Sequence[str], env: dict[str, str], cwd: Path, stdin: bool,
+                     pass_fds: tuple[int, ...] = ()) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
             *argv, env=env, cwd=str(cwd), start_new_session=True, preexec_fn=_die_with_parent,
-            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            pass_fds=pass_fds, stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        return cls(proc, sink)
 
     @property
     def pid(self) -> int:
@@ -97,22 +140,34 @@ class ContainerProcess:
         _LIVE.discard(self)
         return self.exit
 
+    def init_pid(self) -> int | None:
+        """The pid (as the host sees it) of an isolated container's PID 1, None if gone or not isolated."""
+        if not self.isolated:
+            return None
+        children = _children(self._proc.pid)
+        return children[0] if children else None
+
     def rss_bytes(self) -> int:
-        """Resident memory of the process (Linux ``/proc``; 0 when unknown or gone)."""
-        try:
-            with open(f"/proc/{self._proc.pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        return 0
+        """Resident memory of the container's command and what it started (0 when unknown or gone)."""
+        if not self.isolated:
+            return _rss(self._proc.pid)
+        init = self.init_pid()
+        tree, total = list(_children(init)) if init else [], 0
+        while tree:  # the shim and PID 1 are the runtime's, as their memory is outside a container's cgroup
+            pid = tree.pop()
+            total += _rss(pid)
+            tree.extend(_children(pid))
+        return total
 
     def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the process and everything it started (no error if already gone)."""
+        """Send ``sig`` to the process and everything it started (no error if already gone); to an isolated
+        container's shim alone, except SIGKILL, which ends its namespace."""
         if self.exit is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, sig)
+                if self.isolated and sig != signal.SIGKILL:
+                    os.kill(self._proc.pid, sig)
+                else:
+                    os.killpg(self._proc.pid, sig)
 
     async def stop(self, grace: float) -> Exit:
         """SIGTERM, then SIGKILL after ``grace`` seconds, as a kubelet stops a container."""
@@ -124,6 +179,32 @@ class ContainerProcess:
         except asyncio.TimeoutError:
             self.signal_group(signal.SIGKILL)
             return await self.wait()
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [int(p) for p in children.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _sessions_on_linux() -> dict[int, list[int]] | None:

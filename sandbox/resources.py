@@ -68,7 +68,7 @@ def _core(plural: str, kind: str, namespaced: bool = True, short: tuple[str, ...
 
 BUILTINS: tuple[ResourceType, ...] = (
     _core("namespaces", "Namespace", namespaced=False, short=("ns",), sub=("status",)),
-    _core("pods", "Pod", short=("po",), sub=("status", "log", "attach", "exec")),
+    _core("pods", "Pod", short=("po",), sub=("status", "log", "attach", "exec", "portforward")),
     _core("secrets", "Secret"),
     _core("configmaps", "ConfigMap", short=("cm",)),
     _core("services", "Service", short=("svc",), sub=("status",)),
@@ -82,6 +82,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _core("persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), sub=("status",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
     ResourceType("batch", "v1", "jobs", "Job", True, "job", (), ("status",), ("all",)),
+    # written by the kubelet's EndpointSlice controller (endpointslices.py)
+    ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice", ()),
     ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                  False, "customresourcedefinition", ("crd", "crds"), ("status",)),
 )

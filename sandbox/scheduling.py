@@ -25,7 +25,8 @@ RETRY_SECONDS = 1.0
 
 def _pending(pod: dict[str, Any]) -> bool:
     spec, meta = pod.get("spec") or {}, pod["metadata"]
-    return (not spec.get("nodeName") and not meta.get("deletionTimestamp")
+    # a pod with scheduling gates waits outside the scheduling queue until they are all removed
+    return (not spec.get("nodeName") and not meta.get("deletionTimestamp") and not spec.get("schedulingGates")
             and spec.get("schedulerName", COMPONENT) == COMPONENT
             and (pod.get("status") or {}).get("phase", "Pending") == "Pending")
 
@@ -37,12 +38,29 @@ def _unschedulable_message(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def _report_gated(api: Api, pods: list[dict[str, Any]]) -> None:
+    """A gated pod shows PodScheduled=False, reason SchedulingGated (kubectl's STATUS column). kube-apiserver
+    writes it when it stores the pod; the sandbox's scheduler pass does, as its API has no pod strategy."""
+    for pod in pods:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        if not (pod.get("spec") or {}).get("schedulingGates") or meta.get("deletionTimestamp") or any(
+                c.get("reason") == "SchedulingGated" for c in status.get("conditions") or []):
+            continue
+        condition = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                     "message": "Scheduling is blocked due to non-empty scheduling gates",
+                     "lastTransitionTime": now(), "lastProbeTime": None}
+        with contextlib.suppress(ApiError):
+            api.patch(api.type("", "v1", "pods"), meta["namespace"], meta["name"],
+                      {"status": {"conditions": [condition]}}, MERGE, "status")
+
+
 def schedule_pending(api: Api) -> int:
     """One scheduling pass over every pending pod; returns how many were bound."""
     pods_rt, nodes_rt = api.type("", "v1", "pods"), api.type("", "v1", "nodes")
     with api.store.lock:
         pods, _ = api.store.list(pods_rt.key)
         nodes, _ = api.store.list(nodes_rt.key)
+    _report_gated(api, pods)
     bound = 0
     for pod in sorted((p for p in pods if _pending(p)), key=lambda p: p["metadata"]["creationTimestamp"]):
         meta = pod["metadata"]

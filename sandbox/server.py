@@ -23,11 +23,11 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from . import discovery, openapi, quota
+from . import discovery, openapi, podsecurity, quota
 from .api import Api
-from .errors import ApiError
+from .errors import NOT_FOUND, ApiError
 from .http_api import resource_handler
-from .jobs import job_controller, restart_policy_rule
+from .jobs import indexed_completions_rule, job_controller, restart_policy_rule
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,14 +51,14 @@ async def _status_errors(request: web.Request, handler: Callable[..., Awaitable[
 
 
 async def _unknown_path(request: web.Request) -> web.Response:
-    raise ApiError(404, "NotFound", f"the server could not find the requested resource ({request.path})")
+    raise ApiError(404, "NotFound", NOT_FOUND)
 
 
 def _discovery_routes(app: web.Application, api: Api) -> None:
     reg = api.registry
 
-    def not_found(what: str) -> ApiError:
-        return ApiError(404, "NotFound", f"the server could not find the requested resource ({what})")
+    def not_found() -> ApiError:  # kube-apiserver's words, not the path: clients match on them
+        return ApiError(404, "NotFound", NOT_FOUND)
 
     async def version(_: web.Request) -> web.Response:
         return _json(discovery.KUBE_VERSION)
@@ -75,13 +75,13 @@ def _discovery_routes(app: web.Application, api: Api) -> None:
     async def group(request: web.Request) -> web.Response:
         doc = discovery.group(reg, request.match_info["group"])
         if doc is None:
-            raise not_found(request.path)
+            raise not_found()
         return _json(doc)
 
     async def group_version(request: web.Request) -> web.Response:
         doc = discovery.resource_list(reg, request.match_info["group"], request.match_info["version"])
         if doc is None:
-            raise not_found(request.path)
+            raise not_found()
         return _json(doc)
 
     async def healthy(_: web.Request) -> web.Response:
@@ -93,7 +93,7 @@ def _discovery_routes(app: web.Application, api: Api) -> None:
     async def openapi_gv(request: web.Request) -> web.Response:
         doc = openapi.group_version(reg, request.match_info["gv"].strip("/"))
         if doc is None:
-            raise not_found(request.path)
+            raise not_found()
         return _json(doc)
 
     app.router.add_get("/version", version)
@@ -118,10 +118,10 @@ class ApiServer:
         self.app = web.Application(middlewares=[self.api.faults.middleware(), _status_errors],
                                    client_max_size=64 * 1024 * 1024)
         _discovery_routes(self.app, self.api)
-        self.app.router.add_route("*", "/api/v1/{tail:.*}", resource_handler(self.api, core=True))
-        self.app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", resource_handler(self.api, core=False))
         self._plugins = list(plugins)
         self.api.admission.add_validating("jobs.batch", restart_policy_rule)
+        self.api.admission.add_validating("jobs.batch", indexed_completions_rule)
+        podsecurity.install(self.api)  # before quota: kube-apiserver's PodSecurity runs before ResourceQuota
         quota.install(self.api)
         self._controllers: list[Controller] = [job_controller]
         self._tasks: list[asyncio.Task[None]] = []
@@ -130,6 +130,9 @@ class ApiServer:
         self._thread: threading.Thread | None = None
         for plugin in self._plugins:
             plugin(self)
+        # after the plugins, so that an aggregated API a plugin serves (Kueue's visibility) wins over these
+        self.app.router.add_route("*", "/api/v1/{tail:.*}", resource_handler(self.api, core=True))
+        self.app.router.add_route("*", "/apis/{group}/{version}/{tail:.*}", resource_handler(self.api, core=False))
         # last, so that plugin routes win: anything unknown is a 404 Status, as clients expect JSON
         self.app.router.add_route("*", "/{tail:.*}", _unknown_path)
 

@@ -18,7 +18,6 @@ import asyncio
 import builtins
 import collections
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +113,6 @@ class Store:
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=history_size)
         self._compacted_rv = 0
         self._subs: list[Subscription] = []
-        self._listeners: list[Callable[[WatchEvent], None]] = []
 
     @property
     def resource_version(self) -> int:
@@ -182,17 +180,6 @@ class Store:
         for sub in list(self._subs):
             if sub.wants(event):
                 sub._deliver(event)
-        for listener in list(self._listeners):
-            listener(event)
-
-    def add_listener(self, listener: Callable[[WatchEvent], None]) -> None:
-        """Call ``listener(event)`` synchronously, under the store lock, for every change.
-
-        For bookkeeping that must never miss or reorder an event (the log buffers use it to drop a
-        deleted pod's logs). It must be quick and must not block; controllers use ``subscribe`` instead.
-        """
-        with self.lock:
-            self._listeners.append(listener)
 
     def compact(self) -> None:
         """Forget the event history, as an etcd compaction does: older watches resume with 410."""

@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from .errors import ApiError
+from .portforward import Connector
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
@@ -125,6 +126,7 @@ class StreamProviders:
 
     def __init__(self) -> None:
         self._by_node: dict[str | None, StreamProvider] = {}
+        self._forwarders: dict[str | None, Connector] = {}
 
     def register(self, provider: StreamProvider, node: str | None = None) -> None:
         """Serve attach/exec for pods bound to ``node`` (None: every node without its own provider)."""
@@ -137,6 +139,14 @@ class StreamProviders:
     def find(self, node: str) -> StreamProvider | None:
         """The provider for pods on ``node``, if any."""
         return self._by_node.get(node) or self._by_node.get(None)
+
+    def register_port_forward(self, connect: Connector, node: str | None = None) -> None:
+        """Serve ``pods/portforward`` for pods bound to ``node`` (None: every node) with ``connect``."""
+        self._forwarders[node] = connect
+
+    def find_port_forward(self, node: str) -> Connector | None:
+        """The port-forward connector for pods on ``node``, if any."""
+        return self._forwarders.get(node) or self._forwarders.get(None)
 
 
 async def serve(request: web.Request, provider: StreamProvider, req: StreamRequest) -> web.WebSocketResponse:

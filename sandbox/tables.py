@@ -9,6 +9,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from dateutil.parser import isoparse
+
 from .resources import ResourceType
 
 Obj = dict[str, Any]
@@ -22,10 +24,14 @@ def wants_table(accept: str) -> bool:
 
 def age(obj: Obj) -> str:
     """Age as kubectl prints it: 42s, 5m, 3h, 2d."""
-    stamp = obj.get("metadata", {}).get("creationTimestamp")
+    return since(obj.get("metadata", {}).get("creationTimestamp"))
+
+
+def since(stamp: str | None) -> str:
+    """Time since ``stamp`` (RFC 3339) as kubectl prints it: 42s, 5m, 3h, 2d; ``<unknown>`` without one."""
     if not stamp:
         return "<unknown>"
-    seconds = int((datetime.now(timezone.utc) - datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds())
+    seconds = int((datetime.now(timezone.utc) - isoparse(stamp)).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= 2 * size:
             return f"{seconds // size}{unit}"
@@ -62,6 +68,34 @@ def _job_status(job: Obj) -> str:
     return "Running"
 
 
+def _event_cells(event: Obj) -> list[Any]:
+    # the cells of kube-apiserver's event printer, wide (the server sends every column; kubectl hides
+    # the priority-1 ones unless -o wide)
+    involved = event.get("involvedObject") or {}
+    kind = str(involved.get("kind", "")).lower()
+    first = since(event.get("firstTimestamp") or event.get("eventTime"))
+    last = since(event.get("lastTimestamp")) if event.get("lastTimestamp") else first
+    count = int(event.get("count") or 1)
+    series = event.get("series") or {}
+    if series:
+        last, count = since(series.get("lastObservedTime")), int(series.get("count") or 1)
+    source = event.get("source") or {}
+    origin = source.get("component") or event.get("reportingComponent") or ""
+    host = source.get("host") or event.get("reportingInstance") or ""
+    return [last, event.get("type", ""), event.get("reason", ""),
+            f"{kind}/{involved['name']}" if involved.get("name") else kind, involved.get("fieldPath", ""),
+            f"{origin}, {host}" if host else origin, str(event.get("message", "")).strip(), first,
+            count, event["metadata"]["name"]]
+
+
+def _event_column(index: int) -> Callable[[Obj], Any]:
+    return lambda event: _event_cells(event)[index]
+
+
+_EVENT_COLUMNS = (("Last Seen", 0), ("Type", 0), ("Reason", 0), ("Object", 0), ("Subobject", 1), ("Source", 1),
+                  ("Message", 0), ("First Seen", 1), ("Count", 1), ("Name", 1))
+
+
 def _path(path: str) -> Callable[[Obj], Any]:
     parts = [p for p in path.strip(".").split(".") if p]
 
@@ -86,7 +120,9 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
     ("", "namespaces"): [_NAME, ("Status", "string", _path(".status.phase"), 0), _AGE],
     ("batch", "jobs"): [_NAME, ("Status", "string", _job_status, 0),
                         ("Completions", "string", lambda j: f"{(j.get('status') or {}).get('succeeded', 0)}/"
-                                                            f"{j.get('spec', {}).get('completions', 1)}", 0), _AGE],
+                                                            f"{j.get('spec', {}).get('completions') or 1}", 0), _AGE],
+    ("", "events"): [(name, "integer" if name == "Count" else "string", _event_column(i), priority)
+                     for i, (name, priority) in enumerate(_EVENT_COLUMNS)],
     ("", "secrets"): [_NAME, ("Type", "string", _path(".type"), 0),
                       ("Data", "integer", lambda s: len(s.get("data") or {}), 0), _AGE],
 }

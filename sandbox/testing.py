@@ -11,7 +11,7 @@ Other packages' ``conftest.py`` files build their fixtures on this (part 2 passe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,16 +49,16 @@ class RunningSandbox:
         return kubernetes.client.ApiClient(config)
 
 
-def make_api(crds: Path | None = None) -> Api:
-    """An Api serving the built-in kinds plus the CRDs in ``crds`` (a folder of YAML manifests)."""
+def make_api(crds: Path | Sequence[Path] | None = None) -> Api:
+    """An Api serving the built-in kinds plus the CRDs in ``crds`` (folders of YAML manifests)."""
     registry = ResourceRegistry()
-    if crds is not None:
-        registry.load_crd_dir(crds)
+    for folder in [crds] if isinstance(crds, Path) else crds or ():
+        registry.load_crd_dir(folder)
     return Api(registry)
 
 
 @contextmanager
-def running_sandbox(workdir: Path, crds: Path | None = None, plugins: Iterable[Plugin] = ()
+def running_sandbox(workdir: Path, crds: Path | Sequence[Path] | None = None, plugins: Iterable[Plugin] = ()
                     ) -> Iterator[RunningSandbox]:
     """Serve a sandbox for the duration of the ``with`` block; the kubeconfig is ``workdir/kubeconfig``."""
     server = ApiServer(make_api(crds), plugins=plugins).start_in_thread()

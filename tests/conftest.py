@@ -14,6 +14,8 @@ import pytest
 # tests that need their own directory still set theirs.
 _STATE_DIR = tempfile.mkdtemp(prefix="gpu-offload-test-runs-")
 os.environ.setdefault("GPU_OFFLOAD_STATE_DIR", _STATE_DIR)
+# Donors stay untrusted unless a test says otherwise: the developer's own setting must not leak in.
+os.environ.pop("GPU_OFFLOAD_TRUSTED_CLUSTERS", None)
 
 
 @pytest.fixture(scope="session", autouse=True)

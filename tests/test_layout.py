@@ -1,5 +1,6 @@
 """The distribution exposes one namespace built from the user's fixed layout."""
 
+import ast
 import importlib
 from pathlib import Path
 
@@ -28,3 +29,32 @@ def test_cli_prints_help_without_a_command(capsys: pytest.CaptureFixture[str]) -
 
     assert main([]) == 2
     assert "gpu-offload" in capsys.readouterr().out
+
+
+def _private_reaches(tree: ast.AST) -> list[str]:
+    """Private names a module takes from elsewhere: imported, or read as an attribute of anything but itself."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".") + [alias.name for alias in node.names]
+            found += [f"line {node.lineno}: import {p}" for p in parts if p.startswith("_") and not p.startswith("__")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+              and str(node.args[1].value).startswith("_")):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")  # the same reach, spelled as a string
+    return found
+
+
+def test_the_dashboard_reads_the_magic_through_public_names_only() -> None:
+    # import-linter contracts name modules, not attributes: what the panel reads of the magic, its backends
+    # and runs (magic._backends, run.inner.current.ctx...) is checked here on the syntax tree instead
+    reaches = {
+        str(path.relative_to(REPO)): found
+        for path in sorted((REPO / "magics" / "dashboard").glob("*.py"))
+        if (found := _private_reaches(ast.parse(path.read_text())))
+    }
+    assert reaches == {}

@@ -6,11 +6,14 @@ the same stream of decoded frames, so the engine never knows which one it follow
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..runner.frames import Event
+
+if TYPE_CHECKING:  # the local backend needs no cluster code loaded
+    from ...liqo_peering.inventory import Inventory
 
 
 @dataclass(frozen=True)
@@ -23,29 +26,38 @@ class RunnerExit:
     """The runner's last diagnostics (stderr lines, stray output), for the error message."""
 
 
-RunEvent = Event | RunnerExit
-"""What :meth:`Run.next_event` yields: a decoded frame (``docs/runner-protocol.md``) or the runner's exit."""
+@dataclass(frozen=True)
+class Placed:
+    """Where the runner landed, once the cluster bound it (a cluster backend's pod on a virtual node)."""
+
+    text: str
+    """One line the notebook shows under the cell, e.g. ``running in pod p on virtual node n (...)``."""
+
+
+RunEvent = Event | RunnerExit | Placed
+"""What :meth:`Run.next_event` yields: a decoded frame (``docs/runner-protocol.md``), where the runner
+landed, or the runner's exit."""
+
+
+def stale_frames_note(session: str, dropped: int) -> str:
+    """What a session's run tells the user when frames of an earlier run of the session were dropped."""
+    return (
+        f"session `{session}`: {dropped} frame(s) of an earlier cell, which was not followed to its end, "
+        "arrived during this cell and were dropped (they are not this cell's output)"
+    )
 
 
 @dataclass(frozen=True)
-class Job:
-    """One bundle to run."""
-
-    run_id: str
-    nonce: str
-    """The bundle's frame nonce (the backend decodes frames with it)."""
-    bundle: bytes
-    """The pickled bundle dict of the runner contract."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where and with what a runner starts."""
+class RunRequest:
+    """Where and with what a runner starts: what a cell asks of a backend (``liqo_peering.placement`` turns
+    a cluster backend's into a :class:`~gpu_offload.liqo_peering.placement.Placement` on a virtual node)."""
 
     gpus: int = 1
     """Number of GPUs the runner may see."""
     gpu_model: str | None = None
     """A GPU model to ask for; only cluster backends use it."""
+    fallback_models: tuple[str, ...] = ()
+    """Models to take, in order, when ``gpu_model`` has no room."""
     cluster: str = "auto"
     """A remote cluster id or ``auto``; only cluster backends use it."""
     image: str | None = None
@@ -54,16 +66,42 @@ class Placement:
     """Extra environment variables for the runner."""
     timeout: float | None = None
     """``--timeout`` in seconds; a cluster backend bounds its pod with it (the engine interrupts first)."""
+    priority: str | None = None
+    """A Kueue priority class; only a cluster backend with queueing on uses it."""
+    trusted_only: bool = False
+    """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One bundle to run, with what it asks for: the one thing that travels from the cell to the backend."""
+
+    run_id: str
+    nonce: str
+    """The bundle's frame nonce (the backend decodes frames with it)."""
+    bundle: bytes
+    """The pickled bundle dict of the runner contract."""
+    request: RunRequest = field(default_factory=RunRequest)
+    """Where and with what its runner starts."""
+    session: str | None = None
+    """The warm runner to run it in (started on first use); ``None`` for a runner of its own."""
 
 
 @dataclass(frozen=True)
 class Transfer:
-    """How buffers travel between the kernel and this backend's runners (fields of the bundle)."""
+    """How one run's buffers travel between the kernel and its runner (fields of the bundle).
 
+    The backend chooses it once per run, before the bundle is pickled, so the bundle is pickled once.
+    """
+
+    input_transport: str
+    """``shm`` (same machine) or ``inline`` (in the bundle)."""
     output_transport: str
-    """``shm`` (same machine), ``inline`` or ``url``."""
+    """``shm`` (same machine), ``inline`` (in the frames) or ``url`` (uploaded to ``output_urls``)."""
     shm_dir: str | None = None
     """Directory on tmpfs for ``shm`` buffers."""
+    output_urls: tuple[str, ...] = ()
+    """Upload URLs for ``url`` outputs, in the order the runner uses them."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +117,45 @@ class SessionInfo:
     """Whether a cell is running now."""
 
 
+@dataclass(frozen=True)
+class ClusterAccess:
+    """The cluster a backend runs pods in, for readers beside the engine (the panel lists runner pods)."""
+
+    api_client: Any
+    """The ``kubernetes.client.ApiClient`` the backend uses."""
+    namespace: str
+    """The user's offloaded namespace."""
+    user: str
+    """The user the runner pods are labelled with."""
+
+
+class InventorySource(Protocol):
+    """Where a backend reads donors and their free GPUs (a watch-fed cache or the hub service)."""
+
+    def inventory(self, timeout: float = 10.0) -> Inventory:
+        """The current inventory, waiting up to ``timeout`` seconds for a first one."""
+        ...
+
+
 class Run(Protocol):
     """One submitted bundle being executed."""
+
+    @property
+    def cluster(self) -> str:
+        """Where the runner is: the cluster id placement chose, or ``local``."""
+        ...
+
+    def progress(self) -> str:
+        """Phase, place and elapsed time for ``--noblock`` handles; ``""`` when the backend has nothing to add."""
+        ...
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """Send cancel requests that come from outside the engine (the panel's button) to ``cancel``.
+
+        A ``--noblock`` handle passes its own cancel, so such a run ends ``cancelled``. A backend's own run
+        gets no such requests and ignores it; the panel's wrapper (``dashboard.tracking``) uses it.
+        """
+        ...
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """The next event, or ``None`` if none arrives within ``timeout`` seconds.
@@ -101,24 +176,42 @@ class Run(Protocol):
     def release(self, grace: float) -> int | None:
         """Free the run's resources once its events are read.
 
-        A one-shot runner is waited for up to ``grace`` seconds, then killed; returns its exit code.
-        A session's runner stays up (returns ``None``).
+        A one-shot runner still running gets up to ``grace`` seconds to end (local: waited for; kubernetes:
+        the pod's deletion grace period, its runner gets SIGTERM first), then is killed; returns its exit
+        code when known. A session's runner stays up (returns ``None``; ``grace`` does not apply).
         """
         ...
 
 
 class Backend(Protocol):
-    """Starts runners. Implementations: ``local`` (subprocess); cluster backends come later."""
+    """Starts runners. Implementations: ``local`` (subprocesses) and ``kubernetes`` (pods on Liqo virtual nodes)."""
 
     name: str
-    transfer: Transfer
+
+    def transfer(self, run_id: str) -> Transfer:
+        """How the buffers of run ``run_id`` travel; asked once per run, before its bundle is made."""
+        ...
 
     def describe(self) -> str:
         """One line for ``%gpu_offload status``."""
         ...
 
-    def submit(self, job: Job, placement: Placement, session: str | None = None) -> Run:
-        """Start running ``job`` in a new runner or in the named session."""
+    def inventory(self) -> InventorySource | None:
+        """The donors this backend places on (started on first use); ``None`` for a backend without a cluster."""
+        ...
+
+    def cluster_access(self) -> ClusterAccess | None:
+        """Client, namespace and user of the cluster this backend uses; ``None`` without a cluster."""
+        ...
+
+    def trusts(self, cluster: str) -> bool:
+        """Whether the origin trusts what a run on ``cluster`` (a :attr:`Run.cluster`) sends back, from the
+        origin's configuration only (``liqo_peering.trust.run_trusted``): its outputs may be unpickled and
+        its rich output shown as it is."""
+        ...
+
+    def submit(self, job: Job) -> Run:
+        """Start running ``job`` in a new runner or in its session's."""
         ...
 
     def sessions(self) -> list[SessionInfo]:

@@ -25,9 +25,19 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import OffloadUsageError
-from ..runner.__main__ import NONCE_ENV
-from ..runner.frames import FrameDecoder, Noise, RunnerWarning
-from .base import Job, Placement, RunEvent, RunnerExit, SessionInfo, Transfer
+from ..runner.frames import Done, FrameDecoder, Hello, Noise, RunnerWarning
+from ..runner.secrecy import greeting
+from .base import (
+    ClusterAccess,
+    InventorySource,
+    Job,
+    RunEvent,
+    RunnerExit,
+    RunRequest,
+    SessionInfo,
+    Transfer,
+    stale_frames_note,
+)
 
 DIAGNOSTIC_LINES = 30
 INLINE_BUNDLE_LIMIT = 1 << 20
@@ -42,7 +52,7 @@ def visible_devices(gpus: int, inherited: str | None) -> str:
     return ",".join(pool[:gpus])
 
 
-def runner_environment(placement: Placement, base: Mapping[str, str]) -> dict[str, str]:
+def runner_environment(placement: RunRequest, base: Mapping[str, str]) -> dict[str, str]:
     """The environment of a runner: the kernel's, plus the placement's, with the GPUs narrowed."""
     env = dict(base)
     # ipykernel points MPLBACKEND at its inline backend, which only works inside a kernel: without it the
@@ -63,14 +73,28 @@ class RunnerProcess:
     hand-off per batch of frames, which is most of the engine's share of a warm cell's overhead.
     """
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], nonce: str, interactive: bool) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        nonce: str,
+        first_input: bytes,
+        *,
+        interactive: bool,
+        run_id: str | None = None,
+    ) -> None:
+        """Start ``argv``; ``first_input`` goes to its stdin first (a session's greeting, a one-shot's bundle).
+
+        A one-shot runner gets its stdin closed after the bundle; an interactive (session) runner's stays
+        open for its commands. Neither the nonce nor the bundle is ever in the environment or a named file.
+        """
         self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
-        self._decoder = FrameDecoder(nonce)
+        self._decoder = FrameDecoder(nonce, run_id=run_id)
         self._pending: deque[RunEvent] = deque()
         self._ended = False
         self.popen = subprocess.Popen(
             argv,
-            stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -81,6 +105,10 @@ class RunnerProcess:
         self._stdout = self.popen.stdout.fileno()
         # stderr is drained all the time, so a chatty runner can never block on a full pipe
         self._stderr = _thread(self._read_diagnostics, self.popen.stderr)
+        if interactive:
+            self.send_bytes(first_input)
+        else:  # a bundle may be larger than the pipe holds: written beside the reading of frames
+            _thread(self._write_and_close, first_input)
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """The next frame (or the exit) within ``timeout`` seconds, else ``None``."""
@@ -98,6 +126,22 @@ class RunnerProcess:
             elif remaining <= 0:
                 return None
         return self._pending.popleft()
+
+    def expect_run(self, run_id: str) -> int:
+        """Take from now on only frames of ``run_id``; returns how many events of earlier runs were dropped.
+
+        A session's run that was not followed to its ``done`` (the engine failed, or gave up) leaves frames
+        behind, and its cell may still be running: they must not pass for the next cell's.
+        """
+        self._decoder.expect_run(run_id)
+        stale = [e for e in self._pending if not isinstance(e, RunnerExit | Hello)]
+        self._pending = deque(e for e in self._pending if isinstance(e, RunnerExit | Hello))
+        return len(stale)
+
+    @property
+    def foreign(self) -> int:
+        """Frames dropped so far because they belonged to another run."""
+        return self._decoder.foreign
 
     def _read_available(self) -> None:
         data = os.read(self._stdout, 1 << 16)
@@ -132,15 +176,25 @@ class RunnerProcess:
 
     def send(self, command: Mapping[str, object]) -> bool:
         """Write one JSON command to a session runner's stdin; ``False`` if the runner is gone."""
+        return self.send_bytes(json.dumps(command).encode() + b"\n")
+
+    def send_bytes(self, data: bytes) -> bool:
+        """Write ``data`` to the runner's stdin; ``False`` if the runner is gone."""
         stdin = self.popen.stdin
         if stdin is None:
             return False
         try:
-            stdin.write(json.dumps(command).encode() + b"\n")
+            stdin.write(data)
             stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             return False
         return True
+
+    def _write_and_close(self, data: bytes) -> None:
+        self.send_bytes(data)
+        assert self.popen.stdin is not None
+        with contextlib.suppress(OSError):
+            self.popen.stdin.close()
 
     def stop(self, grace: float) -> int | None:
         """Wait up to ``grace`` seconds for the runner to exit, then kill its group; return the exit code."""
@@ -166,12 +220,25 @@ def _thread(target: Callable[..., None], *args: object) -> threading.Thread:
     return thread
 
 
-class OneShotRun:
+class _LocalRun:
+    """What every local run says about itself."""
+
+    cluster = "local"
+    """Runners of this backend run on the kernel's machine."""
+
+    def progress(self) -> str:
+        """Nothing to add: a local runner starts at once."""
+        return ""
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """A local run gets no cancel requests from outside the engine."""
+
+
+class OneShotRun(_LocalRun):
     """A bundle run by a runner started for it alone."""
 
-    def __init__(self, process: RunnerProcess, bundle: Path) -> None:
+    def __init__(self, process: RunnerProcess) -> None:
         self.process = process
-        self._bundle = bundle
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
@@ -186,17 +253,14 @@ class OneShotRun:
         self.process.signal(signal.SIGKILL)
 
     def release(self, grace: float) -> int | None:
-        """Wait for the runner to exit (killed after ``grace`` s) and remove the bundle."""
-        try:
-            return self.process.stop(grace)
-        finally:
-            _unlink(self._bundle)
+        """Wait for the runner to exit (killed after ``grace`` s)."""
+        return self.process.stop(grace)
 
 
 class LocalSession:
     """A warm runner whose namespace persists across cells."""
 
-    def __init__(self, name: str, process: RunnerProcess, placement: Placement) -> None:
+    def __init__(self, name: str, process: RunnerProcess, placement: RunRequest) -> None:
         self.name = name
         self.process = process
         self.placement = placement
@@ -204,7 +268,7 @@ class LocalSession:
         self.busy = False
 
 
-class SessionRun:
+class SessionRun(_LocalRun):
     """A bundle run inside a session; ends with the ``done`` frame, the runner stays up."""
 
     def __init__(
@@ -213,20 +277,31 @@ class SessionRun:
         bundle: Path | None,
         on_death: Callable[[str, int | None], None],
         note: str | None = None,
+        stale: int = 0,
     ) -> None:
         self.session = session
         self._bundle = bundle
         self._on_death = on_death
         self._note = note
+        self._dropped = stale - session.process.foreign  # plus the decoder's count when the run ends
+        self._done: Done | None = None
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
         if self._note is not None:
             note, self._note = self._note, None
             return RunnerWarning(-1, note)
+        if self._done is not None:
+            done, self._done = self._done, None
+            return done
         event = self.session.process.next_event(timeout)
         if isinstance(event, RunnerExit):
             self._on_death(self.session.name, event.code)
+        elif isinstance(event, Done):
+            dropped = self._dropped + self.session.process.foreign
+            if dropped:
+                self._done = event
+                return RunnerWarning(-1, stale_frames_note(self.session.name, dropped))
         return event
 
     def interrupt(self) -> None:
@@ -258,11 +333,27 @@ class LocalBackend:
         self._lock = threading.Lock()
         shm = Path("/dev/shm")
         shm_dir = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-        self.transfer = Transfer(output_transport="shm", shm_dir=str(shm_dir))
+        self._transfer = Transfer(input_transport="shm", output_transport="shm", shm_dir=str(shm_dir))
+
+    def transfer(self, run_id: str) -> Transfer:
+        """Buffers go through tmpfs (the runner is on this machine), the same for every run."""
+        return self._transfer
 
     def describe(self) -> str:
         """One line for ``%gpu_offload status``."""
         return f"local backend: runners are subprocesses of this kernel ({self.python})"
+
+    def inventory(self) -> InventorySource | None:
+        """No cluster, no donors."""
+        return None
+
+    def cluster_access(self) -> ClusterAccess | None:
+        """No cluster."""
+        return None
+
+    def trusts(self, cluster: str) -> bool:
+        """The runner is a process of the user's own, on this machine (``liqo_peering.trust.LOCAL_BACKEND``)."""
+        return True
 
     def runner_path(self) -> Path:
         """The runner zipapp, built on first use and cached."""
@@ -275,27 +366,27 @@ class LocalBackend:
     def _argv(self, *extra: str) -> list[str]:
         return [self.python, str(self.runner_path()), *extra, "--parent-pid", str(os.getpid())]
 
-    def submit(self, job: Job, placement: Placement, session: str | None = None) -> OneShotRun | SessionRun:
-        """Start ``job`` in a new runner, or in the named warm runner (started on first use)."""
-        if session is not None:
-            return self._submit_to_session(session, placement, job)
-        path = self._write_bundle(job)
-        try:
-            env = runner_environment(placement, os.environ)
-            process = RunnerProcess(self._argv("--bundle", str(path)), env, job.nonce, interactive=False)
-        except BaseException:
-            _unlink(path)
-            raise
-        return OneShotRun(process, path)
+    def submit(self, job: Job) -> OneShotRun | SessionRun:
+        """Start ``job`` in a new runner, or in its session's warm runner (started on first use)."""
+        if job.session is not None:
+            return self._submit_to_session(job.session, job)
+        env = runner_environment(job.request, os.environ)
+        # the bundle (it holds the nonce) goes through stdin: a named file would be open to the cell's
+        # subprocesses, which see its path on the runner's command line
+        argv = self._argv("--bundle", "-")
+        process = RunnerProcess(argv, env, job.nonce, job.bundle, interactive=False, run_id=job.run_id)
+        return OneShotRun(process)
 
     def _write_bundle(self, job: Job) -> Path:
-        # on tmpfs next to the buffers, readable by this user only (it holds the frame nonce)
-        fd, name = tempfile.mkstemp(prefix="gpuo-bundle-", suffix=".pkl", dir=self.transfer.shm_dir)
+        # on tmpfs next to the buffers, readable by this user only (a session runner frames with its own
+        # nonce, not the bundle's)
+        fd, name = tempfile.mkstemp(prefix="gpuo-bundle-", suffix=".pkl", dir=self._transfer.shm_dir)
         with os.fdopen(fd, "wb") as handle:
             handle.write(job.bundle)
         return Path(name)
 
-    def _submit_to_session(self, name: str, placement: Placement, job: Job) -> SessionRun:
+    def _submit_to_session(self, name: str, job: Job) -> SessionRun:
+        placement = job.request
         with self._lock:
             current = self._sessions.get(name)
             if current is not None and not current.process.alive:
@@ -303,10 +394,10 @@ class LocalBackend:
                 current = None
             note = self._lost.pop(name, None) if current is None else None
             if current is None:
-                # a session runner frames every run with one nonce, given through its environment
-                session_nonce = secrets.token_hex(16)
-                env = {**runner_environment(placement, os.environ), NONCE_ENV: session_nonce}
-                process = RunnerProcess(self._argv("--session"), env, session_nonce, interactive=True)
+                # a session runner frames every run with one nonce, its first command on stdin
+                nonce = secrets.token_hex(16)
+                env = runner_environment(placement, os.environ)
+                process = RunnerProcess(self._argv("--session"), env, nonce, greeting(nonce), interactive=True)
                 current = self._sessions[name] = LocalSession(name, process, placement)
             elif current.placement != placement:
                 raise OffloadUsageError(
@@ -328,7 +419,8 @@ class LocalBackend:
             if path is not None
             else {"op": "run", "bundle_b64": base64.b64encode(job.bundle).decode("ascii")}
         )
-        run = SessionRun(current, path, self._on_death, note)
+        stale = current.process.expect_run(job.run_id)
+        run = SessionRun(current, path, self._on_death, note, stale)
         if not current.process.send(command):
             run.release(0)
             self._forget(name)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...liqo_peering import environment as E
 from ...liqo_peering.inventory import Inventory
 from ..backends.kube import config as kube_config
 
@@ -23,7 +24,7 @@ NO_CLUSTER = (
 
 
 @dataclass(frozen=True)
-class ClusterRow:
+class ClusterEntry:
     """One row of the clusters view; choosing it sets where the next ``%%gpu_offload`` cells run."""
 
     key: str
@@ -37,42 +38,44 @@ class ClusterRow:
     """Cheapest price of one GPU-hour on the cluster; ``None`` when the admin set none."""
     health: str
     note: str = ""
+    trusted: bool = False
+    """The origin trusts what runs there send back (this machine always; a donor only when an admin said so)."""
 
 
-def local_row(gpu_names: list[str]) -> ClusterRow:
+def local_row(gpu_names: list[str]) -> ClusterEntry:
     """The embedded local backend: this machine's GPUs (CPU only when it has none)."""
     model = ", ".join(sorted(set(gpu_names))) if gpu_names else "CPU only"
     count = len(gpu_names)
-    return ClusterRow(LOCAL, "this machine", LOCAL, model, count, count, None, "healthy",
-                      "" if gpu_names else "no GPU here: cells run on CPU")
+    return ClusterEntry(LOCAL, "this machine", LOCAL, model, count, count, None, "healthy",
+                        "" if gpu_names else "no GPU here: cells run on CPU", trusted=True)
 
 
-def inventory_rows(inventory: Inventory) -> list[ClusterRow]:
+def inventory_rows(inventory: Inventory) -> list[ClusterEntry]:
     """One row per peered cluster, from liqo_peering's records."""
     rows = []
     for cluster in inventory.clusters:
         usable = [vn for vn in cluster.virtual_nodes if vn.ready and not vn.cordoned]
         prices = [vn.price for vn in usable if vn.price is not None]
         models = sorted({vn.model for vn in cluster.virtual_nodes if vn.model})
-        rows.append(ClusterRow(
+        rows.append(ClusterEntry(
             cluster.cluster_id, cluster.name, "kubernetes", ", ".join(models) or "unlabelled",
             cluster.gpus_free, sum(vn.allocatable for vn in usable), min(prices) if prices else None,
-            cluster.health, cluster.reason,
+            cluster.health, cluster.reason, trusted=cluster.trusted,
         ))
     return rows
 
 
-def hub_rows(data: Mapping[str, Any]) -> list[ClusterRow]:
+def hub_rows(data: Mapping[str, Any]) -> list[ClusterEntry]:
     """Rows from the hub service's user-scoped inventory (clusters with free GPUs and models; prices by model)."""
     prices: Mapping[str, float] = data.get("price_per_gpu_hour_by_model") or {}
     rows = []
     for raw in data.get("clusters") or []:
         models = list(raw.get("models") or [])
         known = [prices[m] for m in models if m in prices]
-        rows.append(ClusterRow(
+        rows.append(ClusterEntry(
             str(raw["cluster_id"]), str(raw.get("name") or raw["cluster_id"]), "kubernetes",
             ", ".join(models) or "unlabelled", int(raw.get("gpus_free") or 0), None,
-            min(known) if known else None, str(raw.get("health") or "unknown"),
+            min(known) if known else None, str(raw.get("health") or "unknown"), trusted=raw.get("trusted") is True,
         ))
     return rows
 
@@ -97,7 +100,7 @@ def local_gpu_names() -> list[str]:
 
 def read_hub_inventory(env: Mapping[str, str], timeout: float = 10.0) -> dict[str, Any]:
     """The hub service's user-scoped inventory, with the user server's token."""
-    url = env[kube_config.SERVICE_URL].rstrip("/") + "/api/inventory"
+    url = env[E.SERVICE_URL.name].rstrip("/") + "/api/inventory"
     request = urllib.request.Request(url, headers={"Authorization": f"token {env.get('JUPYTERHUB_API_TOKEN', '')}"})
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the hub's own URL
         return dict(json.loads(response.read()))
@@ -106,6 +109,6 @@ def read_hub_inventory(env: Mapping[str, str], timeout: float = 10.0) -> dict[st
 def cluster_source(env: Mapping[str, str] | None = None) -> str:
     """Where this kernel reads the inventory: ``hub``, ``kubernetes`` or ``none``."""
     env = os.environ if env is None else env
-    if env.get(kube_config.SERVICE_URL):
+    if E.SERVICE_URL.read(env):
         return "hub"
     return "kubernetes" if kube_config.configured(env) else "none"

@@ -4,7 +4,6 @@ that crashed, still show up as long as their pod exists)."""
 
 from __future__ import annotations
 
-import calendar
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -13,8 +12,9 @@ from typing import Any
 from ...liqo_peering import labels as L
 from ...liqo_peering.inventory import pod_gpus
 from ...liqo_peering.specs import runner_selector
+from ...liqo_peering.timestamps import parse_time
 from ..backends.kube.pods import PodApi
-from .records import RunBook, RunRecord, newest_first, pid_alive
+from .records import RunBook, RunEntry, newest_first, pid_alive
 
 _PHASES = {"Pending": "scheduling", "Running": "running", "Succeeded": "done", "Failed": "failed"}
 
@@ -22,7 +22,8 @@ _PHASES = {"Pending": "scheduling", "Running": "running", "Succeeded": "done", "
 def _timestamp(value: str | None) -> float:
     if not value:
         return time.time()
-    return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
+    stamp = parse_time(value)
+    return time.time() if stamp is None else stamp.timestamp()
 
 
 def _pod_cluster(pod: Mapping[str, Any]) -> str:
@@ -48,7 +49,7 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
     return ""
 
 
-def record_from_pod(pod: Mapping[str, Any]) -> RunRecord | None:
+def record_from_pod(pod: Mapping[str, Any]) -> RunEntry | None:
     """The run a runner pod stands for (pure); ``None`` for a pod without a run-id label."""
     meta = pod.get("metadata") or {}
     found = meta.get("labels") or {}
@@ -56,18 +57,19 @@ def record_from_pod(pod: Mapping[str, Any]) -> RunRecord | None:
     if not run_id:
         return None
     phase = str((pod.get("status") or {}).get("phase") or "Pending")
-    return RunRecord(
+    return RunEntry(
         run_id=str(run_id), kernel=str(found.get(L.KERNEL, "?")), pid=0, backend="kubernetes",
         cluster=_pod_cluster(pod), gpus=pod_gpus(pod), state=_PHASES.get(phase, "scheduling"),
         detail=f"pod {meta.get('name')}" + (f": {_waiting_reason(pod)}" if phase == "Pending" else ""),
         started=_timestamp(meta.get("creationTimestamp")),
+        script="" if found.get(L.ORIGIN) == L.ORIGIN_CLI else None,  # a CLI run; its command line is not on the pod
     )
 
 
 class RunnerPods(PodApi):
     """Lists the user's runner pods (the one extra call the panel makes beyond the backend's own)."""
 
-    def runs(self, user: str) -> list[RunRecord]:
+    def runs(self, user: str) -> list[RunEntry]:
         """Records of the user's runner pods in this namespace."""
         return [r for r in (record_from_pod(p) for p in self.list_pods(runner_selector(user))) if r is not None]
 
@@ -76,20 +78,20 @@ class RunnerPods(PodApi):
 class RunListing:
     """What the runs view shows: records newest first, and sources that could not be read, in words."""
 
-    runs: tuple[RunRecord, ...]
+    runs: tuple[RunEntry, ...]
     problems: tuple[str, ...] = ()
 
 
-def merge(*sources: Iterable[RunRecord]) -> list[RunRecord]:
+def merge(*sources: Iterable[RunEntry]) -> list[RunEntry]:
     """One record per run id; earlier sources win (pass the freshest first)."""
     return newest_first(r for source in sources for r in source)
 
 
-def list_runs(own: Iterable[RunRecord], book: RunBook, pods: RunnerPods | None = None,
+def list_runs(own: Iterable[RunEntry], book: RunBook, pods: RunnerPods | None = None,
               user: str | None = None) -> RunListing:
     """This kernel's records, then the state directory's, then the pods' (if a namespace is configured)."""
     stored, problems = book.read_all()
-    from_pods: list[RunRecord] = []
+    from_pods: list[RunEntry] = []
     if pods is not None and user:
         try:
             from_pods = pods.runs(user)
@@ -98,15 +100,18 @@ def list_runs(own: Iterable[RunRecord], book: RunBook, pods: RunnerPods | None =
     return RunListing(tuple(merge(own, stored, from_pods)), tuple(problems))
 
 
-def cancel_elsewhere(record: RunRecord, book: RunBook, pods: RunnerPods | None, user: str | None) -> str:
+def cancel_elsewhere(record: RunEntry, book: RunBook, pods: RunnerPods | None, user: str | None) -> str:
     """Stop a run this process does not follow: ask its kernel (through the state directory) to interrupt it
     as Ctrl-C would, or, when its kernel is gone, delete its pod. Says what was done."""
-    if record.finished:
-        return f"Run {record.run_id} has already ended ({record.state})."
-    if record.pid and pid_alive(record.pid):
+    owner_alive = bool(record.pid) and pid_alive(record.pid)
+    if owner_alive and not record.finished:
         book.request_cancel(record.run_id)
         return f"Asked kernel {record.kernel} to interrupt run {record.run_id} (as Ctrl-C would)."
-    if record.backend == "kubernetes" and pods is not None:
-        removed = pods.delete_matching(runner_selector(user, run_id=record.run_id))
-        return f"Run {record.run_id} had no live kernel; deleted {', '.join(removed) or 'nothing (already gone)'}."
+    # a run whose kernel (or background command) died reads as failed, but its pod may still hold a GPU
+    removed = (pods.delete_matching(runner_selector(user, run_id=record.run_id))
+               if record.backend == "kubernetes" and pods is not None and not owner_alive else [])
+    if removed:
+        return f"Run {record.run_id} had no live kernel; deleted {', '.join(removed)}."
+    if record.finished:
+        return f"Run {record.run_id} has already ended ({record.state})."
     return f"Run {record.run_id} has no live kernel left to interrupt."

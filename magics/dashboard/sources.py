@@ -8,13 +8,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ...liqo_peering import environment as E
 from ...liqo_peering.cache import InventoryCache
+from ..backends.base import InventorySource
 from ..backends.kube import config as kube_config
 from ..errors import OffloadUsageError
 from .clusters import (
     LOCAL,
     NO_CLUSTER,
-    ClusterRow,
+    ClusterEntry,
     cluster_source,
     hub_rows,
     inventory_rows,
@@ -22,7 +24,7 @@ from .clusters import (
     local_row,
     read_hub_inventory,
 )
-from .records import RunRecord
+from .records import RunEntry
 from .runs import RunListing, RunnerPods, cancel_elsewhere, list_runs
 from .tracking import Tracker, tracker
 from .widget import Panel, PanelActions
@@ -44,24 +46,24 @@ class KernelFeeds:
         self._own_cache: InventoryCache | None = None
         self.pods: RunnerPods | None = None
         self.user: str | None = None
-        self._cache: InventoryCache | None = None
+        self._cache: InventorySource | None = None
         self._problem = ""
         try:
             self._connect()
         except Exception as exc:  # noqa: BLE001 - the panel still shows the local row and this kernel's runs
             self._problem = (f"The cluster could not be reached from this kernel: {exc}. Check KUBECONFIG and "
-                             f"{kube_config.NAMESPACE}, then open the panel again.")
+                             f"{E.NAMESPACE.name}, then open the panel again.")
 
     def _connect(self) -> None:
         # the magic's kubernetes backend (if it made one) already holds a synced cache: reuse it
-        backend = getattr(self.magic, "_backends", {}).get("kubernetes")
-        inner = getattr(backend, "inner", backend)
-        if inner is not None and hasattr(inner, "inventory_cache"):
-            self._cache = inner.inventory_cache() if self.source == "kubernetes" else None
-            self.pods = RunnerPods(inner.api_client, inner.settings.namespace)
-            self.user = inner.settings.user
+        backend = self.magic.started_backend("kubernetes")
+        access = backend.cluster_access() if backend is not None else None
+        if backend is not None and access is not None:
+            self._cache = backend.inventory() if self.source == "kubernetes" else None
+            self.pods = RunnerPods(access.api_client, access.namespace)
+            self.user = access.user
             return
-        if self.source == "none" or not self.env.get(kube_config.NAMESPACE):
+        if self.source == "none" or not E.NAMESPACE.read(self.env):
             return
         from ...liqo_peering.client import LiqoClient, api_client_from_environment
 
@@ -72,7 +74,7 @@ class KernelFeeds:
         if self.source == "kubernetes":
             self._cache = self._own_cache = InventoryCache(LiqoClient(api, request_timeout=30)).start()
 
-    def clusters(self) -> tuple[list[ClusterRow], list[str]]:
+    def clusters(self) -> tuple[list[ClusterEntry], list[str]]:
         """The local row, then the donors (or how to add one)."""
         rows = [local_row(self._gpu_names)]
         if self.source == "none":
@@ -86,7 +88,7 @@ class KernelFeeds:
                 rows += inventory_rows(inventory)
                 notes += list(inventory.errors)
         except Exception as exc:  # noqa: BLE001 - shown in the panel; the next refresh tries again
-            where = self.env.get(kube_config.SERVICE_URL) if self.source == "hub" else "the cluster"
+            where = E.SERVICE_URL.read(self.env) if self.source == "hub" else "the cluster"
             notes.append(f"The inventory could not be read from {where}: {exc}. The panel retries by itself.")
         if len(rows) == 1 and not notes:
             notes.append("No peered cluster lends GPUs yet: ask the admin to peer one (hub page /services/gpu-offload/).")
@@ -100,7 +102,7 @@ class KernelFeeds:
         """Wait for this kernel's runs to change (or ``timeout``)."""
         self._seen = self.tracker.wait_change(self._seen, timeout)
 
-    def choose(self, row: ClusterRow) -> None:
+    def choose(self, row: ClusterEntry) -> None:
         """Make ``row`` the default of the next ``%%gpu_offload`` cells."""
         if row.key == LOCAL:
             self.magic.backend, self.magic.default_cluster = "local", "auto"
@@ -113,7 +115,7 @@ class KernelFeeds:
             return LOCAL
         return str(self.magic.default_cluster)
 
-    def cancel(self, record: RunRecord) -> str:
+    def cancel(self, record: RunEntry) -> str:
         """Stop a run as Ctrl-C would; says what was done."""
         if self.tracker.cancel(record.run_id):
             return f"Interrupting run {record.run_id} (as Ctrl-C would); press cancel again to kill it."

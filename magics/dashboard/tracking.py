@@ -8,16 +8,28 @@ engine receives, so a tracked run behaves exactly like the backend's own run.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..backends.base import Backend, Job, Placement, Run, RunEvent, RunnerExit, SessionInfo
+from ..backends.base import (
+    Backend,
+    ClusterAccess,
+    InventorySource,
+    Job,
+    Run,
+    RunEvent,
+    RunnerExit,
+    SessionInfo,
+    Transfer,
+)
 from ..backends.kube.config import kernel_id
 from ..runner.frames import Done, Hello, Metrics, Status, Stream
-from .records import MAX_SAMPLES, RunBook, RunRecord, add_output
+from ..sinks import PREFIX
+from .records import MAX_SAMPLES, RunBook, RunEntry, StateDirRefused, add_output
 
 WRITE_EVERY = 0.5
 """Seconds between writes of a record whose state did not change (output and metrics are throttled)."""
@@ -35,14 +47,14 @@ def gpu_point(metrics: Metrics) -> tuple[float, float] | None:
     return (sum(utils) / len(utils) if utils else 0.0, used / total if total else 0.0)
 
 
-def _with(record: RunRecord, **changes: Any) -> RunRecord:
+def _with(record: RunEntry, **changes: Any) -> RunEntry:
     """``dataclasses.replace`` without its per-call field introspection: this runs once per runner event."""
-    new = object.__new__(RunRecord)
+    new = object.__new__(RunEntry)
     new.__dict__.update(record.__dict__, **changes)
     return new
 
 
-def observe(record: RunRecord, event: RunEvent) -> RunRecord:
+def observe(record: RunEntry, event: RunEvent) -> RunEntry:
     """The record after ``event`` (pure; the engine sees the event unchanged)."""
     if isinstance(event, Status):
         state = record.state if record.state == "running" else "scheduling"
@@ -72,26 +84,33 @@ def observe(record: RunRecord, event: RunEvent) -> RunRecord:
 class Tracker:
     """The runs of this kernel: their records (also written to the state directory) and their cancel hooks."""
 
-    def __init__(self, book: RunBook | None = None, kernel: str | None = None) -> None:
+    def __init__(self, book: RunBook | None = None, kernel: str | None = None, script: str | None = None,
+                 log: str = "") -> None:
         self.book = book or RunBook()
         self.kernel = kernel or kernel_id(os.environ)
+        self.script = script
+        """The command line of the script this process runs (``gpu-offload run``), written on its records."""
+        self.log = log
         self.pid = os.getpid()
-        self._records: dict[str, RunRecord] = {}
+        self._records: dict[str, RunEntry] = {}
         self._written: dict[str, float] = {}
         self._dirty: set[str] = set()
         self._runs: dict[str, TrackedRun] = {}
         self._changed = threading.Condition()
         self.version = 0
         """Increases with every change; :meth:`wait_change` waits for it to move."""
+        self.refused: str | None = None
+        """Why the state directory is not written (it is not this user's alone), once that was found."""
 
-    def new(self, job: Job, backend: str, placement: Placement, session: str | None) -> RunRecord:
+    def new(self, job: Job, backend: str) -> RunEntry:
         """Record a run about to be submitted (state ``queued``)."""
-        cluster = "local" if backend == "local" else placement.cluster
-        record = RunRecord(job.run_id, self.kernel, self.pid, backend, cluster, placement.gpus, session=session)
+        cluster = "local" if backend == "local" else job.request.cluster
+        record = RunEntry(job.run_id, self.kernel, self.pid, backend, cluster, job.request.gpus, session=job.session,
+                          script=self.script, log=self.log)
         self.put(record)
         return record
 
-    def put(self, record: RunRecord) -> None:
+    def put(self, record: RunEntry) -> None:
         """Store a new version of a record; written at once when the run ends, else at most every WRITE_EVERY."""
         old = self._records.get(record.run_id)
         self._records[record.run_id] = record
@@ -112,12 +131,18 @@ class Tracker:
             self.version += 1
             self._changed.notify_all()
 
-    def _write(self, record: RunRecord) -> None:
+    def _write(self, record: RunEntry) -> None:
+        if self.refused is not None:
+            return
         try:
             self.book.write(record)
             if record.finished:
                 self.book.forget_cancel(record.run_id)
                 self.book.prune()
+        except StateDirRefused as exc:
+            # tracking goes off for this kernel: nothing is written where others could read or redirect it
+            self.refused = f"run tracking is off: {exc}"
+            sys.stderr.write(f"{PREFIX}{self.refused}\n")
         except OSError:
             pass  # an unwritable state dir hides this run from other kernels only; the run itself goes on
 
@@ -148,7 +173,7 @@ class Tracker:
             self.version += 1
             self._changed.notify_all()
 
-    def records(self) -> list[RunRecord]:
+    def records(self) -> list[RunEntry]:
         """This kernel's records, as they are now (fresher than the throttled files)."""
         return list(self._records.values())
 
@@ -172,16 +197,28 @@ class Tracker:
 class TrackedRun:
     """A backend's run, seen by the tracker; cancel requests interrupt it from the thread that follows it."""
 
-    def __init__(self, inner: Run, record: RunRecord, tracker: Tracker) -> None:
+    def __init__(self, inner: Run, record: RunEntry, tracker: Tracker) -> None:
         self.inner = inner
         self.record = record
         self._tracker = tracker
         self._cancels = 0
         self._acted = 0
         self._polled = 0.0
-        self.on_cancel: Callable[[], None] | None = None
-        """Set by a ``--noblock`` handle: its own cancel, so the engine stops the run as ``cancelled``."""
+        self._on_cancel: Callable[[], None] | None = None
         tracker.attach(self)
+
+    @property
+    def cluster(self) -> str:
+        """The backend run's cluster."""
+        return self.inner.cluster
+
+    def progress(self) -> str:
+        """The backend run's progress."""
+        return self.inner.progress()
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """A ``--noblock`` handle's own cancel: the panel's button then stops the run as ``cancelled``."""
+        self._on_cancel = cancel
 
     def request_cancel(self) -> None:
         """Ask for an interrupt (a second request kills the runner, like a second Ctrl-C)."""
@@ -201,8 +238,8 @@ class TrackedRun:
         self._update(replace(self.record, detail="cancelled"))
         if not first:
             self.inner.kill()
-        elif self.on_cancel is not None:
-            self.on_cancel()
+        elif self._on_cancel is not None:
+            self._on_cancel()
         elif threading.current_thread() is threading.main_thread():
             # the cell is being followed in the foreground: the engine's own Ctrl-C path (interrupt, grace
             # period, then kill; output kept, no variable copied back) is exactly what the button means
@@ -210,7 +247,7 @@ class TrackedRun:
         else:
             self.inner.interrupt()
 
-    def _update(self, record: RunRecord) -> None:
+    def _update(self, record: RunEntry) -> None:
         self.record = record
         self._tracker.put(record)
 
@@ -244,22 +281,6 @@ class TrackedRun:
             self._tracker.flush(self.record.run_id)
             self._tracker.detach(self.record.run_id)
 
-    def __getattr__(self, name: str) -> Any:
-        # backend-specific extras (e.g. a kubernetes run's phase for --noblock handles) stay reachable
-        return getattr(self.inner, name)
-
-
-def _placed_cluster(run: object) -> str | None:
-    """The cluster placement chose for a kubernetes run (its pod context), else ``None``."""
-    # --cluster auto is resolved inside the backend; its run keeps the answer on the pod it launched
-    for path in (("current", "ctx", "cluster"), ("session", "launched", "ctx", "cluster")):
-        value: object = run
-        for name in path:
-            value = getattr(value, name, None)
-        if isinstance(value, str):
-            return value
-    return None
-
 
 class TrackedBackend:
     """A backend whose runs are recorded by ``tracker``; everything else is the backend's own."""
@@ -268,22 +289,37 @@ class TrackedBackend:
         self.inner = inner
         self.tracker = tracker
         self.name = inner.name
-        self.transfer = inner.transfer
+
+    def transfer(self, run_id: str) -> Transfer:
+        """The backend's choice."""
+        return self.inner.transfer(run_id)
 
     def describe(self) -> str:
         """The backend's own line."""
         return self.inner.describe()
 
-    def submit(self, job: Job, placement: Placement, session: str | None = None) -> Run:
+    def inventory(self) -> InventorySource | None:
+        """The backend's inventory."""
+        return self.inner.inventory()
+
+    def cluster_access(self) -> ClusterAccess | None:
+        """The backend's cluster."""
+        return self.inner.cluster_access()
+
+    def trusts(self, cluster: str) -> bool:
+        """The backend's trust."""
+        return self.inner.trusts(cluster)
+
+    def submit(self, job: Job) -> Run:
         """Record the run as queued, submit it, and follow it through a :class:`TrackedRun`."""
-        record = self.tracker.new(job, self.name, placement, session)
+        record = self.tracker.new(job, self.name)
         try:
-            run = self.inner.submit(job, placement, session)
+            run = self.inner.submit(job)
         except BaseException as exc:
             self.tracker.put(replace(record, state="failed", detail=str(exc) or type(exc).__name__, ended=time.time()))
             raise
-        detail = "waiting for a free runner" if session is None else f"in session {session}"
-        cluster = _placed_cluster(run) or record.cluster
+        detail = "waiting for a free runner" if job.session is None else f"in session {job.session}"
+        cluster = run.cluster  # --cluster auto is resolved inside the backend
         return TrackedRun(run, replace(record, state="scheduling", detail=detail, cluster=cluster), self.tracker)
 
     def sessions(self) -> list[SessionInfo]:
@@ -297,10 +333,6 @@ class TrackedBackend:
     def close(self) -> None:
         """Close the backend."""
         self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:
-        # e.g. the kubernetes backend's inventory_cache(), which the panel reads
-        return getattr(self.inner, name)
 
 
 _TRACKER: Tracker | None = None

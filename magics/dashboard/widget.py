@@ -16,12 +16,12 @@ from html import escape
 
 import ipywidgets as w
 
-from .clusters import ClusterRow
+from .clusters import ClusterEntry
 from .plot import sparkline
-from .records import RunRecord, shown_lines
+from .records import RunEntry, shown_lines
 from .runs import RunListing
 
-ClusterFeed = Callable[[], tuple[list[ClusterRow], list[str]]]
+ClusterFeed = Callable[[], tuple[list[ClusterEntry], list[str]]]
 """Returns the cluster rows and notes to show (why a source is missing, how to add a cluster)."""
 RunFeed = Callable[[], RunListing]
 
@@ -30,11 +30,11 @@ RunFeed = Callable[[], RunListing]
 class PanelActions:
     """What the panel's buttons do (the magic's defaults and the runs' cancel, supplied by the caller)."""
 
-    choose: Callable[[ClusterRow], None]
+    choose: Callable[[ClusterEntry], None]
     """Make this cluster the default target of the next ``%%gpu_offload`` cells."""
     chosen: Callable[[], str]
     """The key of the current default target."""
-    cancel: Callable[[RunRecord], str]
+    cancel: Callable[[RunEntry], str]
     """Stop a run as Ctrl-C would; returns what was done, in words."""
 
 
@@ -48,27 +48,31 @@ def _fmt_elapsed(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def cluster_cells(row: ClusterRow) -> str:
+def cluster_cells(row: ClusterEntry) -> str:
     """The row's cells as HTML (pure)."""
     gpus = "?" if row.free is None else str(row.free)
     gpus += "" if row.total is None else f" / {row.total}"
     price = "-" if row.price is None else f"{row.price:g} per GPU-hour"
     note = f' <span style="color:#888">({escape(row.note)})</span>' if row.note else ""
+    trust = "trusted" if row.trusted else '<span style="color:#b45309">untrusted</span>'
+    # every value is escaped, numbers too: rows come from the cluster and the hub, typed or not
     return (f"<b>{escape(row.name)}</b> <code>{escape(row.key)}</code> · {escape(row.model)} · "
-            f"free {gpus} GPUs · {price} · {escape(row.health)}{note}")
+            f"free {escape(gpus)} GPUs · {escape(price)} · {escape(row.health)} · {trust}{note}")
 
 
-def run_cells(record: RunRecord, now: float) -> str:
+def run_cells(record: RunEntry, now: float) -> str:
     """The run's summary line as HTML (pure)."""
     colour = _STATE_COLOURS.get(record.state, "#000")
-    detail = f' <span style="color:#888">{escape(record.detail)}</span>' if record.detail else ""
-    session = f" · session {escape(record.session)}" if record.session else ""
-    return (f'<span class="gpu-offload-state" style="color:{colour};font-weight:bold">{record.state}</span> '
-            f"<code>{escape(record.run_id[:12])}</code> · {escape(record.cluster)} · {record.gpus} GPU(s) · "
-            f"{_fmt_elapsed(record.elapsed(now))}{session} · kernel {escape(record.kernel[:8])}{detail}")
+    detail = f' <span style="color:#888">{escape(str(record.detail))}</span>' if record.detail else ""
+    session = f" · session {escape(str(record.session))}" if record.session else ""
+    # every value is escaped: a record is a file in the state directory, its fields are not checked for type
+    return (f'<span class="gpu-offload-state" style="color:{colour};font-weight:bold">{escape(str(record.state))}'
+            f"</span> <code>{escape(str(record.run_id)[:12])}</code> · {escape(str(record.cluster))} · "
+            f"{escape(str(record.gpus))} GPU(s) · {_fmt_elapsed(record.elapsed(now))}{session} · "
+            f"kernel {escape(str(record.kernel)[:8])}{detail}")
 
 
-def lines_html(record: RunRecord) -> str:
+def lines_html(record: RunEntry) -> str:
     """The last lines of output (pure)."""
     text = "\n".join(shown_lines(record))
     return f'<pre style="margin:0;font-size:11px;max-height:6em;overflow:hidden">{escape(text)}</pre>'
@@ -81,7 +85,7 @@ def _close_tree(widget: w.Widget) -> None:
 
 
 class _ClusterRow:
-    def __init__(self, row: ClusterRow, on_choose: Callable[[ClusterRow], None]) -> None:
+    def __init__(self, row: ClusterEntry, on_choose: Callable[[ClusterEntry], None]) -> None:
         self.row = row
         self.button = w.Button(description="use", tooltip=f"run the next cells on {row.key}",
                                layout=w.Layout(width="90px"))
@@ -89,7 +93,7 @@ class _ClusterRow:
         self.box = w.HBox([self.button, self.cells])
         self.button.on_click(lambda _: on_choose(self.row))
 
-    def update(self, row: ClusterRow, chosen: bool) -> None:
+    def update(self, row: ClusterEntry, chosen: bool) -> None:
         self.row = row
         self.cells.value = cluster_cells(row)
         self.button.description = "✓ default" if chosen else "use"
@@ -97,7 +101,7 @@ class _ClusterRow:
 
 
 class _RunRow:
-    def __init__(self, record: RunRecord, on_cancel: Callable[[RunRecord], None]) -> None:
+    def __init__(self, record: RunEntry, on_cancel: Callable[[RunEntry], None]) -> None:
         self.record = record
         self.summary = w.HTML()
         self.plot = w.HTML()
@@ -108,7 +112,7 @@ class _RunRow:
         self.box = w.VBox([w.HBox([self.cancel, self.summary]), w.HBox([self.plot, self.output])],
                           layout=w.Layout(border="1px solid #eee", padding="2px", margin="2px 0"))
 
-    def update(self, record: RunRecord, now: float) -> None:
+    def update(self, record: RunEntry, now: float) -> None:
         self.record = record
         self.summary.value = run_cells(record, now)
         self.plot.value = sparkline(record.util, record.mem, "")
@@ -161,7 +165,7 @@ class Panel:
             self._show_runs(listing)
             self.refreshes += 1
 
-    def _show_clusters(self, rows: list[ClusterRow], notes: list[str]) -> None:
+    def _show_clusters(self, rows: list[ClusterEntry], notes: list[str]) -> None:
         chosen = self.actions.chosen()
         for row in rows:
             if row.key not in self._cluster_rows:
@@ -206,7 +210,7 @@ class Panel:
 
     # -- actions ------------------------------------------------------------------------------------------
 
-    def _choose(self, row: ClusterRow) -> None:
+    def _choose(self, row: ClusterEntry) -> None:
         self.actions.choose(row)
         self.message.value = (f"<div>The next <code>%%gpu_offload</code> cells run on <b>{escape(row.name)}</b> "
                               f"(<code>{escape(row.key)}</code>) unless they say --cluster or --backend.</div>")
@@ -215,7 +219,7 @@ class Panel:
             for key, shown in self._cluster_rows.items():
                 shown.update(shown.row, key == chosen)
 
-    def _cancel(self, record: RunRecord) -> None:
+    def _cancel(self, record: RunEntry) -> None:
         said = self.actions.cancel(record)
         self.message.value = f"<div>{escape(said)}</div>"
 

@@ -1,24 +1,23 @@
-"""Command line of the runner: ``python runner.pyz --bundle PATH`` or ``--session`` (see the protocol doc)."""
+"""Command line of the runner: ``python runner.pyz --bundle PATH|-`` or ``--session`` (see the protocol doc)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import watchdog
-from .bundle import BundleError, read_bundle
+from . import secrecy, watchdog
+from .bundle import BundleError, parse_bundle, read_bundle
 from .runtime import MISMATCH_EXIT, STATUS_EXIT, Runtime
 from .wire import check_nonce
 
-NONCE_ENV = "GPU_OFFLOAD_NONCE"
-"""Where a session runner finds its frame nonce (a one-shot runner reads it from its bundle)."""
 USAGE_EXIT = 2
 EXIT_GRACE_SECONDS = 5.0
+STDIN = "-"
+"""``--bundle -``: the bundle is all of stdin (the local backend's one-shot runs)."""
 
 
-USAGE = "usage: runner.pyz (--bundle PATH | --session) [--parent-pid PID]"
+USAGE = "usage: runner.pyz (--bundle PATH | --bundle - | --session) [--parent-pid PID]"
 
 
 @dataclass(frozen=True)
@@ -66,12 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_arguments(sys.argv[1:] if argv is None else argv)
     except ValueError as exc:
         return _refuse(str(exc))
+    # before the nonce is read: from here on a subprocess of the cell cannot look into this process
+    secrecy.make_undumpable()
     if args.session:
-        nonce = os.environ.pop(NONCE_ENV, "")
         try:
-            check_nonce(nonce)
+            nonce = check_nonce(secrecy.read_greeting(0))
         except ValueError as exc:
-            return _refuse(f"--session needs {NONCE_ENV} set to the frame nonce: {exc}")
+            return _refuse(f"--session needs its frame nonce as the first command: {exc}")
         runtime = Runtime(nonce, session=True)
         runtime.start(args.parent_pid)
         from .session import serve
@@ -80,14 +80,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         runtime.close()
         return code
     try:
-        bundle = read_bundle(str(args.bundle))
+        if args.bundle == STDIN:
+            bundle = parse_bundle(secrecy.read_stdin_bundle(0), "the bundle on stdin")
+        else:
+            bundle = read_bundle(str(args.bundle))
         check_nonce(bundle["nonce"])
     except (BundleError, ValueError) as exc:
         return _refuse(str(exc))
     runtime = Runtime(bundle["nonce"], session=False)
     try:
         runtime.start(args.parent_pid)
-        if runtime.version_mismatch(bundle["python"]):
+        if runtime.version_mismatch(bundle["python"], bundle["run_id"]):
             return MISMATCH_EXIT
         status = runtime.run(bundle)
     except KeyboardInterrupt:  # before the cell started: nothing ran, nothing to keep

@@ -160,7 +160,9 @@ def write_buffer(
                 "pass one presigned PUT URL per out-of-band buffer (plus one for a large main pickle)"
             )
         _put(urls[index], view)
-        return {"kind": "url", "url": urls[index], "size": view.nbytes, "index": index}
+        # the reader checks it: anyone else who can write to the bucket could replace the object meanwhile
+        digest = _sha256(view)
+        return {"kind": "url", "url": urls[index], "size": view.nbytes, "index": index, "sha256": digest}
     return {"kind": "inline", "data": bytes(view)}
 
 
@@ -214,6 +216,12 @@ def _put(url: str, view: memoryview) -> None:
         ) from exc
 
 
+def _sha256(view: memoryview) -> str:
+    import hashlib  # only the url transport needs it
+
+    return hashlib.sha256(view.cast("B")).hexdigest()
+
+
 def _safe(url: str) -> str:
     # a presigned URL's query string is a credential: never put it in an error message
     import urllib.parse
@@ -252,7 +260,14 @@ def read_buffer(ref: Ref, share: bool = False) -> Any:
         raw = ref["data"]
         return bytearray(base64.b64decode(raw) if isinstance(raw, str) else raw)
     if kind == "url":
-        return _get(str(ref.get("get_url") or ref["url"]), int(ref["size"]))
+        url = str(ref.get("get_url") or ref["url"])
+        data = _get(url, int(ref["size"]))
+        if "sha256" in ref and _sha256(memoryview(data)) != ref["sha256"]:
+            raise BufferTransportError(
+                f"the object at {_safe(url)} is not the one its writer uploaded (its sha256 differs): another "
+                "writer of the bucket replaced it; limit who may write there and run the cell again"
+            )
+        return data
     raise BufferTransportError(
         f"buffer reference {dict(ref)!r} has unknown kind {kind!r}; expected shm, inline or url "
         "(engine and runner must come from the same package version)"

@@ -32,6 +32,7 @@ def make_bundle(
     output_transport: str = "shm",
     shm_dir: str | None = None,
     output_urls: Sequence[str] = (),
+    output_format: str = "pickle",
     input_urls: Sequence[str] = (),
     filename: str = "<offloaded cell>",
     first_line: int = 1,
@@ -40,11 +41,14 @@ def make_bundle(
     nonce: str | None = None,
     run_id: str | None = None,
     python: str | None = None,
+    script: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build a bundle dict; ``inputs`` are pickled here (large buffers out of band via ``input_transport``).
 
     ``first_line`` is the notebook line number of the cell body's first line (2 below a ``%%`` magic line),
-    so tracebacks name the lines the user sees.
+    so tracebacks name the lines the user sees. ``script`` runs ``cell`` as a script instead (see
+    :mod:`.script`): argv, workdir and ``sys.exit`` codes as ``python SCRIPT`` would have them. ``output_format`` is ``pickle``
+    or ``safe`` (the format of :mod:`.safe`, for a kernel that does not trust the cluster the runner is on).
     """
     import secrets  # the engine's side only; the runner never makes bundles
 
@@ -65,8 +69,10 @@ def make_bundle(
         "output_transport": output_transport,
         "shm_dir": shm_dir,
         "output_urls": list(output_urls),
+        "output_format": output_format,
         "metrics_interval": float(metrics_interval),
         "env": dict(env or {}),
+        "script": None if script is None else dict(script),
     }
 
 
@@ -90,8 +96,10 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "required_outputs": list,
     "output_transport": str,
     "output_urls": list,
+    "output_format": str,
     "metrics_interval": (int, float),
     "env": dict,
+    "script": dict,
 }
 _REQUIRED = ("version", "nonce", "python", "cell")
 _DEFAULTS: dict[str, Any] = {
@@ -106,8 +114,10 @@ _DEFAULTS: dict[str, Any] = {
     "output_transport": "shm",
     "shm_dir": None,
     "output_urls": [],
+    "output_format": "pickle",
     "metrics_interval": 1.0,
     "env": {},
+    "script": None,
 }
 
 

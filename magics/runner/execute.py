@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import buffers, display, outputs
+from . import buffers, display, outputs, script
 from .failures import CellFailed, fail
 
 Emit = Callable[..., None]
@@ -36,6 +36,7 @@ def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> N
         emit("status", state="loading inputs")
     load_inputs(emit, bundle, namespace)
     emit("status", state="running")
+    workdir = script.enter(bundle["script"], namespace) if bundle["script"] else None
     try:
         exec(code, namespace)
         if last is not None:
@@ -46,9 +47,12 @@ def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> N
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: a cell's sys.exit() ends the cell, not the runner
-        raise fail(emit, type(exc).__name__, str(exc), cell_traceback(exc, bundle["filename"])) from None
+        if not script.clean_exit(bundle["script"], exc):
+            raise fail(emit, type(exc).__name__, str(exc), cell_traceback(exc, bundle["filename"])) from None
     finally:
         _show_figures()
+        if workdir is not None:
+            script.leave(workdir)
     outputs.send(emit, bundle, namespace)
 
 
@@ -70,7 +74,9 @@ def compile_cell(emit: Emit, bundle: dict[str, Any]) -> tuple[Any, Any]:
         raise _syntax_failure(emit, cell, first, exc) from None
     ast.increment_lineno(tree, first - 1)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr) and not cell.rstrip().endswith(";"):
+    # a script shows nothing of its last expression, as ``python script.py`` does
+    is_cell = not bundle["script"]
+    if is_cell and tree.body and isinstance(tree.body[-1], ast.Expr) and not cell.rstrip().endswith(";"):
         last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
     return compile(tree, filename, "exec"), last
 

@@ -1,9 +1,10 @@
 """The runner's wire format: one framed event per line, encoded by the runner and decoded by the engine.
 
-A frame is ``\\x1egpuo <nonce> <seq> <kind> <payload>\\n``: the nonce is a per-run secret from the bundle, so
-text a cell prints can never pass for a frame (the runner captures the cell's stdout and re-sends it inside
-``stream`` frames, JSON-escaped). ``seq`` counts from 0 per runner process, so a reader that resumes a log
-stream drops what it has already seen. A line never exceeds :data:`MAX_FRAME_BYTES` (container runtimes
+A frame is ``\\x1egpuo <nonce> <seq> <run> <rank> <kind> <payload>\\n``: the nonce is a per-run secret from
+the bundle, so text a cell prints can never pass for a frame (the runner captures the cell's stdout and
+re-sends it inside ``stream`` frames, JSON-escaped). ``seq`` counts from 0 per runner process, so a reader
+that resumes a log stream drops what it has already seen. ``run`` names the run a frame belongs to, so a
+session's reader drops what a previous run left behind instead of taking it for the current run's. A line never exceeds :data:`MAX_FRAME_BYTES` (container runtimes
 split longer log lines); a larger payload travels as ``part`` frames that the decoder joins again.
 
 The engine imports this module as ``gpu_offload.magics.runner.frames``. The encoder lives in
@@ -13,14 +14,14 @@ it never decodes.
 
 from __future__ import annotations
 
-import codecs
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .wire import MARK, MAX_FRAME_BYTES, FrameEncoder, check_nonce
+from .lines import LineSplitter, Overlong
+from .wire import MARK, MAX_FRAME_BYTES, NO_RUN, FrameEncoder, check_nonce, run_token
 
 __all__ = [
     "MARK",
@@ -31,6 +32,7 @@ __all__ = [
     "Event",
     "FrameDecoder",
     "FrameEncoder",
+    "FrameError",
     "GpuSample",
     "Hello",
     "Metrics",
@@ -41,9 +43,21 @@ __all__ = [
     "Stream",
     "UnknownFrame",
     "check_nonce",
+    "run_token",
 ]
 
-_FRAME_RE = re.compile(r"\x1egpuo ([0-9a-f]{32}) (0|[1-9][0-9]*) ([a-z_]+) (.*)\Z", re.DOTALL)
+_FRAME_RE = re.compile(
+    r"\x1egpuo ([0-9a-f]{32}) (0|[1-9][0-9]{0,17}) (-|[A-Za-z0-9][A-Za-z0-9_.-]{0,63}) (0|[1-9][0-9]{0,5}) "
+    r"([a-z_]{1,40}) (.*)\Z",
+    re.DOTALL,
+)
+MAX_LINE_BYTES = 4 * MAX_FRAME_BYTES
+"""Longest line the decoder buffers; a longer one is no frame (the encoder never writes one) and is cut."""
+MAX_EVENT_BYTES = 1 << 30
+"""Largest event reassembled from ``part`` frames; kubernetes runs without object storage send their
+outputs inline, so this bounds the largest output such a run can return."""
+MAX_DEPTH = 100
+"""Deepest nesting of lists and objects a payload may have (IPython and the notebook recurse on it)."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -138,13 +152,15 @@ class Metrics:
 
 @dataclass(frozen=True)
 class Outputs:
-    """The variables the cell sends back, as a pickle plus out-of-band buffer references."""
+    """The variables the cell sends back, as a pickle plus out-of-band buffer references, or a safe container."""
 
     seq: int
     names: tuple[str, ...]
     pickle: Any
-    """Base64 text of the main pickle, or a buffer reference dict (see ``buffers``)."""
+    """Base64 text of the main pickle (or safe container), or a buffer reference dict (see ``buffers``)."""
     buffers: tuple[Mapping[str, Any], ...]
+    format: str = "pickle"
+    """``pickle``, or ``safe``: a container of :mod:`.safe` (from a runner on an untrusted cluster)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +182,19 @@ class UnknownFrame:
 
 
 @dataclass(frozen=True)
+class FrameError:
+    """A frame of this run that could not be decoded (bad JSON, too deep, a field missing, too large).
+
+    The run's stream goes on; whatever the frame carried is lost, so the reader should tell the user.
+    """
+
+    seq: int
+    reason: str
+    line: str
+    """The start of the offending frame, for diagnostics."""
+
+
+@dataclass(frozen=True)
 class Noise:
     """A line that is not one of this run's frames (image banners, interpreter chatter); diagnostics only."""
 
@@ -184,6 +213,7 @@ Event = (
     | Outputs
     | Done
     | UnknownFrame
+    | FrameError
     | Noise
 )
 """Anything :meth:`FrameDecoder.feed` returns."""
@@ -218,62 +248,93 @@ _BUILDERS: dict[str, Callable[[int, Mapping[str, Any]], Event]] = {
     "warning": lambda s, p: RunnerWarning(s, str(p["text"])),
     "metrics": lambda s, p: Metrics(s, tuple(_gpu_sample(g) for g in p.get("gpu", ())), p.get("note")),
     "outputs": lambda s, p: Outputs(
-        s, tuple(p["names"]), p["pickle"], tuple(dict(b) for b in p.get("buffers", ()))
+        s, tuple(p["names"]), p["pickle"], tuple(dict(b) for b in p.get("buffers", ())),
+        str(p.get("format", "pickle")),
     ),
     "done": lambda s, p: Done(s, str(p["status"]), float(p.get("elapsed", 0.0))),
 }
 
 
 class FrameDecoder:
-    """Turns the runner's stdout (bytes or text, in chunks of any size) into events.
+    """Turns the runner's stdout (bytes or text, in chunks of any size) into events; never raises on input.
 
     Frames with ``seq <= last_seen`` are dropped, so a resumed log stream neither loses nor repeats events:
     keep feeding the same decoder after a resume (it also holds the ``part`` frames of an unfinished large
-    event; a new decoder made with ``last_seen=`` would not have them).
+    event; a new decoder made with ``last_seen=`` would not have them). With a ``run_id`` (or after
+    :meth:`expect_run`) frames of any other run are dropped and counted in :attr:`foreign`; frames of no
+    run (``hello``) always pass. Work is linear in the input; a line is buffered up to
+    :data:`MAX_LINE_BYTES` and a large event up to ``max_event_bytes``.
     """
 
-    def __init__(self, nonce: str, last_seen: int = -1) -> None:
+    def __init__(
+        self,
+        nonce: str,
+        last_seen: int = -1,
+        *,
+        run_id: str | None = None,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+    ) -> None:
         self.nonce = check_nonce(nonce)
         self.last_seen = last_seen
-        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
-        self._parts: dict[int, list[str]] = {}
+        self.foreign = 0
+        """Frames dropped because they belong to another run."""
+        self.max_event_bytes = max_event_bytes
+        self._run = None if run_id is None else run_token(run_id)
+        self._lines = LineSplitter(MAX_LINE_BYTES)
+        self._parts: dict[int, tuple[str, list[str]]] = {}
+        self._part_bytes = 0
+        self._skipping: int | None = None  # the part id of an event dropped as too large
+
+    def expect_run(self, run_id: str | None) -> None:
+        """Accept from now on only frames of ``run_id`` (``None``: of any run); drops unfinished parts."""
+        self._run = None if run_id is None else run_token(run_id)
+        self._parts.clear()
+        self._part_bytes = 0
 
     def feed(self, data: bytes | str) -> list[Event]:
         """Decode a chunk of output; a trailing partial line waits for the next chunk or :meth:`close`."""
-        text = self._text.decode(data) if isinstance(data, bytes) else data
-        if not text:
-            return []
-        lines = (self._pending + text).split("\n")
-        self._pending = lines.pop()
-        events: list[Event] = []
-        for line in lines:
-            events.extend(self.feed_line(line))
-        return events
+        raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+        return self._decode(self._lines.feed(raw))
 
     def close(self) -> list[Event]:
         """End of stream: decode what is left (a last line without newline)."""
-        rest = self._pending + self._text.decode(b"", final=True)
-        self._pending = ""
-        return self.feed_line(rest) if rest else []
+        return self._decode(self._lines.close())
+
+    def _decode(self, lines: list[bytes | Overlong]) -> list[Event]:
+        events: list[Event] = []
+        for line in lines:
+            if isinstance(line, Overlong):
+                head = line.head.decode("utf-8", "replace")
+                events.append(Noise(head, f"line of {line.size} bytes is longer than any frame; dropped"))
+            else:
+                events.extend(self.feed_line(line.decode("utf-8", "replace")))
+        return events
 
     def feed_line(self, line: str) -> list[Event]:
         """Decode one line (without its newline); returns no event for a duplicate or an incomplete part."""
+        try:
+            return self._line(line)
+        except Exception as exc:  # noqa: BLE001 - a reader must survive any input; the run learns of it
+            return [FrameError(self.last_seen, f"the frame decoder failed: {exc!r}", line[:200])]
+
+    def _line(self, line: str) -> list[Event]:
         line = line.removesuffix("\r")
         match = _FRAME_RE.match(line)
         if match is None:
-            return [Noise(line, "not a frame")]
-        nonce, seq_text, kind, payload_text = match.groups()
+            return [Noise(line[:MAX_LINE_BYTES], "not a frame")]
+        nonce, seq_text, run, _rank, kind, payload_text = match.groups()
         if nonce != self.nonce:
             return [Noise(line, "frame of another run (nonce differs)")]
         seq = int(seq_text)
         if seq <= self.last_seen:
             return []
         self.last_seen = seq
-        try:
-            payload = json.loads(payload_text)
-        except ValueError as exc:
-            return [Noise(line, f"frame payload is not JSON: {exc}")]
+        if self._run is not None and run not in (self._run, NO_RUN):
+            self.foreign += 1
+            return []
+        payload = _parse(payload_text)
+        if isinstance(payload, _Bad):
+            return [FrameError(seq, f"{kind} frame payload {payload.reason}", line[:200])]
         if kind == "part":
             return self._part(seq, line, payload)
         return [self._build(seq, kind, payload, line)]
@@ -281,19 +342,43 @@ class FrameDecoder:
     def _part(self, seq: int, line: str, payload: Any) -> list[Event]:
         try:
             part_id, kind, chunk, last = payload["id"], payload["kind"], payload["chunk"], payload["last"]
-        except (KeyError, TypeError):
-            return [Noise(line, "part frame without id, kind, chunk and last")]
-        chunks = self._parts.setdefault(part_id, [])
-        chunks.append(chunk)
-        if not last:
+            if not (isinstance(part_id, int) and isinstance(kind, str) and isinstance(chunk, str)):
+                raise TypeError("id, kind and chunk must be an integer and two strings")
+        except (KeyError, TypeError) as exc:
+            return [FrameError(seq, f"part frame without id, kind, chunk and last: {exc}", line[:200])]
+        if part_id == self._skipping:
+            if last:
+                self._skipping = None
             return []
+        if part_id not in self._parts:
+            # the encoder finishes one large event before it starts the next: an older one never ends
+            dropped: list[Event] = [
+                FrameError(seq, f"{k} event left unfinished", "") for k, _ in self._parts.values()
+            ]
+            self._parts.clear()
+            self._part_bytes = 0
+            self._parts[part_id] = (kind, [])
+        else:
+            dropped = []
+        chunks = self._parts[part_id][1]
+        chunks.append(chunk)
+        self._part_bytes += len(chunk)
+        if self._part_bytes > self.max_event_bytes:
+            del self._parts[part_id]
+            self._part_bytes = 0
+            self._skipping = None if last else part_id
+            return [*dropped, FrameError(
+                seq, f"{kind} event exceeds {self.max_event_bytes} bytes; dropped (send large outputs "
+                "through object storage or shared memory)", line[:200])]
+        if not last:
+            return dropped
         del self._parts[part_id]
+        self._part_bytes = 0
         joined = "".join(chunks)
-        try:
-            whole = json.loads(joined)
-        except ValueError as exc:
-            return [Noise(joined[:200], f"reassembled {kind} frame is not JSON: {exc}")]
-        return [self._build(seq, kind, whole, joined[:200])]
+        whole = _parse(joined)
+        if isinstance(whole, _Bad):
+            return [*dropped, FrameError(seq, f"reassembled {kind} frame {whole.reason}", joined[:200])]
+        return [*dropped, self._build(seq, kind, whole, joined[:200])]
 
     @staticmethod
     def _build(seq: int, kind: str, payload: Any, line: str) -> Event:
@@ -302,5 +387,40 @@ class FrameDecoder:
             return UnknownFrame(seq, kind, payload)
         try:
             return builder(seq, payload)
-        except (KeyError, TypeError, ValueError) as exc:
-            return Noise(line, f"{kind} frame lacks or mistypes a field: {exc!r}")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return FrameError(seq, f"{kind} frame lacks or mistypes a field: {exc!r}", line[:200])
+
+
+@dataclass(frozen=True)
+class _Bad:
+    reason: str
+
+
+def _parse(text: str) -> Any:
+    """JSON ``text`` as a value, or :class:`_Bad` saying why not (never raises)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        return _Bad(f"is nested deeper than {MAX_DEPTH} levels")
+    except ValueError as exc:
+        return _Bad(f"is not JSON: {exc}")
+    # counting brackets is C-fast and spares the walk for nearly every payload
+    if text.count("[") + text.count("{") > MAX_DEPTH and _depth_exceeds(value, MAX_DEPTH):
+        return _Bad(f"is nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

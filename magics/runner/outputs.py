@@ -2,10 +2,15 @@
 
 A value the user asked for with ``--out`` (``required_outputs``) must arrive, so failing to pickle it is an
 error; any other assigned name that cannot travel is skipped with a warning naming it and its type.
+
+On a cluster the kernel does not trust, the outputs go in the safe format (:mod:`.safe`) instead of a
+pickle: the bundle's ``output_format``, or :data:`FORMAT_ENV` set on the pod when it was placed there
+(the bundle is made before placement). The kernel refuses a pickle from such a cluster whatever is sent.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +19,14 @@ from . import buffers
 from .failures import CellFailed, fail
 
 Emit = Callable[..., None]
+FORMAT_ENV = "GPU_OFFLOAD_OUTPUT_FORMAT"
+"""``safe`` on a runner pod placed on an untrusted cluster (``liqo_peering.environment.OUTPUT_FORMAT``)."""
+SAFE = "safe"
+
+
+def wants_safe(bundle: dict[str, Any]) -> bool:
+    """Whether this run sends its outputs in the safe format (either source may ask; none can unask)."""
+    return bundle.get("output_format") == SAFE or os.environ.get(FORMAT_ENV) == SAFE
 
 
 def cuda_to_cpu(obj: Any) -> Any:
@@ -46,6 +59,9 @@ def send(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
         return  # the engine treats a run without an ``outputs`` frame as one with nothing to load
     emit("status", state="sending outputs")
     _warn_cuda(emit, values)
+    if wants_safe(bundle):
+        _send_safe(emit, bundle, values, required)
+        return
     try:
         try:
             dumped = _dump(bundle, values)
@@ -69,6 +85,38 @@ def send(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
             "send fewer variables back (--out) or convert them to plain data",
         ) from None
     _emit_outputs(emit, bundle, values, dumped)
+
+
+def _send_safe(emit: Emit, bundle: dict[str, Any], values: dict[str, Any], required: list[str]) -> None:
+    """One ``outputs`` frame holding a safe container; names that do not encode are listed inside it (the
+    kernel warns about them), unless ``--out`` asked for one: then the run fails, as for a pickling error."""
+    from . import safe
+
+    encoded = safe.encode(values)
+    refused = [skip for skip in encoded.skipped if skip.name in required]
+    if refused:
+        what = "; ".join(f"output `{s.name}` ({s.type}): {s.reason}" for s in refused)
+        raise fail(
+            emit,
+            "PicklingError",
+            f"{what}. This cluster is not trusted by your notebook, so outputs come back only as {safe.ALLOWED}; "
+            "it was asked for with --out, so the run fails: convert it in the cell, drop it from --out, or run "
+            "on a trusted cluster",
+        )
+    # join at once: the parts are views of the cell's live arrays, which a thread of the cell may still change
+    data, encoded_skipped = encoded.tobytes(), encoded.skipped
+    del encoded
+    transport, shm_dir, urls = bundle["output_transport"], bundle["shm_dir"], bundle["output_urls"]
+    try:
+        packed = buffers.pack_main(data, transport, shm_dir=shm_dir, urls=urls, index=0)
+    except buffers.BufferTransportError as exc:
+        raise fail(emit, "BufferTransportError", f"the cell's outputs cannot be sent back: {exc}") from None
+    try:
+        skipped = {skip.name for skip in encoded_skipped}
+        emit("outputs", names=[n for n in values if n not in skipped], pickle=packed, buffers=[], format=SAFE)
+    except BaseException:
+        buffers.discard([packed] if isinstance(packed, dict) else [])
+        raise
 
 
 def _drop_unpicklable(emit: Emit, values: dict[str, Any], required: list[str]) -> None:

@@ -90,11 +90,12 @@ class Runtime:
         self.interrupts.terminate()
         watchdog.hard_exit_later(1)
 
-    def version_mismatch(self, wanted: str) -> bool:
+    def version_mismatch(self, wanted: str, run_id: str) -> bool:
         """Send the one-sentence error if this Python's minor version is not ``wanted``."""
         ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
         if wanted == ours:
             return False
+        self.encoder.begin_run(run_id)
         self.encoder.emit(
             "error",
             ename="PythonVersionMismatch",
@@ -111,6 +112,7 @@ class Runtime:
     def run(self, bundle: dict[str, Any]) -> str:
         """Run one bundle; returns the ``done`` status (``ok``, ``error`` or ``interrupted``)."""
         started = time.perf_counter()
+        self.encoder.begin_run(bundle["run_id"])
         os.environ.update({str(k): str(v) for k, v in bundle["env"].items()})
         self.sampler.interval = bundle["metrics_interval"]
         status = "ok"
@@ -138,6 +140,7 @@ class Runtime:
                 traceback=traceback.format_exception(type(exc), exc, exc.__traceback__),
             )
         self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
+        self.encoder.end_run()
         return status
 
     def close(self) -> None:

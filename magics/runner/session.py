@@ -101,7 +101,7 @@ def serve(runtime: Runtime) -> int:
             runtime.interrupts.drop()
             _reject(runtime, str(exc))
             continue
-        if runtime.version_mismatch(bundle["python"]):
+        if runtime.version_mismatch(bundle["python"], bundle["run_id"]):
             return MISMATCH_EXIT
         runtime.run(bundle)
 

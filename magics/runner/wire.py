@@ -1,4 +1,4 @@
-"""Writing frames (the runner's side of :mod:`.frames`): ``\\x1egpuo <nonce> <seq> <kind> <payload>\\n``.
+"""Writing frames (the runner's side of :mod:`.frames`): ``\\x1egpuo <nonce> <seq> <run> <rank> <kind> <payload>\\n``.
 
 Kept apart from the decoder and its event classes, which only the engine needs, because everything the
 runner imports is paid for on every cold start.
@@ -18,7 +18,11 @@ MAX_FRAME_BYTES = 16 * 1024
 MARK = "\x1egpuo"
 """What every frame line starts with (an ASCII record separator, then a fixed tag)."""
 
+NO_RUN = "-"
+"""The run field of frames that belong to the runner process rather than to one run (``hello``)."""
+
 _NONCE_RE = re.compile(r"[0-9a-f]{32}\Z")
+_RUN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
 def check_nonce(nonce: str) -> str:
@@ -31,20 +35,45 @@ def check_nonce(nonce: str) -> str:
     return nonce
 
 
+def run_token(run_id: str) -> str:
+    """The run field a frame carries for ``run_id``: the id itself when it is a plain name (what the engine
+    makes), else a digest of it, so that any bundle's ``run_id`` fits one space-free field."""
+    if _RUN_RE.match(run_id):
+        return run_id
+    import hashlib  # only for odd ids: the runner's cold start does not pay for it
+
+    return "h" + hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 class FrameEncoder:
     """Writes events as frame lines through ``write`` (which must write all the bytes it is given).
 
     Thread-safe: the stream reader, the metrics sampler and the main thread all emit, and the lock makes
-    the order of ``seq`` the order of the lines.
+    the order of ``seq`` the order of the lines. Every frame carries the run it belongs to (set by
+    :meth:`begin_run`, :data:`NO_RUN` outside a run) and the runner's rank (0 until distributed runs).
     """
 
-    def __init__(self, nonce: str, write: Callable[[bytes], object], limit: int = MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self, nonce: str, write: Callable[[bytes], object], limit: int = MAX_FRAME_BYTES, rank: int = 0
+    ) -> None:
         self.nonce = check_nonce(nonce)
         self._write = write
         self._limit = limit
+        self._rank = int(rank)
+        self._run = NO_RUN
         self._seq = 0
         self._part_id = 0
         self._lock = threading.Lock()
+
+    def begin_run(self, run_id: str) -> None:
+        """Frames from now on belong to ``run_id`` (a bundle's ``run_id``)."""
+        with self._lock:
+            self._run = run_token(run_id)
+
+    def end_run(self) -> None:
+        """Frames from now on belong to no run (between the runs of a session)."""
+        with self._lock:
+            self._run = NO_RUN
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Send one event; split into ``part`` frames when it would not fit in one line."""
@@ -59,16 +88,19 @@ class FrameEncoder:
 
     def _line(self, kind: str, body: str) -> bytes:
         # ensure_ascii JSON is ASCII, so characters are bytes and no raw newline can appear
-        line = f"{MARK} {self.nonce} {self._seq} {kind} {body}\n".encode("ascii")
+        line = f"{self._header()} {kind} {body}\n".encode("ascii")
         self._seq += 1
         return line
+
+    def _header(self) -> str:
+        return f"{MARK} {self.nonce} {self._seq} {self._run} {self._rank}"
 
     def _emit_parts(self, kind: str, body: str) -> None:
         part_id = self._part_id
         self._part_id += 1
         start = 0
         while start < len(body):
-            frame_overhead = len(f"{MARK} {self.nonce} {self._seq} part ") + 1
+            frame_overhead = len(f"{self._header()} part ") + 1
             wrapper = len(json.dumps({"id": part_id, "kind": kind, "chunk": "", "last": False}))
             budget = self._limit - frame_overhead - wrapper
             end = _fit(body, start, budget)

@@ -1,4 +1,9 @@
-"""The ``gpu-offload`` command. Each sub-command lives in the package that owns it and registers here."""
+"""The ``gpu-offload`` command. Each sub-command lives in the package that owns it and registers here.
+
+Only the chosen sub-command's module is imported: ``gpu-offload --help`` lists the commands from
+:data:`COMMANDS` alone, so it does not load the Kubernetes client, the sandbox or Jupyter (see
+bench/bench_cli.py for the time it takes).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +11,65 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-
-# (sub-command, module that defines `add_parser(subparsers)`): imported lazily so `gpu-offload --help`
-# stays fast and a missing optional dependency only affects its own command.
-COMMANDS: list[tuple[str, str]] = [
-    ("quickstart", "gpu_offload.magics.quickstart"),
-    ("clusters", "gpu_offload.liqo_peering.commands"),
-    ("sandbox", "gpu_offload.sandbox.cli"),
-    ("cleanup", "gpu_offload.magics.backends.kube.cli"),
-]
+from dataclasses import dataclass
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: its name, its line in ``gpu-offload --help``, and the module that builds and runs it."""
+
+    name: str
+    summary: str
+    module: str
+    """Defines ``add_parser(subparsers, summary)``, which registers ``name`` with a ``func`` default."""
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("quickstart", "run examples/quickstart.ipynb on an embedded SANDBOX cluster (--local: no cluster)",
+            "gpu_offload.quickstart"),
+    Command("lab", "JupyterLab (or JupyterHub with --hub) against an embedded SANDBOX cluster",
+            "gpu_offload.lab"),
+    Command("clusters", "list peered clusters, their virtual nodes and free GPUs", "gpu_offload.liqo_peering.commands"),
+    Command("queues", "show or sync the Kueue queue of the GPU pool", "gpu_offload.liqo_peering.queue_commands"),
+    Command("sandbox", "serve an emulated Kubernetes API (a SANDBOX, not a cluster)", "gpu_offload.sandbox.cli"),
+    Command("cleanup", "delete runner pods and Secrets left by your kernels", "gpu_offload.magics.backends.kube.cli"),
+    Command("run", "run a Python script on a GPU runner and stream its output (exits with its exit code)",
+            "gpu_offload.magics.cli.run"),
+    Command("runs", "list your runs: cells of every kernel and scripts, with state, cluster, GPUs and age",
+            "gpu_offload.magics.cli.runs"),
+    Command("logs", "print a run's output (-f: follow it until the run ends)", "gpu_offload.magics.cli.logs"),
+    Command("cancel", "stop a run (a script's or a notebook cell's) as Ctrl-C would", "gpu_offload.magics.cli.cancel"),
+    Command("doctor", "check the cluster setup (kubeconfig, namespace, offloading, storage, GPUs) and say how to fix it",
+            "gpu_offload.magics.cli.doctor"),
+)
+
+
+def _chosen(argv: Sequence[str]) -> Command | None:
+    """The sub-command ``argv`` names (the first word that is not an option), if it is one we have."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return next((c for c in COMMANDS if c.name == first), None)
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every command listed, only the one ``argv`` names built in full."""
     parser = argparse.ArgumentParser(
         prog="gpu-offload",
         description="Run Jupyter cells and Metaflow steps on remote GPUs through Liqo.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for _name, module_name in COMMANDS:
-        importlib.import_module(module_name).add_parser(subparsers)
+    chosen = _chosen(argv)
+    for command in COMMANDS:
+        if command is chosen:
+            importlib.import_module(command.module).add_parser(subparsers, command.summary)
+        else:
+            subparsers.add_parser(command.name, help=command.summary)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

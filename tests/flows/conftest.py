@@ -1,4 +1,5 @@
-"""Real Metaflow in subprocesses against a real S3 API (a moto server on 127.0.0.1), and pod-spec checks.
+"""Real Metaflow in subprocesses against a real S3 API (a moto server where the sandbox's pods reach it too),
+and pod-spec checks.
 
 Every flow is copied into its own temporary folder (Metaflow packages the flow's folder), runs with its own
 HOME (no kubeconfig, no Metaflow config of the machine) and writes its datastore to the moto bucket.
@@ -8,11 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,10 @@ import kubernetes
 import kubernetes_validate
 import pytest
 from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox import liqo, objectstore
 from gpu_offload.sandbox.fixtures import origin_fixture
 
 DATA = Path(__file__).resolve().parent / "data"
-MOTO = Path(sys.executable).with_name("moto_server")
 BUCKET = "gpu-offload-flows"
 ONLY_JSON = ("argo-workflows", "create", "--only-json")
 INVENTORY = {"METAFLOW_GPU_OFFLOAD_INVENTORY": str(DATA / "inventory.json")}
@@ -34,6 +32,9 @@ K8S_VERSION = "1.36"
 LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 # Named like the offline inventory's donors, so offload_flow.py places the same way live and offline.
 DONORS = (liqo.Donor("donor-a", 4, "A100", "2.00"), liqo.Donor("donor-b", 8, "L4", "0.80"))
+# The flows under test place steps on these donors, which @gpu_offload allows only on trusted clusters: the
+# deploying process's origin trusts them (tests of the refusal unset it).
+TRUSTING = {"GPU_OFFLOAD_TRUSTED_CLUSTERS": ",".join(d.cluster_id for d in DONORS)}
 OFFLOADED = "gpu-jobs"
 NOT_OFFLOADED = "plain"
 # Metaflow's default image (python:3.x) runs with this interpreter: it has what Metaflow's pod bootstrap
@@ -57,44 +58,10 @@ class S3Server:
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """A moto S3 server on an ephemeral port with one bucket; stopped at the end of the session."""
-    # Its request log goes to a file: a pipe nobody reads fills up and then blocks the server.
-    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [str(MOTO), "-H", "127.0.0.1", "-p", "0"], stdout=log, stderr=subprocess.STDOUT, text=True
-        )
-    try:
-        endpoint = _wait_for_port(proc, log_path)
-        import boto3
-
-        boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-            region_name="us-east-1",
-        ).create_bucket(Bucket=BUCKET)
+def s3_server(origin: Any) -> Iterator[S3Server]:
+    """moto's S3 server with one bucket for the session, where Metaflow here and its step pods both reach it."""
+    with objectstore.s3_server(origin.host_address, [BUCKET]) as endpoint:
         yield S3Server(endpoint)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _wait_for_port(proc: subprocess.Popen[str], log_path: Path) -> str:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", log_path.read_text())
-        if found:
-            return found.group(1)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise RuntimeError(
-        f"moto_server did not report its port (log: {log_path}); is moto[server] installed in the venv?"
-    )
 
 
 @dataclass(frozen=True)
@@ -130,6 +97,7 @@ class FlowRunner:
             "METAFLOW_DEFAULT_DATASTORE": "s3",
             "METAFLOW_DATASTORE_SYSROOT_S3": f"s3://{BUCKET}/{self.workdir.name}",
             "METAFLOW_DEFAULT_METADATA": "local",
+            **TRUSTING,
             **extra,
         }
 

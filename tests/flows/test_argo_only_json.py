@@ -118,7 +118,8 @@ def test_with_gpu_offload_on_the_command_line_offloads_every_step(run_flow: Flow
     ],
 )
 def test_bad_input_stops_before_anything_is_deployed(run_flow: FlowRunner, case: str, expected: str) -> None:
-    result = run_flow("bad_flow.py", *ONLY_JSON, env={"BAD_CASE": case})
+    # placed from configuration, on a trusted cluster: without one the step would be refused for that first
+    result = run_flow("bad_flow.py", *ONLY_JSON, env={"BAD_CASE": case, "METAFLOW_GPU_OFFLOAD_CLUSTER": "donor-a"})
     assert result.returncode != 0
     assert expected in result.stderr
     assert "step 'train'" in result.stderr

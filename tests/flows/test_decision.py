@@ -17,6 +17,36 @@ DATA = Path(__file__).resolve().parent / "data"
 INVENTORY = str(DATA / "inventory.json")
 
 
+@pytest.fixture(autouse=True)
+def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The origin trusts the inventory's donors (tests of the refusal unset it)."""
+    monkeypatch.setenv("GPU_OFFLOAD_TRUSTED_CLUSTERS", "donor-a,donor-b")
+
+
+def test_steps_go_to_trusted_clusters_only_unless_they_say_untrusted_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_OFFLOAD_TRUSTED_CLUSTERS", "donor-a")
+    inventory = load_inventory(INVENTORY)  # donor-b alone has L4s, and is not trusted
+    with pytest.raises(GpuOffloadFlowError, match=r"step 'train' @gpu_offload\(gpus=1, gpu_model='L4'\): no cluster "
+                       r"has 1 free L4.*only trusted clusters were asked for, and donor-b is not trusted.*Metaflow's "
+                       r"artifacts are pickles.*@gpu_offload\(untrusted_ok=True\)"):
+        decide("train", OffloadOptions(gpu_model="L4"), OffloadSettings(), inventory, "inventory")
+    assert decide("train", OffloadOptions(), OffloadSettings(), inventory, "inventory").cluster_id == "donor-a"
+    options = parse_options("train", (), {"gpu_model": "L4", "untrusted_ok": True})
+    assert decide("train", options, OffloadSettings(), inventory, "inventory").cluster_id == "donor-b"
+    with pytest.raises(GpuOffloadFlowError, match="untrusted_ok='yes'.*True or False"):
+        parse_options("train", (), {"untrusted_ok": "yes"})
+
+
+def test_without_an_inventory_a_step_must_be_pinned_to_a_trusted_cluster() -> None:
+    offline, environ = OffloadSettings(source="config"), {"GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-a"}
+    with pytest.raises(GpuOffloadFlowError, match="no cluster is named.*trusted: donor-a.*untrusted_ok=True"):
+        place_step("train", OffloadOptions(), offline, environ)
+    with pytest.raises(GpuOffloadFlowError, match="cluster donor-b is not trusted"):
+        place_step("train", OffloadOptions(cluster="donor-b"), offline, environ)
+    assert place_step("train", OffloadOptions(cluster="donor-a"), offline, environ).cluster_id == "donor-a"
+    assert place_step("train", OffloadOptions(untrusted_ok=True), offline, environ).cluster_id is None
+
+
 def test_settings_come_from_metaflow_style_keys() -> None:
     conf = {"GPU_OFFLOAD_CLUSTER": "donor-b", "GPU_OFFLOAD_GPU_MODEL": " L4 ", "GPU_OFFLOAD_PLACEMENT_SOURCE": "config"}
     assert read_settings(conf.get) == OffloadSettings(cluster="donor-b", gpu_model="L4", source="config")
@@ -39,6 +69,22 @@ def test_inventory_chooses_a_cluster_that_has_the_model() -> None:
     placed = decide("train", OffloadOptions(gpu_model="l4"), OffloadSettings(), load_inventory(INVENTORY), "inventory")
     # matched case-insensitively, written as the nodes are labelled
     assert (placed.cluster_id, placed.gpu_model) == ("donor-b", "L4")
+
+
+def test_a_list_of_models_is_tried_in_order() -> None:
+    options = parse_options("train", [], {"gpu_model": ["A100", "L4"], "gpus": 3})
+    assert (options.gpu_model, options.fallback_models) == ("A100", ("L4",))
+    inventory = load_inventory(INVENTORY)
+    placed = decide("train", options, OffloadSettings(), inventory, "inventory")
+    assert (placed.cluster_id, placed.gpu_model) == ("donor-a", "A100")
+    # donor-a has 4 A100: six GPUs fit nowhere, and the message names the list as the user wrote it
+    with pytest.raises(GpuOffloadFlowError, match=r"@gpu_offload\(gpus=6, gpu_model=\['A100', 'L4'\]\)"):
+        decide("train", parse_options("train", [], {"gpu_model": ["A100", "L4"], "gpus": 6}), OffloadSettings(),
+               inventory, "inventory")
+    # L4 first: donor-b's 2 L4 cannot take 3 GPUs, so the step falls back to A100
+    placed = decide("train", parse_options("train", [], {"gpu_model": ["L4", "A100"], "gpus": 3}),
+                    OffloadSettings(), inventory, "inventory")
+    assert (placed.cluster_id, placed.gpu_model) == ("donor-a", "A100")
 
 
 def test_inventory_refuses_more_gpus_than_any_donor_has() -> None:
@@ -88,7 +134,8 @@ def test_a_record_for_another_step_is_ignored_and_a_corrupt_one_is_an_error() ->
 
 def test_options_are_checked_with_the_step_named() -> None:
     assert parse_options("s", [], {"gpus": "3"}) == OffloadOptions(gpus=3)
-    for bad in ({"gpus": 0}, {"gpus": True}, {"gpus": None}, {"cluster": ""}, {"gpu_model": 7}):
+    for bad in ({"gpus": 0}, {"gpus": True}, {"gpus": None}, {"cluster": ""}, {"gpu_model": 7},
+                {"gpu_model": []}, {"gpu_model": ["A100", ""]}):
         with pytest.raises(GpuOffloadFlowError, match="step 's'"):
             parse_options("s", [], bad)
     with pytest.raises(GpuOffloadFlowError, match="keyword arguments only"):
@@ -110,10 +157,3 @@ def test_the_configured_policy_places_the_step() -> None:
     assert decide("train", OffloadOptions(gpus=1), settings, inventory, "inventory").cluster_id == "donor-b"
     with pytest.raises(GpuOffloadFlowError, match="METAFLOW_GPU_OFFLOAD_PLACEMENT_POLICY=.fastest. is not allowed"):
         read_settings({"GPU_OFFLOAD_PLACEMENT_POLICY": "fastest"}.get)
-
-
-def test_the_policy_names_settings_accept_are_placements_own() -> None:
-    from gpu_offload.flows.settings import POLICY_NAMES
-    from gpu_offload.liqo_peering.placement import POLICIES
-
-    assert tuple(POLICIES) == POLICY_NAMES

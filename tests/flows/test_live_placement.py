@@ -61,7 +61,8 @@ def dead_kubeconfig(tmp_path: Path) -> str:
 def test_an_unreachable_cluster_falls_back_to_configuration_in_auto_mode(
     run_flow: FlowRunner, dead_kubeconfig: str
 ) -> None:
-    env = {**_live(dead_kubeconfig, OFFLOADED, source="auto"), "METAFLOW_GPU_OFFLOAD_CLUSTER": "donor-z"}
+    env = {**_live(dead_kubeconfig, OFFLOADED, source="auto"), "METAFLOW_GPU_OFFLOAD_CLUSTER": "donor-z",
+           "GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-z"}  # configuration alone: the configured cluster is trusted
     found = templates(run_flow("plain_flow.py", "--with", "gpu_offload", *ONLY_JSON, env=env).json())
     assert found["start"]["nodeSelector"]["liqo.io/remote-cluster-id"] == "donor-z"
 
@@ -80,3 +81,16 @@ def test_a_step_asking_more_memory_than_any_donor_has_is_refused_before_it_runs(
     assert result.returncode != 0
     assert "with 186.3 GiB of memory" in result.stderr and "of memory free" in result.stderr, result.stderr
     assert "[placement from the cluster]" in result.stderr
+
+
+def test_steps_stay_off_untrusted_donors_unless_they_say_untrusted_ok(run_flow: FlowRunner, kubeconfig: str) -> None:
+    env = {**_live(kubeconfig, OFFLOADED), "GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-a"}  # donor-b is not trusted
+    found = templates(run_flow("plain_flow.py", "--with", "gpu_offload", *ONLY_JSON, env=env).json())
+    assert found["start"]["nodeSelector"]["liqo.io/remote-cluster-id"] == "donor-a"  # donor-b has more free
+    env["GPU_OFFLOAD_TRUSTED_CLUSTERS"] = ""
+    refused = run_flow("plain_flow.py", "--with", "gpu_offload", *ONLY_JSON, env=env)
+    assert refused.returncode != 0 and "{" not in refused.stdout
+    assert "no peered cluster is trusted (donor-a, donor-b are untrusted)" in refused.stderr
+    assert "Metaflow's artifacts are pickles" in refused.stderr and "untrusted_ok=True" in refused.stderr
+    allowed = run_flow("plain_flow.py", "--with", "gpu_offload:untrusted_ok=True", *ONLY_JSON, env=env)
+    assert templates(allowed.json())["start"]["nodeSelector"]["liqo.io/remote-cluster-id"] == "donor-b"

@@ -30,6 +30,7 @@ class TwiceFlow(FlowSpec):
 @pytest.fixture(autouse=True)
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE", "config")
+    monkeypatch.setenv("GPU_OFFLOAD_TRUSTED_CLUSTERS", "donor-a")  # the steps below pin it
     monkeypatch.delenv("METAFLOW_GPU_OFFLOAD_PLACEMENT", raising=False)
 
 

@@ -29,10 +29,10 @@ def _is_true(result: Any) -> bool:
 
 
 def admit(
-    policy: dict[str, Any], request: dict[str, Any], obj: dict[str, Any], namespace: Any
+    policy: dict[str, Any], request: dict[str, Any], obj: dict[str, Any], namespace: Any, old: Any = None
 ) -> tuple[bool, str]:
-    """(allowed, message) for one request under the rendered policy."""
-    activation = {"request": request, "object": obj, "namespaceObject": namespace}
+    """(allowed, message) for one request under the rendered policy (``old``: oldObject of an UPDATE)."""
+    activation = {"request": request, "object": obj, "namespaceObject": namespace, "oldObject": old}
     spec = policy["spec"]
     if not all(_is_true(_evaluate(c["expression"], activation)) for c in spec["matchConditions"]):
         return True, "not judged: another requester"
@@ -61,7 +61,9 @@ def create(resource: str, obj: dict[str, Any], user: str = HUB_USER) -> dict[str
     }
 
 
-ALICE = namespace("jhub-alice", {USER_LABEL: "true", "hub.jupyter.org/network-access-hub": "true"})
+ENFORCE = "pod-security.kubernetes.io/enforce"
+ALICE = namespace("jhub-alice", {USER_LABEL: "true", "hub.jupyter.org/network-access-hub": "true",
+                                 ENFORCE: "baseline"})
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ def test_the_hub_may_create_a_labelled_user_namespace(policy: dict[str, Any]) ->
     [
         namespace("jhub-alice"),
         namespace("jhub-alice", {USER_LABEL: "false"}),
-        namespace("kube-alice", {USER_LABEL: "true"}),
+        namespace("kube-alice", {USER_LABEL: "true", ENFORCE: "baseline"}),
     ],
     ids=["no label", "label false", "wrong prefix"],
 )
@@ -170,6 +172,211 @@ def test_a_custom_prefix_reaches_the_policy(kit: Any) -> None:
         "ValidatingAdmissionPolicy",
         "gpu-offload-hub-user-namespaces",
     )
-    lab = namespace("lab-alice", {USER_LABEL: "true"})
+    lab = namespace("lab-alice", {USER_LABEL: "true", ENFORCE: "restricted"})
     assert admit(custom, create("namespaces", lab), lab, None)[0]
     assert not admit(custom, create("namespaces", ALICE), ALICE, None)[0]
+
+
+# --- Pod Security on user namespaces ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level, allowed", [("restricted", True), ("baseline", True), ("privileged", False), (None, False)])
+def test_the_hub_creates_user_namespaces_only_with_a_pod_security_level(
+    policy: dict[str, Any], level: str | None, allowed: bool
+) -> None:
+    labels = {USER_LABEL: "true", **({ENFORCE: level} if level else {})}
+    ns = namespace("jhub-alice", labels)
+    verdict, message = admit(policy, create("namespaces", ns), ns, None)
+    assert verdict is allowed
+    if not allowed:
+        assert ENFORCE in message and "restricted, baseline" in message
+
+
+def test_the_spawner_hooks_namespace_is_admitted(kit: Any, policy: dict[str, Any]) -> None:
+    from gpu_offload.hub_extension import user_namespace as un
+    from gpu_offload.hub_extension.config import parse_config
+
+    config = parse_config(kit.config_of(kit.render()))
+    ns = un.namespace("jhub-alice", {}, "alice@example.org", config.user_namespaces.pod_security)
+    assert admit(policy, create("namespaces", ns), ns, None) == (True, "")
+
+
+def _update(obj: dict[str, Any], user: str = "kubernetes-admin") -> dict[str, Any]:
+    return {**create("namespaces", obj, user), "operation": "UPDATE"}
+
+
+@pytest.fixture(scope="module")
+def keep_labels(kit: Any) -> dict[str, Any]:
+    return kit.find(kit.render(), "ValidatingAdmissionPolicy", "gpu-offload-user-namespace-labels")
+
+
+OWNED = {**ALICE, "metadata": {**ALICE["metadata"], "annotations": {"gpu-offload.io/user": "alice"}}}
+
+
+def _relabel(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta = {"name": "jhub-alice", "labels": labels, "annotations": annotations or {"gpu-offload.io/user": "alice"}}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+@pytest.mark.parametrize(
+    "labels, annotations, words",
+    [
+        ({USER_LABEL: "true"}, None, [ENFORCE, "keeps the labels"]),
+        ({USER_LABEL: "true", ENFORCE: "privileged"}, None, [ENFORCE, "userNamespaces.podSecurity"]),
+        ({ENFORCE: "baseline"}, None, [USER_LABEL]),
+        ({USER_LABEL: "true", ENFORCE: "baseline"}, {"gpu-offload.io/user": "mallory"}, ["bills the runs"]),
+        ({USER_LABEL: "true", ENFORCE: "baseline"}, {"other": "x"}, ["bills the runs"]),
+    ],
+    ids=["level removed", "level privileged", "user-namespace label removed", "owner changed", "owner removed"],
+)
+def test_a_user_namespace_keeps_its_level_and_its_owner_whoever_updates_it(
+    keep_labels: dict[str, Any], labels: dict[str, str], annotations: dict[str, str] | None, words: list[str]
+) -> None:
+    changed = _relabel(labels, annotations)
+    allowed, message = admit(keep_labels, _update(changed), changed, None, old=OWNED)
+    assert not allowed
+    assert all(w in message for w in words), message
+
+
+def test_other_namespace_updates_pass(keep_labels: dict[str, Any]) -> None:
+    stricter = _relabel({**ALICE["metadata"]["labels"], ENFORCE: "restricted", "team": "ml"})
+    assert admit(keep_labels, _update(stricter), stricter, None, old=OWNED) == (True, "")
+    plain = namespace("team-x", {"a": "b"})
+    assert admit(keep_labels, _update(plain), plain, None, old=namespace("team-x"))[0]
+
+
+def test_a_restricted_chart_refuses_lowering_a_namespace_to_baseline(kit: Any) -> None:
+    strict = kit.find(kit.render({"userNamespaces": {"podSecurity": "restricted"}}), "ValidatingAdmissionPolicy",
+                      "gpu-offload-user-namespace-labels")
+    old = _relabel({USER_LABEL: "true", ENFORCE: "restricted"})
+    lowered = _relabel({USER_LABEL: "true", ENFORCE: "baseline"})
+    assert not admit(strict, _update(lowered), lowered, None, old=old)[0]
+
+
+# --- what users' servers may create -------------------------------------------------------------------
+
+ALICE_SERVER = "system:serviceaccount:jhub-alice:gpu-offload-user-server"
+
+
+@pytest.fixture(scope="module")
+def servers(kit: Any) -> dict[str, Any]:
+    values = {"offload": {"allowedImages": ["python:3.11-slim", "ghcr.io/lab/*"]}}
+    return kit.find(kit.render(values), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+
+
+def _request(resource: str, obj: dict[str, Any], user: str = ALICE_SERVER) -> dict[str, Any]:
+    group = "batch" if resource == "jobs" else ""
+    return {"operation": "CREATE", "userInfo": {"username": user},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "namespace": "jhub-alice", "name": obj["metadata"]["name"]}
+
+
+def runner_pod(image: str = "python:3.11-slim") -> dict[str, Any]:
+    from gpu_offload.liqo_peering.specs import RunnerPodSpec
+    from gpu_offload.liqo_peering.specs import runner_pod as build
+
+    return build(RunnerPodSpec(run_id="r1", namespace="jhub-alice", image=image, user="alice", kernel="k1",
+                               scheduling={"resources": {"limits": {"nvidia.com/gpu": 1}}}))
+
+
+def _job(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dist-1"},
+            "spec": {"template": {"spec": pod_spec}}}
+
+
+def _with(change: Any) -> dict[str, Any]:
+    pod = runner_pod()
+    change(pod["spec"])
+    return pod
+
+
+ESCAPES = {
+    "privileged": lambda s: s["containers"][0]["securityContext"].update(privileged=True),
+    "host network": lambda s: s.update(hostNetwork=True),
+    "host pid": lambda s: s.update(hostPID=True),
+    "host path": lambda s: s["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
+    "host port": lambda s: s["containers"][0].update(ports=[{"containerPort": 22, "hostPort": 22}]),
+    "privileged init container": lambda s: s.update(initContainers=[
+        {"name": "init", "image": "python:3.11-slim", "securityContext": {"privileged": True}}]),
+    "image not allowed": lambda s: s["containers"][0].update(image="evil/miner:latest"),
+}
+
+EXPECTED = {"privileged": "privileged containers", "host network": "network, process or IPC",
+            "host pid": "network, process or IPC", "host path": "hostPath", "host port": "host ports",
+            "privileged init container": "privileged containers", "image not allowed": "allowedImages"}
+
+
+def test_the_runner_pods_and_jobs_the_project_creates_are_admitted(servers: dict[str, Any]) -> None:
+    assert admit(servers, _request("pods", runner_pod()), runner_pod(), ALICE) == (True, "")
+    lab = runner_pod("ghcr.io/lab/torch:2.13")
+    assert admit(servers, _request("pods", lab), lab, ALICE) == (True, "")
+    job = _job(runner_pod()["spec"])
+    assert admit(servers, _request("jobs", job), job, ALICE) == (True, "")
+
+
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+def test_a_users_server_cannot_create_a_pod_or_job_that_escapes(servers: dict[str, Any], escape: str) -> None:
+    pod = _with(ESCAPES[escape])
+    allowed, message = admit(servers, _request("pods", pod), pod, ALICE)
+    assert not allowed and EXPECTED[escape] in message, message
+    job = _job(pod["spec"])
+    assert not admit(servers, _request("jobs", job), job, ALICE)[0]
+    # the hub (kubespawner starting the user's server) and admins are judged by Pod Security, not by this
+    assert admit(servers, _request("pods", pod, user=HUB_USER), pod, ALICE)[0]
+
+
+def test_the_image_list_names_the_allowed_images_and_is_off_when_empty(kit: Any, servers: dict[str, Any]) -> None:
+    pod = _with(ESCAPES["image not allowed"])
+    message = admit(servers, _request("pods", pod), pod, ALICE)[1]
+    assert "offload.allowedImages" in message and "ghcr.io/lab/*" in message
+    anything = kit.find(kit.render(), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    assert admit(anything, _request("pods", pod), pod, ALICE) == (True, "")
+
+
+def _service(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dist-1"},
+            "spec": {"selector": {"run": "r1"}, "ports": [{"port": 29500}], **spec}}
+
+
+@pytest.mark.parametrize(
+    "spec, allowed",
+    [
+        ({"clusterIP": "None"}, True),
+        ({"clusterIP": "None", "type": "ClusterIP"}, True),
+        ({}, False),
+        ({"type": "NodePort"}, False),
+        ({"type": "LoadBalancer"}, False),
+        ({"clusterIP": "None", "externalIPs": ["203.0.113.7"]}, False),
+    ],
+    ids=["headless", "headless, explicit type", "cluster ip", "node port", "load balancer", "external ips"],
+)
+def test_a_users_server_may_create_headless_services_only(
+    servers: dict[str, Any], spec: dict[str, Any], allowed: bool
+) -> None:
+    service = _service(**spec)
+    verdict, message = admit(servers, _request("services", service), service, ALICE)
+    assert verdict is allowed, message
+    if not allowed:
+        assert "headless Services" in message
+
+
+def _queued_pod(**labels: str) -> dict[str, Any]:
+    pod = runner_pod()
+    pod["metadata"]["labels"].update(labels)
+    return pod
+
+
+def test_with_queueing_on_a_users_server_may_only_create_pods_that_wait_in_its_queue(kit: Any) -> None:
+    values = {"queueing": {"kueue": {"enabled": True, "localQueue": "gpus"}}}
+    queued = kit.find(kit.render(values), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    ok = _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpus", "kueue.x-k8s.io/priority-class": "batch"})
+    assert admit(queued, _request("pods", ok), ok, ALICE) == (True, "")
+    no_class = _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpus"})  # Kueue's default priority then
+    assert admit(queued, _request("pods", no_class), no_class, ALICE) == (True, "")
+    for bypass in (runner_pod(), _queued_pod(**{"kueue.x-k8s.io/queue-name": "other"}),
+                   _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpus", "kueue.x-k8s.io/priority-class": "vip"})):
+        allowed, message = admit(queued, _request("pods", bypass), bypass, ALICE)
+        assert not allowed and "kueue.x-k8s.io/queue-name=gpus" in message and "interactive, batch" in message
+    # queueing off: the labels are not asked for
+    servers = kit.find(kit.render(), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    assert admit(servers, _request("pods", runner_pod()), runner_pod(), ALICE) == (True, "")

@@ -7,6 +7,7 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 
 # Every combination an operator is told about in values.yaml.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -17,6 +18,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "z2jh's own hub account": {"hub": {"serviceAccount": {"create": False, "name": "hub"}}},
     "no admission policy": {"admissionPolicy": {"enabled": False}},
+    "queueing through Kueue": {"queueing": {"kueue": {"enabled": True, "clusterQueue": "pool", "priorityClasses": [
+        {"name": "urgent", "value": 5000}, {"name": "interactive", "value": 1000}]}}},
     "storage class and prefix": {
         "usageDatabase": {"persistence": {"storageClassName": "fast-ssd", "size": "5Gi"}},
         "userNamespaces": {"prefix": "jupyter-"},
@@ -58,7 +61,8 @@ def test_the_default_render_holds_exactly_the_expected_kinds(kit: Any) -> None:
         + ["ClusterRole"] * 4
         + ["ClusterRoleBinding"] * 2
         + ["Role", "RoleBinding"] * 2
-        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        # the hub's namespaces and bindings, user namespaces' labels, what users' servers may create
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3
     )
 
 
@@ -127,6 +131,35 @@ def test_the_config_names_every_object_the_spawner_hook_must_bind(kit: Any) -> N
     assert config["peering"]["liqoctlEnabled"] is False
 
 
+def test_the_admins_cluster_trust_reaches_the_hub_through_the_configmap(kit: Any) -> None:
+    from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.liqo_peering.trust import ClusterPolicy
+
+    clusters = {"donor-1": {"trusted": True, "gpuModel": "A100", "pricePerGpuHour": 2.5}, "donor-2": {}}
+    config = parse_config(kit.config_of(kit.render({"clusters": clusters, "userNamespaces": {
+        "podSecurity": "restricted"}})))
+    assert config.clusters.clusters == {"donor-1": ClusterPolicy(True, "A100", 2.5), "donor-2": ClusterPolicy()}
+    assert config.user_namespaces.pod_security == "restricted"
+    default = parse_config(kit.config_of(kit.render()))
+    assert default.clusters.trusted_ids == () and default.user_namespaces.pod_security == "baseline"
+
+
+def test_the_queueing_values_reach_the_hub_through_the_configmap(kit: Any) -> None:
+    from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.liqo_peering.kueue import PriorityClass
+
+    config = parse_config(kit.config_of(kit.render(VARIANTS["queueing through Kueue"])))
+    assert config.queueing is not None
+    assert (config.queueing.cluster_queue, config.queueing.local_queue) == ("pool", "gpu-offload")
+    assert config.queueing.priority_classes == (PriorityClass("urgent", 5000), PriorityClass("interactive", 1000))
+    assert config.queueing.default_priority == "interactive"
+    default = parse_config(kit.config_of(kit.render()))
+    assert default.queueing is None  # off unless the admin turns it on (Kueue is installed separately)
+    chart_defaults = parse_config(kit.config_of(kit.render({"queueing": {"kueue": {"enabled": True}}})))
+    assert chart_defaults.queueing is not None
+    assert [c.name for c in chart_defaults.queueing.priority_classes] == ["interactive", "batch"]
+
+
 def test_another_release_name_prefixes_every_object(kit: Any) -> None:
     objects = kit.render(kit.two_tenants, name="lab")
     names = {o["metadata"]["name"] for o in objects}
@@ -153,3 +186,39 @@ def test_strict_validation_catches_a_misspelt_field_in_a_rendered_rbac_object(ki
     role["rules"][0]["verb"] = role["rules"][0].pop("verbs")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(role, kit.kube_version, strict=True)
+
+
+def test_the_service_monitor_is_rendered_only_when_enabled_and_scrapes_with_the_token(kit: Any) -> None:
+    assert not [o for o in kit.render(kit.two_tenants) if o["kind"] == "ServiceMonitor"]
+    assert kit.config_of(kit.render(kit.two_tenants))["metrics"] == {"open": False}
+    values = {"metrics": {"serviceMonitor": {"enabled": True, "tokenSecret": {"name": "prometheus-hub-token"},
+                                             "labels": {"release": "prometheus"}}}}
+    report = helm.lint(kit.chart_dir, values, strict=True, namespace=kit.hub_namespace,
+                       kube_version=f"v{kit.kube_version}")
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == [], report
+    objects = kit.render(values)
+    monitor = kit.find(objects, "ServiceMonitor", kit.release, kit.hub_namespace)
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    # z2jh's hub Service, through the port the overlay adds for the service
+    assert monitor["spec"]["selector"] == {"matchLabels": {"app": "jupyterhub", "component": "hub"}}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("gpu-offload", "/services/gpu-offload/metrics")
+    assert endpoint["authorization"] == {"type": "Bearer",
+                                         "credentials": {"name": "prometheus-hub-token", "key": "token"}}
+    ports = yaml.safe_load(kit.overlay.read_text())["hub"]["service"]["extraPorts"]
+    assert {"name": "gpu-offload", "port": 10101} in [{k: p[k] for k in ("name", "port")} for p in ports]
+    opened = kit.render({"metrics": {"open": True, "serviceMonitor": {"enabled": True}}})
+    (endpoint,) = kit.find(opened, "ServiceMonitor", kit.release)["spec"]["endpoints"]
+    assert "authorization" not in endpoint
+    assert kit.config_of(opened)["metrics"] == {"open": True}
+
+
+def test_the_charts_trusted_only_reaches_every_users_kernel(kit: Any) -> None:
+    from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.user_namespace import server_environment
+
+    default = parse_config(kit.config_of(kit.render()))
+    assert "GPU_OFFLOAD_TRUSTED_ONLY" not in server_environment("jhub-alice", default)
+    chosen = parse_config(kit.config_of(kit.render({"offload": {"trustedOnly": True}})))
+    assert server_environment("jhub-alice", chosen)["GPU_OFFLOAD_TRUSTED_ONLY"] == "1"

@@ -69,6 +69,17 @@ def test_a_bad_values_file_is_refused_by_render_and_by_lint_naming_the_entry(
             "/offload/objectStorage/endpoint",
             "pattern",
         ),
+        ({"clusters": {"donor-1": {"trusted": "yes"}}}, "/clusters/donor-1/trusted", "want boolean"),
+        ({"clusters": {"donor-1": {"trust": True}}}, "/clusters/donor-1", "additional properties 'trust'"),
+        ({"clusters": {"donor-1": {"pricePerGpuHour": -1}}}, "/clusters/donor-1/pricePerGpuHour", "minimum"),
+        ({"userNamespaces": {"podSecurity": "privileged"}}, "/userNamespaces/podSecurity", "value must be one of"),
+        ({"offload": {"allowedImages": ["python 3"]}}, "/offload/allowedImages/0", "pattern"),
+        ({"queueing": {"kueue": {"enabled": True, "localQueue": "gpu.queue"}}}, "/queueing/kueue/localQueue",
+         "pattern"),
+        ({"queueing": {"kueue": {"enabled": True, "priorityClasses": [{"name": "batch", "value": "low"}]}}},
+         "/queueing/kueue/priorityClasses/0/value", "want integer"),
+        ({"queueing": {"kueue": {"enabled": True, "sessionIdleTimeout": 600}}}, "/queueing/kueue",
+         "additional properties 'sessionIdleTimeout'"),
     ],
 )
 def test_schema_violations_name_the_key_and_the_rule(
@@ -91,8 +102,19 @@ def test_schema_violations_name_the_key_and_the_rule(
             {"hub": {"serviceAccount": {"create": False}}},
             'name the existing account the hub pod runs as (z2jh\'s default is "hub")',
         ),
+        (
+            {"queueing": {"kueue": {"enabled": True, "defaultPriority": "urgent"}}},
+            "queueing.kueue.defaultPriority=urgent is not one of queueing.kueue.priorityClasses (interactive, "
+            "batch): name one of them, or add it to the list",
+        ),
+        (
+            {"metrics": {"serviceMonitor": {"enabled": True}}},
+            "the service answers 403 to a scrape without a token. Name a Secret holding a hub API token with "
+            "the read:metrics scope, or set metrics.open=true",
+        ),
     ],
-    ids=["no volume and no url", "reused account without a name"],
+    ids=["no volume and no url", "reused account without a name", "default priority not a class",
+         "service monitor without a token"],
 )
 def test_rules_between_values_say_what_to_set(kit: Any, values: dict[str, Any], fix: str) -> None:
     kit.chart.validate_schema(values)  # each value alone is fine...

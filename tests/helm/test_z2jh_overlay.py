@@ -225,3 +225,47 @@ def test_extra_config_runs_and_wires_the_hub(
         service_env["KUBERNETES_SERVICE_HOST"] == "10.0.0.1"
         and service_env["KUBERNETES_SERVICE_PORT"] == "443"
     )
+
+
+def _user_server_pod(overlay: dict[str, Any], merged: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The user server pod kubespawner's ``make_pod`` builds from the overlay's extraConfig and the singleuser
+    values z2jh's jupyterhub_config.py passes on (uid, fsGid, allowPrivilegeEscalation, and with
+    cloudMetadata.blockWithIptables its privileged iptables init container)."""
+    from kubernetes.client import ApiClient
+    from kubespawner.objects import make_pod
+
+    monkeypatch.setenv("POD_NAMESPACE", "jhub")
+    c = Config()
+    c.JupyterHub.services = []
+    exec(compile(overlay["hub"]["extraConfig"]["gpu-offload"], "extraConfig", "exec"), {"c": c})
+    single = merged["singleuser"]
+    init = []
+    if single["cloudMetadata"]["blockWithIptables"]:
+        init = [{"name": "block-cloud-metadata", "image": "quay.io/jupyterhub/k8s-network-tools:4.0.0",
+                 "command": ["iptables", "--append", "OUTPUT", "--destination", single["cloudMetadata"]["ip"],
+                             "--jump", "DROP"],
+                 "securityContext": {"privileged": True, "runAsUser": 0, "capabilities": {"add": ["NET_ADMIN"]}}}]
+    pod = make_pod(
+        name="jupyter-alice", cmd=["jupyterhub-singleuser"], port=8888,
+        image=f"{single['image']['name']}:{single['image']['tag']}", uid=single["uid"], fs_gid=single["fsGid"],
+        allow_privilege_escalation=single["allowPrivilegeEscalation"],
+        container_security_context=c.KubeSpawner.container_security_context,
+        pod_security_context=c.KubeSpawner.pod_security_context, init_containers=init,
+    )
+    serialized: dict[str, Any] = ApiClient().sanitize_for_serialization(pod)
+    return serialized
+
+
+def test_the_overlays_user_server_meets_the_restricted_pod_security_level(
+    z2jh: helm.Chart, overlay: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu_offload.sandbox.podsecurity import violations
+
+    merged = z2jh.merge_values(overlay)
+    assert merged["singleuser"]["cloudMetadata"]["blockWithIptables"] is False
+    pod = _user_server_pod(overlay, merged, monkeypatch)
+    assert violations(pod["spec"], "restricted") == []
+    # z2jh's default (the iptables init container) would not even meet baseline
+    blocking = z2jh.merge_values(_deep_merge(overlay, {"singleuser": {"cloudMetadata": {"blockWithIptables": True}}}))
+    found = [v.reason for v in violations(_user_server_pod(overlay, blocking, monkeypatch)["spec"], "baseline")]
+    assert found == ["non-default capabilities", "privileged"]

@@ -16,7 +16,9 @@ import subprocess
 import sys
 import textwrap
 import urllib.error
+import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,14 +59,19 @@ class Response:
         return self.body.decode("utf-8", errors="replace")
 
 
-def http(method: str, url: str, token: str | None = None, body: Any = None) -> Response:
-    """One HTTP request (no redirects followed), answering any status instead of raising."""
-    data = None if body is None else json.dumps(body).encode()
+def http(method: str, url: str, token: str | None = None, body: Any = None,
+         form: dict[str, str] | None = None) -> Response:
+    """One HTTP request (no redirects followed), answering any status instead of raising; ``body`` is sent as
+    JSON (bytes as they are), ``form`` as an HTML form would send it."""
+    data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
+    if form is not None:
+        data = urllib.parse.urlencode(form).encode()
     request = urllib.request.Request(url, data=data, method=method)
     if token:
         request.add_header("Authorization", f"token {token}")
     if data is not None:
-        request.add_header("Content-Type", "application/json")
+        kind = "application/x-www-form-urlencoded" if form is not None else "application/json"
+        request.add_header("Content-Type", kind)
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any, **kwargs: Any) -> None:
@@ -76,6 +83,19 @@ def http(method: str, url: str, token: str | None = None, body: Any = None) -> R
             return Response(answer.status, answer.read(), dict(answer.headers))
     except urllib.error.HTTPError as exc:
         return Response(exc.code, exc.read(), dict(exc.headers))
+
+
+def offloaded_namespace(client: Any) -> str:
+    """A fresh user namespace whose pods Liqo offloads (a NamespaceOffloading in it), as the spawner makes."""
+    import kubernetes
+
+    name = f"jhub-u{uuid.uuid4().hex[:6]}"
+    kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": name}})
+    body = {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+            "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}}
+    kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", name, "namespaceoffloadings", body)
+    return name
 
 
 @dataclass
@@ -96,9 +116,10 @@ class RunningHub:
             self.tokens[user] = answer.json()["token"]
         return self.tokens[user]
 
-    def api(self, method: str, path: str, user: str, body: Any = None) -> Response:
+    def api(self, method: str, path: str, user: str, body: Any = None, form: dict[str, str] | None = None
+            ) -> Response:
         """A request to the service through the proxy, authenticated as ``user``."""
-        return http(method, f"{self.service_url}{path}", self.token(user), body)
+        return http(method, f"{self.service_url}{path}", self.token(user), body, form)
 
 
 HUB_CONFIG = """
@@ -171,6 +192,8 @@ def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tu
         "liqo": {"tenantNamespaces": ["liqo-tenant-donor-1", "liqo-tenant-donor-2", "liqo-tenant-donor-3"]},
         "usageDatabase": {"url": f"sqlite:///{workdir}/usage.sqlite"},
         "peering": {"liqoctlEnabled": liqoctl_enabled},
+        # the origin admin trusts donor-2 only; the sandbox's donors label nothing that could change that
+        "clusters": {"donor-2": {"trusted": True}},
     }
     (workdir / "gpu-offload.yaml").write_text(yaml.safe_dump(config))
     environment = {

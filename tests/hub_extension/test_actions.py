@@ -14,7 +14,7 @@ from gpu_offload.hub_extension.config import HubConfig, load_config
 from gpu_offload.hub_extension.liqoctl import shown_command
 from gpu_offload.hub_extension.operations import ClusterFacts, Operations
 from gpu_offload.hub_extension.store import Store
-from gpu_offload.hub_extension.views import ClusterRow
+from gpu_offload.hub_extension.views import ClusterPageRow
 from gpu_offload.liqo_peering.errors import InvalidRequest
 
 
@@ -58,9 +58,9 @@ def test_the_shown_peering_command_is_exact() -> None:
 
 
 def test_pages_escape_names_from_the_cluster() -> None:
-    row = ClusterRow("evil", "<script>alert(1)</script>", "Provider", "healthy", "", (("offloading", "ok"),),
+    row = ClusterPageRow("evil", "<script>alert(1)</script>", "Provider", "healthy", "", (("offloading", "ok"),),
                      10.0, 4, 4, 0, None, 1, 0)
-    html = pages.clusters_page([row], "/services/gpu-offload/", True, "")
+    html = pages.clusters_page(pages.HubContext("/services/gpu-offload/", "admin", True, "", True), [row])
     assert "<script>" not in html and "&lt;script&gt;" in html
 
 

@@ -6,14 +6,18 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import kubernetes
 import pytest
+from gpu_offload.hub_extension.store import Store
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.inventory import inventory_from_dict
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.origin import RunningOrigin
+
+from .conftest import offloaded_namespace
 
 VN = ("offloading.liqo.io", "v1beta1")
 RS = ("authentication.liqo.io", "v1beta1")
@@ -52,6 +56,18 @@ def test_admin_sees_both_donors_with_their_gpus(hub: Any) -> None:
     assert [(s["name"], s["granted_gpus"]) for s in detail["slices"]] == [("donor-2-gpu", "4")]
 
 
+def test_the_clusters_page_shows_the_trust_the_origin_configured(hub: Any) -> None:
+    # the hub's configuration trusts donor-2 only (conftest); the donors' own labels play no part
+    rows = _rows(hub)
+    assert (rows["donor-1"]["trusted"], rows["donor-2"]["trusted"]) == (False, True)
+    page = hub.api("GET", "", "admin").text
+    cells = [row for row in page.split("<tr>") if "clusters/donor-" in row]
+    assert len(cells) == 2
+    by_cluster = {("donor-1" if "clusters/donor-1" in row else "donor-2"): row for row in cells}
+    assert ">trusted<" in by_cluster["donor-2"] and "untrusted" not in by_cluster["donor-2"]
+    assert "untrusted: outputs come back as plain data only" in by_cluster["donor-1"]
+
+
 def test_a_plain_user_gets_403_on_admin_pages_but_reads_the_inventory(hub: Any) -> None:
     for path in ("", "users", "audit", "api/admin/clusters", "api/admin/audit"):
         assert hub.api("GET", path, "alice").status == 403, path
@@ -65,6 +81,8 @@ def test_a_plain_user_gets_403_on_admin_pages_but_reads_the_inventory(hub: Any) 
     # the records rebuild the inventory in the kernel, where placement runs the same code
     records = inventory_from_dict(body["records"])
     assert place(records, PlacementRequest(gpus=4)).virtual_node == "donor-1-gpu"  # most free, then cheapest
+    # ...and carry the trust the chart's clusters value gives, which the kernel acts on
+    assert {c.cluster_id: c.trusted for c in records.clusters} == {"donor-1": False, "donor-2": True}
     mine = hub.api("GET", "api/me", "alice").json()
     assert mine["user"] == "alice" and mine["running"] == [] and mine["finished"] == []
 
@@ -226,3 +244,45 @@ def test_peering_runs_liqoctl_with_the_uploaded_kubeconfig_when_enabled(hub_fact
                   {"cluster_id": "donor-3", "kubeconfig": "hello", "confirm": True})
     assert bad.status == 400 and "not a kubeconfig" in bad.json()["error"]
     assert len(hub.liqoctl_log.read_text().splitlines()) == 1  # neither refused request ran liqoctl
+
+
+HOSTILE = '<script>alert("owned")</script>'
+
+
+def _escaped(page: Any) -> bool:
+    return "<script>alert" not in page.text and "&lt;script&gt;alert(" in page.text
+
+
+def test_hostile_values_are_escaped_on_every_page(hub: Any, origin: RunningOrigin) -> None:
+    """A user name from a pod's annotation, values in the usage and audit records, a URL and a form value."""
+    client = origin.sandbox.api_client()
+    core = kubernetes.client.CoreV1Api(client)
+    ns = offloaded_namespace(client)
+    try:
+        pod = {"metadata": {"name": "gpuo-hostile", "labels": {"gpu-offload.io/managed-by": "gpu-offload",
+                                                               "gpu-offload.io/user": "mallory"},
+                            "annotations": {"gpu-offload.io/user": HOSTILE}},
+               "spec": {"restartPolicy": "Never", "containers": [{
+                   "name": "runner", "image": "python:3.11", "command": ["python3", "-c", "pass"],
+                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        core.create_namespaced_pod(ns, pod)
+        wait_until(lambda: "&lt;script&gt;" in hub.api("GET", "users", "admin").text, "the hostile run to be metered")
+        node = wait_until(lambda: core.read_namespaced_pod("gpuo-hostile", ns).spec.node_name, "the pod's node")
+        cluster = "donor-1" if node.startswith("donor-1") else "donor-2"
+        # what a hub whose user names allow anything would record (the test hub's allowed users are plain)
+        store = Store(f"sqlite:///{hub.workdir}/usage.sqlite")
+        store.audit(HOSTILE, "cordon", f"cluster {HOSTILE}", f"failed: {HOSTILE}", False)
+        store.close()
+        pages = {
+            "users": hub.api("GET", "users", "admin"),
+            "cluster": hub.api("GET", f"clusters/{cluster}", "admin"),
+            "audit": hub.api("GET", "audit", "admin"),
+            "404": hub.api("GET", f"clusters/{quote(HOSTILE, safe='')}", "admin"),
+            "400": hub.api("POST", "actions/cordon", "admin", form={"cluster_id": HOSTILE, "node": "n"}),
+        }
+        assert (pages["404"].status, pages["400"].status) == (404, 400)
+        for name, page in pages.items():
+            assert _escaped(page), (name, page.text)
+    finally:
+        core.delete_namespace(ns)
+        client.close()

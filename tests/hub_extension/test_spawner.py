@@ -19,31 +19,36 @@ import pytest
 import yaml
 from gpu_offload.hub_extension import user_namespace as un
 from gpu_offload.hub_extension.config import parse_config
+from gpu_offload.hub_extension.egress import metadata_egress_policy
 from gpu_offload.liqo_peering.errors import InvalidRequest
+from gpu_offload.sandbox.fixtures import install_crds
 from gpu_offload.sandbox.origin import RunningOrigin
 from gpu_offload.sandbox.resources import ResourceType
 
 HUB_NS = "jhub"
 DRIVER = Path(__file__).resolve().parent / "data" / "spawner_driver.py"
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = {
     "hubNamespace": HUB_NS, "hubServiceAccount": "gpu-offload-hub",
     "userNamespaces": {"prefix": f"{HUB_NS}-", "hubClusterRole": "gpu-offload-user-namespace",
                        "userServerClusterRole": "gpu-offload-user-server",
-                       "userServerServiceAccount": "gpu-offload-user-server"},
+                       "userServerServiceAccount": "gpu-offload-user-server", "podSecurity": "restricted"},
     "offload": {"defaultImage": "python:3.12-slim", "placementPolicy": "bin-pack", "gpuQuotaPerUser": 2},
+    "clusters": {"donor-2": {"trusted": True}, "donor-1": {"trusted": False, "gpuModel": "A100"}},
 }
 
 
-@pytest.fixture(scope="module")
-def drive(origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
-    """``drive(scenario=..., user=...)``: run one spawner scenario in a hub-like child process."""
+def _driver(origin: RunningOrigin, folder: Path, config: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+    """``drive(scenario=..., user=...)``: run one spawner scenario in a hub-like child process with ``config``."""
     # The sandbox serves no RBAC kinds yet; RoleBindings are plain built-in objects to it (stored,
     # validated, listed), which is all the hook needs. Added through its registry's extension point.
     if origin.sandbox.api.registry.by_kind("rbac.authorization.k8s.io/v1", "RoleBinding") is None:
         origin.sandbox.api.registry.add(ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding",
                                                      True, "rolebinding"))
-    folder = tmp_path_factory.mktemp("hubenv")
-    (folder / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    if origin.sandbox.api.registry.by_kind("networking.k8s.io/v1", "NetworkPolicy") is None:
+        origin.sandbox.api.registry.add(ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy",
+                                                     True, "networkpolicy"))
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     env.update(KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_CONFIG=str(folder / "config.yaml"))
 
@@ -54,6 +59,12 @@ def drive(origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory) -> Ca
         return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
     return run
+
+
+@pytest.fixture(scope="module")
+def drive(origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
+    """The hook with the module's CONFIG (no queueing)."""
+    return _driver(origin, tmp_path_factory.mktemp("hubenv"), CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +110,40 @@ def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
     assert "error" not in again, again
 
 
+def test_the_namespace_names_its_user_and_enforces_the_configured_pod_security_level(
+    drive: Callable[..., dict[str, Any]], k8s: Any
+) -> None:
+    result = drive(scenario="hook", user="erin")
+    assert "error" not in result, result
+    meta = kubernetes.client.CoreV1Api(k8s).read_namespace("jhub-erin").metadata
+    assert meta.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert meta.annotations["gpu-offload.io/user"] == "erin"  # what the meter bills runs in it to
+    # z2jh's privileged iptables block cannot run under Pod Security: this NetworkPolicy replaces it
+    (policy,) = kubernetes.client.NetworkingV1Api(k8s).list_namespaced_network_policy("jhub-erin").items
+    assert policy.spec.pod_selector.to_dict() == {"match_expressions": None, "match_labels": None}
+    assert policy.spec.egress[0].to[0].ip_block.to_dict() == {"cidr": "0.0.0.0/0", "_except": ["169.254.169.254/32"]}
+    assert {p.port for p in policy.spec.egress[1].ports} == {53}
+    # the chart's trusted clusters reach a server that reads the cluster directly, too; donor-1 is not trusted
+    assert result["environment"]["GPU_OFFLOAD_TRUSTED_CLUSTERS"] == "donor-2"
+
+
+def test_a_pod_security_level_that_would_open_the_namespace_is_refused() -> None:
+    with pytest.raises(InvalidRequest, match="podSecurity='privileged'.*restricted, baseline"):
+        parse_config({"userNamespaces": {"podSecurity": "privileged"}})
+    with pytest.raises(InvalidRequest, match="donor-1.trusted.*true or false.*clusters value"):
+        parse_config({"clusters": {"donor-1": {"trusted": "yes"}}})
+    assert parse_config({}).user_namespaces.pod_security == "baseline"
+    assert parse_config({}).clusters.trusted_ids == ()
+
+
 def test_objects_the_hook_writes_are_valid(validate: Any) -> None:
     config = parse_config(CONFIG)
-    validate(un.namespace("jhub-bob", {"hub.jupyter.org/network-access-hub": "true"}))
+    validate(un.namespace("jhub-bob", {"hub.jupyter.org/network-access-hub": "true"}, "bob@example.org",
+                          "restricted"))
     for binding in un.role_bindings("jhub-bob", config):
         validate(binding)
     validate(un.service_account("jhub-bob", config))
+    validate(metadata_egress_policy("jhub-bob"))
 
 
 def test_hook_retries_while_rbac_catches_up(drive: Callable[..., dict[str, Any]], origin: RunningOrigin,
@@ -181,3 +220,47 @@ def test_a_quota_left_from_an_earlier_configuration_is_brought_to_the_configured
 def test_a_gpu_quota_that_is_not_a_whole_number_stops_the_configuration(value: Any) -> None:
     with pytest.raises(InvalidRequest, match=r"offload.gpuQuotaPerUser=.* must be a whole number of GPUs"):
         parse_config({**CONFIG, "offload": {"gpuQuotaPerUser": value}}, "config.yaml")
+
+
+QUEUED = {**CONFIG, "queueing": {"kueue": {"enabled": True, "localQueue": "gpus", "defaultPriority": "batch"}}}
+
+
+@pytest.fixture(scope="module")
+def drive_queued(origin: RunningOrigin, k8s: Any,
+                 tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
+    """The hook with queueing through Kueue on, Kueue's CRDs installed as installing Kueue registers them."""
+    install_crds(k8s, REPO / ".." / "shared" / "kueue-crds")
+    return _driver(origin, tmp_path_factory.mktemp("hubenv-queued"), QUEUED)
+
+
+def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(
+    drive_queued: Callable[..., dict[str, Any]], k8s: Any
+) -> None:
+    core = kubernetes.client.CoreV1Api(k8s)
+    ns = "jhub-kim"
+    # a quota from before queueing was turned on would refuse queued pods at creation: it goes
+    core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    core.create_namespaced_resource_quota(ns, {"metadata": {"name": "gpu-offload"},
+                                               "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
+    result = drive_queued(scenario="hook", user="kim")
+    assert "error" not in result, result
+    queue = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", ns, "localqueues", "gpus")
+    assert queue["spec"] == {"clusterQueue": "gpu-offload"}
+    assert [q.metadata.name for q in core.list_namespaced_resource_quota(ns).items] == []
+    env = result["environment"]
+    assert (env["GPU_OFFLOAD_QUEUE"], env["GPU_OFFLOAD_PRIORITY"]) == ("gpus", "batch")
+    again = drive_queued(scenario="hook", user="kim")  # everything in place: the next spawn succeeds too
+    assert "error" not in again, again
+
+
+def test_without_queueing_the_server_gets_no_queue() -> None:
+    env = un.server_environment("jhub-alice", parse_config(CONFIG))
+    assert "GPU_OFFLOAD_QUEUE" not in env and "GPU_OFFLOAD_PRIORITY" not in env
+
+
+def test_bad_queueing_values_stop_the_configuration() -> None:
+    with pytest.raises(InvalidRequest, match=r"config.yaml: queueing.kueue.defaultPriority='urgent' is not one"):
+        parse_config({**CONFIG, "queueing": {"kueue": {"enabled": True, "defaultPriority": "urgent"}}}, "config.yaml")
+    # off: the rest of the section is not read
+    assert parse_config({**CONFIG, "queueing": {"kueue": {"enabled": False}}}).queueing is None

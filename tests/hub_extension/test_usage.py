@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,9 +13,11 @@ import pytest
 from gpu_offload.hub_extension.config import HubConfig
 from gpu_offload.hub_extension.state import HubState
 from gpu_offload.hub_extension.store import Store
-from gpu_offload.hub_extension.usage import finished_run
+from gpu_offload.hub_extension.usage import billed_user, finished_run
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.origin import RunningOrigin
+
+from .conftest import offloaded_namespace
 
 T0 = datetime(2026, 11, 22, 1, 0, 0, tzinfo=timezone.utc)
 
@@ -76,16 +77,6 @@ def k8s(origin: RunningOrigin) -> Iterator[kubernetes.client.ApiClient]:
     client.close()
 
 
-def _offloaded_namespace(k8s: kubernetes.client.ApiClient) -> str:
-    name = f"jhub-u{uuid.uuid4().hex[:6]}"
-    kubernetes.client.CoreV1Api(k8s).create_namespace({"metadata": {"name": name}})
-    body = {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
-            "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}}
-    kubernetes.client.CustomObjectsApi(k8s).create_namespaced_custom_object(
-        "offloading.liqo.io", "v1beta1", name, "namespaceoffloadings", body)
-    return name
-
-
 def _runner_pod(name: str, user: str, gpus: int) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {"gpu-offload.io/managed-by": "gpu-offload",
                                                   "gpu-offload.io/user": user},
@@ -98,7 +89,7 @@ def _runner_pod(name: str, user: str, gpus: int) -> dict[str, Any]:
 def test_the_service_records_real_runs_once_across_a_restart(origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/usage.sqlite"
     core = kubernetes.client.CoreV1Api(k8s)
-    ns = _offloaded_namespace(k8s)
+    ns = offloaded_namespace(k8s)
     state = HubState(HubConfig(), k8s, Store(url)).start()
     try:
         assert state.wait_synced(60)
@@ -148,7 +139,7 @@ def test_a_pod_held_by_the_meter_ends_at_its_deletion_not_when_the_hub_sees_it()
 def test_a_run_created_and_deleted_while_the_service_was_down_is_metered_when_it_returns(
         origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
     core = kubernetes.client.CoreV1Api(k8s)
-    ns = _offloaded_namespace(k8s)
+    ns = offloaded_namespace(k8s)
     try:
         # no service runs: a kernel's pod starts, runs, and is deleted; the meter's finalizer holds it
         body = _runner_pod("gpuo-held", "carol", 1)
@@ -176,4 +167,39 @@ def test_a_run_created_and_deleted_while_the_service_was_down_is_metered_when_it
         finally:
             state.close()
     finally:
+        core.delete_namespace(ns)
+
+
+def _namespace(name: str, owner: str | None, user_namespace: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"} if user_namespace else {}}
+    if owner is not None:
+        meta["annotations"] = {"gpu-offload.io/user": owner}
+    return {"metadata": meta}
+
+
+def test_the_user_comes_from_the_namespace_not_from_the_pods_claim(caplog: pytest.LogCaptureFixture) -> None:
+    forged = _pod("Succeeded")  # claims alice@example.org
+    assert billed_user(forged, _namespace("jhub-bob", "bob")) == "bob"
+    assert "claims user 'alice@example.org'" in caplog.text and "billed to 'bob'" in caplog.text
+    # a user namespace from before the hook wrote its owner bills nobody rather than the claim
+    assert billed_user(forged, _namespace("jhub-old", None)) == ""
+    # a shared namespace (Metaflow steps): the annotation is all there is
+    assert billed_user(forged, _namespace("flows", None, user_namespace=False)) == "alice@example.org"
+    assert billed_user(forged, None) == "alice@example.org"
+
+
+def test_a_forged_annotation_bills_nobody_else(origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(k8s)
+    ns = offloaded_namespace(k8s)
+    core.patch_namespace(ns, {"metadata": {"labels": {"gpu-offload.io/user-namespace": "true"},
+                                           "annotations": {"gpu-offload.io/user": "mallory"}}})
+    state = HubState(HubConfig(), k8s, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+    try:
+        assert state.wait_synced(60)
+        core.create_namespaced_pod(ns, _runner_pod("gpuo-forged", "victim", 1))
+        wait_until(lambda: state.store.totals("mallory"), "the run to be recorded")
+        assert state.store.totals("victim") == []
+        assert [r.pod for r in state.store.runs("mallory")] == ["gpuo-forged"]
+    finally:
+        state.close()
         core.delete_namespace(ns)

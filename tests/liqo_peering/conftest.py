@@ -156,3 +156,53 @@ def api() -> Any:
     import types
 
     return types.SimpleNamespace(foreign_cluster=foreign_cluster, virtual_node=virtual_node, node=node, pod=pod)
+
+
+KUEUE_CRDS = CRDS.parent / "kueue-crds"
+
+
+@functools.cache
+def _kueue_schema(kind: str) -> Obj:
+    for path in sorted(KUEUE_CRDS.glob("*.yaml")):
+        crd = yaml.load(path.read_text(), Loader=_LOADER)
+        if crd["spec"]["names"]["kind"] == kind:
+            (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
+            return version["schema"]["openAPIV3Schema"]
+    raise LookupError(f"no CRD for kind {kind} in {KUEUE_CRDS}")
+
+
+def _cel_rules(schema: Obj, value: Any, where: str) -> list[str]:
+    """The CRD's CEL rules (x-kubernetes-validations) that ``value`` breaks; rules about updates are skipped."""
+    import celpy
+
+    broken = []
+    for rule in schema.get("x-kubernetes-validations") or []:
+        if "oldSelf" in rule["rule"]:
+            continue
+        program = celpy.Environment().program(celpy.Environment().compile(rule["rule"]))
+        if not bool(program.evaluate({"self": celpy.json_to_cel(value)})):
+            broken.append(f"{where}: {rule.get('message') or rule['rule']}")
+    if isinstance(value, dict):
+        for key, child in value.items():
+            sub = (schema.get("properties") or {}).get(key)
+            if sub is not None:
+                broken += _cel_rules(sub, child, f"{where}.{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, child in enumerate(value):
+            broken += _cel_rules(schema["items"], child, f"{where}[{i}]")
+    return broken
+
+
+def validate_kueue(obj: Obj) -> None:
+    """Validate a Kueue object against the real CRD's v1beta2 openAPIV3Schema and its CEL rules."""
+    assert obj["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    schema = _kueue_schema(obj["kind"])
+    jsonschema.Draft202012Validator(schema).validate(obj)
+    assert _cel_rules(schema, obj, obj["kind"]) == []
+
+
+@pytest.fixture(scope="session")
+def kueue_schema() -> Callable[[Obj], None]:
+    """Validator for Kueue objects against ../shared/kueue-crds."""
+    assert KUEUE_CRDS.is_dir(), f"{KUEUE_CRDS} is missing: the repo must sit beside shared/"
+    return validate_kueue

@@ -135,3 +135,21 @@ def test_inventory_names_the_kind_that_never_synced() -> None:
     finally:
         source.closed.set()
         cache.close()
+
+
+def test_wait_changed_wakes_on_an_event_and_times_out_without_one() -> None:
+    source = ScriptedSource(lists={}, watches={})
+    cache = run_cache(source)
+    try:
+        now = cache.wait_changed(-1, 0)
+        assert cache.wait_changed(now, 0.05) == now  # nothing happened: the timeout ends the wait
+        woke: list[int] = []
+        # an hour: only the event can end this wait within the join's bound
+        waiter = threading.Thread(target=lambda: woke.append(cache.wait_changed(now, 3600)), daemon=True)
+        waiter.start()
+        cache._apply("ForeignCluster", {"type": "ADDED", "object": fc("a", "5")})  # what a watch delivers
+        waiter.join(60)
+        assert not waiter.is_alive() and woke[0] != now
+    finally:
+        source.closed.set()
+        cache.close()

@@ -10,10 +10,12 @@ from gpu_offload.liqo_peering.errors import (
     APIConflict,
     APIError,
     APIForbidden,
+    APIForbiddenByQuota,
     APIGone,
     APIInvalid,
     APINotFound,
     APIServerError,
+    APIThrottled,
     APIUnauthorized,
     APIUnreachable,
     api_error,
@@ -31,7 +33,7 @@ def status_exception(code: int, message: str) -> ApiException:
     "code, cls, step",
     [(401, APIUnauthorized, "refresh the kubeconfig"), (403, APIForbidden, "RBAC"), (404, APINotFound, "Liqo is installed"),
      (409, APIConflict, "read it again and retry"), (410, APIGone, "list again"), (422, APIInvalid, "fix the field"),
-     (503, APIServerError, "retry in a moment"), (418, APIError, "retry")],
+     (429, APIThrottled, "throttling"), (503, APIServerError, "retry in a moment"), (418, APIError, "retry")],
 )
 def test_status_maps_to_error_naming_object_cause_and_next_step(code, cls, step) -> None:
     cause = status_exception(code, 'namespaceoffloadings "offloading" is forbidden')
@@ -58,3 +60,15 @@ def test_unreachable_server_and_body_without_json() -> None:
     plain = ApiException(status=500, reason="Internal Server Error")
     plain.body = "<html>proxy error</html>"
     assert "Internal Server Error" in str(api_error(plain, "listing", "Nodes"))
+
+
+def test_a_resource_quota_denial_carries_the_quotas_figures() -> None:
+    # kube-apiserver's ResourceQuota admission plugin: the figures exist only in the message it formats
+    message = ('pods "run-1" is forbidden: exceeded quota: gpu-offload, requested: requests.nvidia.com/gpu=1, '
+               "used: requests.nvidia.com/gpu=2, limited: requests.nvidia.com/gpu=2")
+    err = api_error(status_exception(403, message), "creating", "Pod alice/run-1")
+    assert isinstance(err, APIForbiddenByQuota) and isinstance(err, APIForbidden)
+    assert (err.quota.name, err.quota.requested, err.quota.used, err.quota.limited) == (
+        "gpu-offload", "requests.nvidia.com/gpu=1", "requests.nvidia.com/gpu=2", "requests.nvidia.com/gpu=2")
+    rbac = api_error(status_exception(403, 'pods is forbidden: User "alice" cannot create'), "creating", "Pod a/b")
+    assert type(rbac) is APIForbidden

@@ -112,10 +112,10 @@ def test_table_and_html(api) -> None:
     )
     table = render_table(inv)
     lines = table.splitlines()
-    assert lines[0].split() == ["CLUSTER", "HEALTH", "VIRTUAL", "NODE", "MODEL", "MEMORY", "FREE/ALLOC", "IN", "USE",
+    assert lines[0].split() == ["CLUSTER", "HEALTH", "TRUST", "VIRTUAL", "NODE", "MODEL", "MEMORY", "FREE/ALLOC", "IN", "USE",
                                 "$/GPU-H", "STATE"]
-    assert lines[1].split() == ["donor-b", "healthy", "donor-b-gpu", "A100<script>", "?", "3/4", "1", "-", "ready"]
-    assert lines[2].split()[:3] == ["donor-x", "down", "-"]
+    assert lines[1].split() == ["donor-b", "healthy", "untrusted", "donor-b-gpu", "A100<script>", "?", "3/4", "1", "-", "ready"]
+    assert lines[2].split()[:4] == ["donor-x", "down", "untrusted", "-"]
     assert "donor-x is down: offloading/OffloadingVirtualNodeStatus=NotReady (gone)" in table
     html = inv._repr_html_()
     assert html == render_html(inv)

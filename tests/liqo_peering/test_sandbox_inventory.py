@@ -132,7 +132,7 @@ def test_cli_clusters_table_and_json(origin, monkeypatch, capsys) -> None:
     assert main(["clusters"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("CLUSTER")
-    assert any(line.split()[:4] == ["donor-2", "healthy", "donor-2-gpu", "L4"] for line in lines)
+    assert any(line.split()[:5] == ["donor-2", "healthy", "untrusted", "donor-2-gpu", "L4"] for line in lines)
     assert main(["clusters", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {c["cluster_id"] for c in data["clusters"]} >= {"donor-1", "donor-2"}

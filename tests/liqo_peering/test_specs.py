@@ -164,7 +164,8 @@ def test_runner_pod(k8s_schema) -> None:
                 "command": ["python3", "/gpu-offload/runner.pyz", "--bundle", "/gpu-offload/bundle.pkl"],
                 "env": [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"},
                         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-                "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "2", "memory": "8Gi"}},
+                "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"},
+                              "requests": {"cpu": "2", "memory": "8Gi"}},
                 "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                                     "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
                 "volumeMounts": [{"name": "bundle", "mountPath": "/gpu-offload", "readOnly": True}],
@@ -259,3 +260,23 @@ def test_a_runner_pod_under_a_server_in_a_hub_carries_the_sweep_labels_and_the_m
     assert meta["finalizers"] == ["gpu-offload.io/metered"]
     plain = runner_pod(spec())["metadata"]  # without a hub meter nobody would remove it: none
     assert "finalizers" not in plain and "gpu-offload.io/server" not in plain["labels"]
+
+
+def test_a_queued_runner_pod_names_its_local_queue_and_priority_class(k8s_schema) -> None:
+    pod = runner_pod(spec(queue="gpu-offload", priority_class="batch"))
+    k8s_schema(pod)
+    labels = pod["metadata"]["labels"]
+    assert (labels["kueue.x-k8s.io/queue-name"], labels["kueue.x-k8s.io/priority-class"]) == ("gpu-offload", "batch")
+    assert "kueue.x-k8s.io/priority-class" not in runner_pod(spec(queue="gpu-offload"))["metadata"]["labels"]
+    # without a queue the pod is not Kueue's: no label that would make Kueue's webhook gate it
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in runner_pod(spec())["metadata"]["labels"])
+
+
+@pytest.mark.parametrize(("kw", "text"), [
+    ({"priority_class": "batch"}, "priority class 'batch' but no queue: queueing through Kueue is off"),
+    ({"queue": "GPU queue"}, "Kueue queue 'GPU queue' is not a DNS label"),
+    ({"queue": "q", "priority_class": "x" * 64}, "Kueue priority class 'x{64}' is not a DNS label"),
+])
+def test_queue_labels_bad_input(kw, text) -> None:
+    with pytest.raises(InvalidRequest, match=text):
+        runner_pod(spec(**kw))

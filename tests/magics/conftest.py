@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
-from gpu_offload.magics.backends.base import Job, Placement, Run, SessionInfo
+from gpu_offload.magics.backends.base import Job, Run, SessionInfo
 from gpu_offload.magics.backends.local import LocalBackend
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,9 +69,18 @@ class CountingBackend:
     def describe(self) -> str:
         return self.inner.describe()
 
-    def submit(self, job: Job, placement: Placement, session: str | None = None) -> Run:
+    def inventory(self) -> Any:
+        return self.inner.inventory()
+
+    def cluster_access(self) -> Any:
+        return self.inner.cluster_access()
+
+    def trusts(self, cluster: str) -> bool:
+        return self.inner.trusts(cluster)
+
+    def submit(self, job: Job) -> Run:
         self.submitted.append(job)
-        return self.inner.submit(job, placement, session)
+        return self.inner.submit(job)
 
     def sessions(self) -> list[SessionInfo]:
         return self.inner.sessions()

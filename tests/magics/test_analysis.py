@@ -84,3 +84,11 @@ def test_a_syntax_error_names_the_line_counting_the_magic_line() -> None:
 def test_a_percent_sign_inside_a_string_is_not_ipython_syntax() -> None:
     result = analyse_cell('text = """\n%not a magic\n"""', {})
     assert result.outputs == ("text",)
+
+
+def test_names_bound_by_imports_at_the_cells_level_are_known_with_what_they_import() -> None:
+    cell = ("import numpy as np\nimport os.path\nfrom json import dumps as to_json, loads\nfrom . import sibling\n"
+            "if True:\n    import time\ndef f():\n    import socket\nclass C:\n    import struct\n")
+    assert analyse_cell(cell, {}).imports == {
+        "np": ("numpy", None), "os": ("os", None), "to_json": ("json", "dumps"), "loads": ("json", "loads"),
+        "time": ("time", None)}

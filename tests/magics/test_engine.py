@@ -23,3 +23,40 @@ def test_status_lines_name_the_runner_and_each_gpu_even_with_missing_fields() ->
     assert "last run: ok in 1.50 s" in text
     assert "runner: Python 3.11.7, pid 42, GPUs: NVIDIA A100-SXM4-40GB" in text
     assert "GPU 0 NVIDIA A100-SXM4-40GB: 87% busy, 10.0/40.0 GiB, 65 C, ? W" in text
+
+
+class ReplayedRun:
+    """A run whose events are a runner's decoded stdout, replayed (the engine's side of the protocol)."""
+
+    def __init__(self, events: list) -> None:  # type: ignore[type-arg]
+        self.events = list(events)
+
+    def next_event(self, timeout: float):  # type: ignore[no-untyped-def]
+        return self.events.pop(0) if self.events else None
+
+    def interrupt(self) -> None:
+        raise AssertionError("nothing should interrupt this run")
+
+    kill = interrupt
+
+    def release(self, grace: float) -> None:
+        return None
+
+
+def test_a_frame_that_does_not_decode_is_named_and_the_run_goes_on() -> None:
+    from gpu_offload.magics.engine import TRUSTED, FollowSettings, follow
+    from gpu_offload.magics.sinks import RecordingSink
+
+    nonce = secrets.token_hex(16)
+    nested = "[" * 975 + "]" * 975
+    stdout = (
+        f'\x1egpuo {nonce} 0 - 0 display_data {{"data":{{"application/json":{nested}}},"metadata":{{}}}}\n'
+        f'\x1egpuo {nonce} 1 - 0 stream {{"name":"stdout","text":"after\\n"}}\n'
+        f'\x1egpuo {nonce} 2 - 0 done {{"status":"ok","elapsed":0.1}}\n'
+    )
+    sink = RecordingSink()
+    outcome = follow(ReplayedRun(FrameDecoder(nonce).feed(stdout)), sink, FollowSettings(), TRUSTED)
+    assert outcome.status == "ok"
+    notices = [args[0] for kind, args in sink.calls if kind == "notice"]
+    assert len(notices) == 1 and "dropped" in notices[0] and "nested deeper than 100" in notices[0]
+    assert ("stream", ("stdout", "after\n")) in sink.calls

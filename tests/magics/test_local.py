@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gpu_offload.magics.backends.base import Placement
+from gpu_offload.magics.backends.base import RunRequest
 from gpu_offload.magics.backends.local import runner_environment, visible_devices
 
 
@@ -17,7 +17,7 @@ def test_gpus_take_the_first_of_the_kernels_own_devices() -> None:
 
 def test_runner_environment_drops_the_kernels_inline_matplotlib_backend() -> None:
     kernel_env = {"MPLBACKEND": "module://matplotlib_inline.backend_inline", "HOME": "/home/u"}
-    env = runner_environment(Placement(gpus=1, env={"EXTRA": "1"}), kernel_env)
+    env = runner_environment(RunRequest(gpus=1, env={"EXTRA": "1"}), kernel_env)
     assert "MPLBACKEND" not in env
     assert env["HOME"] == "/home/u" and env["EXTRA"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == "0"
@@ -25,5 +25,5 @@ def test_runner_environment_drops_the_kernels_inline_matplotlib_backend() -> Non
 
 
 def test_a_users_own_matplotlib_backend_is_kept() -> None:
-    env = runner_environment(Placement(), {"MPLBACKEND": "agg"})
+    env = runner_environment(RunRequest(), {"MPLBACKEND": "agg"})
     assert env["MPLBACKEND"] == "agg"

@@ -244,6 +244,13 @@ def test_cluster_only_options_are_named_as_ignored_on_the_local_backend(shell: A
     assert shell.user_ns["x"] == 1
 
 
+def test_priority_is_parsed_and_named_as_ignored_on_the_local_backend(shell: Any) -> None:
+    with capture_output() as captured:
+        offload(shell, "x = 2", "--priority batch")
+    assert "the local backend ignores --priority: they choose where a cluster runs the cell" in captured.stderr
+    assert shell.user_ns["x"] == 2
+
+
 def test_an_interrupt_from_outside_is_an_error_not_a_silent_keyboard_interrupt(shell: Any) -> None:
     shell.user_ns["x"] = "untouched"
     cell = "import os, signal, time\nx = 'changed'\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(300)"

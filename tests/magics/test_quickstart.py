@@ -1,4 +1,4 @@
-"""`gpu-offload quickstart` executes the example notebook in a real kernel through nbclient."""
+"""`gpu-offload quickstart --local` executes the example notebook in a real kernel through nbclient."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_quickstart_runs_the_example_and_writes_the_executed_notebook(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target = tmp_path / "executed.ipynb"
-    assert main(["quickstart", "--output", str(target)]) == 0
+    assert main(["quickstart", "--local", "--output", str(target)]) == 0
     printed = capsys.readouterr().out
     assert "step 0" in printed and "step 2" in printed
     executed = nbformat.read(target, as_version=4)
@@ -43,6 +43,6 @@ def test_quickstart_exits_non_zero_when_a_cell_fails(
         new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}}),
         source,
     )
-    assert main(["quickstart", "--notebook", str(source), "--output", str(tmp_path / "out.ipynb")]) == 1
+    assert main(["quickstart", "--local", "--notebook", str(source), "--output", str(tmp_path / "out.ipynb")]) == 1
     assert "boom" in capsys.readouterr().err
     assert (tmp_path / "out.ipynb").is_file()

@@ -16,6 +16,7 @@ from gpu_offload.magics.request import OffloadRequest, split_names
         ({"inputs": ("a", "2b")}, r"--in a,2b: `2b` is not a Python variable name"),
         ({"outputs": ("class",)}, r"--out class: `class` is not a Python variable name"),
         ({"session": "my session"}, r"--session 'my session': a session name uses letters"),
+        ({"priority": "Batch"}, r"--priority 'Batch': a priority class is a lowercase name .* e.g. --priority batch"),
     ],
 )
 def test_invalid_fields_raise_a_usage_error_naming_the_fix(fields: dict[str, object], message: str) -> None:

@@ -139,3 +139,28 @@ def test_kubectl_create_and_apply_with_default_validation(api_sandbox, ns):
     assert made.returncode == 0, made.stderr
     listed = kubectl(api_sandbox, "-n", ns, "get", "nso").stdout.split()
     assert "PODOFFLOADINGSTRATEGY" in listed and "Remote" in listed
+
+
+def test_events_table_shows_what_kubectl_get_events_prints(api_sandbox, core, ns):
+    stamp = "2026-11-22T01:00:00Z"
+    core.create_namespaced_event(ns, {
+        "metadata": {"name": "p.1"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns,
+                                                        "fieldPath": "spec.containers{main}"},
+        "type": "Warning", "reason": "BackOff", "message": "Back-off restarting failed container main ",
+        "source": {"component": "kubelet", "host": "node-1"}, "count": 4,
+        "firstTimestamp": stamp, "lastTimestamp": stamp})
+    req = urllib.request.Request(f"{api_sandbox.url}/api/v1/namespaces/{ns}/events",
+                                 headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        printed = json.loads(resp.read())
+    columns = [(c["name"], c["priority"]) for c in printed["columnDefinitions"]]
+    assert columns == [("Last Seen", 0), ("Type", 0), ("Reason", 0), ("Object", 0), ("Subobject", 1), ("Source", 1),
+                       ("Message", 0), ("First Seen", 1), ("Count", 1), ("Name", 1)]
+    [row] = printed["rows"]
+    assert row["cells"][1:] == ["Warning", "BackOff", "pod/p", "spec.containers{main}", "kubelet, node-1",
+                                "Back-off restarting failed container main", row["cells"][0], 4, "p.1"]
+    assert row["cells"][0].endswith(("s", "m", "h", "d"))
+    if shutil.which("kubectl"):
+        out = kubectl(api_sandbox, "-n", ns, "get", "events").stdout.splitlines()
+        assert out[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+        assert out[1].split()[1:4] == ["Warning", "BackOff", "pod/p"]

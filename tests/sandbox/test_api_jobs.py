@@ -94,3 +94,46 @@ def test_restart_policy_always_is_rejected(batch, ns):
         batch.create_namespaced_job(ns, body)
     cause = json.loads(err.value.body)["details"]["causes"][0]
     assert err.value.status == 422 and cause["field"] == "spec.template.spec.restartPolicy"
+
+
+def test_indexed_job_gives_each_pod_its_index_hostname_and_env(batch, core, ns, wait):
+    batch.create_namespaced_job(ns, _job("ranks", completionMode="Indexed", completions=3, parallelism=2))
+    first = wait(lambda: len(p := _pods(core, ns, "ranks")) == 2 and p, "two pods (parallelism 2)")
+    key = "batch.kubernetes.io/job-completion-index"
+    assert sorted(p.metadata.annotations[key] for p in first) == ["0", "1"]
+    for pod in first:
+        index = pod.metadata.labels[key]
+        assert pod.metadata.annotations[key] == index
+        assert pod.metadata.name.startswith(f"ranks-{index}-") and pod.spec.hostname == f"ranks-{index}"
+        env = {e.name: e.value_from.field_ref.field_path for e in pod.spec.containers[0].env}
+        assert env == {"JOB_COMPLETION_INDEX": f"metadata.labels['{key}']"}
+    by_index = {p.metadata.labels[key]: p for p in first}
+    _finish(core, ns, by_index["1"], "Succeeded")
+    _finish(core, ns, by_index["0"], "Failed")  # a failed index runs again in a new pod
+    wait(lambda: batch.read_namespaced_job_status("ranks", ns).status.completed_indexes == "1", "index 1 done")
+    later = wait(lambda: len(p := [p for p in _pods(core, ns, "ranks") if p.status.phase not in ("Succeeded", "Failed")
+                                   ]) == 2 and p, "indexes 0 and 2 running")
+    assert sorted(p.metadata.labels[key] for p in later) == ["0", "2"]
+    for pod in later:
+        _finish(core, ns, pod, "Succeeded")
+    wait(lambda: ("Complete", "CompletionsReached") in _condition(batch, ns, "ranks"), "Complete")
+    assert batch.read_namespaced_job_status("ranks", ns).status.completed_indexes == "0-2"
+
+
+def test_indexed_job_needs_completions(batch, ns):
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(ns, _job("noidx", completionMode="Indexed", parallelism=2))
+    assert err.value.status == 422
+    assert json.loads(err.value.body)["details"]["causes"][0]["field"] == "spec.completions"
+
+
+def test_work_queue_job_runs_parallelism_pods_and_completes_when_one_succeeds(batch, core, ns, wait):
+    made = batch.create_namespaced_job(ns, _job("queue", parallelism=2))
+    assert made.spec.completions is None and made.spec.parallelism == 2
+    first, second = wait(lambda: len(p := _pods(core, ns, "queue")) == 2 and p, "two workers")
+    _finish(core, ns, first, "Succeeded")
+    wait(lambda: batch.read_namespaced_job_status("queue", ns).status.succeeded == 1, "one success")
+    assert len(_pods(core, ns, "queue")) == 2  # no new worker after a success
+    assert not _condition(batch, ns, "queue")  # the other worker is still running
+    _finish(core, ns, second, "Succeeded")
+    wait(lambda: ("Complete", "CompletionsReached") in _condition(batch, ns, "queue"), "Complete")

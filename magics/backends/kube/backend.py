@@ -1,5 +1,6 @@
-"""The kubernetes backend: place the cell, make sure the namespace is offloaded, create Pod and Secret,
-follow the pod, and leave nothing behind (per run, at kernel exit, and after a crashed kernel).
+"""The kubernetes backend: one-shot runs and warm sessions in runner pods its :class:`~.launcher.PodLauncher`
+places and creates; it follows them and leaves nothing behind (per run, at kernel exit, and after a
+crashed kernel).
 
 Steady-state API traffic of a one-shot cell: create Pod, create Secret, one pod watch, one log follow,
 delete Pod (the Secret goes with it through its owner reference). The inventory comes from a watch-fed
@@ -9,69 +10,54 @@ cache that lives as long as the kernel; the namespace's offloading is checked on
 from __future__ import annotations
 
 import contextlib
-import math
-import os
-import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from kubernetes.client import ApiClient
-from kubernetes.utils import parse_quantity
-
+from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
-from ....liqo_peering.client import LiqoClient, api_client_from_environment
-from ....liqo_peering.errors import APIError, APIForbidden, GpuOffloadError, PlacementError
-from ....liqo_peering.placement import POLICIES, PlacementRequest, place
-from ....liqo_peering.placement import Placement as Where
-from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_secret, runner_selector
+from ....liqo_peering.client import ApiClient, LiqoClient, api_client_from_environment
+from ....liqo_peering.errors import (
+    APIError,
+    APIForbiddenByQuota,
+    APINamespaceMissing,
+    GpuOffloadError,
+    PlacementError,
+)
+from ....liqo_peering.specs import runner_selector
+from ....liqo_peering.trust import run_trusted, trusting
 from ...errors import OffloadError, OffloadUsageError
 from ...runner.frames import Outputs
-from ..base import Job, Placement, SessionInfo, Transfer
+from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
 from .config import KubeSettings
-from .explain import MEMORY_ENV, PodContext
-from .follow import PodFollower
 from .hub_inventory import HubInventory
+from .launcher import PodLauncher
 from .pods import PodApi
-from .podspec import cell_pod, fetched_outputs, with_output_urls
-from .run import KubeRun, LaunchedPod
+from .podspec import fetched_outputs, same_object
+from .run import KubeRun, PodOrder
 from .session import KubeSession, SessionRun
-from .storage import RunStorage
-
-DEADLINE_MARGIN = 30
-"""Seconds the pod's activeDeadlineSeconds adds to --timeout: the engine interrupts first, the deadline is
-the backstop for a kernel that went away."""
+from .storage import OUTPUT_URLS, RunStorage, StorageError
 
 
 class ClusterError(OffloadError):
     """The cluster refused or failed a step of launching or following a cell."""
 
 
-def memory_bytes(quantity: str | None) -> int:
-    """``GPU_OFFLOAD_MEMORY`` in bytes for placement (0 when unset); a clear error when it is not a quantity."""
-    if not quantity:
-        return 0
-    try:
-        return int(parse_quantity(quantity))
-    except ValueError:
-        raise OffloadUsageError(
-            f"{MEMORY_ENV}={quantity!r} is not a Kubernetes memory quantity. Nothing was launched. Set it like "
-            f"`%env {MEMORY_ENV}=32Gi` (or 500Mi), or unset it for the image's default.") from None
-
-
-_QUOTA = re.compile(r"exceeded quota: ([^,]+), requested: (.+), used: (.+), limited: (.+)$")
-
-
 def _translate(exc: GpuOffloadError) -> OffloadError:
     if isinstance(exc, PlacementError):
         return OffloadUsageError(f"Nothing was launched: {exc}.")
-    quota = _QUOTA.search(exc.detail) if isinstance(exc, APIForbidden) else None
-    if quota is not None:
-        name, requested, used, limited = quota.groups()
+    if isinstance(exc, APINamespaceMissing):
+        name = exc.namespace
         return OffloadUsageError(
-            f"Your namespace's quota {name} is used up: this cell asks for {requested}, your runs and "
-            f"sessions already hold {used}, and the limit is {limited}. Nothing was launched. Wait for a run "
+            f"Nothing was launched: namespace {name} does not exist on the cluster. Create it with `kubectl create "
+            f"namespace {name}` (a hub creates each user's for you), or set {E.NAMESPACE.name} to one that exists.")
+    if isinstance(exc, APIForbiddenByQuota):
+        quota = exc.quota
+        return OffloadUsageError(
+            f"Your namespace's quota {quota.name} is used up: this cell asks for {quota.requested}, your runs and "
+            f"sessions already hold {quota.used}, and the limit is {quota.limited}. Nothing was launched. Wait for a run "
             "to end, close a session you no longer need (`%gpu_offload sessions`, `%gpu_offload close NAME`), "
             "ask for fewer GPUs, or ask your JupyterHub admin for a larger share.")
     return ClusterError(f"{exc}. Nothing is left running for this cell.")
@@ -87,15 +73,10 @@ class KubernetesBackend:
         self.settings = settings
         self.api_client = api_client or api_client_from_environment()
         self.pods = PodApi(self.api_client, settings.namespace)
-        self.liqo = LiqoClient(self.api_client, request_timeout=30)
-        self.storage = storage or (RunStorage(settings.storage) if settings.storage else None)
-        self.transfer = Transfer(output_transport="inline")
-        self._runner_path = runner
-        self._runner: bytes | None = None
-        self._cache: InventoryCache | HubInventory | None = None
-        self._offloaded: set[str] = set()
+        self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=trusting(settings.trusted))
+        self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
+        self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
         self._lock = threading.Lock()
-        self._cache_lock = threading.Lock()  # taken inside _lock when a session's first pod is placed
         self._sessions: dict[str, KubeSession] = {}
         self.cleaned: list[str] = []
         """What an earlier life of this kernel left behind, removed at start."""
@@ -109,118 +90,39 @@ class KubernetesBackend:
         return (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
 
-    # --- what a launch needs ---
-
-    def inventory_cache(self) -> InventoryCache | HubInventory:
-        """The kernel's inventory source, started on first use: the hub service's in a hub deployment (users
-        may not list cluster-wide), else a watch-fed cache of the cluster."""
-        with self._cache_lock:
-            if self._cache is None:
-                if self.settings.service_url:
-                    self._cache = HubInventory(self.settings.service_url, self.settings.hub_token)
-                else:
-                    self._cache = InventoryCache(self.liqo).start()
-            return self._cache
-
-    def runner_bytes(self) -> bytes:
-        """The runner zipapp that travels in every Secret (stock images need nothing installed)."""
-        if self._runner is None:
-            if self._runner_path is None:
-                from ...runner.build import build_runner
-
-                self._runner_path = Path(build_runner())
-            self._runner = self._runner_path.read_bytes()
-        return self._runner
-
-    def where(self, placement: Placement, avoid: set[str], memory: str | None = None) -> Where:
-        """The virtual node for ``placement`` (with ``memory`` free, a quantity) from the cached inventory, then
-        the namespace offloaded there."""
-        if placement.gpus < 1:
-            raise OffloadUsageError(
-                f"--gpus {placement.gpus}: the kubernetes backend runs cells on donated GPUs; ask for --gpus 1 "
-                "or more, or run CPU-only cells with --backend local.")
-        request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
-                                   memory=memory_bytes(memory))
-        policy = POLICIES.get(self.settings.policy)
-        if policy is None:
-            raise OffloadUsageError(f"placement policy {self.settings.policy!r} is unknown; use one of "
-                                    f"{', '.join(POLICIES)}")
-        chosen = place(self.inventory_cache().inventory(), request, policy, avoid=avoid)
-        if chosen.cluster_id not in self._offloaded:
-            try:
-                self.liqo.ensure_offloading(self.settings.namespace, [chosen.cluster_id],
-                                            create=self.settings.create_offloading,
-                                            timeout=self.settings.offloading_timeout)
-            except APIForbidden:
-                if self.settings.create_offloading:
-                    raise
-                # a hub user's server may not read it: the hub offloaded the namespace when the server
-                # started, and if it did not, the pod's OffloadingBackOff is explained in words
-            self._offloaded.add(chosen.cluster_id)
-        return chosen
-
-    def _spec(self, run_id: str, placement: Placement, where: Where, session: bool,
-              env: dict[str, str]) -> RunnerPodSpec:
-        return RunnerPodSpec(
-            run_id=run_id, namespace=self.settings.namespace, image=placement.image or self.settings.image,
-            user=self.settings.user, kernel=self.settings.kernel, scheduling=where.scheduling_fragment(),
-            timeout=None if placement.timeout is None or session else math.ceil(placement.timeout) + DEADLINE_MARGIN,
-            python=self.settings.python, session=session, env={**placement.env, **env}, server=self.settings.server,
-            kernel_pid=os.getpid(), metered=self.settings.metered,
-        )
-
-    def launch(self, run_id: str, bundle: bytes, nonce: str, placement: Placement, avoid: set[str],
-               session: bool = False, env: dict[str, str] | None = None) -> LaunchedPod:
-        """Place, then create the Pod and its Secret; nothing is left behind if a step fails.
-
-        ``avoid`` is non-empty for a retry elsewhere, which a cell pinned with ``--cluster`` does not get.
-        """
-        if avoid and placement.cluster and placement.cluster != "auto":
-            raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
-                                    "choose)")
-        runner = self.runner_bytes()
-        memory = os.environ.get(MEMORY_ENV) or None
-        where = self.where(placement, avoid, memory)
-        bundle_url = None
-        if len(bundle) + len(runner) > MAX_SECRET_BYTES:
-            bundle_url = self._store_bundle(run_id, bundle, len(runner))
-            bundle = b""
-        spec = self._spec(run_id, placement, where, session, env or {})
-        body = cell_pod(spec, memory, bundle_url)
-        created = self.pods.create(body)
-        try:
-            self.pods.create(runner_secret(body, created["metadata"]["uid"], bundle, runner))
-        except BaseException:
-            self.pods.delete_pod(body["metadata"]["name"], grace=0)
-            raise
-        ctx = PodContext(where.cluster_id, where.gpus, spec.image, memory)
-        follower = PodFollower(self.pods, created, nonce, ctx, one_shot=not session,
-                               watch_seconds=self.settings.watch_seconds)
-        return LaunchedPod(body["metadata"]["name"], ctx, follower)
-
-    def _store_bundle(self, run_id: str, bundle: bytes, runner_size: int) -> str:
+    def transfer(self, run_id: str) -> Transfer:
+        """Inputs inline (a bundle too large for the Secret is stored whole); outputs inline in the frames, or
+        uploaded to presigned URLs of this run when object storage is configured."""
         if self.storage is None:
-            size = len(bundle) + runner_size
-            raise OffloadUsageError(
-                f"This cell's inputs make a bundle of {len(bundle) / 2**20:.1f} MiB; with the runner "
-                f"({size / 2**20:.1f} MiB) it does not fit in a Kubernetes Secret (at most "
-                f"{MAX_SECRET_BYTES / 2**20:.2f} MiB) and no object storage is configured. Nothing was "
-                "launched. Set GPU_OFFLOAD_S3_BUCKET (and GPU_OFFLOAD_S3_ENDPOINT for a non-AWS store) to "
-                "send large inputs through object storage, or load the data inside the cell.")
-        return self.storage.upload(run_id, "bundle.pkl", bundle)
+            return Transfer(input_transport="inline", output_transport="inline")
+        return Transfer(input_transport="inline", output_transport="url",
+                        output_urls=tuple(self.storage.output_urls(run_id)))
+
+    def inventory(self) -> InventoryCache | HubInventory:
+        """The kernel's inventory source (started on first use), shared with the panel: the hub service's in a
+        hub deployment, else a watch-fed cache of the cluster."""
+        return self.launcher.inventory_cache()
+
+    def cluster_access(self) -> ClusterAccess:
+        """See :meth:`gpu_offload.magics.backends.base.Backend.cluster_access`."""
+        return ClusterAccess(self.api_client, self.settings.namespace, self.settings.user)
+
+    def trusts(self, cluster: str) -> bool:
+        """Whether ``cluster`` is one of the settings' trusted ids (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, which a
+        hub's spawner writes from its chart): the same policy placement and the runner pods are given."""
+        return run_trusted(self.name, cluster, self.launcher.trust)
 
     # --- the Backend protocol ---
 
-    def submit(self, job: Job, placement: Placement, session: str | None = None) -> KubeRun | SessionRun:
+    def submit(self, job: Job) -> KubeRun | SessionRun:
         """Start ``job`` in a new pod, or in the named session's warm pod."""
-        bundle = job.bundle
-        if self.storage is not None:
-            bundle = with_output_urls(bundle, self.storage.output_urls(job.run_id))
+        cleanup = lambda: self._forget_run(job.run_id)  # noqa: E731 - the run calls it once it is released
         try:
-            if session is not None:
-                return self._session(session, placement).submit(
-                    bundle, lambda: self._forget_run(job.run_id), self._fetcher(job.run_id))
-            launched = self.launch(job.run_id, bundle, job.nonce, placement, set())
+            if job.session is not None:
+                return self._session(job.session, job.request).submit(
+                    job.bundle, job.run_id, cleanup, self._fetcher(job.run_id))
+            order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id)
+            return KubeRun(self.launcher, order, cleanup=cleanup, fetch=self._fetcher(job.run_id))
         except GpuOffloadError as exc:
             self._forget_run(job.run_id)
             raise _translate(exc) from exc
@@ -228,23 +130,23 @@ class KubernetesBackend:
             self._forget_run(job.run_id)
             raise
 
-        def relaunch(avoid: set[str]) -> LaunchedPod:
-            return self.launch(f"{job.run_id}-r", bundle, job.nonce, placement, avoid)
-
-        return KubeRun(self.pods, launched, relaunch, cleanup=lambda: self._forget_run(job.run_id),
-                       fetch=self._fetcher(job.run_id))
-
     def _fetcher(self, run_id: str) -> Callable[[Outputs], Outputs] | None:
         storage = self.storage
         if storage is None:
             return None
 
-        def read(index: int) -> bytes:
-            key = storage.key(run_id, f"out-{index}")
-            return bytes(storage.client.get_object(Bucket=storage.settings.bucket, Key=key)["Body"].read())
+        def read(ref: Mapping[str, Any]) -> bytes:
+            index = ref.get("index")
+            if not isinstance(index, int) or not 0 <= index < OUTPUT_URLS:
+                raise StorageError(f"an output reference names upload {index!r}; a run has uploads 0 to "
+                                   f"{OUTPUT_URLS - 1}. Nothing was loaded")
+            return storage.read(run_id, f"out-{index}", ref.get("sha256"))
+
+        def own(index: int, url: str) -> bool:
+            return 0 <= index < OUTPUT_URLS and same_object(url, storage.put_url(run_id, f"out-{index}"))
 
         def fetch(outputs: Outputs) -> Outputs:
-            packed, refs = fetched_outputs(outputs.pickle, outputs.buffers, read)
+            packed, refs = fetched_outputs(outputs.pickle, outputs.buffers, read, own)
             return replace(outputs, pickle=packed, buffers=tuple(refs))
 
         return fetch
@@ -253,7 +155,7 @@ class KubernetesBackend:
         if self.storage is not None:
             self.storage.remove_run(run_id)
 
-    def _session(self, name: str, placement: Placement) -> KubeSession:
+    def _session(self, name: str, placement: RunRequest) -> KubeSession:
         with self._lock:
             current = self._sessions.get(name)
             replaces = ""
@@ -263,10 +165,10 @@ class KubernetesBackend:
                 del self._sessions[name]
                 current = None
             if current is None:
-                current = self._sessions[name] = KubeSession(name, self, placement, replaces)
-            elif current.placement != placement:
+                current = self._sessions[name] = KubeSession(name, self.launcher, placement, replaces)
+            elif current.order.placement != placement:
                 raise OffloadUsageError(
-                    f"Session `{name}` was started with --gpus {current.placement.gpus} on "
+                    f"Session `{name}` was started with --gpus {current.order.placement.gpus} on "
                     f"{current.launched.ctx.cluster}; this cell asks for something else. Close it with "
                     f"`%gpu_offload close {name}` first, or use another --session name.")
             return current
@@ -303,5 +205,4 @@ class KubernetesBackend:
         # the cluster may be unreachable at exit: the next start of this kernel cleans up then
         with contextlib.suppress(ClusterError):
             self.cleanup()
-        if self._cache is not None:
-            self._cache.close(timeout=1.0)
+        self.launcher.close()

@@ -8,18 +8,18 @@ import os
 import sys
 from typing import Any
 
-from .config import NAMESPACE
+from ....liqo_peering import environment as E
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, summary: str) -> None:
     """Register ``cleanup`` on the ``gpu-offload`` command."""
     parser = subparsers.add_parser(
         "cleanup",
-        help="delete runner pods and Secrets left by your kernels",
+        help=summary,
         description="Delete the runner pods and Secrets of a user (and one kernel) by their labels, e.g. after "
         "a kernel was killed while a cell ran. Uses KUBECONFIG (or the in-cluster account).",
     )
-    parser.add_argument("--namespace", default=os.environ.get(NAMESPACE), help=f"default: ${NAMESPACE}")
+    parser.add_argument("--namespace", default=E.NAMESPACE.read(os.environ), help=f"default: ${E.NAMESPACE.name}, else the kubeconfig context's")
     parser.add_argument("--user", default=os.environ.get("JUPYTERHUB_USER") or getpass.getuser(),
                         help="whose runners (default: $JUPYTERHUB_USER, else your login)")
     parser.add_argument("--kernel", default=None, help="only this kernel's runners (default: all kernels)")
@@ -28,13 +28,16 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Delete and list what was deleted; 1 with a sentence on stderr when the cluster cannot be reached."""
-    from ....liqo_peering.client import api_client_from_environment
+    from ....liqo_peering.client import api_client_from_environment, kubeconfig_namespace
     from ....liqo_peering.errors import GpuOffloadError
     from ....liqo_peering.specs import runner_selector
     from .pods import PodApi
 
+    # the kernels' own fallback: the kubeconfig context's namespace, as kubectl
+    args.namespace = args.namespace or kubeconfig_namespace(os.environ.get("KUBECONFIG"))
     if not args.namespace:
-        print(f"gpu-offload cleanup: no namespace; pass --namespace or set {NAMESPACE}", file=sys.stderr)
+        print(f"gpu-offload cleanup: no namespace; pass --namespace, set {E.NAMESPACE.name}, or point KUBECONFIG "
+              "at a kubeconfig whose context names one", file=sys.stderr)
         return 2
     try:
         removed = PodApi(api_client_from_environment(), args.namespace).delete_matching(

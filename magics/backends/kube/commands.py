@@ -24,7 +24,7 @@ class ClustersView:
 
 def clusters(backend: KubernetesBackend) -> ClustersView:
     """The inventory from this kernel's cache (the first call lists, later ones cost no request)."""
-    return ClustersView(backend.inventory_cache().inventory())
+    return ClustersView(backend.inventory().inventory())
 
 
 def cleanup(backend: KubernetesBackend, everything_of_user: bool) -> str:

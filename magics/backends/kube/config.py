@@ -1,8 +1,7 @@
 """How the kubernetes backend finds its cluster, namespace, image and object storage.
 
-The names are the ones the hub's spawner hook and the Helm overlay set in a user's server
-(``GPU_OFFLOAD_BACKEND``, ``GPU_OFFLOAD_NAMESPACE``, ``GPU_OFFLOAD_IMAGE``, ``GPU_OFFLOAD_S3_ENDPOINT``,
-``GPU_OFFLOAD_S3_BUCKET``); the cluster itself comes from the in-cluster service account or ``KUBECONFIG``.
+The variables are defined in ``liqo_peering.environment`` (the hub's spawner writes them through the same
+definitions); the cluster itself comes from the in-cluster service account or ``KUBECONFIG``.
 """
 
 from __future__ import annotations
@@ -14,22 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-BACKEND = "GPU_OFFLOAD_BACKEND"
-NAMESPACE = "GPU_OFFLOAD_NAMESPACE"
-IMAGE = "GPU_OFFLOAD_IMAGE"
-PYTHON = "GPU_OFFLOAD_PYTHON"
-S3_ENDPOINT = "GPU_OFFLOAD_S3_ENDPOINT"
-S3_BUCKET = "GPU_OFFLOAD_S3_BUCKET"
-SERVICE_URL = "GPU_OFFLOAD_SERVICE_URL"
-CREATE_OFFLOADING = "GPU_OFFLOAD_CREATE_OFFLOADING"
-KERNEL_ID = "GPU_OFFLOAD_KERNEL_ID"
-SERVER_ID = "GPU_OFFLOAD_SERVER_ID"
-"""Set by the runs server extension in its own environment, so every kernel it starts inherits it."""
-SWEEP_SECONDS = "GPU_OFFLOAD_SWEEP_SECONDS"
-POLICY = "GPU_OFFLOAD_PLACEMENT_POLICY"
-METERED = "GPU_OFFLOAD_METERED"
-"""``1`` where the hub's meter runs (the spawner sets it): runner pods carry its finalizer."""
-DEFAULT_IMAGE = "python:3.11-slim"
+from ....liqo_peering import environment as E
+
+DEFAULT_IMAGE = E.IMAGE.default
 """A stock image: the runner travels in the bundle, so any image with a same-minor Python works."""
 
 
@@ -51,7 +37,7 @@ class KubeSettings:
 
     namespace: str
     image: str = DEFAULT_IMAGE
-    python: str = "python3"
+    python: str = E.PYTHON.default
     """Interpreter in the image that runs the runner."""
     user: str = "unknown"
     kernel: str = "kernel"
@@ -67,24 +53,40 @@ class KubeSettings:
     """The user server's ``JUPYTERHUB_API_TOKEN``, sent to the hub service."""
     server: str | None = None
     """The Jupyter server this kernel runs under (``GPU_OFFLOAD_SERVER_ID``), written on every pod."""
-    policy: str = "most-free"
+    policy: str = E.PLACEMENT_POLICY.default
     """Placement policy by name (``GPU_OFFLOAD_PLACEMENT_POLICY``): most-free, bin-pack or first-fit."""
     metered: bool = False
     """Runner pods carry the hub meter's finalizer (``GPU_OFFLOAD_METERED=1``, set by the spawner)."""
+    cli: bool = False
+    """Runs of ``gpu-offload run``: their pods are labelled CLI runs and carry no server (no sweep takes them)."""
+    queue: str | None = None
+    """The Kueue LocalQueue runner pods wait in (``GPU_OFFLOAD_QUEUE``); None: queueing is off."""
+    priority: str | None = None
+    """Kueue priority class of cells without ``--priority`` (``GPU_OFFLOAD_PRIORITY``)."""
+
+    @property
+    def relaunches(self) -> bool:
+        """Whether this kernel moves a pod that could not start to another cluster itself. Not with queueing
+        on: Kueue decides where a pod runs, and requeues one that does not start (``waitForPodsReady``)."""
+        return self.queue is None
+    trusted: tuple[str, ...] = ()
+    """Cluster ids the origin trusts (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, a hub's spawner writes its chart's):
+    outputs from any other cluster come back only as plain data."""
 
 
 def configured(env: Mapping[str, str]) -> bool:
     """Whether this kernel is set up for the kubernetes backend (``--backend`` auto picks it then)."""
-    chosen = env.get(BACKEND, "").strip().lower()
+    chosen = env.get(E.BACKEND.name, "").strip().lower()
     if chosen:
         return chosen == "kubernetes"
-    return bool(env.get(NAMESPACE))
+    return bool(E.NAMESPACE.read(env))
 
 
 def kernel_id(env: Mapping[str, str]) -> str:
     """This kernel's id: Jupyter's (it survives a kernel restart), else host and pid."""
-    if env.get(KERNEL_ID):
-        return env[KERNEL_ID]
+    chosen = E.KERNEL_ID.read(env)
+    if chosen:
+        return chosen
     try:
         from ipykernel.connect import get_connection_file
 
@@ -96,36 +98,43 @@ def kernel_id(env: Mapping[str, str]) -> str:
 
 def from_environment(env: Mapping[str, str]) -> KubeSettings:
     """Settings from the environment; the namespace is required."""
+    # the Kubernetes client is imported only once a backend starts, not when the magic loads
+    from ....liqo_peering.client import kubeconfig_namespace
     from ...errors import BackendNotConfigured
 
-    namespace = env.get(NAMESPACE, "").strip()
+    # as kubectl does: the kubeconfig's current context names the namespace when nothing else does
+    namespace = E.NAMESPACE.read(env) or kubeconfig_namespace(env.get("KUBECONFIG"))
     if not namespace:
         raise BackendNotConfigured(
-            f"--backend kubernetes: {NAMESPACE} is not set, so there is no namespace to run pods in. Set it "
-            "to your offloaded namespace (a hub deployment sets it for you), or use --backend local."
+            f"--backend kubernetes: {E.NAMESPACE.name} is not set and there is no kubeconfig "
+            f"({env.get('KUBECONFIG') or '~/.kube/config'}) whose context names one, so there is no namespace to "
+            "run pods in. Point KUBECONFIG at your origin cluster's kubeconfig, set the namespace (a hub "
+            "deployment sets it for you), or use --backend local."
         )
-    from ....liqo_peering.placement import POLICIES
-
-    policy = env.get(POLICY, "").strip() or "most-free"
-    if policy not in POLICIES:
-        raise BackendNotConfigured(
-            f"{POLICY}={policy!r} is not a placement policy; use one of {', '.join(POLICIES)} (or unset it for "
-            "most-free).")
-    bucket = env.get(S3_BUCKET, "").strip()
-    storage = StorageSettings(bucket, env.get(S3_ENDPOINT) or None) if bucket else None
-    in_hub = bool(env.get(SERVICE_URL))
-    create = env.get(CREATE_OFFLOADING, "0" if in_hub else "1").strip().lower() in ("1", "true", "yes")
+    try:
+        policy = E.PLACEMENT_POLICY.read(env)
+        create = E.CREATE_OFFLOADING.read(env)
+        metered = E.METERED.read(env)
+        trusted = E.TRUSTED_CLUSTERS.read(env)
+    except E.InvalidSetting as exc:
+        raise BackendNotConfigured(f"{exc} (or unset it for the default).") from None
+    bucket = E.S3_BUCKET.read(env)
+    storage = StorageSettings(bucket, E.S3_ENDPOINT.read(env)) if bucket else None
+    service_url = E.SERVICE_URL.read(env)
     return KubeSettings(
         namespace=namespace,
-        image=env.get(IMAGE) or DEFAULT_IMAGE,
-        python=env.get(PYTHON) or "python3",
+        image=E.IMAGE.read(env),
+        python=E.PYTHON.read(env),
         user=env.get("JUPYTERHUB_USER") or getpass.getuser(),
         kernel=kernel_id(env),
         storage=storage,
-        create_offloading=create,
-        service_url=env.get(SERVICE_URL) or None,
+        create_offloading=(not service_url) if create is None else create,
+        service_url=service_url,
         hub_token=env.get("JUPYTERHUB_API_TOKEN", ""),
-        server=env.get(SERVER_ID) or None,
+        server=E.SERVER_ID.read(env),
         policy=policy,
-        metered=env.get(METERED, "").strip().lower() in ("1", "true", "yes"),
+        metered=metered,
+        queue=E.QUEUE.read(env),
+        priority=E.PRIORITY.read(env),
+        trusted=trusted,
     )

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MEMORY_ENV = "GPU_OFFLOAD_MEMORY"
+from ....liqo_peering import environment as E
+
+MEMORY_ENV = E.MEMORY.name
 """Memory request and limit of runner pods (e.g. ``32Gi``), read when a cell is submitted."""
 WAITING, RUNNING, FINISHED, FAILED = "waiting", "running", "finished", "failed"
 # Waiting reasons after which the kubelet will not succeed by itself: the pod spec or the cluster must change.
@@ -25,6 +27,8 @@ class PodContext:
     gpus: int
     image: str
     memory: str | None = None
+    model: str | None = None
+    """The GPU model placement chose (None: the node names none)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,14 @@ def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     node = (pod.get("spec") or {}).get("nodeName")
     where = f"on {node} ({ctx.cluster})" if node else f"waiting to be scheduled for {ctx.cluster}"
     return PodState(WAITING, f"pod Pending {where}" + (f": {why}" if why else ""))
+
+
+def placed_text(pod: Mapping[str, Any], ctx: PodContext) -> str:
+    """Where a bound pod runs, in one line: pod, virtual node, Liqo cluster, GPUs and model."""
+    name = (pod.get("metadata") or {}).get("name", "")
+    node = (pod.get("spec") or {}).get("nodeName") or "an unknown node"
+    gpus = f"{ctx.gpus} x {ctx.model}" if ctx.model else _gpus(ctx.gpus)
+    return f"running in pod {name} on virtual node {node} (Liqo cluster {ctx.cluster}, {gpus})"
 
 
 def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:

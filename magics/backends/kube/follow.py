@@ -2,7 +2,8 @@
 
 A dropped log stream is resumed with ``sinceTime`` set to the second of the last line received; the lines
 of that second come again and the frame decoder drops the frames it has seen (``seq <= last_seen``), so
-nothing is lost or repeated. A one-shot follower stops after the ``done`` frame: the success path costs
+nothing is lost or repeated. A stream that could not be opened or gave nothing is resumed after the
+project's backoff (``liqo_peering.retrying``), so a refusing endpoint is not asked again in a busy loop. A one-shot follower stops after the ``done`` frame: the success path costs
 one watch and one log request.
 """
 
@@ -11,17 +12,25 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...runner.frames import Done, Event, FrameDecoder, Noise, Status
-from .explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, PodState, pod_state
-from .pods import PodApi, fresh_watcher
+from ....liqo_peering.errors import APIGone
+from ....liqo_peering.retrying import WATCH_BACKOFF
+from ....liqo_peering.watching import QUICK_END
+from ...runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
+from ...runner.lines import LineSplitter, Overlong
+from ..base import Placed
+from .explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, PodState, placed_text, pod_state
+from .pods import PodApi
 
 DIAGNOSTIC_LINES = 30
 CHUNK = 1 << 16
+STAMP_BYTES = 40
+"""Room for the RFC 3339 timestamp the API puts before each log line."""
 
 
 @dataclass(frozen=True)
@@ -41,20 +50,25 @@ class PodFollower:
     """A daemon thread turning one pod into a queue of frames, ``Status`` progress and a final ``PodEnded``."""
 
     def __init__(self, pods: PodApi, pod: Mapping[str, Any], nonce: str, ctx: PodContext, *,
-                 one_shot: bool = True, watch_seconds: int = 30) -> None:
+                 one_shot: bool = True, watch_seconds: int = 30, run_id: str | None = None) -> None:
         self.pods = pods
         self.name = str(pod["metadata"]["name"])
         self.ctx = ctx
         self.one_shot = one_shot
         self.watch_seconds = watch_seconds
-        self.events: queue.Queue[Event | PodEnded] = queue.Queue()
+        self.events: queue.Queue[Event | Placed | PodEnded] = queue.Queue()
         self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
         self.started = threading.Event()
         """Set once the runner container runs (or the pod ended): a session may attach then."""
         self.resumes = 0
-        self._decoder = FrameDecoder(nonce)
+        self.lines = 0
+        """Log lines received so far (those a resume repeats included)."""
+        self.placed = ""
+        """Where the pod runs (``placed_text``), once it was bound and its runner started."""
+        self._decoder = FrameDecoder(nonce, run_id=run_id)
+        self._decoding = threading.Lock()  # a session's next run may change what the decoder expects
         self._stop = threading.Event()
-        self._watcher: Any = None
+        self._stream: Any = None
         self._response: Any = None
         self._last_stamp: bytes | None = None
         self._done_seen = False
@@ -62,7 +76,7 @@ class PodFollower:
                                         name=f"gpu-offload-follow-{self.name}")
         self._thread.start()
 
-    def next(self, timeout: float) -> Event | PodEnded | None:
+    def next(self, timeout: float) -> Event | Placed | PodEnded | None:
         """The next item within ``timeout`` seconds, else None."""
         try:
             return self.events.get(timeout=timeout)
@@ -72,12 +86,37 @@ class PodFollower:
     def stop(self) -> None:
         """Stop following (no further request is made); the thread ends soon after."""
         self._stop.set()
-        if self._watcher is not None:
-            self._watcher.stop()
+        if self._stream is not None:
+            self._stream.stop()
         response = self._response
         if response is not None:
             with contextlib.suppress(Exception):  # already closed
                 response.shutdown()  # unblocks a read waiting for the next log line
+
+    def expect_run(self, run_id: str) -> int:
+        """Give from now on only frames of ``run_id`` (a session's next run); returns how many items of
+        earlier runs, decoded but not yet taken, were dropped. See :attr:`foreign` for later ones."""
+        with self._decoding:
+            self._decoder.expect_run(run_id)
+            kept: list[Event | PodEnded] = []
+            dropped = 0
+            while True:
+                try:
+                    item = self.events.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, Hello | PodEnded | Status):
+                    kept.append(item)
+                else:
+                    dropped += 1
+            for item in kept:
+                self.events.put(item)
+        return dropped
+
+    @property
+    def foreign(self) -> int:
+        """Frames dropped because they belonged to another run."""
+        return self._decoder.foreign
 
     @property
     def ended(self) -> bool:
@@ -111,33 +150,47 @@ class PodFollower:
             if state.text != shown:
                 shown = state.text
                 self.events.put(Status(-1, state.text))
-            self._watcher = fresh_watcher()
-            for event in self.pods.watch_pod(self.name, version, self.watch_seconds, self._watcher):
-                if event.get("type") == "ERROR":
-                    fresh = self.pods.read_pod(self.name)
-                    if fresh is None:
+            self._stream, events = self.pods.watch_pod(self.name, version, self.watch_seconds)
+            try:
+                for event in events:
+                    if event.get("type") == "DELETED":
                         return _deleted(self.name)
-                    pod = fresh
-                elif event.get("type") == "DELETED":
+                    if event.get("type") not in ("ADDED", "MODIFIED"):
+                        continue
+                    pod = event["object"]
+                    version = str(pod["metadata"].get("resourceVersion") or version)
+                    state = pod_state(pod, self.ctx)
+                    if state.kind != WAITING:
+                        self._stream.stop()
+                        break
+                    if state.text != shown:
+                        shown = state.text
+                        self.events.put(Status(-1, state.text))
+            except APIGone:  # the pod's resourceVersion is too old to watch from: read it again
+                fresh = self.pods.read_pod(self.name)
+                if fresh is None:
                     return _deleted(self.name)
-                elif event.get("type") in ("ADDED", "MODIFIED"):
-                    pod = event["raw_object"]
-                else:
-                    continue
+                pod = fresh
                 version = str(pod["metadata"].get("resourceVersion") or version)
                 state = pod_state(pod, self.ctx)
-                if state.kind != WAITING:
-                    self._watcher.stop()
-                    break
-                if state.text != shown:
-                    shown = state.text
-                    self.events.put(Status(-1, state.text))
+        if state.kind in (RUNNING, FINISHED):
+            # said once per pod, before the cell's first output: the user sees where the cell went
+            self.placed = placed_text(pod, self.ctx)
+            self.events.put(Placed(self.placed))
         return state
 
     def _follow_logs(self) -> PodState | None:
-        """Follow the log until the ``done`` frame (one-shot) or the container's end; resume after drops."""
+        """Follow the log until the ``done`` frame (one-shot) or the container's end; resume after drops,
+        waiting the backoff first when the last stream was refused or ended at once without a line."""
+        idle = 0
         while not self._stop.is_set():
+            if idle and self._stop.wait(WATCH_BACKOFF.delay(idle)):
+                return None
+            lines, opened = self.lines, time.monotonic()
             self._read_stream()
+            # refused, or ended at once with nothing: the next try waits; a stream that lasted does not
+            lasted = self.lines > lines or time.monotonic() - opened >= QUICK_END
+            idle = 0 if lasted else idle + 1
             if self._stop.is_set() or (self.one_shot and self._done_seen):
                 return None
             pod = self.pods.read_pod(self.name)
@@ -159,12 +212,10 @@ class PodFollower:
         except Exception as exc:  # noqa: BLE001 - the caller reads the pod to learn why
             self.diagnostics.append(f"log stream of pod {self.name} not opened: {exc}")
             return
-        pending = b""
+        lines = LineSplitter(STAMP_BYTES + MAX_LINE_BYTES)
         try:
             for chunk in self._response.stream(CHUNK, decode_content=False):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
+                for line in lines.feed(chunk):
                     self._line(line)
                 if self.one_shot and self._done_seen:
                     break
@@ -175,11 +226,18 @@ class PodFollower:
             if response is not None:
                 response.release_conn()
 
-    def _line(self, line: bytes) -> None:
+    def _line(self, line: bytes | Overlong) -> None:
+        self.lines += 1
+        if isinstance(line, Overlong):  # no frame is that long: keep its start for diagnostics
+            stamp, _, head = line.head.partition(b" ")
+            self._last_stamp = stamp
+            self.diagnostics.append(f"log line of {line.size} bytes dropped: {head[:80]!r}")
+            return
         stamp, _, text = line.partition(b" ")
         self._last_stamp = stamp
-        for event in self._decoder.feed(text + b"\n"):
-            self._deliver(event)
+        with self._decoding:
+            for event in self._decoder.feed(text + b"\n"):
+                self._deliver(event)
 
     def _deliver(self, event: Event) -> None:
         if isinstance(event, Noise):

@@ -7,7 +7,6 @@ Objects go out and come back as plain dicts (``_preload_content=False``): the ba
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -15,12 +14,17 @@ import urllib3
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from ....liqo_peering.client import new_watcher
-from ....liqo_peering.errors import APIConflict, APIError, APINotFound, api_error
+from ....liqo_peering.errors import APIConflict, APINotFound, APIServerError, APIThrottled, api_error
+from ....liqo_peering.retrying import Backoff, retry
+from ....liqo_peering.watching import READ_MARGIN, Event, WatchStream
 
 REQUEST_TIMEOUT = 30.0
-CREATE_ATTEMPTS = 3
-RETRY_SECONDS = 1.0
+CREATE_RETRY = Backoff(first=1.0, cap=4.0, attempts=3)
+"""A create the server failed (5xx, 429) is tried three times in all, about one and two seconds apart."""
+
+
+def _server_busy(exc: Exception) -> bool:
+    return isinstance(exc, (APIServerError, APIThrottled))
 
 
 class PodApi:
@@ -49,20 +53,21 @@ class PodApi:
         func = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
         name = body["metadata"]["name"]
         target = f"{kind} {self.namespace}/{name}"
-        for attempt in range(CREATE_ATTEMPTS):
+        attempts = 0
+
+        def attempt() -> dict[str, Any]:
+            nonlocal attempts
+            attempts += 1
             try:
                 return self._json("creating", target, func, self.namespace, dict(body))
             except APIConflict:
                 # on a retry, 409 means the first attempt landed after all
-                existing = (self.read_pod(name) if kind == "Pod" else dict(body)) if attempt else None
+                existing = (self.read_pod(name) if kind == "Pod" else dict(body)) if attempts > 1 else None
                 if existing is None:
                     raise
                 return existing
-            except APIError as exc:
-                if attempt + 1 == CREATE_ATTEMPTS or not (exc.status >= 500 or exc.status == 429):
-                    raise
-                time.sleep(RETRY_SECONDS * (attempt + 1))
-        raise AssertionError("unreachable")
+
+        return retry(attempt, CREATE_RETRY, _server_busy)
 
     def read_pod(self, name: str) -> dict[str, Any] | None:
         """The pod, or None when it is gone."""
@@ -90,16 +95,15 @@ class PodApi:
             return False
         return True
 
-    def watch_pod(self, name: str, resource_version: str, timeout_seconds: int, watcher: Any) -> Iterator[dict[str, Any]]:
-        """Raw watch events of one pod for one server timeout (``type`` and ``raw_object``)."""
-        try:
-            yield from watcher.stream(
-                self.core.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}",
-                resource_version=resource_version, timeout_seconds=timeout_seconds,
-                _request_timeout=timeout_seconds + 30,
-            )
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            raise api_error(exc, "watching", f"Pod {self.namespace}/{name}") from exc
+    def watch_pod(self, name: str, resource_version: str, timeout_seconds: int) -> tuple[WatchStream, Iterator[Event]]:
+        """Raw watch events of one pod for one server timeout (``type``, ``object``), and the stream that
+        another thread may ``stop()``; ERROR events are raised as typed errors (410: ``APIGone``)."""
+        stream = WatchStream(f"Pod {self.namespace}/{name}")
+        return stream, stream.events(
+            self.core.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}",
+            resource_version=resource_version, timeout_seconds=timeout_seconds,
+            _request_timeout=timeout_seconds + READ_MARGIN,
+        )
 
     def open_log(self, name: str, since_time: str | None) -> Any:
         """A follow stream of the pod's log with timestamps, from ``since_time`` (RFC 3339) if given.
@@ -160,7 +164,3 @@ class PodApi:
             self.delete_secret(name)
         return pod_names + secret_names
 
-
-def fresh_watcher() -> Any:
-    """A watcher another thread can ``stop()``."""
-    return new_watcher()

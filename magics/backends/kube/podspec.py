@@ -1,70 +1,54 @@
-"""Pure builders on top of ``liqo_peering.specs``: the runner pod of a cell, and the bundle as a pod needs it.
+"""Outputs a runner uploaded to object storage, read back so the engine loads them without the network.
 
-``specs.runner_pod`` already makes a restricted pod that runs the runner from its Secret; this adds what
-only the magic knows: a memory limit, and a bootstrap that fetches a bundle too large for the Secret
-from a presigned URL (the pod holds no storage credentials).
+The runner pod itself is built by ``liqo_peering.specs.runner_pod`` (memory, GPUs, labels, security, and
+the bootstrap that fetches a bundle too large for its Secret).
 """
 
 from __future__ import annotations
 
 import copy
-import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ....liqo_peering.specs import MOUNT_PATH, RUNNER_KEY, RunnerPodSpec, runner_pod
 
-BUNDLE_URL_ENV = "GPU_OFFLOAD_BUNDLE_URL"
-# Downloads the bundle into an unlinked temporary file and runs the runner on it through /dev/fd, so the
-# bundle (it holds the frame nonce) never sits in a named file and nothing is left behind in the image.
-BOOTSTRAP = (
-    "import os,sys,tempfile,urllib.request\n"
-    "f=tempfile.TemporaryFile()\n"
-    f"with urllib.request.urlopen(os.environ.pop('{BUNDLE_URL_ENV}'),timeout=300) as r:\n"
-    "    while True:\n"
-    "        b=r.read(1<<20)\n"
-    "        if not b: break\n"
-    "        f.write(b)\n"
-    "f.flush();os.lseek(f.fileno(),0,0);os.set_inheritable(f.fileno(),True)\n"
-    "os.execv(sys.executable,[sys.executable,sys.argv[1],'--bundle','/dev/fd/%d'%f.fileno()])\n"
-)
+def same_object(url: str, presigned: str) -> bool:
+    """Whether ``url`` names the object ``presigned`` does (the signature in the query differs per signing)."""
+    from urllib.parse import urlsplit
+
+    a, b = urlsplit(url), urlsplit(presigned)
+    return (a.scheme, a.netloc, a.path) == (b.scheme, b.netloc, b.path)
 
 
-def cell_pod(spec: RunnerPodSpec, memory: str | None = None, bundle_url: str | None = None) -> dict[str, Any]:
-    """The runner pod: ``specs.runner_pod`` plus a memory limit and, for a stored bundle, the bootstrap."""
-    pod = runner_pod(spec)
-    container = pod["spec"]["containers"][0]
-    if memory:
-        resources = container.setdefault("resources", {})
-        resources.setdefault("limits", {})["memory"] = memory
-        resources.setdefault("requests", {})["memory"] = memory
-    if bundle_url is not None:
-        container["command"] = [spec.python, "-I", "-c", BOOTSTRAP, f"{MOUNT_PATH}/{RUNNER_KEY}"]
-        container["env"] = [*container["env"], {"name": BUNDLE_URL_ENV, "value": bundle_url}]
-    return pod
+def _refused(reason: str) -> dict[str, Any]:
+    # a kind no loader reads: the engine reports the reason and loads nothing
+    return {"kind": "refused", "reason": reason}
 
 
-def with_output_urls(bundle: bytes, urls: Sequence[str]) -> bytes:
-    """The bundle with its outputs sent through object storage (``url`` transport) to ``urls``.
+def fetched_outputs(
+    outputs_pickle: Any, refs: Sequence[Mapping[str, Any]], read: Callable[[Mapping[str, Any]], bytes],
+    own: Callable[[int, str], bool],
+) -> tuple[Any, list[Any]]:
+    """The ``outputs`` frame's pickle and buffer refs with every ``url`` ref of this run's own uploads replaced
+    by its bytes.
 
-    The bundle is the engine's own stdlib pickle of plain types, so loading it here is safe.
-    """
-    data = pickle.loads(bundle)  # noqa: S301 - our own bytes, built by the engine a moment ago
-    data["output_transport"] = "url"
-    data["output_urls"] = list(urls)
-    return pickle.dumps(data, protocol=5)
-
-
-def fetched_outputs(outputs_pickle: Any, refs: Sequence[Mapping[str, Any]], read: Any) -> tuple[Any, list[Any]]:
-    """The ``outputs`` frame's pickle and buffer refs with every ``url`` ref replaced by its bytes.
-
-    ``read(index)`` returns the bytes of upload ``index``; the engine then loads them without the network.
+    ``read(ref)`` returns the bytes of the run's upload the ref names by its index (checked against the
+    ref's sha256); ``own(index, url)`` says whether ``url`` is this
+    run's upload ``index``. The pod wrote the refs, so a ref is never trusted to say where to read: a URL that
+    is not the run's own, and any ``shm`` path (a pod never shares this machine's memory), is refused.
     """
 
     def fetch(ref: Mapping[str, Any]) -> Any:
-        if not isinstance(ref, Mapping) or ref.get("kind") != "url":
+        if not isinstance(ref, Mapping):
             return copy.deepcopy(ref)
-        data = read(int(ref["index"]))
+        kind = ref.get("kind")
+        if kind == "shm":
+            return _refused("a runner pod named a file on the notebook's machine")
+        if kind != "url":
+            return copy.deepcopy(ref)
+        index, url = ref.get("index"), ref.get("url")
+        if type(index) is not int or not isinstance(url, str) or not own(index, url):
+            return _refused("a runner pod named a URL that is not one of its run's uploads")
+        data = read(ref)  # raises StorageError naming the object when it is missing or was changed
         return {"kind": "inline", "data": data, "size": len(data)}
 
     return fetch(outputs_pickle) if isinstance(outputs_pickle, Mapping) else outputs_pickle, [fetch(r) for r in refs]

@@ -9,13 +9,15 @@ lost with how much output had arrived.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from ...runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
-from ..base import RunEvent, RunnerExit
+from ..base import RunEvent, RunnerExit, RunRequest
 from .explain import FAILED, PodContext, PodState, pod_state
 from .follow import PodEnded, PodFollower
 from .pods import PodApi
@@ -30,10 +32,35 @@ class LaunchedPod:
     follower: PodFollower
 
 
+@dataclass(frozen=True)
+class PodOrder:
+    """What a runner pod is made from; a run or session keeps it to ask for the pod again elsewhere."""
+
+    run_id: str
+    nonce: str
+    placement: RunRequest
+    bundle: bytes = b""
+    """The pickled bundle (empty for a session pod, which reads bundles on stdin)."""
+    session: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment besides the placement's."""
+    bundle_run: str | None = None
+    """The run id inside ``bundle`` (its frames carry it; a retry elsewhere keeps it); ``None`` for a session."""
+
+
+class Launcher(Protocol):
+    """How runs and sessions get a pod, without holding the backend."""
+
+    pods: PodApi
+
+    def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> LaunchedPod:
+        """Place ``order`` (on none of the ``avoid`` cluster ids) and create its Pod and Secret; raises when
+        nothing fits or the cell is pinned with ``--cluster``."""
+        ...
+
+
 WHY_STOPPED_SECONDS = 10.0
 """How long to wait for the pod's status to say why its runner was stopped from outside."""
-Relaunch = Callable[[set[str]], LaunchedPod]
-"""Creates the pod again, avoiding the given cluster ids (raises when nothing else fits)."""
 
 
 def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[RunEvent]:
@@ -44,11 +71,12 @@ def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[
 class KubeRun:
     """One bundle in one pod (two, if the first was lost before starting)."""
 
-    def __init__(self, pods: PodApi, launched: LaunchedPod, relaunch: Relaunch,
-                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
-        self.pods = pods
-        self.current = launched
-        self._relaunch = relaunch
+    def __init__(self, launcher: Launcher, order: PodOrder, cleanup: Callable[[], None] | None = None,
+                 fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+        self.pods = launcher.pods
+        self._launcher = launcher
+        self._order = order
+        self.current = launcher.launch(order)
         self._cleanup = cleanup
         self._fetch = fetch
         self._pending: deque[RunEvent] = deque()
@@ -56,10 +84,20 @@ class KubeRun:
         self._hello = False
         self._lines = 0
         self._ended = False
+        self._done = False
+        self._exit_code: int | None = None
         self._released = False
         self._since = time.monotonic()
         self._waiting = "pod created"
         self._interrupting = False
+
+    @property
+    def cluster(self) -> str:
+        """The cluster of the current pod (the second one after a retry elsewhere)."""
+        return self.current.ctx.cluster
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""
@@ -92,6 +130,8 @@ class KubeRun:
             item = self._fetch(item)
         elif isinstance(item, Done) and item.status == "interrupted" and not self._interrupting:
             return self._stopped_from_outside(item)
+        if isinstance(item, Done):
+            self._done = True
         return item
 
     def _stopped_from_outside(self, done: Done) -> RunEvent | None:
@@ -106,13 +146,15 @@ class KubeRun:
         return done
 
     def _ended_with(self, state: PodState) -> RunEvent | None:
+        self._exit_code = state.exit_code
         diagnostics = "\n".join(self.current.follower.diagnostics)
         if state.kind == FAILED and state.elsewhere and not self._hello and not self._retried:
             first = self.current
             self._retried = True
             self.pods.delete_pod(first.name, grace=0)
             try:
-                self.current = self._relaunch({first.ctx.cluster})
+                retry = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
+                self.current = self._launcher.launch(retry, frozenset({first.ctx.cluster}))
             except Exception as exc:  # noqa: BLE001 - no second cluster fits: report the first failure and why
                 text = f"{state.text}, before the cell started; no other cluster can take it: {exc}"
                 return self._finish(failure_events(dataclasses.replace(state, text=text), None, diagnostics))
@@ -143,15 +185,22 @@ class KubeRun:
         self.pods.delete_pod(self.current.name, grace=0)
 
     def release(self, grace: float) -> int | None:
-        """Stop following and delete the pod (its Secret goes with it) and the run's stored objects."""
+        """Stop following and delete the pod (its Secret goes with it) and the run's stored objects.
+
+        A runner still in its cell (released before its ``done`` frame) gets SIGTERM, which interrupts the
+        cell, and ``grace`` seconds (the pod's deletion grace period) before it is killed; a runner that is
+        done has nothing left to do and goes at once. Returns the runner's exit code when the pod's end was
+        seen.
+        """
         if self._released:
-            return None
+            return self._exit_code
         self._released = True
         self.current.follower.stop()
+        finished = self._done or self._ended
         try:
-            self.pods.delete_pod(self.current.name, grace=0)
+            self.pods.delete_pod(self.current.name, grace=0 if finished else max(0, math.ceil(grace)))
         finally:
             if self._cleanup is not None:
                 self._cleanup()
-        return None
+        return self._exit_code
 

@@ -16,32 +16,30 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...runner.__main__ import NONCE_ENV
 from ...runner.frames import Done, Hello, Outputs, RunnerWarning
-from ..base import Placement, RunEvent, RunnerExit, SessionInfo
+from ...runner.secrecy import greeting
+from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED
 from .follow import PodEnded
-from .run import LaunchedPod, failure_events
-
-if TYPE_CHECKING:
-    from .backend import KubernetesBackend
+from .run import LaunchedPod, Launcher, PodOrder, failure_events
 
 
 class KubeSession:
     """One warm runner pod and the attach connection to its stdin."""
 
-    def __init__(self, name: str, backend: KubernetesBackend, placement: Placement, replaces: str = "") -> None:
+    def __init__(self, name: str, launcher: Launcher, placement: RunRequest, replaces: str = "") -> None:
         self.name = name
         self.replaces = replaces
         """The pod of a session of this name that ended while idle: the first cell says its state is gone."""
-        self.backend = backend
-        self.placement = placement
-        self.nonce = secrets.token_hex(16)
-        self.run_id = f"s{secrets.token_hex(7)}"
-        self.launched: LaunchedPod = backend.launch(self.run_id, b"", self.nonce, placement, set(), session=True,
-                                                    env={NONCE_ENV: self.nonce})
+        self._launcher = launcher
+        self.pods = launcher.pods
+        nonce = secrets.token_hex(16)
+        self.order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
+        self.launched: LaunchedPod = launcher.launch(self.order)
+        self._greeting: bytes | None = greeting(nonce)
+        """The runner's first line on stdin (its frame nonce: never in the pod's environment or Secret)."""
         self.moved = False
         self.runs = 0
         self.busy = False
@@ -59,7 +57,7 @@ class KubeSession:
         where = f"pod {self.launched.name} on {self.launched.ctx.cluster}"
         return SessionInfo(self.name, where, self.runs, self.busy)
 
-    def submit(self, bundle: bytes, cleanup: Callable[[], None] | None = None,
+    def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
                fetch: Callable[[Outputs], Outputs] | None = None) -> SessionRun:
         """Queue one bundle; it is sent once the runner container runs."""
         if self.busy:
@@ -71,7 +69,10 @@ class KubeSession:
         self.busy = True
         self.runs += 1
         command = {"op": "run", "bundle_b64": base64.b64encode(bundle).decode("ascii")}
-        run = SessionRun(self, command, cleanup, fetch)
+        run = SessionRun(self, command, run_id, cleanup, fetch)
+        if self.runs > 1 and self.launched.follower.placed:
+            # the pod's follower said where it runs under the session's first cell; each later cell says it too
+            run.announce(f"{self.launched.follower.placed}, session {self.name}")
         if self.replaces:
             run.warn(f"session {self.name}: its pod {self.replaces} ended while idle, so this cell starts a new "
                      "session pod and the variables of the old one are gone; run the cells that define them again")
@@ -84,7 +85,10 @@ class KubeSession:
         for _attempt in range(2):
             try:
                 if self._ws is None or not self._ws.is_open():
-                    self._ws = self.backend.pods.attach(self.launched.name)
+                    self._ws = self.pods.attach(self.launched.name)
+                if self._greeting is not None:
+                    self._ws.write_stdin(self._greeting.decode("ascii"))
+                    self._greeting = None
                 self._ws.write_stdin(line)
                 return True
             except Exception:  # noqa: BLE001 - a dropped websocket: attach again once
@@ -98,9 +102,10 @@ class KubeSession:
         self.moved = True
         first.follower.stop()
         self._ws = None
-        self.backend.pods.delete_pod(first.name, grace=0)
-        self.launched = self.backend.launch(f"{self.run_id}r", b"", self.nonce, self.placement, {first.ctx.cluster},
-                                            session=True, env={NONCE_ENV: self.nonce})
+        self.pods.delete_pod(first.name, grace=0)
+        retry = dataclasses.replace(self.order, run_id=f"{self.order.run_id}r")
+        self.launched = self._launcher.launch(retry, frozenset({first.ctx.cluster}))
+        self._greeting = greeting(self.order.nonce)  # a new runner reads its nonce again
 
     def close(self, grace: float) -> None:
         """Ask the runner to exit, then delete the pod (its Secret goes with it)."""
@@ -111,15 +116,19 @@ class KubeSession:
         if self._ws is not None:
             with contextlib.suppress(Exception):  # already closed
                 self._ws.close()
-        self.backend.pods.delete_pod(self.launched.name, grace=max(0, int(grace)))
+        self.pods.delete_pod(self.launched.name, grace=max(0, int(grace)))
 
 
 class SessionRun:
     """One cell in a session: ends with the ``done`` frame; the pod stays."""
 
-    def __init__(self, session: KubeSession, command: dict[str, Any], cleanup: Callable[[], None] | None = None,
-                 fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+    def __init__(self, session: KubeSession, command: dict[str, Any], run_id: str,
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
         self.session = session
+        self._run_id = run_id
+        self._dropped = 0
+        """Items of earlier runs dropped for this one; the follower counts frames dropped after sending."""
+        self._foreign_before = 0
         self._cleanup = cleanup
         self._fetch = fetch
         self._command: dict[str, Any] | None = command
@@ -128,9 +137,21 @@ class SessionRun:
         self._pending: deque[RunEvent] = deque()
         self._since = time.monotonic()
 
+    def announce(self, text: str) -> None:
+        """Show where the cell runs before its own events."""
+        self._pending.append(Placed(text))
+
     def warn(self, text: str) -> None:
         """Show ``text`` as a warning before the cell's own events."""
         self._pending.append(RunnerWarning(-1, text))
+
+    @property
+    def cluster(self) -> str:
+        """The cluster of the session's pod."""
+        return self.session.launched.ctx.cluster
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""
@@ -145,6 +166,9 @@ class SessionRun:
         follower = self.session.launched.follower
         if self._command is not None and follower.started.is_set() and not self.session.dead:
             command, self._command = self._command, None
+            # whatever an earlier run that was not followed to its end still sends is not this run's
+            self._dropped += follower.expect_run(self._run_id)
+            self._foreign_before = follower.foreign
             if not self.session.send(command):
                 self.session.dead = True
                 return RunnerExit(None, f"could not attach to session pod {self.session.launched.name}")
@@ -172,6 +196,11 @@ class SessionRun:
             self.session.hello = True
         elif isinstance(item, Outputs) and self._fetch is not None:
             item = self._fetch(item)
+        elif isinstance(item, Done):
+            dropped = self._dropped + follower.foreign - self._foreign_before
+            if dropped:
+                self._pending.append(item)
+                return RunnerWarning(-1, stale_frames_note(self.session.name, dropped))
         return item
 
     def interrupt(self) -> None:

@@ -1,10 +1,17 @@
 """Object storage for one run: presigned URLs the pod uses (it holds no credentials), cleaned up after.
 
-Signing a URL is local computation; only uploads and the final cleanup talk to the storage service.
+Every object of a user lives under ``<prefix>/<user>/<run id>/``, so credentials limited to that prefix
+(docs/security.md) are all a user server needs, and a key outside it is refused before any request. Whoever
+else can write to the bucket could replace an object between its upload and its use: each object's
+sha256 is recorded by its writer (this kernel for a bundle, the runner for an output) and checked by its
+reader before use. Signing a URL is local computation; only uploads, reads and cleanup talk to the service.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import OffloadError
@@ -12,17 +19,37 @@ from .config import StorageSettings
 
 OUTPUT_URLS = 32
 """Upload URLs given to a run for its outputs' out-of-band buffers (plus the main pickle)."""
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}\Z")
 
 
 class StorageError(OffloadError):
     """Object storage refused or failed a request; the message names bucket, key and next step."""
 
 
-class RunStorage:
-    """The objects of one run live under ``<prefix>/<run id>/`` in the bucket."""
+@dataclass(frozen=True)
+class Stored:
+    """An object this kernel uploaded: where the pod reads it and the digest the pod checks."""
 
-    def __init__(self, settings: StorageSettings, client: Any = None) -> None:
+    url: str
+    """A presigned GET URL."""
+    sha256: str
+
+
+def _plain(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not _PLAIN.match(value) or ".." in value:
+        raise StorageError(f"{kind} {value!r} cannot be part of an object key (letters, digits, _ . @ - only, "
+                           "no '..'); nothing was sent to object storage")
+    return value
+
+
+class RunStorage:
+    """The objects of one user's runs: ``<prefix>/<user>/<run id>/<name>`` in the bucket."""
+
+    def __init__(self, settings: StorageSettings, user: str, client: Any = None) -> None:
         self.settings = settings
+        self.user = _plain("user name", user)
+        self.root = f"{settings.prefix.strip('/')}/{self.user}/"
+        """The user's prefix; every key this storage touches starts with it."""
         if client is None:
             import boto3
 
@@ -31,12 +58,20 @@ class RunStorage:
 
     def key(self, run_id: str, name: str) -> str:
         """The object key of ``name`` for ``run_id``."""
-        return f"{self.settings.prefix}/{run_id}/{name}"
+        return f"{self.root}{_plain('run id', run_id)}/{_plain('object name', name)}"
+
+    def check_key(self, key: str) -> str:
+        """``key`` if it lies under this user's prefix, else :class:`StorageError` (another user's object)."""
+        if not key.startswith(self.root) or ".." in key or "//" in key:
+            raise StorageError(f"object key {key!r} is outside {self.root} (this user's prefix): it belongs to "
+                               "another user or to nothing this project wrote; refused")
+        return key
 
     def _presign(self, method: str, key: str) -> str:
         return str(
             self.client.generate_presigned_url(
-                method, Params={"Bucket": self.settings.bucket, "Key": key}, ExpiresIn=self.settings.url_expiry
+                method, Params={"Bucket": self.settings.bucket, "Key": self.check_key(key)},
+                ExpiresIn=self.settings.url_expiry,
             )
         )
 
@@ -52,8 +87,8 @@ class RunStorage:
         """Upload URLs for a run's outputs, ``out-0`` ... in the order the runner uses them."""
         return [self.put_url(run_id, f"out-{i}") for i in range(OUTPUT_URLS)]
 
-    def upload(self, run_id: str, name: str, data: bytes) -> str:
-        """Store ``data`` and return a presigned GET URL for the pod."""
+    def upload(self, run_id: str, name: str, data: bytes) -> Stored:
+        """Store ``data``; returns a presigned GET URL for the pod and the digest it checks."""
         key = self.key(run_id, name)
         try:
             self.client.put_object(Bucket=self.settings.bucket, Key=key, Body=data)
@@ -62,14 +97,32 @@ class RunStorage:
                 f"uploading {len(data)} bytes to s3://{self.settings.bucket}/{key} failed: {exc}; check the "
                 "bucket and the credentials (AWS_ACCESS_KEY_ID...) or unset GPU_OFFLOAD_S3_BUCKET"
             ) from exc
-        return self.get_url(run_id, name)
+        return Stored(self.get_url(run_id, name), hashlib.sha256(data).hexdigest())
+
+    def read(self, run_id: str, name: str, sha256: object) -> bytes:
+        """The bytes of ``name`` of ``run_id``, if their sha256 is what the writer recorded."""
+        key = self.key(run_id, name)
+        where = f"s3://{self.settings.bucket}/{key}"
+        if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", sha256):
+            raise StorageError(f"{where}: the runner recorded no sha256 for it, so it cannot be checked and "
+                               "was not loaded; use a runner of this release")
+        try:
+            data = bytes(self.client.get_object(Bucket=self.settings.bucket, Key=key)["Body"].read())
+        except Exception as exc:
+            raise StorageError(f"reading {where} failed: {exc}; the run's outputs were not loaded") from exc
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != sha256:
+            raise StorageError(f"{where} changed after the runner wrote it (sha256 {actual[:16]}..., the runner "
+                               f"recorded {sha256[:16]}...): another writer of the bucket replaced it; nothing "
+                               "was loaded. Limit who may write the bucket (docs/security.md) and run the cell again")
+        return data
 
     def remove_run(self, run_id: str) -> int:
         """Delete every object of ``run_id``; returns how many. Failures are left for the bucket's lifecycle."""
-        prefix = self.key(run_id, "")
+        prefix = self.key(run_id, "x")[:-1]
         try:
             listed = self.client.list_objects_v2(Bucket=self.settings.bucket, Prefix=prefix)
-            keys = [{"Key": item["Key"]} for item in listed.get("Contents") or []]
+            keys = [{"Key": self.check_key(item["Key"])} for item in listed.get("Contents") or []]
             if keys:
                 self.client.delete_objects(Bucket=self.settings.bucket, Delete={"Objects": keys})
         except Exception:  # noqa: BLE001 - cleanup must not hide the run's own result

@@ -7,7 +7,7 @@ runs server extension knows which kernels are alive, so it sweeps: every runner 
 server whose kernel is not among the live ones goes, with its Secret.
 
 The server's identity travels to its kernels through the environment (``GPU_OFFLOAD_SERVER_ID``), so pods
-made by the CLI, by another server of the same user or by a kernel started elsewhere carry no such label, or
+made by the CLI (labelled ``gpu-offload.io/origin=cli``, and skipped even if one carried a server label), by another server of the same user or by a kernel started elsewhere carry no such label, or
 another one, and are never touched.
 """
 
@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterable, Mapping
 from ....liqo_peering import labels as L
 from ....liqo_peering.specs import label_value, runner_selector
 from .pods import PodApi
-
-DEFAULT_SWEEP_SECONDS = 60.0
 
 
 def server_identity(env: Mapping[str, str]) -> str:
@@ -43,7 +41,7 @@ def orphan_selectors(pod_labels: Iterable[Mapping[str, str]], live: Mapping[str,
     found: set[str] = set()
     for labels in pod_labels:
         kernel, pid = labels.get(L.KERNEL), labels.get(L.KERNEL_PID)
-        if not kernel:
+        if not kernel or labels.get(L.ORIGIN) == L.ORIGIN_CLI:
             continue
         if kernel not in live_pids:
             found.add(f"{L.KERNEL}={kernel}")

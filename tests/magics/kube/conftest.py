@@ -3,7 +3,8 @@ a fresh namespace and a backend per test, and a check that every test leaves no 
 
 from __future__ import annotations
 
-import socket
+import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +18,30 @@ from gpu_offload.magics.backends.kube.config import KubeSettings
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
 from gpu_offload.sandbox.images import DEFAULT_MAP
-from moto.server import ThreadedMotoServer
+from gpu_offload.sandbox.objectstore import s3_server
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
 MISMATCH_IMAGE = "python:3.12-other"
-# An image whose Python is another minor version than the kernel's (mismatch test), before the default map.
-IMAGE_MAP = ((MISMATCH_IMAGE, str(OTHER_PYTHON)), *DEFAULT_MAP)
+EVIL_IMAGE = "evil-donor:1"
+
+
+def _evil_python() -> Path:
+    """An "interpreter" that runs ``evil_donor.py`` (a hostile donor's runner) whatever it is asked to run."""
+    folder = Path(tempfile.mkdtemp(prefix="gpuo-evil-"))
+    folder.chmod(0o755)  # runner pods run as a non-root user: the image's "interpreter" must be theirs to run
+    script = folder / "evil-python"
+    donor = Path(__file__).with_name("evil_donor.py")
+    # a Python script, so the sandbox lets its non-root container reach the interpreter its #! line names
+    script.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv = [{str(donor)!r}, *sys.argv[1:]]\n"
+                      f"runpy.run_path({str(donor)!r}, run_name='__main__')\n")
+    script.chmod(0o755)
+    return script
+
+
+# An image whose Python is another minor version than the kernel's (mismatch test), and a hostile donor's
+# image (attack tests), before the default map.
+IMAGE_MAP = ((MISMATCH_IMAGE, str(OTHER_PYTHON)), (EVIL_IMAGE, str(_evil_python())), *DEFAULT_MAP)
 STOCK_IMAGE = "python:3.11-slim"
 PROJECT_IMAGE = "gpu-offload/notebook:test"
 BUCKET = "offload-test"
@@ -69,20 +87,11 @@ def kube(api_client: Any, namespace: str, core: Any) -> Iterator[KubernetesBacke
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 for the test session."""
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+def s3_endpoint(origin: Any) -> Iterator[str]:
+    """A moto S3 server for the test session, where both the kernel and the pods reach it."""
+    with s3_server(origin.host_address) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture()

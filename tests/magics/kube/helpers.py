@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import Placement
+from gpu_offload.magics.backends.base import RunRequest
 from gpu_offload.magics.bundle import build_job
 from gpu_offload.magics.engine import FollowSettings, Outcome, conclude, follow
+from gpu_offload.magics.execution import Launch, intake
 from gpu_offload.magics.runner import buffers
 
 
@@ -21,6 +22,7 @@ class Sink:
     text: str = ""
     notices: list[str] = field(default_factory=list)
     displays: list[Any] = field(default_factory=list)
+    displays_with_metadata: list[tuple[Any, Any]] = field(default_factory=list)
 
     def stream(self, name: str, text: str) -> None:
         self.text += text
@@ -29,6 +31,7 @@ class Sink:
 
     def display(self, data: Any, metadata: Any) -> None:
         self.displays.append(data)
+        self.displays_with_metadata.append((data, metadata))
 
     def notice(self, text: str) -> None:
         self.notices.append(text)
@@ -45,13 +48,14 @@ def run_cell(backend: Any, cell: str, namespace: dict[str, Any], sink: Sink | No
     """
     sink = sink or Sink()
     analysis = analyse_cell(cell, namespace)
-    job, refs = build_job(cell, analysis, namespace, backend.transfer)
-    run = backend.submit(job, Placement(**{"gpus": 1, **placement}), session)
+    job, refs = build_job(cell, analysis, namespace, backend.transfer,
+                          request=RunRequest(**{"gpus": 1, **placement}), session=session)
+    run = backend.submit(job)
     try:
-        outcome = follow(run, sink, FollowSettings(progress_after=1.0, grace=10.0))
+        outcome = follow(run, sink, FollowSettings(progress_after=1.0, grace=10.0), intake(backend, Launch(analysis)))
     finally:
         run.release(10.0)
         buffers.discard(refs)
     if outcome.error is None and outcome.status == "ok":
-        conclude(outcome, namespace)
+        conclude(outcome, namespace, sink)
     return outcome, sink, run

@@ -70,6 +70,34 @@ def test_a_dropped_log_stream_resumes_without_losing_or_repeating_a_line(kube: K
     assert run.current.follower.resumes >= 1
 
 
+def test_a_refused_log_stream_is_resumed_after_a_backoff_without_losing_or_repeating_a_line(
+        kube: KubernetesBackend, core: Any, origin: Any, namespace: str) -> None:
+    refusing: list[Any] = []
+    refused: list[int] = []
+
+    def stop_refusing() -> None:
+        refused.append(origin.sandbox.api.faults.fired(refusing[0]))
+        origin.sandbox.api.faults.remove(refusing[0])
+
+    def cut_and_refuse(text: str) -> None:
+        if "line 3" in text and not refusing:
+            # 500, not 503: the client's urllib3 would itself retry a 503 that carries Retry-After.
+            refusing.append(origin.faults.api_error(rf"^/api/v1/namespaces/{namespace}/pods/[^/]+/log$", status=500))
+            for pod in core.list_namespaced_pod(namespace).items:
+                origin.faults.cut_logs(namespace, pod.metadata.name)
+            threading.Timer(1.5, stop_refusing).start()
+
+    cell = "import time\nfor i in range(20):\n    print('line', i, flush=True)\n    time.sleep(0.15)"
+    outcome, sink, run = run_cell(kube, cell, {}, Sink(on_line=cut_and_refuse))
+    assert refusing
+    assert outcome.status == "ok", outcome.error
+    assert sink.text.splitlines() == [f"line {i}" for i in range(20)]
+    # 1.5 s of refusals met waits of 0.25-0.5, 0.5-1 and 1-2 s: a few tries, where a loop without
+    # delay asks hundreds of times
+    assert 1 <= refused[0] <= 5, refused
+    assert run.current.follower.resumes >= 2
+
+
 def test_ctrl_c_deletes_the_pod_and_copies_nothing_back(kube: KubernetesBackend, core: Any, namespace: str) -> None:
     def interrupt(text: str) -> None:
         if "started" in text:
@@ -110,12 +138,12 @@ def test_a_restarted_kernel_removes_what_its_crashed_predecessor_left(api_client
                                                                       namespace: str) -> None:
     crashed = KubernetesBackend(settings(namespace, kernel="kernel-crash"), api_client)
     from gpu_offload.magics.analysis import analyse_cell
-    from gpu_offload.magics.backends.base import Placement
+    from gpu_offload.magics.backends.base import RunRequest
     from gpu_offload.magics.bundle import build_job
 
     cell = "import time\ntime.sleep(300)"
-    job, _ = build_job(cell, analyse_cell(cell, {}), {}, crashed.transfer)
-    run = crashed.submit(job, Placement(gpus=1))
+    job, _ = build_job(cell, analyse_cell(cell, {}), {}, crashed.transfer, request=RunRequest(gpus=1))
+    run = crashed.submit(job)
     run.current.follower.stop()  # the kernel died here: nobody follows, nobody releases
     assert leftovers(core, namespace)
     restarted = KubernetesBackend(settings(namespace, kernel="kernel-crash"), api_client)
@@ -125,3 +153,44 @@ def test_a_restarted_kernel_removes_what_its_crashed_predecessor_left(api_client
     finally:
         restarted.close()
         crashed.close()
+
+
+def test_a_run_released_mid_cell_gets_the_grace_period_to_end_its_cell(kube: KubernetesBackend, core: Any,
+                                                                       namespace: str) -> None:
+    # release(grace) before the cell's end (the engine's own follow failed, or the kernel lets go of a run):
+    # the runner gets SIGTERM, so the cell's cleanup runs, and the pod goes once the grace period is over.
+    # The cleanup is seen in the pod's log, as on a cluster: the pod's container cannot write the test's files.
+    from gpu_offload.magics.analysis import analyse_cell
+    from gpu_offload.magics.backends.base import RunRequest
+    from gpu_offload.magics.bundle import build_job
+    from gpu_offload.magics.runner.frames import Stream
+
+    cell = ("import time\nprint('started', flush=True)\ntry:\n    time.sleep(120)\nexcept KeyboardInterrupt:\n"
+            "    print('cleaned', 'up', flush=True)\n    raise")
+    job, _ = build_job(cell, analyse_cell(cell, {}), {}, kube.transfer, request=RunRequest(gpus=1))
+    run = kube.submit(job)
+    wait_until(lambda: isinstance(event := run.next_event(0.5), Stream) and "started" in event.text,
+               "the cell started")
+    log = core.read_namespaced_pod_log(run.current.name, namespace, follow=True, _preload_content=False)
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(log.stream(1)), daemon=True)
+    reader.start()
+    run.release(20)
+    wait_until(lambda: not leftovers(core, namespace), "pod and Secret deleted after the grace period")
+    reader.join(timeout=30)
+    assert b"cleaned up" in b"".join(lines), "the cell's cleanup did not run (a SIGKILL skips it)"
+
+
+def test_the_cell_says_which_pod_virtual_node_and_cluster_it_runs_on(kube: KubernetesBackend, core: Any,
+                                                                     namespace: str) -> None:
+    seen: dict[str, str] = {}
+
+    def grab(_: str) -> None:
+        [pod] = core.list_namespaced_pod(namespace, label_selector=runner_selector("alice@example.org")).items
+        seen.update(name=pod.metadata.name, node=pod.spec.node_name)
+
+    outcome, sink, _ = run_cell(kube, "print('here')", {}, Sink(on_line=grab), gpu_model="A100")
+    assert outcome.status == "ok", outcome.error
+    assert seen["node"] == "donor-1-gpu"
+    assert sink.notices == [f"running in pod {seen['name']} on virtual node donor-1-gpu "
+                            "(Liqo cluster donor-1, 1 x A100)"]

@@ -60,7 +60,7 @@ def test_placement_uses_the_hub_services_inventory(api_client: Any, namespace: s
         outcome, _, run = run_cell(backend, "print('placed by the hub inventory')", {}, gpu_model="A100")
         assert outcome.status == "ok", outcome.error
         assert run.current.ctx.cluster == "donor-1"
-        assert isinstance(backend.inventory_cache(), HubInventory) and seen == [f"token {TOKEN}"]
+        assert isinstance(backend.inventory(), HubInventory) and seen == [f"token {TOKEN}"]
     finally:
         backend.close()
 

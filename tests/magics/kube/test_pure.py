@@ -1,25 +1,21 @@
-"""The backend's pure parts: pod states read into sentences, the cell pod as built (schema-valid), the bundle
-rewritten for object storage, and the settings read from the environment."""
+"""The backend's pure parts: pod states read into sentences, the cell pod as built (schema-valid), outputs
+read back from object storage, and the settings read from the environment."""
 
 from __future__ import annotations
 
-import pickle
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from gpu_offload.liqo_peering.placement import scheduling_fragment
-from gpu_offload.liqo_peering.specs import RunnerPodSpec
+from gpu_offload.liqo_peering.specs import BUNDLE_URL_ENV, RunnerPodSpec, runner_pod
 from gpu_offload.magics.backends.kube.config import DEFAULT_IMAGE, configured, from_environment
 from gpu_offload.magics.backends.kube.explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, pod_state
-from gpu_offload.magics.backends.kube.podspec import (
-    BUNDLE_URL_ENV,
-    cell_pod,
-    fetched_outputs,
-    with_output_urls,
-)
+from gpu_offload.magics.backends.kube.podspec import fetched_outputs, same_object
 from gpu_offload.magics.errors import BackendNotConfigured
-from gpu_offload.magics.runner.bundle import encode_bundle, make_bundle
 
 CTX = PodContext("donor-b", 2, "pytorch/pytorch:2.3", "16Gi")
 
@@ -76,26 +72,48 @@ def _spec(**changes: Any) -> RunnerPodSpec:
 
 
 def test_the_cell_pod_is_schema_valid_with_a_memory_limit_and_the_bootstrap() -> None:
-    built = cell_pod(_spec(), memory="8Gi", bundle_url="http://127.0.0.1:9/b?X-Amz-Signature=s")
+    built = runner_pod(_spec(memory="8Gi", bundle_url="http://127.0.0.1:9/b?X-Amz-Signature=s", bundle_sha256="ab" * 32))
     assert kubernetes_validate.validate(built, "1.36", strict=True) == "1.36"
     container = built["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "8Gi"}
-    assert container["command"][:3] == ["python3", "-I", "-c"] and container["command"][-1].endswith("runner.pyz")
+    assert container["command"][:3] == ["python3", "-I", "-c"] and container["command"][-2].endswith("runner.pyz")
+    assert container["command"][-1] == "ab" * 32  # the digest the bootstrap checks the bundle against
     assert {"name": BUNDLE_URL_ENV, "value": "http://127.0.0.1:9/b?X-Amz-Signature=s"} in container["env"]
-    plain = cell_pod(_spec())
+    plain = runner_pod(_spec())
     assert kubernetes_validate.validate(plain, "1.36", strict=True) == "1.36"
     assert "--bundle" in plain["spec"]["containers"][0]["command"]
 
 
+def _own(index: int, url: str) -> bool:
+    return same_object(url, f"http://s/b/out-{index}?X-Amz-Signature=other")
+
+
 def test_outputs_go_to_object_storage_and_come_back_inline() -> None:
-    bundle = encode_bundle(make_bundle("y = 1", outputs=["y"], output_transport="inline", input_transport="inline"))
-    rewritten = pickle.loads(with_output_urls(bundle, ["http://s/out-0", "http://s/out-1"]))
-    assert rewritten["output_transport"] == "url" and rewritten["output_urls"] == ["http://s/out-0", "http://s/out-1"]
     stored = {0: b"buffer", 1: b"main"}
-    packed, refs = fetched_outputs({"kind": "url", "url": "http://s/out-1", "size": 4, "index": 1},
-                                   [{"kind": "url", "url": "http://s/out-0", "size": 6, "index": 0}], stored.__getitem__)
+    packed, refs = fetched_outputs({"kind": "url", "url": "http://s/b/out-1?X-Amz-Signature=a", "size": 4, "index": 1},
+                                   [{"kind": "url", "url": "http://s/b/out-0", "size": 6, "index": 0}],
+                                   lambda ref: stored[ref["index"]], _own)
     assert packed == {"kind": "inline", "data": b"main", "size": 4}
     assert refs == [{"kind": "inline", "data": b"buffer", "size": 6}]
+
+
+def test_a_pod_cannot_point_the_kernel_at_a_file_or_another_url() -> None:
+    read: list[int] = []
+
+    def reader(ref: Mapping[str, Any]) -> bytes:
+        read.append(ref["index"])
+        return b"x"
+
+    packed, refs = fetched_outputs(
+        {"kind": "shm", "path": "/home/alice/notes.txt", "size": 4},
+        [{"kind": "url", "url": "http://evil.example/out-0", "size": 6, "index": 0},
+         {"kind": "url", "url": "http://s/b/out-1", "size": 6, "index": "1"},
+         {"kind": "url", "url": "http://s/b/out-3", "size": 6, "index": 3}],
+        reader, _own)
+    assert packed["kind"] == "refused" and "file on the notebook's machine" in packed["reason"]
+    assert [r["kind"] for r in refs] == ["refused", "refused", "inline"]
+    assert "not one of its run's uploads" in refs[0]["reason"] and "not one of its run's uploads" in refs[1]["reason"]
+    assert read == [3]  # only the run's own object was asked for
 
 
 def test_settings_from_the_environment() -> None:
@@ -112,6 +130,14 @@ def test_settings_from_the_environment() -> None:
         from_environment({})
 
 
+def test_queueing_settings_turn_the_kernels_own_relaunch_off() -> None:
+    plain = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_PRIORITY": "batch"})
+    assert plain.queue is None and plain.relaunches
+    queued = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_QUEUE": "gpu-offload",
+                               "GPU_OFFLOAD_PRIORITY": "interactive"})
+    assert (queued.queue, queued.priority, queued.relaunches) == ("gpu-offload", "interactive", False)
+
+
 def test_the_placement_policy_is_chosen_by_name_and_a_wrong_name_lists_the_valid_ones() -> None:
     assert from_environment({"GPU_OFFLOAD_NAMESPACE": "alice"}).policy == "most-free"
     chosen = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_PLACEMENT_POLICY": "bin-pack"})
@@ -120,3 +146,25 @@ def test_the_placement_policy_is_chosen_by_name_and_a_wrong_name_lists_the_valid
         from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_PLACEMENT_POLICY": "fastest"})
     assert "GPU_OFFLOAD_PLACEMENT_POLICY='fastest'" in str(err.value)
     assert "most-free, bin-pack, first-fit" in str(err.value)
+
+
+def _kubeconfig(path: Path, namespace: str | None) -> str:
+    context: dict[str, str] = {"cluster": "c", "user": "u", **({"namespace": namespace} if namespace else {})}
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "here",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "elsewhere", "context": {"cluster": "c", "user": "u", "namespace": "not-this"}},
+                     {"name": "here", "context": context}]}))
+    return str(path)
+
+
+def test_the_namespace_falls_back_to_the_kubeconfig_context_as_kubectl_does(tmp_path: Path) -> None:
+    team = _kubeconfig(tmp_path / "team", "team-a")
+    assert from_environment({"KUBECONFIG": team}).namespace == "team-a"
+    assert from_environment({"KUBECONFIG": team, "GPU_OFFLOAD_NAMESPACE": "mine"}).namespace == "mine"
+    # a context that names none means `default` to kubectl; KUBECONFIG may list several files
+    bare = _kubeconfig(tmp_path / "bare", None)
+    assert from_environment({"KUBECONFIG": f"{tmp_path / 'missing'}:{bare}"}).namespace == "default"
+    with pytest.raises(BackendNotConfigured, match="GPU_OFFLOAD_NAMESPACE is not set and there is no kubeconfig"):
+        from_environment({"KUBECONFIG": str(tmp_path / "missing")})

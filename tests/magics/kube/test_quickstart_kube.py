@@ -1,6 +1,7 @@
 """examples/quickstart.ipynb, unchanged, in a real kernel whose environment selects the kubernetes backend
-(as the hub's spawner sets it): every cell runs in a pod on a sandbox donor, large arrays go through object
-storage, the session keeps its state, and nothing is left behind once the kernel is gone."""
+(as the hub's spawner sets it): every cell runs in a pod on a sandbox donor (untrusted: outputs come back
+as plain data), large arrays go through object storage, the session keeps its state, and nothing is left
+behind once the kernel is gone."""
 
 from __future__ import annotations
 
@@ -45,6 +46,10 @@ def test_the_quickstart_notebook_runs_on_the_kubernetes_backend(origin: Any, cor
     assert "ndarray (1000000,) float64" in text
     assert "counter on the runner: 2" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
+    # the sandbox's donors are untrusted: the figure's objects cannot come back, and only they are warned about
+    warnings = [line for line in text.splitlines() if line.startswith("gpu_offload: warning")]
+    assert warnings and all("cannot come back from an untrusted cluster" in w for w in warnings), warnings
+    assert {w.split("`")[1] for w in warnings} == {"fig", "ax"}, warnings
     assert "embedded local backend" not in text
     assert pods_seen  # the cells ran in pods
     wait_until(lambda: not leftovers(core, namespace), "every pod and Secret removed after the kernel exited")

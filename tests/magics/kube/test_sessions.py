@@ -51,3 +51,40 @@ def test_a_session_pod_lost_while_idle_is_replaced_and_the_user_told(kube: Kuber
     assert outcome.error is not None and "kept" in str(outcome.error)  # a fresh namespace: NameError
     assert kube.close_session("fragile", grace=1)
     wait_until(lambda: not leftovers(core, namespace), "the new session pod deleted")
+
+
+def test_a_session_pod_stays_in_step_after_a_975_level_display_and_an_abandoned_cell(
+        kube: KubernetesBackend, core: Any, namespace: str) -> None:
+    deep = ("nested = []\nfor _ in range(975):\n    nested = [nested]\n"
+            "display({'application/json': {'a': nested}, 'text/plain': 'deep'}, raw=True)\nprint('deep done')\n")
+    outcome, sink, _ = run_cell(kube, deep, {}, session="step")
+    assert outcome.status == "ok" and "deep done" in sink.text, outcome.error
+    assert any("nested deeper than 100" in n for n in sink.notices), sink.notices
+
+    def give_up(text: str) -> None:  # the front end fails while the cell still runs
+        if "one-a" in text:
+            raise OSError("the notebook went away")
+
+    with pytest.raises(OSError):
+        run_cell(kube, "import time\nprint('one-a', flush=True)\ntime.sleep(1)\nprint('one-b')\n", {},
+                 Sink(on_line=give_up), session="step")
+    user_ns: dict[str, Any] = {}
+    for k in (2, 3, 4):
+        outcome, sink, _ = run_cell(kube, f"print('cell {k}')\nv{k} = {k}\n", user_ns, session="step")
+        assert outcome.status == "ok", outcome.error
+        assert sink.text == f"cell {k}\n" and user_ns[f"v{k}"] == k, (sink.text, sink.notices)
+    assert kube.close_session("step", grace=1)
+    wait_until(lambda: not leftovers(core, namespace), "the session pod and its Secret deleted")
+
+
+def test_every_cell_of_a_session_says_where_its_pod_runs(kube: KubernetesBackend, core: Any, namespace: str) -> None:
+    notices = []
+    for cell in ("n = 1", "n += 1"):
+        outcome, sink, _ = run_cell(kube, cell, {}, session="where")
+        assert outcome.status == "ok", outcome.error
+        notices.append(sink.notices)
+    [pod] = core.list_namespaced_pod(namespace).items
+    said = f"running in pod {pod.metadata.name} on virtual node donor-2-gpu (Liqo cluster donor-2, 1 x L4)"
+    assert notices == [[said], [f"{said}, session where"]]
+    assert kube.close_session("where", grace=1)
+    wait_until(lambda: not leftovers(core, namespace), "the session pod deleted")

@@ -42,6 +42,12 @@ def test_a_pod_is_an_orphan_when_its_kernel_is_gone_or_lives_on_under_another_pi
     assert orphan_selectors(pods, live) == {f"{L.KERNEL}=gone", f"{L.KERNEL}=restarted,{L.KERNEL_PID}=12"}
 
 
+def test_a_cli_run_is_never_an_orphan_even_with_a_server_label() -> None:
+    pods = [{L.KERNEL: "cli-host-1", L.KERNEL_PID: "1", L.SERVER: "s", L.ORIGIN: L.ORIGIN_CLI},
+            {L.KERNEL: "gone", L.KERNEL_PID: "2", L.SERVER: "s"}]
+    assert orphan_selectors(pods, {}) == {f"{L.KERNEL}=gone"}
+
+
 def test_a_hub_server_keeps_its_identity_across_restarts_and_a_plain_one_does_not() -> None:
     hub = {"JUPYTERHUB_USER": "alice", "JUPYTERHUB_SERVER_NAME": "gpu"}
     assert server_identity(hub) == server_identity(dict(hub)) == "hub-gpu"

@@ -13,7 +13,7 @@ from gpu_offload.magics.dashboard.clusters import hub_rows, inventory_rows, loca
 from gpu_offload.magics.dashboard.widget import cluster_cells
 
 INVENTORY = Inventory((
-    ClusterRecord("id-a", "donor-a", "Provider", "healthy", virtual_nodes=(
+    ClusterRecord("id-a", "donor-a", "Provider", "healthy", trusted=True, virtual_nodes=(
         VirtualNodeRecord("vn-a1", "id-a", 4, 4, 1, model="A100", price=2.5),
         VirtualNodeRecord("vn-a2", "id-a", 2, 2, 0, model="A100", price=3.0, cordoned=True),
     )),
@@ -27,6 +27,9 @@ def test_inventory_rows_count_only_usable_nodes_and_name_why_a_cluster_is_down()
     assert (rows["id-a"].free, rows["id-a"].total, rows["id-a"].price) == (3, 4, 2.5)  # the cordoned node is out
     assert (rows["id-b"].health, rows["id-b"].free, rows["id-b"].note) == ("down", 0, "offloading module: NotReady")
     assert "offloading module: NotReady" in cluster_cells(rows["id-b"])
+    # each donor's trust, as the origin decided it (the inventory's policy), and this machine is trusted
+    assert (rows["id-a"].trusted, rows["id-b"].trusted, local_row([]).trusted) == (True, False, True)
+    assert "· trusted" in cluster_cells(rows["id-a"]) and "untrusted" in cluster_cells(rows["id-b"])
 
 
 def test_rows_from_the_hub_services_json_match_what_the_hub_sends() -> None:
@@ -36,6 +39,7 @@ def test_rows_from_the_hub_services_json_match_what_the_hub_sends() -> None:
     assert rows["id-a"].free == 3 and rows["id-a"].total is None  # the hub shows users no totals
     assert rows["id-b"].health == "down"
     assert "free 3 GPUs" in cluster_cells(rows["id-a"])
+    assert (rows["id-a"].trusted, rows["id-b"].trusted) == (True, False)
 
 
 def test_the_local_row_says_cpu_only_without_gpus() -> None:

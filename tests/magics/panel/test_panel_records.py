@@ -13,13 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.backends.base import Job, Placement, RunEvent
+from gpu_offload.magics.backends.base import Job, RunEvent, RunRequest
 from gpu_offload.magics.dashboard.clusters import local_row
-from gpu_offload.magics.dashboard.records import KEEP_FINISHED, PRUNE_SLACK, RunBook, RunRecord
+from gpu_offload.magics.dashboard.records import KEEP_FINISHED, PRUNE_SLACK, RunBook, RunEntry
 from gpu_offload.magics.dashboard.runs import list_runs
 from gpu_offload.magics.dashboard.tracking import WRITE_EVERY, TrackedRun, Tracker
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
-from gpu_offload.magics.engine import FollowSettings, follow
+from gpu_offload.magics.engine import TRUSTED, FollowSettings, follow
 from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder, Metrics
 from gpu_offload.magics.sinks import RecordingSink
 
@@ -63,10 +63,10 @@ def _frames(nonce: str) -> bytes:
 def test_metrics_frames_reach_the_engine_and_the_panel_plot(tmp_path: Path) -> None:
     nonce = secrets.token_hex(16)
     runs = Tracker(RunBook(tmp_path), kernel="kernel-a")
-    job = Job("run-metrics", nonce, b"")
-    record = runs.new(job, "kubernetes", Placement(gpus=2, cluster="donor-2"), None)
+    job = Job("run-metrics", nonce, b"", RunRequest(gpus=2, cluster="donor-2"))
+    record = runs.new(job, "kubernetes")
     sink = RecordingSink()
-    outcome = follow(TrackedRun(DecodedRun(_frames(nonce), nonce), record, runs), sink, FollowSettings())
+    outcome = follow(TrackedRun(DecodedRun(_frames(nonce), nonce), record, runs), sink, FollowSettings(), TRUSTED)
     assert outcome.status == "ok"
     assert [c for c, _ in sink.calls].count("metrics") == 3  # the engine got every event unchanged
     metrics = [args[0] for call, args in sink.calls if call == "metrics"]
@@ -94,11 +94,11 @@ def test_metrics_frames_reach_the_engine_and_the_panel_plot(tmp_path: Path) -> N
 def test_another_kernel_sees_the_record_and_a_dead_kernels_run_is_failed(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
     mine = Tracker(book, kernel="kernel-a")
-    mine.new(Job("run-live", "0" * 32, b""), "local", Placement(gpus=0), None)
+    mine.new(Job("run-live", "0" * 32, b"", RunRequest(gpus=0)), "local")
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     theirs = Tracker(book, kernel="kernel-b")
     theirs.pid = int(gone.stdout)  # a kernel that has exited
-    theirs.new(Job("run-orphan", "0" * 32, b""), "local", Placement(gpus=0), None)
+    theirs.new(Job("run-orphan", "0" * 32, b"", RunRequest(gpus=0)), "local")
     time.sleep(WRITE_EVERY)
     mine.tick("run-live")  # the follower ticks on every poll; a run that lasts is written within WRITE_EVERY
     theirs.tick("run-orphan")
@@ -112,7 +112,7 @@ def test_another_kernel_sees_the_record_and_a_dead_kernels_run_is_failed(tmp_pat
 def test_an_unreadable_record_is_named_and_the_others_still_listed(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
     ok = Tracker(book, kernel="k")
-    ok.new(Job("run-ok", "0" * 32, b""), "local", Placement(gpus=0), None)
+    ok.new(Job("run-ok", "0" * 32, b"", RunRequest(gpus=0)), "local")
     time.sleep(WRITE_EVERY)
     ok.tick("run-ok")
     (tmp_path / "run-bad.json").write_text("{not json")
@@ -120,7 +120,7 @@ def test_an_unreadable_record_is_named_and_the_others_still_listed(tmp_path: Pat
     listing = list_runs([], book)
     assert [r.run_id for r in listing.runs] == ["run-ok"]
     assert any("run-bad.json" in p for p in listing.problems)
-    assert any("run-odd.json" in p and "RunRecord" in p for p in listing.problems)
+    assert any("run-odd.json" in p and "RunEntry" in p for p in listing.problems)
 
 
 def test_a_run_id_that_is_not_a_plain_name_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
@@ -149,13 +149,13 @@ def test_close_wakes_the_thread_even_during_a_long_interval(tmp_path: Path) -> N
 def test_a_short_run_is_written_once_when_it_ends_and_a_long_one_within_the_interval(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
     runs = Tracker(book, kernel="k")
-    short = runs.new(Job("run-short", "0" * 32, b""), "local", Placement(gpus=0), None)
+    short = runs.new(Job("run-short", "0" * 32, b"", RunRequest(gpus=0)), "local")
     runs.put(replace(short, state="running"))
     assert not (tmp_path / "run-short.json").exists()  # a warm cell pays no file write before it ends
     runs.put(replace(short, state="done", ended=time.time()))
     assert [r.state for r in book.read_all()[0]] == ["done"]
 
-    runs.new(Job("run-long", "0" * 32, b""), "local", Placement(gpus=0), None)
+    runs.new(Job("run-long", "0" * 32, b"", RunRequest(gpus=0)), "local")
     runs.tick("run-long")
     assert not (tmp_path / "run-long.json").exists()
     time.sleep(WRITE_EVERY)
@@ -166,11 +166,26 @@ def test_a_short_run_is_written_once_when_it_ends_and_a_long_one_within_the_inte
 def test_prune_keeps_the_newest_finished_records_once_the_slack_is_used(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
     for index in range(KEEP_FINISHED + PRUNE_SLACK):
-        book.write(RunRecord(f"run-{index:03d}", "k", 1, "local", "local", 0, state="done",
+        book.write(RunEntry(f"run-{index:03d}", "k", 1, "local", "local", 0, state="done",
                              started=float(index), ended=float(index)))
     book.prune()
     assert len(book.read_all()[0]) == KEEP_FINISHED + PRUNE_SLACK  # within the slack: nothing parsed
-    book.write(RunRecord("run-new", "k", 1, "local", "local", 0, state="done", started=1e9, ended=1e9))
+    book.write(RunEntry("run-new", "k", 1, "local", "local", 0, state="done", started=1e9, ended=1e9))
     book.prune()
     kept = [r.run_id for r in book.read_all()[0]]
     assert len(kept) == KEEP_FINISHED and kept[0] == "run-new" and "run-000" not in kept
+
+
+def test_prune_removes_a_background_scripts_log_with_its_record(tmp_path: Path) -> None:
+    book = RunBook(tmp_path)
+    outside = tmp_path.parent / f"{tmp_path.name}-mine.log"
+    outside.write_text("a user's file named as a log: never the state directory's to delete")
+    for index in range(KEEP_FINISHED + PRUNE_SLACK + 1):
+        log = tmp_path / f"cli-{index:03d}.log"
+        log.write_text("output")
+        book.write(RunEntry(f"run-{index:03d}", "k", 1, "local", "local", 0, state="done", started=float(index),
+                            ended=float(index), script="train.py",
+                            log=str(outside if index == 0 else log)))
+    book.prune()
+    assert not (tmp_path / "cli-001.log").exists() and (tmp_path / f"cli-{KEEP_FINISHED + PRUNE_SLACK:03d}.log").exists()
+    assert outside.exists()

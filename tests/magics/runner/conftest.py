@@ -30,16 +30,26 @@ class RunnerProcess:
     """A runner subprocess whose stdout is decoded into events by a reader thread, as the engine does."""
 
     def __init__(
-        self, argv: Sequence[str], nonce: str, env: dict[str, str] | None = None, stdin: Any = None
+        self,
+        argv: Sequence[str],
+        nonce: str,
+        env: dict[str, str] | None = None,
+        stdin: Any = None,
+        owner: int | None = None,
     ) -> None:
-        self.proc = subprocess.Popen(
-            list(argv),
-            stdin=stdin if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
+        """``owner``: the uid that owns the stdin and stdout pipes (as when the engine runs under the runner's
+        uid, like the local backend), so that uid may reopen them through ``/proc`` unless the runner stops it."""
+        if owner is None:
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+        else:
+            self.proc = _popen_with_owned_pipes(list(argv), env, owner)
         self.decoder = FrameDecoder(nonce)
         self.raw_lines: list[bytes] = []
         self.noise: list[Noise] = []
@@ -116,6 +126,22 @@ class RunnerProcess:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, 9)
             self.proc.wait()
+
+
+def _popen_with_owned_pipes(argv: list[str], env: dict[str, str] | None, owner: int) -> subprocess.Popen[bytes]:
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    for fd in (stdin_r, stdin_w, stdout_r, stdout_w):
+        os.fchown(fd, owner, owner)
+    try:
+        proc = subprocess.Popen(argv, stdin=stdin_r, stdout=stdout_w, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True)
+    finally:
+        os.close(stdin_r)
+        os.close(stdout_w)
+    proc.stdin = os.fdopen(stdin_w, "wb")
+    proc.stdout = os.fdopen(stdout_r, "rb")
+    return proc
 
 
 @pytest.fixture

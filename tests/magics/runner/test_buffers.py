@@ -98,3 +98,17 @@ def test_too_few_urls_is_an_error_naming_the_count(store: str) -> None:
 def test_unknown_transport_names_the_choices() -> None:
     with pytest.raises(ValueError, match="shm, inline, url"):
         buffers.dump(1, "carrier-pigeon")
+
+
+def test_a_url_buffer_replaced_by_another_writer_is_refused(store: str) -> None:
+    import hashlib
+    import urllib.request
+
+    data = bytes(range(256)) * 1000
+    ref = buffers.write_buffer(memoryview(data), "url", 0, urls=[f"{store}/bucket/swap-0?sig=ok"])
+    assert ref["sha256"] == hashlib.sha256(data).hexdigest()  # recorded by the writer
+    assert bytes(buffers.read_buffer(ref)) == data
+    urllib.request.urlopen(urllib.request.Request(f"{store}/bucket/swap-0?sig=ok", data=b"x" * len(data),
+                                                  method="PUT")).close()
+    with pytest.raises(buffers.BufferTransportError, match="another writer of the bucket"):
+        buffers.read_buffer(ref)

@@ -70,7 +70,7 @@ def test_c_level_and_subprocess_output_streams_in_order(write_bundle, start_runn
 def test_printed_frame_lines_arrive_as_text_even_with_the_real_nonce(write_bundle, start_runner) -> None:
     nonce = secrets.token_hex(16)
     # the worst case: a cell that knows the run's nonce prints a well-formed `done` frame, twice
-    fake = f"\x1egpuo {nonce} 3 done " + json.dumps({"status": "ok", "elapsed": 0})
+    fake = f"\x1egpuo {nonce} 3 - 0 done " + json.dumps({"status": "ok", "elapsed": 0})
     path, bundle = write_bundle(
         "print(fake)\nimport os\nos.write(1, (fake + '\\n').encode())\nprint('after')",
         inputs={"fake": fake},
@@ -453,7 +453,7 @@ def test_a_bad_command_line_gets_the_usage_line(runner_pyz, argv) -> None:
         [sys.executable, "-I", str(runner_pyz), *argv], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2 and done.stdout == ""
-    assert "usage: runner.pyz (--bundle PATH | --session) [--parent-pid PID]" in done.stderr
+    assert "usage: runner.pyz (--bundle PATH | --bundle - | --session) [--parent-pid PID]" in done.stderr
 
 
 def test_outputs_through_presigned_urls(write_bundle, start_runner, store) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 import subprocess
 from pathlib import Path
@@ -12,13 +11,15 @@ from pathlib import Path
 import pytest
 from gpu_offload.magics.runner.bundle import encode_bundle
 from gpu_offload.magics.runner.frames import Done, Error, Hello, Metrics, Stream
+from gpu_offload.magics.runner.secrecy import greeting
 
 
 @pytest.fixture
 def session(start_runner, write_bundle):  # type: ignore[no-untyped-def]
     """A started session runner plus ``run(cell, **bundle_kwargs)`` that waits for the run's ``done``."""
     nonce = secrets.token_hex(16)
-    runner = start_runner(None, nonce, env={**os.environ, "GPU_OFFLOAD_NONCE": nonce}, stdin=subprocess.PIPE)
+    runner = start_runner(None, nonce, stdin=subprocess.PIPE)
+    runner.send(greeting(nonce).decode().rstrip("\n"))
 
     def start(cell: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
         path, _ = write_bundle(cell, nonce=nonce, **kwargs)
@@ -106,12 +107,13 @@ def test_end_of_stdin_ends_the_session(session) -> None:
     assert code == 0
 
 
-def test_a_session_without_its_nonce_is_refused(start_runner) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "GPU_OFFLOAD_NONCE"}
-    runner = start_runner(None, "0" * 32, env=env, stdin=subprocess.PIPE)
+@pytest.mark.parametrize("first", ['{"op": "run", "bundle": "b.pkl"}', '{"op": "start", "nonce": "abc"}', ""])
+def test_a_session_without_its_nonce_first_is_refused(start_runner, first: str) -> None:
+    runner = start_runner(None, "0" * 32, stdin=subprocess.PIPE)
+    runner.send(first)
     events, code = runner.finish()
     assert code == 2 and events == []
-    assert "GPU_OFFLOAD_NONCE" in runner.stderr()
+    assert "frame nonce" in runner.stderr()
 
 
 def test_outputs_of_a_session_cannot_be_changed_by_later_cells(session, write_bundle, tmp_path) -> None:
@@ -153,3 +155,16 @@ def test_an_interrupt_for_a_rejected_run_does_not_hit_the_next_one(session) -> N
     )
     assert session.until_done()[-1].status == "error"
     assert session.run("print('fine')")[-1].status == "ok"
+
+
+def test_each_runs_frames_carry_its_run_id(session) -> None:
+    from gpu_offload.magics.runner.frames import FrameDecoder
+
+    session.run("print('first')\n", run_id="r-1")
+    session.run("print('second')\n", run_id="r-2")
+    # a reader that moved on to the second run never takes the first run's frames for its own
+    decoder = FrameDecoder(session.decoder.nonce, run_id="r-2")
+    events = decoder.feed(b"".join(session.raw_lines))
+    assert text(events) == "second\n"
+    assert [type(e) for e in events if isinstance(e, (Hello, Done))] == [Hello, Done]
+    assert decoder.foreign >= 2  # the first run's stream and done at least

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from gpu_offload.magics.runner.frames import Done, FrameDecoder
+from gpu_offload.magics.runner.secrecy import greeting
 from gpu_offload.magics.runner.watchdog import parent_alive
 
 HANG_GUARD = 60.0
@@ -27,9 +28,8 @@ import os, subprocess, sys, threading, time
 pyz, mode, arg, out, stdin_fd, from_thread = sys.argv[1:7]
 argv = [sys.executable, "-I", pyz, *(["--bundle", arg] if mode == "oneshot" else ["--session"]),
         "--parent-pid", str(os.getpid())]
-env = {**os.environ, "GPU_OFFLOAD_NONCE": arg if mode == "session" else ""}
 def start():
-    proc = subprocess.Popen(argv, stdout=open(out, "wb"), stdin=int(stdin_fd), env=env,
+    proc = subprocess.Popen(argv, stdout=open(out, "wb"), stdin=int(stdin_fd),
                             start_new_session=True, pass_fds=())
     print(proc.pid, flush=True)
     while not os.path.getsize(out):  # hello is sent once the watchdog is armed
@@ -57,6 +57,8 @@ class Kernel:
     def __init__(self, runner_pyz: Path, tmp_path: Path, mode: str, arg: str, from_thread: bool) -> None:
         self.out = tmp_path / "frames.out"
         self.stdin_r, self.stdin_w = os.pipe()  # the test holds the write end: no EOF ends a session
+        if mode == "session":
+            os.write(self.stdin_w, greeting(arg))  # the pipe holds it until the runner reads it
         self.proc = subprocess.Popen(
             [
                 sys.executable,

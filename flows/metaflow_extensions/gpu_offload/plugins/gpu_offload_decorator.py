@@ -23,6 +23,9 @@ class GpuOffloadDecorator(StepMutator):
         GPU model as admins label virtual nodes (``gpu-offload.io/gpu-model``), e.g. ``A100``.
     cluster : str, default "auto"
         Peered cluster id or ForeignCluster name, or ``auto`` to let placement choose.
+    untrusted_ok : bool, default False
+        Allow clusters the origin does not trust (``GPU_OFFLOAD_TRUSTED_CLUSTERS``). Off by default: the
+        step's artifacts are pickles its pod writes, which later steps and notebooks load.
     """
 
     # The name users write: `@gpu_offload` and `--with gpu_offload`.

@@ -1,0 +1,180 @@
+"""KubeSpawner's own test suite against ``gpu-offload sandbox``: passed, failed and errors, on this machine.
+
+An outside client's suite, unchanged, is the test of whether the sandbox behaves like a cluster: its
+hub runs in a pod (``quay.io/jupyterhub/jupyterhub``), its user servers in pods (``jupyterhub-singleuser``),
+it execs Python in pods, reads events and logs, and deletes namespaces. The script
+
+1. makes a venv of the suite's own in ``--venv`` (default ``<checkout>/.sandbox-venv``), once:
+   ``pip install -e <checkout>[test]`` with releases of the suite's time (``REQUIREMENTS``), and, if the machine has no
+   ``configurable-http-proxy`` (which the hub image carries), ``npm install`` of it in the venv;
+2. starts ``gpu-offload sandbox --donors 1`` (origin nodes with the test kubelet; the default image map;
+   Warn field validation, as kube-apiserver) and waits for its kubeconfig;
+3. runs ``pytest tests/`` in the checkout with ``KUBECONFIG`` pointing there, and prints the counts and
+   each test that did not pass, after the machine line.
+
+The suite is not in CI: CI reaches package registries only, and KubeSpawner's published sdist has no
+``tests/``. Given a checkout (e.g. tag 7.1.0 of jupyterhub/kubespawner), run it here as root:
+
+    .venv/bin/python bench/outside_kubespawner.py /path/to/kubespawner [-- -k test_spawn]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+
+REQUIREMENTS = ("jupyterhub<6", "kubernetes<37", "pytest-asyncio>=0.17,<0.23", "pytest<9")
+"""Beside ``-e <checkout>[test]``, releases of the suite's time (7.1.0 was tested with JupyterHub 5 and
+kubernetes 3x): its ``ssl_app`` fixture builds a JupyterHub outside an event loop, which JupyterHub 6's HTTP
+client refuses; kubernetes 37's ``sanitize_for_serialization`` no longer serializes kubernetes_asyncio's models
+by their JSON names (86 of the 88 tests of test_objects.py fail); pytest-asyncio 0.21 (the suite's pin) reaches into pytest
+internals that pytest 9 removed."""
+KUBECONFIG_WAIT = 180.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One test that did not pass."""
+
+    test: str
+    kind: str
+    """failure, error or skipped"""
+    message: str
+
+
+def _run(cmd: list[str], **kwargs: object) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def ensure_venv(checkout: Path, venv: Path) -> Path:
+    """The suite's venv, made once; returns the folder of configurable-http-proxy to offer the sandbox."""
+    marker = venv / ".suite-installed"
+    wanted = "\n".join((str(checkout), *REQUIREMENTS))
+    if not (marker.is_file() and marker.read_text() == wanted):
+        _run([sys.executable, "-m", "venv", "--clear", str(venv)])
+        _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-e", f"{checkout}[test]", *REQUIREMENTS])
+        marker.write_text(wanted)
+    node_bin = venv / "node" / "node_modules" / ".bin"
+    if shutil.which("configurable-http-proxy") is None and not (node_bin / "configurable-http-proxy").exists():
+        if shutil.which("npm") is None:
+            raise SystemExit("outside_kubespawner: the hub pod needs configurable-http-proxy and there is no npm "
+                             "to install it; install node and npm (or configurable-http-proxy) and rerun")
+        _run(["npm", "install", "--silent", "--prefix", str(venv / "node"), "configurable-http-proxy"])
+    return node_bin
+
+
+def start_sandbox(workdir: Path, tool_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """``gpu-offload sandbox`` in the background, once its kubeconfig is written."""
+    kubeconfig = workdir / "kubeconfig"
+    cli = Path(sys.executable).parent / "gpu-offload"
+    log = (workdir / "sandbox.log").open("wb")
+    proc = subprocess.Popen([str(cli), "sandbox", "--donors", "1", "--kubeconfig", str(kubeconfig),
+                             "--state-dir", str(workdir / "state"), "--tool-dir", str(tool_dir)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + KUBECONFIG_WAIT
+    while not kubeconfig.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_sandbox(proc)
+            raise SystemExit(f"outside_kubespawner: the sandbox did not start; see {workdir / 'sandbox.log'}")
+        time.sleep(0.2)
+    return proc, kubeconfig
+
+
+def stop_sandbox(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the sandbox removes its pods, bridge and namespaces), SIGKILL if it hangs."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def outcomes(junit: Path) -> tuple[int, list[Outcome]]:
+    """Number of tests and the ones that did not pass, from pytest's JUnit XML."""
+    root = ET.parse(junit).getroot()
+    total, bad = 0, []
+    for case in root.iter("testcase"):
+        total += 1
+        for kind in ("failure", "error", "skipped"):
+            node = case.find(kind)
+            if node is not None:
+                test = f"{case.get('classname')}::{case.get('name')}"
+                bad.append(Outcome(test, kind, (node.get("message") or "").splitlines()[0][:160]
+                                   if node.get("message") else ""))
+    return total, bad
+
+
+def _version(python: Path, module: str) -> str:
+    out = subprocess.run([str(python), "-c", f"import {module}; print({module}.__version__)"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+def _commit(checkout: Path) -> str:
+    out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "not a git checkout"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkout", type=Path, help="a KubeSpawner source tree with tests/")
+    parser.add_argument("--venv", type=Path, default=None, help="the suite's venv (default <checkout>/.sandbox-venv)")
+    parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (e.g. -k NAME)")
+    args = parser.parse_args()
+    checkout = args.checkout.resolve()
+    if not (checkout / "tests" / "conftest.py").is_file():
+        raise SystemExit(f"outside_kubespawner: {checkout} has no tests/conftest.py; give a KubeSpawner git "
+                         "checkout (its published sdist has no tests)")
+    if os.geteuid() != 0:
+        print("outside_kubespawner: not root, so the sandbox's pods share the host's network: two user servers "
+              "on port 8888 collide and more tests fail than the ones docs/sandbox.md explains", flush=True)
+    venv = (args.venv or checkout / ".sandbox-venv").resolve()
+    tool_dir = ensure_venv(checkout, venv)
+    python = venv / "bin" / "python"
+    with tempfile.TemporaryDirectory(prefix="kubespawner-suite-") as tmp:
+        workdir = Path(tmp)
+        junit = workdir / "junit.xml"
+        proc, kubeconfig = start_sandbox(workdir, tool_dir)
+        start = time.monotonic()
+        try:
+            env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+            subprocess.run([str(python), "-m", "pytest", "tests/", "-p", "no:cacheprovider", "-rfEs",
+                            f"--junitxml={junit}", *args.pytest_args], cwd=checkout, env=env)
+        finally:
+            elapsed = time.monotonic() - start
+            stop_sandbox(proc)
+            if proc.returncode not in (0, -signal.SIGTERM):
+                print(f"sandbox exited {proc.returncode}; its log:\n"
+                      + (workdir / "sandbox.log").read_text(errors="replace")[-4000:])
+        if not junit.exists():
+            raise SystemExit("outside_kubespawner: pytest wrote no report; see its output above")
+        total, bad = outcomes(junit)
+    counts = {kind: sum(1 for o in bad if o.kind == kind) for kind in ("failure", "error", "skipped")}
+    print()
+    print(machine_line())
+    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, kubespawner {_version(python, 'kubespawner')} "
+          f"({_commit(checkout)}), jupyterhub {_version(python, 'jupyterhub')}, run time {elapsed:.0f} s")
+    print(f"KubeSpawner tests/: {total} tests, {total - sum(counts.values())} passed, {counts['failure']} failed, "
+          f"{counts['error']} errors, {counts['skipped']} skipped")
+    for o in bad:
+        print(f"  {o.kind}: {o.test}: {o.message}")
+    return 0 if not counts["failure"] and not counts["error"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

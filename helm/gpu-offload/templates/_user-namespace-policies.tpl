@@ -1,0 +1,152 @@
+{{- /*
+Two policies on user namespaces, rendered by admission-policy.yaml:
+1. A user namespace keeps its Pod Security level and its owner, whoever updates it (the level may only be
+   made stricter; the label marking it a user namespace stays).
+2. What the users' server accounts may create there: the shapes the project creates (runner pods, and the
+   Jobs and headless Services distributed runs need), none of the escapes Pod Security's baseline level
+   also forbids, and images from offload.allowedImages when it lists any; with queueing.kueue on, only pods
+   that wait in the namespace's LocalQueue with a configured priority class (a pod without the queue label
+   would take GPUs past Kueue, and nothing else limits a user's share then).
+*/}}
+{{- define "gpu-offload.userNamespacePolicies" -}}
+{{- $root := .root }}
+{{- $enforce := .enforce | quote }}
+{{- $userLabel := .label | quote }}
+{{- $owner := "gpu-offload.io/user" | quote }}
+{{- $exact := list }}
+{{- $prefixes := list }}
+{{- range $root.Values.offload.allowedImages }}
+{{- if hasSuffix "*" . }}{{ $prefixes = append $prefixes (trimSuffix "*" .) }}{{ else }}{{ $exact = append $exact . }}{{ end }}
+{{- end }}
+{{- /* the pod spec of a Pod or of a Job's template, as a one-element list the checks iterate over */}}
+{{- $specs := `(request.resource.resource == "pods" ? [object.spec] : request.resource.resource == "jobs" ? [object.spec.template.spec] : [])` }}
+{{- $containers := `s.containers + (has(s.initContainers) ? s.initContainers : []) + (has(s.ephemeralContainers) ? s.ephemeralContainers : [])` }}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ include "gpu-offload.fullname" $root }}-user-namespace-labels
+  labels:
+    {{- include "gpu-offload.labels" $root | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        resources: ["namespaces"]
+        operations: ["UPDATE"]
+  matchConditions:
+    - name: a-user-namespace
+      expression: >-
+        has(oldObject.metadata.labels) && {{ $userLabel }} in oldObject.metadata.labels &&
+        oldObject.metadata.labels[{{ $userLabel }}] == "true"
+  validations:
+    - expression: >-
+        has(object.metadata.labels) && {{ $userLabel }} in object.metadata.labels && object.metadata.labels[{{ $userLabel }}] == "true"
+        && {{ $enforce }} in object.metadata.labels && object.metadata.labels[{{ $enforce }}] in {{ .levels | toJson }}
+      messageExpression: >-
+        "user namespace " + object.metadata.name + " keeps the labels {{ .label }}=true and {{ .enforce }} at one of
+        {{ join ", " .levels }} (the gpu-offload chart's userNamespaces.podSecurity); to change the level for every
+        user, set that value and upgrade the chart"
+      reason: Forbidden
+    - expression: >-
+        !has(oldObject.metadata.annotations) || !({{ $owner }} in oldObject.metadata.annotations) ||
+        (has(object.metadata.annotations) && {{ $owner }} in object.metadata.annotations &&
+        object.metadata.annotations[{{ $owner }}] == oldObject.metadata.annotations[{{ $owner }}])
+      messageExpression: >-
+        "user namespace " + object.metadata.name + " keeps its gpu-offload.io/user annotation: the usage meter
+        bills the runs in it to that user"
+      reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ include "gpu-offload.fullname" $root }}-user-namespace-labels
+  labels:
+    {{- include "gpu-offload.labels" $root | nindent 4 }}
+spec:
+  policyName: {{ include "gpu-offload.fullname" $root }}-user-namespace-labels
+  validationActions: [Deny]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ include "gpu-offload.fullname" $root }}-user-servers
+  labels:
+    {{- include "gpu-offload.labels" $root | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        resources: ["pods", "services"]
+        operations: ["CREATE", "UPDATE"]
+      - apiGroups: ["batch"]
+        apiVersions: ["v1"]
+        resources: ["jobs"]
+        operations: ["CREATE", "UPDATE"]
+  matchConditions:
+    # the users' server account of any user namespace (system:serviceaccount:<prefix><user>:<account>)
+    - name: requested-by-a-users-server
+      expression: >-
+        request.userInfo.username.startsWith({{ printf "system:serviceaccount:%s" .prefix | quote }}) &&
+        request.userInfo.username.endsWith({{ printf ":%s" $root.Values.userServer.serviceAccountName | quote }})
+  validations:
+    - expression: >-
+        {{ $specs }}.all(s, !(has(s.hostNetwork) && s.hostNetwork) && !(has(s.hostPID) && s.hostPID) &&
+        !(has(s.hostIPC) && s.hostIPC))
+      message: a user's server may not create pods that share the node's network, process or IPC namespace
+      reason: Forbidden
+    - expression: >-
+        {{ $specs }}.all(s, !has(s.volumes) || s.volumes.all(v, !has(v.hostPath)))
+      message: a user's server may not create pods with hostPath volumes
+      reason: Forbidden
+    - expression: >-
+        {{ $specs }}.all(s, ({{ $containers }}).all(c, !(has(c.securityContext) && has(c.securityContext.privileged)
+        && c.securityContext.privileged) && (!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))))
+      message: a user's server may not create privileged containers or containers on host ports
+      reason: Forbidden
+    {{- if or $exact $prefixes }}
+    - expression: >-
+        {{ $specs }}.all(s, ({{ $containers }}).all(c, c.image in {{ $exact | toJson }} ||
+        {{ $prefixes | toJson }}.exists(p, c.image.startsWith(p))))
+      message: >-
+        a user's server may only run the images the gpu-offload chart allows (offload.allowedImages:
+        {{ join ", " $root.Values.offload.allowedImages }}); ask your JupyterHub admin to add the image
+      reason: Forbidden
+    {{- end }}
+    {{- with $root.Values.queueing.kueue }}{{ if .enabled }}
+    {{- $classes := list }}{{ range .priorityClasses }}{{ $classes = append $classes .name }}{{ end }}
+    - expression: >-
+        request.resource.resource != "pods" || (has(object.metadata.labels) &&
+        "kueue.x-k8s.io/queue-name" in object.metadata.labels &&
+        object.metadata.labels["kueue.x-k8s.io/queue-name"] == {{ .localQueue | quote }} &&
+        (!("kueue.x-k8s.io/priority-class" in object.metadata.labels) ||
+        object.metadata.labels["kueue.x-k8s.io/priority-class"] in {{ $classes | toJson }}))
+      message: >-
+        with queueing on, a user's server may only create pods that wait in its LocalQueue (label
+        kueue.x-k8s.io/queue-name={{ .localQueue }}) with one of the priority classes {{ join ", " $classes }}
+        (label kueue.x-k8s.io/priority-class)
+      reason: Forbidden
+    {{- end }}{{ end }}
+    - expression: >-
+        request.resource.resource != "services" || ((!has(object.spec.type) || object.spec.type == "ClusterIP") &&
+        has(object.spec.clusterIP) && object.spec.clusterIP == "None" &&
+        (!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0))
+      message: >-
+        a user's server may only create headless Services (clusterIP None, type ClusterIP): no NodePort,
+        LoadBalancer or externalIPs
+      reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ include "gpu-offload.fullname" $root }}-user-servers
+  labels:
+    {{- include "gpu-offload.labels" $root | nindent 4 }}
+spec:
+  policyName: {{ include "gpu-offload.fullname" $root }}-user-servers
+  validationActions: [Deny]
+{{- end -}}

@@ -1,0 +1,101 @@
+"""The service's Prometheus metrics: what a platform team scrapes at ``/metrics``. No I/O here.
+
+Counters (GPU-seconds, runs, failed API requests) are bumped where the event happens; the inventory's gauges (GPUs
+per donor and model, donor health) are computed when Prometheus scrapes, from the watch-fed cache, so no
+bookkeeping can drift from what the pages show. Each service owns its registry (not prometheus_client's
+global one), so several services can run in one process, as the tests do.
+
+Every label value comes from a bounded set: hub users, donors (cluster ids), GPU models, pod phases, the
+fixed reasons below and Kubernetes verbs. Run ids and pod names never appear: each would be a new time series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from gpu_offload.liqo_peering.inventory import Inventory
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+PREFIX = "gpu_offload_"
+UNLABELLED_MODEL = "unlabelled"
+REASONS = frozenset({
+    "Completed", "Error", "OOMKilled", "Evicted", "DeadlineExceeded", "ContainerCannotRun", "Preempting",
+    "NodeLost", "Shutdown", "Terminated", "UnexpectedAdmissionError",
+})
+"""Reasons Kubernetes gives for a pod or container ending; anything else is counted as ``other``."""
+VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
+
+
+def run_reason(pod: Mapping[str, Any]) -> str:
+    """Why a runner pod ended, from a bounded set: the pod's reason (``Evicted``), else its first terminated
+    container's (``Completed``, ``OOMKilled``), ``none`` when Kubernetes gave none, ``other`` for the rest."""
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    if not reason:
+        for cs in status.get("containerStatuses") or []:
+            reason = str(((cs.get("state") or {}).get("terminated") or {}).get("reason") or "")
+            if reason:
+                break
+    if not reason:
+        return "none"
+    return reason if reason in REASONS else "other"
+
+
+class InventoryCollector(Collector):
+    """GPUs and donor health, read from the inventory at scrape time."""
+
+    def __init__(self, inventory: Callable[[], Inventory]) -> None:
+        self._inventory = inventory
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        inventory = self._inventory()
+        labels = ["cluster", "model"]
+        capacity = GaugeMetricFamily(f"{PREFIX}gpus", "GPUs the donor lends, per GPU model.", labels=labels)
+        free = GaugeMetricFamily(f"{PREFIX}gpus_free", "GPUs a new run could get now (ready, not cordoned).",
+                                 labels=labels)
+        in_use = GaugeMetricFamily(f"{PREFIX}gpus_in_use", "GPUs held by pods on the donor.", labels=labels)
+        healthy = GaugeMetricFamily(f"{PREFIX}donor_healthy", "1 while the donor's peering is healthy, else 0 "
+                                    "(degraded or down, from its ForeignCluster's conditions).", labels=["cluster"])
+        for cluster in inventory.clusters:
+            healthy.add_metric([cluster.cluster_id], 1.0 if cluster.health == "healthy" else 0.0)
+            sums: dict[str, list[int]] = {}
+            for vn in cluster.virtual_nodes:
+                row = sums.setdefault(vn.model or UNLABELLED_MODEL, [0, 0, 0])
+                usable = vn.ready and not vn.cordoned  # as the inventory's gpus_free, which the pages show
+                row[0] += vn.capacity
+                row[1] += vn.free if usable else 0
+                row[2] += vn.in_use
+            for model, (total, available, used) in sorted(sums.items()):
+                capacity.add_metric([cluster.cluster_id, model], total)
+                free.add_metric([cluster.cluster_id, model], available)
+                in_use.add_metric([cluster.cluster_id, model], used)
+        yield from (capacity, free, in_use, healthy)
+
+
+class HubMetrics:
+    """The service's metric families in a registry of their own."""
+
+    def __init__(self, inventory: Callable[[], Inventory]) -> None:
+        self.registry = CollectorRegistry()
+        self.gpu_seconds = Counter(
+            f"{PREFIX}gpu_seconds", "GPU-seconds of finished offloaded runs (GPUs times wall time).",
+            ["user", "cluster", "model"], registry=self.registry)
+        self.runs = Counter(f"{PREFIX}runs", "Finished offloaded runs by outcome (pod phase, or Deleted) and "
+                            "reason.", ["outcome", "reason"], registry=self.registry)
+        self.api_errors = Counter(f"{PREFIX}api_errors", "Kubernetes API requests of the service's admin actions "
+                                  "that failed (no answer, or an error the action could not handle).", ["verb"],
+                                  registry=self.registry)
+        self.registry.register(InventoryCollector(inventory))
+
+    def record_run(self, user: str, cluster: str, model: str | None, gpu_seconds: float, outcome: str,
+                   reason: str) -> None:
+        """Count one newly recorded run (never one seen again: the store says which are new)."""
+        self.gpu_seconds.labels(user, cluster, model or UNLABELLED_MODEL).inc(gpu_seconds)
+        self.runs.labels(outcome, reason).inc()
+
+    def api_error(self, verb: str) -> None:
+        """Count one failed API request; ``verb`` is Kubernetes' (anything else is counted as ``other``)."""
+        self.api_errors.labels(verb if verb in VERBS else "other").inc()

@@ -1,0 +1,297 @@
+"""Pure builders of the Kueue objects that follow the Liqo inventory: no network here, only dicts in API shape.
+
+With queueing on, Kueue decides which queued pod runs and on which donor. The project describes the pool
+to it: one ResourceFlavor per donor and GPU model (its ``nodeLabels`` select that donor's virtual nodes, its
+``tolerations`` carry Liqo's taint so Kueue adds them to the pod it admits), one ClusterQueue whose
+per-flavor quota is what the donor granted, cheapest flavor first, a LocalQueue per user namespace and the
+WorkloadPriorityClasses users choose from. ``queue_sync`` turns the difference from what exists into writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import labels as L
+from .inventory import Inventory
+from .trust import TrustPolicy
+
+MAX_FLAVORS = 64
+"""Kueue's limit on flavors in one resource group (the CRD's maxItems)."""
+COVERED_RESOURCES = ("cpu", "memory", L.GPU_RESOURCE)
+"""What runner pods request: Kueue admits a pod only when its ClusterQueue covers every resource it asks for."""
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    """One WorkloadPriorityClass users may name with ``--priority``."""
+
+    name: str
+    value: int
+    """Higher is admitted first and may preempt lower ones within the ClusterQueue."""
+    description: str = ""
+
+
+DEFAULT_PRIORITY_CLASSES = (
+    PriorityClass("interactive", 1000, "Notebook cells and sessions someone is waiting for"),
+    PriorityClass("batch", 100, "Work nobody watches; preempted by interactive runs when the pool is full"),
+)
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The queueing part of the configuration (chart values ``queueing.kueue``)."""
+
+    cluster_queue: str = "gpu-offload"
+    """Name of the one ClusterQueue over all donors."""
+    local_queue: str = "gpu-offload"
+    """Name of the LocalQueue in each user namespace (what ``GPU_OFFLOAD_QUEUE`` names)."""
+    priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
+    default_priority: str = "interactive"
+    """Priority class of runs that name none."""
+
+
+@dataclass(frozen=True)
+class FlavorSupply:
+    """What one donor grants of one GPU model: the facts a ResourceFlavor and its quota are built from."""
+
+    name: str
+    cluster_id: str
+    model: str | None
+    node_labels: Mapping[str, str]
+    price: float | None
+    gpus: int
+    """GPUs granted on usable nodes (0 when the donor is cordoned, down or its nodes are not ready)."""
+    cpu: int
+    """Millicores granted on usable nodes."""
+    memory: int
+    """Bytes granted on usable nodes."""
+
+
+@dataclass(frozen=True)
+class Desired:
+    """Every Kueue object the pool should have, and what could not be expressed."""
+
+    flavors: tuple[dict[str, Any], ...]
+    cluster_queue: dict[str, Any]
+    priority_classes: tuple[dict[str, Any], ...]
+    local_queues: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _dns_subdomain(text: str) -> str:
+    """``text`` lowercased as a DNS subdomain: unchanged when it then is one, else cleaned plus a short hash."""
+    if len(text) <= 253 and _DNS_SUBDOMAIN.match(text.lower()):
+        return text.lower()
+    digest = _digest(text)
+    cleaned = re.sub(r"[^a-z0-9.-]+", "-", text.lower())[:240].strip("-.")
+    return f"{cleaned}-{digest}" if cleaned else digest
+
+
+def flavor_name(cluster_id: str, model: str | None) -> str:
+    """The ResourceFlavor of one donor's GPUs of one model (``any`` for nodes without a model label), e.g.
+    ``gpuo-donor-1-a100``."""
+    return _dns_subdomain(f"gpuo-{cluster_id}-{model or 'any'}")
+
+
+def _unique(name: str, key: str, taken: set[str]) -> str:
+    # models differing only in case ("A100", "a100") lowercase to one name; Kueue refuses a flavor twice
+    return f"{name[:244]}-{_digest(key)}" if name in taken else name
+
+
+def _cpu(millicores: int) -> str:
+    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+
+
+def _memory(size: int) -> str:
+    for suffix, unit in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if size and size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
+def flavor_supplies(inventory: Inventory, policy: TrustPolicy) -> list[FlavorSupply]:
+    """One supply per donor and GPU model, cheapest first (unknown prices last, then by name).
+
+    Where the origin's admin set a cluster's model (``policy``), that model covers all its virtual nodes and
+    the flavor selects on the cluster id alone: the nodes' own model labels may say anything. Otherwise the
+    flavor also selects on the model label, so two models of one donor are two flavors.
+    """
+    groups: dict[tuple[str, str | None], list[Any]] = {}
+    overridden: set[str] = set()
+    healthy: dict[str, bool] = {}
+    for cluster in inventory.clusters:
+        healthy[cluster.cluster_id] = cluster.health != "down"
+        if policy.for_cluster(cluster.cluster_id).gpu_model is not None:
+            overridden.add(cluster.cluster_id)
+        for vn in cluster.virtual_nodes:
+            groups.setdefault((cluster.cluster_id, vn.model), []).append(vn)
+    supplies = []
+    taken: set[str] = set()
+    for (cluster_id, model), nodes in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        labels = {L.REMOTE_CLUSTER_ID_LABEL: cluster_id}
+        if model is not None and cluster_id not in overridden:
+            labels[L.GPU_MODEL] = model
+        usable = [vn for vn in nodes if healthy[cluster_id] and vn.ready and not vn.cordoned]
+        prices = [vn.price for vn in nodes if vn.price is not None]
+        name = _unique(flavor_name(cluster_id, model), f"{cluster_id}/{model}", taken)
+        taken.add(name)
+        supplies.append(FlavorSupply(
+            name=name, cluster_id=cluster_id, model=model, node_labels=labels,
+            price=min(prices) if prices else None,
+            gpus=sum(vn.allocatable for vn in usable),
+            cpu=sum(vn.cpu_allocatable or 0 for vn in usable),
+            memory=sum(vn.memory_allocatable or 0 for vn in usable),
+        ))
+    return sorted(supplies, key=lambda s: (s.price is None, s.price or 0.0, s.name))
+
+
+def _managed() -> dict[str, str]:
+    return {L.MANAGED_BY: L.MANAGED_BY_VALUE}
+
+
+def resource_flavor(supply: FlavorSupply) -> dict[str, Any]:
+    """The ResourceFlavor of ``supply``: Kueue copies its nodeLabels (as a node selector) and tolerations onto
+    the pods it admits there, so the pod reaches the virtual node without the project adding either."""
+    annotations = {L.REMOTE_CLUSTER_ID_LABEL: supply.cluster_id}
+    if supply.model is not None:
+        annotations[L.GPU_MODEL] = supply.model
+    return {
+        "apiVersion": L.RESOURCE_FLAVOR.api_version,
+        "kind": L.RESOURCE_FLAVOR.kind,
+        "metadata": {"name": supply.name, "labels": _managed(), "annotations": annotations},
+        "spec": {
+            "nodeLabels": dict(supply.node_labels),
+            "tolerations": [{"key": L.VIRTUAL_NODE_TAINT_KEY, "operator": "Exists",
+                             "effect": L.VIRTUAL_NODE_TAINT_EFFECT}],
+        },
+    }
+
+
+def _flavor_quota(supply: FlavorSupply) -> dict[str, Any]:
+    quota = {"cpu": _cpu(supply.cpu), "memory": _memory(supply.memory), L.GPU_RESOURCE: str(supply.gpus)}
+    return {"name": supply.name, "resources": [{"name": r, "nominalQuota": quota[r]} for r in COVERED_RESOURCES]}
+
+
+def cluster_queue(settings: QueueSettings, supplies: Iterable[FlavorSupply]) -> dict[str, Any]:
+    """The ClusterQueue over ``supplies`` (in their order: Kueue tries flavors first to last).
+
+    Admission Fair Sharing orders the LocalQueues of users by their recent usage, so a long backlog of one
+    user does not starve the others; a higher priority preempts a lower one inside this queue only; only
+    namespaces the hub made for users may queue here.
+    """
+    flavors = [_flavor_quota(s) for s in supplies]
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {L.USER_NAMESPACE: "true"}},
+        "queueingStrategy": "BestEffortFIFO",
+        "preemption": {"withinClusterQueue": "LowerPriority"},
+        "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"},
+        # Kueue needs at least one flavor per group: with no donor there is no group, and nothing is admitted.
+        "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}] if flavors else [],
+    }
+    return {
+        "apiVersion": L.CLUSTER_QUEUE.api_version,
+        "kind": L.CLUSTER_QUEUE.kind,
+        "metadata": {"name": settings.cluster_queue, "labels": _managed()},
+        "spec": spec,
+    }
+
+
+def local_queue(namespace: str, settings: QueueSettings) -> dict[str, Any]:
+    """The LocalQueue of one user namespace: its pods name it in ``kueue.x-k8s.io/queue-name``."""
+    return {
+        "apiVersion": L.LOCAL_QUEUE.api_version,
+        "kind": L.LOCAL_QUEUE.kind,
+        "metadata": {"name": settings.local_queue, "namespace": namespace, "labels": _managed()},
+        "spec": {"clusterQueue": settings.cluster_queue},
+    }
+
+
+def priority_class(entry: PriorityClass) -> dict[str, Any]:
+    """One WorkloadPriorityClass (cluster-scoped: any namespace's runs may name it)."""
+    return {
+        "apiVersion": L.WORKLOAD_PRIORITY_CLASS.api_version,
+        "kind": L.WORKLOAD_PRIORITY_CLASS.kind,
+        "metadata": {"name": entry.name, "labels": _managed()},
+        "value": entry.value,
+        "description": entry.description,
+    }
+
+
+def desired(inventory: Inventory, policy: TrustPolicy, settings: QueueSettings,
+            namespaces: Iterable[str] = ()) -> Desired:
+    """Everything the pool should have for ``inventory``, plus LocalQueues in ``namespaces``."""
+    supplies = flavor_supplies(inventory, policy)
+    warnings: tuple[str, ...] = ()
+    if len(supplies) > MAX_FLAVORS:
+        left = ", ".join(s.name for s in supplies[MAX_FLAVORS:])
+        warnings = (f"Kueue takes at most {MAX_FLAVORS} flavors in a ClusterQueue; the most expensive are left out "
+                    f"of {settings.cluster_queue}: {left}",)
+        supplies = supplies[:MAX_FLAVORS]
+    return Desired(
+        flavors=tuple(resource_flavor(s) for s in supplies),
+        cluster_queue=cluster_queue(settings, supplies),
+        priority_classes=tuple(priority_class(p) for p in settings.priority_classes),
+        local_queues=tuple(local_queue(ns, settings) for ns in sorted(set(namespaces))),
+        warnings=warnings,
+    )
+
+
+def _object_name(value: Any, where: str, label: bool = False) -> str:
+    """``value`` if it is an object name; ``label``: also a label value (pods name it in a label)."""
+    longest = 63 if label else 253
+    if (not isinstance(value, str) or len(value) > longest or not _DNS_SUBDOMAIN.match(value)
+            or (label and "." in value)):
+        allowed = "'-'" if label else "'-' and '.'"
+        raise ValueError(f"{where}={value!r} is not a name pods can carry in a label: use lowercase letters, "
+                         f"digits and {allowed}, at most {longest} characters")
+    return value
+
+
+def _priority_classes(raw: Any, where: str) -> tuple[PriorityClass, ...]:
+    if raw is None:
+        return DEFAULT_PRIORITY_CLASSES
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{where} must be a list like [{{name: interactive, value: 1000}}], got {raw!r}")
+    classes = []
+    for i, entry in enumerate(raw):
+        here = f"{where}[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) - {"name", "value", "description"}:
+            raise ValueError(f"{here} must be a mapping of name, value and description, got {entry!r}")
+        value = entry.get("value")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{here}.value={value!r} must be a whole number (higher is admitted first)")
+        classes.append(PriorityClass(_object_name(entry.get("name"), f"{here}.name", label=True), value,
+                                     str(entry.get("description") or "")))
+    names = [c.name for c in classes]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where} names a class twice: {', '.join(names)}")
+    return tuple(classes)
+
+
+def queue_settings(raw: Mapping[str, Any] | None, where: str = "queueing.kueue") -> QueueSettings:
+    """QueueSettings from the chart's ``queueing.kueue`` value (camelCase keys); raises ``ValueError`` naming
+    the key that does not fit."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be a mapping, got {type(raw).__name__}")
+    base = QueueSettings()
+    classes = _priority_classes(raw.get("priorityClasses"), f"{where}.priorityClasses")
+    default = str(raw.get("defaultPriority") or base.default_priority)
+    if default not in {c.name for c in classes}:
+        raise ValueError(f"{where}.defaultPriority={default!r} is not one of the priority classes "
+                         f"({', '.join(c.name for c in classes)})")
+    return QueueSettings(
+        cluster_queue=_object_name(raw.get("clusterQueue") or base.cluster_queue, f"{where}.clusterQueue"),
+        local_queue=_object_name(raw.get("localQueue") or base.local_queue, f"{where}.localQueue", label=True),
+        priority_classes=classes,
+        default_priority=default,
+    )

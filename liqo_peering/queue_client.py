@@ -1,0 +1,73 @@
+"""The Kueue objects' API calls through the official client (the I/O side of ``queue_sync``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import urllib3
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from . import labels as L
+from .errors import APINotFound, GpuOffloadError, api_error
+from .queue_sync import Change
+
+KINDS = {g.kind: g for g in (L.RESOURCE_FLAVOR, L.CLUSTER_QUEUE, L.LOCAL_QUEUE, L.WORKLOAD_PRIORITY_CLASS)}
+_WORDS = {"create": "creating", "patch": "updating", "delete": "deleting"}
+
+
+class KueueClient:
+    """Lists and writes ResourceFlavors, ClusterQueues, LocalQueues and WorkloadPriorityClasses."""
+
+    def __init__(self, api_client: ApiClient, request_timeout: float | None = 30.0) -> None:
+        self.custom = CustomObjectsApi(api_client)
+        self.core = CoreV1Api(api_client)
+        self.request_timeout = request_timeout
+
+    def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every object of ``kind``, cluster-wide or in ``namespace``, as the server sent it."""
+        g = KINDS[kind]
+        what = f"{kind}s" + (f" in {namespace}" if namespace else "")
+        try:
+            if namespace:
+                found = self.custom.list_namespaced_custom_object(g.group, g.version, namespace, g.plural,
+                                                                  _request_timeout=self.request_timeout)
+            else:
+                found = self.custom.list_cluster_custom_object(g.group, g.version, g.plural,
+                                                               _request_timeout=self.request_timeout)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            error = api_error(exc, "listing", what)
+            if isinstance(error, APINotFound):
+                raise GpuOffloadError(f"listing {what}: the {g.group}/{g.version} API is not served here; install "
+                                      "Kueue (docs/queueing.md) before turning queueing on") from exc
+            raise error from exc
+        return list(found.get("items") or [])
+
+    def write(self, change: Change) -> None:
+        """Create, merge-patch or delete as ``change`` says; a deletion of something already gone is done."""
+        g = KINDS[change.kind]
+        target = f"{change.kind} {change.namespace + '/' if change.namespace else ''}{change.name}"
+        namespaced = change.namespace is not None
+        scope = "namespaced" if namespaced else "cluster"
+        call = getattr(self.custom, f"{change.verb}_{scope}_custom_object")
+        head = (g.group, g.version, change.namespace, g.plural) if namespaced else (g.group, g.version, g.plural)
+        args = {"create": (change.body,), "patch": (change.name, change.body), "delete": (change.name,)}[change.verb]
+        try:
+            call(*head, *args, _request_timeout=self.request_timeout)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            error = api_error(exc, _WORDS[change.verb], target)
+            if change.verb == "delete" and isinstance(error, APINotFound):
+                return
+            raise error from exc
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """The labels of namespace ``name``, None when it does not exist."""
+        try:
+            response = self.core.read_namespace(name, _preload_content=False, _request_timeout=self.request_timeout)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            error = api_error(exc, "reading", f"namespace {name}")
+            if isinstance(error, APINotFound):
+                return None
+            raise error from exc
+        return dict((json.loads(response.data).get("metadata") or {}).get("labels") or {})

@@ -1,0 +1,195 @@
+"""Making runner pods: place the cell, offload the namespace there, create the Pod and its Secret.
+
+Runs and sessions get a pod (a first one, or one elsewhere after a loss) through the narrow
+:class:`~.run.Launcher` interface this implements, never by calling back into the backend.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from pathlib import Path
+
+from kubernetes.utils import parse_quantity
+
+from ....liqo_peering import environment as E
+from ....liqo_peering.cache import InventoryCache
+from ....liqo_peering.client import LiqoClient
+from ....liqo_peering.errors import APIForbidden, NoFit
+from ....liqo_peering.placement import POLICIES, PlacementRequest, place
+from ....liqo_peering.placement import NodeChoice as Where
+from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
+from ....liqo_peering.trust import apply_policy, is_trusted, trusting
+from ...errors import OffloadUsageError
+from ..base import RunRequest
+from .config import KubeSettings
+from .explain import MEMORY_ENV, PodContext
+from .follow import PodFollower
+from .hub_inventory import HubInventory
+from .pods import PodApi
+from .run import LaunchedPod, PodOrder
+from .storage import RunStorage, Stored
+
+DEADLINE_MARGIN = 30
+"""Seconds the pod's activeDeadlineSeconds adds to --timeout: the engine interrupts first, the deadline is
+the backstop for a kernel that went away."""
+
+
+def memory_bytes(quantity: str | None) -> int:
+    """``GPU_OFFLOAD_MEMORY`` in bytes for placement (0 when unset); a clear error when it is not a quantity."""
+    if not quantity:
+        return 0
+    try:
+        return int(parse_quantity(quantity))
+    except ValueError:
+        raise OffloadUsageError(
+            f"{MEMORY_ENV}={quantity!r} is not a Kubernetes memory quantity. Nothing was launched. Set it like "
+            f"`%env {MEMORY_ENV}=32Gi` (or 500Mi), or unset it for the image's default.") from None
+
+
+class PodLauncher:
+    """Creates runner pods for one kernel; holds what every launch shares (inventory, runner, offloading)."""
+
+    def __init__(self, settings: KubeSettings, pods: PodApi, liqo: LiqoClient, storage: RunStorage | None,
+                 runner: Path | None = None) -> None:
+        self.settings = settings
+        self.pods = pods
+        self.liqo = liqo
+        self.storage = storage
+        self._runner_path = runner
+        self._runner: bytes | None = None
+        self.trust = trusting(settings.trusted)
+        """The origin's trust, the one source for placement, runner pods and the kernel's intake."""
+        self._cache: InventoryCache | HubInventory | None = None
+        self._offloaded: set[str] = set()
+        self._cache_lock = threading.Lock()  # taken inside the backend's session lock when a session starts
+
+    def inventory_cache(self) -> InventoryCache | HubInventory:
+        """The kernel's inventory source, started on first use: the hub service's in a hub deployment (users
+        may not list cluster-wide), else a watch-fed cache of the cluster."""
+        with self._cache_lock:
+            if self._cache is None:
+                if self.settings.service_url:
+                    self._cache = HubInventory(self.settings.service_url, self.settings.hub_token)
+                else:
+                    self._cache = InventoryCache(self.liqo).start()
+            return self._cache
+
+    def close(self) -> None:
+        """Stop the inventory watch, if one was started."""
+        if self._cache is not None:
+            self._cache.close(timeout=1.0)
+
+    def runner_bytes(self) -> bytes:
+        """The runner zipapp that travels in every Secret (stock images need nothing installed)."""
+        if self._runner is None:
+            if self._runner_path is None:
+                from ...runner.build import build_runner
+
+                self._runner_path = Path(build_runner())
+            self._runner = self._runner_path.read_bytes()
+        return self._runner
+
+    def where(self, placement: RunRequest, avoid: frozenset[str], memory: str | None = None) -> Where:
+        """The virtual node for ``placement`` (with ``memory`` free, a quantity) from the cached inventory, then
+        the namespace offloaded there."""
+        if placement.gpus < 1:
+            raise OffloadUsageError(
+                f"--gpus {placement.gpus}: the kubernetes backend runs cells on donated GPUs; ask for --gpus 1 "
+                "or more, or run CPU-only cells with --backend local.")
+        request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
+                                   fallback_models=placement.fallback_models, memory=memory_bytes(memory),
+                                   trusted_only=placement.trusted_only)
+        policy = POLICIES.get(self.settings.policy)
+        if policy is None:
+            raise OffloadUsageError(f"placement policy {self.settings.policy!r} is unknown; use one of "
+                                    f"{', '.join(POLICIES)}")
+        # the hub's inventory says which clusters its chart trusts; this kernel's own policy (which the spawner
+        # wrote from the same chart) decides, so placement and the intake of outputs never disagree
+        inventory = apply_policy(self.inventory_cache().inventory(), self.trust)
+        try:
+            chosen = place(inventory, request, policy, avoid=set(avoid))
+        except NoFit as exc:
+            if not placement.trusted_only:
+                raise
+            raise OffloadUsageError(
+                f"Nothing was launched: {exc}. Or run this cell without --trusted-only (with the kernel's "
+                "`%gpu_offload config trusted_only=False` if it is on), knowing that whoever runs the pod on an "
+                "untrusted cluster sees its code and inputs.") from exc
+        if chosen.cluster_id not in self._offloaded:
+            try:
+                self.liqo.ensure_offloading(self.settings.namespace, [chosen.cluster_id],
+                                            create=self.settings.create_offloading,
+                                            timeout=self.settings.offloading_timeout)
+            except APIForbidden:
+                if self.settings.create_offloading:
+                    raise
+                # a hub user's server may not read it: the hub offloaded the namespace when the server
+                # started, and if it did not, the pod's OffloadingBackOff is explained in words
+            self._offloaded.add(chosen.cluster_id)
+        return chosen
+
+    def _spec(self, order: PodOrder, where: Where, memory: str | None, stored: Stored | None) -> RunnerPodSpec:
+        timeout = order.placement.timeout
+        return RunnerPodSpec(
+            run_id=order.run_id, namespace=self.settings.namespace, image=order.placement.image or self.settings.image,
+            user=self.settings.user, kernel=self.settings.kernel, scheduling=where.scheduling_fragment(),
+            timeout=None if timeout is None or order.session else math.ceil(timeout) + DEADLINE_MARGIN,
+            python=self.settings.python, session=order.session,
+            env={**order.placement.env, **order.env, **self._output_format(where.cluster_id)},
+            server=self.settings.server, kernel_pid=os.getpid(), metered=self.settings.metered, memory=memory,
+            bundle_url=stored.url if stored else None, bundle_sha256=stored.sha256 if stored else "",
+            cli=self.settings.cli,
+            queue=self.settings.queue,
+            # a --priority without a queue is refused by runner_pod, naming the fix
+            priority_class=order.placement.priority or (self.settings.priority if self.settings.queue else None),
+        )
+
+    def _output_format(self, cluster_id: str) -> dict[str, str]:
+        """Tell a runner on an untrusted cluster to send its outputs in the safe format (the bundle was made
+        before placement); the kernel refuses a pickle from there whatever the runner sends."""
+        return {} if is_trusted(cluster_id, self.trust) else {E.OUTPUT_FORMAT.name: "safe"}
+
+    def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> LaunchedPod:
+        """Place, then create the Pod and its Secret; nothing is left behind if a step fails.
+
+        ``avoid`` is non-empty for a retry elsewhere, which a cell pinned with ``--cluster`` does not get.
+        """
+        placement = order.placement
+        if avoid and not self.settings.relaunches:
+            raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {self.settings.queue}), so this kernel "
+                                    "does not move the pod itself: Kueue requeues a pod that does not start")
+        if avoid and placement.cluster and placement.cluster != "auto":
+            raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
+                                    "choose)")
+        runner = self.runner_bytes()
+        memory = E.MEMORY.read(os.environ)
+        where = self.where(placement, avoid, memory)
+        bundle, stored = order.bundle, None
+        if len(bundle) + len(runner) > MAX_SECRET_BYTES:
+            stored = self._store_bundle(order.run_id, bundle, len(runner))
+            bundle = b""
+        spec = self._spec(order, where, memory, stored)
+        body = runner_pod(spec)
+        created = self.pods.create(body)
+        try:
+            self.pods.create(runner_secret(body, created["metadata"]["uid"], bundle, runner))
+        except BaseException:
+            self.pods.delete_pod(body["metadata"]["name"], grace=0)
+            raise
+        ctx = PodContext(where.cluster_id, where.gpus, spec.image, memory, where.model)
+        follower = PodFollower(self.pods, created, order.nonce, ctx, one_shot=not order.session,
+                               watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run)
+        return LaunchedPod(body["metadata"]["name"], ctx, follower)
+
+    def _store_bundle(self, run_id: str, bundle: bytes, runner_size: int) -> Stored:
+        if self.storage is None:
+            size = len(bundle) + runner_size
+            raise OffloadUsageError(
+                f"This cell's inputs make a bundle of {len(bundle) / 2**20:.1f} MiB; with the runner "
+                f"({size / 2**20:.1f} MiB) it does not fit in a Kubernetes Secret (at most "
+                f"{MAX_SECRET_BYTES / 2**20:.2f} MiB) and no object storage is configured. Nothing was "
+                "launched. Set GPU_OFFLOAD_S3_BUCKET (and GPU_OFFLOAD_S3_ENDPOINT for a non-AWS store) to "
+                "send large inputs through object storage, or load the data inside the cell.")
+        return self.storage.upload(run_id, "bundle.pkl", bundle)

@@ -1,0 +1,154 @@
+"""``gpu-offload run SCRIPT.py [ARGS]``: a script on a GPU runner through the magic's engine, streamed here.
+
+The script and its directory (``.gitignore`` honoured, size-capped; :mod:`.workdir`) become one bundle that
+runs as ``python SCRIPT ARGS`` would (:mod:`gpu_offload.magics.runner.script`). The run is recorded in the
+state directory beside the notebook's runs, so ``gpu-offload runs`` and the panel list it. The command
+exits with the script's exit code, 130 on Ctrl-C (which stops the run remotely, as in a notebook) and
+124 when ``--timeout`` ran out. ``--noblock`` hands the run to a detached follower (:mod:`.background`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..backends.base import Backend
+from ..errors import OffloadError
+
+
+def add_parser(subparsers: Any, summary: str) -> None:
+    """Register ``run`` on the ``gpu-offload`` command."""
+    from .workdir import DEFAULT_LIMIT_MB
+
+    parser = subparsers.add_parser("run", help=summary, description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("script", type=Path, help="the Python script to run")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments")
+    parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs for the script (default 1; 0: CPU)")
+    parser.add_argument("--gpu-model", default=None, metavar="M[,M2]", help="GPU model(s) to ask for, e.g. A100")
+    parser.add_argument("--cluster", default="auto", metavar="ID", help="remote cluster id, or auto (default)")
+    parser.add_argument("--image", default=None, metavar="IMAGE", help="container image (cluster backends)")
+    parser.add_argument("--backend", default=None, choices=("local", "kubernetes"),
+                        help="default: kubernetes when GPU_OFFLOAD_NAMESPACE is set, else local")
+    parser.add_argument("--noblock", action="store_true", help="start the run in the background and return")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S", help="stop the run after S seconds")
+    parser.add_argument("--in", dest="inputs", action="append", type=Path, default=[], metavar="FILE",
+                        help="ship this file too (repeatable)")
+    parser.add_argument("--max-workdir-mb", type=float, default=DEFAULT_LIMIT_MB, metavar="MB",
+                        help=f"cap on the shipped directory (default {DEFAULT_LIMIT_MB:g} MB)")
+    parser.add_argument("--detached-log", default=None, help=argparse.SUPPRESS)  # the background follower's
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the script here, or hand it to a background follower with ``--noblock``."""
+    if args.noblock:
+        from .background import start_detached
+
+        return start_detached(args)
+    try:
+        return follow_script(args)
+    except OffloadError as exc:
+        print(f"gpu-offload run: {exc}", file=sys.stderr)
+        return 2
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The script and its arguments, as the run's record shows them."""
+    return shlex.join([str(args.script), *args.script_args])
+
+
+def cli_kernel() -> str:
+    """The 'kernel' a CLI run is recorded and labelled under: this command, on this host."""
+    return f"cli-{socket.gethostname()}-{os.getpid()}"
+
+
+def make_backend(name: str | None) -> Backend:
+    """The backend the magic would choose (``auto``: a configured cluster, else local), set up for a CLI run."""
+    from ..backends.kube.config import configured
+
+    chosen = name or ("kubernetes" if configured(os.environ) else "local")
+    if chosen == "local":
+        from ..backends.local import LocalBackend
+
+        return LocalBackend()
+    from dataclasses import replace
+
+    from ...liqo_peering.errors import GpuOffloadError
+    from ..backends.kube.backend import KubernetesBackend
+    from ..backends.kube.config import from_environment
+    from ..errors import BackendNotConfigured
+
+    # no server: the orphan sweep of a Jupyter server this shell may run under must not take the pod
+    settings = replace(from_environment(os.environ), kernel=cli_kernel(), server=None, cli=True)
+    try:
+        return KubernetesBackend(settings)
+    except GpuOffloadError as exc:
+        raise BackendNotConfigured(f"--backend kubernetes: {exc}") from exc
+
+
+def _source(script: Path) -> str:
+    """The script's text, decoded as Python decodes a source file (UTF-8 unless a coding line says otherwise)."""
+    import tokenize
+
+    with tokenize.open(script) as handle:
+        return handle.read()
+
+
+def follow_script(args: argparse.Namespace) -> int:
+    """Pack, submit and follow the script in this process; returns its exit code."""
+    from ..analysis import CellAnalysis
+    from ..dashboard.records import RunBook
+    from ..dashboard.tracking import Tracker, tracked
+    from ..engine import FollowSettings
+    from ..execution import Launch, run_blocking
+    from ..request import OffloadRequest, gpu_models, ignored_locally
+    from .terminal import INTERRUPTED_EXIT, TerminalSink, exit_code, report
+    from .workdir import WorkdirError, pack
+
+    script: Path = args.script
+    if not script.is_file():
+        print(f"gpu-offload run: {script}: no such file. Name a Python script, e.g. gpu-offload run train.py",
+              file=sys.stderr)
+        return 2
+    try:
+        workdir = pack(script, args.inputs, args.max_workdir_mb)
+    except WorkdirError as exc:
+        print(f"gpu-offload run: {exc}", file=sys.stderr)
+        return 2
+    gpu_model, fallback_models = gpu_models(args.gpu_model)
+    request = OffloadRequest(cell=_source(script), gpus=args.gpus, gpu_model=gpu_model,
+                             fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
+                             image=args.image, backend=args.backend)
+    launch = Launch(analysis=CellAnalysis(inputs=()), filename=script.name, first_line=1,
+                    script={"path": script.name, "argv": list(args.script_args), "workdir": workdir.archive})
+    backend = make_backend(request.backend)
+    sink = TerminalSink()
+    ignored = ignored_locally(request) if backend.name == "local" else []
+    if ignored:
+        sink.notice(f"the local backend ignores {', '.join(ignored)}: they choose where a cluster runs the script")
+    tracker = Tracker(RunBook(), kernel=cli_kernel(), script=command_line(args), log=args.detached_log or "")
+    if args.detached_log:
+        import signal
+
+        # no terminal sends a background follower Ctrl-C: SIGTERM (kill PID, a shutdown) stops the run the same way
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    outcomes: list[Any] = []
+    try:
+        run_blocking(request, launch, {}, tracked(backend, lambda: tracker), sink,
+                     FollowSettings(timeout=args.timeout), outcomes.append)
+    except KeyboardInterrupt:
+        sink.notice("interrupted: the run was stopped")
+        return INTERRUPTED_EXIT
+    except OffloadError:
+        if not outcomes:
+            raise  # nothing ran: a usage or cluster error, said by run()
+    finally:
+        backend.close()
+    report(outcomes[0], sink)
+    return exit_code(outcomes[0])

@@ -1,0 +1,45 @@
+"""Kueue, emulated in the sandbox (``gpu-offload sandbox --kueue``): its pod and Job webhooks, Workloads,
+queueing with Admission Fair Sharing, flavor assignment, preemption within a ClusterQueue,
+waitForPodsReady and the visibility API's pending workloads. What real Kueue does that this does not is
+listed in docs/sandbox.md.
+
+``Kueue(options).plugin`` goes into ``ApiServer(plugins=[...])``, after the Liqo origin's plugin when
+pods should really run (the Kueue controller relies on the scheduler honouring scheduling gates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..server import ApiServer
+from . import crds, names, webhook
+from .controller import KueueController, run
+from .options import KueueOptions
+from .visibility import routes
+
+__all__ = ["Kueue", "KueueOptions"]
+
+
+@dataclass
+class Kueue:
+    """The Kueue plugin; ``controller`` holds the in-memory state (fair-sharing usage, queue order)."""
+
+    options: KueueOptions = field(default_factory=KueueOptions)
+    controller: KueueController = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.controller = KueueController(self.options)
+
+    def plugin(self, server: ApiServer) -> None:
+        """Serve the Kueue kinds, install the webhooks, the controller and the visibility endpoints."""
+        api = server.api
+        for crd in crds.builtin_crds():
+            if api.registry.by_kind(names.API_VERSION, crd["spec"]["names"]["kind"]) is None:
+                api.registry.add_crd(crd)
+        webhook.install(api, self.options.namespace_selector)
+        routes(server.app, api, self.controller.queue_order.get)
+
+        async def kueue_controller(api_: object) -> None:
+            await run(server.api, self.controller)
+
+        server.add_controller(kueue_controller)

@@ -1,0 +1,31 @@
+"""``gpu-offload sandbox --kueue``: the Kueue options of the sandbox command and its plugin factory."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..server import Plugin
+from . import Kueue, KueueOptions
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--kueue`` and its settings to the ``sandbox`` sub-command."""
+    parser.add_argument("--kueue", action="store_true",
+                        help="emulate Kueue (queueing, fair sharing, preemption); serve Kueue's real CRDs with "
+                             "--crds ../shared/kueue-crds, else a built-in description")
+    parser.add_argument("--kueue-pods-ready-timeout", type=float, default=None, metavar="SECONDS",
+                        help="Kueue's waitForPodsReady timeout (default: off, as in Kueue)")
+
+
+def plugins(args: argparse.Namespace) -> list[Plugin]:
+    """The Kueue plugin when ``--kueue`` is given (none otherwise)."""
+    timeout = args.kueue_pods_ready_timeout
+    if not args.kueue:
+        if timeout is not None:
+            raise SystemExit("gpu-offload sandbox: --kueue-pods-ready-timeout needs --kueue")
+        return []
+    if timeout is not None and timeout <= 0:
+        raise SystemExit(f"gpu-offload sandbox: --kueue-pods-ready-timeout {timeout}: give a number of seconds > 0")
+    print("SANDBOX Kueue emulated (no real Kueue): create ResourceFlavors, a ClusterQueue and LocalQueues to "
+          "queue pods labelled kueue.x-k8s.io/queue-name", flush=True)
+    return [Kueue(KueueOptions(pods_ready_timeout=timeout)).plugin]

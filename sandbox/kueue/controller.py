@@ -1,0 +1,268 @@
+"""The Kueue controller of the sandbox: one loop that reacts to pods, Jobs and Kueue objects (and ticks for
+timeouts), as Kueue's reconcilers and scheduler together would.
+
+Each pass: create missing Workloads (``sync``); mark finished ones; release the quota of evicted Workloads
+whose pods are gone (``Requeued``, ``QuotaReserved=False``); evict admitted Workloads that miss
+``waitForPodsReady``; end the requeue backoff; run a scheduling cycle per ClusterQueue (``cycle``); write
+ClusterQueue and LocalQueue status. Admission Fair Sharing keeps, per LocalQueue, a decayed usage sampled
+every ``usage_sampling`` seconds plus the entry penalty of admissions since the last sample, as Kueue's
+AFS usage ledger does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+from dateutil.parser import isoparse
+
+from ..api import Api
+from ..defaults import now
+from ..errors import ApiError
+from ..matching import quantity
+from . import cycle, names, owners, status, sync, workloads
+from .options import KueueOptions
+from .preemption import Admitted
+from .scheduler import Entry, add, decayed, entry_penalty, flavors_of, usage_value
+from .webhook import label_selector_matches
+
+log = logging.getLogger(__name__)
+IDLE_SECONDS = 5.0
+"""Longest sleep with no change and no timer running (usage samples are due every few minutes)."""
+_KEYS = {("", "pods"), ("batch", "jobs"), ("", "namespaces"), names.WORKLOADS,
+         (names.GROUP, "clusterqueues"), (names.GROUP, "localqueues"), (names.GROUP, "resourceflavors"),
+         (names.GROUP, "workloadpriorityclasses")}
+
+
+class KueueController:
+    """State Kueue keeps in memory: the AFS usage ledger and the last queue order (for visibility)."""
+
+    def __init__(self, options: KueueOptions) -> None:
+        self.options = options
+        self.consumed: dict[str, dict[str, float]] = {}
+        self.penalty: dict[str, dict[str, float]] = {}
+        self.sampled_at = time.monotonic()
+        self._arrivals = itertools.count()
+        self.arrival: dict[str, int] = {}
+        """Workload uid -> order of creation (Kueue breaks ties of whole-second timestamps arbitrarily)."""
+        self.queue_order: dict[str, list[Entry]] = {}
+        self._timers = False
+        """ClusterQueue name -> pending Workloads, head first, as of the last pass."""
+
+    # ---- fair sharing ledger ---------------------------------------------------------------------
+    def lq_usage(self) -> dict[str, float]:
+        keys = set(self.consumed) | set(self.penalty)
+        return {k: usage_value({r: self.consumed.get(k, {}).get(r, 0.0) + self.penalty.get(k, {}).get(r, 0.0)
+                                for r in set(self.consumed.get(k, {})) | set(self.penalty.get(k, {}))})
+                for k in keys}
+
+    def _sample(self, admitted_usage: Mapping[str, Mapping[str, float]]) -> bool:
+        elapsed = time.monotonic() - self.sampled_at
+        if elapsed < self.options.usage_sampling:
+            return False
+        keys = set(self.consumed) | set(admitted_usage)
+        self.consumed = {k: decayed(self.consumed.get(k, {}), admitted_usage.get(k, {}), elapsed,
+                                    self.options.usage_half_life) for k in keys}
+        self.penalty.clear()
+        self.sampled_at = time.monotonic()
+        return True
+
+    def _penalize(self, entry: Entry) -> None:
+        bucket = self.penalty.setdefault(f"{entry.namespace}/{entry.queue}", {})
+        for resource, value in entry_penalty(entry.requests, self.options.usage_sampling,
+                                             self.options.usage_half_life).items():
+            bucket[resource] = bucket.get(resource, 0.0) + value
+
+    # ---- one pass ----------------------------------------------------------------------------------
+    def managed_namespaces(self, api: Api) -> set[str]:
+        items, _ = api.store.snapshots(("", "namespaces"))
+        return {n["metadata"]["name"] for n in items
+                if label_selector_matches(self.options.namespace_selector, n["metadata"].get("labels") or {})}
+
+    def sweep(self, api: Api) -> float:
+        """One pass; returns how long the loop may sleep without missing a timeout or a backoff's end."""
+        self._timers = self.options.pods_ready_timeout is not None
+        for uid in sync.ensure_workloads(api, self.managed_namespaces(api)):
+            self.arrival[uid] = next(self._arrivals)
+        wl_rt = api.kind(names.API_VERSION, "Workload")
+        items = api.list(wl_rt)["items"]
+        live = {w["metadata"]["uid"] for w in items}
+        self.arrival = {u: n for u, n in self.arrival.items() if u in live}
+        for wl in items:
+            if wl["metadata"]["uid"] not in self.arrival:  # created by someone else: seen now
+                self.arrival[wl["metadata"]["uid"]] = next(self._arrivals)
+            if sync.mark_finished(api, wl):
+                continue
+            if names.is_true(wl, names.FINISHED):
+                continue
+            self._lifecycle(api, wl)
+        self._schedule(api, api.list(wl_rt)["items"])
+        return self.options.tick if self._timers else min(self.options.usage_sampling, IDLE_SECONDS)
+
+    def _lifecycle(self, api: Api, wl: dict[str, Any]) -> None:
+        reserved = names.is_true(wl, names.QUOTA_RESERVED)
+        if reserved and names.is_true(wl, names.EVICTED):
+            if not owners.active(api, wl):
+                self._release(api, wl)
+            return
+        if reserved:
+            self._pods_ready(api, wl)
+            return
+        state = (wl.get("status") or {}).get("requeueState") or {}
+        requeued = names.find(wl, names.REQUEUED)
+        if not (requeued and requeued["status"] == "False" and state.get("requeueAt")):
+            return
+        self._timers = True  # a backoff is running
+        if isoparse(state["requeueAt"]) <= datetime.now(timezone.utc):
+            conditions = [dict(c) for c in wl["status"]["conditions"]]
+            names.set_condition(conditions, names.condition(names.REQUEUED, True, "BackoffFinished",
+                                                            "The workload backoff was finished"))
+            cycle.patch_status(api, wl, {"conditions": conditions})
+
+    def _release(self, api: Api, wl: dict[str, Any]) -> None:
+        evicted = names.find(wl, names.EVICTED) or {}
+        reason, message = str(evicted.get("reason", "")), str(evicted.get("message", ""))
+        gen = wl["metadata"].get("generation")
+        conditions = [dict(c) for c in wl["status"]["conditions"]]
+        requeue: dict[str, Any] | None = None
+        if reason == names.PODS_READY_TIMEOUT:
+            count = int(((wl["status"].get("requeueState") or {}).get("count")) or 0) + 1
+            delay = self.options.requeue_base_seconds * (2 ** (count - 1))
+            at = (datetime.now(timezone.utc) + timedelta(seconds=delay)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            requeue = {"count": count, "requeueAt": at}
+        # a single pod's Workload is not requeued after preemption: its pod is gone
+        # (SkipReassignmentForPodOwnedWorkloads); a Job's and a backed-off Workload's are
+        requeued_now = reason == "Preempted" and owners.job_of(api, wl) is not None
+        names.set_condition(conditions, names.condition(names.REQUEUED, requeued_now, reason, message, gen))
+        names.set_condition(conditions, names.condition(names.QUOTA_RESERVED, False, "PendingEvaluation", message,
+                                                        gen))
+        names.set_condition(conditions, names.condition(names.ADMITTED, False, "NoReservation",
+                                                        "The workload has no reservation", gen))
+        patch: dict[str, Any] = {"conditions": conditions, "admission": None}
+        if requeue is not None:
+            patch["requeueState"] = requeue
+        cycle.patch_status(api, wl, patch)
+
+    def _pods_ready(self, api: Api, wl: dict[str, Any]) -> None:
+        ready = owners.pods_ready(api, wl)
+        old = names.find(wl, names.PODS_READY)
+        if ready and not (old and old["status"] == "True"):
+            conditions = [dict(c) for c in wl["status"]["conditions"]]
+            names.set_condition(conditions, names.condition(names.PODS_READY, True, "Started",
+                                "All pods reached readiness and the workload is running",
+                                wl["metadata"].get("generation")))
+            cycle.patch_status(api, wl, {"conditions": conditions})
+            return
+        timeout = self.options.pods_ready_timeout
+        admitted = names.find(wl, names.ADMITTED)
+        if ready or timeout is None or admitted is None or (old and old["status"] == "True"):
+            return
+        if isoparse(admitted["lastTransitionTime"]) + timedelta(seconds=timeout) <= datetime.now(timezone.utc):
+            meta = wl["metadata"]
+            cycle.evict(api, wl, names.PODS_READY_TIMEOUT,
+                        f"Exceeded the PodsReady timeout {meta['namespace']}/{meta['name']}")
+
+    def _schedule(self, api: Api, all_workloads: list[dict[str, Any]]) -> None:
+        queues = {f"{q['metadata']['namespace']}/{q['metadata']['name']}": q
+                  for q in api.list(api.kind(names.API_VERSION, "LocalQueue"))["items"]}
+        views = {cq["metadata"]["name"]: cycle.QueueView(cq, *flavors_of(cq))
+                 for cq in api.list(api.kind(names.API_VERSION, "ClusterQueue"))["items"]}
+        admitted_usage: dict[str, dict[str, float]] = {}
+        for wl in all_workloads:
+            if names.is_true(wl, names.FINISHED) or not wl["spec"].get("active", True):
+                continue
+            meta = wl["metadata"]
+            lq_key = f"{meta['namespace']}/{wl['spec'].get('queueName', '')}"
+            lq = queues.get(lq_key)
+            view = views.get((lq.get("spec") or {}).get("clusterQueue", "")) if lq else None
+            if names.is_true(wl, names.QUOTA_RESERVED):
+                adm = _admitted(wl)
+                if view is not None and adm is not None:
+                    view.admitted.append((adm, wl))
+                    add(view.used, adm.flavor, adm.usage)
+                    bucket = admitted_usage.setdefault(lq_key, {})
+                    for r, v in adm.usage.items():
+                        bucket[r] = bucket.get(r, 0.0) + float(v)
+                continue
+            requeued = names.find(wl, names.REQUEUED)
+            if requeued is not None and requeued["status"] == "False":
+                continue  # backing off, or a pod Workload that is not requeued
+            blocker = _queue_blocker(api, wl, lq, view)
+            if blocker or view is None:
+                cycle.mark_pending(api, wl, blocker, "Misconfigured")
+                continue
+            queued_at = requeued["lastTransitionTime"] if requeued else meta["creationTimestamp"]
+            view.pending.append((Entry(meta["namespace"], meta["name"], wl["spec"].get("queueName", ""),
+                                       workloads.priority(wl), queued_at, workloads.requests(wl),
+                                       self.arrival.get(meta["uid"], 0)), wl))
+        sampled = self._sample(admitted_usage)
+        for name, view in views.items():
+            afs = ((view.cluster_queue.get("spec") or {}).get("admissionScope") or {}).get(
+                "admissionMode") == "UsageBasedAdmissionFairSharing"
+            self.queue_order[name] = cycle.run(api, view, self.lq_usage if afs else None, self._penalize)
+        status.write(api, views, queues, self.consumed if sampled else None)
+
+
+def _queue_blocker(api: Api, wl: dict[str, Any], lq: dict[str, Any] | None, view: cycle.QueueView | None) -> str:
+    """Why the Workload cannot queue at all (Kueue's getQueueBlocker and ValidateAdmissibility), or ""."""
+    if lq is None:
+        return f"LocalQueue {wl['spec'].get('queueName')} doesn't exist"
+    if view is None:
+        return f"ClusterQueue {(lq.get('spec') or {}).get('clusterQueue')} doesn't exist"
+    # a ClusterQueue without namespaceSelector admits no namespace; {} admits every one
+    selector = (view.cluster_queue.get("spec") or {}).get("namespaceSelector")
+    ns = api.find(api.type("", "v1", "namespaces"), "", wl["metadata"]["namespace"])
+    labels = (ns or {}).get("metadata", {}).get("labels") or {}
+    if selector is None or not label_selector_matches(selector, labels):
+        return "workload namespace doesn't match ClusterQueue selector"
+    return ""
+
+
+def _admitted(wl: dict[str, Any]) -> Admitted | None:
+    admission = (wl.get("status") or {}).get("admission")
+    if not admission or not admission.get("podSetAssignments"):
+        return None
+    usage: dict[str, Decimal] = {}
+    flavor = ""
+    for psa in admission["podSetAssignments"]:
+        for resource, value in (psa.get("resourceUsage") or {}).items():
+            usage[resource] = usage.get(resource, Decimal(0)) + quantity(value)
+        flavor = flavor or next(iter((psa.get("flavors") or {}).values()), "")
+    cond = names.find(wl, names.QUOTA_RESERVED) or {}
+    return Admitted(wl["metadata"]["namespace"], wl["metadata"]["name"], workloads.priority(wl), flavor, usage,
+                    str(cond.get("lastTransitionTime", now())))
+
+
+async def run(api: Api, controller: KueueController) -> None:
+    """Sweep on every relevant change, every ``tick`` seconds while a timeout or backoff runs, else every
+    few seconds (usage samples)."""
+    sub = api.store.subscribe(None)
+    pending: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            wait = controller.options.tick
+            try:
+                wait = controller.sweep(api)
+            except ApiError as exc:  # a write refused for another reason than a race: a bug, said loudly
+                log.error("sandbox Kueue: a write was refused (%s); the next pass retries", exc)
+            except Exception:  # as a reconciler's error: logged and retried, the controller keeps running
+                log.exception("sandbox Kueue: a pass failed; the next pass retries")
+            while True:
+                pending = pending or asyncio.ensure_future(sub.next())
+                done, _ = await asyncio.wait({pending}, timeout=wait)
+                if not done:
+                    break
+                event, pending = pending.result(), None
+                if event is None or event.key in _KEYS:
+                    await asyncio.sleep(0)
+                    break
+    finally:
+        if pending is not None:
+            pending.cancel()
+        sub.close()

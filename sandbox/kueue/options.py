@@ -1,0 +1,27 @@
+"""What the sandbox's Kueue is configured with (the parts of Kueue's Configuration it emulates)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .webhook import DEFAULT_NAMESPACE_SELECTOR
+
+
+@dataclass(frozen=True)
+class KueueOptions:
+    """Kueue's Configuration, reduced to what the sandbox emulates."""
+
+    namespace_selector: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_NAMESPACE_SELECTOR))
+    """``managedJobsNamespaceSelector``: pods and Jobs of other namespaces are left alone."""
+    pods_ready_timeout: float | None = None
+    """``waitForPodsReady.timeout`` in seconds (None: waitForPodsReady off, Kueue's default)."""
+    requeue_base_seconds: float = 60.0
+    """``waitForPodsReady.requeuingStrategy.backoffBaseSeconds``: the n-th requeue waits base * 2^(n-1)."""
+    usage_half_life: float = 600.0
+    """``admissionFairSharing.usageHalfLifeTime`` in seconds."""
+    usage_sampling: float = 300.0
+    """``admissionFairSharing.usageSamplingInterval`` in seconds (Kueue's default 5 min)."""
+    tick: float = 0.2
+    """How often the controller looks at timeouts when nothing changes (sandbox only)."""

@@ -1,0 +1,155 @@
+"""Pure decisions of Kueue's scheduler for one ClusterQueue: queue order, flavor assignment, fair-share usage.
+
+Order (pkg/cache/queue/cluster_queue.go ``queueOrderingFunc``): with Admission Fair Sharing, the
+LocalQueue with the lower usage first; then higher priority; then the earlier queue time (the creation
+time, or when the Workload was last requeued). Flavors (pkg/scheduler/flavorassigner): the first flavor in
+the ClusterQueue's order whose unused nominal quota holds every covered resource the Workload asks for;
+the messages are worded as Kueue words them. Simplifications: one resource group is considered (the
+first covering all requested resources), every pod set of a Workload gets the same flavor, no borrowing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from ..matching import quantity
+
+Amounts = Mapping[str, Decimal]
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One flavor of a ClusterQueue's resource group with its nominal quota."""
+
+    name: str
+    nominal: Amounts
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A pending Workload as the queue sees it."""
+
+    namespace: str
+    name: str
+    queue: str
+    priority: int
+    queued_at: str
+    """RFC 3339: creation time, or the Requeued condition's lastTransitionTime."""
+    requests: Amounts = field(default_factory=dict)
+    arrival: int = 0
+    """Creation order among Workloads queued in the same second (timestamps have whole seconds)."""
+
+
+WAITING_FOR_QUOTA = "WaitingForQuota"
+EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A flavor for the Workload, or why none fits now (``fits_ever`` False: it can never fit)."""
+
+    flavor: str | None
+    message: str = ""
+    fits_ever: bool = True
+
+    @property
+    def reason(self) -> str:
+        """The QuotaReserved=False reason Kueue gives (UnadmittedWorkloadsObservability, on since 0.19):
+        WaitingForQuota if some flavor could hold it once quota frees, ExceedsMaxQuota if none ever can,
+        NoMatchingFlavor for a resource the ClusterQueue does not cover (the sandbox's choice: Kueue
+        leaves that case without a granular reason)."""
+        if self.fits_ever:
+            return WAITING_FOR_QUOTA
+        return NO_MATCHING_FLAVOR if "unavailable in ClusterQueue" in self.message else EXCEEDS_MAX_QUOTA
+
+
+def flavors_of(cluster_queue: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Flavor, ...]]:
+    """The covered resources and flavors of the ClusterQueue's first resource group."""
+    groups = (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+    if not groups:
+        return (), ()
+    group = groups[0]
+    flavors = tuple(Flavor(f["name"], {r["name"]: quantity(r["nominalQuota"]) for r in f["resources"]})
+                    for f in group["flavors"])
+    return tuple(group["coveredResources"]), flavors
+
+
+def order(entries: Iterable[Entry], lq_usage: Mapping[str, float] | None = None) -> list[Entry]:
+    """The ClusterQueue's pending Workloads, head first (``lq_usage`` given: Admission Fair Sharing)."""
+    def key(e: Entry) -> tuple[float, int, str, int, str, str]:
+        usage = lq_usage.get(f"{e.namespace}/{e.queue}", 0.0) if lq_usage is not None else 0.0
+        return (usage, -e.priority, e.queued_at, e.arrival, e.namespace, e.name)
+    return sorted(entries, key=key)
+
+
+def _fmt(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+def assign(requests: Amounts, covered: Sequence[str], flavors: Sequence[Flavor],
+           used: Mapping[str, Amounts]) -> Assignment:
+    """The first flavor whose unused quota holds ``requests``, or Kueue's message for the first failure."""
+    wanted = {r: v for r, v in requests.items() if v > 0}
+    for resource in sorted(wanted):
+        if resource not in covered:
+            return Assignment(None, f"couldn't assign flavors to pod set main: resource {resource} unavailable "
+                                    "in ClusterQueue", fits_ever=False)
+    first_problem, ever = "", False
+    for flavor in flavors:
+        problem = ""
+        flavor_ever = True
+        for resource in sorted(wanted):
+            nominal = flavor.nominal.get(resource, Decimal(0))
+            free = nominal - used.get(flavor.name, {}).get(resource, Decimal(0))
+            if wanted[resource] > nominal:
+                flavor_ever = False
+                problem = problem or (f"insufficient quota for {resource} in flavor {flavor.name}, request > "
+                                      f"maximum capacity ({_fmt(wanted[resource])} > {_fmt(nominal)})")
+            elif wanted[resource] > free:
+                problem = problem or (f"insufficient unused quota for {resource} in flavor {flavor.name}, "
+                                      f"{_fmt(wanted[resource] - free)} more needed")
+        if not problem:
+            return Assignment(flavor.name)
+        ever = ever or flavor_ever
+        first_problem = first_problem or problem
+    return Assignment(None, f"couldn't assign flavors to pod set main: {first_problem or 'no flavors'}",
+                      fits_ever=ever)
+
+
+def add(into: dict[str, dict[str, Decimal]], flavor: str, amounts: Amounts, sign: int = 1) -> None:
+    """Add (or with ``sign=-1`` remove) ``amounts`` to a flavor's usage."""
+    bucket = into.setdefault(flavor, {})
+    for resource, value in amounts.items():
+        bucket[resource] = bucket.get(resource, Decimal(0)) + sign * value
+
+
+def decay(elapsed: float, half_life: float) -> float:
+    """The weight old usage keeps after ``elapsed`` seconds (Kueue's 0.5^(elapsed/halfLife))."""
+    return 0.0 if half_life <= 0 else math.pow(0.5, max(elapsed, 0.0) / half_life)
+
+
+def decayed(consumed: Mapping[str, float], current: Mapping[str, float], elapsed: float,
+            half_life: float) -> dict[str, float]:
+    """``CalculateDecayedConsumed``: old consumption decays, the current usage fills in the rest."""
+    keep = decay(elapsed, half_life)
+    keys = set(consumed) | set(current)
+    return {k: consumed.get(k, 0.0) * keep + current.get(k, 0.0) * (1 - keep) for k in sorted(keys)}
+
+
+def entry_penalty(requests: Amounts, sampling: float, half_life: float) -> dict[str, float]:
+    """``CalculateEntryPenalty``: what an admission adds to its LocalQueue's usage before the next sample."""
+    alpha = 1 - decay(sampling, half_life)
+    return {r: float(v) * alpha for r, v in requests.items()}
+
+
+def usage_value(consumed: Mapping[str, float], weights: Mapping[str, float] | None = None,
+                lq_weight: float = 1.0) -> float:
+    """``CalculateUsage``: the weighted sum of consumed resources over the LocalQueue's weight."""
+    if lq_weight <= 0:
+        return math.inf
+    return sum((weights or {}).get(r, 1.0) * v for r, v in consumed.items()) / lq_weight

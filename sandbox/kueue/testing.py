@@ -1,0 +1,32 @@
+"""An origin with Liqo donors and Kueue, for tests of code that queues through Kueue::
+
+    with running_kueue_origin(tmp_path, donors=2, crds=[LIQO_CRDS, KUEUE_CRDS]) as (origin, kueue):
+        core = kubernetes.client.CoreV1Api(origin.sandbox.api_client())
+
+``kueue.controller.queue_order`` is what the visibility API serves. Pods really run (the origin's
+scheduler and kubelet); Kueue's plugin goes after the origin's, as its controller needs the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .. import liqo
+from ..origin import LiqoOrigin, OriginOptions, RunningOrigin
+from ..testing import running_sandbox
+from . import Kueue, KueueOptions
+
+
+@contextmanager
+def running_kueue_origin(workdir: Path, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4,
+                         gpu_model: str = "A100", crds: Sequence[Path] = (),
+                         kueue: KueueOptions | None = None, **options: Any) -> Iterator[tuple[RunningOrigin, Kueue]]:
+    """An origin with ``donors`` Liqo donors and Kueue, served from a background thread for the block."""
+    donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
+    origin = LiqoOrigin(OriginOptions(workdir / "state", donor_list, **options))
+    plugin = Kueue(kueue or KueueOptions())
+    with running_sandbox(workdir, crds=list(crds), plugins=[origin.plugin, plugin.plugin]) as sandbox:
+        yield RunningOrigin(sandbox, origin), plugin

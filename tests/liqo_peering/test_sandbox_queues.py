@@ -1,0 +1,194 @@
+"""``gpu-offload queues sync`` and ``queues`` through the official client against the sandbox origin, with
+Kueue's real CRDs installed through the API (as installing Kueue would register them).
+
+The sandbox serves the Kueue kinds with their schemas; nothing here needs Kueue's admission behaviour.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import kubernetes
+import pytest
+import yaml
+from gpu_offload.liqo_peering.queue_client import KueueClient
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.fixtures import install_crds, origin_fixture
+
+from gpu_offload.cli import main
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"),
+          liqo.Donor("donor-3", 2, "T4", "0.30"))
+origin = origin_fixture(SHARED / "liqo-crds", donors=DONORS)
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+@pytest.fixture(scope="module")
+def api_client(origin):
+    client = origin.sandbox.api_client()
+    install_crds(client, SHARED / "kueue-crds")
+    yield client
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def kubeconfig(origin, api_client, monkeypatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
+
+
+@pytest.fixture()
+def user_namespace(api_client):
+    core = kubernetes.client.CoreV1Api(api_client)
+    name = f"jhub-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    yield name
+    core.delete_namespace(name)
+
+
+def _get(api_client, plural: str, name: str, namespace: str | None = None) -> dict:
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    if namespace:
+        return custom.get_namespaced_custom_object(*KUEUE, namespace, plural, name)
+    return custom.get_cluster_custom_object(*KUEUE, plural, name)
+
+
+def _gpu_quota(api_client) -> dict[str, str]:
+    queue = _get(api_client, "clusterqueues", "gpu-offload")
+    return {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]}["nvidia.com/gpu"]
+            for g in queue["spec"]["resourceGroups"] for f in g["flavors"]}
+
+
+def _versions(api_client) -> dict[str, str]:
+    client = KueueClient(api_client)
+    return {f"{kind}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}": o["metadata"]["resourceVersion"]
+            for kind in ("ResourceFlavor", "ClusterQueue", "WorkloadPriorityClass", "LocalQueue")
+            for o in client.list(kind)}
+
+
+def test_sync_creates_the_pool_and_a_second_sync_writes_nothing(api_client, user_namespace, capsys) -> None:
+    assert main(["queues", "sync", "--namespace", user_namespace]) == 0
+    out = capsys.readouterr().out
+    assert "create ClusterQueue gpu-offload: quota gpuo-donor-3-t4 2 GPU, gpuo-donor-2-l4 8 GPU" in out
+    assert f"create LocalQueue {user_namespace}/gpu-offload" in out
+    flavor = _get(api_client, "resourceflavors", "gpuo-donor-1-a100")
+    assert flavor["spec"]["nodeLabels"] == {"liqo.io/remote-cluster-id": "donor-1", "gpu-offload.io/gpu-model": "A100"}
+    # cheapest first, each flavor's quota what the donor granted
+    assert list(_gpu_quota(api_client).items()) == [("gpuo-donor-3-t4", "2"), ("gpuo-donor-2-l4", "8"),
+                                                     ("gpuo-donor-1-a100", "4")]
+    assert _get(api_client, "localqueues", "gpu-offload", user_namespace)["spec"] == {"clusterQueue": "gpu-offload"}
+    assert _get(api_client, "workloadpriorityclasses", "batch")["value"] == 100
+
+    before = _versions(api_client)
+    assert main(["queues", "sync", "--namespace", user_namespace]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to change"
+    assert _versions(api_client) == before  # no object was written
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(origin, api_client, capsys) -> None:
+    assert main(["queues", "sync"]) == 0
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.patch_node("donor-2-gpu", {"spec": {"unschedulable": True}})
+    try:
+        capsys.readouterr()
+        before = _versions(api_client)
+        assert main(["queues", "sync", "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert "would patch ClusterQueue gpu-offload: quota gpuo-donor-3-t4 2 GPU, gpuo-donor-2-l4 0 GPU" in out
+        assert _versions(api_client) == before
+        assert _gpu_quota(api_client)["gpuo-donor-2-l4"] == "8"
+    finally:
+        core.patch_node("donor-2-gpu", {"spec": {"unschedulable": False}})
+
+
+def test_a_cordoned_donors_quota_drops_to_zero_and_comes_back(api_client, capsys) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    assert main(["queues", "sync"]) == 0
+    core.patch_node("donor-1-gpu", {"spec": {"unschedulable": True}})
+    try:
+        assert main(["queues", "sync"]) == 0
+        assert _gpu_quota(api_client) == {"gpuo-donor-3-t4": "2", "gpuo-donor-2-l4": "8", "gpuo-donor-1-a100": "0"}
+        flavor = _get(api_client, "clusterqueues", "gpu-offload")["spec"]["resourceGroups"][0]["flavors"][2]
+        assert {r["name"]: r["nominalQuota"] for r in flavor["resources"]} == {
+            "cpu": "0", "memory": "0", "nvidia.com/gpu": "0"}
+    finally:
+        core.patch_node("donor-1-gpu", {"spec": {"unschedulable": False}})
+    assert main(["queues", "sync"]) == 0
+    assert _gpu_quota(api_client)["gpuo-donor-1-a100"] == "4"
+
+
+def test_queues_shows_the_pool(api_client, user_namespace, capsys) -> None:
+    assert main(["queues", "sync", "--namespace", user_namespace]) == 0
+    capsys.readouterr()
+    assert main(["queues"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "ClusterQueue gpu-offload: 0 pending, 0 reserving, 0 admitted"
+    assert lines[1].split() == ["FLAVOR", "CLUSTER", "MODEL", "GPUS", "GPUS", "USED", "CPU", "MEMORY"]
+    assert lines[2].split()[:4] == ["gpuo-donor-3-t4", "donor-3", "T4", "2"]
+    assert f"{user_namespace}/gpu-offload" in out
+    assert "priority classes: interactive (1000), batch (100)" in out
+
+
+def test_a_namespace_the_queue_does_not_admit_from_is_named_with_the_fix(api_client, capsys) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        assert main(["queues", "sync", "--namespace", name]) == 0
+        assert f"kubectl label namespace {name} gpu-offload.io/user-namespace=true" in capsys.readouterr().out
+    finally:
+        core.delete_namespace(name)
+
+
+def test_an_object_of_our_name_made_by_someone_else_is_left_alone(api_client, capsys, tmp_path) -> None:
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    custom.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "urgent"},
+        "value": 7})
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"queueing": {"kueue": {"priorityClasses": [
+        {"name": "urgent", "value": 5000}, {"name": "interactive", "value": 1000}]}}}))
+    try:
+        assert main(["queues", "--config", str(config), "sync"]) == 1
+        out = capsys.readouterr().out
+        assert main(["queues", "sync", "--config", str(config), "--dry-run"]) == 1  # either place works
+        assert "conflict: WorkloadPriorityClass urgent" in capsys.readouterr().out
+        assert "conflict: WorkloadPriorityClass urgent exists and is not managed by gpu-offload" in out
+        assert _get(api_client, "workloadpriorityclasses", "urgent")["value"] == 7
+        assert "delete WorkloadPriorityClass batch" in out  # ours, no longer configured
+    finally:
+        custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", "urgent")
+        main(["queues", "sync"])
+
+
+def test_a_removed_donors_flavor_goes_after_the_queue_stops_naming_it(api_client, capsys) -> None:
+    assert main(["queues", "sync"]) == 0
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    core = kubernetes.client.CoreV1Api(api_client)
+    # what unpeering leaves: no ForeignCluster, VirtualNode or Node of donor-3
+    custom.delete_namespaced_custom_object("offloading.liqo.io", "v1beta1", "liqo-tenant-donor-3", "virtualnodes",
+                                           "donor-3-gpu")
+    custom.delete_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", "donor-3")
+    core.delete_node("donor-3-gpu")
+    capsys.readouterr()
+    assert main(["queues", "sync"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["patch ClusterQueue gpu-offload: quota gpuo-donor-2-l4 8 GPU, gpuo-donor-1-a100 4 GPU",
+                   "delete ResourceFlavor gpuo-donor-3-t4: no longer in the pool"]
+    assert list(_gpu_quota(api_client)) == ["gpuo-donor-2-l4", "gpuo-donor-1-a100"]
+    with pytest.raises(kubernetes.client.ApiException) as gone:
+        _get(api_client, "resourceflavors", "gpuo-donor-3-t4")
+    assert gone.value.status == 404
+
+
+def test_without_kueue_the_sync_says_to_install_it(origin, api_client, capsys) -> None:
+    # a second, bare sandbox origin would cost seconds; a missing API is a 404 on the list, as here
+    rule = origin.faults.api_error("^/apis/kueue.x-k8s.io/v1beta2/resourceflavors", status=404)
+    try:
+        assert main(["queues", "sync"]) == 1
+    finally:
+        origin.sandbox.api.faults.remove(rule)
+    assert "install Kueue (docs/queueing.md)" in capsys.readouterr().err

@@ -1,0 +1,53 @@
+"""Pure decisions of the emulated Kueue: flavor assignment and its messages, victims of preemption,
+Admission Fair Sharing's decay and the queue order it gives."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from gpu_offload.sandbox.kueue.preemption import Admitted, victims
+from gpu_offload.sandbox.kueue.scheduler import Entry, Flavor, assign, decayed, entry_penalty, order
+
+GPU = "nvidia.com/gpu"
+A, B = Flavor("a", {GPU: Decimal(2)}), Flavor("b", {GPU: Decimal(4)})
+
+
+def test_first_flavor_with_room_wins_and_messages_say_why_not():
+    assert assign({GPU: Decimal(2)}, [GPU], [A, B], {}).flavor == "a"
+    assert assign({GPU: Decimal(2)}, [GPU], [A, B], {"a": {GPU: Decimal(1)}}).flavor == "b"
+    full = assign({GPU: Decimal(3)}, [GPU], [A, B], {"b": {GPU: Decimal(2)}})
+    assert full.flavor is None and full.fits_ever
+    assert full.message == ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
+                            "flavor a, request > maximum capacity (3 > 2)")
+    busy = assign({GPU: Decimal(1)}, [GPU], [A], {"a": {GPU: Decimal(2)}})
+    assert busy.message.endswith("insufficient unused quota for nvidia.com/gpu in flavor a, 1 more needed")
+    uncovered = assign({GPU: Decimal(1), "cpu": Decimal(1)}, [GPU], [A], {})
+    assert not uncovered.fits_ever and "resource cpu unavailable in ClusterQueue" in uncovered.message
+    never = assign({GPU: Decimal(5)}, [GPU], [A, B], {})
+    assert (full.reason, busy.reason, never.reason, uncovered.reason) == (
+        "WaitingForQuota", "WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor")
+
+
+def test_victims_are_lowest_priority_then_newest_and_no_more_than_needed():
+    admitted = [Admitted("n", "old-low", 1, "a", {GPU: Decimal(1)}, "2026-01-01T00:00:01Z"),
+                Admitted("n", "new-low", 1, "a", {GPU: Decimal(1)}, "2026-01-01T00:00:02Z"),
+                Admitted("n", "mid", 5, "b", {GPU: Decimal(4)}, "2026-01-01T00:00:00Z")]
+    used = {"a": {GPU: Decimal(2)}, "b": {GPU: Decimal(4)}}
+    flavor, chosen = victims({GPU: Decimal(1)}, 10, [A, B], admitted, used)
+    assert (flavor, [v.name for v in chosen]) == ("a", ["new-low"])
+    assert victims({GPU: Decimal(1)}, 1, [A, B], admitted, used) is None  # equal priority is never preempted
+    flavor, chosen = victims({GPU: Decimal(3)}, 10, [A, B], admitted, used)
+    assert (flavor, [v.name for v in chosen]) == ("b", ["mid"])
+
+
+def test_usage_halves_after_a_half_life_and_admissions_count_at_once():
+    assert decayed({GPU: 8.0}, {}, 600, 600) == {GPU: 4.0}
+    assert decayed({}, {GPU: 2.0}, 600, 600) == {GPU: 1.0}
+    assert entry_penalty({GPU: Decimal(4)}, 300, 300) == {GPU: 2.0}
+
+
+def test_fair_sharing_orders_by_queue_usage_before_priority():
+    heavy = Entry("ann", "w1", "q", 100, "2026-01-01T00:00:00Z", arrival=0)
+    light = Entry("bob", "w2", "q", 0, "2026-01-01T00:00:09Z", arrival=1)
+    assert order([heavy, light]) == [heavy, light]  # without AFS: priority first
+    assert order([heavy, light], {"ann/q": 3.0, "bob/q": 0.5}) == [light, heavy]

@@ -1,0 +1,41 @@
+"""The hosts file a pod gets: which names reach which address, from which namespace (pure builder)."""
+
+from __future__ import annotations
+
+from gpu_offload.sandbox import podnames
+
+READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+def _pod(name: str, ns: str, ip: str, ready: bool = True, **spec) -> dict:
+    status = {**READY, "podIP": ip} if ready else {"phase": "Pending", "podIP": ip}
+    return {"metadata": {"name": name, "namespace": ns, "labels": {"app": "db"}}, "spec": spec, "status": status}
+
+
+def _svc(name: str, ns: str, cluster_ip: str) -> dict:
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"clusterIP": cluster_ip, "selector": {"app": "db"}}}
+
+
+def _lines(text: str) -> dict[str, str]:
+    return {name: line.split("\t")[0] for line in text.splitlines() if not line.startswith("#")
+            for name in line.split("\t")[1].split()}
+
+
+def test_short_names_only_from_the_services_namespace_and_only_ready_endpoints():
+    pods = [_pod("db-0", "data", "10.200.0.5", hostname="db-0", subdomain="db"),
+            _pod("db-1", "data", "10.200.0.6", ready=False, hostname="db-1", subdomain="db")]
+    table = podnames.entries([_svc("api", "data", "10.96.0.20"), _svc("db", "data", "None")], pods)
+    same = _lines(podnames.hosts_file(_pod("client", "data", "10.200.0.9"), "10.200.0.9", table))
+    other = _lines(podnames.hosts_file(_pod("client", "web", "10.200.0.8"), "10.200.0.8", table))
+    assert same["api"] == same["api.data"] == same["api.data.svc.cluster.local"] == "10.96.0.20"
+    assert same["db"] == same["db-0.db"] == same["db-0.db.data.svc.cluster.local"] == "10.200.0.5"
+    assert "db-1.db" not in same and "db-1.db.data.svc.cluster.local" not in same  # not ready: not published
+    assert "api" not in other and "db-0.db" not in other and other["api.data"] == "10.96.0.20"
+    assert other["client"] == "10.200.0.8" and other["ip6-localhost"] == "::1"
+
+
+def test_a_pod_with_a_subdomain_names_itself_as_a_kubelet_does():
+    pod = _pod("web-0", "team", "10.200.0.7", hostname="web-0", subdomain="web")
+    text = podnames.hosts_file(pod, "10.200.0.7", [])
+    assert "10.200.0.7\tweb-0.web.team.svc.cluster.local\tweb-0\n" in text
+    assert podnames.resolv_conf("team").startswith("search team.svc.cluster.local svc.cluster.local cluster.local\n")
