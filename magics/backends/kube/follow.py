@@ -59,7 +59,10 @@ class PodFollower:
         self.events: queue.Queue[Event | Placed | PodEnded] = queue.Queue()
         self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
         self.started = threading.Event()
-        """Set once the runner container runs (or the pod ended): a session may attach then."""
+        """Set once the pod stopped waiting: its runner container runs, or it ended without running (then the
+        ``PodEnded`` follows at once)."""
+        self.running = threading.Event()
+        """Set once the runner container runs: only then may a session attach to its stdin."""
         self.resumes = 0
         self.lines = 0
         """Log lines received so far (those a resume repeats included)."""
@@ -133,14 +136,17 @@ class PodFollower:
         state: PodState | None
         try:
             state = self._until_started(pod)
-            self.started.set()
             if state.kind in (RUNNING, FINISHED):
+                self.running.set()
+                self.started.set()
                 state = self._follow_logs()
         except Exception as exc:  # noqa: BLE001 - a silent thread would leave the cell waiting forever
             state = PodState(FAILED, f"following pod {self.name} failed: {exc}", "FollowError")
-        self.started.set()
+        # the end goes into the queue before ``started`` is set, so whoever sees ``started`` without ``running``
+        # finds the reason waiting instead of attaching to a pod that never ran
         if state is not None and not self._stop.is_set():
             self.events.put(PodEnded(state))
+        self.started.set()
 
     def _until_started(self, pod: dict[str, Any]) -> PodState:
         state = pod_state(pod, self.ctx)

@@ -164,7 +164,10 @@ class SessionRun:
         if self._pending:
             return self._pending.popleft()
         follower = self.session.launched.follower
-        if self._command is not None and follower.started.is_set() and not self.session.dead:
+        # a pod that ended without running (unschedulable, deleted) is not attached to: its PodEnded is read
+        # below and may move the session
+        if (self._command is not None and follower.started.is_set() and follower.running.is_set()
+                and not self.session.dead):
             command, self._command = self._command, None
             # whatever an earlier run that was not followed to its end still sends is not this run's
             self._dropped += follower.expect_run(self._run_id)

@@ -13,8 +13,11 @@ from typing import Any
 
 import kubernetes
 import pytest
+from gpu_offload.magics.backends.base import RunRequest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.explain import MEMORY_ENV
+from gpu_offload.magics.backends.kube.explain import FAILED, MEMORY_ENV
+from gpu_offload.magics.backends.kube.follow import PodEnded
+from gpu_offload.magics.backends.kube.session import KubeSession
 from gpu_offload.magics.errors import RemoteError
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
@@ -133,6 +136,25 @@ def test_a_pinned_session_is_not_moved(kube: KubernetesBackend, origin: Any, cor
     neighbour.join()
     assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "Unschedulable", outcome.error
     assert "--cluster small" in outcome.error.evalue and not any("retrying" in n for n in sink.notices)
+
+
+def test_a_session_pod_that_never_ran_is_reported_before_anyone_may_attach_to_it(
+        kube: KubernetesBackend, origin: Any, core: Any, namespace: str) -> None:
+    # the session attaches to its pod's stdin once the follower says the pod stopped waiting; for a pod the
+    # scheduler refused, the reason must already be waiting then, or the cell reports a failed attach instead
+    neighbour = neighbour_takes_small_first(origin, core, namespace)
+    session = KubeSession("pinned", kube.launcher, RunRequest(cluster="small"))
+    try:
+        follower = session.launched.follower
+        assert follower.started.wait(60), "the follower never saw the pod stop waiting"
+        assert not follower.running.is_set()
+        ended = follower.events.get_nowait()  # the follower queued the reason before it said "started"
+        while not isinstance(ended, PodEnded):
+            ended = follower.events.get_nowait()
+        assert ended.state.kind == FAILED and "small" in ended.state.text, ended.state
+    finally:
+        neighbour.join()
+        session.close(grace=0)
 
 
 def test_an_admin_chosen_bin_pack_policy_fills_the_smaller_donor_first(api_client: Any, core: Any,
