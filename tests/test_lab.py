@@ -52,6 +52,17 @@ class Lab:
         except psutil.NoSuchProcess:
             return []
 
+    def find(self, text: str) -> psutil.Process | None:
+        """A process under the lab whose command line contains ``text`` (one that exits while being read is
+        skipped: the tree changes while it is walked)."""
+        for proc in self.descendants():
+            try:
+                if text in " ".join(proc.cmdline()):
+                    return proc
+            except psutil.Error:
+                continue
+        return None
+
     def stop(self) -> None:
         self.started = self.descendants()
         self.process.send_signal(signal.SIGINT)
@@ -115,9 +126,9 @@ def test_lab_serves_jupyterlab_on_the_sandbox_and_ctrl_c_leaves_nothing(tmp_path
         said += execute(base, kernel["id"], token, "%%gpu_offload\nprint('on a donor')")
         assert "on a donor" in said and "on virtual node donor-" in said, said
         execute(base, kernel["id"], token, "%%gpu_offload\nimport time\ntime.sleep(300)", wait=False)
-        wait_until(lambda: any("runner.pyz" in " ".join(p.cmdline()) for p in lab.descendants()),
+        wait_until(lambda: lab.find("runner.pyz"),
                    "the long cell's runner running in a sandbox pod")
-        assert any("ipykernel" in " ".join(p.cmdline()) for p in lab.descendants())
+        assert lab.find("ipykernel")
         lab.stop()
 
 
@@ -139,8 +150,7 @@ def test_lab_hub_spawns_a_user_server_set_up_for_the_sandbox_and_ctrl_c_leaves_n
         base, password = lab.until(HUB_URL).groups()
         kubeconfig = next(m.group(1) for line in lab.printed if (m := re.search(r"KUBECONFIG=(\S+)\)", line)))
         log_in_and_spawn(base, "alice", password)
-        server = wait_until(lambda: next((p for p in lab.descendants()
-                                          if "jupyterhub-singleuser" in " ".join(p.cmdline())), None),
+        server = wait_until(lambda: lab.find("jupyterhub-singleuser"),
                             "alice's server started by the local spawner")
         env = server.environ()
         assert env["GPU_OFFLOAD_NAMESPACE"] == "gpu-offload-alice" and env["GPU_OFFLOAD_BACKEND"] == "kubernetes"
