@@ -4,7 +4,8 @@ A cluster resolves these through its DNS (CoreDNS); here they are files the kube
 container's (glibc reads ``files`` before ``dns``), rewritten in place as Services and pods change:
 
 - a Service: ``svc`` (same namespace), ``svc.ns``, ``svc.ns.svc``, ``svc.ns.svc.cluster.local``, to its
-  ClusterIP, or for a headless Service (``clusterIP: None``) to the IP of each ready pod it selects;
+  ClusterIP, or for a headless Service (``clusterIP: None``) to the IP of each ready pod it selects (with
+  ``publishNotReadyAddresses``, of each pod it selects that has an IP and has not ended, ready or not);
 - a pod with ``hostname`` and ``subdomain`` naming a headless Service of its namespace:
   ``host.sub.ns.svc.cluster.local`` (and the shorter forms, as the search list would give them);
 - the pod itself, as a kubelet writes it: ``<ip> <hostname>.<subdomain>.<ns>.svc.cluster.local <hostname>``.
@@ -41,6 +42,16 @@ def ready(pod: Mapping[str, Any]) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+def published(service: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether ``service``'s endpoints (and so its DNS names) carry ``pod``'s address: a ready pod, or with
+    ``publishNotReadyAddresses`` any pod with an IP that has not ended, as the EndpointSlice controller
+    marks it ready whatever the pod's own readiness (peer discovery before readiness, a Job's rendezvous)."""
+    if not (service.get("spec") or {}).get("publishNotReadyAddresses"):
+        return ready(pod)
+    status = pod.get("status") or {}
+    return bool(status.get("podIP")) and status.get("phase") not in ("Succeeded", "Failed")
+
+
 def selects(service: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     """``service`` selects ``pod`` (same namespace, every selector label equal; no selector: none)."""
     selector = (service.get("spec") or {}).get("selector") or {}
@@ -55,7 +66,7 @@ def _forms(first: str, namespace: str) -> tuple[str, ...]:
 
 def entries(services: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[Entry]:
     """Every Service and subdomain pod name of the cluster, with their addresses."""
-    live = [p for p in pods if ready(p)]
+    candidates = [p for p in pods if (p.get("status") or {}).get("podIP")]
     out: list[Entry] = []
     for svc in services:
         name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
@@ -63,7 +74,9 @@ def entries(services: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
         if cluster_ip and cluster_ip != "None":
             out.append(Entry(cluster_ip, _forms(name, ns), ns, name))
             continue
-        for pod in live:
+        for pod in candidates:
+            if not published(svc, pod):
+                continue
             if selects(svc, pod):
                 out.append(Entry(pod["status"]["podIP"], _forms(name, ns), ns, name))
             spec = pod.get("spec") or {}

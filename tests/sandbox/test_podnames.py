@@ -39,3 +39,19 @@ def test_a_pod_with_a_subdomain_names_itself_as_a_kubelet_does():
     text = podnames.hosts_file(pod, "10.200.0.7", [])
     assert "10.200.0.7\tweb-0.web.team.svc.cluster.local\tweb-0\n" in text
     assert podnames.resolv_conf("team").startswith("search team.svc.cluster.local svc.cluster.local cluster.local\n")
+
+
+def test_a_headless_service_publishing_not_ready_addresses_names_pods_before_they_are_ready():
+    # a distributed run's ranks rendezvous at rank 0 while every pod is still starting
+    starting = _pod("job-0", "data", "10.200.0.5", ready=False, hostname="job-0", subdomain="db")
+    ended = {**_pod("job-1", "data", "10.200.0.6", hostname="job-1", subdomain="db"),
+             "status": {"phase": "Failed", "podIP": "10.200.0.6"}}
+    svc = _svc("db", "data", "None")
+    svc["spec"]["publishNotReadyAddresses"] = True
+    names = _lines(podnames.hosts_file(_pod("client", "data", "10.200.0.9"), "10.200.0.9",
+                                       podnames.entries([svc], [starting, ended])))
+    assert names["db"] == names["job-0.db"] == "10.200.0.5"
+    assert "job-1.db" not in names  # an ended pod is no endpoint, publishing or not
+    plain = _lines(podnames.hosts_file(_pod("client", "data", "10.200.0.9"), "10.200.0.9",
+                                       podnames.entries([_svc("db", "data", "None")], [starting])))
+    assert "db" not in plain

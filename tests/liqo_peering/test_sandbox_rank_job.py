@@ -1,0 +1,140 @@
+"""A distributed run's Job, Secret and Service, sent with the official client: the ranks find each other.
+
+The Job's pods run a stand-in for the runner (a zipapp in the bundle Secret, as the real one travels) that
+does what a rank does first: ``init_process_group("gloo")`` from the environment the Job gives it, then one
+``all_reduce``. Each pod is a process in its own network namespace; rank 1 reaches rank 0 through the
+headless Service's short name, resolved by the pod's hosts file as DNS would.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+import zipfile
+from pathlib import Path
+
+import kubernetes
+import pytest
+from gpu_offload.liqo_peering.client import LiqoClient
+from gpu_offload.liqo_peering.placement import PlacementRequest, place
+from gpu_offload.liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
+from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_secret, runner_selector
+from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+
+LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"),))
+
+RANK_MAIN = """import datetime, os, socket
+import torch
+import torch.distributed as dist
+rank, world = int(os.environ["PET_NODE_RANK"]), int(os.environ["PET_NNODES"])
+os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+total = torch.tensor([float(rank + 1)])
+dist.all_reduce(total)
+master = os.environ["MASTER_ADDR"]
+print(rank, world, master, socket.gethostbyname(master), int(total.item()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def zipapp(main: str) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("__main__.py", main)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def api_client(origin):
+    client = origin.sandbox.api_client()
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def offloaded(api_client):
+    core = kubernetes.client.CoreV1Api(api_client)
+    namespace = f"alice-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    yield namespace
+    core.delete_namespace(namespace)
+
+
+def launch(api_client, namespace: str, gpus: int, timeout: int | None = 600) -> tuple[RankJobSpec, dict]:
+    """Place, then create Job, Secret and Service in the order the backend will: as the Secret waits for its
+    Job's uid, the pods wait for their Secret, and rank 1 may look up rank 0's name before it exists."""
+    liqo_client = LiqoClient(api_client, request_timeout=30)
+    where = place(liqo_client.read_inventory(), PlacementRequest(gpus))
+    liqo_client.ensure_offloading(namespace, [where.cluster_id])
+    run_id = uuid.uuid4().hex[:10]
+    spec = RankJobSpec(RunnerPodSpec(run_id=run_id, namespace=namespace, image="pytorch/pytorch:2.5",
+                                     user="alice@example.org", kernel="kernel-1",
+                                     scheduling=where.scheduling_fragment(), timeout=timeout),
+                       nodes=2, procs_per_node=1, master_port=master_port(run_id))
+    job = rank_job(spec)
+    batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+    created = batch.create_namespaced_job(namespace, job)
+    core.create_namespaced_secret(namespace, runner_secret(job, created.metadata.uid, b"", zipapp(RANK_MAIN)))
+    core.create_namespaced_service(namespace, master_service(spec, created.metadata.uid))
+    return spec, job
+
+
+def test_two_pods_all_reduce_over_gloo_finding_rank_0_by_the_services_short_name(api_client, offloaded) -> None:
+    batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+    spec, job = launch(api_client, offloaded, gpus=1)
+    name = job["metadata"]["name"]
+    wait_until(lambda: _condition(batch, offloaded, name), "the rank Job to finish", timeout=600, every=0.5)
+    assert _condition(batch, offloaded, name) == "Complete"
+    pods = {p.metadata.labels["batch.kubernetes.io/job-completion-index"]: p
+            for p in core.list_namespaced_pod(offloaded, label_selector=runner_selector(run_id=spec.pod.run_id)).items}
+    assert sorted(pods) == ["0", "1"]
+    # the last line: torch warns before it on stderr that a reverse lookup failed (docs/sandbox.md, Names)
+    lines = {index: core.read_namespaced_pod_log(p.metadata.name, offloaded, _preload_content=False).data.decode()
+             .splitlines(keepends=True)[-1] for index, p in pods.items()}
+    # both ranks summed 1 + 2, and each reached rank 0 by the short name, which named pod 0's own address
+    master = f"gpuo-{spec.pod.run_id}-rank0"
+    assert lines == {index: f"{index} 2 {master} {pods['0'].status.pod_ip} 3\n" for index in ("0", "1")}
+    assert {p.spec.node_name for p in pods.values()} == {"donor-1-gpu"}
+    assert pods["0"].status.pod_ip != pods["1"].status.pod_ip
+
+
+def test_an_unschedulable_rank_is_visible_and_deleting_the_job_takes_pods_secret_and_service(api_client, offloaded):
+    batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+    # 3 GPUs per pod on a donor of 4: rank 0 starts (and waits at the rendezvous), rank 1 cannot be placed
+    spec, job = launch(api_client, offloaded, gpus=3)
+    selector = runner_selector(run_id=spec.pod.run_id)
+
+    def stuck():
+        pods = core.list_namespaced_pod(offloaded, label_selector=selector).items
+        running = [p for p in pods if p.status.phase == "Running"]
+        refused = [(p, c) for p in pods for c in p.status.conditions or []
+                   if c.type == "PodScheduled" and c.status == "False"]
+        return running and refused and (running[0], *refused[0])
+
+    running, pending, condition = wait_until(stuck, "rank 0 running and rank 1 refused by the scheduler", timeout=300)
+    assert (running.metadata.labels["batch.kubernetes.io/job-completion-index"],
+            pending.metadata.labels["batch.kubernetes.io/job-completion-index"]) == ("0", "1")
+    assert condition.reason == "Unschedulable" and "Insufficient nvidia.com/gpu" in condition.message
+    events = core.list_namespaced_event(
+        offloaded, field_selector=f"involvedObject.name={pending.metadata.name},reason=FailedScheduling").items
+    assert events and events[0].message == condition.message and events[0].type == "Warning"
+
+    name = job["metadata"]["name"]
+    assert core.list_namespaced_secret(offloaded, label_selector=selector).items
+    assert core.list_namespaced_service(offloaded, label_selector=selector).items
+    batch.delete_namespaced_job(name, offloaded, propagation_policy="Background")
+
+    def everything_gone():
+        left = [*core.list_namespaced_pod(offloaded, label_selector=selector).items,
+                *core.list_namespaced_secret(offloaded, label_selector=selector).items,
+                *core.list_namespaced_service(offloaded, label_selector=selector).items]
+        return not left
+
+    wait_until(everything_gone, "pods, Secret and Service to go with the Job", timeout=120)
+
+
+def _condition(batch, namespace: str, name: str) -> str | None:
+    conditions = batch.read_namespaced_job_status(name, namespace).status.conditions or []
+    return next((c.type for c in conditions if c.type in ("Complete", "Failed") and c.status == "True"), None)
