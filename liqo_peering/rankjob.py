@@ -113,7 +113,7 @@ def _template(spec: RankJobSpec) -> dict[str, Any]:
     # the deadline is the Job's (it ends every pod); queue labels are the Job's (Kueue admits the Job as a
     # whole; on the pods they would make Kueue's pod integration gate each one on its own)
     pod_spec.pop("activeDeadlineSeconds", None)
-    template_meta = {"labels": runner_labels(spec.pod), "annotations": dict(meta["annotations"])}
+    template_meta: dict[str, Any] = {"labels": runner_labels(spec.pod), "annotations": dict(meta["annotations"])}
     if meta.get("finalizers"):
         template_meta["finalizers"] = list(meta["finalizers"])
     container = pod_spec["containers"][0]
