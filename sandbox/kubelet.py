@@ -39,6 +39,9 @@ from .streams import StreamIO, StreamRequest
 LOG = logging.getLogger(__name__)
 Gate = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 """``gate(pod)`` -> a status to report instead of running the pod, or None to run it."""
+NameView = Callable[[dict[str, Any]], "dict[str, str] | None"]
+"""``names(pod)`` -> the namespaces the pod's cluster holds, under the names it holds them (origin name ->
+name there), when the pod runs in another cluster than the API's (a Liqo donor); None: this cluster's names."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,10 @@ class KubeletConfig:
 class Kubelet:
     """Pod workers for every bound pod, plus the attach/exec provider."""
 
-    def __init__(self, api: Api, images: Images, config: KubeletConfig, gate: Gate | None = None) -> None:
+    def __init__(self, api: Api, images: Images, config: KubeletConfig, gate: Gate | None = None,
+                 names: NameView | None = None) -> None:
         self.api = api
+        self.names = names
         self.images = images
         self.config = config
         self.state_dir = config.state_dir

@@ -81,7 +81,7 @@ class LiqoOrigin:
         self.images = Images(opts.state_dir, opts.image_map, tool_dirs=opts.tool_dirs)
         self.kubelet = Kubelet(api, self.images, KubeletConfig(opts.state_dir, opts.backoff, opts.max_backoff,
                                                                    opts.isolate),
-                               gate=liqo_controllers.offloading_gate(api))
+                               gate=liqo_controllers.offloading_gate(api), names=liqo_controllers.donor_names(api))
         self.faults = SandboxFaults(api, self.kubelet, self.images)
         self.faults.routes(server.app)
         donors = {d.cluster_id: d for d in opts.donors}

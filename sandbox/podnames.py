@@ -86,14 +86,26 @@ def entries(services: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
     return out
 
 
+def renamed(table: Iterable[Entry], namespaces: Mapping[str, str]) -> list[Entry]:
+    """The names as a cluster that holds some namespaces under other names sees them (a Liqo donor: the
+    offloaded namespace's Services are reflected into its twin there): entries of the namespaces in
+    ``namespaces`` under their new names, no others."""
+    out = []
+    for entry in table:
+        twin = namespaces.get(entry.namespace)
+        if twin is not None:
+            out.append(Entry(entry.ip, _forms(entry.short, twin), twin, entry.short))
+    return out
+
+
 def hostname(pod: Mapping[str, Any]) -> str:
     """The pod's hostname: ``spec.hostname`` or its name, at most 63 characters, as a kubelet sets it."""
     return str((pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"])[:63].rstrip("-.")
 
 
-def hosts_file(pod: Mapping[str, Any], pod_ip: str, names: Iterable[Entry]) -> str:
-    """The /etc/hosts of ``pod``."""
-    ns, host = pod["metadata"]["namespace"], hostname(pod)
+def hosts_file(pod: Mapping[str, Any], pod_ip: str, names: Iterable[Entry], namespace: str | None = None) -> str:
+    """The /etc/hosts of ``pod``, which runs in ``namespace`` (its own unless a donor renamed it)."""
+    ns, host = namespace or pod["metadata"]["namespace"], hostname(pod)
     subdomain = (pod.get("spec") or {}).get("subdomain")
     own = f"{host}.{subdomain}.{ns}.svc.{DOMAIN}\t{host}" if subdomain else host
     lines = [HEADER, f"{pod_ip}\t{own}\n"]

@@ -181,14 +181,22 @@ class PodWorker:
             return ()
         self.write_names(self.kubelet.name_table())
         resolv = self.dir / "resolv.conf"
-        resolv.write_text(podnames.resolv_conf(self.namespace))
+        resolv.write_text(podnames.resolv_conf(self._names_namespace()[0]))
         return ((str(self.dir / "hosts"), "/etc/hosts"), (str(resolv), "/etc/resolv.conf"))
+
+    def _names_namespace(self) -> tuple[str, dict[str, str] | None]:
+        # a pod offloaded to a donor runs there in its namespace's twin, and sees that cluster's names
+        twins = self.kubelet.names(self.pod) if self.kubelet.names else None
+        return (twins or {}).get(self.namespace, self.namespace), twins
 
     def write_names(self, table: list[podnames.Entry]) -> None:
         """Rewrite the pod's hosts file in place (the containers see it through their bind mount)."""
         if self.netns is None:
             return
-        text = podnames.hosts_file(self.pod, self.pod_ip, table)
+        namespace, twins = self._names_namespace()
+        if twins is not None:
+            table = podnames.renamed(table, twins)
+        text = podnames.hosts_file(self.pod, self.pod_ip, table, namespace)
         path = self.dir / "hosts"
         if not path.exists() or path.read_text() != text:
             with open(path, "r+" if path.exists() else "w") as hosts:  # same inode: the mount follows it

@@ -34,7 +34,18 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
 master = os.environ["MASTER_ADDR"]
-print(rank, world, master, socket.gethostbyname(master), int(total.item()), flush=True)
+
+
+def resolves(name):
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return "-"
+
+
+# the short name, then the origin's fully qualified name, then the one on the donor (Liqo's default mapping)
+names = [master, f"{master}.NAMESPACE.svc.cluster.local", f"{master}.NAMESPACE-origin.svc.cluster.local"]
+print(rank, world, *names[:1], *map(resolves, names), int(total.item()), flush=True)
 dist.destroy_process_group()
 """
 
@@ -76,7 +87,8 @@ def launch(api_client, namespace: str, gpus: int, timeout: int | None = 600) -> 
     job = rank_job(spec)
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
     created = batch.create_namespaced_job(namespace, job)
-    core.create_namespaced_secret(namespace, runner_secret(job, created.metadata.uid, b"", zipapp(RANK_MAIN)))
+    main = RANK_MAIN.replace("NAMESPACE", namespace)
+    core.create_namespaced_secret(namespace, runner_secret(job, created.metadata.uid, b"", zipapp(main)))
     core.create_namespaced_service(namespace, master_service(spec, created.metadata.uid))
     return spec, job
 
@@ -93,9 +105,10 @@ def test_two_pods_all_reduce_over_gloo_finding_rank_0_by_the_services_short_name
     # the last line: torch warns before it on stderr that a reverse lookup failed (docs/sandbox.md, Names)
     lines = {index: core.read_namespaced_pod_log(p.metadata.name, offloaded, _preload_content=False).data.decode()
              .splitlines(keepends=True)[-1] for index, p in pods.items()}
-    # both ranks summed 1 + 2, and each reached rank 0 by the short name, which named pod 0's own address
-    master = f"gpuo-{spec.pod.run_id}-rank0"
-    assert lines == {index: f"{index} 2 {master} {pods['0'].status.pod_ip} 3\n" for index in ("0", "1")}
+    # both ranks summed 1 + 2, and each reached rank 0 by the short name, which named pod 0's own address; the
+    # pods run on a donor, in the namespace's twin there: the origin's fully qualified name does not resolve
+    master, ip = f"gpuo-{spec.pod.run_id}-rank0", pods["0"].status.pod_ip
+    assert lines == {index: f"{index} 2 {master} {ip} - {ip} 3\n" for index in ("0", "1")}
     assert {p.spec.node_name for p in pods.values()} == {"donor-1-gpu"}
     assert pods["0"].status.pod_ip != pods["1"].status.pod_ip
 

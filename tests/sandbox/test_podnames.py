@@ -55,3 +55,27 @@ def test_a_headless_service_publishing_not_ready_addresses_names_pods_before_the
     plain = _lines(podnames.hosts_file(_pod("client", "data", "10.200.0.9"), "10.200.0.9",
                                        podnames.entries([_svc("db", "data", "None")], [starting])))
     assert "db" not in plain
+
+
+def test_a_pod_on_a_donor_sees_the_offloaded_namespaces_under_their_twins_names():
+    # Liqo reflects an offloaded namespace's Services into its twin on the donor (<ns>-origin by default):
+    # there the short name and the twin's names resolve, the origin's fully qualified ones do not
+    from gpu_offload.sandbox.offloading import donor_namespaces
+
+    node = {"metadata": {"name": "donor-1-gpu", "labels": {"liqo.io/type": "virtual-node",
+                                                            "liqo.io/remote-cluster-id": "donor-1"}}}
+    offloadings = [{"metadata": {"name": "offloading", "namespace": "data"}, "spec": {}},
+                   {"metadata": {"name": "offloading", "namespace": "kept"},
+                    "spec": {"namespaceMappingStrategy": "EnforceSameName"}},
+                   {"metadata": {"name": "offloading", "namespace": "elsewhere"}, "spec": {"clusterSelector": {
+                       "nodeSelectorTerms": [{"matchExpressions": [{"key": "liqo.io/remote-cluster-id",
+                                                                    "operator": "In", "values": ["donor-2"]}]}]}}}]
+    twins = donor_namespaces(offloadings, node)
+    assert twins == {"data": "data-origin", "kept": "kept"}
+    table = podnames.entries([_svc("db", "data", "None"), _svc("web", "elsewhere", "10.96.0.7")],
+                             [_pod("db-0", "data", "10.200.0.5")])
+    names = _lines(podnames.hosts_file(_pod("rank", "data", "10.200.0.9"), "10.200.0.9",
+                                       podnames.renamed(table, twins), "data-origin"))
+    assert names["db"] == names["db.data-origin.svc.cluster.local"] == "10.200.0.5"
+    assert "db.data.svc.cluster.local" not in names and "web.elsewhere" not in names
+    assert podnames.resolv_conf("data-origin").startswith("search data-origin.svc.cluster.local ")
