@@ -19,11 +19,17 @@ from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_secret, runner_selector
-from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox import liqo, process
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.kueue import Kueue, KueueOptions
+from gpu_offload.sandbox.origin import LiqoOrigin, OriginOptions
+from gpu_offload.sandbox.testing import running_sandbox
 
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
-origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"),))
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+LIQO_CRDS = SHARED / "liqo-crds"
+DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"),)
+origin = origin_fixture(LIQO_CRDS, donors=DONORS)
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 RANK_MAIN = """import datetime, os, socket
 import torch
@@ -73,7 +79,8 @@ def offloaded(api_client):
     core.delete_namespace(namespace)
 
 
-def launch(api_client, namespace: str, gpus: int, timeout: int | None = 600) -> tuple[RankJobSpec, dict]:
+def launch(api_client, namespace: str, gpus: int, timeout: int | None = 600,
+           queue: str | None = None) -> tuple[RankJobSpec, dict]:
     """Place, then create Job, Secret and Service in the order the backend will: as the Secret waits for its
     Job's uid, the pods wait for their Secret, and rank 1 may look up rank 0's name before it exists."""
     liqo_client = LiqoClient(api_client, request_timeout=30)
@@ -82,7 +89,7 @@ def launch(api_client, namespace: str, gpus: int, timeout: int | None = 600) -> 
     run_id = uuid.uuid4().hex[:10]
     spec = RankJobSpec(RunnerPodSpec(run_id=run_id, namespace=namespace, image="pytorch/pytorch:2.5",
                                      user="alice@example.org", kernel="kernel-1",
-                                     scheduling=where.scheduling_fragment(), timeout=timeout),
+                                     scheduling=where.scheduling_fragment(), timeout=timeout, queue=queue),
                        nodes=2, procs_per_node=1, master_port=master_port(run_id))
     job = rank_job(spec)
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
@@ -151,3 +158,69 @@ def test_an_unschedulable_rank_is_visible_and_deleting_the_job_takes_pods_secret
 def _condition(batch, namespace: str, name: str) -> str | None:
     conditions = batch.read_namespaced_job_status(name, namespace).status.conditions or []
     return next((c.type for c in conditions if c.type in ("Complete", "Failed") and c.status == "True"), None)
+
+
+@pytest.fixture(scope="module")
+def queued_client(tmp_path_factory):
+    """An origin with Kueue: a ClusterQueue of 3 GPUs on donor-1's flavor, for LocalQueues named ``q``."""
+    workdir = tmp_path_factory.mktemp("queued-origin")
+    liqo_origin = LiqoOrigin(OriginOptions(workdir / "state", DONORS))
+    with running_sandbox(workdir, crds=[LIQO_CRDS, SHARED / "kueue-crds"],
+                         plugins=[liqo_origin.plugin, Kueue(KueueOptions()).plugin]) as sandbox:
+        client = sandbox.api_client()
+        custom = kubernetes.client.CustomObjectsApi(client)
+        custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "donor-1"},
+            "spec": {"nodeLabels": {"liqo.io/remote-cluster-id": "donor-1"}}})
+        custom.create_cluster_custom_object(*KUEUE, "clusterqueues", {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "pool"},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "donor-1", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 3}]}]}]}})
+        yield client
+        client.close()
+    assert not process.live_processes(), "sandbox container processes still alive after shutdown"
+
+
+@pytest.fixture()
+def queued_namespace(queued_client):
+    core = kubernetes.client.CoreV1Api(queued_client)
+    namespace = f"bob-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    kubernetes.client.CustomObjectsApi(queued_client).create_namespaced_custom_object(
+        *KUEUE, namespace, "localqueues", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                                           "metadata": {"name": "q"}, "spec": {"clusterQueue": "pool"}})
+    yield namespace
+    core.delete_namespace(namespace)
+
+
+def test_kueue_admits_the_ranks_as_one_unit_or_none_of_them(queued_client, queued_namespace) -> None:
+    batch, core = kubernetes.client.BatchV1Api(queued_client), kubernetes.client.CoreV1Api(queued_client)
+    custom = kubernetes.client.CustomObjectsApi(queued_client)
+
+    def workload(job: dict) -> dict | None:
+        return next((w for w in custom.list_namespaced_custom_object(*KUEUE, queued_namespace, "workloads")["items"]
+                     if any(r["name"] == job["metadata"]["name"] for r in w["metadata"].get("ownerReferences") or [])),
+                    None)
+
+    def pending(w: dict | None) -> bool:
+        return w is not None and any(c["type"] == "QuotaReserved" and c["status"] == "False"
+                                     for c in w.get("status", {}).get("conditions") or [])
+
+    # 2 pods x 2 GPUs against a quota of 3: one pod would fit, but the Job is one Workload and waits whole
+    big, big_job = launch(queued_client, queued_namespace, gpus=2, queue="q")
+    held = wait_until(lambda: (w := workload(big_job)) and pending(w) and w, "Kueue to hold the 4-GPU Job")
+    assert [(p["name"], p["count"]) for p in held["spec"]["podSets"]] == [("main", 2)]
+    assert batch.read_namespaced_job(big_job["metadata"]["name"], queued_namespace).spec.suspend is True
+    selector = runner_selector(run_id=big.pod.run_id)
+    assert core.list_namespaced_pod(queued_namespace, label_selector=selector).items == []
+
+    # 2 pods x 1 GPU fit: admitted together, unsuspended, and the ranks run to the end
+    small, small_job = launch(queued_client, queued_namespace, gpus=1, queue="q")
+    name = small_job["metadata"]["name"]
+    wait_until(lambda: _condition(batch, queued_namespace, name), "the admitted rank Job to finish", timeout=600,
+               every=0.5)
+    assert _condition(batch, queued_namespace, name) == "Complete"
+    pods = core.list_namespaced_pod(queued_namespace, label_selector=runner_selector(run_id=small.pod.run_id)).items
+    assert sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1"]
+    assert all(p.spec.node_selector == {"liqo.io/remote-cluster-id": "donor-1"} for p in pods)  # Kueue's flavor
+    assert pending(workload(big_job))  # still whole, still waiting
