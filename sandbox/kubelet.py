@@ -29,6 +29,7 @@ from .images import Images
 from .isolation import can_isolate
 from .launch import Launch
 from .patching import MERGE
+from .poddns import PodResolvers
 from .podfiles import Lookup
 from .podnet import PodNetwork
 from .podworker import COMPONENT, PodWorker
@@ -78,6 +79,7 @@ class Kubelet:
             LOG.warning("sandbox: not root, so containers run as this user (%s) whatever their runAsUser, in "
                         "the host's process table", getpass.getuser())
         self.network = PodNetwork.for_this_machine(self.isolating)
+        self.resolvers = PodResolvers()
         self._said: set[str] = set()
         self._services = api.type("", "v1", "services")
         self._names_pending = False
@@ -217,6 +219,12 @@ class Kubelet:
         pod_ip, netns = (host_ip, None) if pod["spec"].get("hostNetwork") else self.network.attach(meta["uid"])
         worker = PodWorker(self, dict(pod), pod_ip, host_ip)
         worker.netns = netns
+        if netns is not None:
+            try:
+                self.resolvers.open(meta["uid"], netns)
+            except OSError as exc:  # names still resolve from the hosts file; others fail slower
+                self.say_once(f"sandbox: no nameserver in pod network namespaces ({exc}): a name the hosts file "
+                              "lacks says 'try again' instead of 'no such name'")
         self.workers[(meta["namespace"], meta["name"])] = worker
         worker.task = asyncio.ensure_future(self._run(worker))
 
@@ -249,6 +257,7 @@ class Kubelet:
             proc.signal_group(9)
         if worker.task is not None:
             worker.task.cancel()
+        self.resolvers.close(worker.uid)
         self.network.detach(worker.uid)
         shutil.rmtree(worker.dir, ignore_errors=True)
 
@@ -267,6 +276,7 @@ class Kubelet:
         await asyncio.gather(*(w.task for w in workers if w.task), return_exceptions=True)
         if self.proxy is not None:
             self.proxy.close()
+        self.resolvers.close_all()
         self.network.close()
 
     # ---- attach, exec and port-forward ---------------------------------------------------------

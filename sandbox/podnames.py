@@ -11,8 +11,9 @@ container's (glibc reads ``files`` before ``dns``), rewritten in place as Servic
 - the pod itself, as a kubelet writes it: ``<ip> <hostname>.<subdomain>.<ns>.svc.cluster.local <hostname>``.
 
 A hosts file has no search list, so each short form is written out. resolv.conf names the search list a
-kubelet gives and a nameserver on the pod's own loopback, where nothing answers: a name that is not in the
-hosts file fails at once instead of waiting for a DNS server the pod cannot reach.
+kubelet gives and a nameserver on the pod's own loopback that answers "no such name" to everything
+(``poddns.py``): a name that is not in the hosts file fails at once, as a cluster's DNS says of a name it
+does not hold.
 """
 
 from __future__ import annotations

@@ -79,3 +79,16 @@ def test_a_pod_on_a_donor_sees_the_offloaded_namespaces_under_their_twins_names(
     assert names["db"] == names["db.data-origin.svc.cluster.local"] == "10.200.0.5"
     assert "db.data.svc.cluster.local" not in names and "web.elsewhere" not in names
     assert podnames.resolv_conf("data-origin").startswith("search data-origin.svc.cluster.local ")
+
+
+def test_the_pods_nameserver_says_no_such_name_to_every_question():
+    from gpu_offload.sandbox.poddns import reply
+
+    # "rank0.svc" type PTR: id 0x1234, RD set
+    question = b"\x05rank0\x03svc\x00" + b"\x00\x0c\x00\x01"
+    query = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + question
+    answer = reply(query)
+    assert answer == b"\x12\x34\x85\x83\x00\x01\x00\x00\x00\x00\x00\x00" + question  # QR AA RD RA, NXDOMAIN
+    assert reply(answer) is None  # a response is never answered
+    assert reply(b"\x00\x01") is None
+    assert reply(query[:12] + b"\x05ran")[2:4] == b"\x85\x81"  # a question cut short: FORMERR
