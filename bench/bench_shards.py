@@ -7,9 +7,10 @@ all-reduces the gradients, as DDP does, and both ranks step their optimizer. A s
 each rank from the start of its compute to the end of the optimizer step (so it includes the wait for the
 other rank in the all-reduce); the table shows rank 0's.
 
-Modes: ``equal`` gives each rank half the batch; ``proportional`` times ``--calibrate`` equal steps with
-``StepTimer``, calls ``shard_sizes`` once, and uses those shares (with ``loss_weight`` so the averaged
-gradient stays the full batch's).
+Modes: ``equal`` gives each rank half the batch; ``proportional`` uses the shares ``shard_sizes`` gave once
+from ``--calibrate`` equal steps timed with ``StepTimer`` (with ``loss_weight`` so the averaged gradient
+stays the full batch's). After the calibration the two modes alternate step by step, so a change of the
+machine's load (other sessions share its 2 cores) falls on both alike.
 
     .venv/bin/python bench/bench_shards.py [--steps 60] [--slow 3] [--batch 1024]
 """
@@ -66,17 +67,19 @@ def step(sizes, timer=None):
 
 
 equal = [batch // world + (1 if r < batch % world else 0) for r in range(world)]
-out = {}
+out = {"equal": [], "proportional": []}
 for _ in range(warmup):
     step(equal)
-out["equal"] = [step(equal) for _ in range(steps)]
 timer = StepTimer()
 for _ in range(calibrate):
     step(equal, timer)
 sizes = shard_sizes(batch, timer.seconds_per_item)
 out["sizes"] = sizes
 out["seconds_per_item"] = timer.seconds_per_item
-out["proportional"] = [step(sizes) for _ in range(steps)]
+# the modes alternate step by step: the machine's load changes by the second, and both modes share it
+for _ in range(steps):
+    out["equal"].append(step(equal))
+    out["proportional"].append(step(sizes))
 print(json.dumps(out), flush=True)
 dist.destroy_process_group()
 """
@@ -107,7 +110,7 @@ def _ms(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--calibrate", type=int, default=10)
+    parser.add_argument("--calibrate", type=int, default=30)
     parser.add_argument("--slow", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--warmup", type=int, default=5)
@@ -126,7 +129,10 @@ def main() -> None:
         print(f"| {mode} | {sizes[0]}, {sizes[1]} | {statistics.median(times) * 1000:.1f} | {_ms(times, 0.9):.1f} | "
               f"{min(times) * 1000:.1f} |")
     ratio = statistics.median(ranks[0]["equal"]) / statistics.median(ranks[0]["proportional"])
-    print(f"\nequal / proportional step time (medians): {ratio:.2f}x; run took {time.perf_counter() - began:.0f} s")
+    # with compute only (no all-reduce, no optimizer step): equal waits for slow * B/2, proportional for
+    # slow * B/(slow + 1) on both ranks
+    print(f"\nequal / proportional step time (medians): {ratio:.2f}x (compute alone would give "
+          f"{(args.slow + 1) / 2:.2f}x); run took {time.perf_counter() - began:.0f} s")
 
 
 if __name__ == "__main__":
