@@ -380,3 +380,27 @@ def test_with_queueing_on_a_users_server_may_only_create_pods_that_wait_in_its_q
     # queueing off: the labels are not asked for
     servers = kit.find(kit.render(), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
     assert admit(servers, _request("pods", runner_pod()), runner_pod(), ALICE) == (True, "")
+
+
+def _rank_objects(**pod: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    from gpu_offload.liqo_peering.rankjob import RankJobSpec, master_service, rank_job
+    from gpu_offload.liqo_peering.specs import RunnerPodSpec
+
+    spec = RankJobSpec(RunnerPodSpec(run_id="r1", namespace="jhub-alice", image="python:3.11-slim", user="alice",
+                                     kernel="k1", scheduling={"resources": {"limits": {"nvidia.com/gpu": 1}}}, **pod),
+                       nodes=2, procs_per_node=1, master_port=23456)
+    return rank_job(spec), master_service(spec, "job-uid")
+
+
+def test_the_job_and_service_of_a_distributed_run_are_admitted_and_queue_with_kueue(
+        kit: Any, servers: dict[str, Any]) -> None:
+    job, service = _rank_objects()
+    assert admit(servers, _request("jobs", job), job, ALICE) == (True, "")
+    assert admit(servers, _request("services", service), service, ALICE) == (True, "")
+    queued = kit.find(kit.render({"queueing": {"kueue": {"enabled": True, "localQueue": "gpus"}}}),
+                      "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    waiting, _ = _rank_objects(queue="gpus", priority_class="batch")
+    assert admit(queued, _request("jobs", waiting), waiting, ALICE) == (True, "")
+    # a Job without the queue label would run its pods past Kueue (they are the job controller's, not judged)
+    allowed, message = admit(queued, _request("jobs", job), job, ALICE)
+    assert not allowed and "pods and Jobs that wait in its LocalQueue" in message

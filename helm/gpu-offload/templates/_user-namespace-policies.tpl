@@ -5,8 +5,9 @@ Two policies on user namespaces, rendered by admission-policy.yaml:
 2. What the users' server accounts may create there: the shapes the project creates (runner pods, and the
    Jobs and headless Services distributed runs need), none of the escapes Pod Security's baseline level
    also forbids, and images from offload.allowedImages when it lists any; with queueing.kueue on, only pods
-   that wait in the namespace's LocalQueue with a configured priority class (a pod without the queue label
-   would take GPUs past Kueue, and nothing else limits a user's share then).
+   and Jobs that wait in the namespace's LocalQueue with a configured priority class (one without the queue
+   label would take GPUs past Kueue, and nothing else limits a user's share then; a Job's pods are the job
+   controller's, which this policy does not judge, so the Job itself must carry the label).
 */}}
 {{- define "gpu-offload.userNamespacePolicies" -}}
 {{- $root := .root }}
@@ -120,13 +121,13 @@ spec:
     {{- with $root.Values.queueing.kueue }}{{ if .enabled }}
     {{- $classes := list }}{{ range .priorityClasses }}{{ $classes = append $classes .name }}{{ end }}
     - expression: >-
-        request.resource.resource != "pods" || (has(object.metadata.labels) &&
+        !(request.resource.resource in ["pods", "jobs"]) || (has(object.metadata.labels) &&
         "kueue.x-k8s.io/queue-name" in object.metadata.labels &&
         object.metadata.labels["kueue.x-k8s.io/queue-name"] == {{ .localQueue | quote }} &&
         (!("kueue.x-k8s.io/priority-class" in object.metadata.labels) ||
         object.metadata.labels["kueue.x-k8s.io/priority-class"] in {{ $classes | toJson }}))
       message: >-
-        with queueing on, a user's server may only create pods that wait in its LocalQueue (label
+        with queueing on, a user's server may only create pods and Jobs that wait in its LocalQueue (label
         kueue.x-k8s.io/queue-name={{ .localQueue }}) with one of the priority classes {{ join ", " $classes }}
         (label kueue.x-k8s.io/priority-class)
       reason: Forbidden
