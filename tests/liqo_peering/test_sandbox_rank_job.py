@@ -20,6 +20,7 @@ from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_secret, runner_selector
+from gpu_offload.magics.backends.kube.explain import FAILED, PodContext, pod_state
 from gpu_offload.sandbox import liqo, process
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 from gpu_offload.sandbox.kueue import Kueue, KueueOptions
@@ -137,6 +138,9 @@ def test_an_unschedulable_rank_is_visible_and_deleting_the_job_takes_pods_secret
     assert (running.metadata.labels["batch.kubernetes.io/job-completion-index"],
             pending.metadata.labels["batch.kubernetes.io/job-completion-index"]) == ("0", "1")
     assert condition.reason == "Unschedulable" and "Insufficient nvidia.com/gpu" in condition.message
+    # what the backend's follower reads for one cell's pod says the same of a rank's pod: the run can end now
+    state = pod_state(api_client.sanitize_for_serialization(pending), PodContext("donor-1", 3, "pytorch/pytorch:2.5"))
+    assert (state.kind, state.reason) == (FAILED, "Unschedulable") and condition.message in state.text
     events = core.list_namespaced_event(
         offloaded, field_selector=f"involvedObject.name={pending.metadata.name},reason=FailedScheduling").items
     assert events and events[0].message == condition.message and events[0].type == "Warning"
