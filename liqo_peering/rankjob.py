@@ -24,7 +24,8 @@ from .errors import InvalidRequest
 from .specs import RunnerPodSpec, _dns_name, _queue_labels, owner_reference, runner_labels, runner_pod
 
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-"""The label (and annotation) the Job controller gives each pod of an Indexed Job: its index."""
+"""The annotation (and, since Kubernetes 1.28, label) the Job controller gives each pod of an Indexed Job: its
+index. The Service selects pod 0 by the label."""
 PORT_RANGE = (20000, 30000)
 """Where :func:`master_port` picks from: unprivileged, below Linux's ephemeral range (32768-60999), so a
 client socket never holds the port first."""
@@ -89,7 +90,7 @@ def rank_env(spec: RankJobSpec) -> list[dict[str, Any]]:
     """What every pod's container gets besides the runner's own variables.
 
     ``MASTER_ADDR``/``MASTER_PORT`` as ``env://`` reads them, and torchrun's own arguments as the ``PET_*``
-    variables it reads when no flag is given, with the node rank from the pod's index label, so a plain
+    variables it reads when no flag is given, with the node rank from the pod's index annotation, so a plain
     ``torchrun script.py`` in the pod needs no flags. ``OMP_NUM_THREADS=1`` (as torchrun sets it for several
     processes) unless the run sets it: N processes each with a thread per core would oversubscribe the node.
     """
@@ -102,8 +103,9 @@ def rank_env(spec: RankJobSpec) -> list[dict[str, Any]]:
     if "OMP_NUM_THREADS" not in spec.pod.env:
         plain["OMP_NUM_THREADS"] = "1"
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
+    # the annotation, as the job controller's own JOB_COMPLETION_INDEX reads it (the label is 1.28+)
     env.append({"name": "PET_NODE_RANK",
-                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{INDEX_LABEL}']"}}})
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_LABEL}']"}}})
     return env
 
 

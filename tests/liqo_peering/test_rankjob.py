@@ -63,7 +63,7 @@ def test_rank_job_is_an_indexed_all_or_nothing_job_of_runner_pods(k8s_schema) ->
         {"name": "PET_NNODES", "value": "2"}, {"name": "PET_NPROC_PER_NODE", "value": "4"},
         {"name": "OMP_NUM_THREADS", "value": "1"},
         {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {
-            "fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}}]
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]
     assert container["volumeMounts"][-1] == {"name": "dshm", "mountPath": "/dev/shm"}
     assert template["spec"]["volumes"][-1] == {"name": "dshm", "emptyDir": {"medium": "Memory",
                                                                             "sizeLimit": str(4 * 1024**3)}}
