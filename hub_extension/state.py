@@ -17,7 +17,7 @@ from gpu_offload.liqo_peering.inventory import Inventory
 
 from . import views
 from .config import HubConfig
-from .metrics import HubMetrics, run_reason
+from .metrics import HubMetrics
 from .operations import ClusterFacts
 from .queues import QueueController, start_controller
 from .store import Store
@@ -82,7 +82,7 @@ class HubState:
                 log.info("recorded %.0f GPU-seconds of %s/%s for %s on %s", run.gpu_seconds, run.namespace,
                          run.pod, run.user or "?", run.cluster_id)
                 self.metrics.record_run(run.user, run.cluster_id, nodes[run.node].model, run.gpu_seconds, run.phase,
-                                        run_reason(pod))
+                                        pod)
             # recorded (or nothing to record): the pod may go now; a failure above keeps it held for a retry
             over = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or ended_deleting(pod, now)
             if event_type != "DELETED" and holds_meter(pod) and over:
