@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import TESTER_TOKEN, free_port, http, offloaded_namespace
 
-BOUNDED_LABELS = {"user", "cluster", "model", "outcome", "reason", "verb"}
+BOUNDED_LABELS = {"user", "cluster", "model", "outcome", "reason", "verb", "le"}  # le: a histogram bucket's bound
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
