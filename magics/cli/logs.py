@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 POLL = 0.2
+LAST_WORDS_SECONDS = 30.0
+"""How long ``-f`` waits, once the run is recorded as ended, for its follower to write its last lines and exit."""
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_file(path: Path, run_id: str, follow: bool, place: Any) -> int:
+    from ..dashboard.records import pid_alive
     from .listing import find, listing
 
     with open(path, "rb") as log:
@@ -64,7 +67,12 @@ def _print_file(path: Path, run_id: str, follow: bool, place: Any) -> int:
                 return 0
             record = find(listing(place).runs, run_id)
             if record is None or record.finished:
-                rest = log.read()  # what the follower wrote before it recorded the end
+                # the follower records the end, then says how the run ended (e.g. interrupted) and exits: the
+                # log is complete only once that process is gone
+                deadline = time.monotonic() + LAST_WORDS_SECONDS
+                while record is not None and record.pid and pid_alive(record.pid) and time.monotonic() < deadline:
+                    time.sleep(POLL)
+                rest = log.read()
                 sys.stdout.buffer.write(rest)
                 sys.stdout.flush()
                 return 0
