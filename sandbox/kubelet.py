@@ -26,6 +26,7 @@ from . import endpointslices, events, podnames
 from .api import Api
 from .errors import ApiError
 from .images import Images
+from .incluster import InClusterApi
 from .isolation import can_isolate
 from .launch import Launch
 from .patching import MERGE
@@ -90,6 +91,8 @@ class Kubelet:
         self._task: asyncio.Task[None] | None = None
         self._names_task: asyncio.Task[None] | None = None
         self._deleting: set[asyncio.Future[None]] = set()
+        self.in_cluster: InClusterApi | None = None
+        """The API's endpoint for pods; None: containers get no in-cluster configuration (``incluster.py``)."""
 
     # ---- plumbing for workers ------------------------------------------------------------------
     def say_once(self, message: str) -> None:
