@@ -141,23 +141,6 @@ async def pre_spawn_hook(spawner: Any) -> None:
         spawner.service_account = config.user_namespaces.user_server_service_account
 
 
-async def local_pre_spawn_hook(spawner: Any) -> None:
-    """The same for a user server on the hub's own machine (``gpu-offload lab --hub``, a local spawner): the
-    namespace is the prefix and the user's name, and the API is the one ``KUBECONFIG`` names.
-
-    A seam, not the production path: once the sandbox runs user servers in pods (console scripts in
-    notebook images, per-pod networks, non-root containers), ``lab --hub`` uses KubeSpawner with
-    :func:`pre_spawn_hook` and this goes.
-    """
-    from kubernetes_asyncio import config as kube_config
-
-    config = load_config()
-    api_client = await kube_config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
-    async with api_client:
-        name = f"{config.user_namespace_prefix}{str(spawner.user.name).lower()}"
-        await prepare_server(spawner, api_client, name, config)
-
-
 async def prepare_server(spawner: Any, api_client: Any, name: str, config: HubConfig,
                          labels: dict[str, str] | None = None) -> None:
     """Make ``name`` the user's offloaded namespace and set the magic's environment on the spawner."""

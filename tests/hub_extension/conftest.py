@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from gpu_offload.hub_extension.local_hub import LocalHub, assign, config_text
 from gpu_offload.sandbox.fixtures import origin_fixture, stop_process, wait_until
 from gpu_offload.sandbox.origin import RunningOrigin
 
@@ -122,47 +123,6 @@ class RunningHub:
         return http(method, f"{self.service_url}{path}", self.token(user), body, form)
 
 
-HUB_CONFIG = """
-c = get_config()  # noqa
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {hub_port}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
-c.ConfigurableHTTPProxy.command = [{chp!r}]
-c.JupyterHub.authenticator_class = "dummy"
-# Nobody spawns a server in these tests: logging in lands on the home page.
-c.JupyterHub.redirect_to_server = False
-c.JupyterHub.default_url = "/hub/home"
-c.Authenticator.allowed_users = {{"admin", "alice", "vera"}}
-c.Authenticator.admin_users = {{"admin"}}
-c.JupyterHub.db_url = "sqlite:///{workdir}/jupyterhub.sqlite"
-c.JupyterHub.cookie_secret_file = "{workdir}/cookie_secret"
-c.JupyterHub.custom_scopes = {{
-    "custom:gpu-offload:view": {{"description": "See the GPU offload admin pages."}},
-    "custom:gpu-offload:manage": {{"description": "Change GPU lending."}},
-}}
-c.JupyterHub.load_groups = {{"gpu-offload-viewers": {{"users": ["vera"]}}}}
-c.JupyterHub.load_roles = [
-    {{"name": "gpu-offload-viewer", "scopes": ["custom:gpu-offload:view", "access:services!service=gpu-offload"],
-      "groups": ["gpu-offload-viewers"]}},
-    {{"name": "tester", "scopes": ["admin:users", "tokens", "read:users"], "services": ["tester"]}},
-]
-c.JupyterHub.services = [
-    {{"name": "tester", "api_token": {tester_token!r}}},
-    {{
-        "name": "gpu-offload",
-        "url": "http://127.0.0.1:{service_port}",
-        "command": [{python!r}, "-m", "gpu_offload.hub_extension.service"],
-        "display": True,
-        "oauth_no_confirm": True,
-        "oauth_client_allowed_scopes": ["custom:gpu-offload:view", "custom:gpu-offload:manage"],
-        "environment": {environment!r},
-    }},
-]
-"""
-
-
 def _stand_in_liqoctl(folder: Path, log: Path) -> None:
     """A ``liqoctl`` on PATH that records its arguments and the kubeconfig it was given, then succeeds."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -201,13 +161,22 @@ def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tu
         "GPU_OFFLOAD_CONFIG": str(workdir / "gpu-offload.yaml"),
         "PATH": f"{workdir / 'bin'}:{os.environ.get('PATH', '')}",
     }
-    text = HUB_CONFIG.format(port=port, hub_port=hub_port, proxy_api_port=proxy_api_port, chp=chp,
-                             workdir=workdir, tester_token=TESTER_TOKEN, service_port=service_port,
-                             python=sys.executable, environment=environment)
+    local = LocalHub(workdir, chp, port, hub_port, proxy_api_port, service_port, environment)
+    extra = [
+        # Nobody spawns a server in these tests: logging in lands on the home page.
+        assign("JupyterHub.redirect_to_server", False),
+        assign("JupyterHub.default_url", "/hub/home"),
+        assign("Authenticator.allowed_users", {"admin", "alice", "vera"}),
+        assign("JupyterHub.load_groups", {"gpu-offload-viewers": {"users": ["vera"]}}),
+        assign("JupyterHub.load_roles", [
+            {"name": "gpu-offload-viewer", "scopes": ["custom:gpu-offload:view", "access:services!service=gpu-offload"],
+             "groups": ["gpu-offload-viewers"]},
+            {"name": "tester", "scopes": ["admin:users", "tokens", "read:users"], "services": ["tester"]},
+        ]),
+    ]
     path = workdir / "jupyterhub_config.py"
-    path.write_text(text)
-    url = f"http://127.0.0.1:{port}/"
-    return path, RunningHub(url, f"{url}services/gpu-offload/", workdir, liqoctl_log)
+    path.write_text(config_text(local, extra, services=[{"name": "tester", "api_token": TESTER_TOKEN}]))
+    return path, RunningHub(local.url, f"{local.url}services/gpu-offload/", workdir, liqoctl_log)
 
 
 @pytest.fixture(scope="module")
