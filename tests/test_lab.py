@@ -76,8 +76,12 @@ class Lab:
     def __exit__(self, *exc: object) -> None:
         if self.process.poll() is None:  # the test failed before stop(): take down all it started
             self.started = self.descendants()
-            self.process.kill()
-            self.process.wait()
+            self.process.send_signal(signal.SIGINT)  # its own clean-up first (temporary folders)
+            try:
+                self.process.wait(90)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
             for child in self.started:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     child.kill()

@@ -67,6 +67,8 @@ SPAWNER = {
     # pip enables the runs extension in an image (etc/jupyter); an editable install, which the sandbox's
     # image interpreter may be, does not: say it on the command line
     "KubeSpawner.args": [f"--ServerApp.jpserver_extensions={RUNS_EXTENSION}=True"],
+    # the notebook images' WORKDIR (the sandbox's images have none): JupyterLab's file browser starts there
+    "KubeSpawner.working_dir": "/home/jovyan",
     "KubeSpawner.default_url": "/lab",
     "KubeSpawner.start_timeout": START_TIMEOUT,
     "KubeSpawner.http_timeout": START_TIMEOUT,
