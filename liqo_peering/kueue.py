@@ -295,3 +295,32 @@ def queue_settings(raw: Mapping[str, Any] | None, where: str = "queueing.kueue")
         priority_classes=classes,
         default_priority=default,
     )
+
+
+def queued_scheduling(gpus: int, clusters: Iterable[str] = (), models: Iterable[str] = ()) -> dict[str, Any]:
+    """The scheduling fields of a runner pod that waits in Kueue: the GPUs it asks for, and node affinity only
+    where the run narrows the donors (a ``--cluster`` pin, trusted clusters only, GPU models). No toleration
+    and no node choice: Kueue picks a flavor that matches the affinity and adds that flavor's node labels and
+    tolerations when it admits the pod (``resource_flavor``)."""
+    fragment: dict[str, Any] = {"resources": {"limits": {L.GPU_RESOURCE: str(gpus)}}}
+    exprs = [{"key": key, "operator": "In", "values": values}
+             for key, values in ((L.REMOTE_CLUSTER_ID_LABEL, sorted(set(clusters))),
+                                 (L.GPU_MODEL, list(dict.fromkeys(models)))) if values]
+    if exprs:
+        fragment["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": exprs}]}}}
+    return fragment
+
+
+def gpu_quotas(cluster_queue: Mapping[str, Any]) -> dict[str, int]:
+    """Flavor name -> nominal GPU quota, as the ClusterQueue says (flavors without a GPU quota hold none)."""
+    quotas: dict[str, int] = {}
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                if resource.get("name") == L.GPU_RESOURCE:
+                    try:
+                        quotas[str(flavor.get("name"))] = int(str(resource.get("nominalQuota")))
+                    except ValueError:
+                        quotas[str(flavor.get("name"))] = 0
+    return quotas

@@ -21,6 +21,8 @@ ARGUMENTS = (
     argument("--session", default=None, metavar="NAME", help="Run in a warm runner that keeps its state."),
     argument("--noblock", action="store_true", help="Return a handle at once; %%gpu_result shows it."),
     argument("--timeout", type=float, default=None, metavar="SECONDS", help="Interrupt after this long."),
+    argument("--queue-timeout", type=float, default=None, metavar="SECONDS",
+             help="With queueing on: give up when the cell still waits in the queue after this long."),
     argument("--priority", default=None, metavar="CLASS",
              help="Kueue priority class when queueing is on, e.g. batch (default: $GPU_OFFLOAD_PRIORITY)."),
     argument("--image", default=None, metavar="IMAGE", help="Container image (cluster backends)."),

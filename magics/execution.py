@@ -149,6 +149,12 @@ class OffloadHandle:
             return "cancelling" if self._cancelled.is_set() else "running"
         return self._outcome.status
 
+    @property
+    def progress(self) -> str:
+        """What the run is doing while it runs (a cluster backend: its place in the queue, or phase and
+        place); ``""`` once it ended."""
+        return self._run.progress() if self._outcome is None else ""
+
     def done(self) -> bool:
         """Whether the run has ended."""
         return not self._thread.is_alive()
@@ -189,6 +195,6 @@ class OffloadHandle:
         return conclude(outcome, self._namespace, self._sink)
 
     def __repr__(self) -> str:
-        progress = self._run.progress() if self._outcome is None else ""  # cluster backends: phase, place, time
+        progress = self.progress  # cluster backends: place in the queue, or phase, place and time
         where = f" ({progress})" if progress else ""
         return f"<gpu_offload run {self.status}{where}: use .result(), .status or .cancel()>"

@@ -150,7 +150,7 @@ class GpuOffloadMagics(Magics):
             ),
             filename=f"<offloaded cell {self.ipython.execution_count}>",
         )
-        settings = FollowSettings(self.progress_after, self.grace_period, request.timeout)
+        settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
             handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
             self.last_handle = handle
@@ -193,6 +193,7 @@ class GpuOffloadMagics(Magics):
             image=args.image,
             backend=args.backend,
             priority=args.priority,
+            queue_timeout=args.queue_timeout,
             trusted_only=args.trusted_only or self.trusted_only,
         )
 
@@ -270,7 +271,8 @@ class GpuOffloadMagics(Magics):
             print(describe(self.last_outcome))
         handle = self.last_handle
         if handle is not None:
-            print(f"last --noblock run: {handle.status}")
+            progress = handle.progress
+            print(f"last --noblock run: {handle.status}" + (f" ({progress})" if progress else ""))
 
     def _list_sessions(self, _: list[str]) -> None:
         found = [info for backend in self._backends.values() for info in backend.sessions()]

@@ -40,6 +40,8 @@ class OffloadRequest:
     """``local`` or ``kubernetes``; ``None`` uses the configured default."""
     priority: str | None = None
     """A Kueue priority class (``--priority``) when queueing is on; ``None`` uses the configured default."""
+    queue_timeout: float | None = None
+    """Seconds a run may wait in the queue (queueing on) before it is withdrawn; ``None`` waits as long as it takes."""
     trusted_only: bool = False
     """Run only on a cluster the origin trusts (``--trusted-only``): the donor sees the cell and its inputs."""
 
@@ -53,6 +55,11 @@ class OffloadRequest:
             raise OffloadUsageError(
                 f"--timeout {self.timeout:g}: the timeout must be a positive number of seconds, "
                 "e.g. --timeout 600; leave it out to wait without a limit."
+            )
+        if self.queue_timeout is not None and self.queue_timeout <= 0:
+            raise OffloadUsageError(
+                f"--queue-timeout {self.queue_timeout:g}: give a positive number of seconds, e.g. --queue-timeout "
+                "300; leave it out to wait in the queue as long as it takes."
             )
         if self.backend is not None and self.backend not in BACKENDS:
             raise OffloadUsageError(
@@ -82,7 +89,8 @@ def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = Non
     (a GPU model that is only the configured default was not asked for)."""
     models = ",".join((request.gpu_model, *request.fallback_models)) if request.gpu_model else None
     chosen = [option for option, value in (("--gpu-model", models), ("--image", request.image),
-                                                   ("--priority", request.priority))
+                                                   ("--priority", request.priority),
+                                                   ("--queue-timeout", request.queue_timeout))
               if value is not None and not (option == "--gpu-model" and value == default_gpu_model)]
     return chosen + (["--cluster"] if request.cluster != "auto" else [])
 

@@ -34,9 +34,18 @@ class Placed:
     """One line the notebook shows under the cell, e.g. ``running in pod p on virtual node n (...)``."""
 
 
-RunEvent = Event | RunnerExit | Placed
+@dataclass(frozen=True)
+class Queued:
+    """The run waits in a queue (Kueue) before it may start, or (``waiting`` False) it just left it."""
+
+    text: str
+    """One line the notebook shows, e.g. ``queued for 2 x A100: 4th of 9 in line; waiting 1 min 12 s``."""
+    waiting: bool = True
+
+
+RunEvent = Event | RunnerExit | Placed | Queued
 """What :meth:`Run.next_event` yields: a decoded frame (``docs/runner-protocol.md``), where the runner
-landed, or the runner's exit."""
+landed, its place in a queue, or the runner's exit."""
 
 
 def stale_frames_note(session: str, dropped: int) -> str:

@@ -29,7 +29,7 @@ from ..matching import quantity
 from . import cycle, names, owners, status, sync, workloads
 from .options import KueueOptions
 from .preemption import Admitted
-from .scheduler import Entry, add, decayed, entry_penalty, flavors_of, usage_value
+from .scheduler import Entry, add, decayed, entry_penalty, flavors_of, matching_flavors, usage_value
 from .webhook import label_selector_matches
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,8 @@ class KueueController:
                   for q in api.list(api.kind(names.API_VERSION, "LocalQueue"))["items"]}
         views = {cq["metadata"]["name"]: cycle.QueueView(cq, *flavors_of(cq))
                  for cq in api.list(api.kind(names.API_VERSION, "ClusterQueue"))["items"]}
+        node_labels = {f["metadata"]["name"]: dict((f.get("spec") or {}).get("nodeLabels") or {})
+                       for f in api.list(api.kind(names.API_VERSION, "ResourceFlavor"))["items"]}
         admitted_usage: dict[str, dict[str, float]] = {}
         for wl in all_workloads:
             if names.is_true(wl, names.FINISHED) or not wl["spec"].get("active", True):
@@ -198,9 +200,11 @@ class KueueController:
                 cycle.mark_pending(api, wl, blocker, "Misconfigured")
                 continue
             queued_at = requeued["lastTransitionTime"] if requeued else meta["creationTimestamp"]
+            group = {f.name: node_labels.get(f.name, {}) for f in view.flavors}
+            fits = matching_flavors([ps.get("template") or {} for ps in wl["spec"]["podSets"]], group)
             view.pending.append((Entry(meta["namespace"], meta["name"], wl["spec"].get("queueName", ""),
                                        workloads.priority(wl), queued_at, workloads.requests(wl),
-                                       self.arrival.get(meta["uid"], 0)), wl))
+                                       self.arrival.get(meta["uid"], 0), fits), wl))
         sampled = self._sample(admitted_usage)
         for name, view in views.items():
             afs = ((view.cluster_queue.get("spec") or {}).get("admissionScope") or {}).get(

@@ -6,7 +6,15 @@ from __future__ import annotations
 from decimal import Decimal
 
 from gpu_offload.sandbox.kueue.preemption import Admitted, victims
-from gpu_offload.sandbox.kueue.scheduler import Entry, Flavor, assign, decayed, entry_penalty, order
+from gpu_offload.sandbox.kueue.scheduler import (
+    Entry,
+    Flavor,
+    assign,
+    decayed,
+    entry_penalty,
+    matching_flavors,
+    order,
+)
 
 GPU = "nvidia.com/gpu"
 A, B = Flavor("a", {GPU: Decimal(2)}), Flavor("b", {GPU: Decimal(4)})
@@ -26,6 +34,23 @@ def test_first_flavor_with_room_wins_and_messages_say_why_not():
     never = assign({GPU: Decimal(5)}, [GPU], [A, B], {})
     assert (full.reason, busy.reason, never.reason, uncovered.reason) == (
         "WaitingForQuota", "WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor")
+
+
+def test_a_pods_node_affinity_limits_the_flavors_it_may_get():
+    # as Kueue's flavor assigner: only keys some flavor labels count, so the unrelated type label is ignored
+    labels = {"a": {"liqo.io/remote-cluster-id": "one"}, "b": {"liqo.io/remote-cluster-id": "two"}}
+    pinned = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["two"]},
+            {"key": "liqo.io/type", "operator": "In", "values": ["virtual-node"]}]}]}}}}}
+    assert matching_flavors([pinned], labels) == frozenset({"b"})
+    assert matching_flavors([{"spec": {"nodeSelector": {"liqo.io/remote-cluster-id": "one"}}}], labels) == {"a"}
+    assert matching_flavors([{"spec": {"nodeSelector": {"other": "x"}}}], labels) is None
+    entry = Entry("ns", "w", "q", 0, "2026-01-01T00:00:00Z", flavors=frozenset({"b"}))
+    assert assign({GPU: Decimal(2)}, [GPU], [A, B], {}, entry).flavor == "b"  # a has room but is not allowed
+    nowhere = assign({GPU: Decimal(1)}, [GPU], [A], {}, entry)
+    assert nowhere.flavor is None and nowhere.message.endswith("flavor a doesn't match node affinity")
+    assert nowhere.reason == "NoMatchingFlavor"
 
 
 def test_victims_are_lowest_priority_then_newest_and_no_more_than_needed():

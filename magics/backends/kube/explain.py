@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....liqo_peering import environment as E
+from ....liqo_peering import labels as L
 
 MEMORY_ENV = E.MEMORY.name
 """Memory request and limit of runner pods (e.g. ``32Gi``), read when a cell is submitted."""
@@ -119,9 +120,17 @@ def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
         else:
             text = f"the runner container cannot be created on {ctx.cluster} ({why}: {waiting.get('message') or ''})"
         return PodState(FAILED, text, why)
+    if queued(pod):
+        return PodState(WAITING, "waiting for Kueue to admit the pod", "SchedulingGated")
     node = (pod.get("spec") or {}).get("nodeName")
     where = f"on {node} ({ctx.cluster})" if node else f"waiting to be scheduled for {ctx.cluster}"
     return PodState(WAITING, f"pod Pending {where}" + (f": {why}" if why else ""))
+
+
+def queued(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod still carries Kueue's admission gate (it waits in the queue)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == L.ADMISSION_GATE for g in gates)
 
 
 def placed_text(pod: Mapping[str, Any], ctx: PodContext) -> str:

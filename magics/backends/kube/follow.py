@@ -10,6 +10,7 @@ one watch and one log request.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import time
@@ -18,19 +19,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ....liqo_peering import labels as L
 from ....liqo_peering.errors import APIGone
 from ....liqo_peering.retrying import WATCH_BACKOFF
 from ....liqo_peering.watching import QUICK_END
 from ...runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
 from ...runner.lines import LineSplitter, Overlong
 from ..base import Placed
-from .explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, PodState, placed_text, pod_state
+from .explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, PodState, placed_text, pod_state, queued
 from .pods import PodApi
 
 DIAGNOSTIC_LINES = 30
 CHUNK = 1 << 16
 STAMP_BYTES = 40
 """Room for the RFC 3339 timestamp the API puts before each log line."""
+
+
+KUEUE_PICKS = "the cluster Kueue picks"
+"""A queued pod's cluster until Kueue admits it (never a trusted cluster id)."""
+
+
+def admitted_context(pod: Mapping[str, Any], ctx: PodContext) -> PodContext:
+    """``ctx`` of a queued pod once Kueue admitted it: the cluster (and model) of the flavor Kueue chose, which
+    it wrote into the pod's node selector."""
+    if ctx.cluster != KUEUE_PICKS:
+        return ctx
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    cluster = selector.get(L.REMOTE_CLUSTER_ID_LABEL)
+    if not cluster:
+        return ctx
+    return dataclasses.replace(ctx, cluster=str(cluster), model=selector.get(L.GPU_MODEL) or ctx.model)
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,8 @@ class PodFollower:
         """Log lines received so far (those a resume repeats included)."""
         self.placed = ""
         """Where the pod runs (``placed_text``), once it was bound and its runner started."""
+        self.gated = queued(pod)
+        """The pod still waits for Kueue to admit it (its admission gate is on), as last seen."""
         self._decoder = FrameDecoder(nonce, run_id=run_id)
         self._decoding = threading.Lock()  # a session's next run may change what the decoder expects
         self._stop = threading.Event()
@@ -148,8 +168,14 @@ class PodFollower:
             self.events.put(PodEnded(state))
         self.started.set()
 
+    def _seen(self, pod: Mapping[str, Any]) -> PodState:
+        self.gated = queued(pod)
+        if not self.gated:
+            self.ctx = admitted_context(pod, self.ctx)
+        return pod_state(pod, self.ctx)
+
     def _until_started(self, pod: dict[str, Any]) -> PodState:
-        state = pod_state(pod, self.ctx)
+        state = self._seen(pod)
         version = str(pod["metadata"].get("resourceVersion") or "")
         shown = ""
         while state.kind == WAITING and not self._stop.is_set():
@@ -165,7 +191,7 @@ class PodFollower:
                         continue
                     pod = event["object"]
                     version = str(pod["metadata"].get("resourceVersion") or version)
-                    state = pod_state(pod, self.ctx)
+                    state = self._seen(pod)
                     if state.kind != WAITING:
                         self._stream.stop()
                         break
@@ -178,7 +204,7 @@ class PodFollower:
                     return _deleted(self.name)
                 pod = fresh
                 version = str(pod["metadata"].get("resourceVersion") or version)
-                state = pod_state(pod, self.ctx)
+                state = self._seen(pod)
         if state.kind in (RUNNING, FINISHED):
             # said once per pod, before the cell's first output: the user sees where the cell went
             self.placed = placed_text(pod, self.ctx)

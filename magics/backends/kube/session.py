@@ -23,7 +23,7 @@ from ...runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED
 from .follow import PodEnded
-from .run import LaunchedPod, Launcher, PodOrder, failure_events
+from .run import InLine, LaunchedPod, Launcher, PodOrder, failure_events
 
 
 class KubeSession:
@@ -117,6 +117,7 @@ class KubeSession:
             with contextlib.suppress(Exception):  # already closed
                 self._ws.close()
         self.pods.delete_pod(self.launched.name, grace=max(0, int(grace)))
+        InLine.leave(self.launched, self._launcher)
 
 
 class SessionRun:
@@ -136,6 +137,7 @@ class SessionRun:
         """Kept to send again if the pod has to move before its runner started."""
         self._pending: deque[RunEvent] = deque()
         self._since = time.monotonic()
+        self._line = InLine()
 
     def announce(self, text: str) -> None:
         """Show where the cell runs before its own events."""
@@ -164,6 +166,9 @@ class SessionRun:
         if self._pending:
             return self._pending.popleft()
         follower = self.session.launched.follower
+        queued = self._line.event(self.session.launched, self.session._launcher)
+        if queued is not None:
+            return queued
         # a pod that ended without running (unschedulable, deleted) is not attached to: its PodEnded is read
         # below and may move the session
         if (self._command is not None and follower.started.is_set() and follower.running.is_set()
