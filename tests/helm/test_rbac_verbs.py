@@ -96,3 +96,27 @@ def test_with_queueing_on_the_hub_may_do_exactly_what_the_queue_reconcile_does(k
     assert not [o for o in off if o["metadata"]["name"] == "gpu-offload-hub-kueue"]
     assert not any("kueue.x-k8s.io" in r["apiGroups"]
                    for r in kit.find(off, "ClusterRole", "gpu-offload-user-namespace")["rules"])
+
+
+def test_with_queueing_on_a_users_kernel_may_read_its_place_in_line_and_nothing_more(kit: Any) -> None:
+    from gpu_offload.liqo_peering.queue_client import KueueClient
+
+    objects = kit.render({"queueing": {"kueue": {"enabled": True, "clusterQueue": "pool"}}})
+    server = kit.find(objects, "ClusterRole", "gpu-offload-user-server")
+    kueue_rules = [r for r in server["rules"] if any("kueue" in g for g in r["apiGroups"])]
+    assert kueue_rules == [
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get"]},
+        {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
+    ]
+    # the calls a kernel makes are those: its LocalQueue, the visibility API, and the ClusterQueue's list/watch
+    assert {"local_queue", "pending_workloads", "cluster_queue"} <= set(vars(KueueClient))
+    viewer = kit.find(objects, "ClusterRole", "gpu-offload-queue-viewer")
+    assert viewer["rules"] == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
+                                "resourceNames": ["pool"], "verbs": ["get", "list", "watch"]}]
+    binding = kit.find(objects, "ClusterRoleBinding", "gpu-offload-queue-viewer")
+    assert binding["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                                    "name": "system:serviceaccounts"}]
+    off = kit.render()
+    assert not [o for o in off if o["metadata"]["name"] == "gpu-offload-queue-viewer"]
+    assert not any("kueue" in g for r in kit.find(off, "ClusterRole", "gpu-offload-user-server")["rules"]
+                   for g in r["apiGroups"])
