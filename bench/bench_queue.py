@@ -166,6 +166,10 @@ def main() -> None:
         core = kubernetes.client.CoreV1Api(client)
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
         core.create_namespace({"metadata": {"name": namespace, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+        kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(  # as the hub offloads it
+            "offloading.liqo.io", "v1beta1", namespace, "namespaceoffloadings", {
+                "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+                "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "LocalAndRemote"}})
         if cli(["queues", "sync", "--namespace", namespace]) != 0:
             raise RuntimeError("queues sync failed")
         backend = KubernetesBackend(KubeSettings(namespace, user="bench", kernel="bench-kernel", queue=QUEUE,

@@ -121,6 +121,11 @@ def fill(core: Any, namespace: str, name: str) -> str:
     return str(pod.spec.node_selector["liqo.io/remote-cluster-id"])
 
 
+def fill_pool(core: Any, namespace: str) -> dict[str, str]:
+    """Both GPUs held by fillers of ``namespace``'s LocalQueue; returns donor -> filler name."""
+    return {fill(core, namespace, name): name for name in ("fill-1", "fill-2")}
+
+
 def admissions(custom: Any, seen: list[str]) -> None:
     """Record, in a daemon thread, the namespace of every Workload as Kueue admits it, in the order the API
     server saw it (one watch: Workloads already admitted come first)."""
@@ -164,8 +169,7 @@ def shows_place(sink: Sink) -> bool:
 def test_cells_of_three_users_wait_show_their_place_and_run_in_fair_share_order(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
     alice, bob, carol = namespaces
-    fill(core, alice, "fill-1")  # alice's pods hold the pool: her LocalQueue has used it
-    fill(core, alice, "fill-2")
+    fill_pool(core, alice)  # alice's pods hold the pool: her LocalQueue has used it
     seen: list[str] = []
     admissions(custom, seen)
     wait_until(lambda: len(seen) == 2, "the fillers' admissions recorded")
@@ -193,8 +197,7 @@ def test_cells_of_three_users_wait_show_their_place_and_run_in_fair_share_order(
 def test_a_queued_pod_asks_only_for_its_gpus_and_kueue_sends_it_to_a_donor(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
     alice, bob, _ = namespaces
-    fill(core, bob, "fill-1")
-    fill(core, bob, "fill-2")
+    where = fill_pool(core, bob)
     results: dict[str, Any] = {}
     thread = in_thread(kernels[0], "print('ran')", Sink(), results, "cell", priority="interactive")
     selector = "gpu-offload.io/managed-by=gpu-offload"
@@ -209,9 +212,7 @@ def test_a_queued_pod_asks_only_for_its_gpus_and_kueue_sends_it_to_a_donor(
     assert not pod.spec.node_selector
     assert [g.name for g in pod.spec.scheduling_gates] == ["kueue.x-k8s.io/admission"]
     assert pod.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
-    freed = next(name for name in ("fill-1", "fill-2")
-                 if core.read_namespaced_pod(name, bob).spec.node_selector["liqo.io/remote-cluster-id"] == "donor-2")
-    core.delete_namespaced_pod(freed, bob, grace_period_seconds=0)
+    core.delete_namespaced_pod(where["donor-2"], bob, grace_period_seconds=0)
     thread.join(120)
     outcome, sink, run = results["cell"]
     assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
@@ -223,8 +224,7 @@ def test_a_queued_pod_asks_only_for_its_gpus_and_kueue_sends_it_to_a_donor(
 def test_ctrl_c_of_a_queued_cell_withdraws_it_and_leaves_no_pod_or_workload(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
     alice, bob, _ = namespaces
-    fill(core, bob, "fill-1")
-    fill(core, bob, "fill-2")
+    fill_pool(core, bob)
 
     class CtrlC(Sink):
         pressed = False
@@ -248,8 +248,7 @@ def test_ctrl_c_of_a_queued_cell_withdraws_it_and_leaves_no_pod_or_workload(
 def test_queue_timeout_gives_up_with_a_message_and_leaves_nothing(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
     alice, bob, _ = namespaces
-    fill(core, bob, "fill-1")
-    fill(core, bob, "fill-2")
+    fill_pool(core, bob)
     outcome, sink, _ = run_cell(kernels[0], "print('never')", {},
                                 follow_settings=FollowSettings(progress_after=1.0, grace=10.0, queue_timeout=3.0))
     assert isinstance(outcome.error, OffloadQueueTimeout), (outcome.error, sink.notices)
@@ -274,8 +273,7 @@ def test_a_cell_larger_than_every_flavor_fails_at_once_saying_why(
 def test_a_pinned_cell_waits_for_its_cluster_while_another_frees(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
     alice, bob, carol = namespaces
-    where = {fill(core, carol, "fill-1"): "fill-1"}
-    where[fill(core, carol, "fill-2")] = "fill-2"
+    where = fill_pool(core, carol)
     results: dict[str, Any] = {}
     pinned_sink = Sink()
     pinned = in_thread(kernels[0], "print('on donor-1')", pinned_sink, results, "pinned", cluster="donor-1")
@@ -297,8 +295,7 @@ def test_a_pinned_cell_waits_for_its_cluster_while_another_frees(
 def test_the_orphan_sweep_removes_the_queued_pod_of_a_dead_kernel(
         api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
     alice, bob, _ = namespaces
-    fill(core, bob, "fill-1")
-    fill(core, bob, "fill-2")
+    fill_pool(core, bob)
     dead = KubernetesBackend(settings(alice, user=USERS[0], queue=QUEUE, server="srv-1", kernel="k-dead"),
                              api_client)
     try:
@@ -322,8 +319,7 @@ def test_a_noblock_handle_and_status_show_the_place_in_line(
     from gpu_offload.magics.request import OffloadRequest
 
     _, bob, _ = namespaces
-    fill(core, bob, "fill-1")
-    fill(core, bob, "fill-2")
+    fill_pool(core, bob)
     cell = "print('later')"
     handle = OffloadHandle(OffloadRequest(cell, noblock=True), Launch(analyse_cell(cell, {})), {}, kernels[0],
                            FollowSettings(progress_after=1.0, grace=5.0), Sink())
@@ -338,3 +334,33 @@ def test_a_noblock_handle_and_status_show_the_place_in_line(
     finally:
         handle.cancel()
         handle.wait(30)
+
+
+def test_a_session_pod_waits_in_line_and_then_keeps_its_state(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
+    _, bob, _ = namespaces
+    fill_pool(core, bob)
+    results: dict[str, Any] = {}
+    sink = Sink()
+    thread = in_thread(kernels[0], "x = 41\nprint('first')", sink, results, "first", session="warm")
+    wait_until(lambda: shows_place(sink), "the session's first cell showing its place", timeout=90)
+    core.delete_namespaced_pod("fill-1", bob, grace_period_seconds=0)
+    thread.join(120)
+    outcome, sink, _ = results["first"]
+    assert outcome.status == "ok" and "first" in sink.text, (outcome.error, sink.notices)
+    assert any(n.startswith("admitted by Kueue after ") for n in sink.notices), sink.notices
+    outcome, sink, _ = run_cell(kernels[0], "print(x + 1)", {}, session="warm")  # x lives in the session
+    assert outcome.status == "ok" and "42" in sink.text, (outcome.error, sink.notices)
+    assert not any(n.startswith("queued") for n in sink.notices)  # the warm pod is admitted already
+
+
+def test_with_queueing_on_the_kernel_never_moves_a_pod_itself(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
+    # a pod that cannot start is Kueue's to requeue (waitForPodsReady): the retry elsewhere that the kernel
+    # does without queueing is refused before anything is created
+    from gpu_offload.magics.backends.kube.run import PodOrder
+
+    order = PodOrder("r-moved", "0" * 32, RunRequest(gpus=1), b"")
+    with pytest.raises(OffloadUsageError, match="Kueue requeues a pod that does not start"):
+        kernels[0].launcher.launch(order, frozenset({"donor-1"}))
+    assert not core.list_namespaced_pod(namespaces[0]).items
