@@ -37,6 +37,7 @@ from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.backends.kube.config import KubeSettings
 from gpu_offload.magics.bundle import build_job
 from gpu_offload.magics.engine import FollowSettings, Intake, follow
+from gpu_offload.magics.errors import OffloadUsageError
 from gpu_offload.magics.sinks import RecordingSink
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.http_faults import FaultRule
@@ -139,9 +140,15 @@ def unqueued_submit(client: Any, namespace: str, cells: int) -> list[float]:
     try:
         for _ in range(cells + 1):
             job, _ = build_job("pass", analyse_cell("pass", {}), {}, backend.transfer, request=RunRequest(gpus=1))
-            start = time.perf_counter()
-            run = backend.submit(job)
-            times.append(time.perf_counter() - start)
+            while True:  # the last pod's GPU counts until the inventory's watch saw it go
+                start = time.perf_counter()
+                try:
+                    run = backend.submit(job)
+                except OffloadUsageError:
+                    time.sleep(0.2)
+                    continue
+                times.append(time.perf_counter() - start)
+                break
             follow(run, RecordingSink(), FollowSettings(progress_after=600), Intake(backend.trusts))
             run.release(5)
     finally:

@@ -32,6 +32,8 @@ class Placed:
 
     text: str
     """One line the notebook shows under the cell, e.g. ``running in pod p on virtual node n (...)``."""
+    cluster: str = ""
+    """The cluster id it landed on, when known (a queued run learns it only then)."""
 
 
 @dataclass(frozen=True)

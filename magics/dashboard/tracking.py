@@ -20,6 +20,8 @@ from ..backends.base import (
     ClusterAccess,
     InventorySource,
     Job,
+    Placed,
+    Queued,
     Run,
     RunEvent,
     RunnerExit,
@@ -59,6 +61,10 @@ def observe(record: RunEntry, event: RunEvent) -> RunEntry:
     if isinstance(event, Status):
         state = record.state if record.state == "running" else "scheduling"
         return _with(record, state=state, detail=event.state)
+    if isinstance(event, Queued):  # waiting in Kueue's line, then admitted (on to scheduling)
+        return _with(record, state="queued" if event.waiting else "scheduling", detail=event.text)
+    if isinstance(event, Placed) and event.cluster and event.cluster != record.cluster:
+        return _with(record, cluster=event.cluster)  # a queued run's cluster is known once Kueue admitted it
     if isinstance(event, Hello):
         return _with(record, state="running", detail=f"runner on Python {event.python}")
     if isinstance(event, Stream):

@@ -208,7 +208,7 @@ class PodFollower:
         if state.kind in (RUNNING, FINISHED):
             # said once per pod, before the cell's first output: the user sees where the cell went
             self.placed = placed_text(pod, self.ctx)
-            self.events.put(Placed(self.placed))
+            self.events.put(Placed(self.placed, self.ctx.cluster))
         return state
 
     def _follow_logs(self) -> PodState | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+import urllib3
 from gpu_offload.magics.analysis import analyse_cell
 from gpu_offload.magics.backends.base import RunRequest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
@@ -132,13 +133,14 @@ def admissions(custom: Any, seen: list[str]) -> None:
     def record() -> None:
         admitted: set[str] = set()
         watch = kubernetes.watch.Watch()
-        for event in watch.stream(custom.list_cluster_custom_object, *KUEUE, "workloads", timeout_seconds=600):
-            obj = event["object"]
-            conds = (obj.get("status") or {}).get("conditions") or []
-            if obj["metadata"]["uid"] not in admitted and any(c["type"] == "Admitted" and c["status"] == "True"
-                                                              for c in conds):
-                admitted.add(obj["metadata"]["uid"])
-                seen.append(obj["metadata"]["namespace"])
+        with contextlib.suppress(urllib3.exceptions.HTTPError):  # the stream ends when the sandbox stops
+            for event in watch.stream(custom.list_cluster_custom_object, *KUEUE, "workloads", timeout_seconds=600):
+                obj = event["object"]
+                conds = (obj.get("status") or {}).get("conditions") or []
+                if obj["metadata"]["uid"] not in admitted and any(
+                        c["type"] == "Admitted" and c["status"] == "True" for c in conds):
+                    admitted.add(obj["metadata"]["uid"])
+                    seen.append(obj["metadata"]["namespace"])
 
     threading.Thread(target=record, daemon=True).start()
 
@@ -313,24 +315,32 @@ def test_the_orphan_sweep_removes_the_queued_pod_of_a_dead_kernel(
     assert leftovers(core, alice, USERS[0]) == []
 
 
-def test_a_noblock_handle_and_status_show_the_place_in_line(
-        kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
+def test_a_noblock_handle_and_the_panel_show_the_place_in_line(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any, tmp_path: Any) -> None:
+    from gpu_offload.magics.dashboard.records import RunBook
+    from gpu_offload.magics.dashboard.tracking import Tracker, tracked
     from gpu_offload.magics.execution import Launch, OffloadHandle
     from gpu_offload.magics.request import OffloadRequest
 
     _, bob, _ = namespaces
-    fill_pool(core, bob)
+    where = fill_pool(core, bob)
+    panel = Tracker(RunBook(tmp_path / "runs"), kernel="k-panel")
+    backend = tracked(kernels[0], lambda: panel)  # as the magic hands backends to the engine
     cell = "print('later')"
-    handle = OffloadHandle(OffloadRequest(cell, noblock=True), Launch(analyse_cell(cell, {})), {}, kernels[0],
+    handle = OffloadHandle(OffloadRequest(cell, noblock=True), Launch(analyse_cell(cell, {})), {}, backend,
                            FollowSettings(progress_after=1.0, grace=5.0), Sink())
     try:
         progress = wait_until(lambda: "1st of 1 in line" in handle.progress and handle.progress,
                               "the handle showing the place in line", timeout=90)
         assert progress.startswith("queued for 1 GPU: 1st of 1 in line; waiting "), progress
         assert repr(handle).startswith("<gpu_offload run running (queued for 1 GPU: ")
-        core.delete_namespaced_pod("fill-1", bob, grace_period_seconds=0)
+        [record] = wait_until(lambda: [r for r in panel.records() if r.state == "queued"], "the panel's queued run")
+        assert record.detail.startswith("queued for 1 GPU: ") and " in line; waiting " in record.detail
+        core.delete_namespaced_pod(where["donor-1"], bob, grace_period_seconds=0)
         assert handle.wait(120)
         assert handle.result() == {} and handle.status == "ok"
+        [record] = panel.records()
+        assert (record.state, record.cluster) == ("done", "donor-1")  # the donor Kueue chose
     finally:
         handle.cancel()
         handle.wait(30)
