@@ -374,3 +374,23 @@ def test_with_queueing_on_the_kernel_never_moves_a_pod_itself(
     with pytest.raises(OffloadUsageError, match="Kueue requeues a pod that does not start"):
         kernels[0].launcher.launch(order, frozenset({"donor-1"}))
     assert not core.list_namespaced_pod(namespaces[0]).items
+
+
+def test_a_kernel_that_may_not_read_the_cluster_queue_still_shows_the_place_in_line(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
+    # an admin who dropped the chart's queue-viewer binding: no watch, the visibility API is read on a timer
+    _, bob, _ = namespaces
+    where = fill_pool(core, bob)
+    refused = origin.faults.api_error(r"/clusterqueues$", status=403, methods=("GET",))
+    try:
+        results: dict[str, Any] = {}
+        sink = Sink()
+        thread = in_thread(kernels[0], "print('ran')", sink, results, "cell")
+        wait_until(lambda: shows_place(sink), "the cell showing its place without the watch", timeout=90)
+        assert origin.faults.api.faults.fired(refused) >= 1  # the kernel did ask, and was refused
+        core.delete_namespaced_pod(where["donor-1"], bob, grace_period_seconds=0)
+        thread.join(120)
+    finally:
+        origin.faults.clear()
+    outcome, sink, _ = results["cell"]
+    assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
