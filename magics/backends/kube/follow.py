@@ -22,7 +22,7 @@ from typing import Any
 from ....liqo_peering import labels as L
 from ....liqo_peering.errors import APIGone
 from ....liqo_peering.retrying import WATCH_BACKOFF
-from ....liqo_peering.watching import QUICK_END
+from ....liqo_peering.watching import QUICK_END, WATCH_SECONDS
 from ...runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
 from ...runner.lines import LineSplitter, Overlong
 from ..base import Placed
@@ -182,7 +182,10 @@ class PodFollower:
             if state.text != shown:
                 shown = state.text
                 self.events.put(Status(-1, state.text))
-            self._stream, events = self.pods.watch_pod(self.name, version, self.watch_seconds)
+            # a pod in Kueue's line may wait long and changes only when admitted: one long watch, not one per
+            # watch_seconds
+            seconds = max(self.watch_seconds, WATCH_SECONDS) if self.gated else self.watch_seconds
+            self._stream, events = self.pods.watch_pod(self.name, version, seconds)
             try:
                 for event in events:
                     if event.get("type") == "DELETED":
