@@ -11,7 +11,8 @@ from .analysis import CellAnalysis
 from .backends.base import Backend, Run, RunRequest
 from .bundle import build_job
 from .engine import FollowSettings, Intake, Outcome, conclude, discard_outputs, follow
-from .errors import OffloadError
+from .errors import OffloadError, OffloadUsageError
+from .ranked import RankedRun
 from .request import OffloadRequest
 from .runner import buffers
 from .sinks import RecordingSink, Sink
@@ -37,6 +38,11 @@ def intake(backend: Backend, launch: Launch) -> Intake:
                   Wanted(tuple(analysis.outputs), tuple(analysis.required_outputs), dict(analysis.imports)))
 
 
+RANKS_BACKENDS = frozenset({"local"})
+"""Backends that run distributed runs (``--nodes``); the kubernetes backend joins once it starts an Indexed
+Job of node launchers (``docs/distributed.md``)."""
+
+
 def run_request(request: OffloadRequest) -> RunRequest:
     """What a cell's request asks of the backend."""
     return RunRequest(
@@ -48,6 +54,7 @@ def run_request(request: OffloadRequest) -> RunRequest:
         timeout=request.timeout,
         priority=request.priority,
         trusted_only=request.trusted_only,
+        ranks=request.ranks,
     )
 
 
@@ -55,6 +62,12 @@ def start(
     request: OffloadRequest, launch: Launch, namespace: MutableMapping[str, Any], backend: Backend
 ) -> tuple[Run, tuple[dict[str, Any], ...]]:
     """Pickle the inputs and submit; nothing is left behind if either step fails."""
+    ranks = request.ranks
+    if ranks is not None and backend.name not in RANKS_BACKENDS:
+        raise OffloadUsageError(
+            f"--nodes: the {backend.name} backend cannot run distributed cells yet; run it on the local backend "
+            "(--backend local) to try the DDP code, or leave out the distributed options."
+        )
     job, refs = build_job(
         request.cell,
         launch.analysis,
@@ -71,7 +84,7 @@ def start(
     except BaseException:
         buffers.discard(refs)
         raise
-    return run, refs
+    return (run if ranks is None else RankedRun(run, ranks, request.show)), refs
 
 
 def run_blocking(

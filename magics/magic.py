@@ -28,7 +28,7 @@ from .dashboard.tracking import tracked
 from .engine import FollowSettings, Outcome, describe
 from .errors import BackendNotConfigured, OffloadUsageError
 from .execution import Launch, OffloadHandle, run_blocking
-from .request import OffloadRequest, gpu_models, ignored_locally, split_names
+from .request import OffloadRequest, gpu_models, ignored_locally, refuse_spread_when_queued, split_names
 from .sinks import NotebookSink, Sink
 
 LOCAL_NOTE = (
@@ -135,11 +135,16 @@ class GpuOffloadMagics(Magics):
 
             %%gpu_offload --session train --noblock
             for epoch in range(10): step()
+
+            %%gpu_offload --nodes 2 --gpus 4
+            torch.distributed.init_process_group("nccl")  # 8 ranks, torchrun's environment
         """
         request = self._request(line, cell)
         backend = self._backend(request.backend)
         if backend.name == "local":
             self._name_ignored_options(request)
+        else:
+            refuse_spread_when_queued(request, E.QUEUE.read(os.environ))
         launch = Launch(
             analysis=analyse_cell(
                 cell,
@@ -195,6 +200,13 @@ class GpuOffloadMagics(Magics):
             priority=args.priority,
             queue_timeout=args.queue_timeout,
             trusted_only=args.trusted_only or self.trusted_only,
+            nodes=args.nodes,
+            procs_per_node=args.procs_per_node,
+            out_rank=args.out_rank,
+            group_output=args.group_output,
+            quiet_ranks=args.quiet_ranks,
+            rendezvous_timeout=args.rendezvous_timeout,
+            spread=args.spread,
         )
 
     def _backend(self, name: str | None) -> Backend:

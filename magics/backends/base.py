@@ -59,6 +59,29 @@ def stale_frames_note(session: str, dropped: int) -> str:
 
 
 @dataclass(frozen=True)
+class Ranks:
+    """The shape of a distributed run (``--nodes``): ``nodes`` nodes (pods) of ``procs_per_node`` rank
+    processes each, started as ``torchrun`` starts its workers (``docs/distributed.md``)."""
+
+    nodes: int
+    procs_per_node: int
+    out_rank: int = 0
+    """The rank whose variables come back."""
+    rendezvous_timeout: float = 300.0
+    """Seconds from the first rank's start within which every rank must have started."""
+    spread: bool = False
+    """The nodes may span donors (cluster backends; refused with queueing on)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    def bundle_field(self) -> dict[str, int]:
+        """The bundle's ``ranks`` field: what every node's launcher needs to know of the shape."""
+        return {"nodes": self.nodes, "procs_per_node": self.procs_per_node, "out_rank": self.out_rank}
+
+
+@dataclass(frozen=True)
 class RunRequest:
     """Where and with what a runner starts: what a cell asks of a backend (``liqo_peering.placement`` turns
     a cluster backend's into a :class:`~gpu_offload.liqo_peering.placement.Placement` on a virtual node)."""
@@ -81,6 +104,8 @@ class RunRequest:
     """A Kueue priority class; only a cluster backend with queueing on uses it."""
     trusted_only: bool = False
     """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
+    ranks: Ranks | None = None
+    """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
 
 
 @dataclass(frozen=True)

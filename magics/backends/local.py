@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ..errors import OffloadUsageError
 from ..runner.frames import Done, FrameDecoder, Hello, Noise, RunnerWarning
@@ -38,6 +38,9 @@ from .base import (
     Transfer,
     stale_frames_note,
 )
+
+if TYPE_CHECKING:
+    from .local_nodes import NodesRun
 
 DIAGNOSTIC_LINES = 30
 INLINE_BUNDLE_LIMIT = 1 << 20
@@ -82,14 +85,16 @@ class RunnerProcess:
         *,
         interactive: bool,
         run_id: str | None = None,
+        ranks: int = 1,
     ) -> None:
         """Start ``argv``; ``first_input`` goes to its stdin first (a session's greeting, a one-shot's bundle).
 
         A one-shot runner gets its stdin closed after the bundle; an interactive (session) runner's stays
         open for its commands. Neither the nonce nor the bundle is ever in the environment or a named file.
+        ``ranks``: the ranks whose frames the process may send (a node launcher of a distributed run).
         """
         self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
-        self._decoder = FrameDecoder(nonce, run_id=run_id)
+        self._decoder = FrameDecoder(nonce, run_id=run_id, ranks=ranks)
         self._pending: deque[RunEvent] = deque()
         self._ended = False
         self.popen = subprocess.Popen(
@@ -118,14 +123,31 @@ class RunnerProcess:
                 return None
             remaining = deadline - time.monotonic()
             readable, _, _ = select.select([self._stdout], [], [], max(remaining, 0.0))
-            if readable:
-                self._read_available()
-            elif self.popen.poll() is not None:
-                # exited with nothing left to read (a subprocess of the cell may hold the pipe open)
-                self._end()
-            elif remaining <= 0:
+            # exited with nothing left to read: ended (a subprocess of the cell may hold the pipe open)
+            self.pump(bool(readable))
+            if not readable and not self._ended and remaining <= 0:
                 return None
         return self._pending.popleft()
+
+    def take(self) -> RunEvent | None:
+        """An event already read, or ``None`` (for a reader that selects over several runners)."""
+        return self._pending.popleft() if self._pending else None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the runner's exit has been read (its :class:`RunnerExit` is queued)."""
+        return self._ended
+
+    def fileno(self) -> int:
+        """The runner's stdout, for ``select``."""
+        return self._stdout
+
+    def pump(self, readable: bool) -> None:
+        """Read what ``select`` found on stdout; without anything to read, notice that the runner exited."""
+        if readable:
+            self._read_available()
+        elif self.popen.poll() is not None:
+            self._end()
 
     def expect_run(self, run_id: str) -> int:
         """Take from now on only frames of ``run_id``; returns how many events of earlier runs were dropped.
@@ -366,11 +388,16 @@ class LocalBackend:
     def _argv(self, *extra: str) -> list[str]:
         return [self.python, str(self.runner_path()), *extra, "--parent-pid", str(os.getpid())]
 
-    def submit(self, job: Job) -> OneShotRun | SessionRun:
-        """Start ``job`` in a new runner, or in its session's warm runner (started on first use)."""
+    def submit(self, job: Job) -> OneShotRun | SessionRun | NodesRun:
+        """Start ``job`` in a new runner, or in its session's warm runner (started on first use), or as
+        the nodes of a distributed run (one launcher process per node)."""
         if job.session is not None:
             return self._submit_to_session(job.session, job)
         env = runner_environment(job.request, os.environ)
+        if job.request.ranks is not None:
+            from .local_nodes import start_nodes
+
+            return start_nodes(job, job.request.ranks, env, self._argv)
         # the bundle (it holds the nonce) goes through stdin: a named file would be open to the cell's
         # subprocesses, which see its path on the runner's command line
         argv = self._argv("--bundle", "-")

@@ -42,6 +42,7 @@ def make_bundle(
     run_id: str | None = None,
     python: str | None = None,
     script: Mapping[str, Any] | None = None,
+    ranks: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Build a bundle dict; ``inputs`` are pickled here (large buffers out of band via ``input_transport``).
 
@@ -49,6 +50,7 @@ def make_bundle(
     so tracebacks name the lines the user sees. ``script`` runs ``cell`` as a script instead (see
     :mod:`.script`): argv, workdir and ``sys.exit`` codes as ``python SCRIPT`` would have them. ``output_format`` is ``pickle``
     or ``safe`` (the format of :mod:`.safe`, for a kernel that does not trust the cluster the runner is on).
+    ``ranks`` (``{"nodes": N, "procs_per_node": P, "out_rank": R}``) makes it a distributed run (:mod:`.ranks`).
     """
     import secrets  # the engine's side only; the runner never makes bundles
 
@@ -73,6 +75,7 @@ def make_bundle(
         "metrics_interval": float(metrics_interval),
         "env": dict(env or {}),
         "script": None if script is None else dict(script),
+        "ranks": None if ranks is None else dict(ranks),
     }
 
 
@@ -100,6 +103,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "metrics_interval": (int, float),
     "env": dict,
     "script": dict,
+    "ranks": dict,
 }
 _REQUIRED = ("version", "nonce", "python", "cell")
 _DEFAULTS: dict[str, Any] = {
@@ -118,6 +122,7 @@ _DEFAULTS: dict[str, Any] = {
     "metrics_interval": 1.0,
     "env": {},
     "script": None,
+    "ranks": None,
 }
 
 
