@@ -180,6 +180,7 @@ class Node:
         self._run_id = str(bundle["run_id"])
         self.children: list[tuple[int, subprocess.Popen[bytes]]] = []
         self._readers: list[threading.Thread] = []
+        self._signalled: int | None = None
 
     def start(self, environ: Mapping[str, str]) -> None:
         """Start the node's ranks (each told to end itself if this launcher dies)."""
@@ -190,6 +191,8 @@ class Node:
             child = subprocess.Popen([*argv, "--rank", str(rank)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env)
             self.children.append((rank, child))
+            if self._signalled is not None:  # an interrupt that came while the node was starting
+                child.send_signal(self._signalled)
             reader = threading.Thread(target=self._relay, args=(rank, child), daemon=True, name=f"gpuo-rank-{rank}")
             reader.start()
             self._readers.append(reader)
@@ -204,7 +207,8 @@ class Node:
         _copy_frames(rank, child.stdout, self.relay)
 
     def signal(self, signum: int) -> None:
-        """Pass a signal on to every rank still running."""
+        """Pass a signal on to every rank still running (and to those started after it)."""
+        self._signalled = signum
         for _rank, child in self.children:
             with contextlib.suppress(ProcessLookupError):
                 if child.poll() is None:

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 
 from gpu_offload.magics.backends.base import Ranks, RunEvent
-from gpu_offload.magics.engine import FollowSettings, TRUSTED, follow
+from gpu_offload.magics.engine import TRUSTED, FollowSettings, follow
 from gpu_offload.magics.errors import RemoteError
 from gpu_offload.magics.ranked import RankedRun, prefix_lines
 from gpu_offload.magics.runner.frames import FrameDecoder
