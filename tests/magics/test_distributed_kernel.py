@@ -1,8 +1,10 @@
-"""A distributed cell inside a real Jupyter kernel: the kernel's interrupt (Ctrl-C) stops every rank."""
+"""A distributed cell inside a real Jupyter kernel: every rank's lines stream live; the kernel's interrupt
+(Ctrl-C) stops every rank."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,3 +33,27 @@ def test_the_kernels_interrupt_stops_every_rank_and_copies_nothing_back(kernel: 
     _, outputs = kernel.execute("print(x)")
     assert kernel.text(outputs).strip() == "before"
     # no launcher or rank is left: the autouse fixture no_runner_left_behind checks it
+
+
+def test_every_ranks_lines_reach_the_client_while_the_ranks_still_run(kernel: Any, tmp_path: Path) -> None:
+    flag = tmp_path / "all-seen"
+    # every rank waits until the test has received the first line of all four: output held back until the
+    # end would leave them waiting 60 s, then print "not streamed"
+    cell = (
+        f"%%gpu_offload --nodes 2 --procs-per-node 2 --gpus 0\nimport os, time\nprint('first line', flush=True)\n"
+        f"deadline = time.time() + 60\nwhile not os.path.exists({str(flag)!r}) and time.time() < deadline:\n"
+        f"    time.sleep(0.01)\nprint('second line' if os.path.exists({str(flag)!r}) else 'not streamed')"
+    )
+    seen: set[str] = set()
+
+    def on_output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream":
+            seen.update(re.findall(r"\[rank (\d)\] first line", msg["content"]["text"]))
+            if len(seen) == 4:
+                flag.touch()
+
+    reply, outputs = kernel.execute(cell, on_output)
+    assert reply["status"] == "ok", reply
+    text = kernel.text(outputs)
+    for rank in range(4):
+        assert f"[rank {rank}] second line" in text
