@@ -169,11 +169,6 @@ def _check_distributed(request: OffloadRequest) -> None:
             f"--rendezvous-timeout {shape.rendezvous_timeout:g}: give a positive number of seconds, e.g. "
             "--rendezvous-timeout 600, or leave it out for 300."
         )
-    if request.session is not None:
-        raise OffloadUsageError(
-            f"--session {request.session} with --nodes: distributed sessions are not available yet. Leave out "
-            "--session (each cell then starts its ranks anew), or leave out the distributed options."
-        )
 
 
 def refuse_spread_when_queued(request: OffloadRequest, queue: str | None) -> None:

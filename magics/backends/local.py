@@ -40,7 +40,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from .local_nodes import NodesRun
+    from .local_nodes import NodeProcesses, NodesRun
 
 DIAGNOSTIC_LINES = 30
 INLINE_BUNDLE_LIMIT = 1 << 20
@@ -235,6 +235,11 @@ class RunnerProcess:
         """Whether the runner process is still running."""
         return self.popen.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The runner's exit code, ``None`` while it runs."""
+        return self.popen.poll()
+
 
 def _thread(target: Callable[..., None], *args: object) -> threading.Thread:
     thread = threading.Thread(target=target, args=args, daemon=True, name="gpu-offload-runner-io")
@@ -282,7 +287,7 @@ class OneShotRun(_LocalRun):
 class LocalSession:
     """A warm runner whose namespace persists across cells."""
 
-    def __init__(self, name: str, process: RunnerProcess, placement: RunRequest) -> None:
+    def __init__(self, name: str, process: RunnerProcess | NodeProcesses, placement: RunRequest) -> None:
         self.name = name
         self.process = process
         self.placement = placement
@@ -395,9 +400,9 @@ class LocalBackend:
             return self._submit_to_session(job.session, job)
         env = runner_environment(job.request, os.environ)
         if job.request.ranks is not None:
-            from .local_nodes import start_nodes
+            from .local_nodes import NodesRun, start_nodes
 
-            return start_nodes(job, job.request.ranks, env, self._argv)
+            return NodesRun(start_nodes(job, job.request.ranks, env, self._argv))
         # the bundle (it holds the nonce) goes through stdin: a named file would be open to the cell's
         # subprocesses, which see its path on the runner's command line
         argv = self._argv("--bundle", "-")
@@ -417,20 +422,21 @@ class LocalBackend:
         with self._lock:
             current = self._sessions.get(name)
             if current is not None and not current.process.alive:
-                self._died(name, current.process.popen.returncode)
+                current.process.signal(signal.SIGKILL)  # a distributed session's other nodes, if any
+                self._died(name, current.process.returncode)
                 current = None
             note = self._lost.pop(name, None) if current is None else None
             if current is None:
                 # a session runner frames every run with one nonce, its first command on stdin
                 nonce = secrets.token_hex(16)
                 env = runner_environment(placement, os.environ)
-                process = RunnerProcess(self._argv("--session"), env, nonce, greeting(nonce), interactive=True)
-                current = self._sessions[name] = LocalSession(name, process, placement)
-            elif current.placement != placement:
+                current = self._sessions[name] = LocalSession(name, self._session_process(job, nonce, env),
+                                                              placement)
+            elif _session_key(current.placement) != _session_key(placement):
                 raise OffloadUsageError(
-                    f"Session `{name}` was started with --gpus {current.placement.gpus}; this cell asks "
-                    f"for --gpus {placement.gpus}. Close it with `%gpu_offload close {name}` to change "
-                    "its GPUs, or use another --session name."
+                    f"Session `{name}` was started with {_shape(current.placement)}; this cell asks "
+                    f"for {_shape(placement)}. Close it with `%gpu_offload close {name}` to change "
+                    "them, or use another --session name."
                 )
             if current.busy:
                 raise OffloadUsageError(
@@ -452,6 +458,17 @@ class LocalBackend:
             run.release(0)
             self._forget(name)
         return run
+
+    def _session_process(self, job: Job, nonce: str, env: Mapping[str, str]) -> RunnerProcess | NodeProcesses:
+        ranks = job.request.ranks
+        if ranks is None:
+            return RunnerProcess(self._argv("--session"), env, nonce, greeting(nonce), interactive=True)
+        from dataclasses import replace
+
+        from .local_nodes import start_nodes
+
+        # a distributed session: a launcher per node, greeted with the session's nonce and the shape
+        return start_nodes(replace(job, nonce=nonce), ranks, env, self._argv, session=True)
 
     def _forget(self, name: str) -> None:
         with self._lock:
@@ -492,6 +509,22 @@ class LocalBackend:
         """End every session."""
         for name in list(self._sessions):
             self.close_session(name, grace=2.0)
+
+
+def _session_key(placement: RunRequest) -> tuple[RunRequest, tuple[int, int] | None]:
+    """What a session's runners were started with; a distributed session's cells may each choose their
+    out rank and output display."""
+    ranks = placement.ranks
+    from dataclasses import replace
+
+    return replace(placement, ranks=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
+
+
+def _shape(placement: RunRequest) -> str:
+    ranks = placement.ranks
+    if ranks is None:
+        return f"--gpus {placement.gpus}"
+    return f"--gpus {placement.gpus} --nodes {ranks.nodes} --procs-per-node {ranks.procs_per_node}"
 
 
 def _unlink(path: Path) -> None:

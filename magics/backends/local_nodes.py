@@ -1,7 +1,7 @@
-"""A distributed run on this machine (``--nodes N --procs-per-node P``), as ``torchrun --standalone`` runs one:
-one node launcher process per node (the runner given a bundle with ``ranks``, ``--group-rank G``), all of
-them meeting at a free port on the loopback address. Each launcher starts its node's P ranks; this run
-reads every launcher's frames, which carry their ranks.
+"""A distributed run or session on this machine (``--nodes N --procs-per-node P``), as ``torchrun
+--standalone`` runs one: one node launcher process per node (the runner given a ``ranks`` field,
+``--group-rank G``), all meeting at a free port on the loopback address. Each launcher starts its node's P
+ranks; :class:`NodeProcesses` reads and drives the launchers as one runner, whose frames carry their ranks.
 """
 
 from __future__ import annotations
@@ -14,31 +14,14 @@ import time
 from collections.abc import Callable, Mapping
 
 from ..runner.ranks import STANDALONE_ADDR, free_port
+from ..runner.secrecy import greeting
 from .base import Job, Ranks, RunEvent, RunnerExit
 from .local import RunnerProcess, _LocalRun
 
 
-def start_nodes(job: Job, ranks: Ranks, env: Mapping[str, str], argv: Callable[..., list[str]]) -> NodesRun:
-    """Start one launcher per node; any that cannot start takes those already started down with it."""
-    node_env = {**env, "MASTER_ADDR": STANDALONE_ADDR, "MASTER_PORT": str(free_port())}
-    processes: list[RunnerProcess] = []
-    try:
-        for group_rank in range(ranks.nodes):
-            processes.append(RunnerProcess(
-                argv("--bundle", "-", "--group-rank", str(group_rank)), node_env, job.nonce, job.bundle,
-                interactive=False, run_id=job.run_id, ranks=ranks.world_size,
-            ))
-    except BaseException:
-        for process in processes:
-            process.signal(signal.SIGKILL)
-            process.stop(0)
-        raise
-    return NodesRun(processes)
-
-
-class NodesRun(_LocalRun):
-    """The launchers of one distributed run, read as one stream of rank events; ends with one
-    :class:`RunnerExit` once every launcher has exited."""
+class NodeProcesses:
+    """The launchers of one distributed run, with what the backend asks of one :class:`RunnerProcess`;
+    their events come as one stream that ends with one :class:`RunnerExit` once every launcher has ended."""
 
     def __init__(self, processes: list[RunnerProcess]) -> None:
         self.processes = processes
@@ -46,8 +29,36 @@ class NodesRun(_LocalRun):
         self._details: list[str] = []
         self._over = False
 
+    @property
+    def pid(self) -> int:
+        """The group-rank-0 launcher's process id (what ``%gpu_offload sessions`` shows)."""
+        return self.processes[0].pid
+
+    @property
+    def alive(self) -> bool:
+        """Whether every launcher still runs (one gone breaks the process group)."""
+        return all(process.alive for process in self.processes)
+
+    @property
+    def returncode(self) -> int | None:
+        """The first failing launcher's exit code, 0 if none failed, ``None`` while all run."""
+        codes = [process.returncode for process in self.processes]
+        failed = [code for code in codes if code]
+        return failed[0] if failed else (None if None in codes else 0)
+
+    @property
+    def foreign(self) -> int:
+        return sum(process.foreign for process in self.processes)
+
+    def expect_run(self, run_id: str) -> int:
+        return sum(process.expect_run(run_id) for process in self.processes)
+
+    def send(self, command: Mapping[str, object]) -> bool:
+        """A session command to every launcher, which passes it on to its ranks."""
+        return all([process.send(command) for process in self.processes])
+
     def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        """The next event of any launcher within ``timeout`` seconds, else ``None``."""
         deadline = time.monotonic() + timeout
         while True:
             for process in self.processes:
@@ -65,7 +76,7 @@ class NodesRun(_LocalRun):
             readable, _, _ = select.select(live, [], [], max(remaining, 0.0))
             for process in live:
                 process.pump(process in readable)
-            if not readable and remaining <= 0 and all(not p.ended for p in live):
+            if not readable and remaining <= 0 and not any(process.ended for process in live):
                 return None
 
     def _last(self) -> RunnerExit | None:
@@ -81,15 +92,61 @@ class NodesRun(_LocalRun):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGINT)
 
-    def kill(self) -> None:
-        """SIGKILL to every launcher's process group (its ranks are in it)."""
+    def signal(self, signum: int) -> None:
+        """``signum`` to every launcher's process group (its ranks are in it)."""
         for process in self.processes:
-            process.signal(signal.SIGKILL)
+            process.signal(signum)
 
-    def release(self, grace: float) -> int | None:
+    def stop(self, grace: float) -> int | None:
         """Wait up to ``grace`` seconds in all for the launchers, then kill their groups; the first failing
         exit code (0 if none failed)."""
         deadline = time.monotonic() + grace
         codes = [process.stop(max(0.0, deadline - time.monotonic())) for process in self.processes]
         failed = [code for code in codes if code]
         return failed[0] if failed else 0
+
+
+def start_nodes(
+    job: Job, ranks: Ranks, env: Mapping[str, str], argv: Callable[..., list[str]], *, session: bool = False
+) -> NodeProcesses:
+    """Start one launcher per node (``session``: a distributed session's, greeted with the nonce and the
+    shape); one that cannot start takes those already started down with it."""
+    node_env = {**env, "MASTER_ADDR": STANDALONE_ADDR, "MASTER_PORT": str(free_port())}
+    mode = ("--session",) if session else ("--bundle", "-")
+    first = greeting(job.nonce, ranks.bundle_field()) if session else job.bundle
+    processes: list[RunnerProcess] = []
+    try:
+        for group_rank in range(ranks.nodes):
+            processes.append(RunnerProcess(
+                argv(*mode, "--group-rank", str(group_rank)), node_env, job.nonce, first,
+                interactive=session, run_id=None if session else job.run_id, ranks=ranks.world_size,
+            ))
+    except BaseException:
+        for process in processes:
+            process.signal(signal.SIGKILL)
+            process.stop(0)
+        raise
+    return NodeProcesses(processes)
+
+
+class NodesRun(_LocalRun):
+    """A one-shot distributed run: its launchers until they have all ended."""
+
+    def __init__(self, nodes: NodeProcesses) -> None:
+        self.nodes = nodes
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        return self.nodes.next_event(timeout)
+
+    def interrupt(self) -> None:
+        """Every rank's cell gets KeyboardInterrupt (through its launcher)."""
+        self.nodes.interrupt()
+
+    def kill(self) -> None:
+        """SIGKILL to every launcher and its ranks."""
+        self.nodes.signal(signal.SIGKILL)
+
+    def release(self, grace: float) -> int | None:
+        """Wait up to ``grace`` seconds for every launcher, then kill the rest."""
+        return self.nodes.stop(grace)

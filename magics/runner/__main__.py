@@ -57,8 +57,6 @@ def parse_arguments(argv: Sequence[str]) -> Arguments:
             raise ValueError(f"unexpected argument {item!r}. {USAGE}")
     if session == (bundle is not None):
         raise ValueError(f"give exactly one of --bundle PATH and --session. {USAGE}")
-    if session and ("--rank" in numbers or "--group-rank" in numbers):
-        raise ValueError(f"--rank and --group-rank go with --bundle, not --session. {USAGE}")
     if "--rank" in numbers and "--group-rank" in numbers:
         raise ValueError(f"give --rank (a rank process) or --group-rank (a node's launcher), not both. {USAGE}")
     return Arguments(bundle, session, numbers.get("--parent-pid"), numbers.get("--rank"), numbers.get("--group-rank"))
@@ -80,10 +78,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     secrecy.make_undumpable()
     if args.session:
         try:
-            nonce = check_nonce(secrecy.read_greeting(0))
+            nonce, ranks = secrecy.read_greeting(0)
+            check_nonce(nonce)
+            if ranks is not None and args.rank is None:
+                from .ranks import node_shape
+
+                node_shape(ranks, args.group_rank, os.environ)
         except ValueError as exc:
             return _refuse(f"--session needs its frame nonce as the first command: {exc}")
-        runtime = Runtime(nonce, session=True)
+        if ranks is not None and args.rank is None:
+            return _launch_session(nonce, ranks, args)
+        runtime = Runtime(nonce, session=True, rank=args.rank)
         runtime.start(args.parent_pid)
         from .session import serve
 
@@ -130,6 +135,16 @@ def _launch(bundle: dict[str, object], args: Arguments) -> int:
 
     try:
         return launch(bundle, encode_bundle(bundle), args.group_rank, args.parent_pid)
+    except (OSError, ValueError) as exc:
+        return _refuse(f"cannot start this node's ranks: {exc}")
+
+
+def _launch_session(nonce: str, ranks: dict[str, int], args: Arguments) -> int:
+    """This runner is a distributed session's node launcher (see :mod:`.ranks`)."""
+    from .ranks import serve_node
+
+    try:
+        return serve_node(nonce, ranks, args.group_rank, args.parent_pid)
     except (OSError, ValueError) as exc:
         return _refuse(f"cannot start this node's ranks: {exc}")
 

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from .lines import LineSplitter, Overlong
 from .signals import block_in_this_thread
-from .wire import MARK, MAX_FRAME_BYTES, run_token
+from .wire import MARK, MAX_FRAME_BYTES, NO_RUN, run_token
 
 INDEX_ENV = "JOB_COMPLETION_INDEX"
 """Set by Kubernetes in every pod of an Indexed Job: the node's group rank when ``--group-rank`` is not given."""
@@ -130,9 +130,9 @@ class Relay:
     """All ranks' frames on the launcher's stdout: one ``seq`` order, each frame's ``rank`` field set by the
     launcher to the rank process it came from (a rank cannot write another's)."""
 
-    def __init__(self, nonce: str, run_id: str, out: int) -> None:
+    def __init__(self, nonce: str, run_id: str | None, out: int) -> None:
         self._prefix = f"{MARK} {nonce} ".encode("ascii")
-        self._run = run_token(run_id)
+        self._run = NO_RUN if run_id is None else run_token(run_id)
         self._out = out
         self._seq = 0
         self._lock = threading.Lock()
@@ -171,25 +171,34 @@ class Relay:
 
 
 class Node:
-    """The node's rank processes while they run."""
+    """The node's rank processes while they run.
 
-    def __init__(self, shape: NodeShape, bundle: Mapping[str, Any], data: bytes, relay: Relay) -> None:
+    One-shot (``first`` is the bundle): each rank gets the bundle on stdin, then end of input. Session
+    (``first`` is the greeting): each rank's stdin stays open for the commands :meth:`forward` passes on.
+    """
+
+    def __init__(self, shape: NodeShape, run_id: str, first: bytes, relay: Relay, *, session: bool = False) -> None:
         self.shape = shape
         self.relay = relay
-        self._data = data
-        self._run_id = str(bundle["run_id"])
+        self._first = first
+        self._run_id = run_id
+        self._session = session
         self.children: list[tuple[int, subprocess.Popen[bytes]]] = []
         self._readers: list[threading.Thread] = []
         self._signalled: int | None = None
+        self._closing = False
 
     def start(self, environ: Mapping[str, str]) -> None:
         """Start the node's ranks (each told to end itself if this launcher dies)."""
         addr, port = master(environ, self.shape.nodes)
-        argv = [sys.executable, sys.argv[0], "--bundle", "-", "--parent-pid", str(os.getpid())]
+        mode = ["--session"] if self._session else ["--bundle", "-"]
+        argv = [sys.executable, sys.argv[0], *mode, "--parent-pid", str(os.getpid())]
         for local_rank, rank in enumerate(self.shape.ranks):
             env = rank_environment(self.shape, local_rank, environ, addr, port, self._run_id)
             child = subprocess.Popen([*argv, "--rank", str(rank)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env)
+            if self._session:  # the greeting fits the pipe: written here, before any command is passed on
+                self._write(child, self._first)
             self.children.append((rank, child))
             if self._signalled is not None:  # an interrupt that came while the node was starting
                 child.send_signal(self._signalled)
@@ -200,11 +209,44 @@ class Node:
     def _relay(self, rank: int, child: subprocess.Popen[bytes]) -> None:
         block_in_this_thread()
         assert child.stdin is not None and child.stdout is not None
-        with contextlib.suppress(OSError):  # a rank that died at once: its exit is reported by wait()
-            child.stdin.write(self._data)
-        with contextlib.suppress(OSError):
-            child.stdin.close()
+        if not self._session:  # a bundle may exceed the pipe: written beside the reading of frames
+            self._write(child, self._first)
+            with contextlib.suppress(OSError):
+                child.stdin.close()
         _copy_frames(rank, child.stdout, self.relay)
+        if self._session and not self._closing:
+            self._lost_in_session(rank, child)
+
+    @staticmethod
+    def _write(child: subprocess.Popen[bytes], data: bytes) -> None:
+        assert child.stdin is not None
+        with contextlib.suppress(OSError):  # a rank that died at once: its exit is reported by wait()
+            child.stdin.write(data)
+            child.stdin.flush()
+
+    def forward(self, command: bytes) -> None:
+        """Pass one session command line on to every rank."""
+        for _rank, child in self.children:
+            self._write(child, command)
+
+    def close(self) -> None:
+        """End of the session's commands: every rank's input ends, so each session ends."""
+        self._closing = True
+        for _rank, child in self.children:
+            with contextlib.suppress(OSError):
+                assert child.stdin is not None
+                child.stdin.close()
+
+    def _lost_in_session(self, rank: int, child: subprocess.Popen[bytes]) -> None:
+        """A rank's session ended on its own: the process group is broken, so the node's session ends."""
+        code = child.wait()
+        if self._closing:
+            return
+        self._report_lost(rank, code, "its session")
+        self.signal(signal.SIGTERM)
+        from . import watchdog
+
+        watchdog.hard_exit_later(1)
 
     def signal(self, signum: int) -> None:
         """Pass a signal on to every rank still running (and to those started after it)."""
@@ -221,16 +263,16 @@ class Node:
             code = child.wait()
             reader.join(READER_JOIN_SECONDS)
             codes.append(code)
-            if rank not in self.relay.finished:
-                self._report_lost(rank, code)
+            if rank not in self.relay.finished and not self._session:
+                self._report_lost(rank, code, "its cell")
         failed = [code for code in codes if code != 0]
         return 0 if not failed else (failed[0] if failed[0] > 0 else 1)
 
-    def _report_lost(self, rank: int, code: int) -> None:
+    def _report_lost(self, rank: int, code: int, what: str) -> None:
         import json
 
         cause = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        text = (f"the process of rank {rank} (node {self.shape.group_rank}) ended before its cell finished "
+        text = (f"the process of rank {rank} (node {self.shape.group_rank}) ended before {what} finished "
                 f"({cause}); if the cell called os._exit or ran out of memory, fix that and run it again")
         self.relay.emit(rank, "error", json.dumps({"ename": "RankDied", "evalue": text, "traceback": []}))
         self.relay.emit(rank, "done", json.dumps({"status": "error", "elapsed": 0.0}))
@@ -262,7 +304,60 @@ def launch(bundle: Mapping[str, Any], data: bytes, group_rank: int | None, paren
     """
     shape = node_shape(bundle["ranks"], group_rank, os.environ)
     relay = Relay(str(bundle["nonce"]), str(bundle["run_id"]), os.dup(1))
-    node = Node(shape, bundle, data, relay)
+    node = Node(shape, str(bundle["run_id"]), data, relay)
+    _watch(node, parent_pid)
+    node.start(os.environ)
+    return node.wait()
+
+
+def serve_node(nonce: str, spec: Mapping[str, Any], group_rank: int | None, parent_pid: int | None) -> int:
+    """A distributed session's node: the ranks are session runners, each session command on stdin is
+    passed on to all of them, and end of stdin (or ``exit``) ends them. A rank whose session ends on its
+    own ends the node's (the others would wait for it in every collective)."""
+    from .secrecy import greeting
+
+    shape = node_shape(spec, group_rank, os.environ)
+    relay = Relay(nonce, None, os.dup(1))  # its own frames (a rank lost) belong to no one run
+    node = Node(shape, f"session-{os.getpid()}", greeting(nonce), relay, session=True)
+    _watch(node, parent_pid)
+
+    def terminate(number: int, _frame: Any) -> None:
+        node.close()
+        node.signal(number)
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, terminate)  # a pod's deletion: the ranks' sessions end, then the node's
+    node.start(os.environ)
+    try:
+        with os.fdopen(0, "rb") as commands:
+            for line in iter(commands.readline, b""):
+                node.forward(line)
+                if line.strip() and _is_exit(line):
+                    break
+    except _Terminated:
+        node.wait()
+        return TERMINATED_EXIT
+    node.close()
+    return node.wait()
+
+
+class _Terminated(Exception):
+    pass
+
+
+TERMINATED_EXIT = 143
+
+
+def _is_exit(line: bytes) -> bool:
+    import json
+
+    try:
+        return bool(json.loads(line).get("op") == "exit")
+    except (ValueError, AttributeError):
+        return False
+
+
+def _watch(node: Node, parent_pid: int | None) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda number, _frame: node.signal(number))
     if parent_pid is not None:
@@ -273,5 +368,3 @@ def launch(bundle: Mapping[str, Any], data: bytes, group_rank: int | None, paren
             watchdog.hard_exit_later(1)
 
         watchdog.arm(parent_pid, parent_died)
-    node.start(os.environ)
-    return node.wait()

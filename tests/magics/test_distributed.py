@@ -38,6 +38,18 @@ def offload(shell: Any, cell: str, line: str) -> Any:
     return shell.run_cell_magic("gpu_offload", line, cell)
 
 
+def trained_in_one_process(initial: Any, X: Any, Y: Any, steps: int, lr: float) -> Any:
+    """The state dict of a Linear(4, 1) trained from ``initial`` by full-batch SGD on all of X, Y."""
+    model = torch.nn.Linear(4, 1)
+    model.load_state_dict(initial)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(X), Y).backward()
+        opt.step()
+    return model.state_dict()
+
+
 def test_ddp_on_two_nodes_of_two_ranks_equals_training_in_one_process(shell: Any) -> None:
     generator = torch.Generator().manual_seed(0)
     X = torch.randn(64, 4, generator=generator)
@@ -49,15 +61,8 @@ def test_ddp_on_two_nodes_of_two_ranks_equals_training_in_one_process(shell: Any
         offload(shell, DDP_CELL, TWO_BY_TWO)
 
     # the same steps on all the data in one process: DDP averages the ranks' gradients of equal shards
-    reference = torch.nn.Linear(4, 1)
-    reference.load_state_dict(initial)
-    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    for _ in range(20):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(reference(X), Y).backward()
-        opt.step()
     weights = shell.user_ns["weights"]
-    for name, value in reference.state_dict().items():
+    for name, value in trained_in_one_process(initial, X, Y, steps=20, lr=0.1).items():
         torch.testing.assert_close(weights[name], value, rtol=1e-5, atol=1e-6)
     assert not torch.equal(weights["weight"], initial["weight"])  # it did train
     for rank in range(4):
@@ -124,3 +129,45 @@ def test_every_rank_reads_the_same_inputs_and_one_ranks_in_place_change_stays_it
     assert "[rank 0] sum 200000.0" in captured.stdout
     assert "[rank 1] sum 100000.0" in captured.stdout
     assert float(shell.user_ns["a"].sum()) == 200000.0  # the notebook gets rank 0's
+
+
+def test_a_distributed_session_keeps_every_ranks_state_across_three_cells(shell: Any) -> None:
+    generator = torch.Generator().manual_seed(1)
+    X = torch.randn(32, 4, generator=generator)
+    Y = X.sum(dim=1, keepdim=True)
+    initial = torch.nn.Linear(4, 1).state_dict()
+    shell.user_ns.update(X=X, Y=Y, initial=initial)
+    line = TWO_BY_TWO + " --session ddp"
+    # the process group and the DDP module live on in every rank; each cell asks its rank anew, since a
+    # notebook variable a cell reads (rank 0's `rank`, once it came back) goes to every rank as an input
+    build = (
+        "import torch, torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel\n"
+        "dist.init_process_group('gloo')\nlinear = torch.nn.Linear(4, 1)\nlinear.load_state_dict(initial)\n"
+        "ddp = DistributedDataParallel(linear)\n"
+    )
+    train = (
+        "rank, world = dist.get_rank(), dist.get_world_size()\n"
+        "opt = torch.optim.SGD(ddp.parameters(), lr=0.05)\nfor _ in range(10):\n    opt.zero_grad()\n"
+        "    torch.nn.functional.mse_loss(ddp(X[rank::world]), Y[rank::world]).backward()\n    opt.step()\n"
+        "print('trained', flush=True)"
+    )
+    finish = (
+        "weights = {k: v.detach().clone() for k, v in ddp.module.state_dict().items()}\n"
+        "ranks_sum = torch.tensor([float(dist.get_rank())])\ndist.all_reduce(ranks_sum)\n"
+        "dist.destroy_process_group()\n"
+    )
+    with capture_output() as built:
+        offload(shell, build, line)
+    # a DDP module cannot exist outside its process group: it stays on the ranks, and the user is told why
+    assert "output `ddp` (DistributedDataParallel) is bound to the run's process group" in built.stdout + built.stderr
+    assert "ddp" not in shell.user_ns and isinstance(shell.user_ns["linear"], torch.nn.Linear)
+    with capture_output() as trained:
+        offload(shell, train, line)
+    offload(shell, finish, line)
+    assert shell.run_line_magic("gpu_offload", "close ddp") is None
+
+    for name, value in trained_in_one_process(initial, X, Y, steps=10, lr=0.05).items():
+        torch.testing.assert_close(shell.user_ns["weights"][name], value, rtol=1e-5, atol=1e-6)
+    assert float(shell.user_ns["ranks_sum"]) == 6.0  # 0 + 1 + 2 + 3: all four ranks kept their group
+    for rank in range(4):
+        assert f"[rank {rank}] trained" in trained.stdout

@@ -57,3 +57,27 @@ def test_every_ranks_lines_reach_the_client_while_the_ranks_still_run(kernel: An
     text = kernel.text(outputs)
     for rank in range(4):
         assert f"[rank {rank}] second line" in text
+
+
+def test_an_interrupted_distributed_session_keeps_every_ranks_state(kernel: Any) -> None:
+    line = "%%gpu_offload --nodes 2 --procs-per-node 2 --gpus 0 --session ranks\n"
+    # a generator cannot travel back to the notebook: it lives in each rank only
+    reply, _ = kernel.execute(line + "import os, time\nticks = (int(os.environ['RANK']) * 10 + i for i in range(9))")
+    assert reply["status"] == "ok", reply
+    waiting: set[str] = set()
+
+    def on_output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream":
+            waiting.update(re.findall(r"\[rank (\d)\] waiting", msg["content"]["text"]))
+            if len(waiting) == 4:
+                waiting.add("interrupted")
+                kernel.manager.interrupt_kernel()
+
+    reply, _ = kernel.execute(line + "print('waiting', flush=True)\ntime.sleep(300)", on_output)
+    assert "interrupted" in waiting
+    assert reply["ename"] == "KeyboardInterrupt", reply
+    reply, outputs = kernel.execute(line + "print('tick', next(ticks))")
+    assert reply["status"] == "ok", reply
+    for rank in range(4):
+        assert f"[rank {rank}] tick {rank * 10}" in kernel.text(outputs)
+    kernel.execute("%gpu_offload close ranks")

@@ -25,7 +25,6 @@ def offload(shell: Any, cell: str, line: str) -> Any:
     ("--nodes 2 --rendezvous-timeout 0", r"give a positive number of seconds"),
     ("--out-rank 1", r"--out-rank: only a distributed run has ranks\. Add --nodes N"),
     ("--quiet-ranks --spread", r"--quiet-ranks, --spread: only a distributed run"),
-    ("--nodes 2 --session train", r"distributed sessions are not available yet"),
 ])
 def test_bad_distributed_options_are_refused_and_nothing_is_launched(
     shell: Any, backend: Any, line: str, message: str
