@@ -59,9 +59,11 @@ def run_request(request: OffloadRequest) -> RunRequest:
 
 
 def start(
-    request: OffloadRequest, launch: Launch, namespace: MutableMapping[str, Any], backend: Backend
+    request: OffloadRequest, launch: Launch, namespace: MutableMapping[str, Any], backend: Backend,
+    grace: float = 5.0,
 ) -> tuple[Run, tuple[dict[str, Any], ...]]:
-    """Pickle the inputs and submit; nothing is left behind if either step fails."""
+    """Pickle the inputs and submit; nothing is left behind if either step fails. ``grace``: how long a
+    distributed session's ranks get to stop after one of them failed (:class:`RankedRun`)."""
     ranks = request.ranks
     if ranks is not None and backend.name not in RANKS_BACKENDS:
         raise OffloadUsageError(
@@ -84,7 +86,9 @@ def start(
     except BaseException:
         buffers.discard(refs)
         raise
-    return (run if ranks is None else RankedRun(run, ranks, request.show)), refs
+    if ranks is None:
+        return run, refs
+    return RankedRun(run, ranks, request.show, settle=grace if request.session is not None else None), refs
 
 
 def run_blocking(
@@ -100,7 +104,7 @@ def run_blocking(
 
     ``record`` sees the outcome before its error (if any) is raised, e.g. for ``%gpu_offload status``.
     """
-    run, refs = start(request, launch, namespace, backend)
+    run, refs = start(request, launch, namespace, backend, settings.grace)
     try:
         outcome = follow(run, sink, settings, intake(backend, launch))
     finally:
@@ -135,7 +139,7 @@ class OffloadHandle:
         self._cancelled = threading.Event()
         self._outcome: Outcome | None = None
         self._concluded = False
-        self._run, self._refs = start(request, launch, namespace, backend)
+        self._run, self._refs = start(request, launch, namespace, backend, settings.grace)
         self._run.route_cancel(self.cancel)  # the panel's cancel button goes through cancel() below
         self._settings = settings
         self._intake = intake(backend, launch)

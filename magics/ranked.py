@@ -62,8 +62,11 @@ def describe_ranks(ranks: list[int], shape: Ranks) -> str:
 class RankedRun:
     """A backend's distributed run (events of many ranks) as one run for the engine."""
 
-    def __init__(self, inner: Run, shape: Ranks, show: str = LIVE,
+    def __init__(self, inner: Run, shape: Ranks, show: str = LIVE, *, settle: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``settle``: a session's run waits this long after the first failure for the other ranks to stop,
+        then kills the session (ranks stuck in a collective would take the next cell's commands never);
+        ``None``: the run ends at the first failure and the engine's release kills what still runs."""
         if show not in SHOW_MODES:
             raise ValueError(f"show={show!r}: one of {', '.join(SHOW_MODES)}")
         self._inner = inner
@@ -78,6 +81,9 @@ class RankedRun:
         self._line_start: dict[tuple[int, str], bool] = {}
         self._finished = False
         self._interrupted = False
+        self._settle = settle
+        self._failure: Error | None = None
+        self._settle_by: float | None = None
 
     # -- what the engine sees -------------------------------------------------------------------------
 
@@ -98,6 +104,7 @@ class RankedRun:
             if self._finished:
                 return None
             self._check_rendezvous()
+            self._check_settled()
             remaining = deadline - self._clock()
             if self._ready:
                 break
@@ -182,13 +189,16 @@ class RankedRun:
             self._ready.append(event)
 
     def _error(self, error: Error) -> None:
-        if self._interrupted and error.ename == "KeyboardInterrupt":
-            return  # the interrupt this run was asked for: every rank reports it
+        if (self._interrupted or self._failure is not None) and error.ename == "KeyboardInterrupt":
+            return  # the interrupt this run was asked for, or sent after the first failure
         self._fail(error)
 
     def _rank_done(self, done: Done) -> None:
         self._done[done.rank] = done.status
-        if done.status == "error":
+        if self._failure is not None:
+            if len(self._done) == self._shape.world_size:
+                self._finish(Done(-1, "error", 0.0), self._failure)
+        elif done.status == "error":
             self._fail(Error(-1, "RankFailed", f"rank {done.rank} ended with an error it did not describe",
                              (), rank=done.rank))
         elif done.status == "interrupted" and not self._interrupted:
@@ -210,15 +220,31 @@ class RankedRun:
 
     def _fail(self, error: Error) -> None:
         """The first failure ends the run: its error, naming the rank, then ``done``; the others stop."""
-        if self._finished:
+        if self._finished or self._failure is not None:
             return
         rank = error.rank
         header = f"rank {rank} of {self._shape.world_size} (node {rank // self._shape.procs_per_node}) failed:\n"
-        self._finish(
-            Done(-1, "error", 0.0),
-            Error(error.seq, error.ename, f"{error.evalue} [rank {rank}]", (header, *error.traceback), rank=rank),
-        )
+        # a SystemExit's value is the script's exit status (the runner protocol): kept as it is
+        evalue = error.evalue if error.ename == "SystemExit" else f"{error.evalue} [rank {rank}]"
+        failure = Error(error.seq, error.ename, evalue, (header, *error.traceback), rank=rank)
         self._inner.interrupt()
+        if self._settle is None or len(self._done) == self._shape.world_size:
+            self._finish(Done(-1, "error", 0.0), failure)
+        else:
+            self._failure = failure
+            self._settle_by = self._clock() + self._settle
+
+    def _check_settled(self) -> None:
+        """A session's ranks that did not stop after the first failure: the session is killed."""
+        if self._failure is None or self._settle_by is None or self._finished or self._clock() <= self._settle_by:
+            return
+        stuck = [rank for rank in range(self._shape.world_size) if rank not in self._done]
+        self._inner.kill()
+        self._ready.append(RunnerWarning(-1, (
+            f"{describe_ranks(stuck, self._shape)} did not stop within {self._settle:g} s after rank "
+            f"{self._failure.rank} failed (blocked in a collective, waiting for it): the session was closed, "
+            "and its state is gone; the next cell starts it anew")))
+        self._finish(Done(-1, "error", 0.0), self._failure)
 
     def _finish(self, done: Done, error: Error | None = None) -> None:
         self._flush_held()

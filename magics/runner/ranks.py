@@ -230,7 +230,8 @@ class Node:
             self._write(child, command)
 
     def close(self) -> None:
-        """End of the session's commands: every rank's input ends, so each session ends."""
+        """End of the session's commands: every rank's input ends, so each session ends (the ranks' ends
+        are expected from now on, not reported as lost)."""
         self._closing = True
         for _rank, child in self.children:
             with contextlib.suppress(OSError):
@@ -331,9 +332,9 @@ def serve_node(nonce: str, spec: Mapping[str, Any], group_rank: int | None, pare
     try:
         with os.fdopen(0, "rb") as commands:
             for line in iter(commands.readline, b""):
+                if len(line) < 64 and _is_exit(line):  # (not parsing every large run command)
+                    break  # the ranks' input ends below, which ends their sessions as `exit` would
                 node.forward(line)
-                if line.strip() and _is_exit(line):
-                    break
     except _Terminated:
         node.wait()
         return TERMINATED_EXIT

@@ -171,3 +171,19 @@ def test_a_distributed_session_keeps_every_ranks_state_across_three_cells(shell:
     assert float(shell.user_ns["ranks_sum"]) == 6.0  # 0 + 1 + 2 + 3: all four ranks kept their group
     for rank in range(4):
         assert f"[rank {rank}] trained" in trained.stdout
+
+
+def test_a_session_whose_ranks_wait_in_a_collective_for_a_failed_rank_is_closed_and_started_anew(
+    shell: Any,
+) -> None:
+    line = TWO_BY_TWO + " --session broken"
+    offload(shell, "import torch.distributed as dist\ndist.init_process_group('gloo')", line)
+    with capture_output() as failed, pytest.raises(RemoteError) as caught:
+        offload(shell, "if dist.get_rank() == 1:\n    raise ValueError('rank one gives up')\ndist.barrier()", line)
+    assert caught.value.ename == "ValueError" and "[rank 1]" in caught.value.evalue
+    assert "did not stop within 5 s after rank 1 failed" in failed.stdout + failed.stderr
+    with capture_output() as again:
+        offload(shell, "import os\nprint('fresh', os.environ['RANK'])", line)
+    assert "session `broken`'s runner had ended" in again.stdout + again.stderr
+    assert "[rank 3] fresh 3" in again.stdout
+    shell.run_line_magic("gpu_offload", "close broken")

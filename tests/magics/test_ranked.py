@@ -36,6 +36,7 @@ class ScriptedRun:
         self._events: deque[RunEvent] = deque(e for line in lines for e in decoder.feed(line))
         self._tick = tick
         self.interrupted = 0
+        self.killed = 0
 
     def progress(self) -> str:
         return ""
@@ -51,7 +52,7 @@ class ScriptedRun:
         self.interrupted += 1
 
     def kill(self) -> None:
-        pass
+        self.killed += 1
 
     def release(self, grace: float) -> int | None:
         return None
@@ -83,3 +84,26 @@ def test_every_line_of_a_chunk_is_prefixed_and_a_partial_line_continues() -> Non
     assert (text, start) == ("[rank 1] a\n[rank 1] b", False)
     text, start = prefix_lines("c\n", "[rank 1] ", start)
     assert (text, start) == ("c\n", True)
+
+
+def test_a_session_whose_ranks_cannot_stop_after_a_failure_is_closed_saying_why() -> None:
+    now = [0.0]
+
+    def tick() -> None:
+        now[0] += 1.0
+
+    hellos = [frame(i, rank, "hello", python="3.11.7", pid=rank, gpus=[], session=True) for i, rank in enumerate(range(4))]
+    failing = [frame(4, 2, "error", ename="ValueError", evalue="bad", traceback=["line 3\n"]),
+               frame(5, 2, "done", status="error", elapsed=0.1),
+               frame(6, 0, "error", ename="KeyboardInterrupt", evalue="interrupted", traceback=[]),
+               frame(7, 0, "done", status="interrupted", elapsed=0.1)]  # ranks 1 and 3 stay in a collective
+    inner = ScriptedRun(hellos + failing, 4, tick)
+    run = RankedRun(inner, Ranks(2, 2), settle=5.0, clock=lambda: now[0])
+    sink = RecordingSink()
+    outcome = follow(run, sink, FollowSettings(progress_after=1e9), TRUSTED)
+    assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "ValueError"
+    assert "[rank 2]" in outcome.error.evalue
+    assert inner.interrupted and inner.killed
+    notices = " ".join(args[0] for method, args in sink.calls if method == "notice")
+    assert "ranks 1, 3 (nodes 0, 1) did not stop within 5 s after rank 2 failed" in notices
+    assert "the session was closed" in notices
