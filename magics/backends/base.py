@@ -7,7 +7,7 @@ the same stream of decoded frames, so the engine never knows which one it follow
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..runner.frames import Event
@@ -106,6 +106,19 @@ class RunRequest:
     """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
     ranks: Ranks | None = None
     """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
+
+    def session_key(self) -> tuple[RunRequest, tuple[int, int] | None]:
+        """What a session's runners are started with: its cells must ask for the same (a distributed
+        session's cells may each choose their out rank and how output shows)."""
+        ranks = self.ranks
+        return replace(self, ranks=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
+
+    def shape(self) -> str:
+        """The options that fix a runner's shape, as a cell writes them."""
+        ranks = self.ranks
+        if ranks is None:
+            return f"--gpus {self.gpus}"
+        return f"--gpus {self.gpus} --nodes {ranks.nodes} --procs-per-node {ranks.procs_per_node}"
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from .local_nodes import NodeProcesses, NodesRun
 
 DIAGNOSTIC_LINES = 30
+KILLED_WITHIN = 5.0
+"""Seconds to wait for a runner sent SIGKILL to be reaped (a guard: it takes milliseconds)."""
 INLINE_BUNDLE_LIMIT = 1 << 20
 
 
@@ -336,8 +338,10 @@ class SessionRun(_LocalRun):
         self.session.process.send({"op": "interrupt"})
 
     def kill(self) -> None:
-        """End the session's runner (its state is lost)."""
+        """End the session's runner (its state is lost), and wait for it to be gone: the next cell must find
+        the session dead and start a new one, not send its run to a runner that is still dying."""
         self.session.process.signal(signal.SIGKILL)
+        self.session.process.stop(KILLED_WITHIN)
 
     def release(self, grace: float) -> int | None:
         """Remove the bundle and mark the session idle; the runner stays up."""
@@ -432,10 +436,10 @@ class LocalBackend:
                 env = runner_environment(placement, os.environ)
                 current = self._sessions[name] = LocalSession(name, self._session_process(job, nonce, env),
                                                               placement)
-            elif _session_key(current.placement) != _session_key(placement):
+            elif current.placement.session_key() != placement.session_key():
                 raise OffloadUsageError(
-                    f"Session `{name}` was started with {_shape(current.placement)}; this cell asks "
-                    f"for {_shape(placement)}. Close it with `%gpu_offload close {name}` to change "
+                    f"Session `{name}` was started with {current.placement.shape()}; this cell asks "
+                    f"for {placement.shape()}. Close it with `%gpu_offload close {name}` to change "
                     "them, or use another --session name."
                 )
             if current.busy:
@@ -509,22 +513,6 @@ class LocalBackend:
         """End every session."""
         for name in list(self._sessions):
             self.close_session(name, grace=2.0)
-
-
-def _session_key(placement: RunRequest) -> tuple[RunRequest, tuple[int, int] | None]:
-    """What a session's runners were started with; a distributed session's cells may each choose their
-    out rank and output display."""
-    ranks = placement.ranks
-    from dataclasses import replace
-
-    return replace(placement, ranks=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
-
-
-def _shape(placement: RunRequest) -> str:
-    ranks = placement.ranks
-    if ranks is None:
-        return f"--gpus {placement.gpus}"
-    return f"--gpus {placement.gpus} --nodes {ranks.nodes} --procs-per-node {ranks.procs_per_node}"
 
 
 def _unlink(path: Path) -> None:
