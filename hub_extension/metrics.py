@@ -124,6 +124,9 @@ class HubMetrics:
         self.gpu_seconds = Counter(
             f"{PREFIX}gpu_seconds", "GPU-seconds of finished offloaded runs (GPUs times wall time).",
             ["user", "cluster", "model"], registry=self.registry)
+        self.cost = Counter(
+            f"{PREFIX}cost", "Cost of finished offloaded runs at the donors' prices while they ran (unpriced runs "
+            "add nothing).", ["user", "cluster", "model"], registry=self.registry)
         self.runs = Counter(f"{PREFIX}runs", "Finished offloaded runs by outcome (pod phase, or Deleted) and "
                             "reason.", ["outcome", "reason"], registry=self.registry)
         self.api_errors = Counter(f"{PREFIX}api_errors", "Kubernetes API requests of the service's admin actions "
@@ -141,10 +144,12 @@ class HubMetrics:
         self.registry.register(InventoryCollector(inventory))
 
     def record_run(self, user: str, cluster: str, model: str | None, gpu_seconds: float, outcome: str,
-                   pod: Mapping[str, Any]) -> None:
-        """Count one newly recorded run (never one seen again: the store says which are new): its GPU-seconds,
-        its outcome and reason, how long it waited to be placed or queued, and whether it was preempted."""
+                   pod: Mapping[str, Any], cost: float | None = None) -> None:
+        """Count one newly recorded run (never one seen again: the store says which are new): its GPU-seconds
+        and cost, its outcome and reason, how long it waited to be placed or queued, and whether it was
+        preempted."""
         self.gpu_seconds.labels(user, cluster, model or UNLABELLED_MODEL).inc(gpu_seconds)
+        self.cost.labels(user, cluster, model or UNLABELLED_MODEL).inc(cost or 0.0)
         reason = run_reason(pod)
         self.runs.labels(outcome, reason).inc()
         waited = waited_seconds(pod)

@@ -17,8 +17,10 @@ from gpu_offload.liqo_peering.inventory import Inventory
 
 from . import views
 from .config import HubConfig
+from .cost import month_of, priced
 from .metrics import HubMetrics
 from .operations import ClusterFacts
+from .pricing import PriceRecorder
 from .queues import QueueController, start_controller
 from .store import Store
 from .usage import billed_user, ended_deleting, finished_run, holds_meter
@@ -38,6 +40,7 @@ class HubState:
         self.cache = InventoryCache(LiqoClient(api_client, trust=config.clusters))
         self.slices = resource_slices(api_client)
         self.pods = runner_pods(api_client, self._on_pod)
+        self.prices = PriceRecorder(self.cache, store)
         self._namespaces: dict[str, Obj] = {}
         self.queues: QueueController | None = None
         # a scrape before the first list answers an error at once rather than blocking the event loop
@@ -46,6 +49,7 @@ class HubState:
     def start(self) -> HubState:
         """Start every watch (the pod watch last: recording needs the inventory's node-to-cluster map)."""
         self.cache.start()
+        self.prices.start()
         self.slices.start()
         self.pods.start()
         self.queues = start_controller(self.cache, self.api_client, self.config.queueing, self.config.clusters,
@@ -58,6 +62,7 @@ class HubState:
             self.queues.close()
         for watch in (self.pods, self.slices):
             watch.close()
+        self.prices.close()
         self.cache.close()
         self.store.close()
 
@@ -77,12 +82,14 @@ class HubState:
             nodes = {vn.name: vn for vn in self.cache.inventory(timeout=60).virtual_nodes}
             run = finished_run(pod, event_type, {name: vn.cluster_id for name, vn in nodes.items()}, now)
             if run is not None:  # the user comes from the namespace, not from what the pod claims
-                run = dataclasses.replace(run, user=billed_user(pod, self._namespace(run.namespace)))
+                self.prices.note()  # the price in force now is in the book before the run is priced by it
+                run = priced(dataclasses.replace(run, user=billed_user(pod, self._namespace(run.namespace))),
+                             self.store.price_book(run.cluster_id, run.node))
             if run is not None and self.store.record_run(run):
                 log.info("recorded %.0f GPU-seconds of %s/%s for %s on %s", run.gpu_seconds, run.namespace,
                          run.pod, run.user or "?", run.cluster_id)
                 self.metrics.record_run(run.user, run.cluster_id, nodes[run.node].model, run.gpu_seconds, run.phase,
-                                        pod)
+                                        pod, run.cost)
             # recorded (or nothing to record): the pod may go now; a failure above keeps it held for a retry
             over = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or ended_deleting(pod, now)
             if event_type != "DELETED" and holds_meter(pod) and over:
@@ -113,16 +120,24 @@ class HubState:
         )
 
     def user_runs(self, user: str) -> dict[str, Any]:
-        """A user's live runs (from the pod watch) and finished runs with usage (from the database)."""
+        """A user's live runs (from the pod watch), finished runs with usage and cost (from the database), and
+        what they spent this month against their budget (what the kernel checks before a launch)."""
         now = datetime.now(timezone.utc)
         live = [views.pod_row(p, now) for p in self.pods.objects()
                 if views.pod_user(p) == user and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        month = month_of(now)
         return {
             "user": user,
             "running": views.to_json(live),
             "finished": [{**views.to_json(r), "gpu_seconds": r.gpu_seconds} for r in self.store.runs(user)],
             "usage": views.to_json(self.store.totals(user)),
+            "this_month": views.month_spend(self.store.spend(user, month), self.config.monthly_budget_per_user),
         }
+
+    def cost_report(self, month: str | None) -> views.CostReport:
+        """Cost per user and donor of ``month`` (None: all months), and per month."""
+        return views.CostReport(month, tuple(self.store.costs("user", month)), tuple(self.store.costs("donor", month)),
+                                tuple(self.store.costs("month")))
 
     def consumer_cluster_id(self) -> str:
         """This cluster's Liqo id: configured, else read from any existing ResourceSlice."""

@@ -31,8 +31,9 @@ from ....liqo_peering.trust import run_trusted, trusting
 from ...errors import OffloadError, OffloadUsageError
 from ...runner.frames import Outputs
 from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
+from .budget import spend_line
 from .config import KubeSettings
-from .hub_inventory import HubInventory
+from .hub_inventory import HubInventory, HubInventoryError
 from .launcher import PodLauncher
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object
@@ -87,8 +88,16 @@ class KubernetesBackend:
     def describe(self) -> str:
         """One line for ``%gpu_offload status``."""
         storage = f", storage s3://{self.settings.storage.bucket}" if self.settings.storage else ", no object storage"
-        return (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
+        line = (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
+        spend = self.launcher.spend
+        if spend is None:
+            return line
+        try:
+            usage = spend_line(spend.read(timeout=5.0), self.settings.budget)
+        except HubInventoryError as exc:
+            usage = f"GPU usage: not known now ({exc})"
+        return f"{line}\n{usage}"
 
     def transfer(self, run_id: str) -> Transfer:
         """Inputs inline (a bundle too large for the Secret is stored whole); outputs inline in the frames, or
