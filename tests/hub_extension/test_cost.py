@@ -1,5 +1,7 @@
 """Cost: runs priced at the donor's price while they ran (piecewise across a change), kept when prices
-change later, summed per user, donor and month; an older database is migrated; the billing CSV."""
+change later, summed per user, donor and month; an older database is migrated; the billing CSV; and the
+service (in process, on the sandbox, no hub here to meter in its place) prices a run deleted while it was
+down at the price of its time, not at the price it finds on its return."""
 
 from __future__ import annotations
 
@@ -8,12 +10,20 @@ import io
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import kubernetes
 import pytest
 import sqlalchemy as sa
 from gpu_offload.hub_extension.billing import COLUMNS, csv_chunks
+from gpu_offload.hub_extension.config import HubConfig
 from gpu_offload.hub_extension.cost import PricePoint, price_run, priced, stretches
+from gpu_offload.hub_extension.state import HubState
 from gpu_offload.hub_extension.store import Store
 from gpu_offload.hub_extension.usage import MeteredRun
+from gpu_offload.liqo_peering.trust import policy_from_config
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.origin import RunningOrigin
+
+from .conftest import held_pod, offloaded_namespace
 
 NOV = datetime(2026, 11, 1, tzinfo=timezone.utc)
 H = timedelta(hours=1)
@@ -122,3 +132,47 @@ def test_the_csv_has_one_line_per_run_with_price_and_cost_and_no_formula(tmp_pat
     assert (rows[0]["gpu_hours"], rows[0]["price_per_gpu_hour"], rows[0]["cost"], rows[0]["month"]) == (
         "3", "2", "6", "2026-11")
     assert (rows[1]["price_per_gpu_hour"], rows[1]["cost"]) == ("", "")
+
+
+def _config(price: float) -> HubConfig:
+    return HubConfig(clusters=policy_from_config({"donor-1": {"pricePerGpuHour": price}}))
+
+
+def test_a_run_deleted_while_the_service_was_down_is_priced_at_the_price_of_its_time(
+        origin: RunningOrigin, tmp_path: Path) -> None:
+    client = origin.sandbox.api_client()
+    core = kubernetes.client.CoreV1Api(client)
+    ns = offloaded_namespace(client)
+    url = f"sqlite:///{tmp_path}/usage.sqlite"
+    try:
+        state = HubState(_config(2.0), client, Store(url)).start()
+        try:
+            assert state.wait_synced(60)
+            done = tmp_path / "done"
+            done.touch()  # this one ends at once: recorded at 2.0, and seen again after the restart
+            core.create_namespaced_pod(ns, held_pod("gpuo-early", "carol", "donor-1", done))
+            wait_until(lambda: state.store.runs("carol"), "the first run to be recorded")
+        finally:
+            state.close()
+        # the service is down: a held run starts and is deleted, and the admin raises the chart's price
+        held = held_pod("gpuo-held", "carol", "donor-1", tmp_path / "never")
+        held["metadata"]["finalizers"] = ["gpu-offload.io/metered"]
+        core.create_namespaced_pod(ns, held)
+        wait_until(lambda: core.read_namespaced_pod("gpuo-held", ns).status.phase == "Running", "the run to start")
+        core.delete_namespaced_pod("gpuo-held", ns, grace_period_seconds=0)
+        restarted = HubState(_config(9.0), client, Store(url)).start()
+        try:
+            assert restarted.wait_synced(60)
+            wait_until(lambda: len(restarted.store.runs("carol")) == 2, "the held run to be recorded")
+            runs = {r.pod: r for r in restarted.store.runs("carol")}
+            for run in runs.values():
+                assert run.price_per_gpu_hour == 2.0
+                assert run.cost == pytest.approx(2.0 * run.gpu_seconds / 3600)
+            wait_until(lambda: restarted.store.price_book("donor-1", "donor-1-gpu")[-1].price == 9.0,
+                       "the new price to be noted")
+            assert {r.pod: r.cost for r in restarted.store.runs("carol")} == {k: r.cost for k, r in runs.items()}
+        finally:
+            restarted.close()
+    finally:
+        core.delete_namespace(ns)
+        client.close()

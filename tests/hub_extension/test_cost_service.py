@@ -1,0 +1,135 @@
+"""Cost end to end against the sandbox: the real hub's service prices a run that spans a price change,
+keeps its cost when the price changes again, and shows it in its JSON API, CSV and ``api/me``; a kernel
+with a monthly budget is refused before launch."""
+
+from __future__ import annotations
+
+import csv
+import io
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from gpu_offload.hub_extension.store import Store
+from gpu_offload.magics.analysis import analyse_cell
+from gpu_offload.magics.backends.base import RunRequest
+from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.magics.backends.kube.budget import HubSpend, check_budget
+from gpu_offload.magics.backends.kube.config import KubeSettings
+from gpu_offload.magics.bundle import build_job
+from gpu_offload.magics.errors import OffloadUsageError
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.origin import RunningOrigin
+
+from .conftest import free_port, held_pod, offloaded_namespace
+
+NODE = "donor-2-gpu"
+
+
+def _set_price(hub: Any, price: str) -> None:
+    answer = hub.api("POST", "api/admin/actions/label", "admin",
+                     {"cluster_id": "donor-2", "node": NODE, "model": "A100", "price": price, "confirm": True})
+    assert answer.status == 200, answer.text
+
+
+def _book(hub: Any) -> list[Any]:
+    store = Store(f"sqlite:///{hub.workdir}/usage.sqlite")  # the service's own database, read beside it
+    try:
+        return store.price_book("donor-2", NODE)
+    finally:
+        store.close()
+
+
+def _finished(hub: Any, pod: str) -> dict[str, Any] | None:
+    mine = hub.api("GET", "api/me", "alice").json()
+    return next((r for r in mine["finished"] if r["pod"] == pod), None)
+
+
+def test_a_run_spanning_a_price_change_is_priced_piecewise_and_shown_everywhere(
+        hub: Any, origin: RunningOrigin, tmp_path: Path) -> None:
+    client = origin.sandbox.api_client()
+    core = kubernetes.client.CoreV1Api(client)
+    ns = offloaded_namespace(client)
+    trigger = tmp_path / "stop"
+    try:
+        wait_until(lambda: [p for p in _book(hub) if p.price == 2.25], "the service to note donor-2's price")
+        core.create_namespaced_pod(ns, held_pod("gpuo-span", "alice", "donor-2", trigger, gpus=2))
+        wait_until(lambda: core.read_namespaced_pod("gpuo-span", ns).status.phase == "Running", "the run to start")
+        _set_price(hub, "3.5")  # the price goes up while the run holds its GPUs
+        change = wait_until(lambda: next((p.since for p in _book(hub) if p.price == 3.5), None),
+                            "the service to note the new price")
+        # pod times have one-second precision: let the clock pass the change's second before the run ends
+        wait_until(lambda: datetime.now(timezone.utc) >= change.replace(microsecond=0) + timedelta(seconds=2),
+                   "the clock to pass the price change")
+        trigger.touch()
+        run = wait_until(lambda: _finished(hub, "gpuo-span"), "the run to be recorded")
+        started, ended = datetime.fromisoformat(run["started"]), datetime.fromisoformat(run["ended"])
+        assert started < change < ended
+        before, after = (change - started).total_seconds() / 3600, (ended - change).total_seconds() / 3600
+        assert run["cost"] == pytest.approx(2 * (2.25 * before + 3.5 * after))
+        assert 2.25 < run["price_per_gpu_hour"] < 3.5
+
+        _set_price(hub, "2.25")  # back down: what the run cost does not change
+        wait_until(lambda: _book(hub)[-1].price == 2.25, "the service to note the price back at 2.25")
+        assert _finished(hub, "gpuo-span") == run
+
+        month = started.strftime("%Y-%m") if ended.month == started.month else ended.strftime("%Y-%m")
+        report = hub.api("GET", f"api/admin/cost?month={month}", "vera").json()
+        assert {c["key"]: c["cost"] for c in report["by_user"]}["alice"] == pytest.approx(run["cost"])
+        assert {c["key"]: c["cost"] for c in report["by_donor"]}["donor-2"] == pytest.approx(run["cost"])
+        assert report["by_month"][0]["key"] == month
+
+        me = hub.api("GET", "api/me", "alice").json()["this_month"]
+        assert (me["cost"], me["budget"], me["runs"]) == (pytest.approx(run["cost"]), None, 1)
+
+        exported = hub.api("GET", f"api/admin/usage.csv?month={month}", "vera")
+        assert exported.status == 200 and exported.headers.get("content-type", "").startswith("text/csv")
+        (line,) = [r for r in csv.DictReader(io.StringIO(exported.text)) if r["pod"] == "gpuo-span"]
+        assert (line["user"], line["cluster_id"], line["gpus"]) == ("alice", "donor-2", "2")
+        assert float(line["cost"]) == pytest.approx(run["cost"], abs=1e-5)
+
+        page = hub.api("GET", f"users?month={month}", "vera")
+        assert page.status == 200 and f"{run['cost']:.2f}" in page.text
+        for path in ("api/admin/cost", "api/admin/usage.csv"):  # billing data is for viewers, not users
+            assert hub.api("GET", path, "alice").status == 403
+        bad = hub.api("GET", "api/admin/cost?month=November", "vera")
+        assert bad.status == 400 and "like 2026-11" in bad.json()["error"]
+    finally:
+        trigger.touch()
+        core.delete_namespace(ns)
+        client.close()
+
+
+def test_a_cell_past_the_budget_is_refused_before_launch_saying_spend_and_limit(
+        hub: Any, origin: RunningOrigin) -> None:
+    spent = wait_until(lambda: HubSpend(hub.service_url, hub.token("alice")).read().cost or None,
+                       "alice to have spent something (the test above)")
+    client = origin.sandbox.api_client()
+    core = kubernetes.client.CoreV1Api(client)
+    ns = offloaded_namespace(client)
+    settings = KubeSettings(namespace=ns, user="alice", kernel=f"k-{uuid.uuid4().hex[:8]}", watch_seconds=5,
+                            service_url=hub.service_url, hub_token=hub.token("alice"), budget=spent / 2)
+    backend = KubernetesBackend(settings, client)
+    try:
+        cell = "x = 1"
+        analysis = analyse_cell(cell, {})
+        job, _ = build_job(cell, analysis, {}, backend.transfer, request=RunRequest(gpus=1))
+        with pytest.raises(OffloadUsageError) as refused:
+            backend.submit(job)
+        text = str(refused.value)
+        assert f"cost {spent:.2f}" in text and f"the limit is {spent / 2:g}" in text
+        assert "Nothing was launched" in text and "already running go on" in text
+        assert not core.list_namespaced_pod(ns).items and not core.list_namespaced_secret(ns).items
+        assert "of a monthly budget of" in backend.describe()  # %gpu_offload status says it too
+        check_budget(spent * 2, HubSpend(hub.service_url, hub.token("alice")))  # under the budget: no refusal
+        unreachable = HubSpend(f"http://127.0.0.1:{free_port()}/services/gpu-offload/", hub.token("alice"))
+        with pytest.raises(OffloadUsageError) as unknown:
+            check_budget(spent * 2, unreachable)
+        assert "could not be checked" in str(unknown.value) and "Nothing was launched" in str(unknown.value)
+    finally:
+        backend.close()
+        core.delete_namespace(ns)
+        client.close()
