@@ -176,3 +176,15 @@ def test_a_run_deleted_while_the_service_was_down_is_priced_at_the_price_of_its_
     finally:
         core.delete_namespace(ns)
         client.close()
+
+
+@pytest.mark.parametrize("value", ["lots", -1, True])
+def test_a_bad_budget_is_refused_naming_the_value_and_the_fix(value: object) -> None:
+    from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.liqo_peering import environment as E
+    from gpu_offload.liqo_peering.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="offload.monthlyBudgetPerUser=.*must be a number of 0 or more"):
+        parse_config({"offload": {"monthlyBudgetPerUser": value}})
+    with pytest.raises(E.InvalidSetting, match="GPU_OFFLOAD_MONTHLY_BUDGET="):
+        E.MONTHLY_BUDGET.read({"GPU_OFFLOAD_MONTHLY_BUDGET": str(value) if value is not True else "yes"})
