@@ -133,3 +133,24 @@ def test_a_cell_past_the_budget_is_refused_before_launch_saying_spend_and_limit(
         backend.close()
         core.delete_namespace(ns)
         client.close()
+
+
+def test_the_panel_shows_the_users_own_spend_and_budget(hub: Any, tmp_path: Path) -> None:
+    from gpu_offload.magics.dashboard.records import RunBook
+    from gpu_offload.magics.dashboard.sources import KernelFeeds
+    from gpu_offload.magics.dashboard.tracking import Tracker
+
+    class Magic:  # a kernel whose magic has started no backend yet
+        backend, default_cluster = "auto", "auto"
+
+        def started_backend(self, name: str) -> None:
+            return None
+
+    spent = HubSpend(hub.service_url, hub.token("alice")).read()
+    env = {"GPU_OFFLOAD_SERVICE_URL": hub.service_url, "JUPYTERHUB_API_TOKEN": hub.token("alice"),
+           "GPU_OFFLOAD_MONTHLY_BUDGET": "500"}
+    feeds = KernelFeeds(Magic(), env, Tracker(RunBook(tmp_path / "runs"), kernel="k"))
+    rows, notes = feeds.clusters()
+    assert {r.key for r in rows} >= {"local", "donor-1", "donor-2"}
+    (line,) = [n for n in notes if n.startswith("GPU usage in")]
+    assert f"{spent.gpu_hours:.2f} GPU-hours, cost {spent.cost:.2f} of a monthly budget of 500" in line
