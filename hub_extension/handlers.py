@@ -120,7 +120,7 @@ class UsersPage(PageHandler):
         self.require(VIEW_SCOPE)
         month = month_argument(self) or views.this_month()
         self.finish(pages.users_page(self.page_context(), self.state.store.totals(),
-                                     self.state.cost_report(month)))
+                                     self.state.cost_report(month), self.state.usage_charts(month)))
 
 
 class AuditPage(PageHandler):

@@ -28,7 +28,7 @@ import jupyterhub
 from jupyterhub._data import DATA_FILES_PATH
 
 from .store import AuditEntry, UsageTotal
-from .views import ClusterDetail, ClusterPageRow, CostReport
+from .views import ClusterDetail, ClusterPageRow, CostReport, UsageCharts
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -127,9 +127,10 @@ def cluster_page(ctx: HubContext, detail: ClusterDetail) -> str:
     return render("cluster", ctx, f"Cluster {detail.row.name}", detail=detail)
 
 
-def users_page(ctx: HubContext, totals: Sequence[UsageTotal], report: CostReport) -> str:
-    """Cost per user and donor of one month, per month, and GPU-hours per user and cluster of all time."""
-    return render("users", ctx, "GPU usage and cost", totals=totals, report=report)
+def users_page(ctx: HubContext, totals: Sequence[UsageTotal], report: CostReport, charts: UsageCharts) -> str:
+    """Charts of the last days and the month's top users, cost per user and donor of one month, per month, and
+    GPU-hours per user and cluster of all time."""
+    return render("users", ctx, "GPU usage and cost", totals=totals, report=report, charts=charts)
 
 
 def audit_page(ctx: HubContext, entries: Sequence[AuditEntry]) -> str:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import datetime, timezone
+from datetime import date, datetime, time, timezone
 from typing import Any
 
 from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.client import ApiClient, LiqoClient
 from gpu_offload.liqo_peering.inventory import Inventory
 
-from . import views
+from . import charts, views
 from .config import HubConfig
 from .cost import month_of, priced
 from .metrics import HubMetrics
@@ -139,6 +139,10 @@ class HubState:
         return views.CostReport(month, tuple(self.store.costs("user", month)), tuple(self.store.costs("donor", month)),
                                 tuple(self.store.costs("month")))
 
+    def usage_charts(self, month: str) -> views.UsageCharts:
+        """The users page's charts: GPU-hours per day by user and by donor, and the top users of ``month``."""
+        return usage_charts(self.store, month, datetime.now(timezone.utc).date())
+
     def consumer_cluster_id(self) -> str:
         """This cluster's Liqo id: configured, else read from any existing ResourceSlice."""
         if self.config.cluster_id:
@@ -156,3 +160,16 @@ class HubState:
             cluster_id = str((fc.get("spec") or {}).get("clusterID") or fc["metadata"]["name"])
             authentication[cluster_id] = dict(views.module_states(fc))["authentication"]
         return ClusterFacts(self.consumer_cluster_id(), authentication)
+
+
+def usage_charts(store: Store, month: str, today: date) -> views.UsageCharts:
+    """GPU-hours per day by user and by donor up to ``today``, and the top users of ``month`` by cost."""
+    days = charts.days_ending(today)
+    since = datetime.combine(days[0], time(), timezone.utc)
+    return views.UsageCharts(
+        charts.stacked_days(f"GPU-hours per day by user, last {len(days)} days (UTC)", days,
+                            charts.daily_series(store.ends_since("user", since), days)),
+        charts.stacked_days(f"GPU-hours per day by donor, last {len(days)} days (UTC)", days,
+                            charts.daily_series(store.ends_since("donor", since), days)),
+        charts.top_costs(f"Top users by cost in {month}", store.costs("user", month)),
+    )

@@ -182,6 +182,13 @@ class Store:
         with self.engine.connect() as conn:
             return [_run(r) for r in conn.execute(query).all()]
 
+    def ends_since(self, by: str, since: datetime) -> list[tuple[datetime, str, float]]:
+        """(end, user or donor, GPU-seconds) of every run that ended at or after ``since``: the daily charts."""
+        column = _runs.c[GROUPS[by]]
+        query = sa.select(_runs.c.ended, column, _runs.c.gpu_seconds).where(_runs.c.ended >= since)
+        with self.engine.connect() as conn:
+            return [(_utc(r[0]), str(r[1] or ""), float(r[2])) for r in conn.execute(query)]
+
     def export(self, month: str | None = None) -> Iterator[MeteredRun]:
         """Every finished run (of one month when given), oldest first: what the billing CSV lists."""
         query = sa.select(_runs).order_by(_runs.c.ended, _runs.c.pod_uid)

@@ -20,6 +20,7 @@ from gpu_offload.liqo_peering.inventory import (
 )
 from gpu_offload.liqo_peering.timestamps import parse_time
 
+from .charts import Chart
 from .cost import month_of
 from .store import CostRow
 from .usage import pod_user
@@ -247,3 +248,12 @@ class CostReport:
 def this_month(now: datetime | None = None) -> str:
     """The current billing month, ``YYYY-MM`` in UTC."""
     return month_of(now or datetime.now(timezone.utc))
+
+
+@dataclass(frozen=True)
+class UsageCharts:
+    """The users page's charts (charts.py draws them)."""
+
+    per_day_by_user: Chart
+    per_day_by_donor: Chart
+    top_users: Chart

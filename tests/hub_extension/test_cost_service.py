@@ -8,11 +8,13 @@ import csv
 import io
 import uuid
 from datetime import datetime, timedelta, timezone
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
+import sqlalchemy as sa
 from gpu_offload.hub_extension.store import Store
 from gpu_offload.magics.analysis import analyse_cell
 from gpu_offload.magics.backends.base import RunRequest
@@ -154,3 +156,58 @@ def test_the_panel_shows_the_users_own_spend_and_budget(hub: Any, tmp_path: Path
     assert {r.key for r in rows} >= {"local", "donor-1", "donor-2"}
     (line,) = [n for n in notes if n.startswith("GPU usage in")]
     assert f"{spent.gpu_hours:.2f} GPU-hours, cost {spent.cost:.2f} of a monthly budget of 500" in line
+
+
+class _Svg(HTMLParser):
+    """The users page's charts as served: each figure's title and its bars' data attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: list[tuple[str, list[dict[str, str]]]] = []
+        self.urls: list[str] = []
+        self._caption = self._figure = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {k: v or "" for k, v in attrs}
+        self._figure = self._figure or tag == "figure"
+        if tag == "figcaption":
+            self._caption = True
+            self.figures.append(("", []))
+        elif tag == "rect" and "data-series" in found:
+            self.figures[-1][1].append(found)
+        if self._figure:  # anything inside a chart the browser would fetch
+            self.urls += [v for k, v in found.items() if k in ("href", "src", "xlink:href") or "url(" in v]
+
+    def handle_data(self, data: str) -> None:
+        if self._caption:
+            self.figures[-1] = (self.figures[-1][0] + data.strip(), self.figures[-1][1])
+
+    def handle_endtag(self, tag: str) -> None:
+        self._caption = self._caption and tag != "figcaption"
+        self._figure = self._figure and tag != "figure"
+
+
+def test_the_users_page_charts_show_what_the_services_database_holds(hub: Any) -> None:
+    from .test_charts import sql_daily, sql_month_costs
+
+    wait_until(lambda: hub.api("GET", "api/admin/usage", "vera").json()["usage"], "a run recorded (the tests above)")
+    page = hub.api("GET", "users", "vera")
+    assert page.status == 200
+    parsed = _Svg()
+    parsed.feed(page.text)
+    figures = dict(parsed.figures)
+    assert not parsed.urls  # nothing the browser would fetch
+    engine = sa.create_engine(f"sqlite:///{hub.workdir}/usage.sqlite")
+    try:
+        today = datetime.now(timezone.utc).date()
+        since = today - timedelta(days=29)
+        for title, column in (("by user", "user"), ("by donor", "cluster_id")):
+            (bars,) = [b for t, b in figures.items() if t.startswith(f"GPU-hours per day {title}")]
+            drawn = {(b["data-series"], b["data-category"]): float(b["data-value"]) for b in bars}
+            assert drawn == pytest.approx(sql_daily(engine, column, since), abs=1e-5)
+        (top,) = [b for t, b in figures.items() if t.startswith("Top users by cost")]
+        month = today.strftime("%Y-%m")
+        truth = [(u, c) for u, c in sql_month_costs(engine, month) if c > 0][:10]
+        assert truth and [(b["data-category"], pytest.approx(float(b["data-value"]), abs=1e-5)) for b in top] == truth
+    finally:
+        engine.dispose()
