@@ -47,6 +47,13 @@ def _price(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def money(value: float | None) -> str:
+    """A cost as the pages show it: two decimals, or two significant digits below 0.1 (a short run's cost)."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if value == 0 or abs(value) >= 0.1 else f"{value:.2g}"
+
+
 def _dash(value: object) -> object:
     return "-" if value is None else value
 
@@ -55,7 +62,7 @@ def _environment() -> jinja2.Environment:
     loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(TEMPLATES),
                                   jinja2.FileSystemLoader(Path(DATA_FILES_PATH) / "templates")])
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.Undefined)
-    env.filters.update(age=age, price=_price, dash=_dash)
+    env.filters.update(age=age, price=_price, dash=_dash, money=money)
     return env
 
 

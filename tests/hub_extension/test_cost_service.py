@@ -15,6 +15,7 @@ from typing import Any
 import kubernetes
 import pytest
 import sqlalchemy as sa
+from gpu_offload.hub_extension.pages import money
 from gpu_offload.hub_extension.store import Store
 from gpu_offload.magics.analysis import analyse_cell
 from gpu_offload.magics.backends.base import RunRequest
@@ -94,7 +95,7 @@ def test_a_run_spanning_a_price_change_is_priced_piecewise_and_shown_everywhere(
         assert float(line["cost"]) == pytest.approx(run["cost"], abs=1e-5)
 
         page = hub.api("GET", f"users?month={month}", "vera")
-        assert page.status == 200 and f"{run['cost']:.2f}" in page.text
+        assert page.status == 200 and f"<td>{money(run['cost'])}</td>" in page.text
         for path in ("api/admin/cost", "api/admin/usage.csv"):  # billing data is for viewers, not users
             assert hub.api("GET", path, "alice").status == 403
         bad = hub.api("GET", "api/admin/cost?month=November", "vera")
