@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, timedelta
 
 from .store import CostRow
 
@@ -73,13 +73,12 @@ def days_ending(today: date, days: int = DAYS) -> list[date]:
     return [today - timedelta(days=days - 1 - i) for i in range(days)]
 
 
-def daily_series(ends: Iterable[tuple[datetime, str, float]], days: Sequence[date]) -> dict[str, list[float]]:
-    """GPU-hours per series and day from (run end, series, GPU-seconds); runs outside ``days`` are left out."""
-    index = {day: i for i, day in enumerate(days)}
+def daily_series(sums: Iterable[tuple[str, str, float]], days: Sequence[date]) -> dict[str, list[float]]:
+    """GPU-hours per series and day from (day ``YYYY-MM-DD``, series, GPU-seconds); other days are left out."""
+    index = {day.isoformat(): i for i, day in enumerate(days)}
     series: dict[str, list[float]] = {}
-    for ended, key, seconds in ends:
-        aware = ended if ended.tzinfo else ended.replace(tzinfo=timezone.utc)
-        slot = index.get(aware.astimezone(timezone.utc).date())
+    for day, key, seconds in sums:
+        slot = index.get(day)
         if slot is not None:
             series.setdefault(key, [0.0] * len(days))[slot] += seconds / 3600
     return series

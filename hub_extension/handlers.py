@@ -119,8 +119,7 @@ class UsersPage(PageHandler):
     def get(self) -> None:
         self.require(VIEW_SCOPE)
         month = month_argument(self) or views.this_month()
-        self.finish(pages.users_page(self.page_context(), self.state.store.totals(),
-                                     self.state.cost_report(month), self.state.usage_charts(month)))
+        self.finish(pages.users_page(self.page_context(), *self.state.usage_page(month)))
 
 
 class AuditPage(PageHandler):

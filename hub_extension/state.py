@@ -22,7 +22,7 @@ from .metrics import HubMetrics
 from .operations import ClusterFacts
 from .pricing import PriceRecorder
 from .queues import QueueController, start_controller
-from .store import Store
+from .store import Store, UsageTotal
 from .usage import billed_user, ended_deleting, finished_run, holds_meter
 from .watches import Obj, read_namespace, release_meter, resource_slices, runner_pods
 
@@ -42,6 +42,7 @@ class HubState:
         self.pods = runner_pods(api_client, self._on_pod)
         self.prices = PriceRecorder(self.cache, store)
         self._namespaces: dict[str, Obj] = {}
+        self._usage_pages: dict[tuple[int, str, date], tuple[list[UsageTotal], views.CostReport, views.UsageCharts]] = {}
         self.queues: QueueController | None = None
         # a scrape before the first list answers an error at once rather than blocking the event loop
         self.metrics = HubMetrics(lambda: self.cache.inventory(timeout=0))
@@ -139,9 +140,16 @@ class HubState:
         return views.CostReport(month, tuple(self.store.costs("user", month)), tuple(self.store.costs("donor", month)),
                                 tuple(self.store.costs("month")))
 
-    def usage_charts(self, month: str) -> views.UsageCharts:
-        """The users page's charts: GPU-hours per day by user and by donor, and the top users of ``month``."""
-        return usage_charts(self.store, month, datetime.now(timezone.utc).date())
+    def usage_page(self, month: str) -> tuple[list[UsageTotal], views.CostReport, views.UsageCharts]:
+        """The users page's records: all-time totals, ``month``'s cost report, the charts. Kept until a run is
+        recorded (or the day changes): reading a month of runs is what the page costs, not rendering it."""
+        today = datetime.now(timezone.utc).date()
+        key = (self.store.generation, month, today)
+        cached = self._usage_pages.get(key)
+        if cached is None:
+            cached = (self.store.totals(), self.cost_report(month), usage_charts(self.store, month, today))
+            self._usage_pages = {key: cached}  # one month at a time: the one being looked at
+        return cached
 
     def consumer_cluster_id(self) -> str:
         """This cluster's Liqo id: configured, else read from any existing ResourceSlice."""
@@ -168,8 +176,8 @@ def usage_charts(store: Store, month: str, today: date) -> views.UsageCharts:
     since = datetime.combine(days[0], time(), timezone.utc)
     return views.UsageCharts(
         charts.stacked_days(f"GPU-hours per day by user, last {len(days)} days (UTC)", days,
-                            charts.daily_series(store.ends_since("user", since), days)),
+                            charts.daily_series(store.daily("user", since), days)),
         charts.stacked_days(f"GPU-hours per day by donor, last {len(days)} days (UTC)", days,
-                            charts.daily_series(store.ends_since("donor", since), days)),
+                            charts.daily_series(store.daily("donor", since), days)),
         charts.top_costs(f"Top users by cost in {month}", store.costs("user", month)),
     )

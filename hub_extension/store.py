@@ -121,6 +121,8 @@ class Store:
         self.engine = sa.create_engine(url, future=True)
         _metadata.create_all(self.engine)
         _add_missing_columns(self.engine)
+        self.generation = 0
+        """Runs recorded by this process: views of the runs may be cached until it changes."""
         self._prices_lock = threading.Lock()  # the price recorder and the pod watch both note prices
         self._last_price: dict[tuple[str, str], float | None] = self._latest_prices()
 
@@ -141,6 +143,7 @@ class Store:
                 conn.execute(_runs.insert().values(**row))
         except IntegrityError:
             return False
+        self.generation += 1
         return True
 
     def totals(self, user: str | None = None) -> list[UsageTotal]:
@@ -182,12 +185,15 @@ class Store:
         with self.engine.connect() as conn:
             return [_run(r) for r in conn.execute(query).all()]
 
-    def ends_since(self, by: str, since: datetime) -> list[tuple[datetime, str, float]]:
-        """(end, user or donor, GPU-seconds) of every run that ended at or after ``since``: the daily charts."""
+    def daily(self, by: str, since: datetime) -> list[tuple[str, str, float]]:
+        """(day ``YYYY-MM-DD``, user or donor, GPU-seconds) of the runs that ended at or after ``since``, summed
+        per day (the day a run ended, UTC: the column holds UTC) in the database: the daily charts."""
         column = _runs.c[GROUPS[by]]
-        query = sa.select(_runs.c.ended, column, _runs.c.gpu_seconds).where(_runs.c.ended >= since)
+        day = sa.func.date(_runs.c.ended)
+        query = (sa.select(day, column, sa.func.sum(_runs.c.gpu_seconds)).where(_runs.c.ended >= since)
+                 .group_by(day, column))
         with self.engine.connect() as conn:
-            return [(_utc(r[0]), str(r[1] or ""), float(r[2])) for r in conn.execute(query)]
+            return [(str(r[0]), str(r[1] or ""), float(r[2] or 0)) for r in conn.execute(query)]
 
     def export(self, month: str | None = None) -> Iterator[MeteredRun]:
         """Every finished run (of one month when given), oldest first: what the billing CSV lists."""
