@@ -25,7 +25,7 @@ def _run(uid: str, user: str, cluster: str, ended: datetime, hours: float, gpus:
 
 
 def sql_daily(engine: sa.Engine, column: str, since: date) -> dict[tuple[str, str], float]:
-    """GPU-hours per (series, day) straight from the database with SQLite's own date(), not the service's code."""
+    """GPU-hours per (series, day) straight from the database, in SQL written here (not the store's query)."""
     query = sa.text(f"SELECT {column}, date(ended), sum(gpu_seconds) / 3600.0 FROM gpu_offload_runs "
                     "WHERE date(ended) >= :since GROUP BY 1, 2")
     with engine.connect() as conn:
