@@ -36,6 +36,51 @@ def held_pod(name: str, user: str, queue: str | None = None, gpus: int = 1) -> d
                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
 
 
+LIQO_TOLERATION = {"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
+QUEUE = "user-queue"
+
+
+def user_namespaces(client: Any, users: Iterable[str]) -> None:
+    """A namespace per user, offloaded through Liqo (``NamespaceOffloading``) as the project's kernels do."""
+    core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+    for user in users:
+        core.create_namespace({"metadata": {"name": user}})
+        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", user, "namespaceoffloadings", {
+            "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+            "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
+
+
+def kueue_pool(client: Any, users: Iterable[str], donors: Mapping[str, int], **cluster_queue_spec: Any) -> None:
+    """A flavor per donor (its virtual node, Liqo's toleration), one ClusterQueue ``gpus`` over them with
+    ``cluster_queue_spec`` (e.g. ``admissionScope``), a LocalQueue ``user-queue`` in each user's namespace."""
+    custom = kubernetes.client.CustomObjectsApi(client)
+    group, version = "kueue.x-k8s.io", "v1beta2"
+
+    def create(plural: str, body: dict[str, Any], namespace: str = "") -> None:
+        body = {"apiVersion": f"{group}/{version}", **body}
+        if namespace:
+            custom.create_namespaced_custom_object(group, version, namespace, plural, body)
+        else:
+            custom.create_cluster_custom_object(group, version, plural, body)
+    for donor in donors:
+        create("resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": donor}, "spec": {
+            "nodeLabels": {"liqo.io/remote-cluster-id": donor}, "tolerations": [LIQO_TOLERATION]}})
+    create("clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": "gpus"}, "spec": {
+        "namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+            {"name": d, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": n}]} for d, n in donors.items()]}],
+        **cluster_queue_spec}})
+    for user in users:
+        create("localqueues", {"kind": "LocalQueue", "metadata": {"name": QUEUE}, "spec": {"clusterQueue": "gpus"}},
+               user)
+
+
+def workload_count(client: Any, users: Iterable[str]) -> int:
+    """How many Workloads Kueue made in the users' namespaces."""
+    custom = kubernetes.client.CustomObjectsApi(client)
+    return sum(len(custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", u, "workloads")["items"])
+               for u in users)
+
+
 @dataclass
 class Hold:
     """One pod's time on the pool, in steps."""

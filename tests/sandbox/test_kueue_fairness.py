@@ -13,12 +13,20 @@ import kubernetes
 import pytest
 from gpu_offload.sandbox import process
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.scenario import StepPool, held, held_pod, jain
+from gpu_offload.sandbox.kueue.scenario import (
+    QUEUE,
+    StepPool,
+    held,
+    held_pod,
+    jain,
+    kueue_pool,
+    user_namespaces,
+    workload_count,
+)
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
-from .kueue_setup import KUEUE_CRDS, LIQO_CRDS, cluster_queue, create, flavor, local_queue
+from .kueue_setup import KUEUE_CRDS, LIQO_CRDS
 
-LIQO_TOLERATION = {"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
 USERS = ("ann", "bob", "cat")
 
 
@@ -29,49 +37,30 @@ def origin(tmp_path: Any) -> Iterator[Any]:
     assert not process.live_processes()
 
 
-def _fair_pool(core: Any, custom: Any) -> None:
-    """Two donors of 2 GPUs as two flavors of one ClusterQueue with Admission Fair Sharing; a LocalQueue in
-    each user's offloaded namespace."""
-    for donor in ("donor-1", "donor-2"):
-        create(custom, "resourceflavors", flavor(donor, {"liqo.io/remote-cluster-id": donor}, [LIQO_TOLERATION]))
-    create(custom, "clusterqueues", cluster_queue("gpus", {"donor-1": 2, "donor-2": 2},
-                                                  admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"}))
-    for user in USERS:
-        core.create_namespace({"metadata": {"name": user}})
-        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", user, "namespaceoffloadings", {
-            "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
-            "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
-        create(custom, "localqueues", local_queue("user-queue", "gpus"), user)
-
-
-def _workloads(custom: Any) -> int:
-    return sum(len(custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", u, "workloads")["items"])
-               for u in USERS)
-
-
 def test_light_users_are_admitted_before_a_heavy_backlog_drains_and_share_evenly(origin):
     client = origin.api_client()
-    core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
-    _fair_pool(core, custom)
+    core = kubernetes.client.CoreV1Api(client)
+    user_namespaces(client, USERS)
+    kueue_pool(client, USERS, {"donor-1": 2, "donor-2": 2},
+               admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"})
     pool = StepPool(core, size=4)
     for i in range(40):
-        core.create_namespaced_pod("ann", held_pod(f"ann-{i:02d}", "ann", "user-queue"))
-    first = pool.settle(lambda: _workloads(custom) == 40)
+        core.create_namespaced_pod("ann", held_pod(f"ann-{i:02d}", "ann", QUEUE))
+    first = pool.settle(lambda: workload_count(client, USERS) == 40)
     assert {h.user for h in first} == {"ann"} and len(first) == 4  # ann alone fills the pool
     for user in ("bob", "cat"):
         for i in range(4):
-            core.create_namespaced_pod(user, held_pod(f"{user}-{i}", user, "user-queue"))
-    wait_until(lambda: _workloads(custom) == 48, "every pod's Workload")  # queued before any GPU frees
+            core.create_namespaced_pod(user, held_pod(f"{user}-{i}", user, QUEUE))
+    wait_until(lambda: workload_count(client, USERS) == 48, "every pod's Workload")  # queued before a GPU frees
     light = {("bob", f"bob-{i}") for i in range(4)} | {("cat", f"cat-{i}") for i in range(4)}
     order: list[str] = []
     while light - {(h.namespace, h.name) for h in pool.holds if h.ended is not None}:
         pool.release_oldest()
         order += [h.name for h in pool.settle()]
-    end = pool.step
     # each freed GPU went to bob or cat until both had all their pods running; ann's backlog waited
     assert sorted(order[:8]) == sorted(name for _, name in light), order
     assert all(name.startswith("ann-") for name in order[8:]), order
     assert len(pool.by_user()["ann"]) < 40  # ann's backlog has not drained
-    split = held(pool.holds, 0, end)  # GPU-steps from bob's and cat's arrival until their last pod ended
+    split = held(pool.holds, 0, pool.step)  # GPU-steps from bob's and cat's arrival until their last pod ended
     assert jain(split[u] for u in USERS) >= 0.9, split
     client.close()
