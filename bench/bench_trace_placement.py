@@ -24,8 +24,8 @@ evaluates: tasks arrive in trace order and never leave until the GPUs asked for 
 figure is the share of GPUs allocated when the demand first equalled the pool (the rest stayed idle).
 
 Queue mode (issue 15), per timed workload with the default policy and GPU-only requests: the pool is shrunk
-(every k-th node, k doubling, so the model mix stays) until dropping refuses at least ``CONTENDED`` of the
-tasks; on that pool the same arrivals are replayed twice, "drop" (as above) and "queue": a task that does not
+to every k-th node (so the model mix stays), k the smallest that makes dropping refuse at least ``CONTENDED``
+of the tasks; on that pool the same arrivals are replayed twice, "drop" (as above) and "queue": a task that does not
 fit waits, and whenever GPUs free the waiting tasks are tried in arrival order, a later one starting if it
 fits while an earlier one does not (Kueue's BestEffortFIFO). A task runs its trace duration from when it
 starts. A queued task starts where the project's placement finds a node with room: Kueue's flavor quota,
@@ -341,29 +341,38 @@ def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
 
 
 def _wait(waits: list[int]) -> str:
+    """Mean and p95 in hours."""
     if not waits:
         return "-"
     ordered = sorted(waits)
-    return f"{statistics.mean(ordered):.0f} / {ordered[max(math.ceil(len(ordered) * 0.95) - 1, 0)]:.0f}"
+    p95 = ordered[max(math.ceil(len(ordered) * 0.95) - 1, 0)]
+    return f"{statistics.mean(ordered) / 3600:.1f} / {p95 / 3600:.1f}"
 
 
 def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
     """Drop and queue side by side on a pool shrunk until the trace contends for it."""
     tasks = [t for t in tasks if t.end != NEVER and t.end >= t.start]
-    k = 1
-    while True:
-        pool = nodes[::k]
-        drop = contend([replace(n) for n in pool], tasks, queue=False)
-        if drop.dropped >= CONTENDED * len(tasks) or len(pool) == 1:
-            break
-        k *= 2
+
+    def contends(k: int) -> Contention | None:
+        drop = contend([replace(n) for n in nodes[::k]], tasks, queue=False)
+        return drop if drop.dropped >= CONTENDED * len(tasks) else None
+    # the largest pool (smallest k) that contends: double k, then bisect between the last two
+    low, high = 1, 1
+    while contends(high) is None and len(nodes[::high]) > 1:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if contends(middle) is not None else (middle, high)
+    k, pool = high, nodes[::high]
+    drop = contends(high) or contend([replace(n) for n in pool], tasks, queue=False)
     queued = contend([replace(n) for n in pool], tasks, queue=True)
     gpus = sum(n.gpus for n in pool)
     sizes = sorted(set((drop.waits or {}) | (queued.waits or {})))
     lines = [f"### workload `{workload}`, queue mode: {len(tasks)} GPU tasks with both times; pool shrunk to "
-             f"every {k}th node: {len(pool)} nodes / {gpus} GPUs (dropping refuses >= {CONTENDED:.0%})", "",
+             f"every {k}th node: {len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses "
+             f">= {CONTENDED:.0%}", "",
              "| mode | started | dropped | never start | GPU utilisation over the busy period | busy period | "
-             + " | ".join(f"wait {n} GPU{'s' if n > 1 else ''}: mean / p95 s" for n in sizes) + " |",
+             + " | ".join(f"wait {n} GPU{'s' if n > 1 else ''}: mean / p95 h" for n in sizes) + " |",
              "|---|---|---|---|---|---|" + "---|" * len(sizes)]
     for name, c in (("drop", drop), ("queue (BestEffortFIFO)", queued)):
         util = c.gpu_seconds / (gpus * c.busy_seconds) if c.busy_seconds else 0.0
