@@ -31,9 +31,9 @@ fits while an earlier one does not (Kueue's BestEffortFIFO). A task runs its tra
 starts. A queued task starts where the project's placement finds a node with room: Kueue's flavor quota,
 which counts a donor's GPUs in total, would admit it there too; the case Kueue's quota admits but no single
 node holds (fragmentation inside a flavor) is not modelled. Reported per mode: GPU utilisation over the busy
-period (time with a task running or waiting), tasks dropped, tasks that never start (no node of their model
-is large enough), and per task size the mean and p95 wait. Tasks without a deletion time are left out of
-this mode.
+period (time with a task running or waiting) and while some task waits, tasks dropped, tasks that never
+start (no node of their model is large enough), and per task size the mean and p95 wait. Tasks without a
+deletion time are left out of this mode.
 
 Prints one Markdown table per trace with the machine and the date.
 Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6] [--queue-only]``.
@@ -288,6 +288,9 @@ class Contention:
 
     gpu_seconds: float = 0.0
     busy_seconds: float = 0.0
+    waiting_seconds: float = 0.0
+    """Time with a task waiting (queue mode), and the GPU-seconds used meanwhile."""
+    gpu_seconds_waiting: float = 0.0
     dropped: int = 0
     started: int = 0
     waits: dict[int, list[int]] | None = None
@@ -323,6 +326,9 @@ def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
         now = min(arrivals[i].start if i < len(arrivals) else NEVER, running[0][0] if running else NEVER)
         out.gpu_seconds += pool.used * (now - last)
         out.busy_seconds += (now - last) if running or waiting else 0
+        if waiting:
+            out.waiting_seconds += now - last
+            out.gpu_seconds_waiting += pool.used * (now - last)
         last = now
         if running and running[0][0] == now:  # departures first: their GPUs are free for this instant
             while running and running[0][0] == now:
@@ -372,13 +378,15 @@ def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str
              f"every {k}th node: {len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses "
              f">= {CONTENDED:.0%}", "",
              "| mode | started | dropped | never start | GPU utilisation over the busy period | busy period | "
+             "utilisation while a task waits | "
              + " | ".join(f"wait {n} GPU{'s' if n > 1 else ''}: mean / p95 h" for n in sizes) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(sizes)]
+             "|---|---|---|---|---|---|---|" + "---|" * len(sizes)]
     for name, c in (("drop", drop), ("queue (BestEffortFIFO)", queued)):
         util = c.gpu_seconds / (gpus * c.busy_seconds) if c.busy_seconds else 0.0
         waits = " | ".join(_wait((c.waits or {}).get(n, [])) for n in sizes)
+        waiting = f"{c.gpu_seconds_waiting / (gpus * c.waiting_seconds):.1%}" if c.waiting_seconds else "-"
         lines.append(f"| {name} | {c.started} | {c.dropped} | {c.never} | {util:.1%} | "
-                     f"{c.busy_seconds / 3600:.0f} h | {waits} |")
+                     f"{c.busy_seconds / 3600:.0f} h | {waiting} | {waits} |")
     return lines
 
 
