@@ -122,6 +122,13 @@ class UsersPage(PageHandler):
         self.finish(pages.users_page(self.page_context(), *self.state.usage_page(month)))
 
 
+class QueuesPage(PageHandler):
+    @web.authenticated
+    def get(self) -> None:
+        self.require(VIEW_SCOPE)
+        self.finish(pages.queues_page(self.page_context(), self.state.queues_view()))
+
+
 class AuditPage(PageHandler):
     @web.authenticated
     def get(self) -> None:
@@ -232,6 +239,12 @@ class BillingCsv(Base):
             self.write(chunk)
             await self.flush()
         self.finish()
+
+class QueuesApi(JsonHandler):
+    @web.authenticated
+    def get(self) -> None:
+        self.require(VIEW_SCOPE)
+        self.send(views.to_json(self.state.queues_view()))
 
 
 class AuditApi(JsonHandler):

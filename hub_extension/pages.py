@@ -27,6 +27,7 @@ import jinja2
 import jupyterhub
 from jupyterhub._data import DATA_FILES_PATH
 
+from .queue_page import QueuesView
 from .store import AuditEntry, UsageTotal
 from .views import ClusterDetail, ClusterPageRow, CostReport, UsageCharts
 
@@ -138,6 +139,11 @@ def users_page(ctx: HubContext, totals: Sequence[UsageTotal], report: CostReport
     """Charts of the last days and the month's top users, cost per user and donor of one month, per month, and
     GPU-hours per user and cluster of all time."""
     return render("users", ctx, "GPU usage and cost", totals=totals, report=report, charts=charts)
+
+
+def queues_page(ctx: HubContext, view: QueuesView) -> str:
+    """Kueue's ClusterQueue: quota and usage per flavor, who waits and who holds GPUs, the priority classes."""
+    return render("queues", ctx, "Queues", view=view)
 
 
 def audit_page(ctx: HubContext, entries: Sequence[AuditEntry]) -> str:

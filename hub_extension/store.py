@@ -43,6 +43,8 @@ _runs = sa.Table(
     sa.Column("month", sa.String(7), nullable=True, index=True),
     sa.Column("price_per_gpu_hour", sa.Float, nullable=True),
     sa.Column("cost", sa.Float, nullable=True),
+    # added for preemption (issue 15): Kueue stopped the run for a higher-priority one
+    sa.Column("preempted", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 _prices = sa.Table(
     "gpu_offload_prices",
@@ -79,6 +81,8 @@ class UsageTotal:
     """Sum over the priced runs."""
     unpriced_runs: int = 0
     """Runs without a price (an unpriced donor, or recorded before prices were): not in ``cost``."""
+    preempted: int = 0
+    """Runs Kueue preempted to make room for a higher priority."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ class Store:
             "pod_uid": run.pod_uid, "namespace": run.namespace, "pod": run.pod, "user": run.user,
             "cluster_id": run.cluster_id, "node": run.node, "gpus": run.gpus, "started": run.started,
             "ended": run.ended, "phase": run.phase, "gpu_seconds": run.gpu_seconds, "month": month_of(run.ended),
-            "price_per_gpu_hour": run.price_per_gpu_hour, "cost": run.cost,
+            "price_per_gpu_hour": run.price_per_gpu_hour, "cost": run.cost, "preempted": run.preempted,
         }
         try:
             with self.engine.begin() as conn:
@@ -147,14 +151,16 @@ class Store:
         return True
 
     def totals(self, user: str | None = None) -> list[UsageTotal]:
-        """GPU-hours and cost per user and cluster (one user's only, when given), largest first."""
-        query = sa.select(_runs.c.user, _runs.c.cluster_id, *_sums()).group_by(_runs.c.user, _runs.c.cluster_id)
+        """GPU-hours, cost and preemptions per user and cluster (one user's only, when given), largest first."""
+        query = sa.select(_runs.c.user, _runs.c.cluster_id, *_sums(),
+                          sa.func.sum(sa.case((_runs.c.preempted, 1), else_=0)).label("preempted"),
+                          ).group_by(_runs.c.user, _runs.c.cluster_id)
         if user is not None:
             query = query.where(_runs.c.user == user)
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
         totals = [UsageTotal(r.user, r.cluster_id, int(r.runs), float(r.seconds or 0) / 3600, float(r.cost or 0),
-                             int(r.unpriced or 0)) for r in rows]
+                             int(r.unpriced or 0), int(r.preempted or 0)) for r in rows]
         return sorted(totals, key=lambda t: (-t.gpu_hours, t.user, t.cluster_id))
 
     def costs(self, by: str, month: str | None = None, user: str | None = None) -> list[CostRow]:
@@ -259,7 +265,7 @@ def _sums() -> list[Any]:
 
 def _run(r: Any) -> MeteredRun:
     return MeteredRun(r.pod_uid, r.namespace, r.pod, r.user, r.cluster_id, r.node, r.gpus, _utc(r.started),
-                      _utc(r.ended), r.phase, r.price_per_gpu_hour, r.cost)
+                      _utc(r.ended), r.phase, r.price_per_gpu_hour, r.cost, bool(r.preempted))
 
 
 def _add_missing_columns(engine: sa.Engine) -> None:
