@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 
-from .store import CostRow
+from .store import CostRow, GpuSample
 
 DAYS = 30
 """Days the daily charts cover, today included."""
@@ -109,29 +109,35 @@ def _value_ticks(top: float, y_of: float, height: float, horizontal: bool = Fals
 def stacked_days(title: str, days: Sequence[date], series: Mapping[str, list[float]], unit: str = "GPU-hours",
                  top: int = TOP) -> Chart:
     """Bars per day, stacked by series (the ``top`` largest named, the rest as ``other``)."""
-    named = _top(series, top)
-    totals = [sum(values[i] for values in named.values()) for i in range(len(days))]
+    return stacked(title, [day.isoformat() for day in days], [day.strftime("%m-%d") for day in days],
+                   _top(series, top), unit, f"No run ended in the last {len(days)} days.")
+
+
+def stacked(title: str, categories: Sequence[str], labels: Sequence[str], series: Mapping[str, list[float]],
+            unit: str, empty: str) -> Chart:
+    """Bars per category (``labels`` along the axis), stacked by series in their order; ``empty`` is what the
+    page says when every value is zero."""
+    totals = [sum(values[i] for values in series.values()) for i in range(len(categories))]
     plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP_MARGIN
     peak = _nice_max(max(totals, default=0.0))
-    slot = plot_w / max(1, len(days))
-    colors = {key: PALETTE[i % len(PALETTE)] for i, key in enumerate(named)}
+    slot = plot_w / max(1, len(categories))
+    colors = {key: PALETTE[i % len(PALETTE)] for i, key in enumerate(series)}
     bars: list[Bar] = []
-    for i, day in enumerate(days):
+    for i, category in enumerate(categories):
         base = 0.0
-        for key, values in named.items():
+        for key, values in series.items():
             value = values[i]
             if value <= 0:
                 continue
             height = plot_h * value / peak
             y = TOP_MARGIN + plot_h - plot_h * base / peak - height
-            bars.append(Bar(key, day.isoformat(), value, LEFT + i * slot + 1, y, max(1.0, slot - 2), height,
-                            colors[key], f"{key}, {day.isoformat()}: {value:.2f} {unit}"))
+            bars.append(Bar(key, category, value, LEFT + i * slot + 1, y, max(1.0, slot - 2), height,
+                            colors[key], f"{key}, {category}: {value:.2f} {unit}"))
             base += value
-    every = max(1, len(days) // 6)
-    labels = tuple(Tick(LEFT + i * slot + slot / 2, day.strftime("%m-%d")) for i, day in enumerate(days)
-                   if i % every == 0)
-    return Chart(title, WIDTH, HEIGHT, tuple(bars), _value_ticks(peak, TOP_MARGIN, plot_h), labels,
-                 tuple(colors.items()), "" if bars else f"No run ended in the last {len(days)} days.")
+    every = max(1, len(categories) // 6)
+    ticks = tuple(Tick(LEFT + i * slot + slot / 2, label) for i, label in enumerate(labels) if i % every == 0)
+    return Chart(title, WIDTH, HEIGHT, tuple(bars), _value_ticks(peak, TOP_MARGIN, plot_h), ticks,
+                 tuple(colors.items()), "" if bars else empty)
 
 
 def top_costs(title: str, rows: Sequence[CostRow], top: int = 10) -> Chart:
@@ -151,3 +157,40 @@ def top_costs(title: str, rows: Sequence[CostRow], top: int = 10) -> Chart:
     ticks = tuple(Tick(label_w + plot_w * i / 4, f"{peak * i / 4:g}") for i in range(5))
     return Chart(title, WIDTH, height, bars, ticks, names, (), "" if bars else "No run ended this month.",
                  horizontal=True)
+
+
+IN_USE, FREE = "in use", "free"
+"""The series of the donors' GPU charts."""
+
+
+def buckets(end: datetime, span: timedelta, count: int) -> list[datetime]:
+    """The starts of ``count`` equal buckets covering ``span`` up to ``end``, oldest first; the last bucket is the
+    one ``end`` falls in, aligned to the bucket size (UTC), so the bars do not shift between two views."""
+    size = span / count
+    epoch = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    last = epoch + ((end - epoch) // size) * size
+    return [last - size * (count - 1 - i) for i in range(count)]
+
+
+def bucket_key(start: datetime) -> str:
+    """A bucket's category: its start, ``YYYY-MM-DDTHH:MMZ``."""
+    return start.strftime("%Y-%m-%dT%H:%MZ")
+
+
+def gpus_over_time(title: str, samples: Sequence[GpuSample], starts: Sequence[datetime], label: str) -> Chart:
+    """GPUs in use and free per bucket (starts from ``buckets``): the mean of the samples taken in the bucket,
+    stacked (their sum is the GPUs the donor could lend); a bucket without samples has no bar. ``label`` is
+    the strftime format along the axis."""
+    size = starts[1] - starts[0] if len(starts) > 1 else timedelta(hours=1)
+    sums = [[0, 0, 0] for _ in starts]  # samples, in use, free
+    for s in samples:
+        slot = int((s.at - starts[0]) // size) if s.at >= starts[0] else -1
+        if 0 <= slot < len(starts):
+            sums[slot][0] += 1
+            sums[slot][1] += s.gpus_in_use
+            sums[slot][2] += s.gpus_free
+    series = {key: [(row[k] / row[0]) if row[0] else 0.0 for row in sums] for key, k in ((IN_USE, 1), (FREE, 2))}
+    empty = ("No usable GPU on this donor in this period." if any(row[0] for row in sums) else
+             "No sample of this donor in this period yet: the service samples its GPUs every few minutes.")
+    return stacked(title, [bucket_key(s) for s in starts], [s.strftime(label) for s in starts], series, "GPUs",
+                   empty)

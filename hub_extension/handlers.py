@@ -102,7 +102,7 @@ class ClusterPage(PageHandler):
         detail = self.state.cluster_detail(key)
         if detail is None:
             raise web.HTTPError(404, f"no peered cluster {key!r}; pick one from the clusters page")
-        self.finish(pages.cluster_page(self.page_context(), detail))
+        self.finish(pages.cluster_page(self.page_context(), detail, self.state.donor_charts(detail.row.cluster_id)))
 
 
 def month_argument(handler: web.RequestHandler) -> str | None:

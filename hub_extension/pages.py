@@ -29,7 +29,7 @@ from jupyterhub._data import DATA_FILES_PATH
 
 from .queue_page import QueuesView
 from .store import AuditEntry, UsageTotal
-from .views import ClusterDetail, ClusterPageRow, CostReport, UsageCharts
+from .views import ClusterDetail, ClusterPageRow, CostReport, DonorCharts, UsageCharts
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -130,9 +130,10 @@ def clusters_page(ctx: HubContext, rows: Sequence[ClusterPageRow]) -> str:
     return render("clusters", ctx, "Peered clusters", rows=rows)
 
 
-def cluster_page(ctx: HubContext, detail: ClusterDetail) -> str:
-    """One cluster: its virtual nodes, ResourceSlices and offloaded pods, with the node and slice actions."""
-    return render("cluster", ctx, f"Cluster {detail.row.name}", detail=detail)
+def cluster_page(ctx: HubContext, detail: ClusterDetail, charts: DonorCharts) -> str:
+    """One cluster: its GPUs over the last day and week, its virtual nodes, ResourceSlices and offloaded pods,
+    with the node and slice actions."""
+    return render("cluster", ctx, f"Cluster {detail.row.name}", detail=detail, charts=charts)
 
 
 def users_page(ctx: HubContext, totals: Sequence[UsageTotal], report: CostReport, charts: UsageCharts) -> str:

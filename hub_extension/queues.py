@@ -9,7 +9,6 @@ reconcile that writes, conflicts or fails lands in the audit log, like an admin'
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -18,6 +17,7 @@ from gpu_offload.liqo_peering.kueue import Desired, QueueSettings, desired
 from gpu_offload.liqo_peering.queue_sync import QueueApi, reconcile
 from gpu_offload.liqo_peering.trust import TrustPolicy
 
+from .following import InventoryFollower
 from .store import Store
 
 log = logging.getLogger("gpu_offload.hub")
@@ -28,32 +28,21 @@ RETRY_SECONDS = 10.0
 WHO = "gpu-offload queue controller"
 
 
-class QueueController:
+class QueueController(InventoryFollower):
     """One daemon thread reconciling Kueue's objects with the inventory; ``start()``, then ``close()``."""
 
     def __init__(self, cache: InventoryCache, api: QueueApi, settings: QueueSettings, policy: TrustPolicy,
                  store: Store, resync_seconds: float = RESYNC_SECONDS) -> None:
-        self.cache, self.api, self.settings, self.policy, self.store = cache, api, settings, policy, store
+        super().__init__(cache, "gpu-offload-queues")
+        self.api, self.settings, self.policy, self.store = api, settings, policy, store
         self.resync_seconds = resync_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpu-offload-queues", daemon=True)
         self._applied: Desired | None = None
         self.passes = 0
         """Reconciles made (each lists the Kueue kinds once): what a test or a bench counts."""
         self.generation = -1
         """The inventory cache's generation last looked at."""
 
-    def start(self) -> QueueController:
-        """Start the thread."""
-        self._thread.start()
-        return self
-
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the thread and wait briefly for it."""
-        self._stop.set()
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
+    def _run(self) -> None:  # its own loop: it reconciles on a clock as well, and audits its failures
         generation, last = -1, 0.0
         while not self._stop.is_set():
             # short waits so close() is prompt; a change wakes it at once

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 
 from gpu_offload.liqo_peering.cache import InventoryCache
@@ -23,6 +23,7 @@ from .operations import ClusterFacts
 from .pricing import PriceRecorder
 from .queue_page import QueuesView, queues_view
 from .queues import QueueController, start_controller
+from .sampling import InventorySampler
 from .store import Store, UsageTotal
 from .usage import billed_user, ended_deleting, finished_run, holds_meter, namespace_user
 from .watches import (
@@ -51,6 +52,7 @@ class HubState:
         self.slices = resource_slices(api_client)
         self.pods = runner_pods(api_client, self._on_pod)
         self.prices = PriceRecorder(self.cache, store)
+        self.sampler = InventorySampler(self.cache, store)
         self._namespaces: dict[str, Obj] = {}
         self._usage_pages: dict[tuple[int, str, date], tuple[list[UsageTotal], views.CostReport, views.UsageCharts]] = {}
         self.queues: QueueController | None = None
@@ -64,6 +66,7 @@ class HubState:
         """Start every watch (the pod watch last: recording needs the inventory's node-to-cluster map)."""
         self.cache.start()
         self.prices.start()
+        self.sampler.start()
         self.slices.start()
         self.pods.start()
         for watch in self.kueue.values():
@@ -79,6 +82,7 @@ class HubState:
         for watch in (self.pods, self.slices, *self.kueue.values()):
             watch.close()
         self.prices.close()
+        self.sampler.close()
         self.cache.close()
         self.store.close()
 
@@ -134,6 +138,10 @@ class HubState:
             self.inventory(), key, self.cache.objects("ForeignCluster"), self.slices.objects(), self.pods.objects(),
             datetime.now(timezone.utc),
         )
+
+    def donor_charts(self, cluster_id: str) -> views.DonorCharts:
+        """The cluster page's charts of one donor's GPUs."""
+        return donor_charts(self.store, cluster_id, datetime.now(timezone.utc))
 
     def user_runs(self, user: str) -> dict[str, Any]:
         """A user's live runs (from the pod watch), finished runs with usage and cost (from the database), and
@@ -199,6 +207,21 @@ class HubState:
             cluster_id = str((fc.get("spec") or {}).get("clusterID") or fc["metadata"]["name"])
             authentication[cluster_id] = dict(views.module_states(fc))["authentication"]
         return ClusterFacts(self.consumer_cluster_id(), authentication)
+
+
+DAY_BUCKETS, WEEK_BUCKETS = 24, 28
+"""The last day in hours, the last week in quarters of a day."""
+
+
+def donor_charts(store: Store, cluster_id: str, now: datetime) -> views.DonorCharts:
+    """GPUs in use and free of one donor over the day and the week before ``now``, from the samples."""
+    day = charts.buckets(now, timedelta(days=1), DAY_BUCKETS)
+    week = charts.buckets(now, timedelta(days=7), WEEK_BUCKETS)
+    samples = store.samples(cluster_id, week[0])
+    return views.DonorCharts(
+        charts.gpus_over_time("GPUs in use and free, last day (hourly means, UTC)", samples, day, "%H:%M"),
+        charts.gpus_over_time("GPUs in use and free, last week (6-hour means, UTC)", samples, week, "%m-%d %H"),
+    )
 
 
 def usage_charts(store: Store, month: str, today: date) -> views.UsageCharts:

@@ -56,6 +56,18 @@ _prices = sa.Table(
     sa.Column("price", sa.Float, nullable=True),
     sa.Index("gpu_offload_prices_node", "cluster_id", "node", "since"),
 )
+_samples = sa.Table(
+    # added for the donors' charts (issue 17): GPUs of each donor as the inventory showed them at ``at``
+    "gpu_offload_inventory_samples",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("cluster_id", sa.String(253), nullable=False),
+    sa.Column("gpus_total", sa.Integer, nullable=False),
+    sa.Column("gpus_free", sa.Integer, nullable=False),
+    sa.Column("gpus_in_use", sa.Integer, nullable=False),
+    sa.Index("gpu_offload_inventory_samples_cluster", "cluster_id", "at"),
+)
 _audit = sa.Table(
     "gpu_offload_audit",
     _metadata,
@@ -99,6 +111,17 @@ class CostRow:
 
 GROUPS = {"user": "user", "donor": "cluster_id", "month": "month"}
 """What ``Store.costs`` groups by, and the column it reads."""
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """A donor's GPUs at one moment, as the inventory (and the clusters page) counted them."""
+
+    at: datetime
+    cluster_id: str
+    gpus_total: int
+    gpus_free: int
+    gpus_in_use: int
 
 
 @dataclass(frozen=True)
@@ -239,6 +262,25 @@ class Store:
                                                                                             _prices.c.id)
         with self.engine.connect() as conn:
             return {(r.cluster_id, r.node): r.price for r in conn.execute(query)}
+
+    # --- inventory samples (sampling.py takes them, the cluster page charts them) ---
+
+    def add_samples(self, samples: Sequence[GpuSample], keep_since: datetime) -> None:
+        """Store ``samples`` and drop every sample older than ``keep_since`` (the retention)."""
+        with self.engine.begin() as conn:
+            if samples:
+                conn.execute(_samples.insert(), [
+                    {"at": s.at, "cluster_id": s.cluster_id, "gpus_total": s.gpus_total, "gpus_free": s.gpus_free,
+                     "gpus_in_use": s.gpus_in_use} for s in samples])
+            conn.execute(_samples.delete().where(_samples.c.at < keep_since))
+
+    def samples(self, cluster_id: str, since: datetime) -> list[GpuSample]:
+        """One donor's samples taken at or after ``since``, oldest first."""
+        query = (sa.select(_samples).where(_samples.c.cluster_id == cluster_id, _samples.c.at >= since)
+                 .order_by(_samples.c.at, _samples.c.id))
+        with self.engine.connect() as conn:
+            return [GpuSample(_utc(r.at), r.cluster_id, r.gpus_total, r.gpus_free, r.gpus_in_use)
+                    for r in conn.execute(query)]
 
     def audit(self, who: str, action: str, target: str, result: str, ok: bool) -> AuditEntry:
         """Append one audit entry (timestamped now) and return it."""

@@ -257,3 +257,11 @@ class UsageCharts:
     per_day_by_user: Chart
     per_day_by_donor: Chart
     top_users: Chart
+
+
+@dataclass(frozen=True)
+class DonorCharts:
+    """The cluster page's charts: its GPUs in use and free over the last day and the last week."""
+
+    last_day: Chart
+    last_week: Chart
