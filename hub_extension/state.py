@@ -156,6 +156,7 @@ class HubState:
             "finished": [{**views.to_json(r), "gpu_seconds": r.gpu_seconds} for r in self.store.runs(user)],
             "usage": views.to_json(self.store.totals(user)),
             "this_month": views.month_spend(self.store.spend(user, month), self.config.monthly_budget_per_user),
+            "gpu_hours_per_day": views.chart_data(my_usage_chart(self.store, user, now.date())),
         }
 
     def cost_report(self, month: str | None) -> views.CostReport:
@@ -222,6 +223,14 @@ def donor_charts(store: Store, cluster_id: str, now: datetime) -> views.DonorCha
         charts.gpus_over_time("GPUs in use and free, last day (hourly means, UTC)", samples, day, "%H:%M"),
         charts.gpus_over_time("GPUs in use and free, last week (6-hour means, UTC)", samples, week, "%m-%d %H"),
     )
+
+
+def my_usage_chart(store: Store, user: str, today: date) -> charts.Chart:
+    """``user``'s own GPU-hours per day up to ``today``, stacked by donor: the chart of ``api/me``."""
+    days = charts.days_ending(today)
+    since = datetime.combine(days[0], time(), timezone.utc)
+    return charts.stacked_days(f"Your GPU-hours per day by donor, last {len(days)} days (UTC)", days,
+                               charts.daily_series(store.daily("donor", since, user), days))
 
 
 def usage_charts(store: Store, month: str, today: date) -> views.UsageCharts:

@@ -214,13 +214,16 @@ class Store:
         with self.engine.connect() as conn:
             return [_run(r) for r in conn.execute(query).all()]
 
-    def daily(self, by: str, since: datetime) -> list[tuple[str, str, float]]:
-        """(day ``YYYY-MM-DD``, user or donor, GPU-seconds) of the runs that ended at or after ``since``, summed
-        per day (the day a run ended, UTC: the column holds UTC) in the database: the daily charts."""
+    def daily(self, by: str, since: datetime, user: str | None = None) -> list[tuple[str, str, float]]:
+        """(day ``YYYY-MM-DD``, user or donor, GPU-seconds) of the runs (one user's, when given) that ended at or
+        after ``since``, summed per day (the day a run ended, UTC: the column holds UTC) in the database: the
+        daily charts."""
         column = _runs.c[GROUPS[by]]
         day = sa.func.date(_runs.c.ended)
         query = (sa.select(day, column, sa.func.sum(_runs.c.gpu_seconds)).where(_runs.c.ended >= since)
                  .group_by(day, column))
+        if user is not None:
+            query = query.where(_runs.c.user == user)
         with self.engine.connect() as conn:
             return [(str(r[0]), str(r[1] or ""), float(r[2] or 0)) for r in conn.execute(query)]
 

@@ -259,6 +259,12 @@ class UsageCharts:
     top_users: Chart
 
 
+def chart_data(chart: Chart) -> dict[str, Any]:
+    """A chart as JSON: its title, each bar's series, category (a day) and value, and what to say when empty."""
+    return {"title": chart.title, "bars": [{"series": b.series, "category": b.category, "value": b.value}
+                                           for b in chart.bars], "empty": chart.empty}
+
+
 @dataclass(frozen=True)
 class DonorCharts:
     """The cluster page's charts: its GPUs in use and free over the last day and the last week."""

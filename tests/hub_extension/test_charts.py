@@ -3,14 +3,15 @@ donor, top users of the month by cost), drawn to scale; many users fold into "ot
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from gpu_offload.hub_extension import charts
-from gpu_offload.hub_extension.state import usage_charts
+from gpu_offload.hub_extension import charts, views
+from gpu_offload.hub_extension.state import my_usage_chart, usage_charts
 from gpu_offload.hub_extension.store import Store
 from gpu_offload.hub_extension.usage import MeteredRun
 
@@ -113,3 +114,18 @@ def test_an_empty_month_says_so(tmp_path: Path) -> None:
     drawn = usage_charts(Store(f"sqlite:///{tmp_path}/empty.sqlite"), "2026-11", TODAY)
     assert not drawn.per_day_by_user.bars and "No run ended" in drawn.per_day_by_user.empty
     assert not drawn.top_users.bars and "No run ended this month" in drawn.top_users.empty
+
+
+def test_a_users_own_chart_is_their_runs_per_day_and_donor(store: Store) -> None:
+    """What ``api/me`` answers as ``gpu_hours_per_day``: only the caller's runs, per day and donor."""
+    query = sa.text("SELECT cluster_id, date(ended), sum(gpu_seconds) / 3600.0 FROM gpu_offload_runs "
+                    "WHERE user = :u AND date(ended) >= :since GROUP BY 1, 2")
+    with store.engine.connect() as conn:
+        truth = {(str(k), str(d)): float(v) for k, d, v in
+                 conn.execute(query, {"u": "alice", "since": charts.days_ending(TODAY)[0].isoformat()})}
+    answer = views.chart_data(my_usage_chart(store, "alice", TODAY))
+    assert {(b["series"], b["category"]): b["value"] for b in answer["bars"]} == pytest.approx(truth)
+    assert truth == pytest.approx({("donor-1", "2026-11-19"): 2.0, ("donor-2", "2026-11-20"): 2.0})
+    json.dumps(answer)  # it is sent as JSON
+    nobody = views.chart_data(my_usage_chart(store, "carol", TODAY))  # her only run is 40 days old
+    assert nobody["bars"] == [] and "No run ended" in nobody["empty"]

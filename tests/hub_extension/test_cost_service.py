@@ -85,8 +85,20 @@ def test_a_run_spanning_a_price_change_is_priced_piecewise_and_shown_everywhere(
         assert {c["key"]: c["cost"] for c in report["by_donor"]}["donor-2"] == pytest.approx(run["cost"])
         assert report["by_month"][0]["key"] == month
 
-        me = hub.api("GET", "api/me", "alice").json()["this_month"]
+        mine = hub.api("GET", "api/me", "alice").json()
+        me = mine["this_month"]
         assert (me["cost"], me["budget"], me["runs"]) == (pytest.approx(run["cost"]), None, 1)
+        # her own chart: GPU-hours per day and donor of her runs, the run's day among them
+        day = ended.astimezone(timezone.utc).date().isoformat()
+        bars = {(b["series"], b["category"]): b["value"] for b in mine["gpu_hours_per_day"]["bars"]}
+        assert bars[("donor-2", day)] == pytest.approx(sum(
+            r["gpu_seconds"] for r in mine["finished"]
+            if r["cluster_id"] == "donor-2" and r["ended"][:10] == day) / 3600)
+
+        # the donor's page charts its GPUs from the samples the service took since it started
+        donor_page = hub.api("GET", "clusters/donor-2", "vera")
+        assert donor_page.status == 200 and "GPUs in use and free, last day" in donor_page.text
+        assert 'data-series="free"' in donor_page.text or 'data-series="in use"' in donor_page.text
 
         exported = hub.api("GET", f"api/admin/usage.csv?month={month}", "vera")
         assert exported.status == 200 and exported.headers.get("content-type", "").startswith("text/csv")
