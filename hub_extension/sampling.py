@@ -3,7 +3,7 @@
 A sample is written when a donor's counts change (the inventory cache wakes the thread, as it wakes the
 price recorder) and every ``PERIOD`` regardless, so a quiet inventory still has points over the day and the
 week; an unchanged inventory between periods writes nothing, which bounds the table by real changes plus
-one row per donor per period. Samples older than ``RETENTION`` are deleted as new ones are written: the
+one row per donor per period. Samples older than ``RETENTION`` are deleted with each periodic round: the
 charts look back a week, a day more covers the week's first bucket.
 """
 
@@ -47,7 +47,8 @@ class Sampler:
         due = [GpuSample(now, cid, *c) for cid, c in sorted(counts.items()) if everyone or self._last.get(cid) != c]
         if not due:
             return []
-        self.store.add_samples(due, now - self.retention)
+        # the retention's delete goes with the periodic round: once per period is enough for a bound
+        self.store.add_samples(due, now - self.retention if everyone else None)
         self._last = counts
         if everyone:
             self._last_all = now

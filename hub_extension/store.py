@@ -67,6 +67,7 @@ _samples = sa.Table(
     sa.Column("gpus_free", sa.Integer, nullable=False),
     sa.Column("gpus_in_use", sa.Integer, nullable=False),
     sa.Index("gpu_offload_inventory_samples_cluster", "cluster_id", "at"),
+    sa.Index("gpu_offload_inventory_samples_at", "at"),  # the retention's delete, without a scan
 )
 _audit = sa.Table(
     "gpu_offload_audit",
@@ -268,14 +269,15 @@ class Store:
 
     # --- inventory samples (sampling.py takes them, the cluster page charts them) ---
 
-    def add_samples(self, samples: Sequence[GpuSample], keep_since: datetime) -> None:
-        """Store ``samples`` and drop every sample older than ``keep_since`` (the retention)."""
+    def add_samples(self, samples: Sequence[GpuSample], keep_since: datetime | None = None) -> None:
+        """Store ``samples`` and drop every sample older than ``keep_since`` when given (the retention)."""
         with self.engine.begin() as conn:
             if samples:
                 conn.execute(_samples.insert(), [
                     {"at": s.at, "cluster_id": s.cluster_id, "gpus_total": s.gpus_total, "gpus_free": s.gpus_free,
                      "gpus_in_use": s.gpus_in_use} for s in samples])
-            conn.execute(_samples.delete().where(_samples.c.at < keep_since))
+            if keep_since is not None:
+                conn.execute(_samples.delete().where(_samples.c.at < keep_since))
 
     def samples(self, cluster_id: str, since: datetime) -> list[GpuSample]:
         """One donor's samples taken at or after ``since``, oldest first."""
