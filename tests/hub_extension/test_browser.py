@@ -176,3 +176,20 @@ def test_the_users_page_shows_cost_and_charts_at_desktop_and_narrow_widths(
         assert "alice" in page.inner_text("table")
         page.screenshot(path=str(artifacts / name), full_page=True)
     page.context.close()
+
+
+def test_a_cluster_page_charts_its_gpus_at_desktop_and_narrow_widths(browser: Any, hub: Any, artifacts: Path
+                                                                     ) -> None:
+    page = log_in(browser, hub, "vera")
+    for width, name in ((1280, "11-viewer-cluster-gpus-1280.png"), (600, "12-viewer-cluster-gpus-600.png")):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{hub.service_url}clusters/donor-1")
+        page.wait_for_selector("h2:text('GPUs over time')")
+        charts = page.locator("figure.gpu-offload-chart svg[role=img]")
+        assert charts.count() == 2  # the day and the week: the service sampled donor-1 since it started
+        for i in range(2):
+            box = charts.nth(i).bounding_box()
+            assert box is not None and 0 < box["width"] <= width
+        assert page.locator("rect.bar[data-series='free'], rect.bar[data-series='in use']").count() >= 2
+        page.screenshot(path=str(artifacts / name), full_page=True)
+    page.context.close()
