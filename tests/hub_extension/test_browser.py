@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -154,9 +155,15 @@ def test_the_users_page_shows_cost_and_charts_at_desktop_and_narrow_widths(
     core = kubernetes.client.CoreV1Api(client)
     ns = offloaded_namespace(client)
     done = tmp_path / "done"
-    done.touch()  # the run ends at once: it is recorded with its cost
     try:
         core.create_namespaced_pod(ns, held_pod("gpuo-shown", "alice", "donor-1", done, gpus=2))
+        pod = wait_until(lambda: (p := core.read_namespaced_pod("gpuo-shown", ns)).status.phase == "Running" and p,
+                         "the run to start")
+        # pod times have one-second precision: a run ended within its first second would meter 0 GPU-seconds
+        # and draw no bar, so it ends once the clock has passed its start by two seconds
+        started = pod.status.start_time or pod.metadata.creation_timestamp
+        wait_until(lambda: datetime.now(timezone.utc) >= started + timedelta(seconds=2), "the clock to pass the start")
+        done.touch()
         wait_until(lambda: [u for u in hub.api("GET", "api/admin/usage", "vera").json()["usage"]
                             if u["user"] == "alice"], "the run to be recorded")
     finally:
