@@ -158,14 +158,15 @@ class KubernetesBackend:
     def _session(self, name: str, placement: RunRequest) -> KubeSession:
         with self._lock:
             current = self._sessions.get(name)
-            replaces = ""
+            replaces, ended = "", ""
             if current is not None and not current.alive:
-                replaces = current.launched.name
+                replaces, ended = current.launched.name, current.end_words()
                 current.close(grace=0)
                 del self._sessions[name]
                 current = None
             if current is None:
-                current = self._sessions[name] = KubeSession(name, self.launcher, placement, replaces)
+                current = self._sessions[name] = KubeSession(name, self.launcher, placement, replaces,
+                                                             ended or "ended while idle")
             elif current.order.placement != placement:
                 raise OffloadUsageError(
                     f"Session `{name}` was started with --gpus {current.order.placement.gpus} on "
