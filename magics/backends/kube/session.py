@@ -48,6 +48,13 @@ class KubeSession:
         self.busy = False
         self.dead = False
         self.hello = False
+        self.on_idle: Callable[[KubeSession], None] | None = None
+        """Called each time a cell of the session ends and the session waits, idle, for the next one."""
+        self.idle_timer: Any = None
+        self.claims = 0
+        """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
+        stale."""
+        """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
         self._ws: Any = None
 
     @property
@@ -63,6 +70,8 @@ class KubeSession:
     def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
                fetch: Callable[[Outputs], Outputs] | None = None) -> SessionRun:
         """Queue one bundle; it is sent once the runner container runs."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         if self.busy:
             from ...errors import OffloadUsageError
 
@@ -117,6 +126,8 @@ class KubeSession:
 
     def close(self, grace: float) -> None:
         """Ask the runner to exit, then delete the pod (its Secret goes with it)."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         if not self.dead and self._ws is not None:
             self.send({"op": "exit"})
         self.dead = True
@@ -240,4 +251,6 @@ class SessionRun:
         self.session.busy = False
         if self._cleanup is not None:
             self._cleanup()
+        if self.session.on_idle is not None and self.session.alive:
+            self.session.on_idle(self.session)
         return None

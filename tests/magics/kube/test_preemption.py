@@ -22,8 +22,7 @@ from gpu_offload.sandbox import liqo, process
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
-from gpu_offload.cli import main
-
+from ...sandbox.kueue_setup import synced_pool
 from .conftest import IMAGE_MAP, SHARED, leftovers, settings
 from .helpers import Sink, run_cell
 
@@ -57,22 +56,13 @@ def api_client(origin: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def pool(origin: Any, api_client: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+def pool(origin: Any, api_client: Any) -> str:
     """A user namespace with its LocalQueue, made by the project's own `gpu-offload queues sync`, and the
     ClusterQueue's GPU quota lowered to 1 by hand."""
     core = kubernetes.client.CoreV1Api(api_client)
     name = f"jhub-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
-        env.delenv("GPU_OFFLOAD_CONFIG", raising=False)
-        assert main(["queues", "sync", "--namespace", name]) == 0
-    custom = kubernetes.client.CustomObjectsApi(api_client)
-    queue = custom.get_cluster_custom_object(*KUEUE, "clusterqueues", QUEUE)
-    for resource in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
-        if resource["name"] == "nvidia.com/gpu":
-            resource["nominalQuota"] = 1
-    custom.replace_cluster_custom_object(*KUEUE, "clusterqueues", QUEUE, queue)
+    synced_pool(origin.sandbox, name, gpu_quota=1)
     return name
 
 
