@@ -20,6 +20,7 @@ from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import ApiClient, LiqoClient, api_client_from_environment
 from ....liqo_peering.errors import (
+    APIDeniedByPolicy,
     APIError,
     APIForbiddenByQuota,
     APINamespaceMissing,
@@ -54,6 +55,10 @@ def _translate(exc: GpuOffloadError) -> OffloadError:
         return OffloadUsageError(
             f"Nothing was launched: namespace {name} does not exist on the cluster. Create it with `kubectl create "
             f"namespace {name}` (a hub creates each user's for you), or set {E.NAMESPACE.name} to one that exists.")
+    if isinstance(exc, APIDeniedByPolicy):
+        # the chart's policies: the queue label, a priority class the user may not use, an image not allowed
+        return OffloadUsageError(f"Nothing was launched: the cluster's admission policy {exc.policy} refused the "
+                                 f"pod: {exc.denial}.")
     if isinstance(exc, APIForbiddenByQuota):
         quota = exc.quota
         return OffloadUsageError(
@@ -96,6 +101,9 @@ class KubernetesBackend:
         with self._lock:
             ended = [f"session {name}: its pod {pod} {how}; its variables are gone"
                      for name, (pod, how) in self._idle_ended.items()]
+            # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
+            ended += [f"session {name}: its pod {s.launched.name} {s.end_words()}; its variables are gone"
+                      for name, s in self._sessions.items() if not s.alive and not s.dead]
         return "\n".join([line, *ended])
 
     def transfer(self, run_id: str) -> Transfer:

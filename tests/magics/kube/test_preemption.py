@@ -125,6 +125,7 @@ def test_a_preempted_session_says_its_state_is_gone(kernels: list[KubernetesBack
     # the interactive cell could only run once the idle session's pod was gone; its kernel learns it from the
     # pod's end, as `%gpu_offload sessions` shows
     wait_until(lambda: not first.sessions(), "the preempted session no longer listed")
+    assert "session work: its pod" in first.describe() and "was preempted after" in first.describe()
 
     outcome, sink, _ = run_cell(first, "print(x + 1)", {}, session="work", priority="batch")
     notices = " ".join(sink.notices)
