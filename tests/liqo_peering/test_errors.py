@@ -8,9 +8,9 @@ import pytest
 import urllib3
 from gpu_offload.liqo_peering.errors import (
     APIConflict,
+    APIDeniedByPolicy,
     APIError,
     APIForbidden,
-    APIDeniedByPolicy,
     APIForbiddenByQuota,
     APIGone,
     APIInvalid,
