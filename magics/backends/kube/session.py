@@ -51,10 +51,10 @@ class KubeSession:
         self.on_idle: Callable[[KubeSession], None] | None = None
         """Called each time a cell of the session ends and the session waits, idle, for the next one."""
         self.idle_timer: Any = None
+        """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
         self.claims = 0
         """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
         stale."""
-        """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
         self._ws: Any = None
 
     @property

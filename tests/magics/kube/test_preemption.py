@@ -132,3 +132,23 @@ def test_a_preempted_session_says_its_state_is_gone(kernels: list[KubernetesBack
     assert "session work: its pod" in notices and "was preempted after" in notices, notices
     assert "by a higher-priority run while idle" in notices and "variables of the old one are gone" in notices
     assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "NameError", outcome.error
+
+
+def test_a_session_preempted_while_its_cell_runs_says_the_cell_and_the_state_are_gone(
+        kernels: list[KubernetesBackend]) -> None:
+    first, second = kernels
+    outcome, _, _ = run_cell(first, "x = 41", {}, session="long", priority="batch")
+    assert outcome.status == "ok", outcome.error
+    started = threading.Event()
+    sink = Sink(on_line=lambda text: started.set() if "batch started" in text else None)
+    thread, batch = _in_background(lambda: run_cell(first, BATCH_CELL, {}, sink, session="long", priority="batch"))
+    wait_until(started.is_set, "the session's cell running", timeout=120)
+
+    outcome, _, _ = run_cell(second, "print('interactive ran')", {}, priority="interactive")
+    assert outcome.status == "ok", outcome.error
+    thread.join(120)
+    assert "error" not in batch, batch.get("error")
+    error = batch["value"][0].error
+    assert isinstance(error, RemoteError) and error.ename == "Preempted", error
+    assert error.evalue.startswith("preempted after ") and "Session long's state is gone with its pod" in error.evalue
+    assert "batch saving a checkpoint" in sink.text
