@@ -53,6 +53,9 @@ class StepPlacement:
         """The compact form recorded in the step's environment."""
         data = asdict(self)
         data.pop("origin")
+        for key in ("queue", "priority"):  # a step that does not queue keeps the record it always had
+            if data[key] is None:
+                data.pop(key)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
