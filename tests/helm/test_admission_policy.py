@@ -386,7 +386,7 @@ def test_with_queueing_on_a_users_server_may_only_create_pods_that_wait_in_its_q
     assert admit(queued, _request("jobs", queued_job), queued_job, ALICE) == (True, "")
     bypass_job = _job(ok["spec"])
     allowed, message = admit(queued, _request("jobs", bypass_job), bypass_job, ALICE)
-    assert not allowed and "pods and Jobs (Metaflow steps) that wait in its LocalQueue" in message
+    assert not allowed and "pods and Jobs that wait in its LocalQueue" in message
     # queueing off: the labels are not asked for
     servers = kit.find(kit.render(), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
     assert admit(servers, _request("pods", runner_pod()), runner_pod(), ALICE) == (True, "")

@@ -166,26 +166,3 @@ def test_a_503_on_pod_creation_is_retried_by_the_client(kube: KubernetesBackend,
     outcome, sink, _ = run_cell(kube, "print('after a 503')", {})
     assert outcome.status == "ok", outcome.error
     assert "after a 503" in sink.text and origin.sandbox.api.faults.fired(rule) == 1
-
-
-def test_a_priority_class_the_chart_keeps_for_others_is_refused_in_the_policys_words(
-        api_client: Any, core: Any, origin: Any, namespace: str) -> None:
-    # The sandbox runs no ValidatingAdmissionPolicy: the API server's answer for the chart's
-    # gpu-offload-priority-classes policy (tests/helm/test_admission_policy.py evaluates that policy) stands in
-    said = ("priority class urgent is not one this user may use (the gpu-offload chart's "
-            "queueing.kueue.priorityClasses: its users and groups); leave --priority out for the default class, or "
-            "ask your JupyterHub admin")
-    origin.faults.api_error(rf"^/api/v1/namespaces/{namespace}/pods$", status=403, methods=("POST",), message=(
-        'pods "gpuo-x" is forbidden: ValidatingAdmissionPolicy \'gpu-offload-priority-classes\' with binding '
-        f"'gpu-offload-priority-classes' denied request: {said}"))
-    backend = KubernetesBackend(settings(namespace, queue="gpu-offload", priority="interactive"), api_client)
-    try:
-        with pytest.raises(OffloadError) as err:
-            run_cell(backend, "print('never')", {}, priority="urgent")
-    finally:
-        backend.close()
-        origin.faults.clear()
-    assert str(err.value) == (f"Nothing was launched: the cluster's admission policy gpu-offload-priority-classes "
-                              f"refused the pod: {said}.")
-    assert "RBAC" not in str(err.value)
-    wait_until(lambda: not leftovers(core, namespace), "nothing left behind")
