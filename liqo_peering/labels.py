@@ -50,6 +50,7 @@ RESOURCE_FLAVOR = GVK(KUEUE_GROUP, "v1beta2", "resourceflavors", "ResourceFlavor
 CLUSTER_QUEUE = GVK(KUEUE_GROUP, "v1beta2", "clusterqueues", "ClusterQueue")
 LOCAL_QUEUE = GVK(KUEUE_GROUP, "v1beta2", "localqueues", "LocalQueue")
 WORKLOAD_PRIORITY_CLASS = GVK(KUEUE_GROUP, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass")
+WORKLOAD = GVK(KUEUE_GROUP, "v1beta2", "workloads", "Workload")
 QUEUE_NAME_LABEL = KUEUE_GROUP + "/queue-name"
 """Label naming the LocalQueue a pod or Job waits in; Kueue's webhook gates only pods carrying it."""
 PRIORITY_CLASS_LABEL = KUEUE_GROUP + "/priority-class"

@@ -46,6 +46,11 @@ NameView = Callable[[dict[str, Any]], "dict[str, str] | None"]
 name there), when the pod runs in another cluster than the API's (a Liqo donor); None: this cluster's names."""
 
 
+KUBELET_CONDITIONS = {"PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"}
+"""Pod conditions the kubelet writes; others (TerminationTarget from Kueue, DisruptionTarget, readiness
+gates) are kept, as the kubelet's generateAPIPodStatus does."""
+
+
 @dataclass(frozen=True)
 class KubeletConfig:
     """Tunables of the test kubelet."""
@@ -121,6 +126,10 @@ class Kubelet:
             current = self.api.find(self._pods, namespace, name)
             if current is None or current["metadata"]["uid"] != uid:
                 return
+            if "conditions" in status:  # as the kubelet's status manager, keep conditions others own
+                kept = [c for c in (current.get("status") or {}).get("conditions") or []
+                        if c.get("type") not in KUBELET_CONDITIONS]
+                status = {**status, "conditions": list(status["conditions"]) + kept}
             with contextlib.suppress(ApiError):
                 self.api.patch(self._pods, namespace, name, {"status": status}, MERGE, "status")
 

@@ -207,7 +207,7 @@ class PodWorker:
 
     def write_names(self, table: list[podnames.Entry]) -> None:
         """Rewrite the pod's hosts file in place (the containers see it through their bind mount)."""
-        if self.netns is None:
+        if self.netns is None or not self.dir.is_dir():  # a finished pod's folder is gone: no container reads it
             return
         namespace, twins = self._names_namespace()
         if twins is not None:

@@ -174,28 +174,31 @@ def add(into: dict[str, dict[str, Decimal]], flavor: str, amounts: Amounts, sign
         bucket[resource] = bucket.get(resource, Decimal(0)) + sign * value
 
 
-def decay(elapsed: float, half_life: float) -> float:
-    """The weight old usage keeps after ``elapsed`` seconds (Kueue's 0.5^(elapsed/halfLife))."""
-    return 0.0 if half_life <= 0 else math.pow(0.5, max(elapsed, 0.0) / half_life)
+def alpha(elapsed: float, half_life: float) -> float:
+    """``calculateAlphaRate``: the weight new usage gets after ``elapsed`` seconds, 1 - 0.5^(elapsed/halfLife);
+    0 with a half-life of 0 (Kueue then keeps no history at all)."""
+    return 0.0 if half_life <= 0 else 1 - math.pow(0.5, max(elapsed, 0.0) / half_life)
 
 
 def decayed(consumed: Mapping[str, float], current: Mapping[str, float], elapsed: float,
             half_life: float) -> dict[str, float]:
     """``CalculateDecayedConsumed``: old consumption decays, the current usage fills in the rest."""
-    keep = decay(elapsed, half_life)
+    rate = alpha(elapsed, half_life)
     keys = set(consumed) | set(current)
-    return {k: consumed.get(k, 0.0) * keep + current.get(k, 0.0) * (1 - keep) for k in sorted(keys)}
+    return {k: consumed.get(k, 0.0) * (1 - rate) + current.get(k, 0.0) * rate for k in sorted(keys)}
 
 
 def entry_penalty(requests: Amounts, sampling: float, half_life: float) -> dict[str, float]:
-    """``CalculateEntryPenalty``: what an admission adds to its LocalQueue's usage before the next sample."""
-    alpha = 1 - decay(sampling, half_life)
-    return {r: float(v) * alpha for r, v in requests.items()}
+    """``CalculateEntryPenalty``: what an admission adds to its LocalQueue's usage at once."""
+    rate = alpha(sampling, half_life)
+    return {r: float(v) * rate for r, v in requests.items()}
 
 
 def usage_value(consumed: Mapping[str, float], weights: Mapping[str, float] | None = None,
                 lq_weight: float = 1.0) -> float:
-    """``CalculateUsage``: the weighted sum of consumed resources over the LocalQueue's weight."""
+    """``CalculateUsage``: the sum of consumed resources (plus pending penalties), each times its
+    ``resourceWeights`` entry (1 when absent: a memory request in bytes outweighs GPUs unless weighted down),
+    over the LocalQueue's ``fairSharing.weight``."""
     if lq_weight <= 0:
         return math.inf
     return sum((weights or {}).get(r, 1.0) * v for r, v in consumed.items()) / lq_weight

@@ -77,13 +77,15 @@ def test_the_tenant_role_grants_exactly_the_verbs_the_hub_uses(kit: Any) -> None
                                f"used but not granted: {sorted(wanted - granted)}")
 
 
-def test_with_queueing_on_the_hub_may_do_exactly_what_the_queue_reconcile_does(kit: Any) -> None:
+def test_with_queueing_on_the_hub_may_do_exactly_what_the_queue_reconcile_and_page_do(kit: Any) -> None:
+    from gpu_offload.hub_extension.watches import QUEUE_PAGE_KINDS
     from gpu_offload.liqo_peering.queue_sync import WRITES
 
     # LocalQueues live in user namespaces: the spawner hook makes them there, under the per-namespace role
     cluster_kinds = {g.kind: g.plural for g in (L.RESOURCE_FLAVOR, L.CLUSTER_QUEUE, L.WORKLOAD_PRIORITY_CLASS)}
     wanted = {(cluster_kinds[kind], verb) for verb, kind in WRITES if kind in cluster_kinds}
     wanted |= {(plural, "list") for plural in cluster_kinds.values()}
+    wanted |= {(g.plural, verb) for g in QUEUE_PAGE_KINDS for verb in ("list", "watch")}  # the Queues page
     objects = kit.render({"queueing": {"kueue": {"enabled": True}}})
     role = kit.find(objects, "ClusterRole", "gpu-offload-hub-kueue")
     granted = {(plural, verb) for rule in role["rules"] for group in rule["apiGroups"] if group == L.KUEUE_GROUP

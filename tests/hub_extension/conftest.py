@@ -139,8 +139,9 @@ def _stand_in_liqoctl(folder: Path, log: Path) -> None:
     script.chmod(0o755)
 
 
-def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tuple[Path, RunningHub]:
-    """The hub's config file and the handle describing it (not started)."""
+def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool, **extra: Any) -> tuple[Path, RunningHub]:
+    """The hub's config file and the handle describing it (not started); ``extra``: more chart-level config
+    (e.g. ``queueing={"kueue": {"enabled": True}}``)."""
     chp = shutil.which("configurable-http-proxy") or str(NODE_BIN / "configurable-http-proxy")
     assert Path(chp).exists(), "configurable-http-proxy missing: tests/run.sh installs it into .ci/node"
     port, hub_port, proxy_api_port, service_port = (free_port() for _ in range(4))
@@ -154,6 +155,7 @@ def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tu
         "peering": {"liqoctlEnabled": liqoctl_enabled},
         # the origin admin trusts donor-2 only; the sandbox's donors label nothing that could change that
         "clusters": {"donor-2": {"trusted": True}},
+        **extra,
     }
     (workdir / "gpu-offload.yaml").write_text(yaml.safe_dump(config))
     environment = {
@@ -182,12 +184,12 @@ def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tu
 @pytest.fixture(scope="module")
 def hub_factory(tmp_path_factory: pytest.TempPathFactory, origin: RunningOrigin
                 ) -> Iterator[Callable[..., RunningHub]]:
-    """Start hubs for this module (``hub_factory(liqoctl_enabled=...)``); all stopped at the end."""
+    """Start hubs for this module (``hub_factory(liqoctl_enabled=..., **config)``); all stopped at the end."""
     procs: list[tuple[subprocess.Popen[bytes], Any]] = []
 
-    def start(liqoctl_enabled: bool = False) -> RunningHub:
+    def start(liqoctl_enabled: bool = False, **extra: Any) -> RunningHub:
         workdir = tmp_path_factory.mktemp("hub")
-        config, hub = write_hub(workdir, origin, liqoctl_enabled)
+        config, hub = write_hub(workdir, origin, liqoctl_enabled, **extra)
         log = (workdir / "hub.log").open("wb")
         env = {**os.environ, "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}"}
         proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=workdir,

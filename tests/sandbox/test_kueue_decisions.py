@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from gpu_offload.sandbox.kueue.ledger import UsageLedger
 from gpu_offload.sandbox.kueue.preemption import Admitted, victims
 from gpu_offload.sandbox.kueue.scheduler import (
     Entry,
@@ -89,3 +90,17 @@ def test_excluded_resource_prefixes_leave_a_resource_out_of_quota_as_kueue_does(
     assert "resource ephemeral-storage unavailable in ClusterQueue" in assign(asked, [GPU], [A], {}).message
     kept = requests(workload, ("ephemeral-storage",))
     assert kept == {GPU: Decimal(1)} and assign(kept, [GPU], [A], {}).flavor == "a"
+
+
+def test_entry_penalty_stays_in_the_usage_and_decays_like_the_rest():
+    now = [0.0]
+    ledger = UsageLedger(half_life=600, sampling=300, resource_weights={"memory": 0}, clock=lambda: now[0])
+    ledger.sample({}, ["a/q", "b/q"])
+    ledger.admit("a/q", {GPU: Decimal(1), "memory": Decimal(2**30)}, {GPU: 1.0, "memory": 2.0**30})
+    penalty = 1 - 0.5 ** 0.5
+    assert abs(ledger.usage({})["a/q"] - penalty) < 1e-9  # memory weighted 0: GPUs alone count
+    assert ledger.usage({"a/q": 2.0})["a/q"] < ledger.usage({})["a/q"]  # a heavier LocalQueue counts less
+    now[0] = 300.0  # the next sample, the pod still running: the penalty is history now, not dropped
+    assert ledger.sample({"a/q": {GPU: 1.0}}, ["a/q", "b/q"]) == {"a/q", "b/q"}
+    assert abs(ledger.entries["a/q"].consumed[GPU] - (penalty * 0.5 ** 0.5 + penalty)) < 1e-9
+    assert ledger.usage({})["b/q"] == 0.0
