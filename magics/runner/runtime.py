@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from . import display, handover, ipython_hook, metrics, watchdog
+from . import display, handover, ipython_hook, ipython_shim, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
@@ -83,6 +83,7 @@ class Runtime:
         os.environ["MPLBACKEND"] = f"module://{__package__}.mpl_backend"
         display.set_emitter(self.emit)
         ipython_hook.install()
+        ipython_shim.install()  # where IPython is missing: its display helpers for notebook cells
         self.capture.start()
 
     def _parent_died(self) -> None:
