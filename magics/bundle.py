@@ -57,6 +57,7 @@ def build_job(
             filename=filename,
             first_line=first_line,
             script=script,
+            log_url=chosen.log_url,
         )
     except Exception as exc:  # pickling raises many types; find the variable to blame
         raise _blame(values, exc) from exc

@@ -18,6 +18,7 @@ from . import display, handover, ipython_hook, ipython_shim, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
+from .runlog import RunLog
 from .signals import Interrupts, masked
 from .wire import FrameEncoder
 
@@ -59,7 +60,8 @@ class Runtime:
         os.dup2(devnull, 0)
         os.close(devnull)
         self.encoder = FrameEncoder(nonce, _frame_writer(private_stdout()))
-        self.capture = FdCapture(lambda name, text: self.encoder.emit("stream", name=name, text=text))
+        self.log = RunLog()
+        self.capture = FdCapture(self._stream)
         self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
         self.namespace = new_namespace()
 
@@ -67,7 +69,12 @@ class Runtime:
         """Send a frame, after any text the cell printed before it."""
         if kind in _ORDERED:
             self.capture.flush()
+        self.log.frame(kind, payload)
         self.encoder.emit(kind, **payload)
+
+    def _stream(self, name: str, text: str) -> None:
+        self.log.add(text)
+        self.encoder.emit("stream", name=name, text=text)
 
     def start(self, parent_pid: int | None) -> None:
         """Say hello, install handlers and the watchdog, and start capturing fds 1 and 2."""
@@ -114,6 +121,7 @@ class Runtime:
         """Run one bundle; returns the ``done`` status (``ok``, ``error`` or ``interrupted``)."""
         started = time.perf_counter()
         self.encoder.begin_run(bundle["run_id"])
+        self.log.begin(bundle["log_url"])
         os.environ.update({str(k): str(v) for k, v in bundle["env"].items()})
         self.sampler.interval = bundle["metrics_interval"]
         status = "ok"
@@ -140,6 +148,11 @@ class Runtime:
                 evalue=f"the runner failed: {exc}",
                 traceback=traceback.format_exception(type(exc), exc, exc.__traceback__),
             )
+        self.capture.flush()
+        # before `done`: whoever follows the run deletes the pod once it has seen that frame
+        problem = self.log.upload()
+        if problem:
+            self.emit("warning", text=problem)
         self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
         self.encoder.end_run()
         return status
