@@ -33,6 +33,8 @@ class CellSyntaxError(OffloadUsageError):
         self.column = column
         """1-based column of the first offending character (0 when unknown)."""
         self.end_column = end_column
+        self.where = "Cell"
+        """How the traceback names the cell (the magic adds IPython's ``In[N]``)."""
         super().__init__(f"Syntax error on line {line} of the cell: {message}. Nothing was launched; fix the "
                          "line and run the cell again.")
 
@@ -40,7 +42,7 @@ class CellSyntaxError(OffloadUsageError):
         shown = self.text.rstrip("\r\n").expandtabs(1)
         stripped = shown.lstrip()
         indent = len(shown) - len(stripped)
-        lines = [f"  Cell line {self.line}", f"    {stripped}"]
+        lines = [f"  {self.where}, line {self.line}", f"    {stripped}"]
         if self.column > 0:
             width = self.end_column - self.column if self.end_column > self.column else 1
             start = max(0, self.column - 1 - indent)

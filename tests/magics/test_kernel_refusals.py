@@ -46,8 +46,9 @@ def test_a_refused_cell_shows_one_message_and_no_frame_of_the_magic(prepared: An
 
 
 def test_a_syntax_error_points_at_the_cells_line_with_a_caret(prepared: Any) -> None:
-    _, outputs = prepared.execute(CASES["syntax error"][0])
+    reply, outputs = prepared.execute(CASES["syntax error"][0])
     (error,) = [m["content"] for m in outputs if m["msg_type"] == "error"]
     shown = [ANSI.sub("", line) for line in "\n".join(error["traceback"]).splitlines()]
-    assert shown[:3] == ["  Cell line 4", "    y = (1 +", "        ^"], shown
+    # as IPython shows a syntax error of its own: which cell and line, the line, a caret under the culprit
+    assert shown[:3] == [f"  Cell In[{reply['execution_count']}], line 4", "    y = (1 +", "        ^"], shown
     assert shown[3].startswith("SyntaxError: Syntax error on line 4 of the cell")
