@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,10 +159,13 @@ def test_runs_finds_the_pods_in_the_kubeconfig_contexts_namespace_as_the_kernels
 
 
 @pytest.fixture()
-def stored(env: dict[str, str], s3: Any, s3_endpoint: str) -> dict[str, str]:
-    """The shell of ``env`` with object storage: the moto bucket, and credentials only in this shell."""
-    return {**env, "GPU_OFFLOAD_S3_BUCKET": BUCKET, "GPU_OFFLOAD_S3_ENDPOINT": s3_endpoint,
-            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+def stored(env: dict[str, str], s3: Any, s3_endpoint: str) -> Iterator[dict[str, str]]:
+    """The shell of ``env`` with object storage: the moto bucket, and credentials only in this shell. The
+    logs the test's runs kept are removed after it (the bucket is shared by the session's tests)."""
+    yield {**env, "GPU_OFFLOAD_S3_BUCKET": BUCKET, "GPU_OFFLOAD_S3_ENDPOINT": s3_endpoint,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"gpu-offload/{USER}/").get("Contents") or []:
+        s3.delete_object(Bucket=BUCKET, Key=item["Key"])
 
 
 def elsewhere(shell: dict[str, str], tmp_path: Path) -> dict[str, str]:
@@ -188,11 +192,10 @@ def test_with_storage_a_background_runs_log_outlives_its_pod(project: Path, stor
     unstored = {k: v for k, v in elsewhere(stored, tmp_path).items() if not k.startswith("GPU_OFFLOAD_S3")}
     gone = cli(["logs", run_id], project.parent, unstored)
     assert gone.returncode == 1 and "without object storage (GPU_OFFLOAD_S3_BUCKET)" in gone.stderr
-    s3.delete_object(Bucket=BUCKET, Key=keys[0])
 
 
 def test_with_storage_the_log_of_a_run_whose_follower_died_is_kept_when_its_pod_ends(
-        project: Path, stored: dict[str, str], s3: Any, core: Any, namespace: str) -> None:
+        project: Path, stored: dict[str, str], core: Any, namespace: str) -> None:
     started = cli(["run", "--gpus", "1", "--noblock", "main.py", "sleep"], project.parent, stored)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.split()[1]
@@ -213,4 +216,3 @@ def test_with_storage_the_log_of_a_run_whose_follower_died_is_kept_when_its_pod_
     ticks = [int(line.split()[1]) for line in out.splitlines() if line.startswith("tick ")]
     assert ticks == list(range(len(ticks))) and "KeyboardInterrupt" in out
     wait_until(lambda: not leftovers(core, namespace, USER), "the cancelled run's pod gone")
-    s3.delete_object(Bucket=BUCKET, Key=f"gpu-offload/{USER}/{run_id}/log")
