@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 POLL = 0.2
+FOLLOWER_EXIT = 30.0
+"""Seconds ``-f`` waits, once the run is recorded as ended, for its follower to finish writing and exit."""
 STORED_POLL = 1.0
 """Seconds between looks for a stored log while ``-f`` waits for a follower-less run's pod to end."""
 _UNSAFE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -136,8 +138,19 @@ def _print_file(path: Path, run_id: str, follow: bool, place: Any) -> int:
                 return 0
             record = find(listing(place).runs, run_id)
             if record is None or record.finished:
-                rest = log.read()  # what the follower wrote before it recorded the end
+                # the follower records the end, then writes why the run ended (a traceback, "interrupted")
+                # and exits: the rest of the file is complete once it has exited
+                _wait_exit(record.pid if record is not None else 0)
+                rest = log.read()
                 sys.stdout.buffer.write(rest)
                 sys.stdout.flush()
                 return 0
             time.sleep(POLL)
+
+
+def _wait_exit(pid: int) -> None:
+    from ..dashboard.records import pid_alive
+
+    deadline = time.monotonic() + FOLLOWER_EXIT
+    while pid and pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(POLL)
