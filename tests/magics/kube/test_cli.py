@@ -182,7 +182,8 @@ def test_with_storage_a_background_runs_log_outlives_its_pod(project: Path, stor
                "the run to end", timeout=120)
     wait_until(lambda: not leftovers(core, namespace, USER), "its pod and Secret deleted by its follower")
     # the run's other objects are gone; its log stays, under the user's prefix
-    keys = [item["Key"] for item in s3.list_objects_v2(Bucket=BUCKET).get("Contents") or []]
+    mine = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"gpu-offload/{USER}/")  # other tests' objects are theirs
+    keys = [item["Key"] for item in mine.get("Contents") or []]
     assert keys == [f"gpu-offload/{USER}/{run_id}/log"]
     # read where neither the pod nor a record of the run is: from the stored log only
     logs = cli(["logs", run_id], project.parent, elsewhere(stored, tmp_path))
