@@ -23,8 +23,20 @@ Two modes per policy. "trace times": tasks arrive and leave when the trace says;
 evaluates: tasks arrive in trace order and never leave until the GPUs asked for reach 130% of the pool; the
 figure is the share of GPUs allocated when the demand first equalled the pool (the rest stayed idle).
 
+Queue mode (issue 15), per timed workload with the default policy and GPU-only requests: the pool is shrunk
+to every k-th node (so the model mix stays), k the smallest that makes dropping refuse at least ``CONTENDED``
+of the tasks; on that pool the same arrivals are replayed twice, "drop" (as above) and "queue": a task that does not
+fit waits, and whenever GPUs free the waiting tasks are tried in arrival order, a later one starting if it
+fits while an earlier one does not (Kueue's BestEffortFIFO). A task runs its trace duration from when it
+starts. A queued task starts where the project's placement finds a node with room: Kueue's flavor quota,
+which counts a donor's GPUs in total, would admit it there too; the case Kueue's quota admits but no single
+node holds (fragmentation inside a flavor) is not modelled. Reported per mode: GPU utilisation over the busy
+period (time with a task running or waiting) and while some task waits, tasks dropped, tasks that never
+start (no node of their model is large enough), and per task size the mean and p95 wait. Tasks without a
+deletion time are left out of this mode.
+
 Prints one Markdown table per trace with the machine and the date.
-Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6]``.
+Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6] [--queue-only]``.
 """
 
 from __future__ import annotations
@@ -32,6 +44,8 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import heapq
+import math
 import statistics
 import sys
 import time
@@ -39,7 +53,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gpu_offload.liqo_peering.errors import NoFit
+from gpu_offload.liqo_peering.errors import NoFit, UnknownModel
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.liqo_peering.placement import POLICIES, PlacementPolicy, PlacementRequest, place
 from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
@@ -51,7 +65,8 @@ FILL_LOAD = 1.3
 """Fill mode stops once the GPUs asked for reach this multiple of the pool's."""
 NEVER = 2**62
 MIB = 2**20
-"""Fill mode stops once the GPUs asked for reach this multiple of the pool's."""
+CONTENDED = 0.10
+"""Queue mode shrinks the pool until dropping refuses at least this share of the tasks."""
 
 
 @dataclass
@@ -267,6 +282,114 @@ def fill(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: b
     return tally, at_capacity
 
 
+@dataclass
+class Contention:
+    """One replay of the shrunk pool, dropping or queueing."""
+
+    gpu_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    waiting_seconds: float = 0.0
+    """Time with a task waiting (queue mode), and the GPU-seconds used meanwhile."""
+    gpu_seconds_waiting: float = 0.0
+    dropped: int = 0
+    started: int = 0
+    waits: dict[int, list[int]] | None = None
+    """Task size (GPUs) -> seconds each started task of that size waited."""
+    never: int = 0
+
+
+def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
+    """Arrivals at trace times, each task running its trace duration from its start; ``queue``: a task that
+    does not fit waits (BestEffortFIFO) instead of being dropped."""
+    pool, out = Pool(nodes), Contention(waits={})
+    assert out.waits is not None
+    arrivals = sorted(tasks, key=lambda t: (t.start, t.name))
+    running: list[tuple[int, str, Task, Node]] = []
+    waiting: list[Task] = []
+    last, i = arrivals[0].start, 0
+
+    def start(task: Task, now: int) -> bool:
+        request = PlacementRequest(task.gpus, task.models[0] if task.models else None,
+                                   fallback_models=task.models[1:])
+        try:
+            chosen = place(pool.inventory, request)
+        except (NoFit, UnknownModel):  # no model of the shrunk pool fits it: it never starts
+            return False
+        node = pool.nodes[chosen.virtual_node]
+        pool.take(node, task)
+        heapq.heappush(running, (now + task.end - task.start, task.name, task, node))
+        out.started += 1
+        out.waits.setdefault(task.gpus, []).append(now - task.start)  # type: ignore[union-attr]
+        return True
+
+    while i < len(arrivals) or running:
+        now = min(arrivals[i].start if i < len(arrivals) else NEVER, running[0][0] if running else NEVER)
+        out.gpu_seconds += pool.used * (now - last)
+        out.busy_seconds += (now - last) if running or waiting else 0
+        if waiting:
+            out.waiting_seconds += now - last
+            out.gpu_seconds_waiting += pool.used * (now - last)
+        last = now
+        if running and running[0][0] == now:  # departures first: their GPUs are free for this instant
+            while running and running[0][0] == now:
+                _, _, task, node = heapq.heappop(running)
+                pool.give_back(node, task)
+            waiting = [t for t in waiting if not (pool.free_of(t.models) >= t.gpus and start(t, now))]
+            continue
+        task, i = arrivals[i], i + 1
+        if not start(task, now):
+            if queue:
+                waiting.append(task)
+            else:
+                out.dropped += 1
+    out.never = len(waiting)
+    return out
+
+
+def _wait(waits: list[int]) -> str:
+    """Mean and p95 in hours."""
+    if not waits:
+        return "-"
+    ordered = sorted(waits)
+    p95 = ordered[max(math.ceil(len(ordered) * 0.95) - 1, 0)]
+    return f"{statistics.mean(ordered) / 3600:.1f} / {p95 / 3600:.1f}"
+
+
+def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
+    """Drop and queue side by side on a pool shrunk until the trace contends for it."""
+    tasks = [t for t in tasks if t.end != NEVER and t.end >= t.start]
+
+    def contends(k: int) -> Contention | None:
+        drop = contend([replace(n) for n in nodes[::k]], tasks, queue=False)
+        return drop if drop.dropped >= CONTENDED * len(tasks) else None
+    # the largest pool (smallest k) that contends: double k, then bisect between the last two
+    low, high = 1, 1
+    while contends(high) is None and len(nodes[::high]) > 1:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if contends(middle) is not None else (middle, high)
+    k, pool = high, nodes[::high]
+    drop = contends(high) or contend([replace(n) for n in pool], tasks, queue=False)
+    queued = contend([replace(n) for n in pool], tasks, queue=True)
+    gpus = sum(n.gpus for n in pool)
+    sizes = sorted(set((drop.waits or {}) | (queued.waits or {})))
+    lines = [f"### workload `{workload}`, queue mode: {len(tasks)} GPU tasks with both times; pool shrunk to "
+             f"every {k}th node: {len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses "
+             f">= {CONTENDED:.0%}", "",
+             "| mode | started | dropped | never start | GPU utilisation over the busy period | busy period | "
+             "utilisation while a task waits | "
+             + " | ".join(f"wait {n} GPU{'s' if n > 1 else ''}: mean / p95 h" for n in sizes) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(sizes)]
+    for name, c in (("drop", drop), ("queue (BestEffortFIFO)", queued)):
+        util = c.gpu_seconds / (gpus * c.busy_seconds) if c.busy_seconds else 0.0
+        waits = " | ".join(_wait((c.waits or {}).get(n, [])) for n in sizes)
+        waiting = f"{c.gpu_seconds_waiting / (gpus * c.waiting_seconds):.1%}" if c.waiting_seconds else "-"
+        lines.append(f"| {name} | {c.started} | {c.dropped} | {c.never} | {util:.1%} | "
+                     f"{c.busy_seconds / 3600:.0f} h | {waiting} | {waits} |")
+    return lines
+
+
 def _ms(tally: Tally) -> str:
     assert tally.decide_ms is not None
     ms = sorted(tally.decide_ms)
@@ -305,6 +428,7 @@ def table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--donors", type=int, default=DONORS, help="donor clusters the nodes are dealt to")
+    parser.add_argument("--queue-only", action="store_true", help="only the queue mode's tables")
     args = parser.parse_args()
     if not TRACE.is_dir():
         print(f"trace not found at {TRACE}: this benchmark reads ../shared/traces/alibaba-gpu-v2023 beside "
@@ -316,8 +440,13 @@ def main() -> int:
     print(f"{machine_line()}; run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
     print()
     for workload in WORKLOADS:
-        print("\n".join(table(workload, nodes, read_tasks(workload))))
-        print()
+        tasks = read_tasks(workload)
+        if not args.queue_only:
+            print("\n".join(table(workload, nodes, tasks)))
+            print()
+        if any(t.end != NEVER for t in tasks):
+            print("\n".join(queue_table(workload, nodes, tasks)))
+            print()
     return 0
 
 

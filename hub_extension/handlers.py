@@ -112,6 +112,13 @@ class UsersPage(PageHandler):
         self.finish(pages.users_page(self.page_context(), self.state.store.totals()))
 
 
+class QueuesPage(PageHandler):
+    @web.authenticated
+    def get(self) -> None:
+        self.require(VIEW_SCOPE)
+        self.finish(pages.queues_page(self.page_context(), self.state.queues_view()))
+
+
 class AuditPage(PageHandler):
     @web.authenticated
     def get(self) -> None:
@@ -197,6 +204,13 @@ class UsageApi(JsonHandler):
     def get(self) -> None:
         self.require(VIEW_SCOPE)
         self.send({"usage": views.to_json(self.state.store.totals())})
+
+
+class QueuesApi(JsonHandler):
+    @web.authenticated
+    def get(self) -> None:
+        self.require(VIEW_SCOPE)
+        self.send(views.to_json(self.state.queues_view()))
 
 
 class AuditApi(JsonHandler):

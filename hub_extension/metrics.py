@@ -15,23 +15,64 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gpu_offload.liqo_peering.inventory import Inventory
-from prometheus_client import CollectorRegistry, Counter
+from gpu_offload.liqo_peering.timestamps import parse_time
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 PREFIX = "gpu_offload_"
 UNLABELLED_MODEL = "unlabelled"
 REASONS = frozenset({
-    "Completed", "Error", "OOMKilled", "Evicted", "DeadlineExceeded", "ContainerCannotRun", "Preempting",
+    "Completed", "Error", "OOMKilled", "Evicted", "DeadlineExceeded", "ContainerCannotRun", "Preempting", "Preempted",
     "NodeLost", "Shutdown", "Terminated", "UnexpectedAdmissionError",
 })
 """Reasons Kubernetes gives for a pod or container ending; anything else is counted as ``other``."""
 VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+TERMINATION_TARGET = "TerminationTarget"
+"""The pod condition Kueue sets on a pod it stops, reason ``WorkloadEvictedDueTo<reason>``, before deleting it."""
+WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
+"""Seconds: a pod bound at once (under a second) to a queue that holds it for hours."""
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def waited_seconds(pod: Mapping[str, Any]) -> float | None:
+    """Seconds from the pod's creation until it was bound to a node (its ``PodScheduled`` condition turned
+    true); None for a pod never bound. For a pod in a Kueue queue that is its time in the queue (the
+    admission gate holds it unscheduled) plus the scheduler's moment; for others it is placement alone."""
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled is None or scheduled.get("status") != "True":
+        return None
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    bound = parse_time(scheduled.get("lastTransitionTime"))
+    if created is None or bound is None:
+        return None
+    return max(0.0, (bound - created).total_seconds())
+
+
+def queued(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod went through a Kueue queue (it carries the queue-name label Kueue's webhook reads)."""
+    return bool(((pod.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
+
+
+def preempted(pod: Mapping[str, Any]) -> bool:
+    """Whether Kueue stopped the pod because its Workload was preempted (not evicted for another reason)."""
+    condition = _condition(pod, TERMINATION_TARGET)
+    return bool(condition and condition.get("status") == "True"
+                and str(condition.get("reason") or "").endswith("Preempted"))
 
 
 def run_reason(pod: Mapping[str, Any]) -> str:
     """Why a runner pod ended, from a bounded set: the pod's reason (``Evicted``), else its first terminated
     container's (``Completed``, ``OOMKilled``), ``none`` when Kubernetes gave none, ``other`` for the rest."""
+    if preempted(pod):  # Kueue deletes the pod: without this it would count as deleted with no reason
+        return "Preempted"
     status = pod.get("status") or {}
     reason = str(status.get("reason") or "")
     if not reason:
@@ -88,13 +129,29 @@ class HubMetrics:
         self.api_errors = Counter(f"{PREFIX}api_errors", "Kubernetes API requests of the service's admin actions "
                                   "that failed (no answer, or an error the action could not handle).", ["verb"],
                                   registry=self.registry)
+        self.placement = Histogram(
+            f"{PREFIX}placement_seconds", "Seconds from a runner pod's creation until it was bound to a virtual "
+            "node, for pods outside a Kueue queue (observed when the run ends).", ["cluster"],
+            buckets=WAIT_BUCKETS, registry=self.registry)
+        self.queue_wait = Histogram(
+            f"{PREFIX}queue_wait_seconds", "Seconds a runner pod waited in its Kueue queue until admitted and bound "
+            "(observed when the run ends).", ["cluster"], buckets=WAIT_BUCKETS, registry=self.registry)
+        self.preemptions = Counter(f"{PREFIX}preemptions", "Runs Kueue preempted for a higher-priority run.",
+                                   ["user", "cluster"], registry=self.registry)
         self.registry.register(InventoryCollector(inventory))
 
     def record_run(self, user: str, cluster: str, model: str | None, gpu_seconds: float, outcome: str,
-                   reason: str) -> None:
-        """Count one newly recorded run (never one seen again: the store says which are new)."""
+                   pod: Mapping[str, Any]) -> None:
+        """Count one newly recorded run (never one seen again: the store says which are new): its GPU-seconds,
+        its outcome and reason, how long it waited to be placed or queued, and whether it was preempted."""
         self.gpu_seconds.labels(user, cluster, model or UNLABELLED_MODEL).inc(gpu_seconds)
+        reason = run_reason(pod)
         self.runs.labels(outcome, reason).inc()
+        waited = waited_seconds(pod)
+        if waited is not None:
+            (self.queue_wait if queued(pod) else self.placement).labels(cluster).observe(waited)
+        if reason == "Preempted":
+            self.preemptions.labels(user, cluster).inc()
 
     def api_error(self, verb: str) -> None:
         """Count one failed API request; ``verb`` is Kubernetes' (anything else is counted as ``other``)."""

@@ -27,6 +27,7 @@ import jinja2
 import jupyterhub
 from jupyterhub._data import DATA_FILES_PATH
 
+from .queue_page import QueuesView
 from .store import AuditEntry, UsageTotal
 from .views import ClusterDetail, ClusterPageRow
 
@@ -130,6 +131,11 @@ def cluster_page(ctx: HubContext, detail: ClusterDetail) -> str:
 def users_page(ctx: HubContext, totals: Sequence[UsageTotal]) -> str:
     """GPU-hours per user and cluster."""
     return render("users", ctx, "GPU usage per user", totals=totals)
+
+
+def queues_page(ctx: HubContext, view: QueuesView) -> str:
+    """Kueue's ClusterQueue: quota and usage per flavor, who waits and who holds GPUs, the priority classes."""
+    return render("queues", ctx, "Queues", view=view)
 
 
 def audit_page(ctx: HubContext, entries: Sequence[AuditEntry]) -> str:

@@ -17,12 +17,22 @@ from gpu_offload.liqo_peering.inventory import Inventory
 
 from . import views
 from .config import HubConfig
-from .metrics import HubMetrics, run_reason
+from .metrics import HubMetrics
 from .operations import ClusterFacts
+from .queue_page import QueuesView, queues_view
 from .queues import QueueController, start_controller
 from .store import Store
-from .usage import billed_user, ended_deleting, finished_run, holds_meter
-from .watches import Obj, read_namespace, release_meter, resource_slices, runner_pods
+from .usage import billed_user, ended_deleting, finished_run, holds_meter, namespace_user
+from .watches import (
+    QUEUE_PAGE_KINDS,
+    CollectionWatch,
+    Obj,
+    kueue_objects,
+    read_namespace,
+    release_meter,
+    resource_slices,
+    runner_pods,
+)
 
 log = logging.getLogger("gpu_offload.hub")
 
@@ -40,6 +50,9 @@ class HubState:
         self.pods = runner_pods(api_client, self._on_pod)
         self._namespaces: dict[str, Obj] = {}
         self.queues: QueueController | None = None
+        # the Queues page's objects, watched only with queueing on (without Kueue they do not exist)
+        self.kueue: dict[str, CollectionWatch] = (
+            {g.kind: kueue_objects(api_client, g) for g in QUEUE_PAGE_KINDS} if config.queueing else {})
         # a scrape before the first list answers an error at once rather than blocking the event loop
         self.metrics = HubMetrics(lambda: self.cache.inventory(timeout=0))
 
@@ -48,6 +61,8 @@ class HubState:
         self.cache.start()
         self.slices.start()
         self.pods.start()
+        for watch in self.kueue.values():
+            watch.start()
         self.queues = start_controller(self.cache, self.api_client, self.config.queueing, self.config.clusters,
                                        self.store)
         return self
@@ -56,7 +71,7 @@ class HubState:
         """Stop the watches and the database pool."""
         if self.queues is not None:
             self.queues.close()
-        for watch in (self.pods, self.slices):
+        for watch in (self.pods, self.slices, *self.kueue.values()):
             watch.close()
         self.cache.close()
         self.store.close()
@@ -82,7 +97,7 @@ class HubState:
                 log.info("recorded %.0f GPU-seconds of %s/%s for %s on %s", run.gpu_seconds, run.namespace,
                          run.pod, run.user or "?", run.cluster_id)
                 self.metrics.record_run(run.user, run.cluster_id, nodes[run.node].model, run.gpu_seconds, run.phase,
-                                        run_reason(pod))
+                                        pod)
             # recorded (or nothing to record): the pod may go now; a failure above keeps it held for a retry
             over = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or ended_deleting(pod, now)
             if event_type != "DELETED" and holds_meter(pod) and over:
@@ -123,6 +138,22 @@ class HubState:
             "finished": [{**views.to_json(r), "gpu_seconds": r.gpu_seconds} for r in self.store.runs(user)],
             "usage": views.to_json(self.store.totals(user)),
         }
+
+    def queues_view(self) -> QueuesView:
+        """The Queues page: Kueue's ClusterQueue, flavors, priority classes and Workloads, from the watches."""
+        def objects(kind: str) -> list[Obj]:
+            watch = self.kueue.get(kind)
+            return watch.objects() if watch is not None else []
+
+        def user_of(namespace: str) -> str:
+            try:
+                return namespace_user(self._namespace(namespace)) or namespace
+            except Exception:  # noqa: BLE001 - a namespace that cannot be read shows as itself
+                return namespace
+        errors = "; ".join(f"{w.what}: {w.last_error}" for w in self.kueue.values() if w.last_error)
+        return queues_view(self.config.queueing, objects("ClusterQueue"), objects("ResourceFlavor"),
+                           objects("WorkloadPriorityClass"), objects("Workload"), user_of,
+                           datetime.now(timezone.utc), errors)
 
     def consumer_cluster_id(self) -> str:
         """This cluster's Liqo id: configured, else read from any existing ResourceSlice."""

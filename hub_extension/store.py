@@ -30,7 +30,10 @@ _runs = sa.Table(
     sa.Column("ended", sa.DateTime(timezone=True), nullable=False),
     sa.Column("phase", sa.String(16), nullable=False),
     sa.Column("gpu_seconds", sa.Float, nullable=False),
+    sa.Column("preempted", sa.Boolean, nullable=False, server_default=sa.false()),
 )
+ADDED_COLUMNS = {"preempted": "BOOLEAN NOT NULL DEFAULT FALSE"}
+"""Columns added after the first release: a database made before them gets them at start."""
 _audit = sa.Table(
     "gpu_offload_audit",
     _metadata,
@@ -52,6 +55,8 @@ class UsageTotal:
     cluster_id: str
     runs: int
     gpu_hours: float
+    preempted: int = 0
+    """Runs Kueue preempted to make room for a higher priority."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,15 @@ class Store:
     def __init__(self, url: str) -> None:
         self.engine = sa.create_engine(url, future=True)
         _metadata.create_all(self.engine)
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        """Bring a usage table made by an earlier version up to date (create_all leaves existing tables alone)."""
+        present = {c["name"] for c in sa.inspect(self.engine).get_columns(_runs.name)}
+        with self.engine.begin() as conn:
+            for name, ddl in ADDED_COLUMNS.items():
+                if name not in present:
+                    conn.execute(sa.text(f"ALTER TABLE {_runs.name} ADD COLUMN {name} {ddl}"))
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -87,7 +101,7 @@ class Store:
         row = {
             "pod_uid": run.pod_uid, "namespace": run.namespace, "pod": run.pod, "user": run.user,
             "cluster_id": run.cluster_id, "node": run.node, "gpus": run.gpus, "started": run.started,
-            "ended": run.ended, "phase": run.phase, "gpu_seconds": run.gpu_seconds,
+            "ended": run.ended, "phase": run.phase, "gpu_seconds": run.gpu_seconds, "preempted": run.preempted,
         }
         try:
             with self.engine.begin() as conn:
@@ -101,12 +115,14 @@ class Store:
         query = sa.select(
             _runs.c.user, _runs.c.cluster_id, sa.func.count().label("runs"),
             sa.func.sum(_runs.c.gpu_seconds).label("seconds"),
+            sa.func.sum(sa.case((_runs.c.preempted, 1), else_=0)).label("preempted"),
         ).group_by(_runs.c.user, _runs.c.cluster_id)
         if user is not None:
             query = query.where(_runs.c.user == user)
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
-        totals = [UsageTotal(r.user, r.cluster_id, int(r.runs), float(r.seconds or 0) / 3600) for r in rows]
+        totals = [UsageTotal(r.user, r.cluster_id, int(r.runs), float(r.seconds or 0) / 3600, int(r.preempted or 0))
+                  for r in rows]
         return sorted(totals, key=lambda t: (-t.gpu_hours, t.user, t.cluster_id))
 
     def runs(self, user: str, limit: int = 100) -> list[MeteredRun]:
@@ -116,7 +132,7 @@ class Store:
             rows = conn.execute(query).all()
         return [
             MeteredRun(r.pod_uid, r.namespace, r.pod, r.user, r.cluster_id, r.node, r.gpus, _utc(r.started),
-                      _utc(r.ended), r.phase)
+                      _utc(r.ended), r.phase, bool(r.preempted))
             for r in rows
         ]
 

@@ -38,6 +38,8 @@ class MeteredRun:
     ended: datetime
     phase: str
     """Succeeded, Failed, or Deleted (removed before it finished)."""
+    preempted: bool = False
+    """Kueue stopped it to make room for a higher-priority run (its pod's ``TerminationTarget`` condition)."""
 
     @property
     def gpu_seconds(self) -> float:
@@ -58,6 +60,18 @@ def _container_times(status: Mapping[str, Any]) -> tuple[list[datetime], list[da
         if finished:
             ends.append(finished)
     return starts, ends
+
+
+PREEMPTED_REASON = "WorkloadEvictedDueToPreempted"
+"""The reason of the ``TerminationTarget`` condition Kueue's pod integration sets on a pod it stops because
+its Workload was preempted (jobframework: ``WorkloadEvicted`` + ``DueTo`` + the eviction's reason)."""
+
+
+def preempted(pod: Mapping[str, Any]) -> bool:
+    """Whether Kueue stopped the pod to make room for a higher priority (its status, which only the API
+    server's status writers set, not the pod's creator)."""
+    return any(c.get("type") == "TerminationTarget" and c.get("reason") == PREEMPTED_REASON
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def ended_deleting(pod: Mapping[str, Any], now: datetime) -> bool:
@@ -148,4 +162,5 @@ def finished_run(
         started=started,
         ended=max(ended, started),
         phase=phase if phase in _TERMINAL else "Deleted",
+        preempted=preempted(pod),
     )

@@ -83,6 +83,16 @@ def resource_slices(api_client: ApiClient) -> CollectionWatch:
                                       {"group": g.group, "version": g.version, "plural": g.plural}))
 
 
+def kueue_objects(api_client: ApiClient, g: L.GVK) -> CollectionWatch:
+    """Every object of one Kueue kind, cluster-wide (Workloads in every namespace): the Queues page's source."""
+    return CollectionWatch(Collection(f"{g.kind}s (cluster-wide)", CustomObjectsApi(api_client).list_cluster_custom_object,
+                                      {"group": g.group, "version": g.version, "plural": g.plural}))
+
+
+QUEUE_PAGE_KINDS = (L.CLUSTER_QUEUE, L.RESOURCE_FLAVOR, L.WORKLOAD_PRIORITY_CLASS, L.WORKLOAD)
+"""What the Queues page watches when queueing is on (the chart grants list and watch on them)."""
+
+
 def runner_pods(api_client: ApiClient, on_event: OnEvent | None = None) -> CollectionWatch:
     """Every pod the project created (all phases), in every namespace."""
     return CollectionWatch(Collection("runner pods (cluster-wide)", CoreV1Api(api_client).list_pod_for_all_namespaces,

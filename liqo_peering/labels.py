@@ -50,10 +50,16 @@ RESOURCE_FLAVOR = GVK(KUEUE_GROUP, "v1beta2", "resourceflavors", "ResourceFlavor
 CLUSTER_QUEUE = GVK(KUEUE_GROUP, "v1beta2", "clusterqueues", "ClusterQueue")
 LOCAL_QUEUE = GVK(KUEUE_GROUP, "v1beta2", "localqueues", "LocalQueue")
 WORKLOAD_PRIORITY_CLASS = GVK(KUEUE_GROUP, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass")
+WORKLOAD = GVK(KUEUE_GROUP, "v1beta2", "workloads", "Workload")
 QUEUE_NAME_LABEL = KUEUE_GROUP + "/queue-name"
 """Label naming the LocalQueue a pod or Job waits in; Kueue's webhook gates only pods carrying it."""
 PRIORITY_CLASS_LABEL = KUEUE_GROUP + "/priority-class"
 """Label naming the WorkloadPriorityClass of a pod or Job."""
+ADMISSION_GATE = KUEUE_GROUP + "/admission"
+"""The scheduling gate Kueue's webhook puts on a queued pod and removes when it admits it."""
+VISIBILITY_GROUP = "visibility." + KUEUE_GROUP
+VISIBILITY_VERSION = "v1beta2"
+"""Kueue's visibility API (pending workloads of a queue), served by Kueue through API aggregation."""
 
 # --- the project's own keys ---------------------------------------------------------------------------
 PREFIX = "gpu-offload.io/"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from . import labels as L
 from .errors import APINotFound, GpuOffloadError, api_error
 from .queue_sync import Change
+from .watching import Collection
 
 KINDS = {g.kind: g for g in (L.RESOURCE_FLAVOR, L.CLUSTER_QUEUE, L.LOCAL_QUEUE, L.WORKLOAD_PRIORITY_CLASS)}
 _WORDS = {"create": "creating", "patch": "updating", "delete": "deleting"}
@@ -21,6 +23,7 @@ class KueueClient:
     """Lists and writes ResourceFlavors, ClusterQueues, LocalQueues and WorkloadPriorityClasses."""
 
     def __init__(self, api_client: ApiClient, request_timeout: float | None = 30.0) -> None:
+        self.api_client = api_client
         self.custom = CustomObjectsApi(api_client)
         self.core = CoreV1Api(api_client)
         self.request_timeout = request_timeout
@@ -43,6 +46,44 @@ class KueueClient:
                                       "Kueue (docs/queueing.md) before turning queueing on") from exc
             raise error from exc
         return list(found.get("items") or [])
+
+    def local_queue(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The LocalQueue ``namespace/name``, None when it does not exist."""
+        g = L.LOCAL_QUEUE
+        try:
+            return dict(self.custom.get_namespaced_custom_object(g.group, g.version, namespace, g.plural, name,
+                                                                 _request_timeout=self.request_timeout))
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            error = api_error(exc, "reading", f"LocalQueue {namespace}/{name}")
+            if isinstance(error, APINotFound):
+                return None
+            raise error from exc
+
+    def cluster_queue(self, name: str) -> Collection:
+        """The one ClusterQueue ``name`` as a list/watch collection (a field selector on its name, which RBAC
+        allows with ``resourceNames``): its status changes whenever Kueue admits or queues a run."""
+        g = L.CLUSTER_QUEUE
+        return Collection(f"ClusterQueue {name}", self.custom.list_cluster_custom_object,
+                          {"group": g.group, "version": g.version, "plural": g.plural,
+                           "field_selector": f"metadata.name={name}"})
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> builtins.list[dict[str, Any]]:
+        """Kueue's visibility API: the pending Workloads of one LocalQueue, head first, each with its
+        ``positionInClusterQueue`` and ``positionInLocalQueue`` (from 0). The generated client has no such
+        call; it goes through the same ``ApiClient`` (auth, TLS) as every other request."""
+        path = (f"/apis/{L.VISIBILITY_GROUP}/{L.VISIBILITY_VERSION}/namespaces/{{namespace}}/localqueues/{{name}}/"
+                "pendingworkloads")
+        try:
+            response = self.api_client.call_api(
+                path, "GET", path_params={"namespace": namespace, "name": local_queue},
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                response_types_map={200: "object"}, _preload_content=False, _return_http_data_only=True,
+                _request_timeout=self.request_timeout)
+            body = json.loads(response.data)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise api_error(exc, "reading", f"the pending workloads of LocalQueue {namespace}/{local_queue} (Kueue's "
+                                            "visibility API)") from exc
+        return list(body.get("items") or [])
 
     def write(self, change: Change) -> None:
         """Create, merge-patch or delete as ``change`` says; a deletion of something already gone is done."""

@@ -378,15 +378,18 @@ def check_secret_size(run_id: str, bundle_bytes: int, runner_bytes: int) -> None
         )
 
 
-def runner_secret(pod: Mapping[str, Any], pod_uid: str, bundle: bytes, runner: bytes) -> dict[str, Any]:
-    """The Secret holding bundle and runner, owned by ``pod`` (created first) so it is deleted with it.
+def runner_secret(owner: Mapping[str, Any], owner_uid: str, bundle: bytes, runner: bytes) -> dict[str, Any]:
+    """The Secret holding bundle and runner, owned by ``owner`` (created first) so it is deleted with it.
 
-    The pod waits in ContainerCreating until its Secret exists, which is what allows this order.
+    ``owner`` is the runner Pod of one cell, or the Job of a distributed one (``rankjob.rank_job``): the
+    Secret is named after it either way. Its pods wait in ContainerCreating until the Secret exists, which is
+    what allows this order.
     """
-    meta = pod["metadata"]
+    meta = owner["metadata"]
     check_secret_size(str(meta["labels"].get(L.RUN_ID)), len(bundle), len(runner))
-    if not pod_uid:
-        raise InvalidRequest(f"Secret for pod {meta['name']}: no pod uid; create the pod first and pass its uid")
+    if not owner_uid:
+        kind = str(owner["kind"]).lower()
+        raise InvalidRequest(f"Secret for {kind} {meta['name']}: no {kind} uid; create the {kind} first and pass its uid")
     data = {key: base64.b64encode(value).decode("ascii") for key, value in ((BUNDLE_KEY, bundle), (RUNNER_KEY, runner))}
     return {
         "apiVersion": "v1",
@@ -397,7 +400,14 @@ def runner_secret(pod: Mapping[str, Any], pod_uid: str, bundle: bytes, runner: b
             "name": f"{meta['name']}-bundle",
             "namespace": meta["namespace"],
             "labels": dict(meta["labels"]),
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": pod_uid}],
+            "ownerReferences": [owner_reference(owner, owner_uid)],
         },
         "data": data,
     }
+
+
+def owner_reference(owner: Mapping[str, Any], owner_uid: str) -> dict[str, str]:
+    """An ownerReference to ``owner`` (a built object, created since as ``owner_uid``): garbage collection
+    deletes the dependent once the owner is gone."""
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+            "uid": owner_uid}

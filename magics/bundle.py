@@ -41,6 +41,7 @@ def build_job(
     """
     values = {name: namespace[name] for name in analysis.inputs}
     run_id = secrets.token_hex(8)
+    ranks = request.ranks if request is not None else None
     chosen = transfer(run_id)
     try:
         bundle = make_bundle(
@@ -58,6 +59,7 @@ def build_job(
             first_line=first_line,
             script=script,
             log_url=chosen.log_url,
+            ranks=None if ranks is None else ranks.bundle_field(),
         )
     except Exception as exc:  # pickling raises many types; find the variable to blame
         raise _blame(values, exc) from exc

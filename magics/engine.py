@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backends.base import Placed, Run, RunnerExit
-from .errors import OffloadError, OffloadTimeout, RemoteError, RunnerDied
+from .backends.base import Placed, Queued, Run, RunnerExit
+from .errors import OffloadError, OffloadQueueTimeout, OffloadTimeout, RemoteError, RunnerDied
 from .runner import buffers
 from .runner.frames import (
     DisplayData,
@@ -63,7 +63,9 @@ class FollowSettings:
     grace: float = 5.0
     """Seconds an interrupted runner gets to finish before it is killed."""
     timeout: float | None = None
-    """``--timeout``: seconds after which the cell is interrupted."""
+    """``--timeout``: seconds after which the cell is interrupted (counted from when it left a queue)."""
+    queue_timeout: float | None = None
+    """``--queue-timeout``: seconds after which a run still waiting in a queue is withdrawn."""
 
 
 @dataclass
@@ -80,6 +82,8 @@ class Outcome:
     state: str = "starting runner"
     seen_output: bool = False
     remote_error: Error | None = None
+    queued: bool = False
+    """The run waits in a queue (Kueue) now, as its last ``Queued`` event said."""
     intake: Intake = UNTRUSTING
     """What :func:`follow` was told to accept (an outcome made elsewhere trusts nothing)."""
     untrusted_from: str | None = None
@@ -112,8 +116,11 @@ def follow(
         discard_outputs(outcome)
         raise
     except _Stop as stop:
-        _stop(run, sink, settings, outcome, stop.status)
-        if stop.status == "timeout" and settings.timeout is not None:
+        waited = outcome.state if outcome.queued else ""
+        _stop(run, sink, settings, outcome, "timeout" if stop.status == "queue-timeout" else stop.status)
+        if stop.status == "queue-timeout" and settings.queue_timeout is not None:
+            outcome.error = OffloadQueueTimeout(settings.queue_timeout, waited)
+        elif stop.status == "timeout" and settings.timeout is not None:
             outcome.error = OffloadTimeout(settings.timeout)
     outcome.elapsed = time.monotonic() - started
     return outcome
@@ -129,9 +136,17 @@ def _read(
 ) -> None:
     quiet_since = started
     announced = ""
+    clock = started  # what --timeout counts from: the start, or when the run left a queue
     while True:
         event = run.next_event(POLL)
         now = time.monotonic()
+        if isinstance(event, Queued):
+            # shown at once: a place in line is news; the quiet notice below would only repeat it
+            outcome.state = announced = event.text
+            outcome.queued = event.waiting
+            quiet_since = clock = now
+            sink.notice(event.text)
+            event = None
         if event is not None:
             if isinstance(event, Status):
                 outcome.state = event.state
@@ -142,7 +157,10 @@ def _read(
                 return
         if cancelled is not None and cancelled.is_set():
             raise _Stop("cancelled")
-        if settings.timeout is not None and now - started > settings.timeout:
+        if outcome.queued:
+            if settings.queue_timeout is not None and now - started > settings.queue_timeout:
+                raise _Stop("queue-timeout")
+        elif settings.timeout is not None and now - clock > settings.timeout:
             raise _Stop("timeout")
         quiet = event is None and not outcome.seen_output and now - quiet_since > settings.progress_after
         if quiet and announced != outcome.state:
@@ -253,7 +271,9 @@ def _stop(run: Run, sink: Sink, settings: FollowSettings, outcome: Outcome, stat
             event = run.next_event(POLL)
             if isinstance(event, (Done, RunnerExit)):
                 return
-            if isinstance(event, (Stream, DisplayData)):
+            if isinstance(event, Queued):
+                sink.notice(event.text)  # withdrawn from the queue: nothing ran
+            elif isinstance(event, (Stream, DisplayData)):
                 _handle(event, sink, outcome, run)
             elif isinstance(event, Outputs):
                 _take_outputs(event, outcome, run)  # discarded below: an interrupted run copies nothing back

@@ -108,5 +108,18 @@ class OffloadTimeout(OffloadError):
         )
 
 
+class OffloadQueueTimeout(OffloadError):
+    """The run waited in the queue longer than ``--queue-timeout`` and was withdrawn before it started."""
+
+    def __init__(self, seconds: float, last: str = "") -> None:
+        self.seconds = seconds
+        where = f" (last seen: {last})" if last else ""
+        super().__init__(
+            f"Gave up after waiting --queue-timeout {seconds:g} s in the queue{where}: the run was withdrawn "
+            "before it started, so nothing ran and no variable was copied back. Run the cell again later, ask "
+            "for fewer GPUs, or raise --queue-timeout (leave it out to wait as long as it takes)."
+        )
+
+
 class BackendNotConfigured(OffloadUsageError):
     """A backend was asked for that this kernel cannot use (shown as a ``UsageError``)."""

@@ -11,7 +11,8 @@ from .analysis import CellAnalysis
 from .backends.base import Backend, Run, RunRequest
 from .bundle import build_job
 from .engine import FollowSettings, Intake, Outcome, conclude, discard_outputs, follow
-from .errors import OffloadError
+from .errors import OffloadError, OffloadUsageError
+from .ranked import RankedRun
 from .request import OffloadRequest
 from .runner import buffers
 from .sinks import RecordingSink, Sink
@@ -37,6 +38,11 @@ def intake(backend: Backend, launch: Launch) -> Intake:
                   Wanted(tuple(analysis.outputs), tuple(analysis.required_outputs), dict(analysis.imports)))
 
 
+RANKS_BACKENDS = frozenset({"local"})
+"""Backends that run distributed runs (``--nodes``); the kubernetes backend joins once it starts an Indexed
+Job of node launchers (``docs/distributed.md``)."""
+
+
 def run_request(request: OffloadRequest) -> RunRequest:
     """What a cell's request asks of the backend."""
     return RunRequest(
@@ -48,13 +54,22 @@ def run_request(request: OffloadRequest) -> RunRequest:
         timeout=request.timeout,
         priority=request.priority,
         trusted_only=request.trusted_only,
+        ranks=request.ranks,
     )
 
 
 def start(
-    request: OffloadRequest, launch: Launch, namespace: MutableMapping[str, Any], backend: Backend
+    request: OffloadRequest, launch: Launch, namespace: MutableMapping[str, Any], backend: Backend,
+    grace: float = 5.0,
 ) -> tuple[Run, tuple[dict[str, Any], ...]]:
-    """Pickle the inputs and submit; nothing is left behind if either step fails."""
+    """Pickle the inputs and submit; nothing is left behind if either step fails. ``grace``: how long a
+    distributed session's ranks get to stop after one of them failed (:class:`RankedRun`)."""
+    ranks = request.ranks
+    if ranks is not None and backend.name not in RANKS_BACKENDS:
+        raise OffloadUsageError(
+            f"--nodes: the {backend.name} backend cannot run distributed cells yet; run it on the local backend "
+            "(--backend local) to try the DDP code, or leave out the distributed options."
+        )
     job, refs = build_job(
         request.cell,
         launch.analysis,
@@ -71,7 +86,9 @@ def start(
     except BaseException:
         buffers.discard(refs)
         raise
-    return run, refs
+    if ranks is None:
+        return run, refs
+    return RankedRun(run, ranks, request.show, settle=grace if request.session is not None else None), refs
 
 
 def run_blocking(
@@ -87,7 +104,7 @@ def run_blocking(
 
     ``record`` sees the outcome before its error (if any) is raised, e.g. for ``%gpu_offload status``.
     """
-    run, refs = start(request, launch, namespace, backend)
+    run, refs = start(request, launch, namespace, backend, settings.grace)
     try:
         outcome = follow(run, sink, settings, intake(backend, launch))
     finally:
@@ -122,7 +139,7 @@ class OffloadHandle:
         self._cancelled = threading.Event()
         self._outcome: Outcome | None = None
         self._concluded = False
-        self._run, self._refs = start(request, launch, namespace, backend)
+        self._run, self._refs = start(request, launch, namespace, backend, settings.grace)
         self._run.route_cancel(self.cancel)  # the panel's cancel button goes through cancel() below
         self._settings = settings
         self._intake = intake(backend, launch)
@@ -148,6 +165,12 @@ class OffloadHandle:
         if self._outcome is None:
             return "cancelling" if self._cancelled.is_set() else "running"
         return self._outcome.status
+
+    @property
+    def progress(self) -> str:
+        """What the run is doing while it runs (a cluster backend: its place in the queue, or phase and
+        place); ``""`` once it ended."""
+        return self._run.progress() if self._outcome is None else ""
 
     def done(self) -> bool:
         """Whether the run has ended."""
@@ -189,6 +212,6 @@ class OffloadHandle:
         return conclude(outcome, self._namespace, self._sink)
 
     def __repr__(self) -> str:
-        progress = self._run.progress() if self._outcome is None else ""  # cluster backends: phase, place, time
+        progress = self.progress  # cluster backends: place in the queue, or phase, place and time
         where = f" ({progress})" if progress else ""
         return f"<gpu_offload run {self.status}{where}: use .result(), .status or .cancel()>"

@@ -28,7 +28,7 @@ from .dashboard.tracking import tracked
 from .engine import FollowSettings, Outcome, describe
 from .errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
 from .execution import Launch, OffloadHandle, run_blocking
-from .request import OffloadRequest, gpu_models, ignored_locally, split_names
+from .request import OffloadRequest, gpu_models, ignored_locally, refuse_spread_when_queued, split_names
 from .sinks import NotebookSink, Sink
 
 LOCAL_NOTE = (
@@ -135,11 +135,16 @@ class GpuOffloadMagics(Magics):
 
             %%gpu_offload --session train --noblock
             for epoch in range(10): step()
+
+            %%gpu_offload --nodes 2 --gpus 4
+            torch.distributed.init_process_group("nccl")  # 8 ranks, torchrun's environment
         """
         request = self._request(line, cell)
         backend = self._backend(request.backend)
         if backend.name == "local":
             self._name_ignored_options(request)
+        else:
+            refuse_spread_when_queued(request, E.QUEUE.read(os.environ))
         try:
             analysis = analyse_cell(cell, self.ipython.user_ns, hidden=set(self.ipython.user_ns_hidden),
                                     extra_inputs=request.inputs, extra_outputs=request.outputs)
@@ -147,7 +152,7 @@ class GpuOffloadMagics(Magics):
             err.where = f"Cell In[{self._cell_number()}]"  # as IPython names a cell's syntax error
             raise
         launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>")
-        settings = FollowSettings(self.progress_after, self.grace_period, request.timeout)
+        settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
             handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
             self.last_handle = handle
@@ -196,7 +201,15 @@ class GpuOffloadMagics(Magics):
             image=args.image,
             backend=args.backend,
             priority=args.priority,
+            queue_timeout=args.queue_timeout,
             trusted_only=args.trusted_only or self.trusted_only,
+            nodes=args.nodes,
+            procs_per_node=args.procs_per_node,
+            out_rank=args.out_rank,
+            group_output=args.group_output,
+            quiet_ranks=args.quiet_ranks,
+            rendezvous_timeout=args.rendezvous_timeout,
+            spread=args.spread,
         )
 
     def _backend(self, name: str | None) -> Backend:
@@ -273,7 +286,8 @@ class GpuOffloadMagics(Magics):
             print(describe(self.last_outcome))
         handle = self.last_handle
         if handle is not None:
-            print(f"last --noblock run: {handle.status}")
+            progress = handle.progress
+            print(f"last --noblock run: {handle.status}" + (f" ({progress})" if progress else ""))
 
     def _list_sessions(self, _: list[str]) -> None:
         found = [info for backend in self._backends.values() for info in backend.sessions()]

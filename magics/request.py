@@ -5,9 +5,13 @@ from __future__ import annotations
 import keyword
 from dataclasses import dataclass
 
+from .backends.base import Ranks
 from .errors import OffloadUsageError
+from .ranked import GROUPED, LIVE, RANK0
 
 BACKENDS = ("local", "kubernetes")
+RENDEZVOUS_TIMEOUT = 300.0
+"""Seconds every rank of a distributed run has to start after the first (``--rendezvous-timeout``)."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,24 @@ class OffloadRequest:
     """``local`` or ``kubernetes``; ``None`` uses the configured default."""
     priority: str | None = None
     """A Kueue priority class (``--priority``) when queueing is on; ``None`` uses the configured default."""
+    queue_timeout: float | None = None
+    """Seconds a run may wait in the queue (queueing on) before it is withdrawn; ``None`` waits as long as it takes."""
     trusted_only: bool = False
     """Run only on a cluster the origin trusts (``--trusted-only``): the donor sees the cell and its inputs."""
+    nodes: int | None = None
+    """``--nodes``: run as the ranks of a distributed run on this many nodes; ``None``: one runner."""
+    procs_per_node: int | None = None
+    """``--procs-per-node``: rank processes per node; ``None``: one per GPU, or one on CPU."""
+    out_rank: int | None = None
+    """``--out-rank``: the rank whose variables come back; ``None``: rank 0."""
+    group_output: bool = False
+    """``--group-output``: each rank's output together when the cell ends."""
+    quiet_ranks: bool = False
+    """``--quiet-ranks``: rank 0's output only."""
+    rendezvous_timeout: float | None = None
+    """``--rendezvous-timeout``: seconds every rank has to start after the first; ``None``: the default."""
+    spread: bool = False
+    """``--spread``: the nodes may span donors."""
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -53,6 +73,11 @@ class OffloadRequest:
             raise OffloadUsageError(
                 f"--timeout {self.timeout:g}: the timeout must be a positive number of seconds, "
                 "e.g. --timeout 600; leave it out to wait without a limit."
+            )
+        if self.queue_timeout is not None and self.queue_timeout <= 0:
+            raise OffloadUsageError(
+                f"--queue-timeout {self.queue_timeout:g}: give a positive number of seconds, e.g. --queue-timeout "
+                "300; leave it out to wait in the queue as long as it takes."
             )
         if self.backend is not None and self.backend not in BACKENDS:
             raise OffloadUsageError(
@@ -75,6 +100,85 @@ class OffloadRequest:
                 f"--session {self.session!r}: a session name uses letters, digits, '-', '_' or '.' "
                 "(up to 63 characters), e.g. --session train."
             )
+        _check_distributed(self)
+
+    @property
+    def ranks(self) -> Ranks | None:
+        """The distributed run's shape, or ``None`` for a cell run by one runner."""
+        if self.nodes is None and self.procs_per_node is None:
+            return None
+        procs = self.procs_per_node if self.procs_per_node is not None else max(self.gpus, 1)
+        return Ranks(
+            nodes=1 if self.nodes is None else self.nodes,
+            procs_per_node=procs,
+            out_rank=self.out_rank or 0,
+            rendezvous_timeout=RENDEZVOUS_TIMEOUT if self.rendezvous_timeout is None else self.rendezvous_timeout,
+            spread=self.spread,
+        )
+
+    @property
+    def show(self) -> str:
+        """How the ranks' output is shown (:mod:`.ranked`)."""
+        return GROUPED if self.group_output else RANK0 if self.quiet_ranks else LIVE
+
+
+DISTRIBUTED_ONLY = ("--out-rank", "--group-output", "--quiet-ranks", "--rendezvous-timeout", "--spread")
+
+
+def _check_distributed(request: OffloadRequest) -> None:
+    """The options of a distributed run make sense together; each refusal says what to write instead."""
+    given = [option for option, value in (
+        ("--out-rank", request.out_rank is not None), ("--group-output", request.group_output),
+        ("--quiet-ranks", request.quiet_ranks), ("--rendezvous-timeout", request.rendezvous_timeout is not None),
+        ("--spread", request.spread)) if value]
+    if request.nodes is None and request.procs_per_node is None:
+        if given:
+            raise OffloadUsageError(
+                f"{', '.join(given)}: only a distributed run has ranks. Add --nodes N (e.g. --nodes 2), or "
+                f"leave {'it' if len(given) == 1 else 'them'} out."
+            )
+        return
+    if request.nodes is not None and request.nodes < 1:
+        raise OffloadUsageError(f"--nodes {request.nodes}: a distributed run needs at least one node, e.g. --nodes 2.")
+    if request.procs_per_node is not None:
+        if request.procs_per_node < 1:
+            raise OffloadUsageError(
+                f"--procs-per-node {request.procs_per_node}: each node runs at least one rank, e.g. "
+                "--procs-per-node 2."
+            )
+        if request.gpus > 0 and request.procs_per_node > request.gpus:
+            raise OffloadUsageError(
+                f"--procs-per-node {request.procs_per_node} with --gpus {request.gpus}: more ranks than GPUs on "
+                "a node, and nccl refuses two ranks on one GPU. Write --procs-per-node "
+                f"{request.gpus} or fewer, or --gpus 0 for CPU ranks (gloo)."
+            )
+    shape = request.ranks
+    assert shape is not None
+    if not 0 <= shape.out_rank < shape.world_size:
+        raise OffloadUsageError(
+            f"--out-rank {request.out_rank}: the run has ranks 0 to {shape.world_size - 1} ({shape.nodes} node(s) "
+            f"x {shape.procs_per_node} process(es)). Choose one of them, or leave --out-rank out for rank 0."
+        )
+    if request.group_output and request.quiet_ranks:
+        raise OffloadUsageError(
+            "--group-output and --quiet-ranks: choose one (every rank's output grouped at the end, or rank 0's "
+            "only)."
+        )
+    if shape.rendezvous_timeout <= 0:
+        raise OffloadUsageError(
+            f"--rendezvous-timeout {shape.rendezvous_timeout:g}: give a positive number of seconds, e.g. "
+            "--rendezvous-timeout 600, or leave it out for 300."
+        )
+
+
+def refuse_spread_when_queued(request: OffloadRequest, queue: str | None) -> None:
+    """``--spread`` with queueing on: Kueue gives one pod set one flavor, so the nodes cannot span donors."""
+    if request.spread and queue is not None:
+        raise OffloadUsageError(
+            f"--spread: queueing is on (GPU_OFFLOAD_QUEUE={queue}), and Kueue admits the nodes of a run as one "
+            "pod set with one flavor, i.e. one donor, so they cannot span donors. Leave out --spread, or "
+            "turn queueing off for this kernel."
+        )
 
 
 def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = None) -> list[str]:
@@ -82,7 +186,9 @@ def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = Non
     (a GPU model that is only the configured default was not asked for)."""
     models = ",".join((request.gpu_model, *request.fallback_models)) if request.gpu_model else None
     chosen = [option for option, value in (("--gpu-model", models), ("--image", request.image),
-                                                   ("--priority", request.priority))
+                                                   ("--priority", request.priority),
+                                                   ("--queue-timeout", request.queue_timeout),
+                                                   ("--spread", True if request.spread else None))
               if value is not None and not (option == "--gpu-model" and value == default_gpu_model)]
     return chosen + (["--cluster"] if request.cluster != "auto" else [])
 

@@ -3,12 +3,13 @@
 As kube-controller-manager's controller writes them: labels ``kubernetes.io/service-name`` and
 ``endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io``, an owner reference to the
 Service, ``addressType: IPv4``, one endpoint per pod the Service selects that has an IP and has not ended
-(``conditions.ready``/``serving``/``terminating``, ``nodeName``, ``targetRef``, and ``hostname`` for a pod
+(``conditions.ready``/``serving``/``terminating``; ``ready`` is true for every endpoint of a Service with
+``publishNotReadyAddresses``, terminating ones included, ``nodeName``, ``targetRef``, and ``hostname`` for a pod
 whose ``subdomain`` is the Service), and the Service's ports with their target port resolved.
 
 Left out: more than one slice per Service (the real controller splits at 100 endpoints), a port whose named
 target resolves differently on different pods (the first pod's number is used), IPv6 and dual stack,
-``publishNotReadyAddresses``, topology hints and zones, and slices of Services without a selector (those are
+topology hints and zones, and slices of Services without a selector (those are
 left to whoever manages them).
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from .api import Api
 from .errors import ApiError
-from .podnames import ready, selects
+from .podnames import published, selects
 from .serviceproxy import target_port
 
 MANAGED_BY = "endpointslice-controller.k8s.io"
@@ -34,7 +35,8 @@ def _endpoint(svc: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
                   for c in (pod.get("status") or {}).get("conditions") or [])
     out: dict[str, Any] = {
         "addresses": [pod["status"]["podIP"]],
-        "conditions": {"ready": ready(pod), "serving": serving, "terminating": bool(meta.get("deletionTimestamp"))},
+        "conditions": {"ready": published(svc, pod), "serving": serving,
+                       "terminating": bool(meta.get("deletionTimestamp"))},
         "targetRef": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}}
     if spec.get("nodeName"):
         out["nodeName"] = spec["nodeName"]

@@ -13,8 +13,9 @@ active pods are deleted.
 
 ``completionMode: Indexed`` as the real controller runs it: each pod gets an index from 0 to completions-1
 in the annotation and label ``batch.kubernetes.io/job-completion-index``, a ``JOB_COMPLETION_INDEX`` env
-var in every container (a fieldRef to that label), the name ``<job>-<index>-<random>`` and, unless the
-template sets one, the hostname ``<job>-<index>``; at most ``parallelism`` indexes run at once, a failed
+var in every container (a fieldRef to that annotation, as the real controller writes it), the name
+``<job>-<index>-<random>`` and, unless the template sets one, the hostname ``<job>-<index>``; at most
+``parallelism`` indexes run at once, a failed
 index is run again by a new pod, ``status.completedIndexes`` lists the succeeded ones ("0-2,4") and the Job
 completes once every index succeeded. Not emulated: pod failure policies, ``backoffLimitPerIndex``,
 ``successPolicy``, the Suspended condition.
@@ -102,7 +103,7 @@ def _pod_for(job: Obj, index: int | None = None) -> Obj:
             env = container.setdefault("env", [])
             if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
                 env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-                    "fieldPath": f"metadata.labels['{INDEX_KEY}']"}}})
+                    "fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}})
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

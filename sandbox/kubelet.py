@@ -26,9 +26,11 @@ from . import endpointslices, events, podnames
 from .api import Api
 from .errors import ApiError
 from .images import Images
+from .incluster import InClusterApi
 from .isolation import can_isolate
 from .launch import Launch
 from .patching import MERGE
+from .poddns import PodResolvers
 from .podfiles import Lookup
 from .podnet import PodNetwork
 from .podworker import COMPONENT, PodWorker
@@ -39,6 +41,14 @@ from .streams import StreamIO, StreamRequest
 LOG = logging.getLogger(__name__)
 Gate = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 """``gate(pod)`` -> a status to report instead of running the pod, or None to run it."""
+NameView = Callable[[dict[str, Any]], "dict[str, str] | None"]
+"""``names(pod)`` -> the namespaces the pod's cluster holds, under the names it holds them (origin name ->
+name there), when the pod runs in another cluster than the API's (a Liqo donor); None: this cluster's names."""
+
+
+KUBELET_CONDITIONS = {"PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"}
+"""Pod conditions the kubelet writes; others (TerminationTarget from Kueue, DisruptionTarget, readiness
+gates) are kept, as the kubelet's generateAPIPodStatus does."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +70,10 @@ class KubeletConfig:
 class Kubelet:
     """Pod workers for every bound pod, plus the attach/exec provider."""
 
-    def __init__(self, api: Api, images: Images, config: KubeletConfig, gate: Gate | None = None) -> None:
+    def __init__(self, api: Api, images: Images, config: KubeletConfig, gate: Gate | None = None,
+                 names: NameView | None = None) -> None:
         self.api = api
+        self.names = names
         self.images = images
         self.config = config
         self.state_dir = config.state_dir
@@ -73,6 +85,7 @@ class Kubelet:
             LOG.warning("sandbox: not root, so containers run as this user (%s) whatever their runAsUser, in "
                         "the host's process table", getpass.getuser())
         self.network = PodNetwork.for_this_machine(self.isolating)
+        self.resolvers = PodResolvers()
         self._said: set[str] = set()
         self._services = api.type("", "v1", "services")
         self._names_pending = False
@@ -83,6 +96,8 @@ class Kubelet:
         self._task: asyncio.Task[None] | None = None
         self._names_task: asyncio.Task[None] | None = None
         self._deleting: set[asyncio.Future[None]] = set()
+        self.in_cluster: InClusterApi | None = None
+        """The API's endpoint for pods; None: containers get no in-cluster configuration (``incluster.py``)."""
 
     # ---- plumbing for workers ------------------------------------------------------------------
     def say_once(self, message: str) -> None:
@@ -111,6 +126,10 @@ class Kubelet:
             current = self.api.find(self._pods, namespace, name)
             if current is None or current["metadata"]["uid"] != uid:
                 return
+            if "conditions" in status:  # as the kubelet's status manager, keep conditions others own
+                kept = [c for c in (current.get("status") or {}).get("conditions") or []
+                        if c.get("type") not in KUBELET_CONDITIONS]
+                status = {**status, "conditions": list(status["conditions"]) + kept}
             with contextlib.suppress(ApiError):
                 self.api.patch(self._pods, namespace, name, {"status": status}, MERGE, "status")
 
@@ -212,6 +231,12 @@ class Kubelet:
         pod_ip, netns = (host_ip, None) if pod["spec"].get("hostNetwork") else self.network.attach(meta["uid"])
         worker = PodWorker(self, dict(pod), pod_ip, host_ip)
         worker.netns = netns
+        if netns is not None:
+            try:
+                self.resolvers.open(meta["uid"], netns)
+            except OSError as exc:  # names still resolve from the hosts file; others fail slower
+                self.say_once(f"sandbox: no nameserver in pod network namespaces ({exc}): a name the hosts file "
+                              "lacks says 'try again' instead of 'no such name'")
         self.workers[(meta["namespace"], meta["name"])] = worker
         worker.task = asyncio.ensure_future(self._run(worker))
 
@@ -244,6 +269,7 @@ class Kubelet:
             proc.signal_group(9)
         if worker.task is not None:
             worker.task.cancel()
+        self.resolvers.close(worker.uid)
         self.network.detach(worker.uid)
         shutil.rmtree(worker.dir, ignore_errors=True)
 
@@ -262,6 +288,7 @@ class Kubelet:
         await asyncio.gather(*(w.task for w in workers if w.task), return_exceptions=True)
         if self.proxy is not None:
             self.proxy.close()
+        self.resolvers.close_all()
         self.network.close()
 
     # ---- attach, exec and port-forward ---------------------------------------------------------

@@ -99,6 +99,18 @@ def offloading_gate(api: Api) -> Any:
     return gate
 
 
+def donor_names(api: Api) -> Any:
+    """The kubelet's name view: a pod on a virtual node runs on the donor, in its namespace's twin there
+    (``<namespace>-origin`` under Liqo's default mapping), and resolves the Services reflected there under
+    that name; None for a pod on an origin node."""
+    def view(pod: dict[str, Any]) -> dict[str, str] | None:
+        node = api.find(api.type("", "v1", "nodes"), "", (pod.get("spec") or {}).get("nodeName") or "")
+        if node is None or not liqo.is_virtual_node(node):
+            return None
+        return offloading.donor_namespaces(api.store.list(api.kind(*NSOFF).key)[0], node)
+    return view
+
+
 # ---- NamespaceOffloading controller -----------------------------------------------------------------
 def _summary(status: Mapping[str, Any] | None) -> tuple[Any, ...]:
     status = status or {}

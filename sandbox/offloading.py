@@ -85,6 +85,21 @@ def remote_namespace_name(namespace: str, spec: Mapping[str, Any]) -> str:
     return f"{namespace}-{ORIGIN_CLUSTER_ID}"
 
 
+def donor_namespaces(offloadings: Iterable[Mapping[str, Any]], node: Mapping[str, Any]) -> dict[str, str]:
+    """Origin namespace -> its twin on the donor ``node`` (a virtual node) leads to, for every namespace
+    offloaded there: the names a pod running on that donor resolves Services under."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    cluster = labels.get("liqo.io/remote-cluster-id")
+    out = {}
+    for obj in offloadings:
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        if meta.get("deletionTimestamp") or strategy(spec) == "Local":
+            continue
+        if cluster in selected_clusters(spec, [node]):
+            out[str(meta["namespace"])] = remote_namespace_name(str(meta["namespace"]), spec)
+    return out
+
+
 def selected_clusters(spec: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]) -> list[str]:
     """Cluster ids of the virtual nodes the NamespaceOffloading's cluster selector picks."""
     terms = _cluster_terms(spec)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import fieldvalidation, liqo, liqo_controllers, process
+from . import fieldvalidation, incluster, liqo, liqo_controllers, process
 from .api import Api
 from .faults import SandboxFaults
 from .images import DEFAULT_MAP, Images
@@ -55,6 +55,11 @@ class OriginOptions:
     with a warning nobody reads. The CLI passes Warn, kube-apiserver's default, for outside clients."""
     isolate: bool = True
     """As root: pods in network namespaces, containers in PID namespaces as their user (KubeletConfig)."""
+    in_cluster_api: bool = False
+    """Where pods have their own network: serve the API over TLS on the pod network's gateway and give
+    containers in-cluster configuration (``incluster.py``), so a program in a pod finds the API as on a
+    cluster (KubeSpawner's user servers in ``gpu-offload lab --hub``). Off by default: containers then get
+    only what their spec gives, which the kubelet tests compare exactly."""
 
 
 @dataclass
@@ -81,8 +86,13 @@ class LiqoOrigin:
         self.images = Images(opts.state_dir, opts.image_map, tool_dirs=opts.tool_dirs)
         self.kubelet = Kubelet(api, self.images, KubeletConfig(opts.state_dir, opts.backoff, opts.max_backoff,
                                                                    opts.isolate),
-                               gate=liqo_controllers.offloading_gate(api))
+                               gate=liqo_controllers.offloading_gate(api), names=liqo_controllers.donor_names(api))
         self.faults = SandboxFaults(api, self.kubelet, self.images)
+        gateway = self.kubelet.network.gateway
+        if opts.in_cluster_api and gateway is not None:
+            endpoint = incluster.bind(gateway, opts.state_dir)
+            server.serve_socket(endpoint.sock, endpoint.ssl_context())
+            self.kubelet.in_cluster = endpoint
         self.faults.routes(server.app)
         donors = {d.cluster_id: d for d in opts.donors}
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import podnames, podstatus, probes
+from . import incluster, podnames, podstatus, probes
 from .defaults import now
 from .images import ImageError, Runtime
 from .isolation import Isolation, User, container_user, hand_over, reveal_plan
@@ -135,9 +135,14 @@ class PodWorker:
                 volumes = materialize_volumes(self.pod, self.dir, self.kubelet.lookup(self.namespace))
                 paths = mount_volumes(spec, volumes, self.dir / "rootfs")
                 env = container_env(self.pod, spec, self._context(), self.kubelet.lookup(self.namespace))
+                api_access = self._api_access()
+                if self.kubelet.in_cluster is not None:  # the spec's own variables win, as on a kubelet
+                    env = {**self.kubelet.in_cluster.environment(), **env}
                 launch = build_launch(self.pod, spec, runtime, env, paths)
                 if self.kubelet.isolating:
                     binds = volume_binds(spec, volumes)
+                    if api_access is not None:
+                        binds = (*binds, (str(api_access), incluster.TOKEN_DIR))
                     self.isolations[rec.name] = self._isolation(spec, runtime, launch, binds)
                 return launch
             except ImageError as exc:
@@ -150,6 +155,17 @@ class PodWorker:
                 self._wait_state(rec, "CreateContainerConfigError", str(exc), "Failed")
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.kubelet.config.max_backoff)
+
+    def _api_access(self) -> Path | None:
+        """The service account volume's folder (token, CA, namespace), when the pod gets one."""
+        endpoint = self.kubelet.in_cluster
+        if endpoint is None:
+            return None
+        account = self.pod["spec"].get("serviceAccountName") or "default"
+        found = self.kubelet.lookup(self.namespace)("serviceaccounts", account)
+        if not incluster.automounts(self.pod, found):
+            return None
+        return endpoint.write_token_files(self.dir / "volumes" / incluster.VOLUME, self.namespace, account)
 
     def _isolation(self, spec: dict[str, Any], runtime: Runtime, launch: Launch,
                    mounts: tuple[tuple[str, str], ...]) -> Isolation:
@@ -181,14 +197,22 @@ class PodWorker:
             return ()
         self.write_names(self.kubelet.name_table())
         resolv = self.dir / "resolv.conf"
-        resolv.write_text(podnames.resolv_conf(self.namespace))
+        resolv.write_text(podnames.resolv_conf(self._names_namespace()[0]))
         return ((str(self.dir / "hosts"), "/etc/hosts"), (str(resolv), "/etc/resolv.conf"))
+
+    def _names_namespace(self) -> tuple[str, dict[str, str] | None]:
+        # a pod offloaded to a donor runs there in its namespace's twin, and sees that cluster's names
+        twins = self.kubelet.names(self.pod) if self.kubelet.names else None
+        return (twins or {}).get(self.namespace, self.namespace), twins
 
     def write_names(self, table: list[podnames.Entry]) -> None:
         """Rewrite the pod's hosts file in place (the containers see it through their bind mount)."""
-        if self.netns is None:
+        if self.netns is None or not self.dir.is_dir():  # a finished pod's folder is gone: no container reads it
             return
-        text = podnames.hosts_file(self.pod, self.pod_ip, table)
+        namespace, twins = self._names_namespace()
+        if twins is not None:
+            table = podnames.renamed(table, twins)
+        text = podnames.hosts_file(self.pod, self.pod_ip, table, namespace)
         path = self.dir / "hosts"
         if not path.exists() or path.read_text() != text:
             with open(path, "r+" if path.exists() else "w") as hosts:  # same inode: the mount follows it

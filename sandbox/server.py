@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import ssl
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
@@ -124,6 +126,7 @@ class ApiServer:
         podsecurity.install(self.api)  # before quota: kube-apiserver's PodSecurity runs before ResourceQuota
         quota.install(self.api)
         self._controllers: list[Controller] = [job_controller]
+        self._sockets: list[tuple[socket.socket, ssl.SSLContext | None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -140,6 +143,10 @@ class ApiServer:
     def url(self) -> str:
         """``http://127.0.0.1:<port>`` once started."""
         return f"http://{self.host}:{self.port}"
+
+    def serve_socket(self, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> None:
+        """Serve the API on this bound, listening socket too (the TLS endpoint for pods), from ``start``."""
+        self._sockets.append((sock, ssl_context))
 
     def add_controller(self, controller: Controller) -> None:
         """Run ``controller(api)`` as a task on the server's loop (now, if already started)."""
@@ -169,6 +176,8 @@ class ApiServer:
         sockets = getattr(site._server, "sockets", None)
         if sockets:  # port 0: learn which port the OS picked
             self.port = sockets[0].getsockname()[1]
+        for sock, context in self._sockets:
+            await web.SockSite(self._runner, sock, ssl_context=context).start()
         for controller in self._controllers:
             self._spawn(controller)
 

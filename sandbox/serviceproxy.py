@@ -17,7 +17,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from .podnames import ready, selects
+from .podnames import published, selects
 
 LOG = logging.getLogger(__name__)
 Key = tuple[str, int]
@@ -36,8 +36,9 @@ def target_port(pod: Mapping[str, Any], port: Mapping[str, Any]) -> int | None:
 
 
 def backends(services: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[Key, list[Key]]:
-    """``(clusterIP, port)`` -> the ``(pod IP, pod port)`` of its ready endpoints, for TCP ports."""
-    live = [p for p in pods if ready(p)]
+    """``(clusterIP, port)`` -> the ``(pod IP, pod port)`` of its ready endpoints (``podnames.published``), for
+    TCP ports."""
+    pods = list(pods)
     out: dict[Key, list[Key]] = {}
     for svc in services:
         spec = svc.get("spec") or {}
@@ -46,8 +47,8 @@ def backends(services: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, 
             continue
         for port in spec.get("ports") or []:
             if port.get("protocol", "TCP") == "TCP":
-                out[(ip, int(port["port"]))] = [
-                    (p["status"]["podIP"], t) for p in live if selects(svc, p) and (t := target_port(p, port))]
+                out[(ip, int(port["port"]))] = [(p["status"]["podIP"], t) for p in pods if selects(svc, p)
+                                                and published(svc, p) and (t := target_port(p, port))]
     return out
 
 

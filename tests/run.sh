@@ -17,6 +17,10 @@ fi
 if [ ! -x /usr/bin/chromium ]; then
   apt-get update && apt-get install -y chromium
 fi
+# The metrics proof (tests/hub_extension/test_prometheus.py) scrapes the service with Debian's prometheus.
+if [ ! -x /usr/bin/prometheus ]; then
+  apt-get install -y prometheus || { apt-get update && apt-get install -y prometheus; }
+fi
 if [ ! -x .ci/node/node_modules/.bin/configurable-http-proxy ]; then
   npm install --prefix .ci/node --no-audit --no-fund configurable-http-proxy
 fi

@@ -4,9 +4,12 @@ processes, and leaves no process behind."""
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +20,6 @@ from pathlib import Path
 from typing import IO
 
 import kubernetes
-import nbformat
 import psutil
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
@@ -52,6 +54,17 @@ class Lab:
         except psutil.NoSuchProcess:
             return []
 
+    def find(self, text: str) -> psutil.Process | None:
+        """A process under the lab whose command line contains ``text`` (one that exits while being read is
+        skipped: the tree changes while it is walked)."""
+        for proc in self.descendants():
+            try:
+                if text in " ".join(proc.cmdline()):
+                    return proc
+            except psutil.Error:
+                continue
+        return None
+
     def stop(self) -> None:
         self.started = self.descendants()
         self.process.send_signal(signal.SIGINT)
@@ -61,9 +74,18 @@ class Lab:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        if self.process.poll() is None:  # the test failed before stop(): take down all it started
+            self.started = self.descendants()
+            self.process.send_signal(signal.SIGINT)  # its own clean-up first (temporary folders)
+            try:
+                self.process.wait(90)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            for child in self.started:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+            psutil.wait_procs(self.started, timeout=30)
         alive = [p for p in self.started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert not alive, [p.cmdline() for p in alive]
 
@@ -115,41 +137,108 @@ def test_lab_serves_jupyterlab_on_the_sandbox_and_ctrl_c_leaves_nothing(tmp_path
         said += execute(base, kernel["id"], token, "%%gpu_offload\nprint('on a donor')")
         assert "on a donor" in said and "on virtual node donor-" in said, said
         execute(base, kernel["id"], token, "%%gpu_offload\nimport time\ntime.sleep(300)", wait=False)
-        wait_until(lambda: any("runner.pyz" in " ".join(p.cmdline()) for p in lab.descendants()),
+        wait_until(lambda: lab.find("runner.pyz"),
                    "the long cell's runner running in a sandbox pod")
-        assert any("ipykernel" in " ".join(p.cmdline()) for p in lab.descendants())
+        assert lab.find("ipykernel")
         lab.stop()
 
 
 HUB_URL = re.compile(r"^JupyterHub: (http://127\.0\.0\.1:\d+/)hub/login .*password (\S+)\)$")
+SERVER_START = 300.0
+"""Seconds a user's server gets to be a running pod answering: JupyterLab is slow to start on a loaded machine."""
 
 
-def log_in_and_spawn(base: str, user: str, password: str) -> None:
-    """Log in through the hub's login form, as a browser does; the hub then starts the user's server."""
+def log_in(base: str, user: str, password: str) -> urllib.request.OpenerDirector:
+    """Log in through the hub's login form, as a browser does (the hub then starts the user's server); the
+    opener keeps the session's cookies."""
     jar = http.cookiejar.CookieJar()
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     browser.open(f"{base}hub/login", timeout=30).read()
     xsrf = next(c.value for c in jar if c.name == "_xsrf")
     form = urllib.parse.urlencode({"username": user, "password": password, "_xsrf": xsrf}).encode()
     browser.open(f"{base}hub/login", form, timeout=120).read()
+    return browser
 
 
-def test_lab_hub_spawns_a_user_server_set_up_for_the_sandbox_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
-    with Lab("--hub", "--root", str(tmp_path)) as lab:
+def sandbox_network(owner: int) -> list[str]:
+    """The pod network links and namespaces a sandbox in process ``owner`` holds (podnet.py names them)."""
+    bridges = subprocess.run(["ip", "-o", "-d", "link", "show", "type", "bridge"], capture_output=True,
+                             text=True, check=True).stdout
+    found = [m.group(1) for m in re.finditer(rf"\d+: gpobr(\d+)[:@].*alias gpu-offload-sandbox pid={owner}\b",
+                                             bridges)]
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()
+    return [*(f"gpobr{n}" for n in found), *(s for s in spaces for n in found if s.startswith(f"gpo{n}-"))]
+
+
+def opens_lab(browser: urllib.request.OpenerDirector, base: str, user: str) -> bool:
+    """Whether the user's JupyterLab page opens (not the hub's spawn page); the browser then holds the
+    server's login cookie, which its API handlers need."""
+    try:
+        with browser.open(f"{base}user/{user}/lab", timeout=30) as reply:
+            return reply.geturl().startswith(f"{base}user/{user}/lab")
+    except OSError:
+        return False
+
+
+def user_server(lab: Lab) -> psutil.Process:
+    """The user server's process (the container's command, not the sandbox's shim that started it)."""
+    for proc in lab.descendants():
+        try:
+            command = " ".join(proc.cmdline())
+        except psutil.Error:  # exited while the tree was walked
+            continue
+        if "jupyterhub-singleuser" in command and "nsinit.py" not in command:
+            return proc
+    raise AssertionError("no user server process under the lab")
+
+
+needs_pods = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
+                                reason="user servers are sandbox pods: root and iproute2 (lab --hub says so too)")
+
+
+@needs_pods
+@pytest.mark.timeout(900)
+def test_lab_hub_runs_a_users_server_in_a_sandbox_pod_as_the_chart_does_and_ctrl_c_leaves_nothing() -> None:
+    with Lab("--hub") as lab:
         base, password = lab.until(HUB_URL).groups()
         kubeconfig = next(m.group(1) for line in lab.printed if (m := re.search(r"KUBECONFIG=(\S+)\)", line)))
-        log_in_and_spawn(base, "alice", password)
-        server = wait_until(lambda: next((p for p in lab.descendants()
-                                          if "jupyterhub-singleuser" in " ".join(p.cmdline())), None),
-                            "alice's server started by the local spawner")
-        env = server.environ()
-        assert env["GPU_OFFLOAD_NAMESPACE"] == "gpu-offload-alice" and env["GPU_OFFLOAD_BACKEND"] == "kubernetes"
-        assert env["KUBECONFIG"] == kubeconfig and env["GPU_OFFLOAD_SERVICE_URL"].startswith(base)
         core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(kubeconfig))
+        browser = log_in(base, "alice", password)
+
+        def ready_pod() -> object:
+            pods = core.list_namespaced_pod("gpu-offload-alice").items
+            return next((p for p in pods if p.status.container_statuses
+                         and all(c.ready for c in p.status.container_statuses)), None)
+
+        pod = wait_until(ready_pod, "alice's server pod, spawned by KubeSpawner, to be ready", timeout=SERVER_START)
+        assert pod.metadata.name == "jupyter-alice"
+        node = core.read_node(pod.spec.node_name).metadata.labels or {}
+        assert node.get("liqo.io/type") != "virtual-node", pod.spec.node_name  # the origin's own node
+        assert pod.spec.service_account_name == "gpu-offload-user-server"  # set by the spawner hook
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        assert env["GPU_OFFLOAD_NAMESPACE"] == "gpu-offload-alice" and env["GPU_OFFLOAD_BACKEND"] == "kubernetes"
+        assert "KUBECONFIG" not in env  # the server reads the API with its service account, as in a cluster
         labels = core.read_namespace("gpu-offload-alice").metadata.labels  # prepared by the spawner hook
         assert labels["gpu-offload.io/user-namespace"] == "true"
+        # through the proxy, the server's runs extension answers, having read the sandbox from the pod
+        wait_until(lambda: opens_lab(browser, base, "alice"), "alice's JupyterLab through the proxy",
+                   timeout=SERVER_START)
+        with browser.open(f"{base}user/alice/gpu-offload/runs", timeout=60) as reply:
+            runs = json.loads(reply.read())
+        assert runs == {"runs": [], "problems": []}, runs
+        server = user_server(lab)
+        assert server.uids().real == 1000
+        network = sandbox_network(lab.process.pid)
+        assert network, "the sandbox's pod network"
         lab.stop()
         assert server in lab.started
+        assert sandbox_network(lab.process.pid) == [], "the pod network outlived gpu-offload lab"
+
+
+def test_lab_hub_refuses_a_notebook_folder_naming_the_fix() -> None:
+    done = subprocess.run([str(GPU_OFFLOAD), "lab", "--hub", "--root", "."], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "drop --root" in done.stderr, done.stderr
 
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -159,17 +248,15 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "lab"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
+@needs_pods
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium missing: tests/run.sh installs it")
-def test_lab_hub_in_a_browser_a_user_offloads_a_cell_and_sees_the_panel(tmp_path: Path) -> None:
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+def test_lab_hub_in_a_browser_a_user_offloads_a_cell_and_sees_the_panel() -> None:
     from playwright.sync_api import sync_playwright
 
     cells = ["%load_ext gpu_offload.magics", "%%gpu_offload\nprint('hello from a donor')", "%gpu_offload panel"]
-    spec = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells], metadata=spec),
-                   tmp_path / "demo.ipynb")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with Lab("--hub", "--root", str(tmp_path)) as lab, sync_playwright() as pw:
+    with Lab("--hub") as lab, sync_playwright() as pw:
         base, password = lab.until(HUB_URL).groups()
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -179,18 +266,15 @@ def test_lab_hub_in_a_browser_a_user_offloads_a_cell_and_sees_the_panel(tmp_path
             page.fill("input[name=username]", "alice")
             page.fill("input[name=password]", password)
             page.click("input[type=submit], button[type=submit]")
-            page.wait_for_url(re.compile(r".*/user/alice/lab.*"))
-            page.goto(f"{base}user/alice/lab/tree/demo.ipynb")
-            page.wait_for_selector(".jp-Notebook .jp-Cell")
-            select = page.locator(".jp-Dialog button:has-text('Select')")
-            try:  # Lab may ask which kernel to start although the notebook names one
-                select.wait_for(timeout=15_000)
-                select.click()
-            except PlaywrightTimeout:
-                pass
+            # the spawn page follows KubeSpawner's progress, then opens JupyterLab in alice's pod
+            page.wait_for_url(re.compile(r".*/user/alice/lab.*"), timeout=SERVER_START * 1000)
+            page.click(".jp-LauncherCard[data-category='Notebook']")
             page.wait_for_selector("text=Python 3 (ipykernel) | Idle")
-            page.click("li.lm-MenuBar-item:has-text('Run')")
-            page.click("text=Run All Cells")
+            for index, code in enumerate(cells):  # typed into the new notebook, as a user does
+                page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".cm-content").click()
+                page.keyboard.type(code)
+                page.keyboard.press("Shift+Enter")
+                page.locator(".jp-Notebook .jp-Cell").nth(index + 1).wait_for()
             page.wait_for_selector(".jp-OutputArea-output:has-text('hello from a donor')")
             placed = page.inner_text(".jp-OutputArea-output:has-text('on virtual node')")
             assert re.search(r"on virtual node donor-\d-gpu \(Liqo cluster donor-\d, 1 x A100\)", placed), placed
@@ -204,4 +288,8 @@ def test_lab_hub_in_a_browser_a_user_offloads_a_cell_and_sees_the_panel(tmp_path
         finally:
             browser.close()
         assert "donor-1" in text and "donor-2" in text, text
+        server = user_server(lab)
+        network = sandbox_network(lab.process.pid)
         lab.stop()
+        assert server in lab.started
+        assert network and sandbox_network(lab.process.pid) == [], network

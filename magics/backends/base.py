@@ -7,7 +7,7 @@ the same stream of decoded frames, so the engine never knows which one it follow
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..runner.frames import Event
@@ -32,11 +32,22 @@ class Placed:
 
     text: str
     """One line the notebook shows under the cell, e.g. ``running in pod p on virtual node n (...)``."""
+    cluster: str = ""
+    """The cluster id it landed on, when known (a queued run learns it only then)."""
 
 
-RunEvent = Event | RunnerExit | Placed
+@dataclass(frozen=True)
+class Queued:
+    """The run waits in a queue (Kueue) before it may start, or (``waiting`` False) it just left it."""
+
+    text: str
+    """One line the notebook shows, e.g. ``queued for 2 x A100: 4th of 9 in line; waiting 1 min 12 s``."""
+    waiting: bool = True
+
+
+RunEvent = Event | RunnerExit | Placed | Queued
 """What :meth:`Run.next_event` yields: a decoded frame (``docs/runner-protocol.md``), where the runner
-landed, or the runner's exit."""
+landed, its place in a queue, or the runner's exit."""
 
 
 def stale_frames_note(session: str, dropped: int) -> str:
@@ -45,6 +56,29 @@ def stale_frames_note(session: str, dropped: int) -> str:
         f"session `{session}`: {dropped} frame(s) of an earlier cell, which was not followed to its end, "
         "arrived during this cell and were dropped (they are not this cell's output)"
     )
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """The shape of a distributed run (``--nodes``): ``nodes`` nodes (pods) of ``procs_per_node`` rank
+    processes each, started as ``torchrun`` starts its workers (``docs/distributed.md``)."""
+
+    nodes: int
+    procs_per_node: int
+    out_rank: int = 0
+    """The rank whose variables come back."""
+    rendezvous_timeout: float = 300.0
+    """Seconds from the first rank's start within which every rank must have started."""
+    spread: bool = False
+    """The nodes may span donors (cluster backends; refused with queueing on)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    def bundle_field(self) -> dict[str, int]:
+        """The bundle's ``ranks`` field: what every node's launcher needs to know of the shape."""
+        return {"nodes": self.nodes, "procs_per_node": self.procs_per_node, "out_rank": self.out_rank}
 
 
 @dataclass(frozen=True)
@@ -70,6 +104,21 @@ class RunRequest:
     """A Kueue priority class; only a cluster backend with queueing on uses it."""
     trusted_only: bool = False
     """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
+    ranks: Ranks | None = None
+    """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
+
+    def session_key(self) -> tuple[RunRequest, tuple[int, int] | None]:
+        """What a session's runners are started with: its cells must ask for the same (a distributed
+        session's cells may each choose their out rank and how output shows)."""
+        ranks = self.ranks
+        return replace(self, ranks=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
+
+    def shape(self) -> str:
+        """The options that fix a runner's shape, as a cell writes them."""
+        ranks = self.ranks
+        if ranks is None:
+            return f"--gpus {self.gpus}"
+        return f"--gpus {self.gpus} --nodes {ranks.nodes} --procs-per-node {ranks.procs_per_node}"
 
 
 @dataclass(frozen=True)

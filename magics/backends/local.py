@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ..errors import OffloadUsageError
 from ..runner.frames import Done, FrameDecoder, Hello, Noise, RunnerWarning
@@ -39,7 +39,12 @@ from .base import (
     stale_frames_note,
 )
 
+if TYPE_CHECKING:
+    from .local_nodes import NodeProcesses, NodesRun
+
 DIAGNOSTIC_LINES = 30
+KILLED_WITHIN = 5.0
+"""Seconds to wait for a runner sent SIGKILL to be reaped (a guard: it takes milliseconds)."""
 INLINE_BUNDLE_LIMIT = 1 << 20
 
 
@@ -82,14 +87,16 @@ class RunnerProcess:
         *,
         interactive: bool,
         run_id: str | None = None,
+        ranks: int = 1,
     ) -> None:
         """Start ``argv``; ``first_input`` goes to its stdin first (a session's greeting, a one-shot's bundle).
 
         A one-shot runner gets its stdin closed after the bundle; an interactive (session) runner's stays
         open for its commands. Neither the nonce nor the bundle is ever in the environment or a named file.
+        ``ranks``: the ranks whose frames the process may send (a node launcher of a distributed run).
         """
         self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
-        self._decoder = FrameDecoder(nonce, run_id=run_id)
+        self._decoder = FrameDecoder(nonce, run_id=run_id, ranks=ranks)
         self._pending: deque[RunEvent] = deque()
         self._ended = False
         self.popen = subprocess.Popen(
@@ -118,14 +125,31 @@ class RunnerProcess:
                 return None
             remaining = deadline - time.monotonic()
             readable, _, _ = select.select([self._stdout], [], [], max(remaining, 0.0))
-            if readable:
-                self._read_available()
-            elif self.popen.poll() is not None:
-                # exited with nothing left to read (a subprocess of the cell may hold the pipe open)
-                self._end()
-            elif remaining <= 0:
+            # exited with nothing left to read: ended (a subprocess of the cell may hold the pipe open)
+            self.pump(bool(readable))
+            if not readable and not self._ended and remaining <= 0:
                 return None
         return self._pending.popleft()
+
+    def take(self) -> RunEvent | None:
+        """An event already read, or ``None`` (for a reader that selects over several runners)."""
+        return self._pending.popleft() if self._pending else None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the runner's exit has been read (its :class:`RunnerExit` is queued)."""
+        return self._ended
+
+    def fileno(self) -> int:
+        """The runner's stdout, for ``select``."""
+        return self._stdout
+
+    def pump(self, readable: bool) -> None:
+        """Read what ``select`` found on stdout; without anything to read, notice that the runner exited."""
+        if readable:
+            self._read_available()
+        elif self.popen.poll() is not None:
+            self._end()
 
     def expect_run(self, run_id: str) -> int:
         """Take from now on only frames of ``run_id``; returns how many events of earlier runs were dropped.
@@ -213,6 +237,11 @@ class RunnerProcess:
         """Whether the runner process is still running."""
         return self.popen.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The runner's exit code, ``None`` while it runs."""
+        return self.popen.poll()
+
 
 def _thread(target: Callable[..., None], *args: object) -> threading.Thread:
     thread = threading.Thread(target=target, args=args, daemon=True, name="gpu-offload-runner-io")
@@ -260,7 +289,7 @@ class OneShotRun(_LocalRun):
 class LocalSession:
     """A warm runner whose namespace persists across cells."""
 
-    def __init__(self, name: str, process: RunnerProcess, placement: RunRequest) -> None:
+    def __init__(self, name: str, process: RunnerProcess | NodeProcesses, placement: RunRequest) -> None:
         self.name = name
         self.process = process
         self.placement = placement
@@ -309,8 +338,10 @@ class SessionRun(_LocalRun):
         self.session.process.send({"op": "interrupt"})
 
     def kill(self) -> None:
-        """End the session's runner (its state is lost)."""
+        """End the session's runner (its state is lost), and wait for it to be gone: the next cell must find
+        the session dead and start a new one, not send its run to a runner that is still dying."""
         self.session.process.signal(signal.SIGKILL)
+        self.session.process.stop(KILLED_WITHIN)
 
     def release(self, grace: float) -> int | None:
         """Remove the bundle and mark the session idle; the runner stays up."""
@@ -366,11 +397,16 @@ class LocalBackend:
     def _argv(self, *extra: str) -> list[str]:
         return [self.python, str(self.runner_path()), *extra, "--parent-pid", str(os.getpid())]
 
-    def submit(self, job: Job) -> OneShotRun | SessionRun:
-        """Start ``job`` in a new runner, or in its session's warm runner (started on first use)."""
+    def submit(self, job: Job) -> OneShotRun | SessionRun | NodesRun:
+        """Start ``job`` in a new runner, or in its session's warm runner (started on first use), or as
+        the nodes of a distributed run (one launcher process per node)."""
         if job.session is not None:
             return self._submit_to_session(job.session, job)
         env = runner_environment(job.request, os.environ)
+        if job.request.ranks is not None:
+            from .local_nodes import NodesRun, start_nodes
+
+            return NodesRun(start_nodes(job, job.request.ranks, env, self._argv))
         # the bundle (it holds the nonce) goes through stdin: a named file would be open to the cell's
         # subprocesses, which see its path on the runner's command line
         argv = self._argv("--bundle", "-")
@@ -390,20 +426,21 @@ class LocalBackend:
         with self._lock:
             current = self._sessions.get(name)
             if current is not None and not current.process.alive:
-                self._died(name, current.process.popen.returncode)
+                current.process.signal(signal.SIGKILL)  # a distributed session's other nodes, if any
+                self._died(name, current.process.returncode)
                 current = None
             note = self._lost.pop(name, None) if current is None else None
             if current is None:
                 # a session runner frames every run with one nonce, its first command on stdin
                 nonce = secrets.token_hex(16)
                 env = runner_environment(placement, os.environ)
-                process = RunnerProcess(self._argv("--session"), env, nonce, greeting(nonce), interactive=True)
-                current = self._sessions[name] = LocalSession(name, process, placement)
-            elif current.placement != placement:
+                current = self._sessions[name] = LocalSession(name, self._session_process(job, nonce, env),
+                                                              placement)
+            elif current.placement.session_key() != placement.session_key():
                 raise OffloadUsageError(
-                    f"Session `{name}` was started with --gpus {current.placement.gpus}; this cell asks "
-                    f"for --gpus {placement.gpus}. Close it with `%gpu_offload close {name}` to change "
-                    "its GPUs, or use another --session name."
+                    f"Session `{name}` was started with {current.placement.shape()}; this cell asks "
+                    f"for {placement.shape()}. Close it with `%gpu_offload close {name}` to change "
+                    "them, or use another --session name."
                 )
             if current.busy:
                 raise OffloadUsageError(
@@ -425,6 +462,17 @@ class LocalBackend:
             run.release(0)
             self._forget(name)
         return run
+
+    def _session_process(self, job: Job, nonce: str, env: Mapping[str, str]) -> RunnerProcess | NodeProcesses:
+        ranks = job.request.ranks
+        if ranks is None:
+            return RunnerProcess(self._argv("--session"), env, nonce, greeting(nonce), interactive=True)
+        from dataclasses import replace
+
+        from .local_nodes import start_nodes
+
+        # a distributed session: a launcher per node, greeted with the session's nonce and the shape
+        return start_nodes(replace(job, nonce=nonce), ranks, env, self._argv, session=True)
 
     def _forget(self, name: str) -> None:
         with self._lock:

@@ -41,6 +41,15 @@ def add_parser(subparsers: Any, summary: str) -> None:
                         help="ship this file too (repeatable)")
     parser.add_argument("--max-workdir-mb", type=float, default=DEFAULT_LIMIT_MB, metavar="MB",
                         help=f"cap on the shipped directory (default {DEFAULT_LIMIT_MB:g} MB)")
+    parser.add_argument("--nodes", type=int, default=None, metavar="N",
+                        help="run the script as torch.distributed ranks on N nodes, as torchrun would "
+                             "(docs/distributed.md); --gpus is then per node")
+    parser.add_argument("--procs-per-node", type=int, default=None, metavar="P",
+                        help="rank processes per node (default: --gpus, or 1 with --gpus 0)")
+    parser.add_argument("--group-output", action="store_true", help="show each rank's output together at the end")
+    parser.add_argument("--quiet-ranks", action="store_true", help="show rank 0's output only")
+    parser.add_argument("--rendezvous-timeout", type=float, default=None, metavar="S",
+                        help="seconds every rank has to start after the first (default 300)")
     parser.add_argument("--detached-log", default=None, help=argparse.SUPPRESS)  # the background follower's
     parser.set_defaults(func=run)
 
@@ -124,7 +133,9 @@ def follow_script(args: argparse.Namespace) -> int:
     gpu_model, fallback_models = gpu_models(args.gpu_model)
     request = OffloadRequest(cell=_source(script), gpus=args.gpus, gpu_model=gpu_model,
                              fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
-                             image=args.image, backend=args.backend)
+                             image=args.image, backend=args.backend, nodes=args.nodes,
+                             procs_per_node=args.procs_per_node, group_output=args.group_output,
+                             quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout)
     launch = Launch(analysis=CellAnalysis(inputs=()), filename=script.name, first_line=1,
                     script={"path": script.name, "argv": list(args.script_args), "workdir": workdir.archive})
     backend = make_backend(request.backend)

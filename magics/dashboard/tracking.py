@@ -20,6 +20,8 @@ from ..backends.base import (
     ClusterAccess,
     InventorySource,
     Job,
+    Placed,
+    Queued,
     Run,
     RunEvent,
     RunnerExit,
@@ -57,8 +59,16 @@ def _with(record: RunEntry, **changes: Any) -> RunEntry:
 def observe(record: RunEntry, event: RunEvent) -> RunEntry:
     """The record after ``event`` (pure; the engine sees the event unchanged)."""
     if isinstance(event, Status):
+        if record.state == "queued" and record.detail:
+            # the pod's own status while Kueue holds it says less than its place in line, and may arrive after
+            # it: the run stays queued until Kueue admits it (a Queued event that is no longer waiting)
+            return record
         state = record.state if record.state == "running" else "scheduling"
         return _with(record, state=state, detail=event.state)
+    if isinstance(event, Queued):  # waiting in Kueue's line, then admitted (on to scheduling)
+        return _with(record, state="queued" if event.waiting else "scheduling", detail=event.text)
+    if isinstance(event, Placed) and event.cluster and event.cluster != record.cluster:
+        return _with(record, cluster=event.cluster)  # a queued run's cluster is known once Kueue admitted it
     if isinstance(event, Hello):
         return _with(record, state="running", detail=f"runner on Python {event.python}")
     if isinstance(event, Stream):

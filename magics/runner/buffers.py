@@ -234,28 +234,32 @@ def _safe(url: str) -> str:
 # Loading
 
 
-def load(data: bytes | bytearray | memoryview, refs: Iterable[Ref], *, share: bool = False) -> Any:
+def load(
+    data: bytes | bytearray | memoryview, refs: Iterable[Ref], *, share: bool = False, keep: bool = False
+) -> Any:
     """Unpickle ``data`` with the buffers ``refs`` point at; shm files are unlinked whatever happens.
 
     ``share`` (the runner) maps shm files shared and keeps their names until :func:`handover.release`, so
-    outputs that are these very buffers go back without a copy.
+    outputs that are these very buffers go back without a copy. ``keep`` (the ranks of a distributed run,
+    which all read the same files) maps them copy-on-write and leaves their names to the writer.
     """
     pending = list(refs)
     buffers: list[Any] = []
     try:
         for position, ref in enumerate(pending):
-            buffers.append(read_buffer(ref, share=share))
+            buffers.append(read_buffer(ref, share=share, keep=keep))
             pending[position] = {}
     finally:
-        discard([ref for ref in pending if ref])
+        if not keep:
+            discard([ref for ref in pending if ref])
     return pickle.loads(data, buffers=buffers)
 
 
-def read_buffer(ref: Ref, share: bool = False) -> Any:
+def read_buffer(ref: Ref, share: bool = False, keep: bool = False) -> Any:
     """Return a writable buffer for ``ref`` (a copy-on-write mapping for shm: no copy is made)."""
     kind = ref.get("kind")
     if kind == "shm":
-        return _map_shm(str(ref["path"]), int(ref["size"]), share)
+        return _map_shm(str(ref["path"]), int(ref["size"]), share, keep)
     if kind == "inline":
         raw = ref["data"]
         return bytearray(base64.b64decode(raw) if isinstance(raw, str) else raw)
@@ -274,9 +278,10 @@ def read_buffer(ref: Ref, share: bool = False) -> Any:
     )
 
 
-def _map_shm(path: str, size: int, share: bool = False) -> Any:
+def _map_shm(path: str, size: int, share: bool = False, keep: bool = False) -> Any:
     if size == 0:
-        _unlink(path)
+        if not keep:
+            _unlink(path)
         return bytearray()
     try:
         fd = os.open(path, os.O_RDWR if share else os.O_RDONLY)
@@ -299,7 +304,7 @@ def _map_shm(path: str, size: int, share: bool = False) -> Any:
         return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_COPY))
     finally:
         os.close(fd)
-        if not share:
+        if not (share or keep):
             _unlink(path)
 
 

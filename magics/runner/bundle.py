@@ -43,6 +43,7 @@ def make_bundle(
     python: str | None = None,
     script: Mapping[str, Any] | None = None,
     log_url: str = "",
+    ranks: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Build a bundle dict; ``inputs`` are pickled here (large buffers out of band via ``input_transport``).
 
@@ -51,6 +52,7 @@ def make_bundle(
     :mod:`.script`): argv, workdir and ``sys.exit`` codes as ``python SCRIPT`` would have them. ``log_url``
     (a presigned PUT URL) keeps the run's log in object storage (:mod:`.runlog`). ``output_format`` is ``pickle``
     or ``safe`` (the format of :mod:`.safe`, for a kernel that does not trust the cluster the runner is on).
+    ``ranks`` (``{"nodes": N, "procs_per_node": P, "out_rank": R}``) makes it a distributed run (:mod:`.ranks`).
     """
     import secrets  # the engine's side only; the runner never makes bundles
 
@@ -76,6 +78,7 @@ def make_bundle(
         "env": dict(env or {}),
         "script": None if script is None else dict(script),
         "log_url": log_url,
+        "ranks": None if ranks is None else dict(ranks),
     }
 
 
@@ -104,6 +107,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "env": dict,
     "script": dict,
     "log_url": str,
+    "ranks": dict,
 }
 _REQUIRED = ("version", "nonce", "python", "cell")
 _DEFAULTS: dict[str, Any] = {
@@ -123,6 +127,7 @@ _DEFAULTS: dict[str, Any] = {
     "env": {},
     "script": None,
     "log_url": "",
+    "ranks": None,
 }
 
 

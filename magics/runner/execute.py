@@ -25,8 +25,11 @@ SMALL_INPUTS = 64 * 1024
 _IPYTHON_LINE = re.compile(r"^\s*(?:[\w.,\s\[\]]+=\s*)?[%!]")
 
 
-def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
-    """Everything between ``hello`` and ``done`` for one bundle; raises :class:`CellFailed` on failure."""
+def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any], *, shared_inputs: bool = False) -> None:
+    """Everything between ``hello`` and ``done`` for one bundle; raises :class:`CellFailed` on failure.
+
+    ``shared_inputs``: other processes (the other ranks of a distributed run) read the same input files.
+    """
     code, last = compile_cell(emit, bundle)
     # status frames only for steps that have work: a warm trivial cell should cost few writes
     if bundle["modules"]:
@@ -34,7 +37,7 @@ def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> N
         import_modules(emit, bundle["modules"], namespace)
     if bundle["buffers"] or len(bundle["inputs"] or b"") > SMALL_INPUTS:
         emit("status", state="loading inputs")
-    load_inputs(emit, bundle, namespace)
+    load_inputs(emit, bundle, namespace, shared=shared_inputs)
     emit("status", state="running")
     workdir = script.enter(bundle["script"], namespace) if bundle["script"] else None
     try:
@@ -110,13 +113,22 @@ def import_modules(emit: Emit, modules: dict[str, str], namespace: dict[str, Any
             ) from None
 
 
-def load_inputs(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
-    """Unpickle the cell's inputs into ``namespace``; shm inputs are mapped shared (see :mod:`.handover`)."""
+def load_inputs(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any], *, shared: bool = False) -> None:
+    """Unpickle the cell's inputs into ``namespace``; shm inputs are mapped shared (see :mod:`.handover`).
+
+    ``shared``: other processes read the same files, so each maps them copy-on-write (one rank's in-place
+    change must not reach another's data) and leaves their names to the engine, which removes them after
+    the run.
+    """
     if bundle["inputs"] is None:
-        buffers.discard(bundle["buffers"])
+        if not shared:
+            buffers.discard(bundle["buffers"])
         return
     try:
-        values = buffers.load(bundle["inputs"], bundle["buffers"], share=True)
+        if shared:
+            values = buffers.load(bundle["inputs"], bundle["buffers"], keep=True)
+        else:
+            values = buffers.load(bundle["inputs"], bundle["buffers"], share=True)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:

@@ -75,6 +75,8 @@ class Hello:
     gpus: tuple[str, ...]
     """Names of the GPUs the runner sees; empty on CPU."""
     session: bool
+    rank: int = field(default=0, kw_only=True)
+    """The rank of a distributed run the frame came from (0 outside one)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Status:
 
     seq: int
     state: str
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Stream:
     name: str
     """``stdout`` or ``stderr``."""
     text: str
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ class DisplayData:
     data: Mapping[str, Any]
     """MIME type to content; binary content is base64 text."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,7 @@ class Error:
     ename: str
     evalue: str
     traceback: tuple[str, ...] = ()
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class RunnerWarning:
 
     seq: int
     text: str
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,7 @@ class Metrics:
     seq: int
     gpu: tuple[GpuSample, ...]
     note: str | None = None
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,7 @@ class Outputs:
     buffers: tuple[Mapping[str, Any], ...]
     format: str = "pickle"
     """``pickle``, or ``safe``: a container of :mod:`.safe` (from a runner on an untrusted cluster)."""
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,7 @@ class Done:
     seq: int
     status: str
     elapsed: float
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,7 @@ class UnknownFrame:
     seq: int
     kind: str
     payload: Any
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,7 @@ class FrameError:
     reason: str
     line: str
     """The start of the offending frame, for diagnostics."""
+    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -235,23 +247,23 @@ def _gpu_sample(raw: Mapping[str, Any]) -> GpuSample:
     )
 
 
-_BUILDERS: dict[str, Callable[[int, Mapping[str, Any]], Event]] = {
-    "hello": lambda s, p: Hello(
-        s, str(p["python"]), int(p["pid"]), tuple(p.get("gpus", ())), bool(p.get("session", False))
+_BUILDERS: dict[str, Callable[[int, Mapping[str, Any], int], Event]] = {
+    "hello": lambda s, p, r: Hello(
+        s, str(p["python"]), int(p["pid"]), tuple(p.get("gpus", ())), bool(p.get("session", False)), rank=r
     ),
-    "status": lambda s, p: Status(s, str(p["state"])),
-    "stream": lambda s, p: Stream(s, str(p["name"]), str(p["text"])),
-    "display_data": lambda s, p: DisplayData(s, dict(p["data"]), dict(p.get("metadata") or {})),
-    "error": lambda s, p: Error(
-        s, str(p["ename"]), str(p.get("evalue", "")), tuple(str(x) for x in p.get("traceback", ()))
+    "status": lambda s, p, r: Status(s, str(p["state"]), rank=r),
+    "stream": lambda s, p, r: Stream(s, str(p["name"]), str(p["text"]), rank=r),
+    "display_data": lambda s, p, r: DisplayData(s, dict(p["data"]), dict(p.get("metadata") or {}), rank=r),
+    "error": lambda s, p, r: Error(
+        s, str(p["ename"]), str(p.get("evalue", "")), tuple(str(x) for x in p.get("traceback", ())), rank=r
     ),
-    "warning": lambda s, p: RunnerWarning(s, str(p["text"])),
-    "metrics": lambda s, p: Metrics(s, tuple(_gpu_sample(g) for g in p.get("gpu", ())), p.get("note")),
-    "outputs": lambda s, p: Outputs(
+    "warning": lambda s, p, r: RunnerWarning(s, str(p["text"]), rank=r),
+    "metrics": lambda s, p, r: Metrics(s, tuple(_gpu_sample(g) for g in p.get("gpu", ())), p.get("note"), rank=r),
+    "outputs": lambda s, p, r: Outputs(
         s, tuple(p["names"]), p["pickle"], tuple(dict(b) for b in p.get("buffers", ())),
-        str(p.get("format", "pickle")),
+        str(p.get("format", "pickle")), rank=r,
     ),
-    "done": lambda s, p: Done(s, str(p["status"]), float(p.get("elapsed", 0.0))),
+    "done": lambda s, p, r: Done(s, str(p["status"]), float(p.get("elapsed", 0.0)), rank=r),
 }
 
 
@@ -264,6 +276,10 @@ class FrameDecoder:
     :meth:`expect_run`) frames of any other run are dropped and counted in :attr:`foreign`; frames of no
     run (``hello``) always pass. Work is linear in the input; a line is buffered up to
     :data:`MAX_LINE_BYTES` and a large event up to ``max_event_bytes``.
+
+    ``ranks``: how many ranks the stream may carry (a distributed run's world size; 1 otherwise): a frame
+    of another rank is :class:`Noise`. Events carry their frame's rank; each rank's ``part`` frames are
+    reassembled apart from the others'.
     """
 
     def __init__(
@@ -273,22 +289,26 @@ class FrameDecoder:
         *,
         run_id: str | None = None,
         max_event_bytes: int = MAX_EVENT_BYTES,
+        ranks: int = 1,
     ) -> None:
         self.nonce = check_nonce(nonce)
+        self.ranks = ranks
         self.last_seen = last_seen
         self.foreign = 0
         """Frames dropped because they belong to another run."""
         self.max_event_bytes = max_event_bytes
         self._run = None if run_id is None else run_token(run_id)
         self._lines = LineSplitter(MAX_LINE_BYTES)
-        self._parts: dict[int, tuple[str, list[str]]] = {}
+        # per rank: (part id, kind, chunks) of the one large event being reassembled
+        self._parts: dict[int, tuple[int, str, list[str]]] = {}
         self._part_bytes = 0
-        self._skipping: int | None = None  # the part id of an event dropped as too large
+        self._skipping: dict[int, int] = {}  # per rank: the part id of an event dropped as too large
 
     def expect_run(self, run_id: str | None) -> None:
         """Accept from now on only frames of ``run_id`` (``None``: of any run); drops unfinished parts."""
         self._run = None if run_id is None else run_token(run_id)
         self._parts.clear()
+        self._skipping.clear()
         self._part_bytes = 0
 
     def feed(self, data: bytes | str) -> list[Event]:
@@ -322,9 +342,12 @@ class FrameDecoder:
         match = _FRAME_RE.match(line)
         if match is None:
             return [Noise(line[:MAX_LINE_BYTES], "not a frame")]
-        nonce, seq_text, run, _rank, kind, payload_text = match.groups()
+        nonce, seq_text, run, rank_text, kind, payload_text = match.groups()
         if nonce != self.nonce:
             return [Noise(line, "frame of another run (nonce differs)")]
+        rank = int(rank_text)
+        if rank >= self.ranks:
+            return [Noise(line[:200], f"frame of rank {rank}, outside this run's {self.ranks} rank(s)")]
         seq = int(seq_text)
         if seq <= self.last_seen:
             return []
@@ -334,61 +357,61 @@ class FrameDecoder:
             return []
         payload = _parse(payload_text)
         if isinstance(payload, _Bad):
-            return [FrameError(seq, f"{kind} frame payload {payload.reason}", line[:200])]
+            return [FrameError(seq, f"{kind} frame payload {payload.reason}", line[:200], rank=rank)]
         if kind == "part":
-            return self._part(seq, line, payload)
-        return [self._build(seq, kind, payload, line)]
+            return self._part(seq, line, payload, rank)
+        return [self._build(seq, kind, payload, line, rank)]
 
-    def _part(self, seq: int, line: str, payload: Any) -> list[Event]:
+    def _part(self, seq: int, line: str, payload: Any, rank: int) -> list[Event]:
         try:
             part_id, kind, chunk, last = payload["id"], payload["kind"], payload["chunk"], payload["last"]
             if not (isinstance(part_id, int) and isinstance(kind, str) and isinstance(chunk, str)):
                 raise TypeError("id, kind and chunk must be an integer and two strings")
         except (KeyError, TypeError) as exc:
-            return [FrameError(seq, f"part frame without id, kind, chunk and last: {exc}", line[:200])]
-        if part_id == self._skipping:
+            return [FrameError(seq, f"part frame without id, kind, chunk and last: {exc}", line[:200], rank=rank)]
+        if part_id == self._skipping.get(rank):
             if last:
-                self._skipping = None
+                del self._skipping[rank]
             return []
-        if part_id not in self._parts:
-            # the encoder finishes one large event before it starts the next: an older one never ends
-            dropped: list[Event] = [
-                FrameError(seq, f"{k} event left unfinished", "") for k, _ in self._parts.values()
-            ]
-            self._parts.clear()
-            self._part_bytes = 0
-            self._parts[part_id] = (kind, [])
-        else:
-            dropped = []
-        chunks = self._parts[part_id][1]
+        current = self._parts.get(rank)
+        dropped: list[Event] = []
+        if current is None or current[0] != part_id:
+            # a rank's encoder finishes one large event before it starts the next: an older one never ends
+            if current is not None:
+                dropped.append(FrameError(seq, f"{current[1]} event left unfinished", "", rank=rank))
+                self._part_bytes -= sum(len(c) for c in current[2])
+            current = self._parts[rank] = (part_id, kind, [])
+        chunks = current[2]
         chunks.append(chunk)
         self._part_bytes += len(chunk)
         if self._part_bytes > self.max_event_bytes:
-            del self._parts[part_id]
-            self._part_bytes = 0
-            self._skipping = None if last else part_id
+            # bounded over all ranks together: the reader holds at most this much, however many ranks send
+            self._part_bytes -= sum(len(c) for c in chunks)
+            del self._parts[rank]
+            if not last:
+                self._skipping[rank] = part_id
             return [*dropped, FrameError(
                 seq, f"{kind} event exceeds {self.max_event_bytes} bytes; dropped (send large outputs "
-                "through object storage or shared memory)", line[:200])]
+                "through object storage or shared memory)", line[:200], rank=rank)]
         if not last:
             return dropped
-        del self._parts[part_id]
-        self._part_bytes = 0
+        del self._parts[rank]
+        self._part_bytes -= sum(len(c) for c in chunks)
         joined = "".join(chunks)
         whole = _parse(joined)
         if isinstance(whole, _Bad):
-            return [*dropped, FrameError(seq, f"reassembled {kind} frame {whole.reason}", joined[:200])]
-        return [*dropped, self._build(seq, kind, whole, joined[:200])]
+            return [*dropped, FrameError(seq, f"reassembled {kind} frame {whole.reason}", joined[:200], rank=rank)]
+        return [*dropped, self._build(seq, kind, whole, joined[:200], rank)]
 
     @staticmethod
-    def _build(seq: int, kind: str, payload: Any, line: str) -> Event:
+    def _build(seq: int, kind: str, payload: Any, line: str, rank: int = 0) -> Event:
         builder = _BUILDERS.get(kind)
         if builder is None:
-            return UnknownFrame(seq, kind, payload)
+            return UnknownFrame(seq, kind, payload, rank=rank)
         try:
-            return builder(seq, payload)
+            return builder(seq, payload, rank)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            return FrameError(seq, f"{kind} frame lacks or mistypes a field: {exc!r}", line[:200])
+            return FrameError(seq, f"{kind} frame lacks or mistypes a field: {exc!r}", line[:200], rank=rank)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def send(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any]) -> None:
             "assign it in the cell or drop it from --out",
         )
     values = {name: namespace[name] for name in names if name in namespace}
+    _drop_process_bound(emit, values, required)
     if not values:
         return  # the engine treats a run without an ``outputs`` frame as one with nothing to load
     emit("status", state="sending outputs")
@@ -134,6 +135,22 @@ def _drop_unpicklable(emit: Emit, values: dict[str, Any], required: list[str]) -
                 "in the cell (e.g. a list, an array, a state_dict) or drop it from --out",
             )
         emit("warning", text=f"{what}; skipped (it stays where the cell ran)")
+        del values[name]
+
+
+def _drop_process_bound(emit: Emit, values: dict[str, Any], required: list[str]) -> None:
+    """A ``DistributedDataParallel`` pickles, but unpickling it needs the process group, which ends with the
+    run: loading it in the notebook would fail all outputs. Skip it with a warning (fail if ``--out`` asked)."""
+    ddp_module = sys.modules.get("torch.nn.parallel.distributed")
+    ddp = getattr(ddp_module, "DistributedDataParallel", None)
+    if ddp is None:
+        return
+    for name in [n for n, v in values.items() if isinstance(v, ddp)]:
+        what = (f"output `{name}` (DistributedDataParallel) is bound to the run's process group, which does not "
+                f"exist in the notebook; send `{name}.module` or its state_dict() back instead")
+        if name in required:
+            raise fail(emit, "PicklingError", f"{what} (it was asked for with --out, so the run fails)")
+        emit("warning", text=f"{what}; skipped")
         del values[name]
 
 

@@ -20,7 +20,7 @@ from .execute import cell_traceback, run_cell
 from .failures import CellFailed
 from .runlog import RunLog
 from .signals import Interrupts, masked
-from .wire import FrameEncoder
+from .wire import MAX_FRAME_BYTES, RELAY_ROOM, FrameEncoder
 
 # frames that must come after the text printed before them: the capture is drained first
 _ORDERED = {"display_data", "error", "warning", "outputs", "done"}
@@ -52,14 +52,18 @@ def new_namespace() -> dict[str, Any]:
 class Runtime:
     """One runner process: frames out, streams captured, interrupts routed to the cell."""
 
-    def __init__(self, nonce: str, session: bool) -> None:
+    def __init__(self, nonce: str, session: bool, rank: int | None = None) -> None:
         self.session = session
+        self.rank = rank
+        """This process's rank in a distributed run (``None``: not one)."""
         self.interrupts = Interrupts(one_shot=not session)
         self.command_fd = os.dup(0)  # the session's command channel; the cell's stdin is /dev/null
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.close(devnull)
-        self.encoder = FrameEncoder(nonce, _frame_writer(private_stdout()))
+        # a rank's frames pass through its node's launcher, which writes a longer seq in front of them
+        limit = MAX_FRAME_BYTES if rank is None else MAX_FRAME_BYTES - RELAY_ROOM
+        self.encoder = FrameEncoder(nonce, _frame_writer(private_stdout()), limit=limit, rank=rank or 0)
         self.log = RunLog()
         self.capture = FdCapture(self._stream)
         self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
@@ -129,7 +133,7 @@ class Runtime:
             try:
                 self.interrupts.begin()
                 self.sampler.start()
-                run_cell(self.emit, bundle, self.namespace)
+                run_cell(self.emit, self._own_share(bundle), self.namespace, shared_inputs=self.rank is not None)
             finally:
                 self.interrupts.running = False
                 self.sampler.stop()
@@ -156,6 +160,13 @@ class Runtime:
         self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
         self.encoder.end_run()
         return status
+
+    def _own_share(self, bundle: dict[str, Any]) -> dict[str, Any]:
+        """What this process sends back: everything outside a distributed run; in one, only the rank the
+        variables come back from (``out_rank``) sends its outputs."""
+        if self.rank is None or self.rank == bundle["ranks"]["out_rank"]:
+            return bundle
+        return {**bundle, "outputs": [], "required_outputs": []}
 
     def close(self) -> None:
         """Drain the capture and point fds 1 and 2 at /dev/null: late output (atexit) must not block."""

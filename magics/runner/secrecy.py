@@ -33,13 +33,18 @@ def make_undumpable() -> bool:
         return False
 
 
-def greeting(nonce: str) -> bytes:
-    """The first line an engine writes to a session runner's stdin."""
-    return json.dumps({"op": "start", "nonce": nonce}).encode("ascii") + b"\n"
+def greeting(nonce: str, ranks: dict[str, int] | None = None) -> bytes:
+    """The first line an engine writes to a session runner's stdin; ``ranks`` (a bundle's ``ranks`` field)
+    makes the runner a distributed session's node launcher."""
+    command: dict[str, object] = {"op": "start", "nonce": nonce}
+    if ranks is not None:
+        command["ranks"] = ranks
+    return json.dumps(command).encode("ascii") + b"\n"
 
 
-def read_greeting(fd: int = 0) -> str:
-    """The nonce from the session's first command line on ``fd``; ``ValueError`` saying what was wrong.
+def read_greeting(fd: int = 0) -> tuple[str, dict[str, int] | None]:
+    """The nonce (and the ``ranks`` of a distributed session, else ``None``) from the session's first
+    command line on ``fd``; ``ValueError`` saying what was wrong.
 
     Read a byte at a time: the commands after it stay in the pipe for the session's own reader.
     """
@@ -52,7 +57,8 @@ def read_greeting(fd: int = 0) -> str:
     try:
         command = json.loads(bytes(line))
         if command.get("op") == "start" and isinstance(command.get("nonce"), str):
-            return str(command["nonce"])
+            ranks = command.get("ranks")
+            return str(command["nonce"]), (dict(ranks) if isinstance(ranks, dict) else None)
     except (ValueError, AttributeError):
         pass
     raise ValueError(

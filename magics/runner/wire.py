@@ -15,6 +15,10 @@ from typing import Any
 MAX_FRAME_BYTES = 16 * 1024
 """Longest frame line in bytes, newline included."""
 
+RELAY_ROOM = 24
+"""Bytes a rank's frames leave free under :data:`MAX_FRAME_BYTES`: its node's launcher (``ranks.py``)
+writes its own ``seq`` (up to 18 digits) and the rank (up to 6) in their place, so a relayed line fits."""
+
 MARK = "\x1egpuo"
 """What every frame line starts with (an ASCII record separator, then a fixed tag)."""
 

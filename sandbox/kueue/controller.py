@@ -12,10 +12,9 @@ AFS usage ledger does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
-import time
-from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -27,9 +26,10 @@ from ..defaults import now
 from ..errors import ApiError
 from ..matching import quantity
 from . import cycle, names, owners, status, sync, workloads
+from .ledger import UsageLedger
 from .options import KueueOptions
 from .preemption import Admitted
-from .scheduler import Entry, add, decayed, entry_penalty, flavors_of, usage_value
+from .scheduler import Entry, add, flavors_of, matching_flavors
 from .webhook import label_selector_matches
 
 log = logging.getLogger(__name__)
@@ -45,39 +45,13 @@ class KueueController:
 
     def __init__(self, options: KueueOptions) -> None:
         self.options = options
-        self.consumed: dict[str, dict[str, float]] = {}
-        self.penalty: dict[str, dict[str, float]] = {}
-        self.sampled_at = time.monotonic()
+        self.ledger = UsageLedger(options.usage_half_life, options.usage_sampling, dict(options.resource_weights))
         self._arrivals = itertools.count()
         self.arrival: dict[str, int] = {}
         """Workload uid -> order of creation (Kueue breaks ties of whole-second timestamps arbitrarily)."""
         self.queue_order: dict[str, list[Entry]] = {}
-        self._timers = False
         """ClusterQueue name -> pending Workloads, head first, as of the last pass."""
-
-    # ---- fair sharing ledger ---------------------------------------------------------------------
-    def lq_usage(self) -> dict[str, float]:
-        keys = set(self.consumed) | set(self.penalty)
-        return {k: usage_value({r: self.consumed.get(k, {}).get(r, 0.0) + self.penalty.get(k, {}).get(r, 0.0)
-                                for r in set(self.consumed.get(k, {})) | set(self.penalty.get(k, {}))})
-                for k in keys}
-
-    def _sample(self, admitted_usage: Mapping[str, Mapping[str, float]]) -> bool:
-        elapsed = time.monotonic() - self.sampled_at
-        if elapsed < self.options.usage_sampling:
-            return False
-        keys = set(self.consumed) | set(admitted_usage)
-        self.consumed = {k: decayed(self.consumed.get(k, {}), admitted_usage.get(k, {}), elapsed,
-                                    self.options.usage_half_life) for k in keys}
-        self.penalty.clear()
-        self.sampled_at = time.monotonic()
-        return True
-
-    def _penalize(self, entry: Entry) -> None:
-        bucket = self.penalty.setdefault(f"{entry.namespace}/{entry.queue}", {})
-        for resource, value in entry_penalty(entry.requests, self.options.usage_sampling,
-                                             self.options.usage_half_life).items():
-            bucket[resource] = bucket.get(resource, 0.0) + value
+        self._timers = False
 
     # ---- one pass ----------------------------------------------------------------------------------
     def managed_namespaces(self, api: Api) -> set[str]:
@@ -173,6 +147,8 @@ class KueueController:
                   for q in api.list(api.kind(names.API_VERSION, "LocalQueue"))["items"]}
         views = {cq["metadata"]["name"]: cycle.QueueView(cq, *flavors_of(cq))
                  for cq in api.list(api.kind(names.API_VERSION, "ClusterQueue"))["items"]}
+        node_labels = {f["metadata"]["name"]: dict((f.get("spec") or {}).get("nodeLabels") or {})
+                       for f in api.list(api.kind(names.API_VERSION, "ResourceFlavor"))["items"]}
         admitted_usage: dict[str, dict[str, float]] = {}
         for wl in all_workloads:
             if names.is_true(wl, names.FINISHED) or not wl["spec"].get("active", True):
@@ -198,15 +174,36 @@ class KueueController:
                 cycle.mark_pending(api, wl, blocker, "Misconfigured")
                 continue
             queued_at = requeued["lastTransitionTime"] if requeued else meta["creationTimestamp"]
+            group = {f.name: node_labels.get(f.name, {}) for f in view.flavors}
+            fits = matching_flavors([ps.get("template") or {} for ps in wl["spec"]["podSets"]], group)
             view.pending.append((Entry(meta["namespace"], meta["name"], wl["spec"].get("queueName", ""),
-                                       workloads.priority(wl), queued_at, workloads.requests(wl),
-                                       self.arrival.get(meta["uid"], 0)), wl))
-        sampled = self._sample(admitted_usage)
+                                       workloads.priority(wl), queued_at,
+                                       workloads.requests(wl, self.options.exclude_resource_prefixes),
+                                       self.arrival.get(meta["uid"], 0), fits), wl))
+        self.ledger.forget(queues)
+        sampled = self.ledger.sample(admitted_usage, queues)
+        weights = {key: _lq_weight(lq) for key, lq in queues.items()}
+
+        def on_admit(entry: Entry, afs: bool) -> None:
+            key = f"{entry.namespace}/{entry.queue}"
+            bucket = admitted_usage.setdefault(key, {})
+            for r, v in entry.requests.items():
+                bucket[r] = bucket.get(r, 0.0) + float(v)
+            if afs:  # Kueue charges entry penalties only in a ClusterQueue with Admission Fair Sharing
+                self.ledger.admit(key, entry.requests, bucket)
+
         for name, view in views.items():
             afs = ((view.cluster_queue.get("spec") or {}).get("admissionScope") or {}).get(
                 "admissionMode") == "UsageBasedAdmissionFairSharing"
-            self.queue_order[name] = cycle.run(api, view, self.lq_usage if afs else None, self._penalize)
-        status.write(api, views, queues, self.consumed if sampled else None)
+            usage = functools.partial(self.ledger.usage, weights) if afs else None
+            self.queue_order[name] = cycle.run(api, view, usage, functools.partial(on_admit, afs=afs))
+        status.write(api, views, queues, {k: self.ledger.entries[k].consumed for k in sampled})
+
+
+def _lq_weight(lq: dict[str, Any]) -> float:
+    """A LocalQueue's ``spec.fairSharing.weight`` (default 1): its usage counts divided by it."""
+    weight = ((lq.get("spec") or {}).get("fairSharing") or {}).get("weight")
+    return 1.0 if weight is None else float(quantity(str(weight)))
 
 
 def _queue_blocker(api: Api, wl: dict[str, Any], lq: dict[str, Any] | None, view: cycle.QueueView | None) -> str:

@@ -18,7 +18,7 @@ from ..api import Api
 from ..patching import MERGE
 from . import names, owners, workloads
 from .preemption import Admitted, victims
-from .scheduler import Entry, Flavor, add, assign, order
+from .scheduler import Entry, Flavor, add, allowed, assign, order
 
 Obj = dict[str, Any]
 WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
@@ -132,10 +132,10 @@ def _preempt(api: Api, view: QueueView, entry: Entry, workload: Obj) -> str:
     room = {f: dict(v) for f, v in view.used.items()}
     for adm, _ in evicting:
         add(room, adm.flavor, adm.usage, -1)
-    if assign(entry.requests, view.covered, view.flavors, room).flavor is not None:
+    if assign(entry.requests, view.covered, view.flavors, room, entry).flavor is not None:
         return "Pending the preemption of workloads already being stopped"
     candidates = [a for a, w in view.admitted if not names.is_true(w, names.EVICTED)]
-    choice = victims(entry.requests, entry.priority, view.flavors, candidates, room)
+    choice = victims(entry.requests, entry.priority, allowed(entry, view.flavors), candidates, room)
     if choice is None or not choice[1]:
         return ""
     by_key = {(a.namespace, a.name): w for a, w in view.admitted}
@@ -159,7 +159,7 @@ def run(api: Api, view: QueueView, usage_of: Callable[[], Mapping[str, float]] |
         admitted_one = False
         for entry in ordered:
             workload = pending[(entry.namespace, entry.name)][1]
-            fit = assign(entry.requests, view.covered, view.flavors, view.used)
+            fit = assign(entry.requests, view.covered, view.flavors, view.used, entry)
             if fit.flavor is not None:
                 admit(api, view, entry, workload, fit.flavor)
                 add(view.used, fit.flavor, {r: v for r, v in entry.requests.items() if r in view.covered})

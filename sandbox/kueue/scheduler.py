@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from ..matching import quantity
+from ..matching import quantity, term_matches
 
 Amounts = Mapping[str, Decimal]
 
@@ -42,9 +42,12 @@ class Entry:
     requests: Amounts = field(default_factory=dict)
     arrival: int = 0
     """Creation order among Workloads queued in the same second (timestamps have whole seconds)."""
+    flavors: frozenset[str] | None = None
+    """The flavors whose node labels its pods' node selector and required node affinity allow (None: all)."""
 
 
 WAITING_FOR_QUOTA = "WaitingForQuota"
+NO_AFFINITY = "doesn't match node affinity"
 EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
 NO_MATCHING_FLAVOR = "NoMatchingFlavor"
 
@@ -65,7 +68,8 @@ class Assignment:
         leaves that case without a granular reason)."""
         if self.fits_ever:
             return WAITING_FOR_QUOTA
-        return NO_MATCHING_FLAVOR if "unavailable in ClusterQueue" in self.message else EXCEEDS_MAX_QUOTA
+        unmatched = "unavailable in ClusterQueue" in self.message or NO_AFFINITY in self.message
+        return NO_MATCHING_FLAVOR if unmatched else EXCEEDS_MAX_QUOTA
 
 
 def flavors_of(cluster_queue: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Flavor, ...]]:
@@ -91,9 +95,51 @@ def _fmt(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
+def allowed(entry: Entry, flavors: Sequence[Flavor]) -> tuple[Flavor, ...]:
+    """The flavors ``entry``'s node affinity allows, in the ClusterQueue's order."""
+    return tuple(flavors) if entry.flavors is None else tuple(f for f in flavors if f.name in entry.flavors)
+
+
+def matching_flavors(templates: Iterable[Mapping[str, Any]], node_labels: Mapping[str, Mapping[str, str]]
+                     ) -> frozenset[str] | None:
+    """The flavors (name -> ``nodeLabels``) every pod template's ``nodeSelector`` and required node affinity
+    allow, None when no template constrains a key any flavor labels. As Kueue's flavor assigner, only the
+    keys that some flavor of the group labels are looked at: other keys are the scheduler's business."""
+    keys = {k for labels in node_labels.values() for k in labels}
+    allowed_names = set(node_labels)
+    constrained = False
+    for template in templates:
+        spec = template.get("spec") or {}
+        selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items() if k in keys}
+        affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = [[r for r in t.get("matchExpressions") or [] if r.get("key") in keys]
+                 for t in affinity.get("nodeSelectorTerms") or []]
+        if any(not t for t in terms):
+            terms = []  # a term with no requirement on these keys lets every flavor through
+        if not selector and not terms:
+            continue
+        constrained = True
+        for name, labels in node_labels.items():
+            ok = all(labels.get(k) == v for k, v in selector.items())
+            if ok and terms:
+                ok = any(term_matches({"matchExpressions": t}, labels, "") for t in terms)
+            if not ok:
+                allowed_names.discard(name)
+    return frozenset(allowed_names) if constrained else None
+
+
 def assign(requests: Amounts, covered: Sequence[str], flavors: Sequence[Flavor],
-           used: Mapping[str, Amounts]) -> Assignment:
-    """The first flavor whose unused quota holds ``requests``, or Kueue's message for the first failure."""
+           used: Mapping[str, Amounts], entry: Entry | None = None) -> Assignment:
+    """The first flavor whose unused quota holds ``requests``, or Kueue's message for the first failure;
+    with ``entry``, only the flavors its node affinity allows."""
+    if entry is not None and entry.flavors is not None:
+        usable = allowed(entry, flavors)
+        if not usable:
+            first = flavors[0].name if flavors else "none"
+            return Assignment(None, f"couldn't assign flavors to pod set main: flavor {first} {NO_AFFINITY}",
+                              fits_ever=False)
+        flavors = usable
     wanted = {r: v for r, v in requests.items() if v > 0}
     for resource in sorted(wanted):
         if resource not in covered:
@@ -128,28 +174,31 @@ def add(into: dict[str, dict[str, Decimal]], flavor: str, amounts: Amounts, sign
         bucket[resource] = bucket.get(resource, Decimal(0)) + sign * value
 
 
-def decay(elapsed: float, half_life: float) -> float:
-    """The weight old usage keeps after ``elapsed`` seconds (Kueue's 0.5^(elapsed/halfLife))."""
-    return 0.0 if half_life <= 0 else math.pow(0.5, max(elapsed, 0.0) / half_life)
+def alpha(elapsed: float, half_life: float) -> float:
+    """``calculateAlphaRate``: the weight new usage gets after ``elapsed`` seconds, 1 - 0.5^(elapsed/halfLife);
+    0 with a half-life of 0 (Kueue then keeps no history at all)."""
+    return 0.0 if half_life <= 0 else 1 - math.pow(0.5, max(elapsed, 0.0) / half_life)
 
 
 def decayed(consumed: Mapping[str, float], current: Mapping[str, float], elapsed: float,
             half_life: float) -> dict[str, float]:
     """``CalculateDecayedConsumed``: old consumption decays, the current usage fills in the rest."""
-    keep = decay(elapsed, half_life)
+    rate = alpha(elapsed, half_life)
     keys = set(consumed) | set(current)
-    return {k: consumed.get(k, 0.0) * keep + current.get(k, 0.0) * (1 - keep) for k in sorted(keys)}
+    return {k: consumed.get(k, 0.0) * (1 - rate) + current.get(k, 0.0) * rate for k in sorted(keys)}
 
 
 def entry_penalty(requests: Amounts, sampling: float, half_life: float) -> dict[str, float]:
-    """``CalculateEntryPenalty``: what an admission adds to its LocalQueue's usage before the next sample."""
-    alpha = 1 - decay(sampling, half_life)
-    return {r: float(v) * alpha for r, v in requests.items()}
+    """``CalculateEntryPenalty``: what an admission adds to its LocalQueue's usage at once."""
+    rate = alpha(sampling, half_life)
+    return {r: float(v) * rate for r, v in requests.items()}
 
 
 def usage_value(consumed: Mapping[str, float], weights: Mapping[str, float] | None = None,
                 lq_weight: float = 1.0) -> float:
-    """``CalculateUsage``: the weighted sum of consumed resources over the LocalQueue's weight."""
+    """``CalculateUsage``: the sum of consumed resources (plus pending penalties), each times its
+    ``resourceWeights`` entry (1 when absent: a memory request in bytes outweighs GPUs unless weighted down),
+    over the LocalQueue's ``fairSharing.weight``."""
     if lq_weight <= 0:
         return math.inf
     return sum((weights or {}).get(r, 1.0) * v for r, v in consumed.items()) / lq_weight

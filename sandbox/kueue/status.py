@@ -48,8 +48,9 @@ def _amounts(values: Mapping[str, float]) -> dict[str, str]:
 
 
 def write(api: Api, views: Mapping[str, QueueView], queues: Mapping[str, Obj],
-          consumed: Mapping[str, Mapping[str, float]] | None) -> None:
-    """Write every ClusterQueue's and LocalQueue's status (``consumed``: a new AFS sample to record)."""
+          sampled: Mapping[str, Mapping[str, float]]) -> None:
+    """Write every ClusterQueue's and LocalQueue's status (``sampled``: the LocalQueues whose fair-sharing
+    usage was just sampled, with it)."""
     for view in views.values():
         old = view.cluster_queue.get("status") or {}
         flavors = _flavors(view.used, view)
@@ -77,7 +78,7 @@ def write(api: Api, views: Mapping[str, QueueView], queues: Mapping[str, Obj],
             "reservingWorkloads": len(mine), "admittedWorkloads": len(mine),
             "flavorsReservation": _flavors(usage, view, False), "flavorsUsage": _flavors(usage, view, False),
             "conditions": _active("Can submit new workloads to localQueue", old)}
-        if consumed is not None:
+        if key in sampled:
             new["fairSharing"] = {"weightedShare": 0, "admissionFairSharingStatus": {
-                "consumedResources": _amounts(consumed.get(key, {})), "lastUpdate": now()}}
+                "consumedResources": _amounts(sampled[key]), "lastUpdate": now()}}
         _write(api, "LocalQueue", lq, new)

@@ -45,6 +45,8 @@ class Embedded:
     kubeconfig: Path
     api_url: str
     s3_endpoint: str
+    host_address: str
+    """Where pods reach this machine (``RunningOrigin.host_address``): servers they call listen there."""
     namespace: str = NAMESPACE
 
     def kernel_env(self) -> dict[str, str]:
@@ -106,7 +108,9 @@ def embedded_cluster(workdir: Path | None = None) -> Iterator[Embedded]:
     with tempfile.TemporaryDirectory(prefix="gpu-offload-sandbox-") as temporary:
         root = workdir or Path(temporary)
         # pods have their own network when the sandbox runs as root: the store listens where they reach it
-        with running_origin(root, DONORS) as origin, s3_server(origin.host_address, [BUCKET]) as endpoint:
+        # in_cluster_api: a program in a pod (a user's server) finds the API as on a cluster
+        with running_origin(root, DONORS, in_cluster_api=True) as origin, \
+                s3_server(origin.host_address, [BUCKET]) as endpoint:
             _serve_hub_kinds(origin)
             _create_namespace(origin, NAMESPACE)
-            yield Embedded(origin.sandbox.kubeconfig, origin.sandbox.url, endpoint)
+            yield Embedded(origin.sandbox.kubeconfig, origin.sandbox.url, endpoint, origin.host_address)

@@ -5,9 +5,11 @@ on 127.0.0.1, see ``gpu_offload.embedded``), then JupyterLab as a child process 
 for it (kubeconfig, namespace, image, storage) with the runs extension on, and prints the URL. Ctrl-C stops
 JupyterLab (it shuts its kernels down), then the sandbox with every pod process: nothing is left running.
 
-``--hub`` starts JupyterHub instead (see ``gpu_offload.lab_hub``). Both need the ``lab`` extra:
-``pip install -e '.[lab]'``; ``--hub`` also needs ``configurable-http-proxy`` from npm
-(``npm install -g configurable-http-proxy``). The sandbox runs pods as local processes: Linux only.
+``--hub`` starts JupyterHub instead, whose KubeSpawner runs each user's server in a sandbox pod (see
+``gpu_offload.lab_hub``). Both need the ``lab`` extra: ``pip install -e '.[lab]'``; ``--hub`` also needs
+``configurable-http-proxy`` from npm (``npm install -g configurable-http-proxy``) and root with iproute2's
+``ip``, since user servers are pods with their own network. The sandbox runs pods as local processes:
+Linux only.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 RUNS_EXTENSION = "gpu_offload.magics.runs_api"
 EXTRA = "pip install -e '.[lab]'"
-STOP_GRACE = 20.0
+STOP_GRACE = 60.0
 """Seconds JupyterLab or JupyterHub gets to stop its kernels or servers after SIGTERM."""
 
 
@@ -44,7 +46,9 @@ def add_parser(subparsers: Any, summary: str) -> None:
     parser.add_argument("--hub", action="store_true",
                         help="JupyterHub with the gpu-offload service and spawner hook instead of JupyterLab")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
-    parser.add_argument("--root", type=Path, default=None, help="folder the notebooks are in (default: here)")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="folder the notebooks are in (default: here); not with --hub, whose user servers "
+                             "keep their files in their pods")
     parser.set_defaults(func=run)
 
 
@@ -60,6 +64,10 @@ def missing_requirements(hub: bool) -> list[str]:
                if importlib.util.find_spec(module) is None]
     if hub and proxy_command() is None:
         missing.append("configurable-http-proxy (npm install -g configurable-http-proxy)")
+    if hub and not (sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("ip")):
+        # user servers are pods; a pod's own network and in-cluster files need namespaces (docs/sandbox.md)
+        missing.append("root on Linux with iproute2's `ip` (user servers run in sandbox pods with their own "
+                       "network; without --hub, `gpu-offload lab` needs neither)")
     return missing
 
 
@@ -135,6 +143,10 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C (or SIGTERM); 2 when an extra is missing, 1 when the server does not start."""
+    if args.hub and args.root is not None:
+        print("gpu-offload lab: --root is for JupyterLab; with --hub each user's server keeps its files in its "
+              "pod: drop --root", file=sys.stderr)
+        return 2
     missing = missing_requirements(args.hub)
     if missing:
         print(f"gpu-offload lab: missing {', '.join(missing)}", file=sys.stderr)
@@ -152,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         if args.hub:
             from .lab_hub import jupyterhub
 
-            child, what, log = jupyterhub(workdir, root, port, cluster, env), "JupyterHub", workdir / "jupyterhub.log"
+            child, what, log = jupyterhub(workdir, port, cluster, env), "JupyterHub", workdir / "jupyterhub.log"
         else:
             child, what, log = jupyterlab(workdir, root, port, env), "JupyterLab", workdir / "jupyterlab.log"
         try:

@@ -222,3 +222,52 @@ def test_the_charts_trusted_only_reaches_every_users_kernel(kit: Any) -> None:
     assert "GPU_OFFLOAD_TRUSTED_ONLY" not in server_environment("jhub-alice", default)
     chosen = parse_config(kit.config_of(kit.render({"offload": {"trustedOnly": True}})))
     assert server_environment("jhub-alice", chosen)["GPU_OFFLOAD_TRUSTED_ONLY"] == "1"
+
+
+def test_the_grafana_dashboard_is_off_by_default_and_queries_only_metrics_the_service_serves(kit: Any) -> None:
+    import json
+    import re
+
+    from gpu_offload.hub_extension.metrics import HubMetrics
+    from gpu_offload.liqo_peering.inventory import Inventory
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert not [o for o in kit.render(kit.two_tenants) if o["kind"] == "ConfigMap"
+                and "grafana_dashboard" in (o["metadata"].get("labels") or {})]
+    values = {"metrics": {"grafanaDashboard": {"enabled": True}}}
+    report = helm.lint(kit.chart_dir, values, strict=True, namespace=kit.hub_namespace,
+                       kube_version=f"v{kit.kube_version}")
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == [], report
+    config_map = kit.find(kit.render(values), "ConfigMap", f"{kit.release}-dashboard", kit.hub_namespace)
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"  # what Grafana's sidecar selects by
+    kubernetes_validate.validate(config_map, kit.kube_version, strict=True)
+    dashboard = json.loads(config_map["data"]["gpu-offload.json"])
+    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {name for q in queries for name in re.findall(r"\bgpu_offload_\w+", q)}
+    # what /metrics serves: the service's own registry, exposed as its handler exposes it
+    served: set[str] = set()
+    for family in text_string_to_metric_families(generate_latest(HubMetrics(lambda: Inventory(())).registry)
+                                                 .decode()):
+        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+        served |= {family.name + s for s in suffixes.get(family.type, ("",))}
+    assert used and used <= served, sorted(used - served)
+    # and every family the service serves is charted somewhere
+    families = {f.name for f in HubMetrics(lambda: Inventory(())).registry.collect()}
+    assert {f for f in families if not any(name.startswith(f) for name in used)} == set()
+
+def test_the_charts_session_idle_timeout_reaches_every_users_kernel(kit: Any) -> None:
+    from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.user_namespace import server_environment
+    from gpu_offload.magics.backends.kube.config import from_environment
+
+    default = parse_config(kit.config_of(kit.render()))
+    environment = server_environment("jhub-alice", default)
+    assert environment["GPU_OFFLOAD_SESSION_IDLE_TIMEOUT"] == "3600"  # on by default: an hour
+    assert from_environment(environment).session_idle_timeout == 3600.0
+    never = parse_config(kit.config_of(kit.render({"offload": {"sessionIdleTimeout": 0}})))
+    assert "GPU_OFFLOAD_SESSION_IDLE_TIMEOUT" not in server_environment("jhub-alice", never)
+    with pytest.raises(Exception, match="sessionIdleTimeout"):
+        kit.render({"offload": {"sessionIdleTimeout": "1h"}})  # the schema wants seconds
+    with pytest.raises(ValueError, match=r"offload.sessionIdleTimeout=-5 must be a whole number of seconds"):
+        parse_config({"offload": {"sessionIdleTimeout": -5}})  # a configuration file written by hand

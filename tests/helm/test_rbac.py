@@ -120,6 +120,18 @@ CASES = [
     (ALICE_SERVER, Request("list", "", "secrets", "jhub-alice"), True),  # cleanup of a crashed kernel's
     (ALICE_SERVER, Request("create", "", "pods/attach", "jhub-alice", "session-1"), True),  # warm sessions
     (ALICE_SERVER, Request("get", LIQO_OFFLOADING, "namespaceoffloadings", "jhub-alice", "offloading"), True),
+    # distributed runs: a Job and the headless Service of rank 0, in its own namespace only
+    (ALICE_SERVER, Request("create", "batch", "jobs", "jhub-alice"), True),
+    (ALICE_SERVER, Request("delete", "batch", "jobs", "jhub-alice", "gpuo-run-1"), True),
+    (ALICE_SERVER, Request("create", "", "services", "jhub-alice"), True),
+    (ALICE_SERVER, Request("patch", "", "services", "jhub-alice", "gpuo-run-1-rank0"), False),
+    (ALICE_SERVER, Request("create", "batch", "jobs", "jhub-bob"), False),
+    (ALICE_SERVER, Request("create", "batch", "cronjobs", "jhub-alice"), False),
+
+    # why Kueue stopped a pod it deleted (its "Stopped" event): read, never written
+    (ALICE_SERVER, Request("list", "", "events", "jhub-alice"), True),
+    (ALICE_SERVER, Request("create", "", "events", "jhub-alice"), False),
+    (ALICE_SERVER, Request("list", "", "events", "jhub-bob"), False),
     (ALICE_SERVER, Request("list", "", "secrets", "jhub-bob"), False),
     (ALICE_SERVER, Request("create", "", "pods", "jhub-bob"), False),
     (ALICE_SERVER, Request("get", "", "secrets", "jhub-bob", "run-1"), False),

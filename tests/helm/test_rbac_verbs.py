@@ -77,13 +77,15 @@ def test_the_tenant_role_grants_exactly_the_verbs_the_hub_uses(kit: Any) -> None
                                f"used but not granted: {sorted(wanted - granted)}")
 
 
-def test_with_queueing_on_the_hub_may_do_exactly_what_the_queue_reconcile_does(kit: Any) -> None:
+def test_with_queueing_on_the_hub_may_do_exactly_what_the_queue_reconcile_and_page_do(kit: Any) -> None:
+    from gpu_offload.hub_extension.watches import QUEUE_PAGE_KINDS
     from gpu_offload.liqo_peering.queue_sync import WRITES
 
     # LocalQueues live in user namespaces: the spawner hook makes them there, under the per-namespace role
     cluster_kinds = {g.kind: g.plural for g in (L.RESOURCE_FLAVOR, L.CLUSTER_QUEUE, L.WORKLOAD_PRIORITY_CLASS)}
     wanted = {(cluster_kinds[kind], verb) for verb, kind in WRITES if kind in cluster_kinds}
     wanted |= {(plural, "list") for plural in cluster_kinds.values()}
+    wanted |= {(g.plural, verb) for g in QUEUE_PAGE_KINDS for verb in ("list", "watch")}  # the Queues page
     objects = kit.render({"queueing": {"kueue": {"enabled": True}}})
     role = kit.find(objects, "ClusterRole", "gpu-offload-hub-kueue")
     granted = {(plural, verb) for rule in role["rules"] for group in rule["apiGroups"] if group == L.KUEUE_GROUP
@@ -92,7 +94,35 @@ def test_with_queueing_on_the_hub_may_do_exactly_what_the_queue_reconcile_does(k
                                f"used but not granted: {sorted(wanted - granted)}")
     namespace_role = kit.find(objects, "ClusterRole", "gpu-offload-user-namespace")
     assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["create"]} in namespace_role["rules"]
+    # the priority classes each user may use: created at the first spawn, replaced (update) at the next ones
+    assert {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "update"]} in namespace_role["rules"]
+    server_role = kit.find(objects, "ClusterRole", "gpu-offload-user-server")
+    assert not any("configmaps" in r["resources"] for r in server_role["rules"])  # a user cannot widen their own
     off = kit.render()
     assert not [o for o in off if o["metadata"]["name"] == "gpu-offload-hub-kueue"]
     assert not any("kueue.x-k8s.io" in r["apiGroups"]
                    for r in kit.find(off, "ClusterRole", "gpu-offload-user-namespace")["rules"])
+
+
+def test_with_queueing_on_a_users_kernel_may_read_its_place_in_line_and_nothing_more(kit: Any) -> None:
+    from gpu_offload.liqo_peering.queue_client import KueueClient
+
+    objects = kit.render({"queueing": {"kueue": {"enabled": True, "clusterQueue": "pool"}}})
+    server = kit.find(objects, "ClusterRole", "gpu-offload-user-server")
+    kueue_rules = [r for r in server["rules"] if any("kueue" in g for g in r["apiGroups"])]
+    assert kueue_rules == [
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get"]},
+        {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
+    ]
+    # the calls a kernel makes are those: its LocalQueue, the visibility API, and the ClusterQueue's list/watch
+    assert {"local_queue", "pending_workloads", "cluster_queue"} <= set(vars(KueueClient))
+    viewer = kit.find(objects, "ClusterRole", "gpu-offload-queue-viewer")
+    assert viewer["rules"] == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
+                                "resourceNames": ["pool"], "verbs": ["get", "list", "watch"]}]
+    binding = kit.find(objects, "ClusterRoleBinding", "gpu-offload-queue-viewer")
+    assert binding["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                                    "name": "system:serviceaccounts"}]
+    off = kit.render()
+    assert not [o for o in off if o["metadata"]["name"] == "gpu-offload-queue-viewer"]
+    assert not any("kueue" in g for r in kit.find(off, "ClusterRole", "gpu-offload-user-server")["rules"]
+                   for g in r["apiGroups"])

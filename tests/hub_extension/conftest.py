@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from gpu_offload.hub_extension.local_hub import LocalHub, assign, config_text
 from gpu_offload.sandbox.fixtures import origin_fixture, stop_process, wait_until
 from gpu_offload.sandbox.origin import RunningOrigin
 
@@ -122,47 +123,6 @@ class RunningHub:
         return http(method, f"{self.service_url}{path}", self.token(user), body, form)
 
 
-HUB_CONFIG = """
-c = get_config()  # noqa
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {hub_port}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
-c.ConfigurableHTTPProxy.command = [{chp!r}]
-c.JupyterHub.authenticator_class = "dummy"
-# Nobody spawns a server in these tests: logging in lands on the home page.
-c.JupyterHub.redirect_to_server = False
-c.JupyterHub.default_url = "/hub/home"
-c.Authenticator.allowed_users = {{"admin", "alice", "vera"}}
-c.Authenticator.admin_users = {{"admin"}}
-c.JupyterHub.db_url = "sqlite:///{workdir}/jupyterhub.sqlite"
-c.JupyterHub.cookie_secret_file = "{workdir}/cookie_secret"
-c.JupyterHub.custom_scopes = {{
-    "custom:gpu-offload:view": {{"description": "See the GPU offload admin pages."}},
-    "custom:gpu-offload:manage": {{"description": "Change GPU lending."}},
-}}
-c.JupyterHub.load_groups = {{"gpu-offload-viewers": {{"users": ["vera"]}}}}
-c.JupyterHub.load_roles = [
-    {{"name": "gpu-offload-viewer", "scopes": ["custom:gpu-offload:view", "access:services!service=gpu-offload"],
-      "groups": ["gpu-offload-viewers"]}},
-    {{"name": "tester", "scopes": ["admin:users", "tokens", "read:users"], "services": ["tester"]}},
-]
-c.JupyterHub.services = [
-    {{"name": "tester", "api_token": {tester_token!r}}},
-    {{
-        "name": "gpu-offload",
-        "url": "http://127.0.0.1:{service_port}",
-        "command": [{python!r}, "-m", "gpu_offload.hub_extension.service"],
-        "display": True,
-        "oauth_no_confirm": True,
-        "oauth_client_allowed_scopes": ["custom:gpu-offload:view", "custom:gpu-offload:manage"],
-        "environment": {environment!r},
-    }},
-]
-"""
-
-
 def _stand_in_liqoctl(folder: Path, log: Path) -> None:
     """A ``liqoctl`` on PATH that records its arguments and the kubeconfig it was given, then succeeds."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -179,8 +139,9 @@ def _stand_in_liqoctl(folder: Path, log: Path) -> None:
     script.chmod(0o755)
 
 
-def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tuple[Path, RunningHub]:
-    """The hub's config file and the handle describing it (not started)."""
+def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool, **extra: Any) -> tuple[Path, RunningHub]:
+    """The hub's config file and the handle describing it (not started); ``extra``: more chart-level config
+    (e.g. ``queueing={"kueue": {"enabled": True}}``)."""
     chp = shutil.which("configurable-http-proxy") or str(NODE_BIN / "configurable-http-proxy")
     assert Path(chp).exists(), "configurable-http-proxy missing: tests/run.sh installs it into .ci/node"
     port, hub_port, proxy_api_port, service_port = (free_port() for _ in range(4))
@@ -194,6 +155,7 @@ def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tu
         "peering": {"liqoctlEnabled": liqoctl_enabled},
         # the origin admin trusts donor-2 only; the sandbox's donors label nothing that could change that
         "clusters": {"donor-2": {"trusted": True}},
+        **extra,
     }
     (workdir / "gpu-offload.yaml").write_text(yaml.safe_dump(config))
     environment = {
@@ -201,24 +163,33 @@ def write_hub(workdir: Path, origin: RunningOrigin, liqoctl_enabled: bool) -> tu
         "GPU_OFFLOAD_CONFIG": str(workdir / "gpu-offload.yaml"),
         "PATH": f"{workdir / 'bin'}:{os.environ.get('PATH', '')}",
     }
-    text = HUB_CONFIG.format(port=port, hub_port=hub_port, proxy_api_port=proxy_api_port, chp=chp,
-                             workdir=workdir, tester_token=TESTER_TOKEN, service_port=service_port,
-                             python=sys.executable, environment=environment)
+    local = LocalHub(workdir, chp, port, hub_port, proxy_api_port, service_port, environment)
+    extra = [
+        # Nobody spawns a server in these tests: logging in lands on the home page.
+        assign("JupyterHub.redirect_to_server", False),
+        assign("JupyterHub.default_url", "/hub/home"),
+        assign("Authenticator.allowed_users", {"admin", "alice", "vera"}),
+        assign("JupyterHub.load_groups", {"gpu-offload-viewers": {"users": ["vera"]}}),
+        assign("JupyterHub.load_roles", [
+            {"name": "gpu-offload-viewer", "scopes": ["custom:gpu-offload:view", "access:services!service=gpu-offload"],
+             "groups": ["gpu-offload-viewers"]},
+            {"name": "tester", "scopes": ["admin:users", "tokens", "read:users"], "services": ["tester"]},
+        ]),
+    ]
     path = workdir / "jupyterhub_config.py"
-    path.write_text(text)
-    url = f"http://127.0.0.1:{port}/"
-    return path, RunningHub(url, f"{url}services/gpu-offload/", workdir, liqoctl_log)
+    path.write_text(config_text(local, extra, services=[{"name": "tester", "api_token": TESTER_TOKEN}]))
+    return path, RunningHub(local.url, f"{local.url}services/gpu-offload/", workdir, liqoctl_log)
 
 
 @pytest.fixture(scope="module")
 def hub_factory(tmp_path_factory: pytest.TempPathFactory, origin: RunningOrigin
                 ) -> Iterator[Callable[..., RunningHub]]:
-    """Start hubs for this module (``hub_factory(liqoctl_enabled=...)``); all stopped at the end."""
+    """Start hubs for this module (``hub_factory(liqoctl_enabled=..., **config)``); all stopped at the end."""
     procs: list[tuple[subprocess.Popen[bytes], Any]] = []
 
-    def start(liqoctl_enabled: bool = False) -> RunningHub:
+    def start(liqoctl_enabled: bool = False, **extra: Any) -> RunningHub:
         workdir = tmp_path_factory.mktemp("hub")
-        config, hub = write_hub(workdir, origin, liqoctl_enabled)
+        config, hub = write_hub(workdir, origin, liqoctl_enabled, **extra)
         log = (workdir / "hub.log").open("wb")
         env = {**os.environ, "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}"}
         proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=workdir,

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import TESTER_TOKEN, free_port, http, offloaded_namespace
 
-BOUNDED_LABELS = {"user", "cluster", "model", "outcome", "reason", "verb"}
+BOUNDED_LABELS = {"user", "cluster", "model", "outcome", "reason", "verb", "le"}  # le: a histogram bucket's bound
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -110,13 +110,15 @@ def _inventory() -> Inventory:
 
 def test_every_family_is_prefixed_and_labelled_from_bounded_sets() -> None:
     metrics = HubMetrics(_inventory)
-    metrics.record_run("alice", "d1", None, 30.0, "Failed", "OOMKilled")
+    metrics.record_run("alice", "d1", None, 30.0, "Failed", {"status": {"containerStatuses": [
+        {"state": {"terminated": {"reason": "OOMKilled"}}}]}})
     metrics.api_error("patch")
     metrics.api_error("PATCH /apis/x/run-7f3a9")  # never a free-form label value
     families = list(metrics.registry.collect())
     assert {f.name for f in families} == {f"{PREFIX}{n}" for n in
                                           ("gpu_seconds", "runs", "api_errors", "gpus", "gpus_free", "gpus_in_use",
-                                           "donor_healthy")}
+                                           "donor_healthy", "placement_seconds", "queue_wait_seconds",
+                                           "preemptions")}
     for family in families:
         assert family.name.startswith(PREFIX)
         for sample in family.samples:
@@ -172,3 +174,36 @@ def test_metrics_are_open_only_when_the_chart_says_so_in_words() -> None:
     assert parse_config({"metrics": {"open": True}}).metrics_open is True
     with pytest.raises(InvalidRequest, match=r"metrics.open='yes' must be true or false"):
         parse_config({"metrics": {"open": "yes"}})
+
+
+def _timed_pod(created: str, bound: str | None, queue: str | None = None,
+               stopped_because: str | None = None) -> dict[str, Any]:
+    conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": bound}] if bound else [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
+    if stopped_because:  # as Kueue stops the pod of an evicted Workload, before deleting it
+        conditions.append({"type": "TerminationTarget", "status": "True", "lastTransitionTime": bound,
+                           "reason": f"WorkloadEvictedDueTo{stopped_because}", "message": "..."})
+    return {"metadata": {"creationTimestamp": created, "labels": {"kueue.x-k8s.io/queue-name": queue} if queue else {}},
+            "status": {"conditions": conditions}}
+
+
+def test_waits_are_split_into_placement_and_queue_and_preemptions_are_counted_per_user() -> None:
+    metrics = HubMetrics(_inventory)
+    value = metrics.registry.get_sample_value
+    metrics.record_run("alice", "d1", "H100", 60.0, "Succeeded", _timed_pod("2026-11-23T10:00:00Z", "2026-11-23T10:00:03Z"))
+    metrics.record_run("bob", "d1", "H100", 60.0, "Deleted",
+                       _timed_pod("2026-11-23T10:00:00Z", "2026-11-23T10:04:00Z", "gpu-offload", "Preempted"))
+    metrics.record_run("carol", "d1", "H100", 60.0, "Deleted",
+                       _timed_pod("2026-11-23T10:00:00Z", "2026-11-23T10:00:20Z", "gpu-offload", "PodsReadyTimeout"))
+    metrics.record_run("dave", "d1", "H100", 0.0, "Deleted", _timed_pod("2026-11-23T10:00:00Z", None, "gpu-offload"))
+    # 3 s of placement for the pod outside Kueue, and none of its wait counted as queueing
+    assert value(f"{PREFIX}placement_seconds_count", {"cluster": "d1"}) == 1
+    assert value(f"{PREFIX}placement_seconds_sum", {"cluster": "d1"}) == 3
+    # the two queued pods that were bound: 240 s and 20 s; the one never bound has no wait to report
+    assert value(f"{PREFIX}queue_wait_seconds_count", {"cluster": "d1"}) == 2
+    assert value(f"{PREFIX}queue_wait_seconds_sum", {"cluster": "d1"}) == 260
+    assert value(f"{PREFIX}queue_wait_seconds_bucket", {"cluster": "d1", "le": "30.0"}) == 1
+    # only the preemption counts as one: an eviction for pods-ready timeout is a requeue, not a preemption
+    assert value(f"{PREFIX}preemptions_total", {"user": "bob", "cluster": "d1"}) == 1
+    assert value(f"{PREFIX}preemptions_total", {"user": "carol", "cluster": "d1"}) is None
+    assert value(f"{PREFIX}runs_total", {"outcome": "Deleted", "reason": "Preempted"}) == 1

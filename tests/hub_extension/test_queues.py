@@ -56,7 +56,8 @@ def _gpu_quota(k8s: Any) -> dict[str, str] | None:
 
 def test_the_controller_follows_the_inventory_and_audits_its_writes(controller: QueueController, k8s: Any) -> None:
     wait_until(lambda: _gpu_quota(k8s) == {"gpuo-donor-2-l4": "8", "gpuo-donor-1-a100": "4"}, "the pool built")
-    (first,) = controller.store.audit_log()
+    # the controller audits a pass after its writes: the pool can be seen built a moment before the entry
+    (first,) = wait_until(lambda: controller.store.audit_log(), "the first pass audited")
     assert (first.who, first.action, first.ok) == (WHO, "queues-sync", True)
     assert "create ResourceFlavor gpuo-donor-1-a100" in first.result
 
@@ -78,9 +79,10 @@ def test_the_controller_follows_the_inventory_and_audits_its_writes(controller: 
     core.patch_node("donor-1-gpu", {"spec": {"unschedulable": True}})
     try:
         wait_until(lambda: _gpu_quota(k8s) == {"gpuo-donor-2-l4": "8", "gpuo-donor-1-a100": "0"}, "quota dropped")
-        latest = controller.store.audit_log()[0]
-        assert latest.ok and "patch ClusterQueue gpu-offload: quota gpuo-donor-2-l4 8 GPU, gpuo-donor-1-a100 0 GPU" \
-            in latest.result
+        dropped = "patch ClusterQueue gpu-offload: quota gpuo-donor-2-l4 8 GPU, gpuo-donor-1-a100 0 GPU"
+        latest = wait_until(lambda: next((e for e in controller.store.audit_log() if dropped in e.result), None),
+                            "the quota drop audited")
+        assert latest.ok, latest
     finally:
         core.patch_node("donor-1-gpu", {"spec": {"unschedulable": False}})
     wait_until(lambda: _gpu_quota(k8s) == {"gpuo-donor-2-l4": "8", "gpuo-donor-1-a100": "4"}, "quota back")

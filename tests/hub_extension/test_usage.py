@@ -70,6 +70,35 @@ def test_the_store_counts_a_pod_once_and_sums_per_user_and_cluster(tmp_path: Pat
     reopened.close()
 
 
+def test_a_run_kueue_preempted_says_so_in_its_record_and_in_the_totals(tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    url = f"sqlite:///{tmp_path}/usage.sqlite"
+    old = sa.create_engine(url)  # a database from before the column existed, with one run in it
+    with old.begin() as conn:
+        conn.execute(sa.text(
+            "CREATE TABLE gpu_offload_runs (pod_uid VARCHAR(64) PRIMARY KEY, namespace VARCHAR(253) NOT NULL, "
+            "pod VARCHAR(253) NOT NULL, user VARCHAR(255) NOT NULL, cluster_id VARCHAR(253) NOT NULL, "
+            "node VARCHAR(253) NOT NULL, gpus INTEGER NOT NULL, started DATETIME NOT NULL, ended DATETIME NOT NULL, "
+            "phase VARCHAR(16) NOT NULL, gpu_seconds FLOAT NOT NULL)"))
+        conn.execute(sa.text("INSERT INTO gpu_offload_runs VALUES ('uid-0', 'jhub-alice', 'gpuo-r0', "
+                             "'alice@example.org', 'donor-1', 'donor-1-gpu', 1, '2026-11-22 00:00:00', "
+                             "'2026-11-22 01:00:00', 'Succeeded', 3600.0)"))
+    old.dispose()
+    pod = _pod("Failed")
+    pod["status"]["conditions"] = [{"type": "TerminationTarget", "status": "True",
+                                    "reason": "WorkloadEvictedDueToPreempted", "message": "Preempted to accommodate"}]
+    run = finished_run(pod, "DELETED", {"donor-1-gpu": "donor-1"}, T0)
+    assert run is not None and run.preempted
+    assert not finished_run(_pod("Failed"), "DELETED", {"donor-1-gpu": "donor-1"}, T0).preempted  # type: ignore[union-attr]
+    store = Store(url)
+    assert store.record_run(run)
+    (total,) = store.totals()
+    assert (total.runs, total.preempted) == (2, 1)
+    assert [(r.pod, r.preempted) for r in store.runs("alice@example.org")] == [("gpuo-r1", True), ("gpuo-r0", False)]
+    store.close()
+
+
 @pytest.fixture(scope="module")
 def k8s(origin: RunningOrigin) -> Iterator[kubernetes.client.ApiClient]:
     client = origin.sandbox.api_client()

@@ -53,3 +53,22 @@ def test_profiles_offer_each_labelled_model_with_free_gpus() -> None:
     assert [p["slug"] for p in profiles] == ["standard", "liqo-gpu-a100"]
     assert profiles[1]["description"].startswith("6 free on 2 clusters, from 2.5 per GPU-hour")
     assert profiles[1]["kubespawner_override"] == {"environment": {"GPU_OFFLOAD_GPU_MODEL": "A100"}}
+
+
+def test_the_queues_page_says_what_to_do_when_there_is_nothing_to_show() -> None:
+    from datetime import datetime, timezone
+
+    from gpu_offload.hub_extension.pages import HubContext, queues_page
+    from gpu_offload.hub_extension.queue_page import queues_view
+    from gpu_offload.liqo_peering.kueue import QueueSettings
+
+    now, ctx = datetime.now(timezone.utc), HubContext("/services/gpu-offload/", "admin", True, "x")
+    off = queues_page(ctx, queues_view(None, [], [], [], [], str, now))
+    assert "Queueing is off" in off and "queueing.kueue.enabled: true" in off
+    missing = queues_view(QueueSettings(), [], [], [], [], str, now, "ClusterQueues (cluster-wide): <HTTP 403>")
+    page = queues_page(ctx, missing)
+    assert missing.enabled and not missing.exists
+    assert "No ClusterQueue gpu-offload yet" in page and "queues-sync" in page and "gpu-offload queues sync" in page
+    assert "&lt;HTTP 403&gt;" in page  # the watch's error, escaped
+    empty = queues_view(QueueSettings(), [{"metadata": {"name": "gpu-offload"}, "spec": {}}], [], [], [], str, now)
+    assert "no donor grants GPUs" in queues_page(ctx, empty) and "Nothing waits or runs" in queues_page(ctx, empty)

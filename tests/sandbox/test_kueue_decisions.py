@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from gpu_offload.sandbox.kueue.ledger import UsageLedger
 from gpu_offload.sandbox.kueue.preemption import Admitted, victims
-from gpu_offload.sandbox.kueue.scheduler import Entry, Flavor, assign, decayed, entry_penalty, order
+from gpu_offload.sandbox.kueue.scheduler import (
+    Entry,
+    Flavor,
+    assign,
+    decayed,
+    entry_penalty,
+    matching_flavors,
+    order,
+)
 
 GPU = "nvidia.com/gpu"
 A, B = Flavor("a", {GPU: Decimal(2)}), Flavor("b", {GPU: Decimal(4)})
@@ -26,6 +35,23 @@ def test_first_flavor_with_room_wins_and_messages_say_why_not():
     never = assign({GPU: Decimal(5)}, [GPU], [A, B], {})
     assert (full.reason, busy.reason, never.reason, uncovered.reason) == (
         "WaitingForQuota", "WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor")
+
+
+def test_a_pods_node_affinity_limits_the_flavors_it_may_get():
+    # as Kueue's flavor assigner: only keys some flavor labels count, so the unrelated type label is ignored
+    labels = {"a": {"liqo.io/remote-cluster-id": "one"}, "b": {"liqo.io/remote-cluster-id": "two"}}
+    pinned = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["two"]},
+            {"key": "liqo.io/type", "operator": "In", "values": ["virtual-node"]}]}]}}}}}
+    assert matching_flavors([pinned], labels) == frozenset({"b"})
+    assert matching_flavors([{"spec": {"nodeSelector": {"liqo.io/remote-cluster-id": "one"}}}], labels) == {"a"}
+    assert matching_flavors([{"spec": {"nodeSelector": {"other": "x"}}}], labels) is None
+    entry = Entry("ns", "w", "q", 0, "2026-01-01T00:00:00Z", flavors=frozenset({"b"}))
+    assert assign({GPU: Decimal(2)}, [GPU], [A, B], {}, entry).flavor == "b"  # a has room but is not allowed
+    nowhere = assign({GPU: Decimal(1)}, [GPU], [A], {}, entry)
+    assert nowhere.flavor is None and nowhere.message.endswith("flavor a doesn't match node affinity")
+    assert nowhere.reason == "NoMatchingFlavor"
 
 
 def test_victims_are_lowest_priority_then_newest_and_no_more_than_needed():
@@ -51,3 +77,30 @@ def test_fair_sharing_orders_by_queue_usage_before_priority():
     light = Entry("bob", "w2", "q", 0, "2026-01-01T00:00:09Z", arrival=1)
     assert order([heavy, light]) == [heavy, light]  # without AFS: priority first
     assert order([heavy, light], {"ann/q": 3.0, "bob/q": 0.5}) == [light, heavy]
+
+
+def test_excluded_resource_prefixes_leave_a_resource_out_of_quota_as_kueue_does():
+    from gpu_offload.sandbox.kueue.workloads import requests
+
+    # a Metaflow step pod: ephemeral-storage besides the GPU, which a GPU-only ClusterQueue does not cover
+    template = {"spec": {"containers": [{"name": "main", "resources": {
+        "limits": {GPU: "1"}, "requests": {"ephemeral-storage": "10240M"}}}]}}
+    workload = {"spec": {"podSets": [{"name": "main", "count": 1, "template": template}]}}
+    asked = requests(workload)
+    assert "resource ephemeral-storage unavailable in ClusterQueue" in assign(asked, [GPU], [A], {}).message
+    kept = requests(workload, ("ephemeral-storage",))
+    assert kept == {GPU: Decimal(1)} and assign(kept, [GPU], [A], {}).flavor == "a"
+
+
+def test_entry_penalty_stays_in_the_usage_and_decays_like_the_rest():
+    now = [0.0]
+    ledger = UsageLedger(half_life=600, sampling=300, resource_weights={"memory": 0}, clock=lambda: now[0])
+    ledger.sample({}, ["a/q", "b/q"])
+    ledger.admit("a/q", {GPU: Decimal(1), "memory": Decimal(2**30)}, {GPU: 1.0, "memory": 2.0**30})
+    penalty = 1 - 0.5 ** 0.5
+    assert abs(ledger.usage({})["a/q"] - penalty) < 1e-9  # memory weighted 0: GPUs alone count
+    assert ledger.usage({"a/q": 2.0})["a/q"] < ledger.usage({})["a/q"]  # a heavier LocalQueue counts less
+    now[0] = 300.0  # the next sample, the pod still running: the penalty is history now, not dropped
+    assert ledger.sample({"a/q": {GPU: 1.0}}, ["a/q", "b/q"]) == {"a/q", "b/q"}
+    assert abs(ledger.entries["a/q"].consumed[GPU] - (penalty * 0.5 ** 0.5 + penalty)) < 1e-9
+    assert ledger.usage({})["b/q"] == 0.0

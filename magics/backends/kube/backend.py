@@ -20,6 +20,7 @@ from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import ApiClient, LiqoClient, api_client_from_environment
 from ....liqo_peering.errors import (
+    APIDeniedByPolicy,
     APIError,
     APIForbiddenByQuota,
     APINamespaceMissing,
@@ -32,6 +33,7 @@ from ...errors import OffloadError, OffloadUsageError
 from ...runner.frames import Outputs
 from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
 from .config import KubeSettings
+from .explain import span_text
 from .hub_inventory import HubInventory
 from .launcher import PodLauncher
 from .pods import PodApi
@@ -53,6 +55,10 @@ def _translate(exc: GpuOffloadError) -> OffloadError:
         return OffloadUsageError(
             f"Nothing was launched: namespace {name} does not exist on the cluster. Create it with `kubectl create "
             f"namespace {name}` (a hub creates each user's for you), or set {E.NAMESPACE.name} to one that exists.")
+    if isinstance(exc, APIDeniedByPolicy):
+        # the chart's policies: the queue label, a priority class the user may not use, an image not allowed
+        return OffloadUsageError(f"Nothing was launched: the cluster's admission policy {exc.policy} refused the "
+                                 f"pod: {exc.denial}.")
     if isinstance(exc, APIForbiddenByQuota):
         quota = exc.quota
         return OffloadUsageError(
@@ -78,6 +84,9 @@ class KubernetesBackend:
         self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
         self._lock = threading.Lock()
         self._sessions: dict[str, KubeSession] = {}
+        self._idle_ended: dict[str, tuple[str, str]] = {}
+        """Session name -> (its pod, how it ended) for sessions this kernel ended for idling: said at the next
+        cell of that session and in ``%gpu_offload status`` until then."""
         self.cleaned: list[str] = []
         """What an earlier life of this kernel left behind, removed at start."""
         # best effort: a server account without list rights on Secrets must still be able to run cells
@@ -87,8 +96,15 @@ class KubernetesBackend:
     def describe(self) -> str:
         """One line for ``%gpu_offload status``."""
         storage = f", storage s3://{self.settings.storage.bucket}" if self.settings.storage else ", no object storage"
-        return (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
+        line = (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
+        with self._lock:
+            ended = [f"session {name}: its pod {pod} {how}; its variables are gone"
+                     for name, (pod, how) in self._idle_ended.items()]
+            # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
+            ended += [f"session {name}: its pod {s.launched.name} {s.end_words()}; its variables are gone"
+                      for name, s in self._sessions.items() if not s.alive and not s.dead]
+        return "\n".join([line, *ended])
 
     def transfer(self, run_id: str) -> Transfer:
         """Inputs inline (a bundle too large for the Secret is stored whole); outputs inline in the frames, or
@@ -160,20 +176,47 @@ class KubernetesBackend:
     def _session(self, name: str, placement: RunRequest) -> KubeSession:
         with self._lock:
             current = self._sessions.get(name)
-            replaces = ""
+            replaces, ended = self._idle_ended.pop(name, ("", ""))
             if current is not None and not current.alive:
-                replaces = current.launched.name
+                replaces, ended = current.launched.name, current.end_words()
                 current.close(grace=0)
                 del self._sessions[name]
                 current = None
             if current is None:
-                current = self._sessions[name] = KubeSession(name, self.launcher, placement, replaces)
+                current = self._sessions[name] = KubeSession(name, self.launcher, placement, replaces,
+                                                             ended or "ended while idle")
+                current.on_idle = self._idle_started
             elif current.order.placement != placement:
                 raise OffloadUsageError(
                     f"Session `{name}` was started with --gpus {current.order.placement.gpus} on "
                     f"{current.launched.ctx.cluster}; this cell asks for something else. Close it with "
                     f"`%gpu_offload close {name}` first, or use another --session name.")
+            current.claims += 1  # from now on an idle timer set earlier ends nothing
             return current
+
+    def _idle_started(self, session: KubeSession) -> None:
+        """A session's cell ended: end the session if no cell comes within the idle timeout, so nobody keeps
+        GPUs by forgetting a session (the chart's ``offload.sessionIdleTimeout``)."""
+        timeout = self.settings.session_idle_timeout
+        if timeout <= 0:
+            return
+        timer = threading.Timer(timeout, self._end_idle, (session, session.claims))
+        timer.daemon = True
+        session.idle_timer = timer
+        timer.start()
+
+    def _end_idle(self, session: KubeSession, claims: int) -> None:
+        with self._lock:
+            # a cell came meanwhile, or the session was closed or replaced: nothing to end
+            if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
+                return
+            del self._sessions[session.name]
+            gpus = session.order.placement.gpus
+            self._idle_ended[session.name] = (session.launched.name, (
+                f"was ended after {span_text(self.settings.session_idle_timeout)} idle holding {gpus} GPU"
+                f"{'' if gpus == 1 else 's'} on {session.launched.ctx.cluster} (the session idle timeout, the "
+                "hub's offload.sessionIdleTimeout)"))
+        session.close(grace=1.0)
 
     def sessions(self) -> list[SessionInfo]:
         """The warm session pods that are still alive."""

@@ -10,6 +10,7 @@ one watch and one log request.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import time
@@ -18,19 +19,48 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ....liqo_peering.errors import APIGone
+from ....liqo_peering import labels as L
+from ....liqo_peering.errors import APIError, APIGone
 from ....liqo_peering.retrying import WATCH_BACKOFF
-from ....liqo_peering.watching import QUICK_END
+from ....liqo_peering.watching import QUICK_END, WATCH_SECONDS
 from ...runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
 from ...runner.lines import LineSplitter, Overlong
 from ..base import Placed
-from .explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, PodState, placed_text, pod_state
+from .explain import (
+    FAILED,
+    FINISHED,
+    RUNNING,
+    WAITING,
+    PodContext,
+    PodState,
+    placed_text,
+    pod_state,
+    queued,
+    ran_for,
+    stopped_by_kueue,
+)
 from .pods import PodApi
 
 DIAGNOSTIC_LINES = 30
 CHUNK = 1 << 16
 STAMP_BYTES = 40
 """Room for the RFC 3339 timestamp the API puts before each log line."""
+
+
+KUEUE_PICKS = "the cluster Kueue picks"
+"""A queued pod's cluster until Kueue admits it (never a trusted cluster id)."""
+
+
+def admitted_context(pod: Mapping[str, Any], ctx: PodContext) -> PodContext:
+    """``ctx`` of a queued pod once Kueue admitted it: the cluster (and model) of the flavor Kueue chose, which
+    it wrote into the pod's node selector."""
+    if ctx.cluster != KUEUE_PICKS:
+        return ctx
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    cluster = selector.get(L.REMOTE_CLUSTER_ID_LABEL)
+    if not cluster:
+        return ctx
+    return dataclasses.replace(ctx, cluster=str(cluster), model=selector.get(L.GPU_MODEL) or ctx.model)
 
 
 @dataclass(frozen=True)
@@ -53,6 +83,9 @@ class PodFollower:
                  one_shot: bool = True, watch_seconds: int = 30, run_id: str | None = None) -> None:
         self.pods = pods
         self.name = str(pod["metadata"]["name"])
+        self.uid = str(pod["metadata"].get("uid") or "")
+        self.started_at: str | None = None
+        """When the runner container started, as its status said (to tell how long a stopped run ran)."""
         self.ctx = ctx
         self.one_shot = one_shot
         self.watch_seconds = watch_seconds
@@ -68,6 +101,10 @@ class PodFollower:
         """Log lines received so far (those a resume repeats included)."""
         self.placed = ""
         """Where the pod runs (``placed_text``), once it was bound and its runner started."""
+        self.end: PodState | None = None
+        """How the pod ended, once the follower saw it (a session's next cell says why its state is gone)."""
+        self.gated = queued(pod)
+        """The pod still waits for Kueue to admit it (its admission gate is on), as last seen."""
         self._decoder = FrameDecoder(nonce, run_id=run_id)
         self._decoding = threading.Lock()  # a session's next run may change what the decoder expects
         self._stop = threading.Event()
@@ -145,27 +182,37 @@ class PodFollower:
         # the end goes into the queue before ``started`` is set, so whoever sees ``started`` without ``running``
         # finds the reason waiting instead of attaching to a pod that never ran
         if state is not None and not self._stop.is_set():
+            self.end = state
             self.events.put(PodEnded(state))
         self.started.set()
 
+    def _seen(self, pod: Mapping[str, Any]) -> PodState:
+        self.gated = queued(pod)
+        if not self.gated:
+            self.ctx = admitted_context(pod, self.ctx)
+        return pod_state(pod, self.ctx)
+
     def _until_started(self, pod: dict[str, Any]) -> PodState:
-        state = pod_state(pod, self.ctx)
+        state = self._seen(pod)
         version = str(pod["metadata"].get("resourceVersion") or "")
         shown = ""
         while state.kind == WAITING and not self._stop.is_set():
             if state.text != shown:
                 shown = state.text
                 self.events.put(Status(-1, state.text))
-            self._stream, events = self.pods.watch_pod(self.name, version, self.watch_seconds)
+            # a pod in Kueue's line may wait long and changes only when admitted: one long watch, not one per
+            # watch_seconds
+            seconds = max(self.watch_seconds, WATCH_SECONDS) if self.gated else self.watch_seconds
+            self._stream, events = self.pods.watch_pod(self.name, version, seconds)
             try:
                 for event in events:
                     if event.get("type") == "DELETED":
-                        return _deleted(self.name)
+                        return self.gone()
                     if event.get("type") not in ("ADDED", "MODIFIED"):
                         continue
                     pod = event["object"]
                     version = str(pod["metadata"].get("resourceVersion") or version)
-                    state = pod_state(pod, self.ctx)
+                    state = self._seen(pod)
                     if state.kind != WAITING:
                         self._stream.stop()
                         break
@@ -175,14 +222,16 @@ class PodFollower:
             except APIGone:  # the pod's resourceVersion is too old to watch from: read it again
                 fresh = self.pods.read_pod(self.name)
                 if fresh is None:
-                    return _deleted(self.name)
+                    return self.gone()
                 pod = fresh
                 version = str(pod["metadata"].get("resourceVersion") or version)
-                state = pod_state(pod, self.ctx)
+                state = self._seen(pod)
         if state.kind in (RUNNING, FINISHED):
+            runner = ((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}
+            self.started_at = (runner.get("running") or runner.get("terminated") or {}).get("startedAt")
             # said once per pod, before the cell's first output: the user sees where the cell went
             self.placed = placed_text(pod, self.ctx)
-            self.events.put(Placed(self.placed))
+            self.events.put(Placed(self.placed, self.ctx.cluster))
         return state
 
     def _follow_logs(self) -> PodState | None:
@@ -201,7 +250,7 @@ class PodFollower:
                 return None
             pod = self.pods.read_pod(self.name)
             if pod is None:
-                return _deleted(self.name)
+                return self.gone()
             state = pod_state(pod, self.ctx)
             if state.kind in (FINISHED, FAILED):
                 self._read_stream()  # what the container wrote between the drop and its end
@@ -210,6 +259,18 @@ class PodFollower:
                 return state
             self.resumes += 1
         return None
+
+    def gone(self) -> PodState:
+        """Why the pod is gone: in Kueue's words when Kueue stopped it (it leaves a ``Stopped`` event on the
+        pod), else deleted by someone."""
+        try:
+            event = self.pods.stop_event(self.name, self.uid)
+        except APIError:  # events not readable: say what is certain
+            event = None
+        if event is None:
+            return _deleted(self.name)
+        stopped = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        return stopped_by_kueue("", str(event.get("message") or ""), ran_for(self.started_at, stopped), self.ctx)
 
     def _read_stream(self) -> None:
         since = since_second(self._last_stamp) if self._last_stamp else None

@@ -17,7 +17,8 @@ from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
 from ....liqo_peering.errors import APIForbidden, NoFit
-from ....liqo_peering.placement import POLICIES, PlacementRequest, place
+from ....liqo_peering.kueue import gpu_quotas, queued_scheduling
+from ....liqo_peering.placement import POLICIES, TRUST_FIX, PlacementRequest, place
 from ....liqo_peering.placement import NodeChoice as Where
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
@@ -25,9 +26,10 @@ from ...errors import OffloadUsageError
 from ..base import RunRequest
 from .config import KubeSettings
 from .explain import MEMORY_ENV, PodContext
-from .follow import PodFollower
+from .follow import KUEUE_PICKS, PodFollower
 from .hub_inventory import HubInventory
 from .pods import PodApi
+from .queueing import QueueWatch, Ticket
 from .run import LaunchedPod, PodOrder
 from .storage import RunStorage, Stored
 
@@ -64,6 +66,7 @@ class PodLauncher:
         self._cache: InventoryCache | HubInventory | None = None
         self._offloaded: set[str] = set()
         self._cache_lock = threading.Lock()  # taken inside the backend's session lock when a session starts
+        self._queue: QueueWatch | None = None
 
     def inventory_cache(self) -> InventoryCache | HubInventory:
         """The kernel's inventory source, started on first use: the hub service's in a hub deployment (users
@@ -77,9 +80,30 @@ class PodLauncher:
             return self._cache
 
     def close(self) -> None:
-        """Stop the inventory watch, if one was started."""
+        """Stop the inventory watch and the queue's, if they were started."""
         if self._cache is not None:
             self._cache.close(timeout=1.0)
+        if self._queue is not None:
+            self._queue.close()
+
+    def queue_watch(self) -> QueueWatch:
+        """The kernel's view of its LocalQueue, started on the first queued run; says what to do when the
+        LocalQueue is missing."""
+        with self._cache_lock:
+            if self._queue is None:
+                from ....liqo_peering.queue_client import KueueClient
+
+                name, namespace = str(self.settings.queue), self.settings.namespace
+                kueue = KueueClient(self.pods.api_client)
+                local = kueue.local_queue(namespace, name)
+                if local is None:
+                    raise OffloadUsageError(
+                        f"Nothing was launched: queueing through Kueue is on ({E.QUEUE.name}={name}) but namespace "
+                        f"{namespace} has no LocalQueue {name}. Restarting your server makes the hub create it; "
+                        f"an admin can run `gpu-offload queues sync --namespace {namespace}`.")
+                cluster_queue = str((local.get("spec") or {}).get("clusterQueue") or "")
+                self._queue = QueueWatch(kueue, namespace, name, cluster_queue).start()
+            return self._queue
 
     def runner_bytes(self) -> bytes:
         """The runner zipapp that travels in every Secret (stock images need nothing installed)."""
@@ -94,10 +118,7 @@ class PodLauncher:
     def where(self, placement: RunRequest, avoid: frozenset[str], memory: str | None = None) -> Where:
         """The virtual node for ``placement`` (with ``memory`` free, a quantity) from the cached inventory, then
         the namespace offloaded there."""
-        if placement.gpus < 1:
-            raise OffloadUsageError(
-                f"--gpus {placement.gpus}: the kubernetes backend runs cells on donated GPUs; ask for --gpus 1 "
-                "or more, or run CPU-only cells with --backend local.")
+        self._check_gpus(placement)
         request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
                                    fallback_models=placement.fallback_models, memory=memory_bytes(memory),
                                    trusted_only=placement.trusted_only)
@@ -130,14 +151,70 @@ class PodLauncher:
             self._offloaded.add(chosen.cluster_id)
         return chosen
 
-    def _spec(self, order: PodOrder, where: Where, memory: str | None, stored: Stored | None) -> RunnerPodSpec:
+    def leave(self, ticket: Ticket) -> None:
+        """See :meth:`.run.Launcher.leave`."""
+        if self._queue is not None:
+            self._queue.forget(ticket)
+
+    def queued(self, placement: RunRequest) -> tuple[dict[str, object], str]:
+        """The scheduling fields of a pod that waits in Kueue, and its cluster when only one may take it.
+
+        No placement: Kueue picks the flavor (donor); the pod names only its GPUs, and node affinity where the
+        cell narrows the donors (``--cluster``, ``--trusted-only``, ``--gpu-model``). A request larger than
+        every flavor's quota is refused here, before anything waits for ever.
+        """
+        self._check_gpus(placement)
+        watch = self.queue_watch()
+        self._check_fits(watch, placement.gpus)
+        pinned = placement.cluster not in ("", "auto")
+        clusters = [placement.cluster] if pinned else []
+        if placement.trusted_only:
+            trusted = self.trust.trusted_ids
+            clusters = [c for c in clusters if c in trusted] if pinned else list(trusted)
+            if not clusters:
+                where = f"cluster {placement.cluster} is not trusted" if pinned else "no cluster is trusted"
+                raise OffloadUsageError(f"Nothing was launched: only trusted clusters were asked for and {where}: "
+                                        f"{TRUST_FIX}.")
+        models = [placement.gpu_model, *placement.fallback_models] if placement.gpu_model else []
+        key = ",".join(sorted(clusters)) or "*"
+        if key not in self._offloaded:
+            # every donor (or the pinned ones): where the pod goes is Kueue's choice, made after this
+            try:
+                self.liqo.ensure_offloading(self.settings.namespace, clusters, create=self.settings.create_offloading,
+                                            timeout=self.settings.offloading_timeout)
+            except APIForbidden:
+                if self.settings.create_offloading:
+                    raise
+            self._offloaded.add(key)
+        return queued_scheduling(placement.gpus, clusters, models), clusters[0] if len(clusters) == 1 else KUEUE_PICKS
+
+    def _check_fits(self, watch: QueueWatch, gpus: int) -> None:
+        quotas = gpu_quotas(watch.cluster_queue() or {})
+        if not quotas or gpus <= max(quotas.values()):
+            return  # an unreadable ClusterQueue: Kueue says ExceedsMaxQuota itself
+        largest = max(quotas, key=lambda f: quotas[f])
+        raise OffloadUsageError(
+            f"Nothing was launched: this cell asks for {gpus} GPUs and no flavor of ClusterQueue "
+            f"{watch.cluster_queue_name} holds that many (the largest, {largest}, has a quota of "
+            f"{quotas[largest]}), so Kueue would never admit it. Ask for --gpus {quotas[largest]} or fewer"
+            + (", or ask your admin why every donor's quota is 0 (cordoned or lost)" if not quotas[largest] else "")
+            + " (`gpu-offload queues` shows the quotas).")
+
+    def _check_gpus(self, placement: RunRequest) -> None:
+        if placement.gpus < 1:
+            raise OffloadUsageError(
+                f"--gpus {placement.gpus}: the kubernetes backend runs cells on donated GPUs; ask for --gpus 1 "
+                "or more, or run CPU-only cells with --backend local.")
+
+    def _spec(self, order: PodOrder, scheduling: dict[str, object], cluster: str, memory: str | None,
+              stored: Stored | None) -> RunnerPodSpec:
         timeout = order.placement.timeout
         return RunnerPodSpec(
             run_id=order.run_id, namespace=self.settings.namespace, image=order.placement.image or self.settings.image,
-            user=self.settings.user, kernel=self.settings.kernel, scheduling=where.scheduling_fragment(),
+            user=self.settings.user, kernel=self.settings.kernel, scheduling=scheduling,
             timeout=None if timeout is None or order.session else math.ceil(timeout) + DEADLINE_MARGIN,
             python=self.settings.python, session=order.session,
-            env={**order.placement.env, **order.env, **self._output_format(where.cluster_id)},
+            env={**order.placement.env, **order.env, **self._output_format(cluster)},
             server=self.settings.server, kernel_pid=os.getpid(), metered=self.settings.metered, memory=memory,
             bundle_url=stored.url if stored else None, bundle_sha256=stored.sha256 if stored else "",
             cli=self.settings.cli,
@@ -165,12 +242,17 @@ class PodLauncher:
                                     "choose)")
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
-        where = self.where(placement, avoid, memory)
+        if self.settings.queue:
+            scheduling, cluster = self.queued(placement)
+            gpus, model = placement.gpus, placement.gpu_model if not placement.fallback_models else None
+        else:
+            where = self.where(placement, avoid, memory)
+            scheduling, cluster, gpus, model = where.scheduling_fragment(), where.cluster_id, where.gpus, where.model
         bundle, stored = order.bundle, None
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             stored = self._store_bundle(order.run_id, bundle, len(runner))
             bundle = b""
-        spec = self._spec(order, where, memory, stored)
+        spec = self._spec(order, scheduling, cluster, memory, stored)
         body = runner_pod(spec)
         created = self.pods.create(body)
         try:
@@ -178,10 +260,14 @@ class PodLauncher:
         except BaseException:
             self.pods.delete_pod(body["metadata"]["name"], grace=0)
             raise
-        ctx = PodContext(where.cluster_id, where.gpus, spec.image, memory, where.model)
+        ctx = PodContext(cluster, gpus, spec.image, memory, model)
+        name = body["metadata"]["name"]
+        ticket = None
+        if self._queue is not None and self.settings.queue:
+            ticket = self._queue.track(name, f"{gpus} x {model}" if model else f"{gpus} GPU" + "s" * (gpus > 1))
         follower = PodFollower(self.pods, created, order.nonce, ctx, one_shot=not order.session,
                                watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run)
-        return LaunchedPod(body["metadata"]["name"], ctx, follower)
+        return LaunchedPod(name, follower, ticket)
 
     def _store_bundle(self, run_id: str, bundle: bytes, runner_size: int) -> Stored:
         if self.storage is None:

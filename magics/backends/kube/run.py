@@ -17,19 +17,25 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
-from ..base import RunEvent, RunnerExit, RunRequest
+from ..base import Queued, RunEvent, RunnerExit, RunRequest
 from .explain import FAILED, PodContext, PodState, pod_state
 from .follow import PodEnded, PodFollower
 from .pods import PodApi
+from .queueing import Ticket, duration
 
 
 @dataclass
 class LaunchedPod:
-    """A runner pod the backend created, with its follower."""
+    """A runner pod the backend created, with its follower (and its place in Kueue's line when queued)."""
 
     name: str
-    ctx: PodContext
     follower: PodFollower
+    ticket: Ticket | None = None
+
+    @property
+    def ctx(self) -> PodContext:
+        """Where the pod was sent: the follower's (a queued pod's cluster is known once Kueue admits it)."""
+        return self.follower.ctx
 
 
 @dataclass(frozen=True)
@@ -58,9 +64,49 @@ class Launcher(Protocol):
         nothing fits or the cell is pinned with ``--cluster``."""
         ...
 
+    def leave(self, ticket: Ticket) -> None:
+        """Stop following a queued pod's place in line (admitted, withdrawn or released)."""
+        ...
 
+
+QUEUED_AFTER = 2.0
+"""Seconds a gated pod waits before the user is told it is queued even if Kueue has not listed it yet."""
 WHY_STOPPED_SECONDS = 10.0
 """How long to wait for the pod's status to say why its runner was stopped from outside."""
+
+
+class InLine:
+    """What a run says about its pod's place in Kueue's line: the place when it changed, then that it left the
+    line. Said only once the pod is listed as pending or has waited a moment, so a pod admitted at once never
+    says it was queued."""
+
+    def __init__(self) -> None:
+        self.shown = -1
+        """The version of the ticket last shown (-1: the run was not shown as queued)."""
+
+    def event(self, launched: LaunchedPod, launcher: Launcher) -> Queued | None:
+        ticket = launched.ticket
+        if ticket is None:
+            return None
+        if not launched.follower.gated:
+            self.leave(launched, launcher)
+            if self.shown >= 0:
+                self.shown = -1
+                return Queued(f"admitted by Kueue after {duration(time.monotonic() - ticket.since)} in line",
+                              waiting=False)
+            return None
+        due = ticket.position is not None or time.monotonic() - ticket.since > QUEUED_AFTER
+        if due and ticket.version != self.shown:
+            self.shown = ticket.version
+            return Queued(ticket.text())
+        return None
+
+    @staticmethod
+    def leave(launched: LaunchedPod, launcher: Launcher) -> None:
+        """Stop following the pod's place in line (admitted, withdrawn or released)."""
+        ticket, launched.ticket = launched.ticket, None
+        if ticket is not None:
+            launcher.leave(ticket)
 
 
 def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[RunEvent]:
@@ -90,6 +136,7 @@ class KubeRun:
         self._since = time.monotonic()
         self._waiting = "pod created"
         self._interrupting = False
+        self._line = InLine()
 
     @property
     def cluster(self) -> str:
@@ -103,6 +150,9 @@ class KubeRun:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""
         elapsed = time.monotonic() - self._since
         cluster = self.current.ctx.cluster
+        ticket = self.current.ticket
+        if ticket is not None and not self._ended and self.current.follower.gated:
+            return ticket.text()
         if self._ended:
             return f"ended on {cluster} after {elapsed:.0f} s"
         if self._hello:
@@ -115,6 +165,9 @@ class KubeRun:
             return self._pending.popleft()
         if self._ended:
             return None
+        queued = self._queue_event()
+        if queued is not None:
+            return queued
         item = self.current.follower.next(timeout)
         if item is None:
             return None
@@ -134,13 +187,21 @@ class KubeRun:
             self._done = True
         return item
 
+    def _queue_event(self) -> Queued | None:
+        return self._line.event(self.current, self._launcher)
+
+    def _leave_queue(self) -> None:
+        self._line.leave(self.current, self._launcher)
+
     def _stopped_from_outside(self, done: Done) -> RunEvent | None:
-        """The runner got SIGTERM that this kernel did not send (eviction, node drain, deadline): say why."""
+        """The runner got SIGTERM that this kernel did not send (eviction, Kueue's preemption, node drain,
+        deadline): say why."""
         deadline = time.monotonic() + WHY_STOPPED_SECONDS
         while time.monotonic() < deadline:
             pod = self.pods.read_pod(self.current.name)
-            state = pod_state(pod, self.current.ctx) if pod is not None else None
-            if state is not None and state.kind == FAILED:
+            # gone already (Kueue deletes a pod it preempts): its events say who stopped it
+            state = pod_state(pod, self.current.ctx) if pod is not None else self.current.follower.gone()
+            if state.kind == FAILED:
                 return self._ended_with(state)
             time.sleep(0.2)
         return done
@@ -175,8 +236,19 @@ class KubeRun:
         return self._pending.popleft() if self._pending else None
 
     def interrupt(self) -> None:
-        """Delete the pod with a grace period: the runner gets SIGTERM and interrupts the cell."""
+        """Delete the pod with a grace period: the runner gets SIGTERM and interrupts the cell. A pod still in
+        Kueue's queue is withdrawn at once: deleting it removes its Workload (the pod owns it), nothing ran."""
         self._interrupting = True
+        ticket = self.current.ticket
+        if ticket is not None and self.current.follower.gated and not self._ended:
+            self.current.follower.stop()
+            self.pods.delete_pod(self.current.name, grace=0)
+            self._leave_queue()
+            self._ended = True
+            self._pending.extend([Queued(f"withdrawn from the queue (LocalQueue {ticket.queue}) after "
+                                         f"{duration(time.monotonic() - ticket.since)}: nothing ran", waiting=False),
+                                  Done(-1, "interrupted", 0.0)])
+            return
         self.pods.delete_pod(self.current.name, grace=10)
 
     def kill(self) -> None:
@@ -195,6 +267,7 @@ class KubeRun:
         if self._released:
             return self._exit_code
         self._released = True
+        self._leave_queue()
         self.current.follower.stop()
         finished = self._done or self._ended
         try:

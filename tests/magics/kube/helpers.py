@@ -41,7 +41,8 @@ class Sink:
 
 
 def run_cell(backend: Any, cell: str, namespace: dict[str, Any], sink: Sink | None = None,
-             session: str | None = None, **placement: Any) -> tuple[Outcome, Sink, Any]:
+             session: str | None = None, follow_settings: FollowSettings | None = None,
+             **placement: Any) -> tuple[Outcome, Sink, Any]:
     """Submit ``cell``, follow it into ``sink``, release the run; returns outcome, sink and the run.
 
     Outputs are loaded into ``namespace`` when the run succeeded; a failed run keeps its error in the outcome.
@@ -52,7 +53,8 @@ def run_cell(backend: Any, cell: str, namespace: dict[str, Any], sink: Sink | No
                           request=RunRequest(**{"gpus": 1, **placement}), session=session)
     run = backend.submit(job)
     try:
-        outcome = follow(run, sink, FollowSettings(progress_after=1.0, grace=10.0), intake(backend, Launch(analysis)))
+        settings = follow_settings or FollowSettings(progress_after=1.0, grace=10.0)
+        outcome = follow(run, sink, settings, intake(backend, Launch(analysis)))
     finally:
         run.release(10.0)
         buffers.discard(refs)

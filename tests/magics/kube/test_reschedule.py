@@ -167,31 +167,3 @@ def test_an_admin_chosen_bin_pack_policy_fills_the_smaller_donor_first(api_clien
     finally:
         backend.close()
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
-
-
-def test_with_queueing_on_the_pod_carries_kueues_labels_and_is_not_moved_by_the_kernel(
-        api_client: Any, origin: Any, core: Any, namespace: str) -> None:
-    # Kueue, not the kernel, decides where a queued pod runs and requeues one that does not start; this sandbox
-    # has no Kueue, so the pod is scheduled as written and the kernel's own retry elsewhere must stay off
-    backend = KubernetesBackend(settings(namespace, queue="gpu-offload", priority="interactive"), api_client)
-    seen: list[dict[str, str]] = []
-    try:
-        neighbour = neighbour_takes_small_first(origin, core, namespace)
-        watcher = threading.Thread(target=lambda: seen.extend(wait_until(lambda: [
-            p.metadata.labels for p in core.list_namespaced_pod(namespace).items if p.metadata.name != "neighbour"],
-            "the cell's pod")))
-        watcher.start()
-        outcome, sink, run = run_cell(backend, "print('never')", {}, priority="batch")
-        neighbour.join()
-        watcher.join()
-        assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "Unschedulable", outcome.error
-        assert "Kueue requeues a pod that does not start" in outcome.error.evalue
-        assert not any("retrying" in n for n in sink.notices) and run.current.ctx.cluster == "small"
-        assert (seen[0]["kueue.x-k8s.io/queue-name"], seen[0]["kueue.x-k8s.io/priority-class"]) == (
-            "gpu-offload", "batch")
-    finally:
-        backend.close()
-        origin.faults.clear()
-        with contextlib.suppress(kubernetes.client.ApiException):
-            core.delete_namespaced_pod("neighbour", namespace, grace_period_seconds=0)
-    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)

@@ -114,6 +114,9 @@ def server(origin: Any, namespace: str, tmp_path: Path) -> Iterator[Server]:
 def _client(server: Server, kernel_id: str) -> BlockingKernelClient:
     client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
     client.load_connection_file()
+    # without a KernelManager the client judges the kernel alive by heartbeats, which it gives up on after 1 s
+    # by default: a loaded machine starting a kernel misses that, so the kernel is given as long as it needs
+    client.hb_channel.time_to_dead = 30.0
     client.start_channels()
     client.wait_for_ready(timeout=120)
     return client

@@ -1,0 +1,444 @@
+"""Cells that wait in Kueue's queue, through the real engine, against the sandbox's Liqo origin with Kueue.
+
+Two donors of one GPU each; the pool (flavors, ClusterQueue, priority classes, a LocalQueue per user) is
+made by ``gpu-offload queues sync`` as an admin would. The pool is pre-filled by two "filler" pods that also
+queue through Kueue, so every cell of a test waits until the test deletes a filler. Kueue is configured
+with a usage sampling interval longer than the module, so Admission Fair Sharing's entry penalties decide
+the order (no sample falls inside a test).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+import urllib3
+from gpu_offload.magics.analysis import analyse_cell
+from gpu_offload.magics.backends.base import RunRequest
+from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.magics.backends.kube.sweep import OrphanSweep
+from gpu_offload.magics.bundle import build_job
+from gpu_offload.magics.engine import FollowSettings
+from gpu_offload.magics.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
+from gpu_offload.sandbox import liqo, process
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.kueue import KueueOptions
+from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+
+from gpu_offload.cli import main
+
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
+from .helpers import Sink, run_cell
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+QUEUE = "gpu-offload"
+DONORS = (liqo.Donor("donor-1", 1, "A100", "2.00"), liqo.Donor("donor-2", 1, "L4", "0.80"))
+USERS = ("alice@example.org", "bob@example.org", "carol@example.org")
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with running_kueue_origin(tmp_path_factory.mktemp("queueing"), donors=DONORS,
+                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
+                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
+        yield running
+    assert not process.live_processes()
+
+
+@pytest.fixture(scope="module")
+def api_client(origin: Any) -> Iterator[Any]:
+    client = origin.sandbox.api_client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def core(api_client: Any) -> Any:
+    return kubernetes.client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="module")
+def custom(api_client: Any) -> Any:
+    return kubernetes.client.CustomObjectsApi(api_client)
+
+
+def _user_namespace(core: Any, custom: Any) -> str:
+    """A namespace as the hub makes one: labelled for the ClusterQueue, offloaded, with its LocalQueue."""
+    name = f"jhub-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", name, "namespaceoffloadings", {
+        "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
+    assert main(["queues", "sync", "--namespace", name]) == 0
+    return name
+
+
+@pytest.fixture()
+def namespaces(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
+    return [_user_namespace(core, custom) for _ in USERS]
+
+
+@pytest.fixture()
+def kernels(api_client: Any, namespaces: list[str], core: Any, custom: Any) -> Iterator[list[KubernetesBackend]]:
+    """One kernel per user, each in its own namespace and LocalQueue; afterwards nothing of theirs is left."""
+    backends = [KubernetesBackend(settings(ns, user=user, queue=QUEUE, priority="interactive"), api_client)
+                for ns, user in zip(namespaces, USERS, strict=True)]
+    yield backends
+    for backend in backends:
+        backend.close()
+    for ns, user in zip(namespaces, USERS, strict=True):
+        for pod in core.list_namespaced_pod(ns).items:  # fillers
+            with contextlib.suppress(kubernetes.client.ApiException):
+                core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+        wait_until(lambda ns=ns: not core.list_namespaced_pod(ns).items, "no pod left", timeout=60)
+        assert leftovers(core, ns, user) == []
+        wait_until(lambda ns=ns: not workloads(custom, ns), "no Workload left", timeout=60)
+        core.delete_namespace(ns)
+
+
+def workloads(custom: Any, namespace: str) -> list[dict[str, Any]]:
+    return list(custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"])
+
+
+def fill(core: Any, namespace: str, name: str) -> str:
+    """A one-GPU pod that queues through Kueue and sleeps until deleted; returns the donor Kueue gave it."""
+    core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod",
+        # as high a priority as the cells: Kueue would preempt a lower one for them
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": QUEUE,
+                                              "kueue.x-k8s.io/priority-class": "interactive"}},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "c", "image": STOCK_IMAGE, "command": ["python3", "-c", "import time; time.sleep(600)"],
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    pod = wait_until(lambda: (p := core.read_namespaced_pod(name, namespace)).status.phase == "Running" and p,
+                     f"filler {name} running")
+    return str(pod.spec.node_selector["liqo.io/remote-cluster-id"])
+
+
+def fill_pool(core: Any, namespace: str) -> dict[str, str]:
+    """Both GPUs held by fillers of ``namespace``'s LocalQueue; returns donor -> filler name."""
+    return {fill(core, namespace, name): name for name in ("fill-1", "fill-2")}
+
+
+def admissions(custom: Any, seen: list[str]) -> None:
+    """Record, in a daemon thread, the namespace of every Workload as Kueue admits it, in the order the API
+    server saw it (one watch: Workloads already admitted come first)."""
+    def record() -> None:
+        admitted: set[str] = set()
+        watch = kubernetes.watch.Watch()
+        with contextlib.suppress(urllib3.exceptions.HTTPError):  # the stream ends when the sandbox stops
+            for event in watch.stream(custom.list_cluster_custom_object, *KUEUE, "workloads", timeout_seconds=600):
+                obj = event["object"]
+                conds = (obj.get("status") or {}).get("conditions") or []
+                if obj["metadata"]["uid"] not in admitted and any(
+                        c["type"] == "Admitted" and c["status"] == "True" for c in conds):
+                    admitted.add(obj["metadata"]["uid"])
+                    seen.append(obj["metadata"]["namespace"])
+
+    threading.Thread(target=record, daemon=True).start()
+
+
+def pending_in(custom: Any, namespace: str) -> bool:
+    return any(not any(c["type"] == "Admitted" and c["status"] == "True"
+                       for c in (w.get("status") or {}).get("conditions") or [])
+               for w in workloads(custom, namespace))
+
+
+def in_thread(backend: KubernetesBackend, cell: str, sink: Sink, results: dict[str, Any], key: str,
+              **kwargs: Any) -> threading.Thread:
+    def run() -> None:
+        try:
+            results[key] = run_cell(backend, cell, {}, sink, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - the test asserts on it
+            results[key] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def shows_place(sink: Sink) -> bool:
+    return any(n.startswith("queued for 1 GPU: ") and " in line; waiting " in n for n in sink.notices)
+
+
+def test_cells_of_three_users_wait_show_their_place_and_run_in_fair_share_order(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
+    alice, bob, carol = namespaces
+    fill_pool(core, alice)  # alice's pods hold the pool: her LocalQueue has used it
+    seen: list[str] = []
+    admissions(custom, seen)
+    wait_until(lambda: len(seen) == 2, "the fillers' admissions recorded")
+    results: dict[str, Any] = {}
+    sinks = [Sink() for _ in namespaces]
+    threads = []
+    for index, ns in enumerate(namespaces):  # one after the other, so Kueue queues them in this order
+        threads.append(in_thread(kernels[index], f"print('cell of user {index}')", sinks[index], results, ns))
+        wait_until(lambda ns=ns: pending_in(custom, ns), f"the cell of {ns} pending in Kueue")
+    for sink in sinks:  # every waiting cell says where it stands, before anything frees
+        wait_until(lambda sink=sink: shows_place(sink), "a waiting cell showing its place", timeout=90)
+    core.delete_namespaced_pod("fill-1", alice, grace_period_seconds=0)  # one GPU frees
+    for thread in threads:
+        thread.join(300)
+    for index, ns in enumerate(namespaces):
+        outcome, sink, _ = results[ns]
+        assert outcome.status == "ok", (ns, outcome.error, sink.notices)
+        assert f"cell of user {index}" in sink.text
+        assert any(n.startswith("admitted by Kueue after ") for n in sink.notices), sink.notices
+    # Admission Fair Sharing: alice's LocalQueue has used the pool, so bob's and carol's cells are admitted
+    # before hers although hers was queued first; bob's before carol's by queue time
+    assert seen == [alice, alice, bob, carol, alice], seen
+
+
+def test_a_queued_pod_asks_only_for_its_gpus_and_kueue_sends_it_to_a_donor(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
+    alice, bob, _ = namespaces
+    where = fill_pool(core, bob)
+    results: dict[str, Any] = {}
+    thread = in_thread(kernels[0], "print('ran')", Sink(), results, "cell", priority="interactive")
+    selector = "gpu-offload.io/managed-by=gpu-offload"
+    pod = wait_until(lambda: next(iter(core.list_namespaced_pod(alice, label_selector=selector).items), None),
+                     "the cell's pod")
+    assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
+    assert pod.metadata.labels["kueue.x-k8s.io/priority-class"] == "interactive"
+    # no node choice of the kernel's: nothing names a donor (Liqo's webhook adds only its offloading strategy's
+    # virtual-node term and toleration), no node selector; Kueue's gate holds it
+    terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert not any(e.key == "liqo.io/remote-cluster-id" for t in terms for e in t.match_expressions or [])
+    assert not pod.spec.node_selector
+    assert [g.name for g in pod.spec.scheduling_gates] == ["kueue.x-k8s.io/admission"]
+    assert pod.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
+    core.delete_namespaced_pod(where["donor-2"], bob, grace_period_seconds=0)
+    thread.join(120)
+    outcome, sink, run = results["cell"]
+    assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
+    # the flavor's node labels and Liqo's toleration came from Kueue at admission
+    assert run.cluster == "donor-2" and any("Liqo cluster donor-2, 1 x L4" in n for n in sink.notices), sink.notices
+    assert not any("retrying" in n for n in sink.notices)
+
+
+def test_ctrl_c_of_a_queued_cell_withdraws_it_and_leaves_no_pod_or_workload(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+
+    class CtrlC(Sink):
+        pressed = False
+
+        def notice(self, text: str) -> None:
+            super().notice(text)
+            if text.startswith("queued for") and not self.pressed:
+                self.pressed = True
+                raise KeyboardInterrupt  # where the engine is when the user presses Ctrl-C
+
+    sink = CtrlC()
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(kernels[0], "print('never')", {}, sink)
+    assert any(n.startswith("withdrawn from the queue (LocalQueue gpu-offload) after ") and n.endswith(
+        "nothing ran") for n in sink.notices), sink.notices
+    assert "never" not in sink.text
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
+    wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
+
+
+def test_queue_timeout_gives_up_with_a_message_and_leaves_nothing(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+    outcome, sink, _ = run_cell(kernels[0], "print('never')", {},
+                                follow_settings=FollowSettings(progress_after=1.0, grace=10.0, queue_timeout=3.0))
+    assert isinstance(outcome.error, OffloadQueueTimeout), (outcome.error, sink.notices)
+    message = str(outcome.error)
+    assert message.startswith("Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued for 1 GPU")
+    assert "nothing ran" in message and "never" not in sink.text
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
+    wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
+
+
+def test_a_cell_larger_than_every_flavor_fails_at_once_saying_why(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
+    with pytest.raises(OffloadUsageError) as caught:
+        run_cell(kernels[0], "print('never')", {}, gpus=2)
+    message = str(caught.value)
+    assert message.startswith("Nothing was launched: this cell asks for 2 GPUs and no flavor of ClusterQueue "
+                              "gpu-offload holds that many"), message
+    assert "--gpus 1 or fewer" in message
+    assert not core.list_namespaced_pod(namespaces[0]).items and not workloads(custom, namespaces[0])
+
+
+def test_a_pinned_cell_waits_for_its_cluster_while_another_frees(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
+    alice, bob, carol = namespaces
+    where = fill_pool(core, carol)
+    results: dict[str, Any] = {}
+    pinned_sink = Sink()
+    pinned = in_thread(kernels[0], "print('on donor-1')", pinned_sink, results, "pinned", cluster="donor-1")
+    wait_until(lambda: pending_in(custom, alice), "the pinned cell pending")
+    core.delete_namespaced_pod(where["donor-2"], carol, grace_period_seconds=0)
+    # donor-2 is free and the pinned cell was queued first, yet a later unpinned cell takes donor-2: Kueue
+    # gives a pod only a flavor its node affinity matches
+    outcome, sink, run = run_cell(kernels[1], "print('anywhere')", {})
+    assert outcome.status == "ok" and run.cluster == "donor-2", (outcome.error, sink.notices)
+    assert pinned.is_alive() and pending_in(custom, alice)
+    core.delete_namespaced_pod(where["donor-1"], carol, grace_period_seconds=0)
+    pinned.join(120)
+    outcome, sink, run = results["pinned"]
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert run.cluster == "donor-1" and "on donor-1" in sink.text
+    assert any("Liqo cluster donor-1" in n for n in sink.notices), sink.notices
+
+
+def test_the_orphan_sweep_removes_the_queued_pod_of_a_dead_kernel(
+        api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+    dead = KubernetesBackend(settings(alice, user=USERS[0], queue=QUEUE, server="srv-1", kernel="k-dead"),
+                             api_client)
+    try:
+        job, _ = build_job("print('never')", analyse_cell("print('never')", {}), {}, dead.transfer,
+                           request=RunRequest(gpus=1))
+        run = dead.submit(job)
+        wait_until(lambda: pending_in(custom, alice), "the dead kernel's cell pending")
+        sweep = OrphanSweep(dead.pods, USERS[0], "srv-1", live_kernels=dict)
+        removed = sweep.sweep()
+        assert removed and all(name.startswith("gpuo-") for name in removed), removed
+        wait_until(lambda: not workloads(custom, alice), "the swept pod's Workload gone")
+        run.release(0)
+    finally:
+        dead.close()
+    assert leftovers(core, alice, USERS[0]) == []
+
+
+def test_a_noblock_handle_and_the_panel_show_the_place_in_line(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any, tmp_path: Any) -> None:
+    from gpu_offload.magics.dashboard.records import RunBook
+    from gpu_offload.magics.dashboard.tracking import Tracker, tracked
+    from gpu_offload.magics.execution import Launch, OffloadHandle
+    from gpu_offload.magics.request import OffloadRequest
+
+    _, bob, _ = namespaces
+    where = fill_pool(core, bob)
+    panel = Tracker(RunBook(tmp_path / "runs"), kernel="k-panel")
+    backend = tracked(kernels[0], lambda: panel)  # as the magic hands backends to the engine
+    cell = "print('later')"
+    handle = OffloadHandle(OffloadRequest(cell, noblock=True), Launch(analyse_cell(cell, {})), {}, backend,
+                           FollowSettings(progress_after=1.0, grace=5.0), Sink())
+    try:
+        progress = wait_until(lambda: "1st of 1 in line" in handle.progress and handle.progress,
+                              "the handle showing the place in line", timeout=90)
+        assert progress.startswith("queued for 1 GPU: 1st of 1 in line; waiting "), progress
+        assert repr(handle).startswith("<gpu_offload run running (queued for 1 GPU: ")
+        # the record reads "queued" from the moment it is submitted; the place in line follows with Kueue's answer
+        [record] = wait_until(lambda: [r for r in panel.records() if r.state == "queued" and r.detail],
+                              "the panel's queued run with its place in line")
+        assert record.detail.startswith("queued for 1 GPU: ") and " in line; waiting " in record.detail
+        core.delete_namespaced_pod(where["donor-1"], bob, grace_period_seconds=0)
+        assert handle.wait(120)
+        assert handle.result() == {} and handle.status == "ok"
+        [record] = panel.records()
+        assert (record.state, record.cluster) == ("done", "donor-1")  # the donor Kueue chose
+    finally:
+        handle.cancel()
+        handle.wait(30)
+
+
+def test_a_session_pod_waits_in_line_and_then_keeps_its_state(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
+    _, bob, _ = namespaces
+    fill_pool(core, bob)
+    results: dict[str, Any] = {}
+    sink = Sink()
+    thread = in_thread(kernels[0], "x = 41\nprint('first')", sink, results, "first", session="warm")
+    wait_until(lambda: shows_place(sink), "the session's first cell showing its place", timeout=90)
+    core.delete_namespaced_pod("fill-1", bob, grace_period_seconds=0)
+    thread.join(120)
+    outcome, sink, _ = results["first"]
+    assert outcome.status == "ok" and "first" in sink.text, (outcome.error, sink.notices)
+    assert any(n.startswith("admitted by Kueue after ") for n in sink.notices), sink.notices
+    outcome, sink, _ = run_cell(kernels[0], "print(x + 1)", {}, session="warm")  # x lives in the session
+    assert outcome.status == "ok" and "42" in sink.text, (outcome.error, sink.notices)
+    assert not any(n.startswith("queued") for n in sink.notices)  # the warm pod is admitted already
+
+
+def test_with_queueing_on_the_kernel_never_moves_a_pod_itself(
+        kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
+    # a pod that cannot start is Kueue's to requeue (waitForPodsReady): the retry elsewhere that the kernel
+    # does without queueing is refused before anything is created
+    from gpu_offload.magics.backends.kube.run import PodOrder
+
+    order = PodOrder("r-moved", "0" * 32, RunRequest(gpus=1), b"")
+    with pytest.raises(OffloadUsageError, match="Kueue requeues a pod that does not start"):
+        kernels[0].launcher.launch(order, frozenset({"donor-1"}))
+    assert not core.list_namespaced_pod(namespaces[0]).items
+
+
+def test_a_kernel_that_may_not_read_the_cluster_queue_still_shows_the_place_in_line(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
+    # an admin who dropped the chart's queue-viewer binding: no watch, the visibility API is read on a timer
+    _, bob, _ = namespaces
+    where = fill_pool(core, bob)
+    refused = origin.faults.api_error(r"/clusterqueues$", status=403, methods=("GET",))
+    try:
+        results: dict[str, Any] = {}
+        sink = Sink()
+        thread = in_thread(kernels[0], "print('ran')", sink, results, "cell")
+        wait_until(lambda: shows_place(sink), "the cell showing its place without the watch", timeout=90)
+        assert origin.faults.api.faults.fired(refused) >= 1  # the kernel did ask, and was refused
+        core.delete_namespaced_pod(where["donor-1"], bob, grace_period_seconds=0)
+        thread.join(120)
+    finally:
+        origin.faults.clear()
+    outcome, sink, _ = results["cell"]
+    assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
+
+
+def test_a_priority_class_the_chart_keeps_for_others_is_refused_in_the_policys_words(
+        api_client: Any, core: Any, origin: Any, namespaces: list[str]) -> None:
+    # The sandbox runs no ValidatingAdmissionPolicy: the API server's answer for the chart's
+    # gpu-offload-priority-classes policy (tests/helm/test_admission_policy.py evaluates that policy) stands in
+    namespace = namespaces[0]  # a user namespace with its LocalQueue: the queued launch reads it first
+    said = ("priority class urgent is not one this user may use (the gpu-offload chart's "
+            "queueing.kueue.priorityClasses: its users and groups); leave --priority out for the default class, or "
+            "ask your JupyterHub admin")
+    origin.faults.api_error(rf"^/api/v1/namespaces/{namespace}/pods$", status=403, methods=("POST",), message=(
+        'pods "gpuo-x" is forbidden: ValidatingAdmissionPolicy \'gpu-offload-priority-classes\' with binding '
+        f"'gpu-offload-priority-classes' denied request: {said}"))
+    backend = KubernetesBackend(settings(namespace, queue=QUEUE, priority="interactive"), api_client)
+    try:
+        with pytest.raises(OffloadError) as err:
+            run_cell(backend, "print('never')", {}, priority="urgent")
+    finally:
+        backend.close()
+        origin.faults.clear()
+    assert str(err.value) == (f"Nothing was launched: the cluster's admission policy gpu-offload-priority-classes "
+                              f"refused the pod: {said}.")
+    assert "RBAC" not in str(err.value)
+    wait_until(lambda: not leftovers(core, namespace), "nothing left behind")
+
+
+def test_the_panel_keeps_a_queued_run_queued_whatever_order_the_pods_status_and_its_place_arrive_in() -> None:
+    # the follower's "waiting for Kueue" status and the place in line come from two threads: whichever is
+    # last, the panel says the run is queued and where, until Kueue admits it
+    from gpu_offload.magics.backends.base import Queued
+    from gpu_offload.magics.dashboard.records import RunEntry
+    from gpu_offload.magics.dashboard.tracking import observe
+    from gpu_offload.magics.runner.frames import Status
+
+    record = RunEntry(run_id="r", kernel="k", pid=1, backend="kubernetes", cluster="auto", gpus=1,
+                      state="scheduling", detail="waiting for a free runner", session=None, started=0.0)
+    place = Queued("queued for 1 GPU: 2nd of 3 in line; waiting 4 s")
+    gated = Status(-1, "waiting for Kueue to admit the pod")
+    for events in ((gated, place), (place, gated)):
+        seen = record
+        for event in events:
+            seen = observe(seen, event)
+        assert (seen.state, seen.detail) == ("queued", place.text), events
+    admitted = observe(observe(record, place), Queued("admitted by Kueue after 9 s in line", waiting=False))
+    assert admitted.state == "scheduling"
+    assert observe(admitted, gated).detail == gated.state  # once admitted, the pod's status is news again
