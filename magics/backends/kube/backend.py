@@ -40,7 +40,7 @@ from .pods import PodApi
 from .podspec import fetched_outputs, same_object
 from .run import KubeRun, PodOrder
 from .session import KubeSession, SessionRun
-from .storage import OUTPUT_URLS, RunStorage, StorageError
+from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
 
 
 class ClusterError(OffloadError):
@@ -111,8 +111,10 @@ class KubernetesBackend:
         uploaded to presigned URLs of this run when object storage is configured."""
         if self.storage is None:
             return Transfer(input_transport="inline", output_transport="inline")
+        # a CLI run's log outlives its pod and whoever followed it (gpu-offload logs reads it)
         return Transfer(input_transport="inline", output_transport="url",
-                        output_urls=tuple(self.storage.output_urls(run_id)))
+                        output_urls=tuple(self.storage.output_urls(run_id)),
+                        log_url=self.storage.log_url(run_id) if self.settings.cli else "")
 
     def inventory(self) -> InventoryCache | HubInventory:
         """The kernel's inventory source (started on first use), shared with the panel: the hub service's in a
@@ -169,7 +171,7 @@ class KubernetesBackend:
 
     def _forget_run(self, run_id: str) -> None:
         if self.storage is not None:
-            self.storage.remove_run(run_id)
+            self.storage.remove_run(run_id, keep=(LOG,) if self.settings.cli else ())
 
     def _session(self, name: str, placement: RunRequest) -> KubeSession:
         with self._lock:
