@@ -127,6 +127,11 @@ CASES = [
     (ALICE_SERVER, Request("patch", "", "services", "jhub-alice", "gpuo-run-1-rank0"), False),
     (ALICE_SERVER, Request("create", "batch", "jobs", "jhub-bob"), False),
     (ALICE_SERVER, Request("create", "batch", "cronjobs", "jhub-alice"), False),
+
+    # why Kueue stopped a pod it deleted (its "Stopped" event): read, never written
+    (ALICE_SERVER, Request("list", "", "events", "jhub-alice"), True),
+    (ALICE_SERVER, Request("create", "", "events", "jhub-alice"), False),
+    (ALICE_SERVER, Request("list", "", "events", "jhub-bob"), False),
     (ALICE_SERVER, Request("list", "", "secrets", "jhub-bob"), False),
     (ALICE_SERVER, Request("create", "", "pods", "jhub-bob"), False),
     (ALICE_SERVER, Request("get", "", "secrets", "jhub-bob", "run-1"), False),

@@ -94,6 +94,10 @@ def test_with_queueing_on_the_hub_may_do_exactly_what_the_queue_reconcile_and_pa
                                f"used but not granted: {sorted(wanted - granted)}")
     namespace_role = kit.find(objects, "ClusterRole", "gpu-offload-user-namespace")
     assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["create"]} in namespace_role["rules"]
+    # the priority classes each user may use: created at the first spawn, replaced (update) at the next ones
+    assert {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "update"]} in namespace_role["rules"]
+    server_role = kit.find(objects, "ClusterRole", "gpu-offload-user-server")
+    assert not any("configmaps" in r["resources"] for r in server_role["rules"])  # a user cannot widen their own
     off = kit.render()
     assert not [o for o in off if o["metadata"]["name"] == "gpu-offload-hub-kueue"]
     assert not any("kueue.x-k8s.io" in r["apiGroups"]

@@ -63,6 +63,9 @@ class KubeSettings:
     """The Kueue LocalQueue runner pods wait in (``GPU_OFFLOAD_QUEUE``); None: queueing is off."""
     priority: str | None = None
     """Kueue priority class of cells without ``--priority`` (``GPU_OFFLOAD_PRIORITY``)."""
+    session_idle_timeout: float = 0.0
+    """Seconds a session may sit idle holding its GPUs before this kernel ends it
+    (``GPU_OFFLOAD_SESSION_IDLE_TIMEOUT``, the chart's ``offload.sessionIdleTimeout``); 0: never."""
 
     @property
     def relaunches(self) -> bool:
@@ -119,6 +122,7 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         metered = E.METERED.read(env)
         trusted = E.TRUSTED_CLUSTERS.read(env)
         budget = E.MONTHLY_BUDGET.read(env)
+        idle = E.SESSION_IDLE_TIMEOUT.read(env)
     except E.InvalidSetting as exc:
         raise BackendNotConfigured(f"{exc} (or unset it for the default).") from None
     bucket = E.S3_BUCKET.read(env)
@@ -141,4 +145,5 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         priority=E.PRIORITY.read(env),
         trusted=trusted,
         budget=budget,
+        session_idle_timeout=max(0.0, idle),
     )

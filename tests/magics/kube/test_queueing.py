@@ -24,7 +24,7 @@ from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.backends.kube.sweep import OrphanSweep
 from gpu_offload.magics.bundle import build_job
 from gpu_offload.magics.engine import FollowSettings
-from gpu_offload.magics.errors import OffloadQueueTimeout, OffloadUsageError
+from gpu_offload.magics.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
 from gpu_offload.sandbox import liqo, process
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
@@ -334,7 +334,9 @@ def test_a_noblock_handle_and_the_panel_show_the_place_in_line(
                               "the handle showing the place in line", timeout=90)
         assert progress.startswith("queued for 1 GPU: 1st of 1 in line; waiting "), progress
         assert repr(handle).startswith("<gpu_offload run running (queued for 1 GPU: ")
-        [record] = wait_until(lambda: [r for r in panel.records() if r.state == "queued"], "the panel's queued run")
+        # the record reads "queued" from the moment it is submitted; the place in line follows with Kueue's answer
+        [record] = wait_until(lambda: [r for r in panel.records() if r.state == "queued" and r.detail],
+                              "the panel's queued run with its place in line")
         assert record.detail.startswith("queued for 1 GPU: ") and " in line; waiting " in record.detail
         core.delete_namespaced_pod(where["donor-1"], bob, grace_period_seconds=0)
         assert handle.wait(120)
@@ -394,3 +396,49 @@ def test_a_kernel_that_may_not_read_the_cluster_queue_still_shows_the_place_in_l
         origin.faults.clear()
     outcome, sink, _ = results["cell"]
     assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
+
+
+def test_a_priority_class_the_chart_keeps_for_others_is_refused_in_the_policys_words(
+        api_client: Any, core: Any, origin: Any, namespaces: list[str]) -> None:
+    # The sandbox runs no ValidatingAdmissionPolicy: the API server's answer for the chart's
+    # gpu-offload-priority-classes policy (tests/helm/test_admission_policy.py evaluates that policy) stands in
+    namespace = namespaces[0]  # a user namespace with its LocalQueue: the queued launch reads it first
+    said = ("priority class urgent is not one this user may use (the gpu-offload chart's "
+            "queueing.kueue.priorityClasses: its users and groups); leave --priority out for the default class, or "
+            "ask your JupyterHub admin")
+    origin.faults.api_error(rf"^/api/v1/namespaces/{namespace}/pods$", status=403, methods=("POST",), message=(
+        'pods "gpuo-x" is forbidden: ValidatingAdmissionPolicy \'gpu-offload-priority-classes\' with binding '
+        f"'gpu-offload-priority-classes' denied request: {said}"))
+    backend = KubernetesBackend(settings(namespace, queue=QUEUE, priority="interactive"), api_client)
+    try:
+        with pytest.raises(OffloadError) as err:
+            run_cell(backend, "print('never')", {}, priority="urgent")
+    finally:
+        backend.close()
+        origin.faults.clear()
+    assert str(err.value) == (f"Nothing was launched: the cluster's admission policy gpu-offload-priority-classes "
+                              f"refused the pod: {said}.")
+    assert "RBAC" not in str(err.value)
+    wait_until(lambda: not leftovers(core, namespace), "nothing left behind")
+
+
+def test_the_panel_keeps_a_queued_run_queued_whatever_order_the_pods_status_and_its_place_arrive_in() -> None:
+    # the follower's "waiting for Kueue" status and the place in line come from two threads: whichever is
+    # last, the panel says the run is queued and where, until Kueue admits it
+    from gpu_offload.magics.backends.base import Queued
+    from gpu_offload.magics.dashboard.records import RunEntry
+    from gpu_offload.magics.dashboard.tracking import observe
+    from gpu_offload.magics.runner.frames import Status
+
+    record = RunEntry(run_id="r", kernel="k", pid=1, backend="kubernetes", cluster="auto", gpus=1,
+                      state="scheduling", detail="waiting for a free runner", session=None, started=0.0)
+    place = Queued("queued for 1 GPU: 2nd of 3 in line; waiting 4 s")
+    gated = Status(-1, "waiting for Kueue to admit the pod")
+    for events in ((gated, place), (place, gated)):
+        seen = record
+        for event in events:
+            seen = observe(seen, event)
+        assert (seen.state, seen.detail) == ("queued", place.text), events
+    admitted = observe(observe(record, place), Queued("admitted by Kueue after 9 s in line", waiting=False))
+    assert admitted.state == "scheduling"
+    assert observe(admitted, gated).detail == gated.state  # once admitted, the pod's status is news again
