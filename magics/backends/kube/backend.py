@@ -32,9 +32,10 @@ from ....liqo_peering.trust import run_trusted, trusting
 from ...errors import OffloadError, OffloadUsageError
 from ...runner.frames import Outputs
 from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
+from .budget import spend_line
 from .config import KubeSettings
 from .explain import span_text
-from .hub_inventory import HubInventory
+from .hub_inventory import HubInventory, HubInventoryError
 from .launcher import PodLauncher
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object
@@ -104,6 +105,13 @@ class KubernetesBackend:
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
             ended += [f"session {name}: its pod {s.launched.name} {s.end_words()}; its variables are gone"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
+        spend = self.launcher.spend
+        if spend is not None:
+            try:
+                usage = spend_line(spend.read(timeout=5.0), self.settings.budget)
+            except HubInventoryError as exc:
+                usage = f"GPU usage: not known now ({exc})"
+            ended.append(usage)
         return "\n".join([line, *ended])
 
     def transfer(self, run_id: str) -> Transfer:
