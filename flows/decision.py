@@ -9,6 +9,7 @@ instead of asking a cluster it may not reach: the same answer, with no network.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -43,11 +44,18 @@ class StepPlacement:
     namespace: str | None
     origin: Origin
     """Where the decision came from; ``recorded`` inside the step's own pod."""
+    queue: str | None = None
+    """The Kueue LocalQueue the step's Job waits in (``kueue.x-k8s.io/queue-name``); None: not queued."""
+    priority: str | None = None
+    """Its Kueue priority class (``kueue.x-k8s.io/priority-class``); None: Kueue's default."""
 
     def to_json(self) -> str:
         """The compact form recorded in the step's environment."""
         data = asdict(self)
         data.pop("origin")
+        for key in ("queue", "priority"):  # a step that does not queue keeps the record it always had
+            if data[key] is None:
+                data.pop(key)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
@@ -66,6 +74,8 @@ def recorded_placement(step: str, text: str | None) -> StepPlacement | None:
             gpu_model=data.get("gpu_model"),
             namespace=data.get("namespace"),
             origin="recorded",
+            queue=data.get("queue"),
+            priority=data.get("priority"),
         )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise GpuOffloadFlowError(
@@ -90,6 +100,19 @@ def check_trusted_offline(step: str, options: OffloadOptions, settings: OffloadS
         f"{', '.join(trusted_ids) or 'none'}; the origin's GPU_OFFLOAD_TRUSTED_CLUSTERS). {WHY_TRUSTED}; or name a "
         "trusted cluster (cluster=...), or let placement read the cluster or an inventory [placement from config]"
     )
+
+
+def queued(placement: StepPlacement, options: OffloadOptions, settings: OffloadSettings) -> StepPlacement:
+    """``placement`` with the step's Kueue queue and priority class: the step's own ``priority=``, else the
+    deployment's; a priority without a queue is refused, as for cells."""
+    if settings.queue is None:
+        if options.priority:
+            raise GpuOffloadFlowError(
+                f"step '{placement.step}' {options.describe()}: queueing through Kueue is off here (neither "
+                "METAFLOW_GPU_OFFLOAD_QUEUE nor the hub's GPU_OFFLOAD_QUEUE is set), so a priority means nothing; "
+                "leave priority out, or set the LocalQueue of your namespace in METAFLOW_GPU_OFFLOAD_QUEUE")
+        return placement
+    return dataclasses.replace(placement, queue=settings.queue, priority=options.priority or settings.priority)
 
 
 def _as_argument(match: re.Match[str]) -> str:

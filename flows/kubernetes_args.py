@@ -118,6 +118,17 @@ def pod_labels(identity: StepIdentity) -> dict[str, str]:
     return {k: v for k, v in found.items() if v}
 
 
+def queue_labels(placement: StepPlacement) -> dict[str, str]:
+    """Kueue's labels: on the Job, Kueue's Job integration creates it suspended and admits it from the queue;
+    on its pods (the template's labels), they are left to their Job."""
+    if placement.queue is None:
+        return {}
+    found = {L.QUEUE_NAME_LABEL: placement.queue}
+    if placement.priority:
+        found[L.PRIORITY_CLASS_LABEL] = placement.priority
+    return found
+
+
 def kubernetes_kwargs(
     user: Mapping[str, Any], placement: StepPlacement, identity: StepIdentity, offload: str
 ) -> dict[str, Any]:
@@ -136,7 +147,8 @@ def kubernetes_kwargs(
     if not any(_tolerates_liqo(t) for t in tolerations):
         tolerations.append(dict(LIQO_TOLERATION))
     merged["tolerations"] = tolerations
-    merged["labels"] = _merge_map(step, "labels", dict(user.get("labels") or {}), pod_labels(identity), offload)
+    merged["labels"] = _merge_map(step, "labels", dict(user.get("labels") or {}),
+                                  {**pod_labels(identity), **queue_labels(placement)}, offload)
     if identity.user:
         merged["annotations"] = _merge_map(step, "annotations", dict(user.get("annotations") or {}),
                                            {L.USER: identity.user}, offload)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .decision import StepPlacement, check_trusted_offline, decide, recorded_placement
+from .decision import StepPlacement, check_trusted_offline, decide, queued, recorded_placement
 from .errors import GpuOffloadFlowError
 from .kubernetes_args import StepIdentity, check_resources, environment_vars, kubernetes_kwargs
 from .options import OffloadOptions, parse_options
@@ -172,6 +172,8 @@ def mutate_step(
     if not state.originals.captured:
         state.originals = capture(mutable_step)
     placement = place_step(step, options, settings, os.environ, step_requests(state.originals))
+    if placement.origin != "recorded" and not downstream(os.environ):
+        placement = queued(placement, options, settings)
     identity = StepIdentity(flow_name(step_function), step, user=flow_user(os.environ))
     offload = options.describe()
     check_resources(step, state.originals.resources or {}, placement, offload)

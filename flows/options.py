@@ -9,12 +9,13 @@ from typing import Any
 from .errors import GpuOffloadFlowError
 
 AUTO = "auto"
-ARGUMENTS = ("gpus", "gpu_model", "cluster", "untrusted_ok")
+ARGUMENTS = ("gpus", "gpu_model", "cluster", "untrusted_ok", "priority")
 
 
 @dataclass(frozen=True)
 class OffloadOptions:
-    """What one step asks for with ``@gpu_offload(gpus=1, gpu_model=None, cluster="auto", untrusted_ok=False)``."""
+    """What one step asks for with ``@gpu_offload(gpus=1, gpu_model=None, cluster="auto", untrusted_ok=False,
+    priority=None)``."""
 
     gpus: int = 1
     """Whole number of GPUs, 1 or more."""
@@ -27,6 +28,9 @@ class OffloadOptions:
     untrusted_ok: bool = False
     """Allow clusters the origin does not trust. Off by default: Metaflow's artifacts are pickles, which the
     step's pod writes and later steps and the notebook load, so a donor's admins could run code there."""
+    priority: str | None = None
+    """Kueue WorkloadPriorityClass of the step's Job when steps queue through Kueue (``batch``, say); None:
+    the deployment's default."""
 
     def describe(self) -> str:
         """The decorator as the user would write it, for error messages."""
@@ -39,6 +43,8 @@ class OffloadOptions:
             parts.append(f"cluster={self.cluster!r}")
         if self.untrusted_ok:
             parts.append("untrusted_ok=True")
+        if self.priority:
+            parts.append(f"priority={self.priority!r}")
         return f"@gpu_offload({', '.join(parts)})"
 
 
@@ -106,4 +112,5 @@ def parse_options(step: str, args: tuple[Any, ...] | list[Any], kwargs: Mapping[
         fallback_models=models[1:],
         cluster=cluster,
         untrusted_ok=_flag(step, "untrusted_ok", kwargs.get("untrusted_ok", False)),
+        priority=_text(step, "priority", kwargs.get("priority"), "priority='batch'"),
     )

@@ -5,7 +5,7 @@ lookup so the usual precedence applies (environment, local config, global config
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -40,10 +40,19 @@ class OffloadSettings:
     """``local`` leaves ``@gpu_offload`` steps as written: they run in the local process (CPU without a GPU)."""
     policy: str = "most-free"
     """Placement policy by name (``METAFLOW_GPU_OFFLOAD_PLACEMENT_POLICY``): most-free, bin-pack, first-fit."""
+    queue: str | None = None
+    """Kueue LocalQueue of the step Jobs (``METAFLOW_GPU_OFFLOAD_QUEUE``, else the hub's ``GPU_OFFLOAD_QUEUE``);
+    None: no queueing."""
+    priority: str | None = None
+    """Kueue priority class of steps that name none (``METAFLOW_GPU_OFFLOAD_PRIORITY``, else the hub's
+    ``GPU_OFFLOAD_PRIORITY``)."""
 
 
-def read_settings(lookup: Callable[[str], object]) -> OffloadSettings:
-    """Settings from ``lookup(key)`` (Metaflow's ``from_conf`` in production, a dict's ``get`` in tests)."""
+def read_settings(lookup: Callable[[str], object], kernel_env: Mapping[str, str] | None = None) -> OffloadSettings:
+    """Settings from ``lookup(key)`` (Metaflow's ``from_conf`` in production, a dict's ``get`` in tests); the
+    queue and priority fall back to what the hub's spawner set for the user's server (``kernel_env``), so a
+    flow run from a notebook's terminal queues like its cells."""
+    kernel_env = kernel_env or {}
     try:
         return OffloadSettings(
             cluster=E.FLOW_CLUSTER.get(lookup),
@@ -53,6 +62,8 @@ def read_settings(lookup: Callable[[str], object]) -> OffloadSettings:
             source=cast(Source, E.FLOW_SOURCE.get(lookup)),
             backend=cast(Backend, E.FLOW_BACKEND.get(lookup)),
             policy=E.FLOW_POLICY.get(lookup),
+            queue=E.FLOW_QUEUE.get(lookup) or E.QUEUE.read(kernel_env),
+            priority=E.FLOW_PRIORITY.get(lookup) or E.PRIORITY.read(kernel_env),
         )
     except E.InvalidSetting as exc:
         raise GpuOffloadFlowError(str(exc)) from None
@@ -60,6 +71,8 @@ def read_settings(lookup: Callable[[str], object]) -> OffloadSettings:
 
 def metaflow_settings() -> OffloadSettings:
     """Settings as Metaflow's configuration lookup sees them right now."""
+    import os
+
     from metaflow.metaflow_config_funcs import from_conf
 
-    return read_settings(from_conf)
+    return read_settings(from_conf, os.environ)

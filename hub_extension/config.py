@@ -67,6 +67,9 @@ class HubConfig:
     object_storage_bucket: str = ""
     trusted_only: bool = False
     """The chart's ``offload.trustedOnly``: every user's kernel places cells on trusted clusters only."""
+    session_idle_timeout: int = 0
+    """The chart's ``offload.sessionIdleTimeout``: seconds a session may sit idle holding GPUs before its kernel
+    ends it (set in every user server as ``GPU_OFFLOAD_SESSION_IDLE_TIMEOUT``); 0: never."""
     liqoctl_enabled: bool = False
     """Run ``liqoctl peer``/``unpeer`` from the page; False shows the command instead."""
     clusters: TrustPolicy = field(default_factory=TrustPolicy)
@@ -125,6 +128,10 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     trusted_only = offload.get("trustedOnly", False)
     if not isinstance(trusted_only, bool):
         raise InvalidRequest(f"{where}: offload.trustedOnly={trusted_only!r} must be true or false")
+    idle = offload.get("sessionIdleTimeout", 0) or 0
+    if isinstance(idle, bool) or not isinstance(idle, int) or idle < 0:
+        raise InvalidRequest(f"{where}: offload.sessionIdleTimeout={idle!r} must be a whole number of seconds, 0 "
+                             "for never")
     try:
         clusters = policy_from_config(raw.get("clusters"))
     except ValueError as exc:
@@ -161,6 +168,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         object_storage_endpoint=str(storage.get("endpoint") or ""),
         object_storage_bucket=str(storage.get("bucket") or ""),
         trusted_only=trusted_only,
+        session_idle_timeout=idle,
         liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),
         queueing=queueing,
         metrics_open=metrics_open,

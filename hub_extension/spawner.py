@@ -65,10 +65,10 @@ async def _create(what: str, call: Callable[[], Awaitable[Any]], retries: int = 
 
 async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
                             extra_labels: dict[str, str] | None = None, retries: int = RBAC_RETRIES,
-                            user: str = "") -> list[str]:
+                            user: str = "", groups: list[str] | tuple[str, ...] = ()) -> list[str]:
     """Namespace, the two RoleBindings, the users' server account, the GPU quota (when the admin set one) or,
-    with queueing on, the LocalQueue (and no quota), the cloud-metadata NetworkPolicy, the NamespaceOffloading,
-    in that order.
+    with queueing on, the LocalQueue and the priority classes ``user`` (in ``groups``) may use (and no quota),
+    the cloud-metadata NetworkPolicy, the NamespaceOffloading, in that order.
 
     Returns what was created (empty when everything already existed). ``retries`` bounds the attempts
     per object on 403.
@@ -100,6 +100,7 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
         if await _create(what, lambda: custom.create_namespaced_custom_object(g.group, g.version, name, g.plural,
                                                                              queue), retries):
             created.append(what)
+        await _priority_classes(core, name, config, user, groups, created, retries)
     elif quota is not None:
         what = f"ResourceQuota {name}/{un.QUOTA_NAME}"
         if await _create(what, lambda: core.create_namespaced_resource_quota(name, quota), retries):
@@ -119,6 +120,20 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
                                                                          offloading), retries):
         created.append(what)
     return created
+
+
+async def _priority_classes(core: Any, name: str, config: HubConfig, user: str, groups: list[str] | tuple[str, ...],
+                            created: list[str], retries: int) -> None:
+    """Write the classes the user may use now (membership and the chart may have changed since the last spawn)."""
+    body = un.priority_classes(name, config, user, groups)
+    what = f"ConfigMap {name}/{un.PRIORITY_CLASSES_NAME}"
+    if await _create(what, lambda: core.create_namespaced_config_map(name, body), retries):
+        created.append(what)
+        return
+    try:
+        await core.replace_namespaced_config_map(un.PRIORITY_CLASSES_NAME, name, body)
+    except ApiException as exc:
+        raise api_error(exc, "updating", what) from exc
 
 
 async def _drop_quota(core: Any, name: str) -> None:
@@ -145,7 +160,8 @@ async def prepare_server(spawner: Any, api_client: Any, name: str, config: HubCo
                          labels: dict[str, str] | None = None) -> None:
     """Make ``name`` the user's offloaded namespace and set the magic's environment on the spawner."""
     name = un.check_namespace(name, config)
-    created = await prepare_namespace(api_client, name, config, labels, user=str(spawner.user.name))
+    groups = [str(g.name) for g in getattr(spawner.user, "groups", None) or []]
+    created = await prepare_namespace(api_client, name, config, labels, user=str(spawner.user.name), groups=groups)
     if created:
         spawner.log.info("gpu-offload: prepared %s", ", ".join(created))
     service_url = E.SERVICE_URL.get(spawner.environment.get) or ""

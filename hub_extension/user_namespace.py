@@ -104,6 +104,25 @@ def local_queue(name: str, config: HubConfig) -> dict[str, Any] | None:
     return None if config.queueing is None else kueue.local_queue(name, config.queueing)
 
 
+PRIORITY_CLASSES_NAME = "gpu-offload-priority-classes"
+"""The ConfigMap in each user namespace naming the priority classes its user may use: the chart's admission
+policy reads it as its parameter (same name in the chart's ``_user-namespace-policies.tpl``)."""
+
+
+def priority_classes(name: str, config: HubConfig, user: str, groups: list[str] | tuple[str, ...] = ()
+                     ) -> dict[str, Any] | None:
+    """The ConfigMap of the classes ``user`` (in ``groups``) may use, one key each; None without queueing.
+
+    Written by the hub at every spawn (group membership may have changed); users' servers cannot write it."""
+    if config.queueing is None:
+        return None
+    allowed = config.queueing.allowed(user, groups)
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": PRIORITY_CLASSES_NAME, "namespace": name,
+                         "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
+            "data": {c: "allowed" for c in allowed}}
+
+
 def server_environment(name: str, config: HubConfig, service_url: str = "") -> dict[str, str]:
     """What the magic in the user's server reads: backend, namespace, the service, image, object storage, and
     the queue and default priority when runs queue through Kueue."""
@@ -123,4 +142,5 @@ def server_environment(name: str, config: HubConfig, service_url: str = "") -> d
         E.PRIORITY: queueing.default_priority if queueing else None,
         E.TRUSTED_ONLY: config.trusted_only or None,  # unset when off: the kernel's default is off
         E.MONTHLY_BUDGET: None if config.monthly_budget_per_user is None else f"{config.monthly_budget_per_user:g}",
+        E.SESSION_IDLE_TIMEOUT: config.session_idle_timeout or None,  # unset when off, as above
     })

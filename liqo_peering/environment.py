@@ -150,11 +150,15 @@ METERED = _kernel("METERED", flag, False, "Runner pods carry the hub meter's fin
 STATE_DIR = _kernel("STATE_DIR", text, None, "Where a server's kernels record their runs for the panel.",
                     "Jupyter's runtime directory")
 QUEUE = _kernel("QUEUE", text, None,
-                "Kueue LocalQueue runner pods wait in (the hub sets it when queueing is on); unset: no queueing.",
+                "Kueue LocalQueue runner pods wait in (the hub sets it when queueing is on); unset: the one "
+                "LocalQueue of the namespace, found at the first cell, else no queueing.",
                 "none")
 PRIORITY = _kernel("PRIORITY", text, None,
                    "Kueue priority class of cells that give no --priority (the hub sets the chart's default).",
                    "none")
+SESSION_IDLE_TIMEOUT = _kernel("SESSION_IDLE_TIMEOUT", seconds, 0.0,
+                               "Seconds a `--session` may sit idle holding its GPUs before the kernel ends it (a hub "
+                               "writes the chart's `offload.sessionIdleTimeout`); 0: never.")
 TRUSTED_CLUSTERS: Setting[tuple[str, ...]] = _kernel("TRUSTED_CLUSTERS", names, tuple[str, ...](),
                            "Cluster ids trusted with pickled outputs (the origin decides; a hub writes its chart's).",
                            "none")
@@ -169,7 +173,7 @@ MONTHLY_BUDGET: Setting[float | None] = _kernel(
 KERNEL: tuple[Setting[Any], ...] = (
     BACKEND, NAMESPACE, IMAGE, PYTHON, GPU_MODEL, S3_BUCKET, S3_ENDPOINT, MEMORY, CREATE_OFFLOADING,
     KERNEL_ID, PLACEMENT_POLICY, SWEEP_SECONDS, SERVICE_URL, SERVER_ID, METERED, STATE_DIR,
-    TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, MONTHLY_BUDGET,
+    TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, MONTHLY_BUDGET, SESSION_IDLE_TIMEOUT,
 )
 """What a user's kernel and server read (README: the kubernetes backend's environment variables)."""
 
@@ -192,8 +196,15 @@ FLOW_GPU_MODEL = _flow("GPU_MODEL", text, None, "Model of steps that name none."
 FLOW_NAMESPACE = _flow("NAMESPACE", text, None, "Offloaded namespace of the step pods.", "Metaflow's")
 FLOW_BACKEND = _flow("BACKEND", choice("kubernetes", "local"), "kubernetes",
                      "local leaves @gpu_offload steps as written (they run in the local process).")
+FLOW_QUEUE = _flow("QUEUE", text, None,
+                   "Kueue LocalQueue the step Jobs wait in; unset: the hub's `GPU_OFFLOAD_QUEUE`, else no queueing.",
+                   "`GPU_OFFLOAD_QUEUE`")
+FLOW_PRIORITY = _flow("PRIORITY", text, None,
+                      "Kueue priority class of steps that give no `priority=`; unset: the hub's `GPU_OFFLOAD_PRIORITY`.",
+                      "`GPU_OFFLOAD_PRIORITY`")
 FLOW: tuple[Setting[Any], ...] = (
     FLOW_SOURCE, FLOW_INVENTORY, FLOW_CLUSTER, FLOW_POLICY, FLOW_GPU_MODEL, FLOW_NAMESPACE, FLOW_BACKEND,
+    FLOW_QUEUE, FLOW_PRIORITY,
 )
 """What ``@gpu_offload`` reads where a flow is validated (README: the Metaflow settings)."""
 

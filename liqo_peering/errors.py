@@ -77,6 +77,25 @@ class APIForbiddenByQuota(APIForbidden):
         self.quota = quota
 
 
+# kube-apiserver's words when a ValidatingAdmissionPolicy denies a request (403 for a validation whose reason
+# is Forbidden, 422 by default): "ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied
+# request: <the policy's message>", after "<kind> "<name>" is forbidden: " for a 403.
+_POLICY_DENIAL = re.compile(r"ValidatingAdmissionPolicy '([^']+)'(?: with binding '[^']*')? denied request: (.*)$",
+                            re.DOTALL)
+
+
+class APIDeniedByPolicy(APIError):
+    """The cluster's admission policy refused the object; ``denial`` is the policy's own message. Not an
+    ``APIForbidden``: no RBAC right is missing, and asking again changes nothing."""
+
+    next_step = "the cluster's admission policy refused it, and its message says what it allows"
+
+    def __init__(self, action: str, target: str, status: int, detail: str, policy: str, denial: str) -> None:
+        super().__init__(action, target, status, detail)
+        self.policy = policy
+        self.denial = denial
+
+
 class APINotFound(APIError):
     next_step = "check the name and namespace; for Liqo kinds, check that Liqo is installed (kubectl get crd)"
 
@@ -142,6 +161,9 @@ def status_error(status: int, action: str, target: str, detail: str) -> APIError
     """The ``APIError`` for an HTTP status: the one mapping, used for responses and for watch ERROR events."""
     if status == 0:
         return APIUnreachable(action, target, 0, detail)
+    denied = _POLICY_DENIAL.search(detail) if status in (403, 422) else None
+    if denied is not None:
+        return APIDeniedByPolicy(action, target, status, detail, denied.group(1), denied.group(2))
     if status == 403:
         quota = _QUOTA.search(detail)
         if quota is not None:

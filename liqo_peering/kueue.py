@@ -34,6 +34,16 @@ class PriorityClass:
     value: int
     """Higher is admitted first and may preempt lower ones within the ClusterQueue."""
     description: str = ""
+    users: tuple[str, ...] = ()
+    """Hub users who may use it; with ``groups`` both empty, everyone may."""
+    groups: tuple[str, ...] = ()
+    """Hub groups whose members may use it."""
+
+    def open_to(self, user: str, groups: tuple[str, ...] | list[str] = ()) -> bool:
+        """Whether ``user`` (a member of ``groups``) may name this class."""
+        if not self.users and not self.groups:
+            return True
+        return user in self.users or any(g in self.groups for g in groups)
 
 
 DEFAULT_PRIORITY_CLASSES = (
@@ -53,6 +63,10 @@ class QueueSettings:
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     default_priority: str = "interactive"
     """Priority class of runs that name none."""
+
+    def allowed(self, user: str, groups: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+        """The classes ``user`` may name (the chart's ``users``/``groups`` of each), in the configured order."""
+        return tuple(c.name for c in self.priority_classes if c.open_to(user, groups))
 
 
 @dataclass(frozen=True)
@@ -264,17 +278,26 @@ def _priority_classes(raw: Any, where: str) -> tuple[PriorityClass, ...]:
     classes = []
     for i, entry in enumerate(raw):
         here = f"{where}[{i}]"
-        if not isinstance(entry, Mapping) or set(entry) - {"name", "value", "description"}:
-            raise ValueError(f"{here} must be a mapping of name, value and description, got {entry!r}")
+        if not isinstance(entry, Mapping) or set(entry) - {"name", "value", "description", "users", "groups"}:
+            raise ValueError(f"{here} must be a mapping of name, value, description, users and groups, got {entry!r}")
         value = entry.get("value")
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{here}.value={value!r} must be a whole number (higher is admitted first)")
         classes.append(PriorityClass(_object_name(entry.get("name"), f"{here}.name", label=True), value,
-                                     str(entry.get("description") or "")))
+                                     str(entry.get("description") or ""), _names(entry.get("users"), f"{here}.users"),
+                                     _names(entry.get("groups"), f"{here}.groups")))
     names = [c.name for c in classes]
     if len(set(names)) != len(names):
         raise ValueError(f"{where} names a class twice: {', '.join(names)}")
     return tuple(classes)
+
+
+def _names(raw: Any, where: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw):
+        raise ValueError(f"{where} must be a list of hub user or group names, got {raw!r}")
+    return tuple(raw)
 
 
 def queue_settings(raw: Mapping[str, Any] | None, where: str = "queueing.kueue") -> QueueSettings:
@@ -289,6 +312,9 @@ def queue_settings(raw: Mapping[str, Any] | None, where: str = "queueing.kueue")
     if default not in {c.name for c in classes}:
         raise ValueError(f"{where}.defaultPriority={default!r} is not one of the priority classes "
                          f"({', '.join(c.name for c in classes)})")
+    if any(c.name == default and (c.users or c.groups) for c in classes):
+        raise ValueError(f"{where}.defaultPriority={default!r} is open to some users only, but every run that "
+                         "names no class gets it: drop its users and groups, or make another class the default")
     return QueueSettings(
         cluster_queue=_object_name(raw.get("clusterQueue") or base.cluster_queue, f"{where}.clusterQueue"),
         local_queue=_object_name(raw.get("localQueue") or base.local_queue, f"{where}.localQueue", label=True),

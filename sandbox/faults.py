@@ -141,9 +141,11 @@ class SandboxFaults:
         """Make ``image`` fail to pull from now on."""
         self.images.missing.add(image)
 
-    def api_error(self, path: str, status: int = 503, methods: tuple[str, ...] = (), times: int = 0) -> FaultRule:
-        """Answer requests matching ``path`` (a regex) with HTTP ``status``."""
-        return self._rule(FaultRule(path, tuple(methods), status=status, times=times))
+    def api_error(self, path: str, status: int = 503, methods: tuple[str, ...] = (), times: int = 0,
+                  message: str = "") -> FaultRule:
+        """Answer requests matching ``path`` (a regex) with HTTP ``status`` (and ``message``, to stand in for an
+        admission plugin or policy the sandbox does not run)."""
+        return self._rule(FaultRule(path, tuple(methods), status=status, times=times, message=message))
 
     def api_latency(self, path: str, seconds: float, methods: tuple[str, ...] = (), times: int = 0) -> FaultRule:
         """Delay requests matching ``path`` (a regex) by ``seconds``."""

@@ -40,6 +40,7 @@ class FaultRule:
     delay: float = 0.0  # seconds added before serving (with ``hold``: the longest it is held)
     times: int = 0  # 0: unlimited
     hold: bool = False  # held until ``Faults.release(rule)`` (or ``delay`` ran out): races made deterministic
+    message: str = ""  # the Status message of the error (default: says it is an injected fault)
 
     def __post_init__(self) -> None:
         if not self.status and not self.delay:
@@ -124,7 +125,8 @@ class Faults:
                     await asyncio.sleep(rule.delay)
                 if rule.status:
                     err = ApiError(rule.status, REASONS.get(rule.status, "InternalError"),
-                                   f"injected fault on {request.method} {request.path} (sandbox fault rule)",
+                                   rule.message or f"injected fault on {request.method} {request.path} (sandbox "
+                                   "fault rule)",
                                    retry_after=1 if rule.status in (429, 503) else 0)
                     headers = {"Retry-After": "1"} if err.retry_after else None
                     return web.json_response(err.status(), status=rule.status, headers=headers)

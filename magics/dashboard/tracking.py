@@ -59,6 +59,10 @@ def _with(record: RunEntry, **changes: Any) -> RunEntry:
 def observe(record: RunEntry, event: RunEvent) -> RunEntry:
     """The record after ``event`` (pure; the engine sees the event unchanged)."""
     if isinstance(event, Status):
+        if record.state == "queued" and record.detail:
+            # the pod's own status while Kueue holds it says less than its place in line, and may arrive after
+            # it: the run stays queued until Kueue admits it (a Queued event that is no longer waiting)
+            return record
         state = record.state if record.state == "running" else "scheduling"
         return _with(record, state=state, detail=event.state)
     if isinstance(event, Queued):  # waiting in Kueue's line, then admitted (on to scheduling)

@@ -15,17 +15,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--crds ../shared/kueue-crds, else a built-in description")
     parser.add_argument("--kueue-pods-ready-timeout", type=float, default=None, metavar="SECONDS",
                         help="Kueue's waitForPodsReady timeout (default: off, as in Kueue)")
+    parser.add_argument("--kueue-exclude-resource-prefix", action="append", default=[], metavar="PREFIX",
+                        help="Kueue's resources.excludeResourcePrefixes (may be given more than once), e.g. "
+                             "ephemeral-storage, which Metaflow's step pods request and the project's ClusterQueue "
+                             "does not cover")
 
 
 def plugins(args: argparse.Namespace) -> list[Plugin]:
     """The Kueue plugin when ``--kueue`` is given (none otherwise)."""
     timeout = args.kueue_pods_ready_timeout
+    excluded = tuple(args.kueue_exclude_resource_prefix)
     if not args.kueue:
-        if timeout is not None:
-            raise SystemExit("gpu-offload sandbox: --kueue-pods-ready-timeout needs --kueue")
+        if timeout is not None or excluded:
+            raise SystemExit("gpu-offload sandbox: --kueue-pods-ready-timeout and --kueue-exclude-resource-prefix "
+                             "are Kueue's settings: each needs --kueue")
         return []
     if timeout is not None and timeout <= 0:
         raise SystemExit(f"gpu-offload sandbox: --kueue-pods-ready-timeout {timeout}: give a number of seconds > 0")
     print("SANDBOX Kueue emulated (no real Kueue): create ResourceFlavors, a ClusterQueue and LocalQueues to "
           "queue pods labelled kueue.x-k8s.io/queue-name", flush=True)
-    return [Kueue(KueueOptions(pods_ready_timeout=timeout)).plugin]
+    return [Kueue(KueueOptions(pods_ready_timeout=timeout, exclude_resource_prefixes=excluded)).plugin]

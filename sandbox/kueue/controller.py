@@ -177,7 +177,8 @@ class KueueController:
             group = {f.name: node_labels.get(f.name, {}) for f in view.flavors}
             fits = matching_flavors([ps.get("template") or {} for ps in wl["spec"]["podSets"]], group)
             view.pending.append((Entry(meta["namespace"], meta["name"], wl["spec"].get("queueName", ""),
-                                       workloads.priority(wl), queued_at, workloads.requests(wl),
+                                       workloads.priority(wl), queued_at,
+                                       workloads.requests(wl, self.options.exclude_resource_prefixes),
                                        self.arrival.get(meta["uid"], 0), fits), wl))
         self.ledger.forget(queues)
         sampled = self.ledger.sample(admitted_usage, queues)

@@ -23,6 +23,9 @@ class KueueOptions:
     """``admissionFairSharing.usageHalfLifeTime`` in seconds."""
     usage_sampling: float = 300.0
     """``admissionFairSharing.usageSamplingInterval`` in seconds (Kueue's default 5 min)."""
+    exclude_resource_prefixes: tuple[str, ...] = ()
+    """``resources.excludeResourcePrefixes``: resources Kueue ignores in quota (none by default, as in Kueue);
+    a Workload asking for a resource neither excluded nor covered by its ClusterQueue is never admitted."""
     resource_weights: Mapping[str, float] = field(default_factory=dict)
     """``admissionFairSharing.resourceWeights``: how much a unit of each resource counts in a LocalQueue's
     usage (1 when absent)."""

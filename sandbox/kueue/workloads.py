@@ -101,11 +101,14 @@ def for_job(job: Mapping[str, Any], priority: tuple[str, int] | None) -> Obj:
                      [_owner_ref(job, "batch/v1", "Job")], meta["uid"])
 
 
-def requests(workload: Mapping[str, Any]) -> dict[str, Decimal]:
-    """What the Workload asks for in total: each pod set's pod requests times its count."""
+def requests(workload: Mapping[str, Any], excluded: tuple[str, ...] = ()) -> dict[str, Decimal]:
+    """What the Workload asks for in total: each pod set's pod requests times its count, without the resources
+    whose names start with one of ``excluded`` (Kueue's ``resources.excludeResourcePrefixes``)."""
     total: dict[str, Decimal] = {}
     for pod_set in workload["spec"]["podSets"]:
         for resource, value in pod_requests(pod_set["template"]).items():
+            if resource.startswith(excluded):
+                continue
             total[resource] = total.get(resource, Decimal(0)) + value * int(pod_set.get("count", 1))
     return total
 

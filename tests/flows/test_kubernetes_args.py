@@ -124,3 +124,27 @@ def test_the_flows_user_is_written_for_the_hubs_meter_and_no_user_label_invites_
     assert "gpu-offload.io/user" not in merged["labels"]  # runner_selector(user) stays the kernels' own
     with pytest.raises(GpuOffloadFlowError, match="annotations"):
         kubernetes_kwargs({"annotations": {"gpu-offload.io/user": "mallory"}}, PLACED, who, OFFLOAD)
+
+
+def test_a_queued_step_carries_kueues_labels_and_they_survive_the_record() -> None:
+    from dataclasses import replace
+
+    from gpu_offload.flows.decision import queued, recorded_placement
+    from gpu_offload.flows.options import parse_options
+    from gpu_offload.flows.settings import read_settings
+
+    # the hub's spawner set the user's server queue and default class; the step asks for batch
+    settings = read_settings({}.get, {"GPU_OFFLOAD_QUEUE": "gpu-offload", "GPU_OFFLOAD_PRIORITY": "interactive"})
+    step = queued(PLACED, parse_options("train", [], {"gpus": 2, "priority": "batch"}), settings)
+    labels = kubernetes_kwargs({}, step, WHO, OFFLOAD)["labels"]
+    assert (labels["kueue.x-k8s.io/queue-name"], labels["kueue.x-k8s.io/priority-class"]) == ("gpu-offload", "batch")
+    # the step's pod and the local trampoline read the same queue back from the recorded placement
+    assert replace(recorded_placement("train", step.to_json()), origin="inventory") == step  # type: ignore[arg-type]
+    default = queued(PLACED, parse_options("train", [], {"gpus": 2}), settings)
+    assert default.priority == "interactive"
+    mine = read_settings({"GPU_OFFLOAD_QUEUE": "mine"}.get, {"GPU_OFFLOAD_QUEUE": "gpu-offload"})
+    assert mine.queue == "mine"  # METAFLOW_GPU_OFFLOAD_QUEUE wins over the hub's
+    # without a queue: no Kueue label, and a priority is refused before anything is deployed
+    assert "kueue.x-k8s.io/queue-name" not in kubernetes_kwargs({}, PLACED, WHO, OFFLOAD)["labels"]
+    with pytest.raises(GpuOffloadFlowError, match=r"priority='batch'.*queueing through Kueue is off here"):
+        queued(PLACED, parse_options("train", [], {"gpus": 2, "priority": "batch"}), read_settings({}.get))

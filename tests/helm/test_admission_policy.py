@@ -29,10 +29,13 @@ def _is_true(result: Any) -> bool:
 
 
 def admit(
-    policy: dict[str, Any], request: dict[str, Any], obj: dict[str, Any], namespace: Any, old: Any = None
+    policy: dict[str, Any], request: dict[str, Any], obj: dict[str, Any], namespace: Any, old: Any = None,
+    params: Any = None,
 ) -> tuple[bool, str]:
-    """(allowed, message) for one request under the rendered policy (``old``: oldObject of an UPDATE)."""
-    activation = {"request": request, "object": obj, "namespaceObject": namespace, "oldObject": old}
+    """(allowed, message) for one request under the rendered policy (``old``: oldObject of an UPDATE;
+    ``params``: the binding's parameter object, for a policy with a paramKind)."""
+    activation = {"request": request, "object": obj, "namespaceObject": namespace, "oldObject": old,
+                  "params": params}
     spec = policy["spec"]
     if not all(_is_true(_evaluate(c["expression"], activation)) for c in spec["matchConditions"]):
         return True, "not judged: another requester"
@@ -377,6 +380,13 @@ def test_with_queueing_on_a_users_server_may_only_create_pods_that_wait_in_its_q
                    _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpus", "kueue.x-k8s.io/priority-class": "vip"})):
         allowed, message = admit(queued, _request("pods", bypass), bypass, ALICE)
         assert not allowed and "kueue.x-k8s.io/queue-name=gpus" in message and "interactive, batch" in message
+    # a Metaflow step's Job is held to the same (Kueue's Job integration gates it by the same labels)
+    queued_job = _job(ok["spec"])
+    queued_job["metadata"]["labels"] = dict(ok["metadata"]["labels"])
+    assert admit(queued, _request("jobs", queued_job), queued_job, ALICE) == (True, "")
+    bypass_job = _job(ok["spec"])
+    allowed, message = admit(queued, _request("jobs", bypass_job), bypass_job, ALICE)
+    assert not allowed and "pods and Jobs that wait in its LocalQueue" in message
     # queueing off: the labels are not asked for
     servers = kit.find(kit.render(), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
     assert admit(servers, _request("pods", runner_pod()), runner_pod(), ALICE) == (True, "")
@@ -404,3 +414,53 @@ def test_the_job_and_service_of_a_distributed_run_are_admitted_and_queue_with_ku
     # a Job without the queue label would run its pods past Kueue (they are the job controller's, not judged)
     allowed, message = admit(queued, _request("jobs", job), job, ALICE)
     assert not allowed and "pods and Jobs that wait in its LocalQueue" in message
+
+# --- which priority classes a user may name -----------------------------------------------------------------
+
+RESTRICTED = {"queueing": {"kueue": {"enabled": True, "priorityClasses": [
+    {"name": "interactive", "value": 1000}, {"name": "batch", "value": 100},
+    {"name": "urgent", "value": 5000, "users": ["alice"], "groups": ["ml-leads"]}]}}}
+
+
+def test_a_priority_class_kept_for_some_users_is_refused_to_the_others(kit: Any) -> None:
+    from gpu_offload.hub_extension import user_namespace as un
+    from gpu_offload.hub_extension.config import parse_config
+
+    objects = kit.render(RESTRICTED)
+    policy = kit.find(objects, "ValidatingAdmissionPolicy", "gpu-offload-priority-classes")
+    binding = kit.find(objects, "ValidatingAdmissionPolicyBinding", "gpu-offload-priority-classes")
+    # the parameter is the ConfigMap of the request's own namespace, which the spawner hook writes
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert binding["spec"]["paramRef"] == {"name": un.PRIORITY_CLASSES_NAME, "parameterNotFoundAction": "Deny"}
+    config = parse_config(kit.config_of(objects))  # the chart's values, as the hub reads them
+
+    def params(user: str, groups: tuple[str, ...] = ()) -> Any:
+        return un.priority_classes(f"jhub-{user}", config, user, groups)
+
+    urgent = _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpu-offload", "kueue.x-k8s.io/priority-class": "urgent"})
+    request = _request("pods", urgent)
+    assert admit(policy, request, urgent, ALICE, params=params("alice")) == (True, "")
+    assert admit(policy, request, urgent, ALICE, params=params("carol", ("ml-leads",))) == (True, "")
+    allowed, message = admit(policy, request, urgent, ALICE, params=params("bob", ("physics",)))
+    assert not allowed and message.startswith("priority class urgent is not one this user may use"), message
+    assert "queueing.kueue.priorityClasses" in message
+    # the open classes stay open to everyone, a Job (a Metaflow step) is judged the same, and a pod naming no
+    # class is not judged here (the queue's default applies)
+    batch = _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpu-offload", "kueue.x-k8s.io/priority-class": "batch"})
+    assert admit(policy, _request("pods", batch), batch, ALICE, params=params("bob")) == (True, "")
+    job = _job(urgent["spec"])
+    job["metadata"]["labels"] = dict(urgent["metadata"]["labels"])
+    assert not admit(policy, _request("jobs", job), job, ALICE, params=params("bob"))[0]
+    plain = _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpu-offload"})
+    assert admit(policy, _request("pods", plain), plain, ALICE, params=params("bob"))[1] == "not judged: another requester"
+    # the hub itself is not judged by it
+    assert admit(policy, _request("pods", urgent, user=HUB_USER), urgent, ALICE, params=params("bob"))[0]
+    # queueing off: no such policy
+    assert not [o for o in kit.render() if o["metadata"]["name"] == "gpu-offload-priority-classes"]
+
+
+def test_the_default_class_must_be_open_to_everyone(kit: Any) -> None:
+    closed = {"queueing": {"kueue": {"enabled": True, "defaultPriority": "urgent", "priorityClasses": [
+        {"name": "interactive", "value": 1000}, {"name": "urgent", "value": 5000, "groups": ["ml-leads"]}]}}}
+    with pytest.raises(Exception, match="defaultPriority=urgent is open to some users only"):
+        kit.render(closed)

@@ -269,3 +269,20 @@ def test_the_charts_monthly_budget_reaches_every_users_kernel(kit: Any) -> None:
     env = server_environment("jhub-alice", chosen, "http://hub:10101/services/gpu-offload/")
     assert env[E.MONTHLY_BUDGET.name] == "250.5"
     assert from_environment({**env, "JUPYTERHUB_USER": "alice"}).budget == 250.5
+
+
+def test_the_charts_session_idle_timeout_reaches_every_users_kernel(kit: Any) -> None:
+    from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.user_namespace import server_environment
+    from gpu_offload.magics.backends.kube.config import from_environment
+
+    default = parse_config(kit.config_of(kit.render()))
+    environment = server_environment("jhub-alice", default)
+    assert environment["GPU_OFFLOAD_SESSION_IDLE_TIMEOUT"] == "3600"  # on by default: an hour
+    assert from_environment(environment).session_idle_timeout == 3600.0
+    never = parse_config(kit.config_of(kit.render({"offload": {"sessionIdleTimeout": 0}})))
+    assert "GPU_OFFLOAD_SESSION_IDLE_TIMEOUT" not in server_environment("jhub-alice", never)
+    with pytest.raises(Exception, match="sessionIdleTimeout"):
+        kit.render({"offload": {"sessionIdleTimeout": "1h"}})  # the schema wants seconds
+    with pytest.raises(ValueError, match=r"offload.sessionIdleTimeout=-5 must be a whole number of seconds"):
+        parse_config({"offload": {"sessionIdleTimeout": -5}})  # a configuration file written by hand

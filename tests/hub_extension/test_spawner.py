@@ -222,7 +222,10 @@ def test_a_gpu_quota_that_is_not_a_whole_number_stops_the_configuration(value: A
         parse_config({**CONFIG, "offload": {"gpuQuotaPerUser": value}}, "config.yaml")
 
 
-QUEUED = {**CONFIG, "queueing": {"kueue": {"enabled": True, "localQueue": "gpus", "defaultPriority": "batch"}}}
+QUEUED = {**CONFIG, "queueing": {"kueue": {"enabled": True, "localQueue": "gpus", "defaultPriority": "batch",
+                                           "priorityClasses": [{"name": "interactive", "value": 1000},
+                                                               {"name": "batch", "value": 100},
+                                                               {"name": "urgent", "value": 5000, "users": ["kim"]}]}}}
 
 
 @pytest.fixture(scope="module")
@@ -250,8 +253,15 @@ def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(
     assert [q.metadata.name for q in core.list_namespaced_resource_quota(ns).items] == []
     env = result["environment"]
     assert (env["GPU_OFFLOAD_QUEUE"], env["GPU_OFFLOAD_PRIORITY"]) == ("gpus", "batch")
+    # the classes kim may name, for the chart's admission policy: urgent is kept for kim
+    allowed = core.read_namespaced_config_map("gpu-offload-priority-classes", ns)
+    assert sorted(allowed.data) == ["batch", "interactive", "urgent"]
     again = drive_queued(scenario="hook", user="kim")  # everything in place: the next spawn succeeds too
     assert "error" not in again, again
+    lee = drive_queued(scenario="hook", user="lee")
+    assert "error" not in lee, lee
+    assert sorted(core.read_namespaced_config_map("gpu-offload-priority-classes", "jhub-lee").data) == [
+        "batch", "interactive"]
 
 
 def test_without_queueing_the_server_gets_no_queue() -> None:

@@ -8,6 +8,7 @@ import pytest
 import urllib3
 from gpu_offload.liqo_peering.errors import (
     APIConflict,
+    APIDeniedByPolicy,
     APIError,
     APIForbidden,
     APIForbiddenByQuota,
@@ -72,3 +73,16 @@ def test_a_resource_quota_denial_carries_the_quotas_figures() -> None:
         "gpu-offload", "requests.nvidia.com/gpu=1", "requests.nvidia.com/gpu=2", "requests.nvidia.com/gpu=2")
     rbac = api_error(status_exception(403, 'pods is forbidden: User "alice" cannot create'), "creating", "Pod a/b")
     assert type(rbac) is APIForbidden
+
+
+def test_an_admission_policy_denial_carries_the_policys_own_words() -> None:
+    # kube-apiserver's envelope around a ValidatingAdmissionPolicy's message (reason Forbidden: 403)
+    said = ("priority class urgent is not one this user may use (the gpu-offload chart's "
+            "queueing.kueue.priorityClasses: its users and groups)")
+    message = (f'pods "run-1" is forbidden: ValidatingAdmissionPolicy \'gpu-offload-priority-classes\' with binding '
+               f"'gpu-offload-priority-classes' denied request: {said}")
+    err = api_error(status_exception(403, message), "creating", "Pod alice/run-1")
+    assert isinstance(err, APIDeniedByPolicy) and not isinstance(err, APIForbidden)  # nothing to retry, no RBAC
+    assert (err.policy, err.denial) == ("gpu-offload-priority-classes", said)
+    invalid = api_error(status_exception(422, f"ValidatingAdmissionPolicy 'p' denied request: {said}"), "creating", "x")
+    assert isinstance(invalid, APIDeniedByPolicy) and invalid.denial == said

@@ -140,6 +140,16 @@ def test_settings_from_the_chart_values() -> None:
     assert K.queue_settings(None) == K.QueueSettings()
 
 
+
+def test_a_class_kept_for_some_users_and_groups_is_allowed_to_them_only() -> None:
+    settings = K.queue_settings({"priorityClasses": [
+        {"name": "interactive", "value": 1000}, {"name": "urgent", "value": 5000, "users": ["ann"],
+                                                 "groups": ["leads"]}], "defaultPriority": "interactive"})
+    assert settings.allowed("ann") == ("interactive", "urgent")
+    assert settings.allowed("bob", ["leads"]) == ("interactive", "urgent")
+    assert settings.allowed("bob", ["physics"]) == ("interactive",)
+
+
 @pytest.mark.parametrize(("raw", "message"), [
     ({"clusterQueue": "Pool"}, "queueing.kueue.clusterQueue='Pool' is not a name"),
     ({"localQueue": "gpu.queue"}, "localQueue='gpu.queue' is not a name pods can carry in a label"),
@@ -147,6 +157,9 @@ def test_settings_from_the_chart_values() -> None:
     ({"priorityClasses": [{"name": "x", "value": 1}, {"name": "x", "value": 2}]}, "names a class twice"),
     ({"defaultPriority": "urgent"}, "defaultPriority='urgent' is not one of the priority classes"),
     ({"priorityClasses": [{"name": "x", "value": 1, "preempts": True}]}, "must be a mapping of name, value"),
+    ({"priorityClasses": [{"name": "x", "value": 1, "users": "ann"}]}, r"priorityClasses\[0\].users must be a list"),
+    ({"defaultPriority": "x", "priorityClasses": [{"name": "x", "value": 1, "groups": ["leads"]}]},
+     "defaultPriority='x' is open to some users only"),
 ])
 def test_bad_settings_name_the_key(raw, message) -> None:
     with pytest.raises(ValueError, match=message):

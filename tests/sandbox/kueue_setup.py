@@ -80,3 +80,27 @@ def one_queue_pool(core: kubernetes.client.CoreV1Api, custom: kubernetes.client.
     create(custom, "resourceflavors", flavor("gpus", {"pool": "gpu"}))
     create(custom, "clusterqueues", cluster_queue("pool", {"gpus": gpus}))
     create(custom, "localqueues", local_queue("q", "pool"), ns)
+
+
+def synced_pool(sandbox: Any, namespace: str, gpu_quota: int | None = None) -> None:
+    """The project's `gpu-offload queues sync --namespace NS` against ``sandbox`` (flavors, the ClusterQueue
+    gpu-offload, priority classes, NS's LocalQueue); ``gpu_quota`` then lowers the first flavor's GPU quota by
+    hand, as an admin might, so the kernel's placement (which looks for a free GPU before launching) still finds
+    one while Kueue's quota is full."""
+    import pytest
+
+    from gpu_offload.cli import main
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KUBECONFIG", str(sandbox.kubeconfig))
+        env.delenv("GPU_OFFLOAD_CONFIG", raising=False)
+        assert main(["queues", "sync", "--namespace", namespace]) == 0
+    if gpu_quota is None:
+        return
+    with sandbox.api_client() as client:
+        custom = kubernetes.client.CustomObjectsApi(client)
+        queue = custom.get_cluster_custom_object(G, V, "clusterqueues", "gpu-offload")
+        for resource in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
+            if resource["name"] == GPU:
+                resource["nominalQuota"] = gpu_quota
+        custom.replace_cluster_custom_object(G, V, "clusterqueues", "gpu-offload", queue)

@@ -40,6 +40,7 @@ def test_kueue_flag_serves_both_crd_folders_and_gates_queued_pods(tmp_path):
 
 @pytest.mark.parametrize(("args", "problem"), [
     (["--kueue-pods-ready-timeout", "5"], "needs --kueue"),
+    (["--kueue-exclude-resource-prefix", "ephemeral-storage"], "needs --kueue"),
     (["--kueue", "--kueue-pods-ready-timeout", "0"], "give a number of seconds > 0"),
 ])
 def test_bad_kueue_options_are_refused_with_the_fix(tmp_path, capsys, args, problem):

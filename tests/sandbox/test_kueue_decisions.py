@@ -79,6 +79,19 @@ def test_fair_sharing_orders_by_queue_usage_before_priority():
     assert order([heavy, light], {"ann/q": 3.0, "bob/q": 0.5}) == [light, heavy]
 
 
+def test_excluded_resource_prefixes_leave_a_resource_out_of_quota_as_kueue_does():
+    from gpu_offload.sandbox.kueue.workloads import requests
+
+    # a Metaflow step pod: ephemeral-storage besides the GPU, which a GPU-only ClusterQueue does not cover
+    template = {"spec": {"containers": [{"name": "main", "resources": {
+        "limits": {GPU: "1"}, "requests": {"ephemeral-storage": "10240M"}}}]}}
+    workload = {"spec": {"podSets": [{"name": "main", "count": 1, "template": template}]}}
+    asked = requests(workload)
+    assert "resource ephemeral-storage unavailable in ClusterQueue" in assign(asked, [GPU], [A], {}).message
+    kept = requests(workload, ("ephemeral-storage",))
+    assert kept == {GPU: Decimal(1)} and assign(kept, [GPU], [A], {}).flavor == "a"
+
+
 def test_entry_penalty_stays_in_the_usage_and_decays_like_the_rest():
     now = [0.0]
     ledger = UsageLedger(half_life=600, sampling=300, resource_weights={"memory": 0}, clock=lambda: now[0])

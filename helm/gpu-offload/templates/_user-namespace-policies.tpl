@@ -9,11 +9,18 @@ Two policies on user namespaces, rendered by admission-policy.yaml:
    label would take GPUs past Kueue, and nothing else limits a user's share then; a Job's pods are the job
    controller's, which this policy does not judge, so the Job itself must carry the label).
 */}}
+{{- /*
+3. With queueing.kueue on, which priority classes each user may name: the parameter is the ConfigMap
+   gpu-offload-priority-classes of the request's namespace (hub_extension/user_namespace.py writes it at each
+   spawn from the classes' users and groups), one key per allowed class; users' servers cannot write it.
+*/}}
 {{- define "gpu-offload.userNamespacePolicies" -}}
 {{- $root := .root }}
 {{- $enforce := .enforce | quote }}
 {{- $userLabel := .label | quote }}
 {{- $owner := "gpu-offload.io/user" | quote }}
+{{- /* the users' server account of any user namespace (system:serviceaccount:<prefix><user>:<account>) */}}
+{{- $byServer := printf "request.userInfo.username.startsWith(%s) && request.userInfo.username.endsWith(%s)" (printf "system:serviceaccount:%s" .prefix | quote) (printf ":%s" $root.Values.userServer.serviceAccountName | quote) }}
 {{- $exact := list }}
 {{- $prefixes := list }}
 {{- range $root.Values.offload.allowedImages }}
@@ -92,8 +99,7 @@ spec:
     # the users' server account of any user namespace (system:serviceaccount:<prefix><user>:<account>)
     - name: requested-by-a-users-server
       expression: >-
-        request.userInfo.username.startsWith({{ printf "system:serviceaccount:%s" .prefix | quote }}) &&
-        request.userInfo.username.endsWith({{ printf ":%s" $root.Values.userServer.serviceAccountName | quote }})
+        {{ $byServer }}
   validations:
     - expression: >-
         {{ $specs }}.all(s, !(has(s.hostNetwork) && s.hostNetwork) && !(has(s.hostPID) && s.hostPID) &&
@@ -150,4 +156,57 @@ metadata:
 spec:
   policyName: {{ include "gpu-offload.fullname" $root }}-user-servers
   validationActions: [Deny]
+{{- if $root.Values.queueing.kueue.enabled }}
+{{- $label := "kueue.x-k8s.io/priority-class" | quote }}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ include "gpu-offload.fullname" $root }}-priority-classes
+  labels:
+    {{- include "gpu-offload.labels" $root | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  paramKind:
+    apiVersion: v1
+    kind: ConfigMap
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        resources: ["pods"]
+        operations: ["CREATE", "UPDATE"]
+      - apiGroups: ["batch"]
+        apiVersions: ["v1"]
+        resources: ["jobs"]
+        operations: ["CREATE", "UPDATE"]
+  matchConditions:
+    - name: requested-by-a-users-server
+      expression: >-
+        {{ $byServer }}
+    - name: names-a-priority-class
+      expression: has(object.metadata.labels) && {{ $label }} in object.metadata.labels
+  validations:
+    - expression: has(params.data) && object.metadata.labels[{{ $label }}] in params.data
+      messageExpression: >-
+        "priority class " + object.metadata.labels[{{ $label }}] + " is not one this user may use (the gpu-offload
+        chart's queueing.kueue.priorityClasses: its users and groups); leave --priority out for the default
+        class, or ask your JupyterHub admin"
+      reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ include "gpu-offload.fullname" $root }}-priority-classes
+  labels:
+    {{- include "gpu-offload.labels" $root | nindent 4 }}
+spec:
+  policyName: {{ include "gpu-offload.fullname" $root }}-priority-classes
+  validationActions: [Deny]
+  # no namespace: the ConfigMap of the request's own namespace; missing (a server started before queueing was
+  # turned on) denies, and the user's next server start writes it
+  paramRef:
+    name: gpu-offload-priority-classes
+    parameterNotFoundAction: Deny
+{{- end }}
 {{- end -}}

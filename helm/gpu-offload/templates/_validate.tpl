@@ -16,6 +16,12 @@ want 1": here each message says what is wrong and what to set. Included by confi
 {{- if not (has .defaultPriority $names) -}}
 {{- fail (printf "queueing.kueue.defaultPriority=%s is not one of queueing.kueue.priorityClasses (%s): name one of them, or add it to the list" .defaultPriority (join ", " $names)) -}}
 {{- end -}}
+{{- $default := .defaultPriority -}}
+{{- range .priorityClasses -}}
+{{- if and (eq .name $default) (or .users .groups) -}}
+{{- fail (printf "queueing.kueue.defaultPriority=%s is open to some users only (its users/groups), but every run that names no class gets it: drop its users and groups, or make another class the default" $default) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- with .Values.metrics -}}

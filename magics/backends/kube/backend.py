@@ -20,6 +20,7 @@ from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import ApiClient, LiqoClient, api_client_from_environment
 from ....liqo_peering.errors import (
+    APIDeniedByPolicy,
     APIError,
     APIForbiddenByQuota,
     APINamespaceMissing,
@@ -33,13 +34,14 @@ from ...runner.frames import Outputs
 from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
 from .budget import spend_line
 from .config import KubeSettings
+from .explain import span_text
 from .hub_inventory import HubInventory, HubInventoryError
 from .launcher import PodLauncher
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object
 from .run import KubeRun, PodOrder
 from .session import KubeSession, SessionRun
-from .storage import OUTPUT_URLS, RunStorage, StorageError
+from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
 
 
 class ClusterError(OffloadError):
@@ -54,6 +56,10 @@ def _translate(exc: GpuOffloadError) -> OffloadError:
         return OffloadUsageError(
             f"Nothing was launched: namespace {name} does not exist on the cluster. Create it with `kubectl create "
             f"namespace {name}` (a hub creates each user's for you), or set {E.NAMESPACE.name} to one that exists.")
+    if isinstance(exc, APIDeniedByPolicy):
+        # the chart's policies: the queue label, a priority class the user may not use, an image not allowed
+        return OffloadUsageError(f"Nothing was launched: the cluster's admission policy {exc.policy} refused the "
+                                 f"pod: {exc.denial}.")
     if isinstance(exc, APIForbiddenByQuota):
         quota = exc.quota
         return OffloadUsageError(
@@ -79,6 +85,9 @@ class KubernetesBackend:
         self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
         self._lock = threading.Lock()
         self._sessions: dict[str, KubeSession] = {}
+        self._idle_ended: dict[str, tuple[str, str]] = {}
+        """Session name -> (its pod, how it ended) for sessions this kernel ended for idling: said at the next
+        cell of that session and in ``%gpu_offload status`` until then."""
         self.cleaned: list[str] = []
         """What an earlier life of this kernel left behind, removed at start."""
         # best effort: a server account without list rights on Secrets must still be able to run cells
@@ -90,22 +99,30 @@ class KubernetesBackend:
         storage = f", storage s3://{self.settings.storage.bucket}" if self.settings.storage else ", no object storage"
         line = (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
+        with self._lock:
+            ended = [f"session {name}: its pod {pod} {how}; its variables are gone"
+                     for name, (pod, how) in self._idle_ended.items()]
+            # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
+            ended += [f"session {name}: its pod {s.launched.name} {s.end_words()}; its variables are gone"
+                      for name, s in self._sessions.items() if not s.alive and not s.dead]
         spend = self.launcher.spend
-        if spend is None:
-            return line
-        try:
-            usage = spend_line(spend.read(timeout=5.0), self.settings.budget)
-        except HubInventoryError as exc:
-            usage = f"GPU usage: not known now ({exc})"
-        return f"{line}\n{usage}"
+        if spend is not None:
+            try:
+                usage = spend_line(spend.read(timeout=5.0), self.settings.budget)
+            except HubInventoryError as exc:
+                usage = f"GPU usage: not known now ({exc})"
+            ended.append(usage)
+        return "\n".join([line, *ended])
 
     def transfer(self, run_id: str) -> Transfer:
         """Inputs inline (a bundle too large for the Secret is stored whole); outputs inline in the frames, or
         uploaded to presigned URLs of this run when object storage is configured."""
         if self.storage is None:
             return Transfer(input_transport="inline", output_transport="inline")
+        # a CLI run's log outlives its pod and whoever followed it (gpu-offload logs reads it)
         return Transfer(input_transport="inline", output_transport="url",
-                        output_urls=tuple(self.storage.output_urls(run_id)))
+                        output_urls=tuple(self.storage.output_urls(run_id)),
+                        log_url=self.storage.log_url(run_id) if self.settings.cli else "")
 
     def inventory(self) -> InventoryCache | HubInventory:
         """The kernel's inventory source (started on first use), shared with the panel: the hub service's in a
@@ -162,25 +179,52 @@ class KubernetesBackend:
 
     def _forget_run(self, run_id: str) -> None:
         if self.storage is not None:
-            self.storage.remove_run(run_id)
+            self.storage.remove_run(run_id, keep=(LOG,) if self.settings.cli else ())
 
     def _session(self, name: str, placement: RunRequest) -> KubeSession:
         with self._lock:
             current = self._sessions.get(name)
-            replaces = ""
+            replaces, ended = self._idle_ended.pop(name, ("", ""))
             if current is not None and not current.alive:
-                replaces = current.launched.name
+                replaces, ended = current.launched.name, current.end_words()
                 current.close(grace=0)
                 del self._sessions[name]
                 current = None
             if current is None:
-                current = self._sessions[name] = KubeSession(name, self.launcher, placement, replaces)
+                current = self._sessions[name] = KubeSession(name, self.launcher, placement, replaces,
+                                                             ended or "ended while idle")
+                current.on_idle = self._idle_started
             elif current.order.placement != placement:
                 raise OffloadUsageError(
                     f"Session `{name}` was started with --gpus {current.order.placement.gpus} on "
                     f"{current.launched.ctx.cluster}; this cell asks for something else. Close it with "
                     f"`%gpu_offload close {name}` first, or use another --session name.")
+            current.claims += 1  # from now on an idle timer set earlier ends nothing
             return current
+
+    def _idle_started(self, session: KubeSession) -> None:
+        """A session's cell ended: end the session if no cell comes within the idle timeout, so nobody keeps
+        GPUs by forgetting a session (the chart's ``offload.sessionIdleTimeout``)."""
+        timeout = self.settings.session_idle_timeout
+        if timeout <= 0:
+            return
+        timer = threading.Timer(timeout, self._end_idle, (session, session.claims))
+        timer.daemon = True
+        session.idle_timer = timer
+        timer.start()
+
+    def _end_idle(self, session: KubeSession, claims: int) -> None:
+        with self._lock:
+            # a cell came meanwhile, or the session was closed or replaced: nothing to end
+            if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
+                return
+            del self._sessions[session.name]
+            gpus = session.order.placement.gpus
+            self._idle_ended[session.name] = (session.launched.name, (
+                f"was ended after {span_text(self.settings.session_idle_timeout)} idle holding {gpus} GPU"
+                f"{'' if gpus == 1 else 's'} on {session.launched.ctx.cluster} (the session idle timeout, the "
+                "hub's offload.sessionIdleTimeout)"))
+        session.close(grace=1.0)
 
     def sessions(self) -> list[SessionInfo]:
         """The warm session pods that are still alive."""

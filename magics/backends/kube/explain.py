@@ -12,12 +12,17 @@ from typing import Any
 
 from ....liqo_peering import environment as E
 from ....liqo_peering import labels as L
+from ....liqo_peering.timestamps import parse_time
 
 MEMORY_ENV = E.MEMORY.name
 """Memory request and limit of runner pods (e.g. ``32Gi``), read when a cell is submitted."""
 WAITING, RUNNING, FINISHED, FAILED = "waiting", "running", "finished", "failed"
 # Waiting reasons after which the kubelet will not succeed by itself: the pod spec or the cluster must change.
 _HOPELESS = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
+KUEUE_STOPPED = "TerminationTarget"
+"""The pod condition Kueue writes on a pod it stops (reason ``WorkloadEvictedDueTo<Evicted's reason>``, message
+the eviction's), before it deletes the pod; it records the same message in a ``Stopped`` event on the pod."""
+PREEMPTED = "Preempted"
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class PodState:
     exit_code: int | None = None
     lost: bool = False
     """The virtual node (the peering) was lost: the run may be retried elsewhere if it had not started."""
+    summary: str = ""
+    """What happened in a few words, for a sentence about something else (a session whose pod ended)."""
     elsewhere: str = ""
     """Set when another cluster may succeed (node lost, or this one cannot schedule the pod): the clause
     the retry notice starts with. Empty for failures that would repeat anywhere."""
@@ -132,6 +139,52 @@ def queued(pod: Mapping[str, Any]) -> bool:
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     return any(g.get("name") == L.ADMISSION_GATE for g in gates)
 
+def span_text(seconds: float) -> str:
+    """``40 s``, ``14 min``, ``2 h 5 min``: how long something ran, as a notebook says it."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    hours, minutes = divmod(whole // 60, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
+
+
+def ran_for(started: str | None, stopped: str | None) -> float | None:
+    """Seconds between two API timestamps (a container's start and Kueue's stop), None if one is missing."""
+    first, last = parse_time(started), parse_time(stopped)
+    return (last - first).total_seconds() if first and last else None
+
+
+def stopped_by_kueue(reason: str, message: str, ran: float | None, ctx: PodContext) -> PodState:
+    """A pod Kueue stopped, in words: preempted (``WorkloadEvictedDueToPreempted``, or the eviction message
+    Kueue words as "Preempted to accommodate ... due to <why>"), or evicted for another reason (its message).
+
+    ``ran``: seconds the runner had run, None when it never started."""
+    after = f" after {span_text(ran)}" if ran is not None else " before it started"
+    if reason.endswith("DueToPreempted") or message.startswith("Preempted to accommodate"):
+        why = message.partition(" due to ")[2].partition(";")[0]
+        by = ("by a higher-priority run" if not why or why.startswith("prioritization")
+              else f"by Kueue ({why})")
+        summary = f"preempted{after} {by}"
+        return PodState(FAILED, (
+            f"{summary}: Kueue gave its {_gpus(ctx.gpus)} on {ctx.cluster} to another run; output so far is kept, "
+            "no variable was copied back. Run the cell again to queue it once more, or with --priority of a "
+            "higher class if you may use one"), PREEMPTED, summary=summary)
+    cause = reason.removeprefix("WorkloadEvictedDueTo") or "Evicted"
+    summary = f"stopped by Kueue{after} ({cause}: {message})"
+    return PodState(FAILED, (
+        f"{summary} on {ctx.cluster}; output so far is kept, no variable was copied back. Run the cell again to "
+        "queue it once more"), cause, summary=summary)
+
+
+def _kueue_stop(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == KUEUE_STOPPED and cond.get("status") == "True":
+            runner = _runner_status(pod).get("state") or {}
+            started = (runner.get("running") or runner.get("terminated") or {}).get("startedAt")
+            return stopped_by_kueue(str(cond.get("reason") or ""), str(cond.get("message") or ""),
+                                    ran_for(started, cond.get("lastTransitionTime")), ctx)
+    return None
+
 
 def placed_text(pod: Mapping[str, Any], ctx: PodContext) -> str:
     """Where a bound pod runs, in one line: pod, virtual node, Liqo cluster, GPUs and model."""
@@ -145,6 +198,10 @@ def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     """Read a runner pod: waiting (with progress), running, finished (exit code) or failed (with a sentence)."""
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
+    # Kueue marks the pod before deleting it: its runner may still be shutting down, or have exited 0 on SIGTERM
+    stopped = _kueue_stop(pod, ctx)
+    if stopped is not None:
+        return stopped
     if phase in ("Failed", "Succeeded"):
         failed = _failed_pod(status, ctx) if phase == "Failed" else None
         if failed is not None:

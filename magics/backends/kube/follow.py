@@ -20,13 +20,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....liqo_peering import labels as L
-from ....liqo_peering.errors import APIGone
+from ....liqo_peering.errors import APIError, APIGone
 from ....liqo_peering.retrying import WATCH_BACKOFF
 from ....liqo_peering.watching import QUICK_END, WATCH_SECONDS
 from ...runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
 from ...runner.lines import LineSplitter, Overlong
 from ..base import Placed
-from .explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, PodState, placed_text, pod_state, queued
+from .explain import (
+    FAILED,
+    FINISHED,
+    RUNNING,
+    WAITING,
+    PodContext,
+    PodState,
+    placed_text,
+    pod_state,
+    queued,
+    ran_for,
+    stopped_by_kueue,
+)
 from .pods import PodApi
 
 DIAGNOSTIC_LINES = 30
@@ -71,6 +83,9 @@ class PodFollower:
                  one_shot: bool = True, watch_seconds: int = 30, run_id: str | None = None) -> None:
         self.pods = pods
         self.name = str(pod["metadata"]["name"])
+        self.uid = str(pod["metadata"].get("uid") or "")
+        self.started_at: str | None = None
+        """When the runner container started, as its status said (to tell how long a stopped run ran)."""
         self.ctx = ctx
         self.one_shot = one_shot
         self.watch_seconds = watch_seconds
@@ -86,6 +101,8 @@ class PodFollower:
         """Log lines received so far (those a resume repeats included)."""
         self.placed = ""
         """Where the pod runs (``placed_text``), once it was bound and its runner started."""
+        self.end: PodState | None = None
+        """How the pod ended, once the follower saw it (a session's next cell says why its state is gone)."""
         self.gated = queued(pod)
         """The pod still waits for Kueue to admit it (its admission gate is on), as last seen."""
         self._decoder = FrameDecoder(nonce, run_id=run_id)
@@ -165,6 +182,7 @@ class PodFollower:
         # the end goes into the queue before ``started`` is set, so whoever sees ``started`` without ``running``
         # finds the reason waiting instead of attaching to a pod that never ran
         if state is not None and not self._stop.is_set():
+            self.end = state
             self.events.put(PodEnded(state))
         self.started.set()
 
@@ -189,7 +207,7 @@ class PodFollower:
             try:
                 for event in events:
                     if event.get("type") == "DELETED":
-                        return _deleted(self.name)
+                        return self.gone()
                     if event.get("type") not in ("ADDED", "MODIFIED"):
                         continue
                     pod = event["object"]
@@ -204,11 +222,13 @@ class PodFollower:
             except APIGone:  # the pod's resourceVersion is too old to watch from: read it again
                 fresh = self.pods.read_pod(self.name)
                 if fresh is None:
-                    return _deleted(self.name)
+                    return self.gone()
                 pod = fresh
                 version = str(pod["metadata"].get("resourceVersion") or version)
                 state = self._seen(pod)
         if state.kind in (RUNNING, FINISHED):
+            runner = ((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}
+            self.started_at = (runner.get("running") or runner.get("terminated") or {}).get("startedAt")
             # said once per pod, before the cell's first output: the user sees where the cell went
             self.placed = placed_text(pod, self.ctx)
             self.events.put(Placed(self.placed, self.ctx.cluster))
@@ -230,7 +250,7 @@ class PodFollower:
                 return None
             pod = self.pods.read_pod(self.name)
             if pod is None:
-                return _deleted(self.name)
+                return self.gone()
             state = pod_state(pod, self.ctx)
             if state.kind in (FINISHED, FAILED):
                 self._read_stream()  # what the container wrote between the drop and its end
@@ -239,6 +259,18 @@ class PodFollower:
                 return state
             self.resumes += 1
         return None
+
+    def gone(self) -> PodState:
+        """Why the pod is gone: in Kueue's words when Kueue stopped it (it leaves a ``Stopped`` event on the
+        pod), else deleted by someone."""
+        try:
+            event = self.pods.stop_event(self.name, self.uid)
+        except APIError:  # events not readable: say what is certain
+            event = None
+        if event is None:
+            return _deleted(self.name)
+        stopped = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        return stopped_by_kueue("", str(event.get("message") or ""), ran_for(self.started_at, stopped), self.ctx)
 
     def _read_stream(self) -> None:
         since = since_second(self._last_stamp) if self._last_stamp else None

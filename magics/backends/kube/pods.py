@@ -138,6 +138,16 @@ class PodApi:
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise api_error(exc, "attaching to", f"Pod {self.namespace}/{name}") from exc
 
+    def stop_event(self, name: str, uid: str) -> dict[str, Any] | None:
+        """The newest ``Stopped`` event on pod ``name`` (of this ``uid``), or None: Kueue records one with the
+        eviction's message when it stops a pod, and it outlives the pod, which Kueue deletes."""
+        listed = self._json("listing", f"events of Pod {self.namespace}/{name}", self.core.list_namespaced_event,
+                            self.namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={name},"
+                                                           "reason=Stopped")
+        mine = [e for e in listed.get("items") or [] if (e.get("involvedObject") or {}).get("uid") == uid]
+        mine.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return mine[-1] if mine else None
+
     def list_pods(self, selector: str) -> list[dict[str, Any]]:
         """The pods in the namespace matching a label selector, as JSON."""
         listed = self._json("listing", f"pods in {self.namespace} matching {selector}", self.core.list_namespaced_pod,

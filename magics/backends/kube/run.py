@@ -194,12 +194,14 @@ class KubeRun:
         self._line.leave(self.current, self._launcher)
 
     def _stopped_from_outside(self, done: Done) -> RunEvent | None:
-        """The runner got SIGTERM that this kernel did not send (eviction, node drain, deadline): say why."""
+        """The runner got SIGTERM that this kernel did not send (eviction, Kueue's preemption, node drain,
+        deadline): say why."""
         deadline = time.monotonic() + WHY_STOPPED_SECONDS
         while time.monotonic() < deadline:
             pod = self.pods.read_pod(self.current.name)
-            state = pod_state(pod, self.current.ctx) if pod is not None else None
-            if state is not None and state.kind == FAILED:
+            # gone already (Kueue deletes a pod it preempts): its events say who stopped it
+            state = pod_state(pod, self.current.ctx) if pod is not None else self.current.follower.gone()
+            if state.kind == FAILED:
                 return self._ended_with(state)
             time.sleep(0.2)
         return done

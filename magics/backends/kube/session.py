@@ -21,7 +21,7 @@ from typing import Any
 from ...runner.frames import Done, Hello, Outputs, RunnerWarning
 from ...runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
-from .explain import FAILED
+from .explain import FAILED, PREEMPTED
 from .follow import PodEnded
 from .run import InLine, LaunchedPod, Launcher, PodOrder, failure_events
 
@@ -29,10 +29,13 @@ from .run import InLine, LaunchedPod, Launcher, PodOrder, failure_events
 class KubeSession:
     """One warm runner pod and the attach connection to its stdin."""
 
-    def __init__(self, name: str, launcher: Launcher, placement: RunRequest, replaces: str = "") -> None:
+    def __init__(self, name: str, launcher: Launcher, placement: RunRequest, replaces: str = "",
+                 ended: str = "ended while idle") -> None:
         self.name = name
         self.replaces = replaces
         """The pod of a session of this name that ended while idle: the first cell says its state is gone."""
+        self.ended = ended
+        """How that pod ended, in a few words ("preempted after 14 min by a higher-priority run")."""
         self._launcher = launcher
         self.pods = launcher.pods
         nonce = secrets.token_hex(16)
@@ -45,6 +48,13 @@ class KubeSession:
         self.busy = False
         self.dead = False
         self.hello = False
+        self.on_idle: Callable[[KubeSession], None] | None = None
+        """Called each time a cell of the session ends and the session waits, idle, for the next one."""
+        self.idle_timer: Any = None
+        """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
+        self.claims = 0
+        """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
+        stale."""
         self._ws: Any = None
 
     @property
@@ -60,6 +70,8 @@ class KubeSession:
     def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
                fetch: Callable[[Outputs], Outputs] | None = None) -> SessionRun:
         """Queue one bundle; it is sent once the runner container runs."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         if self.busy:
             from ...errors import OffloadUsageError
 
@@ -74,10 +86,15 @@ class KubeSession:
             # the pod's follower said where it runs under the session's first cell; each later cell says it too
             run.announce(f"{self.launched.follower.placed}, session {self.name}")
         if self.replaces:
-            run.warn(f"session {self.name}: its pod {self.replaces} ended while idle, so this cell starts a new "
+            run.warn(f"session {self.name}: its pod {self.replaces} {self.ended}, so this cell starts a new "
                      "session pod and the variables of the old one are gone; run the cells that define them again")
             self.replaces = ""
         return run
+
+    def end_words(self) -> str:
+        """How the pod ended while idle, for the next session of this name: Kueue's preemption in its words."""
+        end = self.launched.follower.end
+        return f"was {end.summary} while idle" if end is not None and end.summary else "ended while idle"
 
     def send(self, command: dict[str, Any]) -> bool:
         """Write one command to the runner's stdin (attaching first if needed); False if that failed."""
@@ -109,6 +126,8 @@ class KubeSession:
 
     def close(self, grace: float) -> None:
         """Ask the runner to exit, then delete the pod (its Secret goes with it)."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         if not self.dead and self._ws is not None:
             self.send({"op": "exit"})
         self.dead = True
@@ -195,6 +214,10 @@ class SessionRun:
                                              f"{self.session.launched.ctx.cluster}")
             self.session.dead = True
             diagnostics = "\n".join(follower.diagnostics)
+            if state.reason == PREEMPTED:
+                state = dataclasses.replace(state, text=(
+                    f"{state.text}. Session {self.session.name}'s state is gone with its pod: the next cell starts a "
+                    "new session, so run the cells that define its variables again"))
             if state.kind == FAILED:
                 self._pending.extend(failure_events(state, state.exit_code, diagnostics))
             else:
@@ -228,4 +251,6 @@ class SessionRun:
         self.session.busy = False
         if self._cleanup is not None:
             self._cleanup()
+        if self.session.on_idle is not None and self.session.alive:
+            self.session.on_idle(self.session)
         return None

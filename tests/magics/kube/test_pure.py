@@ -13,7 +13,16 @@ import yaml
 from gpu_offload.liqo_peering.placement import scheduling_fragment
 from gpu_offload.liqo_peering.specs import BUNDLE_URL_ENV, RunnerPodSpec, runner_pod
 from gpu_offload.magics.backends.kube.config import DEFAULT_IMAGE, configured, from_environment
-from gpu_offload.magics.backends.kube.explain import FAILED, FINISHED, RUNNING, WAITING, PodContext, pod_state
+from gpu_offload.magics.backends.kube.explain import (
+    FAILED,
+    FINISHED,
+    RUNNING,
+    WAITING,
+    PodContext,
+    pod_state,
+    span_text,
+    stopped_by_kueue,
+)
 from gpu_offload.magics.backends.kube.podspec import fetched_outputs, same_object
 from gpu_offload.magics.errors import BackendNotConfigured
 
@@ -63,6 +72,37 @@ def test_node_lost_deadline_and_normal_ends() -> None:
     done = pod_state(pod("Succeeded", state={"terminated": {"exitCode": 0, "reason": "Completed"}}), CTX)
     assert (done.kind, done.exit_code) == (FINISHED, 0)
     assert pod_state(pod("Running", state={"running": {}}), CTX).kind == RUNNING
+
+
+KUEUE_MESSAGE = ("Preempted to accommodate a workload (UID: 5c1a, JobUID: 9f2e) due to prioritization in the "
+                 "ClusterQueue; preemptor path: /gpu-offload; preemptee path: /gpu-offload")
+
+
+def test_a_pod_kueue_preempted_reads_as_preempted_with_how_long_it_ran() -> None:
+    # Kueue's pod condition (pod_controller's Stop), written before it deletes the pod; the runner may have
+    # exited 0 on SIGTERM, which must not read as a finished cell
+    target = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
+              "message": KUEUE_MESSAGE, "lastTransitionTime": "2026-11-23T10:14:30Z"}
+    ran = pod("Running", state={"terminated": {"exitCode": 0, "startedAt": "2026-11-23T10:00:00Z"}},
+              conditions=[target])
+    state = pod_state(ran, CTX)
+    assert (state.kind, state.reason) == (FAILED, "Preempted")
+    assert state.text.startswith("preempted after 14 min by a higher-priority run: Kueue gave its 2 GPUs on donor-b")
+    assert "output so far is kept, no variable was copied back" in state.text
+    assert state.summary == "preempted after 14 min by a higher-priority run"
+    gated = pod_state(pod(conditions=[target]), CTX)
+    assert gated.summary == "preempted before it started by a higher-priority run"
+
+
+def test_kueues_other_stops_and_reasons_are_said_in_its_words() -> None:
+    reclaimed = stopped_by_kueue("", KUEUE_MESSAGE.replace("prioritization in the ClusterQueue",
+                                                           "reclamation within the cohort"), 75, CTX)
+    assert reclaimed.summary == "preempted after 1 min by Kueue (reclamation within the cohort)"
+    timeout = stopped_by_kueue("WorkloadEvictedDueToPodsReadyTimeout", "Exceeded the PodsReady timeout alice/pod-x",
+                               None, CTX)
+    assert (timeout.kind, timeout.reason) == (FAILED, "PodsReadyTimeout")
+    assert "stopped by Kueue before it started (PodsReadyTimeout: Exceeded the PodsReady timeout" in timeout.text
+    assert [span_text(s) for s in (0.4, 59, 61, 3600 + 5 * 60)] == ["0 s", "59 s", "1 min", "1 h 5 min"]
 
 
 def _spec(**changes: Any) -> RunnerPodSpec:
@@ -130,12 +170,13 @@ def test_settings_from_the_environment() -> None:
         from_environment({})
 
 
-def test_queueing_settings_turn_the_kernels_own_relaunch_off() -> None:
+def test_queueing_settings_name_the_queue_and_the_default_priority() -> None:
+    # unset, the queue is found at the first launch (test_queueing: the one LocalQueue of the namespace)
     plain = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_PRIORITY": "batch"})
-    assert plain.queue is None and plain.relaunches
+    assert plain.queue is None
     queued = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_QUEUE": "gpu-offload",
                                "GPU_OFFLOAD_PRIORITY": "interactive"})
-    assert (queued.queue, queued.priority, queued.relaunches) == ("gpu-offload", "interactive", False)
+    assert (queued.queue, queued.priority) == ("gpu-offload", "interactive")
 
 
 def test_the_placement_policy_is_chosen_by_name_and_a_wrong_name_lists_the_valid_ones() -> None:

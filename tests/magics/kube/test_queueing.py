@@ -24,7 +24,7 @@ from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.backends.kube.sweep import OrphanSweep
 from gpu_offload.magics.bundle import build_job
 from gpu_offload.magics.engine import FollowSettings
-from gpu_offload.magics.errors import OffloadQueueTimeout, OffloadUsageError
+from gpu_offload.magics.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
 from gpu_offload.sandbox import liqo, process
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
@@ -261,6 +261,76 @@ def test_queue_timeout_gives_up_with_a_message_and_leaves_nothing(
     wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
 
 
+def test_without_gpu_offload_queue_the_kernel_waits_in_the_one_localqueue_of_its_namespace(
+        api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPU_OFFLOAD_QUEUE", raising=False)
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+    found = KubernetesBackend(settings(alice, user=USERS[0]), api_client)  # no queue named
+    try:
+        outcome, sink, _ = run_cell(found, "print('never')", {},
+                                    follow_settings=FollowSettings(progress_after=1.0, grace=10.0, queue_timeout=3.0))
+    finally:
+        found.close()
+    # it queued (a cell without queueing would have failed placement on the full pool, not timed out in line)
+    assert isinstance(outcome.error, OffloadQueueTimeout), (outcome.error, sink.notices)
+    assert str(outcome.error).startswith("Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued "
+                                         "for 1 GPU")
+    assert any(n.startswith("queued for 1 GPU") for n in sink.notices), sink.notices
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
+    wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
+
+
+def test_without_gpu_offload_queue_several_localqueues_are_named_and_nothing_is_launched(
+        api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPU_OFFLOAD_QUEUE", raising=False)
+    alice = namespaces[0]
+    custom.create_namespaced_custom_object(*KUEUE, alice, "localqueues", {
+        "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "another"},
+        "spec": {"clusterQueue": QUEUE}})
+    found = KubernetesBackend(settings(alice, user=USERS[0]), api_client)
+    try:
+        with pytest.raises(OffloadUsageError) as caught:
+            run_cell(found, "print('never')", {})
+        assert str(caught.value) == (
+            f"Nothing was launched: GPU_OFFLOAD_QUEUE is not set and namespace {alice} has 2 Kueue LocalQueues "
+            "(another, gpu-offload), so this kernel cannot tell which one its cells should wait in. Set it to one of "
+            "them, e.g. `%env GPU_OFFLOAD_QUEUE=another`, and run the cell again.")
+        assert not core.list_namespaced_pod(alice).items and not workloads(custom, alice)
+        # the fix the message gives works in the same kernel
+        monkeypatch.setenv("GPU_OFFLOAD_QUEUE", QUEUE)
+        outcome, sink, _ = run_cell(found, "print('ran')", {})
+        assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
+        assert found.launcher.queue_name() == QUEUE
+    finally:
+        found.close()
+
+
+def test_a_kernel_that_may_not_list_localqueues_runs_without_queueing_as_before(
+        origin: Any, api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any,
+        custom: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a chart with queueing off grants no list on LocalQueues: the kernel's cells go through placement
+    monkeypatch.delenv("GPU_OFFLOAD_QUEUE", raising=False)
+    alice = namespaces[0]
+    refused = origin.faults.api_error(rf"/namespaces/{alice}/localqueues$", status=403, methods=("GET",))
+    found = KubernetesBackend(settings(alice, user=USERS[0]), api_client)
+    try:
+        outcome, sink, run = run_cell(found, "print('placed')", {})
+        assert origin.faults.api.faults.fired(refused) == 1  # asked once, not per cell
+        outcome2, _, _ = run_cell(found, "print('again')", {})
+        assert origin.faults.api.faults.fired(refused) == 1
+    finally:
+        found.close()
+        origin.faults.clear()
+    assert outcome.status == "ok" and "placed" in sink.text, (outcome.error, sink.notices)
+    assert outcome2.status == "ok"
+    assert found.launcher.queue_name() is None
+    assert not any(n.startswith(("queued", "admitted by Kueue")) for n in sink.notices), sink.notices
+    assert not workloads(custom, alice)  # no pod of the kernel's went through Kueue
+
+
 def test_a_cell_larger_than_every_flavor_fails_at_once_saying_why(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
     with pytest.raises(OffloadUsageError) as caught:
@@ -334,7 +404,9 @@ def test_a_noblock_handle_and_the_panel_show_the_place_in_line(
                               "the handle showing the place in line", timeout=90)
         assert progress.startswith("queued for 1 GPU: 1st of 1 in line; waiting "), progress
         assert repr(handle).startswith("<gpu_offload run running (queued for 1 GPU: ")
-        [record] = wait_until(lambda: [r for r in panel.records() if r.state == "queued"], "the panel's queued run")
+        # the record reads "queued" from the moment it is submitted; the place in line follows with Kueue's answer
+        [record] = wait_until(lambda: [r for r in panel.records() if r.state == "queued" and r.detail],
+                              "the panel's queued run with its place in line")
         assert record.detail.startswith("queued for 1 GPU: ") and " in line; waiting " in record.detail
         core.delete_namespaced_pod(where["donor-1"], bob, grace_period_seconds=0)
         assert handle.wait(120)
@@ -394,3 +466,73 @@ def test_a_kernel_that_may_not_read_the_cluster_queue_still_shows_the_place_in_l
         origin.faults.clear()
     outcome, sink, _ = results["cell"]
     assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
+
+
+def test_a_priority_class_the_chart_keeps_for_others_is_refused_in_the_policys_words(
+        api_client: Any, core: Any, origin: Any, namespaces: list[str]) -> None:
+    # The sandbox runs no ValidatingAdmissionPolicy: the API server's answer for the chart's
+    # gpu-offload-priority-classes policy (tests/helm/test_admission_policy.py evaluates that policy) stands in
+    namespace = namespaces[0]  # a user namespace with its LocalQueue: the queued launch reads it first
+    said = ("priority class urgent is not one this user may use (the gpu-offload chart's "
+            "queueing.kueue.priorityClasses: its users and groups); leave --priority out for the default class, or "
+            "ask your JupyterHub admin")
+    origin.faults.api_error(rf"^/api/v1/namespaces/{namespace}/pods$", status=403, methods=("POST",), message=(
+        'pods "gpuo-x" is forbidden: ValidatingAdmissionPolicy \'gpu-offload-priority-classes\' with binding '
+        f"'gpu-offload-priority-classes' denied request: {said}"))
+    backend = KubernetesBackend(settings(namespace, queue=QUEUE, priority="interactive"), api_client)
+    try:
+        with pytest.raises(OffloadError) as err:
+            run_cell(backend, "print('never')", {}, priority="urgent")
+    finally:
+        backend.close()
+        origin.faults.clear()
+    assert str(err.value) == (f"Nothing was launched: the cluster's admission policy gpu-offload-priority-classes "
+                              f"refused the pod: {said}.")
+    assert "RBAC" not in str(err.value)
+    wait_until(lambda: not leftovers(core, namespace), "nothing left behind")
+
+
+def test_the_panel_keeps_a_queued_run_queued_whatever_order_the_pods_status_and_its_place_arrive_in() -> None:
+    # the follower's "waiting for Kueue" status and the place in line come from two threads: whichever is
+    # last, the panel says the run is queued and where, until Kueue admits it
+    from gpu_offload.magics.backends.base import Queued
+    from gpu_offload.magics.dashboard.records import RunEntry
+    from gpu_offload.magics.dashboard.tracking import observe
+    from gpu_offload.magics.runner.frames import Status
+
+    record = RunEntry(run_id="r", kernel="k", pid=1, backend="kubernetes", cluster="auto", gpus=1,
+                      state="scheduling", detail="waiting for a free runner", session=None, started=0.0)
+    place = Queued("queued for 1 GPU: 2nd of 3 in line; waiting 4 s")
+    gated = Status(-1, "waiting for Kueue to admit the pod")
+    for events in ((gated, place), (place, gated)):
+        seen = record
+        for event in events:
+            seen = observe(seen, event)
+        assert (seen.state, seen.detail) == ("queued", place.text), events
+    admitted = observe(observe(record, place), Queued("admitted by Kueue after 9 s in line", waiting=False))
+    assert admitted.state == "scheduling"
+    assert observe(admitted, gated).detail == gated.state  # once admitted, the pod's status is news again
+
+
+def test_gpu_offload_run_gives_up_after_its_queue_timeout_with_the_message_and_leaves_nothing(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        tmp_path: Any) -> None:
+    from ..cli.helpers import cli, environment, write_project
+
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+    project = write_project(tmp_path / "proj")
+    # a shell without GPU_OFFLOAD_QUEUE: the command finds the namespace's one LocalQueue as a kernel does
+    env = environment(tmp_path / "state", KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=alice,
+                      GPU_OFFLOAD_IMAGE=STOCK_IMAGE, JUPYTERHUB_USER=USERS[0])
+    env.pop("GPU_OFFLOAD_QUEUE", None)
+    done = cli(["run", "--queue-timeout", "3", "main.py"], project.parent, env)
+    assert done.returncode == 124, done.stderr
+    assert "Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued for 1 GPU" in done.stderr, (
+        done.stderr)
+    assert "hello from helper" not in done.stdout
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
+    wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
+    refused = cli(["run", "--queue-timeout", "0", "main.py"], project.parent, env)
+    assert refused.returncode == 2 and "--queue-timeout 0: give a positive number of seconds" in refused.stderr
+    assert not core.list_namespaced_pod(alice).items

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.magics.errors import RemoteError
 from gpu_offload.sandbox.fixtures import wait_until
 
-from .conftest import leftovers
+from .conftest import leftovers, settings
 from .helpers import Sink, run_cell
 
 
@@ -88,3 +89,27 @@ def test_every_cell_of_a_session_says_where_its_pod_runs(kube: KubernetesBackend
     assert notices == [[said], [f"{said}, session where"]]
     assert kube.close_session("where", grace=1)
     wait_until(lambda: not leftovers(core, namespace), "the session pod deleted")
+
+
+def test_an_idle_session_past_the_idle_timeout_is_ended_and_the_notebook_told(api_client: Any, core: Any,
+                                                                              namespace: str) -> None:
+    # the chart's offload.sessionIdleTimeout, as the spawner hands it to the kernel
+    backend = KubernetesBackend(settings(namespace, session_idle_timeout=1.0), api_client)
+    try:
+        outcome, _, _ = run_cell(backend, "kept = 41", {}, session="forgotten")
+        assert outcome.status == "ok", outcome.error
+        wait_until(lambda: not backend.sessions(), "the idle session ended by its kernel")
+        wait_until(lambda: not leftovers(core, namespace), "its pod and Secret deleted: the GPU is free")
+        status = backend.describe()
+        assert "session forgotten: its pod" in status and "was ended after 1 s idle holding 1 GPU" in status, status
+        assert "offload.sessionIdleTimeout" in status and "its variables are gone" in status
+
+        outcome, sink, _ = run_cell(backend, "print(kept + 1)", {}, session="forgotten")
+        notices = " ".join(sink.notices)
+        assert "session forgotten: its pod" in notices and "was ended after 1 s idle" in notices, notices
+        assert "variables of the old one are gone" in notices
+        assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "NameError", outcome.error
+        assert "session forgotten" not in backend.describe()  # said once, at that session's next cell
+    finally:
+        backend.close()
+    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind")

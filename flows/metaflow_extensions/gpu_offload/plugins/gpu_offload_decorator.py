@@ -26,6 +26,9 @@ class GpuOffloadDecorator(StepMutator):
     untrusted_ok : bool, default False
         Allow clusters the origin does not trust (``GPU_OFFLOAD_TRUSTED_CLUSTERS``). Off by default: the
         step's artifacts are pickles its pod writes, which later steps and notebooks load.
+    priority : str, optional, default None
+        Kueue priority class of the step's Job when steps queue through Kueue (``METAFLOW_GPU_OFFLOAD_QUEUE``
+        or the hub's ``GPU_OFFLOAD_QUEUE``), e.g. ``batch``; None: the deployment's default.
     """
 
     # The name users write: `@gpu_offload` and `--with gpu_offload`.

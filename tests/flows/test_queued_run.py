@@ -1,0 +1,135 @@
+"""`python flow.py run` with a queued @gpu_offload step, through the sandbox with Kueue: the step's Job carries
+the queue and priority labels, Kueue's Job integration creates it suspended while another run holds the
+quota, and once that run ends Kueue admits it, unsuspends it, and the step completes.
+
+The donor has 2 GPUs and the ClusterQueue's quota is lowered to 1 by hand: live placement (which still looks
+for a free GPU before deploying) finds one, while Kueue's quota is full.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from gpu_offload.liqo_peering.specs import namespace_offloading
+from gpu_offload.sandbox import liqo, objectstore, process
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.kueue import KueueOptions
+from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+
+from ..sandbox.kueue_setup import synced_pool
+from .conftest import BUCKET, DATA, TRUSTING, FlowRunner, S3Server
+
+pytestmark = pytest.mark.slow
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+NAMESPACE = "jhub-dora"
+QUEUE = "gpu-offload"
+
+
+@pytest.fixture(scope="module")
+def kueue_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with running_kueue_origin(tmp_path_factory.mktemp("kueue-flows"), donors=(liqo.Donor("donor-a", 2, "A100", "2.00"),),
+                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"],
+                              # as docs/queueing.md asks Kueue to be configured: Metaflow's pods request
+                              # ephemeral-storage, which the project's ClusterQueue does not cover
+                              kueue=KueueOptions(exclude_resource_prefixes=("ephemeral-storage",)),
+                              image_map=(("python:*", sys.executable),)) as (running, _):
+        yield running
+    assert not process.live_processes()
+
+
+@pytest.fixture(scope="module")
+def s3(kueue_origin: Any) -> Iterator[S3Server]:
+    with objectstore.s3_server(kueue_origin.host_address, [BUCKET]) as endpoint:
+        yield S3Server(endpoint)
+
+
+@pytest.fixture(scope="module")
+def user_namespace(kueue_origin: Any) -> str:
+    """A hub user's namespace: offloaded, with its LocalQueue from `gpu-offload queues sync`; the quota cut to 1."""
+    with kueue_origin.sandbox.api_client() as client:
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        core.create_namespace({"metadata": {"name": NAMESPACE, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", NAMESPACE, "namespaceoffloadings",
+                                               namespace_offloading(NAMESPACE, ["donor-a"]))
+    synced_pool(kueue_origin.sandbox, NAMESPACE, gpu_quota=1)
+    return NAMESPACE
+
+
+def _holder() -> dict[str, Any]:
+    """Another run of the user's holding the queue's only GPU of quota (admitted by Kueue, running)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "holder", "labels": {"kueue.x-k8s.io/queue-name": QUEUE,
+                                                      "kueue.x-k8s.io/priority-class": "interactive"}},
+            "spec": {"restartPolicy": "Never",
+                     "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
+                                      "effect": "NoExecute"}],
+                     "containers": [{"name": "main", "image": "python:3.11-slim",
+                                     "command": ["python3", "-c", "import time; time.sleep(600)"],
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def _workloads(custom: Any) -> list[dict[str, Any]]:
+    return list(custom.list_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads")["items"])
+
+
+def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+
+def test_a_queued_run_step_waits_suspended_in_the_queue_then_completes(
+        kueue_origin: Any, user_namespace: str, s3: S3Server, tmp_path: Path) -> None:
+    with kueue_origin.sandbox.api_client() as client:
+        _queued_run(kueue_origin, client, user_namespace, s3, tmp_path)
+
+
+def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Server, tmp_path: Path) -> None:
+    core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+    batch = kubernetes.client.BatchV1Api(client)
+    core.create_namespaced_pod(user_namespace, _holder())
+    wait_until(lambda: core.read_namespaced_pod("holder", user_namespace).status.phase == "Running",
+               "the other run admitted and running", timeout=120)
+
+    runner = FlowRunner(tmp_path, s3)
+    (tmp_path / "queued_flow.py").write_text((DATA / "queued_flow.py").read_text())
+    env = runner.env({"KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE,
+                      "JUPYTERHUB_USER": "dora", **TRUSTING,
+                      # what a hub's spawner sets in the user's server when queueing is on
+                      "GPU_OFFLOAD_QUEUE": QUEUE, "GPU_OFFLOAD_PRIORITY": "interactive"})
+    flow = subprocess.Popen([sys.executable, "queued_flow.py", "run"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        jobs = wait_until(lambda: batch.list_namespaced_job(user_namespace).items, "the step's Job", timeout=240)
+        (job,) = jobs
+        assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
+        assert job.metadata.labels["kueue.x-k8s.io/priority-class"] == "batch"
+        assert job.spec.suspend is True  # Kueue's Job webhook: created suspended
+        pending = wait_until(lambda: [w for w in _workloads(custom) if w["metadata"]["name"].startswith("job-")
+                                      and _condition(w, "QuotaReserved").get("reason") == "WaitingForQuota"],
+                             "the step's Workload waiting for quota")
+        assert pending[0]["spec"]["priority"] == 100  # batch, below the holder's interactive: no preemption
+        assert not core.list_namespaced_pod(user_namespace, label_selector=f"job-name={job.metadata.name}").items
+        assert flow.poll() is None  # Metaflow waits for the suspended Job
+
+        core.delete_namespaced_pod("holder", user_namespace, grace_period_seconds=0)
+        out, _ = flow.communicate(timeout=300)
+    finally:
+        if flow.poll() is None:
+            flow.kill()
+            flow.wait()
+    assert flow.returncode == 0, out[-3000:]
+    assert "total=45 after the queue" in out
+    (step_wl,) = [w for w in _workloads(custom) if w["metadata"]["name"].startswith("job-")]
+    assert _condition(step_wl, "Admitted")["status"] == "True"
+    assert _condition(step_wl, "Finished")["reason"] == "Succeeded"
+    done = batch.read_namespaced_job(job.metadata.name, user_namespace)
+    assert done.spec.suspend is False and done.status.succeeded == 1
+    # admitted onto the flavor of the donor: Kueue added its node labels to the Job's pods
+    assert done.spec.template.spec.node_selector["liqo.io/remote-cluster-id"] == "donor-a"
