@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import urllib3
-from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ....liqo_peering.errors import APIConflict, APINotFound, APIServerError, APIThrottled, api_error
@@ -33,6 +33,7 @@ class PodApi:
     def __init__(self, api_client: ApiClient, namespace: str, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self.api_client = api_client
         self.core = CoreV1Api(api_client)
+        self.batch = BatchV1Api(api_client)
         self.namespace = namespace
         self.request_timeout = request_timeout
 
@@ -44,13 +45,14 @@ class PodApi:
             raise api_error(exc, action, target) from exc
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a Pod or Secret; returns the object as the server stored it (uid, resourceVersion).
+        """Create a Pod, Secret, Service or (a distributed run's) Job; returns the object as the server stored it (uid, resourceVersion).
 
         The client does not retry a POST, so a server error (5xx, 429) is retried here a few times: the
         name is fixed, so a create that did land the first time answers 409 and is read back instead.
         """
         kind = body["kind"]
-        func = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
+        func = {"Pod": self.core.create_namespaced_pod, "Job": self.batch.create_namespaced_job,
+                "Service": self.core.create_namespaced_service}.get(kind, self.core.create_namespaced_secret)
         name = body["metadata"]["name"]
         target = f"{kind} {self.namespace}/{name}"
         attempts = 0
@@ -82,6 +84,16 @@ class PodApi:
         try:
             self._json("deleting", f"Pod {self.namespace}/{name}", self.core.delete_namespaced_pod, name,
                        self.namespace, grace_period_seconds=grace)
+        except APINotFound:
+            return False
+        return True
+
+    def delete_job(self, name: str, grace: int | None = None) -> bool:
+        """Delete a distributed run's Job with its pods (and its Secret and Service, which it owns); False if
+        it was already gone. ``propagationPolicy: Background``: without it a Job orphans its pods."""
+        try:
+            self._json("deleting", f"Job {self.namespace}/{name}", self.batch.delete_namespaced_job, name,
+                       self.namespace, grace_period_seconds=grace, propagation_policy="Background")
         except APINotFound:
             return False
         return True
