@@ -167,22 +167,38 @@ class PodApi:
         return list(listed.get("items") or [])
 
     def delete_matching(self, selector: str) -> list[str]:
-        """Delete the pods and Secrets matching a label selector; returns the names that are now gone.
+        """Delete the Jobs, pods, Services and Secrets matching a label selector; returns the names that are
+        now gone.
 
-        Both kinds are listed before anything is deleted: a runner Secret is owned by its pod, so the
-        garbage collector may remove it while the pod is deleted, and it must still count as cleaned up.
+        Everything is listed before anything is deleted: a runner Secret is owned by its pod or Job (and a
+        distributed run's Service by its Job), so the garbage collector may remove it meanwhile, and it must
+        still count as cleaned up. Jobs go first, with ``propagationPolicy: Background`` (a Job whose pods
+        were deleted alone would stay, failed, with its Service).
         """
         where = f"in {self.namespace} matching {selector}"
-        pods = self._json("listing", f"pods {where}", self.core.list_namespaced_pod, self.namespace,
-                          label_selector=selector)
-        secrets = self._json("listing", f"Secrets {where}", self.core.list_namespaced_secret, self.namespace,
-                             label_selector=selector)
-        pod_names = [item["metadata"]["name"] for item in pods.get("items") or []]
-        secret_names = [item["metadata"]["name"] for item in secrets.get("items") or []]
+        listed = {
+            kind: self._json("listing", f"{kind}s {where}", func, self.namespace, label_selector=selector)
+            for kind, func in (("Job", self.batch.list_namespaced_job), ("pod", self.core.list_namespaced_pod),
+                               ("Service", self.core.list_namespaced_service),
+                               ("Secret", self.core.list_namespaced_secret))
+        }
+        names = {kind: [item["metadata"]["name"] for item in found.get("items") or []] for kind, found in listed.items()}
         # False from a delete means someone (the garbage collector) was first: gone either way
-        for name in pod_names:
+        for name in names["Job"]:
+            self.delete_job(name)
+        for name in names["pod"]:
             self.delete_pod(name)
-        for name in secret_names:
+        for name in names["Service"]:
+            self.delete_service(name)
+        for name in names["Secret"]:
             self.delete_secret(name)
-        return pod_names + secret_names
+        return names["Job"] + names["pod"] + names["Service"] + names["Secret"]
 
+    def delete_service(self, name: str) -> bool:
+        """Delete a Service; False if it was already gone."""
+        try:
+            self._json("deleting", f"Service {self.namespace}/{name}", self.core.delete_namespaced_service, name,
+                       self.namespace)
+        except APINotFound:
+            return False
+        return True

@@ -77,3 +77,29 @@ def test_a_distributed_session_is_refused_before_anything_is_created(
     with pytest.raises(OffloadUsageError, match="--session with --nodes"):
         run_cell(kube, "x = 1", {}, image=TORCH_IMAGE, gpus=2, ranks=TWO_BY_TWO, session="s")
     assert everything_left(api_client, namespace) == []
+
+
+def test_a_restarted_kernel_removes_the_job_its_crashed_predecessor_left_running(
+        api_client: Any, namespace: str) -> None:
+    from gpu_offload.magics.analysis import analyse_cell
+    from gpu_offload.magics.backends.base import RunRequest
+    from gpu_offload.magics.bundle import build_job
+
+    from .conftest import settings
+
+    crashed = KubernetesBackend(settings(namespace, kernel="kernel-crash"), api_client)
+    cell = "import time\ntime.sleep(600)"
+    job, _ = build_job(cell, analyse_cell(cell, {}), {}, crashed.transfer,
+                       request=RunRequest(gpus=2, image=TORCH_IMAGE, ranks=TWO_BY_TWO, timeout=600))
+    run = crashed.submit(job)
+    wait_until(lambda: len([n for n in everything_left(api_client, namespace) if n.startswith("pod/")]) == 2,
+               "both pods of the Job created", timeout=120)
+    crashed.launcher.close()  # the kernel dies without releasing the run
+    restarted = KubernetesBackend(settings(namespace, kernel="kernel-crash"), api_client)
+    try:
+        assert f"job/{run.job.name}" in [f"job/{name}" for name in restarted.cleaned]
+        assert any(name.endswith("-rank0") for name in restarted.cleaned)  # the Service
+        wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+                   timeout=120)
+    finally:
+        restarted.close()
