@@ -100,9 +100,11 @@ class PodApi:
 
     def delete_secret(self, name: str) -> bool:
         """Delete a Secret; False if it was already gone."""
+        return self._delete("Secret", self.core.delete_namespaced_secret, name)
+
+    def _delete(self, kind: str, func: Any, name: str) -> bool:
         try:
-            self._json("deleting", f"Secret {self.namespace}/{name}", self.core.delete_namespaced_secret, name,
-                       self.namespace)
+            self._json("deleting", f"{kind} {self.namespace}/{name}", func, name, self.namespace)
         except APINotFound:
             return False
         return True
@@ -196,9 +198,4 @@ class PodApi:
 
     def delete_service(self, name: str) -> bool:
         """Delete a Service; False if it was already gone."""
-        try:
-            self._json("deleting", f"Service {self.namespace}/{name}", self.core.delete_namespaced_service, name,
-                       self.namespace)
-        except APINotFound:
-            return False
-        return True
+        return self._delete("Service", self.core.delete_namespaced_service, name)
