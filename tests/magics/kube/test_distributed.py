@@ -4,6 +4,7 @@ from rank 0, a failing rank ends the run with its traceback, and no Job, pod, Se
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import kubernetes
@@ -103,3 +104,38 @@ def test_a_restarted_kernel_removes_the_job_its_crashed_predecessor_left_running
                    timeout=120)
     finally:
         restarted.close()
+
+
+def test_a_job_whose_second_pod_cannot_be_scheduled_ends_with_the_schedulers_reason(
+        kube: KubernetesBackend, api_client: Any, core: Any, origin: Any, namespace: str) -> None:
+    """Placement saw 4 free GPUs on donor-1 for 2 pods x 2; while the Job's create is held at the API server a
+    neighbour takes 2 of them, so one pod starts (and waits at the rendezvous) and the other never fits."""
+    rule = origin.faults.api_hold(rf"^/apis/batch/v1/namespaces/{namespace}/jobs$", methods=("POST",))
+    neighbour = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "neighbour"},
+                 "spec": {"nodeName": "donor-1-gpu", "containers": [{
+                     "name": "c", "image": "python:3.11-slim", "command": ["python3", "-c", "import time; time.sleep(600)"],
+                     "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+                     "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
+                                      "effect": "NoExecute"}]}}
+
+    def take() -> None:
+        try:
+            wait_until(lambda: origin.faults.api.faults.fired(rule) >= 1, "the Job's create held")
+            core.create_namespaced_pod(namespace, neighbour)
+        finally:
+            origin.faults.release(rule)
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    try:
+        outcome, _, _ = run_cell(kube, "print('never')", {}, image=TORCH_IMAGE, gpus=2, ranks=TWO_BY_TWO,
+                                 cluster="donor-1", timeout=600)
+        thread.join()
+        assert isinstance(outcome.error, RemoteError), outcome
+        assert outcome.error.ename == "Unschedulable", outcome.error
+        assert "nvidia.com/gpu" in outcome.error.evalue
+        wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+                   timeout=120)
+    finally:
+        thread.join()
+        core.delete_namespaced_pod("neighbour", namespace, grace_period_seconds=0)
