@@ -60,6 +60,9 @@ class HubConfig:
     """Set in every user server as ``GPU_OFFLOAD_PLACEMENT_POLICY``."""
     gpu_quota_per_user: int = 0
     """GPUs one user's runs and sessions may hold at once (a ResourceQuota in their namespace); 0: no limit."""
+    monthly_budget_per_user: float | None = None
+    """What one user's runs may cost per month (UTC), in the unit of the donors' prices; None: no budget. A
+    cell that would start past it is refused before launch (the kernel checks; running cells go on)."""
     object_storage_endpoint: str = ""
     object_storage_bucket: str = ""
     trusted_only: bool = False
@@ -118,6 +121,10 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
         raise InvalidRequest(f"{where}: offload.gpuQuotaPerUser={quota!r} must be a whole number of GPUs, 0 for "
                              "no limit")
+    budget = offload.get("monthlyBudgetPerUser")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
+        raise InvalidRequest(f"{where}: offload.monthlyBudgetPerUser={budget!r} must be a number of 0 or more (the "
+                             "cost one user may spend per month), or null for no budget")
     trusted_only = offload.get("trustedOnly", False)
     if not isinstance(trusted_only, bool):
         raise InvalidRequest(f"{where}: offload.trustedOnly={trusted_only!r} must be true or false")
@@ -157,6 +164,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         default_image=str(offload.get("defaultImage") or defaults.default_image),
         placement_policy=policy,
         gpu_quota_per_user=quota,
+        monthly_budget_per_user=None if budget is None else float(budget),
         object_storage_endpoint=str(storage.get("endpoint") or ""),
         object_storage_bucket=str(storage.get("bucket") or ""),
         trusted_only=trusted_only,

@@ -21,7 +21,7 @@ from jupyterhub.services.auth import HubOAuthenticated
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tornado import web
 
-from . import pages, views
+from . import billing, pages, views
 from .actions import Action, Peering, parse_action
 from .operations import ActionResult, Operations
 from .state import HubState
@@ -105,11 +105,21 @@ class ClusterPage(PageHandler):
         self.finish(pages.cluster_page(self.page_context(), detail))
 
 
+def month_argument(handler: web.RequestHandler) -> str | None:
+    """The ``month`` query argument (``YYYY-MM``), None when absent; a 400 naming the form otherwise."""
+    month = handler.get_query_argument("month", "") or None
+    if month is not None and not billing.MONTH.fullmatch(month):
+        raise web.HTTPError(400, f"month={month[:16]!r} is not a month; write it like 2026-11 (UTC), or leave it out "
+                                 "for all months")
+    return month
+
+
 class UsersPage(PageHandler):
     @web.authenticated
     def get(self) -> None:
         self.require(VIEW_SCOPE)
-        self.finish(pages.users_page(self.page_context(), self.state.store.totals()))
+        month = month_argument(self) or views.this_month()
+        self.finish(pages.users_page(self.page_context(), *self.state.usage_page(month)))
 
 
 class QueuesPage(PageHandler):
@@ -205,6 +215,30 @@ class UsageApi(JsonHandler):
         self.require(VIEW_SCOPE)
         self.send({"usage": views.to_json(self.state.store.totals())})
 
+
+class CostApi(JsonHandler):
+    """Cost per user and per donor (of ``?month=YYYY-MM``, else of all months), and per month."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.require(VIEW_SCOPE)
+        self.send(views.to_json(self.state.cost_report(month_argument(self))))
+
+
+class BillingCsv(Base):
+    """Every finished run (of ``?month=YYYY-MM``, else all) with its price and cost, as CSV for billing."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        self.require(VIEW_SCOPE)
+        month = month_argument(self)
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        name = f"gpu-offload-usage-{month or 'all'}.csv"
+        self.set_header("Content-Disposition", f'attachment; filename="{name}"')
+        for chunk in billing.csv_chunks(self.state.store.export(month)):
+            self.write(chunk)
+            await self.flush()
+        self.finish()
 
 class QueuesApi(JsonHandler):
     @web.authenticated

@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .usage import preempted
+
 PREFIX = "gpu_offload_"
 UNLABELLED_MODEL = "unlabelled"
 REASONS = frozenset({
@@ -29,8 +31,6 @@ REASONS = frozenset({
 """Reasons Kubernetes gives for a pod or container ending; anything else is counted as ``other``."""
 VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-TERMINATION_TARGET = "TerminationTarget"
-"""The pod condition Kueue sets on a pod it stops, reason ``WorkloadEvictedDueTo<reason>``, before deleting it."""
 WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
 """Seconds: a pod bound at once (under a second) to a queue that holds it for hours."""
 
@@ -59,13 +59,6 @@ def waited_seconds(pod: Mapping[str, Any]) -> float | None:
 def queued(pod: Mapping[str, Any]) -> bool:
     """Whether the pod went through a Kueue queue (it carries the queue-name label Kueue's webhook reads)."""
     return bool(((pod.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
-
-
-def preempted(pod: Mapping[str, Any]) -> bool:
-    """Whether Kueue stopped the pod because its Workload was preempted (not evicted for another reason)."""
-    condition = _condition(pod, TERMINATION_TARGET)
-    return bool(condition and condition.get("status") == "True"
-                and str(condition.get("reason") or "").endswith("Preempted"))
 
 
 def run_reason(pod: Mapping[str, Any]) -> str:
@@ -124,6 +117,9 @@ class HubMetrics:
         self.gpu_seconds = Counter(
             f"{PREFIX}gpu_seconds", "GPU-seconds of finished offloaded runs (GPUs times wall time).",
             ["user", "cluster", "model"], registry=self.registry)
+        self.cost = Counter(
+            f"{PREFIX}cost", "Cost of finished offloaded runs at the donors' prices while they ran (unpriced runs "
+            "add nothing).", ["user", "cluster", "model"], registry=self.registry)
         self.runs = Counter(f"{PREFIX}runs", "Finished offloaded runs by outcome (pod phase, or Deleted) and "
                             "reason.", ["outcome", "reason"], registry=self.registry)
         self.api_errors = Counter(f"{PREFIX}api_errors", "Kubernetes API requests of the service's admin actions "
@@ -141,10 +137,12 @@ class HubMetrics:
         self.registry.register(InventoryCollector(inventory))
 
     def record_run(self, user: str, cluster: str, model: str | None, gpu_seconds: float, outcome: str,
-                   pod: Mapping[str, Any]) -> None:
-        """Count one newly recorded run (never one seen again: the store says which are new): its GPU-seconds,
-        its outcome and reason, how long it waited to be placed or queued, and whether it was preempted."""
+                   pod: Mapping[str, Any], cost: float | None = None) -> None:
+        """Count one newly recorded run (never one seen again: the store says which are new): its GPU-seconds
+        and cost, its outcome and reason, how long it waited to be placed or queued, and whether it was
+        preempted."""
         self.gpu_seconds.labels(user, cluster, model or UNLABELLED_MODEL).inc(gpu_seconds)
+        self.cost.labels(user, cluster, model or UNLABELLED_MODEL).inc(cost or 0.0)
         reason = run_reason(pod)
         self.runs.labels(outcome, reason).inc()
         waited = waited_seconds(pod)

@@ -29,7 +29,7 @@ from jupyterhub._data import DATA_FILES_PATH
 
 from .queue_page import QueuesView
 from .store import AuditEntry, UsageTotal
-from .views import ClusterDetail, ClusterPageRow
+from .views import ClusterDetail, ClusterPageRow, CostReport, UsageCharts
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -48,6 +48,13 @@ def _price(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def money(value: float | None) -> str:
+    """A cost as the pages show it: two decimals, or two significant digits below 0.1 (a short run's cost)."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if value == 0 or abs(value) >= 0.1 else f"{value:.2g}"
+
+
 def _dash(value: object) -> object:
     return "-" if value is None else value
 
@@ -56,7 +63,7 @@ def _environment() -> jinja2.Environment:
     loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(TEMPLATES),
                                   jinja2.FileSystemLoader(Path(DATA_FILES_PATH) / "templates")])
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.Undefined)
-    env.filters.update(age=age, price=_price, dash=_dash)
+    env.filters.update(age=age, price=_price, dash=_dash, money=money)
     return env
 
 
@@ -128,9 +135,10 @@ def cluster_page(ctx: HubContext, detail: ClusterDetail) -> str:
     return render("cluster", ctx, f"Cluster {detail.row.name}", detail=detail)
 
 
-def users_page(ctx: HubContext, totals: Sequence[UsageTotal]) -> str:
-    """GPU-hours per user and cluster."""
-    return render("users", ctx, "GPU usage per user", totals=totals)
+def users_page(ctx: HubContext, totals: Sequence[UsageTotal], report: CostReport, charts: UsageCharts) -> str:
+    """Charts of the last days and the month's top users, cost per user and donor of one month, per month, and
+    GPU-hours per user and cluster of all time."""
+    return render("users", ctx, "GPU usage and cost", totals=totals, report=report, charts=charts)
 
 
 def queues_page(ctx: HubContext, view: QueuesView) -> str:

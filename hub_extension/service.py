@@ -43,6 +43,8 @@ def make_app(state: HubState, operations: Operations, prefix: str) -> web.Applic
         ("api/admin/clusters", h.ClustersApi),
         ("api/admin/clusters/([^/]+)", h.ClusterApi),
         ("api/admin/usage", h.UsageApi),
+        ("api/admin/cost", h.CostApi),
+        ("api/admin/usage.csv", h.BillingCsv),
         ("api/admin/queues", h.QueuesApi),
         ("api/admin/audit", h.AuditApi),
         ("api/admin/actions/([a-z]+)", h.ActionApi),

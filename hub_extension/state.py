@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import datetime, timezone
+from datetime import date, datetime, time, timezone
 from typing import Any
 
 from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.client import ApiClient, LiqoClient
 from gpu_offload.liqo_peering.inventory import Inventory
 
-from . import views
+from . import charts, views
 from .config import HubConfig
+from .cost import month_of, priced
 from .metrics import HubMetrics
 from .operations import ClusterFacts
+from .pricing import PriceRecorder
 from .queue_page import QueuesView, queues_view
 from .queues import QueueController, start_controller
-from .store import Store
+from .store import Store, UsageTotal
 from .usage import billed_user, ended_deleting, finished_run, holds_meter, namespace_user
 from .watches import (
     QUEUE_PAGE_KINDS,
@@ -48,7 +50,9 @@ class HubState:
         self.cache = InventoryCache(LiqoClient(api_client, trust=config.clusters))
         self.slices = resource_slices(api_client)
         self.pods = runner_pods(api_client, self._on_pod)
+        self.prices = PriceRecorder(self.cache, store)
         self._namespaces: dict[str, Obj] = {}
+        self._usage_pages: dict[tuple[int, str, date], tuple[list[UsageTotal], views.CostReport, views.UsageCharts]] = {}
         self.queues: QueueController | None = None
         # the Queues page's objects, watched only with queueing on (without Kueue they do not exist)
         self.kueue: dict[str, CollectionWatch] = (
@@ -59,6 +63,7 @@ class HubState:
     def start(self) -> HubState:
         """Start every watch (the pod watch last: recording needs the inventory's node-to-cluster map)."""
         self.cache.start()
+        self.prices.start()
         self.slices.start()
         self.pods.start()
         for watch in self.kueue.values():
@@ -73,6 +78,7 @@ class HubState:
             self.queues.close()
         for watch in (self.pods, self.slices, *self.kueue.values()):
             watch.close()
+        self.prices.close()
         self.cache.close()
         self.store.close()
 
@@ -92,12 +98,14 @@ class HubState:
             nodes = {vn.name: vn for vn in self.cache.inventory(timeout=60).virtual_nodes}
             run = finished_run(pod, event_type, {name: vn.cluster_id for name, vn in nodes.items()}, now)
             if run is not None:  # the user comes from the namespace, not from what the pod claims
-                run = dataclasses.replace(run, user=billed_user(pod, self._namespace(run.namespace)))
+                self.prices.note()  # the price in force now is in the book before the run is priced by it
+                run = priced(dataclasses.replace(run, user=billed_user(pod, self._namespace(run.namespace))),
+                             self.store.price_book(run.cluster_id, run.node))
             if run is not None and self.store.record_run(run):
                 log.info("recorded %.0f GPU-seconds of %s/%s for %s on %s", run.gpu_seconds, run.namespace,
                          run.pod, run.user or "?", run.cluster_id)
                 self.metrics.record_run(run.user, run.cluster_id, nodes[run.node].model, run.gpu_seconds, run.phase,
-                                        pod)
+                                        pod, run.cost)
             # recorded (or nothing to record): the pod may go now; a failure above keeps it held for a retry
             over = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or ended_deleting(pod, now)
             if event_type != "DELETED" and holds_meter(pod) and over:
@@ -128,16 +136,35 @@ class HubState:
         )
 
     def user_runs(self, user: str) -> dict[str, Any]:
-        """A user's live runs (from the pod watch) and finished runs with usage (from the database)."""
+        """A user's live runs (from the pod watch), finished runs with usage and cost (from the database), and
+        what they spent this month against their budget (what the kernel checks before a launch)."""
         now = datetime.now(timezone.utc)
         live = [views.pod_row(p, now) for p in self.pods.objects()
                 if views.pod_user(p) == user and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        month = month_of(now)
         return {
             "user": user,
             "running": views.to_json(live),
             "finished": [{**views.to_json(r), "gpu_seconds": r.gpu_seconds} for r in self.store.runs(user)],
             "usage": views.to_json(self.store.totals(user)),
+            "this_month": views.month_spend(self.store.spend(user, month), self.config.monthly_budget_per_user),
         }
+
+    def cost_report(self, month: str | None) -> views.CostReport:
+        """Cost per user and donor of ``month`` (None: all months), and per month."""
+        return views.CostReport(month, tuple(self.store.costs("user", month)), tuple(self.store.costs("donor", month)),
+                                tuple(self.store.costs("month")))
+
+    def usage_page(self, month: str) -> tuple[list[UsageTotal], views.CostReport, views.UsageCharts]:
+        """The users page's records: all-time totals, ``month``'s cost report, the charts. Kept until a run is
+        recorded (or the day changes): reading a month of runs is what the page costs, not rendering it."""
+        today = datetime.now(timezone.utc).date()
+        key = (self.store.generation, month, today)
+        cached = self._usage_pages.get(key)
+        if cached is None:
+            cached = (self.store.totals(), self.cost_report(month), usage_charts(self.store, month, today))
+            self._usage_pages = {key: cached}  # one month at a time: the one being looked at
+        return cached
 
     def queues_view(self) -> QueuesView:
         """The Queues page: Kueue's ClusterQueue, flavors, priority classes and Workloads, from the watches."""
@@ -172,3 +199,16 @@ class HubState:
             cluster_id = str((fc.get("spec") or {}).get("clusterID") or fc["metadata"]["name"])
             authentication[cluster_id] = dict(views.module_states(fc))["authentication"]
         return ClusterFacts(self.consumer_cluster_id(), authentication)
+
+
+def usage_charts(store: Store, month: str, today: date) -> views.UsageCharts:
+    """GPU-hours per day by user and by donor up to ``today``, and the top users of ``month`` by cost."""
+    days = charts.days_ending(today)
+    since = datetime.combine(days[0], time(), timezone.utc)
+    return views.UsageCharts(
+        charts.stacked_days(f"GPU-hours per day by user, last {len(days)} days (UTC)", days,
+                            charts.daily_series(store.daily("user", since), days)),
+        charts.stacked_days(f"GPU-hours per day by donor, last {len(days)} days (UTC)", days,
+                            charts.daily_series(store.daily("donor", since), days)),
+        charts.top_costs(f"Top users by cost in {month}", store.costs("user", month)),
+    )

@@ -1,18 +1,27 @@
-"""The service's database: finished runs (GPU usage) and the audit log. SQLite by default, any SQLAlchemy URL.
+"""The service's database: finished runs (GPU usage and cost), the price book and the audit log. SQLite by
+default, any SQLAlchemy URL.
 
 Runs are keyed by pod uid and inserted only when absent, so the watcher may see a pod end twice (a
-terminal phase, then its deletion; or again after a restart re-lists it) without counting it twice.
+terminal phase, then its deletion; or again after a restart re-lists it) without counting it twice; and a
+run's price and cost are written once, with the run, so a later price change never rewrites them.
+
+Schema changes are additive: a column added to a table here is added to an existing database when the
+service opens it (``_add_missing_columns``), nullable or with its server default, so an older database
+keeps working and its old rows read as "not priced".
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
+from .cost import PricePoint, month_of
 from .usage import MeteredRun
 
 _metadata = sa.MetaData()
@@ -30,10 +39,23 @@ _runs = sa.Table(
     sa.Column("ended", sa.DateTime(timezone=True), nullable=False),
     sa.Column("phase", sa.String(16), nullable=False),
     sa.Column("gpu_seconds", sa.Float, nullable=False),
+    # added for cost (issue 17): nullable, so rows of an older database read as not priced
+    sa.Column("month", sa.String(7), nullable=True, index=True),
+    sa.Column("price_per_gpu_hour", sa.Float, nullable=True),
+    sa.Column("cost", sa.Float, nullable=True),
+    # added for preemption (issue 15): Kueue stopped the run for a higher-priority one
     sa.Column("preempted", sa.Boolean, nullable=False, server_default=sa.false()),
 )
-ADDED_COLUMNS = {"preempted": "BOOLEAN NOT NULL DEFAULT FALSE"}
-"""Columns added after the first release: a database made before them gets them at start."""
+_prices = sa.Table(
+    "gpu_offload_prices",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("cluster_id", sa.String(253), nullable=False),
+    sa.Column("node", sa.String(253), nullable=False),
+    sa.Column("since", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("price", sa.Float, nullable=True),
+    sa.Index("gpu_offload_prices_node", "cluster_id", "node", "since"),
+)
 _audit = sa.Table(
     "gpu_offload_audit",
     _metadata,
@@ -49,14 +71,34 @@ _audit = sa.Table(
 
 @dataclass(frozen=True)
 class UsageTotal:
-    """GPU-hours one user spent on one cluster."""
+    """GPU-hours one user spent on one cluster, and what they cost."""
 
     user: str
     cluster_id: str
     runs: int
     gpu_hours: float
+    cost: float = 0.0
+    """Sum over the priced runs."""
+    unpriced_runs: int = 0
+    """Runs without a price (an unpriced donor, or recorded before prices were): not in ``cost``."""
     preempted: int = 0
     """Runs Kueue preempted to make room for a higher priority."""
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """GPU-hours and cost of one user, one donor or one month."""
+
+    key: str
+    """The user, the cluster id or the month (``YYYY-MM``)."""
+    runs: int
+    gpu_hours: float
+    cost: float
+    unpriced_runs: int
+
+
+GROUPS = {"user": "user", "donor": "cluster_id", "month": "month"}
+"""What ``Store.costs`` groups by, and the column it reads."""
 
 
 @dataclass(frozen=True)
@@ -82,15 +124,11 @@ class Store:
     def __init__(self, url: str) -> None:
         self.engine = sa.create_engine(url, future=True)
         _metadata.create_all(self.engine)
-        self._add_columns()
-
-    def _add_columns(self) -> None:
-        """Bring a usage table made by an earlier version up to date (create_all leaves existing tables alone)."""
-        present = {c["name"] for c in sa.inspect(self.engine).get_columns(_runs.name)}
-        with self.engine.begin() as conn:
-            for name, ddl in ADDED_COLUMNS.items():
-                if name not in present:
-                    conn.execute(sa.text(f"ALTER TABLE {_runs.name} ADD COLUMN {name} {ddl}"))
+        _add_missing_columns(self.engine)
+        self.generation = 0
+        """Runs recorded by this process: views of the runs may be cached until it changes."""
+        self._prices_lock = threading.Lock()  # the price recorder and the pod watch both note prices
+        self._last_price: dict[tuple[str, str], float | None] = self._latest_prices()
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -101,40 +139,106 @@ class Store:
         row = {
             "pod_uid": run.pod_uid, "namespace": run.namespace, "pod": run.pod, "user": run.user,
             "cluster_id": run.cluster_id, "node": run.node, "gpus": run.gpus, "started": run.started,
-            "ended": run.ended, "phase": run.phase, "gpu_seconds": run.gpu_seconds, "preempted": run.preempted,
+            "ended": run.ended, "phase": run.phase, "gpu_seconds": run.gpu_seconds, "month": month_of(run.ended),
+            "price_per_gpu_hour": run.price_per_gpu_hour, "cost": run.cost, "preempted": run.preempted,
         }
         try:
             with self.engine.begin() as conn:
                 conn.execute(_runs.insert().values(**row))
         except IntegrityError:
             return False
+        self.generation += 1
         return True
 
     def totals(self, user: str | None = None) -> list[UsageTotal]:
-        """GPU-hours per user and cluster (one user's only, when given), largest first."""
-        query = sa.select(
-            _runs.c.user, _runs.c.cluster_id, sa.func.count().label("runs"),
-            sa.func.sum(_runs.c.gpu_seconds).label("seconds"),
-            sa.func.sum(sa.case((_runs.c.preempted, 1), else_=0)).label("preempted"),
-        ).group_by(_runs.c.user, _runs.c.cluster_id)
+        """GPU-hours, cost and preemptions per user and cluster (one user's only, when given), largest first."""
+        query = sa.select(_runs.c.user, _runs.c.cluster_id, *_sums(),
+                          sa.func.sum(sa.case((_runs.c.preempted, 1), else_=0)).label("preempted"),
+                          ).group_by(_runs.c.user, _runs.c.cluster_id)
         if user is not None:
             query = query.where(_runs.c.user == user)
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
-        totals = [UsageTotal(r.user, r.cluster_id, int(r.runs), float(r.seconds or 0) / 3600, int(r.preempted or 0))
-                  for r in rows]
+        totals = [UsageTotal(r.user, r.cluster_id, int(r.runs), float(r.seconds or 0) / 3600, float(r.cost or 0),
+                             int(r.unpriced or 0), int(r.preempted or 0)) for r in rows]
         return sorted(totals, key=lambda t: (-t.gpu_hours, t.user, t.cluster_id))
+
+    def costs(self, by: str, month: str | None = None, user: str | None = None) -> list[CostRow]:
+        """GPU-hours and cost per ``by`` (``user``, ``donor`` or ``month``), of one month and one user when given;
+        largest cost first (months: newest first)."""
+        column = _runs.c[GROUPS[by]]
+        query = sa.select(column.label("key"), *_sums()).group_by(column)
+        if month is not None:
+            query = query.where(_runs.c.month == month)
+        if user is not None:
+            query = query.where(_runs.c.user == user)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        found = [CostRow(str(r.key or ""), int(r.runs), float(r.seconds or 0) / 3600, float(r.cost or 0),
+                         int(r.unpriced or 0)) for r in rows]
+        if by == "month":
+            return sorted(found, key=lambda c: c.key, reverse=True)
+        return sorted(found, key=lambda c: (-c.cost, -c.gpu_hours, c.key))
+
+    def spend(self, user: str, month: str) -> CostRow:
+        """What ``user`` spent in ``month`` (``YYYY-MM``), keyed by the month: zeros when nothing."""
+        found = self.costs("month", month=month, user=user)
+        return found[0] if found else CostRow(month, 0, 0.0, 0.0, 0)
 
     def runs(self, user: str, limit: int = 100) -> list[MeteredRun]:
         """A user's most recent finished runs."""
         query = sa.select(_runs).where(_runs.c.user == user).order_by(_runs.c.ended.desc()).limit(limit)
         with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return [
-            MeteredRun(r.pod_uid, r.namespace, r.pod, r.user, r.cluster_id, r.node, r.gpus, _utc(r.started),
-                      _utc(r.ended), r.phase, bool(r.preempted))
-            for r in rows
-        ]
+            return [_run(r) for r in conn.execute(query).all()]
+
+    def daily(self, by: str, since: datetime) -> list[tuple[str, str, float]]:
+        """(day ``YYYY-MM-DD``, user or donor, GPU-seconds) of the runs that ended at or after ``since``, summed
+        per day (the day a run ended, UTC: the column holds UTC) in the database: the daily charts."""
+        column = _runs.c[GROUPS[by]]
+        day = sa.func.date(_runs.c.ended)
+        query = (sa.select(day, column, sa.func.sum(_runs.c.gpu_seconds)).where(_runs.c.ended >= since)
+                 .group_by(day, column))
+        with self.engine.connect() as conn:
+            return [(str(r[0]), str(r[1] or ""), float(r[2] or 0)) for r in conn.execute(query)]
+
+    def export(self, month: str | None = None) -> Iterator[MeteredRun]:
+        """Every finished run (of one month when given), oldest first: what the billing CSV lists."""
+        query = sa.select(_runs).order_by(_runs.c.ended, _runs.c.pod_uid)
+        if month is not None:
+            query = query.where(_runs.c.month == month)
+        with self.engine.connect() as conn:
+            for row in conn.execute(query):
+                yield _run(row)
+
+    # --- the price book (cost.py says how it prices a run) ---
+
+    def note_prices(self, prices: Mapping[tuple[str, str], float | None], at: datetime) -> int:
+        """Write down each (cluster id, node) price that differs from the last noted one, as in force since
+        ``at``; returns how many were noted."""
+        with self._prices_lock:
+            changed = [(key, price) for key, price in prices.items()
+                       if key not in self._last_price or self._last_price[key] != price]
+            if not changed:
+                return 0
+            with self.engine.begin() as conn:
+                conn.execute(_prices.insert(), [{"cluster_id": c, "node": n, "since": at, "price": p}
+                                                for (c, n), p in changed])
+            self._last_price.update(changed)
+            return len(changed)
+
+    def price_book(self, cluster_id: str, node: str) -> list[PricePoint]:
+        """Every price noted for one virtual node, oldest first."""
+        query = (sa.select(_prices.c.since, _prices.c.price)
+                 .where(_prices.c.cluster_id == cluster_id, _prices.c.node == node)
+                 .order_by(_prices.c.since, _prices.c.id))
+        with self.engine.connect() as conn:
+            return [PricePoint(_utc(r.since), r.price) for r in conn.execute(query)]
+
+    def _latest_prices(self) -> dict[tuple[str, str], float | None]:
+        query = sa.select(_prices.c.cluster_id, _prices.c.node, _prices.c.price).order_by(_prices.c.since,
+                                                                                            _prices.c.id)
+        with self.engine.connect() as conn:
+            return {(r.cluster_id, r.node): r.price for r in conn.execute(query)}
 
     def audit(self, who: str, action: str, target: str, result: str, ok: bool) -> AuditEntry:
         """Append one audit entry (timestamped now) and return it."""
@@ -151,3 +255,43 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
         return [AuditEntry(_utc(r.at), r.who, r.action, r.target, r.result, r.ok) for r in rows]
+
+
+def _sums() -> list[Any]:
+    return [sa.func.count().label("runs"), sa.func.sum(_runs.c.gpu_seconds).label("seconds"),
+            sa.func.sum(_runs.c.cost).label("cost"),
+            sa.func.sum(sa.case((_runs.c.cost.is_(None), 1), else_=0)).label("unpriced")]
+
+
+def _run(r: Any) -> MeteredRun:
+    return MeteredRun(r.pod_uid, r.namespace, r.pod, r.user, r.cluster_id, r.node, r.gpus, _utc(r.started),
+                      _utc(r.ended), r.phase, r.price_per_gpu_hour, r.cost, bool(r.preempted))
+
+
+def _add_missing_columns(engine: sa.Engine) -> None:
+    """Bring a database made by an older version up to this schema: add the columns it lacks (nullable or
+    with their server default, so old rows stay valid), their indexes, and fill in derived values."""
+    inspector = sa.inspect(engine)
+    for table in _metadata.sorted_tables:
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        missing = [c for c in table.columns if c.name not in present]
+        if not missing:
+            continue
+        with engine.begin() as conn:
+            for column in missing:
+                kind = column.type.compile(dialect=engine.dialect)
+                default = f" DEFAULT {column.server_default.arg}" if column.server_default is not None else ""  # type: ignore[attr-defined]
+                name = engine.dialect.identifier_preparer.quote(column.name)
+                conn.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {name} {kind}{default}"))
+            for index in table.indexes:
+                if any(c in missing for c in index.columns):
+                    index.create(conn, checkfirst=True)
+            if table is _runs and _runs.c.month in missing:
+                _fill_months(conn)
+
+
+def _fill_months(conn: sa.Connection) -> None:
+    # the billing month of runs recorded before it existed, from their end (computed here: SQL dialects differ)
+    rows = conn.execute(sa.select(_runs.c.pod_uid, _runs.c.ended)).all()
+    for row in rows:
+        conn.execute(_runs.update().where(_runs.c.pod_uid == row.pod_uid).values(month=month_of(_utc(row.ended))))

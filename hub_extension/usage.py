@@ -38,6 +38,10 @@ class MeteredRun:
     ended: datetime
     phase: str
     """Succeeded, Failed, or Deleted (removed before it finished)."""
+    price_per_gpu_hour: float | None = None
+    """What one GPU-hour of this run cost (cost / GPU-hours when the price changed during it; ``cost.py``)."""
+    cost: float | None = None
+    """What the run cost at the prices in force while it ran; None: unpriced (or recorded before prices were)."""
     preempted: bool = False
     """Kueue stopped it to make room for a higher-priority run (its pod's ``TerminationTarget`` condition)."""
 

@@ -141,5 +141,6 @@ def server_environment(name: str, config: HubConfig, service_url: str = "") -> d
         E.QUEUE: queueing.local_queue if queueing else None,
         E.PRIORITY: queueing.default_priority if queueing else None,
         E.TRUSTED_ONLY: config.trusted_only or None,  # unset when off: the kernel's default is off
+        E.MONTHLY_BUDGET: None if config.monthly_budget_per_user is None else f"{config.monthly_budget_per_user:g}",
         E.SESSION_IDLE_TIMEOUT: config.session_idle_timeout or None,  # unset when off, as above
     })

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from gpu_offload.liqo_peering import labels as L
@@ -20,6 +20,9 @@ from gpu_offload.liqo_peering.inventory import (
 )
 from gpu_offload.liqo_peering.timestamps import parse_time
 
+from .charts import Chart
+from .cost import month_of
+from .store import CostRow
 from .usage import pod_user
 
 Obj = Mapping[str, Any]
@@ -221,3 +224,36 @@ def to_json(value: Any) -> Any:
     if hasattr(value, "__dataclass_fields__"):
         return asdict(value)
     return value
+
+
+def month_spend(spent: CostRow, budget: float | None) -> dict[str, Any]:
+    """What a user spent in one month, and their budget (None: none), as ``api/me`` answers it."""
+    return {"month": spent.key, "runs": spent.runs, "gpu_hours": spent.gpu_hours, "cost": spent.cost,
+            "unpriced_runs": spent.unpriced_runs, "budget": budget,
+            "remaining": None if budget is None else max(0.0, budget - spent.cost)}
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """Cost per user and per donor of one month (or of all months), and per month: the cost page and API."""
+
+    month: str | None
+    """``YYYY-MM`` (UTC) the user and donor rows cover; None: all months."""
+    by_user: tuple[CostRow, ...]
+    by_donor: tuple[CostRow, ...]
+    by_month: tuple[CostRow, ...]
+    """Every month with runs, newest first (whatever ``month`` is)."""
+
+
+def this_month(now: datetime | None = None) -> str:
+    """The current billing month, ``YYYY-MM`` in UTC."""
+    return month_of(now or datetime.now(timezone.utc))
+
+
+@dataclass(frozen=True)
+class UsageCharts:
+    """The users page's charts (charts.py draws them)."""
+
+    per_day_by_user: Chart
+    per_day_by_donor: Chart
+    top_users: Chart

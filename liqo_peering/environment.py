@@ -49,6 +49,17 @@ def names(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+def amount(raw: str) -> float:
+    """A finite number of 0 or more (a cost, in the unit of the donors' prices)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("is not a number; write it like 250 or 99.5") from None
+    if not 0 <= value < float("inf"):
+        raise ValueError("must be a number of 0 or more")
+    return value
+
+
 def choice(*allowed: str) -> Callable[[str], str]:
     """One of ``allowed``, spelled exactly."""
 
@@ -153,11 +164,15 @@ TRUSTED_CLUSTERS: Setting[tuple[str, ...]] = _kernel("TRUSTED_CLUSTERS", names, 
 TRUSTED_ONLY = _kernel("TRUSTED_ONLY", flag, False,
                        "Cells run on trusted clusters only, as with `--trusted-only` (a hub writes its chart's "
                        "`offload.trustedOnly`): the default of `c.GpuOffloadMagics.trusted_only`.")
+MONTHLY_BUDGET: Setting[float | None] = _kernel(
+    "MONTHLY_BUDGET", amount, None,
+    "What this user's runs may cost per month (UTC); a cell that would start past it is refused before launch "
+    "(the hub writes its chart's `offload.monthlyBudgetPerUser`; the spend is read from SERVICE_URL).", "none")
 
 KERNEL: tuple[Setting[Any], ...] = (
     BACKEND, NAMESPACE, IMAGE, PYTHON, GPU_MODEL, S3_BUCKET, S3_ENDPOINT, MEMORY, CREATE_OFFLOADING,
     KERNEL_ID, PLACEMENT_POLICY, SWEEP_SECONDS, SERVICE_URL, SERVER_ID, METERED, STATE_DIR,
-    TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, SESSION_IDLE_TIMEOUT,
+    TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, MONTHLY_BUDGET, SESSION_IDLE_TIMEOUT,
 )
 """What a user's kernel and server read (README: the kubernetes backend's environment variables)."""
 

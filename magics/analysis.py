@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import OffloadUsageError
+from .errors import CellSyntaxError, OffloadUsageError
 
 _FUNCTION_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -50,12 +50,9 @@ def parse_cell(cell: str, line_offset: int = 1) -> ast.Module:
                 f"cannot run: `{text.strip()}`. Nothing was launched. Move it to a cell of its own "
                 "without %%gpu_offload, or write it in plain Python (e.g. subprocess.run for !cmd)."
             ) from None
-        number = (err.lineno or 1) + line_offset
-        text = (err.text or "").rstrip()
-        raise OffloadUsageError(
-            f"Syntax error on line {number} of the cell: {err.msg}: `{text.strip()}`. "
-            "Nothing was launched; fix the line and run the cell again."
-        ) from None
+        same_line = err.end_lineno in (None, err.lineno)
+        raise CellSyntaxError((err.lineno or 1) + line_offset, err.text or "", err.offset or 0,
+                              (err.end_offset or 0) if same_line else 0, err.msg) from None
 
 
 def _first_ipython_line(cell: str) -> tuple[int, str] | None:

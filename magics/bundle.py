@@ -58,6 +58,7 @@ def build_job(
             filename=filename,
             first_line=first_line,
             script=script,
+            log_url=chosen.log_url,
             ranks=None if ranks is None else ranks.bundle_field(),
         )
     except Exception as exc:  # pickling raises many types; find the variable to blame

@@ -10,12 +10,44 @@ from IPython.core.error import UsageError
 class OffloadError(Exception):
     """Base class of every error the magic raises on purpose."""
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this list instead of the traceback. The magic's own frames say nothing about the
+        # user's cell, and IPython drops them only for its exact UsageError class, not for subclasses.
+        return [f"{type(self).__name__}: {self}"]
+
 
 class OffloadUsageError(OffloadError, UsageError):
     """Bad magic arguments or a cell that cannot be offloaded; nothing was launched.
 
     It is an IPython ``UsageError``, so IPython prints the message without a traceback.
     """
+
+
+class CellSyntaxError(OffloadUsageError):
+    """The cell is not valid Python; shown as Python shows a syntax error: the line, a caret, the message."""
+
+    def __init__(self, line: int, text: str, column: int, end_column: int, message: str) -> None:
+        self.line = line
+        """Line in the notebook cell (the magic's line is line 1)."""
+        self.text = text
+        self.column = column
+        """1-based column of the first offending character (0 when unknown)."""
+        self.end_column = end_column
+        self.where = "Cell"
+        """How the traceback names the cell (the magic adds IPython's ``In[N]``)."""
+        super().__init__(f"Syntax error on line {line} of the cell: {message}. Nothing was launched; fix the "
+                         "line and run the cell again.")
+
+    def _render_traceback_(self) -> list[str]:
+        shown = self.text.rstrip("\r\n").expandtabs(1)
+        stripped = shown.lstrip()
+        indent = len(shown) - len(stripped)
+        lines = [f"  {self.where}, line {self.line}", f"    {stripped}"]
+        if self.column > 0:
+            width = self.end_column - self.column if self.end_column > self.column else 1
+            start = max(0, self.column - 1 - indent)
+            lines.append("    " + " " * start + "^" * max(1, min(width, len(stripped) - start)))
+        return [*lines, f"SyntaxError: {self}"]
 
 
 class InputNotSerializable(OffloadError):

@@ -26,7 +26,7 @@ from .backends.kube.config import configured as cluster_configured
 from .cell_options import OPTIONS, USAGE, cell_arguments
 from .dashboard.tracking import tracked
 from .engine import FollowSettings, Outcome, describe
-from .errors import BackendNotConfigured, OffloadUsageError
+from .errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
 from .execution import Launch, OffloadHandle, run_blocking
 from .request import OffloadRequest, gpu_models, ignored_locally, refuse_spread_when_queued, split_names
 from .sinks import NotebookSink, Sink
@@ -145,16 +145,13 @@ class GpuOffloadMagics(Magics):
             self._name_ignored_options(request)
         else:
             refuse_spread_when_queued(request, E.QUEUE.read(os.environ))
-        launch = Launch(
-            analysis=analyse_cell(
-                cell,
-                self.ipython.user_ns,
-                hidden=set(self.ipython.user_ns_hidden),
-                extra_inputs=request.inputs,
-                extra_outputs=request.outputs,
-            ),
-            filename=f"<offloaded cell {self.ipython.execution_count}>",
-        )
+        try:
+            analysis = analyse_cell(cell, self.ipython.user_ns, hidden=set(self.ipython.user_ns_hidden),
+                                    extra_inputs=request.inputs, extra_outputs=request.outputs)
+        except CellSyntaxError as err:
+            err.where = f"Cell In[{self._cell_number()}]"  # as IPython names a cell's syntax error
+            raise
+        launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>")
         settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
             handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
@@ -172,6 +169,12 @@ class GpuOffloadMagics(Magics):
             self._sink.notice(
                 f"the local backend ignores {', '.join(ignored)}: they choose where a cluster runs the cell"
             )
+
+    def _cell_number(self) -> int:
+        """The running cell's ``In[N]``: IPython 9 already counts the next cell while one runs, 8 only after."""
+        running = getattr(self.ipython.displayhook, "exec_result", None)
+        number = getattr(running, "execution_count", None)
+        return number if isinstance(number, int) else int(self.ipython.execution_count)
 
     def _request(self, line: str, cell: str) -> OffloadRequest:
         args = self._parsed.get(line)

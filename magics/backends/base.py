@@ -151,6 +151,8 @@ class Transfer:
     """Directory on tmpfs for ``shm`` buffers."""
     output_urls: tuple[str, ...] = ()
     """Upload URLs for ``url`` outputs, in the order the runner uses them."""
+    log_url: str = ""
+    """Where the runner uploads the run's log at its end (a CLI run on a cluster with object storage)."""
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,8 @@ def check_storage(bucket: str | None, probe: Callable[[], None]) -> Check:
     """The object storage line; ``probe`` reaches the bucket and raises if it cannot."""
     if not bucket:
         return Check("WARN", "storage", "no object storage: bundles over about 1 MB (a big workdir) and large "
-                     "outputs cannot travel; set GPU_OFFLOAD_S3_BUCKET (and GPU_OFFLOAD_S3_ENDPOINT)")
+                     "outputs cannot travel, and a --noblock run's log is lost if its follower dies; set "
+                     "GPU_OFFLOAD_S3_BUCKET (and GPU_OFFLOAD_S3_ENDPOINT)")
     try:
         probe()
     except Exception as exc:  # noqa: BLE001 - boto3 raises many kinds; the sentence names it

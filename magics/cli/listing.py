@@ -7,9 +7,13 @@ from __future__ import annotations
 import getpass
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..dashboard.records import RunBook, RunEntry
 from ..dashboard.runs import RunListing, RunnerPods, list_runs
+
+if TYPE_CHECKING:
+    from ..backends.kube.storage import RunStorage
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,8 @@ class Where:
     book: RunBook
     pods: RunnerPods | None
     user: str
+    storage: RunStorage | None = None
+    """The user's objects in the configured bucket (``GPU_OFFLOAD_S3_BUCKET``): background runs' logs."""
 
 
 def where() -> Where:
@@ -37,7 +43,14 @@ def where() -> Where:
         namespace = E.NAMESPACE.read(os.environ) or kubeconfig_namespace(os.environ.get("KUBECONFIG"))
         if namespace:
             pods = RunnerPods(api_client_from_environment(), namespace)
-    return Where(RunBook(), pods, user)
+    storage = None
+    bucket = E.S3_BUCKET.read(os.environ)
+    if bucket:
+        from ..backends.kube.config import StorageSettings
+        from ..backends.kube.storage import RunStorage
+
+        storage = RunStorage(StorageSettings(bucket, E.S3_ENDPOINT.read(os.environ)), user)
+    return Where(RunBook(), pods, user, storage)
 
 
 def listing(place: Where) -> RunListing:

@@ -12,6 +12,7 @@ from ...liqo_peering import environment as E
 from ...liqo_peering.cache import InventoryCache
 from ..backends.base import InventorySource
 from ..backends.kube import config as kube_config
+from ..backends.kube.budget import HubSpend, spend_line
 from ..errors import OffloadUsageError
 from .clusters import (
     LOCAL,
@@ -48,6 +49,9 @@ class KernelFeeds:
         self.user: str | None = None
         self._cache: InventorySource | None = None
         self._problem = ""
+        service = E.SERVICE_URL.read(env)
+        self.spend = HubSpend(service, env.get("JUPYTERHUB_API_TOKEN", "")) if service else None
+        """This user's GPU-hours and cost this month, shown under the clusters (the hub meters them)."""
         try:
             self._connect()
         except Exception as exc:  # noqa: BLE001 - the panel still shows the local row and this kernel's runs
@@ -92,7 +96,20 @@ class KernelFeeds:
             notes.append(f"The inventory could not be read from {where}: {exc}. The panel retries by itself.")
         if len(rows) == 1 and not notes:
             notes.append("No peered cluster lends GPUs yet: ask the admin to peer one (hub page /services/gpu-offload/).")
+        if self.spend is not None:
+            notes.append(self._spend_note())
         return rows, notes
+
+    def _spend_note(self) -> str:
+        assert self.spend is not None
+        try:
+            budget = E.MONTHLY_BUDGET.read(self.env)
+        except E.InvalidSetting as exc:
+            return f"{exc}: no budget applies until it is fixed"
+        try:
+            return spend_line(self.spend.read(timeout=5.0), budget)
+        except Exception as exc:  # noqa: BLE001 - shown in the panel; read again after the cache's TTL
+            return f"GPU usage this month is not known now: {exc}"
 
     def runs(self) -> RunListing:
         """My runs across this user's kernels."""

@@ -42,13 +42,15 @@ def make_bundle(
     run_id: str | None = None,
     python: str | None = None,
     script: Mapping[str, Any] | None = None,
+    log_url: str = "",
     ranks: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Build a bundle dict; ``inputs`` are pickled here (large buffers out of band via ``input_transport``).
 
     ``first_line`` is the notebook line number of the cell body's first line (2 below a ``%%`` magic line),
     so tracebacks name the lines the user sees. ``script`` runs ``cell`` as a script instead (see
-    :mod:`.script`): argv, workdir and ``sys.exit`` codes as ``python SCRIPT`` would have them. ``output_format`` is ``pickle``
+    :mod:`.script`): argv, workdir and ``sys.exit`` codes as ``python SCRIPT`` would have them. ``log_url``
+    (a presigned PUT URL) keeps the run's log in object storage (:mod:`.runlog`). ``output_format`` is ``pickle``
     or ``safe`` (the format of :mod:`.safe`, for a kernel that does not trust the cluster the runner is on).
     ``ranks`` (``{"nodes": N, "procs_per_node": P, "out_rank": R}``) makes it a distributed run (:mod:`.ranks`).
     """
@@ -75,6 +77,7 @@ def make_bundle(
         "metrics_interval": float(metrics_interval),
         "env": dict(env or {}),
         "script": None if script is None else dict(script),
+        "log_url": log_url,
         "ranks": None if ranks is None else dict(ranks),
     }
 
@@ -103,6 +106,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "metrics_interval": (int, float),
     "env": dict,
     "script": dict,
+    "log_url": str,
     "ranks": dict,
 }
 _REQUIRED = ("version", "nonce", "python", "cell")
@@ -122,6 +126,7 @@ _DEFAULTS: dict[str, Any] = {
     "metrics_interval": 1.0,
     "env": {},
     "script": None,
+    "log_url": "",
     "ranks": None,
 }
 

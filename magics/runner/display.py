@@ -45,6 +45,12 @@ def display(*objs: Any, raw: bool = False, metadata: dict[str, Any] | None = Non
         _send(data, {**meta, **(metadata or {})})
 
 
+# A cell's `from IPython.display import display` binds this function, and the name returns to the kernel as an
+# output: pickled by reference to IPython's own display (the hook and the shim put it there), which the kernel
+# has, rather than to this runner's module, which it has not.
+display.__module__ = "IPython.display"
+
+
 def _send(data: dict[str, Any], metadata: dict[str, Any]) -> None:
     if _emit is None:  # used outside a runner: fall back to text
         print(data.get("text/plain", ""))

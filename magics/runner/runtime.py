@@ -14,10 +14,11 @@ import time
 import traceback
 from typing import Any
 
-from . import display, handover, ipython_hook, metrics, watchdog
+from . import display, handover, ipython_hook, ipython_shim, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
+from .runlog import RunLog
 from .signals import Interrupts, masked
 from .wire import MAX_FRAME_BYTES, RELAY_ROOM, FrameEncoder
 
@@ -63,7 +64,8 @@ class Runtime:
         # a rank's frames pass through its node's launcher, which writes a longer seq in front of them
         limit = MAX_FRAME_BYTES if rank is None else MAX_FRAME_BYTES - RELAY_ROOM
         self.encoder = FrameEncoder(nonce, _frame_writer(private_stdout()), limit=limit, rank=rank or 0)
-        self.capture = FdCapture(lambda name, text: self.encoder.emit("stream", name=name, text=text))
+        self.log = RunLog()
+        self.capture = FdCapture(self._stream)
         self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
         self.namespace = new_namespace()
 
@@ -71,7 +73,12 @@ class Runtime:
         """Send a frame, after any text the cell printed before it."""
         if kind in _ORDERED:
             self.capture.flush()
+        self.log.frame(kind, payload)
         self.encoder.emit(kind, **payload)
+
+    def _stream(self, name: str, text: str) -> None:
+        self.log.add(text)
+        self.encoder.emit("stream", name=name, text=text)
 
     def start(self, parent_pid: int | None) -> None:
         """Say hello, install handlers and the watchdog, and start capturing fds 1 and 2."""
@@ -87,6 +94,7 @@ class Runtime:
         os.environ["MPLBACKEND"] = f"module://{__package__}.mpl_backend"
         display.set_emitter(self.emit)
         ipython_hook.install()
+        ipython_shim.install()  # where IPython is missing: its display helpers for notebook cells
         self.capture.start()
 
     def _parent_died(self) -> None:
@@ -117,6 +125,7 @@ class Runtime:
         """Run one bundle; returns the ``done`` status (``ok``, ``error`` or ``interrupted``)."""
         started = time.perf_counter()
         self.encoder.begin_run(bundle["run_id"])
+        self.log.begin(bundle["log_url"])
         os.environ.update({str(k): str(v) for k, v in bundle["env"].items()})
         self.sampler.interval = bundle["metrics_interval"]
         status = "ok"
@@ -143,6 +152,11 @@ class Runtime:
                 evalue=f"the runner failed: {exc}",
                 traceback=traceback.format_exception(type(exc), exc, exc.__traceback__),
             )
+        self.capture.flush()
+        # before `done`: whoever follows the run deletes the pod once it has seen that frame
+        problem = self.log.upload()
+        if problem:
+            self.emit("warning", text=problem)
         self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
         self.encoder.end_run()
         return status

@@ -256,6 +256,21 @@ def test_the_grafana_dashboard_is_off_by_default_and_queries_only_metrics_the_se
     families = {f.name for f in HubMetrics(lambda: Inventory(())).registry.collect()}
     assert {f for f in families if not any(name.startswith(f) for name in used)} == set()
 
+def test_the_charts_monthly_budget_reaches_every_users_kernel(kit: Any) -> None:
+    from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.user_namespace import server_environment
+    from gpu_offload.liqo_peering import environment as E
+    from gpu_offload.magics.backends.kube.config import from_environment
+
+    default = parse_config(kit.config_of(kit.render()))
+    assert default.monthly_budget_per_user is None
+    assert E.MONTHLY_BUDGET.name not in server_environment("jhub-alice", default)
+    chosen = parse_config(kit.config_of(kit.render({"offload": {"monthlyBudgetPerUser": 250.5}})))
+    env = server_environment("jhub-alice", chosen, "http://hub:10101/services/gpu-offload/")
+    assert env[E.MONTHLY_BUDGET.name] == "250.5"
+    assert from_environment({**env, "JUPYTERHUB_USER": "alice"}).budget == 250.5
+
+
 def test_the_charts_session_idle_timeout_reaches_every_users_kernel(kit: Any) -> None:
     from gpu_offload.hub_extension.config import parse_config
     from gpu_offload.hub_extension.user_namespace import server_environment

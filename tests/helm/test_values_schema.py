@@ -73,6 +73,8 @@ def test_a_bad_values_file_is_refused_by_render_and_by_lint_naming_the_entry(
         ({"clusters": {"donor-1": {"trust": True}}}, "/clusters/donor-1", "additional properties 'trust'"),
         ({"clusters": {"donor-1": {"pricePerGpuHour": -1}}}, "/clusters/donor-1/pricePerGpuHour", "minimum"),
         ({"userNamespaces": {"podSecurity": "privileged"}}, "/userNamespaces/podSecurity", "value must be one of"),
+        ({"offload": {"monthlyBudgetPerUser": -5}}, "/offload/monthlyBudgetPerUser", "minimum"),
+        ({"offload": {"monthlyBudgetPerUser": "100 EUR"}}, "/offload/monthlyBudgetPerUser", "want null or number"),
         ({"offload": {"allowedImages": ["python 3"]}}, "/offload/allowedImages/0", "pattern"),
         ({"queueing": {"kueue": {"enabled": True, "localQueue": "gpu.queue"}}}, "/queueing/kueue/localQueue",
          "pattern"),

@@ -99,6 +99,16 @@ def offloaded_namespace(client: Any) -> str:
     return name
 
 
+def held_pod(name: str, user: str, cluster: str, trigger: Path, gpus: int = 1) -> dict[str, Any]:
+    """A runner pod on ``cluster`` that runs until ``trigger`` exists (pods are local processes here)."""
+    wait = f"import os, time\nwhile not os.path.exists({str(trigger)!r}): time.sleep(0.05)"
+    return {"metadata": {"name": name, "labels": {"gpu-offload.io/managed-by": "gpu-offload", "gpu-offload.io/user": user},
+                         "annotations": {"gpu-offload.io/user": user}},
+            "spec": {"restartPolicy": "Never", "nodeSelector": {"liqo.io/remote-cluster-id": cluster},
+                     "containers": [{"name": "runner", "image": "python:3.11", "command": ["python3", "-c", wait],
+                                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+
 @dataclass
 class RunningHub:
     url: str

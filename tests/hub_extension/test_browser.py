@@ -141,3 +141,38 @@ def test_admin_labels_a_virtual_node_from_its_cluster_page(browser: Any, hub: An
     assert "decimal number" in page.inner_text("#result")  # refused in words before any confirmation
     page.screenshot(path=str(artifacts / "8-admin-label-refused.png"), full_page=True)
     page.context.close()
+
+
+def test_the_users_page_shows_cost_and_charts_at_desktop_and_narrow_widths(
+        browser: Any, hub: Any, origin: RunningOrigin, artifacts: Path, tmp_path: Path) -> None:
+    import kubernetes
+    from gpu_offload.sandbox.fixtures import wait_until
+
+    from .conftest import held_pod, offloaded_namespace
+
+    client = origin.sandbox.api_client()
+    core = kubernetes.client.CoreV1Api(client)
+    ns = offloaded_namespace(client)
+    done = tmp_path / "done"
+    done.touch()  # the run ends at once: it is recorded with its cost
+    try:
+        core.create_namespaced_pod(ns, held_pod("gpuo-shown", "alice", "donor-1", done, gpus=2))
+        wait_until(lambda: [u for u in hub.api("GET", "api/admin/usage", "vera").json()["usage"]
+                            if u["user"] == "alice"], "the run to be recorded")
+    finally:
+        core.delete_namespace(ns)
+        client.close()
+    page = log_in(browser, hub, "vera")
+    for width, name in ((1280, "9-viewer-users-cost-1280.png"), (600, "10-viewer-users-cost-600.png")):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{hub.service_url}users")
+        page.wait_for_selector("h1:text('GPU usage and cost')")
+        charts = page.locator("figure.gpu-offload-chart svg[role=img]")
+        assert charts.count() == 3
+        for i in range(3):  # the charts shrink with the window: none wider than it
+            box = charts.nth(i).bounding_box()
+            assert box is not None and 0 < box["width"] <= width
+        assert page.locator("rect.bar[data-series='alice']").count() >= 1
+        assert "alice" in page.inner_text("table")
+        page.screenshot(path=str(artifacts / name), full_page=True)
+    page.context.close()

@@ -88,6 +88,8 @@ def test_a_finished_run_adds_its_gpu_seconds_by_user_cluster_and_model(hub: Any,
         assert dict(labels)["cluster"] == usage["cluster_id"] and dict(labels)["model"]
         # 2 GPUs for a 2-second sleep: at least 2 GPU-seconds, and what the usage API says to the second
         assert 2 * 1 <= seconds <= 2 * 60 and seconds == pytest.approx(usage["gpu_hours"] * 3600, abs=0.01)
+        # and its cost at the donor's price, as the usage API has it (both sandbox donors are priced)
+        assert usage["cost"] > 0 and after[(f"{PREFIX}cost_total", labels)] == pytest.approx(usage["cost"])
         runs = f"{PREFIX}runs_total"
         done = (runs, (("outcome", "Succeeded"), ("reason", "Completed")))
         assert after[done] == before.get(done, 0.0) + 1
@@ -111,13 +113,13 @@ def _inventory() -> Inventory:
 def test_every_family_is_prefixed_and_labelled_from_bounded_sets() -> None:
     metrics = HubMetrics(_inventory)
     metrics.record_run("alice", "d1", None, 30.0, "Failed", {"status": {"containerStatuses": [
-        {"state": {"terminated": {"reason": "OOMKilled"}}}]}})
+        {"state": {"terminated": {"reason": "OOMKilled"}}}]}}, 0.05)
     metrics.api_error("patch")
     metrics.api_error("PATCH /apis/x/run-7f3a9")  # never a free-form label value
     families = list(metrics.registry.collect())
     assert {f.name for f in families} == {f"{PREFIX}{n}" for n in
-                                          ("gpu_seconds", "runs", "api_errors", "gpus", "gpus_free", "gpus_in_use",
-                                           "donor_healthy", "placement_seconds", "queue_wait_seconds",
+                                          ("gpu_seconds", "cost", "runs", "api_errors", "gpus", "gpus_free",
+                                           "gpus_in_use", "donor_healthy", "placement_seconds", "queue_wait_seconds",
                                            "preemptions")}
     for family in families:
         assert family.name.startswith(PREFIX)
@@ -125,6 +127,7 @@ def test_every_family_is_prefixed_and_labelled_from_bounded_sets() -> None:
             assert set(sample.labels) <= BOUNDED_LABELS, (sample.name, sample.labels)
     value = metrics.registry.get_sample_value
     assert value(f"{PREFIX}gpu_seconds_total", {"user": "alice", "cluster": "d1", "model": "unlabelled"}) == 30.0
+    assert value(f"{PREFIX}cost_total", {"user": "alice", "cluster": "d1", "model": "unlabelled"}) == 0.05
     # the cordoned node's GPUs count in the total, not in what is free
     assert value(f"{PREFIX}gpus", {"cluster": "d1", "model": "H100"}) == 6
     assert value(f"{PREFIX}gpus_free", {"cluster": "d1", "model": "H100"}) == 3

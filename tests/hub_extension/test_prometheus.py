@@ -1,6 +1,6 @@
 """A real Prometheus (Debian's package; tests/run.sh installs it) scrapes the service through the hub's proxy with
 a read:metrics token, as a platform team's would, while runs of known length finish on the sandbox; PromQL then
-gives each user's and each donor's GPU-seconds as the usage API records them."""
+gives each user's and each donor's GPU-seconds and cost as the usage API records them."""
 
 from __future__ import annotations
 
@@ -115,6 +115,10 @@ def test_promql_gives_gpu_seconds_per_user_and_donor_as_the_usage_api_records_th
         per_donor = {r["metric"]["cluster"]: float(r["value"][1]) for r in _query(
             prometheus, 'sum by (cluster) (gpu_offload_gpu_seconds_total{user=~"pat|quinn"})')}
         assert per_donor == pytest.approx(donors, abs=0.01)
+        # cost per user and donor: what each run was priced at when recorded, as the usage API says
+        cost = {(r["metric"]["user"], r["metric"]["cluster"]): float(r["value"][1]) for r in _query(
+            prometheus, 'sum by (user, cluster) (gpu_offload_cost_total{user=~"pat|quinn"})')}
+        assert cost == pytest.approx({(u, usage[u]["cluster_id"]): usage[u]["cost"] for u, _, _ in RUNS}, abs=1e-6)
         # both runs were bound without a queue: each one placement observation, none for the queue
         placed = _query(prometheus, "sum(gpu_offload_placement_seconds_count)")
         assert placed and float(placed[0]["value"][1]) >= len(RUNS)

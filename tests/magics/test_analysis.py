@@ -76,9 +76,11 @@ def test_ipython_syntax_is_reported_with_its_line(cell: str, line: int, text: st
     assert "Nothing was launched" in message
 
 
-def test_a_syntax_error_names_the_line_counting_the_magic_line() -> None:
-    with pytest.raises(OffloadUsageError, match=r"Syntax error on line 3 of the cell.*`y = \(`"):
-        analyse_cell("x = 1\ny = (\n", {})
+def test_a_syntax_error_names_the_line_counting_the_magic_line_and_points_at_it() -> None:
+    with pytest.raises(OffloadUsageError, match=r"Syntax error on line 4 of the cell: '\(' was never closed") as caught:
+        analyse_cell("x = 1\nif x:\n    y = (\n", {})
+    # as Python prints a syntax error: where, the line (indentation dropped), a caret under the culprit
+    assert caught.value._render_traceback_()[:3] == ["  Cell, line 4", "    y = (", "        ^"]
 
 
 def test_a_percent_sign_inside_a_string_is_not_ipython_syntax() -> None:

@@ -68,6 +68,8 @@ def test_remote_errors_reach_the_client_as_an_error_with_the_remote_traceback(ke
     errors = [m["content"] for m in outputs if m["msg_type"] == "error"]
     assert errors and "bad value" in "\n".join(errors[0]["traceback"])
     assert "partial" in kernel.text(outputs)
+    # the cell's number and line as the notebook shows them (IPython 9 counts the next cell while one runs)
+    assert f'<offloaded cell {reply["execution_count"]}>", line 3' in "\n".join(errors[0]["traceback"])
 
 
 def test_a_killed_kernel_leaves_no_runner_behind() -> None:

@@ -27,3 +27,26 @@ def test_runner_environment_drops_the_kernels_inline_matplotlib_backend() -> Non
 def test_a_users_own_matplotlib_backend_is_kept() -> None:
     env = runner_environment(RunRequest(), {"MPLBACKEND": "agg"})
     assert env["MPLBACKEND"] == "agg"
+
+
+def test_ipython_display_helpers_on_a_local_python_without_ipython() -> None:
+    import sys
+
+    from gpu_offload.magics.backends.local import LocalBackend
+
+    from .kube.helpers import run_cell
+
+    # the interpreter this venv was made from: no IPython (nor anything else of the venv) there
+    backend = LocalBackend(python=getattr(sys, "_base_executable", sys.executable))
+    user_ns: dict[str, object] = {}
+    try:
+        outcome, sink, _ = run_cell(backend, "from IPython.display import display, Markdown\n"
+                                             "display(Markdown('**done**'))\nnote = Markdown('kept')", user_ns)
+    finally:
+        backend.close()
+    assert outcome.status == "ok", outcome.error
+    assert sink.displays == [{"text/markdown": "**done**", "text/plain": "<IPython.core.display.Markdown object>"}]
+    from IPython.display import Markdown, display
+
+    # back in the notebook, the names are IPython's own
+    assert user_ns["display"] is display and type(user_ns["note"]) is Markdown

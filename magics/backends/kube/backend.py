@@ -32,16 +32,17 @@ from ....liqo_peering.trust import run_trusted, trusting
 from ...errors import OffloadError, OffloadUsageError
 from ...runner.frames import Outputs
 from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
+from .budget import spend_line
 from .config import KubeSettings
 from .explain import span_text
-from .hub_inventory import HubInventory
+from .hub_inventory import HubInventory, HubInventoryError
 from .jobrun import KubeJobRun
 from .launcher import PodLauncher
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object
 from .run import KubeRun, PodOrder
 from .session import KubeSession, SessionRun
-from .storage import OUTPUT_URLS, RunStorage, StorageError
+from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
 
 
 class ClusterError(OffloadError):
@@ -105,6 +106,13 @@ class KubernetesBackend:
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
             ended += [f"session {name}: its pod {s.launched.name} {s.end_words()}; its variables are gone"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
+        spend = self.launcher.spend
+        if spend is not None:
+            try:
+                usage = spend_line(spend.read(timeout=5.0), self.settings.budget)
+            except HubInventoryError as exc:
+                usage = f"GPU usage: not known now ({exc})"
+            ended.append(usage)
         return "\n".join([line, *ended])
 
     def transfer(self, run_id: str) -> Transfer:
@@ -112,8 +120,10 @@ class KubernetesBackend:
         uploaded to presigned URLs of this run when object storage is configured."""
         if self.storage is None:
             return Transfer(input_transport="inline", output_transport="inline")
+        # a CLI run's log outlives its pod and whoever followed it (gpu-offload logs reads it)
         return Transfer(input_transport="inline", output_transport="url",
-                        output_urls=tuple(self.storage.output_urls(run_id)))
+                        output_urls=tuple(self.storage.output_urls(run_id)),
+                        log_url=self.storage.log_url(run_id) if self.settings.cli else "")
 
     def inventory(self) -> InventoryCache | HubInventory:
         """The kernel's inventory source (started on first use), shared with the panel: the hub service's in a
@@ -178,7 +188,7 @@ class KubernetesBackend:
 
     def _forget_run(self, run_id: str) -> None:
         if self.storage is not None:
-            self.storage.remove_run(run_id)
+            self.storage.remove_run(run_id, keep=(LOG,) if self.settings.cli else ())
 
     def _session(self, name: str, placement: RunRequest) -> KubeSession:
         with self._lock:

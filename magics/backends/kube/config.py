@@ -75,6 +75,8 @@ class KubeSettings:
     trusted: tuple[str, ...] = ()
     """Cluster ids the origin trusts (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, a hub's spawner writes its chart's):
     outputs from any other cluster come back only as plain data."""
+    budget: float | None = None
+    """What this user's runs may cost per month (``GPU_OFFLOAD_MONTHLY_BUDGET``); None: no budget."""
 
 
 def configured(env: Mapping[str, str]) -> bool:
@@ -119,6 +121,7 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         create = E.CREATE_OFFLOADING.read(env)
         metered = E.METERED.read(env)
         trusted = E.TRUSTED_CLUSTERS.read(env)
+        budget = E.MONTHLY_BUDGET.read(env)
         idle = E.SESSION_IDLE_TIMEOUT.read(env)
     except E.InvalidSetting as exc:
         raise BackendNotConfigured(f"{exc} (or unset it for the default).") from None
@@ -141,5 +144,6 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         queue=E.QUEUE.read(env),
         priority=E.PRIORITY.read(env),
         trusted=trusted,
+        budget=budget,
         session_idle_timeout=max(0.0, idle),
     )

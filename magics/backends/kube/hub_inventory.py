@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 from ....liqo_peering.inventory import Inventory, inventory_from_dict
 from ...errors import OffloadError
@@ -19,6 +20,23 @@ TTL_SECONDS = 5.0
 
 class HubInventoryError(OffloadError):
     """The hub service did not answer with an inventory; the message names the URL and the next step."""
+
+
+def get_json(url: str, token: str, timeout: float, what: str) -> Any:
+    """GET ``url`` of the hub service with the user server's token; a ``HubInventoryError`` naming ``what``
+    was asked, the URL and the next step when there is no JSON answer."""
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the hub's own URL
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise HubInventoryError(
+            f"the hub service refused {what} ({url}: HTTP {exc.code}); restart your server from the hub (its token "
+            "may have expired) or ask your JupyterHub admin") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise HubInventoryError(
+            f"no {what} from the hub service at {url} ({exc}); check that the gpu-offload service runs (ask your "
+            "JupyterHub admin)") from exc
 
 
 class HubInventory:
@@ -37,17 +55,11 @@ class HubInventory:
         with self._lock:
             if self._cached is not None and time.monotonic() - self._cached[0] < self._ttl:
                 return self._cached[1]
-            request = urllib.request.Request(self.url, headers={"Authorization": f"token {self._token}"})
             self.requests += 1
+            data = get_json(self.url, self._token, timeout, "the inventory")
             try:
-                with urllib.request.urlopen(request, timeout=timeout) as response:
-                    data = json.loads(response.read())
                 inventory = inventory_from_dict(data["records"])
-            except urllib.error.HTTPError as exc:
-                raise HubInventoryError(
-                    f"the hub service refused the inventory ({self.url}: HTTP {exc.code}); restart your server from "
-                    "the hub (its token may have expired) or ask your JupyterHub admin") from exc
-            except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError) as exc:
                 raise HubInventoryError(
                     f"no inventory from the hub service at {self.url} ({exc}); check that the gpu-offload service "
                     "runs (ask your JupyterHub admin), or unset GPU_OFFLOAD_SERVICE_URL to read the cluster directly"

@@ -26,6 +26,7 @@ from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, 
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
 from ..base import Ranks, RunRequest
+from .budget import HubSpend, check_budget
 from .config import KubeSettings
 from .explain import MEMORY_ENV, PodContext
 from .follow import KUEUE_PICKS, PodFollower
@@ -66,6 +67,8 @@ class PodLauncher:
         self.trust = trusting(settings.trusted)
         """The origin's trust, the one source for placement, runner pods and the kernel's intake."""
         self._cache: InventoryCache | HubInventory | None = None
+        self.spend = HubSpend(settings.service_url, settings.hub_token) if settings.service_url else None
+        """This user's spend this month, from the hub service (budget check, status, panel)."""
         self._offloaded: set[str] = set()
         self._cache_lock = threading.Lock()  # taken inside the backend's session lock when a session starts
         self._queue: QueueWatch | None = None
@@ -242,6 +245,8 @@ class PodLauncher:
         if avoid and placement.cluster and placement.cluster != "auto":
             raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
                                     "choose)")
+        if not avoid:  # a first launch; a pod moved elsewhere belongs to a cell already running
+            check_budget(self.settings.budget, self.spend)
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
         if self.settings.queue:
@@ -279,6 +284,7 @@ class PodLauncher:
         cluster); with queueing on, the Job's Kueue labels and no placement (Kueue admits the Job as a unit).
         """
         placement = order.placement
+        check_budget(self.settings.budget, self.spend)  # before anything is created, as for one pod
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
         if self.settings.queue:

@@ -19,6 +19,13 @@ from .config import StorageSettings
 
 OUTPUT_URLS = 32
 """Upload URLs given to a run for its outputs' out-of-band buffers (plus the main pickle)."""
+LOG = "log"
+"""The object a CLI run's runner uploads its log to; it stays after the run (the bucket's lifecycle ends it)."""
+LOG_URL_EXPIRY = 7 * 24 * 3600
+"""Seconds the log's upload URL stays valid: the longest a presigned (SigV4) URL may, as a script may run
+for days; a run longer than this ends without its log kept."""
+LOG_READ_LIMIT = 64 * 2**20
+"""Bytes of a stored log that ``gpu-offload logs`` reads (the runner keeps at most 8 MiB)."""
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}\Z")
 
 
@@ -67,13 +74,32 @@ class RunStorage:
                                "another user or to nothing this project wrote; refused")
         return key
 
-    def _presign(self, method: str, key: str) -> str:
+    def _presign(self, method: str, key: str, expiry: int | None = None) -> str:
         return str(
             self.client.generate_presigned_url(
                 method, Params={"Bucket": self.settings.bucket, "Key": self.check_key(key)},
-                ExpiresIn=self.settings.url_expiry,
+                ExpiresIn=expiry or self.settings.url_expiry,
             )
         )
+
+    def log_url(self, run_id: str) -> str:
+        """A presigned PUT URL for the log of ``run_id``, valid as long as S3 allows (a run may be long)."""
+        return self._presign("put_object", self.key(run_id, LOG), LOG_URL_EXPIRY)
+
+    def read_log(self, run_id: str) -> bytes | None:
+        """The stored log of ``run_id`` (its first :data:`LOG_READ_LIMIT` bytes), ``None`` when there is none.
+
+        Written by the run's pod: untrusted text, which the caller shows as text only."""
+        key = self.key(run_id, LOG)
+        try:
+            found = self.client.get_object(Bucket=self.settings.bucket, Key=key,
+                                           Range=f"bytes=0-{LOG_READ_LIMIT - 1}")
+        except Exception as exc:
+            if _missing(exc):
+                return None
+            raise StorageError(f"reading s3://{self.settings.bucket}/{key} failed: {exc}; check the bucket "
+                               "and the credentials (AWS_ACCESS_KEY_ID...)") from exc
+        return bytes(found["Body"].read(LOG_READ_LIMIT))
 
     def put_url(self, run_id: str, name: str) -> str:
         """A presigned PUT URL for ``name`` of ``run_id``."""
@@ -117,14 +143,24 @@ class RunStorage:
                                "was loaded. Limit who may write the bucket (docs/security.md) and run the cell again")
         return data
 
-    def remove_run(self, run_id: str) -> int:
-        """Delete every object of ``run_id``; returns how many. Failures are left for the bucket's lifecycle."""
+    def remove_run(self, run_id: str, keep: tuple[str, ...] = ()) -> int:
+        """Delete every object of ``run_id`` but those named in ``keep``; returns how many. Failures are
+        left for the bucket's lifecycle."""
         prefix = self.key(run_id, "x")[:-1]
+        kept = {prefix + name for name in keep}
         try:
             listed = self.client.list_objects_v2(Bucket=self.settings.bucket, Prefix=prefix)
-            keys = [{"Key": self.check_key(item["Key"])} for item in listed.get("Contents") or []]
+            keys = [{"Key": self.check_key(item["Key"])} for item in listed.get("Contents") or []
+                    if item["Key"] not in kept]
             if keys:
                 self.client.delete_objects(Bucket=self.settings.bucket, Delete={"Objects": keys})
         except Exception:  # noqa: BLE001 - cleanup must not hide the run's own result
             return 0
         return len(keys)
+
+
+def _missing(exc: Exception) -> bool:
+    """Whether S3 said the object does not exist (botocore's ClientError with code NoSuchKey or 404)."""
+    error = getattr(exc, "response", None)
+    code = str(((error or {}).get("Error") or {}).get("Code", "")) if isinstance(error, dict) else ""
+    return code in ("NoSuchKey", "404", "NotFound")

@@ -194,3 +194,23 @@ def test_the_cell_says_which_pod_virtual_node_and_cluster_it_runs_on(kube: Kuber
     assert seen["node"] == "donor-1-gpu"
     assert sink.notices == [f"running in pod {seen['name']} on virtual node donor-1-gpu "
                             "(Liqo cluster donor-1, 1 x A100)"]
+
+
+def test_ipython_display_helpers_work_on_a_stock_image_without_ipython(api_client: Any, namespace: str,
+                                                                       core: Any) -> None:
+    backend = KubernetesBackend(settings(namespace, trusted=("donor-1", "donor-2")), api_client)  # unsanitized
+    cell = ("from IPython.display import display, HTML, Markdown, Image\nimport IPython\n"
+            "print('IPython installed:', getattr(IPython, '__file__', None) is not None)\n"
+            "display(HTML('<b>bold</b>'), Markdown('*it*'))\ndisplay(Image(b'\\x89PNG\\r\\n\\x1a\\nxx', width=20))\n")
+    try:
+        outcome, sink, _ = run_cell(backend, cell, {})  # the kube fixture's image: python:3.11-slim, stock
+    finally:
+        backend.close()
+    assert outcome.status == "ok", outcome.error
+    assert sink.text == "IPython installed: False\n"
+    html, markdown, image = sink.displays_with_metadata
+    assert html == ({"text/html": "<b>bold</b>", "text/plain": "<IPython.core.display.HTML object>"}, {})
+    assert markdown == ({"text/markdown": "*it*", "text/plain": "<IPython.core.display.Markdown object>"}, {})
+    assert image == ({"image/png": "iVBORw0KGgp4eA==", "text/plain": "<IPython.core.display.Image object>"},
+                     {"image/png": {"width": 20}})
+    wait_until(lambda: not leftovers(core, namespace), "pod and Secret deleted after the run")

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from gpu_offload.liqo_peering import labels as L
 from gpu_offload.sandbox.fixtures import custom, offloaded_namespace, wait_until
 
 from ..cli.helpers import argv, cli, environment, write_project
-from .conftest import STOCK_IMAGE, leftovers
+from .conftest import BUCKET, STOCK_IMAGE, leftovers
 
 __all__ = ["custom", "offloaded_namespace"]
 USER = "alice@example.org"
@@ -128,6 +129,7 @@ def test_a_background_run_whose_follower_died_is_cancelled_by_deleting_its_pod(
     assert core.list_namespaced_pod(namespace, label_selector=f"{L.RUN_ID}={run_id}").items
     logs = cli(["logs", run_id], project.parent, env)
     assert logs.returncode == 0 and "tick 1" in logs.stdout  # what the follower wrote stays readable
+    assert "without object storage (GPU_OFFLOAD_S3_BUCKET)" in logs.stderr and "gone with the pod" in logs.stderr
     cancelled = cli(["cancel", run_id], project.parent, env)
     assert cancelled.returncode == 0 and "had no live kernel; deleted" in cancelled.stdout, cancelled.stdout
     wait_until(lambda: not leftovers(core, namespace, USER), "the orphaned run's pod gone")
@@ -153,4 +155,65 @@ def test_runs_finds_the_pods_in_the_kubeconfig_contexts_namespace_as_the_kernels
     assert listed.returncode == 0, listed.stderr
     assert [row["run_id"] for row in json.loads(listed.stdout)] == [run_id]
     assert cli(["cancel", run_id], project.parent, env).returncode == 0
+    wait_until(lambda: not leftovers(core, namespace, USER), "the cancelled run's pod gone")
+
+
+@pytest.fixture()
+def stored(env: dict[str, str], s3: Any, s3_endpoint: str) -> Iterator[dict[str, str]]:
+    """The shell of ``env`` with object storage: the moto bucket, and credentials only in this shell. The
+    logs the test's runs kept are removed after it (the bucket is shared by the session's tests)."""
+    yield {**env, "GPU_OFFLOAD_S3_BUCKET": BUCKET, "GPU_OFFLOAD_S3_ENDPOINT": s3_endpoint,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"gpu-offload/{USER}/").get("Contents") or []:
+        s3.delete_object(Bucket=BUCKET, Key=item["Key"])
+
+
+def elsewhere(shell: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The same user on another machine: no records of this one's runs."""
+    return {**shell, "GPU_OFFLOAD_STATE_DIR": str(tmp_path / "another-machine")}
+
+
+def test_with_storage_a_background_runs_log_outlives_its_pod(project: Path, stored: dict[str, str], s3: Any,
+                                                            core: Any, namespace: str, tmp_path: Path) -> None:
+    started = cli(["run", "--gpus", "1", "--noblock", "main.py", "raise"], project.parent, stored)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[1]
+    wait_until(lambda: json.loads(cli(["runs", "--json"], project.parent, stored).stdout)[0]["state"] == "failed",
+               "the run to end", timeout=120)
+    wait_until(lambda: not leftovers(core, namespace, USER), "its pod and Secret deleted by its follower")
+    # the run's other objects are gone; its log stays, under the user's prefix
+    mine = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"gpu-offload/{USER}/")  # other tests' objects are theirs
+    keys = [item["Key"] for item in mine.get("Contents") or []]
+    assert keys == [f"gpu-offload/{USER}/{run_id}/log"]
+    # read where neither the pod nor a record of the run is: from the stored log only
+    logs = cli(["logs", run_id], project.parent, elsewhere(stored, tmp_path))
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.startswith("hello from helper small data __main__ ['raise']\nbig.bin left home\n")
+    assert "ValueError: boom from the script" in logs.stdout
+    unstored = {k: v for k, v in elsewhere(stored, tmp_path).items() if not k.startswith("GPU_OFFLOAD_S3")}
+    gone = cli(["logs", run_id], project.parent, unstored)
+    assert gone.returncode == 1 and "without object storage (GPU_OFFLOAD_S3_BUCKET)" in gone.stderr
+
+
+def test_with_storage_the_log_of_a_run_whose_follower_died_is_kept_when_its_pod_ends(
+        project: Path, stored: dict[str, str], core: Any, namespace: str) -> None:
+    started = cli(["run", "--gpus", "1", "--noblock", "main.py", "sleep"], project.parent, stored)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[1]
+    record = json.loads((Path(stored["GPU_OFFLOAD_STATE_DIR"]) / f"{run_id}.json").read_text())
+    wait_until(lambda: "tick 1" in Path(record["log"]).read_text(), "the script to run")
+    os.kill(record["pid"], signal.SIGKILL)  # the follower is gone; the pod runs on
+    meanwhile = cli(["logs", run_id], project.parent, stored)
+    assert meanwhile.returncode == 0 and "tick 1" in meanwhile.stdout
+    assert "its pod still runs" in meanwhile.stderr and "kept in object storage when it ends" in meanwhile.stderr
+    waiting = subprocess.Popen(argv("logs", run_id, "-f"), cwd=project.parent, env=stored, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    follower_wrote = Path(record["log"]).read_text()
+    assert cli(["cancel", run_id], project.parent, stored).returncode == 0  # the pod gets SIGTERM, its grace
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, err
+    # the whole log, from the runner: what the dead follower saw, then the rest, to the interruption
+    assert out.startswith("hello from helper") and follower_wrote.splitlines()[-1] in out.splitlines()
+    ticks = [int(line.split()[1]) for line in out.splitlines() if line.startswith("tick ")]
+    assert ticks == list(range(len(ticks))) and "KeyboardInterrupt" in out
     wait_until(lambda: not leftovers(core, namespace, USER), "the cancelled run's pod gone")

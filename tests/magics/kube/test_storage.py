@@ -109,6 +109,7 @@ def test_objects_live_under_the_users_prefix_and_another_users_key_is_refused(s3
     with pytest.raises(StorageError, match="cannot be part of an object key"):
         storage_of("../bob", s3, s3_endpoint)
     assert alice.remove_run("run-b") == 0 and s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 1
+    assert bob.remove_run("run-b") == 1  # the bucket is the session's: leave it as found
 
 
 def test_an_output_replaced_in_the_bucket_is_refused_and_nothing_is_loaded(

@@ -222,3 +222,4 @@ def test_with_object_storage_only_the_runs_own_uploads_are_read(kube_s3: Kuberne
     outcome, _, _ = run_cell(kube_s3, "import numpy as np\nbig = np.ones((512, 1024))", user_ns)
     assert outcome.status == "ok", outcome.error
     assert user_ns["big"].shape == (512, 1024) and float(user_ns["big"].sum()) == 512 * 1024
+    s3.delete_object(Bucket=BUCKET, Key="gpu-offload/other-run/out-0")  # the session's bucket is left empty
