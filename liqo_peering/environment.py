@@ -150,7 +150,8 @@ METERED = _kernel("METERED", flag, False, "Runner pods carry the hub meter's fin
 STATE_DIR = _kernel("STATE_DIR", text, None, "Where a server's kernels record their runs for the panel.",
                     "Jupyter's runtime directory")
 QUEUE = _kernel("QUEUE", text, None,
-                "Kueue LocalQueue runner pods wait in (the hub sets it when queueing is on); unset: no queueing.",
+                "Kueue LocalQueue runner pods wait in (the hub sets it when queueing is on); unset: the one "
+                "LocalQueue of the namespace, found at the first cell, else no queueing.",
                 "none")
 PRIORITY = _kernel("PRIORITY", text, None,
                    "Kueue priority class of cells that give no --priority (the hub sets the chart's default).",

@@ -59,6 +59,20 @@ class KueueClient:
                 return None
             raise error from exc
 
+    def local_queue_names(self, namespace: str) -> builtins.list[str]:
+        """The names of the LocalQueues of ``namespace``, sorted; none when Kueue's API is not served (no Kueue
+        installed is no queue). A refusal (403) is raised as ``APIForbidden``."""
+        g = L.LOCAL_QUEUE
+        try:
+            found = self.custom.list_namespaced_custom_object(g.group, g.version, namespace, g.plural,
+                                                              _request_timeout=self.request_timeout)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            error = api_error(exc, "listing", f"LocalQueues in {namespace}")
+            if isinstance(error, APINotFound):
+                return []
+            raise error from exc
+        return sorted(str(q["metadata"]["name"]) for q in found.get("items") or [])
+
     def cluster_queue(self, name: str) -> Collection:
         """The one ClusterQueue ``name`` as a list/watch collection (a field selector on its name, which RBAC
         allows with ``resourceNames``): its status changes whenever Kueue admits or queues a run."""

@@ -25,7 +25,8 @@ def child_argv(args: argparse.Namespace, log: str) -> list[str]:
     argv = [sys.executable, "-m", "gpu_offload.cli", "run", "--gpus", str(args.gpus), "--cluster", args.cluster,
             "--max-workdir-mb", str(args.max_workdir_mb), "--detached-log", log]
     for option, value in (("--gpu-model", args.gpu_model), ("--image", args.image), ("--backend", args.backend),
-                          ("--timeout", args.timeout), ("--nodes", args.nodes),
+                          ("--timeout", args.timeout), ("--queue-timeout", args.queue_timeout),
+                          ("--nodes", args.nodes),
                           ("--procs-per-node", args.procs_per_node),
                           ("--rendezvous-timeout", args.rendezvous_timeout)):
         if value is not None:

@@ -4,7 +4,7 @@ The script and its directory (``.gitignore`` honoured, size-capped; :mod:`.workd
 runs as ``python SCRIPT ARGS`` would (:mod:`gpu_offload.magics.runner.script`). The run is recorded in the
 state directory beside the notebook's runs, so ``gpu-offload runs`` and the panel list it. The command
 exits with the script's exit code, 130 on Ctrl-C (which stops the run remotely, as in a notebook) and
-124 when ``--timeout`` ran out. ``--noblock`` hands the run to a detached follower (:mod:`.background`).
+124 when ``--timeout`` or ``--queue-timeout`` ran out. ``--noblock`` hands the run to a detached follower (:mod:`.background`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ def add_parser(subparsers: Any, summary: str) -> None:
     parser.add_argument("--backend", default=None, choices=("local", "kubernetes"),
                         help="default: kubernetes when GPU_OFFLOAD_NAMESPACE is set, else local")
     parser.add_argument("--noblock", action="store_true", help="start the run in the background and return")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S", help="stop the run after S seconds")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop the run after S seconds (counted from Kueue's admission when it queues)")
+    parser.add_argument("--queue-timeout", type=float, default=None, metavar="S",
+                        help="give up a run still waiting in Kueue's queue after S seconds (docs/queueing.md)")
     parser.add_argument("--in", dest="inputs", action="append", type=Path, default=[], metavar="FILE",
                         help="ship this file too (repeatable)")
     parser.add_argument("--max-workdir-mb", type=float, default=DEFAULT_LIMIT_MB, metavar="MB",
@@ -133,6 +136,7 @@ def follow_script(args: argparse.Namespace) -> int:
     gpu_model, fallback_models = gpu_models(args.gpu_model)
     request = OffloadRequest(cell=_source(script), gpus=args.gpus, gpu_model=gpu_model,
                              fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
+                             queue_timeout=args.queue_timeout,
                              image=args.image, backend=args.backend, nodes=args.nodes,
                              procs_per_node=args.procs_per_node, group_output=args.group_output,
                              quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout)
@@ -152,7 +156,7 @@ def follow_script(args: argparse.Namespace) -> int:
     outcomes: list[Any] = []
     try:
         run_blocking(request, launch, {}, tracked(backend, lambda: tracker), sink,
-                     FollowSettings(timeout=args.timeout), outcomes.append)
+                     FollowSettings(timeout=args.timeout, queue_timeout=args.queue_timeout), outcomes.append)
     except KeyboardInterrupt:
         sink.notice("interrupted: the run was stopped")
         return INTERRUPTED_EXIT

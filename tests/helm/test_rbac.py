@@ -222,3 +222,15 @@ def test_liqo_rules_name_resources_that_liqo_defines(kit: Any) -> None:
                 )
                 if role["kind"] == "Role":  # a Role can only grant namespaced resources
                     assert crds[(group, resource)] == "Namespaced"
+
+
+def test_a_users_server_may_list_localqueues_of_its_own_namespace_only_when_queueing_is_on(kit: Any) -> None:
+    # the kernel finds its queue by listing its namespace's LocalQueues when GPU_OFFLOAD_QUEUE is unset; with
+    # queueing off the list is refused and the kernel runs without queueing, as before
+    listing = Request("list", "kueue.x-k8s.io", "localqueues", "jhub-alice")
+    for enabled in (True, False):
+        objects = kit.render({**kit.two_tenants, "queueing": {"kueue": {"enabled": enabled}}})
+        objects += kit.hook_bindings(kit.config_of(objects), "jhub-alice")
+        assert allowed(objects, ALICE_SERVER, listing) is enabled
+        assert not allowed(objects, ALICE_SERVER, Request("list", "kueue.x-k8s.io", "localqueues", "jhub-bob"))
+        assert not allowed(objects, ALICE_SERVER, Request("create", "kueue.x-k8s.io", "localqueues", "jhub-alice"))

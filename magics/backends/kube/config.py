@@ -60,18 +60,15 @@ class KubeSettings:
     cli: bool = False
     """Runs of ``gpu-offload run``: their pods are labelled CLI runs and carry no server (no sweep takes them)."""
     queue: str | None = None
-    """The Kueue LocalQueue runner pods wait in (``GPU_OFFLOAD_QUEUE``); None: queueing is off."""
+    """The Kueue LocalQueue runner pods wait in (``GPU_OFFLOAD_QUEUE``); None: the one LocalQueue of the
+    namespace, found at the first launch, and queueing off when there is none. With queueing on the kernel never
+    moves a pod that could not start: Kueue requeues it (``waitForPodsReady``)."""
     priority: str | None = None
     """Kueue priority class of cells without ``--priority`` (``GPU_OFFLOAD_PRIORITY``)."""
     session_idle_timeout: float = 0.0
     """Seconds a session may sit idle holding its GPUs before this kernel ends it
     (``GPU_OFFLOAD_SESSION_IDLE_TIMEOUT``, the chart's ``offload.sessionIdleTimeout``); 0: never."""
 
-    @property
-    def relaunches(self) -> bool:
-        """Whether this kernel moves a pod that could not start to another cluster itself. Not with queueing
-        on: Kueue decides where a pod runs, and requeues one that does not start (``waitForPodsReady``)."""
-        return self.queue is None
     trusted: tuple[str, ...] = ()
     """Cluster ids the origin trusts (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, a hub's spawner writes its chart's):
     outputs from any other cluster come back only as plain data."""

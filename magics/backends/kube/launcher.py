@@ -17,11 +17,12 @@ from kubernetes.utils import parse_quantity
 from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
-from ....liqo_peering.errors import APIForbidden, NoFit
+from ....liqo_peering.errors import APIForbidden, APIServerError, APIThrottled, NoFit
 from ....liqo_peering.kueue import gpu_quotas, queued_scheduling
 from ....liqo_peering.placement import POLICIES, TRUST_FIX, PlacementRequest, place, scheduling_fragment
 from ....liqo_peering.placement import NodeChoice as Where
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
+from ....liqo_peering.retrying import Backoff, retry
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
@@ -36,6 +37,9 @@ from .queueing import QueueWatch, Ticket
 from .run import LaunchedJob, LaunchedPod, PodOrder
 from .storage import RunStorage, Stored
 
+FIND_QUEUE_RETRY = Backoff(first=1.0, cap=4.0, attempts=3)
+"""Listing the namespace's LocalQueues when the server failed (5xx, 429): three tries in all, then the cell
+fails with the server's error and the next cell lists again."""
 DEADLINE_MARGIN = 30
 """Seconds the pod's activeDeadlineSeconds adds to --timeout: the engine interrupts first, the deadline is
 the backstop for a kernel that went away."""
@@ -72,6 +76,8 @@ class PodLauncher:
         self._offloaded: set[str] = set()
         self._cache_lock = threading.Lock()  # taken inside the backend's session lock when a session starts
         self._queue: QueueWatch | None = None
+        self._queue_name: str | None = None
+        self._queue_known = False
 
     def inventory_cache(self) -> InventoryCache | HubInventory:
         """The kernel's inventory source, started on first use: the hub service's in a hub deployment (users
@@ -91,6 +97,38 @@ class PodLauncher:
         if self._queue is not None:
             self._queue.close()
 
+    def queue_name(self) -> str | None:
+        """The LocalQueue this kernel's pods wait in, None when queueing is off; found once, at the first launch.
+
+        ``GPU_OFFLOAD_QUEUE`` names it (the spawner sets it); unset, the one LocalQueue of the namespace. The
+        namespace's LocalQueues are listed once: none, no Kueue, or no right to list them (a chart with queueing
+        off grants none) all mean queueing is off, as before; several is an error naming them.
+        """
+        with self._cache_lock:
+            if not self._queue_known:
+                # read again here: a user who followed the "several LocalQueues" error set it after the start
+                self._queue_name = self.settings.queue or E.QUEUE.read(os.environ) or self._find_queue()
+                self._queue_known = True
+            return self._queue_name
+
+    def _find_queue(self) -> str | None:
+        from ....liqo_peering.queue_client import KueueClient
+
+        namespace = self.settings.namespace
+        kueue = KueueClient(self.pods.api_client)
+        try:
+            names = retry(lambda: kueue.local_queue_names(namespace), FIND_QUEUE_RETRY,
+                          lambda exc: isinstance(exc, (APIServerError, APIThrottled)))
+        except APIForbidden:
+            return None
+        if len(names) > 1:
+            raise OffloadUsageError(
+                f"Nothing was launched: {E.QUEUE.name} is not set and namespace {namespace} has "
+                f"{len(names)} Kueue LocalQueues ({', '.join(names)}), so this kernel cannot tell which one its "
+                f"cells should wait in. Set it to one of them, e.g. `%env {E.QUEUE.name}={names[0]}`, and run "
+                "the cell again.")
+        return names[0] if names else None
+
     def queue_watch(self) -> QueueWatch:
         """The kernel's view of its LocalQueue, started on the first queued run; says what to do when the
         LocalQueue is missing."""
@@ -98,7 +136,7 @@ class PodLauncher:
             if self._queue is None:
                 from ....liqo_peering.queue_client import KueueClient
 
-                name, namespace = str(self.settings.queue), self.settings.namespace
+                name, namespace = str(self._queue_name), self.settings.namespace
                 kueue = KueueClient(self.pods.api_client)
                 local = kueue.local_queue(namespace, name)
                 if local is None:
@@ -212,7 +250,7 @@ class PodLauncher:
                 "or more, or run CPU-only cells with --backend local.")
 
     def _spec(self, order: PodOrder, scheduling: dict[str, object], cluster: str, memory: str | None,
-              stored: Stored | None) -> RunnerPodSpec:
+              stored: Stored | None, queue: str | None) -> RunnerPodSpec:
         timeout = order.placement.timeout
         return RunnerPodSpec(
             run_id=order.run_id, namespace=self.settings.namespace, image=order.placement.image or self.settings.image,
@@ -223,9 +261,9 @@ class PodLauncher:
             server=self.settings.server, kernel_pid=os.getpid(), metered=self.settings.metered, memory=memory,
             bundle_url=stored.url if stored else None, bundle_sha256=stored.sha256 if stored else "",
             cli=self.settings.cli,
-            queue=self.settings.queue,
+            queue=queue,
             # a --priority without a queue is refused by runner_pod, naming the fix
-            priority_class=order.placement.priority or (self.settings.priority if self.settings.queue else None),
+            priority_class=order.placement.priority or (self.settings.priority if queue else None),
         )
 
     def _output_format(self, cluster_id: str) -> dict[str, str]:
@@ -239,8 +277,9 @@ class PodLauncher:
         ``avoid`` is non-empty for a retry elsewhere, which a cell pinned with ``--cluster`` does not get.
         """
         placement = order.placement
-        if avoid and not self.settings.relaunches:
-            raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {self.settings.queue}), so this kernel "
+        queue = self.queue_name()
+        if avoid and queue:
+            raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {queue}), so this kernel "
                                     "does not move the pod itself: Kueue requeues a pod that does not start")
         if avoid and placement.cluster and placement.cluster != "auto":
             raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
@@ -249,7 +288,7 @@ class PodLauncher:
             check_budget(self.settings.budget, self.spend)
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
-        if self.settings.queue:
+        if queue:
             scheduling, cluster = self.queued(placement)
             gpus, model = placement.gpus, placement.gpu_model if not placement.fallback_models else None
         else:
@@ -259,7 +298,7 @@ class PodLauncher:
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             stored = self._store_bundle(order.run_id, bundle, len(runner))
             bundle = b""
-        spec = self._spec(order, scheduling, cluster, memory, stored)
+        spec = self._spec(order, scheduling, cluster, memory, stored, queue)
         body = runner_pod(spec)
         created = self.pods.create(body)
         try:
@@ -270,7 +309,7 @@ class PodLauncher:
         ctx = PodContext(cluster, gpus, spec.image, memory, model)
         name = body["metadata"]["name"]
         ticket = None
-        if self._queue is not None and self.settings.queue:
+        if self._queue is not None and queue:
             ticket = self._queue.track(name, f"{gpus} x {model}" if model else f"{gpus} GPU" + "s" * (gpus > 1))
         follower = PodFollower(self.pods, created, order.nonce, ctx, one_shot=not order.session,
                                watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run)

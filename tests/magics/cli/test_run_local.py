@@ -111,3 +111,16 @@ def test_sigterm_to_a_background_follower_stops_its_run(project: Path, env: dict
     os.kill(record["pid"], signal.SIGTERM)
     wait_until(lambda: runs(project.parent, env)[0]["state"] == "failed", "the run to end")
     assert "interrupted" in Path(record["log"]).read_text()  # stopped through the engine, not killed mid-way
+
+
+def test_a_noblock_run_keeps_its_queue_timeout_in_the_background_follower() -> None:
+    # the detached follower is what waits in the queue: without the option it would wait as long as it takes
+    from gpu_offload.magics.cli.background import child_argv
+
+    from gpu_offload.cli import build_parser
+
+    words = ["run", "--noblock", "--queue-timeout", "90", "train.py", "--epochs", "2"]
+    follower = child_argv(build_parser(words).parse_args(words), "/tmp/log")
+    assert follower[follower.index("--queue-timeout") + 1] == "90.0"
+    assert follower[-3:] == ["train.py", "--epochs", "2"]
+    assert build_parser(follower[3:]).parse_args(follower[3:]).queue_timeout == 90.0

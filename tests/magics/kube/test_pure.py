@@ -170,12 +170,13 @@ def test_settings_from_the_environment() -> None:
         from_environment({})
 
 
-def test_queueing_settings_turn_the_kernels_own_relaunch_off() -> None:
+def test_queueing_settings_name_the_queue_and_the_default_priority() -> None:
+    # unset, the queue is found at the first launch (test_queueing: the one LocalQueue of the namespace)
     plain = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_PRIORITY": "batch"})
-    assert plain.queue is None and plain.relaunches
+    assert plain.queue is None
     queued = from_environment({"GPU_OFFLOAD_NAMESPACE": "alice", "GPU_OFFLOAD_QUEUE": "gpu-offload",
                                "GPU_OFFLOAD_PRIORITY": "interactive"})
-    assert (queued.queue, queued.priority, queued.relaunches) == ("gpu-offload", "interactive", False)
+    assert (queued.queue, queued.priority) == ("gpu-offload", "interactive")
 
 
 def test_the_placement_policy_is_chosen_by_name_and_a_wrong_name_lists_the_valid_ones() -> None:

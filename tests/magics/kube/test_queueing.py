@@ -261,6 +261,76 @@ def test_queue_timeout_gives_up_with_a_message_and_leaves_nothing(
     wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
 
 
+def test_without_gpu_offload_queue_the_kernel_waits_in_the_one_localqueue_of_its_namespace(
+        api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPU_OFFLOAD_QUEUE", raising=False)
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+    found = KubernetesBackend(settings(alice, user=USERS[0]), api_client)  # no queue named
+    try:
+        outcome, sink, _ = run_cell(found, "print('never')", {},
+                                    follow_settings=FollowSettings(progress_after=1.0, grace=10.0, queue_timeout=3.0))
+    finally:
+        found.close()
+    # it queued (a cell without queueing would have failed placement on the full pool, not timed out in line)
+    assert isinstance(outcome.error, OffloadQueueTimeout), (outcome.error, sink.notices)
+    assert str(outcome.error).startswith("Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued "
+                                         "for 1 GPU")
+    assert any(n.startswith("queued for 1 GPU") for n in sink.notices), sink.notices
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
+    wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
+
+
+def test_without_gpu_offload_queue_several_localqueues_are_named_and_nothing_is_launched(
+        api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPU_OFFLOAD_QUEUE", raising=False)
+    alice = namespaces[0]
+    custom.create_namespaced_custom_object(*KUEUE, alice, "localqueues", {
+        "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "another"},
+        "spec": {"clusterQueue": QUEUE}})
+    found = KubernetesBackend(settings(alice, user=USERS[0]), api_client)
+    try:
+        with pytest.raises(OffloadUsageError) as caught:
+            run_cell(found, "print('never')", {})
+        assert str(caught.value) == (
+            f"Nothing was launched: GPU_OFFLOAD_QUEUE is not set and namespace {alice} has 2 Kueue LocalQueues "
+            "(another, gpu-offload), so this kernel cannot tell which one its cells should wait in. Set it to one of "
+            "them, e.g. `%env GPU_OFFLOAD_QUEUE=another`, and run the cell again.")
+        assert not core.list_namespaced_pod(alice).items and not workloads(custom, alice)
+        # the fix the message gives works in the same kernel
+        monkeypatch.setenv("GPU_OFFLOAD_QUEUE", QUEUE)
+        outcome, sink, _ = run_cell(found, "print('ran')", {})
+        assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
+        assert found.launcher.queue_name() == QUEUE
+    finally:
+        found.close()
+
+
+def test_a_kernel_that_may_not_list_localqueues_runs_without_queueing_as_before(
+        origin: Any, api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any,
+        custom: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a chart with queueing off grants no list on LocalQueues: the kernel's cells go through placement
+    monkeypatch.delenv("GPU_OFFLOAD_QUEUE", raising=False)
+    alice = namespaces[0]
+    refused = origin.faults.api_error(rf"/namespaces/{alice}/localqueues$", status=403, methods=("GET",))
+    found = KubernetesBackend(settings(alice, user=USERS[0]), api_client)
+    try:
+        outcome, sink, run = run_cell(found, "print('placed')", {})
+        assert origin.faults.api.faults.fired(refused) == 1  # asked once, not per cell
+        outcome2, _, _ = run_cell(found, "print('again')", {})
+        assert origin.faults.api.faults.fired(refused) == 1
+    finally:
+        found.close()
+        origin.faults.clear()
+    assert outcome.status == "ok" and "placed" in sink.text, (outcome.error, sink.notices)
+    assert outcome2.status == "ok"
+    assert found.launcher.queue_name() is None
+    assert not any(n.startswith(("queued", "admitted by Kueue")) for n in sink.notices), sink.notices
+    assert not workloads(custom, alice)  # no pod of the kernel's went through Kueue
+
+
 def test_a_cell_larger_than_every_flavor_fails_at_once_saying_why(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
     with pytest.raises(OffloadUsageError) as caught:
@@ -442,3 +512,27 @@ def test_the_panel_keeps_a_queued_run_queued_whatever_order_the_pods_status_and_
     admitted = observe(observe(record, place), Queued("admitted by Kueue after 9 s in line", waiting=False))
     assert admitted.state == "scheduling"
     assert observe(admitted, gated).detail == gated.state  # once admitted, the pod's status is news again
+
+
+def test_gpu_offload_run_gives_up_after_its_queue_timeout_with_the_message_and_leaves_nothing(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        tmp_path: Any) -> None:
+    from ..cli.helpers import cli, environment, write_project
+
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+    project = write_project(tmp_path / "proj")
+    # a shell without GPU_OFFLOAD_QUEUE: the command finds the namespace's one LocalQueue as a kernel does
+    env = environment(tmp_path / "state", KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=alice,
+                      GPU_OFFLOAD_IMAGE=STOCK_IMAGE, JUPYTERHUB_USER=USERS[0])
+    env.pop("GPU_OFFLOAD_QUEUE", None)
+    done = cli(["run", "--queue-timeout", "3", "main.py"], project.parent, env)
+    assert done.returncode == 124, done.stderr
+    assert "Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued for 1 GPU" in done.stderr, (
+        done.stderr)
+    assert "hello from helper" not in done.stdout
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
+    wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
+    refused = cli(["run", "--queue-timeout", "0", "main.py"], project.parent, env)
+    assert refused.returncode == 2 and "--queue-timeout 0: give a positive number of seconds" in refused.stderr
+    assert not core.list_namespaced_pod(alice).items
