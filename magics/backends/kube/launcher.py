@@ -324,9 +324,10 @@ class PodLauncher:
         """
         placement = order.placement
         check_budget(self.settings.budget, self.spend)  # before anything is created, as for one pod
+        queue = self.queue_name()
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
-        if self.settings.queue:
+        if queue:
             scheduling, cluster = self.queued(placement)
             model = placement.gpu_model if not placement.fallback_models else None
         else:
@@ -336,7 +337,7 @@ class PodLauncher:
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             stored = self._store_bundle(order.run_id, bundle, len(runner))
             bundle = b""
-        spec = RankJobSpec(self._spec(order, scheduling, cluster, memory, stored), nodes=ranks.nodes,
+        spec = RankJobSpec(self._spec(order, scheduling, cluster, memory, stored, queue), nodes=ranks.nodes,
                            procs_per_node=ranks.procs_per_node, master_port=master_port(order.run_id))
         body = rank_job(spec)
         created = self.pods.create(body)
