@@ -90,9 +90,14 @@ def test_the_controller_follows_the_inventory_and_audits_its_writes(controller: 
 
 def test_a_failing_reconcile_is_audited_and_retried(controller: QueueController, origin: Any, k8s: Any) -> None:
     rule = origin.faults.api_error("^/apis/kueue.x-k8s.io/v1beta2/clusterqueues$", status=500, methods=("GET",))
+    core = kubernetes.client.CoreV1Api(k8s)
     try:
+        # the controller may have finished its first pass before the fault was in place: a change of the pool
+        # (a cordon) makes it reconcile again, into the fault
+        core.patch_node("donor-1-gpu", {"spec": {"unschedulable": True}})
         wait_until(lambda: any(not e.ok for e in controller.store.audit_log()), "the failure audited")
     finally:
         origin.sandbox.api.faults.remove(rule)
+        core.patch_node("donor-1-gpu", {"spec": {"unschedulable": False}})
     failed = next(e for e in controller.store.audit_log() if not e.ok)
     assert "listing ClusterQueues failed (HTTP 500" in failed.result
