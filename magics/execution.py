@@ -38,9 +38,9 @@ def intake(backend: Backend, launch: Launch) -> Intake:
                   Wanted(tuple(analysis.outputs), tuple(analysis.required_outputs), dict(analysis.imports)))
 
 
-RANKS_BACKENDS = frozenset({"local"})
-"""Backends that run distributed runs (``--nodes``); the kubernetes backend joins once it starts an Indexed
-Job of node launchers (``docs/distributed.md``)."""
+RANKS_BACKENDS = frozenset({"local", "kubernetes"})
+"""Backends that run distributed runs (``--nodes``): local processes, or an Indexed Job's pods
+(``docs/distributed.md``)."""
 
 
 def run_request(request: OffloadRequest) -> RunRequest:

@@ -36,6 +36,7 @@ from .budget import spend_line
 from .config import KubeSettings
 from .explain import span_text
 from .hub_inventory import HubInventory, HubInventoryError
+from .jobrun import KubeJobRun
 from .launcher import PodLauncher
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object
@@ -140,14 +141,22 @@ class KubernetesBackend:
 
     # --- the Backend protocol ---
 
-    def submit(self, job: Job) -> KubeRun | SessionRun:
+    def submit(self, job: Job) -> KubeRun | KubeJobRun | SessionRun:
         """Start ``job`` in a new pod, or in the named session's warm pod."""
         cleanup = lambda: self._forget_run(job.run_id)  # noqa: E731 - the run calls it once it is released
         try:
+            if job.session is not None and job.request.ranks is not None:
+                raise OffloadUsageError(
+                    "--session with --nodes: the kubernetes backend does not keep distributed sessions yet (each "
+                    "pod would need its own attachment). Nothing was launched. Run the cell without --session, "
+                    "or try the session on the local backend (--backend local).")
             if job.session is not None:
                 return self._session(job.session, job.request).submit(
                     job.bundle, job.run_id, cleanup, self._fetcher(job.run_id))
             order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id)
+            if job.request.ranks is not None:
+                return KubeJobRun(self.launcher, order, job.request.ranks, self.settings.watch_seconds,
+                                  cleanup=cleanup, fetch=self._fetcher(job.run_id))
             return KubeRun(self.launcher, order, cleanup=cleanup, fetch=self._fetcher(job.run_id))
         except GpuOffloadError as exc:
             self._forget_run(job.run_id)

@@ -80,7 +80,9 @@ class PodFollower:
     """A daemon thread turning one pod into a queue of frames, ``Status`` progress and a final ``PodEnded``."""
 
     def __init__(self, pods: PodApi, pod: Mapping[str, Any], nonce: str, ctx: PodContext, *,
-                 one_shot: bool = True, watch_seconds: int = 30, run_id: str | None = None) -> None:
+                 one_shot: bool = True, watch_seconds: int = 30, run_id: str | None = None,
+                 ranks: int = 1) -> None:
+        """``ranks``: the world size of a distributed run, whose pods' frames carry their ranks."""
         self.pods = pods
         self.name = str(pod["metadata"]["name"])
         self.uid = str(pod["metadata"].get("uid") or "")
@@ -105,7 +107,7 @@ class PodFollower:
         """How the pod ended, once the follower saw it (a session's next cell says why its state is gone)."""
         self.gated = queued(pod)
         """The pod still waits for Kueue to admit it (its admission gate is on), as last seen."""
-        self._decoder = FrameDecoder(nonce, run_id=run_id)
+        self._decoder = FrameDecoder(nonce, run_id=run_id, ranks=ranks)
         self._decoding = threading.Lock()  # a session's next run may change what the decoder expects
         self._stop = threading.Event()
         self._stream: Any = None

@@ -6,6 +6,7 @@ Runs and sessions get a pod (a first one, or one elsewhere after a loss) through
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -18,13 +19,14 @@ from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
 from ....liqo_peering.errors import APIForbidden, APIServerError, APIThrottled, NoFit
 from ....liqo_peering.kueue import gpu_quotas, queued_scheduling
-from ....liqo_peering.placement import POLICIES, TRUST_FIX, PlacementRequest, place
+from ....liqo_peering.placement import POLICIES, TRUST_FIX, PlacementRequest, place, scheduling_fragment
 from ....liqo_peering.placement import NodeChoice as Where
+from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from ....liqo_peering.retrying import Backoff, retry
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
-from ..base import RunRequest
+from ..base import Ranks, RunRequest
 from .budget import HubSpend, check_budget
 from .config import KubeSettings
 from .explain import MEMORY_ENV, PodContext
@@ -32,7 +34,7 @@ from .follow import KUEUE_PICKS, PodFollower
 from .hub_inventory import HubInventory
 from .pods import PodApi
 from .queueing import QueueWatch, Ticket
-from .run import LaunchedPod, PodOrder
+from .run import LaunchedJob, LaunchedPod, PodOrder
 from .storage import RunStorage, Stored
 
 FIND_QUEUE_RETRY = Backoff(first=1.0, cap=4.0, attempts=3)
@@ -312,6 +314,42 @@ class PodLauncher:
         follower = PodFollower(self.pods, created, order.nonce, ctx, one_shot=not order.session,
                                watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run)
         return LaunchedPod(name, follower, ticket)
+
+    def launch_job(self, order: PodOrder, ranks: Ranks) -> LaunchedJob:
+        """Place a distributed run on one donor and create its Indexed Job, the Secret the Job owns, then the
+        headless Service of rank 0; a failed step deletes the Job (with its pods and what it owns).
+
+        All pods on one virtual node: ``nodes x gpus`` GPUs free there (pod-to-pod traffic stays inside one
+        cluster); with queueing on, the Job's Kueue labels and no placement (Kueue admits the Job as a unit).
+        """
+        placement = order.placement
+        check_budget(self.settings.budget, self.spend)  # before anything is created, as for one pod
+        queue = self.queue_name()
+        runner = self.runner_bytes()
+        memory = E.MEMORY.read(os.environ)
+        if queue:
+            scheduling, cluster = self.queued(placement)
+            model = placement.gpu_model if not placement.fallback_models else None
+        else:
+            where = self.where(dataclasses.replace(placement, gpus=placement.gpus * ranks.nodes), frozenset(), memory)
+            scheduling, cluster, model = scheduling_fragment(where.cluster_id, placement.gpus), where.cluster_id, where.model
+        bundle, stored = order.bundle, None
+        if len(bundle) + len(runner) > MAX_SECRET_BYTES:
+            stored = self._store_bundle(order.run_id, bundle, len(runner))
+            bundle = b""
+        spec = RankJobSpec(self._spec(order, scheduling, cluster, memory, stored, queue), nodes=ranks.nodes,
+                           procs_per_node=ranks.procs_per_node, master_port=master_port(order.run_id))
+        body = rank_job(spec)
+        created = self.pods.create(body)
+        name = body["metadata"]["name"]
+        try:
+            uid = created["metadata"]["uid"]
+            self.pods.create(runner_secret(body, uid, bundle, runner))
+            self.pods.create(master_service(spec, uid))
+        except BaseException:
+            self.pods.delete_job(name, grace=0)
+            raise
+        return LaunchedJob(name, PodContext(cluster, placement.gpus, spec.pod.image, memory, model))
 
     def _store_bundle(self, run_id: str, bundle: bytes, runner_size: int) -> Stored:
         if self.storage is None:

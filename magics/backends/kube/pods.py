@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import urllib3
-from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ....liqo_peering.errors import APIConflict, APINotFound, APIServerError, APIThrottled, api_error
@@ -33,6 +33,7 @@ class PodApi:
     def __init__(self, api_client: ApiClient, namespace: str, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self.api_client = api_client
         self.core = CoreV1Api(api_client)
+        self.batch = BatchV1Api(api_client)
         self.namespace = namespace
         self.request_timeout = request_timeout
 
@@ -44,13 +45,14 @@ class PodApi:
             raise api_error(exc, action, target) from exc
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a Pod or Secret; returns the object as the server stored it (uid, resourceVersion).
+        """Create a Pod, Secret, Service or (a distributed run's) Job; returns the object as the server stored it (uid, resourceVersion).
 
         The client does not retry a POST, so a server error (5xx, 429) is retried here a few times: the
         name is fixed, so a create that did land the first time answers 409 and is read back instead.
         """
         kind = body["kind"]
-        func = self.core.create_namespaced_pod if kind == "Pod" else self.core.create_namespaced_secret
+        func = {"Pod": self.core.create_namespaced_pod, "Job": self.batch.create_namespaced_job,
+                "Service": self.core.create_namespaced_service}.get(kind, self.core.create_namespaced_secret)
         name = body["metadata"]["name"]
         target = f"{kind} {self.namespace}/{name}"
         attempts = 0
@@ -86,11 +88,23 @@ class PodApi:
             return False
         return True
 
+    def delete_job(self, name: str, grace: int | None = None) -> bool:
+        """Delete a distributed run's Job with its pods (and its Secret and Service, which it owns); False if
+        it was already gone. ``propagationPolicy: Background``: without it a Job orphans its pods."""
+        try:
+            self._json("deleting", f"Job {self.namespace}/{name}", self.batch.delete_namespaced_job, name,
+                       self.namespace, grace_period_seconds=grace, propagation_policy="Background")
+        except APINotFound:
+            return False
+        return True
+
     def delete_secret(self, name: str) -> bool:
         """Delete a Secret; False if it was already gone."""
+        return self._delete("Secret", self.core.delete_namespaced_secret, name)
+
+    def _delete(self, kind: str, func: Any, name: str) -> bool:
         try:
-            self._json("deleting", f"Secret {self.namespace}/{name}", self.core.delete_namespaced_secret, name,
-                       self.namespace)
+            self._json("deleting", f"{kind} {self.namespace}/{name}", func, name, self.namespace)
         except APINotFound:
             return False
         return True
@@ -155,22 +169,33 @@ class PodApi:
         return list(listed.get("items") or [])
 
     def delete_matching(self, selector: str) -> list[str]:
-        """Delete the pods and Secrets matching a label selector; returns the names that are now gone.
+        """Delete the Jobs, pods, Services and Secrets matching a label selector; returns the names that are
+        now gone.
 
-        Both kinds are listed before anything is deleted: a runner Secret is owned by its pod, so the
-        garbage collector may remove it while the pod is deleted, and it must still count as cleaned up.
+        Everything is listed before anything is deleted: a runner Secret is owned by its pod or Job (and a
+        distributed run's Service by its Job), so the garbage collector may remove it meanwhile, and it must
+        still count as cleaned up. Jobs go first, with ``propagationPolicy: Background`` (a Job whose pods
+        were deleted alone would stay, failed, with its Service).
         """
         where = f"in {self.namespace} matching {selector}"
-        pods = self._json("listing", f"pods {where}", self.core.list_namespaced_pod, self.namespace,
-                          label_selector=selector)
-        secrets = self._json("listing", f"Secrets {where}", self.core.list_namespaced_secret, self.namespace,
-                             label_selector=selector)
-        pod_names = [item["metadata"]["name"] for item in pods.get("items") or []]
-        secret_names = [item["metadata"]["name"] for item in secrets.get("items") or []]
+        listed = {
+            kind: self._json("listing", f"{kind}s {where}", func, self.namespace, label_selector=selector)
+            for kind, func in (("Job", self.batch.list_namespaced_job), ("pod", self.core.list_namespaced_pod),
+                               ("Service", self.core.list_namespaced_service),
+                               ("Secret", self.core.list_namespaced_secret))
+        }
+        names = {kind: [item["metadata"]["name"] for item in found.get("items") or []] for kind, found in listed.items()}
         # False from a delete means someone (the garbage collector) was first: gone either way
-        for name in pod_names:
+        for name in names["Job"]:
+            self.delete_job(name)
+        for name in names["pod"]:
             self.delete_pod(name)
-        for name in secret_names:
+        for name in names["Service"]:
+            self.delete_service(name)
+        for name in names["Secret"]:
             self.delete_secret(name)
-        return pod_names + secret_names
+        return names["Job"] + names["pod"] + names["Service"] + names["Secret"]
 
+    def delete_service(self, name: str) -> bool:
+        """Delete a Service; False if it was already gone."""
+        return self._delete("Service", self.core.delete_namespaced_service, name)

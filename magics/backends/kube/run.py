@@ -39,6 +39,14 @@ class LaunchedPod:
 
 
 @dataclass(frozen=True)
+class LaunchedJob:
+    """A distributed run's Indexed Job the backend created, and where its pods were sent."""
+
+    name: str
+    ctx: PodContext
+
+
+@dataclass(frozen=True)
 class PodOrder:
     """What a runner pod is made from; a run or session keeps it to ask for the pod again elsewhere."""
 

@@ -11,6 +11,7 @@ from gpu_offload.magics.backends.base import RunRequest
 from gpu_offload.magics.bundle import build_job
 from gpu_offload.magics.engine import FollowSettings, Outcome, conclude, follow
 from gpu_offload.magics.execution import Launch, intake
+from gpu_offload.magics.ranked import RankedRun
 from gpu_offload.magics.runner import buffers
 
 
@@ -52,6 +53,8 @@ def run_cell(backend: Any, cell: str, namespace: dict[str, Any], sink: Sink | No
     job, refs = build_job(cell, analysis, namespace, backend.transfer,
                           request=RunRequest(**{"gpus": 1, **placement}), session=session)
     run = backend.submit(job)
+    if job.request.ranks is not None:  # a distributed run, followed as the engine's start() wraps it
+        run = RankedRun(run, job.request.ranks)
     try:
         settings = follow_settings or FollowSettings(progress_after=1.0, grace=10.0)
         outcome = follow(run, sink, settings, intake(backend, Launch(analysis)))
