@@ -106,7 +106,8 @@ def test_indexed_job_gives_each_pod_its_index_hostname_and_env(batch, core, ns, 
         assert pod.metadata.annotations[key] == index
         assert pod.metadata.name.startswith(f"ranks-{index}-") and pod.spec.hostname == f"ranks-{index}"
         env = {e.name: e.value_from.field_ref.field_path for e in pod.spec.containers[0].env}
-        assert env == {"JOB_COMPLETION_INDEX": f"metadata.labels['{key}']"}
+        # as the job controller writes it: from the annotation (the label exists only from Kubernetes 1.28)
+        assert env == {"JOB_COMPLETION_INDEX": f"metadata.annotations['{key}']"}
     by_index = {p.metadata.labels[key]: p for p in first}
     _finish(core, ns, by_index["1"], "Succeeded")
     _finish(core, ns, by_index["0"], "Failed")  # a failed index runs again in a new pod
