@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 import kubernetes
 import pytest
 
-from . import process
 from .origin import RunningOrigin, running_origin
 
 T = TypeVar("T")
@@ -37,7 +36,7 @@ def origin_fixture(crds: Path | None = None, donors: int = 2, gpus: int = 4, gpu
         with running_origin(tmp_path_factory.mktemp("origin"), donors, gpus, gpu_model, crds=crds,
                             **options) as running:
             yield running
-        leftover = process.live_processes()
+        leftover = running.live_processes()
         assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
 
     return origin

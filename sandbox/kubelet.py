@@ -17,6 +17,7 @@ import contextlib
 import getpass
 import logging
 import shutil
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,8 @@ class Kubelet:
         self.gate = gate
         self.workers: dict[tuple[str, str], PodWorker] = {}
         self.gated: set[str] = set()
+        self.process_owner = f"kubelet-{uuid.uuid4().hex}"
+        """The tag of every process this kubelet starts (``process.live_processes``)."""
         self.isolating = config.isolate and can_isolate()
         if config.isolate and not self.isolating:
             LOG.warning("sandbox: not root, so containers run as this user (%s) whatever their runAsUser, in "
@@ -329,7 +332,8 @@ class Kubelet:
         try:
             proc = await ContainerProcess.start(argv, dict(launch.env), launch.cwd, sink, stdin=req.stdin,
                                                 isolation=worker.isolations.get(container),
-                                                join=worker.processes.get(container))
+                                                join=worker.processes.get(container),
+                                                owner=self.process_owner)
         except OSError as exc:
             raise ApiError(500, "InternalError", f'exec: "{req.command[0] if req.command else ""}": {exc}') from exc
         worker.execs.add(proc)  # it lives in the container: it ends with it

@@ -143,6 +143,11 @@ class RunningOrigin:
         """Run a coroutine on the server's loop and return its result."""
         return self.origin.call(coro, timeout)
 
+    def live_processes(self) -> list[int]:
+        """Pids of the processes this origin's pods started that are still alive: none once it stopped
+        (another sandbox running beside it in the same process keeps its own)."""
+        return process.live_processes(self.kubelet.process_owner)
+
 
 @contextmanager
 def running_origin(workdir: Path, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4, gpu_model: str = "A100",

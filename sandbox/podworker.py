@@ -262,7 +262,8 @@ class PodWorker:
         self.event("Normal", "Created", f"Created container {rec.name}", rec.name)
         try:
             proc = await ContainerProcess.start(launch.argv, dict(launch.env), launch.cwd, self._sink(rec.name),
-                                                stdin=stdin, isolation=self.isolations.get(rec.name))
+                                                stdin=stdin, isolation=self.isolations.get(rec.name),
+                                                owner=self.kubelet.process_owner)
         except OSError as exc:
             rec.state = podstatus.terminated(128, "StartError", now(), f"sandbox://{uuid.uuid4().hex}",
                                              message=str(exc))
@@ -358,7 +359,8 @@ class PodWorker:
         argv = [launch.paths.rewrite(a) for a in command]
         output: list[bytes] = []
         proc = await ContainerProcess.start(argv, dict(launch.env), launch.cwd,
-                                            lambda stream, data: output.append(data))
+                                            lambda stream, data: output.append(data),
+                                            owner=self.kubelet.process_owner)
         self.execs.add(proc)
         try:
             code = (await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)).code

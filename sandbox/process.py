@@ -29,7 +29,18 @@ OutputSink = Callable[[str, bytes], None]
 
 _PR_SET_PDEATHSIG = 1
 _LIVE: weakref.WeakSet[ContainerProcess] = weakref.WeakSet()
-_SESSIONS: set[int] = set()  # every session started here: its id is the pid of the process that leads it
+
+
+@dataclass(frozen=True)
+class _Session:
+    owner: str
+    """Who started it (a kubelet's tag): several sandboxes run side by side in one test process."""
+    leader_start: int | None
+    """When its leader started (clock ticks after boot): tells the session from a later one whose leader was
+    given the same pid (pids wrap at 32768 on many machines, within one test run)."""
+
+
+_SESSIONS: dict[int, _Session] = {}  # every session started here, by id: the pid of the process that leads it
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -50,25 +61,28 @@ class Exit:
 class ContainerProcess:
     """A running local process standing in for a container."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink, isolated: bool = False) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink, isolated: bool = False,
+                 owner: str = "") -> None:
         self._proc = proc
         self.isolated = isolated
         self._pumps = [asyncio.ensure_future(self._pump(name, stream, sink))
                        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)) if stream]
         self.exit: Exit | None = None
+        self.owner = owner
         _LIVE.add(self)
-        _SESSIONS.add(proc.pid)
+        _SESSIONS[proc.pid] = _Session(owner, _start_time(proc.pid))
 
     @classmethod
     async def start(cls, argv: Sequence[str], env: dict[str, str], cwd: Path, sink: OutputSink,
                     stdin: bool = False, isolation: Isolation | None = None,
-                    join: ContainerProcess | None = None) -> ContainerProcess:
+                    join: ContainerProcess | None = None, owner: str = "") -> ContainerProcess:
         """Start ``argv`` (``argv[0]`` looked up on ``env["PATH"]``); raises OSError if it cannot run.
 
-        ``isolation``: run it shut in (see ``nsinit.py``); ``join``: in the namespaces of that container."""
+        ``isolation``: run it shut in (see ``nsinit.py``); ``join``: in the namespaces of that container;
+        ``owner``: the tag :func:`live_processes` finds it by."""
         if isolation is None:
             proc = await cls._spawn(argv, env, cwd, stdin)
-            return cls(proc, sink)
+            return cls(proc, sink, owner=owner)
         status_read, status_write = os.pipe()
         failure = ""
         try:
@@ -95,7 +109,7 @@ class ContainerProcess:
             os.close(status_read)
         if failure:
             raise OSError(failure)
-        return cls(proc, sink, isolation is not None)
+        return cls(proc, sink, isolation is not None, owner)
 
     @staticmethod
     async def _spawn(argv: Sequence[str], env: dict[str, str], cwd: Path, stdin: bool,
@@ -207,6 +221,14 @@ def _rss(pid: int) -> int:
     return 0
 
 
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _sessions_on_linux() -> dict[int, list[int]] | None:
     # session id -> live (non-zombie) pids, read from /proc; None where there is no /proc
     if not os.path.isdir("/proc/self"):
@@ -233,15 +255,27 @@ def session_members(session: int) -> list[int]:
     return sorted(members.get(session, []))
 
 
-def live_processes() -> list[int]:
-    """Every live process in a session started here, children and grandchildren included.
+def live_processes(owner: str | None = None) -> list[int]:
+    """Every live process in a session started here (by ``owner`` if given), children and grandchildren
+    included.
 
     Empty once the sandbox stopped everything it ran. Without /proc, only the processes it started.
     """
+    sessions = list(_SESSIONS.items())  # before reading /proc: a session started since is not yet in it
     members = _sessions_on_linux()
     if members is None:
-        return [p.pid for p in list(_LIVE) if p.exit is None]
-    return sorted(pid for sid in _SESSIONS for pid in members.get(sid, []))
+        return [p.pid for p in list(_LIVE) if p.exit is None and owner in (None, p.owner)]
+    live = []
+    for sid, session in sessions:
+        started = _start_time(sid)
+        if not members.get(sid) or (started is not None and started != session.leader_start):
+            # Nothing can join an empty session, and a pid is only reused once its session is empty: this
+            # one is over for good, and forgetting it keeps a later process given its pid out of the count
+            if _SESSIONS.get(sid) is session:
+                del _SESSIONS[sid]
+        elif owner is None or session.owner == owner:
+            live.extend(members[sid])
+    return sorted(live)
 
 
 def kill_all() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import liqo, objectstore, process
+from gpu_offload.sandbox import liqo, objectstore
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
@@ -42,7 +42,7 @@ def kueue_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                               kueue=KueueOptions(exclude_resource_prefixes=("ephemeral-storage",)),
                               image_map=(("python:*", sys.executable),)) as (running, _):
         yield running
-    assert not process.live_processes()
+    assert not running.live_processes()
 
 
 @pytest.fixture(scope="module")

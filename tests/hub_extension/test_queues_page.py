@@ -10,7 +10,6 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox import process
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.origin import RunningOrigin
@@ -27,7 +26,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningOrigin]:
     with running_kueue_origin(tmp_path_factory.mktemp("origin"), donors=2, gpus=4,
                               crds=[LIQO_CRDS, KUEUE_CRDS]) as (running, _):
         yield running
-    assert not process.live_processes()
+    assert not running.live_processes()
 
 
 @pytest.fixture(scope="module")

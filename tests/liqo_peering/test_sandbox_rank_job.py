@@ -182,7 +182,8 @@ def queued_client(tmp_path_factory):
                 {"name": "donor-1", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 3}]}]}]}})
         yield client
         client.close()
-    assert not process.live_processes(), "sandbox container processes still alive after shutdown"
+    assert not process.live_processes(liqo_origin.kubelet.process_owner), \
+        "sandbox container processes still alive after shutdown"
 
 
 @pytest.fixture()

@@ -11,7 +11,6 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox import process
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.scenario import (
     QUEUE,
@@ -34,7 +33,7 @@ USERS = ("ann", "bob", "cat")
 def origin(tmp_path: Any) -> Iterator[Any]:
     with running_kueue_origin(tmp_path, donors=2, gpus=2, crds=[LIQO_CRDS, KUEUE_CRDS]) as (running, _):
         yield running.sandbox
-    assert not process.live_processes()
+    assert not running.live_processes()
 
 
 def test_light_users_are_admitted_before_a_heavy_backlog_drains_and_share_evenly(origin):

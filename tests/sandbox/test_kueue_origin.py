@@ -8,7 +8,6 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox import process
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
@@ -31,7 +30,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with running_kueue_origin(tmp_path_factory.mktemp("kueue-origin"), donors=1, gpus=1,
                               crds=[LIQO_CRDS, KUEUE_CRDS]) as (running, _):
         yield running.sandbox
-    assert not process.live_processes()  # every container process went with the sandbox
+    assert not running.live_processes()  # every container process went with the sandbox
 
 
 def _pod(name: str, code: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import kubernetes
 import pytest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.errors import RemoteError
-from gpu_offload.sandbox import liqo, process
+from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
@@ -45,7 +45,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with running_kueue_origin(tmp_path_factory.mktemp("kueue-preempt"), donors=(liqo.Donor("donor-1", 2, "A100", "2.00"),),
                               crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
         yield running
-    assert not process.live_processes()
+    assert not running.live_processes()
 
 
 @pytest.fixture(scope="module")

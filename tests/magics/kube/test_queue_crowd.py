@@ -16,7 +16,7 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.sandbox import liqo, process
+from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
@@ -36,7 +36,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with running_kueue_origin(tmp_path_factory.mktemp("crowd"), donors=donors,
                               crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
         yield running
-    assert not process.live_processes()
+    assert not running.live_processes()
 
 
 def test_24_one_gpu_cells_against_16_gpus_all_run_and_none_fails(origin: Any, monkeypatch: pytest.MonkeyPatch

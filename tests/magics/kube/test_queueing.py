@@ -25,7 +25,7 @@ from gpu_offload.magics.backends.kube.sweep import OrphanSweep
 from gpu_offload.magics.bundle import build_job
 from gpu_offload.magics.engine import FollowSettings
 from gpu_offload.magics.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
-from gpu_offload.sandbox import liqo, process
+from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
@@ -47,7 +47,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                               crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
                               kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
         yield running
-    assert not process.live_processes()
+    assert not running.live_processes()
 
 
 @pytest.fixture(scope="module")
