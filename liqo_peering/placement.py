@@ -6,6 +6,7 @@ cordon, model, cluster) and the error messages, so every policy gets the same gu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -189,6 +190,50 @@ def place(
     raise error
 
 
+def place_pods(
+    inventory: Inventory,
+    request: PlacementRequest,
+    pods: int,
+    policy: PlacementPolicy | None = None,
+    avoid: Collection[str] = (),
+) -> tuple[NodeChoice, ...]:
+    """Virtual nodes that together take ``pods`` pods of ``request.gpus`` GPUs each (``--nodes`` with
+    ``--spread``), on as few clusters as the policy finds: one node when one holds all the pods (as without
+    ``--spread``, pod-to-pod traffic stays inside one cluster); else the policy's node for one pod, with as many
+    pods as its free GPUs hold, then the same among the other clusters, until every pod has a place. Each
+    choice's ``gpus`` is the GPUs of the pods it takes. Identical pods fit this way in any order the scheduler
+    binds them, so a pod template allowed on these clusters finds room for all of them.
+
+    Raises ``NoFit`` (the one-node error, with how many pods the clusters that fit a pod would take) when the
+    clusters together have no room for every pod.
+    """
+    if pods < 1:
+        raise InvalidRequest(f"pods={pods!r}: ask for 1 or more pods (--nodes)")
+    try:
+        return (place(inventory, dataclasses.replace(request, gpus=request.gpus * pods), policy, avoid),)
+    except NoFit as whole:
+        if pods == 1:
+            raise
+        first = whole
+    free = {(vn.cluster_id, vn.name): vn.free for vn in inventory.virtual_nodes}
+    chosen: list[NodeChoice] = []
+    left, skip = pods, set(avoid)
+    while left:
+        try:
+            one = place(inventory, request, policy, skip)
+        except NoFit:
+            placed = pods - left
+            raise NoFit(f"{first}; spread over the clusters that have room for a pod of {_what(request.gpus, None)} "
+                        f"there is room for {placed} of the {pods} pods"
+                        + (f" ({', '.join(c.cluster_id for c in chosen)})" if chosen else ""),
+                        first.alternatives) from None
+        take = min(left, free.get((one.cluster_id, one.virtual_node), request.gpus) // request.gpus)
+        chosen.append(dataclasses.replace(one, gpus=take * request.gpus))
+        left -= take
+        skip.add(one.cluster_id)
+    return tuple(chosen)
+
+
 TRUST_FIX = ("ask your admin to trust one (the chart's clusters.<id>.trusted; outside a hub "
              "GPU_OFFLOAD_TRUSTED_CLUSTERS), or allow untrusted clusters for this work")
 
@@ -300,13 +345,17 @@ def _hints(
     return f" (use {' or '.join(hints)})" if hints else ""
 
 
-def scheduling_fragment(cluster_id: str, gpus: int) -> dict[str, Any]:
-    """The pod fields that land a pod on a virtual node of ``cluster_id`` with ``gpus`` GPUs.
+def scheduling_fragment(cluster_id: str | Sequence[str], gpus: int) -> dict[str, Any]:
+    """The pod fields that land a pod on a virtual node of ``cluster_id`` (or of any of several cluster ids:
+    a Job whose pods may span donors) with ``gpus`` GPUs.
 
     ``resources`` belongs to the container; ``tolerations`` and ``affinity`` to the pod spec. The
     toleration is the one Liqo's webhook would add in an offloaded namespace: adding it ourselves means the
     user never writes it. The remote side drops the affinity; the GPU request finds a GPU node there.
     """
+    clusters = [cluster_id] if isinstance(cluster_id, str) else list(cluster_id)
+    if not clusters:
+        raise InvalidRequest("no cluster id for the pod's node affinity: place the request first")
     return {
         "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}},
         "tolerations": [{"key": L.VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": L.VIRTUAL_NODE_TAINT_EFFECT}],
@@ -316,7 +365,7 @@ def scheduling_fragment(cluster_id: str, gpus: int) -> dict[str, Any]:
                     "nodeSelectorTerms": [
                         {
                             "matchExpressions": [
-                                {"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": [cluster_id]},
+                                {"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": clusters},
                                 {"key": L.TYPE_LABEL, "operator": "In", "values": [L.TYPE_VIRTUAL_NODE]},
                             ]
                         }

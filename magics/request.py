@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 from dataclasses import dataclass
 
-from .backends.base import Ranks
+from .backends.base import Ranks, spread_refusal
 from .errors import OffloadUsageError
 from .ranked import GROUPED, LIVE, RANK0
 
@@ -174,11 +174,7 @@ def _check_distributed(request: OffloadRequest) -> None:
 def refuse_spread_when_queued(request: OffloadRequest, queue: str | None) -> None:
     """``--spread`` with queueing on: Kueue gives one pod set one flavor, so the nodes cannot span donors."""
     if request.spread and queue is not None:
-        raise OffloadUsageError(
-            f"--spread: queueing is on (GPU_OFFLOAD_QUEUE={queue}), and Kueue admits the nodes of a run as one "
-            "pod set with one flavor, i.e. one donor, so they cannot span donors. Leave out --spread, or "
-            "turn queueing off for this kernel."
-        )
+        raise OffloadUsageError(spread_refusal(f"GPU_OFFLOAD_QUEUE={queue}"))
 
 
 def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = None) -> list[str]:

@@ -12,6 +12,7 @@ from gpu_offload.liqo_peering.placement import (
     MostFree,
     PlacementRequest,
     place,
+    place_pods,
     scheduling_fragment,
 )
 
@@ -193,3 +194,33 @@ def test_no_room_says_what_was_asked_and_the_most_that_is_free() -> None:
     with pytest.raises(NoFit) as err:  # no node has the GPUs at all: the usual no-fit message, not this one
         place(nodes, PlacementRequest(9, "L4", memory=64 * 2**30))
     assert str(err.value) == "no cluster has 9 free L4; a has 8 free L4, b 2 free L4 (use --gpus 8)"
+
+
+def test_pods_that_may_span_clusters_stay_on_one_node_when_one_holds_them_all() -> None:
+    nodes = inv(vn("b1", "b", 4, "A100"), vn("c1", "c", 6, "A100"))
+    [only] = place_pods(nodes, PlacementRequest(2, "A100"), 3)
+    assert (only.cluster_id, only.gpus) == ("c", 6)
+
+
+def test_pods_that_fit_no_one_node_go_to_the_fewest_clusters_that_together_hold_them() -> None:
+    # 4 pods of 2: c holds 3, d 2, b 1; most-free takes c first, then d for the last one
+    nodes = inv(vn("b1", "b", 2, "A100"), vn("c1", "c", 7, "A100"), vn("d1", "d", 4, "A100"))
+    got = place_pods(nodes, PlacementRequest(2, "A100"), 4)
+    assert [(c.cluster_id, c.gpus) for c in got] == [("c", 6), ("d", 2)]
+    assert sum(c.gpus for c in got) == 8
+    # a retry avoids the first clusters, and the rest hold only 3 of the 4 pods
+    with pytest.raises(NoFit, match="there is room for 3 of the 4 pods \\(d, b\\)$"):
+        place_pods(nodes, PlacementRequest(2, "A100"), 4, avoid={"c"})
+
+
+def test_a_pod_template_for_several_clusters_allows_each_of_them(k8s_schema) -> None:
+    fragment = scheduling_fragment(("east", "west"), 4)
+    terms = fragment["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [
+        {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["east", "west"]},
+        {"key": "liqo.io/type", "operator": "In", "values": ["virtual-node"]}]}]
+    k8s_schema({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+        "containers": [{"name": "c", "image": "python:3.11", "resources": fragment["resources"]}],
+        "tolerations": fragment["tolerations"], "affinity": fragment["affinity"]}})
+    with pytest.raises(InvalidRequest, match="no cluster id"):
+        scheduling_fragment((), 1)

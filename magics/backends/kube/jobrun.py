@@ -72,7 +72,8 @@ class KubeJobRun:
 
     @property
     def cluster(self) -> str:
-        return self.job.ctx.cluster
+        """The cluster whose trust decides the run's outputs (see :attr:`LaunchedJob.outputs_from`)."""
+        return self.job.outputs_from or self.job.ctx.cluster
 
     def route_cancel(self, cancel: Callable[[], None]) -> None:
         """A backend's run gets no cancel requests from outside the engine."""

@@ -10,6 +10,7 @@ import dataclasses
 import math
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from kubernetes.utils import parse_quantity
@@ -18,15 +19,24 @@ from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
 from ....liqo_peering.errors import APIForbidden, APIServerError, APIThrottled, NoFit
+from ....liqo_peering.inventory import Inventory
 from ....liqo_peering.kueue import gpu_quotas, queued_scheduling
-from ....liqo_peering.placement import POLICIES, TRUST_FIX, PlacementRequest, place, scheduling_fragment
+from ....liqo_peering.placement import (
+    POLICIES,
+    TRUST_FIX,
+    PlacementPolicy,
+    PlacementRequest,
+    place,
+    place_pods,
+    scheduling_fragment,
+)
 from ....liqo_peering.placement import NodeChoice as Where
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from ....liqo_peering.retrying import Backoff, retry
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
-from ..base import Ranks, RunRequest
+from ..base import Ranks, RunRequest, spread_refusal
 from .budget import HubSpend, check_budget
 from .config import KubeSettings
 from .explain import MEMORY_ENV, PodContext
@@ -161,6 +171,33 @@ class PodLauncher:
     def where(self, placement: RunRequest, avoid: frozenset[str], memory: str | None = None) -> Where:
         """The virtual node for ``placement`` (with ``memory`` free, a quantity) from the cached inventory, then
         the namespace offloaded there."""
+        return self._placed(placement, memory, lambda inventory, request, policy: (
+            place(inventory, request, policy, avoid=set(avoid)),))[0]
+
+    def where_pods(self, placement: RunRequest, avoid: frozenset[str], memory: str | None, ranks: Ranks) -> tuple[Where, ...]:
+        """Where a distributed run's ``ranks.nodes`` pods of ``placement.gpus`` GPUs go, then the namespace
+        offloaded there: one virtual node with room for all of them, or with ``ranks.spread`` the clusters
+        that together have room (:func:`place_pods`)."""
+        nodes = ranks.nodes
+
+        def choose(inventory: Inventory, request: PlacementRequest, policy: PlacementPolicy) -> tuple[Where, ...]:
+            if ranks.spread:
+                return place_pods(inventory, request, nodes, policy, avoid)
+            try:
+                return (place(inventory, dataclasses.replace(request, gpus=request.gpus * nodes), policy, avoid),)
+            except NoFit as exc:
+                if nodes == 1:
+                    raise
+                raise NoFit(f"{exc}. The {nodes} pods of this run ask for {request.gpus} GPU"
+                            f"{'' if request.gpus == 1 else 's'} each, all on one cluster; add --spread to let "
+                            "them span clusters", exc.alternatives) from exc
+
+        return self._placed(placement, memory, choose)
+
+    def _placed(self, placement: RunRequest, memory: str | None,
+                choose: Callable[[Inventory, PlacementRequest, PlacementPolicy], tuple[Where, ...]]) -> tuple[Where, ...]:
+        """Run ``choose`` on the trust-filtered inventory under the settings' policy, then offload the
+        namespace to every cluster chosen."""
         self._check_gpus(placement)
         request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
                                    fallback_models=placement.fallback_models, memory=memory_bytes(memory),
@@ -173,7 +210,7 @@ class PodLauncher:
         # wrote from the same chart) decides, so placement and the intake of outputs never disagree
         inventory = apply_policy(self.inventory_cache().inventory(), self.trust)
         try:
-            chosen = place(inventory, request, policy, avoid=set(avoid))
+            chosen = choose(inventory, request, policy)
         except NoFit as exc:
             if not placement.trusted_only:
                 raise
@@ -181,17 +218,17 @@ class PodLauncher:
                 f"Nothing was launched: {exc}. Or run this cell without --trusted-only (with the kernel's "
                 "`%gpu_offload config trusted_only=False` if it is on), knowing that whoever runs the pod on an "
                 "untrusted cluster sees its code and inputs.") from exc
-        if chosen.cluster_id not in self._offloaded:
+        missing = [c.cluster_id for c in chosen if c.cluster_id not in self._offloaded]
+        if missing:
             try:
-                self.liqo.ensure_offloading(self.settings.namespace, [chosen.cluster_id],
-                                            create=self.settings.create_offloading,
+                self.liqo.ensure_offloading(self.settings.namespace, missing, create=self.settings.create_offloading,
                                             timeout=self.settings.offloading_timeout)
             except APIForbidden:
                 if self.settings.create_offloading:
                     raise
                 # a hub user's server may not read it: the hub offloaded the namespace when the server
                 # started, and if it did not, the pod's OffloadingBackOff is explained in words
-            self._offloaded.add(chosen.cluster_id)
+            self._offloaded.update(missing)
         return chosen
 
     def leave(self, ticket: Ticket) -> None:
@@ -316,28 +353,40 @@ class PodLauncher:
         return LaunchedPod(name, follower, ticket)
 
     def launch_job(self, order: PodOrder, ranks: Ranks) -> LaunchedJob:
-        """Place a distributed run on one donor and create its Indexed Job, the Secret the Job owns, then the
-        headless Service of rank 0; a failed step deletes the Job (with its pods and what it owns).
+        """Place a distributed run and create its Indexed Job, the Secret the Job owns, then the headless
+        Service of rank 0; a failed step deletes the Job (with its pods and what it owns).
 
         All pods on one virtual node: ``nodes x gpus`` GPUs free there (pod-to-pod traffic stays inside one
-        cluster); with queueing on, the Job's Kueue labels and no placement (Kueue admits the Job as a unit).
+        cluster); with ``--spread``, the clusters that together have room (:meth:`where_pods`), every pod
+        allowed on all of them (the pods of an Indexed Job share one template, so the scheduler binds each
+        where it fits). With queueing on, the Job's Kueue labels and no placement (Kueue admits the Job as a
+        unit).
         """
         placement = order.placement
         check_budget(self.settings.budget, self.spend)  # before anything is created, as for one pod
         queue = self.queue_name()
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
+        if queue and ranks.spread:
+            # the magic refuses it when GPU_OFFLOAD_QUEUE is set; a LocalQueue found in the namespace is known here
+            raise OffloadUsageError(f"Nothing was launched: {spread_refusal(f'LocalQueue {queue}')}")
         if queue:
             scheduling, cluster = self.queued(placement)
             model = placement.gpu_model if not placement.fallback_models else None
+            clusters: tuple[str, ...] = (cluster,)
         else:
-            where = self.where(dataclasses.replace(placement, gpus=placement.gpus * ranks.nodes), frozenset(), memory)
-            scheduling, cluster, model = scheduling_fragment(where.cluster_id, placement.gpus), where.cluster_id, where.model
+            chosen = self.where_pods(placement, frozenset(), memory, ranks)
+            clusters = tuple(c.cluster_id for c in chosen)
+            scheduling = scheduling_fragment(clusters, placement.gpus)
+            models = {c.model for c in chosen}
+            model = models.pop() if len(models) == 1 else None
+        # the out rank may land on any of the clusters: its outputs are trusted only when every one is
+        outputs_from = next((c for c in clusters if not is_trusted(c, self.trust)), clusters[0])
         bundle, stored = order.bundle, None
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             stored = self._store_bundle(order.run_id, bundle, len(runner))
             bundle = b""
-        spec = RankJobSpec(self._spec(order, scheduling, cluster, memory, stored, queue), nodes=ranks.nodes,
+        spec = RankJobSpec(self._spec(order, scheduling, outputs_from, memory, stored, queue), nodes=ranks.nodes,
                            procs_per_node=ranks.procs_per_node, master_port=master_port(order.run_id))
         body = rank_job(spec)
         created = self.pods.create(body)
@@ -349,7 +398,8 @@ class PodLauncher:
         except BaseException:
             self.pods.delete_job(name, grace=0)
             raise
-        return LaunchedJob(name, PodContext(cluster, placement.gpus, spec.pod.image, memory, model))
+        return LaunchedJob(name, PodContext(" or ".join(clusters), placement.gpus, spec.pod.image, memory, model),
+                           clusters, outputs_from)
 
     def _store_bundle(self, run_id: str, bundle: bytes, runner_size: int) -> Stored:
         if self.storage is None:

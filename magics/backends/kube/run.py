@@ -44,6 +44,12 @@ class LaunchedJob:
 
     name: str
     ctx: PodContext
+    """``ctx.cluster`` names every cluster the pods may run on (``a or b`` with ``--spread``)."""
+    clusters: tuple[str, ...] = ()
+    """The cluster ids the pods may run on (one without ``--spread``)."""
+    outputs_from: str = ""
+    """The cluster whose trust decides what the out rank sends back: the one cluster, or the first untrusted
+    of several (the out rank may land on any of them)."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ a fresh namespace and a backend per test, and a check that every test leaves no 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import tempfile
 import uuid
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import kubernetes
 import pytest
 from gpu_offload.liqo_peering.specs import runner_selector
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
@@ -85,6 +87,21 @@ def kube(api_client: Any, namespace: str, core: Any) -> Iterator[KubernetesBacke
     yield backend
     backend.close()
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
+
+
+def backend_with_neighbours(api_client: Any, namespace: str, core: Any, origin: Any) -> Iterator[KubernetesBackend]:
+    """A backend for a test that adds a neighbour's pods and fault rules to its own origin (``yield from`` it
+    in the module's ``kube`` fixture): afterwards the rules are gone, every pod of the namespace is deleted
+    and nothing of alice's is left."""
+    backend = KubernetesBackend(settings(namespace), api_client)
+    yield backend
+    backend.close()
+    origin.faults.clear()
+    for pod in core.list_namespaced_pod(namespace).items:  # the neighbour's
+        with contextlib.suppress(kubernetes.client.ApiException):  # gone since listed is fine
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left behind", timeout=60)
+    assert leftovers(core, namespace) == []
 
 
 @pytest.fixture(scope="session")

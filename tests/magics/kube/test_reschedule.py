@@ -6,12 +6,10 @@ Two donors: "small" has the most free GPUs (8 L4) but 16Gi of memory, "roomy" 4 
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-import kubernetes
 import pytest
 from gpu_offload.magics.backends.base import RunRequest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
@@ -22,7 +20,7 @@ from gpu_offload.magics.errors import RemoteError
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, backend_with_neighbours, leftovers, settings
 from .helpers import run_cell
 
 origin = origin_fixture(
@@ -42,15 +40,7 @@ def api_client(origin: Any) -> Iterator[Any]:
 
 @pytest.fixture()
 def kube(api_client: Any, namespace: str, core: Any, origin: Any) -> Iterator[KubernetesBackend]:
-    backend = KubernetesBackend(settings(namespace), api_client)
-    yield backend
-    backend.close()
-    origin.faults.clear()
-    for pod in core.list_namespaced_pod(namespace).items:  # the neighbour's
-        with contextlib.suppress(kubernetes.client.ApiException):  # gone since listed is fine
-            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left behind", timeout=60)
-    assert leftovers(core, namespace) == []
+    yield from backend_with_neighbours(api_client, namespace, core, origin)
 
 
 def neighbour_takes_small_first(origin: Any, core: Any, namespace: str) -> threading.Thread:
