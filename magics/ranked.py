@@ -142,7 +142,9 @@ class RankedRun:
             if event.rank == self._shape.out_rank:
                 self._ready.append(event)
         elif isinstance(event, RunnerWarning):
-            self._ready.append(RunnerWarning(event.seq, f"rank {event.rank}: {event.text}", rank=event.rank))
+            # rank -1: the backend's own word about the run (a Job moved elsewhere), not a rank's
+            self._ready.append(event if event.rank < 0 else
+                               RunnerWarning(event.seq, f"rank {event.rank}: {event.text}", rank=event.rank))
         elif isinstance(event, FrameError):
             self._ready.append(FrameError(event.seq, f"rank {event.rank}: {event.reason}", event.line,
                                           rank=event.rank))

@@ -6,6 +6,12 @@ frames of every rank of that pod are accepted. :class:`~...ranked.RankedRun` tur
 run. A pod that fails (unschedulable, image pull, lost node) ends the run with the reason, naming the first
 rank of that pod; every way out deletes the Job with ``propagationPolicy: Background``, which takes its pods,
 Secret and Service.
+
+A pod that another cluster might take (the scheduler cannot place it, or its virtual node was lost) before
+any rank showed anything of the cell is retried once, as a single cell's pod is: the Job goes (with its pods,
+Secret and Service) and the run is launched again elsewhere, avoiding the clusters of the first Job. A cell
+pinned with ``--cluster``, or queueing through Kueue (whose ``waitForPodsReady`` requeues a Job that does not
+start), gets the first failure instead, saying why it was not moved.
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ from typing import Any, Protocol
 
 from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
-from ...runner.frames import Error, Outputs
+from ...runner.frames import DisplayData, Done, Error, Outputs, RunnerWarning, Stream
 from ..base import Ranks, RunEvent, RunnerExit
-from .explain import FAILED
+from .explain import FAILED, PodState
 from .follow import PodEnded, PodFollower
 from .pods import PodApi
 from .run import LaunchedJob, PodOrder, failure_events
@@ -45,7 +51,9 @@ def pod_index(pod: Mapping[str, Any], nodes: int) -> int | None:
 class JobLauncher(Protocol):
     pods: PodApi
 
-    def launch_job(self, order: PodOrder, ranks: Ranks) -> LaunchedJob:
+    def launch_job(self, order: PodOrder, ranks: Ranks, avoid: frozenset[str] = frozenset()) -> LaunchedJob:
+        """Place ``order``'s Job (on none of the ``avoid`` cluster ids) and create it with its Secret and
+        Service; raises when nothing fits, or, for a retry, when the cell is pinned or queueing is on."""
         ...
 
 
@@ -55,6 +63,7 @@ class KubeJobRun:
     def __init__(self, launcher: JobLauncher, order: PodOrder, ranks: Ranks, watch_seconds: int,
                  cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
         self.pods = launcher.pods
+        self._launcher = launcher
         self._order = order
         self._ranks = ranks
         self._watch_seconds = watch_seconds
@@ -68,6 +77,10 @@ class KubeJobRun:
         self._listed = 0.0
         self._over = False
         self._released = False
+        self._retried = False
+        self._shown = False
+        """Whether a rank has shown anything of the cell (output, outputs, an error, its end): a run that
+        has is never launched again (its cell would run twice)."""
         self._since = time.monotonic()
 
     @property
@@ -116,6 +129,8 @@ class KubeJobRun:
                     return self._pod_ended(index, item)
                 if isinstance(item, Outputs) and self._fetch is not None:
                     item = self._fetch(item)
+                if isinstance(item, (Stream, DisplayData, Outputs, Error, Done)):
+                    self._shown = True
                 return item
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -126,20 +141,47 @@ class KubeJobRun:
         self._ended.add(index)
         state = ended.state
         diagnostics = "\n".join(self._followers[index].diagnostics)
+        if state.kind == FAILED and state.elsewhere and not self._shown and not self._retried:
+            return self._relaunch(index, state, diagnostics)
         if state.kind == FAILED:
             # the first failed pod ends the run: its reason, as the first rank of that pod's error
-            self._over = True
-            rank = index * self._ranks.procs_per_node
-            events = failure_events(dataclasses.replace(state, text=f"node {index}: {state.text}"), state.exit_code,
-                                    diagnostics)
-            self._pending.extend(dataclasses.replace(e, rank=rank) if isinstance(e, Error) else e for e in events)
-            return self._pending.popleft()
+            return self._fail(index, state, state.text, diagnostics)
         self._codes.append(state.exit_code or 0)
         if len(self._ended) == self._ranks.nodes:
             self._over = True
             failed = [code for code in self._codes if code]
             return RunnerExit(failed[0] if failed else 0, diagnostics)
         return self.next_event(0)
+
+    def _fail(self, index: int, state: PodState, text: str, diagnostics: str) -> RunEvent | None:
+        self._over = True
+        rank = index * self._ranks.procs_per_node
+        events = failure_events(dataclasses.replace(state, text=f"node {index}: {text}"), state.exit_code, diagnostics)
+        self._pending.extend(dataclasses.replace(e, rank=rank) if isinstance(e, Error) else e for e in events)
+        return self._pending.popleft()
+
+    def _relaunch(self, index: int, state: PodState, diagnostics: str) -> RunEvent | None:
+        """Delete the Job (its pods, Secret and Service go with it) and launch the run once more, on none of
+        the first Job's clusters; when that is refused or nothing fits, the first failure and why."""
+        self._retried = True
+        first = self.job
+        self._stop_following()
+        self.pods.delete_job(first.name, grace=0)
+        self._followers.clear()
+        self._ended.clear()
+        self._codes.clear()
+        self._listed = 0.0
+        order = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
+        try:
+            self.job = self._launcher.launch_job(order, self._ranks, frozenset(first.clusters or (first.ctx.cluster,)))
+        except Exception as exc:  # noqa: BLE001 - no other cluster takes it: report the first failure and why
+            text = f"{state.text}, before the cell started; the Job was not moved to another cluster: {exc}"
+            return self._fail(index, state, text, diagnostics)
+        self._order = order
+        return RunnerWarning(-1, (
+            f"node {index}: {state.elsewhere} before the cell started; deleted Job {first.name} (its pods, "
+            f"Service and Secret) and retrying the run once on {self.job.ctx.cluster} as Job {self.job.name}"),
+            rank=-1)
 
     def interrupt(self) -> None:
         """Delete the Job with a grace period: each runner gets SIGTERM and interrupts its ranks' cells."""

@@ -315,14 +315,7 @@ class PodLauncher:
         """
         placement = order.placement
         queue = self.queue_name()
-        if avoid and queue:
-            raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {queue}), so this kernel "
-                                    "does not move the pod itself: Kueue requeues a pod that does not start")
-        if avoid and placement.cluster and placement.cluster != "auto":
-            raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
-                                    "choose)")
-        if not avoid:  # a first launch; a pod moved elsewhere belongs to a cell already running
-            check_budget(self.settings.budget, self.spend)
+        self._check_move(placement, queue, avoid)
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
         if queue:
@@ -352,7 +345,19 @@ class PodLauncher:
                                watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run)
         return LaunchedPod(name, follower, ticket)
 
-    def launch_job(self, order: PodOrder, ranks: Ranks) -> LaunchedJob:
+    def _check_move(self, placement: RunRequest, queue: str | None, avoid: frozenset[str]) -> None:
+        """A retry elsewhere (``avoid`` non-empty) is refused with queueing on and for a ``--cluster`` pin, the
+        reason ending the sentence the run reports; a first launch checks the budget."""
+        if avoid and queue:
+            raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {queue}), so this kernel "
+                                    "does not move the pod itself: Kueue requeues a pod that does not start")
+        if avoid and placement.cluster and placement.cluster != "auto":
+            raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
+                                    "choose)")
+        if not avoid:  # a first launch; a pod moved elsewhere belongs to a cell already running
+            check_budget(self.settings.budget, self.spend)
+
+    def launch_job(self, order: PodOrder, ranks: Ranks, avoid: frozenset[str] = frozenset()) -> LaunchedJob:
         """Place a distributed run and create its Indexed Job, the Secret the Job owns, then the headless
         Service of rank 0; a failed step deletes the Job (with its pods and what it owns).
 
@@ -360,11 +365,11 @@ class PodLauncher:
         cluster); with ``--spread``, the clusters that together have room (:meth:`where_pods`), every pod
         allowed on all of them (the pods of an Indexed Job share one template, so the scheduler binds each
         where it fits). With queueing on, the Job's Kueue labels and no placement (Kueue admits the Job as a
-        unit).
+        unit). ``avoid`` is non-empty for the one retry elsewhere, refused as for a single cell.
         """
         placement = order.placement
-        check_budget(self.settings.budget, self.spend)  # before anything is created, as for one pod
         queue = self.queue_name()
+        self._check_move(placement, queue, avoid)
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
         if queue and ranks.spread:
@@ -375,7 +380,7 @@ class PodLauncher:
             model = placement.gpu_model if not placement.fallback_models else None
             clusters: tuple[str, ...] = (cluster,)
         else:
-            chosen = self.where_pods(placement, frozenset(), memory, ranks)
+            chosen = self.where_pods(placement, avoid, memory, ranks)
             clusters = tuple(c.cluster_id for c in chosen)
             scheduling = scheduling_fragment(clusters, placement.gpus)
             models = {c.model for c in chosen}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +103,31 @@ def backend_with_neighbours(api_client: Any, namespace: str, core: Any, origin: 
             core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
     wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left behind", timeout=60)
     assert leftovers(core, namespace) == []
+
+
+def neighbour_takes_first(origin: Any, core: Any, namespace: str, create: str, node: str, gpus: int) -> threading.Thread:
+    """While this kernel's create (a POST to the API path ``create``, a regex) is held at the API server, after
+    placement chose ``node``, a neighbour's pod takes ``gpus`` of that node's GPUs; only then is the create
+    served, so the scheduler finds less room than placement saw, however loaded the machine is. Join the
+    thread after the run; the ``kube`` fixture of :func:`backend_with_neighbours` deletes the neighbour."""
+    rule = origin.faults.api_hold(create, methods=("POST",))
+
+    def take() -> None:
+        try:
+            wait_until(lambda: origin.faults.api.faults.fired(rule) >= 1, "this kernel's create held")
+            core.create_namespaced_pod(namespace, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "neighbour"},
+                "spec": {"nodeName": node, "containers": [{
+                    "name": "c", "image": STOCK_IMAGE, "command": ["python3", "-c", "import time; time.sleep(600)"],
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+                    "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
+                                     "effect": "NoExecute"}]}})
+        finally:
+            origin.faults.release(rule)
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    return thread
 
 
 @pytest.fixture(scope="session")

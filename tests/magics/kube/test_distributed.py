@@ -128,10 +128,11 @@ def test_a_job_whose_second_pod_cannot_be_scheduled_ends_with_the_schedulers_rea
     thread = threading.Thread(target=take)
     thread.start()
     try:
-        outcome, _, _ = run_cell(kube, "print('never')", {}, image=TORCH_IMAGE, gpus=2, ranks=TWO_BY_TWO,
-                                 cluster="donor-1", timeout=600)
+        outcome, sink, _ = run_cell(kube, "print('never')", {}, image=TORCH_IMAGE, gpus=2, ranks=TWO_BY_TWO,
+                                    cluster="donor-1", timeout=600)
         thread.join()
         assert isinstance(outcome.error, RemoteError), outcome
+        assert not any("retrying" in n for n in sink.notices), sink.notices  # pinned: never moved
         assert outcome.error.ename == "Unschedulable", outcome.error
         assert "nvidia.com/gpu" in outcome.error.evalue
         wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",

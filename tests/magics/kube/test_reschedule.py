@@ -20,7 +20,7 @@ from gpu_offload.magics.errors import RemoteError
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, backend_with_neighbours, leftovers, settings
+from .conftest import IMAGE_MAP, SHARED, backend_with_neighbours, leftovers, neighbour_takes_first, settings
 from .helpers import run_cell
 
 origin = origin_fixture(
@@ -44,27 +44,9 @@ def kube(api_client: Any, namespace: str, core: Any, origin: Any) -> Iterator[Ku
 
 
 def neighbour_takes_small_first(origin: Any, core: Any, namespace: str) -> threading.Thread:
-    """While this kernel's pod create is held at the API server (after placement chose "small"), a
-    neighbour's pod takes all of small's GPUs; only then is the create served, so the scheduler finds no room
-    for ours, however loaded the machine is."""
-    rule = origin.faults.api_hold(rf"^/api/v1/namespaces/{namespace}/pods$", methods=("POST",))
-
-    def take() -> None:
-        try:
-            wait_until(lambda: origin.faults.api.faults.fired(rule) >= 1, "this kernel's pod create held")
-            core.create_namespaced_pod(namespace, {
-                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "neighbour"},
-                "spec": {"nodeName": "small-gpu", "containers": [{
-                    "name": "c", "image": STOCK_IMAGE, "command": ["python3", "-c", "import time; time.sleep(600)"],
-                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-                    "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
-                                     "effect": "NoExecute"}]}})
-        finally:
-            origin.faults.release(rule)
-
-    thread = threading.Thread(target=take)
-    thread.start()
-    return thread
+    """While this kernel's pod create is held (after placement chose "small"), a neighbour takes all of
+    small's GPUs."""
+    return neighbour_takes_first(origin, core, namespace, rf"^/api/v1/namespaces/{namespace}/pods$", "small-gpu", 8)
 
 
 def test_placement_skips_a_donor_without_the_memory_the_cell_asks_for(kube: KubernetesBackend,
