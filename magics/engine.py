@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backends.base import Placed, Queued, Run, RunnerExit
+from .backends.base import Placed, Queued, Relaunched, Run, RunnerExit
 from .errors import OffloadError, OffloadQueueTimeout, OffloadTimeout, RemoteError, RunnerDied
 from .runner import buffers
 from .runner.frames import (
@@ -235,6 +235,8 @@ def _handle(event: object, sink: Sink, outcome: Outcome, run: Run) -> bool:
         sink.notice(f"warning: a frame from the runner was dropped: {event.reason}")
     elif isinstance(event, Placed):
         sink.notice(event.text)
+    elif isinstance(event, Relaunched):
+        sink.notice(f"warning: {event.text}")
     elif isinstance(event, Metrics):
         outcome.metrics = event
         sink.metrics(event)

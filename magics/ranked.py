@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .backends.base import Placed, Ranks, Run, RunEvent, RunnerExit
+from .backends.base import Placed, Ranks, Relaunched, Run, RunEvent, RunnerExit
 from .runner.frames import (
     DisplayData,
     Done,
@@ -142,9 +142,9 @@ class RankedRun:
             if event.rank == self._shape.out_rank:
                 self._ready.append(event)
         elif isinstance(event, RunnerWarning):
-            # rank -1: the backend's own word about the run (a Job moved elsewhere), not a rank's
-            self._ready.append(event if event.rank < 0 else
-                               RunnerWarning(event.seq, f"rank {event.rank}: {event.text}", rank=event.rank))
+            self._ready.append(RunnerWarning(event.seq, f"rank {event.rank}: {event.text}", rank=event.rank))
+        elif isinstance(event, Relaunched):
+            self._relaunched(event)
         elif isinstance(event, FrameError):
             self._ready.append(FrameError(event.seq, f"rank {event.rank}: {event.reason}", event.line,
                                           rank=event.rank))
@@ -155,6 +155,13 @@ class RankedRun:
             self._error(event)
         elif isinstance(event, Done):
             self._rank_done(event)
+
+    def _relaunched(self, event: Relaunched) -> None:
+        """The backend launched every rank again: the rendezvous clock starts anew with the first rank to
+        start now (no rank had shown anything, so nothing else of the first launch counts)."""
+        self._arrived.clear()
+        self._first_arrival = None
+        self._ready.append(event)
 
     def _arrive(self, hello: Hello) -> None:
         if not self._arrived:

@@ -45,9 +45,18 @@ class Queued:
     waiting: bool = True
 
 
-RunEvent = Event | RunnerExit | Placed | Queued
+@dataclass(frozen=True)
+class Relaunched:
+    """The backend deleted the run's runners before any of them showed anything of the cell and launched the
+    run again elsewhere (a cluster backend's one retry): every rank starts anew."""
+
+    text: str
+    """One line the notebook shows as a warning: what failed, what was deleted, where the run goes now."""
+
+
+RunEvent = Event | RunnerExit | Placed | Queued | Relaunched
 """What :meth:`Run.next_event` yields: a decoded frame (``docs/runner-protocol.md``), where the runner
-landed, its place in a queue, or the runner's exit."""
+landed, its place in a queue, that it was launched again elsewhere, or the runner's exit."""
 
 
 def stale_frames_note(session: str, dropped: int) -> str:

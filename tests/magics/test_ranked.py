@@ -10,7 +10,7 @@ import json
 from collections import deque
 from collections.abc import Callable
 
-from gpu_offload.magics.backends.base import Ranks, RunEvent
+from gpu_offload.magics.backends.base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
 from gpu_offload.magics.engine import TRUSTED, FollowSettings, follow
 from gpu_offload.magics.errors import RemoteError
 from gpu_offload.magics.ranked import RankedRun, prefix_lines
@@ -43,6 +43,14 @@ class ScriptedRun:
 
     def route_cancel(self, cancel: Callable[[], None]) -> None:
         pass
+
+    @property
+    def events(self) -> tuple[RunEvent, ...]:
+        return tuple(self._events)
+
+    def add(self, *events: RunEvent) -> None:
+        """Events the backend itself adds after the scripted frames (where a pod ran, a relaunch, the exit)."""
+        self._events.extend(events)
 
     def next_event(self, timeout: float) -> RunEvent | None:
         self._tick()
@@ -77,6 +85,31 @@ def test_a_rendezvous_that_does_not_complete_names_the_ranks_that_never_started(
     assert inner.interrupted  # the ranks that did start are stopped
     shown = "".join(args[1] for method, args in sink.calls if method == "stream")
     assert "[rank 1] waiting at the rendezvous" in shown
+
+
+def test_a_run_launched_again_elsewhere_starts_its_rendezvous_clock_anew() -> None:
+    # the first launch's ranks 0 and 1 started at t=10 and 20; the backend launched the run again at t=70; all
+    # four ranks start from t=80 on: 70 s after the first launch's first rank, within 60 s of the new one's
+    now = [0.0]
+
+    def tick() -> None:
+        now[0] += 10.0
+
+    def hello(seq: int, rank: int) -> str:
+        return frame(seq, rank, "hello", python="3.11.7", pid=rank + 1, gpus=[], session=False)
+
+    inner = ScriptedRun([hello(0, 0), hello(1, 1)], 4, tick)
+    inner.add(*(Placed(f"running in pod p-0 on virtual node east-gpu ({i})") for i in range(4)))
+    inner.add(Relaunched("node 1: east cannot schedule the pod; retrying the run once on west"))
+    again = ScriptedRun([hello(2 + rank, rank) for rank in range(4)]
+                        + [frame(6 + rank, rank, "done", status="ok", elapsed=0.1) for rank in range(4)], 4, tick)
+    inner.add(*again.events, RunnerExit(0, ""))
+    run = RankedRun(inner, Ranks(2, 2, rendezvous_timeout=60), clock=lambda: now[0])
+    sink = RecordingSink()
+    outcome = follow(run, sink, FollowSettings(progress_after=1e9), TRUSTED)
+    assert outcome.status == "ok", outcome.error
+    notices = [args[0] for method, args in sink.calls if method == "notice"]
+    assert "warning: node 1: east cannot schedule the pod; retrying the run once on west" in notices
 
 
 def test_every_line_of_a_chunk_is_prefixed_and_a_partial_line_continues() -> None:

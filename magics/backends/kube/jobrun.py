@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
-from ...runner.frames import DisplayData, Done, Error, Outputs, RunnerWarning, Stream
-from ..base import Ranks, RunEvent, RunnerExit
+from ...runner.frames import DisplayData, Done, Error, Outputs, Stream
+from ..base import Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED, PodState
 from .follow import PodEnded, PodFollower
 from .pods import PodApi
@@ -178,10 +178,9 @@ class KubeJobRun:
             text = f"{state.text}, before the cell started; the Job was not moved to another cluster: {exc}"
             return self._fail(index, state, text, diagnostics)
         self._order = order
-        return RunnerWarning(-1, (
+        return Relaunched(
             f"node {index}: {state.elsewhere} before the cell started; deleted Job {first.name} (its pods, "
-            f"Service and Secret) and retrying the run once on {self.job.ctx.cluster} as Job {self.job.name}"),
-            rank=-1)
+            f"Service and Secret) and retrying the run once on {self.job.ctx.cluster} as Job {self.job.name}")
 
     def interrupt(self) -> None:
         """Delete the Job with a grace period: each runner gets SIGTERM and interrupts its ranks' cells."""
