@@ -53,6 +53,8 @@ def add_parser(subparsers: Any, summary: str) -> None:
     parser.add_argument("--quiet-ranks", action="store_true", help="show rank 0's output only")
     parser.add_argument("--rendezvous-timeout", type=float, default=None, metavar="S",
                         help="seconds every rank has to start after the first (default 300)")
+    parser.add_argument("--spread", action="store_true",
+                        help="let the nodes span donors when no one donor has room (not with queueing on)")
     parser.add_argument("--detached-log", default=None, help=argparse.SUPPRESS)  # the background follower's
     parser.set_defaults(func=run)
 
@@ -139,7 +141,8 @@ def follow_script(args: argparse.Namespace) -> int:
                              queue_timeout=args.queue_timeout,
                              image=args.image, backend=args.backend, nodes=args.nodes,
                              procs_per_node=args.procs_per_node, group_output=args.group_output,
-                             quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout)
+                             quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,
+                             spread=args.spread)
     launch = Launch(analysis=CellAnalysis(inputs=()), filename=script.name, first_line=1,
                     script={"path": script.name, "argv": list(args.script_args), "workdir": workdir.archive})
     backend = make_backend(request.backend)
