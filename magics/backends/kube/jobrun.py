@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
-from ...runner.frames import Error, Outputs
-from ..base import Ranks, RunEvent, RunnerExit
+from ...runner.frames import Error, Event, Outputs
+from ..base import Placed, Ranks, RunEvent, RunnerExit
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
 from .pods import PodApi
@@ -49,23 +49,90 @@ class JobLauncher(Protocol):
         ...
 
 
+class JobPods:
+    """The pods of one Indexed Job, each followed by its own :class:`~.follow.PodFollower` (told the world
+    size, so the frames of every rank of that pod are accepted) as the Job controller creates them."""
+
+    def __init__(self, pods: PodApi, order: PodOrder, ranks: Ranks, job: LaunchedJob, watch_seconds: int) -> None:
+        self.pods = pods
+        self._order = order
+        self._ranks = ranks
+        self._job = job
+        self._watch_seconds = watch_seconds
+        self.followers: dict[int, PodFollower] = {}
+        """Node rank -> the follower of that pod."""
+        self.ended: set[int] = set()
+        """Node ranks whose pod ended (its ``PodEnded`` was taken)."""
+        self._listed = 0.0
+
+    @property
+    def all_running(self) -> bool:
+        """Every pod exists and its runner container runs (a session may attach to each)."""
+        return len(self.followers) == self._ranks.nodes and all(f.running.is_set() for f in self.followers.values())
+
+    def discover(self) -> None:
+        """List the Job's pods (at most every ``LIST_EVERY`` s) until a follower follows each index: each
+        until its container ends, since a pod's launcher sends one ``done`` per rank (and a session's many)."""
+        if len(self.followers) >= self._ranks.nodes or time.monotonic() - self._listed < LIST_EVERY:
+            return
+        self._listed = time.monotonic()
+        for pod in self.pods.list_pods(runner_selector(run_id=self._order.run_id)):
+            index = pod_index(pod, self._ranks.nodes)
+            if index is None or index in self.followers:
+                continue
+            self.followers[index] = PodFollower(
+                self.pods, pod, self._order.nonce, self._job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
+                run_id=self._order.bundle_run, ranks=self._ranks.world_size)
+
+    def next(self, timeout: float) -> tuple[int, Event | Placed | PodEnded] | None:
+        """The next item of any pod still followed (and the pod's node rank) within ``timeout`` s, else None;
+        a ``PodEnded`` marks its pod ended."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.discover()
+            for index, follower in list(self.followers.items()):
+                if index in self.ended:
+                    continue
+                item = follower.next(0)
+                if item is None:
+                    continue
+                if isinstance(item, PodEnded):
+                    self.ended.add(index)
+                return index, item
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            time.sleep(min(POLL, remaining))
+
+    def stop(self) -> None:
+        """Stop following every pod."""
+        for follower in self.followers.values():
+            follower.stop()
+
+
+def pod_failure(index: int, ended: PodEnded, diagnostics: str, ranks: Ranks) -> list[RunEvent]:
+    """The events of a pod that failed (unschedulable, image pull, lost node): its reason as the error of the
+    pod's first rank (``node I: ...``), then the exit."""
+    state = ended.state
+    events = failure_events(dataclasses.replace(state, text=f"node {index}: {state.text}"), state.exit_code,
+                            diagnostics)
+    rank = index * ranks.procs_per_node
+    return [dataclasses.replace(e, rank=rank) if isinstance(e, Error) else e for e in events]
+
+
 class KubeJobRun:
     """One bundle as the ranks of an Indexed Job's pods."""
 
     def __init__(self, launcher: JobLauncher, order: PodOrder, ranks: Ranks, watch_seconds: int,
                  cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
         self.pods = launcher.pods
-        self._order = order
         self._ranks = ranks
-        self._watch_seconds = watch_seconds
         self.job = launcher.launch_job(order, ranks)
+        self._nodes = JobPods(self.pods, order, ranks, self.job, watch_seconds)
         self._cleanup = cleanup
         self._fetch = fetch
-        self._followers: dict[int, PodFollower] = {}
-        self._ended: set[int] = set()
         self._codes: list[int] = []
         self._pending: deque[RunEvent] = deque()
-        self._listed = 0.0
         self._over = False
         self._released = False
         self._since = time.monotonic()
@@ -78,23 +145,9 @@ class KubeJobRun:
         """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
-        started = len(self._followers)
+        started = len(self._nodes.followers)
         return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "
                 f"{time.monotonic() - self._since:.0f} s")
-
-    def _discover(self) -> None:
-        """Follow the Job's pods as the Job controller creates them (one follower per index), each until its
-        container ends: a pod's launcher sends one ``done`` per rank, and a one-shot follower stops at the first."""
-        if len(self._followers) >= self._ranks.nodes or time.monotonic() - self._listed < LIST_EVERY:
-            return
-        self._listed = time.monotonic()
-        for pod in self.pods.list_pods(runner_selector(run_id=self._order.run_id)):
-            index = pod_index(pod, self._ranks.nodes)
-            if index is None or index in self._followers:
-                continue
-            self._followers[index] = PodFollower(
-                self.pods, pod, self._order.nonce, self.job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
-                run_id=self._order.bundle_run, ranks=self._ranks.world_size)
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
@@ -104,41 +157,30 @@ class KubeJobRun:
                 return self._pending.popleft()
             if self._over:
                 return None
-            self._discover()
-            for index, follower in list(self._followers.items()):
-                if index in self._ended:
-                    continue
-                item = follower.next(0)
-                if item is None:
-                    continue
-                if isinstance(item, PodEnded):
-                    return self._pod_ended(index, item)
-                if isinstance(item, Outputs) and self._fetch is not None:
-                    item = self._fetch(item)
-                return item
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            got = self._nodes.next(max(0.0, deadline - time.monotonic()))
+            if got is None:
                 return None
-            time.sleep(min(POLL, remaining))
+            index, item = got
+            if isinstance(item, PodEnded):
+                self._pod_ended(index, item)
+                continue
+            if isinstance(item, Outputs) and self._fetch is not None:
+                item = self._fetch(item)
+            return item
 
-    def _pod_ended(self, index: int, ended: PodEnded) -> RunEvent | None:
-        self._ended.add(index)
+    def _pod_ended(self, index: int, ended: PodEnded) -> None:
         state = ended.state
-        diagnostics = "\n".join(self._followers[index].diagnostics)
+        diagnostics = "\n".join(self._nodes.followers[index].diagnostics)
         if state.kind == FAILED:
             # the first failed pod ends the run: its reason, as the first rank of that pod's error
             self._over = True
-            rank = index * self._ranks.procs_per_node
-            events = failure_events(dataclasses.replace(state, text=f"node {index}: {state.text}"), state.exit_code,
-                                    diagnostics)
-            self._pending.extend(dataclasses.replace(e, rank=rank) if isinstance(e, Error) else e for e in events)
-            return self._pending.popleft()
+            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks))
+            return
         self._codes.append(state.exit_code or 0)
-        if len(self._ended) == self._ranks.nodes:
+        if len(self._nodes.ended) == self._ranks.nodes:
             self._over = True
             failed = [code for code in self._codes if code]
-            return RunnerExit(failed[0] if failed else 0, diagnostics)
-        return self.next_event(0)
+            self._pending.append(RunnerExit(failed[0] if failed else 0, diagnostics))
 
     def interrupt(self) -> None:
         """Delete the Job with a grace period: each runner gets SIGTERM and interrupts its ranks' cells."""
@@ -146,19 +188,15 @@ class KubeJobRun:
 
     def kill(self) -> None:
         """Delete the Job and its pods at once."""
-        self._stop_following()
+        self._nodes.stop()
         self.pods.delete_job(self.job.name, grace=0)
-
-    def _stop_following(self) -> None:
-        for follower in self._followers.values():
-            follower.stop()
 
     def release(self, grace: float) -> int | None:
         """Stop following and delete the Job (its pods, Secret and Service go with it) and stored objects."""
         if self._released:
             return None
         self._released = True
-        self._stop_following()
+        self._nodes.stop()
         try:
             self.pods.delete_job(self.job.name, grace=0 if self._over else max(0, int(grace)))
         finally:

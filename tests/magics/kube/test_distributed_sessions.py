@@ -1,0 +1,95 @@
+"""Distributed sessions (``--session NAME --nodes N``) on the kubernetes backend through the sandbox, with the
+real engine and runner: the ranks of an Indexed Job's pods keep their state (and their gloo process group)
+across cells sent through one attachment per pod; a rank that raises while the other waits in a collective
+fails the cell naming the rank and closes the session, whose next cell starts anew; closing leaves no Job, pod,
+Service or Secret."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpu_offload.magics.backends.base import Ranks
+from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+from gpu_offload.magics.errors import OffloadUsageError, RemoteError
+from gpu_offload.sandbox.fixtures import wait_until
+
+from .helpers import run_cell
+from .test_distributed import TORCH_IMAGE, everything_left
+
+TWO_NODES = Ranks(nodes=2, procs_per_node=1)
+SHAPE = {"image": TORCH_IMAGE, "gpus": 1, "ranks": TWO_NODES, "timeout": 600}
+COUNT = "count += 1\nprint(f'rank {dist.get_rank()} of {dist.get_world_size()}: cell {count}', flush=True)\n"
+
+
+def pods_of(api_client: Any, namespace: str) -> list[str]:
+    return sorted(name for name in everything_left(api_client, namespace) if name.startswith("pod/"))
+
+
+def test_a_distributed_session_keeps_every_ranks_state_across_three_cells_and_close_leaves_nothing(
+        kube: KubernetesBackend, api_client: Any, namespace: str) -> None:
+    # each cell gets a fresh notebook namespace: nothing goes back to the ranks as an input, so whatever a
+    # rank knows in the next cell it kept itself
+    first: dict[str, Any] = {}
+    build = "import torch, torch.distributed as dist\ndist.init_process_group('gloo')\ncount = 0\n" + COUNT
+    outcome, sink, _ = run_cell(kube, build, first, session="ddp", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    assert sorted(sink.text.splitlines()) == ["[rank 0] rank 0 of 2: cell 1", "[rank 1] rank 1 of 2: cell 1"]
+    pods = pods_of(api_client, namespace)
+    assert len(pods) == 2
+
+    outcome, sink, _ = run_cell(kube, COUNT, {}, session="ddp", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    assert sorted(sink.text.splitlines()) == ["[rank 0] rank 0 of 2: cell 2", "[rank 1] rank 1 of 2: cell 2"]
+
+    # the process group made in the first cell still joins both ranks
+    last: dict[str, Any] = {}
+    reduce = COUNT + ("total = torch.tensor([float(count * (dist.get_rank() + 1))])\ndist.all_reduce(total)\n"
+                      "result = (dist.get_rank(), count, int(total.item()))\n")
+    outcome, sink, _ = run_cell(kube, reduce, last, session="ddp", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    assert sorted(sink.text.splitlines()) == ["[rank 0] rank 0 of 2: cell 3", "[rank 1] rank 1 of 2: cell 3"]
+    assert last["result"] == (0, 3, 3 * 1 + 3 * 2)  # rank 0's variables; the sum of both ranks' counts
+    assert pods_of(api_client, namespace) == pods  # the same two pods ran every cell
+
+    [info] = kube.sessions()
+    assert (info.name, info.runs, info.busy) == ("ddp", 3, False) and "2 pods" in info.where
+    # another shape is refused until the session is closed, and nothing new is made
+    with pytest.raises(OffloadUsageError, match="Session `ddp` was started with --gpus 1 --nodes 2"):
+        run_cell(kube, COUNT, {}, session="ddp", **{**SHAPE, "ranks": Ranks(nodes=1, procs_per_node=1)})
+    assert pods_of(api_client, namespace) == pods
+
+    assert kube.close_session("ddp", grace=1)
+    wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+               timeout=120)
+
+
+def test_a_rank_that_raises_while_the_other_waits_in_a_collective_closes_the_session(
+        kube: KubernetesBackend, api_client: Any, namespace: str) -> None:
+    outcome, _, _ = run_cell(kube, "import torch.distributed as dist\ndist.init_process_group('gloo')", {},
+                             session="broken", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    user_ns: dict[str, Any] = {"result": "before"}
+    cell = "if dist.get_rank() == 1:\n    raise ValueError('rank one gives up')\ndist.barrier()\nresult = 'after'\n"
+    outcome, sink, _ = run_cell(kube, cell, user_ns, session="broken", **SHAPE)
+    assert isinstance(outcome.error, RemoteError), outcome
+    assert outcome.error.ename == "ValueError" and "[rank 1]" in outcome.error.evalue
+    assert "rank 1 of 2 (node 1) failed" in "".join(outcome.error.traceback)
+    # rank 0 waits in the barrier for ever: after the grace period the session is closed, saying so
+    assert any("rank 0 (node 0) did not stop" in n and "the session was closed" in n for n in sink.notices), \
+        sink.notices
+    assert user_ns["result"] == "before"
+    assert not kube.sessions()
+    wait_until(lambda: not everything_left(api_client, namespace), "the closed session's Job and all it owns deleted",
+               timeout=120)
+
+    # the next cell starts the session anew, and says that the old state is gone
+    outcome, sink, _ = run_cell(kube, "import os\nprint('fresh', os.environ['RANK'], flush=True)", {},
+                                session="broken", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    assert any("was closed when its ranks did not stop" in n and "variables of the old one are gone" in n
+               for n in sink.notices), sink.notices
+    assert sorted(sink.text.splitlines()) == ["[rank 0] fresh 0", "[rank 1] fresh 1"]
+    assert kube.close_session("broken", grace=1)
+    wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+               timeout=120)
