@@ -14,7 +14,8 @@ from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.errors import OffloadUsageError, RemoteError
 from gpu_offload.sandbox.fixtures import wait_until
 
-from .helpers import run_cell
+from .conftest import settings
+from .helpers import Sink, run_cell
 from .test_distributed import TORCH_IMAGE, everything_left
 
 TWO_NODES = Ranks(nodes=2, procs_per_node=1)
@@ -91,5 +92,61 @@ def test_a_rank_that_raises_while_the_other_waits_in_a_collective_closes_the_ses
                for n in sink.notices), sink.notices
     assert sorted(sink.text.splitlines()) == ["[rank 0] fresh 0", "[rank 1] fresh 1"]
     assert kube.close_session("broken", grace=1)
+    wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+               timeout=120)
+
+
+def test_ctrl_c_interrupts_every_ranks_cell_and_the_session_keeps_its_state(
+        kube: KubernetesBackend, api_client: Any, namespace: str) -> None:
+    outcome, _, _ = run_cell(kube, "kept = 40", {}, session="calm", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    waiting: list[str] = []
+
+    def interrupt(text: str) -> None:
+        waiting.extend(line for line in text.splitlines() if "waiting" in line)
+        if len(waiting) == 2:  # both ranks are in the cell
+            raise KeyboardInterrupt
+
+    cell = "import os, time\nprint('waiting', os.environ['RANK'], flush=True)\ntime.sleep(600)\nkept = 0\n"
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(kube, cell, {}, Sink(on_line=interrupt), session="calm", **SHAPE)
+    outcome, sink, _ = run_cell(kube, "import os\nprint(kept + 1 + int(os.environ['RANK']), flush=True)", {},
+                                session="calm", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    assert sorted(sink.text.splitlines()) == ["[rank 0] 41", "[rank 1] 42"]
+    [info] = kube.sessions()
+    assert info.runs == 3
+    assert kube.close_session("calm", grace=1)
+    wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+               timeout=120)
+
+
+def test_the_kernels_shutdown_deletes_a_distributed_sessions_job_pods_service_and_secret(
+        api_client: Any, namespace: str) -> None:
+    backend = KubernetesBackend(settings(namespace), api_client)
+    try:
+        outcome, _, _ = run_cell(backend, "kept = 1", {}, session="left", **SHAPE)
+        assert outcome.status == "ok", outcome.error
+        assert len(pods_of(api_client, namespace)) == 2
+    finally:
+        backend.close()
+    wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+               timeout=120)
+
+
+def test_a_distributed_session_whose_pod_is_lost_while_idle_is_started_anew_and_the_user_told(
+        kube: KubernetesBackend, api_client: Any, core: Any, namespace: str) -> None:
+    outcome, _, _ = run_cell(kube, "kept = 1", {}, session="fragile", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    [job] = [name for name in everything_left(api_client, namespace) if name.startswith("job/")]
+    lost = pods_of(api_client, namespace)[1].removeprefix("pod/")
+    core.delete_namespaced_pod(lost, namespace, grace_period_seconds=0)  # e.g. an admin, a drain
+    wait_until(lambda: not kube.sessions(), "the session seen as ended")
+    outcome, sink, _ = run_cell(kube, "print(kept)", {}, session="fragile", **SHAPE)
+    assert any(f"its Job {job.removeprefix('job/')} ended while idle" in n for n in sink.notices), sink.notices
+    assert outcome.error is not None and "kept" in str(outcome.error)  # fresh namespaces: NameError
+    wait_until(lambda: job not in everything_left(api_client, namespace), "the old Job deleted with its session",
+               timeout=120)
+    assert kube.close_session("fragile", grace=1)
     wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
                timeout=120)
