@@ -150,3 +150,21 @@ def test_a_distributed_session_whose_pod_is_lost_while_idle_is_started_anew_and_
     assert kube.close_session("fragile", grace=1)
     wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
                timeout=120)
+
+
+def test_the_magic_keeps_a_distributed_session_across_three_cells_and_closes_it(
+        shell: Any, api_client: Any, namespace: str, capsys: pytest.CaptureFixture[str]) -> None:
+    line = f"--session ddp --nodes 2 --gpus 1 --image {TORCH_IMAGE} --timeout 600"
+    shell.run_cell_magic("gpu_offload", line, "import torch, torch.distributed as dist\ndist.init_process_group('gloo')")
+    # the process group of the first cell joins the ranks in the second and third
+    shell.run_cell_magic("gpu_offload", line, "seen = torch.tensor([float(dist.get_rank() + 1)])\ndist.all_reduce(seen)")
+    shell.run_cell_magic("gpu_offload", line, "print('world', dist.get_world_size(), flush=True)\n"
+                                               "total = int(seen.item()) * 10 + dist.get_rank()")
+    assert shell.user_ns["total"] == 30  # (1 + 2) * 10 on rank 0, whose variables come back
+    out = capsys.readouterr().out
+    assert "[rank 0] world 2" in out and "[rank 1] world 2" in out
+    shell.run_line_magic("gpu_offload", "sessions")
+    assert "ddp" in capsys.readouterr().out
+    shell.run_line_magic("gpu_offload", "close ddp")
+    wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+               timeout=120)
