@@ -168,3 +168,24 @@ def test_the_magic_keeps_a_distributed_session_across_three_cells_and_closes_it(
     shell.run_line_magic("gpu_offload", "close ddp")
     wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
                timeout=120)
+
+
+def test_a_rank_that_raises_while_the_other_can_stop_fails_the_cell_and_the_session_keeps_its_state(
+        kube: KubernetesBackend, api_client: Any, namespace: str) -> None:
+    outcome, _, _ = run_cell(kube, "import os, time\nkept = 40 + int(os.environ['RANK'])", {}, session="sturdy",
+                             **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    pods = pods_of(api_client, namespace)
+    # rank 0 sleeps (an interrupt stops it), rank 1 raises
+    cell = "if os.environ['RANK'] == '1':\n    raise ValueError('rank one gives up')\ntime.sleep(600)\n"
+    outcome, sink, _ = run_cell(kube, cell, {}, session="sturdy", **SHAPE)
+    assert isinstance(outcome.error, RemoteError), outcome
+    assert outcome.error.ename == "ValueError" and "[rank 1]" in outcome.error.evalue
+    assert not any("the session was closed" in n for n in sink.notices), sink.notices
+    outcome, sink, _ = run_cell(kube, "print(kept, flush=True)", {}, session="sturdy", **SHAPE)
+    assert outcome.status == "ok", outcome.error
+    assert sorted(sink.text.splitlines()) == ["[rank 0] 40", "[rank 1] 41"]
+    assert pods_of(api_client, namespace) == pods  # the same session, not a new one
+    assert kube.close_session("sturdy", grace=1)
+    wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+               timeout=120)
