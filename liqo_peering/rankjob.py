@@ -7,6 +7,10 @@ Service whose *short* name is ``MASTER_ADDR``: Liqo's default namespace mapping 
 name on the donor side, so a fully qualified ``svc.<namespace>.svc.cluster.local`` would not resolve there,
 while the search list of the pod's own namespace always completes a short name.
 
+A distributed session (``spec.pod.session``) is the same Job whose pods run the runner with ``--session`` and
+keep their stdin open: the backend attaches to each pod and sends every cell to all of them; each pod's
+launcher passes it on to its ranks, which keep their state between cells.
+
 Creation order, as for a single cell: the Job first (its pods wait in ContainerCreating for their Secret),
 then :func:`~.specs.runner_secret` and :func:`master_service`, both owned by the Job, so deleting the Job with
 ``propagationPolicy: Background`` removes pods, Secret and Service together (a Job deleted without a policy
@@ -79,9 +83,6 @@ def _check(spec: RankJobSpec) -> None:
     if not 1024 <= spec.master_port <= 65535:
         raise InvalidRequest(f"{run}: MASTER_PORT {spec.master_port} is not an unprivileged port; use 1024-65535 "
                              "(master_port() picks one)")
-    if spec.pod.session:
-        # a warm session attaches to a pod's stdin; N pods need N attachments, which the backend has not got
-        raise InvalidRequest(f"{run}: a distributed session is not built as a Job yet; run the cell without --session")
     if spec.shm_bytes is not None and spec.shm_bytes < 1:
         raise InvalidRequest(f"{run}: /dev/shm of {spec.shm_bytes} bytes; give a positive size or none")
 

@@ -130,6 +130,16 @@ def test_the_bundle_secret_is_owned_by_the_job_and_found_by_the_runs_selector(k8
     k8s_schema(secret)
 
 
+def test_a_distributed_sessions_job_runs_session_launchers_reading_stdin_without_a_deadline(k8s_schema) -> None:
+    job = rank_job(spec(session=True, timeout=None))
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    # each pod's runner waits for its greeting and the cells on its stdin (attached to by the kernel)
+    assert container["command"][-1] == "--session"
+    assert (container["stdin"], container["stdinOnce"], container["tty"]) == (True, False, False)
+    assert "activeDeadlineSeconds" not in job["spec"]  # a session lives until it is closed
+    k8s_schema(job)
+
+
 def test_master_port_is_per_run_and_unprivileged() -> None:
     ports = {master_port(f"run{i}") for i in range(50)}
     assert len(ports) > 40 and all(20000 <= p < 30000 for p in ports)
@@ -140,7 +150,6 @@ def test_master_port_is_per_run_and_unprivileged() -> None:
     (lambda: spec(nodes=0), "run r1a2: --nodes 0; ask for 1 or more pods"),
     (lambda: spec(procs=0), "0 processes per node"),
     (lambda: RankJobSpec(pod_spec(), 2, 1, master_port=80), "MASTER_PORT 80 is not an unprivileged port"),
-    (lambda: spec(session=True), "a distributed session is not built as a Job yet"),
     (lambda: RankJobSpec(pod_spec(), 2, 1, 23456, shm_bytes=0), "/dev/shm of 0 bytes"),
     (lambda: spec(run_id="Run_1"), "Job name \\(from run id\\) 'gpuo-Run_1' is not a DNS label"),
     (lambda: spec(priority_class="high"), "priority class 'high' but no queue"),

@@ -40,6 +40,7 @@ from .jobrun import KubeJobRun
 from .launcher import PodLauncher
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object
+from .rank_session import KubeRankSession, RankSessionRun
 from .run import KubeRun, PodOrder
 from .session import KubeSession, SessionRun
 from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
@@ -85,7 +86,7 @@ class KubernetesBackend:
         self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
         self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
         self._lock = threading.Lock()
-        self._sessions: dict[str, KubeSession] = {}
+        self._sessions: dict[str, KubeSession | KubeRankSession] = {}
         self._idle_ended: dict[str, tuple[str, str]] = {}
         """Session name -> (its pod, how it ended) for sessions this kernel ended for idling: said at the next
         cell of that session and in ``%gpu_offload status`` until then."""
@@ -101,10 +102,10 @@ class KubernetesBackend:
         line = (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
         with self._lock:
-            ended = [f"session {name}: its pod {pod} {how}; its variables are gone"
-                     for name, (pod, how) in self._idle_ended.items()]
+            ended = [f"session {name}: its {holder} {how}; its variables are gone"
+                     for name, (holder, how) in self._idle_ended.items()]
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
-            ended += [f"session {name}: its pod {s.launched.name} {s.end_words()}; its variables are gone"
+            ended += [f"session {name}: its {s.holder} {s.end_words()}; its variables are gone"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
         spend = self.launcher.spend
         if spend is not None:
@@ -141,15 +142,10 @@ class KubernetesBackend:
 
     # --- the Backend protocol ---
 
-    def submit(self, job: Job) -> KubeRun | KubeJobRun | SessionRun:
+    def submit(self, job: Job) -> KubeRun | KubeJobRun | SessionRun | RankSessionRun:
         """Start ``job`` in a new pod, or in the named session's warm pod."""
         cleanup = lambda: self._forget_run(job.run_id)  # noqa: E731 - the run calls it once it is released
         try:
-            if job.session is not None and job.request.ranks is not None:
-                raise OffloadUsageError(
-                    "--session with --nodes: the kubernetes backend does not keep distributed sessions yet (each "
-                    "pod would need its own attachment). Nothing was launched. Run the cell without --session, "
-                    "or try the session on the local backend (--backend local).")
             if job.session is not None:
                 return self._session(job.session, job.request).submit(
                     job.bundle, job.run_id, cleanup, self._fetcher(job.run_id))
@@ -190,28 +186,35 @@ class KubernetesBackend:
         if self.storage is not None:
             self.storage.remove_run(run_id, keep=(LOG,) if self.settings.cli else ())
 
-    def _session(self, name: str, placement: RunRequest) -> KubeSession:
+    def _session(self, name: str, placement: RunRequest) -> KubeSession | KubeRankSession:
         with self._lock:
             current = self._sessions.get(name)
             replaces, ended = self._idle_ended.pop(name, ("", ""))
             if current is not None and not current.alive:
-                replaces, ended = current.launched.name, current.end_words()
+                replaces, ended = current.holder, current.end_words()
                 current.close(grace=0)
                 del self._sessions[name]
                 current = None
             if current is None:
-                current = self._sessions[name] = KubeSession(name, self.launcher, placement, replaces,
-                                                             ended or "ended while idle")
+                current = self._sessions[name] = self._new_session(name, placement, replaces,
+                                                                   ended or "ended while idle")
                 current.on_idle = self._idle_started
-            elif current.order.placement != placement:
+            elif current.request.session_key() != placement.session_key():
                 raise OffloadUsageError(
-                    f"Session `{name}` was started with --gpus {current.order.placement.gpus} on "
-                    f"{current.launched.ctx.cluster}; this cell asks for something else. Close it with "
-                    f"`%gpu_offload close {name}` first, or use another --session name.")
+                    f"Session `{name}` was started with {current.request.shape()} on {current.cluster}; this "
+                    f"cell asks for {placement.shape()} or another place. Close it with `%gpu_offload close "
+                    f"{name}` first, or use another --session name.")
             current.claims += 1  # from now on an idle timer set earlier ends nothing
             return current
 
-    def _idle_started(self, session: KubeSession) -> None:
+    def _new_session(self, name: str, placement: RunRequest, replaces: str,
+                     ended: str) -> KubeSession | KubeRankSession:
+        if placement.ranks is None:
+            return KubeSession(name, self.launcher, placement, replaces, ended)
+        # a distributed session: one Indexed Job of session launchers, one attachment per pod
+        return KubeRankSession(name, self.launcher, placement, self.settings.watch_seconds, replaces, ended)
+
+    def _idle_started(self, session: KubeSession | KubeRankSession) -> None:
         """A session's cell ended: end the session if no cell comes within the idle timeout, so nobody keeps
         GPUs by forgetting a session (the chart's ``offload.sessionIdleTimeout``)."""
         timeout = self.settings.session_idle_timeout
@@ -222,16 +225,17 @@ class KubernetesBackend:
         session.idle_timer = timer
         timer.start()
 
-    def _end_idle(self, session: KubeSession, claims: int) -> None:
+    def _end_idle(self, session: KubeSession | KubeRankSession, claims: int) -> None:
         with self._lock:
             # a cell came meanwhile, or the session was closed or replaced: nothing to end
             if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
                 return
             del self._sessions[session.name]
-            gpus = session.order.placement.gpus
-            self._idle_ended[session.name] = (session.launched.name, (
+            request = session.request
+            gpus = request.gpus * (request.ranks.nodes if request.ranks is not None else 1)
+            self._idle_ended[session.name] = (session.holder, (
                 f"was ended after {span_text(self.settings.session_idle_timeout)} idle holding {gpus} GPU"
-                f"{'' if gpus == 1 else 's'} on {session.launched.ctx.cluster} (the session idle timeout, the "
+                f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, the "
                 "hub's offload.sessionIdleTimeout)"))
         session.close(grace=1.0)
 

@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
-from ...runner.frames import DisplayData, Done, Error, Outputs, Stream
-from ..base import Ranks, Relaunched, RunEvent, RunnerExit
-from .explain import FAILED, PodState
+from ...runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
+from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
+from .explain import FAILED
 from .follow import PodEnded, PodFollower
 from .pods import PodApi
 from .run import LaunchedJob, PodOrder, failure_events
@@ -57,6 +57,77 @@ class JobLauncher(Protocol):
         ...
 
 
+class JobPods:
+    """The pods of one Indexed Job, each followed by its own :class:`~.follow.PodFollower` (told the world
+    size, so the frames of every rank of that pod are accepted) as the Job controller creates them."""
+
+    def __init__(self, pods: PodApi, order: PodOrder, ranks: Ranks, job: LaunchedJob, watch_seconds: int) -> None:
+        self.pods = pods
+        self._order = order
+        self._ranks = ranks
+        self._job = job
+        self._watch_seconds = watch_seconds
+        self.followers: dict[int, PodFollower] = {}
+        """Node rank -> the follower of that pod."""
+        self.ended: set[int] = set()
+        """Node ranks whose pod ended (its ``PodEnded`` was taken)."""
+        self._listed = 0.0
+
+    @property
+    def all_running(self) -> bool:
+        """Every pod exists and its runner container runs (a session may attach to each)."""
+        return len(self.followers) == self._ranks.nodes and all(f.running.is_set() for f in self.followers.values())
+
+    def discover(self) -> None:
+        """List the Job's pods (at most every ``LIST_EVERY`` s) until a follower follows each index: each
+        until its container ends, since a pod's launcher sends one ``done`` per rank (and a session's many)."""
+        if len(self.followers) >= self._ranks.nodes or time.monotonic() - self._listed < LIST_EVERY:
+            return
+        self._listed = time.monotonic()
+        for pod in self.pods.list_pods(runner_selector(run_id=self._order.run_id)):
+            index = pod_index(pod, self._ranks.nodes)
+            if index is None or index in self.followers:
+                continue
+            self.followers[index] = PodFollower(
+                self.pods, pod, self._order.nonce, self._job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
+                run_id=self._order.bundle_run, ranks=self._ranks.world_size)
+
+    def next(self, timeout: float) -> tuple[int, Event | Placed | PodEnded] | None:
+        """The next item of any pod still followed (and the pod's node rank) within ``timeout`` s, else None;
+        a ``PodEnded`` marks its pod ended."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.discover()
+            for index, follower in list(self.followers.items()):
+                if index in self.ended:
+                    continue
+                item = follower.next(0)
+                if item is None:
+                    continue
+                if isinstance(item, PodEnded):
+                    self.ended.add(index)
+                return index, item
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            time.sleep(min(POLL, remaining))
+
+    def stop(self) -> None:
+        """Stop following every pod."""
+        for follower in self.followers.values():
+            follower.stop()
+
+
+def pod_failure(index: int, ended: PodEnded, diagnostics: str, ranks: Ranks, text: str | None = None) -> list[RunEvent]:
+    """The events of a pod that failed (unschedulable, image pull, lost node): its reason (or ``text``) as the
+    error of the pod's first rank (``node I: ...``), then the exit."""
+    state = ended.state
+    events = failure_events(dataclasses.replace(state, text=f"node {index}: {text or state.text}"),
+                            state.exit_code, diagnostics)
+    rank = index * ranks.procs_per_node
+    return [dataclasses.replace(e, rank=rank) if isinstance(e, Error) else e for e in events]
+
+
 class KubeJobRun:
     """One bundle as the ranks of an Indexed Job's pods."""
 
@@ -68,13 +139,11 @@ class KubeJobRun:
         self._ranks = ranks
         self._watch_seconds = watch_seconds
         self.job = launcher.launch_job(order, ranks)
+        self._nodes = JobPods(self.pods, order, ranks, self.job, watch_seconds)
         self._cleanup = cleanup
         self._fetch = fetch
-        self._followers: dict[int, PodFollower] = {}
-        self._ended: set[int] = set()
         self._codes: list[int] = []
         self._pending: deque[RunEvent] = deque()
-        self._listed = 0.0
         self._over = False
         self._released = False
         self._retried = False
@@ -85,30 +154,15 @@ class KubeJobRun:
 
     @property
     def cluster(self) -> str:
-        """The cluster whose trust decides the run's outputs (see :attr:`LaunchedJob.outputs_from`)."""
-        return self.job.outputs_from or self.job.ctx.cluster
+        return self.job.ctx.cluster
 
     def route_cancel(self, cancel: Callable[[], None]) -> None:
         """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
-        started = len(self._followers)
+        started = len(self._nodes.followers)
         return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "
                 f"{time.monotonic() - self._since:.0f} s")
-
-    def _discover(self) -> None:
-        """Follow the Job's pods as the Job controller creates them (one follower per index), each until its
-        container ends: a pod's launcher sends one ``done`` per rank, and a one-shot follower stops at the first."""
-        if len(self._followers) >= self._ranks.nodes or time.monotonic() - self._listed < LIST_EVERY:
-            return
-        self._listed = time.monotonic()
-        for pod in self.pods.list_pods(runner_selector(run_id=self._order.run_id)):
-            index = pod_index(pod, self._ranks.nodes)
-            if index is None or index in self._followers:
-                continue
-            self._followers[index] = PodFollower(
-                self.pods, pod, self._order.nonce, self.job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
-                run_id=self._order.bundle_run, ranks=self._ranks.world_size)
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
@@ -118,69 +172,57 @@ class KubeJobRun:
                 return self._pending.popleft()
             if self._over:
                 return None
-            self._discover()
-            for index, follower in list(self._followers.items()):
-                if index in self._ended:
-                    continue
-                item = follower.next(0)
-                if item is None:
-                    continue
-                if isinstance(item, PodEnded):
-                    return self._pod_ended(index, item)
-                if isinstance(item, Outputs) and self._fetch is not None:
-                    item = self._fetch(item)
-                if isinstance(item, (Stream, DisplayData, Outputs, Error, Done)):
-                    self._shown = True
-                return item
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            got = self._nodes.next(max(0.0, deadline - time.monotonic()))
+            if got is None:
                 return None
-            time.sleep(min(POLL, remaining))
+            index, item = got
+            if isinstance(item, PodEnded):
+                self._pod_ended(index, item)
+                continue
+            if isinstance(item, Outputs) and self._fetch is not None:
+                item = self._fetch(item)
+            if isinstance(item, (Stream, DisplayData, Outputs, Error, Done)):
+                self._shown = True
+            return item
 
-    def _pod_ended(self, index: int, ended: PodEnded) -> RunEvent | None:
-        self._ended.add(index)
+    def _pod_ended(self, index: int, ended: PodEnded) -> None:
         state = ended.state
-        diagnostics = "\n".join(self._followers[index].diagnostics)
+        diagnostics = "\n".join(self._nodes.followers[index].diagnostics)
         if state.kind == FAILED and state.elsewhere and not self._shown and not self._retried:
-            return self._relaunch(index, state, diagnostics)
+            self._relaunch(index, ended, diagnostics)
+            return
         if state.kind == FAILED:
             # the first failed pod ends the run: its reason, as the first rank of that pod's error
-            return self._fail(index, state, state.text, diagnostics)
+            self._over = True
+            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks))
+            return
         self._codes.append(state.exit_code or 0)
-        if len(self._ended) == self._ranks.nodes:
+        if len(self._nodes.ended) == self._ranks.nodes:
             self._over = True
             failed = [code for code in self._codes if code]
-            return RunnerExit(failed[0] if failed else 0, diagnostics)
-        return self.next_event(0)
+            self._pending.append(RunnerExit(failed[0] if failed else 0, diagnostics))
 
-    def _fail(self, index: int, state: PodState, text: str, diagnostics: str) -> RunEvent | None:
-        self._over = True
-        rank = index * self._ranks.procs_per_node
-        events = failure_events(dataclasses.replace(state, text=f"node {index}: {text}"), state.exit_code, diagnostics)
-        self._pending.extend(dataclasses.replace(e, rank=rank) if isinstance(e, Error) else e for e in events)
-        return self._pending.popleft()
-
-    def _relaunch(self, index: int, state: PodState, diagnostics: str) -> RunEvent | None:
+    def _relaunch(self, index: int, ended: PodEnded, diagnostics: str) -> None:
         """Delete the Job (its pods, Secret and Service go with it) and launch the run once more, on none of
         the first Job's clusters; when that is refused or nothing fits, the first failure and why."""
         self._retried = True
-        first = self.job
-        self._stop_following()
+        first, state = self.job, ended.state
+        self._nodes.stop()
         self.pods.delete_job(first.name, grace=0)
-        self._followers.clear()
-        self._ended.clear()
         self._codes.clear()
-        self._listed = 0.0
         order = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
         try:
             self.job = self._launcher.launch_job(order, self._ranks, frozenset(first.clusters or (first.ctx.cluster,)))
         except Exception as exc:  # noqa: BLE001 - no other cluster takes it: report the first failure and why
+            self._over = True
             text = f"{state.text}, before the cell started; the Job was not moved to another cluster: {exc}"
-            return self._fail(index, state, text, diagnostics)
+            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks, text))
+            return
         self._order = order
-        return Relaunched(
+        self._nodes = JobPods(self.pods, order, self._ranks, self.job, self._watch_seconds)
+        self._pending.append(Relaunched(
             f"node {index}: {state.elsewhere} before the cell started; deleted Job {first.name} (its pods, "
-            f"Service and Secret) and retrying the run once on {self.job.ctx.cluster} as Job {self.job.name}")
+            f"Service and Secret) and retrying the run once on {self.job.ctx.cluster} as Job {self.job.name}"))
 
     def interrupt(self) -> None:
         """Delete the Job with a grace period: each runner gets SIGTERM and interrupts its ranks' cells."""
@@ -188,19 +230,15 @@ class KubeJobRun:
 
     def kill(self) -> None:
         """Delete the Job and its pods at once."""
-        self._stop_following()
+        self._nodes.stop()
         self.pods.delete_job(self.job.name, grace=0)
-
-    def _stop_following(self) -> None:
-        for follower in self._followers.values():
-            follower.stop()
 
     def release(self, grace: float) -> int | None:
         """Stop following and delete the Job (its pods, Secret and Service go with it) and stored objects."""
         if self._released:
             return None
         self._released = True
-        self._stop_following()
+        self._nodes.stop()
         try:
             self.pods.delete_job(self.job.name, grace=0 if self._over else max(0, int(grace)))
         finally:

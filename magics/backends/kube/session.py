@@ -15,47 +15,154 @@ import json
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
 
 from ...runner.frames import Done, Hello, Outputs, RunnerWarning
 from ...runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED, PREEMPTED
 from .follow import PodEnded
+from .pods import PodApi
 from .run import InLine, LaunchedPod, Launcher, PodOrder, failure_events
 
 
-class KubeSession:
-    """One warm runner pod and the attach connection to its stdin."""
+class Attachment:
+    """The stdin of one session pod's runner, through an attach websocket held for the session's life; the
+    runner's greeting (its frame nonce, and for a distributed session's launcher the shape) goes first."""
 
-    def __init__(self, name: str, launcher: Launcher, placement: RunRequest, replaces: str = "",
-                 ended: str = "ended while idle") -> None:
+    def __init__(self, pods: PodApi, pod: str, first: bytes) -> None:
+        self._pods = pods
+        self.pod = pod
+        self._first: bytes | None = first
+        """The runner's first line on stdin (its frame nonce: never in the pod's environment or Secret)."""
+        self._ws: Any = None
+
+    @property
+    def attached(self) -> bool:
+        """Whether the runner has been written to (one never attached to waits for no ``exit``)."""
+        return self._ws is not None
+
+    def send(self, command: dict[str, Any]) -> bool:
+        """Write one command line (attaching first if needed); False if that failed twice."""
+        line = json.dumps(command) + "\n"
+        for _attempt in range(2):
+            try:
+                if self._ws is None or not self._ws.is_open():
+                    self._ws = self._pods.attach(self.pod)
+                if self._first is not None:
+                    self._ws.write_stdin(self._first.decode("ascii"))
+                    self._first = None
+                self._ws.write_stdin(line)
+                return True
+            except Exception:  # noqa: BLE001 - a dropped websocket: attach again once
+                self._ws = None
+        return False
+
+    def close(self) -> None:
+        """Close the websocket (the runner's stdin stays open: ending it is the pod's deletion's job)."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):  # already closed
+                ws.close()
+
+
+class WarmSession:
+    """What the backend keeps of a warm session, whatever holds it (one pod, or a distributed session's Job):
+    whether a cell runs, how many ran, and the idle timer."""
+
+    def __init__(self, name: str, replaces: str, ended: str) -> None:
         self.name = name
         self.replaces = replaces
-        """The pod of a session of this name that ended while idle: the first cell says its state is gone."""
+        """What held the session of this name that ended while idle (``pod NAME``): the first cell says its
+        state is gone."""
         self.ended = ended
-        """How that pod ended, in a few words ("preempted after 14 min by a higher-priority run")."""
-        self._launcher = launcher
-        self.pods = launcher.pods
-        nonce = secrets.token_hex(16)
-        self.order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
-        self.launched: LaunchedPod = launcher.launch(self.order)
-        self._greeting: bytes | None = greeting(nonce)
-        """The runner's first line on stdin (its frame nonce: never in the pod's environment or Secret)."""
-        self.moved = False
+        """How that ended, in a few words ("preempted after 14 min by a higher-priority run")."""
         self.runs = 0
         self.busy = False
         self.dead = False
-        self.hello = False
-        self.on_idle: Callable[[KubeSession], None] | None = None
+        self.on_idle: Callable[[Any], None] | None = None
         """Called each time a cell of the session ends and the session waits, idle, for the next one."""
         self.idle_timer: Any = None
         """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
         self.claims = 0
         """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
         stale."""
-        self._ws: Any = None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the session may still take cells."""
+        raise NotImplementedError
+
+    def take_cell(self, bundle: bytes) -> dict[str, Any]:
+        """Mark the session busy with one more cell; the ``run`` command that carries ``bundle``."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        if self.busy:
+            from ...errors import OffloadUsageError
+
+            raise OffloadUsageError(
+                f"Session `{self.name}` is still running a cell. Wait for it (`%gpu_result`), cancel it, or use "
+                "another --session name.")
+        self.busy = True
+        self.runs += 1
+        return {"op": "run", "bundle_b64": base64.b64encode(bundle).decode("ascii")}
+
+    def replaced_note(self) -> str | None:
+        """Said once, by the first cell of a session that replaces one that ended while idle."""
+        if not self.replaces:
+            return None
+        note = (f"session {self.name}: its {self.replaces} {self.ended}, so this cell starts the session anew and "
+                "the variables of the old one are gone; run the cells that define them again")
+        self.replaces = ""
+        return note
+
+    def hang_up(self, stdins: Iterable[Attachment]) -> None:
+        """The first step of closing: no idle timer any more, every runner written to is asked to exit (a dead
+        session's are not), and the connections close; deleting what holds the session is the caller's."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        for stdin in stdins:
+            if not self.dead and stdin.attached:
+                stdin.send({"op": "exit"})
+            stdin.close()
+        self.dead = True
+
+    def went_idle(self, alive: bool) -> None:
+        """A cell ended: the session waits for the next one (the backend's idle timer starts)."""
+        self.busy = False
+        if self.on_idle is not None and alive:
+            self.on_idle(self)
+
+
+class KubeSession(WarmSession):
+    """One warm runner pod and the attach connection to its stdin."""
+
+    def __init__(self, name: str, launcher: Launcher, placement: RunRequest, replaces: str = "",
+                 ended: str = "ended while idle") -> None:
+        super().__init__(name, replaces, ended)
+        self._launcher = launcher
+        self.pods = launcher.pods
+        nonce = secrets.token_hex(16)
+        self.order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
+        self.launched: LaunchedPod = launcher.launch(self.order)
+        self.stdin = Attachment(self.pods, self.launched.name, greeting(nonce))
+        self.moved = False
+        self.hello = False
+
+    @property
+    def request(self) -> RunRequest:
+        """What the session's pod was started with."""
+        return self.order.placement
+
+    @property
+    def holder(self) -> str:
+        """What holds the session, as messages name it."""
+        return f"pod {self.launched.name}"
+
+    @property
+    def cluster(self) -> str:
+        return self.launched.ctx.cluster
 
     @property
     def alive(self) -> bool:
@@ -70,25 +177,13 @@ class KubeSession:
     def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
                fetch: Callable[[Outputs], Outputs] | None = None) -> SessionRun:
         """Queue one bundle; it is sent once the runner container runs."""
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-        if self.busy:
-            from ...errors import OffloadUsageError
-
-            raise OffloadUsageError(
-                f"Session `{self.name}` is still running a cell. Wait for it (`%gpu_result`), cancel it, or use "
-                "another --session name.")
-        self.busy = True
-        self.runs += 1
-        command = {"op": "run", "bundle_b64": base64.b64encode(bundle).decode("ascii")}
-        run = SessionRun(self, command, run_id, cleanup, fetch)
+        run = SessionRun(self, self.take_cell(bundle), run_id, cleanup, fetch)
         if self.runs > 1 and self.launched.follower.placed:
             # the pod's follower said where it runs under the session's first cell; each later cell says it too
             run.announce(f"{self.launched.follower.placed}, session {self.name}")
-        if self.replaces:
-            run.warn(f"session {self.name}: its pod {self.replaces} {self.ended}, so this cell starts a new "
-                     "session pod and the variables of the old one are gone; run the cells that define them again")
-            self.replaces = ""
+        note = self.replaced_note()
+        if note is not None:
+            run.warn(note)
         return run
 
     def end_words(self) -> str:
@@ -98,19 +193,7 @@ class KubeSession:
 
     def send(self, command: dict[str, Any]) -> bool:
         """Write one command to the runner's stdin (attaching first if needed); False if that failed."""
-        line = json.dumps(command) + "\n"
-        for _attempt in range(2):
-            try:
-                if self._ws is None or not self._ws.is_open():
-                    self._ws = self.pods.attach(self.launched.name)
-                if self._greeting is not None:
-                    self._ws.write_stdin(self._greeting.decode("ascii"))
-                    self._greeting = None
-                self._ws.write_stdin(line)
-                return True
-            except Exception:  # noqa: BLE001 - a dropped websocket: attach again once
-                self._ws = None
-        return False
+        return self.stdin.send(command)
 
     def move(self) -> None:
         """Start the session's pod again on another cluster (the first one was lost or could not schedule it
@@ -118,45 +201,40 @@ class KubeSession:
         first = self.launched
         self.moved = True
         first.follower.stop()
-        self._ws = None
+        self.stdin.close()
         self.pods.delete_pod(first.name, grace=0)
         retry = dataclasses.replace(self.order, run_id=f"{self.order.run_id}r")
         self.launched = self._launcher.launch(retry, frozenset({first.ctx.cluster}))
-        self._greeting = greeting(self.order.nonce)  # a new runner reads its nonce again
+        self.stdin = Attachment(self.pods, self.launched.name, greeting(self.order.nonce))  # a new runner
 
     def close(self, grace: float) -> None:
         """Ask the runner to exit, then delete the pod (its Secret goes with it)."""
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-        if not self.dead and self._ws is not None:
-            self.send({"op": "exit"})
-        self.dead = True
+        self.hang_up([self.stdin])
         self.launched.follower.stop()
-        if self._ws is not None:
-            with contextlib.suppress(Exception):  # already closed
-                self._ws.close()
         self.pods.delete_pod(self.launched.name, grace=max(0, int(grace)))
         InLine.leave(self.launched, self._launcher)
 
 
-class SessionRun:
-    """One cell in a session: ends with the ``done`` frame; the pod stays."""
+S = TypeVar("S", bound=WarmSession)
 
-    def __init__(self, session: KubeSession, command: dict[str, Any], run_id: str,
-                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+
+class SessionCell(Generic[S]):
+    """What every cell of a warm session has alike: notes shown before its own events, and the session going
+    idle when the cell is released."""
+
+    def __init__(self, session: S, command: dict[str, Any], run_id: str, cleanup: Callable[[], None] | None,
+                 fetch: Callable[[Outputs], Outputs] | None) -> None:
         self.session = session
         self._run_id = run_id
+        self._command: dict[str, Any] | None = command
+        """The cell's ``run`` command until it is sent."""
         self._dropped = 0
         """Items of earlier runs dropped for this one; the follower counts frames dropped after sending."""
         self._foreign_before = 0
         self._cleanup = cleanup
         self._fetch = fetch
-        self._command: dict[str, Any] | None = command
-        self._sent = command
-        """Kept to send again if the pod has to move before its runner started."""
         self._pending: deque[RunEvent] = deque()
         self._since = time.monotonic()
-        self._line = InLine()
 
     def announce(self, text: str) -> None:
         """Show where the cell runs before its own events."""
@@ -166,13 +244,31 @@ class SessionRun:
         """Show ``text`` as a warning before the cell's own events."""
         self._pending.append(RunnerWarning(-1, text))
 
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """A backend's run gets no cancel requests from outside the engine."""
+
+    def release(self, grace: float) -> int | None:
+        """Mark the session idle; what holds it stays up."""
+        if self._cleanup is not None:
+            self._cleanup()
+        self.session.went_idle(self.session.alive)
+        return None
+
+
+class SessionRun(SessionCell[KubeSession]):
+    """One cell in a session: ends with the ``done`` frame; the pod stays."""
+
+    def __init__(self, session: KubeSession, command: dict[str, Any], run_id: str,
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+        super().__init__(session, command, run_id, cleanup, fetch)
+        self._sent = command
+        """Kept to send again if the pod has to move before its runner started."""
+        self._line = InLine()
+
     @property
     def cluster(self) -> str:
         """The cluster of the session's pod."""
         return self.session.launched.ctx.cluster
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""
@@ -245,12 +341,3 @@ class SessionRun:
     def kill(self) -> None:
         """End the session (its state is lost)."""
         self.session.close(grace=0)
-
-    def release(self, grace: float) -> int | None:
-        """Mark the session idle; its pod stays up."""
-        self.session.busy = False
-        if self._cleanup is not None:
-            self._cleanup()
-        if self.session.on_idle is not None and self.session.alive:
-            self.session.on_idle(self.session)
-        return None

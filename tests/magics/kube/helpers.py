@@ -53,10 +53,10 @@ def run_cell(backend: Any, cell: str, namespace: dict[str, Any], sink: Sink | No
     job, refs = build_job(cell, analysis, namespace, backend.transfer,
                           request=RunRequest(**{"gpus": 1, **placement}), session=session)
     run = backend.submit(job)
+    settings = follow_settings or FollowSettings(progress_after=1.0, grace=10.0)
     if job.request.ranks is not None:  # a distributed run, followed as the engine's start() wraps it
-        run = RankedRun(run, job.request.ranks)
+        run = RankedRun(run, job.request.ranks, settle=settings.grace if session is not None else None)
     try:
-        settings = follow_settings or FollowSettings(progress_after=1.0, grace=10.0)
         outcome = follow(run, sink, settings, intake(backend, Launch(analysis)))
     finally:
         run.release(10.0)

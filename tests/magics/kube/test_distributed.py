@@ -1,6 +1,7 @@
 """Distributed cells (``--nodes``) on the kubernetes backend through the sandbox, with the real engine: an
 Indexed Job of 2 pods x 2 CPU ranks (torch gloo) all_reduces, every rank's output arrives, variables come back
-from rank 0, a failing rank ends the run with its traceback, and no Job, pod, Service or Secret is left."""
+from rank 0, a failing rank ends the run with its traceback, and no Job, pod, Service or Secret is left (distributed
+sessions: ``test_distributed_sessions.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import threading
 from typing import Any
 
 import kubernetes
-import pytest
 from gpu_offload.liqo_peering.specs import runner_selector
 from gpu_offload.magics.backends.base import Ranks
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
@@ -69,15 +69,6 @@ def test_a_rank_that_raises_ends_the_run_with_its_traceback_and_leaves_nothing(
     assert user_ns["result"] == "before"
     wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
                timeout=120)
-
-
-def test_a_distributed_session_is_refused_before_anything_is_created(
-        kube: KubernetesBackend, api_client: Any, namespace: str) -> None:
-    from gpu_offload.magics.errors import OffloadUsageError
-
-    with pytest.raises(OffloadUsageError, match="--session with --nodes"):
-        run_cell(kube, "x = 1", {}, image=TORCH_IMAGE, gpus=2, ranks=TWO_BY_TWO, session="s")
-    assert everything_left(api_client, namespace) == []
 
 
 def test_a_restarted_kernel_removes_the_job_its_crashed_predecessor_left_running(
