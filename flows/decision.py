@@ -109,8 +109,9 @@ def queued(placement: StepPlacement, options: OffloadOptions, settings: OffloadS
         if options.priority:
             raise GpuOffloadFlowError(
                 f"step '{placement.step}' {options.describe()}: queueing through Kueue is off here (neither "
-                "METAFLOW_GPU_OFFLOAD_QUEUE nor the hub's GPU_OFFLOAD_QUEUE is set), so a priority means nothing; "
-                "leave priority out, or set the LocalQueue of your namespace in METAFLOW_GPU_OFFLOAD_QUEUE")
+                "METAFLOW_GPU_OFFLOAD_QUEUE nor the hub's GPU_OFFLOAD_QUEUE is set, and no LocalQueue was found in "
+                "the step pods' namespace), so a priority means nothing; leave priority out, or set the LocalQueue "
+                "of your namespace in METAFLOW_GPU_OFFLOAD_QUEUE")
         return placement
     return dataclasses.replace(placement, queue=settings.queue, priority=options.priority or settings.priority)
 

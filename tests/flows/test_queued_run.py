@@ -1,6 +1,7 @@
 """`python flow.py run` with a queued @gpu_offload step, through the sandbox with Kueue: the step's Job carries
 the queue and priority labels, Kueue's Job integration creates it suspended while another run holds the
-quota, and once that run ends Kueue admits it, unsuspends it, and the step completes.
+quota, and once that run ends Kueue admits it, unsuspends it, and the step completes. Without a queue setting
+the flow finds the namespace's one LocalQueue as a kernel does; several stop it before anything is deployed.
 
 The donor has 2 GPUs and the ClusterQueue's quota is lowered to 1 by hand: live placement (which still looks
 for a free GPU before deploying) finds one, while Kueue's quota is full.
@@ -133,3 +134,46 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
     assert done.spec.suspend is False and done.status.succeeded == 1
     # admitted onto the flavor of the donor: Kueue added its node labels to the Job's pods
     assert done.spec.template.spec.node_selector["liqo.io/remote-cluster-id"] == "donor-a"
+
+
+def test_without_a_queue_setting_the_step_waits_in_the_one_localqueue_of_its_namespace(
+        kueue_origin: Any, user_namespace: str, s3: S3Server, tmp_path: Path) -> None:
+    with kueue_origin.sandbox.api_client() as client:
+        batch = kubernetes.client.BatchV1Api(client)
+        before = {j.metadata.name for j in batch.list_namespaced_job(user_namespace).items}
+        runner = FlowRunner(tmp_path, s3)
+        # no GPU_OFFLOAD_QUEUE nor METAFLOW_GPU_OFFLOAD_QUEUE: the flow lists the namespace's LocalQueues, as a
+        # kernel does, and finds the one `gpu-offload queues sync` made
+        done = runner("queued_flow.py", "run", timeout=300, env={
+            "KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": user_namespace,
+            "JUPYTERHUB_USER": "dora"})
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        (job,) = [j for j in batch.list_namespaced_job(user_namespace).items if j.metadata.name not in before]
+    assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
+    assert job.metadata.labels["kueue.x-k8s.io/priority-class"] == "batch"
+    assert job.status.succeeded == 1
+    assert "total=45 after the queue" in done.stdout + done.stderr
+
+
+def test_several_localqueues_and_no_queue_setting_stop_the_flow_before_anything_is_deployed(
+        kueue_origin: Any, s3: S3Server, tmp_path: Path) -> None:
+    namespace = "jhub-erin"
+    with kueue_origin.sandbox.api_client() as client:
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        batch = kubernetes.client.BatchV1Api(client)
+        core.create_namespace({"metadata": {"name": namespace, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", namespace, "namespaceoffloadings",
+                                               namespace_offloading(namespace, ["donor-a"]))
+        for name in ("gpu-offload", "night"):
+            custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", {
+                "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": name},
+                "spec": {"clusterQueue": "gpu-offload"}})
+        done = FlowRunner(tmp_path, s3)("queued_flow.py", "run", env={
+            "KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": namespace})
+        assert done.returncode != 0
+        said = " ".join((done.stdout + done.stderr).split())
+        assert (f"neither METAFLOW_GPU_OFFLOAD_QUEUE nor GPU_OFFLOAD_QUEUE is set and namespace {namespace} has 2 "
+                "Kueue LocalQueues (gpu-offload, night), so the flow cannot tell which one its @gpu_offload steps "
+                "should wait in; name one, e.g. `export METAFLOW_GPU_OFFLOAD_QUEUE=gpu-offload`") in said, said[-2000:]
+        assert not batch.list_namespaced_job(namespace).items
+        assert not core.list_namespaced_pod(namespace).items
