@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .decision import StepPlacement, check_trusted_offline, decide, queued, recorded_placement
+from .decision import StepPlacement, check_trusted_offline, decide, decide_queued, queued, recorded_placement
 from .errors import GpuOffloadFlowError
 from .kubernetes_args import StepIdentity, check_resources, environment_vars, kubernetes_kwargs
 from .options import OffloadOptions, parse_options
@@ -118,6 +118,14 @@ def place_step(
         offline = OffloadSettings(cluster=settings.cluster, gpu_model=settings.gpu_model, source="config")
         return decide(step, options, offline, None, "config")
     settings = with_found_queue(settings)
+    if settings.queue is not None:
+        # Kueue decides which donor takes the step: no placement here, only what the step narrows
+        inventory = None
+        if settings.source != "config":
+            from .live import live_inventory
+
+            inventory = live_inventory(settings)  # also refuses a namespace Liqo does not offload
+        return queued(decide_queued(step, options, settings, trusted_ids(environ), inventory), options, settings)
     return queued(_placed(step, options, settings, environ, needs), options, settings)
 
 
