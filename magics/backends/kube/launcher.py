@@ -114,10 +114,13 @@ class PodLauncher:
         try:
             return the_local_queue(KueueClient(self.pods.api_client), self.settings.namespace)
         except SeveralLocalQueues as exc:
-            raise OffloadUsageError(
-                f"Nothing was launched: {E.QUEUE.name} is not set and {exc}, so this kernel cannot tell which one "
-                f"its cells should wait in. Set it to one of them, e.g. `%env {E.QUEUE.name}={exc.names[0]}`, and "
-                "run the cell again.") from None
+            # said where the user is: a shell running `gpu-offload run`, or a notebook
+            first = f"{E.QUEUE.name}={exc.names[0]}"
+            who, fix = (("`gpu-offload run` cannot tell which one the script",
+                         f"`export {first}` in this shell, and run the command again") if self.settings.cli else
+                        ("this kernel cannot tell which one its cells", f"`%env {first}`, and run the cell again"))
+            raise OffloadUsageError(f"Nothing was launched: {E.QUEUE.name} is not set and {exc}, so {who} should "
+                                    f"wait in. Set it to one of them, e.g. {fix}.") from None
 
     def queue_watch(self) -> QueueWatch:
         """The kernel's view of its LocalQueue, started on the first queued run; says what to do when the
