@@ -7,7 +7,7 @@ not hang on a cluster that is off: no client retries, a short timeout per reques
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import GpuOffloadFlowError
 
@@ -22,11 +22,14 @@ class ClusterUnreachable(GpuOffloadFlowError):
     """The API server did not answer (connection refused, DNS, timeout)."""
 
 
-def read_inventory(where: str, namespace: str | None) -> Inventory:
-    """The live inventory through the kubeconfig at ``where`` (or in-cluster), checking ``namespace``."""
+def unreachable(where: str, exc: Exception) -> ClusterUnreachable:
+    return ClusterUnreachable(f"the cluster in {where} does not answer ({exc}); start it, or set "
+                              "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE=config to place from configuration")
+
+
+def _api_client(where: str) -> Any:
+    """An ``ApiClient`` through the kubeconfig at ``where`` (or in-cluster), without client retries."""
     import kubernetes
-    from gpu_offload.liqo_peering.client import LiqoClient
-    from gpu_offload.liqo_peering.errors import APIUnreachable, GpuOffloadError
 
     configuration = kubernetes.client.Configuration()
     try:
@@ -37,7 +40,15 @@ def read_inventory(where: str, namespace: str | None) -> Inventory:
     except (kubernetes.config.ConfigException, OSError) as exc:
         raise GpuOffloadFlowError(f"the kubeconfig {where} cannot be used ({exc}); fix it or unset KUBECONFIG") from exc
     configuration.retries = 0
-    client = LiqoClient(kubernetes.client.ApiClient(configuration), request_timeout=TIMEOUT_SECONDS)
+    return kubernetes.client.ApiClient(configuration)
+
+
+def read_inventory(where: str, namespace: str | None) -> Inventory:
+    """The live inventory through the kubeconfig at ``where`` (or in-cluster), checking ``namespace``."""
+    from gpu_offload.liqo_peering.client import LiqoClient
+    from gpu_offload.liqo_peering.errors import APIUnreachable, GpuOffloadError
+
+    client = LiqoClient(_api_client(where), request_timeout=TIMEOUT_SECONDS)
     try:
         inventory = client.read_inventory()
         if namespace and client.read_offloading(namespace) is None:
@@ -47,10 +58,28 @@ def read_inventory(where: str, namespace: str | None) -> Inventory:
                 f"{namespace}) or point METAFLOW_KUBERNETES_NAMESPACE / METAFLOW_GPU_OFFLOAD_NAMESPACE at one"
             )
     except APIUnreachable as exc:
-        raise ClusterUnreachable(
-            f"the cluster in {where} does not answer ({exc}); start it, or set "
-            "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE=config to place from configuration"
-        ) from exc
+        raise unreachable(where, exc) from exc
     except GpuOffloadError as exc:
         raise GpuOffloadFlowError(f"reading the Liqo inventory through {where}: {exc}") from exc
     return inventory
+
+
+def read_local_queue(where: str, namespace: str) -> str | None:
+    """The one Kueue LocalQueue of ``namespace``, found as a kernel finds its own (``the_local_queue``): None
+    when there is none, no Kueue or no right to list them; several stop validation, saying how to choose."""
+    from gpu_offload.liqo_peering import environment as E
+    from gpu_offload.liqo_peering.errors import APIUnreachable, GpuOffloadError
+    from gpu_offload.liqo_peering.queue_client import KueueClient, SeveralLocalQueues, the_local_queue
+
+    try:
+        return the_local_queue(KueueClient(_api_client(where), request_timeout=TIMEOUT_SECONDS), namespace)
+    except SeveralLocalQueues as exc:
+        raise GpuOffloadFlowError(
+            f"neither {E.FLOW_QUEUE.name} nor {E.QUEUE.name} is set and {exc}, so the flow cannot tell which one "
+            f"its @gpu_offload steps should wait in; name one, e.g. `export {E.FLOW_QUEUE.name}={exc.names[0]}` in "
+            "the shell that runs the flow (or the same key in Metaflow's config), and run the flow again"
+        ) from None
+    except APIUnreachable as exc:
+        raise unreachable(where, exc) from exc
+    except GpuOffloadError as exc:
+        raise GpuOffloadFlowError(f"listing the Kueue LocalQueues of {namespace} through {where}: {exc}") from exc

@@ -22,7 +22,7 @@ from .settings import OffloadSettings
 if TYPE_CHECKING:
     from gpu_offload.liqo_peering.inventory import Inventory
 
-Origin = Literal["recorded", "live", "inventory", "config"]
+Origin = Literal["recorded", "live", "inventory", "config", "kueue"]
 WHY_TRUSTED = (
     "@gpu_offload steps go to trusted clusters only, since Metaflow's artifacts are pickles that the step's pod "
     "writes and later steps and notebooks load (a donor's admins could run code there); write "
@@ -43,7 +43,7 @@ class StepPlacement:
     gpu_model: str | None
     namespace: str | None
     origin: Origin
-    """Where the decision came from; ``recorded`` inside the step's own pod."""
+    """Where the decision came from; ``recorded`` inside the step's own pod; ``kueue``: left to Kueue."""
     queue: str | None = None
     """The Kueue LocalQueue the step's Job waits in (``kueue.x-k8s.io/queue-name``); None: not queued."""
     priority: str | None = None
@@ -109,10 +109,49 @@ def queued(placement: StepPlacement, options: OffloadOptions, settings: OffloadS
         if options.priority:
             raise GpuOffloadFlowError(
                 f"step '{placement.step}' {options.describe()}: queueing through Kueue is off here (neither "
-                "METAFLOW_GPU_OFFLOAD_QUEUE nor the hub's GPU_OFFLOAD_QUEUE is set), so a priority means nothing; "
-                "leave priority out, or set the LocalQueue of your namespace in METAFLOW_GPU_OFFLOAD_QUEUE")
+                "METAFLOW_GPU_OFFLOAD_QUEUE nor the hub's GPU_OFFLOAD_QUEUE is set, and no LocalQueue was found in "
+                "the step pods' namespace), so a priority means nothing; leave priority out, or set the LocalQueue "
+                "of your namespace in METAFLOW_GPU_OFFLOAD_QUEUE")
         return placement
     return dataclasses.replace(placement, queue=settings.queue, priority=options.priority or settings.priority)
+
+
+def decide_queued(step: str, options: OffloadOptions, settings: OffloadSettings, trusted_ids: tuple[str, ...],
+                  inventory: Inventory | None = None) -> StepPlacement:
+    """Under Kueue, Kueue picks the donor (a flavor) when it admits the step's Job: nothing is chosen here. Only
+    what the step narrows becomes its node selector, which Kueue honours when it picks a flavor: a ``cluster``
+    pin, the one trusted cluster of a step that may use only trusted ones, a GPU model. ``inventory``, when
+    known, resolves a pinned cluster's name and the model's spelling."""
+    cluster = options.cluster if options.cluster != AUTO else (settings.cluster or AUTO)
+    where = f"step '{step}' {options.describe()}: queueing through Kueue is on (LocalQueue {settings.queue})"
+    if options.fallback_models:
+        raise GpuOffloadFlowError(
+            f"{where}, so Kueue picks the donor, and Metaflow's @kubernetes can tell it only one GPU model (a node "
+            f"selector, not an affinity); name one: @gpu_offload(gpu_model={options.gpu_model!r}), or none")
+    if cluster == AUTO and not options.untrusted_ok:
+        if len(trusted_ids) != 1:
+            raise GpuOffloadFlowError(
+                f"{where}, so Kueue picks the donor, and Metaflow's @kubernetes can name it only one cluster (a "
+                f"node selector), not the trusted ones ({', '.join(trusted_ids) or 'none'}; the origin's "
+                f"GPU_OFFLOAD_TRUSTED_CLUSTERS). {WHY_TRUSTED}; or pin the step to a trusted cluster (cluster=...)")
+        cluster = trusted_ids[0]  # the only place the step may go: Kueue still admits it and picks the flavor
+    model = options.gpu_model or settings.gpu_model
+    if inventory is not None:
+        if cluster != AUTO:
+            found = inventory.cluster(cluster)
+            if found is None:
+                raise GpuOffloadFlowError(
+                    f"{where} and the step is pinned to cluster {cluster}, which is not peered (peered: "
+                    f"{', '.join(c.cluster_id for c in inventory.clusters) or 'none'}); name one of those")
+            cluster = found.cluster_id
+        # the node selector must carry the label value exactly as the nodes have it
+        model = next((vn.model for vn in inventory.virtual_nodes
+                      if model and vn.model and vn.model.lower() == model.lower()), model)
+    if cluster != AUTO and not options.untrusted_ok and cluster not in trusted_ids:
+        raise GpuOffloadFlowError(
+            f"{where} and cluster {cluster} is not trusted (trusted: {', '.join(trusted_ids) or 'none'}; the "
+            f"origin's GPU_OFFLOAD_TRUSTED_CLUSTERS). {WHY_TRUSTED}")
+    return StepPlacement(step, options.gpus, None if cluster == AUTO else cluster, model, settings.namespace, "kueue")
 
 
 def _as_argument(match: re.Match[str]) -> str:

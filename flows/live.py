@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gpu_offload.liqo_peering.inventory import Inventory
 
 _CACHE: dict[str, Inventory | None] = {}
+_QUEUES: dict[tuple[str, str], str | None] = {}
 
 
 def kubeconfig_path() -> str | None:
@@ -45,6 +46,29 @@ def live_inventory(settings: OffloadSettings) -> Inventory | None:
     if where not in _CACHE:
         _CACHE[where] = _fetch(where, settings)
     return _CACHE[where]
+
+
+def live_queue(settings: OffloadSettings) -> str | None:
+    """The one LocalQueue of the step pods' namespace, once per process, when no setting names a queue: found
+    as a kernel finds its own. None when placement does not ask the cluster (``config``, or ``auto`` without
+    a cluster that answers), or the namespace has none."""
+    if settings.source == "config":
+        return None
+    where = kubeconfig_path()
+    if where is None:
+        return None  # `live` without a kubeconfig is refused by live_inventory, with the fix
+    key = (where, target_namespace(settings))
+    if key not in _QUEUES:
+        from .cluster_reader import ClusterUnreachable, read_local_queue
+
+        try:
+            _QUEUES[key] = read_local_queue(*key)
+        except ClusterUnreachable:
+            if settings.source == "live":
+                raise
+            _QUEUES[key] = None
+            _CACHE.setdefault(where, None)  # `auto` falls back to configuration without asking again
+    return _QUEUES[key]
 
 
 def target_namespace(settings: OffloadSettings) -> str:

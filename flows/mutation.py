@@ -8,12 +8,13 @@ and every run rebuilds from those: running twice gives the same step as running 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .decision import StepPlacement, check_trusted_offline, decide, queued, recorded_placement
+from .decision import StepPlacement, check_trusted_offline, decide, decide_queued, queued, recorded_placement
 from .errors import GpuOffloadFlowError
 from .kubernetes_args import StepIdentity, check_resources, environment_vars, kubernetes_kwargs
 from .options import OffloadOptions, parse_options
@@ -101,7 +102,7 @@ def place_step(
     needs: tuple[int, int] = (0, 0),
 ) -> StepPlacement:
     """The recorded decision when there is one (inside the step's pod: offline), else a fresh one placed
-    with ``needs`` (CPU millicores, memory bytes) as well as the GPUs."""
+    with ``needs`` (CPU millicores, memory bytes) as well as the GPUs, with its Kueue queue when there is one."""
     recorded = recorded_placement(step, environ.get(RECORDED_ENV))
     if recorded is not None:
         if recorded.gpus != options.gpus:
@@ -116,6 +117,31 @@ def place_step(
         # read an inventory file the pod does not have.
         offline = OffloadSettings(cluster=settings.cluster, gpu_model=settings.gpu_model, source="config")
         return decide(step, options, offline, None, "config")
+    settings = with_found_queue(settings)
+    if settings.queue is not None:
+        # Kueue decides which donor takes the step: no placement here, only what the step narrows
+        inventory = None
+        if settings.source != "config":
+            from .live import live_inventory
+
+            inventory = live_inventory(settings)  # also refuses a namespace Liqo does not offload
+        return queued(decide_queued(step, options, settings, trusted_ids(environ), inventory), options, settings)
+    return queued(_placed(step, options, settings, environ, needs), options, settings)
+
+
+def with_found_queue(settings: OffloadSettings) -> OffloadSettings:
+    """``settings`` with the namespace's one LocalQueue when no setting names a queue (as a kernel finds its
+    own), looked up where placement asks the cluster."""
+    if settings.queue is not None:
+        return settings
+    from .live import live_queue
+
+    found = live_queue(settings)
+    return dataclasses.replace(settings, queue=found) if found else settings
+
+
+def _placed(step: str, options: OffloadOptions, settings: OffloadSettings, environ: Mapping[str, str],
+            needs: tuple[int, int]) -> StepPlacement:
     if settings.source != "config":
         from .live import live_inventory
 
@@ -172,8 +198,6 @@ def mutate_step(
     if not state.originals.captured:
         state.originals = capture(mutable_step)
     placement = place_step(step, options, settings, os.environ, step_requests(state.originals))
-    if placement.origin != "recorded" and not downstream(os.environ):
-        placement = queued(placement, options, settings)
     identity = StepIdentity(flow_name(step_function), step, user=flow_user(os.environ))
     offload = options.describe()
     check_resources(step, state.originals.resources or {}, placement, offload)

@@ -42,7 +42,8 @@ class OffloadSettings:
     """Placement policy by name (``METAFLOW_GPU_OFFLOAD_PLACEMENT_POLICY``): most-free, bin-pack, first-fit."""
     queue: str | None = None
     """Kueue LocalQueue of the step Jobs (``METAFLOW_GPU_OFFLOAD_QUEUE``, else the hub's ``GPU_OFFLOAD_QUEUE``);
-    None: no queueing."""
+    None: the namespace's one LocalQueue where placement asks the cluster (``mutation.with_found_queue``), else
+    no queueing."""
     priority: str | None = None
     """Kueue priority class of steps that name none (``METAFLOW_GPU_OFFLOAD_PRIORITY``, else the hub's
     ``GPU_OFFLOAD_PRIORITY``)."""

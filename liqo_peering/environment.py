@@ -197,7 +197,8 @@ FLOW_NAMESPACE = _flow("NAMESPACE", text, None, "Offloaded namespace of the step
 FLOW_BACKEND = _flow("BACKEND", choice("kubernetes", "local"), "kubernetes",
                      "local leaves @gpu_offload steps as written (they run in the local process).")
 FLOW_QUEUE = _flow("QUEUE", text, None,
-                   "Kueue LocalQueue the step Jobs wait in; unset: the hub's `GPU_OFFLOAD_QUEUE`, else no queueing.",
+                   "Kueue LocalQueue the step Jobs wait in; unset: the hub's `GPU_OFFLOAD_QUEUE`, else the one "
+                   "LocalQueue of the step pods' namespace, else no queueing.",
                    "`GPU_OFFLOAD_QUEUE`")
 FLOW_PRIORITY = _flow("PRIORITY", text, None,
                       "Kueue priority class of steps that give no `priority=`; unset: the hub's `GPU_OFFLOAD_PRIORITY`.",

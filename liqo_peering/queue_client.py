@@ -11,12 +11,24 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from . import labels as L
-from .errors import APINotFound, GpuOffloadError, api_error
+from .errors import APIForbidden, APINotFound, APIServerError, APIThrottled, GpuOffloadError, api_error
 from .queue_sync import Change
+from .retrying import Backoff, retry
 from .watching import Collection
 
 KINDS = {g.kind: g for g in (L.RESOURCE_FLAVOR, L.CLUSTER_QUEUE, L.LOCAL_QUEUE, L.WORKLOAD_PRIORITY_CLASS)}
 _WORDS = {"create": "creating", "patch": "updating", "delete": "deleting"}
+FIND_QUEUE_RETRY = Backoff(first=1.0, cap=4.0, attempts=3)
+"""Listing a namespace's LocalQueues when the server failed (5xx, 429): three tries in all, then its error."""
+
+
+class SeveralLocalQueues(GpuOffloadError):
+    """Nothing names the LocalQueue and the namespace has more than one; each front end words the fix."""
+
+    def __init__(self, namespace: str, names: builtins.list[str]) -> None:
+        self.namespace = namespace
+        self.names = tuple(names)
+        super().__init__(f"namespace {namespace} has {len(names)} Kueue LocalQueues ({', '.join(names)})")
 
 
 class KueueClient:
@@ -126,3 +138,18 @@ class KueueClient:
                 return None
             raise error from exc
         return dict((json.loads(response.data).get("metadata") or {}).get("labels") or {})
+
+
+def the_local_queue(kueue: KueueClient, namespace: str, backoff: Backoff = FIND_QUEUE_RETRY) -> str | None:
+    """The one LocalQueue of ``namespace``: where a kernel's cells and a flow's steps wait when
+    ``GPU_OFFLOAD_QUEUE`` names none. None when there is none, no Kueue, or no right to list them (a chart with
+    queueing off grants none): queueing stays off, as without Kueue. Several raise :class:`SeveralLocalQueues`;
+    a server that keeps failing raises its error after ``backoff.attempts`` tries."""
+    try:
+        names = retry(lambda: kueue.local_queue_names(namespace), backoff,
+                      lambda exc: isinstance(exc, (APIServerError, APIThrottled)))
+    except APIForbidden:
+        return None
+    if len(names) > 1:
+        raise SeveralLocalQueues(namespace, names)
+    return names[0] if names else None

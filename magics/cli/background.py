@@ -26,6 +26,7 @@ def child_argv(args: argparse.Namespace, log: str) -> list[str]:
             "--max-workdir-mb", str(args.max_workdir_mb), "--detached-log", log]
     for option, value in (("--gpu-model", args.gpu_model), ("--image", args.image), ("--backend", args.backend),
                           ("--timeout", args.timeout), ("--queue-timeout", args.queue_timeout),
+                          ("--priority", args.priority),
                           ("--nodes", args.nodes),
                           ("--procs-per-node", args.procs_per_node),
                           ("--rendezvous-timeout", args.rendezvous_timeout)):

@@ -40,6 +40,8 @@ def add_parser(subparsers: Any, summary: str) -> None:
                         help="stop the run after S seconds (counted from Kueue's admission when it queues)")
     parser.add_argument("--queue-timeout", type=float, default=None, metavar="S",
                         help="give up a run still waiting in Kueue's queue after S seconds (docs/queueing.md)")
+    parser.add_argument("--priority", default=None, metavar="CLASS",
+                        help="Kueue priority class when queueing is on, e.g. batch (default: $GPU_OFFLOAD_PRIORITY)")
     parser.add_argument("--in", dest="inputs", action="append", type=Path, default=[], metavar="FILE",
                         help="ship this file too (repeatable)")
     parser.add_argument("--max-workdir-mb", type=float, default=DEFAULT_LIMIT_MB, metavar="MB",
@@ -138,7 +140,7 @@ def follow_script(args: argparse.Namespace) -> int:
     gpu_model, fallback_models = gpu_models(args.gpu_model)
     request = OffloadRequest(cell=_source(script), gpus=args.gpus, gpu_model=gpu_model,
                              fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
-                             queue_timeout=args.queue_timeout,
+                             queue_timeout=args.queue_timeout, priority=args.priority,
                              image=args.image, backend=args.backend, nodes=args.nodes,
                              procs_per_node=args.procs_per_node, group_output=args.group_output,
                              quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,

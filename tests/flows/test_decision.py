@@ -157,3 +157,31 @@ def test_the_configured_policy_places_the_step() -> None:
     assert decide("train", OffloadOptions(gpus=1), settings, inventory, "inventory").cluster_id == "donor-b"
     with pytest.raises(GpuOffloadFlowError, match="METAFLOW_GPU_OFFLOAD_PLACEMENT_POLICY=.fastest. is not allowed"):
         read_settings({"GPU_OFFLOAD_PLACEMENT_POLICY": "fastest"}.get)
+
+
+def test_under_kueue_no_donor_is_picked_only_what_the_step_narrows() -> None:
+    queued = OffloadSettings(source="config", queue="gpu-offload")
+    inventory = load_inventory(INVENTORY)
+    # no free-GPU search: Kueue picks the flavor when it admits the Job (the inventory's donor-a would fit)
+    free = place_step("train", OffloadOptions(untrusted_ok=True, gpu_model="a100"), queued, {})
+    assert (free.cluster_id, free.queue, free.origin) == (None, "gpu-offload", "kueue")
+    assert free.gpu_model == "a100"
+    # with the cluster's inventory the model is spelled as the nodes' label, and a pinned name is resolved
+    from gpu_offload.flows.decision import decide_queued
+
+    spelled = decide_queued("train", OffloadOptions(untrusted_ok=True, gpu_model="a100"), queued, (), inventory)
+    assert (spelled.cluster_id, spelled.gpu_model) == (None, "A100")
+    with pytest.raises(GpuOffloadFlowError, match="pinned to cluster donor-z, which is not peered"):
+        decide_queued("train", OffloadOptions(cluster="donor-z"), queued, ("donor-z",), inventory)
+    # a pin stays a pin; a step that may use trusted clusters only is pinned to the only one
+    trusted = {"GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-a"}
+    assert place_step("train", OffloadOptions(cluster="donor-a"), queued, trusted).cluster_id == "donor-a"
+    assert place_step("train", OffloadOptions(), queued, trusted).cluster_id == "donor-a"
+    with pytest.raises(GpuOffloadFlowError, match="cluster donor-b is not trusted.*untrusted_ok=True"):
+        place_step("train", OffloadOptions(cluster="donor-b"), queued, trusted)
+    with pytest.raises(GpuOffloadFlowError, match=r"Kueue picks the donor.*only one cluster.*not the trusted ones "
+                                                  r"\(donor-a, donor-b;.*cluster=\.\.\."):
+        place_step("train", OffloadOptions(), queued, {"GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-a,donor-b"})
+    with pytest.raises(GpuOffloadFlowError, match=r"only one GPU model.*gpu_model='A100'\), or none"):
+        place_step("train", parse_options("train", (), {"gpu_model": ["A100", "L4"], "untrusted_ok": True}),
+                   queued, {})

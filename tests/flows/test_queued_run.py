@@ -1,9 +1,11 @@
 """`python flow.py run` with a queued @gpu_offload step, through the sandbox with Kueue: the step's Job carries
 the queue and priority labels, Kueue's Job integration creates it suspended while another run holds the
-quota, and once that run ends Kueue admits it, unsuspends it, and the step completes.
+pool, and once that run ends Kueue admits it, unsuspends it, and the step completes. Without a queue setting
+the flow finds the namespace's one LocalQueue as a kernel does; several stop it before anything is deployed.
 
-The donor has 2 GPUs and the ClusterQueue's quota is lowered to 1 by hand: live placement (which still looks
-for a free GPU before deploying) finds one, while Kueue's quota is full.
+Kueue alone picks the donor: the other run holds every GPU of the only donor when the flow is deployed, so a
+placement that looked for a free GPU first would refuse the step; the Job names no donor, and the donor's
+node labels on its pods are the ones Kueue added from the flavor it admitted the Job to.
 """
 
 from __future__ import annotations
@@ -53,18 +55,18 @@ def s3(kueue_origin: Any) -> Iterator[S3Server]:
 
 @pytest.fixture(scope="module")
 def user_namespace(kueue_origin: Any) -> str:
-    """A hub user's namespace: offloaded, with its LocalQueue from `gpu-offload queues sync`; the quota cut to 1."""
+    """A hub user's namespace: offloaded, with its LocalQueue from `gpu-offload queues sync`."""
     with kueue_origin.sandbox.api_client() as client:
         core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
         core.create_namespace({"metadata": {"name": NAMESPACE, "labels": {"gpu-offload.io/user-namespace": "true"}}})
         custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", NAMESPACE, "namespaceoffloadings",
                                                namespace_offloading(NAMESPACE, ["donor-a"]))
-    synced_pool(kueue_origin.sandbox, NAMESPACE, gpu_quota=1)
+    synced_pool(kueue_origin.sandbox, NAMESPACE)
     return NAMESPACE
 
 
 def _holder() -> dict[str, Any]:
-    """Another run of the user's holding the queue's only GPU of quota (admitted by Kueue, running)."""
+    """Another run of the user's holding both GPUs of the pool (admitted by Kueue, running)."""
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "holder", "labels": {"kueue.x-k8s.io/queue-name": QUEUE,
                                                       "kueue.x-k8s.io/priority-class": "interactive"}},
@@ -73,7 +75,7 @@ def _holder() -> dict[str, Any]:
                                       "effect": "NoExecute"}],
                      "containers": [{"name": "main", "image": "python:3.11-slim",
                                      "command": ["python3", "-c", "import time; time.sleep(600)"],
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+                                     "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
 
 
 def _workloads(custom: Any) -> list[dict[str, Any]]:
@@ -111,6 +113,9 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
         assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
         assert job.metadata.labels["kueue.x-k8s.io/priority-class"] == "batch"
         assert job.spec.suspend is True  # Kueue's Job webhook: created suspended
+        # no donor picked before the queue: only the virtual-node type and the model the step asked for
+        assert job.spec.template.spec.node_selector == {"liqo.io/type": "virtual-node",
+                                                        "gpu-offload.io/gpu-model": "A100"}
         pending = wait_until(lambda: [w for w in _workloads(custom) if w["metadata"]["name"].startswith("job-")
                                       and _condition(w, "QuotaReserved").get("reason") == "WaitingForQuota"],
                              "the step's Workload waiting for quota")
@@ -131,5 +136,54 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
     assert _condition(step_wl, "Finished")["reason"] == "Succeeded"
     done = batch.read_namespaced_job(job.metadata.name, user_namespace)
     assert done.spec.suspend is False and done.status.succeeded == 1
-    # admitted onto the flavor of the donor: Kueue added its node labels to the Job's pods
-    assert done.spec.template.spec.node_selector["liqo.io/remote-cluster-id"] == "donor-a"
+    # admitted onto the flavor of the donor: Kueue added the flavor's node labels to the Job's pods
+    flavor = custom.get_cluster_custom_object(*KUEUE, "resourceflavors", step_wl["status"]["admission"]
+                                              ["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"])
+    assert flavor["spec"]["nodeLabels"]["liqo.io/remote-cluster-id"] == "donor-a"
+    for selector in [done.spec.template.spec.node_selector,
+                     *(p.spec.node_selector for p in core.list_namespaced_pod(
+                         user_namespace, label_selector=f"job-name={job.metadata.name}").items)]:
+        assert selector == {"liqo.io/type": "virtual-node", **flavor["spec"]["nodeLabels"]}
+
+
+def test_without_a_queue_setting_the_step_waits_in_the_one_localqueue_of_its_namespace(
+        kueue_origin: Any, user_namespace: str, s3: S3Server, tmp_path: Path) -> None:
+    with kueue_origin.sandbox.api_client() as client:
+        batch = kubernetes.client.BatchV1Api(client)
+        before = {j.metadata.name for j in batch.list_namespaced_job(user_namespace).items}
+        runner = FlowRunner(tmp_path, s3)
+        # no GPU_OFFLOAD_QUEUE nor METAFLOW_GPU_OFFLOAD_QUEUE: the flow lists the namespace's LocalQueues, as a
+        # kernel does, and finds the one `gpu-offload queues sync` made
+        done = runner("queued_flow.py", "run", timeout=300, env={
+            "KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": user_namespace,
+            "JUPYTERHUB_USER": "dora"})
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        (job,) = [j for j in batch.list_namespaced_job(user_namespace).items if j.metadata.name not in before]
+    assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
+    assert job.metadata.labels["kueue.x-k8s.io/priority-class"] == "batch"
+    assert job.status.succeeded == 1
+    assert "total=45 after the queue" in done.stdout + done.stderr
+
+
+def test_several_localqueues_and_no_queue_setting_stop_the_flow_before_anything_is_deployed(
+        kueue_origin: Any, s3: S3Server, tmp_path: Path) -> None:
+    namespace = "jhub-erin"
+    with kueue_origin.sandbox.api_client() as client:
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        batch = kubernetes.client.BatchV1Api(client)
+        core.create_namespace({"metadata": {"name": namespace, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", namespace, "namespaceoffloadings",
+                                               namespace_offloading(namespace, ["donor-a"]))
+        for name in ("gpu-offload", "night"):
+            custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", {
+                "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": name},
+                "spec": {"clusterQueue": "gpu-offload"}})
+        done = FlowRunner(tmp_path, s3)("queued_flow.py", "run", env={
+            "KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": namespace})
+        assert done.returncode != 0
+        said = " ".join((done.stdout + done.stderr).split())
+        assert (f"neither METAFLOW_GPU_OFFLOAD_QUEUE nor GPU_OFFLOAD_QUEUE is set and namespace {namespace} has 2 "
+                "Kueue LocalQueues (gpu-offload, night), so the flow cannot tell which one its @gpu_offload steps "
+                "should wait in; name one, e.g. `export METAFLOW_GPU_OFFLOAD_QUEUE=gpu-offload`") in said, said[-2000:]
+        assert not batch.list_namespaced_job(namespace).items
+        assert not core.list_namespaced_pod(namespace).items

@@ -18,7 +18,7 @@ from kubernetes.utils import parse_quantity
 from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
-from ....liqo_peering.errors import APIForbidden, APIServerError, APIThrottled, NoFit
+from ....liqo_peering.errors import APIForbidden, NoFit
 from ....liqo_peering.inventory import Inventory
 from ....liqo_peering.kueue import gpu_quotas, queued_scheduling
 from ....liqo_peering.placement import (
@@ -32,7 +32,6 @@ from ....liqo_peering.placement import (
 )
 from ....liqo_peering.placement import NodeChoice as Where
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
-from ....liqo_peering.retrying import Backoff, retry
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
@@ -47,9 +46,6 @@ from .queueing import QueueWatch, Ticket
 from .run import LaunchedJob, LaunchedPod, PodOrder
 from .storage import RunStorage, Stored
 
-FIND_QUEUE_RETRY = Backoff(first=1.0, cap=4.0, attempts=3)
-"""Listing the namespace's LocalQueues when the server failed (5xx, 429): three tries in all, then the cell
-fails with the server's error and the next cell lists again."""
 DEADLINE_MARGIN = 30
 """Seconds the pod's activeDeadlineSeconds adds to --timeout: the engine interrupts first, the deadline is
 the backstop for a kernel that went away."""
@@ -122,22 +118,19 @@ class PodLauncher:
             return self._queue_name
 
     def _find_queue(self) -> str | None:
-        from ....liqo_peering.queue_client import KueueClient
+        # a server error fails this cell with it (after a few tries) and the next cell lists again
+        from ....liqo_peering.queue_client import KueueClient, SeveralLocalQueues, the_local_queue
 
-        namespace = self.settings.namespace
-        kueue = KueueClient(self.pods.api_client)
         try:
-            names = retry(lambda: kueue.local_queue_names(namespace), FIND_QUEUE_RETRY,
-                          lambda exc: isinstance(exc, (APIServerError, APIThrottled)))
-        except APIForbidden:
-            return None
-        if len(names) > 1:
-            raise OffloadUsageError(
-                f"Nothing was launched: {E.QUEUE.name} is not set and namespace {namespace} has "
-                f"{len(names)} Kueue LocalQueues ({', '.join(names)}), so this kernel cannot tell which one its "
-                f"cells should wait in. Set it to one of them, e.g. `%env {E.QUEUE.name}={names[0]}`, and run "
-                "the cell again.")
-        return names[0] if names else None
+            return the_local_queue(KueueClient(self.pods.api_client), self.settings.namespace)
+        except SeveralLocalQueues as exc:
+            # said where the user is: a shell running `gpu-offload run`, or a notebook
+            first = f"{E.QUEUE.name}={exc.names[0]}"
+            who, fix = (("`gpu-offload run` cannot tell which one the script",
+                         f"`export {first}` in this shell, and run the command again") if self.settings.cli else
+                        ("this kernel cannot tell which one its cells", f"`%env {first}`, and run the cell again"))
+            raise OffloadUsageError(f"Nothing was launched: {E.QUEUE.name} is not set and {exc}, so {who} should "
+                                    f"wait in. Set it to one of them, e.g. {fix}.") from None
 
     def queue_watch(self) -> QueueWatch:
         """The kernel's view of its LocalQueue, started on the first queued run; says what to do when the

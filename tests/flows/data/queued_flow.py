@@ -1,4 +1,5 @@
-"""`train` asks for a GPU through Kueue with the batch priority: its Job waits in the queue, then runs."""
+"""`train` asks for a GPU through Kueue with the batch priority: its Job waits in the queue, then runs on the
+donor Kueue picks (`untrusted_ok`: no trusted cluster narrows the choice)."""
 
 from metaflow import FlowSpec, environment, gpu_offload, step
 
@@ -11,7 +12,7 @@ class QueuedFlow(FlowSpec):
         self.numbers = list(range(10))
         self.next(self.train)
 
-    @gpu_offload(gpus=1, gpu_model="A100", priority="batch")
+    @gpu_offload(gpus=1, gpu_model="A100", priority="batch", untrusted_ok=True)
     @environment(vars=S3_CREDENTIALS)
     @step
     def train(self):

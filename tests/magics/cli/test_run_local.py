@@ -124,3 +124,19 @@ def test_a_noblock_run_keeps_its_queue_timeout_in_the_background_follower() -> N
     assert follower[follower.index("--queue-timeout") + 1] == "90.0"
     assert follower[-3:] == ["train.py", "--epochs", "2"]
     assert build_parser(follower[3:]).parse_args(follower[3:]).queue_timeout == 90.0
+
+
+def test_a_priority_is_checked_as_the_magic_checks_it_and_kept_by_a_background_follower(
+        project: Path, env: dict[str, str]) -> None:
+    from gpu_offload.magics.cli.background import child_argv
+
+    from gpu_offload.cli import build_parser
+
+    refused = cli(["run", "--backend", "local", "--gpus", "0", "--priority", "Batch!", "main.py"], project.parent, env)
+    assert refused.returncode == 2 and refused.stderr.startswith(
+        "gpu-offload run: --priority 'Batch!': a priority class is a lowercase name of letters, digits and '-'")
+    ran = cli(["run", "--backend", "local", "--gpus", "0", "--priority", "batch", "main.py"], project.parent, env)
+    assert ran.returncode == 0 and "the local backend ignores --priority" in ran.stderr, ran.stderr
+    words = ["run", "--noblock", "--priority", "batch", "train.py"]
+    follower = child_argv(build_parser(words).parse_args(words), "/tmp/log")
+    assert build_parser(follower[3:]).parse_args(follower[3:]).priority == "batch"

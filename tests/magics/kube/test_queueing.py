@@ -514,18 +514,26 @@ def test_the_panel_keeps_a_queued_run_queued_whatever_order_the_pods_status_and_
     assert observe(admitted, gated).detail == gated.state  # once admitted, the pod's status is news again
 
 
+def _shell(origin: Any, tmp_path: Any, namespace: str) -> dict[str, str]:
+    """The environment of a user's shell aimed at ``namespace``, without GPU_OFFLOAD_QUEUE."""
+    from ..cli.helpers import environment
+
+    env = environment(tmp_path / "state", KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=namespace,
+                      GPU_OFFLOAD_IMAGE=STOCK_IMAGE, JUPYTERHUB_USER=USERS[0])
+    env.pop("GPU_OFFLOAD_QUEUE", None)
+    return env
+
+
 def test_gpu_offload_run_gives_up_after_its_queue_timeout_with_the_message_and_leaves_nothing(
         origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
         tmp_path: Any) -> None:
-    from ..cli.helpers import cli, environment, write_project
+    from ..cli.helpers import cli, write_project
 
     alice, bob, _ = namespaces
     fill_pool(core, bob)
     project = write_project(tmp_path / "proj")
     # a shell without GPU_OFFLOAD_QUEUE: the command finds the namespace's one LocalQueue as a kernel does
-    env = environment(tmp_path / "state", KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=alice,
-                      GPU_OFFLOAD_IMAGE=STOCK_IMAGE, JUPYTERHUB_USER=USERS[0])
-    env.pop("GPU_OFFLOAD_QUEUE", None)
+    env = _shell(origin, tmp_path, alice)
     done = cli(["run", "--queue-timeout", "3", "main.py"], project.parent, env)
     assert done.returncode == 124, done.stderr
     assert "Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued for 1 GPU" in done.stderr, (
@@ -536,3 +544,53 @@ def test_gpu_offload_run_gives_up_after_its_queue_timeout_with_the_message_and_l
     refused = cli(["run", "--queue-timeout", "0", "main.py"], project.parent, env)
     assert refused.returncode == 2 and "--queue-timeout 0: give a positive number of seconds" in refused.stderr
     assert not core.list_namespaced_pod(alice).items
+
+
+def test_gpu_offload_run_takes_a_priority_and_says_the_shells_fix_for_several_localqueues(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        tmp_path: Any) -> None:
+    import subprocess
+
+    from ..cli.helpers import argv, cli, write_project
+
+    alice, bob, _ = namespaces
+    custom.create_namespaced_custom_object(*KUEUE, alice, "localqueues", {
+        "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "another"},
+        "spec": {"clusterQueue": QUEUE}})
+    project = write_project(tmp_path / "proj")
+    env = _shell(origin, tmp_path, alice)
+    several = cli(["run", "--priority", "batch", "main.py"], project.parent, env)
+    assert several.returncode == 2, several.stderr
+    assert several.stderr.strip() == (
+        f"gpu-offload run: Nothing was launched: GPU_OFFLOAD_QUEUE is not set and namespace {alice} has 2 Kueue "
+        "LocalQueues (another, gpu-offload), so `gpu-offload run` cannot tell which one the script should wait in. "
+        "Set it to one of them, e.g. `export GPU_OFFLOAD_QUEUE=another` in this shell, and run the command again.")
+    refused = cli(["run", "--priority", "Batch!", "main.py"], project.parent, {**env, "GPU_OFFLOAD_QUEUE": QUEUE})
+    assert refused.returncode == 2 and "--priority 'Batch!': a priority class is a lowercase name" in refused.stderr
+    assert not core.list_namespaced_pod(alice).items and not workloads(custom, alice)
+
+    # the fix works, and the run waits in Kueue with the class it asked for (below the fillers: no preemption),
+    # then runs once a filler ends
+    fillers = fill_pool(core, bob)
+    proc = subprocess.Popen(argv("run", "--priority", "batch", "main.py"), cwd=project.parent,
+                            env={**env, "GPU_OFFLOAD_QUEUE": QUEUE}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stderr is not None
+        while "queued for 1 GPU" not in (line := proc.stderr.readline()):  # the command follows the queued run
+            assert line, "the command ended before its run was queued"
+        (queued,) = workloads(custom, alice)
+        assert queued["spec"]["priorityClassRef"]["name"] == "batch" and queued["spec"]["priority"] == 100, queued
+        (pod,) = core.list_namespaced_pod(alice).items
+        assert pod.metadata.labels["kueue.x-k8s.io/priority-class"] == "batch"
+        assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
+        core.delete_namespaced_pod(next(iter(fillers.values())), bob, grace_period_seconds=0)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "hello from helper" in out
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the run's pod and its Secret gone")
+    wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
