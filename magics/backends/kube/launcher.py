@@ -6,7 +6,6 @@ Runs and sessions get a pod (a first one, or one elsewhere after a loss) through
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import threading
@@ -158,13 +157,16 @@ class PodLauncher:
             self._runner = self._runner_path.read_bytes()
         return self._runner
 
-    def where(self, placement: RunRequest, avoid: frozenset[str], memory: str | None = None) -> Where:
-        """The virtual node for ``placement`` (with ``memory`` free, a quantity) from the cached inventory, then
-        the namespace offloaded there."""
-        self._check_gpus(placement)
-        request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
-                                   fallback_models=placement.fallback_models, memory=memory_bytes(memory),
-                                   trusted_only=placement.trusted_only)
+    def where(self, placement: RunRequest, avoid: frozenset[str], memory: str | None = None, pods: int = 1,
+              cpu_only: bool = False) -> Where:
+        """The virtual node for ``pods`` pods of ``placement`` (each with ``memory`` free, a quantity) from the
+        cached inventory, then the namespace offloaded there.
+
+        ``cpu_only``: the pods ask for no GPU (``--gpus 0``) and go to the node with the most CPU free
+        (``placement.most_cpu_free``); without it, ``--gpus 0`` is refused by the placement request."""
+        request = PlacementRequest(placement.gpus * pods, placement.gpu_model, placement.cluster or "auto",
+                                   fallback_models=placement.fallback_models, memory=memory_bytes(memory) * pods,
+                                   trusted_only=placement.trusted_only, cpu_only=cpu_only)
         policy = POLICIES.get(self.settings.policy)
         if policy is None:
             raise OffloadUsageError(f"placement policy {self.settings.policy!r} is unknown; use one of "
@@ -247,7 +249,8 @@ class PodLauncher:
         if placement.gpus < 1:
             raise OffloadUsageError(
                 f"--gpus {placement.gpus}: the kubernetes backend runs cells on donated GPUs; ask for --gpus 1 "
-                "or more, or run CPU-only cells with --backend local.")
+                "or more, or run CPU-only cells with --backend local (CPU ranks of a distributed cell, --nodes, "
+                "do run here).")
 
     def _spec(self, order: PodOrder, scheduling: dict[str, object], cluster: str, memory: str | None,
               stored: Stored | None, queue: str | None) -> RunnerPodSpec:
@@ -277,6 +280,7 @@ class PodLauncher:
         ``avoid`` is non-empty for a retry elsewhere, which a cell pinned with ``--cluster`` does not get.
         """
         placement = order.placement
+        self._check_gpus(placement)
         queue = self.queue_name()
         if avoid and queue:
             raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {queue}), so this kernel "
@@ -320,19 +324,29 @@ class PodLauncher:
         headless Service of rank 0; a failed step deletes the Job (with its pods and what it owns).
 
         All pods on one virtual node: ``nodes x gpus`` GPUs free there (pod-to-pod traffic stays inside one
-        cluster); with queueing on, the Job's Kueue labels and no placement (Kueue admits the Job as a unit).
+        cluster), or with ``--gpus 0`` (CPU ranks) the node with the most CPU free; with queueing on, the Job's
+        Kueue labels and no placement (Kueue admits the Job as a unit).
         """
         placement = order.placement
+        cpu_only = placement.gpus == 0
         check_budget(self.settings.budget, self.spend)  # before anything is created, as for one pod
         queue = self.queue_name()
+        if cpu_only and queue:
+            # the ClusterQueue's quotas are what picks a donor; a Job asking for no GPU would be admitted at
+            # once with no flavor, i.e. no donor, and its pods would not be sent to a virtual node at all
+            raise OffloadUsageError(
+                f"--gpus 0 with --nodes: queueing through Kueue is on (LocalQueue {queue}), and Kueue chooses the "
+                "donor by its GPU quota, which CPU ranks do not use. Nothing was launched. Ask for --gpus 1 or "
+                "more per node, or try the CPU ranks with --backend local.")
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
         if queue:
             scheduling, cluster = self.queued(placement)
             model = placement.gpu_model if not placement.fallback_models else None
         else:
-            where = self.where(dataclasses.replace(placement, gpus=placement.gpus * ranks.nodes), frozenset(), memory)
-            scheduling, cluster, model = scheduling_fragment(where.cluster_id, placement.gpus), where.cluster_id, where.model
+            where = self.where(placement, frozenset(), memory, pods=ranks.nodes, cpu_only=cpu_only)
+            scheduling, cluster = scheduling_fragment(where.cluster_id, placement.gpus), where.cluster_id
+            model = None if cpu_only else where.model  # CPU ranks use none of the node's GPUs
         bundle, stored = order.bundle, None
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             stored = self._store_bundle(order.run_id, bundle, len(runner))

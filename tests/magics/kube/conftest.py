@@ -15,10 +15,12 @@ import pytest
 from gpu_offload.liqo_peering.specs import runner_selector
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.magics.backends.kube.config import KubeSettings
+from gpu_offload.magics.magic import GpuOffloadMagics
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
 from gpu_offload.sandbox.images import DEFAULT_MAP
 from gpu_offload.sandbox.objectstore import s3_server
+from IPython.core.interactiveshell import InteractiveShell
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
@@ -103,3 +105,20 @@ def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     client = boto3.client("s3", endpoint_url=s3_endpoint)
     client.create_bucket(Bucket=BUCKET)
     return client
+
+
+@pytest.fixture()
+def shell(origin: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real IPython shell whose magic builds its backend from the environment, like a user's server."""
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.setenv("GPU_OFFLOAD_NAMESPACE", namespace)
+    monkeypatch.setenv("GPU_OFFLOAD_IMAGE", STOCK_IMAGE)
+    monkeypatch.setenv("GPU_OFFLOAD_KERNEL_ID", f"k-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice@example.org")
+    monkeypatch.delenv("GPU_OFFLOAD_BACKEND", raising=False)
+    ipython = InteractiveShell.instance()
+    ipython.reset()
+    magics = GpuOffloadMagics(ipython)
+    ipython.register_magics(magics)
+    yield ipython
+    magics.close()

@@ -3,8 +3,6 @@ cells there through a real IPython shell; a missing setting is a usage error nam
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,26 +11,8 @@ from gpu_offload.liqo_peering.specs import label_value
 from gpu_offload.magics.errors import BackendNotConfigured, OffloadUsageError
 from gpu_offload.magics.magic import GpuOffloadMagics
 from gpu_offload.sandbox.fixtures import wait_until
-from IPython.core.interactiveshell import InteractiveShell
 
 from .conftest import STOCK_IMAGE, leftovers
-
-
-@pytest.fixture()
-def shell(origin: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A real IPython shell whose magic builds its backend from the environment, like a user's server."""
-    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
-    monkeypatch.setenv("GPU_OFFLOAD_NAMESPACE", namespace)
-    monkeypatch.setenv("GPU_OFFLOAD_IMAGE", STOCK_IMAGE)
-    monkeypatch.setenv("GPU_OFFLOAD_KERNEL_ID", f"k-{uuid.uuid4().hex[:8]}")
-    monkeypatch.setenv("JUPYTERHUB_USER", "alice@example.org")
-    monkeypatch.delenv("GPU_OFFLOAD_BACKEND", raising=False)
-    ipython = InteractiveShell.instance()
-    ipython.reset()
-    magics = GpuOffloadMagics(ipython)
-    ipython.register_magics(magics)
-    yield ipython
-    magics.close()
 
 
 def test_a_configured_kernel_runs_cells_on_the_cluster_without_saying_so(shell: Any, core: Any, namespace: str,
