@@ -1,8 +1,10 @@
 """A distributed run (``--nodes N``) in the pods of one Indexed Job, followed as the events of its ranks.
 
-Each pod runs the runner as its node's launcher (its group rank is the pod's ``JOB_COMPLETION_INDEX``); its
-log is read by the same :class:`~.follow.PodFollower` as a single cell's, told the run's world size so the
-frames of every rank of that pod are accepted. :class:`~...ranked.RankedRun` turns the merged events into one
+The Job controller creates the pods: the run learns of them through the project's list-then-watch loop
+(``watching.ListWatch`` on the run's label selector), until all N are known. Each pod runs the runner as its
+node's launcher (its group rank is the pod's ``JOB_COMPLETION_INDEX``); its log is read by the same
+:class:`~.follow.PodFollower` as a single cell's, told the run's world size so the frames of every rank of
+that pod are accepted. :class:`~...ranked.RankedRun` turns the merged events into one
 run. A pod that fails (unschedulable, image pull, lost node) ends the run with the reason, naming the first
 rank of that pod; every way out deletes the Job with ``propagationPolicy: Background``, which takes its pods,
 Secret and Service.
@@ -11,13 +13,16 @@ Secret and Service.
 from __future__ import annotations
 
 import dataclasses
+import queue
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ....liqo_peering.errors import APIForbidden, APINotFound, APIUnauthorized
 from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
+from ....liqo_peering.watching import Event, ListResult, ListWatch
 from ...runner.frames import Error, Outputs
 from ..base import Ranks, RunEvent, RunnerExit
 from .explain import FAILED
@@ -25,8 +30,8 @@ from .follow import PodEnded, PodFollower
 from .pods import PodApi
 from .run import LaunchedJob, PodOrder, failure_events
 
-LIST_EVERY = 0.5
-"""Seconds between listings of the Job's pods until all of them exist (the Job controller makes them)."""
+LASTING = (APIUnauthorized, APIForbidden, APINotFound)
+"""Failures of the pods' list or watch that trying again does not mend (the loop retries the others)."""
 POLL = 0.05
 """Longest pause between looks at the followers' queues."""
 
@@ -40,6 +45,29 @@ def pod_index(pod: Mapping[str, Any], nodes: int) -> int | None:
     except ValueError:
         return None
     return index if 0 <= index < nodes else None
+
+
+class RunPods:
+    """The ``watching.Sink`` of the run's pods: hands each pod the loop sees to the run's thread, which starts
+    one follower per index (a pod seen again is ignored there)."""
+
+    def __init__(self) -> None:
+        self.seen: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.error: Exception | None = None
+        """The last failure of the list or watch (None once one went well)."""
+
+    def listed(self, result: ListResult) -> None:
+        self.error = None
+        for pod in result.items:
+            self.seen.put(pod)
+
+    def event(self, event: Event) -> None:
+        self.error = None
+        if event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
+            self.seen.put(event["object"])
+
+    def failed(self, exc: Exception) -> None:
+        self.error = exc
 
 
 class JobLauncher(Protocol):
@@ -65,7 +93,8 @@ class KubeJobRun:
         self._ended: set[int] = set()
         self._codes: list[int] = []
         self._pending: deque[RunEvent] = deque()
-        self._listed = 0.0
+        self._found = RunPods()
+        self._watch: ListWatch | None = self._watch_pods()
         self._over = False
         self._released = False
         self._since = time.monotonic()
@@ -79,22 +108,40 @@ class KubeJobRun:
 
     def progress(self) -> str:
         started = len(self._followers)
+        error = self._found.error
         return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "
-                f"{time.monotonic() - self._since:.0f} s")
+                f"{time.monotonic() - self._since:.0f} s" + (f" (watching its pods failed: {error})" if error else ""))
+
+    def _watch_pods(self) -> ListWatch:
+        collection = self.pods.pods_matching(runner_selector(run_id=self._order.run_id))
+        return ListWatch(f"pods of Job {self.job.name}", collection.list, collection.watch, self._found,
+                         watch_seconds=self._watch_seconds).start()
 
     def _discover(self) -> None:
-        """Follow the Job's pods as the Job controller creates them (one follower per index), each until its
-        container ends: a pod's launcher sends one ``done`` per rank, and a one-shot follower stops at the first."""
-        if len(self._followers) >= self._ranks.nodes or time.monotonic() - self._listed < LIST_EVERY:
+        """Follow the Job's pods as the watch reports them (one follower per index), each until its container
+        ends: a pod's launcher sends one ``done`` per rank, and a one-shot follower stops at the first. The
+        watch ends once every index has its follower."""
+        if self._watch is None:
             return
-        self._listed = time.monotonic()
-        for pod in self.pods.list_pods(runner_selector(run_id=self._order.run_id)):
+        if isinstance(self._found.error, LASTING):
+            raise self._found.error
+        while len(self._followers) < self._ranks.nodes:
+            try:
+                pod = self._found.seen.get_nowait()
+            except queue.Empty:
+                return
             index = pod_index(pod, self._ranks.nodes)
             if index is None or index in self._followers:
                 continue
             self._followers[index] = PodFollower(
                 self.pods, pod, self._order.nonce, self.job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
                 run_id=self._order.bundle_run, ranks=self._ranks.world_size)
+        self._stop_watching()
+
+    def _stop_watching(self) -> None:
+        if self._watch is not None:
+            self._watch.close(timeout=0)  # the thread ends on its own once its request is shut
+            self._watch = None
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
@@ -150,6 +197,7 @@ class KubeJobRun:
         self.pods.delete_job(self.job.name, grace=0)
 
     def _stop_following(self) -> None:
+        self._stop_watching()
         for follower in self._followers.values():
             follower.stop()
 

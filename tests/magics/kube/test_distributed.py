@@ -212,3 +212,22 @@ def test_cpu_ranks_under_kueue_and_a_single_cpu_cell_are_refused_before_anything
     finally:
         queued.close()
     assert everything_left(api_client, namespace) == []
+
+
+def test_the_runs_pods_are_found_by_a_watch_that_rides_out_a_failing_api_server(
+        kube: KubernetesBackend, api_client: Any, origin: Any, namespace: str) -> None:
+    """The first two lists of the run's pods get a 500: the project's list/watch loop tries again after its
+    backoff and the run goes on (a one-off list would have ended the run with the server's error)."""
+    rule = origin.faults.api_error(rf"^/api/v1/namespaces/{namespace}/pods$", status=500, methods=("GET",), times=2)
+    try:
+        cell = "import os\nprint('here', flush=True)\nrank = int(os.environ['RANK'])\n"
+        user_ns: dict[str, Any] = {}
+        outcome, sink, _ = run_cell(kube, cell, user_ns, image=TORCH_IMAGE, gpus=0, ranks=TWO_BY_TWO, timeout=600)
+        assert origin.faults.api.faults.fired(rule) == 2
+    finally:
+        origin.faults.clear()
+    assert outcome.status == "ok", outcome.error
+    assert sorted(sink.text.splitlines()) == [f"[rank {r}] here" for r in range(4)]
+    assert user_ns["rank"] == 0
+    wait_until(lambda: not everything_left(api_client, namespace), "Job, pods, Service and Secret deleted",
+               timeout=120)
