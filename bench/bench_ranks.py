@@ -1,15 +1,22 @@
-"""Distributed cells on the local backend: launch to first line of a 2 x 2 CPU job, against torchrun.
+"""Distributed cells: launch to first line of a 2 x 2 CPU job, against torchrun (local) or one pod (sandbox).
 
-The same script runs both ways, alternating, in one run: as a ``%%gpu_offload --nodes 2 --procs-per-node 2
---gpus 0`` cell through the engine (job built, two node launchers started, four ranks, frames decoded)
-and as ``torchrun --standalone --nproc-per-node 4 script.py`` read from its stdout. Both times run from the
-launch to the first line a rank prints after ``init_process_group("gloo")`` (so the torch import and the
-rendezvous are in both), and to the end of the run.
+Local backend (the default): the same script runs both ways, alternating, in one run: as a ``%%gpu_offload
+--nodes 2 --procs-per-node 2 --gpus 0`` cell through the engine (job built, two node launchers started, four
+ranks, frames decoded) and as ``torchrun --standalone --nproc-per-node 4 script.py`` read from its stdout.
+Both times run from the launch to the first line a rank prints after ``init_process_group("gloo")`` (so the
+torch import and the rendezvous are in both), and to the end of the run.
+
+``--sandbox``: the kubernetes backend on an in-process sandbox origin with two Liqo donors, alternating in
+one run: the same 2 x 2 CPU cell (an Indexed Job of two pods, its Secret and Service, four ranks) against a
+one-pod cell (``--gpus 1``; a single cell there needs a GPU) that imports ``torch.distributed`` and prints,
+both on the sandbox's torch image. From ``start()`` to the first line, and to the end of the run; between
+rounds every pod of the last run is gone.
 
     .venv/bin/python bench/bench_ranks.py            # 5 rounds
     .venv/bin/python bench/bench_ranks.py --rounds 9
+    .venv/bin/python bench/bench_ranks.py --sandbox
 
-Goal (issue 16): launch-to-first-line at most 1.5x torchrun's.
+Goal (issue 16): launch-to-first-line at most 1.5x torchrun's; the sandbox comparison is reported.
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from gpu_offload.magics.analysis import analyse_cell
+from gpu_offload.magics.backends.base import Backend
 from gpu_offload.magics.backends.local import LocalBackend
 from gpu_offload.magics.execution import Launch, start
 from gpu_offload.magics.request import OffloadRequest
@@ -39,14 +48,21 @@ print(f"rank {dist.get_rank()} of {dist.get_world_size()} ready", flush=True)
 dist.barrier()
 dist.destroy_process_group()
 """
+ONE_POD_SCRIPT = """\
+import torch.distributed as dist
+print("one pod ready", flush=True)
+"""
 GOAL = 1.5
+TORCH_IMAGE = "pytorch/pytorch:2.5"
+"""An image name the sandbox runs with torch installed (its ``*pytorch*`` mapping)."""
+LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
 
 
-def ours(backend: LocalBackend) -> tuple[float, float]:
+def ours(backend: Backend, request: OffloadRequest | None = None) -> tuple[float, float]:
     """Seconds from the launch to the first rank's line, and to the run's ``done``."""
-    request = OffloadRequest(SCRIPT, gpus=0, nodes=2, procs_per_node=2, quiet_ranks=False)
+    request = request or OffloadRequest(SCRIPT, gpus=0, nodes=2, procs_per_node=2, quiet_ranks=False)
     begin = time.perf_counter()
-    run, _refs = start(request, Launch(analyse_cell(SCRIPT, {})), {}, backend)
+    run, _refs = start(request, Launch(analyse_cell(request.cell, {})), {}, backend)
     first = None
     while True:
         event = run.next_event(1.0)
@@ -78,12 +94,8 @@ def torchrun(script: Path) -> tuple[float, float]:
     return first, end
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+def local(rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """The 2 x 2 cell on the local backend and torchrun, alternating."""
     backend = LocalBackend()
     backend.runner_path()  # built once, as a kernel's first cell would
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,9 +103,60 @@ def main() -> None:
         script.write_text(SCRIPT)
         ours(backend), torchrun(script)  # warm the page cache for both
         results: dict[str, list[tuple[float, float]]] = {"gpu_offload 2 x 2": [], "torchrun 1 x 4": []}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             results["gpu_offload 2 x 2"].append(ours(backend))
             results["torchrun 1 x 4"].append(torchrun(script))
+    return results
+
+
+def sandbox(rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """The 2 x 2 CPU cell as an Indexed Job and a one-pod cell, alternating, on a sandbox origin."""
+    import kubernetes
+    from gpu_offload.liqo_peering.specs import runner_selector
+    from gpu_offload.magics.backends.kube.backend import KubernetesBackend
+    from gpu_offload.magics.backends.kube.config import KubeSettings
+    from gpu_offload.sandbox.origin import running_origin
+
+    ranked = OffloadRequest(SCRIPT, gpus=0, nodes=2, procs_per_node=2, quiet_ranks=False, image=TORCH_IMAGE,
+                            timeout=600)
+    one_pod = OffloadRequest(ONE_POD_SCRIPT, gpus=1, image=TORCH_IMAGE, timeout=600)
+    with running_origin(Path(tempfile.mkdtemp(prefix="bench-ranks-")), 2, crds=LIQO_CRDS) as origin:
+        client = origin.sandbox.api_client()
+        core = kubernetes.client.CoreV1Api(client)
+        namespace = f"bench-{uuid.uuid4().hex[:6]}"
+        core.create_namespace({"metadata": {"name": namespace}})
+        backend = KubernetesBackend(KubeSettings(namespace, user="bench", kernel="bench-kernel"), client)
+
+        def measured(request: OffloadRequest) -> tuple[float, float]:
+            result = ours(backend, request)
+            # the next round starts on a quiet origin: no pod of this one still stopping
+            while core.list_namespaced_pod(namespace, label_selector=runner_selector("bench")).items:
+                time.sleep(0.2)
+            return result
+
+        try:
+            measured(one_pod), measured(ranked)  # inventory cache, offloading, runner, page cache
+            results: dict[str, list[tuple[float, float]]] = {"sandbox 2 x 2 (Job, 2 pods)": [],
+                                                             "sandbox one pod": []}
+            for _ in range(rounds):
+                results["sandbox 2 x 2 (Job, 2 pods)"].append(measured(ranked))
+                results["sandbox one pod"].append(measured(one_pod))
+        finally:
+            backend.close()
+            client.close()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sandbox", action="store_true",
+                        help="the kubernetes backend on a sandbox: 2 x 2 CPU Job against a one-pod cell")
+    args = parser.parse_args()
+    print(machine_line())
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    results = sandbox(args.rounds) if args.sandbox else local(args.rounds)
     print(f"rounds: {args.rounds} (alternating); times in seconds\n")
     print("| launcher | first line median | first line min | first line max | end median |")
     print("|---|---:|---:|---:|---:|")
@@ -103,7 +166,11 @@ def main() -> None:
         medians[name] = statistics.median(firsts)
         print(f"| {name} | {medians[name]:.2f} | {min(firsts):.2f} | {max(firsts):.2f} | "
               f"{statistics.median(end for _, end in runs):.2f} |")
-    ratio = medians["gpu_offload 2 x 2"] / medians["torchrun 1 x 4"]
+    ours_name, theirs_name = results
+    ratio = medians[ours_name] / medians[theirs_name]
+    if args.sandbox:
+        print(f"\nlaunch to first line, 2 x 2 Job / one pod: {ratio:.2f}x (reported, no goal)")
+        return
     verdict = "meets" if ratio <= GOAL else "misses"
     print(f"\nlaunch to first line, ours / torchrun: {ratio:.2f}x ({verdict} the {GOAL}x goal)")
 

@@ -36,9 +36,15 @@ class PlacementRequest:
     trusted_only: bool = False
     """Only clusters the origin trusts (the inventory's ``trusted``, which only origin-side configuration
     sets): whoever runs a donor's pod sees the code and inputs sent there."""
+    cpu_only: bool = False
+    """No GPU (``gpus`` 0): pods that ask for none, e.g. the CPU ranks of a distributed run. Said on purpose,
+    so a caller that computed 0 GPUs by mistake still gets the error instead of a node chosen by CPU."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+        if self.cpu_only:
+            if self.gpus != 0:
+                raise InvalidRequest(f"gpus={self.gpus!r} with cpu_only: a CPU-only request asks for 0 GPUs")
+        elif isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
             raise InvalidRequest(f"gpus={self.gpus!r}: ask for a whole number of GPUs, 1 or more (e.g. --gpus 1)")
         if self.fallback_models and not self.gpu_model:
             raise InvalidRequest(
@@ -110,6 +116,16 @@ class FirstFit:
 POLICIES: dict[str, PlacementPolicy] = {p.name: p for p in (MostFree(), BinPack(), FirstFit())}
 
 
+def most_cpu_free(candidates: Sequence[VirtualNodeRecord]) -> VirtualNodeRecord:
+    """Where a CPU-only request goes: the node with the most CPU free, then memory free (a node that does not
+    say comes after those that do), then by cluster id and name. The GPU policies rank GPUs, which such a
+    request does not use, so it never goes through them."""
+    def key(vn: VirtualNodeRecord) -> tuple[int, int, str, str]:
+        return (-(vn.cpu_free if vn.cpu_free is not None else -1),
+                -(vn.memory_free if vn.memory_free is not None else -1), vn.cluster_id, vn.name)
+    return min(candidates, key=key)
+
+
 def _same(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and a.lower() == b.lower()
 
@@ -179,7 +195,7 @@ def place(
         else:
             fits = roomy.get(model.lower(), [])
         if fits:
-            chosen = policy.choose(fits, request.gpus)
+            chosen = most_cpu_free(fits) if request.cpu_only else policy.choose(fits, request.gpus)
             return NodeChoice(chosen.name, chosen.cluster_id, chosen.model, request.gpus, fallback=index > 0)
     wanted = [vn for vn in short if request.gpu_model is None
               or any(_same(vn.model, m) for m in (request.gpu_model, *request.fallback_models))]
@@ -287,6 +303,8 @@ def _alternatives_of(nodes: Sequence[VirtualNodeRecord]) -> tuple[tuple[str, str
 
 
 def _what(n: int, model: str | None) -> str:
+    if not n:  # a CPU-only request
+        return f"a ready {model} node" if model else "a ready virtual node"
     return f"{n} free {model}" if model else f"{n} free GPU" + ("" if n == 1 else "s")
 
 
@@ -311,6 +329,12 @@ def no_fit(request: PlacementRequest, clusters: Sequence[ClusterRecord]) -> NoFi
     wanted: list[str | None] = [request.gpu_model, *request.fallback_models] if request.gpu_model else [None]
     where = "no cluster has" if request.cluster == AUTO else f"cluster {request.cluster} does not have"
     message = f"{where} {' or '.join(_what(request.gpus, m) for m in wanted)}"
+    if request.cpu_only:
+        # GPUs free elsewhere are no alternative: what is missing is a usable node (or one of the model)
+        down = [f"{c.name} ({c.health}: {c.reason})" for c in clusters if c.health == "down"]
+        message += ((f"; down: {', '.join(down)}" if down else "")
+                    + " (`gpu-offload clusters` shows which nodes are ready, cordoned or down)")
+        return NoFit(message, alternatives)
     if alternatives:
         # The requested models first, then the largest blocks: what the user is most likely to take.
         def rank(alt: tuple[str, str | None, int]) -> tuple[bool, int]:
@@ -351,13 +375,14 @@ def scheduling_fragment(cluster_id: str | Sequence[str], gpus: int) -> dict[str,
 
     ``resources`` belongs to the container; ``tolerations`` and ``affinity`` to the pod spec. The
     toleration is the one Liqo's webhook would add in an offloaded namespace: adding it ourselves means the
-    user never writes it. The remote side drops the affinity; the GPU request finds a GPU node there.
+    user never writes it. The remote side drops the affinity; the GPU request finds a GPU node there. With
+    ``gpus`` 0 (CPU ranks) the pod asks for no GPU and still goes to that cluster's virtual node.
     """
     clusters = [cluster_id] if isinstance(cluster_id, str) else list(cluster_id)
     if not clusters:
         raise InvalidRequest("no cluster id for the pod's node affinity: place the request first")
     return {
-        "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}},
+        "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}} if gpus else {},
         "tolerations": [{"key": L.VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": L.VIRTUAL_NODE_TAINT_EFFECT}],
         "affinity": {
             "nodeAffinity": {

@@ -224,3 +224,32 @@ def test_a_pod_template_for_several_clusters_allows_each_of_them(k8s_schema) -> 
         "tolerations": fragment["tolerations"], "affinity": fragment["affinity"]}})
     with pytest.raises(InvalidRequest, match="no cluster id"):
         scheduling_fragment((), 1)
+
+
+def test_a_cpu_only_request_goes_where_the_most_cpu_is_free_whatever_gpus_are_free() -> None:
+    nodes = inv(vn("b1", "b", 0, "A100", cpu_free=8000, memory_free=2**34),
+                vn("c1", "c", 6, "A100", cpu_free=2000, memory_free=2**36),
+                vn("d1", "d", 8, "L4", cpu_free=None), vn("e1", "e", 4, "L4", cpu_free=16000, cordoned=True))
+    got = place(nodes, PlacementRequest(0, cpu_only=True))
+    assert (got.virtual_node, got.gpus) == ("b1", 0)  # no free GPU there, and none needed
+    # memory decides between equal CPU; a node that does not say how much it has comes last
+    tie = inv(vn("b1", "b", 4, "A100", cpu_free=8000, memory_free=2**33),
+              vn("c1", "c", 4, "A100", cpu_free=8000, memory_free=2**35), vn("a1", "a", 4, "A100"))
+    assert place(tie, PlacementRequest(0, cpu_only=True)).virtual_node == "c1"
+    # memory asked for (N pods' worth) skips nodes without it, with the usual message
+    with pytest.raises(NoFit, match=r"no cluster has a ready virtual node with 64.0 GiB of memory"):
+        place(inv(*tie.virtual_nodes[1:]), PlacementRequest(0, cpu_only=True, memory=2**36))
+
+
+def test_cpu_only_is_said_on_purpose_and_fails_without_a_usable_node() -> None:
+    with pytest.raises(InvalidRequest, match="gpus=2 with cpu_only"):
+        PlacementRequest(2, cpu_only=True)
+    with pytest.raises(NoFit, match=r"^no cluster has a ready virtual node; down: b \(down: offloading broken\)"):
+        place(inv(vn("b1", "b", 4, "A100"), down=("b",)), PlacementRequest(0, cpu_only=True))
+
+
+def test_the_scheduling_fragment_of_cpu_ranks_asks_for_no_gpu_but_keeps_liqos_toleration() -> None:
+    fragment = scheduling_fragment("donor-c", 0)
+    assert fragment["resources"] == {}
+    assert fragment["tolerations"] == scheduling_fragment("donor-c", 1)["tolerations"]
+    assert fragment["affinity"] == scheduling_fragment("donor-c", 1)["affinity"]

@@ -63,7 +63,7 @@ def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _gpus(n: int) -> str:
-    return f"{n} GPU" + ("" if n == 1 else "s")
+    return "no GPU" if not n else f"{n} GPU" + ("" if n == 1 else "s")
 
 
 def _terminated(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:

@@ -1,6 +1,7 @@
 """A distributed run (``--nodes N``) in the pods of one Indexed Job, followed as the events of its ranks.
 
-Each pod runs the runner as its node's launcher (its group rank is the pod's ``JOB_COMPLETION_INDEX``); its
+The Job controller creates the pods: the run learns of them through the project's list-then-watch loop
+(``watching.ListWatch`` on the run's label selector), until all N are known. Each pod runs the runner as its node's launcher (its group rank is the pod's ``JOB_COMPLETION_INDEX``); its
 log is read by the same :class:`~.follow.PodFollower` as a single cell's, told the run's world size so the
 frames of every rank of that pod are accepted. :class:`~...ranked.RankedRun` turns the merged events into one
 run. A pod that fails (unschedulable, image pull, lost node) ends the run with the reason, naming the first
@@ -17,13 +18,17 @@ start), gets the first failure instead, saying why it was not moved.
 from __future__ import annotations
 
 import dataclasses
+import queue
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ....liqo_peering.errors import APIForbidden, APINotFound, APIUnauthorized
 from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
+from ....liqo_peering.watching import Event as WatchEvent
+from ....liqo_peering.watching import ListResult, ListWatch
 from ...runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
 from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED
@@ -31,8 +36,8 @@ from .follow import PodEnded, PodFollower
 from .pods import PodApi
 from .run import LaunchedJob, PodOrder, failure_events
 
-LIST_EVERY = 0.5
-"""Seconds between listings of the Job's pods until all of them exist (the Job controller makes them)."""
+LASTING = (APIUnauthorized, APIForbidden, APINotFound)
+"""Failures of the pods' list or watch that trying again does not mend (the loop retries the others)."""
 POLL = 0.05
 """Longest pause between looks at the followers' queues."""
 
@@ -48,6 +53,29 @@ def pod_index(pod: Mapping[str, Any], nodes: int) -> int | None:
     return index if 0 <= index < nodes else None
 
 
+class RunPods:
+    """The ``watching.Sink`` of the run's pods: hands each pod the loop sees to the run's thread, which starts
+    one follower per index (a pod seen again is ignored there)."""
+
+    def __init__(self) -> None:
+        self.seen: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.error: Exception | None = None
+        """The last failure of the list or watch (None once one went well)."""
+
+    def listed(self, result: ListResult) -> None:
+        self.error = None
+        for pod in result.items:
+            self.seen.put(pod)
+
+    def event(self, event: WatchEvent) -> None:
+        self.error = None
+        if event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
+            self.seen.put(event["object"])
+
+    def failed(self, exc: Exception) -> None:
+        self.error = exc
+
+
 class JobLauncher(Protocol):
     pods: PodApi
 
@@ -59,7 +87,7 @@ class JobLauncher(Protocol):
 
 class JobPods:
     """The pods of one Indexed Job, each followed by its own :class:`~.follow.PodFollower` (told the world
-    size, so the frames of every rank of that pod are accepted) as the Job controller creates them."""
+    size, so the frames of every rank of that pod are accepted) as the watch on the run's pods reports them."""
 
     def __init__(self, pods: PodApi, order: PodOrder, ranks: Ranks, job: LaunchedJob, watch_seconds: int) -> None:
         self.pods = pods
@@ -71,7 +99,15 @@ class JobPods:
         """Node rank -> the follower of that pod."""
         self.ended: set[int] = set()
         """Node ranks whose pod ended (its ``PodEnded`` was taken)."""
-        self._listed = 0.0
+        self._found = RunPods()
+        collection = pods.pods_matching(runner_selector(run_id=order.run_id))
+        self._watch: ListWatch | None = ListWatch(f"pods of Job {job.name}", collection.list, collection.watch,
+                                                  self._found, watch_seconds=watch_seconds).start()
+
+    @property
+    def watch_error(self) -> Exception | None:
+        """The last failure of the watch on the Job's pods, None while it goes well."""
+        return self._found.error
 
     @property
     def all_running(self) -> bool:
@@ -79,18 +115,30 @@ class JobPods:
         return len(self.followers) == self._ranks.nodes and all(f.running.is_set() for f in self.followers.values())
 
     def discover(self) -> None:
-        """List the Job's pods (at most every ``LIST_EVERY`` s) until a follower follows each index: each
-        until its container ends, since a pod's launcher sends one ``done`` per rank (and a session's many)."""
-        if len(self.followers) >= self._ranks.nodes or time.monotonic() - self._listed < LIST_EVERY:
+        """Follow the Job's pods as the watch reports them (one follower per index), each until its container
+        ends: a pod's launcher sends one ``done`` per rank (and a session's many), and a one-shot follower
+        stops at the first. The watch ends once every index has its follower."""
+        if self._watch is None:
             return
-        self._listed = time.monotonic()
-        for pod in self.pods.list_pods(runner_selector(run_id=self._order.run_id)):
+        if isinstance(self._found.error, LASTING):
+            raise self._found.error
+        while len(self.followers) < self._ranks.nodes:
+            try:
+                pod = self._found.seen.get_nowait()
+            except queue.Empty:
+                return
             index = pod_index(pod, self._ranks.nodes)
             if index is None or index in self.followers:
                 continue
             self.followers[index] = PodFollower(
                 self.pods, pod, self._order.nonce, self._job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
                 run_id=self._order.bundle_run, ranks=self._ranks.world_size)
+        self._stop_watching()
+
+    def _stop_watching(self) -> None:
+        if self._watch is not None:
+            self._watch.close(timeout=0)  # the thread ends on its own once its request is shut
+            self._watch = None
 
     def next(self, timeout: float) -> tuple[int, Event | Placed | PodEnded] | None:
         """The next item of any pod still followed (and the pod's node rank) within ``timeout`` s, else None;
@@ -113,7 +161,8 @@ class JobPods:
             time.sleep(min(POLL, remaining))
 
     def stop(self) -> None:
-        """Stop following every pod."""
+        """Stop watching for pods and following every pod."""
+        self._stop_watching()
         for follower in self.followers.values():
             follower.stop()
 
@@ -160,9 +209,9 @@ class KubeJobRun:
         """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
-        started = len(self._nodes.followers)
+        started, error = len(self._nodes.followers), self._nodes.watch_error
         return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "
-                f"{time.monotonic() - self._since:.0f} s")
+                f"{time.monotonic() - self._since:.0f} s" + (f" (watching its pods failed: {error})" if error else ""))
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""

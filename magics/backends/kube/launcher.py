@@ -164,37 +164,41 @@ class PodLauncher:
     def where(self, placement: RunRequest, avoid: frozenset[str], memory: str | None = None) -> Where:
         """The virtual node for ``placement`` (with ``memory`` free, a quantity) from the cached inventory, then
         the namespace offloaded there."""
-        return self._placed(placement, memory, lambda inventory, request, policy: (
+        return self._placed(placement, memory, False, lambda inventory, request, policy: (
             place(inventory, request, policy, avoid=set(avoid)),))[0]
 
-    def where_pods(self, placement: RunRequest, avoid: frozenset[str], memory: str | None, ranks: Ranks) -> tuple[Where, ...]:
-        """Where a distributed run's ``ranks.nodes`` pods of ``placement.gpus`` GPUs go, then the namespace
-        offloaded there: one virtual node with room for all of them, or with ``ranks.spread`` the clusters
-        that together have room (:func:`place_pods`)."""
+    def where_pods(self, placement: RunRequest, avoid: frozenset[str], memory: str | None, ranks: Ranks,
+                   cpu_only: bool = False) -> tuple[Where, ...]:
+        """Where a distributed run's ``ranks.nodes`` pods of ``placement.gpus`` GPUs (each with ``memory``
+        free) go, then the namespace offloaded there: one virtual node with room for all of them, or with
+        ``ranks.spread`` the clusters that together have room (:func:`place_pods`).
+
+        ``cpu_only``: the pods ask for no GPU (``--gpus 0``) and go to the node with the most CPU free
+        (``placement.most_cpu_free``); without it, ``--gpus 0`` is refused by the placement request."""
         nodes = ranks.nodes
 
         def choose(inventory: Inventory, request: PlacementRequest, policy: PlacementPolicy) -> tuple[Where, ...]:
             if ranks.spread:
                 return place_pods(inventory, request, nodes, policy, avoid)
+            whole = dataclasses.replace(request, gpus=request.gpus * nodes, memory=request.memory * nodes)
             try:
-                return (place(inventory, dataclasses.replace(request, gpus=request.gpus * nodes), policy, avoid),)
+                return (place(inventory, whole, policy, avoid),)
             except NoFit as exc:
-                if nodes == 1:
+                if nodes == 1 or cpu_only:
                     raise
                 raise NoFit(f"{exc}. The {nodes} pods of this run ask for {request.gpus} GPU"
                             f"{'' if request.gpus == 1 else 's'} each, all on one cluster; add --spread to let "
                             "them span clusters", exc.alternatives) from exc
 
-        return self._placed(placement, memory, choose)
+        return self._placed(placement, memory, cpu_only, choose)
 
-    def _placed(self, placement: RunRequest, memory: str | None,
+    def _placed(self, placement: RunRequest, memory: str | None, cpu_only: bool,
                 choose: Callable[[Inventory, PlacementRequest, PlacementPolicy], tuple[Where, ...]]) -> tuple[Where, ...]:
         """Run ``choose`` on the trust-filtered inventory under the settings' policy, then offload the
         namespace to every cluster chosen."""
-        self._check_gpus(placement)
         request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
                                    fallback_models=placement.fallback_models, memory=memory_bytes(memory),
-                                   trusted_only=placement.trusted_only)
+                                   trusted_only=placement.trusted_only, cpu_only=cpu_only)
         policy = POLICIES.get(self.settings.policy)
         if policy is None:
             raise OffloadUsageError(f"placement policy {self.settings.policy!r} is unknown; use one of "
@@ -277,7 +281,8 @@ class PodLauncher:
         if placement.gpus < 1:
             raise OffloadUsageError(
                 f"--gpus {placement.gpus}: the kubernetes backend runs cells on donated GPUs; ask for --gpus 1 "
-                "or more, or run CPU-only cells with --backend local.")
+                "or more, or run CPU-only cells with --backend local (CPU ranks of a distributed cell, --nodes, "
+                "do run here).")
 
     def _spec(self, order: PodOrder, scheduling: dict[str, object], cluster: str, memory: str | None,
               stored: Stored | None, queue: str | None) -> RunnerPodSpec:
@@ -307,6 +312,7 @@ class PodLauncher:
         ``avoid`` is non-empty for a retry elsewhere, which a cell pinned with ``--cluster`` does not get.
         """
         placement = order.placement
+        self._check_gpus(placement)
         queue = self.queue_name()
         self._check_move(placement, queue, avoid)
         runner = self.runner_bytes()
@@ -357,12 +363,25 @@ class PodLauncher:
         All pods on one virtual node: ``nodes x gpus`` GPUs free there (pod-to-pod traffic stays inside one
         cluster); with ``--spread``, the clusters that together have room (:meth:`where_pods`), every pod
         allowed on all of them (the pods of an Indexed Job share one template, so the scheduler binds each
-        where it fits). With queueing on, the Job's Kueue labels and no placement (Kueue admits the Job as a
-        unit). ``avoid`` is non-empty for the one retry elsewhere, refused as for a single cell.
+        where it fits); with ``--gpus 0`` (CPU ranks) the node with the most CPU free. With queueing on, the
+        Job's Kueue labels and no placement (Kueue admits the Job as a unit). ``avoid`` is non-empty for the one
+        retry elsewhere, refused as for a single cell.
         """
         placement = order.placement
+        cpu_only = placement.gpus == 0
         queue = self.queue_name()
-        self._check_move(placement, queue, avoid)
+        self._check_move(placement, queue, avoid)  # the budget too, before anything is created
+        if cpu_only and queue:
+            # the ClusterQueue's quotas are what picks a donor; a Job asking for no GPU would be admitted at
+            # once with no flavor, i.e. no donor, and its pods would not be sent to a virtual node at all
+            raise OffloadUsageError(
+                f"--gpus 0 with --nodes: queueing through Kueue is on (LocalQueue {queue}), and Kueue chooses the "
+                "donor by its GPU quota, which CPU ranks do not use. Nothing was launched. Ask for --gpus 1 or "
+                "more per node, or try the CPU ranks with --backend local.")
+        if cpu_only and ranks.spread:
+            raise OffloadUsageError(
+                "--spread with --gpus 0: CPU ranks go to the one virtual node with the most CPU free, so they do "
+                "not span clusters. Nothing was launched. Drop --spread, or ask for --gpus 1 or more per node.")
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
         if queue and ranks.spread:
@@ -373,11 +392,11 @@ class PodLauncher:
             model = placement.gpu_model if not placement.fallback_models else None
             clusters: tuple[str, ...] = (cluster,)
         else:
-            chosen = self.where_pods(placement, avoid, memory, ranks)
+            chosen = self.where_pods(placement, avoid, memory, ranks, cpu_only)
             clusters = tuple(c.cluster_id for c in chosen)
             scheduling = scheduling_fragment(clusters, placement.gpus)
             models = {c.model for c in chosen}
-            model = models.pop() if len(models) == 1 else None
+            model = models.pop() if len(models) == 1 and not cpu_only else None  # CPU ranks use no GPU
         # the out rank may land on any of the clusters: its outputs are trusted only when every one is
         outputs_from = next((c for c in clusters if not is_trusted(c, self.trust)), clusters[0])
         bundle, stored = order.bundle, None

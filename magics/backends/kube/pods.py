@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ....liqo_peering.errors import APIConflict, APINotFound, APIServerError, APIThrottled, api_error
 from ....liqo_peering.retrying import Backoff, retry
-from ....liqo_peering.watching import READ_MARGIN, Event, WatchStream
+from ....liqo_peering.watching import READ_MARGIN, Collection, Event, WatchStream
 
 REQUEST_TIMEOUT = 30.0
 CREATE_RETRY = Backoff(first=1.0, cap=4.0, attempts=3)
@@ -161,6 +161,11 @@ class PodApi:
         mine = [e for e in listed.get("items") or [] if (e.get("involvedObject") or {}).get("uid") == uid]
         mine.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
         return mine[-1] if mine else None
+
+    def pods_matching(self, selector: str) -> Collection:
+        """The namespace's pods matching a label selector, as a collection ``watching.ListWatch`` keeps."""
+        return Collection(f"pods in {self.namespace} matching {selector}", self.core.list_namespaced_pod,
+                          {"namespace": self.namespace, "label_selector": selector})
 
     def list_pods(self, selector: str) -> list[dict[str, Any]]:
         """The pods in the namespace matching a label selector, as JSON."""
