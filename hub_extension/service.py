@@ -51,6 +51,7 @@ def make_app(state: HubState, operations: Operations, prefix: str) -> web.Applic
         ("api/admin/actions/([a-z]+)", h.ActionApi),
         ("api/inventory", h.InventoryApi),
         ("api/me", h.MyRunsApi),
+        ("me", h.MyPage),
         ("metrics", h.MetricsHandler),
     ]
     rules: list[tuple[str, type[web.RequestHandler], dict[str, object]] | tuple[str, type[web.RequestHandler]]]

@@ -159,6 +159,13 @@ class HubState:
             "gpu_hours_per_day": views.chart_data(my_usage_chart(self.store, user, now.date())),
         }
 
+    def my_usage(self, user: str, runs: int = 20) -> views.MyUsage:
+        """``user``'s own page: this month's spend and budget, their chart, their last ``runs`` runs (all read
+        with ``user`` as the key: nothing of anyone else's)."""
+        now = datetime.now(timezone.utc)
+        return views.MyUsage(self.store.spend(user, month_of(now)), self.config.monthly_budget_per_user,
+                             my_usage_chart(self.store, user, now.date()), tuple(self.store.runs(user, runs)))
+
     def cost_report(self, month: str | None) -> views.CostReport:
         """Cost per user and donor of ``month`` (None: all months), and per month."""
         return views.CostReport(month, tuple(self.store.costs("user", month)), tuple(self.store.costs("donor", month)),
@@ -229,8 +236,11 @@ def my_usage_chart(store: Store, user: str, today: date) -> charts.Chart:
     """``user``'s own GPU-hours per day up to ``today``, stacked by donor: the chart of ``api/me``."""
     days = charts.days_ending(today)
     since = datetime.combine(days[0], time(), timezone.utc)
-    return charts.stacked_days(f"Your GPU-hours per day by donor, last {len(days)} days (UTC)", days,
-                               charts.daily_series(store.daily("donor", since, user), days))
+    chart = charts.stacked_days(f"Your GPU-hours per day by donor, last {len(days)} days (UTC)", days,
+                                charts.daily_series(store.daily("donor", since, user), days))
+    return dataclasses.replace(chart, empty=chart.empty and (
+        f"{chart.empty} Put %%gpu_offload on top of a notebook cell to run it on a remote GPU; its GPU-hours "
+        "show here once it ends."))
 
 
 def usage_charts(store: Store, month: str, today: date) -> views.UsageCharts:
