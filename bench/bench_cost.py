@@ -5,7 +5,8 @@ runs, priced); then, as the handlers do it without the HTTP round trip: the user
 month's cost per user and donor, all months, all-time totals) rendered, ``api/admin/cost``, ``api/me``'s
 spend, the month's CSV, and one run recorded with its pricing. The service keeps the users page's records
 until a run is recorded (``HubState.usage_page``): the first view after a run reads the database, the next
-ones only render. Goal: the users page within the pages' 150 ms.
+ones only render. Also a user's own page (``me``: their month, chart and last runs, read from their runs).
+Goal: the users page within the pages' 150 ms.
 
 The store reads running totals kept as runs are recorded (``hub_extension/rollups.py``). ``--before`` also
 measures, in the same run and on the same database, the design they replaced: every total summed over the
@@ -35,7 +36,7 @@ import sqlalchemy as sa  # noqa: E402
 from gpu_offload.hub_extension import billing, pages, views  # noqa: E402
 from gpu_offload.hub_extension.cost import month_of, priced  # noqa: E402
 from gpu_offload.hub_extension.service import freeze_startup_heap  # noqa: E402
-from gpu_offload.hub_extension.state import usage_charts  # noqa: E402
+from gpu_offload.hub_extension.state import my_usage, usage_charts  # noqa: E402
 from gpu_offload.hub_extension.store import GROUPS, CostRow, Store, UsageTotal  # noqa: E402
 from gpu_offload.hub_extension.usage import MeteredRun  # noqa: E402
 from machine import machine_line  # noqa: E402
@@ -177,6 +178,7 @@ def main() -> int:
                 ("users page, records kept", users_page_kept, 20),
                 ("api/admin/cost of the month", report, 20),
                 ("api/me spend of one user", lambda: store.spend("user001", month), 50),
+                ("a user's own page (me)", lambda: pages.my_page(ctx, my_usage(store, "user001", 100.0, now)), 20),
                 ("CSV of the month", csv_month, 5),
                 ("record one run with its pricing", record_one, 50)]
         print(machine_line())

@@ -159,12 +159,9 @@ class HubState:
             "gpu_hours_per_day": views.chart_data(my_usage_chart(self.store, user, now.date())),
         }
 
-    def my_usage(self, user: str, runs: int = 20) -> views.MyUsage:
-        """``user``'s own page: this month's spend and budget, their chart, their last ``runs`` runs (all read
-        with ``user`` as the key: nothing of anyone else's)."""
-        now = datetime.now(timezone.utc)
-        return views.MyUsage(self.store.spend(user, month_of(now)), self.config.monthly_budget_per_user,
-                             my_usage_chart(self.store, user, now.date()), tuple(self.store.runs(user, runs)))
+    def my_usage(self, user: str) -> views.MyUsage:
+        """``user``'s own page (``my_usage``)."""
+        return my_usage(self.store, user, self.config.monthly_budget_per_user, datetime.now(timezone.utc))
 
     def cost_report(self, month: str | None) -> views.CostReport:
         """Cost per user and donor of ``month`` (None: all months), and per month."""
@@ -241,6 +238,13 @@ def my_usage_chart(store: Store, user: str, today: date) -> charts.Chart:
     return dataclasses.replace(chart, empty=chart.empty and (
         f"{chart.empty} Put %%gpu_offload on top of a notebook cell to run it on a remote GPU; its GPU-hours "
         "show here once it ends."))
+
+
+def my_usage(store: Store, user: str, budget: float | None, now: datetime, runs: int = 20) -> views.MyUsage:
+    """``user``'s own page: this month's spend and ``budget``, their chart, their last ``runs`` runs (all read
+    with ``user`` as the key: nothing of anyone else's)."""
+    return views.MyUsage(store.spend(user, month_of(now)), budget, my_usage_chart(store, user, now.date()),
+                         tuple(store.runs(user, runs)))
 
 
 def usage_charts(store: Store, month: str, today: date) -> views.UsageCharts:
