@@ -80,7 +80,7 @@ class Base(HubOAuthenticated, web.RequestHandler):
         """Who is looking and where: what every page needs besides its records."""
         model = self.current_user or {}
         return pages.HubContext(self.prefix, self.user_name, bool(model.get("admin")), self.xsrf_token.decode(),
-                                may(model, MANAGE_SCOPE))
+                                may(model, MANAGE_SCOPE), may(model, VIEW_SCOPE))
 
 
 class PageHandler(Base):
@@ -286,6 +286,14 @@ class UserHandler(JsonHandler):
     def hub_scopes(self) -> None:  # type: ignore[override]
         return None
 
+    def own_runs_only(self) -> None:
+        """403 when the request names another user: what these endpoints show is the caller's, always."""
+        for asked in self.get_query_arguments("user"):
+            if asked != self.user_name:
+                    raise web.HTTPError(403, f"you are {self.user_name!r}: this shows your own runs only, not "
+                                         f"{asked[:64]!r}'s; leave out ?user= (viewers of the service see everyone's "
+                                         "on its users page)")
+
 
 class InventoryApi(UserHandler):
     @web.authenticated
@@ -296,7 +304,18 @@ class InventoryApi(UserHandler):
 class MyRunsApi(UserHandler):
     @web.authenticated
     def get(self) -> None:
+        self.own_runs_only()
         self.send(self.state.user_runs(self.user_name))
+
+
+class MyPage(UserHandler):
+    """The caller's own GPU usage as a page: the month's spend, the chart of their runs, their last runs."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.own_runs_only()
+        self.set_header("Content-Type", "text/html; charset=UTF-8")
+        self.finish(pages.my_page(self.page_context(), self.state.my_usage(self.user_name)))
 
 
 class MetricsHandler(UserHandler):

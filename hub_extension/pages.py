@@ -29,7 +29,7 @@ from jupyterhub._data import DATA_FILES_PATH
 
 from .queue_page import QueuesView
 from .store import AuditEntry, UsageTotal
-from .views import ClusterDetail, ClusterPageRow, CostReport, DonorCharts, UsageCharts
+from .views import ClusterDetail, ClusterPageRow, CostReport, DonorCharts, MyUsage, UsageCharts
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -101,6 +101,8 @@ class HubContext:
     xsrf: str
     """JupyterHub's XSRF token for this browser session; every form carries it."""
     can_manage: bool = False
+    can_view: bool = False
+    """Whether the admin pages are open to this user (the navigation links them only then)."""
 
     def variables(self) -> dict[str, Any]:
         """The variables of JupyterHub's ``page.html`` plus the service's own."""
@@ -117,6 +119,7 @@ class HubContext:
             "admin_access": self.admin, "parsed_scopes": {"admin-ui"} if self.admin else set(),
             "no_spawner_check": True, "services": [], "xsrf_token": self.xsrf, "version_hash": "",
             "service_prefix": self.service_prefix, "xsrf": self.xsrf, "can_manage": self.can_manage,
+            "can_view": self.can_view or self.admin,
         }
 
 
@@ -140,6 +143,11 @@ def users_page(ctx: HubContext, totals: Sequence[UsageTotal], report: CostReport
     """Charts of the last days and the month's top users, cost per user and donor of one month, per month, and
     GPU-hours per user and cluster of all time."""
     return render("users", ctx, "GPU usage and cost", totals=totals, report=report, charts=charts)
+
+
+def my_page(ctx: HubContext, usage: MyUsage) -> str:
+    """A user's own: this month's spend and budget, their GPU-hours per day by donor, their last runs."""
+    return render("me", ctx, "Your GPU usage", usage=usage)
 
 
 def queues_page(ctx: HubContext, view: QueuesView) -> str:

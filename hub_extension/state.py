@@ -159,6 +159,10 @@ class HubState:
             "gpu_hours_per_day": views.chart_data(my_usage_chart(self.store, user, now.date())),
         }
 
+    def my_usage(self, user: str) -> views.MyUsage:
+        """``user``'s own page (``my_usage``)."""
+        return my_usage(self.store, user, self.config.monthly_budget_per_user, datetime.now(timezone.utc))
+
     def cost_report(self, month: str | None) -> views.CostReport:
         """Cost per user and donor of ``month`` (None: all months), and per month."""
         return views.CostReport(month, tuple(self.store.costs("user", month)), tuple(self.store.costs("donor", month)),
@@ -229,8 +233,18 @@ def my_usage_chart(store: Store, user: str, today: date) -> charts.Chart:
     """``user``'s own GPU-hours per day up to ``today``, stacked by donor: the chart of ``api/me``."""
     days = charts.days_ending(today)
     since = datetime.combine(days[0], time(), timezone.utc)
-    return charts.stacked_days(f"Your GPU-hours per day by donor, last {len(days)} days (UTC)", days,
-                               charts.daily_series(store.daily("donor", since, user), days))
+    chart = charts.stacked_days(f"Your GPU-hours per day by donor, last {len(days)} days (UTC)", days,
+                                charts.daily_series(store.daily("donor", since, user), days))
+    return dataclasses.replace(chart, empty=chart.empty and (
+        f"{chart.empty} Put %%gpu_offload on top of a notebook cell to run it on a remote GPU; its GPU-hours "
+        "show here once it ends."))
+
+
+def my_usage(store: Store, user: str, budget: float | None, now: datetime, runs: int = 20) -> views.MyUsage:
+    """``user``'s own page: this month's spend and ``budget``, their chart, their last ``runs`` runs (all read
+    with ``user`` as the key: nothing of anyone else's)."""
+    return views.MyUsage(store.spend(user, month_of(now)), budget, my_usage_chart(store, user, now.date()),
+                         tuple(store.runs(user, runs)))
 
 
 def usage_charts(store: Store, month: str, today: date) -> views.UsageCharts:

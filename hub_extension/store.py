@@ -5,6 +5,9 @@ Runs are keyed by pod uid and inserted only when absent, so the watcher may see 
 terminal phase, then its deletion; or again after a restart re-lists it) without counting it twice; and a
 run's price and cost are written once, with the run, so a later price change never rewrites them.
 
+What the pages sum (totals per user, donor, month and day) is kept as running totals beside the runs,
+written in the same transaction (``rollups.py``), so a view reads a few thousand rows, not every run.
+
 Schema changes are additive: a column added to a table here is added to an existing database when the
 service opens it (``_add_missing_columns``), nullable or with its server default, so an older database
 keeps working and its old rows read as "not priced".
@@ -21,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
+from . import rollups
 from .cost import PricePoint, month_of
 from .usage import MeteredRun
 
@@ -147,8 +151,12 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.engine = sa.create_engine(url, future=True)
-        _metadata.create_all(self.engine)
+        for metadata in (_metadata, rollups.metadata):
+            metadata.create_all(self.engine)
         _add_missing_columns(self.engine)
+        with self.engine.begin() as conn:  # a database of an older version: its runs are not in the totals yet
+            if rollups.missing(conn, _runs):
+                rollups.rebuild(conn, (_run(r) for r in conn.execute(sa.select(_runs))))
         self.generation = 0
         """Runs recorded by this process: views of the runs may be cached until it changes."""
         self._prices_lock = threading.Lock()  # the price recorder and the pod watch both note prices
@@ -166,40 +174,52 @@ class Store:
             "ended": run.ended, "phase": run.phase, "gpu_seconds": run.gpu_seconds, "month": month_of(run.ended),
             "price_per_gpu_hour": run.price_per_gpu_hour, "cost": run.cost, "preempted": run.preempted,
         }
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(_runs.insert().values(**row))
-        except IntegrityError:
-            return False
+        for attempt in range(3):
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(_runs.insert().values(**row))
+                    rollups.add(conn, run)
+                break
+            except IntegrityError:
+                if self._recorded(run.pod_uid):
+                    return False
+                if attempt == 2:  # not the run: another writer kept creating the same totals row
+                    raise
         self.generation += 1
         return True
 
+    def _recorded(self, pod_uid: str) -> bool:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(_runs.c.pod_uid).where(_runs.c.pod_uid == pod_uid)).first() is not None
+
     def totals(self, user: str | None = None) -> list[UsageTotal]:
         """GPU-hours, cost and preemptions per user and cluster (one user's only, when given), largest first."""
-        query = sa.select(_runs.c.user, _runs.c.cluster_id, *_sums(),
-                          sa.func.sum(sa.case((_runs.c.preempted, 1), else_=0)).label("preempted"),
-                          ).group_by(_runs.c.user, _runs.c.cluster_id)
+        m = rollups.monthly
+        query = sa.select(m.c.user, m.c.cluster_id, *_sums(),
+                          sa.func.sum(m.c.preempted).label("preempted")).group_by(m.c.user, m.c.cluster_id)
         if user is not None:
-            query = query.where(_runs.c.user == user)
+            query = query.where(m.c.user == user)
         with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        totals = [UsageTotal(r.user, r.cluster_id, int(r.runs), float(r.seconds or 0) / 3600, float(r.cost or 0),
-                             int(r.unpriced or 0), int(r.preempted or 0)) for r in rows]
+            rows: list[Any] = list(conn.execute(query).all())
+        # positional unpacking: a Row's attributes cost more than the rest of the page's thousands of rows
+        totals = [UsageTotal(u, c, int(n), float(s or 0) / 3600, float(cost or 0), int(unpriced or 0), int(pre or 0))
+                  for u, c, n, s, cost, unpriced, pre in rows]
         return sorted(totals, key=lambda t: (-t.gpu_hours, t.user, t.cluster_id))
 
     def costs(self, by: str, month: str | None = None, user: str | None = None) -> list[CostRow]:
         """GPU-hours and cost per ``by`` (``user``, ``donor`` or ``month``), of one month and one user when given;
         largest cost first (months: newest first)."""
-        column = _runs.c[GROUPS[by]]
+        m = rollups.monthly
+        column = m.c[GROUPS[by]]
         query = sa.select(column.label("key"), *_sums()).group_by(column)
         if month is not None:
-            query = query.where(_runs.c.month == month)
+            query = query.where(m.c.month == month)
         if user is not None:
-            query = query.where(_runs.c.user == user)
+            query = query.where(m.c.user == user)
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
-        found = [CostRow(str(r.key or ""), int(r.runs), float(r.seconds or 0) / 3600, float(r.cost or 0),
-                         int(r.unpriced or 0)) for r in rows]
+        found = [CostRow(str(k or ""), int(n), float(s or 0) / 3600, float(cost or 0), int(unpriced or 0))
+                 for k, n, s, cost, unpriced in rows]
         if by == "month":
             return sorted(found, key=lambda c: c.key, reverse=True)
         return sorted(found, key=lambda c: (-c.cost, -c.gpu_hours, c.key))
@@ -217,16 +237,21 @@ class Store:
 
     def daily(self, by: str, since: datetime, user: str | None = None) -> list[tuple[str, str, float]]:
         """(day ``YYYY-MM-DD``, user or donor, GPU-seconds) of the runs (one user's, when given) that ended at or
-        after ``since``, summed per day (the day a run ended, UTC: the column holds UTC) in the database: the
-        daily charts."""
-        column = _runs.c[GROUPS[by]]
-        day = sa.func.date(_runs.c.ended)
-        query = (sa.select(day, column, sa.func.sum(_runs.c.gpu_seconds)).where(_runs.c.ended >= since)
-                 .group_by(day, column))
-        if user is not None:
-            query = query.where(_runs.c.user == user)
+        after ``since`` (a UTC midnight), summed per day (the day a run ended, UTC): the daily charts. Everyone's
+        from the daily totals; one user's from their runs (the totals are not per user and donor)."""
+        query: sa.Select[Any]
+        if user is None:
+            d = rollups.daily
+            query = sa.select(d.c.day, d.c.key, d.c.gpu_seconds).where(
+                d.c.by == by, d.c.day >= since.astimezone(timezone.utc).date().isoformat())
+        else:
+            column = _runs.c[GROUPS[by]]
+            day = sa.func.date(_runs.c.ended)  # the column holds UTC
+            query = (sa.select(day, column, sa.func.sum(_runs.c.gpu_seconds))
+                     .where(_runs.c.ended >= since, _runs.c.user == user).group_by(day, column))
         with self.engine.connect() as conn:
-            return [(str(r[0]), str(r[1] or ""), float(r[2] or 0)) for r in conn.execute(query)]
+            rows: list[Any] = list(conn.execute(query).all())
+        return [(str(day), str(key or ""), float(s or 0)) for day, key, s in rows]
 
     def export(self, month: str | None = None) -> Iterator[MeteredRun]:
         """Every finished run (of one month when given), oldest first: what the billing CSV lists."""
@@ -305,9 +330,9 @@ class Store:
 
 
 def _sums() -> list[Any]:
-    return [sa.func.count().label("runs"), sa.func.sum(_runs.c.gpu_seconds).label("seconds"),
-            sa.func.sum(_runs.c.cost).label("cost"),
-            sa.func.sum(sa.case((_runs.c.cost.is_(None), 1), else_=0)).label("unpriced")]
+    m = rollups.monthly
+    return [sa.func.sum(m.c.runs).label("runs"), sa.func.sum(m.c.gpu_seconds).label("seconds"),
+            sa.func.sum(m.c.cost).label("cost"), sa.func.sum(m.c.unpriced_runs).label("unpriced")]
 
 
 def _run(r: Any) -> MeteredRun:
@@ -319,7 +344,7 @@ def _add_missing_columns(engine: sa.Engine) -> None:
     """Bring a database made by an older version up to this schema: add the columns it lacks (nullable or
     with their server default, so old rows stay valid), their indexes, and fill in derived values."""
     inspector = sa.inspect(engine)
-    for table in _metadata.sorted_tables:
+    for table in (*_metadata.sorted_tables, *rollups.metadata.sorted_tables):
         present = {c["name"] for c in inspector.get_columns(table.name)}
         missing = [c for c in table.columns if c.name not in present]
         if not missing:

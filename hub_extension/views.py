@@ -23,7 +23,7 @@ from gpu_offload.liqo_peering.timestamps import parse_time
 from .charts import Chart
 from .cost import month_of
 from .store import CostRow
-from .usage import pod_user
+from .usage import MeteredRun, pod_user
 
 Obj = Mapping[str, Any]
 
@@ -263,6 +263,22 @@ def chart_data(chart: Chart) -> dict[str, Any]:
     """A chart as JSON: its title, each bar's series, category (a day) and value, and what to say when empty."""
     return {"title": chart.title, "bars": [{"series": b.series, "category": b.category, "value": b.value}
                                            for b in chart.bars], "empty": chart.empty}
+
+
+@dataclass(frozen=True)
+class MyUsage:
+    """A user's own page: what they spent this month, their GPU-hours per day by donor, their last runs."""
+
+    spent: CostRow
+    budget: float | None
+    chart: Chart
+    runs: tuple[MeteredRun, ...]
+    """Their most recent finished runs, newest first."""
+
+    @property
+    def remaining(self) -> float | None:
+        """What is left of the budget (None: no budget)."""
+        return None if self.budget is None else max(0.0, self.budget - self.spent.cost)
 
 
 @dataclass(frozen=True)

@@ -144,8 +144,8 @@ def test_admin_labels_a_virtual_node_from_its_cluster_page(browser: Any, hub: An
     page.context.close()
 
 
-def test_the_users_page_shows_cost_and_charts_at_desktop_and_narrow_widths(
-        browser: Any, hub: Any, origin: RunningOrigin, artifacts: Path, tmp_path: Path) -> None:
+def _run_briefly(origin: RunningOrigin, hub: Any, user: str, pod: str, done: Path) -> None:
+    """``user`` runs a 2-GPU pod on donor-1 for a few seconds; returns once the service has recorded it."""
     import kubernetes
     from gpu_offload.sandbox.fixtures import wait_until
 
@@ -154,21 +154,26 @@ def test_the_users_page_shows_cost_and_charts_at_desktop_and_narrow_widths(
     client = origin.sandbox.api_client()
     core = kubernetes.client.CoreV1Api(client)
     ns = offloaded_namespace(client)
-    done = tmp_path / "done"
     try:
-        core.create_namespaced_pod(ns, held_pod("gpuo-shown", "alice", "donor-1", done, gpus=2))
-        pod = wait_until(lambda: (p := core.read_namespaced_pod("gpuo-shown", ns)).status.phase == "Running" and p,
-                         "the run to start")
+        core.create_namespaced_pod(ns, held_pod(pod, user, "donor-1", done, gpus=2))
+        started_pod = wait_until(lambda: (p := core.read_namespaced_pod(pod, ns)).status.phase == "Running" and p,
+                                 "the run to start")
         # pod times have one-second precision: a run ended within its first second would meter 0 GPU-seconds
         # and draw no bar, so it ends once the clock has passed its start by two seconds
-        started = pod.status.start_time or pod.metadata.creation_timestamp
+        started = started_pod.status.start_time or started_pod.metadata.creation_timestamp
         wait_until(lambda: datetime.now(timezone.utc) >= started + timedelta(seconds=2), "the clock to pass the start")
         done.touch()
-        wait_until(lambda: [u for u in hub.api("GET", "api/admin/usage", "vera").json()["usage"]
-                            if u["user"] == "alice"], "the run to be recorded")
+        wait_until(lambda: [r for r in hub.api("GET", "api/me", user).json()["finished"] if r["pod"] == pod],
+                   "the run to be recorded")
     finally:
+        done.touch()
         core.delete_namespace(ns)
         client.close()
+
+
+def test_the_users_page_shows_cost_and_charts_at_desktop_and_narrow_widths(
+        browser: Any, hub: Any, origin: RunningOrigin, artifacts: Path, tmp_path: Path) -> None:
+    _run_briefly(origin, hub, "alice", "gpuo-shown", tmp_path / "done")
     page = log_in(browser, hub, "vera")
     for width, name in ((1280, "9-viewer-users-cost-1280.png"), (600, "10-viewer-users-cost-600.png")):
         page.set_viewport_size({"width": width, "height": 900})
@@ -181,6 +186,7 @@ def test_the_users_page_shows_cost_and_charts_at_desktop_and_narrow_widths(
             assert box is not None and 0 < box["width"] <= width
         assert page.locator("rect.bar[data-series='alice']").count() >= 1
         assert "alice" in page.inner_text("table")
+        assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing overflows, the menu neither
         page.screenshot(path=str(artifacts / name), full_page=True)
     page.context.close()
 
@@ -198,5 +204,24 @@ def test_a_cluster_page_charts_its_gpus_at_desktop_and_narrow_widths(browser: An
             box = charts.nth(i).bounding_box()
             assert box is not None and 0 < box["width"] <= width
         assert page.locator("rect.bar[data-series='free'], rect.bar[data-series='in use']").count() >= 2
+        page.screenshot(path=str(artifacts / name), full_page=True)
+    page.context.close()
+
+
+def test_a_user_sees_their_own_chart_at_desktop_and_narrow_widths(browser: Any, hub: Any, origin: RunningOrigin,
+                                                                 artifacts: Path, tmp_path: Path) -> None:
+    _run_briefly(origin, hub, "vera", "gpuo-veras", tmp_path / "done")
+    page = log_in(browser, hub, "vera")
+    for width, name in ((1280, "13-user-own-usage-1280.png"), (600, "14-user-own-usage-600.png")):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{hub.service_url}me")
+        page.wait_for_selector("h1:text('Your GPU usage')")
+        chart = page.locator("figure.gpu-offload-chart svg[role=img]")
+        assert chart.count() == 1
+        box = chart.bounding_box()
+        assert box is not None and 0 < box["width"] <= width  # it shrinks with the window
+        assert page.locator("rect.bar[data-series='donor-1']").count() >= 1
+        assert "gpuo-veras" in page.inner_text("table") and "gpuo-shown" not in page.content()  # alice's run
+        assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing overflows, the menu neither
         page.screenshot(path=str(artifacts / name), full_page=True)
     page.context.close()
