@@ -23,6 +23,7 @@ from tornado import web
 
 from . import billing, pages, views
 from .actions import Action, Peering, parse_action
+from .bodies import Body
 from .operations import ActionResult, Operations
 from .state import HubState
 from .uploads import KubeconfigVault
@@ -191,12 +192,23 @@ class JsonHandler(Base):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data, default=str))
 
+    def send_body(self, body: Body) -> None:
+        """A kept body (bodies.py), or 304 when the client holds it already (``If-None-Match``). Call it only
+        after the caller's right to the body was checked: a 304 says as much as the body."""
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Etag", body.etag)  # set here, tornado would hash the body again in finish()
+        if self.check_etag_header():
+            self.set_status(304)
+            self.finish()
+            return
+        self.finish(body.data)
+
 
 class ClustersApi(JsonHandler):
     @web.authenticated
     def get(self) -> None:
         self.require(VIEW_SCOPE)
-        self.send({"clusters": views.to_json(self.state.cluster_rows())})
+        self.send_body(self.state.clusters_body())
 
 
 class ClusterApi(JsonHandler):
@@ -290,7 +302,7 @@ class UserHandler(JsonHandler):
 class InventoryApi(UserHandler):
     @web.authenticated
     def get(self) -> None:
-        self.send(views.user_inventory(self.state.inventory()))
+        self.send_body(self.state.inventory_body())
 
 
 class MyRunsApi(UserHandler):
