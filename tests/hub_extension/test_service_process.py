@@ -1,4 +1,5 @@
-"""A token the service has not seen yet is checked with the hub without holding up anyone else's request.
+"""The service as a process: a token it has not seen yet is checked with the hub without holding up anyone
+else's request, and its log keeps what an operator reads (refusals, changes), not every answered poll.
 
 The service runs as JupyterHub runs it (``python -m gpu_offload.hub_extension.service`` with the hub's
 ``JUPYTERHUB_*`` variables) against the sandbox origin; its hub API is a stand-in answering
@@ -61,9 +62,17 @@ class StandInHubApi:
         return Handler
 
 
+@dataclass(frozen=True)
+class RunningService:
+    url: str
+    hub_api: StandInHubApi
+    log: Path
+    """What the service wrote to stdout and stderr."""
+
+
 @pytest.fixture()
-def service(origin: RunningOrigin, tmp_path: Path) -> Iterator[tuple[str, StandInHubApi]]:
-    """The service on 127.0.0.1, its hub API the stand-in; yields its URL and the stand-in."""
+def service(origin: RunningOrigin, tmp_path: Path) -> Iterator[RunningService]:
+    """The service on 127.0.0.1, its hub API the stand-in."""
     api = StandInHubApi()
     hub = ThreadingHTTPServer(("127.0.0.1", 0), api.handler())
     threading.Thread(target=hub.serve_forever, daemon=True).start()
@@ -79,7 +88,7 @@ def service(origin: RunningOrigin, tmp_path: Path) -> Iterator[tuple[str, StandI
     proc = subprocess.Popen([sys.executable, "-m", "gpu_offload.hub_extension.service"], env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     try:
-        yield f"http://127.0.0.1:{port}{PREFIX}", api
+        yield RunningService(f"http://127.0.0.1:{port}{PREFIX}", api, tmp_path / "service.log")
     finally:
         api.release.set()
         stop_process(proc)
@@ -88,16 +97,18 @@ def service(origin: RunningOrigin, tmp_path: Path) -> Iterator[tuple[str, StandI
         hub.server_close()
 
 
-def test_a_request_is_answered_while_another_tokens_check_with_the_hub_is_pending(
-        service: tuple[str, StandInHubApi]) -> None:
-    url, api = service
-
+def _wait_for_answers(url: str) -> None:
     def answers() -> bool:
         try:
             return http("GET", f"{url}api/inventory", KNOWN).status == 200
         except OSError:
             return False
     wait_until(answers, "the service to answer with its inventory", timeout=120, every=0.3)
+
+
+def test_a_request_is_answered_while_another_tokens_check_with_the_hub_is_pending(service: RunningService) -> None:
+    url, api = service.url, service.hub_api
+    _wait_for_answers(url)
     held: list[Any] = []
     waiting = threading.Thread(target=lambda: held.append(http("GET", f"{url}api/inventory", HELD)), daemon=True)
     waiting.start()
@@ -108,3 +119,13 @@ def test_a_request_is_answered_while_another_tokens_check_with_the_hub_is_pendin
     api.release.set()
     waiting.join(120)
     assert held and held[0].status == 200
+
+
+def test_answered_reads_are_not_logged_but_refusals_are(service: RunningService) -> None:
+    _wait_for_answers(service.url)  # answered GETs of api/inventory: 200s, at debug level
+    refused = http("GET", f"{service.url}api/admin/clusters", KNOWN)  # the token lacks the view scope
+    assert refused.status == 403
+    line = f"403 GET {PREFIX}api/admin/clusters"
+    wait_until(lambda: line in service.log.read_text(), "the refusal in the service's log")
+    # the log is written in request order: every earlier 200 would be above the refusal by now
+    assert f"200 GET {PREFIX}api/inventory" not in service.log.read_text()
