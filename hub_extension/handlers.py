@@ -17,12 +17,13 @@ import json
 from typing import Any
 
 from gpu_offload.liqo_peering.errors import GpuOffloadError, InvalidRequest
-from jupyterhub.services.auth import HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tornado import web
 
 from . import billing, pages, views
 from .actions import Action, Peering, parse_action
+from .bodies import Body
 from .operations import ActionResult, Operations
 from .state import HubState
 from .uploads import KubeconfigVault
@@ -51,6 +52,30 @@ class Base(HubOAuthenticated, web.RequestHandler):
         self.operations = operations
         self.prefix = prefix
         self.vault = vault
+
+    async def prepare(self) -> None:
+        # JupyterHub's mixin resolves the user in get_current_user, which blocks the event loop on a one-thread
+        # pool: every request waits its turn there, and a token missing HubAuth's cache holds the whole service
+        # while the hub answers. Ask asynchronously instead (the same HubAuth, its token cache and XSRF checks);
+        # tornado then never calls get_current_user.
+        if self.state.config.fast_paths:
+            self.current_user = await self._hub_user()
+
+    async def _hub_user(self) -> dict[str, Any] | None:
+        """What ``HubAuthenticated.get_current_user`` decides, awaited: the allowed hub user, else None."""
+        model = await self.hub_auth.get_user(self, sync=False)
+        if not model:
+            return None
+        try:
+            allowed: dict[str, Any] | None = self.check_hub_user(model)
+        except UserNotAllowed:
+            # as JupyterHub does: known but lacking the service's access scope is a 403, not a login redirect
+            def refuse(*args: Any, **kwargs: Any) -> None:
+                raise web.HTTPError(403, f"{model.get('kind', 'user')} {model.get('name')} is not allowed.")
+            self.redirect = refuse  # type: ignore[method-assign]
+            return None
+        self.hub_auth._persist_url_token_if_set(self)
+        return allowed
 
     @property
     def user_name(self) -> str:
@@ -191,12 +216,23 @@ class JsonHandler(Base):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data, default=str))
 
+    def send_body(self, body: Body) -> None:
+        """A kept body (bodies.py), or 304 when the client holds it already (``If-None-Match``). Call it only
+        after the caller's right to the body was checked: a 304 says as much as the body."""
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Etag", body.etag)  # set here, tornado would hash the body again in finish()
+        if self.check_etag_header():
+            self.set_status(304)
+            self.finish()
+            return
+        self.finish(body.data)
+
 
 class ClustersApi(JsonHandler):
     @web.authenticated
     def get(self) -> None:
         self.require(VIEW_SCOPE)
-        self.send({"clusters": views.to_json(self.state.cluster_rows())})
+        self.send_body(self.state.clusters_body())
 
 
 class ClusterApi(JsonHandler):
@@ -298,7 +334,7 @@ class UserHandler(JsonHandler):
 class InventoryApi(UserHandler):
     @web.authenticated
     def get(self) -> None:
-        self.send(views.user_inventory(self.state.inventory()))
+        self.send_body(self.state.inventory_body())
 
 
 class MyRunsApi(UserHandler):

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 from urllib.parse import urlparse
 
 from gpu_offload.liqo_peering.client import api_client_from_environment
@@ -20,6 +21,7 @@ from gpu_offload.liqo_peering.errors import GpuOffloadError
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
+from tornado.log import access_log
 
 from . import handlers as h
 from .config import HubConfig, load_config
@@ -29,6 +31,20 @@ from .store import Store
 from .uploads import KubeconfigVault
 
 log = logging.getLogger("gpu_offload.hub")
+
+
+def log_request(handler: web.RequestHandler) -> None:
+    """The access log line of one request, as tornado writes it, except that answered reads (GET and HEAD
+    below 400: the kernels' and dashboards' polling, hundreds a second on a big hub) go to debug level, as
+    JupyterHub logs its static files and 304s; changes (POST), refusals and errors stay at info and above."""
+    status = handler.get_status()
+    if status < 400 and handler.request.method in ("GET", "HEAD"):
+        level = logging.DEBUG
+    else:
+        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    if access_log.isEnabledFor(level):  # the line is not even formatted when nobody reads it
+        access_log.log(level, "%d %s %.2fms", status, handler._request_summary(),
+                       1000.0 * handler.request.request_time())
 
 
 def make_app(state: HubState, operations: Operations, prefix: str) -> web.Application:
@@ -57,7 +73,8 @@ def make_app(state: HubState, operations: Operations, prefix: str) -> web.Applic
     rules: list[tuple[str, type[web.RequestHandler], dict[str, object]] | tuple[str, type[web.RequestHandler]]]
     rules = [(url_path_join(prefix, path) if path else prefix, cls, args) for path, cls in routes]
     rules.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
-    return web.Application(rules, cookie_secret=os.urandom(32))  # type: ignore[arg-type]
+    settings: dict[str, Any] = {"log_function": log_request} if state.config.fast_paths else {}
+    return web.Application(rules, cookie_secret=os.urandom(32), **settings)  # type: ignore[arg-type]
 
 
 def freeze_startup_heap() -> None:

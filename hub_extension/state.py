@@ -16,6 +16,7 @@ from gpu_offload.liqo_peering.client import ApiClient, LiqoClient
 from gpu_offload.liqo_peering.inventory import Inventory
 
 from . import charts, views
+from .bodies import Body, BodyCache
 from .config import HubConfig
 from .cost import month_of, priced
 from .metrics import HubMetrics
@@ -54,6 +55,7 @@ class HubState:
         self.prices = PriceRecorder(self.cache, store)
         self.sampler = InventorySampler(self.cache, store)
         self._namespaces: dict[str, Obj] = {}
+        self.bodies = BodyCache(enabled=config.fast_paths)
         self._usage_pages: dict[tuple[int, str, date], tuple[list[UsageTotal], views.CostReport, views.UsageCharts]] = {}
         self.queues: QueueController | None = None
         # the Queues page's objects, watched only with queueing on (without Kueue they do not exist)
@@ -131,6 +133,17 @@ class HubState:
     def cluster_rows(self) -> list[views.ClusterPageRow]:
         """Rows of the clusters page."""
         return views.cluster_rows(self.inventory(), self.cache.objects("ForeignCluster"), datetime.now(timezone.utc))
+
+    def clusters_body(self) -> Body:
+        """``api/admin/clusters`` serialised: rebuilt after a watch event, and each second for the ages."""
+        # the generation is read before the rows are built, so the body kept is never older than its key
+        key = (self.cache.generation, int(datetime.now(timezone.utc).timestamp()))
+        return self.bodies.get("clusters", key, lambda: {"clusters": views.to_json(self.cluster_rows())})
+
+    def inventory_body(self) -> Body:
+        """``api/inventory`` serialised (the same for every user): rebuilt only after a watch event."""
+        key = self.cache.generation
+        return self.bodies.get("inventory", key, lambda: views.user_inventory(self.inventory()))
 
     def cluster_detail(self, key: str) -> views.ClusterDetail | None:
         """The one-cluster page, or None for an unknown cluster."""

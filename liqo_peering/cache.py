@@ -159,6 +159,13 @@ class InventoryCache:
             self._lock.wait_for(lambda: self._generation != seen, timeout)
             return self._generation
 
+    @property
+    def generation(self) -> int:
+        """A number that changes with every list or watch event applied (not with bookmarks). Read it before
+        ``inventory()``: what is built then is at least that new, so a value derived from it may be kept under it."""
+        with self._lock:
+            return self._generation
+
     def inventory(self, timeout: float = 10.0) -> Inventory:
         """The current inventory, built from the cached objects (rebuilt only after a change)."""
         if not self.wait_synced(timeout):

@@ -61,13 +61,13 @@ class Response:
 
 
 def http(method: str, url: str, token: str | None = None, body: Any = None,
-         form: dict[str, str] | None = None) -> Response:
+         form: dict[str, str] | None = None, headers: dict[str, str] | None = None) -> Response:
     """One HTTP request (no redirects followed), answering any status instead of raising; ``body`` is sent as
-    JSON (bytes as they are), ``form`` as an HTML form would send it."""
+    JSON (bytes as they are), ``form`` as an HTML form would send it, ``headers`` added."""
     data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
     if form is not None:
         data = urllib.parse.urlencode(form).encode()
-    request = urllib.request.Request(url, data=data, method=method)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if token:
         request.add_header("Authorization", f"token {token}")
     if data is not None:

@@ -1,0 +1,275 @@
+"""Headroom of the hub service's JSON API through JupyterHub's proxy, with and without its fast paths.
+
+Starts the sandbox origin with 10 Liqo donors, then a real JupyterHub (dummy authenticator) with the npm
+configurable-http-proxy and the gpu-offload service as the hub runs it, and drives a fixed rate of GET
+requests through the proxy at ``api/inventory`` and ``api/admin/clusters`` for a fixed time each, with a
+hub API token of a ``bench`` service holding the view scope, after 5 s of the same, untimed. Open loop: request *i* is sent at
+``start + i / rate`` whatever the earlier ones did, and its latency counts from that moment, so a stalled
+service shows as latency, not as a lower rate. Goal (issue 17): 400 requests/s with p99 <= 50 ms for both.
+
+Both variants run in one invocation, one after the other on the same origin: ``service.fastPaths: false``
+(the service as before: bodies rebuilt per request, hub authentication through JupyterHub's blocking
+one-thread pool, an info access-log line per request) and ``true`` (the default). Also printed: the
+service process's CPU per variant and the machine's load average before and after (the machine is
+shared). Run: ``.venv/bin/python bench/bench_headroom.py [--seconds 20] [--rates 200,400]
+[--variants before,after]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import gc
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import yaml
+from gpu_offload.hub_extension.local_hub import LocalHub, assign, config_text
+from gpu_offload.sandbox.fixtures import stop_process, wait_until
+from gpu_offload.sandbox.origin import RunningOrigin, running_origin
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_line  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+LIQO_CRDS = REPO / ".." / "shared" / "liqo-crds"
+NODE_BIN = REPO / ".ci" / "node" / "node_modules" / ".bin"
+DONORS, GOAL_RATE, GOAL_P99_MS = 10, 400, 50.0
+WARM_SECONDS = 5.0
+ENDPOINTS = ("api/inventory", "api/admin/clusters")
+BENCH_TOKEN = "gpu-offload-bench-token-0123456789abcdef"
+VARIANTS = {"before": False, "after": True}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A running hub: where its proxy serves the service, and the service's and the proxy's process ids (for
+    their CPU time)."""
+
+    service_url: str
+    service_pid: int
+    proxy_pid: int
+
+
+def write_hub(workdir: Path, origin: RunningOrigin, fast_paths: bool) -> tuple[Path, LocalHub]:
+    """The hub's config file: the service against ``origin``, and a ``bench`` service whose token may read."""
+    chp = shutil.which("configurable-http-proxy") or str(NODE_BIN / "configurable-http-proxy")
+    if not Path(chp).exists():
+        raise SystemExit("configurable-http-proxy missing: tests/run.sh installs it into .ci/node")
+    config = {"usageDatabase": {"url": f"sqlite:///{workdir}/usage.sqlite"},
+              "liqo": {"tenantNamespaces": [f"liqo-tenant-donor-{i}" for i in range(1, DONORS + 1)]},
+              "service": {"fastPaths": fast_paths}}
+    (workdir / "gpu-offload.yaml").write_text(yaml.safe_dump(config))
+    environment = {"KUBECONFIG": str(origin.sandbox.kubeconfig), "GPU_OFFLOAD_CONFIG": str(workdir / "gpu-offload.yaml")}
+    port, hub_port, proxy_api_port, service_port = (free_port() for _ in range(4))
+    local = LocalHub(workdir, chp, port, hub_port, proxy_api_port, service_port, environment)
+    extra = [assign("JupyterHub.load_roles", [
+        {"name": "bench", "scopes": ["custom:gpu-offload:view", "access:services!service=gpu-offload"],
+         "services": ["bench"]}])]
+    path = workdir / "jupyterhub_config.py"
+    path.write_text(config_text(local, extra, services=[{"name": "bench", "api_token": BENCH_TOKEN}]))
+    return path, local
+
+
+def child_pid(hub_pid: int, marker: bytes) -> int:
+    """The hub's child process whose command line holds ``marker``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == hub_pid and marker in cmdline:
+            return int(entry.name)
+    raise RuntimeError(f"the hub has no child process running {marker.decode()}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def get(url: str) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"token {BENCH_TOKEN}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return int(answer.status)
+    except OSError:
+        return 0
+
+
+@contextmanager
+def running_hub(workdir: Path, origin: RunningOrigin, fast_paths: bool) -> Iterator[Stack]:
+    """JupyterHub, its proxy and the service, up until the block ends."""
+    config, local = write_hub(workdir, origin, fast_paths)
+    log = (workdir / "hub.log").open("wb")
+    env = {**os.environ, "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=workdir, stdout=log,
+                            stderr=subprocess.STDOUT, env=env)
+    try:
+        service_url = f"{local.url}services/gpu-offload/"
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"JupyterHub exited: {(workdir / 'hub.log').read_text()[-3000:]}")
+            return all(get(f"{service_url}{e}") == 200 for e in ENDPOINTS)
+        wait_until(ready, "JupyterHub and the gpu-offload service to answer", timeout=180, every=0.5)
+        yield Stack(service_url, child_pid(proc.pid, b"gpu_offload.hub_extension.service"),
+                    child_pid(proc.pid, b"configurable-http-proxy"))
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+@dataclass(frozen=True)
+class Figures:
+    sent: int
+    ok: int
+    achieved_rate: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    service_cpu: float
+    """Service CPU seconds per wall second during the run (1.0 = one core)."""
+    service_cpu_ms: float
+    """Service CPU milliseconds per answered request: what the load on the machine changes least."""
+    proxy_cpu: float
+    """configurable-http-proxy's CPU seconds per wall second."""
+    late_p99_ms: float
+    """How late this generator sent its requests (p99): above a few ms it, not the service, fell behind."""
+    p99_from_send_ms: float
+    """p99 latency counted from when each request was actually sent (the generator's own lag left out)."""
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))] if ordered else float("nan")
+
+
+async def drive(url: str, rate: int, seconds: float, stack: Stack) -> Figures:
+    """``rate`` GETs a second at ``url`` for ``seconds``, open loop; latency from each request's slot."""
+    latencies: list[float] = []
+    late: list[float] = []
+    from_send: list[float] = []
+    failures = 0
+    headers = {"Authorization": f"token {BENCH_TOKEN}"}
+    connector = aiohttp.TCPConnector(limit=256)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        async def one(slot: float) -> None:
+            nonlocal failures
+            sent = time.perf_counter()
+            late.append((sent - slot) * 1000)
+            try:
+                async with session.get(url, headers=headers) as answer:
+                    await answer.read()
+                    if answer.status != 200:
+                        failures += 1
+                        return
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                failures += 1
+                return
+            done = time.perf_counter()
+            latencies.append((done - slot) * 1000)
+            from_send.append((done - sent) * 1000)
+
+        for _ in range(20):  # warm the connection pool and the service's caches, untimed
+            await one(time.perf_counter())
+        latencies.clear()
+        late.clear()
+        from_send.clear()
+        failures = 0
+        total = int(rate * seconds)
+        tasks = []
+        # the generator shares its process with the sandbox (a large heap): a full collection there would
+        # stall the sending and count as the service's latency, so none runs while requests are timed
+        gc.collect()
+        gc.disable()
+        cpu_before, proxy_before = cpu_seconds(stack.service_pid), cpu_seconds(stack.proxy_pid)
+        start = time.perf_counter()
+        for i in range(total):
+            slot = start + i / rate
+            delay = slot - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(slot)))
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - start
+        gc.enable()
+        cpu = cpu_seconds(stack.service_pid) - cpu_before
+        proxy = cpu_seconds(stack.proxy_pid) - proxy_before
+    return Figures(total, len(latencies), len(latencies) / elapsed, percentile(latencies, 0.5),
+                   percentile(latencies, 0.99), max(latencies, default=float("nan")), cpu / elapsed,
+                   1000 * cpu / max(1, len(latencies)), proxy / elapsed, percentile(late, 0.99),
+                   percentile(from_send, 0.99))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each timed run (default 20)")
+    parser.add_argument("--rates", default="200,400", help="requests per second, comma-separated (default 200,400)")
+    parser.add_argument("--variants", default="before,after",
+                        help="before (service.fastPaths: false), after (true), or both (default)")
+    args = parser.parse_args()
+    rates = [int(r) for r in args.rates.split(",")]
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"--variants {','.join(sorted(unknown))}: use before, after or both")
+    print(machine_line())
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"{DONORS} donors, each run {args.seconds:g} s through configurable-http-proxy; goal {GOAL_RATE}/s with "
+          f"p99 <= {GOAL_P99_MS:g} ms\n")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, running_origin(Path(tmp) / "origin", DONORS, crds=LIQO_CRDS) as origin:
+        for variant in variants:
+            workdir = Path(tmp) / variant
+            workdir.mkdir()
+            with running_hub(workdir, origin, VARIANTS[variant]) as stack:
+                # untimed: the stack's first seconds (the hub's and the service's start-up work) are not the
+                # steady state measured below
+                asyncio.run(drive(f"{stack.service_url}{ENDPOINTS[0]}", rates[0], WARM_SECONDS, stack))
+                for rate in rates:
+                    for endpoint in ENDPOINTS:
+                        figures = asyncio.run(drive(f"{stack.service_url}{endpoint}", rate, args.seconds, stack))
+                        rows.append((variant, endpoint, rate, figures))
+                        print(f"  {variant} {endpoint} {rate}/s: p99 {figures.p99_ms:.1f} ms", file=sys.stderr)
+    print("| variant | endpoint | target /s | sent | ok | achieved /s | p50 ms | p99 ms | max ms | service CPU "
+          "(cores) | service CPU ms/request | proxy CPU (cores) | sent late p99 ms | p99 from send ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for variant, endpoint, rate, f in rows:
+        print(f"| {variant} | `{endpoint}` | {rate} | {f.sent} | {f.ok} | {f.achieved_rate:.0f} | {f.p50_ms:.1f} | "
+              f"{f.p99_ms:.1f} | {f.max_ms:.1f} | {f.service_cpu:.2f} | {f.service_cpu_ms:.2f} | {f.proxy_cpu:.2f} | "
+              f"{f.late_p99_ms:.1f} | {f.p99_from_send_ms:.1f} |")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nload average after: {load}")
+    goal = [(e, f) for v, e, r, f in rows if v == "after" and r == GOAL_RATE]
+    for endpoint, f in goal:
+        meets = f.ok == f.sent and f.p99_ms <= GOAL_P99_MS and f.achieved_rate >= 0.97 * GOAL_RATE
+        print(f"after, {endpoint} at {GOAL_RATE}/s: p99 {f.p99_ms:.1f} ms, {'meets' if meets else 'MISSES'} the goal")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
