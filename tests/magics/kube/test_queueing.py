@@ -713,3 +713,12 @@ def test_ctrl_c_of_gpu_offload_run_while_its_pod_is_being_created_leaves_nothing
     wait_until(lambda: added, "the held create served")
     wait_until(lambda: not leftovers(core, alice, USERS[0]), "the pod created after Ctrl-C gone", timeout=120)
     wait_until(lambda: not workloads(custom, alice), "its Workload gone", timeout=120)
+
+
+def test_ctrl_c_of_gpu_offload_run_while_it_reads_the_cluster_queue_leaves_nothing(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        tmp_path: Any) -> None:
+    # the first listing of the ClusterQueue (the never-fits check, before the pod is made) hangs when Ctrl-C comes
+    err = _ctrl_c_of_a_queued_shell_run(origin, core, custom, namespaces, tmp_path,
+                                        rf"^/apis/{KUEUE[0]}/{KUEUE[1]}/clusterqueues$", ("GET",), "")
+    assert "gpu-offload: interrupted" in err and "withdrawn" not in err, err
