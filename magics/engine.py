@@ -148,7 +148,9 @@ def _read(
             sink.notice(event.text)
             event = None
         if event is not None:
-            if isinstance(event, Status):
+            if isinstance(event, Status) and not outcome.queued:
+                # while in line the place in line says more than the pod's phase (``waiting for Kueue``), which
+                # the follower may report after it
                 outcome.state = event.state
                 quiet_since = now
             if _handle(event, sink, outcome, run):

@@ -120,6 +120,9 @@ class Faults:
             rule = self.match(request.method, request.path)
             if rule is not None:
                 if rule.hold:
+                    # the whole request first, as an API server has it when it starts on it: a request whose
+                    # client gave up while it was held is still served (a create the client never heard of)
+                    await request.read()
                     await self._held(rule)
                 elif rule.delay:
                     await asyncio.sleep(rule.delay)

@@ -38,6 +38,7 @@ from ...errors import OffloadUsageError
 from ..base import Ranks, RunRequest, spread_refusal
 from .budget import HubSpend, check_budget
 from .config import KubeSettings
+from .creating import PodCreates
 from .explain import MEMORY_ENV, PodContext
 from .follow import KUEUE_PICKS, PodFollower
 from .hub_inventory import HubInventory
@@ -49,6 +50,9 @@ from .storage import RunStorage, Stored
 DEADLINE_MARGIN = 30
 """Seconds the pod's activeDeadlineSeconds adds to --timeout: the engine interrupts first, the deadline is
 the backstop for a kernel that went away."""
+SETTLE_SECONDS = 150.0
+"""The longest :meth:`PodLauncher.close` waits for pod creates that Ctrl-C interrupted: a create's three attempts
+of at most 30 s each with their waits, then the delete of the pod it made."""
 
 
 def memory_bytes(quantity: str | None) -> int:
@@ -84,6 +88,7 @@ class PodLauncher:
         self._queue: QueueWatch | None = None
         self._queue_name: str | None = None
         self._queue_known = False
+        self._creates = PodCreates(pods)
 
     def inventory_cache(self) -> InventoryCache | HubInventory:
         """The kernel's inventory source, started on first use: the hub service's in a hub deployment (users
@@ -98,6 +103,7 @@ class PodLauncher:
 
     def close(self) -> None:
         """Stop the inventory watch and the queue's, if they were started."""
+        self._creates.settle(SETTLE_SECONDS)  # a pod whose create Ctrl-C interrupted is gone once this returns
         if self._cache is not None:
             self._cache.close(timeout=1.0)
         if self._queue is not None:
@@ -329,7 +335,7 @@ class PodLauncher:
             bundle = b""
         spec = self._spec(order, scheduling, cluster, memory, stored, queue)
         body = runner_pod(spec)
-        created = self.pods.create(body)
+        created = self._creates.create(body)  # Ctrl-C here leaves no pod behind
         try:
             self.pods.create(runner_secret(body, created["metadata"]["uid"], bundle, runner))
         except BaseException:

@@ -594,3 +594,131 @@ def test_gpu_offload_run_takes_a_priority_and_says_the_shells_fix_for_several_lo
     assert "hello from helper" in out
     wait_until(lambda: not leftovers(core, alice, USERS[0]), "the run's pod and its Secret gone")
     wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
+
+
+def _ctrl_c_of_a_queued_shell_run(origin: Any, core: Any, custom: Any, namespaces: list[str], tmp_path: Any,
+                                  hold: str | None, methods: tuple[str, ...], after: str,
+                                  release_after: str = "") -> str:
+    """Start ``gpu-offload run`` with the pool full; with ``hold`` (a path regex), the matching request is held
+    at the API server from the first one on. SIGINT is sent once the command printed ``after`` on stderr (if
+    given) and the held request arrived, then the hold is released (once the command printed ``release_after``, if
+    given). Returns the command's stderr after checking that it
+    ended as Ctrl-C does and left no pod, Secret or Workload."""
+    import signal
+    import subprocess
+
+    from ..cli.helpers import argv, write_project
+
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+    project = write_project(tmp_path / "proj")
+    env = {**_shell(origin, tmp_path, alice), "GPU_OFFLOAD_QUEUE": QUEUE}
+    rule = origin.faults.api_hold(hold, methods=methods, times=0, longest=300.0) if hold else None
+    proc = subprocess.Popen(argv("run", "main.py"), cwd=project.parent, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        while after and after not in (line := proc.stderr.readline()):
+            assert line, f"the command ended before it printed {after!r}: {''.join(lines)}"
+            lines.append(line)
+        lines.extend([line] if after else [])
+        if rule is not None:
+            wait_until(lambda: origin.faults.api.faults.fired(rule) >= 1, "the command's request held")
+        proc.send_signal(signal.SIGINT)  # what a terminal sends on Ctrl-C
+        while release_after and release_after not in (line := proc.stderr.readline()):
+            assert line, f"the command ended before it printed {release_after!r}: {''.join(lines)}"
+            lines.append(line)
+        lines.extend([line] if release_after else [])
+        if rule is not None:
+            origin.faults.release(rule)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if rule is not None:
+            origin.faults.clear()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    err = "".join(lines) + err
+    assert proc.returncode == 130, err
+    assert "hello from helper" not in out
+    assert "Traceback" not in err, err
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone", timeout=120)
+    wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone", timeout=120)
+    return err
+
+
+def test_ctrl_c_of_a_queued_gpu_offload_run_withdraws_it_and_leaves_nothing(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        tmp_path: Any) -> None:
+    err = _ctrl_c_of_a_queued_shell_run(origin, core, custom, namespaces, tmp_path, None, (), "queued for 1 GPU")
+    assert "withdrawn from the queue (LocalQueue gpu-offload) after " in err, err
+
+
+def test_ctrl_c_of_a_queued_gpu_offload_run_while_it_reads_its_place_in_line_withdraws_it(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        tmp_path: Any) -> None:
+    # every read of the visibility API hangs: the run is shown queued without its place, then Ctrl-C
+    err = _ctrl_c_of_a_queued_shell_run(origin, core, custom, namespaces, tmp_path, "/pendingworkloads$", ("GET",),
+                                        "queued for 1 GPU")
+    assert "withdrawn from the queue (LocalQueue gpu-offload) after " in err, err
+
+
+def test_ctrl_c_of_gpu_offload_run_while_its_pod_is_being_created_leaves_nothing(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        tmp_path: Any) -> None:
+    import signal
+    import subprocess
+
+    from ..cli.helpers import argv, write_project
+
+    alice, bob, _ = namespaces
+    fill_pool(core, bob)
+    project = write_project(tmp_path / "proj")
+    env = {**_shell(origin, tmp_path, alice), "GPU_OFFLOAD_QUEUE": QUEUE}
+    faults = origin.faults
+    create = faults.api_hold(rf"^/api/v1/namespaces/{alice}/pods$", methods=("POST",), longest=300.0)
+    added: list[str] = []
+
+    def record() -> None:  # the pods of alice's namespace as the API server adds them
+        watch = kubernetes.watch.Watch()
+        with contextlib.suppress(urllib3.exceptions.HTTPError):
+            for event in watch.stream(core.list_namespaced_pod, alice, timeout_seconds=300):
+                if event["type"] == "ADDED":
+                    added.append(event["object"].metadata.name)
+                    watch.stop()
+
+    threading.Thread(target=record, daemon=True).start()
+    proc = subprocess.Popen(argv("run", "main.py"), cwd=project.parent, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: faults.api.faults.fired(create) >= 1, "the pod's create held")
+        # the clean-up at the exit lists Jobs, pods, Services, Secrets in that order (the one at the start is done:
+        # the create comes after it): a held list of Services means its list of pods was answered
+        services = faults.api_hold(rf"^/api/v1/namespaces/{alice}/services$", methods=("GET",), longest=300.0)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C while the create is in flight
+        wait_until(lambda: faults.api.faults.fired(services) >= 1, "the command's clean-up listed the pods")
+        # only now does the API server create the pod the command's request was cut off from (a server that had
+        # the whole request goes on with it), after the clean-up looked for pods
+        faults.release(create)
+        faults.release(services)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        faults.clear()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "gpu-offload: interrupted" in err and "Traceback" not in err, err
+    wait_until(lambda: added, "the held create served")
+    wait_until(lambda: not leftovers(core, alice, USERS[0]), "the pod created after Ctrl-C gone", timeout=120)
+    wait_until(lambda: not workloads(custom, alice), "its Workload gone", timeout=120)
+
+
+def test_ctrl_c_of_gpu_offload_run_while_it_reads_the_cluster_queue_leaves_nothing(
+        origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
+        tmp_path: Any) -> None:
+    # the first listing of the ClusterQueue (the never-fits check, before the pod is made) hangs when Ctrl-C comes
+    err = _ctrl_c_of_a_queued_shell_run(origin, core, custom, namespaces, tmp_path,
+                                        rf"^/apis/{KUEUE[0]}/{KUEUE[1]}/clusterqueues$", ("GET",), "")
+    assert "gpu-offload: interrupted" in err and "withdrawn" not in err, err
