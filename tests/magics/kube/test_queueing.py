@@ -247,15 +247,21 @@ def test_ctrl_c_of_a_queued_cell_withdraws_it_and_leaves_no_pod_or_workload(
     wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
 
 
+QUEUE_TIMEOUT = 10.0
+"""Long enough for the place in line (read from Kueue's visibility API once the pod exists) to arrive on a
+loaded machine before the kernel gives up: the message names what it last saw."""
+
+
 def test_queue_timeout_gives_up_with_a_message_and_leaves_nothing(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any) -> None:
     alice, bob, _ = namespaces
     fill_pool(core, bob)
     outcome, sink, _ = run_cell(kernels[0], "print('never')", {},
-                                follow_settings=FollowSettings(progress_after=1.0, grace=10.0, queue_timeout=3.0))
+                                follow_settings=FollowSettings(progress_after=1.0, grace=10.0, queue_timeout=QUEUE_TIMEOUT))
     assert isinstance(outcome.error, OffloadQueueTimeout), (outcome.error, sink.notices)
     message = str(outcome.error)
-    assert message.startswith("Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued for 1 GPU")
+    assert message.startswith(f"Gave up after waiting --queue-timeout {QUEUE_TIMEOUT:.0f} s in the queue (last seen: "
+                              "queued for 1 GPU")
     assert "nothing ran" in message and "never" not in sink.text
     wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
     wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
@@ -270,13 +276,13 @@ def test_without_gpu_offload_queue_the_kernel_waits_in_the_one_localqueue_of_its
     found = KubernetesBackend(settings(alice, user=USERS[0]), api_client)  # no queue named
     try:
         outcome, sink, _ = run_cell(found, "print('never')", {},
-                                    follow_settings=FollowSettings(progress_after=1.0, grace=10.0, queue_timeout=3.0))
+                                    follow_settings=FollowSettings(progress_after=1.0, grace=10.0, queue_timeout=QUEUE_TIMEOUT))
     finally:
         found.close()
     # it queued (a cell without queueing would have failed placement on the full pool, not timed out in line)
     assert isinstance(outcome.error, OffloadQueueTimeout), (outcome.error, sink.notices)
-    assert str(outcome.error).startswith("Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued "
-                                         "for 1 GPU")
+    assert str(outcome.error).startswith(f"Gave up after waiting --queue-timeout {QUEUE_TIMEOUT:.0f} s in the queue "
+                                         "(last seen: queued for 1 GPU")
     assert any(n.startswith("queued for 1 GPU") for n in sink.notices), sink.notices
     wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
     wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
@@ -534,10 +540,10 @@ def test_gpu_offload_run_gives_up_after_its_queue_timeout_with_the_message_and_l
     project = write_project(tmp_path / "proj")
     # a shell without GPU_OFFLOAD_QUEUE: the command finds the namespace's one LocalQueue as a kernel does
     env = _shell(origin, tmp_path, alice)
-    done = cli(["run", "--queue-timeout", "3", "main.py"], project.parent, env)
+    done = cli(["run", "--queue-timeout", f"{QUEUE_TIMEOUT:.0f}", "main.py"], project.parent, env)
     assert done.returncode == 124, done.stderr
-    assert "Gave up after waiting --queue-timeout 3 s in the queue (last seen: queued for 1 GPU" in done.stderr, (
-        done.stderr)
+    assert (f"Gave up after waiting --queue-timeout {QUEUE_TIMEOUT:.0f} s in the queue (last seen: queued for 1 GPU"
+            in done.stderr), done.stderr
     assert "hello from helper" not in done.stdout
     wait_until(lambda: not leftovers(core, alice, USERS[0]), "the queued pod and its Secret gone")
     wait_until(lambda: not workloads(custom, alice), "the queued pod's Workload gone")
