@@ -61,7 +61,7 @@ origin = origin_fixture(
 __all__ = ["core", "namespace", "origin"]  # namespace: fresh and not offloaded; the backend offloads it
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # module: a module that brings its own origin gets a client of it
 def api_client(origin: Any) -> Iterator[Any]:
     """An official-client ApiClient from the sandbox's kubeconfig file."""
     client = origin.sandbox.api_client()

@@ -49,13 +49,6 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def api_client(origin: Any) -> Iterator[Any]:
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
 def pool(origin: Any, api_client: Any) -> str:
     """A user namespace with its LocalQueue, made by the project's own `gpu-offload queues sync`, and the
     ClusterQueue's GPU quota lowered to 1 by hand."""

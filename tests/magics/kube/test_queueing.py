@@ -51,13 +51,6 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def api_client(origin: Any) -> Iterator[Any]:
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
 def core(api_client: Any) -> Any:
     return kubernetes.client.CoreV1Api(api_client)
 

@@ -31,13 +31,6 @@ origin = origin_fixture(
 )
 
 
-@pytest.fixture(scope="module")
-def api_client(origin: Any) -> Iterator[Any]:
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
 @pytest.fixture()
 def kube(api_client: Any, namespace: str, core: Any, origin: Any) -> Iterator[KubernetesBackend]:
     yield from backend_with_neighbours(api_client, namespace, core, origin)

@@ -30,13 +30,6 @@ origin = origin_fixture(
 ONE_RANK_EACH = Ranks(nodes=2, procs_per_node=1)
 
 
-@pytest.fixture(scope="module")
-def api_client(origin: Any) -> Iterator[Any]:
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
 @pytest.fixture()
 def kube(api_client: Any, namespace: str, core: Any, origin: Any) -> Iterator[KubernetesBackend]:
     yield from backend_with_neighbours(api_client, namespace, core, origin)
