@@ -102,6 +102,8 @@ while read -r role image recipe base suite python cloudpickle torch; do
   if [ $local_base = 1 ]; then base=$(debian_base "$suite"); pull=(--pull=never); fi
   args=(--build-arg "BASE=$base" --build-arg PIP_CACHE_DIR=/var/cache/host-pip)
   [ "$recipe" != runner ] && args+=(--build-arg "WHEEL_SHA=$wheel_sha")  # the runner installs no wheel
+  # what z2jh's hub image has beyond Python and its configuration needs: a bare local base gets it here
+  [ "$recipe" = hub ] && [ $local_base = 1 ] && args+=(--build-arg "EXTRA_PACKAGES=pycurl")
   [ "$python" != - ] && args+=(--build-arg "PYTHON=$python")
   [ "$cloudpickle" != - ] && args+=(--build-arg "CLOUDPICKLE=$cloudpickle")
   [ "$torch" != - ] && args+=(--build-arg "TORCH=$torch")

@@ -14,6 +14,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y "${missing[@]}" || { apt-get update && apt-get install -y "${missing[@]}"; }
 fi
 start=$(date +%s)
+bash images/build.sh --local  # the tests build again, from podman's layer cache: nothing is built twice
+echo "== images built: $(( $(date +%s) - start )) s"
 set +e
 GPU_OFFLOAD_PACKAGING_TESTS=1 .venv/bin/python -m pytest tests/packaging "$@"
 rc=$?

@@ -78,3 +78,16 @@ def test_every_image_of_the_manifest_has_its_recipe_and_every_recipe_writes_the_
     for role in ("runner", "runner-cuda"):
         assert {s.declared.python: s.debian for s in table.role(role) if s.debian} == {
             "3.11": "bookworm", "3.13": "trixie"}
+
+
+def test_with_the_charts_default_the_hub_sets_no_image_and_each_kernel_picks_its_runner() -> None:
+    import yaml
+    from gpu_offload.hub_extension.config import HubConfig
+    from gpu_offload.hub_extension.user_namespace import server_environment
+    from gpu_offload.magics.backends.kube.config import from_environment
+
+    chart_default = yaml.safe_load((REPO / "helm" / "gpu-offload" / "values.yaml").read_text())["offload"]
+    assert chart_default["defaultImage"] == ""
+    env = server_environment("jhub-alice", HubConfig())
+    assert "GPU_OFFLOAD_IMAGE" not in env
+    assert from_environment(env).image is None  # the launcher then takes images.default_runner

@@ -26,6 +26,14 @@ if os.environ.get("GPU_OFFLOAD_PACKAGING_TESTS") != "1":
     collect_ignore_glob = ["test_*.py"]  # the main suite; images/ci.sh runs these
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # the first test of a session waits for the images to build: more than the suite's per-test timeout
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.timeout(BUILD_TIMEOUT))
+
+
 def podman_env() -> dict[str, str]:
     return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
 
@@ -63,6 +71,10 @@ class Container:
 
     def __init__(self, image: str, command: Sequence[str], options: Sequence[str] = ()) -> None:
         self.name = podman("run", "-d", "--network", "host", *options, image, *command).stdout.strip()
+
+    def running(self) -> bool:
+        done = podman("inspect", "--format", "{{.State.Running}}", self.name, check=False)
+        return done.stdout.strip() == "true"
 
     def logs(self) -> str:
         done = podman("logs", self.name, check=False)

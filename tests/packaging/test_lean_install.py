@@ -18,8 +18,9 @@ from gpu_offload.sandbox.fixtures import wait_until
 from .conftest import REPO
 
 SHARED = REPO / ".." / "shared"
-# The sandbox extra (pyproject.toml), torch, and what they bring that nothing else in the base install needs.
-NOT_IN_BASE = ("aiohttp", "jsonschema", "kubernetes-validate", "nbclient", "nbformat", "numpy", "matplotlib",
+# The sandbox extra (pyproject.toml), torch, and what they bring that nothing else in the base install needs
+# (aiohttp is not among them: the kubernetes client requires it too).
+NOT_IN_BASE = ("jsonschema", "kubernetes-validate", "nbclient", "nbformat", "numpy", "matplotlib",
                "moto", "torch", "werkzeug", "flask")
 INSTALL_TIMEOUT = 1800  # a guard against a hung pip, not a speed claim
 DRIVER = r"""

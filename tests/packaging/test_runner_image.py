@@ -39,7 +39,8 @@ def _run(spec: ImageSpec, folder: Path) -> tuple[list[Any], int, str]:
     (folder / BUNDLE_KEY).write_bytes(encode_bundle(bundle))
     for path in folder.iterdir():
         path.chmod(0o444)
-    pod = runner_pod(RunnerPodSpec(run_id="r1", namespace="alice", image=spec.image, user="alice", kernel="k"))
+    pod = runner_pod(RunnerPodSpec(run_id="r1", namespace="alice", image=spec.image, user="alice", kernel="k",
+                                     scheduling={}))
     container = pod["spec"]["containers"][0]
     env = [f"--env={e['name']}={e['value']}" for e in container["env"]]
     uid = pod["spec"]["securityContext"]["runAsUser"]

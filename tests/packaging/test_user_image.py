@@ -4,10 +4,12 @@ kernel has the %%gpu_offload magic without %load_ext (the IPython profile preloa
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -17,10 +19,9 @@ from .conftest import Container, labels
 
 SPEC = manifest().role("singleuser")[0]
 PREFIX = "/user/alice/"
-# What a hub's spawner gives a server, pointing at a hub that is not there: the server starts without it.
+# What a hub's spawner gives a server (JUPYTERHUB_API_URL is added per test).
 HUB_ENV = {
     "JUPYTERHUB_API_TOKEN": "not-a-real-token",
-    "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
     "JUPYTERHUB_BASE_URL": "/",
     "JUPYTERHUB_CLIENT_ID": "jupyterhub-user-alice",
     "JUPYTERHUB_USER": "alice",
@@ -55,10 +56,36 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _HubVersion(BaseHTTPRequestHandler):
+    """The one request a single-user server makes of its hub before it starts: GET the API's root, whose
+    X-JupyterHub-Version header it compares with its own (it exits when no hub answers)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        import jupyterhub
+
+        self.send_response(200 if self.path.rstrip("/") == "/hub/api" else 404)
+        self.send_header("X-JupyterHub-Version", jupyterhub.__version__)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"version": "%s"}' % jupyterhub.__version__.encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
-def server(built: None) -> Iterator[tuple[Container, int]]:
+def hub_api() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _HubVersion)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/hub/api"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(built: None, hub_api: str) -> Iterator[tuple[Container, int]]:
     port = _free_port()
-    env = [f"--env={k}={v}" for k, v in {**HUB_ENV,
+    env = [f"--env={k}={v}" for k, v in {**HUB_ENV, "JUPYTERHUB_API_URL": hub_api,
                                           "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}{PREFIX}"}.items()]
     container = Container(SPEC.image, ["jupyterhub-singleuser", "--ip=127.0.0.1", f"--port={port}"], env)
     try:
@@ -83,6 +110,7 @@ def test_the_server_starts_with_the_runs_extension_and_serves_its_api(server: tu
             status = _status(f"http://127.0.0.1:{port}{PREFIX}api")
             break
         except OSError:
+            assert container.running(), f"jupyterhub-singleuser exited:\n{container.logs()}"
             time.sleep(1)
     else:
         raise AssertionError(f"jupyterhub-singleuser did not listen:\n{container.logs()}")
