@@ -162,6 +162,14 @@ def _load_frame(data: memoryview, tag: str) -> Any:
             raise Refused("its Arrow data is compressed (a few kilobytes could inflate into all of the "
                           "kernel's memory); the runner writes it uncompressed")
     table = pyarrow.ipc.open_stream(buffer).read_all()
+    try:
+        # reading checks only each buffer's size: a binary offset or a view pointing past its data would
+        # make to_pandas copy the kernel's own memory into the frame (or crash it); full validation checks
+        # every offset, view and dictionary index against the data
+        table.validate(full=True)
+    except pyarrow.ArrowException as exc:
+        raise Refused(f"its Arrow data is invalid ({str(exc)[:200]}); it would read outside its own "
+                      "data, so it is refused") from None
     return table.to_pandas()
 
 
