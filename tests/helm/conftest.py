@@ -6,12 +6,11 @@ folder gets ../shared/z2jh-chart/jupyterhub as its dependency (nothing of it is 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import shutil
 
 import helm_python as helm
 import pytest

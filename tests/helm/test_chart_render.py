@@ -10,7 +10,6 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 import pytest
-import yaml
 
 # Every combination an operator is told about in values.yaml.
 VARIANTS: dict[str, dict[str, Any]] = {
