@@ -22,9 +22,10 @@ from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering.errors import GpuOffloadError
 
 from .config import USER_NAMESPACE_LABEL, HubConfig, parse_config
+from .release_config import CONFIG_KEY, read_config_map
 
 SERVICE_NAME = "gpu-offload"
-CONFIG_KEY = "config.yaml"
+
 # Set by zero-to-jupyterhub on the hub container (fieldRef metadata.namespace).
 NAMESPACE_VARIABLE = "POD_NAMESPACE"
 # In-cluster configuration of the API client needs these two; a hub-managed service inherits almost nothing
@@ -47,6 +48,11 @@ class ReleaseNames:
         """The chart's ConfigMap (``gpu-offload.configMap`` in templates/_helpers.tpl)."""
         return f"{self.fullname}-config"
 
+    @property
+    def config_role(self) -> str:
+        """The Role that lets the hub's account read it (templates/rbac-hub-config.yaml)."""
+        return f"{self.fullname}-hub-config"
+
 
 def release_fullname(release: str) -> str:
     """``gpu-offload.fullname`` of templates/_helpers.tpl: the release name when it says gpu-offload."""
@@ -68,26 +74,6 @@ def release_names(get_config: Callable[[str], Any], get_name: Callable[[str], st
                               "only in the hub of the gpu-offload chart")
     return ReleaseNames(namespace=namespace, fullname=release_fullname(str(release)),
                         hub_service=get_name("hub"), hub_port=get_name_env("hub", "_SERVICE_PORT"))
-
-
-def read_config_map(api_client: Any, names: ReleaseNames) -> str:
-    """The chart's ``config.yaml`` from this release's ConfigMap (the only I/O of this module)."""
-    from kubernetes.client import CoreV1Api
-    from kubernetes.client.exceptions import ApiException
-
-    where = f"ConfigMap {names.namespace}/{names.config_map}"
-    try:
-        found = CoreV1Api(api_client).read_namespaced_config_map(names.config_map, names.namespace)
-    except ApiException as exc:
-        raise GpuOffloadError(
-            f"the hub cannot read {where} (HTTP {exc.status} {exc.reason}): it is the gpu-offload chart's, bound "
-            f"for reading to the hub's account by the Role {names.fullname}-hub-config; install or upgrade the "
-            "chart, and check that the hub runs as jupyterhub.hub.serviceAccount"
-        ) from exc
-    text = (found.data or {}).get(CONFIG_KEY)
-    if not text:
-        raise GpuOffloadError(f"{where} has no {CONFIG_KEY}; upgrade the gpu-offload chart to rewrite it")
-    return str(text)
 
 
 def write_private(text: str, directory: Path | None = None) -> Path:
@@ -151,7 +137,8 @@ def wire_hub(c: Any, get_config: Callable[[str], Any], get_name: Callable[[str],
 
     environ = os.environ if environ is None else environ
     names = release_names(get_config, get_name, get_name_env, environ)
-    text = read_config_map(api_client or api_client_from_environment(), names)
+    text = read_config_map(api_client or api_client_from_environment(), names.namespace, names.config_map,
+                           names.config_role)
     where = f"ConfigMap {names.namespace}/{names.config_map}"
     raw = yaml.safe_load(text)
     if not isinstance(raw, Mapping):
