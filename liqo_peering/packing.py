@@ -171,28 +171,28 @@ def _candidates(nodes: Sequence[GpuNode], demand: Demand) -> list[tuple[GpuNode,
     return [(n, c) for n in first.values() for c in choices(n, demand)]
 
 
-class BestFit:
-    name = "best-fit"
+class _ByFree:
+    """Chooses by free capacity: the least free that fits (``tight``) or the most free."""
+
+    def __init__(self, name: str, tight: bool) -> None:
+        self.name = name
+        self.sign = 1 if tight else -1
 
     def choose(self, nodes: Sequence[GpuNode], demand: Demand) -> Choice | None:
         options = _candidates(nodes, demand)
         if not options:
             return None
-        node, choice = min(options, key=lambda nc: (sum(nc[0].free), sum(nc[0].free[i] for i in nc[1].gpus),
-                                                    nc[0].name))
-        return choice
+        s = self.sign
+        return min(options, key=lambda nc: (s * sum(nc[0].free), s * sum(nc[0].free[i] for i in nc[1].gpus),
+                                            nc[0].name))[1]
 
 
-class MostFree:
-    name = "most-free"
+def BestFit() -> PackingPolicy:  # noqa: N802 - reads as the policy it builds
+    return _ByFree("best-fit", tight=True)
 
-    def choose(self, nodes: Sequence[GpuNode], demand: Demand) -> Choice | None:
-        options = _candidates(nodes, demand)
-        if not options:
-            return None
-        node, choice = min(options, key=lambda nc: (-sum(nc[0].free), -sum(nc[0].free[i] for i in nc[1].gpus),
-                                                    nc[0].name))
-        return choice
+
+def MostFree() -> PackingPolicy:  # noqa: N802
+    return _ByFree("most-free", tight=False)
 
 
 def _gradient(node: GpuNode, choice: Choice, demand: Demand, mix: Mix) -> float:
