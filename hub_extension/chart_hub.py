@@ -148,4 +148,12 @@ def wire_hub(c: Any, get_config: Callable[[str], Any], get_name: Callable[[str],
     # The spawner hook runs in this process and reads the settings from there.
     environ[E.HUB_CONFIG.name] = str(path)
     apply(c, names, config, path, environ)
+    # The GPU profiles read the inventory cache without waiting: start it now so it has listed the donors by
+    # the time users open the spawn page (a failure here shows on that page instead).
+    from .spawner import start_inventory
+
+    try:
+        start_inventory()
+    except GpuOffloadError:
+        pass
     return config
