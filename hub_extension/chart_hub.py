@@ -10,6 +10,7 @@ settings land in a private file the spawner hook (this process) and the service 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Mapping, MutableMapping
@@ -152,8 +153,6 @@ def wire_hub(c: Any, get_config: Callable[[str], Any], get_name: Callable[[str],
     # the time users open the spawn page (a failure here shows on that page instead).
     from .spawner import start_inventory
 
-    try:
+    with contextlib.suppress(GpuOffloadError):
         start_inventory()
-    except GpuOffloadError:
-        pass
     return config
