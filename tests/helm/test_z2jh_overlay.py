@@ -167,6 +167,7 @@ scopes._check_scopes_exist(overlay["hub"]["config"]["KubeSpawner"]["server_token
 """
 
 
+@pytest.mark.e2e  # starts a process
 def test_jupyterhub_accepts_the_custom_scopes_and_every_scope_the_overlay_grants(
     overlay: dict[str, Any],
 ) -> None:
