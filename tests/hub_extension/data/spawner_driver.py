@@ -11,32 +11,29 @@ import asyncio
 import json
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 from gpu_offload.hub_extension import spawner as hook
+from gpu_offload.hub_extension.chart_hub import ReleaseNames, apply
 from gpu_offload.hub_extension.config import load_config
 from kubespawner import KubeSpawner
 from traitlets.config import Config
 
 
 def make_spawner(user: str, template: str) -> KubeSpawner:
-    """A real KubeSpawner configured as the z2jh overlay's extraConfig does."""
+    """A real KubeSpawner configured as the chart's hub wires it (``chart_hub.apply``), with ``template``."""
     c = Config()
     c.KubeSpawner.namespace = "jhub"
-    c.KubeSpawner.enable_user_namespaces = True
+    c.JupyterHub.services = [{"name": "gpu-offload"}]
+    apply(c, ReleaseNames("jhub", "gpu-offload", "hub", "8081"), load_config(), Path("config.yaml"), {})
     c.KubeSpawner.user_namespace_template = template
-    c.KubeSpawner.user_namespace_labels = {"gpu-offload.io/user-namespace": "true",
-                                           "hub.jupyter.org/network-access-hub": "true"}
-    c.KubeSpawner.pre_spawn_hook = hook.pre_spawn_hook
-    c.KubeSpawner.profile_list = hook.profile_list
-    c.KubeSpawner.environment = {"GPU_OFFLOAD_SERVICE_URL": "http://hub.jhub.svc:10101/services/gpu-offload/"}
     owner = types.SimpleNamespace(name=user, id=7, url=f"/user/{user}/", escaped_name=user)
     return KubeSpawner(config=c, user=owner, _mock=True)
 
 
 async def scenario(args: dict[str, Any]) -> dict[str, Any]:
-    # The overlay's template is "{hubnamespace}-{username}"; kubespawner reads the hub namespace from the
-    # pod's service-account files, which only exist in a pod, so the expansion is spelled out here.
+    # The chart's template is "<prefix>{username}" (prefix "<hub namespace>-" by default), spelled out here.
     spawner = make_spawner(args["user"], args.get("template", "jhub-{username}"))
     out: dict[str, Any] = {"namespace": spawner.namespace}
     kind = args["scenario"]
