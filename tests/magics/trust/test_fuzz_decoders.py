@@ -41,7 +41,7 @@ SEEDS = seeds()
 
 
 @pytest.fixture(scope="module")
-def child() -> Iterator[DecodeChild]:
+def decode_child() -> Iterator[DecodeChild]:
     with DecodeChild() as process:
         yield process
 
@@ -104,17 +104,17 @@ def check(family: str, data: bytes, result: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("family", list(SEEDS))
-def test_malformed_input_is_refused_within_bounds(family: str, child: DecodeChild, tmp_path: Path) -> None:
+def test_malformed_input_is_refused_within_bounds(family: str, decode_child: DecodeChild, tmp_path: Path) -> None:
     wrap = WRAP.get(family, lambda data: data)
     for sample in SEEDS[family]:  # the valid seeds decode (and warm the child's libraries up)
-        result = child.decode(DECODER[family], wrap(sample))
+        result = decode_child.decode(DECODER[family], wrap(sample))
         assert "raised" not in result and not result.get("skipped") and "refused" not in result, result
     deadline, cases, slowest, most = time.monotonic() + SECONDS, 0, 0.0, 0
     while time.monotonic() < deadline and cases < MAX_CASES:
         rng = random.Random(f"{SEED}/{family}/{cases}")
         data = wrap(mutate(rng.choice(SEEDS[family]), rng))
         try:
-            result = child.decode(DECODER[family], data)
+            result = decode_child.decode(DECODER[family], data)
             problems = check(family, data, result)
             slowest, most = max(slowest, result["seconds"]), max(most, result["peak_growth"])
         except AssertionError as exc:  # the child died
