@@ -307,6 +307,7 @@ scopes._check_scopes_exist(hub["config"]["KubeSpawner"]["server_token_scopes"], 
 """
 
 
+@pytest.mark.e2e  # starts a process
 def test_jupyterhub_accepts_the_custom_scopes_and_every_scope_the_chart_grants(kit: Any) -> None:
     hub_values = _hub_values(kit)
     hub = hub_values["hub"]

@@ -46,6 +46,7 @@ def _values_files() -> list[Path]:
     return sorted(REPO / name for name in listed)
 
 
+@pytest.mark.e2e  # starts a process
 def test_the_repository_has_values_files() -> None:
     assert REPO / "helm" / "gpu-offload" / "values.yaml" in _values_files()
 

@@ -80,6 +80,7 @@ def test_svg_neither_runs_nor_loads_anything(markup: str) -> None:
     assert loads_or_runs(sanitize_svg(markup)) == []
 
 
+@pytest.mark.e2e  # starts a process
 def test_a_matplotlib_svg_keeps_its_drawing() -> None:
     import matplotlib
 
