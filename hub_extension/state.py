@@ -26,16 +26,16 @@ from .queue_page import QueuesView, queues_view
 from .queues import QueueController, start_controller
 from .sampling import InventorySampler
 from .store import Store, UsageTotal
-from .usage import billed_user, ended_deleting, finished_run, holds_meter, namespace_user
+from .usage import billed_user, ended_deleting, finished_run, holds_meter, metered, namespace_user
 from .watches import (
     QUEUE_PAGE_KINDS,
     CollectionWatch,
     Obj,
     kueue_objects,
+    metered_pods,
     read_namespace,
     release_meter,
     resource_slices,
-    runner_pods,
 )
 
 log = logging.getLogger("gpu_offload.hub")
@@ -51,7 +51,7 @@ class HubState:
         # The cache also holds the ForeignClusters the pages show: each kind is watched once.
         self.cache = InventoryCache(LiqoClient(api_client, trust=config.clusters))
         self.slices = resource_slices(api_client)
-        self.pods = runner_pods(api_client, self._on_pod)
+        self.pods = metered_pods(api_client, self._metered, self._on_pod)
         self.prices = PriceRecorder(self.cache, store)
         self.sampler = InventorySampler(self.cache, store)
         self._namespaces: dict[str, Obj] = {}
@@ -97,6 +97,11 @@ class HubState:
     def inventory(self) -> Inventory:
         """The current inventory (rebuilt only after a change)."""
         return self.cache.inventory()
+
+    def _metered(self, pod: Obj) -> bool:
+        if not (pod.get("spec") or {}).get("nodeName"):  # the common case, without the inventory
+            return metered(pod, ())
+        return metered(pod, {vn.name for vn in self.cache.inventory(timeout=60).virtual_nodes})
 
     def _on_pod(self, event_type: str, pod: Obj) -> None:
         now = datetime.now(timezone.utc)

@@ -8,7 +8,7 @@ by the pod's uid, which is what makes recording it twice harmless.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -86,6 +86,16 @@ def ended_deleting(pod: Mapping[str, Any], now: datetime) -> bool:
         return False
     running = [cs for cs in (pod.get("status") or {}).get("containerStatuses") or [] if (cs.get("state") or {}).get("running")]
     return not running or now >= deleting
+
+
+def metered(pod: Mapping[str, Any], virtual_nodes: Collection[str]) -> bool:
+    """Whether the meter follows ``pod``: bound to a virtual node (whoever made it and whatever its labels),
+    or the project's own (labelled, or holding the meter's finalizer, which must be released even for a pod
+    that never got a node)."""
+    meta = pod.get("metadata") or {}
+    if (meta.get("labels") or {}).get(L.MANAGED_BY) == L.MANAGED_BY_VALUE or holds_meter(pod):
+        return True
+    return str((pod.get("spec") or {}).get("nodeName") or "") in virtual_nodes
 
 
 def holds_meter(pod: Mapping[str, Any]) -> bool:

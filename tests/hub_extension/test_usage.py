@@ -232,3 +232,48 @@ def test_a_forged_annotation_bills_nobody_else(origin: RunningOrigin, k8s: Any, 
     finally:
         state.close()
         core.delete_namespace(ns)
+
+
+def test_a_sidecar_holds_its_gpus_for_the_pods_life_and_is_billed_for_them() -> None:
+    pod = _pod("Succeeded", gpus=1)
+    # a sidecar (an init container that keeps running) with 2 GPUs beside a 1-GPU runner: the scheduler
+    # reserves 3 on the node for the whole run; a plain init container runs before, beside the sidecars
+    # started before it
+    pod["spec"]["initContainers"] = [
+        {"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+        {"name": "warm-up", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+    ]
+    run = finished_run(pod, "MODIFIED", {"donor-1-gpu": "donor-1"}, T0 + timedelta(hours=5))
+    assert run is not None and run.gpus == 3 and run.gpu_seconds == 3 * 30 * 60
+    # a warm-up of 3, beside the sidecar started before it, needs 3 + 2 at once: more than the running sum
+    pod["spec"]["initContainers"][1]["resources"]["limits"]["nvidia.com/gpu"] = "3"
+    assert finished_run(pod, "MODIFIED", {"donor-1-gpu": "donor-1"}, T0).gpus == 5  # type: ignore[union-attr]
+    # a sidecar after the plain init container does not run beside it
+    pod["spec"]["initContainers"].reverse()
+    assert finished_run(pod, "MODIFIED", {"donor-1-gpu": "donor-1"}, T0).gpus == 3  # type: ignore[union-attr]
+
+
+def test_a_pod_on_a_virtual_node_is_metered_whatever_labels_its_creator_wrote(
+        origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+    from gpu_offload.liqo_peering.placement import scheduling_fragment
+
+    core = kubernetes.client.CoreV1Api(k8s)
+    ns = offloaded_namespace(k8s)
+    core.patch_namespace(ns, {"metadata": {"labels": {"gpu-offload.io/user-namespace": "true"},
+                                           "annotations": {"gpu-offload.io/user": "ursula"}}})
+    state = HubState(HubConfig(), k8s, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+    try:
+        assert state.wait_synced(60)
+        # the user's own pod (from their server's account): none of the project's labels, a GPU on a donor
+        fragment = scheduling_fragment("donor-1", 2)
+        core.create_namespaced_pod(ns, {
+            "metadata": {"name": "my-own"},
+            "spec": {"restartPolicy": "Never", "tolerations": fragment["tolerations"], "affinity": fragment["affinity"],
+                     "containers": [{"name": "c", "image": "python:3.11", "resources": fragment["resources"],
+                                     "command": ["python3", "-c", "import time; time.sleep(1)"]}]}})
+        wait_until(lambda: state.store.totals("ursula"), "the unlabelled pod's run to be recorded")
+        (run,) = state.store.runs("ursula")
+        assert (run.pod, run.gpus, run.cluster_id) == ("my-own", 2, "donor-1") and run.gpu_seconds > 0
+    finally:
+        state.close()
+        core.delete_namespace(ns)
