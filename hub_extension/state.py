@@ -62,7 +62,7 @@ class HubState:
         self.kueue: dict[str, CollectionWatch] = (
             {g.kind: kueue_objects(api_client, g) for g in QUEUE_PAGE_KINDS} if config.queueing else {})
         # a scrape before the first list answers an error at once rather than blocking the event loop
-        self.metrics = HubMetrics(lambda: self.cache.inventory(timeout=0))
+        self.metrics = HubMetrics(lambda: self.cache.inventory(timeout=0), per_user=config.metrics_per_user)
 
     def start(self) -> HubState:
         """Start every watch (the pod watch last: recording needs the inventory's node-to-cluster map)."""
