@@ -26,11 +26,14 @@ if os.environ.get("GPU_OFFLOAD_PACKAGING_TESTS") != "1":
     collect_ignore_glob = ["test_*.py"]  # the main suite; images/ci.sh runs these
 
 
+@pytest.hookimpl(tryfirst=True)  # before tests/conftest.py sorts tests into lanes
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # the first test of a session waits for the images to build: more than the suite's per-test timeout
+    # every test here runs processes (podman, pip, a sandbox); the first of a session waits for the images
+    # to build, more than the suite's per-test timeout
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.e2e)
             item.add_marker(pytest.mark.timeout(BUILD_TIMEOUT))
 
 
