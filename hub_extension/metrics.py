@@ -50,7 +50,11 @@ def waited_seconds(pod: Mapping[str, Any]) -> float | None:
     if scheduled is None or scheduled.get("status") != "True":
         return None
     created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-    bound = parse_time(scheduled.get("lastTransitionTime"))
+    try:
+        # the status Liqo reflects from a donor may carry any text here: information only, never an error
+        bound = parse_time(scheduled.get("lastTransitionTime"))
+    except ValueError:
+        return None
     if created is None or bound is None:
         return None
     return max(0.0, (bound - created).total_seconds())
