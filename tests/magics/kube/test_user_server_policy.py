@@ -135,7 +135,7 @@ def _own_pod(name: str, **spec: Any) -> dict[str, Any]:
                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}], **spec}}
 
 
-def test_a_users_own_pod_that_would_skip_the_queue_is_refused_and_nothing_is_created(
+def test_a_users_own_pod_that_would_skip_the_queue_or_take_gpus_is_refused_and_nothing_is_created(
         api_client: Any, user_namespace: str) -> None:
     core = kubernetes.client.CoreV1Api(api_client)
     # owned by a Job: Kueue's webhook leaves it to that Job's Workload, which does not exist
@@ -143,7 +143,11 @@ def test_a_users_own_pod_that_would_skip_the_queue_is_refused_and_nothing_is_cre
     owned["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "nothing",
                                              "uid": str(uuid.uuid4())}]
     bound = _own_pod("bound", nodeName="liqo-donor-1-gpu")  # bound by its creator: past the scheduler
-    for pod, words in ((owned, "ownerReferences"), (bound, "spec.nodeName")):
+    ranked = _own_pod("ranked", priorityClassName="system-cluster-critical")  # Kueue would order it by this
+    sneaky = _own_pod("sneaky")  # no GPU asked for, every GPU of the node through the runtime
+    sneaky["spec"]["containers"][0].update(resources={}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
+    for pod, words in ((owned, "ownerReferences"), (bound, "spec.nodeName"), (ranked, "priorityClassName"),
+                       (sneaky, "NVIDIA_VISIBLE_DEVICES")):
         with pytest.raises(kubernetes.client.ApiException) as refused:
             core.create_namespaced_pod(user_namespace, pod)
         assert refused.value.status == 403, refused.value.body
