@@ -42,3 +42,14 @@ def test_the_charts_currency_reaches_the_service_and_a_bad_one_is_refused() -> N
     assert parse_config({}).currency == ""
     with pytest.raises(InvalidRequest, match="offload.currency="):
         parse_config({"offload": {"currency": "<b>EUR</b>"}})
+
+
+def test_the_pages_colours_follow_the_hubs_light_or_dark_theme() -> None:
+    """JupyterHub's page has a dark theme (Bootstrap's data-bs-theme): the service's own styles use Bootstrap's
+    theme variables, never a fixed light background."""
+    import re
+
+    html = pages.clusters_page(_ctx(""), [ROW])
+    styles = " ".join(re.findall(r"<style>(.*?)</style>", html, re.S))
+    assert "var(--bs-success-bg-subtle)" in styles and "var(--bs-danger-text-emphasis)" in styles
+    assert not re.search(r"(background|color):#[0-9a-fA-F]{3,6}", styles), styles
