@@ -27,9 +27,9 @@ from pathlib import Path
 
 import kubernetes
 from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.liqo.origin import running_origin
 from gpu_offload.sandbox.objectstore import s3_server
-from gpu_offload.sandbox.origin import running_origin
 
 REPO = Path(__file__).resolve().parents[1]
 FLOWS = REPO / "tests" / "flows" / "data"

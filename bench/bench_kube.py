@@ -26,16 +26,17 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import RunRequest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.config import KubeSettings
-from gpu_offload.magics.bundle import build_job
-from gpu_offload.magics.engine import FollowSettings, Intake, follow
-from gpu_offload.magics.sinks import RecordingSink
-from gpu_offload.sandbox.http_faults import FaultRule
-from gpu_offload.sandbox.origin import running_origin
+from gpu_offload.sandbox.apiserver.http_faults import FaultRule
+from gpu_offload.sandbox.liqo.origin import running_origin
 from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import KubeSettings
+from gpu_offload.engine.bundle import build_job
+from gpu_offload.engine.engine import FollowSettings, Intake, follow
+from gpu_offload.engine.sinks import RecordingSink
 
 LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
 # Counted in this order (the first matching rule counts a request); the last one catches the rest.

@@ -17,7 +17,7 @@ from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.inventory import pod_gpus
 from gpu_offload.liqo_peering.timestamps import parse_time
 
-from .config import USER_NAMESPACE_LABEL
+from ..config import USER_NAMESPACE_LABEL
 
 log = logging.getLogger("gpu_offload.hub")
 _TERMINAL = {"Succeeded", "Failed"}

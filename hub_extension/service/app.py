@@ -1,4 +1,4 @@
-"""The hub-managed service: ``python -m gpu_offload.hub_extension.service`` (JupyterHub starts it).
+"""The hub-managed service: ``python -m gpu_offload.hub_extension.service.app`` (JupyterHub starts it).
 
 Modelled on JupyterHub's ``examples/service-whoami``: a tornado app whose handlers are HubOAuthenticated,
 listening on the host and port of ``JUPYTERHUB_SERVICE_URL`` under ``JUPYTERHUB_SERVICE_PREFIX``.
@@ -23,11 +23,11 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.log import access_log
 
+from ..accounting.store import Store
+from ..config import HubConfig, load_config
 from . import handlers as h
-from .config import HubConfig, load_config
 from .operations import Operations
 from .state import HubState
-from .store import Store
 from .uploads import KubeconfigVault
 
 log = logging.getLogger("gpu_offload.hub")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from .store import CostRow, GpuSample
+from ..accounting.store import CostRow, GpuSample
 
 DAYS = 30
 """Days the daily charts cover, today included."""

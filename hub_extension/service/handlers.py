@@ -21,7 +21,8 @@ from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tornado import web
 
-from . import billing, pages, views
+from ..accounting import billing
+from . import pages, views
 from .actions import Action, Peering, parse_action
 from .bodies import Body
 from .operations import ActionResult, Operations

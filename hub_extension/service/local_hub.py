@@ -68,7 +68,7 @@ def service(hub: LocalHub) -> dict[str, Any]:
     return {
         "name": SERVICE_NAME,
         "url": f"http://{hub.service_ip}:{hub.service_port}",
-        "command": [hub.python, "-m", "gpu_offload.hub_extension.service"],
+        "command": [hub.python, "-m", "gpu_offload.hub_extension.service.app"],
         "display": True,
         "oauth_no_confirm": True,
         # without these a token from the service's OAuth carries no custom scope (the overlay says why)

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .usage import preempted
+from ..accounting.usage import preempted
 
 PREFIX = "gpu_offload_"
 UNLABELLED_MODEL = "unlabelled"

@@ -16,10 +16,10 @@ from gpu_offload.liqo_peering.specs import gpu_resource_slice
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from ..accounting.store import Store
+from ..config import HubConfig
 from . import liqoctl
 from .actions import Action, Cordon, NodeLabels, Peering, SliceRequest, tenant_namespace
-from .config import HubConfig
-from .store import Store
 
 
 @dataclass(frozen=True)

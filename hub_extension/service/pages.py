@@ -27,8 +27,8 @@ import jinja2
 import jupyterhub
 from jupyterhub._data import DATA_FILES_PATH
 
+from ..accounting.store import AuditEntry, UsageTotal
 from .queue_page import QueuesView
-from .store import AuditEntry, UsageTotal
 from .views import ClusterDetail, ClusterPageRow, CostReport, DonorCharts, MyUsage, UsageCharts
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.inventory import Inventory
 
+from ..accounting.store import Store
 from .following import InventoryFollower
-from .store import Store
 
 
 def node_prices(inventory: Inventory) -> dict[tuple[str, str], float | None]:

@@ -17,8 +17,8 @@ from gpu_offload.liqo_peering.kueue import Desired, QueueSettings, desired
 from gpu_offload.liqo_peering.queue_sync import QueueApi, reconcile
 from gpu_offload.liqo_peering.trust import TrustPolicy
 
+from ..accounting.store import Store
 from .following import InventoryFollower
-from .store import Store
 
 log = logging.getLogger("gpu_offload.hub")
 RESYNC_SECONDS = 600.0

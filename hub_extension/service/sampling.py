@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.inventory import Inventory
 
+from ..accounting.store import GpuSample, Store
 from .following import InventoryFollower
-from .store import GpuSample, Store
 
 PERIOD = timedelta(minutes=5)
 """A sample of every donor at least this often."""

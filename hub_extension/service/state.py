@@ -15,18 +15,18 @@ from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.client import ApiClient, LiqoClient
 from gpu_offload.liqo_peering.inventory import Inventory
 
+from ..accounting.cost import month_of, priced
+from ..accounting.store import Store, UsageTotal
+from ..accounting.usage import billed_user, ended_deleting, finished_run, holds_meter, namespace_user
+from ..config import HubConfig
 from . import charts, views
 from .bodies import Body, BodyCache
-from .config import HubConfig
-from .cost import month_of, priced
 from .metrics import HubMetrics
 from .operations import ClusterFacts
 from .pricing import PriceRecorder
 from .queue_page import QueuesView, queues_view
 from .queues import QueueController, start_controller
 from .sampling import InventorySampler
-from .store import Store, UsageTotal
-from .usage import billed_user, ended_deleting, finished_run, holds_meter, namespace_user
 from .watches import (
     QUEUE_PAGE_KINDS,
     CollectionWatch,

@@ -20,10 +20,10 @@ from gpu_offload.liqo_peering.inventory import (
 )
 from gpu_offload.liqo_peering.timestamps import parse_time
 
+from ..accounting.cost import month_of
+from ..accounting.store import CostRow
+from ..accounting.usage import MeteredRun, pod_user
 from .charts import Chart
-from .cost import month_of
-from .store import CostRow
-from .usage import MeteredRun, pod_user
 
 Obj = Mapping[str, Any]
 

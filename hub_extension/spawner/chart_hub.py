@@ -22,7 +22,7 @@ import yaml
 from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering.errors import GpuOffloadError
 
-from .config import USER_NAMESPACE_LABEL, HubConfig, parse_config
+from ..config import USER_NAMESPACE_LABEL, HubConfig, parse_config
 from .release_config import CONFIG_KEY, read_config_map
 
 SERVICE_NAME = "gpu-offload"
@@ -89,7 +89,7 @@ def write_private(text: str, directory: Path | None = None) -> Path:
 
 def apply(c: Any, names: ReleaseNames, config: HubConfig, config_path: Path, environ: Mapping[str, str]) -> None:
     """Set JupyterHub's and kubespawner's configuration ``c`` for gpu-offload (pure over ``c``)."""
-    from .spawner import pre_spawn_hook, profile_list
+    from .hooks import pre_spawn_hook, profile_list
 
     # The chart's admission policy lets the hub create only namespaces named <prefix><user> that carry the
     # label at creation, and the hook checks the same.
@@ -151,7 +151,7 @@ def wire_hub(c: Any, get_config: Callable[[str], Any], get_name: Callable[[str],
     apply(c, names, config, path, environ)
     # The GPU profiles read the inventory cache without waiting: start it now so it has listed the donors by
     # the time users open the spawn page (a failure here shows on that page instead).
-    from .spawner import start_inventory
+    from .hooks import start_inventory
 
     with contextlib.suppress(GpuOffloadError):
         start_inventory()

@@ -31,10 +31,10 @@ from gpu_offload.liqo_peering.retrying import Backoff, retry_async
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, NetworkingV1Api, RbacAuthorizationV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ..config import HubConfig, load_config
+from ..service.views import supply_by_model
 from . import user_namespace as un
-from .config import HubConfig, load_config
 from .egress import POLICY_NAME, metadata_egress_policy
-from .views import supply_by_model
 
 log = logging.getLogger("gpu_offload.hub")
 RBAC_RETRIES = 8

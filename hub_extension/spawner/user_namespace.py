@@ -15,8 +15,8 @@ from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.liqo_peering.specs import namespace_offloading
 
-from .actions import dns_label
-from .config import POD_SECURITY_LABEL, USER_NAMESPACE_LABEL, HubConfig
+from ..config import POD_SECURITY_LABEL, USER_NAMESPACE_LABEL, HubConfig
+from ..service.actions import dns_label
 
 HUB_BINDING = "gpu-offload-hub"
 USER_SERVER_BINDING = "gpu-offload-user-server"

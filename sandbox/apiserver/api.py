@@ -14,7 +14,7 @@ Extension points, all reached from one :class:`Api` (``server.api``):
 
 Calls are synchronous, thread-safe (one re-entrant lock, the store's) and never block on I/O, so they are
 safe from the server's loop and from other threads. Controllers run as asyncio tasks on the server's loop.
-Errors are :class:`~gpu_offload.sandbox.errors.ApiError`, exactly what an HTTP client would receive.
+Errors are :class:`~gpu_offload.sandbox.apiserver.errors.ApiError`, exactly what an HTTP client would receive.
 """
 
 from __future__ import annotations

@@ -33,12 +33,12 @@ from typing import Any
 
 from dateutil.parser import isoparse
 
-from .admission import AdmissionRequest
-from .api import Api
-from .defaults import now
-from .errors import ApiError, Cause
-from .resources import ResourceType
-from .selectors import Selector, parse_label_selector
+from ..apiserver.admission import AdmissionRequest
+from ..apiserver.api import Api
+from ..apiserver.defaults import now
+from ..apiserver.errors import ApiError, Cause
+from ..apiserver.resources import ResourceType
+from ..apiserver.selectors import Selector, parse_label_selector
 
 Obj = dict[str, Any]
 UID_LABEL = "batch.kubernetes.io/controller-uid"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .matching import node_selector_matches, quantity, tolerates
+from ..apiserver.matching import node_selector_matches, quantity, tolerates
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 AFFINITY = "node(s) didn't match Pod's node affinity/selector"

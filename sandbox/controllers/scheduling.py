@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 from typing import Any
 
-from . import events
-from .api import Api
-from .defaults import now
-from .errors import ApiError
-from .patching import MERGE
+from ..apiserver import events
+from ..apiserver.api import Api
+from ..apiserver.defaults import now
+from ..apiserver.errors import ApiError
+from ..apiserver.patching import MERGE
 from .scheduler import decide
 
 COMPONENT = "default-scheduler"

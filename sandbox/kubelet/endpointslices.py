@@ -20,8 +20,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .api import Api
-from .errors import ApiError
+from ..apiserver.api import Api
+from ..apiserver.errors import ApiError
 from .podnames import published, selects
 from .serviceproxy import target_port
 

@@ -1,7 +1,7 @@
 """The test kubelet: runs the containers of every pod bound to a sandbox node as local processes.
 
 One kubelet serves all nodes of the sandbox (local and virtual). It watches pods; a pod bound to a node
-gets a :class:`~gpu_offload.sandbox.podworker.PodWorker`, an IP and (as root) a network namespace of its
+gets a :class:`~gpu_offload.sandbox.kubelet.podworker.PodWorker`, an IP and (as root) a network namespace of its
 own (``podnet.py``), and a folder ``<state>/pods/<ns>_<name>_<uid8>/``. It serves ``pods/attach`` (the container's stdin and live output)
 and ``pods/exec`` (a new process in the container's environment). A graceful delete is finished by the
 kubelet once the processes ended. ``shutdown()`` stops every process; none outlives the sandbox.
@@ -23,21 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import endpointslices, events, podnames
-from .api import Api
-from .errors import ApiError
+from ..apiserver import events
+from ..apiserver.api import Api
+from ..apiserver.errors import ApiError
+from ..apiserver.incluster import InClusterApi
+from ..apiserver.patching import MERGE
+from ..apiserver.streams import StreamIO, StreamRequest
+from . import endpointslices, podnames
 from .images import Images
-from .incluster import InClusterApi
 from .isolation import can_isolate
 from .launch import Launch
-from .patching import MERGE
 from .poddns import PodResolvers
 from .podfiles import Lookup
 from .podnet import PodNetwork
 from .podworker import COMPONENT, PodWorker
 from .process import ContainerProcess
 from .serviceproxy import ServiceProxy, backends
-from .streams import StreamIO, StreamRequest
 
 LOG = logging.getLogger(__name__)
 Gate = Callable[[dict[str, Any]], "dict[str, Any] | None"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .matching import quantity
+from ..apiserver.matching import quantity
 
 Lookup = Callable[[str, str], "dict[str, Any] | None"]
 """``lookup(kind, name)`` -> the Secret (``"secrets"``) or ConfigMap (``"configmaps"``) of the pod's

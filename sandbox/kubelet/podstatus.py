@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .defaults import now
+from ..apiserver.defaults import now
 
 
 @dataclass

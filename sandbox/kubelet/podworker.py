@@ -27,12 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import incluster, podnames, podstatus, probes
-from .defaults import now
+from ..apiserver import incluster
+from ..apiserver.defaults import now
+from ..apiserver.matching import quantity
+from . import podnames, podstatus, probes
 from .images import ImageError, Runtime
 from .isolation import Isolation, User, container_user, hand_over, reveal_plan
 from .launch import Launch, StartError, build_launch
-from .matching import quantity
 from .podfiles import (
     ConfigError,
     MountError,

@@ -4,7 +4,7 @@ Every process gets its own session (so a signal reaches its children too) and, o
 sandbox even if the sandbox is killed without cleaning up (``PR_SET_PDEATHSIG``). The registry below lets
 the sandbox prove that nothing it started is still alive.
 
-With an :class:`~gpu_offload.sandbox.isolation.Isolation` (root only) the process is the container's shim
+With an :class:`~gpu_offload.sandbox.kubelet.isolation.Isolation` (root only) the process is the container's shim
 (``nsinit.py``): SIGTERM goes to it alone and it hands it to the command, as a runtime signals a container's
 PID 1; SIGKILL ends its PID namespace, so no child of the container survives, whatever its session.
 """

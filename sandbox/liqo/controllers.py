@@ -19,12 +19,14 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from . import crds, liqo, offloading
-from .admission import AdmissionRequest
-from .api import Api
-from .defaults import now
-from .errors import ApiError, Cause
-from .patching import MERGE
+from ..apiserver import crds
+from ..apiserver.admission import AdmissionRequest
+from ..apiserver.api import Api
+from ..apiserver.defaults import now
+from ..apiserver.errors import ApiError, Cause
+from ..apiserver.patching import MERGE
+from . import offloading
+from . import seed as liqo
 
 NSOFF = ("offloading.liqo.io/v1beta1", "NamespaceOffloading")
 

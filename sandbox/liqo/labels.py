@@ -25,10 +25,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .api import Api
-from .errors import ApiError
-from .patching import MERGE
-from .store import Subscription, WatchEvent
+from ..apiserver.api import Api
+from ..apiserver.errors import ApiError
+from ..apiserver.patching import MERGE
+from ..apiserver.store import Subscription, WatchEvent
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .liqo import ORIGIN_CLUSTER_ID, TYPE_LABEL, VIRTUAL_NODE_TAINT, VIRTUAL_NODE_TYPE
-from .matching import and_node_selectors, node_selector_matches
+from ..apiserver.matching import and_node_selectors, node_selector_matches
+from .seed import ORIGIN_CLUSTER_ID, TYPE_LABEL, VIRTUAL_NODE_TAINT, VIRTUAL_NODE_TYPE
 
 NAMESPACE_OFFLOADING_NAME = "offloading"
 SCHEDULING_LABEL = "liqo.io/scheduling-enabled"

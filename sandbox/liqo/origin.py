@@ -20,16 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import fieldvalidation, incluster, liqo, liqo_controllers, process
-from .api import Api
-from .faults import SandboxFaults
-from .images import DEFAULT_MAP, Images
-from .kubelet import Kubelet, KubeletConfig
-from .liqo_labels import label_controller
-from .liqo_slices import slice_controller
-from .scheduling import scheduler_controller
-from .server import ApiServer
-from .testing import RunningSandbox, running_sandbox
+from ..apiserver import fieldvalidation, incluster
+from ..apiserver.api import Api
+from ..controllers.scheduling import scheduler_controller
+from ..faults import SandboxFaults
+from ..kubelet import process
+from ..kubelet.images import DEFAULT_MAP, Images
+from ..kubelet.kubelet import Kubelet, KubeletConfig
+from ..server import ApiServer
+from ..testing import RunningSandbox, running_sandbox
+from . import controllers as liqo_controllers
+from . import seed as liqo
+from .labels import label_controller
+from .slices import slice_controller
 
 atexit.register(process.kill_all)  # a sandbox killed by an exception still takes its processes along
 

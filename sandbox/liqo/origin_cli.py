@@ -13,10 +13,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import liqo
-from .images import DEFAULT_MAP
+from ..kubelet.images import DEFAULT_MAP
+from ..server import Plugin
+from . import seed as liqo
 from .origin import LiqoOrigin, OriginOptions
-from .server import Plugin
 
 TRUSTED_ENV = "GPU_OFFLOAD_TRUSTED_CLUSTERS"
 """The origin-side setting the project reads (liqo_peering/trust.py); named here, the sandbox imports nothing."""

@@ -15,12 +15,12 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from . import liqo
-from .api import Api
-from .defaults import now
-from .errors import ApiError
-from .liqo_controllers import create_with_status
-from .patching import MERGE
+from ..apiserver.api import Api
+from ..apiserver.defaults import now
+from ..apiserver.errors import ApiError
+from ..apiserver.patching import MERGE
+from . import seed as liqo
+from .controllers import create_with_status
 
 _NODE_IPS = (f"127.0.3.{i}" for i in itertools.count(1))
 

@@ -34,9 +34,8 @@ def test_a_script_runs_as_every_rank_and_a_ranks_exit_code_is_the_commands(tmp_p
 
 def test_spread_is_taken_and_kept_by_a_background_follower_and_the_local_backend_says_it_ignores_it(
         tmp_path: Path) -> None:
-    from gpu_offload.magics.cli.background import child_argv
-
     from gpu_offload.cli import build_parser
+    from gpu_offload.cli.background import child_argv
 
     words = ["run", "--noblock", "--nodes", "2", "--gpus", "1", "--spread", "train.py"]
     follower = child_argv(build_parser(words).parse_args(words), "/tmp/log")

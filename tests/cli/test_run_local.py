@@ -117,9 +117,8 @@ def test_sigterm_to_a_background_follower_stops_its_run(project: Path, env: dict
 
 def test_a_noblock_run_keeps_its_queue_timeout_in_the_background_follower() -> None:
     # the detached follower is what waits in the queue: without the option it would wait as long as it takes
-    from gpu_offload.magics.cli.background import child_argv
-
     from gpu_offload.cli import build_parser
+    from gpu_offload.cli.background import child_argv
 
     words = ["run", "--noblock", "--queue-timeout", "90", "train.py", "--epochs", "2"]
     follower = child_argv(build_parser(words).parse_args(words), "/tmp/log")
@@ -130,9 +129,8 @@ def test_a_noblock_run_keeps_its_queue_timeout_in_the_background_follower() -> N
 
 def test_a_priority_is_checked_as_the_magic_checks_it_and_kept_by_a_background_follower(
         project: Path, env: dict[str, str]) -> None:
-    from gpu_offload.magics.cli.background import child_argv
-
     from gpu_offload.cli import build_parser
+    from gpu_offload.cli.background import child_argv
 
     refused = cli(["run", "--backend", "local", "--gpus", "0", "--priority", "Batch!", "main.py"], project.parent, env)
     assert refused.returncode == 2 and refused.stderr.startswith(

@@ -8,7 +8,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.cli.workdir import WorkdirError, pack
+
+from gpu_offload.cli.workdir import WorkdirError, pack
 
 from .helpers import write_project
 

@@ -6,8 +6,9 @@ import math
 import threading
 
 import pytest
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.errors import OffloadUsageError
+
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.errors import OffloadUsageError
 
 
 def test_sends_what_the_cell_reads_and_returns_what_it_assigns() -> None:

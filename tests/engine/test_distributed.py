@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpu_offload.magics.errors import RemoteError
 from IPython.utils.capture import capture_output
+
+from gpu_offload.engine.errors import RemoteError
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 torch = pytest.importorskip("torch")

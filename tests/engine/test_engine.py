@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import secrets
 
-from gpu_offload.magics.engine import Outcome, describe
-from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder, Hello, Metrics
+from gpu_offload.engine.engine import Outcome, describe
+from gpu_offload.runner.frames import FrameDecoder, FrameEncoder, Hello, Metrics
 
 
 def test_status_lines_name_the_runner_and_each_gpu_even_with_missing_fields() -> None:
@@ -44,8 +44,8 @@ class ReplayedRun:
 
 
 def test_a_frame_that_does_not_decode_is_named_and_the_run_goes_on() -> None:
-    from gpu_offload.magics.engine import TRUSTED, FollowSettings, follow
-    from gpu_offload.magics.sinks import RecordingSink
+    from gpu_offload.engine.engine import TRUSTED, FollowSettings, follow
+    from gpu_offload.engine.sinks import RecordingSink
 
     nonce = secrets.token_hex(16)
     nested = "[" * 975 + "]" * 975

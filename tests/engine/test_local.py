@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from gpu_offload.magics.backends.base import RunRequest
-from gpu_offload.magics.backends.local import runner_environment, visible_devices
+
+from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.local import runner_environment, visible_devices
 
 
 def test_gpus_take_the_first_of_the_kernels_own_devices() -> None:
@@ -34,7 +35,7 @@ def test_a_users_own_matplotlib_backend_is_kept() -> None:
 def test_ipython_display_helpers_on_a_local_python_without_ipython() -> None:
     import sys
 
-    from gpu_offload.magics.backends.local import LocalBackend
+    from gpu_offload.engine.backends.local import LocalBackend
 
     from .kube.helpers import run_cell
 

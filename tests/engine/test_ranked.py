@@ -10,13 +10,13 @@ import json
 from collections import deque
 from collections.abc import Callable
 
-from gpu_offload.magics.backends.base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
-from gpu_offload.magics.engine import TRUSTED, FollowSettings, follow
-from gpu_offload.magics.errors import RemoteError
-from gpu_offload.magics.ranked import RankedRun, prefix_lines
-from gpu_offload.magics.runner.frames import FrameDecoder
-from gpu_offload.magics.runner.wire import MARK
-from gpu_offload.magics.sinks import RecordingSink
+from gpu_offload.engine.backends.base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
+from gpu_offload.engine.engine import TRUSTED, FollowSettings, follow
+from gpu_offload.engine.errors import RemoteError
+from gpu_offload.engine.ranked import RankedRun, prefix_lines
+from gpu_offload.engine.sinks import RecordingSink
+from gpu_offload.runner.frames import FrameDecoder
+from gpu_offload.runner.wire import MARK
 
 NONCE = "0123456789abcdef" * 2
 

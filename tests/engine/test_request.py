@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from gpu_offload.magics.errors import OffloadUsageError
-from gpu_offload.magics.request import OffloadRequest, split_names
+
+from gpu_offload.engine.errors import OffloadUsageError
+from gpu_offload.engine.request import OffloadRequest, split_names
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from IPython.utils.capture import capture_output
 
-from .test_magic import offload
+from ..magics.test_magic import offload
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpu_offload.magics.shards import StepTimer, apportion, loss_weight, shard_range, shard_sizes
+
+from gpu_offload.engine.shards import StepTimer, apportion, loss_weight, shard_range, shard_sizes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,7 +75,7 @@ def test_step_timer_counts_time_per_item() -> None:
 
 
 RANK = """import os, sys
-from gpu_offload.magics.shards import shard_sizes
+from gpu_offload.engine.shards import shard_sizes
 import torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()

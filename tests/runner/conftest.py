@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_offload.magics.runner.build import build_runner
-from gpu_offload.magics.runner.bundle import encode_bundle, make_bundle
-from gpu_offload.magics.runner.frames import Done, Event, FrameDecoder, Noise, Stream
+
+from gpu_offload.runner.build import build_runner
+from gpu_offload.runner.bundle import encode_bundle, make_bundle
+from gpu_offload.runner.frames import Done, Event, FrameDecoder, Noise, Stream
+
+# the magic's check that no runner is left behind applies here as it did under tests/magics/
+from ..magics.conftest import no_runner_left_behind  # noqa: F401 (an autouse fixture, by name)
 
 HANG_GUARD = 120.0
 """Seconds after which a test gives up waiting for a frame: a guard against hangs, not a speed claim."""

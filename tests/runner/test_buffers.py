@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_offload.magics.runner import buffers
+
+from gpu_offload.runner import buffers
 
 
 def big(n: int = 300_000) -> np.ndarray:

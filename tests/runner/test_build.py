@@ -8,7 +8,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.runner.build import build_runner, cache_dir
+
+from gpu_offload.runner.build import build_runner, cache_dir
 
 
 def test_the_archive_carries_the_runner_and_its_two_libraries(runner_pyz: Path) -> None:
@@ -28,7 +29,7 @@ def test_a_second_build_reuses_the_cached_archive(runner_pyz: Path) -> None:
 @pytest.mark.e2e  # starts a process
 def test_concurrent_builds_agree_and_leave_no_temporary_files(tmp_path: Path) -> None:
     script = (
-        "import sys\nfrom gpu_offload.magics.runner.build import build_runner\n"
+        "import sys\nfrom gpu_offload.runner.build import build_runner\n"
         "print(build_runner(__import__('pathlib').Path(sys.argv[1])))"
     )
     procs = [

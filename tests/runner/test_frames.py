@@ -5,7 +5,8 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from gpu_offload.magics.runner.frames import (
+
+from gpu_offload.runner.frames import (
     MAX_FRAME_BYTES,
     DisplayData,
     Done,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder, FrameError, Metrics
+
+from gpu_offload.runner.frames import FrameDecoder, FrameEncoder, FrameError, Metrics
 
 
 @pytest.mark.parametrize("kind, payload", [

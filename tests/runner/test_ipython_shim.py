@@ -7,8 +7,9 @@ import sys
 from typing import Any
 
 import pytest
-from gpu_offload.magics.runner import buffers
-from gpu_offload.magics.runner.frames import DisplayData, Error, Outputs
+
+from gpu_offload.runner import buffers
+from gpu_offload.runner.frames import DisplayData, Error, Outputs
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 

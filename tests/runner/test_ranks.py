@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.runner.bundle import encode_bundle, make_bundle
-from gpu_offload.magics.runner.frames import (
+
+from gpu_offload.runner.bundle import encode_bundle, make_bundle
+from gpu_offload.runner.frames import (
     MAX_FRAME_BYTES,
     DisplayData,
     Done,
@@ -22,7 +23,7 @@ from gpu_offload.magics.runner.frames import (
     Outputs,
     Stream,
 )
-from gpu_offload.magics.runner.wire import RELAY_ROOM
+from gpu_offload.runner.wire import RELAY_ROOM
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 

@@ -7,8 +7,9 @@ import urllib.request
 from typing import Any
 
 import pytest
-from gpu_offload.magics.runner.frames import Done, Error, RunnerWarning
-from gpu_offload.magics.runner.runlog import RunLog
+
+from gpu_offload.runner.frames import Done, Error, RunnerWarning
+from gpu_offload.runner.runlog import RunLog
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 

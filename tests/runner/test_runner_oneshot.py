@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_offload.magics.runner import buffers
-from gpu_offload.magics.runner.frames import (
+
+from gpu_offload.runner import buffers
+from gpu_offload.runner.frames import (
     MAX_FRAME_BYTES,
     DisplayData,
     Done,

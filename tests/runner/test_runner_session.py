@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.runner.bundle import encode_bundle
-from gpu_offload.magics.runner.frames import Done, Error, Hello, Metrics, Stream
-from gpu_offload.magics.runner.secrecy import greeting
+
+from gpu_offload.runner.bundle import encode_bundle
+from gpu_offload.runner.frames import Done, Error, Hello, Metrics, Stream
+from gpu_offload.runner.secrecy import greeting
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
@@ -120,8 +121,9 @@ def test_a_session_without_its_nonce_first_is_refused(start_runner, first: str) 
 
 def test_outputs_of_a_session_cannot_be_changed_by_later_cells(session, write_bundle, tmp_path) -> None:
     import numpy as np
-    from gpu_offload.magics.runner import buffers
-    from gpu_offload.magics.runner.frames import Outputs
+
+    from gpu_offload.runner import buffers
+    from gpu_offload.runner.frames import Outputs
 
     path, bundle = write_bundle(
         "b = a\n",
@@ -160,7 +162,7 @@ def test_an_interrupt_for_a_rejected_run_does_not_hit_the_next_one(session) -> N
 
 
 def test_each_runs_frames_carry_its_run_id(session) -> None:
-    from gpu_offload.magics.runner.frames import FrameDecoder
+    from gpu_offload.runner.frames import FrameDecoder
 
     session.run("print('first')\n", run_id="r-1")
     session.run("print('second')\n", run_id="r-2")

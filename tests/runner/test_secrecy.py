@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.runner.bundle import encode_bundle, make_bundle
-from gpu_offload.magics.runner.frames import Done, RunnerWarning, Stream
-from gpu_offload.magics.runner.secrecy import greeting
+
+from gpu_offload.runner.bundle import encode_bundle, make_bundle
+from gpu_offload.runner.frames import Done, RunnerWarning, Stream
+from gpu_offload.runner.secrecy import greeting
 
 from .conftest import RunnerProcess
 

@@ -7,7 +7,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.runner.frames import Error
+
+from gpu_offload.runner.frames import Error
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.runner.frames import Done, FrameDecoder
-from gpu_offload.magics.runner.secrecy import greeting
-from gpu_offload.magics.runner.watchdog import parent_alive
+
+from gpu_offload.runner.frames import Done, FrameDecoder
+from gpu_offload.runner.secrecy import greeting
+from gpu_offload.runner.watchdog import parent_alive
 
 HANG_GUARD = 60.0
 

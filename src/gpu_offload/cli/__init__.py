@@ -26,21 +26,21 @@ class Command:
 
 COMMANDS: tuple[Command, ...] = (
     Command("quickstart", "run examples/quickstart.ipynb on an embedded SANDBOX cluster (--local: no cluster)",
-            "gpu_offload.quickstart"),
+            "gpu_offload.cli.quickstart"),
     Command("lab", "JupyterLab (or JupyterHub with --hub) against an embedded SANDBOX cluster",
-            "gpu_offload.lab"),
-    Command("clusters", "list peered clusters, their virtual nodes and free GPUs", "gpu_offload.liqo_peering.commands"),
-    Command("queues", "show or sync the Kueue queue of the GPU pool", "gpu_offload.liqo_peering.queue_commands"),
-    Command("sandbox", "serve an emulated Kubernetes API (a SANDBOX, not a cluster)", "gpu_offload.sandbox.cli"),
-    Command("cleanup", "delete runner pods and Secrets left by your kernels", "gpu_offload.magics.backends.kube.cli"),
+            "gpu_offload.cli.lab"),
+    Command("clusters", "list peered clusters, their virtual nodes and free GPUs", "gpu_offload.cli.clusters"),
+    Command("queues", "show or sync the Kueue queue of the GPU pool", "gpu_offload.cli.queues"),
+    Command("sandbox", "serve an emulated Kubernetes API (a SANDBOX, not a cluster)", "gpu_offload.cli.sandbox"),
+    Command("cleanup", "delete runner pods and Secrets left by your kernels", "gpu_offload.cli.cleanup"),
     Command("run", "run a Python script on a GPU runner and stream its output (exits with its exit code)",
-            "gpu_offload.magics.cli.run"),
+            "gpu_offload.cli.run"),
     Command("runs", "list your runs: cells of every kernel and scripts, with state, cluster, GPUs and age",
-            "gpu_offload.magics.cli.runs"),
-    Command("logs", "print a run's output (-f: follow it until the run ends)", "gpu_offload.magics.cli.logs"),
-    Command("cancel", "stop a run (a script's or a notebook cell's) as Ctrl-C would", "gpu_offload.magics.cli.cancel"),
+            "gpu_offload.cli.runs"),
+    Command("logs", "print a run's output (-f: follow it until the run ends)", "gpu_offload.cli.logs"),
+    Command("cancel", "stop a run (a script's or a notebook cell's) as Ctrl-C would", "gpu_offload.cli.cancel"),
     Command("doctor", "check the cluster setup (kubeconfig, namespace, offloading, storage, GPUs) and say how to fix it",
-            "gpu_offload.magics.cli.doctor"),
+            "gpu_offload.cli.doctor"),
 )
 
 

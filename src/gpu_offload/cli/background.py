@@ -43,7 +43,7 @@ def child_argv(args: argparse.Namespace, log: str) -> list[str]:
 
 def start_detached(args: argparse.Namespace) -> int:
     """Start the follower; print the run id once it is recorded, or the follower's error if it ends first."""
-    from ..dashboard.records import RunBook
+    from ..engine.runs.records import RunBook
 
     book = RunBook()
     book.root.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -22,8 +22,8 @@ def add_parser(subparsers: Any, summary: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Ask, then wait up to :data:`WAIT_SECONDS` for the run to end; 1 when there is no such run."""
-    from ...liqo_peering.errors import GpuOffloadError
-    from ..dashboard.runs import cancel_elsewhere
+    from ..engine.runs.listing import cancel_elsewhere
+    from ..liqo_peering.errors import GpuOffloadError
     from .listing import find, listing, where
 
     try:

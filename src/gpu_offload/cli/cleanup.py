@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from ....liqo_peering import environment as E
+from ..liqo_peering import environment as E
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -28,10 +28,10 @@ def add_parser(subparsers: Any, summary: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Delete and list what was deleted; 1 with a sentence on stderr when the cluster cannot be reached."""
-    from ....liqo_peering.client import api_client_from_environment, kubeconfig_namespace
-    from ....liqo_peering.errors import GpuOffloadError
-    from ....liqo_peering.specs import runner_selector
-    from .pods import PodApi
+    from ..engine.backends.kube.pods import PodApi
+    from ..liqo_peering.client import api_client_from_environment, kubeconfig_namespace
+    from ..liqo_peering.errors import GpuOffloadError
+    from ..liqo_peering.specs import runner_selector
 
     # the kernels' own fallback: the kubeconfig context's namespace, as kubectl
     args.namespace = args.namespace or kubeconfig_namespace(os.environ.get("KUBECONFIG"))

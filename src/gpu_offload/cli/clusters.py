@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from .errors import GpuOffloadError
+from ..liqo_peering.errors import GpuOffloadError
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -26,7 +26,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the inventory; on failure print the error (it says what to do) and return 1."""
-    from .client import LiqoClient, api_client_from_environment
+    from ..liqo_peering.client import LiqoClient, api_client_from_environment
 
     try:
         inventory = LiqoClient(api_client_from_environment(args.context)).read_inventory()

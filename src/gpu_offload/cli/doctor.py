@@ -42,7 +42,7 @@ def check_offloading(namespace: str, offloading: dict[str, Any] | None, creates:
                          "its NamespaceOffloading (your account needs the right to create it)")
         return Check("FAIL", "offloading", f"namespace {namespace} has no NamespaceOffloading, so pods cannot "
                      "leave the cluster: ask your admin, or set GPU_OFFLOAD_CREATE_OFFLOADING=1 to create it")
-    from ...liqo_peering.offloading import offloading_state
+    from ..liqo_peering.offloading import offloading_state
 
     strategy = (offloading.get("spec") or {}).get("podOffloadingStrategy", "?")
     state = offloading_state(offloading, ())
@@ -94,10 +94,10 @@ def check_storage(bucket: str | None, probe: Callable[[], None]) -> Check:
 
 def cluster_checks(env: dict[str, str]) -> list[Check]:
     """Every check, stopping at the first that makes the next meaningless."""
-    from ...liqo_peering import environment as E
-    from ...liqo_peering.client import LiqoClient, api_client_from_environment
-    from ...liqo_peering.errors import GpuOffloadError
-    from ..backends.kube import config
+    from ..engine.backends.kube import config
+    from ..liqo_peering import environment as E
+    from ..liqo_peering.client import LiqoClient, api_client_from_environment
+    from ..liqo_peering.errors import GpuOffloadError
 
     where = env.get("KUBECONFIG") or "~/.kube/config"
     try:
@@ -136,7 +136,7 @@ def cluster_checks(env: dict[str, str]) -> list[Check]:
 
 
 def _probe(settings: Any) -> None:
-    from ..backends.kube.storage import RunStorage
+    from ..engine.backends.kube.storage import RunStorage
 
     storage = RunStorage(settings.storage, settings.user)
     storage.client.head_bucket(Bucket=settings.storage.bucket)
@@ -144,8 +144,8 @@ def _probe(settings: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; 1 when a line failed."""
-    from ...liqo_peering import environment as E
-    from ..backends.kube.config import configured
+    from ..engine.backends.kube.config import configured
+    from ..liqo_peering import environment as E
 
     env = dict(os.environ)
     if not configured(env) and not env.get("KUBECONFIG"):

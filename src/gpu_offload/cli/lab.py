@@ -1,12 +1,12 @@
 """``gpu-offload lab``: JupyterLab (``--hub``: JupyterHub) against an embedded SANDBOX cluster.
 
 It starts the sandbox of ``gpu-offload quickstart`` (an emulated origin with two Liqo donors and an S3 store
-on 127.0.0.1, see ``gpu_offload.embedded``), then JupyterLab as a child process whose kernels are set up
+on 127.0.0.1, see ``gpu_offload.cli.embedded``), then JupyterLab as a child process whose kernels are set up
 for it (kubeconfig, namespace, image, storage) with the runs extension on, and prints the URL. Ctrl-C stops
 JupyterLab (it shuts its kernels down), then the sandbox with every pod process: nothing is left running.
 
 ``--hub`` starts JupyterHub instead, whose KubeSpawner runs each user's server in a sandbox pod (see
-``gpu_offload.lab_hub``). Both need the ``lab`` extra: ``pip install -e '.[lab]'``; ``--hub`` also needs
+``gpu_offload.cli.lab_hub``). Both need the ``lab`` extra: ``pip install -e '.[lab]'``; ``--hub`` also needs
 ``configurable-http-proxy`` from npm (``npm install -g configurable-http-proxy``) and root with iproute2's
 ``ip``, since user servers are pods with their own network. The sandbox runs pods as local processes:
 Linux only.
@@ -76,7 +76,7 @@ def proxy_command() -> str | None:
     found = shutil.which("configurable-http-proxy")
     if found:
         return found
-    ci = Path(__file__).resolve().parents[2] / ".ci" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+    ci = Path(__file__).resolve().parents[3] / ".ci" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
     return str(ci) if ci.exists() else None
 
 

@@ -1,6 +1,6 @@
 """``gpu-offload lab --hub``: JupyterHub on 127.0.0.1 with the gpu-offload service (its admin pages), and
 KubeSpawner running each user's server in a pod of the embedded SANDBOX, prepared by the project's spawner
-hook as the Helm chart's hub does (``helm/gpu-offload``, ``hub_extension/chart_hub.py``).
+hook as the Helm chart's hub does (``helm/gpu-offload``, ``hub_extension/spawner/chart_hub.py``).
 
 - Log in as ``admin`` (a hub admin: the service's pages) or as any other name (a user), with the password
   printed at start (JupyterHub's dummy authenticator: for a laptop, never for a shared machine).
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import yaml
 
+from ..hub_extension.service.local_hub import LocalHub, assign, config_text
+from ..liqo_peering import environment as E
+from ..liqo_peering import labels as L
 from .embedded import BUCKET, DONORS, IMAGE, S3_CREDENTIALS, Embedded
-from .hub_extension.local_hub import LocalHub, assign, config_text
 from .lab import RUNS_EXTENSION, Child, answers, free_port, proxy_command
-from .liqo_peering import environment as E
-from .liqo_peering import labels as L
 
 HUB_NAMESPACE = "gpu-offload"
 USER_PREFIX = f"{HUB_NAMESPACE}-"
@@ -107,7 +107,7 @@ def hub_config(hub: LocalHub, password: str) -> str:
         assign("JupyterHub.spawner_class", "kubespawner.KubeSpawner"),
         *(assign(target, value) for target, value in SPAWNER.items()),
         assign("KubeSpawner.environment", server_env),
-        "from gpu_offload.hub_extension.spawner import pre_spawn_hook  # noqa: E402",
+        "from gpu_offload.hub_extension.spawner.hooks import pre_spawn_hook  # noqa: E402",
         "c.KubeSpawner.pre_spawn_hook = pre_spawn_hook",
     ])
 

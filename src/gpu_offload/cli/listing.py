@@ -9,11 +9,11 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..dashboard.records import RunBook, RunEntry
-from ..dashboard.runs import RunListing, RunnerPods, list_runs
+from ..engine.runs.listing import RunListing, RunnerPods, list_runs
+from ..engine.runs.records import RunBook, RunEntry
 
 if TYPE_CHECKING:
-    from ..backends.kube.storage import RunStorage
+    from ..engine.backends.kube.storage import RunStorage
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,13 @@ def where() -> Where:
     """As the magic finds them: ``GPU_OFFLOAD_STATE_DIR`` (or Jupyter's runtime directory) and the cluster of
     ``KUBECONFIG`` with ``GPU_OFFLOAD_NAMESPACE`` (else its context's namespace); an unreachable cluster is a
     problem of the listing."""
-    from ...liqo_peering import environment as E
-    from ..backends.kube.config import configured
+    from ..engine.backends.kube.config import configured
+    from ..liqo_peering import environment as E
 
     user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
     pods = None
     if configured(os.environ):
-        from ...liqo_peering.client import api_client_from_environment, kubeconfig_namespace
+        from ..liqo_peering.client import api_client_from_environment, kubeconfig_namespace
 
         # the kernels' own fallback: the kubeconfig context's namespace, as kubectl
         namespace = E.NAMESPACE.read(os.environ) or kubeconfig_namespace(os.environ.get("KUBECONFIG"))
@@ -46,8 +46,8 @@ def where() -> Where:
     storage = None
     bucket = E.S3_BUCKET.read(os.environ)
     if bucket:
-        from ..backends.kube.config import StorageSettings
-        from ..backends.kube.storage import RunStorage
+        from ..engine.backends.kube.config import StorageSettings
+        from ..engine.backends.kube.storage import RunStorage
 
         storage = RunStorage(StorageSettings(bucket, E.S3_ENDPOINT.read(os.environ)), user)
     return Where(RunBook(), pods, user, storage)

@@ -38,8 +38,8 @@ def add_parser(subparsers: Any, summary: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the log (and follow it); 1 when there is no such run or its output is gone."""
-    from ...liqo_peering.errors import GpuOffloadError
-    from ..errors import OffloadError
+    from ..engine.errors import OffloadError
+    from ..liqo_peering.errors import GpuOffloadError
 
     try:
         return _logs(args.run_id, args.follow)
@@ -150,7 +150,7 @@ def _print_file(path: Path, run_id: str, follow: bool, place: Any) -> int:
 
 
 def _wait_exit(pid: int) -> None:
-    from ..dashboard.records import pid_alive
+    from ..engine.runs.records import pid_alive
 
     deadline = time.monotonic() + FOLLOWER_EXIT
     while pid and pid_alive(pid) and time.monotonic() < deadline:

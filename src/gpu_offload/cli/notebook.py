@@ -17,7 +17,7 @@ NOTEBOOK = "quickstart.ipynb"
 
 def default_notebook() -> Path:
     """``examples/quickstart.ipynb`` of the working directory, else of the source tree we run from."""
-    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
         candidate = root / "examples" / NOTEBOOK
         if candidate.is_file():
             return candidate

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import environment as E
-from . import labels as L
-from .errors import GpuOffloadError
+from ..liqo_peering import environment as E
+from ..liqo_peering import labels as L
+from ..liqo_peering.errors import GpuOffloadError
 
 if TYPE_CHECKING:  # building the parser imports no client code (gpu-offload --help stays fast)
-    from .kueue import QueueSettings
-    from .trust import TrustPolicy
+    from ..liqo_peering.kueue import QueueSettings
+    from ..liqo_peering.trust import TrustPolicy
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -52,8 +52,8 @@ def load_settings(path: Path | None) -> tuple[QueueSettings, TrustPolicy | None]
 
     import yaml
 
-    from .kueue import QueueSettings, queue_settings
-    from .trust import policy_from_config
+    from ..liqo_peering.kueue import QueueSettings, queue_settings
+    from ..liqo_peering.trust import policy_from_config
 
     chosen = path or E.HUB_CONFIG.read(os.environ)
     if not chosen:
@@ -85,10 +85,10 @@ def _label_notes(client: Any, namespaces: Sequence[str]) -> list[str]:
 
 def run_sync(args: argparse.Namespace) -> int:
     """Reconcile once; print what changed (or would), conflicts and warnings."""
-    from .client import LiqoClient, api_client_from_environment
-    from .kueue import desired
-    from .queue_client import KueueClient
-    from .queue_sync import reconcile
+    from ..liqo_peering.client import LiqoClient, api_client_from_environment
+    from ..liqo_peering.kueue import desired
+    from ..liqo_peering.queue_client import KueueClient
+    from ..liqo_peering.queue_sync import reconcile
 
     try:
         settings, policy = load_settings(args.config)
@@ -111,9 +111,9 @@ def run_sync(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print the ClusterQueue's flavors, quota, usage and workload counts."""
-    from .client import api_client_from_environment
-    from .queue_client import KueueClient
-    from .queue_view import render_queues
+    from ..liqo_peering.client import api_client_from_environment
+    from ..liqo_peering.queue_client import KueueClient
+    from ..liqo_peering.queue_view import render_queues
 
     try:
         settings, _ = load_settings(args.config)

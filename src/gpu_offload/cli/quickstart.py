@@ -1,7 +1,7 @@
 """``gpu-offload quickstart``: the example notebook, unchanged, with its cells offloaded to Liqo donors.
 
 By default it starts an embedded SANDBOX (an emulated origin cluster with two Liqo donors and an S3 store,
-see ``gpu_offload.embedded``), runs ``examples/quickstart.ipynb`` in a real kernel on the kubernetes
+see ``gpu_offload.cli.embedded``), runs ``examples/quickstart.ipynb`` in a real kernel on the kubernetes
 backend, and prints the cells' output as it streams, with the magic's line saying where each offloaded
 cell ran (pod, virtual node, Liqo cluster, GPUs). Everything it started is gone when it ends.
 ``--local`` runs the same notebook on the embedded local backend instead (no cluster at all).
@@ -30,7 +30,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """0 when every cell ran, 1 on a cell error, 2 when the notebook is missing."""
-    from .magics.quickstart import default_notebook, execute
+    from .notebook import default_notebook, execute
 
     source = args.notebook or default_notebook()
     if args.local or not source.is_file():
@@ -45,6 +45,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from .cli import main
+    from . import main
 
     sys.exit(main(["quickstart", *sys.argv[1:]]))

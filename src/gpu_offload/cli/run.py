@@ -1,7 +1,7 @@
 """``gpu-offload run SCRIPT.py [ARGS]``: a script on a GPU runner through the magic's engine, streamed here.
 
 The script and its directory (``.gitignore`` honoured, size-capped; :mod:`.workdir`) become one bundle that
-runs as ``python SCRIPT ARGS`` would (:mod:`gpu_offload.magics.runner.script`). The run is recorded in the
+runs as ``python SCRIPT ARGS`` would (:mod:`gpu_offload.runner.script`). The run is recorded in the
 state directory beside the notebook's runs, so ``gpu-offload runs`` and the panel list it. The command
 exits with the script's exit code, 130 on Ctrl-C (which stops the run remotely, as in a notebook) and
 124 when ``--timeout`` or ``--queue-timeout`` ran out. ``--noblock`` hands the run to a detached follower (:mod:`.background`).
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...liqo_peering import environment as E
-from ...liqo_peering.environment import InvalidSetting
-from ..backends.base import Backend
-from ..errors import OffloadError
+from ..engine.backends.base import Backend
+from ..engine.errors import OffloadError
+from ..liqo_peering import environment as E
+from ..liqo_peering.environment import InvalidSetting
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -94,19 +94,19 @@ def cli_kernel() -> str:
 
 def make_backend(name: str | None) -> Backend:
     """The backend the magic would choose (``auto``: a configured cluster, else local), set up for a CLI run."""
-    from ..backends.kube.config import configured
+    from ..engine.backends.kube.config import configured
 
     chosen = name or ("kubernetes" if configured(os.environ) else "local")
     if chosen == "local":
-        from ..backends.local import LocalBackend
+        from ..engine.backends.local import LocalBackend
 
         return LocalBackend()
     from dataclasses import replace
 
-    from ...liqo_peering.errors import GpuOffloadError
-    from ..backends.kube.backend import KubernetesBackend
-    from ..backends.kube.config import from_environment
-    from ..errors import BackendNotConfigured
+    from ..engine.backends.kube.backend import KubernetesBackend
+    from ..engine.backends.kube.config import from_environment
+    from ..engine.errors import BackendNotConfigured
+    from ..liqo_peering.errors import GpuOffloadError
 
     # no server: the orphan sweep of a Jupyter server this shell may run under must not take the pod
     settings = replace(from_environment(os.environ), kernel=cli_kernel(), server=None, cli=True)
@@ -142,12 +142,12 @@ def _source(script: Path) -> str:
 
 def follow_script(args: argparse.Namespace) -> int:
     """Pack, submit and follow the script in this process; returns its exit code."""
-    from ..analysis import CellAnalysis
-    from ..dashboard.records import RunBook
-    from ..dashboard.tracking import Tracker, tracked
-    from ..engine import FollowSettings
-    from ..execution import Launch, run_blocking
-    from ..request import OffloadRequest, gpu_models, ignored_locally
+    from ..engine.analysis import CellAnalysis
+    from ..engine.engine import FollowSettings
+    from ..engine.execution import Launch, run_blocking
+    from ..engine.request import OffloadRequest, gpu_models, ignored_locally
+    from ..engine.runs.records import RunBook
+    from ..engine.runs.tracking import Tracker, tracked
     from .terminal import INTERRUPTED_EXIT, TerminalSink, exit_code, report
     from .workdir import WorkdirError, pack
 

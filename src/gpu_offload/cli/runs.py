@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from ..dashboard.records import RunEntry
+from ..engine.runs.records import RunEntry
 from .text import terminal_text
 
 
@@ -53,7 +53,7 @@ def table(records: tuple[RunEntry, ...], now: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the runs; problems (an unreachable cluster) go to stderr and do not hide the rest."""
-    from ...liqo_peering.errors import GpuOffloadError
+    from ..liqo_peering.errors import GpuOffloadError
     from .listing import listing, where
 
     try:

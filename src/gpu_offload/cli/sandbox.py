@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from . import origin_cli
-from .kubeconfig import write_kubeconfig
-from .kueue import cli as kueue_cli
-from .server import ApiServer, Plugin
-from .testing import make_api
+from ..sandbox.apiserver.kubeconfig import write_kubeconfig
+from ..sandbox.kueue import cli as kueue_cli
+from ..sandbox.liqo import origin_cli
+from ..sandbox.server import ApiServer, Plugin
+from ..sandbox.testing import make_api
 
 BANNER = """\
 ================================================================================

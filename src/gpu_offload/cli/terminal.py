@@ -6,8 +6,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine import Outcome
-from ..errors import RemoteError
+from ..engine.engine import Outcome
+from ..engine.errors import RemoteError
 from ..runner.frames import Metrics
 from .text import terminal_text
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import cloudpickle
 
+from ..runner import buffers
+from ..runner.bundle import encode_bundle, make_bundle
 from .analysis import CellAnalysis
 from .backends.base import Job, RunRequest, Transfer
 from .errors import InputNotSerializable
-from .runner import buffers
-from .runner.bundle import encode_bundle, make_bundle
 
 
 def build_job(

@@ -17,10 +17,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backends.base import Placed, Queued, Relaunched, Run, RunnerExit
-from .errors import OffloadError, OffloadQueueTimeout, OffloadTimeout, RemoteError, RunnerDied
-from .runner import buffers
-from .runner.frames import (
+from ..runner import buffers
+from ..runner.frames import (
     DisplayData,
     Done,
     Error,
@@ -32,6 +30,8 @@ from .runner.frames import (
     Status,
     Stream,
 )
+from .backends.base import Placed, Queued, Relaunched, Run, RunnerExit
+from .errors import OffloadError, OffloadQueueTimeout, OffloadTimeout, RemoteError, RunnerDied
 from .sinks import Sink
 from .trust.intake import Wanted, load_untrusted
 

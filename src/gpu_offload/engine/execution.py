@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..runner import buffers
 from .analysis import CellAnalysis
 from .backends.base import Backend, Run, RunRequest
 from .bundle import build_job
@@ -14,7 +15,6 @@ from .engine import FollowSettings, Intake, Outcome, conclude, discard_outputs, 
 from .errors import OffloadError, OffloadUsageError
 from .ranked import RankedRun
 from .request import OffloadRequest
-from .runner import buffers
 from .sinks import RecordingSink, Sink
 from .trust.intake import Wanted
 

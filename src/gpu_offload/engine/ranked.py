@@ -15,8 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .backends.base import Placed, Ranks, Relaunched, Run, RunEvent, RunnerExit
-from .runner.frames import (
+from ..runner.frames import (
     DisplayData,
     Done,
     Error,
@@ -28,6 +27,7 @@ from .runner.frames import (
     Status,
     Stream,
 )
+from .backends.base import Placed, Ranks, Relaunched, Run, RunEvent, RunnerExit
 
 LIVE = "live"
 """Every rank's lines as they arrive, each prefixed with ``[rank R]``."""
@@ -98,7 +98,7 @@ class RankedRun:
         self._inner.route_cancel(cancel)
 
     def next_event(self, timeout: float) -> RunEvent | None:
-        """The next event of the run as one; see :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        """The next event of the run as one; see :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         deadline = self._clock() + timeout
         while not self._ready:
             if self._finished:

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from .runner.frames import Metrics
+from ..runner.frames import Metrics
 
 PREFIX = "gpu_offload: "
 _NOTES_SHOWN: set[str] = set()

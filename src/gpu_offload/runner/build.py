@@ -21,7 +21,7 @@ from pathlib import Path
 PACKAGE_NAME = "gpo_runner"
 """The runner package's name inside the zipapp (it does not depend on where this package lives)."""
 SHARDS_MODULE = "gpo_shards.py"
-"""``magics/shards.py`` inside the zipapp: a top-level module the cell imports."""
+"""``src/gpu_offload/engine/shards.py`` inside the zipapp: a top-level module the cell imports."""
 _LEFT_OUT = {"build.py"}
 _ENTRY = f"import sys\nfrom {PACKAGE_NAME}.__main__ import main\nsys.exit(main())\n"  # building needs the whole project; the runner never builds itself
 
@@ -48,7 +48,7 @@ def _sources() -> Iterator[tuple[str, Path]]:
     yield nvml.name, nvml
     # importable by the cell as ``gpo_shards`` (the archive is on sys.path): the cell's helper for ranks of
     # different speeds, which a stock image cannot import from gpu_offload
-    yield SHARDS_MODULE, runner.parent / "shards.py"
+    yield SHARDS_MODULE, runner.parent / "engine" / "shards.py"
 
 
 def content_hash() -> str:

@@ -138,7 +138,7 @@ def parse_bundle(data: bytes, source: str = "bundle") -> dict[str, Any]:
     except Exception as exc:
         raise BundleError(
             f"{source} is not a readable bundle ({type(exc).__name__}: {exc}); "
-            "write it with gpu_offload.magics.runner.bundle.encode_bundle"
+            "write it with gpu_offload.runner.bundle.encode_bundle"
         ) from exc
     if not isinstance(bundle, dict):
         raise BundleError(f"{source} holds a {type(bundle).__name__}, not a bundle dict; use encode_bundle")

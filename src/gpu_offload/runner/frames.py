@@ -7,7 +7,7 @@ that resumes a log stream drops what it has already seen. ``run`` names the run 
 session's reader drops what a previous run left behind instead of taking it for the current run's. A line never exceeds :data:`MAX_FRAME_BYTES` (container runtimes
 split longer log lines); a larger payload travels as ``part`` frames that the decoder joins again.
 
-The engine imports this module as ``gpu_offload.magics.runner.frames``. The encoder lives in
+The engine imports this module as ``gpu_offload.runner.frames``. The encoder lives in
 :mod:`.wire` (re-exported here) so that a runner's cold start does not pay for building the event classes
 it never decodes.
 """

@@ -4,7 +4,7 @@ An untrusted donor cluster must not be able to run code in the user's kernel, so
 cannot be a pickle. The runner writes the cell's outputs as one *container*: a JSON manifest describing
 each value as a tree of typed nodes, followed by binary blobs in formats that have loaders which never
 execute code (``.npy`` without object dtype, safetensors or a ``torch.save`` tensor dict read back with
-``weights_only=True``, Arrow IPC for DataFrames). The kernel reads it with :mod:`gpu_offload.magics.trust.
+``weights_only=True``, Arrow IPC for DataFrames). The kernel reads it with :mod:`gpu_offload.engine.trust.
 decode`; the runner only meets numpy, torch or pandas values when the cell imported them, so this module
 looks them up in ``sys.modules`` and imports nothing of theirs itself.
 

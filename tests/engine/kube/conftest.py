@@ -17,14 +17,15 @@ import boto3
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering.specs import runner_selector
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.config import KubeSettings
 from gpu_offload.magics.magic import GpuOffloadMagics
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
-from gpu_offload.sandbox.images import DEFAULT_MAP
+from gpu_offload.sandbox.kubelet.images import DEFAULT_MAP
+from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.sandbox.objectstore import s3_server
 from IPython.core.interactiveshell import InteractiveShell
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import KubeSettings
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")

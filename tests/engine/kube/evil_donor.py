@@ -24,7 +24,7 @@ import os
 import pickle
 import sys
 
-from gpu_offload.magics.runner.wire import FrameEncoder
+from gpu_offload.runner.wire import FrameEncoder
 
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")  # a PNG's first bytes
 
@@ -74,8 +74,8 @@ def main() -> int:
     elif mode == "oversize":
         import hashlib
 
-        from gpu_offload.magics.runner.buffers import _put
-        from gpu_offload.magics.runner.safe import encode
+        from gpu_offload.runner.buffers import _put
+        from gpu_offload.runner.safe import encode
 
         names = list(dict.fromkeys([*bundle["outputs"], *bundle["required_outputs"]]))
         data = encode({name: bytes(4 << 20) for name in names}).tobytes()
@@ -84,7 +84,7 @@ def main() -> int:
         ref = {"kind": "url", "url": url, "size": 64, "index": 0, "sha256": hashlib.sha256(data).hexdigest()}
         encoder.emit("outputs", names=names, pickle=ref, buffers=[], format="safe")
     elif mode == "metrics":
-        from gpu_offload.magics.runner.safe import encode
+        from gpu_offload.runner.safe import encode
 
         encoder.emit("metrics", gpu=[], note={"html": "<b>not text</b>"})
         names = list(dict.fromkeys([*bundle["outputs"], *bundle["required_outputs"]]))

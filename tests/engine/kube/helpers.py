@@ -6,13 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import RunRequest
-from gpu_offload.magics.bundle import build_job
-from gpu_offload.magics.engine import FollowSettings, Outcome, conclude, follow
-from gpu_offload.magics.execution import Launch, intake
-from gpu_offload.magics.ranked import RankedRun
-from gpu_offload.magics.runner import buffers
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.bundle import build_job
+from gpu_offload.engine.engine import FollowSettings, Outcome, conclude, follow
+from gpu_offload.engine.execution import Launch, intake
+from gpu_offload.engine.ranked import RankedRun
+from gpu_offload.runner import buffers
 
 
 @dataclass

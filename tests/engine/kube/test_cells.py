@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 from gpu_offload.liqo_peering.specs import runner_selector
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.errors import OffloadUsageError, RemoteError
 from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import OffloadUsageError, RemoteError
 
 from .conftest import MISMATCH_IMAGE, leftovers, settings
 from .helpers import Sink, run_cell
@@ -137,9 +138,9 @@ def test_a_bundle_too_large_for_a_secret_without_storage_fails_before_launch(kub
 def test_a_restarted_kernel_removes_what_its_crashed_predecessor_left(api_client: Any, core: Any,
                                                                       namespace: str) -> None:
     crashed = KubernetesBackend(settings(namespace, kernel="kernel-crash"), api_client)
-    from gpu_offload.magics.analysis import analyse_cell
-    from gpu_offload.magics.backends.base import RunRequest
-    from gpu_offload.magics.bundle import build_job
+    from gpu_offload.engine.analysis import analyse_cell
+    from gpu_offload.engine.backends.base import RunRequest
+    from gpu_offload.engine.bundle import build_job
 
     cell = "import time\ntime.sleep(300)"
     job, _ = build_job(cell, analyse_cell(cell, {}), {}, crashed.transfer, request=RunRequest(gpus=1))
@@ -160,10 +161,10 @@ def test_a_run_released_mid_cell_gets_the_grace_period_to_end_its_cell(kube: Kub
     # release(grace) before the cell's end (the engine's own follow failed, or the kernel lets go of a run):
     # the runner gets SIGTERM, so the cell's cleanup runs, and the pod goes once the grace period is over.
     # The cleanup is seen in the pod's log, as on a cluster: the pod's container cannot write the test's files.
-    from gpu_offload.magics.analysis import analyse_cell
-    from gpu_offload.magics.backends.base import RunRequest
-    from gpu_offload.magics.bundle import build_job
-    from gpu_offload.magics.runner.frames import Stream
+    from gpu_offload.engine.analysis import analyse_cell
+    from gpu_offload.engine.backends.base import RunRequest
+    from gpu_offload.engine.bundle import build_job
+    from gpu_offload.runner.frames import Stream
 
     cell = ("import time\nprint('started', flush=True)\ntry:\n    time.sleep(120)\nexcept KeyboardInterrupt:\n"
             "    print('cleaned', 'up', flush=True)\n    raise")

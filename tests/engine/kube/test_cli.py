@@ -16,7 +16,7 @@ import yaml
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.sandbox.fixtures import custom, offloaded_namespace, wait_until
 
-from ..cli.helpers import argv, cli, environment, write_project
+from ...cli.helpers import argv, cli, environment, write_project
 from .conftest import BUCKET, STOCK_IMAGE, leftovers
 
 __all__ = ["custom", "offloaded_namespace"]

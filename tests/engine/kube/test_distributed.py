@@ -13,10 +13,11 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering.specs import runner_selector
-from gpu_offload.magics.backends.base import Ranks
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.errors import RemoteError
 from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.base import Ranks
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import RemoteError
 
 from ..test_distributed import DDP_CELL, trained_in_one_process
 from .helpers import Sink, run_cell
@@ -77,9 +78,9 @@ def test_a_rank_that_raises_ends_the_run_with_its_traceback_and_leaves_nothing(
 
 def test_a_restarted_kernel_removes_the_job_its_crashed_predecessor_left_running(
         api_client: Any, namespace: str) -> None:
-    from gpu_offload.magics.analysis import analyse_cell
-    from gpu_offload.magics.backends.base import RunRequest
-    from gpu_offload.magics.bundle import build_job
+    from gpu_offload.engine.analysis import analyse_cell
+    from gpu_offload.engine.backends.base import RunRequest
+    from gpu_offload.engine.bundle import build_job
 
     from .conftest import settings
 
@@ -191,7 +192,7 @@ def test_ctrl_c_stops_every_cpu_rank_of_a_two_pod_cell_and_leaves_nothing(
 
 def test_cpu_ranks_under_kueue_and_a_single_cpu_cell_are_refused_before_anything_is_created(
         kube: KubernetesBackend, api_client: Any, namespace: str) -> None:
-    from gpu_offload.magics.errors import OffloadUsageError
+    from gpu_offload.engine.errors import OffloadUsageError
 
     from .conftest import settings
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.base import Ranks
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.errors import OffloadUsageError, RemoteError
 from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.base import Ranks
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import OffloadUsageError, RemoteError
 
 from .conftest import settings
 from .helpers import Sink, run_cell

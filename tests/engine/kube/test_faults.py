@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.explain import MEMORY_ENV
-from gpu_offload.magics.errors import OffloadError, RemoteError
 from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.explain import MEMORY_ENV
+from gpu_offload.engine.errors import OffloadError, RemoteError
 
 from .conftest import leftovers, settings
 from .helpers import Sink, run_cell

@@ -11,10 +11,11 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.hub_extension.views import user_inventory
+from gpu_offload.hub_extension.service.views import user_inventory
 from gpu_offload.liqo_peering.client import LiqoClient
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.hub_inventory import HubInventory, HubInventoryError
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.hub_inventory import HubInventory, HubInventoryError
 
 from .conftest import settings
 from .helpers import run_cell

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 import yaml
 from gpu_offload.liqo_peering.specs import label_value
-from gpu_offload.magics.errors import BackendNotConfigured, OffloadUsageError
 from gpu_offload.magics.magic import GpuOffloadMagics
 from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.errors import BackendNotConfigured, OffloadUsageError
 
 from .conftest import STOCK_IMAGE, leftovers
 
@@ -112,7 +113,7 @@ def test_a_hub_gpu_profile_model_is_the_default_of_cells_that_name_none(
 
 def test_trusted_only_from_the_cell_the_kernel_setting_or_the_environment_keeps_cells_off_untrusted_donors(
         shell: Any, core: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpu_offload.magics.errors import OffloadUsageError
+    from gpu_offload.engine.errors import OffloadUsageError
 
     with pytest.raises(OffloadUsageError, match=r"no peered cluster is trusted.*without --trusted-only"):
         shell.run_cell_magic("gpu_offload", "--trusted-only", "y = 1")

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.errors import OffloadUsageError
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import OffloadUsageError
 
 from .conftest import settings
 from .helpers import run_cell

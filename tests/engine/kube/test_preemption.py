@@ -16,11 +16,12 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.errors import RemoteError
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import RemoteError
 
 from ...sandbox.kueue_setup import synced_pool
 from .conftest import IMAGE_MAP, SHARED, leftovers, settings

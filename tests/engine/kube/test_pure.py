@@ -12,8 +12,9 @@ import pytest
 import yaml
 from gpu_offload.liqo_peering.placement import scheduling_fragment
 from gpu_offload.liqo_peering.specs import BUNDLE_URL_ENV, RunnerPodSpec, runner_pod
-from gpu_offload.magics.backends.kube.config import DEFAULT_IMAGE, configured, from_environment
-from gpu_offload.magics.backends.kube.explain import (
+
+from gpu_offload.engine.backends.kube.config import DEFAULT_IMAGE, configured, from_environment
+from gpu_offload.engine.backends.kube.explain import (
     FAILED,
     FINISHED,
     RUNNING,
@@ -23,8 +24,8 @@ from gpu_offload.magics.backends.kube.explain import (
     span_text,
     stopped_by_kueue,
 )
-from gpu_offload.magics.backends.kube.podspec import fetched_outputs, same_object
-from gpu_offload.magics.errors import BackendNotConfigured
+from gpu_offload.engine.backends.kube.podspec import fetched_outputs, same_object
+from gpu_offload.engine.errors import BackendNotConfigured
 
 CTX = PodContext("donor-b", 2, "pytorch/pytorch:2.3", "16Gi")
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.cli import main
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
 from .conftest import IMAGE_MAP, SHARED, leftovers, settings
 from .helpers import run_cell

@@ -18,19 +18,19 @@ from typing import Any
 import kubernetes
 import pytest
 import urllib3
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import RunRequest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.sweep import OrphanSweep
-from gpu_offload.magics.bundle import build_job
-from gpu_offload.magics.engine import FollowSettings
-from gpu_offload.magics.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.cli import main
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.sweep import OrphanSweep
+from gpu_offload.engine.bundle import build_job
+from gpu_offload.engine.engine import FollowSettings
+from gpu_offload.engine.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
 
 from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
 from .helpers import Sink, run_cell
@@ -386,10 +386,10 @@ def test_the_orphan_sweep_removes_the_queued_pod_of_a_dead_kernel(
 
 def test_a_noblock_handle_and_the_panel_show_the_place_in_line(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, tmp_path: Any) -> None:
-    from gpu_offload.magics.dashboard.records import RunBook
-    from gpu_offload.magics.dashboard.tracking import Tracker, tracked
-    from gpu_offload.magics.execution import Launch, OffloadHandle
-    from gpu_offload.magics.request import OffloadRequest
+    from gpu_offload.engine.execution import Launch, OffloadHandle
+    from gpu_offload.engine.request import OffloadRequest
+    from gpu_offload.engine.runs.records import RunBook
+    from gpu_offload.engine.runs.tracking import Tracker, tracked
 
     _, bob, _ = namespaces
     where = fill_pool(core, bob)
@@ -439,7 +439,7 @@ def test_with_queueing_on_the_kernel_never_moves_a_pod_itself(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
     # a pod that cannot start is Kueue's to requeue (waitForPodsReady): the retry elsewhere that the kernel
     # does without queueing is refused before anything is created
-    from gpu_offload.magics.backends.kube.run import PodOrder
+    from gpu_offload.engine.backends.kube.run import PodOrder
 
     order = PodOrder("r-moved", "0" * 32, RunRequest(gpus=1), b"")
     with pytest.raises(OffloadUsageError, match="Kueue requeues a pod that does not start"):
@@ -494,10 +494,10 @@ def test_a_priority_class_the_chart_keeps_for_others_is_refused_in_the_policys_w
 def test_the_panel_keeps_a_queued_run_queued_whatever_order_the_pods_status_and_its_place_arrive_in() -> None:
     # the follower's "waiting for Kueue" status and the place in line come from two threads: whichever is
     # last, the panel says the run is queued and where, until Kueue admits it
-    from gpu_offload.magics.backends.base import Queued
-    from gpu_offload.magics.dashboard.records import RunEntry
-    from gpu_offload.magics.dashboard.tracking import observe
-    from gpu_offload.magics.runner.frames import Status
+    from gpu_offload.engine.backends.base import Queued
+    from gpu_offload.engine.runs.records import RunEntry
+    from gpu_offload.engine.runs.tracking import observe
+    from gpu_offload.runner.frames import Status
 
     record = RunEntry(run_id="r", kernel="k", pid=1, backend="kubernetes", cluster="auto", gpus=1,
                       state="scheduling", detail="waiting for a free runner", session=None, started=0.0)
@@ -515,7 +515,7 @@ def test_the_panel_keeps_a_queued_run_queued_whatever_order_the_pods_status_and_
 
 def _shell(origin: Any, tmp_path: Any, namespace: str) -> dict[str, str]:
     """The environment of a user's shell aimed at ``namespace``, without GPU_OFFLOAD_QUEUE."""
-    from ..cli.helpers import environment
+    from ...cli.helpers import environment
 
     env = environment(tmp_path / "state", KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=namespace,
                       GPU_OFFLOAD_IMAGE=STOCK_IMAGE, JUPYTERHUB_USER=USERS[0])
@@ -526,7 +526,7 @@ def _shell(origin: Any, tmp_path: Any, namespace: str) -> dict[str, str]:
 def test_gpu_offload_run_gives_up_after_its_queue_timeout_with_the_message_and_leaves_nothing(
         origin: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any, custom: Any,
         tmp_path: Any) -> None:
-    from ..cli.helpers import cli, write_project
+    from ...cli.helpers import cli, write_project
 
     alice, bob, _ = namespaces
     fill_pool(core, bob)
@@ -550,7 +550,7 @@ def test_gpu_offload_run_takes_a_priority_and_says_the_shells_fix_for_several_lo
         tmp_path: Any) -> None:
     import subprocess
 
-    from ..cli.helpers import argv, cli, write_project
+    from ...cli.helpers import argv, cli, write_project
 
     alice, bob, _ = namespaces
     custom.create_namespaced_custom_object(*KUEUE, alice, "localqueues", {
@@ -606,7 +606,7 @@ def _ctrl_c_of_a_queued_shell_run(origin: Any, core: Any, custom: Any, namespace
     import signal
     import subprocess
 
-    from ..cli.helpers import argv, write_project
+    from ...cli.helpers import argv, write_project
 
     alice, bob, _ = namespaces
     fill_pool(core, bob)
@@ -669,7 +669,7 @@ def test_ctrl_c_of_gpu_offload_run_while_its_pod_is_being_created_leaves_nothing
     import signal
     import subprocess
 
-    from ..cli.helpers import argv, write_project
+    from ...cli.helpers import argv, write_project
 
     alice, bob, _ = namespaces
     fill_pool(core, bob)

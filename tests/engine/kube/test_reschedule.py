@@ -11,14 +11,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.base import RunRequest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.explain import FAILED, MEMORY_ENV
-from gpu_offload.magics.backends.kube.follow import PodEnded
-from gpu_offload.magics.backends.kube.session import KubeSession
-from gpu_offload.magics.errors import RemoteError
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
+
+from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.explain import FAILED, MEMORY_ENV
+from gpu_offload.engine.backends.kube.follow import PodEnded
+from gpu_offload.engine.backends.kube.session import KubeSession
+from gpu_offload.engine.errors import RemoteError
 
 from .conftest import IMAGE_MAP, SHARED, backend_with_neighbours, leftovers, neighbour_takes_first, settings
 from .helpers import run_cell

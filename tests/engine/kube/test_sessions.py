@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.errors import RemoteError
 from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import RemoteError
 
 from .conftest import leftovers, settings
 from .helpers import Sink, run_cell

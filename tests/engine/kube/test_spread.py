@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.base import Ranks, RunRequest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.errors import OffloadUsageError, RemoteError
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
+
+from gpu_offload.engine.backends.base import Ranks, RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import OffloadUsageError, RemoteError
 
 from .conftest import IMAGE_MAP, SHARED, backend_with_neighbours, neighbour_takes_first, settings
 from .helpers import run_cell
@@ -130,7 +131,7 @@ def test_a_spread_job_that_no_other_donor_can_take_fails_with_the_schedulers_rea
 
 def test_with_queueing_on_a_job_is_never_moved_by_the_kernel_nor_spread(api_client: Any, namespace: str) -> None:
     # Kueue's waitForPodsReady requeues a Job whose pods do not start; the retry elsewhere is refused first
-    from gpu_offload.magics.backends.kube.run import PodOrder
+    from gpu_offload.engine.backends.kube.run import PodOrder
 
     backend = KubernetesBackend(settings(namespace, queue="gpus"), api_client)
     try:

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.config import StorageSettings
-from gpu_offload.magics.backends.kube.storage import RunStorage, StorageError
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import StorageSettings
+from gpu_offload.engine.backends.kube.storage import RunStorage, StorageError
 
 from .conftest import BUCKET, settings
 from .helpers import Sink, run_cell
@@ -50,9 +51,10 @@ def test_with_storage_the_bundle_is_pickled_once_with_this_runs_upload_urls(kube
     import pickle
 
     from gpu_offload.liqo_peering.specs import BUNDLE_KEY
-    from gpu_offload.magics.analysis import analyse_cell
-    from gpu_offload.magics.backends.base import RunRequest
-    from gpu_offload.magics.bundle import build_job
+
+    from gpu_offload.engine.analysis import analyse_cell
+    from gpu_offload.engine.backends.base import RunRequest
+    from gpu_offload.engine.bundle import build_job
 
     cell = "y = 2"
     job, _ = build_job(cell, analyse_cell(cell, {}), {}, kube_s3.transfer, request=RunRequest(gpus=1))
@@ -130,7 +132,7 @@ def test_a_bundle_replaced_in_the_bucket_is_not_run(api_client: Any, namespace: 
                                                     s3_endpoint: str) -> None:
     import pickle
 
-    from gpu_offload.magics.runner.bundle import make_bundle
+    from gpu_offload.runner.bundle import make_bundle
 
     forged = pickle.dumps(make_bundle("print('PWNED')\n"), protocol=5)
     storage = storage_of("alice@example.org", s3, s3_endpoint, OtherWriter(s3, "/bundle.pkl", forged))

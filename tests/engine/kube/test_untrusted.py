@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.errors import OffloadUsageError
-from gpu_offload.magics.trust.intake import UntrustedOutputs
 from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import OffloadUsageError
+from gpu_offload.engine.trust.intake import UntrustedOutputs
 
 from .conftest import EVIL_IMAGE, PROJECT_IMAGE, leftovers, settings
 from .helpers import Sink, run_cell
@@ -125,11 +126,11 @@ def test_ordinary_values_come_back_intact_from_an_untrusted_donor(kube: Kubernet
 def test_a_required_output_that_cannot_come_back_fails_and_overwrites_nothing(kube: KubernetesBackend) -> None:
     user_ns: dict[str, Any] = {"m": "mine", "n": 0}
     cell = "n = 1\nclass Model:\n    pass\nm = Model()"
-    from gpu_offload.magics.analysis import analyse_cell
-    from gpu_offload.magics.backends.base import RunRequest
-    from gpu_offload.magics.bundle import build_job
-    from gpu_offload.magics.engine import FollowSettings, Intake, conclude, follow
-    from gpu_offload.magics.trust.intake import Wanted
+    from gpu_offload.engine.analysis import analyse_cell
+    from gpu_offload.engine.backends.base import RunRequest
+    from gpu_offload.engine.bundle import build_job
+    from gpu_offload.engine.engine import FollowSettings, Intake, conclude, follow
+    from gpu_offload.engine.trust.intake import Wanted
 
     analysis = analyse_cell(cell, user_ns, extra_outputs=("m",))
     job, _ = build_job(cell, analysis, user_ns, kube.transfer, request=RunRequest(gpus=1))
@@ -196,7 +197,7 @@ def test_trusted_only_lands_on_the_trusted_donor_and_its_outputs_are_pickles(
 
 @pytest.fixture()
 def kube_s3(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any) -> Iterator[KubernetesBackend]:
-    from gpu_offload.magics.backends.kube.config import StorageSettings
+    from gpu_offload.engine.backends.kube.config import StorageSettings
 
     from .conftest import BUCKET
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.storage import StorageError
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.storage import StorageError
 
 from .conftest import EVIL_IMAGE
 from .helpers import run_cell

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ..cli.helpers import cli, environment
+from ...cli.helpers import cli, environment
 from .conftest import EVIL_IMAGE, STOCK_IMAGE
 
 ATTACKS = {

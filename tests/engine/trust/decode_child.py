@@ -50,7 +50,7 @@ def _summary(value: Any) -> dict[str, Any]:
 
 
 def _container(data: bytes) -> dict[str, Any]:
-    from gpu_offload.magics.trust.decode import SafeDecodeError, decode
+    from gpu_offload.engine.trust.decode import SafeDecodeError, decode
 
     try:
         decoded = decode(data)
@@ -64,7 +64,7 @@ _NONCE = "0123456789abcdef0123456789abcdef"
 
 
 def _frames(data: bytes) -> dict[str, Any]:
-    from gpu_offload.magics.runner.frames import FrameDecoder
+    from gpu_offload.runner.frames import FrameDecoder
 
     decoder = FrameDecoder(_NONCE, max_event_bytes=1 << 20)
     events = decoder.feed(data) + decoder.close()
@@ -73,7 +73,7 @@ def _frames(data: bytes) -> dict[str, Any]:
 
 def _sanitiser(name: str) -> Callable[[bytes], dict[str, Any]]:
     def run(data: bytes) -> dict[str, Any]:
-        from gpu_offload.magics.trust import rich
+        from gpu_offload.engine.trust import rich
 
         shown = rich.safe_display({name: data.decode("utf-8", "replace")}, {})
         return {"shown": shown.data, "dropped": list(shown.dropped)}
@@ -100,7 +100,8 @@ def main() -> int:
     import pandas  # noqa: F401
     import pyarrow  # noqa: F401
     import torch  # noqa: F401
-    from gpu_offload.magics.trust import decode, rich  # noqa: F401
+
+    from gpu_offload.engine.trust import decode, rich  # noqa: F401
 
     source, sink = sys.stdin.buffer, sys.stdout
     while True:

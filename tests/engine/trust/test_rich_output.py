@@ -7,8 +7,9 @@ import io
 import re
 
 import pytest
-from gpu_offload.magics.trust.rich import safe_display, sanitize_html, sanitize_svg
 from markdown_it import MarkdownIt
+
+from gpu_offload.engine.trust.rich import safe_display, sanitize_html, sanitize_svg
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40).decode()
 JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + b"\x00" * 40).decode()

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from gpu_offload.magics.runner.safe import encode
-from gpu_offload.magics.trust.decode import Decoded, decode, skipped_warning
+
+from gpu_offload.engine.trust.decode import Decoded, decode, skipped_warning
+from gpu_offload.runner.safe import encode
 
 
 def round_trip(values: dict[str, Any]) -> Decoded:
@@ -169,7 +170,7 @@ def test_the_encoder_runs_inside_the_runner_archive_with_the_standard_library_on
     import subprocess
     import sys
 
-    from gpu_offload.magics.runner.build import build_runner
+    from gpu_offload.runner.build import build_runner
 
     pyz = build_runner(tmp_path)
     script = (

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from gpu_offload.magics.runner.safe import MAGIC, encode
-from gpu_offload.magics.trust.decode import SafeDecodeError, decode
+
+from gpu_offload.engine.trust.decode import SafeDecodeError, decode
+from gpu_offload.runner.safe import MAGIC, encode
 
 
 class Payload:

@@ -13,17 +13,17 @@ from pathlib import Path
 import kubernetes
 import pytest
 import sqlalchemy as sa
-from gpu_offload.hub_extension.billing import COLUMNS, csv_chunks
+from gpu_offload.hub_extension.accounting.billing import COLUMNS, csv_chunks
+from gpu_offload.hub_extension.accounting.cost import PricePoint, price_run, priced, stretches
+from gpu_offload.hub_extension.accounting.store import Store
+from gpu_offload.hub_extension.accounting.usage import MeteredRun
 from gpu_offload.hub_extension.config import HubConfig
-from gpu_offload.hub_extension.cost import PricePoint, price_run, priced, stretches
-from gpu_offload.hub_extension.state import HubState
-from gpu_offload.hub_extension.store import Store
-from gpu_offload.hub_extension.usage import MeteredRun
+from gpu_offload.hub_extension.service.state import HubState
 from gpu_offload.liqo_peering.trust import policy_from_config
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from .conftest import held_pod, offloaded_namespace
+from ..conftest import held_pod, offloaded_namespace
 
 NOV = datetime(2026, 11, 1, tzinfo=timezone.utc)
 H = timedelta(hours=1)

@@ -15,19 +15,20 @@ from typing import Any
 import kubernetes
 import pytest
 import sqlalchemy as sa
-from gpu_offload.hub_extension.pages import money
-from gpu_offload.hub_extension.store import Store
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import RunRequest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.budget import HubSpend, check_budget
-from gpu_offload.magics.backends.kube.config import KubeSettings
-from gpu_offload.magics.bundle import build_job
-from gpu_offload.magics.errors import OffloadUsageError
+from gpu_offload.hub_extension.accounting.store import Store
+from gpu_offload.hub_extension.service.pages import money
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from .conftest import free_port, held_pod, offloaded_namespace
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.budget import HubSpend, check_budget
+from gpu_offload.engine.backends.kube.config import KubeSettings
+from gpu_offload.engine.bundle import build_job
+from gpu_offload.engine.errors import OffloadUsageError
+
+from ..conftest import free_port, held_pod, offloaded_namespace
 
 NODE = "donor-2-gpu"
 
@@ -151,9 +152,10 @@ def test_a_cell_past_the_budget_is_refused_before_launch_saying_spend_and_limit(
 
 
 def test_the_panel_shows_the_users_own_spend_and_budget(hub: Any, tmp_path: Path) -> None:
-    from gpu_offload.magics.dashboard.records import RunBook
     from gpu_offload.magics.dashboard.sources import KernelFeeds
-    from gpu_offload.magics.dashboard.tracking import Tracker
+
+    from gpu_offload.engine.runs.records import RunBook
+    from gpu_offload.engine.runs.tracking import Tracker
 
     class Magic:  # a kernel whose magic has started no backend yet
         backend, default_cluster = "auto", "auto"
@@ -201,7 +203,7 @@ class _Svg(HTMLParser):
 
 
 def test_the_users_page_charts_show_what_the_services_database_holds(hub: Any) -> None:
-    from .test_charts import sql_daily, sql_month_costs
+    from ..service.test_charts import sql_daily, sql_month_costs
 
     wait_until(lambda: hub.api("GET", "api/admin/usage", "vera").json()["usage"], "a run recorded (the tests above)")
     page = hub.api("GET", "users", "vera")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from gpu_offload.hub_extension import pages, views
-from gpu_offload.hub_extension.charts import days_ending
-from gpu_offload.hub_extension.cost import priced
-from gpu_offload.hub_extension.state import usage_charts
-from gpu_offload.hub_extension.store import Store
-from gpu_offload.hub_extension.usage import MeteredRun
+from gpu_offload.hub_extension.accounting.cost import priced
+from gpu_offload.hub_extension.accounting.store import Store
+from gpu_offload.hub_extension.accounting.usage import MeteredRun
+from gpu_offload.hub_extension.service import pages, views
+from gpu_offload.hub_extension.service.charts import days_ending
+from gpu_offload.hub_extension.service.state import usage_charts
 
 H = timedelta(hours=1)
 NOV = datetime(2026, 11, 1, tzinfo=timezone.utc)

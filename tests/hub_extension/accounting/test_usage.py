@@ -10,14 +10,14 @@ from typing import Any
 
 import kubernetes
 import pytest
+from gpu_offload.hub_extension.accounting.store import Store
+from gpu_offload.hub_extension.accounting.usage import billed_user, finished_run
 from gpu_offload.hub_extension.config import HubConfig
-from gpu_offload.hub_extension.state import HubState
-from gpu_offload.hub_extension.store import Store
-from gpu_offload.hub_extension.usage import billed_user, finished_run
+from gpu_offload.hub_extension.service.state import HubState
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from .conftest import offloaded_namespace
+from ..conftest import offloaded_namespace
 
 T0 = datetime(2026, 11, 22, 1, 0, 0, tzinfo=timezone.utc)
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from gpu_offload.hub_extension import pages
-from gpu_offload.hub_extension.actions import Cordon, NodeLabels, Peering, SliceRequest, parse_action
+from gpu_offload.hub_extension.accounting.store import Store
 from gpu_offload.hub_extension.config import HubConfig, load_config
-from gpu_offload.hub_extension.liqoctl import shown_command
-from gpu_offload.hub_extension.operations import ClusterFacts, Operations
-from gpu_offload.hub_extension.store import Store
-from gpu_offload.hub_extension.views import ClusterPageRow
+from gpu_offload.hub_extension.service import pages
+from gpu_offload.hub_extension.service.actions import Cordon, NodeLabels, Peering, SliceRequest, parse_action
+from gpu_offload.hub_extension.service.liqoctl import shown_command
+from gpu_offload.hub_extension.service.operations import ClusterFacts, Operations
+from gpu_offload.hub_extension.service.views import ClusterPageRow
 from gpu_offload.liqo_peering.errors import InvalidRequest
 
 
@@ -68,7 +68,7 @@ def test_pages_escape_names_from_the_cluster() -> None:
 def test_a_bad_configuration_stops_the_service_with_the_reason(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("liqo:\n  tenantNamespaces: liqo-tenant-a\n")
-    done = subprocess.run([sys.executable, "-m", "gpu_offload.hub_extension.service"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "gpu_offload.hub_extension.service.app"], capture_output=True,
                           text=True, timeout=120, env={"GPU_OFFLOAD_CONFIG": str(config), "PATH": ""})
     assert done.returncode == 1
     assert "liqo.tenantNamespaces must be a list" in done.stderr and "Traceback" not in done.stderr

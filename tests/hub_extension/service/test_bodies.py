@@ -9,14 +9,14 @@ from typing import Any
 
 import kubernetes
 import pytest
+from gpu_offload.hub_extension.accounting.store import Store
 from gpu_offload.hub_extension.config import HubConfig, parse_config
-from gpu_offload.hub_extension.state import HubState
-from gpu_offload.hub_extension.store import Store
+from gpu_offload.hub_extension.service.state import HubState
 from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from .conftest import http
+from ..conftest import http
 
 VN = ("offloading.liqo.io", "v1beta1")
 CORDONED = "gpu-offload.io/cordoned"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
@@ -149,7 +149,7 @@ def _run_briefly(origin: RunningOrigin, hub: Any, user: str, pod: str, done: Pat
     import kubernetes
     from gpu_offload.sandbox.fixtures import wait_until
 
-    from .conftest import held_pod, offloaded_namespace
+    from ..conftest import held_pod, offloaded_namespace
 
     client = origin.sandbox.api_client()
     core = kubernetes.client.CoreV1Api(client)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from gpu_offload.hub_extension import charts, views
-from gpu_offload.hub_extension.state import my_usage_chart, usage_charts
-from gpu_offload.hub_extension.store import Store
-from gpu_offload.hub_extension.usage import MeteredRun
+from gpu_offload.hub_extension.accounting.store import Store
+from gpu_offload.hub_extension.accounting.usage import MeteredRun
+from gpu_offload.hub_extension.service import charts, views
+from gpu_offload.hub_extension.service.state import my_usage_chart, usage_charts
 
 TODAY = date(2026, 11, 20)
 NOON = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)

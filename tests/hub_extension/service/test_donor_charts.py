@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from gpu_offload.hub_extension import charts, pages, views
-from gpu_offload.hub_extension.sampling import PERIOD, RETENTION, Sampler
-from gpu_offload.hub_extension.state import donor_charts
-from gpu_offload.hub_extension.store import GpuSample, Store
+from gpu_offload.hub_extension.accounting.store import GpuSample, Store
+from gpu_offload.hub_extension.service import charts, pages, views
+from gpu_offload.hub_extension.service.sampling import PERIOD, RETENTION, Sampler
+from gpu_offload.hub_extension.service.state import donor_charts
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 
 NOW = datetime(2026, 11, 20, 12, 40, tzinfo=timezone.utc)

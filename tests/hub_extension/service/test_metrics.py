@@ -7,18 +7,18 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.hub_extension.actions import Cordon, SliceRequest
+from gpu_offload.hub_extension.accounting.store import Store
 from gpu_offload.hub_extension.config import HubConfig, parse_config
-from gpu_offload.hub_extension.metrics import PREFIX, HubMetrics, run_reason
-from gpu_offload.hub_extension.operations import ClusterFacts, Operations
-from gpu_offload.hub_extension.store import Store
+from gpu_offload.hub_extension.service.actions import Cordon, SliceRequest
+from gpu_offload.hub_extension.service.metrics import PREFIX, HubMetrics, run_reason
+from gpu_offload.hub_extension.service.operations import ClusterFacts, Operations
 from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import TESTER_TOKEN, free_port, http, offloaded_namespace
+from ..conftest import TESTER_TOKEN, free_port, http, offloaded_namespace
 
 BOUNDED_LABELS = {"user", "cluster", "model", "outcome", "reason", "verb", "le"}  # le: a histogram bucket's bound
 

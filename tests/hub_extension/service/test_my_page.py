@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from gpu_offload.hub_extension.cost import priced
-from gpu_offload.hub_extension.store import Store
-from gpu_offload.hub_extension.usage import MeteredRun
+from gpu_offload.hub_extension.accounting.cost import priced
+from gpu_offload.hub_extension.accounting.store import Store
+from gpu_offload.hub_extension.accounting.usage import MeteredRun
 
-from .test_cost_service import _Svg
+from ..accounting.test_cost_service import _Svg
 
 
 class _Links(HTMLParser):

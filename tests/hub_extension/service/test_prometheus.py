@@ -17,9 +17,9 @@ import kubernetes
 import pytest
 import yaml
 from gpu_offload.sandbox.fixtures import stop_process, wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from .conftest import ARTIFACTS, TESTER_TOKEN, free_port, http, offloaded_namespace
+from ..conftest import ARTIFACTS, TESTER_TOKEN, free_port, http, offloaded_namespace
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 RUNS = (("pat", 1, 2), ("quinn", 2, 3))

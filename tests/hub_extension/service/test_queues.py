@@ -10,17 +10,17 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.hub_extension.queues import WHO, QueueController
-from gpu_offload.hub_extension.store import Store
+from gpu_offload.hub_extension.accounting.store import Store
+from gpu_offload.hub_extension.service.queues import WHO, QueueController
 from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.kueue import QueueSettings
 from gpu_offload.liqo_peering.queue_client import KueueClient
 from gpu_offload.liqo_peering.trust import TrustPolicy
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import install_crds, origin_fixture, wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 origin = origin_fixture(SHARED / "liqo-crds", donors=(liqo.Donor("donor-1", 4, "A100", "2.00"),
                                                       liqo.Donor("donor-2", 8, "L4", "0.80")))
 

@@ -12,9 +12,9 @@ import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from .conftest import LIQO_CRDS, SHARED, RunningHub, offloaded_namespace
+from ..conftest import LIQO_CRDS, SHARED, RunningHub, offloaded_namespace
 
 KUEUE_CRDS = SHARED / "kueue-crds"
 QUEUEING = {"kueue": {"enabled": True}}

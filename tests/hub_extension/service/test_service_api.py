@@ -10,14 +10,14 @@ from urllib.parse import quote
 
 import kubernetes
 import pytest
-from gpu_offload.hub_extension.store import Store
+from gpu_offload.hub_extension.accounting.store import Store
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.inventory import inventory_from_dict
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from .conftest import offloaded_namespace
+from ..conftest import offloaded_namespace
 
 VN = ("offloading.liqo.io", "v1beta1")
 RS = ("authentication.liqo.io", "v1beta1")

@@ -1,7 +1,7 @@
 """The service as a process: a token it has not seen yet is checked with the hub without holding up anyone
 else's request, and its log keeps what an operator reads (refusals, changes), not every answered poll.
 
-The service runs as JupyterHub runs it (``python -m gpu_offload.hub_extension.service`` with the hub's
+The service runs as JupyterHub runs it (``python -m gpu_offload.hub_extension.service.app`` with the hub's
 ``JUPYTERHUB_*`` variables) against the sandbox origin; its hub API is a stand-in answering
 ``GET /hub/api/user`` as JupyterHub does (the token's owner model), which can hold an answer back until the
 test lets it go. That hold is the ordering: no sleep, no duration is asserted.
@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import yaml
 from gpu_offload.sandbox.fixtures import stop_process, wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from .conftest import free_port, http
+from ..conftest import free_port, http
 
 PREFIX = "/services/gpu-offload/"
 HELD = "token-whose-check-the-hub-holds"
@@ -85,7 +85,7 @@ def service(origin: RunningOrigin, tmp_path: Path) -> Iterator[RunningService]:
            "JUPYTERHUB_API_TOKEN": "the-services-own-token",
            "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api"}
     log = (tmp_path / "service.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_offload.hub_extension.service"], env=env, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_offload.hub_extension.service.app"], env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     try:
         yield RunningService(f"http://127.0.0.1:{port}{PREFIX}", api, tmp_path / "service.log")

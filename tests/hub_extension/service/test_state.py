@@ -8,12 +8,12 @@ from typing import Any
 
 import kubernetes
 import pytest
+from gpu_offload.hub_extension.accounting.store import Store
 from gpu_offload.hub_extension.config import HubConfig
-from gpu_offload.hub_extension.state import HubState
-from gpu_offload.hub_extension.store import Store
+from gpu_offload.hub_extension.service.state import HubState
+from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.http_faults import FaultRule
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_offload.hub_extension.uploads import KubeconfigVault
+from gpu_offload.hub_extension.service.uploads import KubeconfigVault
 from gpu_offload.liqo_peering.errors import InvalidRequest
 
 BASES = {

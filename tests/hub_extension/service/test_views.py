@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_offload.hub_extension.spawner import gpu_profiles
-from gpu_offload.hub_extension.views import ModelSupply, supply_by_model, user_inventory
+from gpu_offload.hub_extension.service.views import ModelSupply, supply_by_model, user_inventory
+from gpu_offload.hub_extension.spawner.hooks import gpu_profiles
 from gpu_offload.liqo_peering.inventory import build_inventory
 
 
@@ -58,8 +58,8 @@ def test_profiles_offer_each_labelled_model_with_free_gpus() -> None:
 def test_the_queues_page_says_what_to_do_when_there_is_nothing_to_show() -> None:
     from datetime import datetime, timezone
 
-    from gpu_offload.hub_extension.pages import HubContext, queues_page
-    from gpu_offload.hub_extension.queue_page import queues_view
+    from gpu_offload.hub_extension.service.pages import HubContext, queues_page
+    from gpu_offload.hub_extension.service.queue_page import queues_view
     from gpu_offload.liqo_peering.kueue import QueueSettings
 
     now, ctx = datetime.now(timezone.utc), HubContext("/services/gpu-offload/", "admin", True, "x")

@@ -17,18 +17,18 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from gpu_offload.hub_extension import user_namespace as un
 from gpu_offload.hub_extension.config import parse_config
-from gpu_offload.hub_extension.egress import metadata_egress_policy
+from gpu_offload.hub_extension.spawner import user_namespace as un
+from gpu_offload.hub_extension.spawner.egress import metadata_egress_policy
 from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.liqo_peering.specs import namespace_offloading
+from gpu_offload.sandbox.apiserver.resources import ResourceType
 from gpu_offload.sandbox.fixtures import install_crds
-from gpu_offload.sandbox.origin import RunningOrigin
-from gpu_offload.sandbox.resources import ResourceType
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 HUB_NS = "jhub"
 DRIVER = Path(__file__).resolve().parent / "data" / "spawner_driver.py"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONFIG = {
     "hubNamespace": HUB_NS, "hubServiceAccount": "gpu-offload-hub",
     "userNamespaces": {"prefix": f"{HUB_NS}-", "hubClusterRole": "gpu-offload-user-namespace",
@@ -203,7 +203,7 @@ def test_the_spawn_page_does_not_wait_for_an_inventory_that_is_not_ready(
     """The inventory's first list of virtual nodes is held by the API server: the spawn page still renders at
     once with the standard profile saying why, the hub's loop keeps serving, and the GPU profiles appear on
     the next visit once the list gets through, with no restart."""
-    from gpu_offload.sandbox.http_faults import FaultRule
+    from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 
     faults = origin.sandbox.api.faults
     rule = faults.add(FaultRule(path=r"/apis/offloading.liqo.io/v1beta1/virtualnodes$", methods=("GET",),

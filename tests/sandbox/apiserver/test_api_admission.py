@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from gpu_offload.sandbox.errors import Cause
+from gpu_offload.sandbox.apiserver.errors import Cause
 from kubernetes import dynamic
 from kubernetes.client import ApiException
 

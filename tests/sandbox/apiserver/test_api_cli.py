@@ -17,7 +17,7 @@ from gpu_offload import cli
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
 
 
 def start(*args: str) -> subprocess.Popen[str]:

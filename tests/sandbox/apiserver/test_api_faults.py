@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from gpu_offload.sandbox.http_faults import FaultRule
+from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from kubernetes.client import ApiException
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from gpu_offload.sandbox.errors import ApiError
-from gpu_offload.sandbox.patching import apply_patch, json_patch, merge_patch, strategic_merge_patch
+from gpu_offload.sandbox.apiserver.errors import ApiError
+from gpu_offload.sandbox.apiserver.patching import apply_patch, json_patch, merge_patch, strategic_merge_patch
 
 POD = {"metadata": {"labels": {"a": "1"}, "finalizers": ["x"]},
        "spec": {"containers": [{"name": "main", "image": "i1", "env": [{"name": "A", "value": "1"}]},

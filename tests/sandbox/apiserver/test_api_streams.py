@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from gpu_offload.sandbox.errors import ApiError
+from gpu_offload.sandbox.apiserver.errors import ApiError
 from kubernetes.stream import stream
 
 

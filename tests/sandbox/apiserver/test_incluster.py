@@ -10,7 +10,7 @@ import shutil
 import pytest
 from gpu_offload.sandbox import fixtures
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.origin import running_origin
+from gpu_offload.sandbox.liqo.origin import running_origin
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                 reason="pod namespaces and users need root and iproute2")

@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_pod
-from gpu_offload.sandbox.podsecurity import violations
+from gpu_offload.sandbox.apiserver.podsecurity import violations
 
 SERVER_TOKEN = "eyJhbGciOiJSUzI1NiJ9.user-server-of-jhub-alice"  # what a user's server presents
 

@@ -8,7 +8,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from .conftest import pod_body
+from ..conftest import pod_body
 
 
 def _gpu_pod(name: str, gpus: int = 1, cpu: str | None = None) -> dict[str, Any]:

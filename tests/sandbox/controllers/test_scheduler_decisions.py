@@ -5,8 +5,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from gpu_offload.sandbox import liqo, offloading, scheduler
-from gpu_offload.sandbox.matching import quantity
+from gpu_offload.sandbox.apiserver.matching import quantity
+from gpu_offload.sandbox.controllers import scheduler
+from gpu_offload.sandbox.liqo import offloading
+from gpu_offload.sandbox.liqo import seed as liqo
 
 
 def _pod(gpus: int = 0, cpu: str = "100m", tolerate_liqo: bool = False, **spec) -> dict:

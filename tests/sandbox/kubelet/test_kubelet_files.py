@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpu_offload.sandbox import images, launch, podfiles
+from gpu_offload.sandbox.kubelet import images, launch, podfiles
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 

@@ -9,9 +9,9 @@ import jupyterhub
 import pytest
 from gpu_offload.sandbox import fixtures
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
-from gpu_offload.sandbox.images import ImageError, Images
+from gpu_offload.sandbox.kubelet.images import ImageError, Images
 
-NODE_BIN = Path(__file__).resolve().parents[2] / ".ci" / "node" / "node_modules" / ".bin"
+NODE_BIN = Path(__file__).resolve().parents[3] / ".ci" / "node" / "node_modules" / ".bin"
 origin = origin_fixture(tool_dirs=(NODE_BIN,))
 core, namespace = fixtures.core, fixtures.namespace
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox import fixtures, objectstore, podnet
+from gpu_offload.sandbox import fixtures, objectstore
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.origin import running_origin
+from gpu_offload.sandbox.kubelet import podnet
+from gpu_offload.sandbox.liqo.origin import running_origin
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                 reason="pod namespaces and users need root and iproute2")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_offload.sandbox import podnames
+from gpu_offload.sandbox.kubelet import podnames
 
 READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 
@@ -60,7 +60,7 @@ def test_a_headless_service_publishing_not_ready_addresses_names_pods_before_the
 def test_a_pod_on_a_donor_sees_the_offloaded_namespaces_under_their_twins_names():
     # Liqo reflects an offloaded namespace's Services into its twin on the donor (<ns>-origin by default):
     # there the short name and the twin's names resolve, the origin's fully qualified ones do not
-    from gpu_offload.sandbox.offloading import donor_namespaces
+    from gpu_offload.sandbox.liqo.offloading import donor_namespaces
 
     node = {"metadata": {"name": "donor-1-gpu", "labels": {"liqo.io/type": "virtual-node",
                                                             "liqo.io/remote-cluster-id": "donor-1"}}}
@@ -82,7 +82,7 @@ def test_a_pod_on_a_donor_sees_the_offloaded_namespaces_under_their_twins_names(
 
 
 def test_the_pods_nameserver_says_no_such_name_to_every_question():
-    from gpu_offload.sandbox.poddns import reply
+    from gpu_offload.sandbox.kubelet.poddns import reply
 
     # "rank0.svc" type PTR: id 0x1234, RD set
     question = b"\x05rank0\x03svc\x00" + b"\x00\x0c\x00\x01"

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_offload.sandbox import process
+from gpu_offload.sandbox.kubelet import process
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 

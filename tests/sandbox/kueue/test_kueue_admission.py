@@ -10,10 +10,10 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox.crds import load_crd_dir, schema_errors
+from gpu_offload.sandbox.apiserver.crds import load_crd_dir, schema_errors
 from gpu_offload.sandbox.fixtures import wait_until
 
-from .kueue_setup import (
+from ..kueue_setup import (
     GPU,
     KUEUE_CRDS,
     admitted,

@@ -12,7 +12,7 @@ import pytest
 
 from gpu_offload import cli
 
-from .kueue_setup import KUEUE_CRDS, LIQO_CRDS, gpu_pod
+from ..kueue_setup import KUEUE_CRDS, LIQO_CRDS, gpu_pod
 
 
 @pytest.mark.e2e  # starts a process

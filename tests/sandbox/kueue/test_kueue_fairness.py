@@ -24,7 +24,7 @@ from gpu_offload.sandbox.kueue.scenario import (
 )
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
-from .kueue_setup import KUEUE_CRDS, LIQO_CRDS
+from ..kueue_setup import KUEUE_CRDS, LIQO_CRDS
 
 USERS = ("ann", "bob", "cat")
 

@@ -11,7 +11,7 @@ import pytest
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
-from .kueue_setup import (
+from ..kueue_setup import (
     KUEUE_CRDS,
     LIQO_CRDS,
     admitted,

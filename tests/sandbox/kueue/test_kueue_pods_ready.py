@@ -7,10 +7,10 @@ import uuid
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox.crds import load_crd_dir, schema_errors
+from gpu_offload.sandbox.apiserver.crds import load_crd_dir, schema_errors
 from gpu_offload.sandbox.fixtures import wait_until
 
-from .kueue_setup import (
+from ..kueue_setup import (
     KUEUE_CRDS,
     condition,
     gpu_pod,

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox import crds, fixtures
+from gpu_offload.sandbox import fixtures
+from gpu_offload.sandbox.apiserver import crds
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
 origin = origin_fixture(LIQO_CRDS)
 core, custom, namespace = fixtures.core, fixtures.custom, fixtures.namespace
 

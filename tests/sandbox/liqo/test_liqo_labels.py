@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from gpu_offload.sandbox import fixtures
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
-from gpu_offload.sandbox.liqo_labels import label_patch, liqo_owned
+from gpu_offload.sandbox.liqo.labels import label_patch, liqo_owned
 
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
 origin = origin_fixture(LIQO_CRDS)
 core, custom = fixtures.core, fixtures.custom
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from gpu_offload.sandbox import crds, liqo
+from gpu_offload.sandbox.apiserver import crds
+from gpu_offload.sandbox.liqo import seed as liqo
 
-SHARED_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+SHARED_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_offload.sandbox import liqo, offloading
+from gpu_offload.sandbox.liqo import offloading
+from gpu_offload.sandbox.liqo import seed as liqo
 
 
 def _nsoff(name: str = "offloading", **spec) -> dict:

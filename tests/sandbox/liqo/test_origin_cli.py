@@ -11,12 +11,13 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from gpu_offload.magics.backends.kube.config import configured, from_environment
 from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.kube.config import configured, from_environment
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
+LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
 
 
 def test_cli_serves_donors_until_interrupted_and_leaves_no_process(tmp_path):

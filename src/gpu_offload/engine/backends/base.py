@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..runner.frames import Event
+from ...runner.frames import Event
 
 if TYPE_CHECKING:  # the local backend needs no cluster code loaded
     from ...liqo_peering.inventory import Inventory

@@ -24,9 +24,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from ...runner.frames import Done, FrameDecoder, Hello, Noise, RunnerWarning
+from ...runner.secrecy import greeting
 from ..errors import OffloadUsageError
-from ..runner.frames import Done, FrameDecoder, Hello, Noise, RunnerWarning
-from ..runner.secrecy import greeting
 from .base import (
     ClusterAccess,
     InventorySource,
@@ -270,7 +270,7 @@ class OneShotRun(_LocalRun):
         self.process = process
 
     def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         return self.process.next_event(timeout)
 
     def interrupt(self) -> None:
@@ -316,7 +316,7 @@ class SessionRun(_LocalRun):
         self._done: Done | None = None
 
     def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         if self._note is not None:
             note, self._note = self._note, None
             return RunnerWarning(-1, note)
@@ -389,7 +389,7 @@ class LocalBackend:
     def runner_path(self) -> Path:
         """The runner zipapp, built on first use and cached."""
         if self._runner is None:
-            from ..runner.build import build_runner
+            from ...runner.build import build_runner
 
             self._runner = Path(build_runner())
         return self._runner

@@ -13,8 +13,8 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 
-from ..runner.ranks import STANDALONE_ADDR, free_port
-from ..runner.secrecy import greeting
+from ...runner.ranks import STANDALONE_ADDR, free_port
+from ...runner.secrecy import greeting
 from .base import Job, Ranks, RunEvent, RunnerExit
 from .local import RunnerProcess, _LocalRun
 
@@ -136,7 +136,7 @@ class NodesRun(_LocalRun):
         self.nodes = nodes
 
     def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         return self.nodes.next_event(timeout)
 
     def interrupt(self) -> None:

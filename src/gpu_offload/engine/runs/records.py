@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...liqo_peering import environment as E
-from ..runner.watchdog import parent_alive
+from ...runner.watchdog import parent_alive
 
 STATE_DIR_ENV = E.STATE_DIR.name
 STATES = ("queued", "scheduling", "running", "done", "failed")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ...runner.frames import Done, Hello, Metrics, Status, Stream
 from ..backends.base import (
     Backend,
     ClusterAccess,
@@ -29,7 +30,6 @@ from ..backends.base import (
     Transfer,
 )
 from ..backends.kube.config import kernel_id
-from ..runner.frames import Done, Hello, Metrics, Status, Stream
 from ..sinks import PREFIX
 from .records import MAX_SAMPLES, RunBook, RunEntry, StateDirRefused, add_output
 

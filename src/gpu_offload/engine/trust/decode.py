@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ..runner.safe import ALLOWED, MAGIC, MAX_DEPTH, MAX_NODES, VERSION, Skipped
+from ...runner.safe import ALLOWED, MAGIC, MAX_DEPTH, MAX_NODES, VERSION, Skipped
 from .loaders import LOADERS, Refused, load_tensors
 
 __all__ = ["Decoded", "SafeDecodeError", "Skipped", "decode", "skipped_warning"]
@@ -58,7 +58,7 @@ def skipped_warning(skip: Skipped) -> str:
 
 
 def decode(data: bytes | bytearray | memoryview, wanted: Collection[str] | None = None) -> Decoded:
-    """Decode a container written by :func:`gpu_offload.magics.runner.safe.encode`.
+    """Decode a container written by :func:`gpu_offload.runner.safe.encode`.
 
     Only names in ``wanted`` (the names the run was asked to send back) are looked at: a donor cannot
     add a variable the user did not ask for.

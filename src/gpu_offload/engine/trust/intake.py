@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...runner.frames import Outputs
 from ..errors import OffloadError
-from ..runner.frames import Outputs
 from .decode import SafeDecodeError, decode, skipped_warning
 
 UNTOUCHED = "Nothing was loaded; your variables are untouched."

@@ -14,9 +14,9 @@ import types
 from pathlib import Path
 from typing import Any
 
-from gpu_offload.hub_extension import spawner as hook
-from gpu_offload.hub_extension.chart_hub import ReleaseNames, apply
 from gpu_offload.hub_extension.config import load_config
+from gpu_offload.hub_extension.spawner import hooks as hook
+from gpu_offload.hub_extension.spawner.chart_hub import ReleaseNames, apply
 from kubespawner import KubeSpawner
 from traitlets.config import Config
 

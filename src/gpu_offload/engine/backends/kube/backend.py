@@ -29,8 +29,8 @@ from ....liqo_peering.errors import (
 )
 from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.trust import run_trusted, trusting
+from ....runner.frames import Outputs
 from ...errors import OffloadError, OffloadUsageError
-from ...runner.frames import Outputs
 from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
 from .budget import spend_line
 from .config import KubeSettings
@@ -132,7 +132,7 @@ class KubernetesBackend:
         return self.launcher.inventory_cache()
 
     def cluster_access(self) -> ClusterAccess:
-        """See :meth:`gpu_offload.magics.backends.base.Backend.cluster_access`."""
+        """See :meth:`gpu_offload.engine.backends.base.Backend.cluster_access`."""
         return ClusterAccess(self.api_client, self.settings.namespace, self.settings.user)
 
     def trusts(self, cluster: str) -> bool:

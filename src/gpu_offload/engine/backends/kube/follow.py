@@ -23,8 +23,8 @@ from ....liqo_peering import labels as L
 from ....liqo_peering.errors import APIError, APIGone
 from ....liqo_peering.retrying import WATCH_BACKOFF
 from ....liqo_peering.watching import QUICK_END, WATCH_SECONDS
-from ...runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
-from ...runner.lines import LineSplitter, Overlong
+from ....runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
+from ....runner.lines import LineSplitter, Overlong
 from ..base import Placed
 from .explain import (
     FAILED,

@@ -29,7 +29,7 @@ from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.watching import Event as WatchEvent
 from ....liqo_peering.watching import ListResult, ListWatch
-from ...runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
+from ....runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
 from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
@@ -214,7 +214,7 @@ class KubeJobRun:
                 f"{time.monotonic() - self._since:.0f} s" + (f" (watching its pods failed: {error})" if error else ""))
 
     def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         deadline = time.monotonic() + timeout
         while True:
             if self._pending:

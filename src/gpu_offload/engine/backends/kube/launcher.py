@@ -161,7 +161,7 @@ class PodLauncher:
         """The runner zipapp that travels in every Secret (stock images need nothing installed)."""
         if self._runner is None:
             if self._runner_path is None:
-                from ...runner.build import build_runner
+                from ....runner.build import build_runner
 
                 self._runner_path = Path(build_runner())
             self._runner = self._runner_path.read_bytes()

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ....liqo_peering.errors import APIError
-from ...runner.frames import Done, Error, Outputs, RunnerWarning
-from ...runner.secrecy import greeting
+from ....runner.frames import Done, Error, Outputs, RunnerWarning
+from ....runner.secrecy import greeting
 from ..base import Ranks, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED
 from .follow import PodEnded
@@ -156,7 +156,7 @@ class RankSessionRun(SessionCell[KubeRankSession]):
                                         "the session was closed, run the cell again to start it anew", (), rank=rank)
 
     def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`; until the cell is sent, ``None`` comes
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`; until the cell is sent, ``None`` comes
         after ``SEND_WAIT`` at the latest (the caller asks again, and the cell goes out once every pod runs)."""
         if self._pending:
             return self._pending.popleft()

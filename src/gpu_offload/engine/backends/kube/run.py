@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ...runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
+from ....runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
 from ..base import Queued, RunEvent, RunnerExit, RunRequest
 from .explain import FAILED, PodContext, PodState, pod_state
 from .follow import PodEnded, PodFollower
@@ -174,7 +174,7 @@ class KubeRun:
         return f"Pending for {cluster}, {elapsed:.0f} s: {self._waiting}"
 
     def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         if self._pending:
             return self._pending.popleft()
         if self._ended:

@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
-from ...runner.frames import Done, Hello, Outputs, RunnerWarning
-from ...runner.secrecy import greeting
+from ....runner.frames import Done, Hello, Outputs, RunnerWarning
+from ....runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED, PREEMPTED
 from .follow import PodEnded
@@ -277,7 +277,7 @@ class SessionRun(SessionCell[KubeSession]):
         return f"{phase} in {where}, {time.monotonic() - self._since:.0f} s"
 
     def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.magics.backends.base.Run.next_event`."""
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         if self._pending:
             return self._pending.popleft()
         follower = self.session.launched.follower
