@@ -17,9 +17,12 @@ def _points(values: Sequence[float], top: float) -> str:
     )
 
 
-def sparkline(util: Sequence[float], mem: Sequence[float], note: str = "") -> str:
-    """SVG with utilization (percent, blue) and memory (fraction of total, orange); a note when empty."""
+def sparkline(util: Sequence[float], mem: Sequence[float], note: str = "", live: bool = True) -> str:
+    """SVG with utilization (percent, blue) and memory (fraction of total, orange); when there is none, a note,
+    and while the run is ``live`` "no GPU metrics yet" (an ended run without samples shows nothing)."""
     if not util and not mem:
+        if not note and not live:
+            return ""
         text = escape(note or "no GPU metrics yet")
         return f'<span class="gpu-offload-noplot" style="color:#888;font-size:11px">{text}</span>'
     title = escape(

@@ -16,7 +16,7 @@ from html import escape
 
 import ipywidgets as w
 
-from ...engine.runs.listing import RunListing
+from ...engine.runs.listing import RunListing, cancellable
 from ...engine.runs.records import RunEntry, shown_lines
 from .clusters import ClusterEntry
 from .plot import sparkline
@@ -115,9 +115,12 @@ class _RunRow:
     def update(self, record: RunEntry, now: float) -> None:
         self.record = record
         self.summary.value = run_cells(record, now)
-        self.plot.value = sparkline(record.util, record.mem, "")
+        self.plot.value = sparkline(record.util, record.mem, "", live=not record.finished)
         self.output.value = lines_html(record)
-        self.cancel.disabled = record.finished
+        # offered only where it can still act (a run under way, or a cluster run its dead kernel left behind)
+        can = cancellable(record)
+        self.cancel.disabled = not can
+        self.cancel.layout.display = "" if can else "none"
 
 
 class Panel:
