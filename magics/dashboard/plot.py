@@ -24,7 +24,7 @@ def sparkline(util: Sequence[float], mem: Sequence[float], note: str = "", live:
         if not note and not live:
             return ""
         text = escape(note or "no GPU metrics yet")
-        return f'<span class="gpu-offload-noplot" style="color:#888;font-size:11px">{text}</span>'
+        return f'<span class="gpu-offload-noplot" style="color:var(--jp-ui-font-color2, #888);font-size:11px">{text}</span>'
     title = escape(
         f"GPU {util[-1]:.0f}% busy" if util else "GPU"
     ) + (escape(f", memory {mem[-1] * 100:.0f}% used") if mem else "")
@@ -35,6 +35,6 @@ def sparkline(util: Sequence[float], mem: Sequence[float], note: str = "", live:
         lines.append(f'<polyline fill="none" stroke="#ff7f0e" stroke-width="1.5" points="{_points(mem, 1.0)}"/>')
     return (
         f'<svg class="gpu-offload-plot" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'style="background:#f7f7f7;border:1px solid #ddd"><title>{title}</title>{"".join(lines)}</svg>'
-        f'<div style="font-size:10px;color:#555">{title}</div>'
+        f'style="background:var(--jp-layout-color2, #f7f7f7);border:1px solid var(--jp-border-color2, #ddd)"><title>{title}</title>{"".join(lines)}</svg>'
+        f'<div style="font-size:10px;color:var(--jp-ui-font-color1, #555)">{title}</div>'
     )

@@ -227,3 +227,14 @@ def test_cancel_is_offered_only_where_it_can_act_and_no_metrics_yet_only_while_l
         assert "no GPU metrics yet" not in over.plot.value
     finally:
         panel.close()
+
+
+def test_the_panels_neutral_colours_follow_jupyterlabs_theme() -> None:
+    """Backgrounds, borders and grey text come from JupyterLab's theme variables (with the light theme's
+    values as fallbacks), so the dark theme does not show a white plot or black text on black."""
+    from gpu_offload.magics.dashboard.plot import sparkline
+
+    plot = sparkline((10.0, 50.0), (0.1, 0.2))
+    assert "background:var(--jp-layout-color2" in plot and "border:1px solid var(--jp-border-color2" in plot
+    assert "color:var(--jp-ui-font-color2" in sparkline((), ())
+    assert "#f7f7f7;" not in plot.replace("#f7f7f7)", "")  # only ever a fallback
