@@ -16,6 +16,7 @@ BEGIN = "<!-- layout table: python .ci/layout.py --readme -->"
 END = "<!-- end of layout table -->"
 OTHER_FOLDERS = {
     "helm/": "the Helm charts: the origin's (JupyterHub on zero-to-jupyterhub) and the donor's",
+    "images/": "recipes of the hub, user server and runner images, and `build.sh` ([images/README.md](images/README.md))",
     "tests/": "tests, mirroring the packages (`tests/engine/`, `tests/sandbox/kubelet/`, ...)",
     "bench/": "benchmarks on one harness (`bench/harness.py`); figures in [bench/RESULTS.md](bench/RESULTS.md) "
               "(generated), findings in [bench/FINDINGS.md](bench/FINDINGS.md)",
