@@ -13,23 +13,14 @@ Run: ``.venv/bin/python bench/bench_zero_copy.py [--max-mib 256] [--runs 7]``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import numpy as np
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import Run, timed  # bench/harness.py: the script's folder is on sys.path
 
 MIB = 1 << 20
 GOAL = 0.6
-
-
-def timed(action: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    action()
-    return (time.perf_counter() - start) * 1000
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from IPython.core.interactiveshell import InteractiveShell
 
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    run = Run("zero_copy", "numpy round trips `b = a` through a warm local session against a.copy()")
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_offload.magics")
     shell.run_line_magic("gpu_offload", "config backend=local")
@@ -58,11 +48,15 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.runs):  # interleaved, so load from neighbours hits both columns alike
                     if kind == "made in the notebook":
                         shell.user_ns["a"] = made
-                    copies.append(timed(shell.user_ns["a"].copy))
-                    trips.append(timed(trip))
+                    copies += timed(shell.user_ns["a"].copy, 1)[0]
+                    trips += timed(trip, 1)[0]
                     shell.user_ns["a"] = shell.user_ns["b"]  # from now on `a` lives in shared memory
                 assert np.array_equal(shell.user_ns["b"], made)
                 copy, ours = statistics.median(copies), statistics.median(trips)
+                label = "held" if kind == "came back from a cell" else "made"
+                run.figure(f"{size} MiB {label}: a.copy()", copies, "ms")
+                run.figure(f"{size} MiB {label}: round trip", trips, "ms")
+                run.figure(f"{size} MiB {label}: trip/copy", ours / copy, "ratio")
                 if size >= 64 and kind == "came back from a cell":
                     worst = max(worst, ours / copy)
                 print(f"| {size} | {kind} | {copy:.2f} | {ours:.2f} | {ours / copy:.2f} |", flush=True)
@@ -72,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shell.run_line_magic("gpu_offload", "close --all")
     verdict = "meets" if worst <= GOAL else "misses"
-    print(f"\nworst trip/copy at >= 64 MiB for arrays that came back from a cell: {worst:.2f}: {verdict} "
-          f"the {GOAL}x goal (arrays made in the notebook pay one copy on their first trip)")
+    run.note(f"worst trip/copy at >= 64 MiB for arrays that came back from a cell: {worst:.2f}: {verdict} "
+             f"the {GOAL}x goal (arrays made in the notebook pay one copy on their first trip)")
+    run.write()
     return 0
 
 
