@@ -68,9 +68,9 @@ def shell() -> Iterator[Any]:
     ipython.register_magics(magics)
     ipython.checkpoint_backend = backend
     yield ipython
-    files = [saved.path for saved in backend.checkpoints.saved.values()]
+    directory = backend.checkpoints._directory
     magics.close()
-    assert not [f for f in files if f.exists()], "checkpoint files left behind"
+    assert directory is None or not directory.exists(), "checkpoint files left behind"
 
 
 def offload(shell: Any, cell: str, line: str = "--session work") -> None:
@@ -115,6 +115,7 @@ def test_a_checkpoint_names_what_was_saved_what_was_not_and_its_size_against_the
     assert saved.manifest["format"] == "pickle" and saved.trusted
     assert stat.S_IMODE(saved.path.stat().st_mode) == 0o600
     assert stat.S_IMODE(saved.path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(saved.path.parent.parent.stat().st_mode) == 0o700
 
 
 def test_a_checkpoint_over_its_limit_is_refused_whole(shell: Any) -> None:

@@ -1,7 +1,7 @@
 """The local backend's session checkpoints: written by the runner, recorded (manifest and sha256) by the kernel.
 
-A checkpoint file lives in a per-user directory under the kernel's cache dir (``checkpoints/<uid>``, mode
-0700). The runner writes it in the format the donor's trust decides (:mod:`gpu_offload.runner.session_state`);
+A checkpoint file lives in a per-user directory under the kernel's cache dir (``checkpoints/<uid>/kernel-*``,
+mode 0700). The runner writes it in the format the donor's trust decides (:mod:`gpu_offload.runner.session_state`);
 the kernel hashes the file itself and keeps the manifest in memory, so a file changed after it was written is
 refused on restore. What the runner says about itself is not believed: whether a checkpoint may be restored
 in full is the kernel's trust in the runner that wrote it, never the manifest's claim. The files last as long
@@ -51,12 +51,14 @@ class SavedCheckpoint:
 
 
 def store_dir() -> Path:
-    """This user's checkpoint directory, created private."""
+    """This kernel's checkpoint directory, inside this user's, both created private."""
     from ...runner.build import cache_dir
 
-    directory = cache_dir() / "checkpoints" / str(os.getuid())
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(directory, 0o700)
+    user = cache_dir() / "checkpoints" / str(os.getuid())
+    user.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(user, 0o700)
+    directory = user / f"kernel-{os.getpid()}-{secrets.token_hex(4)}"
+    directory.mkdir(mode=0o700)
     return directory
 
 
@@ -187,9 +189,9 @@ class SessionCheckpoints:
         self.saved.clear()
         self.last.clear()
         if self._directory is not None:
-            for directory in (self._directory, self._directory.parent):
+            for directory in (self._directory, self._directory.parent, self._directory.parent.parent):
                 with contextlib.suppress(OSError):
-                    directory.rmdir()  # only when empty: another kernel of this user may have its own
+                    directory.rmdir()  # the user's only when empty: another kernel of this user may have its own
 
 
 def restored_line(saved: SavedCheckpoint, restored: list[str], skipped: dict[str, str]) -> str:
