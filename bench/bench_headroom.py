@@ -34,9 +34,9 @@ from pathlib import Path
 
 import aiohttp
 import yaml
-from gpu_offload.hub_extension.local_hub import LocalHub, assign, config_text
+from gpu_offload.hub_extension.service.local_hub import LocalHub, assign, config_text
 from gpu_offload.sandbox.fixtures import stop_process, wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Run, percentile
@@ -135,7 +135,7 @@ def running_hub(workdir: Path, origin: RunningOrigin, fast_paths: bool) -> Itera
                 raise RuntimeError(f"JupyterHub exited: {(workdir / 'hub.log').read_text()[-3000:]}")
             return all(get(f"{service_url}{e}") == 200 for e in ENDPOINTS)
         wait_until(ready, "JupyterHub and the gpu-offload service to answer", timeout=180, every=0.5)
-        yield Stack(service_url, child_pid(proc.pid, b"gpu_offload.hub_extension.service"),
+        yield Stack(service_url, child_pid(proc.pid, b"gpu_offload.hub_extension.service.app"),
                     child_pid(proc.pid, b"configurable-http-proxy"))
     finally:
         stop_process(proc)
