@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpu_offload import cli
 from gpu_offload.cli.completion import command_words, script
 from gpu_offload.cli.plain import plain_text
