@@ -94,26 +94,9 @@ def cli_kernel() -> str:
 
 def make_backend(name: str | None) -> Backend:
     """The backend the magic would choose (``auto``: a configured cluster, else local), set up for a CLI run."""
-    from ..engine.backends.kube.config import configured
+    from ..engine.backends import registry
 
-    chosen = name or ("kubernetes" if configured(os.environ) else "local")
-    if chosen == "local":
-        from ..engine.backends.local import LocalBackend
-
-        return LocalBackend()
-    from dataclasses import replace
-
-    from ..engine.backends.kube.backend import KubernetesBackend
-    from ..engine.backends.kube.config import from_environment
-    from ..engine.errors import BackendNotConfigured
-    from ..liqo_peering.errors import GpuOffloadError
-
-    # no server: the orphan sweep of a Jupyter server this shell may run under must not take the pod
-    settings = replace(from_environment(os.environ), kernel=cli_kernel(), server=None, cli=True)
-    try:
-        return KubernetesBackend(settings)
-    except GpuOffloadError as exc:
-        raise BackendNotConfigured(f"--backend kubernetes: {exc}") from exc
+    return registry.create(name or registry.auto_name(os.environ), cli_kernel=cli_kernel())
 
 
 @dataclass(frozen=True)
