@@ -75,10 +75,6 @@ class HubConfig:
     clusters: TrustPolicy = field(default_factory=TrustPolicy)
     """The chart's ``clusters``: which donors the origin trusts, and the GPU model and price its admin set."""
     queueing: QueueSettings | None = None
-    fast_paths: bool = True
-    """The config file's ``service.fastPaths``: keep the hot endpoints' JSON bodies between watch events,
-    authenticate without blocking the event loop, log successful API reads at debug. False does all of it per
-    request as before (for measuring the difference: bench/bench_headroom.py); never needed otherwise."""
     metrics_open: bool = False
     """The chart's ``metrics.open``: serve ``/metrics`` without a token (as JupyterHub's
     ``authenticate_prometheus = False``); False: a token with ``read:metrics`` or the view scope is needed."""
@@ -144,9 +140,6 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     metrics_open = _section(raw, "metrics", where).get("open", False)
     if not isinstance(metrics_open, bool):
         raise InvalidRequest(f"{where}: metrics.open={metrics_open!r} must be true or false")
-    fast_paths = service.get("fastPaths", True)
-    if not isinstance(fast_paths, bool):
-        raise InvalidRequest(f"{where}: service.fastPaths={fast_paths!r} must be true or false")
     pod_security = str(user_ns.get("podSecurity") or base.pod_security)
     if pod_security not in POD_SECURITY_LEVELS:
         raise InvalidRequest(f"{where}: userNamespaces.podSecurity={pod_security!r}; use one of "
@@ -179,7 +172,6 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),
         queueing=queueing,
         metrics_open=metrics_open,
-        fast_paths=fast_paths,
     )
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpu_offload.magics.magic import GpuOffloadMagics
+
 from gpu_offload.cli import build_parser
 from gpu_offload.cli.background import child_argv
 from gpu_offload.engine.options import MAGIC, NOT_CARRIED, SHELL, TABLE, Option
-from gpu_offload.magics.magic import GpuOffloadMagics
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
