@@ -75,6 +75,8 @@ class HubConfig:
     clusters: TrustPolicy = field(default_factory=TrustPolicy)
     """The chart's ``clusters``: which donors the origin trusts, and the GPU model and price its admin set."""
     queueing: QueueSettings | None = None
+    metrics_per_user: bool = True
+    """The chart's ``metrics.perUserSeries``: the ``user`` label on the GPU-seconds, cost and preemption series."""
     metrics_open: bool = False
     """The chart's ``metrics.open``: serve ``/metrics`` without a token (as JupyterHub's
     ``authenticate_prometheus = False``); False: a token with ``read:metrics`` or the view scope is needed."""
@@ -140,6 +142,9 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     metrics_open = _section(raw, "metrics", where).get("open", False)
     if not isinstance(metrics_open, bool):
         raise InvalidRequest(f"{where}: metrics.open={metrics_open!r} must be true or false")
+    per_user = _section(raw, "metrics", where).get("perUserSeries", True)
+    if not isinstance(per_user, bool):
+        raise InvalidRequest(f"{where}: metrics.perUserSeries={per_user!r} must be true or false")
     pod_security = str(user_ns.get("podSecurity") or base.pod_security)
     if pod_security not in POD_SECURITY_LEVELS:
         raise InvalidRequest(f"{where}: userNamespaces.podSecurity={pod_security!r}; use one of "
@@ -172,6 +177,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),
         queueing=queueing,
         metrics_open=metrics_open,
+        metrics_per_user=per_user,
     )
 
 

@@ -66,7 +66,7 @@ def test_the_scan_sees_a_call_and_refuses_one_it_cannot_resolve() -> None:
 
 def test_the_tenant_role_grants_exactly_the_verbs_the_hub_uses(kit: Any) -> None:
     used: set[tuple[str, str, str]] = set()
-    for path in sorted(HUB_CODE.glob("*.py")):
+    for path in sorted(HUB_CODE.rglob("*.py")):
         used |= namespaced_calls(path.read_text(), path.name)
     tenant_kinds = {(L.RESOURCE_SLICE.group, L.RESOURCE_SLICE.plural), (L.VIRTUAL_NODE.group, L.VIRTUAL_NODE.plural)}
     wanted = {(group, plural, verb) for group, plural, verb in used if (group, plural) in tenant_kinds}
