@@ -39,7 +39,7 @@ from .hub_inventory import HubInventory, HubInventoryError
 from .jobrun import KubeJobRun
 from .launcher import PodLauncher
 from .pods import PodApi
-from .podspec import fetched_outputs, same_object
+from .podspec import fetched_outputs, same_object, untrusted_unfetched
 from .rank_session import KubeRankSession, RankSessionRun
 from .run import KubeRun, PodOrder
 from .session import KubeSession, SessionRun
@@ -99,7 +99,8 @@ class KubernetesBackend:
     def describe(self) -> str:
         """One line for ``%gpu_offload status``."""
         storage = f", storage s3://{self.settings.storage.bucket}" if self.settings.storage else ", no object storage"
-        line = (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
+        image = self.settings.image or "the runner image of this kernel's Python"
+        line = (f"kubernetes backend: namespace {self.settings.namespace}, image {image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
         with self._lock:
             ended = [f"session {name}: its {holder} {how}; its variables are gone"
@@ -161,7 +162,7 @@ class KubernetesBackend:
             self._forget_run(job.run_id)
             raise
 
-    def _fetcher(self, run_id: str) -> Callable[[Outputs], Outputs] | None:
+    def _fetcher(self, run_id: str) -> Callable[[Outputs, str], Outputs] | None:
         storage = self.storage
         if storage is None:
             return None
@@ -176,7 +177,11 @@ class KubernetesBackend:
         def own(index: int, url: str) -> bool:
             return 0 <= index < OUTPUT_URLS and same_object(url, storage.put_url(run_id, f"out-{index}"))
 
-        def fetch(outputs: Outputs) -> Outputs:
+        def fetch(outputs: Outputs, cluster: str) -> Outputs:
+            if not self.trusts(cluster):  # the engine's own test of the run's cluster
+                unread = untrusted_unfetched(outputs.format, outputs.pickle, outputs.buffers)
+                if unread is not None:
+                    return replace(outputs, pickle=unread)
             packed, refs = fetched_outputs(outputs.pickle, outputs.buffers, read, own)
             return replace(outputs, pickle=packed, buffers=tuple(refs))
 
