@@ -36,6 +36,7 @@ from ..engine.request import (
 from ..engine.runs.tracking import tracked
 from ..engine.sinks import NotebookSink, Sink
 from ..liqo_peering import environment as E
+from . import session_commands
 from .cell_options import OPTIONS, USAGE, cell_arguments
 
 LOCAL_NOTE = (
@@ -234,7 +235,8 @@ class GpuOffloadMagics(Magics):
     def gpu_offload_line(self, line: str) -> None:
         """Show or manage offloading: ``status`` (default), ``sessions``, ``close NAME|--all``, ``config``,
         ``panel`` (a live panel of clusters and runs), ``clusters`` (peered clusters and their GPUs), ``cleanup
-        [--all]`` (delete runner pods this kernel, or every kernel of yours, left on the cluster).
+        [--all]`` (delete runner pods this kernel, or every kernel of yours, left on the cluster), ``checkpoint
+        SESSION``, ``restore NAME [--session S]`` and ``move SESSION`` (see :mod:`.session_commands`).
 
         ``config KEY=VALUE`` sets a setting for this kernel (backend, default_gpus, default_cluster,
         default_gpu_model, trusted_only, progress_after, grace_period).
@@ -249,13 +251,18 @@ class GpuOffloadMagics(Magics):
             "panel": self._panel,
             "clusters": self._clusters,
             "cleanup": self._cleanup,
+            "checkpoint": lambda words: print(session_commands.checkpoint(self._backends.values(), words)),
+            "restore": lambda words: print(session_commands.restore(self._backends.values(), words)),
+            "move": lambda words: print(*session_commands.move(self._backends.values(), words,
+                                                               self.grace_period), sep="\n"),
         }
         action = actions.get(command)
         if action is None:
             raise OffloadUsageError(
                 f"%gpu_offload {command}: unknown command. Write one of: %gpu_offload status, "
                 "%gpu_offload sessions, %gpu_offload close NAME, %gpu_offload config [KEY=VALUE], %gpu_offload panel, "
-                "%gpu_offload clusters, %gpu_offload cleanup [--all]."
+                "%gpu_offload clusters, %gpu_offload cleanup [--all], "
+                f"{session_commands.USAGE}."
             )
         action(rest)
 
