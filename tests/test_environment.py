@@ -60,7 +60,7 @@ def test_the_policy_names_are_placements_own() -> None:
 
 
 def test_the_runner_spells_the_output_format_variable_as_defined() -> None:
-    from gpu_offload.magics.runner.outputs import FORMAT_ENV
+    from gpu_offload.runner.outputs import FORMAT_ENV
 
     assert E.OUTPUT_FORMAT.name == FORMAT_ENV
 
@@ -92,8 +92,9 @@ def test_metaflow_settings_are_looked_up_without_the_prefix_as_from_conf_wants()
 
 def test_what_the_hub_writes_the_kernel_reads_back() -> None:
     from gpu_offload.hub_extension.config import HubConfig
-    from gpu_offload.hub_extension.user_namespace import server_environment
-    from gpu_offload.magics.backends.kube.config import configured, from_environment
+    from gpu_offload.hub_extension.spawner.user_namespace import server_environment
+
+    from gpu_offload.engine.backends.kube.config import configured, from_environment
 
     config = HubConfig(default_image="python:3.12-slim", placement_policy="bin-pack",
                        object_storage_bucket="runs", object_storage_endpoint="http://s3.local:9000")

@@ -83,8 +83,9 @@ def test_every_image_of_the_manifest_has_its_recipe_and_every_recipe_writes_the_
 def test_with_the_charts_default_the_hub_sets_no_image_and_each_kernel_picks_its_runner() -> None:
     import yaml
     from gpu_offload.hub_extension.config import HubConfig
-    from gpu_offload.hub_extension.user_namespace import server_environment
-    from gpu_offload.magics.backends.kube.config import from_environment
+    from gpu_offload.hub_extension.spawner.user_namespace import server_environment
+
+    from gpu_offload.engine.backends.kube.config import from_environment
 
     chart_default = yaml.safe_load((REPO / "helm" / "gpu-offload" / "values.yaml").read_text())["offload"]
     assert chart_default["defaultImage"] == ""

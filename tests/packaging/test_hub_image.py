@@ -83,7 +83,7 @@ def _service_environment(objects: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_the_hub_image_loads_the_rendered_configuration_with_the_service_hooks_and_profiles(
         built: None, tmp_path: Path) -> None:
-    from gpu_offload.hub_extension.chart_hub import release_fullname
+    from gpu_offload.hub_extension.spawner.chart_hub import release_fullname
     from gpu_offload.sandbox.testing import running_sandbox
     from kubernetes.client import CoreV1Api
 
@@ -103,14 +103,14 @@ def test_the_hub_image_loads_the_rendered_configuration_with_the_service_hooks_a
                       "python3", "-c", LOAD, check=False)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["service"] == ["python3", "-m", "gpu_offload.hub_extension.service"]
+    assert found["service"] == ["python3", "-m", "gpu_offload.hub_extension.service.app"]
     assert "GPU_OFFLOAD_CONFIG" in found["service_env"]
-    assert found["pre_spawn_hook"] == "gpu_offload.hub_extension.spawner.pre_spawn_hook"
-    assert found["profile_list"] == "gpu_offload.hub_extension.spawner.profile_list"
+    assert found["pre_spawn_hook"] == "gpu_offload.hub_extension.spawner.hooks.pre_spawn_hook"
+    assert found["profile_list"] == "gpu_offload.hub_extension.spawner.hooks.profile_list"
     assert found["user_namespaces"] is True
 
 
-@pytest.mark.parametrize("module", ["gpu_offload.hub_extension.service", "kubespawner", "jupyterhub"])
+@pytest.mark.parametrize("module", ["gpu_offload.hub_extension.service.app", "kubespawner", "jupyterhub"])
 def test_the_hub_image_holds_the_hub_extra(built: None, module: str) -> None:
     done = podman("run", "--rm", "--network", "none", SPEC.image, "python3", "-c", f"import {module}", check=False)
     assert done.returncode == 0, done.stderr

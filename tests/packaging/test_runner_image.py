@@ -12,11 +12,11 @@ from typing import Any
 import cloudpickle
 import pytest
 from gpu_offload.liqo_peering.specs import BUNDLE_KEY, MOUNT_PATH, RUNNER_KEY, RunnerPodSpec, runner_pod
-from gpu_offload.magics.runner.build import build_runner
-from gpu_offload.magics.runner.bundle import encode_bundle, make_bundle
-from gpu_offload.magics.runner.frames import Done, Error, FrameDecoder, Hello, Noise, Outputs, Stream
 
 from gpu_offload.images import ImageSpec
+from gpu_offload.runner.build import build_runner
+from gpu_offload.runner.bundle import encode_bundle, make_bundle
+from gpu_offload.runner.frames import Done, Error, FrameDecoder, Hello, Noise, Outputs, Stream
 
 from .conftest import built_here, labels, podman, podman_env
 

@@ -13,15 +13,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.backends.base import Job, RunEvent, RunRequest
 from gpu_offload.magics.dashboard.clusters import local_row
-from gpu_offload.magics.dashboard.records import KEEP_FINISHED, PRUNE_SLACK, RunBook, RunEntry
-from gpu_offload.magics.dashboard.runs import list_runs
-from gpu_offload.magics.dashboard.tracking import WRITE_EVERY, TrackedRun, Tracker
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
-from gpu_offload.magics.engine import TRUSTED, FollowSettings, follow
-from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder, Metrics
-from gpu_offload.magics.sinks import RecordingSink
+
+from gpu_offload.engine.backends.base import Job, RunEvent, RunRequest
+from gpu_offload.engine.engine import TRUSTED, FollowSettings, follow
+from gpu_offload.engine.runs.listing import list_runs
+from gpu_offload.engine.runs.records import KEEP_FINISHED, PRUNE_SLACK, RunBook, RunEntry
+from gpu_offload.engine.runs.tracking import WRITE_EVERY, TrackedRun, Tracker
+from gpu_offload.engine.sinks import RecordingSink
+from gpu_offload.runner.frames import FrameDecoder, FrameEncoder, Metrics
 
 GIB = 2**30
 
@@ -197,7 +198,8 @@ def test_cancel_is_offered_only_where_it_can_act_and_no_metrics_yet_only_while_l
     import os
 
     from gpu_offload.magics.dashboard.plot import sparkline
-    from gpu_offload.magics.dashboard.runs import cancellable
+
+    from gpu_offload.engine.runs.listing import cancellable
 
     runs = Tracker(RunBook(tmp_path), kernel="kernel-a")
     live = runs.new(Job("run-live", "0" * 32, b"", RunRequest(gpus=1)), "local")
