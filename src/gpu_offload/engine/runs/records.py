@@ -21,6 +21,7 @@ from typing import Any
 
 from ...liqo_peering import environment as E
 from ...runner.watchdog import parent_alive
+from ..timing import RunTiming, timing_from_json
 
 STATE_DIR_ENV = E.STATE_DIR.name
 STATES = ("queued", "scheduling", "running", "done", "failed")
@@ -64,6 +65,8 @@ class RunEntry:
     """The command line of a ``gpu-offload run`` script; ``None`` for a notebook cell."""
     log: str = ""
     """A file holding the run's whole output (``gpu-offload run --noblock``), else empty."""
+    timing: RunTiming | None = None
+    """Where the wait from Shift-Enter went (:mod:`..timing`), once the run ended."""
 
     def elapsed(self, now: float | None = None) -> float:
         """Seconds since the run was queued, up to its end."""
@@ -88,6 +91,7 @@ def record_from_json(data: Mapping[str, Any]) -> RunEntry:
         values = {k: v for k, v in data.items() if k in known}
         for name in ("util", "mem"):
             values[name] = tuple(values.get(name) or ())
+        values["timing"] = timing_from_json(values.get("timing"))
         record = RunEntry(**values)
     except TypeError as exc:
         raise ValueError(f"run record {data.get('run_id', '?')!r} does not fit RunEntry: {exc}") from exc
