@@ -15,9 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "<!-- layout table: python .ci/layout.py --readme -->"
 END = "<!-- end of layout table -->"
 OTHER_FOLDERS = {
-    "helm/": "the Helm chart and the zero-to-jupyterhub overlay",
+    "helm/": "the Helm charts: the origin's (JupyterHub on zero-to-jupyterhub) and the donor's",
+    "images/": "recipes of the hub, user server and runner images, and `build.sh` ([images/README.md](images/README.md))",
     "tests/": "tests, mirroring the packages (`tests/engine/`, `tests/sandbox/kubelet/`, ...)",
-    "bench/": "benchmarks; figures in [bench/RESULTS.md](bench/RESULTS.md)",
+    "bench/": "benchmarks on one harness (`bench/harness.py`); figures in [bench/RESULTS.md](bench/RESULTS.md) "
+              "(generated), findings in [bench/FINDINGS.md](bench/FINDINGS.md)",
     "jupyter-config/": "enables the runs REST API in Jupyter servers",
     "examples/": "`quickstart.ipynb`, the main job",
     "docs/": "user, admin and contributor guides (listed below; the layers in docs/architecture.md)",

@@ -34,7 +34,7 @@ import kubernetes
 from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 from gpu_offload.cli import main as cli
 from gpu_offload.engine.analysis import analyse_cell

@@ -55,7 +55,9 @@ class HubConfig:
     """This (consumer) cluster's Liqo id; empty: read from an existing ResourceSlice when needed."""
     database_url: str = "sqlite:///gpu-offload-usage.sqlite"
     port: int = 10101
-    default_image: str = "python:3.11-slim"
+    default_image: str = ""
+    """Runner pods' image of every user server (``GPU_OFFLOAD_IMAGE``); empty: each kernel uses the project's
+    runner image for its own Python minor version."""
     placement_policy: str = "most-free"
     """Set in every user server as ``GPU_OFFLOAD_PLACEMENT_POLICY``."""
     gpu_quota_per_user: int = 0

@@ -66,8 +66,8 @@ def test_the_runner_spells_the_output_format_variable_as_defined() -> None:
 
 
 def test_unset_and_blank_read_as_the_default_and_values_are_stripped() -> None:
-    assert E.IMAGE.read({}) == "python:3.11-slim"
-    assert E.IMAGE.read({"GPU_OFFLOAD_IMAGE": "  "}) == "python:3.11-slim"
+    assert E.IMAGE.read({}) is None  # the kernel picks the runner image of its own Python
+    assert E.IMAGE.read({"GPU_OFFLOAD_IMAGE": "  "}) is None
     assert E.IMAGE.read({"GPU_OFFLOAD_IMAGE": " torch:2 "}) == "torch:2"
     assert E.SWEEP_SECONDS.read({"GPU_OFFLOAD_SWEEP_SECONDS": "2.5"}) == 2.5
     assert E.METERED.read({"GPU_OFFLOAD_METERED": "Yes"}) is True

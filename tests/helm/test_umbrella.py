@@ -254,7 +254,7 @@ def test_zero_to_jupyterhubs_hub_configuration_picks_up_the_projects_settings(
     assert hub["hub"]["namespace"] == namespace and hub["hub"]["prefix"] == prefix
     assert hub["hub"]["account"] == rendered["hubServiceAccount"]
     kit.find(objects, "ClusterRole", hub["hub"]["hub_role"])
-    assert hub["hub"]["image"] == values.get("offload", {}).get("defaultImage", "python:3.11-slim")
+    assert hub["hub"]["image"] == values.get("offload", {}).get("defaultImage", "")  # empty: each kernel picks
     assert hub["hub"]["quota"] == values.get("offload", {}).get("gpuQuotaPerUser", 0)
     assert hub["hub"]["trusted"] == sorted(k for k, v in values.get("clusters", {}).items() if v.get("trusted"))
     assert hub["hub"]["database"] == "sqlite:////srv/jupyterhub/gpu-offload-usage.sqlite"

@@ -1,4 +1,4 @@
-"""The ``gpu-offload`` command. Each sub-command lives in the package that owns it and registers here.
+"""The ``gpu-offload`` command: each sub-command is a module of this package, listed once in :data:`COMMANDS`.
 
 Only the chosen sub-command's module is imported: ``gpu-offload --help`` lists the commands from
 :data:`COMMANDS` alone, so it does not load the Kubernetes client, the sandbox or Jupyter (see
@@ -22,16 +22,19 @@ class Command:
     summary: str
     module: str
     """Defines ``add_parser(subparsers, summary)``, which registers ``name`` with a ``func`` default."""
+    extra: str = ""
+    """The package extra it needs beyond the base install (its imports fail without it), if any."""
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("quickstart", "run examples/quickstart.ipynb on an embedded SANDBOX cluster (--local: no cluster)",
-            "gpu_offload.cli.quickstart"),
+            "gpu_offload.cli.quickstart", "sandbox"),
     Command("lab", "JupyterLab (or JupyterHub with --hub) against an embedded SANDBOX cluster",
-            "gpu_offload.cli.lab"),
+            "gpu_offload.cli.lab", "lab"),
     Command("clusters", "list peered clusters, their virtual nodes and free GPUs", "gpu_offload.cli.clusters"),
     Command("queues", "show or sync the Kueue queue of the GPU pool", "gpu_offload.cli.queues"),
-    Command("sandbox", "serve an emulated Kubernetes API (a SANDBOX, not a cluster)", "gpu_offload.cli.sandbox"),
+    Command("sandbox", "serve an emulated Kubernetes API (a SANDBOX, not a cluster)", "gpu_offload.cli.sandbox",
+            "sandbox"),
     Command("cleanup", "delete runner pods and Secrets left by your kernels", "gpu_offload.cli.cleanup"),
     Command("run", "run a Python script on a GPU runner and stream its output (exits with its exit code)",
             "gpu_offload.cli.run"),
@@ -66,14 +69,28 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+def _missing_extra(command: Command | None, exc: ModuleNotFoundError) -> int:
+    """Say which extra to install when a command's module needs a package the base install leaves out."""
+    if command is None or not command.extra:
+        raise exc
+    print(f"gpu-offload {command.name}: {exc.name} is not installed; it comes with the package's "
+          f"{command.extra} extra: pip install 'jupyter-gpu-offload[{command.extra}]' (from a checkout: "
+          f"pip install -e '.[{command.extra}]')", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(words)
-    args = parser.parse_args(words)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
+    chosen = _chosen(words)
+    try:
+        parser = build_parser(words)
+        args = parser.parse_args(words)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        return _missing_extra(chosen, exc)
 
 
 if __name__ == "__main__":

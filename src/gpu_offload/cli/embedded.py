@@ -7,7 +7,7 @@ kubernetes backend at them.
 - Object storage is moto's S3 server (a real S3 API): the quickstart's 8 MB array is larger than a Secret
   holds, so it travels through a bucket as it would on a real cluster with ``GPU_OFFLOAD_S3_BUCKET`` set.
 - The runner pods' image is :data:`IMAGE`. The sandbox runs any image whose name contains ``gpu-offload``
-  with its own interpreter (``sandbox/kubelet/images.py``), which has numpy and matplotlib (base dependencies), so
+  with its own interpreter (``sandbox/kubelet/images.py``), which has numpy and matplotlib (the ``sandbox`` extra), so
   the example's figure is drawn. On a real cluster pick an image with the packages your cells import.
 - The donors are trusted (``GPU_OFFLOAD_TRUSTED_CLUSTERS``): outputs come back as pickles, as from any
   cluster today. Donors are untrusted by default everywhere else (docs/security.md).

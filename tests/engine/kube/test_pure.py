@@ -107,7 +107,7 @@ def test_kueues_other_stops_and_reasons_are_said_in_its_words() -> None:
 
 
 def _spec(**changes: Any) -> RunnerPodSpec:
-    base: dict[str, Any] = dict(run_id="0123abcd", namespace="alice", image=DEFAULT_IMAGE, user="alice@example.org",
+    base: dict[str, Any] = dict(run_id="0123abcd", namespace="alice", image="python:3.11-slim", user="alice@example.org",
                                 kernel="k1", scheduling=scheduling_fragment("donor-b", 1), timeout=90)
     return RunnerPodSpec(**{**base, **changes})
 

@@ -99,7 +99,8 @@ class KubernetesBackend:
     def describe(self) -> str:
         """One line for ``%gpu_offload status``."""
         storage = f", storage s3://{self.settings.storage.bucket}" if self.settings.storage else ", no object storage"
-        line = (f"kubernetes backend: namespace {self.settings.namespace}, image {self.settings.image}"
+        image = self.settings.image or "the runner image of this kernel's Python"
+        line = (f"kubernetes backend: namespace {self.settings.namespace}, image {image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
         with self._lock:
             ended = [f"session {name}: its {holder} {how}; its variables are gone"

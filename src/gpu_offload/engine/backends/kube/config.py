@@ -16,7 +16,7 @@ from pathlib import Path
 from ....liqo_peering import environment as E
 
 DEFAULT_IMAGE = E.IMAGE.default
-"""A stock image: the runner travels in the bundle, so any image with a same-minor Python works."""
+"""None: the project's runner image for this kernel (``gpu_offload.images.default_runner``)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,11 @@ class KubeSettings:
     """Everything the backend needs to know besides the cluster connection."""
 
     namespace: str
-    image: str = DEFAULT_IMAGE
+    image: str | None = DEFAULT_IMAGE
+    """Runner pods' image when a cell names none; None: the project's runner image for this kernel's Python
+    minor version (and torch), from the package's image manifest."""
+    image_registry: str = ""
+    """Where the project's runner images were pushed (``GPU_OFFLOAD_IMAGE_REGISTRY``), before their names."""
     python: str = E.PYTHON.default
     """Interpreter in the image that runs the runner."""
     user: str = "unknown"
@@ -128,6 +132,7 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
     return KubeSettings(
         namespace=namespace,
         image=E.IMAGE.read(env),
+        image_registry=E.IMAGE_REGISTRY.read(env) or "",
         python=E.PYTHON.read(env),
         user=env.get("JUPYTERHUB_USER") or getpass.getuser(),
         kernel=kernel_id(env),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kubernetes.utils import parse_quantity
 
+from .... import images
 from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
@@ -292,11 +293,26 @@ class PodLauncher:
                 "or more, or run CPU-only cells with --backend local (CPU ranks of a distributed cell, --nodes, "
                 "do run here).")
 
+    def image(self, placement: RunRequest) -> str:
+        """The runner image of ``placement``: the cell's, else the configured one, else the project's runner
+        for this kernel; refused before anything is created when it declares versions the kernel's variables
+        cannot travel to (``gpu_offload.images``)."""
+        kernel = images.kernel_versions()
+        registry = self.settings.image_registry
+        try:
+            image = placement.image or self.settings.image or images.default_runner(kernel, registry)
+        except ValueError as exc:
+            raise OffloadUsageError(f"Nothing was launched: {exc}") from None
+        refusal = images.check_runner(image, kernel, registry)
+        if refusal:
+            raise OffloadUsageError(refusal)
+        return image
+
     def _spec(self, order: PodOrder, scheduling: dict[str, object], cluster: str, memory: str | None,
               stored: Stored | None, queue: str | None) -> RunnerPodSpec:
         timeout = order.placement.timeout
         return RunnerPodSpec(
-            run_id=order.run_id, namespace=self.settings.namespace, image=order.placement.image or self.settings.image,
+            run_id=order.run_id, namespace=self.settings.namespace, image=self.image(order.placement),
             user=self.settings.user, kernel=self.settings.kernel, scheduling=scheduling,
             timeout=None if timeout is None or order.session else math.ceil(timeout) + DEADLINE_MARGIN,
             python=self.settings.python, session=order.session,
@@ -321,6 +337,7 @@ class PodLauncher:
         """
         placement = order.placement
         self._check_gpus(placement)
+        self.image(placement)
         queue = self.queue_name()
         self._check_move(placement, queue, avoid)
         runner = self.runner_bytes()
@@ -379,6 +396,7 @@ class PodLauncher:
         """
         placement = order.placement
         cpu_only = placement.gpus == 0
+        self.image(placement)
         queue = self.queue_name()
         self._check_move(placement, queue, avoid)  # the budget too, before anything is created
         if cpu_only and queue:

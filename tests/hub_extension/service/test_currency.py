@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from gpu_offload.hub_extension import pages
 from gpu_offload.hub_extension.config import parse_config
-from gpu_offload.hub_extension.spawner import gpu_profiles
-from gpu_offload.hub_extension.views import ClusterPageRow
+from gpu_offload.hub_extension.service import pages
+from gpu_offload.hub_extension.service.views import ClusterPageRow
+from gpu_offload.hub_extension.spawner.hooks import gpu_profiles
 from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 
