@@ -40,6 +40,11 @@ CANCEL_POLL = 0.25
 """Seconds between checks for a cancel request file from another kernel or the server extension."""
 
 
+PRUNE_EVERY = 5
+"""Finished runs between two prunes: even listing the state directory costs a warm cell a fraction of a
+millisecond; the directory may grow by this many records past the prune's slack between two prunes."""
+
+
 def gpu_point(metrics: Metrics) -> tuple[float, float] | None:
     """Mean utilization in percent and memory used as a fraction of the total, over the sample's GPUs."""
     utils = [g.util for g in metrics.gpu if g.util is not None]
@@ -107,6 +112,7 @@ class Tracker:
         self._written: dict[str, float] = {}
         self._dirty: set[str] = set()
         self._runs: dict[str, TrackedRun] = {}
+        self._since_prune = PRUNE_EVERY - 1  # the first finished run prunes what earlier kernels left
         self._changed = threading.Condition()
         self.version = 0
         """Increases with every change; :meth:`wait_change` waits for it to move."""
@@ -149,7 +155,10 @@ class Tracker:
             self.book.write(record)
             if record.finished:
                 self.book.forget_cancel(record.run_id)
-                self.book.prune()
+                self._since_prune += 1
+                if self._since_prune >= PRUNE_EVERY:
+                    self._since_prune = 0
+                    self.book.prune()
         except StateDirRefused as exc:
             # tracking goes off for this kernel: nothing is written where others could read or redirect it
             self.refused = f"run tracking is off: {exc}"
