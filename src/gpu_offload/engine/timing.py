@@ -61,7 +61,7 @@ class RunTiming:
 
     def to_json(self) -> dict[str, object]:
         """What the run's record holds."""
-        return {"marks": [[n, round(s, 6)] for n, s in self.marks],
+        return {"marks": [[n, s] for n, s in self.marks],
                 "runner_boot": self.runner_boot, "runner_imports": self.runner_imports}
 
 
