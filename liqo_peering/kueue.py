@@ -315,9 +315,16 @@ def queue_settings(raw: Mapping[str, Any] | None, where: str = "queueing.kueue")
     if any(c.name == default and (c.users or c.groups) for c in classes):
         raise ValueError(f"{where}.defaultPriority={default!r} is open to some users only, but every run that "
                          "names no class gets it: drop its users and groups, or make another class the default")
+    local = _object_name(raw.get("localQueue") or base.local_queue, f"{where}.localQueue", label=True)
+    if local == "default":
+        # Kueue's default-LocalQueue feature queues every pod of a namespace that names no queue in a
+        # LocalQueue called "default": the user's own server and every pod they start would wait in the pool.
+        raise ValueError(f"{where}.localQueue='default' would make Kueue queue every unlabelled pod of each user "
+                         "namespace, the user's own server included: pick another name (the default is "
+                         f"{base.local_queue!r})")
     return QueueSettings(
         cluster_queue=_object_name(raw.get("clusterQueue") or base.cluster_queue, f"{where}.clusterQueue"),
-        local_queue=_object_name(raw.get("localQueue") or base.local_queue, f"{where}.localQueue", label=True),
+        local_queue=local,
         priority_classes=classes,
         default_priority=default,
     )

@@ -153,6 +153,7 @@ def test_a_class_kept_for_some_users_and_groups_is_allowed_to_them_only() -> Non
 @pytest.mark.parametrize(("raw", "message"), [
     ({"clusterQueue": "Pool"}, "queueing.kueue.clusterQueue='Pool' is not a name"),
     ({"localQueue": "gpu.queue"}, "localQueue='gpu.queue' is not a name pods can carry in a label"),
+    ({"localQueue": "default"}, "localQueue='default' would make Kueue queue every unlabelled pod"),
     ({"priorityClasses": [{"name": "x", "value": "high"}]}, r"priorityClasses\[0\].value='high' must be a whole"),
     ({"priorityClasses": [{"name": "x", "value": 1}, {"name": "x", "value": 2}]}, "names a class twice"),
     ({"defaultPriority": "urgent"}, "defaultPriority='urgent' is not one of the priority classes"),
