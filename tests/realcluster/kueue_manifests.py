@@ -6,7 +6,9 @@ docs/queueing.md tells an admin to write it.
     kueue_manifests.py --config CERT_DIR WEBHOOK_PORT VISIBILITY_PORT METRICS_PORT HEALTH_PORT > config.yaml
 
 Only the Deployment is dropped and the Services lose their selectors, gaining Endpoints at the process's
-address: the CRDs, webhook configurations, APIServices and RBAC are Kueue's, unchanged."""
+address; and the job webhooks' namespace selector follows ``managedJobsNamespaceSelector``, as Kueue's Helm
+chart makes it (its kustomize default selects every namespace but kube-system and kueue-system). The CRDs,
+the rest of the webhook configurations, the APIServices and the RBAC are Kueue's, unchanged."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ NAMESPACE = "kueue-system"
 # The Service each listener of the process stands behind, with the Service port name the Endpoints must
 # repeat (the API server matches a Service port to an endpoint port by name).
 SERVICES = {"kueue-webhook-service": "webhook", "kueue-visibility-server": "visibility"}
+MANAGED_NAMESPACES = {"matchLabels": {"gpu-offload.io/user-namespace": "true"}}
+KUSTOMIZE_JOB_SELECTOR = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                                "values": ["kube-system", NAMESPACE]}]}
 
 
 def adapt(documents: list[dict[str, Any]], host: str, ports: dict[str, int]) -> list[dict[str, Any]]:
@@ -27,6 +32,10 @@ def adapt(documents: list[dict[str, Any]], host: str, ports: dict[str, int]) -> 
     for doc in documents:
         if doc["kind"] == "Deployment":
             continue
+        if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            for webhook in doc["webhooks"]:
+                if webhook.get("namespaceSelector") == KUSTOMIZE_JOB_SELECTOR:
+                    webhook["namespaceSelector"] = MANAGED_NAMESPACES
         name = doc["metadata"]["name"]
         if doc["kind"] == "Service" and name in SERVICES:
             doc["spec"].pop("selector", None)
@@ -56,7 +65,7 @@ def configuration(cert_dir: str, webhook: int, visibility: int, metrics: int, he
         "internalCertManagement": {"enable": True, "webhookServiceName": "kueue-webhook-service",
                                    "webhookSecretName": "kueue-webhook-server-cert"},
         "integrations": {"frameworks": ["pod", "batch/job"]},
-        "managedJobsNamespaceSelector": {"matchLabels": {"gpu-offload.io/user-namespace": "true"}},
+        "managedJobsNamespaceSelector": MANAGED_NAMESPACES,
         "admissionFairSharing": {"usageHalfLifeTime": "1h", "usageSamplingInterval": "1m",
                                  "resourceWeights": {"nvidia.com/gpu": 1, "cpu": 0, "memory": 0}},
         "waitForPodsReady": {"timeout": "5m", "requeuingStrategy": {"timestamp": "Eviction"}},
