@@ -28,7 +28,6 @@ from gpu_offload.liqo_peering.client import LiqoClient, api_client_from_environm
 from gpu_offload.liqo_peering.errors import APIConflict, APIForbidden, APINotFound, GpuOffloadError, api_error
 from gpu_offload.liqo_peering.inventory import Inventory
 from gpu_offload.liqo_peering.retrying import Backoff, retry_async
-from gpu_offload.liqo_peering.specs import namespace_offloading
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, NetworkingV1Api, RbacAuthorizationV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -78,7 +77,7 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     rbac: Any = RbacAuthorizationV1Api(api_client)
     custom: Any = CustomObjectsApi(api_client)
     networking: Any = NetworkingV1Api(api_client)
-    offloading = namespace_offloading(name)  # built (and validated) before anything is written
+    offloading = un.offloading(name, config)  # built (and validated) before anything is written
     created: list[str] = []
     body = un.namespace(name, extra_labels, user, config.user_namespaces.pod_security)
     if await _create(f"namespace {name}", lambda: core.create_namespace(body), retries):
@@ -119,6 +118,14 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     if await _create(what, lambda: custom.create_namespaced_custom_object(g.group, g.version, name, g.plural,
                                                                          offloading), retries):
         created.append(what)
+    elif config.trusted_only:  # there from an earlier spawn, perhaps before trustedOnly: narrow it now
+        try:
+            # a JSON patch of these two fields only: namespaceMappingStrategy, set by Liqo, cannot change
+            await custom.patch_namespaced_custom_object(g.group, g.version, name, g.plural, L.NAMESPACE_OFFLOADING_NAME, [
+                {"op": "add", "path": f"/spec/{key}", "value": offloading["spec"][key]}
+                for key in ("podOffloadingStrategy", "clusterSelector")])
+        except ApiException as exc:
+            raise api_error(exc, "updating", what) from exc
     return created
 
 

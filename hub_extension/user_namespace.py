@@ -13,6 +13,7 @@ from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering import kueue
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
+from gpu_offload.liqo_peering.specs import namespace_offloading
 
 from .actions import dns_label
 from .config import POD_SECURITY_LABEL, USER_NAMESPACE_LABEL, HubConfig
@@ -74,6 +75,18 @@ def service_account(name: str, config: HubConfig) -> dict[str, Any]:
         "metadata": {"name": config.user_namespaces.user_server_service_account, "namespace": name,
                      "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
     }
+
+
+def offloading(name: str, config: HubConfig) -> dict[str, Any]:
+    """The namespace's NamespaceOffloading: every peered cluster, or with the chart's ``offload.trustedOnly``
+    the trusted ones only (no remote cluster at all while none is trusted).
+
+    Liqo's webhook confines every pod of the namespace to the clusters it selects, and users' servers may only
+    read it: that is what makes trusted-only a policy rather than the kernel's default."""
+    if not config.trusted_only:
+        return namespace_offloading(name)
+    trusted = config.clusters.trusted_ids
+    return namespace_offloading(name, trusted) if trusted else namespace_offloading(name, None, "Local")
 
 
 QUOTA_NAME = "gpu-offload"

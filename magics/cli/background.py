@@ -33,7 +33,7 @@ def child_argv(args: argparse.Namespace, log: str) -> list[str]:
         if value is not None:
             argv += [option, str(value)]
     argv += [flag for flag, on in (("--group-output", args.group_output), ("--quiet-ranks", args.quiet_ranks),
-                                   ("--spread", args.spread)) if on]
+                                   ("--spread", args.spread), ("--trusted-only", args.trusted_only)) if on]
     for path in args.inputs:
         argv += ["--in", str(path)]
     return [*argv, str(args.script), *args.script_args]  # the follower starts in this directory

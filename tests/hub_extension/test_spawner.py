@@ -21,6 +21,7 @@ from gpu_offload.hub_extension import user_namespace as un
 from gpu_offload.hub_extension.config import parse_config
 from gpu_offload.hub_extension.egress import metadata_egress_policy
 from gpu_offload.liqo_peering.errors import InvalidRequest
+from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox.fixtures import install_crds
 from gpu_offload.sandbox.origin import RunningOrigin
 from gpu_offload.sandbox.resources import ResourceType
@@ -274,3 +275,66 @@ def test_bad_queueing_values_stop_the_configuration() -> None:
         parse_config({**CONFIG, "queueing": {"kueue": {"enabled": True, "defaultPriority": "urgent"}}}, "config.yaml")
     # off: the rest of the section is not read
     assert parse_config({**CONFIG, "queueing": {"kueue": {"enabled": False}}}).queueing is None
+
+
+TRUSTED_ONLY = {**CONFIG, "offload": {**CONFIG["offload"], "gpuQuotaPerUser": 0, "trustedOnly": True}}
+
+
+@pytest.fixture(scope="module")
+def drive_trusted_only(origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
+    """The hook with the chart's offload.trustedOnly on (donor-2 trusted, donor-1 not)."""
+    return _driver(origin, tmp_path_factory.mktemp("hubenv-trusted"), TRUSTED_ONLY)
+
+
+def _aimed_at(cluster: str) -> dict[str, Any]:
+    """A pod a user's server could write itself, tolerating virtual nodes and naming one donor."""
+    from gpu_offload.liqo_peering.placement import scheduling_fragment
+
+    fragment = scheduling_fragment(cluster, 1)
+    return {"metadata": {"name": f"aimed-at-{cluster}"},
+            "spec": {"restartPolicy": "Never", "tolerations": fragment["tolerations"], "affinity": fragment["affinity"],
+                     "containers": [{"name": "c", "image": "python:3.11", "resources": fragment["resources"],
+                                     "command": ["python3", "-c", "import time; time.sleep(30)"]}]}}
+
+
+def test_with_trusted_only_the_namespace_reaches_trusted_donors_only_whatever_a_pod_asks(
+    drive_trusted_only: Callable[..., dict[str, Any]], k8s: Any
+) -> None:
+    from gpu_offload.sandbox.fixtures import wait_until
+
+    core, custom = kubernetes.client.CoreV1Api(k8s), kubernetes.client.CustomObjectsApi(k8s)
+    ns = "jhub-tess"
+    # a namespace offloaded everywhere by a spawn from before trustedOnly was set: the next spawn narrows it
+    core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings",
+                                           namespace_offloading(ns))
+    result = drive_trusted_only(scenario="hook", user="tess")
+    assert "error" not in result, result
+    assert result["environment"]["GPU_OFFLOAD_TRUSTED_ONLY"] == "1"
+    # the user lifts trusted-only in their kernel, or writes a pod aimed at the untrusted donor: it never lands
+    core.create_namespaced_pod(ns, _aimed_at("donor-1"))
+    core.create_namespaced_pod(ns, _aimed_at("donor-2"))
+    wait_until(lambda: core.read_namespaced_pod("aimed-at-donor-2", ns).spec.node_name, "the trusted donor's pod bound")
+
+    def refused() -> bool:
+        pod = core.read_namespaced_pod("aimed-at-donor-1", ns)
+        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in pod.status.conditions or [])
+
+    wait_until(refused, "the untrusted donor's pod found unschedulable")
+    assert core.read_namespaced_pod("aimed-at-donor-1", ns).spec.node_name is None
+    offloading = custom.get_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings",
+                                                     "offloading")
+    (term,) = offloading["spec"]["clusterSelector"]["nodeSelectorTerms"]
+    assert {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-2"]} in term["matchExpressions"]
+    core.delete_namespace(ns)
+
+
+def test_with_trusted_only_and_no_trusted_donor_the_namespace_stays_local(
+    origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory, k8s: Any
+) -> None:
+    config = {**TRUSTED_ONLY, "clusters": {"donor-1": {"gpuModel": "A100"}}}
+    drive = _driver(origin, tmp_path_factory.mktemp("hubenv-none-trusted"), config)
+    assert "error" not in drive(scenario="hook", user="uma")
+    offloading = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", "jhub-uma", "namespaceoffloadings", "offloading")
+    assert offloading["spec"]["podOffloadingStrategy"] == "Local"
