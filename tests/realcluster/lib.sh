@@ -76,8 +76,8 @@ build_images() {
 	if [ ! -f "$images/pause.tar" ]; then
 		root=$(mktemp -d)
 		cp "$RC_BIN/pause" "$root/pause"
-		tar -C "$root" -cf - . | podman import --change 'ENTRYPOINT ["/pause"]' - "$RC_PAUSE_IMAGE" >/dev/null
-		podman save --format docker-archive -o "$images/pause.tar" "$RC_PAUSE_IMAGE" >/dev/null
+		tar -C "$root" -cf - . | podman import --change 'ENTRYPOINT ["/pause"]' - "$RC_PAUSE_IMAGE" >/dev/null 2>>"$RC_LOGS/images.log"
+		podman save --format docker-archive -o "$images/pause.tar" "$RC_PAUSE_IMAGE" >/dev/null 2>>"$RC_LOGS/images.log"
 		rm -rf "$root"
 	fi
 	if [ ! -f "$images/python.tar" ]; then
@@ -86,8 +86,8 @@ build_images() {
 		debootstrap --variant=minbase --include=python3 bookworm "$root" \
 			"$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)" >"$RC_LOGS/debootstrap.log" 2>&1
 		rm -rf "$root/var/cache/apt/archives"/*.deb "$root/var/lib/apt/lists"/*
-		tar -C "$root" -cf - . | podman import --change 'CMD ["python3"]' - localhost/gpuorc/python:3.11 >/dev/null
-		podman save --format docker-archive -o "$images/python.tar" localhost/gpuorc/python:3.11 >/dev/null
+		tar -C "$root" -cf - . | podman import --change 'CMD ["python3"]' - localhost/gpuorc/python:3.11 >/dev/null 2>>"$RC_LOGS/images.log"
+		podman save --format docker-archive -o "$images/python.tar" localhost/gpuorc/python:3.11 >/dev/null 2>>"$RC_LOGS/images.log"
 		rm -rf "$root"
 	fi
 }

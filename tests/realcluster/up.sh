@@ -14,6 +14,7 @@ source "$HERE/lib.sh"
 
 main() {
 	mkdir -p "$RC_BIN" "$RC_LOGS" "$RC_STATE/pids"
+	stage install_packages
 	stage build_binaries
 	stage build_images
 	[ "${1:-}" = build ] && return 0
@@ -25,6 +26,20 @@ main() {
 	stage install_kueue
 	stage wait_ready
 	echo "real cluster up: KUBECONFIG=$RC_KUBECONFIG"
+}
+
+# Debian packages the node needs (installed only when missing, so a second run costs nothing).
+install_packages() {
+	local missing=() tool package
+	for pair in containerd:containerd runc:runc debootstrap:debootstrap podman:podman openssl:openssl curl:curl \
+		/usr/lib/cni/bridge:containernetworking-plugins; do
+		tool=${pair%%:*} package=${pair#*:}
+		if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || missing+=("$package"); continue; fi
+		command -v "$tool" >/dev/null || missing+=("$package")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	apt-get install -y "${missing[@]}" >/dev/null || { apt-get update >/dev/null && apt-get install -y "${missing[@]}" >/dev/null; }
+	command -v go >/dev/null || { echo "up.sh: Go is required to build the cluster (go build)" >&2; return 1; }
 }
 
 build_binaries() {
