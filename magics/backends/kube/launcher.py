@@ -364,7 +364,8 @@ class PodLauncher:
         reason ending the sentence the run reports; a first launch checks the budget."""
         if avoid and queue:
             raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {queue}), so this kernel "
-                                    "does not move the pod itself: Kueue requeues a pod that does not start")
+                                    "does not move the pod itself: Kueue picks the donor, and a pod it evicts for not "
+                                    "starting is queued again once")
         if avoid and placement.cluster and placement.cluster != "auto":
             raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
                                     "choose)")
