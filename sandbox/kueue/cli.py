@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..server import Plugin
 from . import Kueue, KueueOptions
@@ -14,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="emulate Kueue (queueing, fair sharing, preemption); serve Kueue's real CRDs with "
                              "--crds ../shared/kueue-crds, else a built-in description")
     parser.add_argument("--kueue-pods-ready-timeout", type=float, default=None, metavar="SECONDS",
-                        help="Kueue's waitForPodsReady timeout (default: off, as in Kueue)")
+                        help="Kueue's waitForPodsReady timeout (default: 1800, on as since Kueue 0.19; 0: off)")
     parser.add_argument("--kueue-exclude-resource-prefix", action="append", default=[], metavar="PREFIX",
                         help="Kueue's resources.excludeResourcePrefixes (may be given more than once), e.g. "
                              "ephemeral-storage, which Metaflow's step pods request and the project's ClusterQueue "
@@ -30,8 +31,12 @@ def plugins(args: argparse.Namespace) -> list[Plugin]:
             raise SystemExit("gpu-offload sandbox: --kueue-pods-ready-timeout and --kueue-exclude-resource-prefix "
                              "are Kueue's settings: each needs --kueue")
         return []
-    if timeout is not None and timeout <= 0:
-        raise SystemExit(f"gpu-offload sandbox: --kueue-pods-ready-timeout {timeout}: give a number of seconds > 0")
+    if timeout is not None and timeout < 0:
+        raise SystemExit(f"gpu-offload sandbox: --kueue-pods-ready-timeout {timeout}: give a number of seconds "
+                         "(0 turns waitForPodsReady off)")
     print("SANDBOX Kueue emulated (no real Kueue): create ResourceFlavors, a ClusterQueue and LocalQueues to "
           "queue pods labelled kueue.x-k8s.io/queue-name", flush=True)
-    return [Kueue(KueueOptions(pods_ready_timeout=timeout, exclude_resource_prefixes=excluded)).plugin]
+    options = KueueOptions(exclude_resource_prefixes=excluded)
+    if timeout is not None:
+        options = dataclasses.replace(options, pods_ready_timeout=timeout or None)
+    return [Kueue(options).plugin]
