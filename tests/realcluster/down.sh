@@ -48,6 +48,7 @@ stop kube-apiserver
 stop etcd
 unmount_state
 ip link del "$RC_BRIDGE" 2>/dev/null
+rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/gpu-offload-fake-gpu.sock
 rm -f /visibility/apiserver.crt /visibility/apiserver.key; rmdir /visibility 2>/dev/null
 if [ "${1:-}" = --purge ]; then
 	rm -rf "$RC_STATE"

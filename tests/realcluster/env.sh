@@ -6,7 +6,8 @@ RC_STATE=${RC_STATE:-/var/tmp/gpu-offload-realcluster}
 RC_BIN=$RC_STATE/bin
 RC_LOGS=$RC_STATE/logs
 RC_PKI=$RC_STATE/pki
-RC_NODE=${RC_NODE:-rc-node-1}
+# The node is the first seeded donor's virtual node (tests/realcluster/realorigin.py).
+RC_NODE=${RC_NODE:-donor-1-gpu}
 RC_BRIDGE=gpuorc0
 RC_HOST_IP=10.219.0.1          # the bridge's address: API server, kubelet and Kueue listen here
 RC_POD_CIDR=10.219.0.0/24

@@ -4,7 +4,8 @@
 # plugin, a fake GPU device plugin, and Kueue configured as docs/queueing.md tells an admin to. Everything
 # lives under $RC_STATE and the bridge gpuorc0; `down.sh` removes it all. Root is required (containers).
 # Usage: up.sh            build, start and wait until the node is Ready and Kueue answers
-#        up.sh build      only build the binaries and images (CI's build stage)
+#        up.sh build      only build the binaries and images
+#        RC_STAGES="start_node wait_ready" up.sh   only the stages named (functions below)
 # docs/realcluster.md explains the versions and what each stage costs on a cold machine.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -14,18 +15,12 @@ source "$HERE/lib.sh"
 
 main() {
 	mkdir -p "$RC_BIN" "$RC_LOGS" "$RC_STATE/pids"
-	stage install_packages
-	stage build_binaries
-	stage build_images
-	[ "${1:-}" = build ] && return 0
-	stage make_pki
-	stage start_network
-	stage start_control_plane
-	stage start_node
-	stage import_images
-	stage install_kueue
-	stage wait_ready
-	echo "real cluster up: KUBECONFIG=$RC_KUBECONFIG"
+	local stages="install_packages build_binaries build_images"
+	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_control_plane start_node import_images"
+	[ "${1:-}" = build ] || stages="$stages install_kueue wait_ready"
+	# RC_STAGES: only these (a developer re-running one step, e.g. RC_STAGES=install_kueue)
+	for name in ${RC_STAGES:-$stages}; do stage "$name"; done
+	[ "${1:-}" = build ] || echo "real cluster up: KUBECONFIG=$RC_KUBECONFIG"
 }
 
 # Debian packages the node needs (installed only when missing, so a second run costs nothing).
@@ -91,6 +86,7 @@ start_control_plane() {
 		--requestheader-extra-headers-prefix=X-Remote-Extra- \
 		--proxy-client-cert-file="$RC_PKI/front-proxy-client.crt" \
 		--proxy-client-key-file="$RC_PKI/front-proxy-client.key" \
+		--kubelet-preferred-address-types=InternalIP,Hostname \
 		--enable-aggregator-routing=true --profiling=false
 	# No kube-proxy runs here: webhooks and aggregated APIs are reached through their Services' endpoints.
 	wait_for "kube-apiserver" 180 kubectl get --raw /readyz
@@ -129,6 +125,9 @@ state = "$RC_STATE/containerd/state"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$RC_PAUSE_IMAGE"
   enable_cdi = false
+  # Root here lacks CAP_SYS_RESOURCE (no lowering of oom_score_adj, as the kubelet's own log says): never ask
+  # runc for a lower score than containerd's own, or every pod sandbox fails to start.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "${RC_SNAPSHOTTER:-overlayfs}"
     default_runtime_name = "runc"
@@ -178,8 +177,9 @@ YAML
 		--hostname-override="$RC_NODE" --node-ip="$RC_HOST_IP" \
 		--cert-dir="$RC_STATE/kubelet/pki"
 	wait_for "kubelet" 120 curl -sf "http://127.0.0.1:$RC_KUBELET_HEALTHZ_PORT/healthz"
-	start gpu-device-plugin "$RC_BIN/cluster" gpu-device-plugin \
-		--plugin-dir="$RC_STATE/kubelet/device-plugins" --count="$RC_GPUS"
+	# The kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its --root-dir (a path fixed
+	# in its device manager), so the plugin registers there.
+	start gpu-device-plugin "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS"
 }
 
 install_kueue() {

@@ -82,15 +82,17 @@ func runDevicePlugin(args []string) int {
 		done, err := serveOnce(plugin, *dir, *resource)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "gpu-device-plugin: %v; retrying in 2 s\n", err)
+			select {
+			case <-stop:
+				return 0
+			case <-time.After(2 * time.Second):
+			}
+			continue
 		}
 		select {
 		case <-stop:
 			return 0
-		case <-done:
-		case <-time.After(2 * time.Second):
-			if err == nil {
-				continue
-			}
+		case <-done: // the kubelet restarted: register again
 		}
 	}
 }
