@@ -13,7 +13,7 @@ from typing import Any
 import celpy
 import pytest
 
-HUB_USER = "system:serviceaccount:jhub:gpu-offload-hub"
+HUB_USER = "system:serviceaccount:jhub:hub"  # zero-to-jupyterhub's hub account
 USER_LABEL = "gpu-offload.io/user-namespace"
 
 
