@@ -18,7 +18,7 @@ from gpu_offload.sandbox.origin import running_origin
 
 from gpu_offload.cli import main
 
-from ..realcluster.realorigin import RealOrigin, seeded_origin
+from ..realcluster.realorigin import RealOrigin, clusters, seeded_origin
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"),
@@ -26,7 +26,7 @@ DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 
-@pytest.fixture(scope="module", params=["sandbox", pytest.param("real", marks=pytest.mark.real_cluster)])
+@pytest.fixture(scope="module", params=clusters())
 def origin(request, tmp_path_factory):
     if request.param == "real":
         with seeded_origin(DONORS, SHARED / "liqo-crds") as real:

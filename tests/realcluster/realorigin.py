@@ -24,6 +24,9 @@ import pytest
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import install_crds, wait_until
 
+ENABLED = os.environ.get("GPU_OFFLOAD_REAL_CLUSTER") == "1"
+"""Set by tests/realcluster/run.sh: only then do the tests get their ``real`` half (the main suite never sees it,
+whatever ``-m`` its lanes pass)."""
 STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster"))
 KUBECONFIG = STATE / "admin.kubeconfig"
 REAL_NODE = os.environ.get("RC_NODE", "donor-1-gpu")
@@ -32,6 +35,12 @@ KUEUE_PLURALS = ("workloads", "localqueues")
 KUEUE_CLUSTER_PLURALS = ("clusterqueues", "resourceflavors", "workloadpriorityclasses", "cohorts")
 LIQO = {"foreignclusters": ("core.liqo.io", None), "resourceslices": ("authentication.liqo.io", "ns"),
         "virtualnodes": ("offloading.liqo.io", "ns")}
+
+
+def clusters() -> list[Any]:
+    """Parameters of an ``origin`` fixture run on both clusters: ``sandbox`` always, ``real`` (marked
+    ``real_cluster``) when the real-cluster stage runs."""
+    return ["sandbox", *([pytest.param("real", marks=pytest.mark.real_cluster)] if ENABLED else [])]
 
 
 @dataclass(frozen=True)

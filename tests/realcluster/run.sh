@@ -16,7 +16,7 @@ if ! bash "$HERE/up.sh"; then
 	exit 1
 fi
 tests_started=$SECONDS
-(cd "$REPO" && .venv/bin/python -m pytest -m real_cluster -p no:cacheprovider "$@")
+(cd "$REPO" && GPU_OFFLOAD_REAL_CLUSTER=1 .venv/bin/python -m pytest -m real_cluster -p no:cacheprovider "$@")
 rc=$?
 echo "pytest (real_cluster) $((SECONDS - tests_started))s" >>"$RC_LOGS/stages.txt"
 echo "== real-cluster stage times"

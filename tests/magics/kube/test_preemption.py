@@ -22,7 +22,7 @@ from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
-from ...realcluster.realorigin import seeded_origin
+from ...realcluster.realorigin import clusters, seeded_origin
 from ...sandbox.kueue_setup import synced_pool
 from .conftest import IMAGE_MAP, SHARED, leftovers, settings
 from .helpers import Sink, run_cell
@@ -41,7 +41,7 @@ finally:
 """
 
 
-@pytest.fixture(scope="module", params=["sandbox", pytest.param("real", marks=pytest.mark.real_cluster)])
+@pytest.fixture(scope="module", params=clusters())
 def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if request.param == "real":  # real Kubernetes and Kueue (tests/realcluster), Liqo's objects seeded
         with seeded_origin((liqo.Donor("donor-1", 2, "A100", "2.00"),), SHARED / "liqo-crds") as real:
