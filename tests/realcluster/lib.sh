@@ -61,6 +61,17 @@ metadata: {name: up-probe}
 YAML
 }
 
+# The Secret's certificate, key and CA as files in Kueue's cert dir (fails until Kueue has filled the Secret).
+webhook_cert_written() {
+	local key value dir=$RC_STATE/kueue/webhook-certs
+	for key in tls.crt tls.key ca.crt; do
+		value=$(kubectl get secret -n kueue-system kueue-webhook-server-cert -o "jsonpath={.data.${key//./\\.}}")
+		[ -n "$value" ] || return 1
+		echo "$value" | base64 -d >"$dir/$key.new" && mv "$dir/$key.new" "$dir/$key"
+	done
+	chmod 600 "$dir/tls.key"
+}
+
 # token_kubeconfig NAME NAMESPACE SERVICEACCOUNT: a kubeconfig with a day-long token of that ServiceAccount.
 token_kubeconfig() {
 	local token

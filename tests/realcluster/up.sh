@@ -197,6 +197,9 @@ install_kueue() {
 	mkdir -p /visibility
 	start kueue "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
 		--zap-log-level=2
+	# Kueue keeps its webhook certificate in a Secret and waits until the files in its cert dir match it: in a
+	# pod the kubelet mounts the Secret there; for the process, write them once Kueue has made them.
+	wait_for "Kueue's webhook certificate" 120 webhook_cert_written
 	wait_for "kueue" 180 curl -sf "http://127.0.0.1:$RC_KUEUE_HEALTH_PORT/readyz"
 }
 
