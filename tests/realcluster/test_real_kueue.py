@@ -90,7 +90,8 @@ def _admitted_node_selector(core: Any, namespace: str, name: str) -> dict[str, s
 def test_kueues_webhook_gates_and_finalizes_a_queued_pod(clients: tuple[Any, Any], pool: str) -> None:
     core, _ = clients
     created = core.create_namespaced_pod(pool, _pod("gated", K.queued_scheduling(5)))  # more than any quota
-    assert [g.name for g in created.spec.scheduling_gates] == ["kueue.x-k8s.io/admission"]
+    # Kueue 0.19 adds its topology gate too, even without Topology Aware Scheduling configured
+    assert [g.name for g in created.spec.scheduling_gates] == ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
     assert "kueue.x-k8s.io/managed" in created.metadata.finalizers
     core.delete_namespaced_pod("gated", pool, grace_period_seconds=0)
     # Kueue removes its finalizer once it has accounted for the pod: the pod does go away
