@@ -5,7 +5,9 @@ leave after peering the given donors, until real Liqo peers a real donor (issue 
 The first donor's Node is the real kubelet's node (named ``donor-1-gpu`` by ``env.sh``): pods bound to it run in
 real containers with the fake device plugin's GPUs. Further donors get a Node that a heartbeat thread keeps
 Ready, as Liqo's virtual kubelet does; nothing runs behind them, so only tests that place no pod there (queue
-sync, quotas) use them. The Liqo objects come from the sandbox's own builders (``gpu_offload.sandbox.liqo``).
+sync, quotas) use them. A thread does what Liqo's controllers keep doing (leases, NamespaceOffloading status).
+The Liqo objects and statuses come from the sandbox's own builders (``gpu_offload.sandbox.liqo``,
+``gpu_offload.sandbox.offloading``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +26,7 @@ import kubernetes
 import pytest
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import install_crds, wait_until
+from gpu_offload.sandbox.offloading import offloading_status
 
 ENABLED = os.environ.get("GPU_OFFLOAD_REAL_CLUSTER") == "1"
 """Set by tests/realcluster/run.sh: only then do the tests get their ``real`` half (the main suite never sees it,
@@ -133,22 +137,48 @@ def _mark_ready(core: Any, name: str, status: dict[str, Any]) -> None:
 
 
 def _heartbeat(cluster: RealCluster, nodes: list[str], stop: threading.Event) -> None:
-    """Renew each fake node's Lease every 10 s, as a virtual kubelet does, so the node controller keeps it
-    Ready (it marks a node Unknown after 40 s without a renewal)."""
+    """What Liqo's controllers keep doing for the peered donors: renew each fake node's Lease every 10 s, as a
+    virtual kubelet does (the node controller marks a node Unknown after 40 s without one), and report each new
+    or changed NamespaceOffloading ready for the clusters its selector picks (the sandbox's own builder)."""
     with cluster.api_client() as client:
         coordination = kubernetes.client.CoordinationV1Api(client)
+        custom = kubernetes.client.CustomObjectsApi(client)
+        core = kubernetes.client.CoreV1Api(client)
+        renewed = 0.0
         while not stop.is_set():
-            now = datetime.now(UTC)
-            for name in nodes:
-                body = {"metadata": {"name": name, "namespace": "kube-node-lease"},
-                        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}}
-                try:
-                    coordination.patch_namespaced_lease(name, "kube-node-lease", body)
-                except kubernetes.client.ApiException as exc:
-                    if exc.status != 404:
-                        raise
-                    coordination.create_namespaced_lease("kube-node-lease", body)
-            stop.wait(10)
+            if time.monotonic() - renewed >= 10:
+                _renew_leases(coordination, nodes)
+                renewed = time.monotonic()
+            _offload(custom, core, client)
+            stop.wait(0.5)
+
+
+def _renew_leases(coordination: Any, nodes: list[str]) -> None:
+    now = datetime.now(UTC)
+    for name in nodes:
+        body = {"metadata": {"name": name, "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}}
+        try:
+            coordination.patch_namespaced_lease(name, "kube-node-lease", body)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            coordination.create_namespaced_lease("kube-node-lease", body)
+
+
+def _offload(custom: Any, core: Any, client: Any) -> None:
+    items = custom.list_cluster_custom_object("offloading.liqo.io", "v1beta1", "namespaceoffloadings")["items"]
+    stale = [o for o in items if int((o.get("status") or {}).get("observedGeneration") or 0)
+             < int(o["metadata"].get("generation") or 1)]
+    if not stale:
+        return
+    nodes = [client.sanitize_for_serialization(n) for n in core.list_node().items]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for obj in stale:
+        with contextlib.suppress(kubernetes.client.ApiException):  # deleted meanwhile
+            custom.patch_namespaced_custom_object_status(
+                "offloading.liqo.io", "v1beta1", obj["metadata"]["namespace"], "namespaceoffloadings",
+                obj["metadata"]["name"], {"status": offloading_status(obj, nodes, now)})
 
 
 def reset(client: Any) -> None:
