@@ -12,9 +12,9 @@ import kubernetes
 import pytest
 import yaml
 from gpu_offload.liqo_peering.queue_client import KueueClient
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import install_crds, wait_until
-from gpu_offload.sandbox.origin import running_origin
+from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.liqo.origin import running_origin
 
 from gpu_offload.cli import main
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import install_crds, wait_until
-from gpu_offload.sandbox.offloading import offloading_status
+from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.liqo.offloading import offloading_status
 
 ENABLED = os.environ.get("GPU_OFFLOAD_REAL_CLUSTER") == "1"
 """Set by tests/realcluster/run.sh: only then do the tests get their ``real`` half (the main suite never sees it,

@@ -12,8 +12,8 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering import kueue as K
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
 
 from .realorigin import RealOrigin, seeded_origin
 
