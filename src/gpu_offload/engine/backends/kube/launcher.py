@@ -22,7 +22,7 @@ from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
 from ....liqo_peering.errors import APIForbidden, NoFit
 from ....liqo_peering.inventory import Inventory
-from ....liqo_peering.kueue import gpu_quotas, queued_scheduling
+from ....liqo_peering.kueue import gpu_quotas, model_clusters, queued_scheduling
 from ....liqo_peering.placement import (
     POLICIES,
     TRUST_FIX,
@@ -261,7 +261,16 @@ class PodLauncher:
                 where = f"cluster {placement.cluster} is not trusted" if pinned else "no cluster is trusted"
                 raise OffloadUsageError(f"Nothing was launched: only trusted clusters were asked for and {where}: "
                                         f"{TRUST_FIX}.")
-        models = [placement.gpu_model, *placement.fallback_models] if placement.gpu_model else []
+        models = None
+        if placement.gpu_model:
+            wanted = [placement.gpu_model, *placement.fallback_models]
+            models = model_clusters(apply_policy(self.inventory_cache().inventory(), self.trust), self.trust, wanted)
+            offered = [c for c in models if not clusters or c in clusters]
+            if not offered:
+                where = f" among {', '.join(clusters)}" if clusters else ""
+                raise OffloadUsageError(f"Nothing was launched: no donor{where} has GPU model "
+                                        f"{' or '.join(wanted)}; leave out --gpu-model or name a model a donor has.")
+            clusters = offered
         key = ",".join(sorted(clusters)) or "*"
         if key not in self._offloaded:
             # every donor (or the pinned ones): where the pod goes is Kueue's choice, made after this
@@ -376,7 +385,8 @@ class PodLauncher:
         reason ending the sentence the run reports; a first launch checks the budget."""
         if avoid and queue:
             raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {queue}), so this kernel "
-                                    "does not move the pod itself: Kueue requeues a pod that does not start")
+                                    "does not move the pod itself: Kueue picks the donor, and a pod it evicts for not "
+                                    "starting is queued again once")
         if avoid and placement.cluster and placement.cluster != "auto":
             raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
                                     "choose)")
