@@ -130,9 +130,10 @@ def measure(run: Run, runners: dict[str, Path], args: argparse.Namespace) -> Non
             seen = rows[name, label]
             run.figure(f"{name} start{label} wall", [s[ready] * 1000 for s in seen], "ms")
             run.figure(f"{name} start{label} process CPU (to exit)", [s["cpu"] * 1000 for s in seen], "ms")
-            run.figure(f"{name}{label}: its own boot (process age at hello)", [s["boot"] * 1000 for s in seen], "ms")
-            if label:
-                run.figure(f"{name}{label}: its own import time", [s["imports"] * 1000 for s in seen], "ms")
+            for key, what in (("boot", "its own boot (process age at hello)"), ("imports", "its own import time")):
+                own = [s[key] * 1000 for s in seen if key in s and s[key] == s[key]]
+                if own and (label or key == "boot"):  # an earlier revision's runner reports neither (NaN)
+                    run.figure(f"{name}{label}: {what}", own, "ms")
             goal = TORCH_GOAL if label else RUNNER_GOAL
             median = statistics.median(s[ready] for s in seen)
             run.note(f"{name} start{label}: median {median:.3f} s against the goal {goal} s: "
