@@ -141,7 +141,8 @@ class PodApi:
         return response
 
     def attach(self, name: str) -> Any:
-        """A websocket attached to the runner's stdin (``kubernetes.stream``), for a session pod."""
+        """A websocket attached to the runner's stdin (``kubernetes.stream``): a session's commands, a one-shot
+        pod's bundle."""
         from kubernetes.stream import stream
 
         try:
