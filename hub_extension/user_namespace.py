@@ -13,6 +13,7 @@ from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering import kueue
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
+from gpu_offload.liqo_peering.specs import NOT_REFLECTED
 
 from .actions import dns_label
 from .config import POD_SECURITY_LABEL, USER_NAMESPACE_LABEL, HubConfig
@@ -119,7 +120,9 @@ def priority_classes(name: str, config: HubConfig, user: str, groups: list[str] 
     allowed = config.queueing.allowed(user, groups)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": PRIORITY_CLASSES_NAME, "namespace": name,
-                         "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
+                         "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE},
+                         # the hub's policy data, not a donor's business (Liqo copies the namespace's ConfigMaps)
+                         "annotations": dict(NOT_REFLECTED)},
             "data": {c: "allowed" for c in allowed}}
 
 
