@@ -464,3 +464,71 @@ def test_the_default_class_must_be_open_to_everyone(kit: Any) -> None:
         {"name": "interactive", "value": 1000}, {"name": "urgent", "value": 5000, "groups": ["ml-leads"]}]}}}
     with pytest.raises(Exception, match="defaultPriority=urgent is open to some users only"):
         kit.render(closed)
+
+
+def _placed_runner_pod() -> dict[str, Any]:
+    from gpu_offload.liqo_peering.placement import scheduling_fragment
+    from gpu_offload.liqo_peering.specs import RunnerPodSpec
+    from gpu_offload.liqo_peering.specs import runner_pod as build
+
+    return build(RunnerPodSpec(run_id="r2", namespace="jhub-alice", image="python:3.11-slim", user="alice",
+                               kernel="k1", scheduling=scheduling_fragment(["donor-1", "donor-2"], 1)))
+
+
+def _step_job(labels: dict[str, str], node_selector: dict[str, str], tolerations: list[dict[str, str]],
+              **spec: Any) -> dict[str, Any]:
+    """A Job as Metaflow's @kubernetes writes it for a step (labels and node selector on the pod template)."""
+    pod_spec = {"containers": [{"name": "main", "image": "python:3.11-slim"}], "restartPolicy": "Never",
+                "nodeSelector": node_selector, "tolerations": tolerations, **spec}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "step-1"},
+            "spec": {"template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
+
+
+LIQO_TOLERATION = {"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
+PROJECT = {"gpu-offload.io/managed-by": "gpu-offload"}
+VIRTUAL = {"liqo.io/type": "virtual-node"}
+
+
+def test_the_projects_placed_pods_jobs_and_steps_may_opt_in_to_virtual_nodes(servers: dict[str, Any]) -> None:
+    from gpu_offload.flows.kubernetes_args import LIQO_TOLERATION as STEP_TOLERATION
+    from gpu_offload.liqo_peering.placement import scheduling_fragment
+    from gpu_offload.liqo_peering.rankjob import RankJobSpec, rank_job
+    from gpu_offload.liqo_peering.specs import RunnerPodSpec
+
+    pod = _placed_runner_pod()
+    assert admit(servers, _request("pods", pod), pod, ALICE) == (True, "")
+    ranks = rank_job(RankJobSpec(RunnerPodSpec(run_id="r3", namespace="jhub-alice", image="python:3.11-slim",
+                                               user="alice", kernel="k1", scheduling=scheduling_fragment("donor-1", 1)),
+                                 nodes=2, procs_per_node=1, master_port=29500))
+    assert admit(servers, _request("jobs", ranks), ranks, ALICE) == (True, "")
+    step = _step_job({**PROJECT, "gpu-offload.io/step": "train"}, {**VIRTUAL, "liqo.io/remote-cluster-id": "donor-1"},
+                     [dict(STEP_TOLERATION)])
+    assert admit(servers, _request("jobs", step), step, ALICE) == (True, "")
+
+
+OPT_INS = {
+    "a Metaflow step without @gpu_offload": _step_job({"app": "metaflow"}, {}, [LIQO_TOLERATION]),
+    "a Dask worker tolerating every taint": _step_job({"app": "dask"}, {}, [{"operator": "Exists"}]),
+    "the toleration by value": _step_job({}, {}, [{"key": "virtual-node.liqo.io/not-allowed", "value": "true"}]),
+    "Liqo's RuntimeClass, even with the project's label": _step_job(PROJECT, VIRTUAL, [], runtimeClassName="liqo"),
+    "the project's label without the placement": _step_job(PROJECT, {}, [LIQO_TOLERATION]),
+    "the placement without the project's label": _step_job({}, VIRTUAL, [LIQO_TOLERATION]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OPT_INS))
+def test_a_users_server_cannot_send_any_other_pod_to_a_virtual_node(servers: dict[str, Any], case: str) -> None:
+    job = OPT_INS[case]
+    allowed, message = admit(servers, _request("jobs", job), job, ALICE)
+    assert not allowed and "virtual-node.liqo.io/not-allowed" in message, message
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **job["spec"]["template"]["metadata"]},
+           "spec": job["spec"]["template"]["spec"]}
+    assert not admit(servers, _request("pods", pod), pod, ALICE)[0]
+
+
+def test_tolerations_that_do_not_reach_virtual_nodes_pass(servers: dict[str, Any]) -> None:
+    for toleration in ({"operator": "Exists", "effect": "NoSchedule"},
+                       {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                       {"key": "virtual-node.liqo.io/not-allowed", "value": "false"}):
+        job = _step_job({"app": "dask"}, {}, [toleration])
+        assert admit(servers, _request("jobs", job), job, ALICE) == (True, ""), toleration
