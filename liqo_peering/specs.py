@@ -16,7 +16,7 @@ from typing import Any
 
 from . import environment as E
 from . import labels as L
-from .errors import BundleTooLarge, InvalidRequest, OffloadingConflict
+from .errors import BundleTooLarge, InvalidRequest
 from .selectors import selector_matches
 
 MOUNT_PATH = "/gpu-offload"
@@ -86,11 +86,18 @@ def cluster_selector(cluster_ids: Sequence[str] | None) -> dict[str, Any]:
 
 
 def namespace_offloading(
-    namespace: str, cluster_ids: Sequence[str] | None = None, strategy: str = "LocalAndRemote"
+    namespace: str, cluster_ids: Sequence[str] | None = None, strategy: str = "Local"
 ) -> dict[str, Any]:
-    """The NamespaceOffloading that lets pods of ``namespace`` reach the given clusters (all when None).
+    """The NamespaceOffloading that lets the project's pods of ``namespace`` reach the given clusters (all when
+    None).
 
-    namespaceMappingStrategy is left to Liqo's default: it cannot change once set, so we never pick it.
+    ``Local`` keeps every other pod of the namespace on the origin: Liqo's pod webhook then adds no toleration
+    and no affinity (``pkg/webhooks/pod/mutations.go`` of liqotech/liqo; its webhook only sees namespaces
+    labelled ``liqo.io/scheduling-enabled``, which Liqo sets for Remote and LocalAndRemote only), while the
+    namespace is still created on every selected donor. The project's own pods carry the toleration and the
+    node affinity of their placement themselves (``placement.scheduling_fragment``), so they still go; a
+    Metaflow step without ``@gpu_offload`` or a Dask worker does not. namespaceMappingStrategy is left to
+    Liqo's default: it cannot change once set, so we never pick it.
     """
     if strategy not in ("Local", "Remote", "LocalAndRemote"):
         raise InvalidRequest(f"podOffloadingStrategy {strategy!r}: use Local, Remote or LocalAndRemote")
@@ -124,12 +131,8 @@ def merge_offloading(
     optimistic) and namespaceMappingStrategy are kept as they are.
     """
     spec = existing.get("spec") or {}
-    name = f"NamespaceOffloading {existing.get('metadata', {}).get('namespace')}/{L.NAMESPACE_OFFLOADING_NAME}"
-    if spec.get("podOffloadingStrategy") == "Local":
-        raise OffloadingConflict(
-            f"{name} has podOffloadingStrategy Local, so no pod leaves the cluster; changing it would move "
-            "other people's pods too: ask the namespace owner to set LocalAndRemote, or use another namespace"
-        )
+    # any strategy: the project's pods carry their own toleration and affinity, so Local (what the project
+    # writes) lets them go, and a namespace someone made LocalAndRemote or Remote is theirs to keep
     selector = spec.get("clusterSelector") or {}
     terms = list(selector.get("nodeSelectorTerms") or [])
     if not terms:

@@ -4,8 +4,9 @@
   controllers would);
 - admission: a NamespaceOffloading not named ``offloading`` is refused (422); a pod created in an offloaded
   namespace is mutated as Liqo's pod webhook does (``offloading.mutate_pod``);
-- the offloading controller labels an offloaded namespace ``liqo.io/scheduling-enabled=true`` and writes
-  the NamespaceOffloading's status (and removes the label when it goes);
+- the offloading controller labels a namespace offloaded with Remote or LocalAndRemote
+  ``liqo.io/scheduling-enabled=true`` and writes the NamespaceOffloading's status (and removes the label when
+  it goes);
 - the ResourceSlice controller grants a slice's requested resources on behalf of the provider (when the
   slice is new or its spec changed) and makes the VirtualNode's quota and its Node's capacity follow the
   granted resources, creating both for a new slice of a known donor;
@@ -124,13 +125,15 @@ def reconcile_offloading(api: Api, obj: dict[str, Any], deleted: bool = False) -
     if meta["name"] != offloading.NAMESPACE_OFFLOADING_NAME:
         return
     ns_rt = api.type("", "v1", "namespaces")
-    value = None if deleted or meta.get("deletionTimestamp") else "true"
+    gone = deleted or meta.get("deletionTimestamp")
+    # Liqo labels the namespace (which its pod webhook selects on) for Remote and LocalAndRemote only
+    value = None if gone or offloading.strategy(obj.get("spec") or {}) == "Local" else "true"
     with contextlib.suppress(ApiError):
         ns = api.get(ns_rt, "", meta["namespace"])
         if (ns["metadata"].get("labels") or {}).get(offloading.SCHEDULING_LABEL) != value:
             api.patch(ns_rt, "", meta["namespace"], {"metadata": {"labels": {offloading.SCHEDULING_LABEL: value}}},
                       MERGE)
-    if value is None:
+    if gone:
         return
     nodes, _ = api.store.list(("", "nodes"))
     status = offloading.offloading_status(obj, nodes, now())

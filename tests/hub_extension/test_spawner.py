@@ -96,7 +96,7 @@ def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
     offloading = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
         "offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings", "offloading")
     validate({k: v for k, v in offloading.items() if k != "status"})
-    assert offloading["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
+    assert offloading["spec"]["podOffloadingStrategy"] == "Local"  # only pods placed by the project leave
     env = result["environment"]
     assert env["GPU_OFFLOAD_BACKEND"] == "kubernetes" and env["GPU_OFFLOAD_NAMESPACE"] == ns
     assert env["GPU_OFFLOAD_SERVICE_URL"] == "http://hub.jhub.svc:10101/services/gpu-offload/"

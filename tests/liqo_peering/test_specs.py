@@ -11,7 +11,7 @@ import types
 import jsonschema
 import kubernetes
 import pytest
-from gpu_offload.liqo_peering.errors import BundleTooLarge, InvalidRequest, OffloadingConflict
+from gpu_offload.liqo_peering.errors import BundleTooLarge, InvalidRequest
 from gpu_offload.liqo_peering.placement import scheduling_fragment
 from gpu_offload.liqo_peering.specs import (
     RunnerPodSpec,
@@ -52,7 +52,7 @@ def test_namespace_offloading(liqo_schema) -> None:
         "kind": "NamespaceOffloading",
         "metadata": {"name": "offloading", "namespace": "alice", "labels": {"gpu-offload.io/managed-by": "gpu-offload"}},
         "spec": {
-            "podOffloadingStrategy": "LocalAndRemote",
+            "podOffloadingStrategy": "Local",
             "clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": [
                 VN_TERM, {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-b", "donor-c"]},
             ]}]},
@@ -108,11 +108,13 @@ def test_merge_judges_terms_on_other_labels_with_known_node_labels() -> None:
     assert merged is not None and len(merged["spec"]["clusterSelector"]["nodeSelectorTerms"]) == 2
 
 
-def test_merge_refuses_a_local_only_namespace() -> None:
-    old = existing([])
+def test_merge_widens_a_local_namespace_and_keeps_its_strategy() -> None:
+    # Local is what the project writes: its own pods carry their toleration and affinity, others stay home
+    old = existing([{"matchExpressions": [{"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["a"]}]}])
     old["spec"]["podOffloadingStrategy"] = "Local"
-    with pytest.raises(OffloadingConflict, match="NamespaceOffloading team/offloading has podOffloadingStrategy Local"):
-        merge_offloading(old, ["c"])
+    merged = merge_offloading(old, ["c"])
+    assert merged is not None and merged["spec"]["podOffloadingStrategy"] == "Local"
+    assert len(merged["spec"]["clusterSelector"]["nodeSelectorTerms"]) == 2
 
 
 def test_gpu_resource_slice(liqo_schema) -> None:

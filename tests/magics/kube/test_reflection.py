@@ -12,16 +12,15 @@ import base64
 from collections.abc import Iterator
 from typing import Any
 
-import kubernetes
 import pytest
-from gpu_offload.liqo_peering import labels as L
-from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.magics.backends.base import Ranks
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
 from gpu_offload.sandbox.fixtures import wait_until
 
-from .conftest import leftovers, settings
+from .conftest import leftovers, offloaded_everywhere, settings
 from .helpers import run_cell
+
+__all__ = ["offloaded_everywhere"]
 
 CODE_MARKER = "c0de-only-for-the-trusted-donor"
 INPUT_MARKER = "input-only-for-the-trusted-donor"
@@ -36,15 +35,6 @@ def payloads(copies: list[dict[str, Any]]) -> bytes:
         for value in (obj.get("stringData") or {}).values():
             out += str(value).encode()
     return out
-
-
-@pytest.fixture()
-def offloaded_everywhere(api_client: Any, namespace: str) -> str:
-    """The namespace offloaded as the hub's spawner offloads a user namespace: to every peered cluster."""
-    g = L.NAMESPACE_OFFLOADING
-    kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        g.group, g.version, namespace, g.plural, namespace_offloading(namespace))
-    return namespace
 
 
 @pytest.fixture()
