@@ -110,6 +110,7 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
                 await core.patch_namespaced_resource_quota(un.QUOTA_NAME, name, {"spec": quota["spec"]})
             except ApiException as exc:
                 raise api_error(exc, "updating", what) from exc
+    await _object_quota(core, name, config, created, retries)
     what = f"NetworkPolicy {name}/{POLICY_NAME}"
     policy = metadata_egress_policy(name)
     if await _create(what, lambda: networking.create_namespaced_network_policy(name, policy), retries):
@@ -120,6 +121,21 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
                                                                          offloading), retries):
         created.append(what)
     return created
+
+
+async def _object_quota(core: Any, name: str, config: HubConfig, created: list[str], retries: int) -> None:
+    """Write the object counts the namespace may hold; one from an earlier spawn is brought to the chart's."""
+    quota = un.object_quota(name, config)
+    if quota is None:
+        return
+    what = f"ResourceQuota {name}/{un.OBJECT_QUOTA_NAME}"
+    if await _create(what, lambda: core.create_namespaced_resource_quota(name, quota), retries):
+        created.append(what)
+        return
+    try:
+        await core.patch_namespaced_resource_quota(un.OBJECT_QUOTA_NAME, name, {"spec": quota["spec"]})
+    except ApiException as exc:
+        raise api_error(exc, "updating", what) from exc
 
 
 async def _priority_classes(core: Any, name: str, config: HubConfig, user: str, groups: list[str] | tuple[str, ...],

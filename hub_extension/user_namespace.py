@@ -78,6 +78,22 @@ def service_account(name: str, config: HubConfig) -> dict[str, Any]:
 
 
 QUOTA_NAME = "gpu-offload"
+OBJECT_QUOTA_NAME = "gpu-offload-objects"
+
+
+def object_quota(name: str, config: HubConfig) -> dict[str, Any] | None:
+    """The ResourceQuota capping how many pods (running ones), Secrets and Services the namespace holds, or
+    None when every count is 0. Kept apart from the GPU quota, which Kueue replaces when queueing is on; these
+    counts stay, since a gated pod is an object like any other."""
+    hard = {kind: str(count) for kind, count in config.user_namespaces.object_quota if count}
+    if not hard:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": OBJECT_QUOTA_NAME, "namespace": name, "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
+        "spec": {"hard": hard},
+    }
 
 
 def gpu_quota(name: str, config: HubConfig) -> dict[str, Any] | None:

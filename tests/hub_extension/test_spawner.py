@@ -127,6 +127,33 @@ def test_the_namespace_names_its_user_and_enforces_the_configured_pod_security_l
     assert result["environment"]["GPU_OFFLOAD_TRUSTED_CLUSTERS"] == "donor-2"
 
 
+def egress_allowed(policy: dict[str, Any], address: str, port: int) -> bool:
+    """Whether a NetworkPolicy's egress rules (ipBlock peers only, as the spawner's has) let a pod reach
+    ``address``:``port``, as a CNI enforcing it decides."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    for rule in policy["spec"]["egress"]:
+        ports = rule.get("ports")
+        if ports and all(p["port"] != port for p in ports):
+            continue
+        for peer in rule["to"]:
+            block = peer["ipBlock"]
+            net = ipaddress.ip_network(block["cidr"])
+            if ip.version == net.version and ip in net and not any(
+                    ip in ipaddress.ip_network(e) for e in block.get("except", []) if ipaddress.ip_network(e).version == ip.version):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "fd00:ec2::254", "fe80::a9fe:a9fe"])
+def test_no_pod_of_a_user_namespace_reaches_the_metadata_server_over_ipv4_or_ipv6(address: str) -> None:
+    policy = metadata_egress_policy("jhub-bob")
+    assert not egress_allowed(policy, address, 80)
+    assert egress_allowed(policy, address, 53)  # DNS, as z2jh keeps it open
+    assert egress_allowed(policy, "2001:db8::1", 443) and egress_allowed(policy, "93.184.216.34", 443)
+
+
 def test_a_pod_security_level_that_would_open_the_namespace_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="podSecurity='privileged'.*restricted, baseline"):
         parse_config({"userNamespaces": {"podSecurity": "privileged"}})
@@ -250,7 +277,9 @@ def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(
     queue = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
         "kueue.x-k8s.io", "v1beta2", ns, "localqueues", "gpus")
     assert queue["spec"] == {"clusterQueue": "gpu-offload"}
-    assert [q.metadata.name for q in core.list_namespaced_resource_quota(ns).items] == []
+    # only the object counts stay: they cap no GPU, so a queued pod is counted like any object
+    (left,) = core.list_namespaced_resource_quota(ns).items
+    assert left.metadata.name == "gpu-offload-objects" and not any("gpu" in key for key in left.spec.hard)
     env = result["environment"]
     assert (env["GPU_OFFLOAD_QUEUE"], env["GPU_OFFLOAD_PRIORITY"]) == ("gpus", "batch")
     # the classes kim may name, for the chart's admission policy: urgent is kept for kim
@@ -274,3 +303,28 @@ def test_bad_queueing_values_stop_the_configuration() -> None:
         parse_config({**CONFIG, "queueing": {"kueue": {"enabled": True, "defaultPriority": "urgent"}}}, "config.yaml")
     # off: the rest of the section is not read
     assert parse_config({**CONFIG, "queueing": {"kueue": {"enabled": False}}}).queueing is None
+
+
+def test_a_user_namespace_holds_only_so_many_secrets_services_and_pods(origin: RunningOrigin, tmp_path: Path,
+                                                                       k8s: Any) -> None:
+    caps = {"pods": 2, "secrets": 2, "services": 1}
+    config = {**CONFIG, "userNamespaces": {**CONFIG["userNamespaces"], "objectQuota": caps}}
+    result = _driver(origin, tmp_path, config)(scenario="hook", user="flood")
+    assert "error" not in result, result
+    core = kubernetes.client.CoreV1Api(k8s)
+    quota = core.read_namespaced_resource_quota("gpu-offload-objects", "jhub-flood")
+    assert quota.spec.hard == {k: str(v) for k, v in caps.items()}
+    for i in range(2):
+        core.create_namespaced_secret("jhub-flood", {"metadata": {"name": f"s{i}"}})
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        core.create_namespaced_secret("jhub-flood", {"metadata": {"name": "s2"}})
+    assert refused.value.status == 403 and "exceeded quota: gpu-offload-objects" in refused.value.body
+    headless = {"metadata": {"name": "svc0"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}
+    core.create_namespaced_service("jhub-flood", headless)
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        core.create_namespaced_service("jhub-flood", {**headless, "metadata": {"name": "svc1"}})
+    assert refused.value.status == 403 and "services=1" in refused.value.body
+    # the chart's defaults cap every user namespace
+    assert dict(parse_config({}).user_namespaces.object_quota) == {"pods": 50, "secrets": 100, "services": 20}
+    with pytest.raises(InvalidRequest, match="objectQuota.pods=-1"):
+        parse_config({"userNamespaces": {"objectQuota": {"pods": -1}}})
