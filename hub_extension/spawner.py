@@ -120,7 +120,25 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     if await _create(what, lambda: custom.create_namespaced_custom_object(g.group, g.version, name, g.plural,
                                                                          offloading), retries):
         created.append(what)
+    else:
+        await _keep_pods_local(custom, name, offloading["spec"]["podOffloadingStrategy"], what)
     return created
+
+
+async def _keep_pods_local(custom: Any, name: str, strategy: str, what: str) -> None:
+    """Bring a NamespaceOffloading an earlier version wrote (LocalAndRemote: every pod of the namespace could
+    reach a donor) to ``strategy``; Liqo allows the change, and pods already on donors stay there until they end."""
+    g = L.NAMESPACE_OFFLOADING
+    try:
+        current = await custom.get_namespaced_custom_object(g.group, g.version, name, g.plural,
+                                                            L.NAMESPACE_OFFLOADING_NAME)
+        if (current.get("spec") or {}).get("podOffloadingStrategy") != strategy:
+            await custom.patch_namespaced_custom_object(g.group, g.version, name, g.plural, L.NAMESPACE_OFFLOADING_NAME,
+                                                        {"spec": {"podOffloadingStrategy": strategy}},
+                                                        _content_type="application/merge-patch+json")
+            log.info("%s: podOffloadingStrategy set to %s", what, strategy)
+    except ApiException as exc:
+        raise api_error(exc, "updating", what) from exc
 
 
 async def _object_quota(core: Any, name: str, config: HubConfig, created: list[str], retries: int) -> None:

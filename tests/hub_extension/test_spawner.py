@@ -21,7 +21,7 @@ from gpu_offload.hub_extension import user_namespace as un
 from gpu_offload.hub_extension.config import parse_config
 from gpu_offload.hub_extension.egress import metadata_egress_policy
 from gpu_offload.liqo_peering.errors import InvalidRequest
-from gpu_offload.sandbox.fixtures import install_crds
+from gpu_offload.sandbox.fixtures import install_crds, wait_until
 from gpu_offload.sandbox.origin import RunningOrigin
 from gpu_offload.sandbox.resources import ResourceType
 
@@ -328,3 +328,21 @@ def test_a_user_namespace_holds_only_so_many_secrets_services_and_pods(origin: R
     assert dict(parse_config({}).user_namespaces.object_quota) == {"pods": 50, "secrets": 100, "services": 20}
     with pytest.raises(InvalidRequest, match="objectQuota.pods=-1"):
         parse_config({"userNamespaces": {"objectQuota": {"pods": -1}}})
+
+
+def test_a_user_namespace_an_earlier_version_offloaded_for_every_pod_keeps_pods_local_after_the_next_spawn(
+        drive: Callable[..., dict[str, Any]], k8s: Any) -> None:
+    core, custom = kubernetes.client.CoreV1Api(k8s), kubernetes.client.CustomObjectsApi(k8s)
+    ns = "jhub-olga"
+    core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings", {
+        "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading", "metadata": {"name": "offloading"},
+        "spec": {"podOffloadingStrategy": "LocalAndRemote"}})
+    result = drive(scenario="hook", user="olga")
+    assert "error" not in result, result
+    offloading = custom.get_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings",
+                                                     "offloading")
+    assert offloading["spec"]["podOffloadingStrategy"] == "Local"
+    # Liqo's webhook then leaves pods alone: the namespace loses the label it selects on
+    wait_until(lambda: "liqo.io/scheduling-enabled" not in (core.read_namespace(ns).metadata.labels or {}),
+               "the scheduling label removed")
