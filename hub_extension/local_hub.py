@@ -1,6 +1,6 @@
 """JupyterHub's configuration file for a hub on this machine that runs the gpu-offload service: the one
 ``gpu-offload lab --hub`` starts and the one the hub tests start, built here so both run the service as
-the z2jh overlay (``helm/z2jh-overlay.yaml``) declares it.
+the Helm chart (``jupyterhub.hub.services`` in ``helm/gpu-offload/values.yaml``) declares it.
 
 Pure: :func:`config_text` returns the file's text; callers append their own lines (users, roles, the
 spawner) made with :func:`assign`, which writes values as Python literals (never by pasting text into

@@ -28,7 +28,6 @@ from gpu_offload.liqo_peering.client import LiqoClient, api_client_from_environm
 from gpu_offload.liqo_peering.errors import APIConflict, APIForbidden, APINotFound, GpuOffloadError, api_error
 from gpu_offload.liqo_peering.inventory import Inventory
 from gpu_offload.liqo_peering.retrying import Backoff, retry_async
-from gpu_offload.liqo_peering.specs import namespace_offloading
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, NetworkingV1Api, RbacAuthorizationV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -78,7 +77,7 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     rbac: Any = RbacAuthorizationV1Api(api_client)
     custom: Any = CustomObjectsApi(api_client)
     networking: Any = NetworkingV1Api(api_client)
-    offloading = namespace_offloading(name)  # built (and validated) before anything is written
+    offloading = un.offloading(name, config)  # built (and validated) before anything is written
     created: list[str] = []
     body = un.namespace(name, extra_labels, user, config.user_namespaces.pod_security)
     if await _create(f"namespace {name}", lambda: core.create_namespace(body), retries):
@@ -120,6 +119,14 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
     if await _create(what, lambda: custom.create_namespaced_custom_object(g.group, g.version, name, g.plural,
                                                                          offloading), retries):
         created.append(what)
+    elif config.trusted_only:  # there from an earlier spawn, perhaps before trustedOnly: narrow it now
+        try:
+            # a JSON patch of these two fields only: namespaceMappingStrategy, set by Liqo, cannot change
+            await custom.patch_namespaced_custom_object(g.group, g.version, name, g.plural, L.NAMESPACE_OFFLOADING_NAME, [
+                {"op": "add", "path": f"/spec/{key}", "value": offloading["spec"][key]}
+                for key in ("podOffloadingStrategy", "clusterSelector")])
+        except ApiException as exc:
+            raise api_error(exc, "updating", what) from exc
     else:
         await _keep_pods_local(custom, name, offloading["spec"]["podOffloadingStrategy"], what)
     return created
@@ -208,15 +215,23 @@ _caches: dict[tuple[str, str], InventoryCache] = {}
 _caches_lock = threading.Lock()
 
 
-def _inventory(timeout: float = 10.0) -> Inventory:
-    """The live inventory from a watch-fed cache kept for the hub's lifetime (one per API location)."""
+def inventory_cache() -> InventoryCache:
+    """The watch-fed inventory cache kept for the hub's lifetime (one per API location), started on first use.
+
+    Starting it only starts its watch threads: nothing here waits for the API.
+    """
     key = (os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBECONFIG", ""))
     with _caches_lock:
         cache = _caches.get(key)
         if cache is None:
             client = LiqoClient(api_client_from_environment(), trust=load_config().clusters)
             cache = _caches[key] = InventoryCache(client).start()
-    return cache.inventory(timeout)
+    return cache
+
+
+def start_inventory() -> None:
+    """Start the cache at hub start, so that it has listed the donors by the time users open the spawn page."""
+    inventory_cache()
 
 
 def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
@@ -242,16 +257,30 @@ def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
     return profiles
 
 
+NOT_READY = ("The remote GPU inventory is still loading: reload this page in a moment to choose a GPU model "
+             "(%%gpu_offload places cells on any free GPU meanwhile).")
+
+
 def profile_list(spawner: Any) -> list[dict[str, Any]]:
     """kubespawner's ``profile_list`` callable: the profiles for the current inventory.
 
-    When the inventory cannot be read the standard profile alone is offered (saying why), so a Liqo
-    outage never blocks users from starting their servers.
+    It runs on the hub's event loop, so it never waits for the API: it reads the cache as it is. Until the
+    cache has listed every kind once, or when the inventory cannot be read, the standard profile alone is
+    offered, saying why, so neither a slow start nor a Liqo outage keeps users from starting their servers.
     """
     try:
-        return gpu_profiles(_inventory())
+        cache = inventory_cache()
+        if not cache.wait_synced(0):
+            errors = [f"{kind}: {s['last_error']}" for kind, s in cache.stats().items() if s["last_error"]]
+            return _standard_only(spawner, NOT_READY if not errors else
+                                  f"Remote GPU inventory unavailable right now ({'; '.join(errors)}).")
+        return gpu_profiles(cache.inventory(0))
     except GpuOffloadError as exc:
-        spawner.log.warning("gpu-offload: no GPU profiles: %s", exc)
-        fallback = gpu_profiles(Inventory())
-        fallback[0]["description"] = f"Remote GPU inventory unavailable right now ({exc})."
-        return fallback
+        return _standard_only(spawner, f"Remote GPU inventory unavailable right now ({exc}).")
+
+
+def _standard_only(spawner: Any, why: str) -> list[dict[str, Any]]:
+    spawner.log.warning("gpu-offload: no GPU profiles: %s", why)
+    fallback = gpu_profiles(Inventory())
+    fallback[0]["description"] = why
+    return fallback

@@ -13,7 +13,7 @@ from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering import kueue
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
-from gpu_offload.liqo_peering.specs import NOT_REFLECTED
+from gpu_offload.liqo_peering.specs import NO_CLUSTER, NOT_REFLECTED, namespace_offloading
 
 from .actions import dns_label
 from .config import POD_SECURITY_LABEL, USER_NAMESPACE_LABEL, HubConfig
@@ -75,6 +75,19 @@ def service_account(name: str, config: HubConfig) -> dict[str, Any]:
         "metadata": {"name": config.user_namespaces.user_server_service_account, "namespace": name,
                      "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
     }
+
+
+def offloading(name: str, config: HubConfig) -> dict[str, Any]:
+    """The namespace's NamespaceOffloading: every peered cluster, or with the chart's ``offload.trustedOnly``
+    the trusted ones only (no remote cluster at all while none is trusted).
+
+    Pods stay local unless the project placed them (``podOffloadingStrategy: Local``), and a donor's virtual
+    kubelet runs no pod of a namespace not offloaded to it, so a pod aimed at another cluster never runs there;
+    users' servers may only read it: that is what makes trusted-only a policy rather than the kernel's default."""
+    if not config.trusted_only:
+        return namespace_offloading(name)
+    trusted = config.clusters.trusted_ids
+    return namespace_offloading(name, trusted) if trusted else namespace_offloading(name, NO_CLUSTER)
 
 
 QUOTA_NAME = "gpu-offload"

@@ -77,10 +77,17 @@ def _dns_name(text: str, what: str) -> str:
 # --- NamespaceOffloading ------------------------------------------------------------------------------
 
 
+NO_CLUSTER = ("",)
+"""``cluster_ids`` that select no cluster at all (a namespace that reaches no donor)."""
+
+
 def cluster_selector(cluster_ids: Sequence[str] | None) -> dict[str, Any]:
-    """A clusterSelector over Liqo virtual nodes: all of them, or those of the given clusters."""
+    """A clusterSelector over Liqo virtual nodes: all of them, those of the given clusters, or none
+    (:data:`NO_CLUSTER`)."""
     exprs: list[dict[str, Any]] = [{"key": L.TYPE_LABEL, "operator": "In", "values": [L.TYPE_VIRTUAL_NODE]}]
-    if cluster_ids:
+    if cluster_ids is not None and tuple(cluster_ids) == NO_CLUSTER:
+        exprs.append({"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "DoesNotExist"})
+    elif cluster_ids:
         exprs.append({"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": sorted(set(cluster_ids))})
     return {"nodeSelectorTerms": [{"matchExpressions": exprs}]}
 

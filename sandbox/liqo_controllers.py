@@ -10,8 +10,8 @@
 - the ResourceSlice controller grants a slice's requested resources on behalf of the provider (when the
   slice is new or its spec changed) and makes the VirtualNode's quota and its Node's capacity follow the
   granted resources, creating both for a new slice of a known donor;
-- the gate keeps pods bound to a virtual node from a namespace that is not offloaded Pending with reason
-  OffloadingBackOff (the kubelet never runs them).
+- the gate keeps pods bound to a virtual node from a namespace that is not offloaded to that node's cluster
+  Pending with reason OffloadingBackOff (the kubelet never runs them).
 """
 
 from __future__ import annotations
@@ -94,7 +94,11 @@ def offloading_gate(api: Api) -> Any:
         node = api.find(api.type("", "v1", "nodes"), "", node_name)
         if node is None or not liqo.is_virtual_node(node):
             return None
-        if _offloading_of(api, pod["metadata"]["namespace"]) is not None:
+        nsoff = _offloading_of(api, pod["metadata"]["namespace"])
+        # the donor's virtual kubelet runs pods of the namespaces offloaded to it only (its fallback reflector
+        # marks any other pod OffloadingBackOff: pkg/virtualKubelet/reflection/workload/pod.go of liqotech/liqo)
+        cluster = node["metadata"]["labels"].get(liqo.REMOTE_CLUSTER_ID_LABEL)
+        if nsoff is not None and cluster in offloading.selected_clusters(nsoff.get("spec") or {}, [node]):
             return None
         return offloading.offloading_backoff_status(pod, node_name)
     return gate

@@ -11,8 +11,8 @@ What Liqo v1 does and the sandbox reproduces:
   taint (Exists, NoExecute) and, as required node affinity, the strategy's node selector ANDed with its own;
   with Local it is left as it is (``mutatePod`` in ``pkg/webhooks/pod/mutations.go`` of liqotech/liqo returns
   at once), so only a pod that tolerates the taint itself reaches a virtual node;
-- a pod bound to a virtual node from a namespace that is not offloaded is never started: it stays Pending
-  with reason ``OffloadingBackOff``.
+- a pod bound to a virtual node from a namespace that is not offloaded to that node's cluster is never
+  started: it stays Pending with reason ``OffloadingBackOff``.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def offloading_backoff_status(pod: Mapping[str, Any], node_name: str) -> dict[st
     return {
         "phase": "Pending",
         "reason": OFFLOADING_BACKOFF,
-        "message": (f'virtual node {node_name} cannot offload pods of namespace "{ns}": it is not offloaded. '
-                    f'Create a NamespaceOffloading named "{NAMESPACE_OFFLOADING_NAME}" in it, then recreate '
-                    "the pod"),
+        "message": (f'virtual node {node_name} cannot offload pods of namespace "{ns}": it is not offloaded to '
+                    f'that cluster. Create a NamespaceOffloading named "{NAMESPACE_OFFLOADING_NAME}" in it whose '
+                    "clusterSelector picks the cluster, then recreate the pod"),
     }

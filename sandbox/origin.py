@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from . import fieldvalidation, incluster, liqo, liqo_controllers, process
-from .reflection import DonorCopies, ReflectionTypes, reflection_controller
 from .api import Api
 from .faults import SandboxFaults
 from .images import DEFAULT_MAP, Images
 from .kubelet import Kubelet, KubeletConfig
 from .liqo_labels import label_controller
 from .liqo_slices import slice_controller
+from .reflection import DonorCopies, ReflectionTypes, reflection_controller
 from .scheduling import scheduler_controller
 from .server import ApiServer
 from .testing import RunningSandbox, running_sandbox

@@ -19,6 +19,7 @@ import json
 import logging
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
@@ -168,6 +169,8 @@ class ApiServer:
 
     async def start(self) -> None:
         """Bind the port (an ephemeral one if 0), serve, and start the controllers."""
+        # An audit event, so a test session can tell which tests start an API server (the fast lane may not).
+        sys.audit("gpu_offload.sandbox.start", self.host, self.port)
         self.loop = asyncio.get_running_loop()
         self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()

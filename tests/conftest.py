@@ -1,13 +1,26 @@
-"""Settings every test session shares."""
+"""Settings every test session shares, and the two lanes.
+
+Lanes: a test is in the end-to-end lane (marker ``e2e``) when it uses a fixture that starts a sandbox, a
+kernel, a hub, a browser or a process (:data:`E2E_FIXTURES`, marked automatically) or is marked ``e2e``
+itself; every other test is in the fast lane (marker ``fast``): ``pytest -m fast`` or
+``bash tests/run.sh --fast``. A guard fails any fast-lane test that starts a process or a sandbox API server,
+so a test in the wrong lane shows the first time it runs, in either lane.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+pytest_plugins = ["pytester"]  # tests/test_lanes.py runs pytest on test files it writes
 
 # Runs started by tests record themselves for the notebook panel; keep those records out of the real
 # Jupyter runtime directory. Set at import so kernels and servers started by any fixture inherit it;
@@ -16,6 +29,147 @@ _STATE_DIR = tempfile.mkdtemp(prefix="gpu-offload-test-runs-")
 os.environ.setdefault("GPU_OFFLOAD_STATE_DIR", _STATE_DIR)
 # Donors stay untrusted unless a test says otherwise: the developer's own setting must not leak in.
 os.environ.pop("GPU_OFFLOAD_TRUSTED_CLUSTERS", None)
+
+E2E_FIXTURES = frozenset({
+    # a sandbox (an API server, with or without the Liqo origin and its kubelet's container processes)
+    "origin", "api_sandbox", "sandbox", "server", "queued_client",
+    # kernels, hubs, browsers, Metaflow, the runner and other servers as processes
+    "kernel", "kernels", "hub", "hub_factory", "queued_hub", "peering_hub", "browser", "lab", "service",
+    "prometheus", "run_flow", "offload_deployment", "s3_server", "s3_endpoint", "session", "python", "wheel",
+    "z2jh",
+})
+"""Fixtures that start a sandbox, a kernel, a hub, a browser or a process: a test using one (directly or
+through another fixture) is in the end-to-end lane."""
+
+SANDBOX_START = "gpu_offload.sandbox.start"  # audited by the sandbox's API server as it starts
+_SPAWNS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                     "os.exec", SANDBOX_START})
+
+
+class FastLaneViolation(RuntimeError):
+    """A fast-lane test started a process or a sandbox."""
+
+
+class _Guard:
+    """What the audit hook needs: which fast test is running and which threads were there before it."""
+
+    def __init__(self) -> None:
+        self.test: str | None = None
+        self.background: frozenset[threading.Thread] = frozenset()
+        self.violations: list[str] = []
+        self.sandbox_starts = 0
+
+    def audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if event not in _SPAWNS:  # called for every audited event in the process: stay cheap
+            return
+        if event == SANDBOX_START:
+            self.sandbox_starts += 1
+        thread = threading.current_thread()
+        # Threads alive before the test (a session fixture's server, an earlier test's pool) are not its own.
+        if self.test is None or thread in self.background:
+            return
+        what = "started a sandbox API server" if event == SANDBOX_START else f"started a process ({event} {args[:2]!r})"
+        self.violations.append(what)
+        raise FastLaneViolation(
+            f"{self.test} is in the fast lane but {what}: mark it pytest.mark.e2e (or use a fixture of "
+            f"tests/conftest.py's E2E_FIXTURES), or keep it in-process")
+
+    def watch(self, nodeid: str) -> None:
+        self.test, self.violations = nodeid, []
+        self.background = frozenset(t for t in threading.enumerate() if t is not threading.main_thread())
+
+    def release(self) -> list[str]:
+        self.test, self.background = None, frozenset()
+        return self.violations
+
+
+_GUARD = _Guard()
+sys.addaudithook(_GUARD.audit)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: end-to-end lane: starts a sandbox, kernel, hub, browser or process "
+                                       "(set automatically from the fixtures a test uses)")
+    config.addinivalue_line("markers", "fast: fast lane: pure and in-process (set on every test not marked e2e)")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slowest-file", default=None,
+                     help="write the slowest 50 tests (setup, call and teardown summed) to this file")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("e2e") is None and E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.fast)
+
+
+def _guarded(item: pytest.Item) -> Iterator[None]:
+    if item.get_closest_marker("e2e") is not None:
+        return (yield)
+    _GUARD.watch(item.nodeid)
+    try:
+        result = yield
+    finally:
+        violations = _GUARD.release()
+    if violations:  # the code under test may have swallowed the exception: fail the test anyway
+        pytest.fail(f"{item.nodeid} is in the fast lane but {violations[0]}: mark it pytest.mark.e2e")
+    return result
+
+
+# Setup and call only: teardown also runs the finalizers of wider-scoped fixtures of earlier tests.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item))
+
+
+class _Durations:
+    """Each test's setup, call and teardown time, and the sandbox start-ups of the session (all workers)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.sandbox_starts = 0
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:  # xdist: a worker's own count
+        self.sandbox_starts += getattr(node, "workeroutput", {}).get("sandbox_starts", 0)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        session.config.pluginmanager.register(_Durations(), "gpu-offload-durations")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if hasattr(config, "workeroutput"):
+        config.workeroutput["sandbox_starts"] = _GUARD.sandbox_starts
+        return
+    durations = config.pluginmanager.get_plugin("gpu-offload-durations")
+    target = config.getoption("--slowest-file")
+    if durations is None or not target:
+        return
+    slowest = sorted(durations.seconds.items(), key=lambda kv: -kv[1])[:50]
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    Path(target).write_text("".join(f"{seconds:8.2f}s  {nodeid}\n" for nodeid, seconds in slowest))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    durations = config.pluginmanager.get_plugin("gpu-offload-durations")
+    if durations is not None:
+        starts = durations.sandbox_starts + _GUARD.sandbox_starts
+        terminalreporter.write_line(f"sandbox API servers started in this session: {starts}")
 
 
 @pytest.fixture(scope="session", autouse=True)

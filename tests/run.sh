@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need on a fresh machine (Python and the package registries only) and runs
-# the whole suite: lint, types, layer contracts, then pytest. `.ci/run` runs exactly this.
+# the whole suite: lint, types, layer contracts, then pytest in two lanes, the fast lane first (pure and
+# in-process tests: a break shows in minutes), then the end-to-end lane (sandboxes, kernels, hubs, browsers,
+# processes). `.ci/run` runs exactly this.
+#   bash tests/run.sh            everything
+#   bash tests/run.sh --fast     set-up, lint, types, contracts and the fast lane only
+# Further arguments go to both pytest runs. The slowest 50 tests of each lane are kept in test-artifacts/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+FAST_ONLY=0
+if [ "${1:-}" = "--fast" ]; then
+  FAST_ONLY=1
+  shift
+fi
 
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
@@ -33,9 +43,32 @@ echo "== mypy"
 MYPYPATH=.typecheck .venv/bin/mypy -p gpu_offload
 echo "== import-linter"
 PYTHONPATH=.typecheck .venv/bin/lint-imports --no-cache
-echo "== pytest"
-set +e
-.venv/bin/python -m pytest "$@"
-rc=$?
-set -e
-exit $rc
+ARTIFACTS=test-artifacts
+mkdir -p "$ARTIFACTS"
+lane() {  # lane NAME PYTEST-ARGS...: one pytest run, its time and its slowest 50 tests kept
+  local name=$1 start rc
+  shift
+  echo "== pytest: $name lane"
+  start=$(date +%s)
+  set +e
+  .venv/bin/python -m pytest --slowest-file "$ARTIFACTS/slowest-$name.txt" "$@"
+  rc=$?
+  set -e
+  echo "== pytest: $name lane took $(( $(date +%s) - start )) s (exit $rc)"
+  return $rc
+}
+
+fast_rc=0
+lane fast -m fast "$@" || fast_rc=$?
+if [ "$FAST_ONLY" = 1 ]; then
+  exit $fast_rc
+fi
+e2e_rc=0
+lane e2e -m e2e "$@" || e2e_rc=$?
+for name in fast e2e; do
+  echo "== slowest 50 tests of the $name lane ($ARTIFACTS/slowest-$name.txt)"
+  cat "$ARTIFACTS/slowest-$name.txt" 2>/dev/null || echo "(none recorded)"
+done
+# A fast-lane exit code 5 (nothing collected) is not a failure of the suite; anything else is.
+[ "$fast_rc" = 0 ] || [ "$fast_rc" = 5 ] || exit $fast_rc
+exit $e2e_rc

@@ -24,6 +24,8 @@ import psutil
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 GPU_OFFLOAD = Path(sys.executable).parent / "gpu-offload"
 URL = re.compile(r"^JupyterLab: (http://127\.0\.0\.1:\d+/)lab\?token=(\w+)$")
 

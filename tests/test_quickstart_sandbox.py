@@ -13,6 +13,8 @@ from gpu_offload.sandbox import process
 
 from gpu_offload.cli import main
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "quickstart.ipynb"
 PLACED = re.compile(r"gpu_offload: running in pod (gpuo-[a-z0-9-]+) on virtual node (donor-\d-gpu) "
                     r"\(Liqo cluster (donor-\d), 1 x A100\)")

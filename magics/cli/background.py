@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from .text import terminal_text
+
 STARTED_WITHIN = 120.0
 """Seconds the command waits for the follower to record its run (packing and placing come first)."""
 
@@ -33,7 +35,7 @@ def child_argv(args: argparse.Namespace, log: str) -> list[str]:
         if value is not None:
             argv += [option, str(value)]
     argv += [flag for flag, on in (("--group-output", args.group_output), ("--quiet-ranks", args.quiet_ranks),
-                                   ("--spread", args.spread)) if on]
+                                   ("--spread", args.spread), ("--trusted-only", args.trusted_only)) if on]
     for path in args.inputs:
         argv += ["--in", str(path)]
     return [*argv, str(args.script), *args.script_args]  # the follower starts in this directory
@@ -59,7 +61,7 @@ def start_detached(args: argparse.Namespace) -> int:
                   f"{run_id} -f; stop it: gpu-offload cancel {run_id}")
             return 0
         if child.poll() is not None:
-            sys.stderr.write(log.read_text(errors="replace"))
+            sys.stderr.write(terminal_text(log.read_text(errors="replace")))
             log.unlink(missing_ok=True)
             return child.returncode or 1
         time.sleep(0.1)

@@ -14,9 +14,13 @@ import os
 import shlex
 import socket
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...liqo_peering import environment as E
+from ...liqo_peering.environment import InvalidSetting
 from ..backends.base import Backend
 from ..errors import OffloadError
 
@@ -30,11 +34,15 @@ def add_parser(subparsers: Any, summary: str) -> None:
     parser.add_argument("script", type=Path, help="the Python script to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments")
     parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs for the script (default 1; 0: CPU)")
-    parser.add_argument("--gpu-model", default=None, metavar="M[,M2]", help="GPU model(s) to ask for, e.g. A100")
+    parser.add_argument("--gpu-model", default=None, metavar="M[,M2]",
+                        help="GPU model(s) to ask for, e.g. A100 (default: $GPU_OFFLOAD_GPU_MODEL, else any)")
     parser.add_argument("--cluster", default="auto", metavar="ID", help="remote cluster id, or auto (default)")
     parser.add_argument("--image", default=None, metavar="IMAGE", help="container image (cluster backends)")
     parser.add_argument("--backend", default=None, choices=("local", "kubernetes"),
                         help="default: kubernetes when GPU_OFFLOAD_NAMESPACE is set, else local")
+    parser.add_argument("--trusted-only", action="store_true",
+                        help="run only on a cluster the origin trusts: a donor sees the script and its directory "
+                             "(default: $GPU_OFFLOAD_TRUSTED_ONLY, which a hub's chart sets)")
     parser.add_argument("--noblock", action="store_true", help="start the run in the background and return")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop the run after S seconds (counted from Kueue's admission when it queues)")
@@ -108,6 +116,22 @@ def make_backend(name: str | None) -> Backend:
         raise BackendNotConfigured(f"--backend kubernetes: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class ShellDefaults:
+    """What a run takes from the shell's environment when its command line does not say (a hub's spawner
+    writes these for the user's server, and its terminals inherit them), as the magic takes them."""
+
+    gpu_model: str | None
+    """``GPU_OFFLOAD_GPU_MODEL``: the model(s) of a run without ``--gpu-model``."""
+    trusted_only: bool
+    """``GPU_OFFLOAD_TRUSTED_ONLY``: every run on trusted clusters only, as ``--trusted-only``."""
+
+
+def shell_defaults(env: Mapping[str, str]) -> ShellDefaults:
+    """The defaults in ``env``; raises ``InvalidSetting`` naming a variable that holds a bad value."""
+    return ShellDefaults(gpu_model=E.GPU_MODEL.read(env), trusted_only=E.TRUSTED_ONLY.read(env))
+
+
 def _source(script: Path) -> str:
     """The script's text, decoded as Python decodes a source file (UTF-8 unless a coding line says otherwise)."""
     import tokenize
@@ -137,19 +161,24 @@ def follow_script(args: argparse.Namespace) -> int:
     except WorkdirError as exc:
         print(f"gpu-offload run: {exc}", file=sys.stderr)
         return 2
-    gpu_model, fallback_models = gpu_models(args.gpu_model)
+    try:
+        defaults = shell_defaults(os.environ)
+    except InvalidSetting as exc:
+        print(f"gpu-offload run: {exc}", file=sys.stderr)
+        return 2
+    gpu_model, fallback_models = gpu_models(args.gpu_model or defaults.gpu_model)
     request = OffloadRequest(cell=_source(script), gpus=args.gpus, gpu_model=gpu_model,
                              fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
                              queue_timeout=args.queue_timeout, priority=args.priority,
                              image=args.image, backend=args.backend, nodes=args.nodes,
                              procs_per_node=args.procs_per_node, group_output=args.group_output,
                              quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,
-                             spread=args.spread)
+                             spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only)
     launch = Launch(analysis=CellAnalysis(inputs=()), filename=script.name, first_line=1,
                     script={"path": script.name, "argv": list(args.script_args), "workdir": workdir.archive})
     backend = make_backend(request.backend)
     sink = TerminalSink()
-    ignored = ignored_locally(request) if backend.name == "local" else []
+    ignored = ignored_locally(request, defaults.gpu_model) if backend.name == "local" else []
     if ignored:
         sink.notice(f"the local backend ignores {', '.join(ignored)}: they choose where a cluster runs the script")
     tracker = Tracker(RunBook(), kernel=cli_kernel(), script=command_line(args), log=args.detached_log or "")

@@ -1,6 +1,6 @@
 """``gpu-offload lab --hub``: JupyterHub on 127.0.0.1 with the gpu-offload service (its admin pages), and
 KubeSpawner running each user's server in a pod of the embedded SANDBOX, prepared by the project's spawner
-hook as the Helm chart's hub does (``helm/z2jh-overlay.yaml``).
+hook as the Helm chart's hub does (``helm/gpu-offload``, ``hub_extension/chart_hub.py``).
 
 - Log in as ``admin`` (a hub admin: the service's pages) or as any other name (a user), with the password
   printed at start (JupyterHub's dummy authenticator: for a laptop, never for a shared machine).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "flows" / "examples" / "train_flow.py"
 

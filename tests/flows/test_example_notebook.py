@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "flows" / "examples" / "train_flow_notebook.ipynb"
 

@@ -27,7 +27,7 @@ from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from ..sandbox.kueue_setup import synced_pool
 from .conftest import BUCKET, DATA, TRUSTING, FlowRunner, S3Server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

@@ -13,7 +13,7 @@ from typing import Any
 import celpy
 import pytest
 
-HUB_USER = "system:serviceaccount:jhub:gpu-offload-hub"
+HUB_USER = "system:serviceaccount:jhub:hub"  # zero-to-jupyterhub's hub account
 USER_LABEL = "gpu-offload.io/user-namespace"
 
 
@@ -363,10 +363,23 @@ def test_a_users_server_may_create_headless_services_only(
         assert "headless Services" in message
 
 
+def kueue_webhook(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as a ValidatingAdmissionPolicy sees it: after Kueue's mutating webhook (emulated by the sandbox),
+    which gates a pod with the queue label unless a Job owns it (Kueue's default namespace selector matches
+    user namespaces)."""
+    from gpu_offload.sandbox.kueue.webhook import mutate_pod
+
+    meta = pod["metadata"]
+    owned = any(r.get("kind") == "Job" and r.get("apiVersion") == "batch/v1" for r in meta.get("ownerReferences") or [])
+    if "kueue.x-k8s.io/queue-name" in (meta.get("labels") or {}) and not owned:
+        mutate_pod(pod)
+    return pod
+
+
 def _queued_pod(**labels: str) -> dict[str, Any]:
     pod = runner_pod()
     pod["metadata"]["labels"].update(labels)
-    return pod
+    return kueue_webhook(pod)
 
 
 def test_with_queueing_on_a_users_server_may_only_create_pods_that_wait_in_its_queue(kit: Any) -> None:
@@ -466,13 +479,113 @@ def test_the_default_class_must_be_open_to_everyone(kit: Any) -> None:
         kit.render(closed)
 
 
-def _placed_runner_pod() -> dict[str, Any]:
+# --- issue 20: a user's own pod may not skip the queue, name a PriorityClass, take GPUs through the runtime's
+# environment, or leave the trusted clusters when the chart makes trusted-only a policy -------------------------
+
+QUEUEING = {"queueing": {"kueue": {"enabled": True, "localQueue": "gpus"}}}
+JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "any-job", "uid": "0c5f2a6e", "controller": True}
+
+
+def test_a_pod_owned_by_a_job_is_refused_it_would_get_no_kueue_workload(kit: Any, servers: dict[str, Any]) -> None:
+    queued = kit.find(kit.render(QUEUEING), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    pod = _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpus"})
+    assert admit(queued, _request("pods", pod), pod, ALICE) == (True, "")
+    owned = runner_pod()
+    owned["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "gpus"
+    owned["metadata"]["ownerReferences"] = [JOB_OWNER]
+    owned = kueue_webhook(owned)
+    assert "schedulingGates" not in owned["spec"]  # Kueue leaves it to its Job's Workload: none exists
+    allowed, message = admit(queued, _request("pods", owned), owned, ALICE)
+    assert not allowed and "ownerReferences" in message and "skip the queue" in message, message
+    # queueing off too: an ownerReference to a Job lets a pod pass for the job controller's
+    plain = runner_pod()
+    plain["metadata"]["ownerReferences"] = [JOB_OWNER]
+    assert not admit(servers, _request("pods", plain), plain, ALICE)[0]
+
+
+def test_a_pod_or_job_bound_by_its_creator_is_refused(servers: dict[str, Any]) -> None:
+    pod = _with(lambda s: s.update(nodeName="donor-1-gpu"))
+    allowed, message = admit(servers, _request("pods", pod), pod, ALICE)
+    assert not allowed and "spec.nodeName" in message, message
+    job = _job(pod["spec"])
+    assert not admit(servers, _request("jobs", job), job, ALICE)[0]
+
+
+def test_with_queueing_on_a_pod_kueue_did_not_gate_is_refused(kit: Any) -> None:
+    queued = kit.find(kit.render(QUEUEING), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    # the queue label, but Kueue's webhook did not act (its pod integration off, or the namespace outside its
+    # managedJobsNamespaceSelector): nothing would hold the pod until Kueue admits it
+    ungated = runner_pod()
+    ungated["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "gpus"
+    allowed, message = admit(queued, _request("pods", ungated), ungated, ALICE)
+    assert not allowed and "kueue.x-k8s.io/admission" in message and "managedJobsNamespaceSelector" in message
+    assert admit(queued, _request("pods", kueue_webhook(ungated)), ungated, ALICE) == (True, "")
+
+
+def test_a_priority_class_name_is_refused_unless_the_admin_allows_it(kit: Any, servers: dict[str, Any]) -> None:
+    pod = _with(lambda s: s.update(priorityClassName="system-cluster-critical"))
+    allowed, message = admit(servers, _request("pods", pod), pod, ALICE)
+    assert not allowed and "priorityClassName" in message and "userServer.allowedPriorityClasses" in message
+    assert not admit(servers, _request("jobs", _job(pod["spec"])), _job(pod["spec"]), ALICE)[0]
+    queued = kit.find(kit.render(QUEUEING), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    labelled = _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpus"})
+    labelled["spec"]["priorityClassName"] = "high"  # Kueue would order it by this class: no priority label
+    assert not admit(queued, _request("pods", labelled), labelled, ALICE)[0]
+    listed = kit.find(kit.render({"userServer": {"allowedPriorityClasses": ["cluster-default"]}}),
+                      "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    default = _with(lambda s: s.update(priorityClassName="cluster-default"))
+    assert admit(listed, _request("pods", default), default, ALICE) == (True, "")
+    assert not admit(listed, _request("pods", pod), pod, ALICE)[0]
+
+
+def _cpu_container(**fields: Any) -> dict[str, Any]:
+    return {"name": "helper", "image": "python:3.11-slim", "command": ["sleep", "1"], **fields}
+
+
+NVIDIA_ALL = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+GPU_ENV_ESCAPES = {
+    "env of a pod without GPUs": lambda s: (s["containers"][0].update(resources={}, env=[NVIDIA_ALL])),
+    "env of a sidecar beside a GPU": lambda s: s.update(initContainers=[
+        _cpu_container(restartPolicy="Always", env=[NVIDIA_ALL])]),
+    "env of a second container": lambda s: s["containers"].append(_cpu_container(env=[NVIDIA_ALL])),
+    "envFrom without a prefix": lambda s: s["containers"].append(_cpu_container(
+        envFrom=[{"secretRef": {"name": "mine"}}])),
+    "envFrom with a prefix that can spell it": lambda s: s["containers"].append(_cpu_container(
+        envFrom=[{"configMapRef": {"name": "mine"}, "prefix": "NVIDIA_"}])),
+}
+
+
+@pytest.mark.parametrize("escape", sorted(GPU_ENV_ESCAPES))
+def test_nvidia_visible_devices_is_refused_in_containers_that_ask_for_no_gpu(
+        servers: dict[str, Any], escape: str) -> None:
+    pod = _with(GPU_ENV_ESCAPES[escape])
+    allowed, message = admit(servers, _request("pods", pod), pod, ALICE)
+    assert not allowed and "NVIDIA_VISIBLE_DEVICES" in message, message
+    assert not admit(servers, _request("jobs", _job(pod["spec"])), _job(pod["spec"]), ALICE)[0]
+
+
+def test_other_environments_of_gpu_less_containers_pass(servers: dict[str, Any]) -> None:
+    pod = _with(lambda s: s["containers"].append(_cpu_container(
+        env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}],
+        envFrom=[{"configMapRef": {"name": "settings"}, "prefix": "APP_"}])))
+    assert admit(servers, _request("pods", pod), pod, ALICE) == (True, "")
+
+
+TRUSTED_ONLY = {"offload": {"trustedOnly": True},
+                "clusters": {"donor-2": {"trusted": True}, "donor-3": {"trusted": True}, "donor-1": {"gpuModel": "A100"}}}
+
+
+def _pinned(cluster: str | list[str]) -> dict[str, Any]:
     from gpu_offload.liqo_peering.placement import scheduling_fragment
     from gpu_offload.liqo_peering.specs import RunnerPodSpec
     from gpu_offload.liqo_peering.specs import runner_pod as build
 
-    return build(RunnerPodSpec(run_id="r2", namespace="jhub-alice", image="python:3.11-slim", user="alice",
-                               kernel="k1", scheduling=scheduling_fragment(["donor-1", "donor-2"], 1)))
+    return build(RunnerPodSpec(run_id="r1", namespace="jhub-alice", image="python:3.11-slim", user="alice",
+                               kernel="k1", scheduling=scheduling_fragment(cluster, 1)))
+
+
+def _placed_runner_pod() -> dict[str, Any]:
+    return _pinned(["donor-1", "donor-2"])
 
 
 def _step_job(labels: dict[str, str], node_selector: dict[str, str], tolerations: list[dict[str, str]],
@@ -532,3 +645,48 @@ def test_tolerations_that_do_not_reach_virtual_nodes_pass(servers: dict[str, Any
                        {"key": "virtual-node.liqo.io/not-allowed", "value": "false"}):
         job = _step_job({"app": "dask"}, {}, [toleration])
         assert admit(servers, _request("jobs", job), job, ALICE) == (True, ""), toleration
+
+
+def test_with_trusted_only_a_pod_or_job_may_name_trusted_clusters_only(kit: Any) -> None:
+    policy = kit.find(kit.render(TRUSTED_ONLY), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    by_selector = _pinned("donor-2")
+    del by_selector["spec"]["affinity"]
+    by_selector["spec"]["nodeSelector"] = {"liqo.io/type": "virtual-node", "liqo.io/remote-cluster-id": "donor-2"}
+    # naming no cluster is fine: Liqo's webhook ANDs the namespace's trusted-only selector to the pod's own
+    # (a queued runner pod; a Metaflow step whose donor Kueue picks)
+    unnamed = _pinned("donor-2")
+    del unnamed["spec"]["affinity"]
+    unnamed["spec"]["nodeSelector"] = {"liqo.io/type": "virtual-node"}
+    for good in (_pinned("donor-2"), _pinned(["donor-2", "donor-3"]), by_selector, unnamed, runner_pod()):
+        assert admit(policy, _request("pods", good), good, ALICE) == (True, ""), good["spec"]
+        assert admit(policy, _request("jobs", _job(good["spec"])), _job(good["spec"]), ALICE) == (True, "")
+
+    def terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+        return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]  # type: ignore[no-any-return]
+
+    escapes = {"an untrusted donor": _pinned("donor-1"), "a trusted and an untrusted donor": _pinned(["donor-2", "donor-1"]),
+               "a second term naming an untrusted donor": _pinned("donor-2"), "every donor but a trusted one":
+               _pinned("donor-2"), "an untrusted nodeSelector": dict(by_selector, spec=dict(by_selector["spec"])),
+               "an untrusted preference": _pinned("donor-2")}
+    terms(escapes["a second term naming an untrusted donor"]).append(terms(_pinned("donor-1"))[0])
+    terms(escapes["every donor but a trusted one"])[0]["matchExpressions"][0]["operator"] = "NotIn"
+    escapes["an untrusted nodeSelector"]["spec"]["nodeSelector"] = {"liqo.io/remote-cluster-id": "donor-1"}
+    escapes["an untrusted preference"]["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
+        {"weight": 100, "preference": terms(_pinned("donor-1"))[0]}]
+    for what, pod in escapes.items():
+        allowed, message = admit(policy, _request("pods", pod), pod, ALICE)
+        assert not allowed, what
+        assert "offload.trustedOnly" in message and "donor-2, donor-3" in message, message
+        assert not admit(policy, _request("jobs", _job(pod["spec"])), _job(pod["spec"]), ALICE)[0], what
+    # without the policy, where a pod goes is the user's choice (their kernel's --trusted-only)
+    open_chart = kit.find(kit.render({"clusters": TRUSTED_ONLY["clusters"]}), "ValidatingAdmissionPolicy",
+                          "gpu-offload-user-servers")
+    assert admit(open_chart, _request("pods", _pinned("donor-1")), _pinned("donor-1"), ALICE) == (True, "")
+
+
+def test_with_trusted_only_and_no_trusted_cluster_no_pod_may_name_a_cluster(kit: Any) -> None:
+    policy = kit.find(kit.render({"offload": {"trustedOnly": True}}), "ValidatingAdmissionPolicy",
+                      "gpu-offload-user-servers")
+    allowed, message = admit(policy, _request("pods", _pinned("donor-1")), _pinned("donor-1"), ALICE)
+    assert not allowed and "no cluster is trusted" in message and "clusters.<id>.trusted" in message, message

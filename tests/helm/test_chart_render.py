@@ -1,4 +1,7 @@
-"""The chart lints clean, renders through Helm's Go SDK, and every object it renders is valid Kubernetes."""
+"""The chart lints clean, renders through Helm's Go SDK, and every object it renders is valid Kubernetes.
+
+These tests look at the chart's own templates (kit.render leaves zero-to-jupyterhub's objects out);
+test_umbrella.py renders both together."""
 
 from __future__ import annotations
 
@@ -7,23 +10,20 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 import pytest
-import yaml
 
 # Every combination an operator is told about in values.yaml.
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "two tenants": {"liqo": {"tenantNamespaces": ["liqo-tenant-alpha", "liqo-tenant-beta"]}},
     "external database": {
-        "usageDatabase": {"url": "postgresql://usage@db:5432/usage", "persistence": {"enabled": False}}
+        "usageDatabase": {"url": "postgresql://usage@db:5432/usage"},
+        "jupyterhub": {"hub": {"db": {"type": "postgres", "url": "postgresql://hub@db:5432/hub"}}},
     },
-    "z2jh's own hub account": {"hub": {"serviceAccount": {"create": False, "name": "hub"}}},
+    "a named hub account": {"jupyterhub": {"hub": {"serviceAccount": {"name": "jupyterhub"}}}},
     "no admission policy": {"admissionPolicy": {"enabled": False}},
     "queueing through Kueue": {"queueing": {"kueue": {"enabled": True, "clusterQueue": "pool", "priorityClasses": [
         {"name": "urgent", "value": 5000}, {"name": "interactive", "value": 1000}]}}},
-    "storage class and prefix": {
-        "usageDatabase": {"persistence": {"storageClassName": "fast-ssd", "size": "5Gi"}},
-        "userNamespaces": {"prefix": "jupyter-"},
-    },
+    "prefix": {"userNamespaces": {"prefix": "jupyter-"}},
 }
 
 
@@ -57,10 +57,11 @@ def test_every_rendered_object_validates_against_the_pinned_kubernetes_schema(ki
 def test_the_default_render_holds_exactly_the_expected_kinds(kit: Any) -> None:
     kinds = sorted(o["kind"] for o in kit.render(kit.two_tenants))
     assert kinds == sorted(
-        ["ServiceAccount", "ConfigMap", "PersistentVolumeClaim"]
+        ["ConfigMap"]
         + ["ClusterRole"] * 4
         + ["ClusterRoleBinding"] * 2
-        + ["Role", "RoleBinding"] * 2
+        # the hub reads its ConfigMap; it writes ResourceSlices and labels in the two tenant namespaces
+        + ["Role", "RoleBinding"] * 3
         # the hub's namespaces and bindings, user namespaces' labels, what users' servers may create
         + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3
     )
@@ -89,40 +90,39 @@ def test_namespaced_objects_land_in_the_release_namespace_or_a_tenant_namespace(
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in cluster_scoped:
             assert namespace is None, obj["metadata"]
-        elif obj["kind"] in {"Role", "RoleBinding"}:
+        elif obj["kind"] in {"Role", "RoleBinding"} and not obj["metadata"]["name"].endswith("-hub-config"):
             assert namespace in kit.two_tenants["liqo"]["tenantNamespaces"], obj["metadata"]
         else:
             assert namespace == kit.hub_namespace, obj["metadata"]
 
 
-def test_the_usage_volume_follows_its_toggle_and_survives_uninstall(kit: Any) -> None:
-    claim = kit.find(kit.render(), "PersistentVolumeClaim", "gpu-offload-usage-db")
-    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
-    assert kit.config_of(kit.render())["usageDatabase"]["url"] == "sqlite:////srv/gpu-offload/usage.sqlite"
-
+def test_the_usage_database_sits_on_the_hubs_volume_unless_a_url_is_set(kit: Any) -> None:
+    # zero-to-jupyterhub mounts its hub database claim at /srv/jupyterhub (hub.db.type sqlite-pvc, its default)
+    assert kit.config_of(kit.render())["usageDatabase"]["url"] == "sqlite:////srv/jupyterhub/gpu-offload-usage.sqlite"
     external = kit.render(VARIANTS["external database"])
-    assert not [o for o in external if o["kind"] == "PersistentVolumeClaim"]
     assert kit.config_of(external)["usageDatabase"]["url"] == "postgresql://usage@db:5432/usage"
 
 
-def test_the_hub_account_is_created_or_reused(kit: Any) -> None:
-    created = kit.render()
-    kit.find(created, "ServiceAccount", "gpu-offload-hub", kit.hub_namespace)
-
-    reused = kit.render(VARIANTS["z2jh's own hub account"])
-    assert not [o for o in reused if o["kind"] == "ServiceAccount"]
-    for binding in (o for o in reused if o["kind"].endswith("Binding") and "subjects" in o):
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": "hub", "namespace": kit.hub_namespace}
-        ]
+def test_the_hub_account_is_zero_to_jupyterhubs(kit: Any) -> None:
+    for values, account in (({}, "hub"), (VARIANTS["a named hub account"], "jupyterhub")):
+        ours = kit.render(values)
+        assert not [o for o in ours if o["kind"] == "ServiceAccount"]
+        hub_sa = [o for o in kit.objects(values) if o["kind"] == "ServiceAccount"
+                  and o["metadata"]["name"] == account]
+        assert len(hub_sa) == 1, "zero-to-jupyterhub creates the account the chart's bindings name"
+        for binding in (o for o in ours if o["kind"].endswith("Binding") and "subjects" in o
+                        and not o["metadata"]["name"].endswith("user-server")):
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": account, "namespace": kit.hub_namespace}
+            ], binding["metadata"]["name"]
+        assert kit.config_of(ours)["hubServiceAccount"] == account
 
 
 def test_the_config_names_every_object_the_spawner_hook_must_bind(kit: Any) -> None:
     objects = kit.render(kit.two_tenants)
     config = kit.config_of(objects)
     assert config["hubNamespace"] == kit.hub_namespace
-    kit.find(objects, "ServiceAccount", config["hubServiceAccount"])
+    kit.find(kit.objects(kit.two_tenants), "ServiceAccount", config["hubServiceAccount"])
     kit.find(objects, "ClusterRole", config["userNamespaces"]["hubClusterRole"])
     kit.find(objects, "ClusterRole", config["userNamespaces"]["userServerClusterRole"])
     assert config["userNamespaces"]["prefix"] == f"{kit.hub_namespace}-"
@@ -168,16 +168,15 @@ def test_another_release_name_prefixes_every_object(kit: Any) -> None:
 
 def test_notes_tell_the_next_step_and_warn_about_what_is_missing(kit: Any) -> None:
     notes = kit.manifests()["gpu-offload/templates/NOTES.txt"]
-    assert "helm/z2jh-overlay.yaml" in notes
+    assert "the ConfigMap gpu-offload-config" in notes and "rollout restart deployment/hub" in notes
     assert "liqo.tenantNamespaces is empty" in notes
-    assert "WARNING: helm/z2jh-overlay.yaml names" not in notes
 
     other = kit.manifests({**kit.two_tenants, "admissionPolicy": {"enabled": False}}, name="lab")[
         "gpu-offload/templates/NOTES.txt"
     ]
+    assert "the ConfigMap lab-gpu-offload-config" in other
     assert "liqo-tenant-alpha, liqo-tenant-beta" in other
     assert "admissionPolicy.enabled is false" in other
-    assert 'release called "gpu-offload"' in other
 
 
 def test_strict_validation_catches_a_misspelt_field_in_a_rendered_rbac_object(kit: Any) -> None:
@@ -200,13 +199,15 @@ def test_the_service_monitor_is_rendered_only_when_enabled_and_scrapes_with_the_
     monitor = kit.find(objects, "ServiceMonitor", kit.release, kit.hub_namespace)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    # z2jh's hub Service, through the port the overlay adds for the service
-    assert monitor["spec"]["selector"] == {"matchLabels": {"app": "jupyterhub", "component": "hub"}}
+    # this release's hub Service (zero-to-jupyterhub's labels), through the port the chart adds for the service
+    assert monitor["spec"]["selector"] == {"matchLabels": {"component": "hub", "release": kit.release}}
+    hub_service = kit.find(kit.objects(values), "Service", "hub")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= hub_service["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert (endpoint["port"], endpoint["path"]) == ("gpu-offload", "/services/gpu-offload/metrics")
     assert endpoint["authorization"] == {"type": "Bearer",
                                          "credentials": {"name": "prometheus-hub-token", "key": "token"}}
-    ports = yaml.safe_load(kit.overlay.read_text())["hub"]["service"]["extraPorts"]
+    ports = hub_service["spec"]["ports"]
     assert {"name": "gpu-offload", "port": 10101} in [{k: p[k] for k in ("name", "port")} for p in ports]
     opened = kit.render({"metrics": {"open": True, "serviceMonitor": {"enabled": True}}})
     (endpoint,) = kit.find(opened, "ServiceMonitor", kit.release)["spec"]["endpoints"]

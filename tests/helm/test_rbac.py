@@ -61,7 +61,7 @@ def installed(kit: Any) -> list[dict[str, Any]]:
     return objects + kit.hook_bindings(kit.config_of(objects), "jhub-alice")
 
 
-HUB = ("jhub", "gpu-offload-hub")
+HUB = ("jhub", "hub")  # zero-to-jupyterhub's hub account
 ALICE_SERVER = ("jhub-alice", "gpu-offload-user-server")
 LIQO_OFFLOADING = "offloading.liqo.io"
 
@@ -166,7 +166,7 @@ def test_no_wildcards_and_only_known_verbs(kit: Any) -> None:
 
 
 def test_no_binding_to_a_broad_or_system_role(kit: Any) -> None:
-    for values in ({}, kit.two_tenants, {"hub": {"serviceAccount": {"create": False, "name": "hub"}}}):
+    for values in ({}, kit.two_tenants, {"jupyterhub": {"hub": {"serviceAccount": {"name": "jupyterhub"}}}}):
         for obj in kit.render(values):
             if obj["kind"].endswith("Binding") and "roleRef" in obj:
                 name = obj["roleRef"]["name"]

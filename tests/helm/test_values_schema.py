@@ -51,7 +51,8 @@ def test_a_bad_values_file_is_refused_by_render_and_by_lint_naming_the_entry(
         ),
         ({"service": {"port": "10101"}}, "/service/port", "got string, want integer"),
         ({"service": {"port": 80}}, "/service/port", "minimum: got 80"),
-        ({"usageDatabase": {"persistence": {"size": "lots"}}}, "/usageDatabase/persistence/size", "'lots'"),
+        ({"usageDatabase": {"persistence": {"enabled": False}}}, "/usageDatabase",
+         "additional properties 'persistence' not allowed"),
         ({"usageDatabase": {"url": "db.example:5432"}}, "/usageDatabase/url", "does not match pattern"),
         (
             {"userServer": {"serviceAccountName": "Alice's"}},
@@ -96,13 +97,19 @@ def test_schema_violations_name_the_key_and_the_rule(
     "values, fix",
     [
         (
-            {"usageDatabase": {"persistence": {"enabled": False}}},
-            "Set usageDatabase.url (an SQLAlchemy URL, e.g. postgresql://user@host/db) or set "
-            "usageDatabase.persistence.enabled=true",
+            {"jupyterhub": {"hub": {"db": {"type": "postgres", "url": "postgresql://hub@db/hub"}}}},
+            "usageDatabase.url is empty and jupyterhub.hub.db.type is postgres, so the usage database would have "
+            "no volume and GPU usage would be lost at every hub restart. Set usageDatabase.url",
         ),
         (
-            {"hub": {"serviceAccount": {"create": False}}},
-            'name the existing account the hub pod runs as (z2jh\'s default is "hub")',
+            {"service": {"port": 10200}},
+            "service.port is 10200 but jupyterhub.hub.service.extraPorts has no entry {name: gpu-offload, port: "
+            "10200, targetPort: 10200}",
+        ),
+        (
+            {"jupyterhub": {"singleuser": {"serviceAccountName": "default"}}},
+            'jupyterhub.singleuser.serviceAccountName is "default" but userServer.serviceAccountName is '
+            '"gpu-offload-user-server"',
         ),
         (
             {"queueing": {"kueue": {"enabled": True, "defaultPriority": "urgent"}}},
@@ -115,7 +122,8 @@ def test_schema_violations_name_the_key_and_the_rule(
             "the read:metrics scope, or set metrics.open=true",
         ),
     ],
-    ids=["no volume and no url", "reused account without a name", "default priority not a class",
+    ids=["no volume and no url", "service port not the hub's extra port", "servers run as another account",
+         "default priority not a class",
          "service monitor without a token"],
 )
 def test_rules_between_values_say_what_to_set(kit: Any, values: dict[str, Any], fix: str) -> None:

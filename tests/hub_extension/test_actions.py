@@ -64,6 +64,7 @@ def test_pages_escape_names_from_the_cluster() -> None:
     assert "<script>" not in html and "&lt;script&gt;" in html
 
 
+@pytest.mark.e2e  # starts a process
 def test_a_bad_configuration_stops_the_service_with_the_reason(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("liqo:\n  tenantNamespaces: liqo-tenant-a\n")

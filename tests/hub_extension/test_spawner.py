@@ -21,6 +21,7 @@ from gpu_offload.hub_extension import user_namespace as un
 from gpu_offload.hub_extension.config import parse_config
 from gpu_offload.hub_extension.egress import metadata_egress_policy
 from gpu_offload.liqo_peering.errors import InvalidRequest
+from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox.fixtures import install_crds, wait_until
 from gpu_offload.sandbox.origin import RunningOrigin
 from gpu_offload.sandbox.resources import ResourceType
@@ -223,6 +224,47 @@ def test_profile_list_offers_the_live_gpus_and_the_choice_reaches_the_server(
     assert result["environment"]["GPU_OFFLOAD_GPU_MODEL"] == "A100"
 
 
+def test_the_spawn_page_does_not_wait_for_an_inventory_that_is_not_ready(
+    origin: RunningOrigin, tmp_path: Path
+) -> None:
+    """The inventory's first list of virtual nodes is held by the API server: the spawn page still renders at
+    once with the standard profile saying why, the hub's loop keeps serving, and the GPU profiles appear on
+    the next visit once the list gets through, with no restart."""
+    from gpu_offload.sandbox.http_faults import FaultRule
+
+    faults = origin.sandbox.api.faults
+    rule = faults.add(FaultRule(path=r"/apis/offloading.liqo.io/v1beta1/virtualnodes$", methods=("GET",),
+                                hold=True, delay=120.0))
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    env.update(KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_CONFIG=str(tmp_path / "config.yaml"))
+    driver = subprocess.Popen([sys.executable, str(DRIVER), json.dumps({"scenario": "profiles_held", "user": "gina"})],
+                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout is not None and driver.stdin is not None
+        first = driver.stdout.readline()
+        assert json.loads(first) == {"held": True}, first + driver.stderr.read()
+        assert faults.fired(rule) >= 1  # the page was answered while the list was still held
+        faults.release(rule)
+        faults.remove(rule)
+        driver.stdin.write("released\n")
+        driver.stdin.flush()
+        out, err = driver.communicate(timeout=180)
+    finally:
+        faults.remove(rule)
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert "error" not in result, (result, err[-2000:])
+    (standard,) = result["held_profiles"]
+    assert standard["slug"] == "standard" and "still loading" in standard["description"]
+    assert "still loading" in result["held_form"]
+    assert result["served"] >= 1
+    assert result["synced"] is True
+    assert {p["slug"] for p in result["profiles"]} == {"standard", "liqo-gpu-a100"}
+
+
 def test_a_placement_policy_the_magic_does_not_know_stops_the_configuration() -> None:
     with pytest.raises(InvalidRequest) as err:
         parse_config({**CONFIG, "offload": {"placementPolicy": "fastest"}}, "config.yaml")
@@ -346,3 +388,71 @@ def test_a_user_namespace_an_earlier_version_offloaded_for_every_pod_keeps_pods_
     # Liqo's webhook then leaves pods alone: the namespace loses the label it selects on
     wait_until(lambda: "liqo.io/scheduling-enabled" not in (core.read_namespace(ns).metadata.labels or {}),
                "the scheduling label removed")
+
+
+TRUSTED_ONLY = {**CONFIG, "offload": {**CONFIG["offload"], "gpuQuotaPerUser": 0, "trustedOnly": True}}
+
+
+@pytest.fixture(scope="module")
+def drive_trusted_only(origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
+    """The hook with the chart's offload.trustedOnly on (donor-2 trusted, donor-1 not)."""
+    return _driver(origin, tmp_path_factory.mktemp("hubenv-trusted"), TRUSTED_ONLY)
+
+
+def _aimed_at(cluster: str) -> dict[str, Any]:
+    """A pod a user's server could write itself, tolerating virtual nodes and naming one donor."""
+    from gpu_offload.liqo_peering.placement import scheduling_fragment
+
+    fragment = scheduling_fragment(cluster, 1)
+    return {"metadata": {"name": f"aimed-at-{cluster}"},
+            "spec": {"restartPolicy": "Never", "tolerations": fragment["tolerations"], "affinity": fragment["affinity"],
+                     "containers": [{"name": "c", "image": "python:3.11", "resources": fragment["resources"],
+                                     "command": ["python3", "-c", "import time; time.sleep(30)"]}]}}
+
+
+def test_with_trusted_only_the_namespace_reaches_trusted_donors_only_whatever_a_pod_asks(
+    drive_trusted_only: Callable[..., dict[str, Any]], k8s: Any
+) -> None:
+    from gpu_offload.sandbox.fixtures import wait_until
+
+    core, custom = kubernetes.client.CoreV1Api(k8s), kubernetes.client.CustomObjectsApi(k8s)
+    ns = "jhub-tess"
+    # a namespace offloaded everywhere by a spawn from before trustedOnly was set: the next spawn narrows it
+    core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings",
+                                           namespace_offloading(ns))
+    result = drive_trusted_only(scenario="hook", user="tess")
+    assert "error" not in result, result
+    assert result["environment"]["GPU_OFFLOAD_TRUSTED_ONLY"] == "1"
+    # the user lifts trusted-only in their kernel, or writes a pod aimed at the untrusted donor: it never runs
+    # there. The namespace is offloaded with Local (Liqo's webhook leaves pods alone) to the trusted donor only, so
+    # the untrusted donor's virtual kubelet holds no twin of it and marks the pod OffloadingBackOff (its fallback
+    # reflector); the admission policy refuses such a pod from a user's server before that
+    core.create_namespaced_pod(ns, _aimed_at("donor-1"))
+    core.create_namespaced_pod(ns, _aimed_at("donor-2"))
+    wait_until(lambda: core.read_namespaced_pod("aimed-at-donor-2", ns).status.phase == "Running",
+               "the trusted donor's pod running")
+    wait_until(lambda: core.read_namespaced_pod("aimed-at-donor-1", ns).status.reason == "OffloadingBackOff",
+               "the untrusted donor's pod held back")
+    held = core.read_namespaced_pod("aimed-at-donor-1", ns)
+    assert held.status.phase == "Pending" and not held.status.container_statuses
+    offloading = custom.get_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings",
+                                                     "offloading")
+    (term,) = offloading["spec"]["clusterSelector"]["nodeSelectorTerms"]
+    assert {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-2"]} in term["matchExpressions"]
+    core.delete_namespace(ns)
+
+
+def test_with_trusted_only_and_no_trusted_donor_the_namespace_stays_local(
+    origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory, k8s: Any
+) -> None:
+    config = {**TRUSTED_ONLY, "clusters": {"donor-1": {"gpuModel": "A100"}}}
+    drive = _driver(origin, tmp_path_factory.mktemp("hubenv-none-trusted"), config)
+    assert "error" not in drive(scenario="hook", user="uma")
+    offloading = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", "jhub-uma", "namespaceoffloadings", "offloading")
+    assert offloading["spec"]["podOffloadingStrategy"] == "Local"
+    # and reaches no donor: Liqo creates the namespace on none, so it reflects nothing and runs none of its pods
+    wait_until(lambda: kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", "jhub-uma", "namespaceoffloadings", "offloading").get("status", {}).get(
+        "offloadingPhase") == "NoClusterSelected", "no cluster selected")

@@ -9,6 +9,7 @@ import pytest
 from gpu_offload.magics.errors import RemoteError
 from IPython.utils.capture import capture_output
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 torch = pytest.importorskip("torch")
 
 TWO_BY_TWO = "--nodes 2 --procs-per-node 2 --gpus 0"

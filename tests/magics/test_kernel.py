@@ -6,6 +6,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 
 def test_output_streams_to_the_client_while_the_cell_still_runs(kernel: Any, tmp_path: Path) -> None:
     flag = tmp_path / "seen"

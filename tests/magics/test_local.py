@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from gpu_offload.magics.backends.base import RunRequest
 from gpu_offload.magics.backends.local import runner_environment, visible_devices
 
@@ -29,6 +30,7 @@ def test_a_users_own_matplotlib_backend_is_kept() -> None:
     assert env["MPLBACKEND"] == "agg"
 
 
+@pytest.mark.e2e  # starts a process
 def test_ipython_display_helpers_on_a_local_python_without_ipython() -> None:
     import sys
 

@@ -15,6 +15,8 @@ from gpu_offload.magics.errors import InputNotSerializable, OffloadTimeout, Remo
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 
 def offload(shell: Any, cell: str, line: str = "") -> Any:
     return shell.run_cell_magic("gpu_offload", line, cell)

@@ -10,6 +10,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from gpu_offload.cli import main
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 
 def outputs_of(notebook: nbformat.NotebookNode) -> list[dict]:
     return [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]

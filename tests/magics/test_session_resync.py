@@ -15,6 +15,8 @@ from IPython.utils.capture import capture_output
 
 from .test_magic import offload
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 DEEP = (
     "nested = []\n"
     "for _ in range(975):\n"

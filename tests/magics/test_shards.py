@@ -90,6 +90,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.e2e  # starts a process
 def test_ranks_agree_on_shares_from_their_own_measures_over_gloo(tmp_path: Path) -> None:
     script = tmp_path / "rank.py"
     script.write_text(RANK)

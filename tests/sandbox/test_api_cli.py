@@ -15,6 +15,8 @@ import yaml
 
 from gpu_offload import cli
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from gpu_offload.sandbox import images, launch, podfiles
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 SECRET = {"data": {"token": base64.b64encode(b"s3cr3t").decode(), "cfg": base64.b64encode(b"a=1\n").decode()}}
 CONFIG = {"data": {"mode": "fast", "level": "3"}}
 

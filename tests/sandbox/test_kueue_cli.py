@@ -15,6 +15,7 @@ from gpu_offload import cli
 from .kueue_setup import KUEUE_CRDS, LIQO_CRDS, gpu_pod
 
 
+@pytest.mark.e2e  # starts a process
 def test_kueue_flag_serves_both_crd_folders_and_gates_queued_pods(tmp_path):
     kubeconfig = tmp_path / "config"
     proc = subprocess.Popen([sys.executable, "-m", "gpu_offload.cli", "sandbox", "--kubeconfig", str(kubeconfig),

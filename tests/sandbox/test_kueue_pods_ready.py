@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import kubernetes
+import pytest
 from gpu_offload.sandbox.crds import load_crd_dir, schema_errors
 from gpu_offload.sandbox.fixtures import wait_until
 
@@ -17,6 +18,8 @@ from .kueue_setup import (
     one_queue_pool,
     workloads,
 )
+
+pytestmark = pytest.mark.e2e  # starts sandboxes: the end-to-end lane
 
 
 def test_job_that_never_gets_ready_is_evicted_requeued_and_admitted_again(tmp_path):

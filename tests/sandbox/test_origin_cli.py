@@ -14,6 +14,8 @@ import pytest
 from gpu_offload.magics.backends.kube.config import configured, from_environment
 from gpu_offload.sandbox.fixtures import wait_until
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 
 

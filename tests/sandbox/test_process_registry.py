@@ -13,7 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from gpu_offload.sandbox import process
+
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 

@@ -1,20 +1,27 @@
 {{/* Names shared by every template. */}}
 
 {{- define "gpu-offload.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- .Chart.Name -}}
 {{- end -}}
 
-{{/* The release name alone when it already says what it is (the overlay assumes release gpu-offload). */}}
-{{- define "gpu-offload.fullname" -}}
-{{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- $name := include "gpu-offload.name" . -}}
-{{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{/*
+zero-to-jupyterhub's view of this release, to call its name templates from here: its values and the chart
+name it checks (the parent-chart trick its _helpers-names.tpl documents reads the same values).
+*/}}
+{{- define "gpu-offload.z2jhContext" -}}
+{{- toJson (dict "Values" .Values.jupyterhub "Chart" (dict "Name" "jupyterhub") "Release" (pick .Release "Name" "Namespace" "Service")) -}}
 {{- end -}}
+
+{{/*
+The prefix of this chart's objects: the release name when it contains "gpu-offload", else
+<release>-gpu-offload. The hub computes the same from the release name at start (release_fullname in
+hub_extension/chart_hub.py), so the two must not diverge.
+*/}}
+{{- define "gpu-offload.fullname" -}}
+{{- if contains "gpu-offload" .Release.Name -}}
+{{- .Release.Name -}}
+{{- else -}}
+{{- printf "%s-gpu-offload" .Release.Name -}}
 {{- end -}}
 {{- end -}}
 
@@ -27,8 +34,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 gpu-offload.io/managed-by: gpu-offload
 {{- end -}}
 
+{{/* The hub pod's account: zero-to-jupyterhub's (jupyterhub.hub.serviceAccount). */}}
 {{- define "gpu-offload.hubServiceAccount" -}}
-{{- default (printf "%s-hub" (include "gpu-offload.fullname" .)) .Values.hub.serviceAccount.name -}}
+{{- $z2jh := include "gpu-offload.z2jhContext" . | fromJson -}}
+{{- include "jupyterhub.hub-serviceaccount.fullname" $z2jh -}}
 {{- end -}}
 
 {{/* The hub's identity as the API server sees it (admission policies match on it). */}}
@@ -59,6 +68,6 @@ gpu-offload.io/user-namespace
 {{- printf "%s-user-server" (include "gpu-offload.fullname" .) -}}
 {{- end -}}
 
-{{- define "gpu-offload.usageClaim" -}}
-{{- printf "%s-usage-db" (include "gpu-offload.fullname" .) -}}
+{{- define "gpu-offload.configMap" -}}
+{{- printf "%s-config" (include "gpu-offload.fullname" .) -}}
 {{- end -}}

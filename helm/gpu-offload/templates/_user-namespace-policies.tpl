@@ -37,6 +37,15 @@ neither toleration nor affinity: these are the only ways a pod there reaches a d
 chosen clusters, no RuntimeClass shortcut, and the project's label on the pod (a Job's: on its template) */}}
 {{- $placed := `((!has(s.runtimeClassName) || s.runtimeClassName != "liqo") && ((has(s.nodeSelector) && "liqo.io/type" in s.nodeSelector && s.nodeSelector["liqo.io/type"] == "virtual-node") || (has(s.affinity) && has(s.affinity.nodeAffinity) && has(s.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) && s.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms.all(term, has(term.matchExpressions) && term.matchExpressions.exists(e, e.key == "liqo.io/remote-cluster-id" && e.operator == "In")))))` }}
 {{- $managed := `(request.resource.resource == "pods" ? (has(object.metadata.labels) && "gpu-offload.io/managed-by" in object.metadata.labels && object.metadata.labels["gpu-offload.io/managed-by"] == "gpu-offload") : (has(object.spec.template.metadata) && has(object.spec.template.metadata.labels) && "gpu-offload.io/managed-by" in object.spec.template.metadata.labels && object.spec.template.metadata.labels["gpu-offload.io/managed-by"] == "gpu-offload"))` }}
+{{- /* a container that asks for a GPU (the device plugin then chooses which it sees) */}}
+{{- $asksGpu := `has(c.resources) && ((has(c.resources.limits) && "nvidia.com/gpu" in c.resources.limits && string(c.resources.limits["nvidia.com/gpu"]) != "0") || (has(c.resources.requests) && "nvidia.com/gpu" in c.resources.requests && string(c.resources.requests["nvidia.com/gpu"]) != "0"))` }}
+{{- $trusted := list }}
+{{- range $id, $c := $root.Values.clusters }}{{ if and $c $c.trusted }}{{ $trusted = append $trusted $id }}{{ end }}{{ end }}
+{{- $trustedJson := $trusted | sortAlpha | toJson }}
+{{- /* a node selector term (required or preferred) that names clusters names trusted ones only */}}
+{{- $termTrusted := printf `(!has(t.matchExpressions) || t.matchExpressions.all(e, e.key != "liqo.io/remote-cluster-id" || (e.operator == "In" && has(e.values) && e.values.all(v, v in %s))))` $trustedJson }}
+{{- /* the pod spec names no cluster but trusted ones: in its nodeSelector and in its node affinity */}}
+{{- $aimedTrusted := printf `(!has(s.nodeSelector) || !("liqo.io/remote-cluster-id" in s.nodeSelector) || s.nodeSelector["liqo.io/remote-cluster-id"] in %s) && (!has(s.affinity) || !has(s.affinity.nodeAffinity) || ((!has(s.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) || !has(s.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms) || s.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms.all(t, %s)) && (!has(s.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution) || s.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution.all(p, !has(p.preference) || [p.preference].all(t, %s)))))` $trustedJson $termTrusted $termTrusted }}
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
@@ -123,6 +132,46 @@ spec:
         && c.securityContext.privileged) && (!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))))
       message: a user's server may not create privileged containers or containers on host ports
       reason: Forbidden
+    - expression: >-
+        request.resource.resource != "pods" || !has(object.metadata.ownerReferences) ||
+        size(object.metadata.ownerReferences) == 0
+      message: >-
+        a user's server may not create pods with ownerReferences: Kueue leaves a pod owned by a kind it manages
+        (a Job) without its scheduling gate, so the pod would skip the queue and the user's GPU share; create
+        the Job itself instead
+      reason: Forbidden
+    - expression: >-
+        {{ $specs }}.all(s, !has(s.nodeName) || s.nodeName == "")
+      message: >-
+        a user's server may not create pods or Jobs with spec.nodeName: a pod bound by its creator skips the
+        scheduler, Kueue's gate and the namespace's offloading (which clusters it may reach)
+      reason: Forbidden
+    - expression: >-
+        {{ $specs }}.all(s, !has(s.priorityClassName) || s.priorityClassName in {{ $root.Values.userServer.allowedPriorityClasses | default list | toJson }})
+      message: >-
+        a user's server may not name a PriorityClass (spec.priorityClassName) other than those of the gpu-offload
+        chart's userServer.allowedPriorityClasses ({{ join ", " ($root.Values.userServer.allowedPriorityClasses | default list) | default "none" }}):
+        Kueue orders a pod by its PriorityClass when it has no kueue.x-k8s.io/priority-class label; use
+        --priority CLASS instead
+      reason: Forbidden
+    - expression: >-
+        {{ $specs }}.all(s, ({{ $containers }}).all(c, ({{ $asksGpu }}) ||
+        ((!has(c.env) || !c.env.exists(e, e.name == "NVIDIA_VISIBLE_DEVICES")) &&
+        (!has(c.envFrom) || c.envFrom.all(f, has(f.prefix) && f.prefix != "" && !"NVIDIA_VISIBLE_DEVICES".startsWith(f.prefix))))))
+      message: >-
+        a user's server may not set NVIDIA_VISIBLE_DEVICES in a container that asks for no nvidia.com/gpu (the
+        GPU runtime would hand it GPUs nobody requested, past quota and metering), neither in env nor through
+        envFrom: an envFrom of a container without a GPU needs a prefix (envFrom[].prefix, e.g. APP_)
+      reason: Forbidden
+    {{- if $root.Values.offload.trustedOnly }}
+    - expression: >-
+        {{ $specs }}.all(s, {{ $aimedTrusted }})
+      message: >-
+        with the gpu-offload chart's offload.trustedOnly, a pod or Job may name trusted clusters only (node
+        affinity or nodeSelector on liqo.io/remote-cluster-id: {{ join ", " ($trusted | sortAlpha) | default "none: no cluster is trusted" }});
+        leave the cluster out, or ask your JupyterHub admin to trust it (clusters.<id>.trusted)
+      reason: Forbidden
+    {{- end }}
     {{- if or $exact $prefixes }}
     - expression: >-
         {{ $specs }}.all(s, ({{ $containers }}).all(c, c.image in {{ $exact | toJson }} ||
@@ -144,6 +193,15 @@ spec:
         with queueing on, a user's server may only create pods and Jobs that wait in its LocalQueue (label
         kueue.x-k8s.io/queue-name={{ .localQueue }}) with one of the priority classes {{ join ", " $classes }}
         (label kueue.x-k8s.io/priority-class)
+      reason: Forbidden
+    - expression: >-
+        request.resource.resource != "pods" || request.operation != "CREATE" ||
+        (has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(g, g.name == "kueue.x-k8s.io/admission"))
+      message: >-
+        with queueing on, a pod of a user's server must wait for Kueue's admission (scheduling gate
+        kueue.x-k8s.io/admission, which Kueue's webhook adds to a pod with the queue label): this pod was not
+        gated, so it would take GPUs past the queue; check that Kueue's pod integration is on and that its
+        managedJobsNamespaceSelector selects user namespaces
       reason: Forbidden
     {{- end }}{{ end }}
     - expression: >-

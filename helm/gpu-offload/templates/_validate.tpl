@@ -3,11 +3,17 @@ Rules between values, which JSON Schema could state but Helm would then report o
 want 1": here each message says what is wrong and what to set. Included by configmap.yaml (always rendered).
 */}}
 {{- define "gpu-offload.validate" -}}
-{{- if and (not .Values.hub.serviceAccount.create) (not .Values.hub.serviceAccount.name) -}}
-{{- fail "hub.serviceAccount.create is false but hub.serviceAccount.name is empty: name the existing account the hub pod runs as (z2jh's default is \"hub\"), or set hub.serviceAccount.create=true" -}}
+{{- if and (not .Values.usageDatabase.url) (ne .Values.jupyterhub.hub.db.type "sqlite-pvc") -}}
+{{- fail (printf "usageDatabase.url is empty and jupyterhub.hub.db.type is %s, so the usage database would have no volume and GPU usage would be lost at every hub restart. Set usageDatabase.url (an SQLAlchemy URL, e.g. postgresql://user@host/db) or keep jupyterhub.hub.db.type=sqlite-pvc" .Values.jupyterhub.hub.db.type) -}}
 {{- end -}}
-{{- if and (not .Values.usageDatabase.persistence.enabled) (not .Values.usageDatabase.url) -}}
-{{- fail "usageDatabase.persistence.enabled is false but usageDatabase.url is empty: without the volume, GPU usage would be lost at every hub restart. Set usageDatabase.url (an SQLAlchemy URL, e.g. postgresql://user@host/db) or set usageDatabase.persistence.enabled=true" -}}
+{{- $port := int .Values.service.port -}}
+{{- $extra := dict -}}
+{{- range .Values.jupyterhub.hub.service.extraPorts -}}{{- if eq .name "gpu-offload" -}}{{- $extra = . -}}{{- end -}}{{- end -}}
+{{- if or (ne (int ($extra.port | default 0)) $port) (ne (int ($extra.targetPort | default 0)) $port) -}}
+{{- fail (printf "service.port is %d but jupyterhub.hub.service.extraPorts has no entry {name: gpu-offload, port: %d, targetPort: %d}: the proxy reaches the service only through that port of the hub Service. Set both to the same number" $port $port $port) -}}
+{{- end -}}
+{{- if ne .Values.jupyterhub.singleuser.serviceAccountName .Values.userServer.serviceAccountName -}}
+{{- fail (printf "jupyterhub.singleuser.serviceAccountName is %q but userServer.serviceAccountName is %q: users' servers must run as the account the spawner hook creates and the chart's roles name. Set both to the same name" (toString .Values.jupyterhub.singleuser.serviceAccountName) .Values.userServer.serviceAccountName) -}}
 {{- end -}}
 {{- with .Values.queueing.kueue -}}
 {{- if .enabled -}}

@@ -11,32 +11,29 @@ import asyncio
 import json
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 from gpu_offload.hub_extension import spawner as hook
+from gpu_offload.hub_extension.chart_hub import ReleaseNames, apply
 from gpu_offload.hub_extension.config import load_config
 from kubespawner import KubeSpawner
 from traitlets.config import Config
 
 
 def make_spawner(user: str, template: str) -> KubeSpawner:
-    """A real KubeSpawner configured as the z2jh overlay's extraConfig does."""
+    """A real KubeSpawner configured as the chart's hub wires it (``chart_hub.apply``), with ``template``."""
     c = Config()
     c.KubeSpawner.namespace = "jhub"
-    c.KubeSpawner.enable_user_namespaces = True
+    c.JupyterHub.services = [{"name": "gpu-offload"}]
+    apply(c, ReleaseNames("jhub", "gpu-offload", "hub", "8081"), load_config(), Path("config.yaml"), {})
     c.KubeSpawner.user_namespace_template = template
-    c.KubeSpawner.user_namespace_labels = {"gpu-offload.io/user-namespace": "true",
-                                           "hub.jupyter.org/network-access-hub": "true"}
-    c.KubeSpawner.pre_spawn_hook = hook.pre_spawn_hook
-    c.KubeSpawner.profile_list = hook.profile_list
-    c.KubeSpawner.environment = {"GPU_OFFLOAD_SERVICE_URL": "http://hub.jhub.svc:10101/services/gpu-offload/"}
     owner = types.SimpleNamespace(name=user, id=7, url=f"/user/{user}/", escaped_name=user)
     return KubeSpawner(config=c, user=owner, _mock=True)
 
 
 async def scenario(args: dict[str, Any]) -> dict[str, Any]:
-    # The overlay's template is "{hubnamespace}-{username}"; kubespawner reads the hub namespace from the
-    # pod's service-account files, which only exist in a pod, so the expansion is spelled out here.
+    # The chart's template is "<prefix>{username}" (prefix "<hub namespace>-" by default), spelled out here.
     spawner = make_spawner(args["user"], args.get("template", "jhub-{username}"))
     out: dict[str, Any] = {"namespace": spawner.namespace}
     kind = args["scenario"]
@@ -46,14 +43,33 @@ async def scenario(args: dict[str, Any]) -> dict[str, Any]:
         out["created"] = await hook.prepare_namespace(spawner.api.api_client, spawner.namespace, load_config(),
                                                       retries=args["retries"])
     elif kind == "profiles":
+        hook.start_inventory()  # as the hub's start does (chart_hub.wire_hub)
         loop = asyncio.get_running_loop()
-        out["profiles"] = await loop.run_in_executor(None, hook.profile_list, spawner)
+        await loop.run_in_executor(None, hook.inventory_cache().wait_synced, 60)
+        out["profiles"] = hook.profile_list(spawner)
         out["form"] = await spawner._render_options_form_dynamically(spawner)
         spawner.user_options = {"profile": args["choose"]}
         await spawner.load_user_options()
+    elif kind == "profiles_held":
+        await _profiles_held(spawner, out)
     out["environment"] = dict(spawner.environment)
     out["service_account"] = spawner.service_account
     return out
+
+
+async def _profiles_held(spawner: KubeSpawner, out: dict[str, Any]) -> None:
+    """The spawn page while the test holds the inventory's first list, then once it lets it through."""
+    hook.start_inventory()
+    # The page renders at once, on this loop, with the standard profile alone...
+    out["held_form"] = await spawner._render_options_form_dynamically(spawner)
+    out["held_profiles"] = hook.profile_list(spawner)
+    # ...and the loop goes on serving the hub's own API calls meanwhile.
+    out["served"] = len((await spawner.api.list_namespace()).items)
+    print(json.dumps({"held": True}), flush=True)
+    sys.stdin.readline()  # the test has released the held list
+    loop = asyncio.get_running_loop()
+    out["synced"] = await loop.run_in_executor(None, hook.inventory_cache().wait_synced, 60)
+    out["profiles"] = hook.profile_list(spawner)
 
 
 def main() -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .helpers import cli, environment
+
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
 SCRIPT = """\
 import os, sys

@@ -14,6 +14,8 @@ from gpu_offload.sandbox.fixtures import wait_until
 
 from .helpers import argv, cli, environment, write_project
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:

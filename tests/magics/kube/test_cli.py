@@ -234,3 +234,36 @@ def test_with_storage_the_log_of_a_run_whose_follower_died_is_kept_when_its_pod_
     ticks = [int(line.split()[1]) for line in out.splitlines() if line.startswith("tick ")]
     assert ticks == list(range(len(ticks))) and "KeyboardInterrupt" in out
     wait_until(lambda: not leftovers(core, namespace, USER), "the cancelled run's pod gone")
+
+
+def _cluster_of_last_run(project: Path, env: dict[str, str]) -> str:
+    rows = json.loads(cli(["runs", "--json"], project.parent, env).stdout)
+    return str(rows[0]["cluster"])
+
+
+def test_the_hubs_trusted_only_and_gpu_model_reach_a_shell_run(project: Path, env: dict[str, str]) -> None:
+    # donor-2 has the most free GPUs (8 L4), so a run that heeds neither setting lands there
+    trusting = {**env, "GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-1"}
+    done = cli(["run", "main.py"], project.parent, {**trusting, "GPU_OFFLOAD_TRUSTED_ONLY": "1"})
+    assert done.returncode == 0, done.stderr
+    assert _cluster_of_last_run(project, env) == "donor-1"
+    done = cli(["run", "main.py"], project.parent, {**env, "GPU_OFFLOAD_GPU_MODEL": "A100"})
+    assert done.returncode == 0, done.stderr
+    assert _cluster_of_last_run(project, env) == "donor-1"
+    # the command line still chooses over the environment's default model
+    done = cli(["run", "--gpu-model", "L4", "main.py"], project.parent, {**env, "GPU_OFFLOAD_GPU_MODEL": "A100"})
+    assert done.returncode == 0, done.stderr
+    assert _cluster_of_last_run(project, env) == "donor-2"
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_trusted_only_with_no_trusted_donor_refuses_before_anything_starts(
+        project: Path, env: dict[str, str], core: Any, namespace: str, how: str) -> None:
+    words, extra = (["run", "--trusted-only", "main.py"], {}) if how == "flag" else (
+        ["run", "main.py"], {"GPU_OFFLOAD_TRUSTED_ONLY": "1"})
+    done = cli(words, project.parent, {**env, **extra})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "trusted" in done.stderr and "GPU_OFFLOAD_TRUSTED_CLUSTERS" in done.stderr, done.stderr
+    assert "hello from helper" not in done.stdout
+    assert not leftovers(core, namespace, USER)
+

@@ -91,6 +91,7 @@ def test_metrics_frames_reach_the_engine_and_the_panel_plot(tmp_path: Path) -> N
     assert not panel.thread.is_alive()
 
 
+@pytest.mark.e2e  # starts a process
 def test_another_kernel_sees_the_record_and_a_dead_kernels_run_is_failed(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
     mine = Tracker(book, kernel="kernel-a")

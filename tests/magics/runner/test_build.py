@@ -25,6 +25,7 @@ def test_a_second_build_reuses_the_cached_archive(runner_pyz: Path) -> None:
     assert runner_pyz.stat().st_mtime_ns == before
 
 
+@pytest.mark.e2e  # starts a process
 def test_concurrent_builds_agree_and_leave_no_temporary_files(tmp_path: Path) -> None:
     script = (
         "import sys\nfrom gpu_offload.magics.runner.build import build_runner\n"

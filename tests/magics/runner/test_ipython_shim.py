@@ -10,6 +10,8 @@ import pytest
 from gpu_offload.magics.runner import buffers
 from gpu_offload.magics.runner.frames import DisplayData, Error, Outputs
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 PNG = b"\x89PNG\r\n\x1a\n" + b"not really a picture"
 CELL = (
     "from IPython.display import display, HTML, Markdown, Image, Math, JSON\n"

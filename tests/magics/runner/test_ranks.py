@@ -24,6 +24,8 @@ from gpu_offload.magics.runner.frames import (
 )
 from gpu_offload.magics.runner.wire import RELAY_ROOM
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 HANG_GUARD = 120.0
 
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 import urllib.request
 from typing import Any
 
+import pytest
 from gpu_offload.magics.runner.frames import Done, Error, RunnerWarning
 from gpu_offload.magics.runner.runlog import RunLog
+
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
 CELL = ("import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\n"
         "from IPython.display import display, HTML\ndisplay(HTML('<b>x</b>'))\nraise ValueError('bad')\n")

@@ -28,6 +28,8 @@ from gpu_offload.magics.runner.frames import (
     Stream,
 )
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 
 def loaded_outputs(runner) -> dict:  # type: ignore[no-untyped-def]
     (outputs,) = runner.of(Outputs)

@@ -13,6 +13,8 @@ from gpu_offload.magics.runner.bundle import encode_bundle
 from gpu_offload.magics.runner.frames import Done, Error, Hello, Metrics, Stream
 from gpu_offload.magics.runner.secrecy import greeting
 
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
 
 @pytest.fixture
 def session(start_runner, write_bundle):  # type: ignore[no-untyped-def]

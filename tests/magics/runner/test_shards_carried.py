@@ -6,7 +6,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from gpu_offload.magics.runner.frames import Error
+
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
 
 def test_the_archive_carries_gpo_shards_as_a_top_level_module(runner_pyz: Path) -> None:

@@ -164,6 +164,7 @@ def test_names_nobody_asked_for_are_not_loaded() -> None:
     assert decoded.values == {"x": 1} and decoded.skipped == ()
 
 
+@pytest.mark.e2e  # starts a process
 def test_the_encoder_runs_inside_the_runner_archive_with_the_standard_library_only(tmp_path) -> None:
     import subprocess
     import sys

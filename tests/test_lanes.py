@@ -1,0 +1,115 @@
+"""The lanes of tests/conftest.py: a fast-lane test that starts a process or a sandbox fails, whatever the
+code under test does with the error; the same test in the end-to-end lane passes; ``-m fast`` and ``-m e2e``
+split the tests by the fixtures they use; the slowest tests are written to the file CI prints."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs pytest as a process
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+TESTS = '''
+import subprocess, sys, threading
+import pytest
+from gpu_offload.sandbox.testing import running_sandbox
+
+@pytest.fixture(scope="session")
+def server():  # a name of E2E_FIXTURES: its users are in the end-to-end lane
+    return "server"
+
+@pytest.fixture(scope="session")
+def background():  # a helper thread a wider-scoped fixture started before the tests
+    ask, done = threading.Event(), threading.Event()
+    def serve():
+        ask.wait()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        done.set()
+    threading.Thread(target=serve, daemon=True).start()
+    return ask, done
+
+def test_pure():
+    assert sum([1, 2]) == 3
+
+def test_fast_spawn_swallowed():
+    try:
+        subprocess.run([sys.executable, "-c", "pass"])
+    except Exception:
+        pass  # the code under test hides the error: the test must fail all the same
+
+def test_fast_spawn_in_a_thread_it_started():
+    thread = threading.Thread(target=lambda: subprocess.run([sys.executable, "-c", "pass"]))
+    thread.start()
+    thread.join()
+
+def test_fast_sandbox(tmp_path):
+    with running_sandbox(tmp_path):
+        pass
+
+@pytest.mark.e2e
+def test_marked_spawn():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_fixture_spawn(server, tmp_path):
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    with running_sandbox(tmp_path):
+        pass
+
+def test_background_thread_of_a_wider_fixture(background):
+    ask, done = background
+    ask.set()
+    assert done.wait(60)
+'''
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(test_lanes_inner=TESTS)
+    return pytester
+
+
+def test_a_fast_lane_test_that_starts_a_process_or_a_sandbox_fails_and_the_e2e_lane_may(suite: pytest.Pytester
+                                                                                       ) -> None:
+    slowest = suite.path / "slowest.txt"
+    result = suite.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--slowest-file", str(slowest))
+    outcomes = _outcomes(result)
+    assert outcomes == {
+        "test_pure": "passed",
+        "test_fast_spawn_swallowed": "failed",
+        "test_fast_spawn_in_a_thread_it_started": "failed",
+        "test_fast_sandbox": "failed",
+        "test_marked_spawn": "passed",
+        "test_fixture_spawn": "passed",
+        "test_background_thread_of_a_wider_fixture": "passed",
+    }, result.stdout.str()
+    out = result.stdout.str()
+    assert "test_fast_spawn_swallowed is in the fast lane but started a process" in out
+    assert "test_fast_sandbox is in the fast lane but started a sandbox API server" in out
+    assert "sandbox API servers started in this session: 2" in out  # test_fast_sandbox's was refused at start
+    lines = slowest.read_text().splitlines()
+    assert len(lines) == 7 and all("test_lanes_inner.py::" in line for line in lines)
+    seconds = [float(line.split("s", 1)[0]) for line in lines]
+    assert seconds == sorted(seconds, reverse=True)
+
+
+def test_the_markers_split_the_lanes_by_the_fixtures_a_test_uses(suite: pytest.Pytester) -> None:
+    fast = suite.runpytest_subprocess("-p", "no:cacheprovider", "-m", "fast", "--collect-only", "-q")
+    e2e = suite.runpytest_subprocess("-p", "no:cacheprovider", "-m", "e2e", "--collect-only", "-q")
+
+    def names(result: pytest.RunResult) -> set[str]:
+        return {line.split("::")[-1] for line in result.stdout.lines if "::" in line}
+
+    assert names(fast) == {"test_pure", "test_fast_spawn_swallowed", "test_fast_spawn_in_a_thread_it_started",
+                           "test_fast_sandbox", "test_background_thread_of_a_wider_fixture"}
+    assert names(e2e) == {"test_marked_spawn", "test_fixture_spawn"}
+
+
+def _outcomes(result: pytest.RunResult) -> dict[str, str]:
+    """Each test's outcome (passed, failed, error) from the run's ``-rA`` summary."""
+    found = (re.match(r"(PASSED|FAILED|ERROR) \S+::(\w+)", line) for line in result.stdout.lines)
+    return {match[2]: match[1].lower() for match in found if match}
