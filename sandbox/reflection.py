@@ -132,19 +132,23 @@ class DonorCopies:
 
 
     def lookup(self, api: Api) -> Callable[[Mapping[str, Any]], Lookup | None]:
-        """The kubelet's view for a pod on a virtual node: Secrets and ConfigMaps as its donor holds them, so a
-        pod whose Secret Liqo did not copy there waits as it would on the donor; None for an origin node."""
+        """The kubelet's view for a pod on a virtual node: a Secret or ConfigMap exists for it only if Liqo's
+        rules copy it to that donor, so a pod whose Secret Liqo would not copy there waits as it would on the
+        donor; None for an origin node. Judged when the kubelet looks (no reflection lag), by the same rules as
+        :meth:`sync`."""
         def view(pod: Mapping[str, Any]) -> Lookup | None:
             node = api.find(api.type("", "v1", "nodes"), "", (pod.get("spec") or {}).get("nodeName") or "")
             if node is None or not is_virtual_node(node):
                 return None
-            cluster = str(node["metadata"]["labels"].get(REMOTE_CLUSTER_ID_LABEL))
+            cluster = node["metadata"]["labels"].get(REMOTE_CLUSTER_ID_LABEL)
             namespace = str(pod["metadata"]["namespace"])
 
             def find(kind: str, name: str) -> dict[str, Any] | None:
-                with self._lock:
-                    found = self.held.get(cluster, {}).get((KINDS[("", kind)], namespace, name))
-                    return copy.deepcopy(found) if found is not None else None
+                nsoff = api.find(api.kind(*offloading_kind()), namespace, offloading.NAMESPACE_OFFLOADING_NAME)
+                if cluster not in offloaded_to([nsoff] if nsoff else [], [node]).get(namespace, []):
+                    return None
+                obj = api.find(api.type("", "v1", kind), namespace, name)
+                return obj if obj is not None and reflected(obj, KINDS[("", kind)], self.types) else None
             return find
         return view
 

@@ -69,3 +69,28 @@ def test_a_distributed_runs_bundle_reaches_its_pods_only(trusting_donor_1, origi
     for donor in ("donor-2", "donor-1"):  # the untrusted one first
         data = payloads(origin.donor_copies.was_sent(donor))
         assert CODE_MARKER.encode() not in data and INPUT_MARKER.encode() not in data, donor
+
+
+def test_a_donor_pod_mounts_only_secrets_liqo_copied_to_its_donor(core, offloaded_everywhere) -> None:
+    from gpu_offload.liqo_peering.placement import scheduling_fragment
+
+    from .test_local_by_default import scheduled
+
+    ns = offloaded_everywhere
+    for name, annotations in (("kept-home", {"liqo.io/skip-reflection": "true"}), ("copied", {})):
+        core.create_namespaced_secret(ns, {"metadata": {"name": name, "annotations": annotations},
+                                           "stringData": {"k": "v"}})
+    fragment = scheduling_fragment("donor-1", 0)
+    for name in ("kept-home", "copied"):
+        core.create_namespaced_pod(ns, {"metadata": {"name": f"mounts-{name}"}, "spec": {
+            "restartPolicy": "Never", "tolerations": fragment["tolerations"], "affinity": fragment["affinity"],
+            "containers": [{"name": "c", "image": "python:3.11-slim", "command": ["python3", "-c", "print(1)"],
+                            "volumeMounts": [{"name": "s", "mountPath": "/s"}]}],
+            "volumes": [{"name": "s", "secret": {"secretName": name}}]}})
+    wait_until(lambda: core.read_namespaced_pod("mounts-copied", ns).status.phase == "Succeeded", "the pod ran")
+    waiting = core.read_namespaced_pod("mounts-kept-home", ns)
+    assert scheduled(core, ns, "mounts-kept-home") == ("donor-1-gpu", "")
+    assert waiting.status.phase == "Pending"
+    assert waiting.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    for name in ("kept-home", "copied"):
+        core.delete_namespaced_pod(f"mounts-{name}", ns, grace_period_seconds=0)
