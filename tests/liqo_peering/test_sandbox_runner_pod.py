@@ -10,12 +10,12 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from kubernetes.stream import stream
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_pod, runner_secret, runner_selector
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from kubernetes.stream import stream
 
 LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")))

@@ -77,8 +77,8 @@ def test_a_donor_pod_mounts_only_secrets_liqo_copied_to_its_donor(core, offloade
     from .test_local_by_default import scheduled
 
     ns = offloaded_everywhere
-    for name, annotations in (("kept-home", {"liqo.io/skip-reflection": "true"}), ("copied", {})):
-        core.create_namespaced_secret(ns, {"metadata": {"name": name, "annotations": annotations},
+    for name, marks in (("kept-home", {"liqo.io/skip-reflection": "true"}), ("copied", {})):
+        core.create_namespaced_secret(ns, {"metadata": {"name": name, "annotations": marks},
                                            "stringData": {"k": "v"}})
     fragment = scheduling_fragment("donor-1", 0)
     for name in ("kept-home", "copied"):
