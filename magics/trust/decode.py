@@ -3,7 +3,9 @@
 The container comes from whoever runs the donor's pod, so every byte of it is treated as hostile: sizes
 and offsets are checked against the data, nesting and node counts are bounded, arrays go through
 ``np.load(allow_pickle=False)``, tensors through safetensors or ``torch.load(weights_only=True)``, data
-frames through Arrow IPC (pyarrow no longer loads pickle-backed extension types). A malformed container
+frames through Arrow IPC, fully validated (pyarrow no longer loads pickle-backed extension types). Each blob
+is read by one value only, and every decoded byte is charged to one budget, :data:`EXPANSION` times the
+container plus :data:`EXPANSION_SLACK`, before it is allocated. A malformed container
 raises :class:`SafeDecodeError` and nothing else; a single value that cannot come back (a library missing
 in the kernel, a refused dtype, bytes that do not parse) is left out with a :class:`Skipped` saying so.
 """

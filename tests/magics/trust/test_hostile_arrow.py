@@ -48,21 +48,21 @@ def index_past_its_dictionary() -> bytes:
 
 
 @pytest.fixture(scope="module")
-def child() -> Iterator[DecodeChild]:
+def decode_child() -> Iterator[DecodeChild]:
     with DecodeChild() as process:
         yield process
 
 
 @pytest.mark.parametrize("crafted", [view_past_its_buffer, offsets_past_their_data, index_past_its_dictionary])
-def test_arrow_data_pointing_outside_itself_is_refused_not_read(child: DecodeChild, crafted) -> None:
-    result = child.decode("container", container({"df": {"t": "dataframe", "b": 0}}, [crafted()]))
+def test_arrow_data_pointing_outside_itself_is_refused_not_read(decode_child: DecodeChild, crafted) -> None:
+    result = decode_child.decode("container", container({"df": {"t": "dataframe", "b": 0}}, [crafted()]))
     leaked = result.get("values", {}).get("df")
     assert leaked is None, f"the donor's DataFrame came back holding kernel memory: cells of {leaked['cells']} bytes"
     [(name, reason)] = result["skipped"]
     assert name == "df" and "Arrow data is invalid" in reason and "refused" in reason
 
 
-def test_a_valid_frame_still_comes_back(child: DecodeChild) -> None:
+def test_a_valid_frame_still_comes_back(decode_child: DecodeChild) -> None:
     ipc = _ipc(pa.table({"x": pa.array([b"A" * 20, b"B"], type=pa.binary_view()), "n": [1, 2]}))
-    result = child.decode("container", container({"df": {"t": "dataframe", "b": 0}}, [ipc]))
+    result = decode_child.decode("container", container({"df": {"t": "dataframe", "b": 0}}, [ipc]))
     assert result["values"]["df"]["cells"] == [20, 1] and result["skipped"] == []

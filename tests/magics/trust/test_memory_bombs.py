@@ -27,15 +27,15 @@ def _npy(size: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def child() -> Iterator[DecodeChild]:
+def decode_child() -> Iterator[DecodeChild]:
     with DecodeChild() as process:
         yield process
 
 
 @pytest.mark.parametrize("tag, blob", [("bytes", b"\0" * BLOB), ("ndarray", _npy(BLOB))])
-def test_one_blob_named_by_many_values_is_read_once(child: DecodeChild, tag: str, blob: bytes) -> None:
+def test_one_blob_named_by_many_values_is_read_once(decode_child: DecodeChild, tag: str, blob: bytes) -> None:
     data = container({"x": {"t": "list", "items": [{"t": tag, "b": 0}] * REFERENCES}}, [blob])
-    result = child.decode("container", data)
+    result = decode_child.decode("container", data)
     bound = EXPANSION * len(data) + EXPANSION_SLACK
     assert result["peak_growth"] <= bound, (
         f"decoding {len(data)} bytes raised the kernel's memory by {result['peak_growth']} bytes (bound {bound})")
@@ -44,6 +44,6 @@ def test_one_blob_named_by_many_values_is_read_once(child: DecodeChild, tag: str
     assert name == "x" and "blob 0, which another value already read" in reason
 
 
-def test_each_value_still_reads_its_own_blob(child: DecodeChild) -> None:
+def test_each_value_still_reads_its_own_blob(decode_child: DecodeChild) -> None:
     data = container({"x": {"t": "list", "items": [{"t": "bytes", "b": i} for i in range(3)]}}, [b"a", b"b", b"c"])
-    assert child.decode("container", data)["values"]["x"] == {"type": "list", "held": 3}
+    assert decode_child.decode("container", data)["values"]["x"] == {"type": "list", "held": 3}
