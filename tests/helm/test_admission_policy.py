@@ -652,8 +652,8 @@ def test_with_trusted_only_a_pod_or_job_may_name_trusted_clusters_only(kit: Any)
     by_selector = _pinned("donor-2")
     del by_selector["spec"]["affinity"]
     by_selector["spec"]["nodeSelector"] = {"liqo.io/type": "virtual-node", "liqo.io/remote-cluster-id": "donor-2"}
-    # naming no cluster is fine: Liqo's webhook ANDs the namespace's trusted-only selector to the pod's own
-    # (a queued runner pod; a Metaflow step whose donor Kueue picks)
+    # naming no cluster is fine: the namespace is offloaded to trusted donors only, and another donor's virtual
+    # kubelet runs none of its pods (a queued runner pod; a Metaflow step whose donor Kueue picks)
     unnamed = _pinned("donor-2")
     del unnamed["spec"]["affinity"]
     unnamed["spec"]["nodeSelector"] = {"liqo.io/type": "virtual-node"}
