@@ -282,9 +282,12 @@ def runner_pod(image: str = "python:3.11-slim") -> dict[str, Any]:
                                scheduling={"resources": {"limits": {"nvidia.com/gpu": 1}}}))
 
 
-def _job(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dist-1"},
-            "spec": {"template": {"spec": pod_spec}}}
+def _job(pod_spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Job of pods with ``pod_spec`` (and ``labels`` on its template, as a rank Job's carry the runner's)."""
+    template: dict[str, Any] = {"spec": pod_spec}
+    if labels is not None:
+        template["metadata"] = {"labels": labels}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dist-1"}, "spec": {"template": template}}
 
 
 def _with(change: Any) -> dict[str, Any]:
@@ -659,7 +662,8 @@ def test_with_trusted_only_a_pod_or_job_may_name_trusted_clusters_only(kit: Any)
     unnamed["spec"]["nodeSelector"] = {"liqo.io/type": "virtual-node"}
     for good in (_pinned("donor-2"), _pinned(["donor-2", "donor-3"]), by_selector, unnamed, runner_pod()):
         assert admit(policy, _request("pods", good), good, ALICE) == (True, ""), good["spec"]
-        assert admit(policy, _request("jobs", _job(good["spec"])), _job(good["spec"]), ALICE) == (True, "")
+        job = _job(good["spec"], good["metadata"]["labels"])
+        assert admit(policy, _request("jobs", job), job, ALICE) == (True, "")
 
     def terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
         return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
