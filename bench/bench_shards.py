@@ -28,13 +28,13 @@ import time
 from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import machine_line  # noqa: E402
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 RANK_SCRIPT = r"""
 import json, sys, time
 import torch
 import torch.distributed as dist
-from gpu_offload.magics.shards import StepTimer, loss_weight, shard_range, shard_sizes
+from gpu_offload.engine.shards import StepTimer, loss_weight, shard_range, shard_sizes
 
 steps, calibrate, slow, batch, warmup = (int(a) for a in sys.argv[1:6])
 dist.init_process_group("gloo")

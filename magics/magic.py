@@ -19,17 +19,23 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import parse_argstring
 from traitlets import Bool, Float, Integer, Unicode, default
 
+from ..engine.analysis import analyse_cell
+from ..engine.backends.base import Backend
+from ..engine.backends.kube.config import configured as cluster_configured
+from ..engine.engine import FollowSettings, Outcome, describe
+from ..engine.errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
+from ..engine.execution import Launch, OffloadHandle, run_blocking
+from ..engine.request import (
+    OffloadRequest,
+    gpu_models,
+    ignored_locally,
+    refuse_spread_when_queued,
+    split_names,
+)
+from ..engine.runs.tracking import tracked
+from ..engine.sinks import NotebookSink, Sink
 from ..liqo_peering import environment as E
-from .analysis import analyse_cell
-from .backends.base import Backend
-from .backends.kube.config import configured as cluster_configured
 from .cell_options import OPTIONS, USAGE, cell_arguments
-from .dashboard.tracking import tracked
-from .engine import FollowSettings, Outcome, describe
-from .errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
-from .execution import Launch, OffloadHandle, run_blocking
-from .request import OffloadRequest, gpu_models, ignored_locally, refuse_spread_when_queued, split_names
-from .sinks import NotebookSink, Sink
 
 LOCAL_NOTE = (
     "no cluster is configured, so cells run on the embedded local backend (a runner process on this "
@@ -46,13 +52,13 @@ def _named(marker: Callable[..., Any], name: str) -> Callable[[F], F]:
 
 
 def _local_backend() -> Backend:
-    from .backends.local import LocalBackend
+    from ..engine.backends.local import LocalBackend
 
     return LocalBackend()
 
 
 def _kubernetes_backend() -> Backend:
-    from .backends.kube.factory import kernel_backend
+    from ..engine.backends.kube.factory import kernel_backend
 
     return kernel_backend()
 
@@ -340,12 +346,12 @@ class GpuOffloadMagics(Magics):
     def _clusters(self, _: list[str]) -> None:
         from IPython.display import display
 
-        from .backends.kube.commands import clusters
+        from ..engine.backends.kube.commands import clusters
 
         display(clusters(self._kube()))
 
     def _cleanup(self, words: list[str]) -> None:
-        from .backends.kube.commands import cleanup
+        from ..engine.backends.kube.commands import cleanup
 
         print(cleanup(self._kube(), everything_of_user=words == ["--all"]))
 

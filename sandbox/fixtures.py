@@ -4,7 +4,7 @@ One line in a test module or conftest gives a module-scoped origin with two dono
 
     origin = origin_fixture(LIQO_CRDS)            # LIQO_CRDS: ../shared/liqo-crds resolved from the repo
 
-Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.origin.RunningOrigin`). On teardown the
+Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.liqo.origin.RunningOrigin`). On teardown the
 fixture asserts that no container process started by the sandbox is still alive. Import ``core``,
 ``custom``, ``namespace`` and ``offloaded_namespace`` from here too for official clients and fresh
 namespaces (they use whatever ``origin`` fixture the importing module defines).
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import kubernetes
 import pytest
 
-from .origin import RunningOrigin, running_origin
+from .liqo.origin import RunningOrigin, running_origin
 
 T = TypeVar("T")
 

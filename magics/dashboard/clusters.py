@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...engine.backends.kube import config as kube_config
 from ...liqo_peering import environment as E
 from ...liqo_peering.inventory import Inventory
-from ..backends.kube import config as kube_config
 
 LOCAL = "local"
 NO_CLUSTER = (

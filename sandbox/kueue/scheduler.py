@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from ..matching import quantity, term_matches
+from ..apiserver.matching import quantity, term_matches
 
 Amounts = Mapping[str, Decimal]
 

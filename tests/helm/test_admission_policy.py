@@ -196,8 +196,8 @@ def test_the_hub_creates_user_namespaces_only_with_a_pod_security_level(
 
 
 def test_the_spawner_hooks_namespace_is_admitted(kit: Any, policy: dict[str, Any]) -> None:
-    from gpu_offload.hub_extension import user_namespace as un
     from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.spawner import user_namespace as un
 
     config = parse_config(kit.config_of(kit.render()))
     ns = un.namespace("jhub-alice", {}, "alice@example.org", config.user_namespaces.pod_security)
@@ -439,8 +439,8 @@ RESTRICTED = {"queueing": {"kueue": {"enabled": True, "priorityClasses": [
 
 
 def test_a_priority_class_kept_for_some_users_is_refused_to_the_others(kit: Any) -> None:
-    from gpu_offload.hub_extension import user_namespace as un
     from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.spawner import user_namespace as un
 
     objects = kit.render(RESTRICTED)
     policy = kit.find(objects, "ValidatingAdmissionPolicy", "gpu-offload-priority-classes")

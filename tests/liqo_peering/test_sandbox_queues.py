@@ -13,8 +13,8 @@ import kubernetes
 import pytest
 import yaml
 from gpu_offload.liqo_peering.queue_client import KueueClient
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import install_crds, origin_fixture
+from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.cli import main
 

@@ -11,7 +11,7 @@ Two policies on user namespaces, rendered by admission-policy.yaml:
 */}}
 {{- /*
 3. With queueing.kueue on, which priority classes each user may name: the parameter is the ConfigMap
-   gpu-offload-priority-classes of the request's namespace (hub_extension/user_namespace.py writes it at each
+   gpu-offload-priority-classes of the request's namespace (hub_extension/spawner/user_namespace.py writes it at each
    spawn from the classes' users and groups), one key per allowed class; users' servers cannot write it.
 */}}
 {{- define "gpu-offload.userNamespacePolicies" -}}

@@ -1,0 +1,203 @@
+"""``gpu-offload run SCRIPT.py [ARGS]``: a script on a GPU runner through the magic's engine, streamed here.
+
+The script and its directory (``.gitignore`` honoured, size-capped; :mod:`.workdir`) become one bundle that
+runs as ``python SCRIPT ARGS`` would (:mod:`gpu_offload.runner.script`). The run is recorded in the
+state directory beside the notebook's runs, so ``gpu-offload runs`` and the panel list it. The command
+exits with the script's exit code, 130 on Ctrl-C (which stops the run remotely, as in a notebook) and
+124 when ``--timeout`` or ``--queue-timeout`` ran out. ``--noblock`` hands the run to a detached follower (:mod:`.background`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..engine.backends.base import Backend
+from ..engine.errors import OffloadError
+from ..liqo_peering import environment as E
+from ..liqo_peering.environment import InvalidSetting
+
+
+def add_parser(subparsers: Any, summary: str) -> None:
+    """Register ``run`` on the ``gpu-offload`` command."""
+    from .workdir import DEFAULT_LIMIT_MB
+
+    parser = subparsers.add_parser("run", help=summary, description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("script", type=Path, help="the Python script to run")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments")
+    parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs for the script (default 1; 0: CPU)")
+    parser.add_argument("--gpu-model", default=None, metavar="M[,M2]",
+                        help="GPU model(s) to ask for, e.g. A100 (default: $GPU_OFFLOAD_GPU_MODEL, else any)")
+    parser.add_argument("--cluster", default="auto", metavar="ID", help="remote cluster id, or auto (default)")
+    parser.add_argument("--image", default=None, metavar="IMAGE", help="container image (cluster backends)")
+    parser.add_argument("--backend", default=None, choices=("local", "kubernetes"),
+                        help="default: kubernetes when GPU_OFFLOAD_NAMESPACE is set, else local")
+    parser.add_argument("--trusted-only", action="store_true",
+                        help="run only on a cluster the origin trusts: a donor sees the script and its directory "
+                             "(default: $GPU_OFFLOAD_TRUSTED_ONLY, which a hub's chart sets)")
+    parser.add_argument("--noblock", action="store_true", help="start the run in the background and return")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop the run after S seconds (counted from Kueue's admission when it queues)")
+    parser.add_argument("--queue-timeout", type=float, default=None, metavar="S",
+                        help="give up a run still waiting in Kueue's queue after S seconds (docs/queueing.md)")
+    parser.add_argument("--priority", default=None, metavar="CLASS",
+                        help="Kueue priority class when queueing is on, e.g. batch (default: $GPU_OFFLOAD_PRIORITY)")
+    parser.add_argument("--in", dest="inputs", action="append", type=Path, default=[], metavar="FILE",
+                        help="ship this file too (repeatable)")
+    parser.add_argument("--max-workdir-mb", type=float, default=DEFAULT_LIMIT_MB, metavar="MB",
+                        help=f"cap on the shipped directory (default {DEFAULT_LIMIT_MB:g} MB)")
+    parser.add_argument("--nodes", type=int, default=None, metavar="N",
+                        help="run the script as torch.distributed ranks on N nodes, as torchrun would "
+                             "(docs/distributed.md); --gpus is then per node")
+    parser.add_argument("--procs-per-node", type=int, default=None, metavar="P",
+                        help="rank processes per node (default: --gpus, or 1 with --gpus 0)")
+    parser.add_argument("--group-output", action="store_true", help="show each rank's output together at the end")
+    parser.add_argument("--quiet-ranks", action="store_true", help="show rank 0's output only")
+    parser.add_argument("--rendezvous-timeout", type=float, default=None, metavar="S",
+                        help="seconds every rank has to start after the first (default 300)")
+    parser.add_argument("--spread", action="store_true",
+                        help="let the nodes span donors when no one donor has room (not with queueing on)")
+    parser.add_argument("--detached-log", default=None, help=argparse.SUPPRESS)  # the background follower's
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the script here, or hand it to a background follower with ``--noblock``."""
+    if args.noblock:
+        from .background import start_detached
+
+        return start_detached(args)
+    try:
+        return follow_script(args)
+    except OffloadError as exc:
+        print(f"gpu-offload run: {exc}", file=sys.stderr)
+        return 2
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The script and its arguments, as the run's record shows them."""
+    return shlex.join([str(args.script), *args.script_args])
+
+
+def cli_kernel() -> str:
+    """The 'kernel' a CLI run is recorded and labelled under: this command, on this host."""
+    return f"cli-{socket.gethostname()}-{os.getpid()}"
+
+
+def make_backend(name: str | None) -> Backend:
+    """The backend the magic would choose (``auto``: a configured cluster, else local), set up for a CLI run."""
+    from ..engine.backends.kube.config import configured
+
+    chosen = name or ("kubernetes" if configured(os.environ) else "local")
+    if chosen == "local":
+        from ..engine.backends.local import LocalBackend
+
+        return LocalBackend()
+    from dataclasses import replace
+
+    from ..engine.backends.kube.backend import KubernetesBackend
+    from ..engine.backends.kube.config import from_environment
+    from ..engine.errors import BackendNotConfigured
+    from ..liqo_peering.errors import GpuOffloadError
+
+    # no server: the orphan sweep of a Jupyter server this shell may run under must not take the pod
+    settings = replace(from_environment(os.environ), kernel=cli_kernel(), server=None, cli=True)
+    try:
+        return KubernetesBackend(settings)
+    except GpuOffloadError as exc:
+        raise BackendNotConfigured(f"--backend kubernetes: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ShellDefaults:
+    """What a run takes from the shell's environment when its command line does not say (a hub's spawner
+    writes these for the user's server, and its terminals inherit them), as the magic takes them."""
+
+    gpu_model: str | None
+    """``GPU_OFFLOAD_GPU_MODEL``: the model(s) of a run without ``--gpu-model``."""
+    trusted_only: bool
+    """``GPU_OFFLOAD_TRUSTED_ONLY``: every run on trusted clusters only, as ``--trusted-only``."""
+
+
+def shell_defaults(env: Mapping[str, str]) -> ShellDefaults:
+    """The defaults in ``env``; raises ``InvalidSetting`` naming a variable that holds a bad value."""
+    return ShellDefaults(gpu_model=E.GPU_MODEL.read(env), trusted_only=E.TRUSTED_ONLY.read(env))
+
+
+def _source(script: Path) -> str:
+    """The script's text, decoded as Python decodes a source file (UTF-8 unless a coding line says otherwise)."""
+    import tokenize
+
+    with tokenize.open(script) as handle:
+        return handle.read()
+
+
+def follow_script(args: argparse.Namespace) -> int:
+    """Pack, submit and follow the script in this process; returns its exit code."""
+    from ..engine.analysis import CellAnalysis
+    from ..engine.engine import FollowSettings
+    from ..engine.execution import Launch, run_blocking
+    from ..engine.request import OffloadRequest, gpu_models, ignored_locally
+    from ..engine.runs.records import RunBook
+    from ..engine.runs.tracking import Tracker, tracked
+    from .terminal import INTERRUPTED_EXIT, TerminalSink, exit_code, report
+    from .workdir import WorkdirError, pack
+
+    script: Path = args.script
+    if not script.is_file():
+        print(f"gpu-offload run: {script}: no such file. Name a Python script, e.g. gpu-offload run train.py",
+              file=sys.stderr)
+        return 2
+    try:
+        workdir = pack(script, args.inputs, args.max_workdir_mb)
+    except WorkdirError as exc:
+        print(f"gpu-offload run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        defaults = shell_defaults(os.environ)
+    except InvalidSetting as exc:
+        print(f"gpu-offload run: {exc}", file=sys.stderr)
+        return 2
+    gpu_model, fallback_models = gpu_models(args.gpu_model or defaults.gpu_model)
+    request = OffloadRequest(cell=_source(script), gpus=args.gpus, gpu_model=gpu_model,
+                             fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
+                             queue_timeout=args.queue_timeout, priority=args.priority,
+                             image=args.image, backend=args.backend, nodes=args.nodes,
+                             procs_per_node=args.procs_per_node, group_output=args.group_output,
+                             quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,
+                             spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only)
+    launch = Launch(analysis=CellAnalysis(inputs=()), filename=script.name, first_line=1,
+                    script={"path": script.name, "argv": list(args.script_args), "workdir": workdir.archive})
+    backend = make_backend(request.backend)
+    sink = TerminalSink()
+    ignored = ignored_locally(request, defaults.gpu_model) if backend.name == "local" else []
+    if ignored:
+        sink.notice(f"the local backend ignores {', '.join(ignored)}: they choose where a cluster runs the script")
+    tracker = Tracker(RunBook(), kernel=cli_kernel(), script=command_line(args), log=args.detached_log or "")
+    if args.detached_log:
+        import signal
+
+        # no terminal sends a background follower Ctrl-C: SIGTERM (kill PID, a shutdown) stops the run the same way
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    outcomes: list[Any] = []
+    try:
+        run_blocking(request, launch, {}, tracked(backend, lambda: tracker), sink,
+                     FollowSettings(timeout=args.timeout, queue_timeout=args.queue_timeout), outcomes.append)
+    except KeyboardInterrupt:
+        sink.notice("interrupted: the run was stopped")
+        return INTERRUPTED_EXIT
+    except OffloadError:
+        if not outcomes:
+            raise  # nothing ran: a usage or cluster error, said by run()
+    finally:
+        backend.close()
+    report(outcomes[0], sink)
+    return exit_code(outcomes[0])
