@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from gpu_offload.sandbox.fixtures import wait_until
+
 from gpu_offload.engine.backends.base import Ranks
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
-from gpu_offload.sandbox.fixtures import wait_until
 
 from .conftest import leftovers, offloaded_everywhere, settings
 from .helpers import run_cell

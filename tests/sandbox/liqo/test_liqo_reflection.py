@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpu_offload.sandbox import liqo
-from gpu_offload.sandbox.reflection import ALLOW_LIST, ReflectionTypes, offloaded_to, reflected, remote_name
+from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.liqo.reflection import ALLOW_LIST, ReflectionTypes, offloaded_to, reflected, remote_name
 
 DENY = ReflectionTypes()
 ALLOW = ReflectionTypes(secret=ALLOW_LIST, configmap=ALLOW_LIST)
