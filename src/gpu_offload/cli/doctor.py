@@ -63,7 +63,7 @@ def reflected_user_data(objects: list[tuple[str, dict[str, Any]]]) -> list[str]:
     every donor of an offloaded namespace and that may hold user data (pure). Left out: objects marked
     ``liqo.io/skip-reflection``, service-account tokens (never reflected), the cluster's public CA bundle, and
     gpu-offload's runner Secrets (marked for reflection; they hold the runner archive only)."""
-    from ...liqo_peering import labels as L
+    from ..liqo_peering import labels as L
 
     found = []
     for kind, obj in objects:
