@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import difflib
+import functools
 import os
 import shlex
 from collections.abc import Callable, Mapping
@@ -20,8 +21,8 @@ from IPython.core.magic_arguments import parse_argstring
 from traitlets import Bool, Float, Integer, Unicode, default
 
 from ..engine.analysis import analyse_cell
+from ..engine.backends import registry
 from ..engine.backends.base import Backend
-from ..engine.backends.kube.config import configured as cluster_configured
 from ..engine.engine import FollowSettings, Outcome, describe
 from ..engine.errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
 from ..engine.execution import Launch, OffloadHandle, run_blocking
@@ -35,6 +36,7 @@ from ..engine.request import (
 from ..engine.runs.tracking import tracked
 from ..engine.sinks import NotebookSink, Sink
 from ..liqo_peering import environment as E
+from . import session_commands
 from .cell_options import OPTIONS, USAGE, cell_arguments
 
 LOCAL_NOTE = (
@@ -49,18 +51,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _named(marker: Callable[..., Any], name: str) -> Callable[[F], F]:
     # IPython's decorators are typed as returning a union; this keeps the decorated method's type
     return cast(Callable[[F], F], marker(name))
-
-
-def _local_backend() -> Backend:
-    from ..engine.backends.local import LocalBackend
-
-    return LocalBackend()
-
-
-def _kubernetes_backend() -> Backend:
-    from ..engine.backends.kube.factory import kernel_backend
-
-    return kernel_backend()
 
 
 @magics_class
@@ -114,8 +104,7 @@ class GpuOffloadMagics(Magics):
         super().__init__(shell, **kwargs)
         self.ipython: Any = shell
         self._factories: dict[str, Callable[[], Backend]] = {
-            "local": _local_backend,
-            "kubernetes": _kubernetes_backend,
+            name: functools.partial(registry.create, name) for name in registry.NAMES
         }
         self._backends: dict[str, Backend] = dict(backends or {})
         self._sink = sink or NotebookSink()
@@ -221,7 +210,7 @@ class GpuOffloadMagics(Magics):
     def _backend(self, name: str | None) -> Backend:
         name = name or self.backend
         if name == "auto":
-            name = "kubernetes" if cluster_configured(os.environ) else "local"
+            name = registry.auto_name(os.environ)
             if name == "local" and not self._announced:
                 self._announced = True
                 self._sink.notice(LOCAL_NOTE)
@@ -246,7 +235,8 @@ class GpuOffloadMagics(Magics):
     def gpu_offload_line(self, line: str) -> None:
         """Show or manage offloading: ``status`` (default), ``sessions``, ``close NAME|--all``, ``config``,
         ``panel`` (a live panel of clusters and runs), ``clusters`` (peered clusters and their GPUs), ``cleanup
-        [--all]`` (delete runner pods this kernel, or every kernel of yours, left on the cluster).
+        [--all]`` (delete runner pods this kernel, or every kernel of yours, left on the cluster), ``checkpoint
+        SESSION``, ``restore NAME [--session S]`` and ``move SESSION`` (see :mod:`.session_commands`).
 
         ``config KEY=VALUE`` sets a setting for this kernel (backend, default_gpus, default_cluster,
         default_gpu_model, trusted_only, progress_after, grace_period).
@@ -261,13 +251,18 @@ class GpuOffloadMagics(Magics):
             "panel": self._panel,
             "clusters": self._clusters,
             "cleanup": self._cleanup,
+            "checkpoint": lambda words: print(session_commands.checkpoint(self._backends.values(), words)),
+            "restore": lambda words: print(session_commands.restore(self._backends.values(), words)),
+            "move": lambda words: print(*session_commands.move(self._backends.values(), words,
+                                                               self.grace_period), sep="\n"),
         }
         action = actions.get(command)
         if action is None:
             raise OffloadUsageError(
                 f"%gpu_offload {command}: unknown command. Write one of: %gpu_offload status, "
                 "%gpu_offload sessions, %gpu_offload close NAME, %gpu_offload config [KEY=VALUE], %gpu_offload panel, "
-                "%gpu_offload clusters, %gpu_offload cleanup [--all]."
+                "%gpu_offload clusters, %gpu_offload cleanup [--all], "
+                f"{session_commands.USAGE}."
             )
         action(rest)
 
@@ -346,12 +341,12 @@ class GpuOffloadMagics(Magics):
     def _clusters(self, _: list[str]) -> None:
         from IPython.display import display
 
-        from ..engine.backends.kube.commands import clusters
+        from .cluster_commands import clusters
 
         display(clusters(self._kube()))
 
     def _cleanup(self, words: list[str]) -> None:
-        from ..engine.backends.kube.commands import cleanup
+        from .cluster_commands import cleanup
 
         print(cleanup(self._kube(), everything_of_user=words == ["--all"]))
 

@@ -191,6 +191,8 @@ class Peering:
     peer: bool
     kubeconfig: str
     """The remote cluster's kubeconfig (YAML text); needed to run liqoctl, not to show the command."""
+    gpus: int = 0
+    """GPUs the admin asks the provider for at peering (its first ResourceSlice); 0: Liqo's defaults only."""
 
     @property
     def kind(self) -> str:
@@ -199,11 +201,13 @@ class Peering:
 
     def describe(self) -> str:
         """The action in words."""
-        return f"{self.kind} cluster {self.cluster_id} with liqoctl (runs networking, authentication and offloading)"
+        asked = f", asking for {self.gpus} GPU(s)" if self.gpus else ""
+        return (f"{self.kind} cluster {self.cluster_id} with liqoctl (runs networking, authentication and "
+                f"offloading{asked})")
 
     def form_fields(self) -> dict[str, str]:
         """The form fields that ask for this action again, without the kubeconfig (never sent back to a page)."""
-        return {"cluster_id": self.cluster_id}
+        return {"cluster_id": self.cluster_id, **({"gpus": str(self.gpus)} if self.gpus else {})}
 
 
 Action = SliceRequest | NodeLabels | Cordon | Peering
@@ -221,7 +225,7 @@ FIELDS = {
     "label": ("cluster_id", "node", "model", "price"),
     "cordon": ("cluster_id", "node"),
     "uncordon": ("cluster_id", "node"),
-    "peer": ("cluster_id", "kubeconfig"),
+    "peer": ("cluster_id", "kubeconfig", "gpus"),
     "unpeer": ("cluster_id", "kubeconfig"),
 }
 """The fields each action takes; any other is refused, so a misspelt optional field is not silently ignored."""
@@ -245,4 +249,5 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> Action:
     if kind in ("cordon", "uncordon"):
         return Cordon(cluster_id, dns_subdomain(_need(form, "node"), "node"), kind == "cordon")
     kubeconfig = str(form.get("kubeconfig") or "")  # peer or unpeer: FIELDS has no other kind
-    return Peering(cluster_id, kind == "peer", check_kubeconfig(kubeconfig) if kubeconfig.strip() else "")
+    gpus = gpu_count(form["gpus"]) if str(form.get("gpus") or "").strip() else 0
+    return Peering(cluster_id, kind == "peer", check_kubeconfig(kubeconfig) if kubeconfig.strip() else "", gpus)

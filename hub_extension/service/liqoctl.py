@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
 
 from .actions import Peering
@@ -22,9 +23,13 @@ REMOTE_KUBECONFIG_PLACEHOLDER = "<kubeconfig of cluster {cluster}>"
 
 
 def command(action: Peering, remote_kubeconfig: str | None = None) -> list[str]:
-    """``liqoctl peer|unpeer --remote-kubeconfig FILE`` (FILE a placeholder when only showing it)."""
+    """``liqoctl peer|unpeer --remote-kubeconfig FILE [--resource=nvidia.com/gpu=N]`` (FILE a placeholder when
+    only showing it)."""
     path = remote_kubeconfig or REMOTE_KUBECONFIG_PLACEHOLDER.format(cluster=action.cluster_id)
-    return ["liqoctl", action.kind, "--remote-kubeconfig", path]
+    # the GPUs go in the peering's first ResourceSlice (liqoctl peer --resource, repeatable); the provider's
+    # ResourceSlice class decides what it grants
+    gpus = [f"--resource={L.GPU_RESOURCE}={action.gpus}"] if action.peer and action.gpus else []
+    return ["liqoctl", action.kind, "--remote-kubeconfig", path, *gpus]
 
 
 def shown_command(action: Peering) -> str:

@@ -1,4 +1,4 @@
-"""``gpu-offload sandbox --kueue``: the Kueue options of the sandbox command and its plugin factory."""
+"""``gpu-offload sandbox --kueue``: the plugin factory of the sandbox command (its options: ``sandbox/arguments.py``)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,6 @@ import argparse
 
 from ..server import Plugin
 from . import Kueue, KueueOptions
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--kueue`` and its settings to the ``sandbox`` sub-command."""
-    parser.add_argument("--kueue", action="store_true",
-                        help="emulate Kueue (queueing, fair sharing, preemption); serve Kueue's real CRDs with "
-                             "--crds ../shared/kueue-crds, else a built-in description")
-    parser.add_argument("--kueue-pods-ready-timeout", type=float, default=None, metavar="SECONDS",
-                        help="Kueue's waitForPodsReady timeout (default: off, as in Kueue)")
-    parser.add_argument("--kueue-exclude-resource-prefix", action="append", default=[], metavar="PREFIX",
-                        help="Kueue's resources.excludeResourcePrefixes (may be given more than once), e.g. "
-                             "ephemeral-storage, which Metaflow's step pods request and the project's ClusterQueue "
-                             "does not cover")
 
 
 def plugins(args: argparse.Namespace) -> list[Plugin]:

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .plain import PlainParser
+
 
 @dataclass(frozen=True)
 class Command:
@@ -44,7 +46,25 @@ COMMANDS: tuple[Command, ...] = (
     Command("cancel", "stop a run (a script's or a notebook cell's) as Ctrl-C would", "gpu_offload.cli.cancel"),
     Command("doctor", "check the cluster setup (kubeconfig, namespace, offloading, storage, GPUs) and say how to fix it",
             "gpu_offload.cli.doctor"),
+    Command("completion", "print a bash or zsh completion script for gpu-offload", "gpu_offload.cli.completion"),
 )
+
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "quickstart": ("gpu-offload quickstart", "gpu-offload quickstart --local --output executed.ipynb"),
+    "lab": ("gpu-offload lab", "gpu-offload lab --hub"),
+    "clusters": ("gpu-offload clusters", "gpu-offload clusters --json"),
+    "queues": ("gpu-offload queues", "gpu-offload queues --json", "gpu-offload queues sync --dry-run"),
+    "sandbox": ("gpu-offload sandbox --kubeconfig /tmp/sandbox.kubeconfig --donors 2 --gpus 4",),
+    "cleanup": ("gpu-offload cleanup", "gpu-offload cleanup --kernel KERNEL_ID"),
+    "run": ("gpu-offload run train.py --epochs 3", "gpu-offload run --gpus 2 --gpu-model A100 --noblock train.py"),
+    "runs": ("gpu-offload runs", "gpu-offload runs --json"),
+    "logs": ("gpu-offload logs -f RUN",),
+    "cancel": ("gpu-offload cancel RUN",),
+    "doctor": ("gpu-offload doctor", "gpu-offload doctor --json"),
+    "completion": ("source <(gpu-offload completion bash)", "source <(gpu-offload completion zsh)"),
+}
+"""Command lines shown at the end of each sub-command's ``--help``."""
 
 
 def _chosen(argv: Sequence[str]) -> Command | None:
@@ -55,18 +75,33 @@ def _chosen(argv: Sequence[str]) -> Command | None:
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser for ``argv``: every command listed, only the one ``argv`` names built in full."""
-    parser = argparse.ArgumentParser(
+    parser = PlainParser(
         prog="gpu-offload",
         description="Run Jupyter cells and Metaflow steps on remote GPUs through Liqo.",
+        epilog="examples:\n  gpu-offload quickstart\n  gpu-offload runs --json\n  gpu-offload COMMAND --help",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=PlainParser)
     chosen = _chosen(argv)
     for command in COMMANDS:
         if command is chosen:
             importlib.import_module(command.module).add_parser(subparsers, command.summary)
+            examples = EXAMPLES.get(command.name)
+            if examples:
+                subparsers.choices[command.name].epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
         else:
             subparsers.add_parser(command.name, help=command.summary)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (what pip shows)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jupyter-gpu-offload")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _missing_extra(command: Command | None, exc: ModuleNotFoundError) -> int:

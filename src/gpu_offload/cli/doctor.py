@@ -11,6 +11,8 @@ says that runs use the local backend and how to point them at a cluster.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -32,6 +34,8 @@ class Check:
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register ``doctor`` on the ``gpu-offload`` command."""
     parser = subparsers.add_parser("doctor", help=summary, description=__doc__)
+    parser.add_argument("--json", action="store_true",
+                        help='one JSON object, for scripts: {"checks": [{"status", "what", "text"}], "failed": N}')
     parser.set_defaults(func=run)
 
 
@@ -213,13 +217,16 @@ def run(args: argparse.Namespace) -> int:
 
     env = dict(os.environ)
     if not configured(env) and not env.get("KUBECONFIG"):
-        print(f"OK    backend     no cluster configured: runs use the local backend (this machine). For a cluster: "
-              f"export KUBECONFIG=PATH {E.NAMESPACE.name}=NAMESPACE")
-        return 0
-    checks = cluster_checks(env)
+        checks = [Check("OK", "backend", "no cluster configured: runs use the local backend (this machine). For a "
+                                         f"cluster: export KUBECONFIG=PATH {E.NAMESPACE.name}=NAMESPACE")]
+    else:
+        checks = cluster_checks(env)
+    failed = [c for c in checks if c.status == "FAIL"]
+    if getattr(args, "json", False):
+        print(json.dumps({"checks": [dataclasses.asdict(c) for c in checks], "failed": len(failed)}, indent=2))
+        return 1 if failed else 0
     for check in checks:
         print(f"{check.status:<5} {check.what:<11} {check.text}")
-    failed = [c for c in checks if c.status == "FAIL"]
     if failed:
         print(f"{len(failed)} check(s) failed: fix them from the top, then run gpu-offload doctor again",
               file=sys.stderr)

@@ -8,6 +8,7 @@ Settings come from the hub's configuration file (``--config``, else ``GPU_OFFLOA
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
         "Liqo inventory.")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.add_argument("--config", type=Path, help=f"the hub's configuration file (default: ${E.HUB_CONFIG.name})")
+    parser.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     parser.set_defaults(func=run_show)
     actions = parser.add_subparsers(dest="queues_command", metavar="ACTION")
     sync = actions.add_parser("sync", help="create or update flavors, the ClusterQueue and priority classes",
@@ -113,14 +115,15 @@ def run_show(args: argparse.Namespace) -> int:
     """Print the ClusterQueue's flavors, quota, usage and workload counts."""
     from ..liqo_peering.client import api_client_from_environment
     from ..liqo_peering.queue_client import KueueClient
-    from ..liqo_peering.queue_view import render_queues
+    from ..liqo_peering.queue_view import queue_records, render_queues
 
     try:
         settings, _ = load_settings(args.config)
         client = KueueClient(api_client_from_environment(args.context))
         queues = [q for q in client.list("ClusterQueue") if q["metadata"]["name"] == settings.cluster_queue]
-        text = render_queues(settings.cluster_queue, queues[0] if queues else None, client.list("ResourceFlavor"),
-                             client.list("WorkloadPriorityClass"), client.list("LocalQueue"))
+        shown = (settings.cluster_queue, queues[0] if queues else None, client.list("ResourceFlavor"),
+                 client.list("WorkloadPriorityClass"), client.list("LocalQueue"))
+        text = json.dumps(queue_records(*shown), indent=2) if args.json else render_queues(*shown)
     except GpuOffloadError as exc:
         print(f"gpu-offload queues: {exc}", file=sys.stderr)
         return 1

@@ -28,12 +28,13 @@ def age(seconds: float) -> str:
 
 
 def as_json(record: RunEntry, now: float) -> dict[str, Any]:
-    """The fields a script reads about a run."""
+    """The fields a script reads about a run (times in RFC 3339, UTC)."""
+    from ..liqo_peering.timestamps import rfc3339
     from .listing import kind
 
     return {"run_id": record.run_id, "kind": kind(record), "state": record.state, "detail": record.detail,
             "backend": record.backend, "cluster": record.cluster, "gpus": record.gpus, "kernel": record.kernel,
-            "script": record.script, "started": record.started, "ended": record.ended,
+            "script": record.script, "started": rfc3339(record.started), "ended": rfc3339(record.ended),
             "age_seconds": round(now - record.started, 3)}
 
 

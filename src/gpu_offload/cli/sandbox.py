@@ -1,7 +1,7 @@
 """``gpu-offload sandbox``: serve an emulated Kubernetes API on 127.0.0.1 until interrupted.
 
-The parser is built in pieces so part 2 adds its options (``--donors``, ``--gpus``) in
-``add_topology_arguments`` and its plugins through ``PLUGIN_FACTORIES`` without touching the rest.
+The parser's options come from ``sandbox/arguments.py`` (argparse only), so ``gpu-offload sandbox --help`` imports
+none of the sandbox; serving imports it, and its plugins come from :func:`plugin_factories`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,14 @@ import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..sandbox.apiserver.kubeconfig import write_kubeconfig
-from ..sandbox.kueue import cli as kueue_cli
-from ..sandbox.liqo import origin_cli
-from ..sandbox.server import ApiServer, Plugin
-from ..sandbox.testing import make_api
+from ..sandbox import arguments
+
+if TYPE_CHECKING:  # the sandbox (and its extra's packages) is imported only to serve, never for --help
+    from ..sandbox.server import Plugin
 
 BANNER = """\
 ================================================================================
@@ -37,16 +36,21 @@ BACKEND_EXPORTS = """\
    export KUBECONFIG={kubeconfig}
    export GPU_OFFLOAD_BACKEND=kubernetes"""
 
-# (args) -> plugins: part 2 appends a factory that turns --donors/--gpus into its Liqo plugin
-PLUGIN_FACTORIES: list[Callable[[argparse.Namespace], list[Plugin]]] = [origin_cli.plugins, kueue_cli.plugins]
+
+def plugin_factories() -> list[Callable[[argparse.Namespace], list[Plugin]]]:
+    """(args) -> plugins: the Liqo donors of --donors/--gpus, and Kueue with --kueue."""
+    from ..sandbox.kueue import cli as kueue_cli
+    from ..sandbox.liqo import origin_cli
+
+    return [origin_cli.plugins, kueue_cli.plugins]
 
 
 def add_topology_arguments(parser: argparse.ArgumentParser) -> None:
     """Options describing the emulated clusters (part 2 extends this group)."""
     parser.add_argument("--donors", type=int, default=0,
                         help="number of Liqo donor clusters to emulate (0: the bare API)")
-    origin_cli.add_arguments(parser)  # part 2: --gpus, --gpu-model, --prices, --image, --state-dir
-    kueue_cli.add_arguments(parser)
+    arguments.add_donor_arguments(parser)  # --gpus, --gpu-model, --prices, --image, --state-dir, ...
+    arguments.add_kueue_arguments(parser)
 
 
 def add_parser(subparsers: Any, summary: str) -> argparse.ArgumentParser:
@@ -65,8 +69,6 @@ def add_parser(subparsers: Any, summary: str) -> argparse.ArgumentParser:
 def _check_args(args: argparse.Namespace) -> str | None:
     if args.donors < 0:
         return f"--donors {args.donors}: give 0 or more donor clusters"
-    if args.donors > 0 and not PLUGIN_FACTORIES:
-        return f"--donors {args.donors}: this build serves the bare API only; use --donors 0"
     for folder in args.crds:
         if not folder.is_dir():
             return f"--crds {folder}: no such folder; pass a folder of CRD YAML manifests"
@@ -76,7 +78,11 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    plugins = [p for factory in PLUGIN_FACTORIES for p in factory(args)]
+    from ..sandbox.apiserver.kubeconfig import write_kubeconfig
+    from ..sandbox.server import ApiServer
+    from ..sandbox.testing import make_api
+
+    plugins = [p for factory in plugin_factories() for p in factory(args)]
     try:
         api = make_api(args.crds)
     except (ValueError, yaml.YAMLError) as exc:

@@ -1,7 +1,8 @@
 """The warm session: JSON commands on stdin, one namespace across runs, like an ipyparallel engine.
 
 Commands, one per line: ``{"op": "run", "bundle": PATH}`` or ``{"op": "run", "bundle_b64": ...}``,
-``{"op": "interrupt"}``, ``{"op": "exit"}``. A reader thread handles ``interrupt`` at once (the main thread
+``{"op": "interrupt"}``, ``{"op": "exit"}``, and ``checkpoint`` / ``restore`` (the namespace written out and
+read back: :mod:`.session_state`). A reader thread handles ``interrupt`` at once (the main thread
 is busy running the cell); runs are queued for the main thread. End of stdin ends the session.
 """
 
@@ -92,8 +93,13 @@ def serve(runtime: Runtime) -> int:
                 runtime, f'session command {command["line"]!r} is not JSON with an "op"; send one per line'
             )
             continue
+        if op in ("checkpoint", "restore"):
+            from . import session_state
+
+            (session_state.take if op == "checkpoint" else session_state.restore)(runtime, command)
+            continue
         if op != "run":
-            _reject(runtime, f"unknown session command {command!r}; use run, interrupt or exit")
+            _reject(runtime, f"unknown session command {command!r}; use run, interrupt, checkpoint, restore or exit")
             continue
         try:
             bundle = _load(command)

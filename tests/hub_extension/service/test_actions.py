@@ -88,3 +88,22 @@ def test_a_peer_whose_authentication_failed_is_not_asked_for_gpus(tmp_path: Path
     (entry,) = store.audit_log()
     assert (entry.who, entry.action, entry.ok) == ("admin", "resourceslice", False)
     store.close()
+
+
+def test_the_peering_asks_the_provider_for_the_gpus_the_admin_chose() -> None:
+    from gpu_offload.hub_extension.service.actions import parse_action
+    from gpu_offload.hub_extension.service.liqoctl import command
+
+    asked = parse_action("peer", {"cluster_id": "donor-3", "gpus": "2"})
+    assert isinstance(asked, Peering) and asked.gpus == 2
+    # liqoctl peer puts it in the peering's first ResourceSlice; the provider's class decides what it grants
+    assert command(asked, "/tmp/k") == ["liqoctl", "peer", "--remote-kubeconfig", "/tmp/k",
+                                        "--resource=nvidia.com/gpu=2"]
+    assert shown_command(asked).endswith("--resource=nvidia.com/gpu=2")
+    assert "asking for 2 GPU(s)" in asked.describe() and asked.form_fields()["gpus"] == "2"
+    assert parse_action("peer", {"cluster_id": "donor-3"}).gpus == 0  # Liqo's defaults only
+    assert command(parse_action("peer", {"cluster_id": "donor-3", "gpus": " "}), "/k")[-1] == "/k"
+    with pytest.raises(InvalidRequest, match="gpus='lots'"):
+        parse_action("peer", {"cluster_id": "donor-3", "gpus": "lots"})
+    with pytest.raises(InvalidRequest, match="'gpus' is not a field of unpeer"):
+        parse_action("unpeer", {"cluster_id": "donor-3", "gpus": "2"})

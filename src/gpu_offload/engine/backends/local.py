@@ -38,6 +38,7 @@ from .base import (
     Transfer,
     stale_frames_note,
 )
+from .local_state import SavedCheckpoint, SessionCheckpoints, SessionLost, restored_line
 
 if TYPE_CHECKING:
     from .local_nodes import NodeProcesses, NodesRun
@@ -362,6 +363,7 @@ class LocalBackend:
         self._sessions: dict[str, LocalSession] = {}
         self._lost: dict[str, str] = {}
         self._lock = threading.Lock()
+        self.checkpoints = SessionCheckpoints()
         shm = Path("/dev/shm")
         shm_dir = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
         self._transfer = Transfer(input_transport="shm", output_transport="shm", shm_dir=str(shm_dir))
@@ -430,6 +432,7 @@ class LocalBackend:
                 self._died(name, current.process.returncode)
                 current = None
             note = self._lost.pop(name, None) if current is None else None
+            fresh = current is None
             if current is None:
                 # a session runner frames every run with one nonce, its first command on stdin
                 nonce = secrets.token_hex(16)
@@ -449,6 +452,9 @@ class LocalBackend:
                 )
             current.busy = True
             current.runs += 1
+        saved = self.checkpoints.latest(name) if fresh and note is not None else None
+        if saved is not None:
+            note = f"{note}; {self._resume(current, saved)}"
         # a small bundle goes through the command pipe: no file to create and remove per cell
         path = self._write_bundle(job) if len(job.bundle) > INLINE_BUNDLE_LIMIT else None
         command = (
@@ -473,6 +479,59 @@ class LocalBackend:
 
         # a distributed session: a launcher per node, greeted with the session's nonce and the shape
         return start_nodes(replace(job, nonce=nonce), ranks, env, self._argv, session=True)
+
+    def _resume(self, session: LocalSession, saved: SavedCheckpoint) -> str:
+        """A lost session's new runner gets its last checkpoint back; says what was and was not restored."""
+        try:
+            restored, skipped = self.checkpoints.restore(session.process, saved, target_trusted=True)
+        except (OffloadUsageError, SessionLost) as exc:
+            return f"its last checkpoint {saved.name} could not be restored: {exc}"
+        return restored_line(saved, restored, skipped)
+
+    def checkpoint_session(self, name: str, checkpoint: str, limit: int | None = None) -> SavedCheckpoint:
+        """Write session ``name``'s state as checkpoint ``checkpoint`` (see :mod:`.local_state`)."""
+        with self._lock:
+            current = self._sessions.get(name)
+            if current is None or not current.process.alive:
+                raise OffloadUsageError(f"%gpu_offload checkpoint: no live session named {name!r}; "
+                                        "`%gpu_offload sessions` lists them")
+            if current.busy or not isinstance(current.process, RunnerProcess):
+                raise OffloadUsageError(f"session {name!r} is running a cell or is distributed: checkpoint it "
+                                        "between cells (a distributed session cannot be checkpointed yet)")
+            current.busy = True
+        try:
+            extra = {} if limit is None else {"limit": limit}
+            return self.checkpoints.take(current.process, name, checkpoint, current.placement, trusted=True,
+                                         **extra)
+        except SessionLost as exc:
+            self._on_death(name, current.process.returncode)
+            raise OffloadUsageError(f"session {name!r} was lost while checkpointing: {exc}") from None
+        finally:
+            current.busy = False
+
+    def restore_session(self, checkpoint: str, session: str | None = None) -> str:
+        """Start session ``session`` (default: the checkpoint's own) from checkpoint ``checkpoint``."""
+        saved = self.checkpoints.get(checkpoint)
+        name = session or saved.session
+        with self._lock:
+            current = self._sessions.get(name)
+            if current is not None and current.process.alive:
+                raise OffloadUsageError(f"session {name!r} is running: close it first (%gpu_offload close "
+                                        f"{name}) or restore into another one (--session NEW)")
+            nonce = secrets.token_hex(16)
+            process = RunnerProcess(self._argv("--session"), runner_environment(saved.placement, os.environ),
+                                    nonce, greeting(nonce), interactive=True)
+            current = self._sessions[name] = LocalSession(name, process, saved.placement)
+            current.busy = True
+            self._lost.pop(name, None)
+        try:
+            restored, skipped = self.checkpoints.restore(process, saved, target_trusted=True)
+        except BaseException:
+            self.close_session(name, grace=1.0)  # nothing half-restored is left running
+            raise
+        finally:
+            current.busy = False
+        return f"session {name}: " + restored_line(saved, restored, skipped)
 
     def _forget(self, name: str) -> None:
         with self._lock:
@@ -513,6 +572,7 @@ class LocalBackend:
         """End every session."""
         for name in list(self._sessions):
             self.close_session(name, grace=2.0)
+        self.checkpoints.close()
 
 
 def _unlink(path: Path) -> None:
