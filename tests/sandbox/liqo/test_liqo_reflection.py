@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 from gpu_offload.sandbox.liqo import seed as liqo
-from gpu_offload.sandbox.liqo.reflection import ALLOW_LIST, ReflectionTypes, offloaded_to, reflected, remote_name
+from gpu_offload.sandbox.liqo.reflection import (
+    ALLOW_LIST,
+    ReflectionTypes,
+    offloaded_to,
+    reflected,
+    remote_name,
+)
 
 DENY = ReflectionTypes()
 ALLOW = ReflectionTypes(secret=ALLOW_LIST, configmap=ALLOW_LIST)
