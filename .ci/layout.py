@@ -29,7 +29,12 @@ OTHER_FOLDERS = {
 
 def roots() -> dict[str, str]:
     """setup.py's ROOTS (package -> folder), read from its syntax tree without running setup()."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
+    return roots_of(ROOT)
+
+
+def roots_of(checkout: Path) -> dict[str, str]:
+    """The ROOTS of the setup.py in ``checkout`` (another revision's worktree, say)."""
+    tree = ast.parse((checkout / "setup.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ROOTS" for t in node.targets):
             return dict(ast.literal_eval(node.value))

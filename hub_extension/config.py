@@ -80,10 +80,6 @@ class HubConfig:
     clusters: TrustPolicy = field(default_factory=TrustPolicy)
     """The chart's ``clusters``: which donors the origin trusts, and the GPU model and price its admin set."""
     queueing: QueueSettings | None = None
-    fast_paths: bool = True
-    """The config file's ``service.fastPaths``: keep the hot endpoints' JSON bodies between watch events,
-    authenticate without blocking the event loop, log successful API reads at debug. False does all of it per
-    request as before (for measuring the difference: bench/bench_headroom.py); never needed otherwise."""
     metrics_per_user: bool = True
     """The chart's ``metrics.perUserSeries``: the ``user`` label on the GPU-seconds, cost and preemption series."""
     metrics_open: bool = False
@@ -157,9 +153,6 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     per_user = _section(raw, "metrics", where).get("perUserSeries", True)
     if not isinstance(per_user, bool):
         raise InvalidRequest(f"{where}: metrics.perUserSeries={per_user!r} must be true or false")
-    fast_paths = service.get("fastPaths", True)
-    if not isinstance(fast_paths, bool):
-        raise InvalidRequest(f"{where}: service.fastPaths={fast_paths!r} must be true or false")
     pod_security = str(user_ns.get("podSecurity") or base.pod_security)
     if pod_security not in POD_SECURITY_LEVELS:
         raise InvalidRequest(f"{where}: userNamespaces.podSecurity={pod_security!r}; use one of "
@@ -194,7 +187,6 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         queueing=queueing,
         metrics_open=metrics_open,
         metrics_per_user=per_user,
-        fast_paths=fast_paths,
     )
 
 

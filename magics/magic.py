@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import difflib
+import functools
 import os
 import shlex
 from collections.abc import Callable, Mapping
@@ -20,8 +21,8 @@ from IPython.core.magic_arguments import parse_argstring
 from traitlets import Bool, Float, Integer, Unicode, default
 
 from ..engine.analysis import analyse_cell
+from ..engine.backends import registry
 from ..engine.backends.base import Backend
-from ..engine.backends.kube.config import configured as cluster_configured
 from ..engine.engine import FollowSettings, Outcome, describe
 from ..engine.errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
 from ..engine.execution import Launch, OffloadHandle, run_blocking
@@ -50,18 +51,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _named(marker: Callable[..., Any], name: str) -> Callable[[F], F]:
     # IPython's decorators are typed as returning a union; this keeps the decorated method's type
     return cast(Callable[[F], F], marker(name))
-
-
-def _local_backend() -> Backend:
-    from ..engine.backends.local import LocalBackend
-
-    return LocalBackend()
-
-
-def _kubernetes_backend() -> Backend:
-    from ..engine.backends.kube.factory import kernel_backend
-
-    return kernel_backend()
 
 
 @magics_class
@@ -115,8 +104,7 @@ class GpuOffloadMagics(Magics):
         super().__init__(shell, **kwargs)
         self.ipython: Any = shell
         self._factories: dict[str, Callable[[], Backend]] = {
-            "local": _local_backend,
-            "kubernetes": _kubernetes_backend,
+            name: functools.partial(registry.create, name) for name in registry.NAMES
         }
         self._backends: dict[str, Backend] = dict(backends or {})
         self._sink = sink or NotebookSink()
@@ -222,7 +210,7 @@ class GpuOffloadMagics(Magics):
     def _backend(self, name: str | None) -> Backend:
         name = name or self.backend
         if name == "auto":
-            name = "kubernetes" if cluster_configured(os.environ) else "local"
+            name = registry.auto_name(os.environ)
             if name == "local" and not self._announced:
                 self._announced = True
                 self._sink.notice(LOCAL_NOTE)
@@ -353,12 +341,12 @@ class GpuOffloadMagics(Magics):
     def _clusters(self, _: list[str]) -> None:
         from IPython.display import display
 
-        from ..engine.backends.kube.commands import clusters
+        from .cluster_commands import clusters
 
         display(clusters(self._kube()))
 
     def _cleanup(self, words: list[str]) -> None:
-        from ..engine.backends.kube.commands import cleanup
+        from .cluster_commands import cleanup
 
         print(cleanup(self._kube(), everything_of_user=words == ["--all"]))
 

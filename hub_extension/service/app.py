@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
 from urllib.parse import urlparse
 
 from gpu_offload.liqo_peering.client import api_client_from_environment
@@ -73,8 +72,7 @@ def make_app(state: HubState, operations: Operations, prefix: str) -> web.Applic
     rules: list[tuple[str, type[web.RequestHandler], dict[str, object]] | tuple[str, type[web.RequestHandler]]]
     rules = [(url_path_join(prefix, path) if path else prefix, cls, args) for path, cls in routes]
     rules.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
-    settings: dict[str, Any] = {"log_function": log_request} if state.config.fast_paths else {}
-    return web.Application(rules, cookie_secret=os.urandom(32), **settings)  # type: ignore[arg-type]
+    return web.Application(rules, cookie_secret=os.urandom(32), log_function=log_request)  # type: ignore[arg-type]
 
 
 def freeze_startup_heap() -> None:

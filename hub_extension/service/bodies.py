@@ -32,20 +32,18 @@ def serialise(value: Any) -> Body:
 
 
 class BodyCache:
-    """The last body of each endpoint with the key it was built under; ``enabled=False`` builds every time
-    (to measure what the cache saves). Used from the event loop only, so it takes no lock."""
+    """The last body of each endpoint with the key it was built under. Used from the event loop only, so it
+    takes no lock."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self) -> None:
         self._held: dict[str, tuple[Hashable, Body]] = {}
 
     def get(self, endpoint: str, key: Hashable, build: Callable[[], Any]) -> Body:
         """The body of ``endpoint`` for ``key``: kept from before when the key is the same, else ``build()``
         serialised (and kept, replacing the older one)."""
         held = self._held.get(endpoint)
-        if self.enabled and held is not None and held[0] == key:
+        if held is not None and held[0] == key:
             return held[1]
         body = serialise(build())
-        if self.enabled:
-            self._held[endpoint] = (key, body)
+        self._held[endpoint] = (key, body)
         return body

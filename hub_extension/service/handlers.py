@@ -59,8 +59,7 @@ class Base(HubOAuthenticated, web.RequestHandler):
         # pool: every request waits its turn there, and a token missing HubAuth's cache holds the whole service
         # while the hub answers. Ask asynchronously instead (the same HubAuth, its token cache and XSRF checks);
         # tornado then never calls get_current_user.
-        if self.state.config.fast_paths:
-            self.current_user = await self._hub_user()
+        self.current_user = await self._hub_user()
 
     async def _hub_user(self) -> dict[str, Any] | None:
         """What ``HubAuthenticated.get_current_user`` decides, awaited: the allowed hub user, else None."""

@@ -55,7 +55,7 @@ class HubState:
         self.prices = PriceRecorder(self.cache, store)
         self.sampler = InventorySampler(self.cache, store)
         self._namespaces: dict[str, Obj] = {}
-        self.bodies = BodyCache(enabled=config.fast_paths)
+        self.bodies = BodyCache()
         self._usage_pages: dict[tuple[int, str, date], tuple[list[UsageTotal], views.CostReport, views.UsageCharts]] = {}
         self.queues: QueueController | None = None
         # the Queues page's objects, watched only with queueing on (without Kueue they do not exist)

@@ -1,1 +1,1 @@
-"""The control plane's controllers the project relies on: the scheduler, the Job and EndpointSlice controllers."""
+"""The control plane's controllers the project relies on: the scheduler and the Job controller."""

@@ -24,20 +24,9 @@ STARTED_WITHIN = 120.0
 
 def child_argv(args: argparse.Namespace, log: str) -> list[str]:
     """The follower's command line: this run's options without ``--noblock``, with its log file."""
-    argv = [sys.executable, "-m", "gpu_offload.cli", "run", "--gpus", str(args.gpus), "--cluster", args.cluster,
-            "--max-workdir-mb", str(args.max_workdir_mb), "--detached-log", log]
-    for option, value in (("--gpu-model", args.gpu_model), ("--image", args.image), ("--backend", args.backend),
-                          ("--timeout", args.timeout), ("--queue-timeout", args.queue_timeout),
-                          ("--priority", args.priority),
-                          ("--nodes", args.nodes),
-                          ("--procs-per-node", args.procs_per_node),
-                          ("--rendezvous-timeout", args.rendezvous_timeout)):
-        if value is not None:
-            argv += [option, str(value)]
-    argv += [flag for flag, on in (("--group-output", args.group_output), ("--quiet-ranks", args.quiet_ranks),
-                                   ("--spread", args.spread), ("--trusted-only", args.trusted_only)) if on]
-    for path in args.inputs:
-        argv += ["--in", str(path)]
+    from ..engine.options import carried_argv
+
+    argv = [sys.executable, "-m", "gpu_offload.cli", "run", *carried_argv(args), "--detached-log", log]
     return [*argv, str(args.script), *args.script_args]  # the follower starts in this directory
 
 

@@ -27,45 +27,13 @@ from ..liqo_peering.environment import InvalidSetting
 
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register ``run`` on the ``gpu-offload`` command."""
-    from .workdir import DEFAULT_LIMIT_MB
+    from ..engine.options import add_shell_options
 
     parser = subparsers.add_parser("run", help=summary, description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("script", type=Path, help="the Python script to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments")
-    parser.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs for the script (default 1; 0: CPU)")
-    parser.add_argument("--gpu-model", default=None, metavar="M[,M2]",
-                        help="GPU model(s) to ask for, e.g. A100 (default: $GPU_OFFLOAD_GPU_MODEL, else any)")
-    parser.add_argument("--cluster", default="auto", metavar="ID", help="remote cluster id, or auto (default)")
-    parser.add_argument("--image", default=None, metavar="IMAGE", help="container image (cluster backends)")
-    parser.add_argument("--backend", default=None, choices=("local", "kubernetes"),
-                        help="default: kubernetes when GPU_OFFLOAD_NAMESPACE is set, else local")
-    parser.add_argument("--trusted-only", action="store_true",
-                        help="run only on a cluster the origin trusts: a donor sees the script and its directory "
-                             "(default: $GPU_OFFLOAD_TRUSTED_ONLY, which a hub's chart sets)")
-    parser.add_argument("--noblock", action="store_true", help="start the run in the background and return")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="stop the run after S seconds (counted from Kueue's admission when it queues)")
-    parser.add_argument("--queue-timeout", type=float, default=None, metavar="S",
-                        help="give up a run still waiting in Kueue's queue after S seconds (docs/queueing.md)")
-    parser.add_argument("--priority", default=None, metavar="CLASS",
-                        help="Kueue priority class when queueing is on, e.g. batch (default: $GPU_OFFLOAD_PRIORITY)")
-    parser.add_argument("--in", dest="inputs", action="append", type=Path, default=[], metavar="FILE",
-                        help="ship this file too (repeatable)")
-    parser.add_argument("--max-workdir-mb", type=float, default=DEFAULT_LIMIT_MB, metavar="MB",
-                        help=f"cap on the shipped directory (default {DEFAULT_LIMIT_MB:g} MB)")
-    parser.add_argument("--nodes", type=int, default=None, metavar="N",
-                        help="run the script as torch.distributed ranks on N nodes, as torchrun would "
-                             "(docs/distributed.md); --gpus is then per node")
-    parser.add_argument("--procs-per-node", type=int, default=None, metavar="P",
-                        help="rank processes per node (default: --gpus, or 1 with --gpus 0)")
-    parser.add_argument("--group-output", action="store_true", help="show each rank's output together at the end")
-    parser.add_argument("--quiet-ranks", action="store_true", help="show rank 0's output only")
-    parser.add_argument("--rendezvous-timeout", type=float, default=None, metavar="S",
-                        help="seconds every rank has to start after the first (default 300)")
-    parser.add_argument("--spread", action="store_true",
-                        help="let the nodes span donors when no one donor has room (not with queueing on)")
-    parser.add_argument("--detached-log", default=None, help=argparse.SUPPRESS)  # the background follower's
+    add_shell_options(parser)  # the one option table the magic's arguments come from too
     parser.set_defaults(func=run)
 
 
@@ -94,26 +62,9 @@ def cli_kernel() -> str:
 
 def make_backend(name: str | None) -> Backend:
     """The backend the magic would choose (``auto``: a configured cluster, else local), set up for a CLI run."""
-    from ..engine.backends.kube.config import configured
+    from ..engine.backends import registry
 
-    chosen = name or ("kubernetes" if configured(os.environ) else "local")
-    if chosen == "local":
-        from ..engine.backends.local import LocalBackend
-
-        return LocalBackend()
-    from dataclasses import replace
-
-    from ..engine.backends.kube.backend import KubernetesBackend
-    from ..engine.backends.kube.config import from_environment
-    from ..engine.errors import BackendNotConfigured
-    from ..liqo_peering.errors import GpuOffloadError
-
-    # no server: the orphan sweep of a Jupyter server this shell may run under must not take the pod
-    settings = replace(from_environment(os.environ), kernel=cli_kernel(), server=None, cli=True)
-    try:
-        return KubernetesBackend(settings)
-    except GpuOffloadError as exc:
-        raise BackendNotConfigured(f"--backend kubernetes: {exc}") from exc
+    return registry.create(name or registry.auto_name(os.environ), cli_kernel=cli_kernel())
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pathspec
 
-DEFAULT_LIMIT_MB = 10.0
+from ..engine.options import WORKDIR_LIMIT_MB as DEFAULT_LIMIT_MB
+
 """Default cap: a bundle travels in a Secret (1 MiB) or object storage, and whole, on every run."""
 _ALWAYS_LEFT_OUT = {".git", "__pycache__", ".ipynb_checkpoints", ".venv", ".mypy_cache", ".pytest_cache"}
 

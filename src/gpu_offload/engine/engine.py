@@ -306,7 +306,9 @@ def load_outputs(outcome: Outcome, sink: Sink | None = None) -> dict[str, Any]:
         notice = sink.notice if sink is not None else (lambda _text: None)
         return load_untrusted(outputs, outcome.untrusted_from or "its cluster", outcome.intake.wanted, notice)
     try:
-        values = buffers.load_packed(outputs.pickle, outputs.buffers)
+        # held: an output array stays in shared memory while a variable holds it, and goes to the next cell
+        # without a copy (runner/lending.py)
+        values = buffers.load_packed(outputs.pickle, outputs.buffers, hold=True)
     except Exception as exc:
         raise OffloadError(
             f"The cell ran, but its outputs {', '.join(outputs.names)} could not be loaded here: {exc}. "

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import handover
+from . import handover, lending
 
 TRANSPORTS = ("shm", "inline", "url")
 MIN_OUT_OF_BAND = 64 * 1024
@@ -150,8 +150,12 @@ def write_buffer(
 ) -> dict[str, Any]:
     """Write one buffer through ``transport`` and return its reference."""
     if transport == "shm":
+        lent = lending.lend(view)
+        if lent is not None:
+            # the reader maps it private and leaves the name: it belongs to a variable of the notebook's
+            return {"kind": "shm", "path": lent, "size": view.nbytes, "lent": True}
         directory = shm_dir or default_shm_dir()
-        path = handover.take(view, directory) or _write_shm(view, directory)
+        path = handover.take(view, directory) or lending.give_back(view, directory) or _write_shm(view, directory)
         return {"kind": "shm", "path": path, "size": view.nbytes}
     if transport == "url":
         if index >= len(urls):
@@ -235,19 +239,26 @@ def _safe(url: str) -> str:
 
 
 def load(
-    data: bytes | bytearray | memoryview, refs: Iterable[Ref], *, share: bool = False, keep: bool = False
+    data: bytes | bytearray | memoryview,
+    refs: Iterable[Ref],
+    *,
+    share: bool = False,
+    keep: bool = False,
+    hold: bool = False,
 ) -> Any:
     """Unpickle ``data`` with the buffers ``refs`` point at; shm files are unlinked whatever happens.
 
     ``share`` (the runner) maps shm files shared and keeps their names until :func:`handover.release`, so
     outputs that are these very buffers go back without a copy. ``keep`` (the ranks of a distributed run,
-    which all read the same files) maps them copy-on-write and leaves their names to the writer.
+    which all read the same files) maps them copy-on-write and leaves their names to the writer. ``hold``
+    (the kernel, loading a cell's outputs) keeps each shm file while its mapping lives, so the array can be
+    lent to a later cell without a copy (:mod:`.lending`).
     """
     pending = list(refs)
     buffers: list[Any] = []
     try:
         for position, ref in enumerate(pending):
-            buffers.append(read_buffer(ref, share=share, keep=keep))
+            buffers.append(read_buffer(ref, share=share, keep=keep, hold=hold))
             pending[position] = {}
     finally:
         if not keep:
@@ -255,11 +266,13 @@ def load(
     return pickle.loads(data, buffers=buffers)
 
 
-def read_buffer(ref: Ref, share: bool = False, keep: bool = False) -> Any:
+def read_buffer(ref: Ref, share: bool = False, keep: bool = False, hold: bool = False) -> Any:
     """Return a writable buffer for ``ref`` (a copy-on-write mapping for shm: no copy is made)."""
     kind = ref.get("kind")
     if kind == "shm":
-        return _map_shm(str(ref["path"]), int(ref["size"]), share, keep)
+        if ref.get("lent") is True and share:
+            return _map_lent(str(ref["path"]), int(ref["size"]))
+        return _map_shm(str(ref["path"]), int(ref["size"]), share, keep, hold)
     if kind == "inline":
         raw = ref["data"]
         return bytearray(base64.b64decode(raw) if isinstance(raw, str) else raw)
@@ -278,7 +291,26 @@ def read_buffer(ref: Ref, share: bool = False, keep: bool = False) -> Any:
     )
 
 
-def _map_shm(path: str, size: int, share: bool = False, keep: bool = False) -> Any:
+def _map_lent(path: str, size: int) -> Any:
+    """A lent input: mapped private (the cell's in-place changes stay in the runner), its name left alone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise BufferTransportError(
+            f"shared-memory buffer {path} lent by the notebook cannot be opened: {exc.strerror}; the notebook "
+            "and the runner must share /dev/shm; run the cell again"
+        ) from exc
+    try:
+        if os.fstat(fd).st_size != size:
+            raise BufferTransportError(f"shared-memory buffer {path} is not {size} bytes; run the cell again")
+        mapping = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+    finally:
+        os.close(fd)
+    lending.borrowed(mapping, path)
+    return memoryview(mapping)
+
+
+def _map_shm(path: str, size: int, share: bool = False, keep: bool = False, hold: bool = False) -> Any:
     if size == 0:
         if not keep:
             _unlink(path)
@@ -301,10 +333,14 @@ def _map_shm(path: str, size: int, share: bool = False, keep: bool = False) -> A
             return handover.map_shared(fd, size, path)
         # ACCESS_COPY maps MAP_PRIVATE: pages are shared with tmpfs until written, so loading costs no
         # copy and arrays come back writable without touching the writer's data
-        return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_COPY))
+        mapping = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        if hold:
+            lending.hold(mapping, path)
+            path = ""  # the name is the held mapping's now
+        return memoryview(mapping)
     finally:
         os.close(fd)
-        if not (share or keep):
+        if path and not (share or keep):
             _unlink(path)
 
 
@@ -338,7 +374,8 @@ def _get(url: str, size: int) -> bytearray:
 def discard(refs: Iterable[Ref]) -> None:
     """Remove shm files of references that will never be read (a failed or abandoned transfer)."""
     for ref in refs:
-        if ref.get("kind") == "shm":
+        # a lent file belongs to a notebook variable, which removes it when it is collected
+        if ref.get("kind") == "shm" and ref.get("lent") is not True:
             _unlink(str(ref["path"]))
 
 
@@ -360,16 +397,17 @@ def pack_main(
     return write_buffer(memoryview(main), transport, index, shm_dir=shm_dir, urls=urls)
 
 
-def load_packed(packed: Any, refs: Sequence[Ref]) -> Any:
-    """Load the value of an ``outputs`` frame from its ``pickle`` and ``buffers`` fields."""
+def load_packed(packed: Any, refs: Sequence[Ref], *, hold: bool = False) -> Any:
+    """Load the value of an ``outputs`` frame from its ``pickle`` and ``buffers`` fields (``hold``: see
+    :func:`load`; the main pickle is never held)."""
     if isinstance(packed, str):
-        return load(base64.b64decode(packed), refs)
+        return load(base64.b64decode(packed), refs, hold=hold)
     try:
         main = read_buffer(packed)
     except BaseException:
         discard(refs)
         raise
-    return load(main, refs)
+    return load(main, refs, hold=hold)
 
 
 def json_refs(refs: Iterable[Ref]) -> list[dict[str, Any]]:

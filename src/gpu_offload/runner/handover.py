@@ -16,6 +16,7 @@ import contextlib
 import mmap
 import os
 import sys
+import weakref
 
 MAP_FIXED = 0x10  # Linux; Python's mmap module does not export it
 
@@ -38,12 +39,20 @@ def address(view: memoryview) -> int | None:
 
 def map_shared(fd: int, size: int, path: str) -> memoryview:
     """Map an input file shared and writable, and remember it as a candidate for :func:`take`."""
-    view = memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_WRITE))
+    mapping = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+    view = memoryview(mapping)
     start = address(view)
     if start is not None:
         _eligible[(start, size)] = path
+        # once this mapping is gone its address may be another's: a stale entry would send the wrong file
+        weakref.finalize(mapping, _forget, (start, size), path)
     _names.append(path)
     return view
+
+
+def _forget(key: tuple[int, int], path: str) -> None:
+    if _eligible.get(key) == path:
+        del _eligible[key]
 
 
 def take(view: memoryview, directory: str) -> str | None:

@@ -10,9 +10,8 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.hub_extension.accounting.store import Store
-from gpu_offload.hub_extension.config import HubConfig, parse_config
+from gpu_offload.hub_extension.config import HubConfig
 from gpu_offload.hub_extension.service.state import HubState
-from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
@@ -121,10 +120,3 @@ def test_an_admins_kept_body_is_never_given_to_a_plain_user(hub: Any) -> None:
     def ageless(answer: Any) -> list[dict[str, Any]]:
         return [{k: v for k, v in row.items() if k != "age_seconds"} for row in answer.json()["clusters"]]
     assert ageless(viewer) == ageless(admin)
-
-
-def test_the_switch_that_turns_the_fast_paths_off_is_a_boolean_and_on_by_default() -> None:
-    assert parse_config({}).fast_paths is True
-    assert parse_config({"service": {"fastPaths": False}}).fast_paths is False
-    with pytest.raises(InvalidRequest, match=r"service.fastPaths='no' must be true or false"):
-        parse_config({"service": {"fastPaths": "no"}})

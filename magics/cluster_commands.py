@@ -1,12 +1,26 @@
-"""What the ``%gpu_offload clusters`` and ``%gpu_offload cleanup`` line magics show for the kubernetes backend."""
+"""What the ``%gpu_offload clusters`` and ``%gpu_offload cleanup`` line magics show for a cluster backend.
+
+The magic names the backend and never imports it: what these commands need of it is :class:`ClusterBackend`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from ....liqo_peering.inventory import Inventory
-from ....liqo_peering.render import render_html, render_table
-from .backend import KubernetesBackend
+from ..engine.backends.base import InventorySource
+from ..liqo_peering.inventory import Inventory
+from ..liqo_peering.render import render_html, render_table
+
+
+class ClusterBackend(Protocol):
+    """A backend that runs on a cluster: its settings name the user, kernel and namespace; it cleans up."""
+
+    settings: Any
+
+    def inventory(self) -> InventorySource: ...
+
+    def cleanup(self, everything_of_user: bool = False) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -22,12 +36,12 @@ class ClustersView:
         return render_table(self.inventory)
 
 
-def clusters(backend: KubernetesBackend) -> ClustersView:
+def clusters(backend: ClusterBackend) -> ClustersView:
     """The inventory from this kernel's cache (the first call lists, later ones cost no request)."""
     return ClustersView(backend.inventory().inventory())
 
 
-def cleanup(backend: KubernetesBackend, everything_of_user: bool) -> str:
+def cleanup(backend: ClusterBackend, everything_of_user: bool) -> str:
     """Delete leftover runner pods and Secrets (this kernel's, or with ``--all`` every kernel's of this user)."""
     removed = backend.cleanup(everything_of_user)
     whose = f"of user {backend.settings.user}" if everything_of_user else f"of kernel {backend.settings.kernel}"
