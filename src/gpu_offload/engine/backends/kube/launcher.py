@@ -10,6 +10,7 @@ import dataclasses
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, r
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
+from ...timing import Phase
 from ..base import Ranks, RunRequest, spread_refusal
 from .budget import HubSpend, check_budget
 from .config import KubeSettings
@@ -355,6 +357,7 @@ class PodLauncher:
         else:
             where = self.where(placement, avoid, memory)
             scheduling, cluster, gpus, model = where.scheduling_fragment(), where.cluster_id, where.gpus, where.model
+        placed = time.monotonic()
         bundle, stored = order.bundle, None
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             stored = self._store_bundle(order.run_id, bundle, len(runner))
@@ -367,6 +370,7 @@ class PodLauncher:
         except BaseException:
             self.pods.delete_pod(body["metadata"]["name"], grace=0)
             raise
+        phases = (Phase("placement", placed), Phase("pod create", time.monotonic()))
         ctx = PodContext(cluster, gpus, spec.image, memory, model)
         name = body["metadata"]["name"]
         ticket = None
@@ -374,7 +378,7 @@ class PodLauncher:
             ticket = self._queue.track(name, f"{gpus} x {model}" if model else f"{gpus} GPU" + "s" * (gpus > 1))
         follower = PodFollower(self.pods, created, order.nonce, ctx, one_shot=not order.session,
                                watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run)
-        return LaunchedPod(name, follower, ticket)
+        return LaunchedPod(name, follower, ticket, phases)
 
     def _check_move(self, placement: RunRequest, queue: str | None, avoid: frozenset[str]) -> None:
         """A retry elsewhere (``avoid`` non-empty) is refused with queueing on and for a ``--cluster`` pin, the
