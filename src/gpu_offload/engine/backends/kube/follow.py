@@ -29,6 +29,7 @@ from ....liqo_peering.retrying import WATCH_BACKOFF
 from ....liqo_peering.watching import QUICK_END, WATCH_SECONDS
 from ....runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
 from ....runner.lines import LineSplitter, Overlong
+from ...timing import Phase
 from ..base import Placed
 from .explain import (
     FAILED,
@@ -92,11 +93,12 @@ class PodFollower:
         self.name = str(pod["metadata"]["name"])
         self.uid = str(pod["metadata"].get("uid") or "")
         self.started_at: str | None = None
+        self._scheduled = False
         """When the runner container started, as its status said (to tell how long a stopped run ran)."""
         self.ctx = ctx
         self.one_shot = one_shot
         self.watch_seconds = watch_seconds
-        self.events: queue.Queue[Event | Placed | PodEnded] = queue.Queue()
+        self.events: queue.Queue[Event | Placed | Phase | PodEnded] = queue.Queue()
         self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
         self.started = threading.Event()
         """Set once the pod stopped waiting: its runner container runs, or it ended without running (then the
@@ -124,7 +126,7 @@ class PodFollower:
                                         name=f"gpu-offload-follow-{self.name}")
         self._thread.start()
 
-    def next(self, timeout: float) -> Event | Placed | PodEnded | None:
+    def next(self, timeout: float) -> Event | Placed | Phase | PodEnded | None:
         """The next item within ``timeout`` seconds, else None."""
         try:
             return self.events.get(timeout=timeout)
@@ -200,6 +202,9 @@ class PodFollower:
         self.gated = queued(pod)
         if not self.gated:
             self.ctx = admitted_context(pod, self.ctx)
+        if not self._scheduled and (pod.get("spec") or {}).get("nodeName"):
+            self._scheduled = True
+            self.events.put(Phase("schedule", time.monotonic()))
         return pod_state(pod, self.ctx)
 
     def _until_started(self, pod: dict[str, Any]) -> PodState:
@@ -241,6 +246,7 @@ class PodFollower:
             self.started_at = (runner.get("running") or runner.get("terminated") or {}).get("startedAt")
             # said once per pod, before the cell's first output: the user sees where the cell went
             self.placed = placed_text(pod, self.ctx)
+            self.events.put(Phase("container start", time.monotonic()))
             self.events.put(Placed(self.placed, self.ctx.cluster))
         return state
 
