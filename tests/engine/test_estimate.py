@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from gpu_offload.estimate import (  # noqa: E402
+from gpu_offload.engine.estimate import (  # noqa: E402
     CONTEXT,
     GIB,
     MARGIN,
