@@ -5,6 +5,10 @@ of that second come again and the frame decoder drops the frames it has seen (``
 nothing is lost or repeated. A stream that could not be opened or gave nothing is resumed after the
 project's backoff (``liqo_peering.retrying``), so a refusing endpoint is not asked again in a busy loop. A one-shot follower stops after the ``done`` frame: the success path costs
 one watch and one log request.
+
+A one-shot pod reads its bundle on stdin (``stdin`` here): the follower writes it through one attach as soon as
+the runner container runs, so the cell's code, inputs and nonce reach that pod only, never a Secret that Liqo
+would copy to every donor of the namespace.
 """
 
 from __future__ import annotations
@@ -82,8 +86,9 @@ class PodFollower:
 
     def __init__(self, pods: PodApi, pod: Mapping[str, Any], nonce: str, ctx: PodContext, *,
                  one_shot: bool = True, watch_seconds: int = 30, run_id: str | None = None,
-                 ranks: int = 1) -> None:
-        """``ranks``: the world size of a distributed run, whose pods' frames carry their ranks."""
+                 ranks: int = 1, stdin: bytes | None = None) -> None:
+        """``ranks``: the world size of a distributed run, whose pods' frames carry their ranks; ``stdin``: the
+        bundle, written to the runner's stdin once it runs (None: it reads no bundle there)."""
         self.pods = pods
         self.name = str(pod["metadata"]["name"])
         self.uid = str(pod["metadata"].get("uid") or "")
@@ -116,6 +121,7 @@ class PodFollower:
         self._response: Any = None
         self._last_stamp: bytes | None = None
         self._done_seen = False
+        self._stdin = stdin
         self._thread = threading.Thread(target=self._run, args=(dict(pod),), daemon=True,
                                         name=f"gpu-offload-follow-{self.name}")
         self._thread.start()
@@ -177,6 +183,8 @@ class PodFollower:
         state: PodState | None
         try:
             state = self._until_started(pod)
+            if state.kind == RUNNING and self._stdin is not None:
+                state = self._hand_bundle() or state
             if state.kind in (RUNNING, FINISHED):
                 self.running.set()
                 self.started.set()
@@ -241,6 +249,21 @@ class PodFollower:
             self.events.put(Phase("container start", time.monotonic()))
             self.events.put(Placed(self.placed, self.ctx.cluster))
         return state
+
+    def _hand_bundle(self) -> PodState | None:
+        """Write the bundle to the runner's stdin through one attach, whose end closes it (``stdinOnce``);
+        a failed attach ends the run (the runner would wait for its bundle until deleted)."""
+        payload, self._stdin = self._stdin, None
+        try:
+            ws = self.pods.attach(self.name)
+            try:
+                ws.write_stdin(payload)
+            finally:
+                ws.close()
+        except Exception as exc:  # noqa: BLE001 - any failure means the runner never gets its bundle
+            return PodState(FAILED, f"could not send the cell to pod {self.name} (attach to its stdin): {exc}",
+                            "AttachFailed")
+        return None
 
     def _follow_logs(self) -> PodState | None:
         """Follow the log until the ``done`` frame (one-shot) or the container's end; resume after drops,

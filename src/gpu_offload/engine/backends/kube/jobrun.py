@@ -133,7 +133,7 @@ class JobPods:
                 continue
             self.followers[index] = PodFollower(
                 self.pods, pod, self._order.nonce, self._job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
-                run_id=self._order.bundle_run, ranks=self._ranks.world_size)
+                run_id=self._order.bundle_run, ranks=self._ranks.world_size, stdin=self._job.stdin or None)
         self._stop_watching()
 
     def _stop_watching(self) -> None:

@@ -54,6 +54,9 @@ class LaunchedJob:
     outputs_from: str = ""
     """The cluster whose trust decides what the out rank sends back: the one cluster, or the first untrusted
     of several (the out rank may land on any of them)."""
+    stdin: bytes = b""
+    """What each pod's launcher reads on stdin once it runs (the bundle; empty for a session, or when the
+    pods fetch it from object storage)."""
 
 
 @dataclass(frozen=True)
