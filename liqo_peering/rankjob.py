@@ -58,7 +58,7 @@ class RankJobSpec:
 
 def rank_job_name(run_id: str) -> str:
     """The Job's name for a run; its pods are ``<job>-<index>-<random>`` with hostname ``<job>-<index>``."""
-    # the same name a single cell's pod gets, so the Secret (``<name>-bundle``) and the sweep's selectors agree
+    # the same name a single cell's pod gets, so the runner Secret (``<name>-runner``) and the sweep's selectors agree
     return _dns_name(f"gpuo-{run_id}", "Job name (from run id)")
 
 

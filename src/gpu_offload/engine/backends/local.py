@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from ...runner.checkpoint import DEFAULT_LIMIT
 from ...runner.frames import Done, FrameDecoder, Hello, Noise, RunnerWarning
 from ...runner.secrecy import greeting
 from ..errors import OffloadUsageError
@@ -296,6 +297,17 @@ class LocalSession:
         self.placement = placement
         self.runs = 0
         self.busy = False
+        self.auto_limit: int | None = None
+        """Checkpoint after every cell that ends ok, with this limit (``None``: only when asked)."""
+        self.background: threading.Thread | None = None
+        self.auto_note: str | None = None
+        """What the last automatic checkpoint did, told to the next cell."""
+
+    def settle(self) -> None:
+        """Wait for a checkpoint being written in the background (the runner answers one command at a time)."""
+        if self.background is not None:
+            self.background.join()
+            self.background = None
 
 
 class SessionRun(_LocalRun):
@@ -315,6 +327,8 @@ class SessionRun(_LocalRun):
         self._note = note
         self._dropped = stale - session.process.foreign  # plus the decoder's count when the run ends
         self._done: Done | None = None
+        self.ended_ok = False
+        self.on_ok: Callable[[LocalSession], None] | None = None
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
@@ -328,6 +342,7 @@ class SessionRun(_LocalRun):
         if isinstance(event, RunnerExit):
             self._on_death(self.session.name, event.code)
         elif isinstance(event, Done):
+            self.ended_ok = event.status == "ok"
             dropped = self._dropped + self.session.process.foreign
             if dropped:
                 self._done = event
@@ -349,6 +364,8 @@ class SessionRun(_LocalRun):
         self.session.busy = False
         if self._bundle is not None:
             _unlink(self._bundle)
+        if self.ended_ok and self.on_ok is not None:
+            self.on_ok(self.session)
         return None
 
 
@@ -425,13 +442,18 @@ class LocalBackend:
 
     def _submit_to_session(self, name: str, job: Job) -> SessionRun:
         placement = job.request
+        waiting = self._sessions.get(name)
+        if waiting is not None:
+            waiting.settle()
         with self._lock:
             current = self._sessions.get(name)
             if current is not None and not current.process.alive:
                 current.process.signal(signal.SIGKILL)  # a distributed session's other nodes, if any
                 self._died(name, current.process.returncode)
                 current = None
-            note = self._lost.pop(name, None) if current is None else None
+            note = self._lost.pop(name, None) if current is None else current.auto_note
+            if current is not None:
+                current.auto_note = None
             fresh = current is None
             if current is None:
                 # a session runner frames every run with one nonce, its first command on stdin
@@ -464,6 +486,7 @@ class LocalBackend:
         )
         stale = current.process.expect_run(job.run_id)
         run = SessionRun(current, path, self._on_death, note, stale)
+        run.on_ok = self._auto_checkpoint
         if not current.process.send(command):
             run.release(0)
             self._forget(name)
@@ -488,8 +511,32 @@ class LocalBackend:
             return f"its last checkpoint {saved.name} could not be restored: {exc}"
         return restored_line(saved, restored, skipped)
 
-    def checkpoint_session(self, name: str, checkpoint: str, limit: int | None = None) -> SavedCheckpoint:
-        """Write session ``name``'s state as checkpoint ``checkpoint`` (see :mod:`.local_state`)."""
+    def _auto_checkpoint(self, session: LocalSession) -> None:
+        """After a cell that ended ok, write the session's checkpoint in the background (if it asked for it)."""
+        if session.auto_limit is None or not session.process.alive:
+            return
+        session.busy = True
+
+        def write() -> None:
+            try:
+                saved = self.checkpoints.take(session.process, session.name, session.name, session.placement,
+                                              trusted=True, limit=session.auto_limit or 0)
+                session.auto_note = f"automatic checkpoint after the last cell: {saved.describe()}"
+            except (OffloadUsageError, SessionLost, OSError) as exc:
+                session.auto_note = (f"the automatic checkpoint after the last cell was not written ({exc}); "
+                                     "the one before it stays")
+            finally:
+                session.busy = False
+
+        session.background = _thread(write)
+
+    def checkpoint_session(self, name: str, checkpoint: str, limit: int | None = None,
+                           auto: bool | None = None) -> SavedCheckpoint:
+        """Write session ``name``'s state as checkpoint ``checkpoint`` (see :mod:`.local_state`); ``auto``:
+        from now on also after every cell that ends ok (``False``: no longer)."""
+        waiting = self._sessions.get(name)
+        if waiting is not None:
+            waiting.settle()
         with self._lock:
             current = self._sessions.get(name)
             if current is None or not current.process.alive:
@@ -500,9 +547,11 @@ class LocalBackend:
                                         "between cells (a distributed session cannot be checkpointed yet)")
             current.busy = True
         try:
-            extra = {} if limit is None else {"limit": limit}
-            return self.checkpoints.take(current.process, name, checkpoint, current.placement, trusted=True,
-                                         **extra)
+            saved = self.checkpoints.take(current.process, name, checkpoint, current.placement, trusted=True,
+                                          limit=limit or DEFAULT_LIMIT)
+            if auto is not None:
+                current.auto_limit = (limit or DEFAULT_LIMIT) if auto else None
+            return saved
         except SessionLost as exc:
             self._on_death(name, current.process.returncode)
             raise OffloadUsageError(f"session {name!r} was lost while checkpointing: {exc}") from None
@@ -564,6 +613,7 @@ class LocalBackend:
             current = self._sessions.pop(name, None)
         if current is None:
             return False
+        current.settle()
         current.process.send({"op": "exit"})
         current.process.stop(grace)
         return True

@@ -10,6 +10,7 @@ import dataclasses
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, r
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
+from ...timing import Phase
 from ..base import Ranks, RunRequest, spread_refusal
 from .budget import HubSpend, check_budget
 from .config import KubeSettings
@@ -355,6 +357,7 @@ class PodLauncher:
         else:
             where = self.where(placement, avoid, memory)
             scheduling, cluster, gpus, model = where.scheduling_fragment(), where.cluster_id, where.gpus, where.model
+        placed = time.monotonic()
         bundle, stored = order.bundle, None
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             stored = self._store_bundle(order.run_id, bundle, len(runner))
@@ -363,18 +366,20 @@ class PodLauncher:
         body = runner_pod(spec)
         created = self._creates.create(body)  # Ctrl-C here leaves no pod behind
         try:
-            self.pods.create(runner_secret(body, created["metadata"]["uid"], bundle, runner))
+            self.pods.create(runner_secret(body, created["metadata"]["uid"], runner))
         except BaseException:
             self.pods.delete_pod(body["metadata"]["name"], grace=0)
             raise
+        phases = (Phase("placement", placed), Phase("pod create", time.monotonic()))
         ctx = PodContext(cluster, gpus, spec.image, memory, model)
         name = body["metadata"]["name"]
         ticket = None
         if self._queue is not None and queue:
             ticket = self._queue.track(name, f"{gpus} x {model}" if model else f"{gpus} GPU" + "s" * (gpus > 1))
         follower = PodFollower(self.pods, created, order.nonce, ctx, one_shot=not order.session,
-                               watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run)
-        return LaunchedPod(name, follower, ticket)
+                               watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run,
+                               stdin=bundle or None)
+        return LaunchedPod(name, follower, ticket, phases)
 
     def _check_move(self, placement: RunRequest, queue: str | None, avoid: frozenset[str]) -> None:
         """A retry elsewhere (``avoid`` non-empty) is refused with queueing on and for a ``--cluster`` pin, the
@@ -444,20 +449,20 @@ class PodLauncher:
         name = body["metadata"]["name"]
         try:
             uid = created["metadata"]["uid"]
-            self.pods.create(runner_secret(body, uid, bundle, runner))
+            self.pods.create(runner_secret(body, uid, runner))
             self.pods.create(master_service(spec, uid))
         except BaseException:
             self.pods.delete_job(name, grace=0)
             raise
         return LaunchedJob(name, PodContext(" or ".join(clusters), placement.gpus, spec.pod.image, memory, model),
-                           clusters, outputs_from)
+                           clusters, outputs_from, stdin=bundle)
 
     def _store_bundle(self, run_id: str, bundle: bytes, runner_size: int) -> Stored:
         if self.storage is None:
             size = len(bundle) + runner_size
             raise OffloadUsageError(
                 f"This cell's inputs make a bundle of {len(bundle) / 2**20:.1f} MiB; with the runner "
-                f"({size / 2**20:.1f} MiB) it does not fit in a Kubernetes Secret (at most "
+                f"({size / 2**20:.1f} MiB) it is more than the kernel sends a pod directly (at most "
                 f"{MAX_SECRET_BYTES / 2**20:.2f} MiB) and no object storage is configured. Nothing was "
                 "launched. Set GPU_OFFLOAD_S3_BUCKET (and GPU_OFFLOAD_S3_ENDPOINT for a non-AWS store) to "
                 "send large inputs through object storage, or load the data inside the cell.")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ....runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
+from ...timing import Phase
 from ..base import Queued, RunEvent, RunnerExit, RunRequest
 from .explain import FAILED, PODS_READY_TIMEOUT, PodContext, PodState, pod_state
 from .follow import PodEnded, PodFollower
@@ -32,6 +33,8 @@ class LaunchedPod:
     name: str
     follower: PodFollower
     ticket: Ticket | None = None
+    phases: tuple[Phase, ...] = ()
+    """When placement and the pod's creation ended (``time.monotonic()``), for the run's timing."""
 
     @property
     def ctx(self) -> PodContext:
@@ -51,6 +54,9 @@ class LaunchedJob:
     outputs_from: str = ""
     """The cluster whose trust decides what the out rank sends back: the one cluster, or the first untrusted
     of several (the out rank may land on any of them)."""
+    stdin: bytes = b""
+    """What each pod's launcher reads on stdin once it runs (the bundle; empty for a session, or when the
+    pods fetch it from object storage)."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,7 @@ class KubeRun:
         self.current = launcher.launch(order)
         self._cleanup = cleanup
         self._fetch = fetch
-        self._pending: deque[RunEvent] = deque()
+        self._pending: deque[RunEvent] = deque(self.current.phases)
         self._retried = False
         self._hello = False
         self._lines = 0
