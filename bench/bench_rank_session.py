@@ -21,9 +21,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import kubernetes
-from bench_kube import CATEGORIES, TINY, percentile  # the script's folder is on sys.path
+from bench_kube import CATEGORIES, TINY  # the script's folder is on sys.path
 from gpu_offload.sandbox.apiserver.http_faults import FaultRule
-from harness import machine_line
+from harness import machine_line, percentile
 from harness import origin as origin_of
 
 from gpu_offload.engine.analysis import analyse_cell

@@ -40,6 +40,9 @@ class UserNamespaces:
     user_server_service_account: str = "gpu-offload-user-server"
     pod_security: str = "baseline"
     """Pod Security level enforced in user namespaces (``pod-security.kubernetes.io/enforce``)."""
+    object_quota: tuple[tuple[str, int], ...] = (("pods", 50), ("secrets", 100), ("services", 20))
+    """How many objects of each kind a user namespace may hold (a ResourceQuota's object counts), so that one
+    user cannot flood the API server or the hub's watches; a kind at 0 is not capped."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,25 @@ def _section(raw: Mapping[str, Any], key: str, where: Path | str) -> Mapping[str
     return value
 
 
+QUOTA_KINDS = ("pods", "secrets", "services")
+
+
+def _object_quota(raw: Any, default: tuple[tuple[str, int], ...], where: Path | str) -> tuple[tuple[str, int], ...]:
+    """``userNamespaces.objectQuota``: a count (0 or more) per kind of ``QUOTA_KINDS``; kinds left out keep
+    their default."""
+    if raw is None:
+        return default
+    if not isinstance(raw, Mapping) or not set(raw) <= set(QUOTA_KINDS):
+        raise InvalidRequest(f"{where}: userNamespaces.objectQuota={raw!r}; give counts for {', '.join(QUOTA_KINDS)}")
+    counts = dict(default)
+    for kind, value in raw.items():
+        if type(value) is not int or value < 0:
+            raise InvalidRequest(f"{where}: userNamespaces.objectQuota.{kind}={value!r}; give a whole number, 0 for "
+                                 "no cap")
+        counts[kind] = value
+    return tuple((k, counts[k]) for k in QUOTA_KINDS)
+
+
 def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubConfig:
     """A HubConfig from the ConfigMap's ``config.yaml`` content (already parsed)."""
     user_ns = _section(raw, "userNamespaces", where)
@@ -153,6 +175,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     per_user = _section(raw, "metrics", where).get("perUserSeries", True)
     if not isinstance(per_user, bool):
         raise InvalidRequest(f"{where}: metrics.perUserSeries={per_user!r} must be true or false")
+    object_quota = _object_quota(user_ns.get("objectQuota"), base.object_quota, where)
     pod_security = str(user_ns.get("podSecurity") or base.pod_security)
     if pod_security not in POD_SECURITY_LEVELS:
         raise InvalidRequest(f"{where}: userNamespaces.podSecurity={pod_security!r}; use one of "
@@ -169,6 +192,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
                 user_ns.get("userServerServiceAccount") or base.user_server_service_account
             ),
             pod_security=pod_security,
+            object_quota=object_quota,
         ),
         tenant_namespaces=tuple(tenants),
         cluster_id=str(liqo.get("clusterID") or ""),

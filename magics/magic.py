@@ -35,6 +35,7 @@ from ..engine.request import (
 )
 from ..engine.runs.tracking import tracked
 from ..engine.sinks import NotebookSink, Sink
+from ..engine.timing import Stopwatch, describe_timing
 from ..liqo_peering import environment as E
 from . import session_commands
 from .cell_options import OPTIONS, USAGE, cell_arguments
@@ -134,6 +135,7 @@ class GpuOffloadMagics(Magics):
             %%gpu_offload --nodes 2 --gpus 4
             torch.distributed.init_process_group("nccl")  # 8 ranks, torchrun's environment
         """
+        clock = Stopwatch()  # Shift-Enter: what `%gpu_offload status --timing` counts from
         request = self._request(line, cell)
         backend = self._backend(request.backend)
         if backend.name == "local":
@@ -146,7 +148,8 @@ class GpuOffloadMagics(Magics):
         except CellSyntaxError as err:
             err.where = f"Cell In[{self._cell_number()}]"  # as IPython names a cell's syntax error
             raise
-        launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>")
+        clock.mark("analysis")
+        launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>", clock=clock)
         settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
             handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
@@ -278,7 +281,13 @@ class GpuOffloadMagics(Magics):
         if values:
             self._sink.notice(f"copied back: {', '.join(values)}")
 
-    def _status(self, _: list[str]) -> None:
+    def _status(self, words: list[str]) -> None:
+        if words == ["--timing"]:
+            print(describe_timing(self.last_outcome.timing if self.last_outcome is not None else None))
+            return
+        if words:
+            raise OffloadUsageError(f"%gpu_offload status {' '.join(words)}: write %gpu_offload status, or "
+                                    "%gpu_offload status --timing for where the last run's wait went.")
         print(f"default backend: {self.backend}")
         for backend in self._backends.values():
             print(backend.describe())

@@ -1,7 +1,7 @@
 """``%gpu_offload checkpoint|restore|move``: a session's state written out, and a session started from it.
 
-``checkpoint SESSION [--as NAME] [--limit MIB]`` writes the session's state (checkpoint ``NAME``, by default
-the session's name); ``restore NAME [--session S]`` starts session ``S`` (by default the one the checkpoint
+``checkpoint SESSION [--as NAME] [--limit MIB] [--auto on|off]`` writes the session's state (checkpoint
+``NAME``, by default the session's name; ``--auto on``: again in the background after every cell that ends ok); ``restore NAME [--session S]`` starts session ``S`` (by default the one the checkpoint
 came from) from it; ``move SESSION`` checkpoints, closes and restores the session in a new runner.
 """
 
@@ -12,14 +12,15 @@ from typing import Any, Protocol
 
 from ..engine.errors import OffloadUsageError
 
-USAGE = ("%gpu_offload checkpoint SESSION [--as NAME] [--limit MIB], %gpu_offload restore NAME [--session S], "
+USAGE = ("%gpu_offload checkpoint SESSION [--as NAME] [--limit MIB] [--auto on|off], %gpu_offload restore NAME [--session S], "
          "%gpu_offload move SESSION")
 
 
 class Checkpointing(Protocol):
     """A backend whose sessions can be checkpointed and restored."""
 
-    def checkpoint_session(self, name: str, checkpoint: str, limit: int | None = None) -> Any: ...
+    def checkpoint_session(self, name: str, checkpoint: str, limit: int | None = None,
+                           auto: bool | None = None) -> Any: ...
 
     def restore_session(self, checkpoint: str, session: str | None = None) -> str: ...
 
@@ -68,10 +69,18 @@ def _checkpointing(backends: Iterable[Any]) -> Checkpointing:
 
 def checkpoint(backends: Iterable[Any], words: list[str]) -> str:
     """``checkpoint SESSION``; returns what the user is told (what was saved, what was not, size and limit)."""
-    session, options = _options("checkpoint", words, ("--as", "--limit"))
+    session, options = _options("checkpoint", words, ("--as", "--limit", "--auto"))
+    auto = options.get("--auto")
+    if auto not in (None, "on", "off"):
+        raise OffloadUsageError(f"--auto {auto}: write --auto on or --auto off")
     saved = _checkpointing(backends).checkpoint_session(session, options.get("--as", session),
-                                                        _limit(options.get("--limit")))
-    return f"checkpoint {saved.describe()}"
+                                                        _limit(options.get("--limit")),
+                                                        None if auto is None else auto == "on")
+    said = f"checkpoint {saved.describe()}"
+    if auto is not None:
+        said += ("\nfrom now on written again in the background after every cell that ends ok"
+                 if auto == "on" else "\nno longer written after every cell")
+    return said
 
 
 def restore(backends: Iterable[Any], words: list[str]) -> str:

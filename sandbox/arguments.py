@@ -42,7 +42,7 @@ def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
                         help="emulate Kueue (queueing, fair sharing, preemption); serve Kueue's real CRDs with "
                              "--crds ../shared/kueue-crds, else a built-in description")
     parser.add_argument("--kueue-pods-ready-timeout", type=float, default=None, metavar="SECONDS",
-                        help="Kueue's waitForPodsReady timeout (default: off, as in Kueue)")
+                        help="Kueue's waitForPodsReady timeout (default: 1800, on as since Kueue 0.19; 0: off)")
     parser.add_argument("--kueue-exclude-resource-prefix", action="append", default=[], metavar="PREFIX",
                         help="Kueue's resources.excludeResourcePrefixes (may be given more than once), e.g. "
                              "ephemeral-storage, which Metaflow's step pods request and the project's ClusterQueue "

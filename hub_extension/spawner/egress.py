@@ -14,6 +14,9 @@ from gpu_offload.liqo_peering import labels as L
 
 POLICY_NAME = "gpu-offload-no-cloud-metadata"
 CLOUD_METADATA = "169.254.169.254/32"
+CLOUD_METADATA_V6 = ("fd00:ec2::254/128", "fe80::a9fe:a9fe/128")
+"""The same servers over IPv6: AWS's instance metadata service on IPv6-enabled (Nitro) instances, and
+OpenStack's (Neutron's metadata proxy); on a dual-stack cluster, ``::/0`` with no exception would reach them."""
 
 
 def metadata_egress_policy(namespace: str) -> dict[str, Any]:
@@ -27,8 +30,9 @@ def metadata_egress_policy(namespace: str) -> dict[str, Any]:
             "podSelector": {},
             "policyTypes": ["Egress"],
             "egress": [
-                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [CLOUD_METADATA]}}, {"ipBlock": {"cidr": "::/0"}}]},
-                {"to": [{"ipBlock": {"cidr": CLOUD_METADATA}}], "ports": dns},
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [CLOUD_METADATA]}},
+                        {"ipBlock": {"cidr": "::/0", "except": list(CLOUD_METADATA_V6)}}]},
+                {"to": [{"ipBlock": {"cidr": cidr}} for cidr in (CLOUD_METADATA, *CLOUD_METADATA_V6)], "ports": dns},
             ],
         },
     }

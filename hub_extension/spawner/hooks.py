@@ -109,6 +109,7 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
                 await core.patch_namespaced_resource_quota(un.QUOTA_NAME, name, {"spec": quota["spec"]})
             except ApiException as exc:
                 raise api_error(exc, "updating", what) from exc
+    await _object_quota(core, name, config, created, retries)
     what = f"NetworkPolicy {name}/{POLICY_NAME}"
     policy = metadata_egress_policy(name)
     if await _create(what, lambda: networking.create_namespaced_network_policy(name, policy), retries):
@@ -126,7 +127,40 @@ async def prepare_namespace(api_client: Any, name: str, config: HubConfig,
                 for key in ("podOffloadingStrategy", "clusterSelector")])
         except ApiException as exc:
             raise api_error(exc, "updating", what) from exc
+    else:
+        await _keep_pods_local(custom, name, offloading["spec"]["podOffloadingStrategy"], what)
     return created
+
+
+async def _keep_pods_local(custom: Any, name: str, strategy: str, what: str) -> None:
+    """Bring a NamespaceOffloading an earlier version wrote (LocalAndRemote: every pod of the namespace could
+    reach a donor) to ``strategy``; Liqo allows the change, and pods already on donors stay there until they end."""
+    g = L.NAMESPACE_OFFLOADING
+    try:
+        current = await custom.get_namespaced_custom_object(g.group, g.version, name, g.plural,
+                                                            L.NAMESPACE_OFFLOADING_NAME)
+        if (current.get("spec") or {}).get("podOffloadingStrategy") != strategy:
+            await custom.patch_namespaced_custom_object(g.group, g.version, name, g.plural, L.NAMESPACE_OFFLOADING_NAME,
+                                                        {"spec": {"podOffloadingStrategy": strategy}},
+                                                        _content_type="application/merge-patch+json")
+            log.info("%s: podOffloadingStrategy set to %s", what, strategy)
+    except ApiException as exc:
+        raise api_error(exc, "updating", what) from exc
+
+
+async def _object_quota(core: Any, name: str, config: HubConfig, created: list[str], retries: int) -> None:
+    """Write the object counts the namespace may hold; one from an earlier spawn is brought to the chart's."""
+    quota = un.object_quota(name, config)
+    if quota is None:
+        return
+    what = f"ResourceQuota {name}/{un.OBJECT_QUOTA_NAME}"
+    if await _create(what, lambda: core.create_namespaced_resource_quota(name, quota), retries):
+        created.append(what)
+        return
+    try:
+        await core.patch_namespaced_resource_quota(un.OBJECT_QUOTA_NAME, name, {"spec": quota["spec"]})
+    except ApiException as exc:
+        raise api_error(exc, "updating", what) from exc
 
 
 async def _priority_classes(core: Any, name: str, config: HubConfig, user: str, groups: list[str] | tuple[str, ...],

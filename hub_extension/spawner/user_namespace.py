@@ -13,7 +13,7 @@ from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering import kueue
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
-from gpu_offload.liqo_peering.specs import namespace_offloading
+from gpu_offload.liqo_peering.specs import NO_CLUSTER, NOT_REFLECTED, namespace_offloading
 
 from ..config import POD_SECURITY_LABEL, USER_NAMESPACE_LABEL, HubConfig
 from ..service.actions import dns_label
@@ -81,15 +81,32 @@ def offloading(name: str, config: HubConfig) -> dict[str, Any]:
     """The namespace's NamespaceOffloading: every peered cluster, or with the chart's ``offload.trustedOnly``
     the trusted ones only (no remote cluster at all while none is trusted).
 
-    Liqo's webhook confines every pod of the namespace to the clusters it selects, and users' servers may only
-    read it: that is what makes trusted-only a policy rather than the kernel's default."""
+    Pods stay local unless the project placed them (``podOffloadingStrategy: Local``), and a donor's virtual
+    kubelet runs no pod of a namespace not offloaded to it, so a pod aimed at another cluster never runs there;
+    users' servers may only read it: that is what makes trusted-only a policy rather than the kernel's default."""
     if not config.trusted_only:
         return namespace_offloading(name)
     trusted = config.clusters.trusted_ids
-    return namespace_offloading(name, trusted) if trusted else namespace_offloading(name, None, "Local")
+    return namespace_offloading(name, trusted) if trusted else namespace_offloading(name, NO_CLUSTER)
 
 
 QUOTA_NAME = "gpu-offload"
+OBJECT_QUOTA_NAME = "gpu-offload-objects"
+
+
+def object_quota(name: str, config: HubConfig) -> dict[str, Any] | None:
+    """The ResourceQuota capping how many pods (running ones), Secrets and Services the namespace holds, or
+    None when every count is 0. Kept apart from the GPU quota, which Kueue replaces when queueing is on; these
+    counts stay, since a gated pod is an object like any other."""
+    hard = {kind: str(count) for kind, count in config.user_namespaces.object_quota if count}
+    if not hard:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": OBJECT_QUOTA_NAME, "namespace": name, "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
+        "spec": {"hard": hard},
+    }
 
 
 def gpu_quota(name: str, config: HubConfig) -> dict[str, Any] | None:
@@ -132,7 +149,9 @@ def priority_classes(name: str, config: HubConfig, user: str, groups: list[str] 
     allowed = config.queueing.allowed(user, groups)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": PRIORITY_CLASSES_NAME, "namespace": name,
-                         "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE}},
+                         "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE},
+                         # the hub's policy data, not a donor's business (Liqo copies the namespace's ConfigMaps)
+                         "annotations": dict(NOT_REFLECTED)},
             "data": {c: "allowed" for c in allowed}}
 
 

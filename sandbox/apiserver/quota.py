@@ -4,8 +4,9 @@ A pod is refused (403 Forbidden, with kube-apiserver's "exceeded quota" message)
 its namespace would hold more than a quota's ``hard`` limit. Counted: ``pods``, ``count/pods``, ``cpu`` and
 ``memory`` (the requests), ``requests.<resource>`` and ``limits.<resource>``, extended resources such as
 ``requests.nvidia.com/gpu`` included. Like kube-apiserver, pods in a terminal phase do not count, and a
-container's missing request is its limit (the API server defaults it so). ``status.used`` is not kept up to
-date (a controller's job in a real cluster); the refusal message carries the numbers.
+container's missing request is its limit (the API server defaults it so). Object counts of Secrets, ConfigMaps
+and Services (``secrets``, ``count/secrets``, ...) are enforced the same way on their creation. ``status.used``
+is not kept up to date (a controller's job in a real cluster); the refusal message carries the numbers.
 """
 
 from __future__ import annotations
@@ -89,6 +90,33 @@ def quota_hook(api: Any) -> Any:
     return check
 
 
+COUNTED = ("secrets", "configmaps", "services")
+"""Kinds whose object count a quota may cap (besides pods), by their resource name."""
+
+
+def count_hook(api: Any, plural: str) -> Any:
+    """The validating hook refusing a ``plural`` object the namespace's quotas have no room for."""
+
+    def check(req: AdmissionRequest) -> None:
+        quotas = api.list(api.registry.by_kind("v1", "ResourceQuota"), req.namespace)["items"]
+        limits = [(q["metadata"]["name"], key, parse_quantity(value)) for q in quotas
+                  for key, value in ((q.get("spec") or {}).get("hard") or {}).items()
+                  if key in (plural, f"count/{plural}")]
+        if not limits:
+            return
+        existing = api.list(req.resource, req.namespace, copy=False)["items"]
+        used = Decimal(sum(1 for o in existing if not (o.get("metadata") or {}).get("deletionTimestamp")))
+        for name, key, limit in limits:
+            if used + 1 > limit:
+                raise ApiError(403, "Forbidden", (
+                    f'{plural} "{req.name}" is forbidden: exceeded quota: {name}, requested: {_show(key, Decimal(1))}, '
+                    f"used: {_show(key, used)}, limited: {_show(key, limit)}"), req.name, "", plural)
+
+    return check
+
+
 def install(api: Any) -> None:
-    """Enforce the ResourceQuotas of each namespace on pod creation."""
+    """Enforce the ResourceQuotas of each namespace on the creation of pods and of counted objects."""
     api.admission.add_validating("pods", quota_hook(api), ("CREATE",))
+    for plural in COUNTED:
+        api.admission.add_validating(plural, count_hook(api, plural), ("CREATE",))

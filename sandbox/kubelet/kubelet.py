@@ -73,8 +73,12 @@ class Kubelet:
     """Pod workers for every bound pod, plus the attach/exec provider."""
 
     def __init__(self, api: Api, images: Images, config: KubeletConfig, gate: Gate | None = None,
-                 names: NameView | None = None) -> None:
+                 names: NameView | None = None,
+                 donor_lookup: Callable[[Mapping[str, Any]], Lookup | None] | None = None) -> None:
         self.api = api
+        self.donor_lookup = donor_lookup
+        """For a pod on a virtual node, its donor's copies of Secrets and ConfigMaps (what Liqo reflected
+        there); None: the origin's objects."""
         self.names = names
         self.images = images
         self.config = config
@@ -110,9 +114,14 @@ class Kubelet:
             self._said.add(message)
             LOG.warning("sandbox: %s", message)
 
-    def lookup(self, namespace: str) -> Lookup:
-        """Secrets and ConfigMaps of ``namespace`` by name."""
+    def lookup(self, namespace: str, pod: Mapping[str, Any] | None = None) -> Lookup:
+        """Secrets and ConfigMaps of ``namespace`` by name, as the node ``pod`` runs on has them: on a
+        virtual node, the copies Liqo reflected to its donor."""
+        donor = self.donor_lookup(pod) if pod is not None and self.donor_lookup is not None else None
+
         def find(kind: str, name: str) -> dict[str, Any] | None:
+            if donor is not None and kind in ("secrets", "configmaps"):
+                return donor(kind, name)
             return self.api.find(self.api.type("", "v1", kind), namespace, name)
         return find
 

@@ -133,9 +133,9 @@ class PodWorker:
         while True:
             try:
                 runtime = await asyncio.to_thread(self.kubelet.images.resolve, rec.image)
-                volumes = materialize_volumes(self.pod, self.dir, self.kubelet.lookup(self.namespace))
+                volumes = materialize_volumes(self.pod, self.dir, self.kubelet.lookup(self.namespace, self.pod))
                 paths = mount_volumes(spec, volumes, self.dir / "rootfs")
-                env = container_env(self.pod, spec, self._context(), self.kubelet.lookup(self.namespace))
+                env = container_env(self.pod, spec, self._context(), self.kubelet.lookup(self.namespace, self.pod))
                 api_access = self._api_access()
                 if self.kubelet.in_cluster is not None:  # the spec's own variables win, as on a kubelet
                     env = {**self.kubelet.in_cluster.environment(), **env}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..server import Plugin
 from . import Kueue, KueueOptions
@@ -17,8 +18,12 @@ def plugins(args: argparse.Namespace) -> list[Plugin]:
             raise SystemExit("gpu-offload sandbox: --kueue-pods-ready-timeout and --kueue-exclude-resource-prefix "
                              "are Kueue's settings: each needs --kueue")
         return []
-    if timeout is not None and timeout <= 0:
-        raise SystemExit(f"gpu-offload sandbox: --kueue-pods-ready-timeout {timeout}: give a number of seconds > 0")
+    if timeout is not None and timeout < 0:
+        raise SystemExit(f"gpu-offload sandbox: --kueue-pods-ready-timeout {timeout}: give a number of seconds "
+                         "(0 turns waitForPodsReady off)")
     print("SANDBOX Kueue emulated (no real Kueue): create ResourceFlavors, a ClusterQueue and LocalQueues to "
           "queue pods labelled kueue.x-k8s.io/queue-name", flush=True)
-    return [Kueue(KueueOptions(pods_ready_timeout=timeout, exclude_resource_prefixes=excluded)).plugin]
+    options = KueueOptions(exclude_resource_prefixes=excluded)
+    if timeout is not None:
+        options = dataclasses.replace(options, pods_ready_timeout=timeout or None)
+    return [Kueue(options).plugin]

@@ -4,13 +4,14 @@
   controllers would);
 - admission: a NamespaceOffloading not named ``offloading`` is refused (422); a pod created in an offloaded
   namespace is mutated as Liqo's pod webhook does (``offloading.mutate_pod``);
-- the offloading controller labels an offloaded namespace ``liqo.io/scheduling-enabled=true`` and writes
-  the NamespaceOffloading's status (and removes the label when it goes);
+- the offloading controller labels a namespace offloaded with Remote or LocalAndRemote
+  ``liqo.io/scheduling-enabled=true`` and writes the NamespaceOffloading's status (and removes the label when
+  it goes);
 - the ResourceSlice controller grants a slice's requested resources on behalf of the provider (when the
   slice is new or its spec changed) and makes the VirtualNode's quota and its Node's capacity follow the
   granted resources, creating both for a new slice of a known donor;
-- the gate keeps pods bound to a virtual node from a namespace that is not offloaded Pending with reason
-  OffloadingBackOff (the kubelet never runs them).
+- the gate keeps pods bound to a virtual node from a namespace that is not offloaded to that node's cluster
+  Pending with reason OffloadingBackOff (the kubelet never runs them).
 """
 
 from __future__ import annotations
@@ -95,7 +96,11 @@ def offloading_gate(api: Api) -> Any:
         node = api.find(api.type("", "v1", "nodes"), "", node_name)
         if node is None or not liqo.is_virtual_node(node):
             return None
-        if _offloading_of(api, pod["metadata"]["namespace"]) is not None:
+        nsoff = _offloading_of(api, pod["metadata"]["namespace"])
+        # the donor's virtual kubelet runs pods of the namespaces offloaded to it only (its fallback reflector
+        # marks any other pod OffloadingBackOff: pkg/virtualKubelet/reflection/workload/pod.go of liqotech/liqo)
+        cluster = node["metadata"]["labels"].get(liqo.REMOTE_CLUSTER_ID_LABEL)
+        if nsoff is not None and cluster in offloading.selected_clusters(nsoff.get("spec") or {}, [node]):
             return None
         return offloading.offloading_backoff_status(pod, node_name)
     return gate
@@ -126,13 +131,15 @@ def reconcile_offloading(api: Api, obj: dict[str, Any], deleted: bool = False) -
     if meta["name"] != offloading.NAMESPACE_OFFLOADING_NAME:
         return
     ns_rt = api.type("", "v1", "namespaces")
-    value = None if deleted or meta.get("deletionTimestamp") else "true"
+    gone = deleted or meta.get("deletionTimestamp")
+    # Liqo labels the namespace (which its pod webhook selects on) for Remote and LocalAndRemote only
+    value = None if gone or offloading.strategy(obj.get("spec") or {}) == "Local" else "true"
     with contextlib.suppress(ApiError):
         ns = api.get(ns_rt, "", meta["namespace"])
         if (ns["metadata"].get("labels") or {}).get(offloading.SCHEDULING_LABEL) != value:
             api.patch(ns_rt, "", meta["namespace"], {"metadata": {"labels": {offloading.SCHEDULING_LABEL: value}}},
                       MERGE)
-    if value is None:
+    if gone:
         return
     nodes, _ = api.store.list(("", "nodes"))
     status = offloading.offloading_status(obj, nodes, now())

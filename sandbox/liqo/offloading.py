@@ -3,12 +3,16 @@
 What Liqo v1 does and the sandbox reproduces:
 
 - only a NamespaceOffloading named ``offloading`` is honoured (the sandbox rejects any other name);
-- an offloaded namespace gets ``liqo.io/scheduling-enabled=true``; its NamespaceOffloading reports phase
-  ``Ready`` when the cluster selector picks at least one virtual node (``NoClusterSelected`` otherwise);
-- a pod created in an offloaded namespace gets the toleration of the virtual-node taint (Exists,
-  NoExecute) and, as required node affinity, the strategy's node selector ANDed with its own;
-- a pod bound to a virtual node from a namespace that is not offloaded is never started: it stays Pending
-  with reason ``OffloadingBackOff``.
+- a namespace offloaded with strategy Remote or LocalAndRemote gets ``liqo.io/scheduling-enabled=true`` (with
+  Local it does not); its NamespaceOffloading reports phase ``Ready`` when the cluster selector picks at least
+  one virtual node (``NoClusterSelected`` otherwise), and the namespace exists on those donors whatever the
+  strategy;
+- a pod created in a namespace offloaded with Remote or LocalAndRemote gets the toleration of the virtual-node
+  taint (Exists, NoExecute) and, as required node affinity, the strategy's node selector ANDed with its own;
+  with Local it is left as it is (``mutatePod`` in ``pkg/webhooks/pod/mutations.go`` of liqotech/liqo returns
+  at once), so only a pod that tolerates the taint itself reaches a virtual node;
+- a pod bound to a virtual node from a namespace that is not offloaded to that node's cluster is never
+  started: it stays Pending with reason ``OffloadingBackOff``.
 """
 
 from __future__ import annotations
@@ -50,10 +54,10 @@ def _cluster_terms(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def offloading_terms(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The node selector terms Liqo's webhook requires of pods in the namespace."""
+    """The node selector terms Liqo's webhook requires of pods in the namespace (none with Local)."""
     chosen = strategy(spec)
     if chosen == "Local":
-        return [{"matchExpressions": [dict(_NOT_VIRTUAL)]}]
+        return []
     remote = and_node_selectors(_cluster_terms(spec), [{"matchExpressions": [dict(_ONLY_VIRTUAL)]}])
     if chosen == "Remote":
         return remote
@@ -63,11 +67,12 @@ def offloading_terms(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 def mutate_pod(pod: Mapping[str, Any], offloading_spec: Mapping[str, Any]) -> dict[str, Any]:
     """The pod as Liqo's webhook admits it into an offloaded namespace (a new dict; ``pod`` is untouched)."""
     out = copy.deepcopy(dict(pod))
+    if strategy(offloading_spec) == "Local":
+        return out
     spec = out.setdefault("spec", {})
-    if strategy(offloading_spec) != "Local":
-        tolerations = spec.setdefault("tolerations", [])
-        if VIRTUAL_NODE_TOLERATION not in tolerations:
-            tolerations.append(dict(VIRTUAL_NODE_TOLERATION))
+    tolerations = spec.setdefault("tolerations", [])
+    if VIRTUAL_NODE_TOLERATION not in tolerations:
+        tolerations.append(dict(VIRTUAL_NODE_TOLERATION))
     required = (spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
                 .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {}))
     required["nodeSelectorTerms"] = and_node_selectors(required.get("nodeSelectorTerms") or [],
@@ -93,7 +98,7 @@ def donor_namespaces(offloadings: Iterable[Mapping[str, Any]], node: Mapping[str
     out = {}
     for obj in offloadings:
         meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        if meta.get("deletionTimestamp") or strategy(spec) == "Local":
+        if meta.get("deletionTimestamp"):
             continue
         if cluster in selected_clusters(spec, [node]):
             out[str(meta["namespace"])] = remote_namespace_name(str(meta["namespace"]), spec)
@@ -141,7 +146,7 @@ def offloading_backoff_status(pod: Mapping[str, Any], node_name: str) -> dict[st
     return {
         "phase": "Pending",
         "reason": OFFLOADING_BACKOFF,
-        "message": (f'virtual node {node_name} cannot offload pods of namespace "{ns}": it is not offloaded. '
-                    f'Create a NamespaceOffloading named "{NAMESPACE_OFFLOADING_NAME}" in it, then recreate '
-                    "the pod"),
+        "message": (f'virtual node {node_name} cannot offload pods of namespace "{ns}": it is not offloaded to '
+                    f'that cluster. Create a NamespaceOffloading named "{NAMESPACE_OFFLOADING_NAME}" in it whose '
+                    "clusterSelector picks the cluster, then recreate the pod"),
     }

@@ -32,6 +32,7 @@ from ..testing import RunningSandbox, running_sandbox
 from . import controllers as liqo_controllers
 from . import seed as liqo
 from .labels import label_controller
+from .reflection import DonorCopies, ReflectionTypes, reflection_controller
 from .slices import slice_controller
 
 atexit.register(process.kill_all)  # a sandbox killed by an exception still takes its processes along
@@ -63,6 +64,8 @@ class OriginOptions:
     containers in-cluster configuration (``incluster.py``), so a program in a pod finds the API as on a
     cluster (KubeSpawner's user servers in ``gpu-offload lab --hub``). Off by default: containers then get
     only what their spec gives, which the kubelet tests compare exactly."""
+    reflection: ReflectionTypes = ReflectionTypes()
+    """The origin's Liqo reflector types for Secrets and ConfigMaps (Liqo's default: DenyList for both)."""
 
 
 @dataclass
@@ -73,6 +76,8 @@ class LiqoOrigin:
     images: Images = field(init=False)
     kubelet: Kubelet = field(init=False)
     faults: SandboxFaults = field(init=False)
+    copies: DonorCopies = field(init=False)
+    """What Liqo reflected to each donor (``reflection.py``)."""
     server: ApiServer | None = None
 
     def plugin(self, server: ApiServer) -> None:
@@ -87,9 +92,11 @@ class LiqoOrigin:
         liqo_controllers.seed(api, opts.donors)
         liqo_controllers.install_admission(api)
         self.images = Images(opts.state_dir, opts.image_map, tool_dirs=opts.tool_dirs)
+        self.copies = DonorCopies(opts.reflection)
         self.kubelet = Kubelet(api, self.images, KubeletConfig(opts.state_dir, opts.backoff, opts.max_backoff,
                                                                    opts.isolate),
-                               gate=liqo_controllers.offloading_gate(api), names=liqo_controllers.donor_names(api))
+                               gate=liqo_controllers.offloading_gate(api), names=liqo_controllers.donor_names(api),
+                               donor_lookup=self.copies.lookup(api))
         self.faults = SandboxFaults(api, self.kubelet, self.images)
         gateway = self.kubelet.network.gateway
         if opts.in_cluster_api and gateway is not None:
@@ -109,8 +116,11 @@ class LiqoOrigin:
             finally:
                 await self.kubelet.shutdown()
 
-        for controller in (liqo_controllers.offloading_controller, slices, label_controller, scheduler_controller,
-                           kubelet):
+        async def reflection(api: Api) -> None:
+            await reflection_controller(api, self.copies)
+
+        for controller in (liqo_controllers.offloading_controller, reflection, slices, label_controller,
+                           scheduler_controller, kubelet):
             server.add_controller(controller)
 
     def call(self, coro: Any, timeout: float | None = 60) -> Any:
@@ -134,6 +144,11 @@ class RunningOrigin:
     @property
     def kubelet(self) -> Kubelet:
         return self.origin.kubelet
+
+    @property
+    def donor_copies(self) -> DonorCopies:
+        """What Liqo reflected to each donor: what a donor holds of the origin's Secrets and ConfigMaps."""
+        return self.origin.copies
 
     @property
     def host_address(self) -> str:

@@ -64,7 +64,7 @@ def namespace(client):
 def test_creates_then_widens_without_dropping_or_remapping(client, namespace) -> None:
     created = client.ensure_offloading(namespace, ["donor-1"])
     assert created["status"]["offloadingPhase"] == "Ready"
-    assert created["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
+    assert created["spec"]["podOffloadingStrategy"] == "Local"  # only pods placed by the project leave
     mapping = created["spec"].get("namespaceMappingStrategy")
     again = client.ensure_offloading(namespace, ["donor-1"])
     assert again["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]  # nothing to change

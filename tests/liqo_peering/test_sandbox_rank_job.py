@@ -99,7 +99,7 @@ def launch(api_client, namespace: str, gpus: int, timeout: int | None = 600,
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
     created = batch.create_namespaced_job(namespace, job)
     main = RANK_MAIN.replace("NAMESPACE", namespace)
-    core.create_namespaced_secret(namespace, runner_secret(job, created.metadata.uid, b"", zipapp(main)))
+    core.create_namespaced_secret(namespace, runner_secret(job, created.metadata.uid, zipapp(main)))
     core.create_namespaced_service(namespace, master_service(spec, created.metadata.uid))
     return spec, job
 

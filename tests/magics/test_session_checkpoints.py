@@ -200,3 +200,30 @@ def test_a_checkpoint_changed_in_storage_is_refused(shell: Any) -> None:
     with pytest.raises(UsageError, match=r"do not match its recorded sha256"):
         line(shell, "restore work --session other")
     assert "other" not in shell.checkpoint_backend._sessions
+
+
+def test_automatic_checkpoints_after_each_cell_make_a_lost_runner_cost_at_most_the_last_cell(shell: Any) -> None:
+    offload(shell, FIRST_CELL)
+    said = line(shell, "checkpoint work --auto on --limit 256")
+    assert "from now on written again in the background after every cell that ends ok" in said
+    offload(shell, "steps = 8\nlater = scaled(10)")
+    with capture_output() as captured:
+        offload(shell, "seen = steps")  # the next cell is told what the background checkpoint did
+    assert "automatic checkpoint after the last cell: work (session work): " in notices(captured)
+    assert "limit 256 MiB" in notices(captured)
+    shell.checkpoint_backend._sessions["work"].settle()  # the checkpoint after `seen = steps` is written
+    lose_runner(shell)
+    with capture_output() as captured:
+        offload(shell, "resumed = (steps, later, seen)")
+    assert "restored from checkpoint work: " in notices(captured)
+    assert shell.user_ns["resumed"] == (8, 30, 8)
+
+
+def test_an_automatic_checkpoint_over_its_limit_keeps_the_one_before_and_says_so(shell: Any) -> None:
+    offload(shell, "steps = 1")
+    line(shell, "checkpoint work --auto on --limit 1")
+    offload(shell, "import numpy as np\nbig = np.ones(2**18)")  # 2 MiB: over the limit
+    with capture_output() as captured:
+        offload(shell, "steps = 2")
+    assert "the automatic checkpoint after the last cell was not written" in notices(captured)
+    assert "over the checkpoint limit of 1 MiB" in notices(captured)

@@ -24,6 +24,9 @@ from gpu_offload.runner.frames import FrameDecoder, FrameEncoder, FrameError, Me
     ("display_data", {"data": ["text/plain"]}),
     ("done", {"status": "ok", "elapsed": "forever"}),
     ("warning", {"text": None}),
+    ("hello", {"python": "3.11.7", "pid": 1, "boot": -1.0}),
+    ("hello", {"python": "3.11.7", "pid": 1, "boot": "fast"}),
+    ("status", {"state": "running", "imports": 1e300}),
 ])
 def test_a_mistyped_field_is_a_frame_error_naming_it(kind: str, payload: dict) -> None:
     nonce = secrets.token_hex(16)
@@ -41,3 +44,15 @@ def test_well_typed_metrics_still_decode() -> None:
         note="no GPU")
     (event,) = FrameDecoder(nonce).feed(b"".join(lines))
     assert isinstance(event, Metrics) and event.note == "no GPU" and event.gpu[0].util == 5.0
+
+
+def test_the_runners_own_durations_decode_and_older_runners_leave_them_out() -> None:
+    nonce = secrets.token_hex(16)
+    lines: list[bytes] = []
+    encoder = FrameEncoder(nonce, lines.append)
+    encoder.emit("hello", python="3.11.7", pid=1, gpus=[], session=False, boot=0.25)
+    encoder.emit("hello", python="3.11.7", pid=1, gpus=[], session=False)
+    encoder.emit("status", state="running", imports=1.5)
+    encoder.emit("status", state="loading inputs")
+    timed, older, running, loading = FrameDecoder(nonce).feed(b"".join(lines))
+    assert (timed.boot, older.boot, running.imports, loading.imports) == (0.25, None, 1.5, None)

@@ -1,6 +1,7 @@
 """``gpu-offload doctor``: checks the setup the kubernetes backend needs, one line each, with the fix.
 
-kubeconfig (and that the API answers), namespace (exists), NamespaceOffloading (the namespace is offloaded),
+kubeconfig (and that the API answers), namespace (exists), NamespaceOffloading (the namespace is offloaded, with
+pods kept home unless placed by gpu-offload), reflection (Secrets and ConfigMaps Liqo would copy to donors),
 object storage, inventory (virtual nodes and free GPUs), trust (which donors the origin trusts with pickled
 outputs: ``liqo_peering.trust``). Each line is OK, WARN (runs work, with a limit) or
 FAIL (runs cannot work until fixed); the exit code is 1 when a line fails. Without any cluster setting it
@@ -53,7 +54,49 @@ def check_offloading(namespace: str, offloading: dict[str, Any] | None, creates:
     if state.failed:
         return Check("FAIL", "offloading", f"NamespaceOffloading in phase {state.phase}: check the peering "
                      "(gpu-offload clusters) and its clusterSelector")
+    if strategy != "Local":
+        return Check("WARN", "offloading", f"namespace {namespace} is offloaded with podOffloadingStrategy {strategy}: "
+                     "any pod of it (a Metaflow step without @gpu_offload, a Dask worker) may be scheduled on a donor, "
+                     "untrusted ones included; ask your admin to set it to Local (gpu-offload's own pods carry "
+                     "their placement and still go; the hub sets Local at your next server start)")
     return Check("OK", "offloading", f"namespace {namespace} is offloaded ({strategy}, phase {state.phase})")
+
+
+def reflected_user_data(objects: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """``Kind/name`` of the Secrets and ConfigMaps that Liqo, under its default reflection (DenyList), copies to
+    every donor of an offloaded namespace and that may hold user data (pure). Left out: objects marked
+    ``liqo.io/skip-reflection``, service-account tokens (never reflected), the cluster's public CA bundle, and
+    gpu-offload's runner Secrets (marked for reflection; they hold the runner archive only)."""
+    from ..liqo_peering import labels as L
+
+    found = []
+    for kind, obj in objects:
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        skip = annotations.get(L.SKIP_REFLECTION)
+        if (skip is not None and str(skip).lower() != "false") or obj.get("type") == "kubernetes.io/service-account-token":
+            continue
+        if kind == "ConfigMap" and meta.get("name") == "kube-root-ca.crt":
+            continue
+        ours = (meta.get("labels") or {}).get(L.MANAGED_BY) == L.MANAGED_BY_VALUE
+        if ours and str(annotations.get(L.ALLOW_REFLECTION, "")).lower() == "true":
+            continue
+        found.append(f"{kind}/{meta.get('name')}")
+    return sorted(found)
+
+
+def check_reflection(namespace: str, found: list[str] | None) -> Check:
+    """The reflection line (pure): ``found`` from :func:`reflected_user_data`, None when it could not be listed."""
+    if found is None:
+        return Check("WARN", "reflection", f"cannot list the Secrets of {namespace}, so whether Liqo copies user data "
+                     "to donors is unknown; ask your admin")
+    if not found:
+        return Check("OK", "reflection", f"no Secret or ConfigMap of {namespace} that Liqo would copy to donors "
+                     "holds user data")
+    return Check("WARN", "reflection", f"Liqo copies {', '.join(found)} of {namespace} to every donor the namespace "
+                 "is offloaded to, untrusted ones included (Liqo's default reflection): annotate each "
+                 "liqo.io/skip-reflection=true (kubectl annotate secret NAME liqo.io/skip-reflection=true), or ask "
+                 "your admin to set Liqo's offloading.reflection.secret.type=AllowList on the origin")
 
 
 def check_inventory(inventory: Any) -> Check:
@@ -129,14 +172,35 @@ def cluster_checks(env: dict[str, str]) -> list[Check]:
     checks = [Check("OK", "kubeconfig", f"{where} reaches {api.configuration.host}"),
               Check("OK", "namespace", f"{settings.namespace} exists")]
     try:
-        checks.append(check_offloading(settings.namespace, liqo.read_offloading(settings.namespace),
-                                       settings.create_offloading))
+        offloading = liqo.read_offloading(settings.namespace)
+        checks.append(check_offloading(settings.namespace, offloading, settings.create_offloading))
+        if offloading is not None:
+            checks.append(check_reflection(settings.namespace, _reflected(core, settings.namespace)))
         inventory = liqo.read_inventory()  # the origin's trust policy applied (GPU_OFFLOAD_TRUSTED_CLUSTERS)
         checks += [check_inventory(inventory), check_trust(inventory, E.TRUSTED_CLUSTERS.name)]
     except GpuOffloadError as exc:
         checks.append(Check("FAIL", "liqo", f"{exc}"))
     checks.append(check_storage(settings.storage.bucket if settings.storage else None, lambda: _probe(settings)))
     return checks
+
+
+def _reflected(core: Any, namespace: str) -> list[str] | None:
+    """What :func:`reflected_user_data` finds in the namespace; ConfigMaps only where the account may list them
+    (a user's server may not, nor write any); None when Secrets cannot be listed."""
+    import kubernetes
+
+    objects: list[tuple[str, dict[str, Any]]] = []
+    for kind, lister in (("Secret", core.list_namespaced_secret), ("ConfigMap", core.list_namespaced_config_map)):
+        try:
+            listed = lister(namespace, _request_timeout=15, _preload_content=False)
+        except kubernetes.client.ApiException:
+            if kind == "Secret":
+                return None
+            continue
+        import json
+
+        objects += [(kind, item) for item in json.loads(listed.data).get("items", [])]
+    return reflected_user_data(objects)
 
 
 def _probe(settings: Any) -> None:

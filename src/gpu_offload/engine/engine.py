@@ -33,6 +33,7 @@ from ..runner.frames import (
 from .backends.base import Placed, Queued, Relaunched, Run, RunnerExit
 from .errors import OffloadError, OffloadQueueTimeout, OffloadTimeout, RemoteError, RunnerDied
 from .sinks import Progress, Sink
+from .timing import Phase, RunTiming, Stopwatch
 from .trust.intake import Wanted, load_untrusted
 
 POLL = 0.05
@@ -88,6 +89,8 @@ class Outcome:
     """What :func:`follow` was told to accept (an outcome made elsewhere trusts nothing)."""
     untrusted_from: str | None = None
     """The cluster the outputs came from when it is not trusted (``None``: trusted or no outputs)."""
+    timing: RunTiming | None = None
+    """Where the wait from Shift-Enter went, when the run was timed (:mod:`.timing`)."""
 
 
 class _Stop(Exception):
@@ -102,15 +105,17 @@ def follow(
     intake: Intake,
     *,
     cancelled: threading.Event | None = None,
+    clock: Stopwatch | None = None,
 ) -> Outcome:
     """Read ``run``'s events into ``sink`` until it is done; KeyboardInterrupt interrupts it remotely.
 
     The KeyboardInterrupt is re-raised once the runner has stopped (output kept, nothing loaded).
+    ``clock`` gets the marks of the phases the events end (:mod:`.timing`).
     """
     outcome = Outcome(intake=intake)
     started = time.monotonic()
     try:
-        _read(run, sink, settings, outcome, started, cancelled)
+        _read(run, sink, settings, outcome, started, cancelled, clock)
     except KeyboardInterrupt:
         _stop(run, sink, settings, outcome, "interrupted")
         discard_outputs(outcome)
@@ -123,6 +128,8 @@ def follow(
         elif stop.status == "timeout" and settings.timeout is not None:
             outcome.error = OffloadTimeout(settings.timeout)
     outcome.elapsed = time.monotonic() - started
+    if clock is not None:
+        outcome.timing = clock.record()
     return outcome
 
 
@@ -133,6 +140,7 @@ def _read(
     outcome: Outcome,
     started: float,
     cancelled: threading.Event | None,
+    stopwatch: Stopwatch | None,
 ) -> None:
     quiet_since = started
     announced = ""
@@ -140,6 +148,8 @@ def _read(
     while True:
         event = run.next_event(POLL)
         now = time.monotonic()
+        if stopwatch is not None and event is not None:
+            _time(stopwatch, event, now)
         if isinstance(event, Queued):
             # shown at once: a place in line is news; the quiet notice below would only repeat it
             outcome.state = announced = event.text
@@ -168,6 +178,22 @@ def _read(
         if quiet and announced != outcome.state:
             announced = outcome.state
             sink.notice(Progress(f"no output yet after {now - started:.0f} s: {outcome.state}"))
+
+
+def _time(clock: Stopwatch, event: object, now: float) -> None:
+    """Mark the phase ``event`` ends (the first of each counts)."""
+    if isinstance(event, Phase):
+        clock.mark(event.name, event.at)
+    elif isinstance(event, Hello):
+        clock.mark("runner start", now)
+        clock.runner_boot = event.boot
+    elif isinstance(event, Status) and event.imports is not None and not clock.has("imports"):
+        clock.mark("imports", now)
+        clock.runner_imports = event.imports
+    elif isinstance(event, (Stream, DisplayData)):
+        clock.mark("first line", now)
+    elif isinstance(event, (Done, RunnerExit)):
+        clock.mark("done", now)
 
 
 def _explain_interrupt(run: Run, outcome: Outcome, grace: float) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..runner import buffers
@@ -16,6 +16,7 @@ from .errors import OffloadError, OffloadUsageError
 from .ranked import RankedRun
 from .request import OffloadRequest
 from .sinks import RecordingSink, Sink
+from .timing import Stopwatch
 from .trust.intake import Wanted
 
 
@@ -29,6 +30,8 @@ class Launch:
     """Notebook line of the cell body (below the ``%%gpu_offload`` line), so tracebacks match the cell."""
     script: Mapping[str, Any] | None = None
     """Run the cell's text as a script (``gpu-offload run``): the bundle's ``script`` field."""
+    clock: Stopwatch | None = field(default=None, compare=False, repr=False)
+    """Started at Shift-Enter (the magic marks ``analysis``); the engine marks the rest."""
 
 
 def intake(backend: Backend, launch: Launch) -> Intake:
@@ -81,8 +84,14 @@ def start(
         session=request.session,
         script=launch.script,
     )
+    clock = launch.clock
+    if clock is not None:
+        clock.mark("bundle")
+        job = replace(job, clock=clock)
     try:
         run = backend.submit(job)
+        if clock is not None:
+            clock.mark("submitted")
     except BaseException:
         buffers.discard(refs)
         raise
@@ -106,7 +115,7 @@ def run_blocking(
     """
     run, refs = start(request, launch, namespace, backend, settings.grace)
     try:
-        outcome = follow(run, sink, settings, intake(backend, launch))
+        outcome = follow(run, sink, settings, intake(backend, launch), clock=launch.clock)
     finally:
         run.release(settings.grace)
         buffers.discard(refs)
@@ -143,13 +152,14 @@ class OffloadHandle:
         self._run.route_cancel(self.cancel)  # the panel's cancel button goes through cancel() below
         self._settings = settings
         self._intake = intake(backend, launch)
+        self._clock = launch.clock
         self._thread = threading.Thread(target=self._follow, daemon=True, name="gpu-offload-noblock")
         self._thread.start()
 
     def _follow(self) -> None:
         try:
             self._outcome = follow(self._run, self._recording, self._settings, self._intake,
-                                   cancelled=self._cancelled)
+                                   cancelled=self._cancelled, clock=self._clock)
         except BaseException as exc:  # a thread's exception would otherwise vanish; result() raises it
             failed = OffloadError(f"Following the --noblock run failed: {exc!r}. Run the cell again.")
             failed.__cause__ = exc

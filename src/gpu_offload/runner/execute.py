@@ -11,6 +11,7 @@ import importlib
 import linecache
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -32,13 +33,16 @@ def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any], *, s
     """
     code, last = compile_cell(emit, bundle)
     # status frames only for steps that have work: a warm trivial cell should cost few writes
+    imported = 0.0
     if bundle["modules"]:
         emit("status", state="importing modules")
+        began = time.perf_counter()
         import_modules(emit, bundle["modules"], namespace)
+        imported = time.perf_counter() - began
     if bundle["buffers"] or len(bundle["inputs"] or b"") > SMALL_INPUTS:
         emit("status", state="loading inputs")
     load_inputs(emit, bundle, namespace, shared=shared_inputs)
-    emit("status", state="running")
+    emit("status", state="running", imports=round(imported, 6))
     workdir = script.enter(bundle["script"], namespace) if bundle["script"] else None
     try:
         exec(code, namespace)

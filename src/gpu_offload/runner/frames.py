@@ -77,6 +77,9 @@ class Hello:
     session: bool
     rank: int = field(default=0, kw_only=True)
     """The rank of a distributed run the frame came from (0 outside one)."""
+    boot: float | None = field(default=None, kw_only=True)
+    """Seconds from the runner process's start to this frame, as the runner measured them (``None``: it
+    could not tell, or an older runner)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class Status:
     seq: int
     state: str
     rank: int = field(default=0, kw_only=True)
+    imports: float | None = field(default=None, kw_only=True)
+    """On the ``running`` status: seconds the runner spent importing the cell's modules."""
 
 
 @dataclass(frozen=True)
@@ -290,9 +295,11 @@ def _bool(value: Any, what: str) -> bool:
 _BUILDERS: dict[str, Callable[[int, Mapping[str, Any], int], Event]] = {
     "hello": lambda s, p, r: Hello(
         s, _text(p["python"], "python"), _number(p["pid"], int, "pid"), _texts(p.get("gpus", []), "gpus"),
-        _bool(p.get("session", False), "session"), rank=r,
+        _bool(p.get("session", False), "session"), rank=r, boot=_duration(p.get("boot"), "boot"),
     ),
-    "status": lambda s, p, r: Status(s, _text(p["state"], "state"), rank=r),
+    "status": lambda s, p, r: Status(
+        s, _text(p["state"], "state"), rank=r, imports=_duration(p.get("imports"), "imports")
+    ),
     "stream": lambda s, p, r: Stream(s, _text(p["name"], "name"), _text(p["text"], "text"), rank=r),
     "display_data": lambda s, p, r: DisplayData(
         s, _mapping(p["data"], "data"), _mapping(p.get("metadata") or {}, "metadata"), rank=r
@@ -314,6 +321,16 @@ _BUILDERS: dict[str, Callable[[int, Mapping[str, Any], int], Event]] = {
         s, _text(p["status"], "status"), _number(p.get("elapsed", 0.0), float, "elapsed"), rank=r
     ),
 }
+
+
+def _duration(value: Any, what: str) -> float | None:
+    """An optional, non-negative, finite number of seconds."""
+    if value is None:
+        return None
+    seconds = _number(value, float, what)
+    if not 0.0 <= seconds < 1e9:
+        raise ValueError(f"{what} is {seconds!r}, not a number of seconds")
+    return seconds
 
 
 def _list(value: Any, what: str) -> list[Any]:

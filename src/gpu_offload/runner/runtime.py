@@ -44,6 +44,19 @@ def _frame_writer(fd: int) -> Any:
     return write
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (the kernel's clock, so its exec and the interpreter's start
+    count), ``None`` where /proc cannot tell."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            # fields after the command name, which is in parentheses and may hold spaces
+            rest = stat.read().rsplit(b")", 1)[1].split()
+        started = int(rest[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
+        return round(max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started), 4)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def new_namespace() -> dict[str, Any]:
     """The cell's globals: a fresh ``__main__`` (so notebook-style functions pickle by value)."""
     return {"__name__": "__main__", "__builtins__": builtins, "display": display.display}
@@ -87,7 +100,8 @@ class Runtime:
             watchdog.arm(parent_pid, self._parent_died)
         python = ".".join(str(part) for part in sys.version_info[:3])
         self.encoder.emit(
-            "hello", python=python, pid=os.getpid(), gpus=metrics.gpu_names(), session=self.session
+            "hello", python=python, pid=os.getpid(), gpus=metrics.gpu_names(), session=self.session,
+            boot=process_age(),
         )
         # not setdefault: a kernel's environment names matplotlib_inline, which needs a live IPython;
         # a bundle's own env (applied per run) can still choose another backend

@@ -16,7 +16,8 @@ from typing import Any
 import boto3
 import kubernetes
 import pytest
-from gpu_offload.liqo_peering.specs import runner_selector
+from gpu_offload.liqo_peering import labels as L
+from gpu_offload.liqo_peering.specs import namespace_offloading, runner_selector
 from gpu_offload.magics.magic import GpuOffloadMagics
 from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
 from gpu_offload.sandbox.kubelet.images import DEFAULT_MAP
@@ -83,6 +84,16 @@ def settings(namespace: str, **changes: Any) -> KubeSettings:
     base = KubeSettings(namespace=namespace, image=STOCK_IMAGE, user="alice@example.org",
                         kernel=f"k-{uuid.uuid4().hex[:8]}", watch_seconds=5)
     return KubeSettings(**{**base.__dict__, **changes})
+
+
+@pytest.fixture()
+def offloaded_everywhere(api_client: Any, namespace: str) -> str:
+    """The namespace offloaded as the hub's spawner offloads a user namespace: to every peered cluster, with the
+    project's NamespaceOffloading builder (so the strategy is the project's)."""
+    g = L.NAMESPACE_OFFLOADING
+    kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        g.group, g.version, namespace, g.plural, namespace_offloading(namespace))
+    return namespace
 
 
 @pytest.fixture()

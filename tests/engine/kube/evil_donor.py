@@ -1,7 +1,7 @@
 """A hostile donor's "runner": what whoever runs the pod on an untrusted cluster can do, played in the sandbox.
 
 The sandbox's kubelet starts it in place of the image's Python (image ``evil-donor:*``). Like a donor, it
-reads the pod's Secret (the bundle: nonce, run id, upload URLs) and its environment, and writes to the
+reads what the pod gets (the bundle on its stdin: nonce, run id, upload URLs) and its environment, and writes to the
 pod's log well-formed frames with crafted contents, chosen by ``EVIL_MODE``:
 
 - ``pickle``: outputs as a pickle whose loading runs code (it would write ``EVIL_MARKER``);
@@ -60,8 +60,8 @@ def outputs(mode: str, names: list[str]) -> dict[str, object]:
 
 def main() -> int:
     bundle_path = sys.argv[sys.argv.index("--bundle") + 1]
-    with open(bundle_path, "rb") as handle:
-        bundle = pickle.load(handle)  # the donor's own process reads what the kernel sent it
+    with open(0 if bundle_path == "-" else bundle_path, "rb") as handle:
+        bundle = pickle.load(handle)  # the donor's own process reads what the kernel sent it (on its stdin)
     first = str(bundle.get("cell", "")).partition("\n")[0]
     mode = os.environ.get("EVIL_MODE") or first.removeprefix("# EVIL_MODE=")
     encoder = FrameEncoder(bundle["nonce"], write)

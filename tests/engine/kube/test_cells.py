@@ -149,7 +149,7 @@ def test_a_restarted_kernel_removes_what_its_crashed_predecessor_left(api_client
     assert leftovers(core, namespace)
     restarted = KubernetesBackend(settings(namespace, kernel="kernel-crash"), api_client)
     try:
-        assert sorted(restarted.cleaned) == sorted([run.current.name, f"{run.current.name}-bundle"])
+        assert sorted(restarted.cleaned) == sorted([run.current.name, f"{run.current.name}-runner"])
         wait_until(lambda: not leftovers(core, namespace), "leftovers of the crashed kernel removed")
     finally:
         restarted.close()

@@ -17,9 +17,9 @@ from gpu_offload.liqo_peering import labels as L
 from gpu_offload.sandbox.fixtures import custom, offloaded_namespace, wait_until
 
 from ...cli.helpers import argv, cli, environment, write_project
-from .conftest import BUCKET, STOCK_IMAGE, leftovers
+from .conftest import BUCKET, STOCK_IMAGE, leftovers, offloaded_everywhere
 
-__all__ = ["custom", "offloaded_namespace"]
+__all__ = ["custom", "offloaded_everywhere", "offloaded_namespace"]
 USER = "alice@example.org"
 
 
@@ -93,17 +93,34 @@ def test_noblock_pod_is_a_cli_run_then_logs_follow_then_cancel(project: Path, en
     wait_until(lambda: not leftovers(core, namespace, USER), "the cancelled run's pod gone")
 
 
-def test_doctor_on_a_good_setup(offloaded_namespace: str, env: dict[str, str], tmp_path: Path) -> None:
-    done = cli(["doctor"], tmp_path, {**env, "GPU_OFFLOAD_NAMESPACE": offloaded_namespace})
+def test_doctor_on_a_good_setup(offloaded_everywhere: str, env: dict[str, str], tmp_path: Path) -> None:
+    done = cli(["doctor"], tmp_path, {**env, "GPU_OFFLOAD_NAMESPACE": offloaded_everywhere})
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout + done.stderr
     assert [line.split()[:2] for line in lines] == [["OK", "kubeconfig"], ["OK", "namespace"], ["OK", "offloading"],
-                                                     ["OK", "inventory"], ["WARN", "trust"], ["WARN", "storage"]]
-    assert "2 cluster(s), 2 virtual node(s), 12 GPU(s)" in lines[3] and "GPU_OFFLOAD_S3_BUCKET" in lines[5]
-    assert "donor-1, donor-2 not trusted" in lines[4] and "GPU_OFFLOAD_TRUSTED_CLUSTERS" in lines[4]
-    trusting = cli(["doctor"], tmp_path, {**env, "GPU_OFFLOAD_NAMESPACE": offloaded_namespace,
+                                                     ["OK", "reflection"], ["OK", "inventory"], ["WARN", "trust"],
+                                                     ["WARN", "storage"]]
+    assert "(Local, phase Ready)" in lines[2]
+    assert "2 cluster(s), 2 virtual node(s), 12 GPU(s)" in lines[4] and "GPU_OFFLOAD_S3_BUCKET" in lines[6]
+    assert "donor-1, donor-2 not trusted" in lines[5] and "GPU_OFFLOAD_TRUSTED_CLUSTERS" in lines[5]
+    trusting = cli(["doctor"], tmp_path, {**env, "GPU_OFFLOAD_NAMESPACE": offloaded_everywhere,
                                           "GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-1,donor-2"})
     assert "OK    trust       every peered cluster is trusted (donor-1, donor-2)" in trusting.stdout
+
+
+def test_doctor_warns_when_liqo_would_copy_user_data_or_send_any_pod_to_donors(
+        offloaded_namespace: str, core: Any, env: dict[str, str], tmp_path: Path) -> None:
+    # offloaded_namespace is LocalAndRemote: Liqo's webhook lets every pod of it reach a donor
+    core.create_namespaced_secret(offloaded_namespace, {"metadata": {"name": "wandb-key"},
+                                                        "stringData": {"key": "s3cr3t"}})
+    core.create_namespaced_secret(offloaded_namespace, {"metadata": {
+        "name": "kept-home", "annotations": {"liqo.io/skip-reflection": "true"}}, "stringData": {"key": "s3cr3t"}})
+    done = cli(["doctor"], tmp_path, {**env, "GPU_OFFLOAD_NAMESPACE": offloaded_namespace})
+    lines = {line.split()[1]: line for line in done.stdout.splitlines()}
+    assert lines["offloading"].startswith("WARN") and "podOffloadingStrategy LocalAndRemote" in lines["offloading"]
+    assert "set it to Local" in lines["offloading"]
+    assert lines["reflection"].startswith("WARN") and "Liqo copies Secret/wandb-key of" in lines["reflection"]
+    assert "kept-home" not in lines["reflection"] and "AllowList" in lines["reflection"]
 
 
 def test_doctor_on_a_broken_setup_names_the_fix(env: dict[str, str], tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Preemption in words, through the sandbox with Kueue: a `batch` cell that holds the pool is preempted by an
+"""Preemption in words, on the sandbox with its Kueue and on the real cluster with real Kueue: a `batch` cell that holds the pool is preempted by an
 `interactive` one; the batch runner gets SIGTERM first, its last output arrives, and the cell ends saying it
 was preempted and that no variable came back; the interactive cell runs. A preempted session says its state
 is gone.
@@ -23,6 +23,7 @@ from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import RemoteError
 
+from ...realcluster.realorigin import clusters, seeded_origin
 from ...sandbox.kueue_setup import synced_pool
 from .conftest import IMAGE_MAP, SHARED, leftovers, settings
 from .helpers import Sink, run_cell
@@ -41,8 +42,12 @@ finally:
 """
 
 
-@pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@pytest.fixture(scope="module", params=clusters())
+def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if request.param == "real":  # real Kubernetes and Kueue (tests/realcluster), Liqo's objects seeded
+        with seeded_origin((liqo.Donor("donor-1", 2, "A100", "2.00"),), SHARED / "liqo-crds") as real:
+            yield real
+        return
     with running_kueue_origin(tmp_path_factory.mktemp("kueue-preempt"), donors=(liqo.Donor("donor-1", 2, "A100", "2.00"),),
                               crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
         yield running

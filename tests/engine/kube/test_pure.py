@@ -103,6 +103,11 @@ def test_kueues_other_stops_and_reasons_are_said_in_its_words() -> None:
                                None, CTX)
     assert (timeout.kind, timeout.reason) == (FAILED, "PodsReadyTimeout")
     assert "stopped by Kueue before it started (PodsReadyTimeout: Exceeded the PodsReady timeout" in timeout.text
+    # Kueue deletes a plain pod it evicts for this instead of requeueing it: the run's one retry queues a new pod
+    assert timeout.elsewhere == "Kueue evicted the pod (PodsReadyTimeout: Exceeded the PodsReady timeout alice/pod-x)"
+    # after the runner started, or for another reason, nothing is retried
+    assert not stopped_by_kueue("WorkloadEvictedDueToPodsReadyTimeout", "Exceeded", 30, CTX).elsewhere
+    assert not stopped_by_kueue("WorkloadEvictedDueToDeactivated", "Deactivated", None, CTX).elsewhere
     assert [span_text(s) for s in (0.4, 59, 61, 3600 + 5 * 60)] == ["0 s", "59 s", "1 min", "1 h 5 min"]
 
 

@@ -437,12 +437,12 @@ def test_a_session_pod_waits_in_line_and_then_keeps_its_state(
 
 def test_with_queueing_on_the_kernel_never_moves_a_pod_itself(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
-    # a pod that cannot start is Kueue's to requeue (waitForPodsReady): the retry elsewhere that the kernel
-    # does without queueing is refused before anything is created
+    # where a pod goes is Kueue's choice: the retry elsewhere that the kernel does without queueing is refused
+    # before anything is created (a pod Kueue evicts for not starting is queued again, test_pure)
     from gpu_offload.engine.backends.kube.run import PodOrder
 
     order = PodOrder("r-moved", "0" * 32, RunRequest(gpus=1), b"")
-    with pytest.raises(OffloadUsageError, match="Kueue requeues a pod that does not start"):
+    with pytest.raises(OffloadUsageError, match="Kueue picks the donor, and a pod it evicts for not starting is queued again once"):
         kernels[0].launcher.launch(order, frozenset({"donor-1"}))
     assert not core.list_namespaced_pod(namespaces[0]).items
 

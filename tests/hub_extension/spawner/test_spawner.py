@@ -23,7 +23,7 @@ from gpu_offload.hub_extension.spawner.egress import metadata_egress_policy
 from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox.apiserver.resources import ResourceType
-from gpu_offload.sandbox.fixtures import install_crds
+from gpu_offload.sandbox.fixtures import install_crds, wait_until
 from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 HUB_NS = "jhub"
@@ -97,7 +97,7 @@ def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
     offloading = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
         "offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings", "offloading")
     validate({k: v for k, v in offloading.items() if k != "status"})
-    assert offloading["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
+    assert offloading["spec"]["podOffloadingStrategy"] == "Local"  # only pods placed by the project leave
     env = result["environment"]
     assert env["GPU_OFFLOAD_BACKEND"] == "kubernetes" and env["GPU_OFFLOAD_NAMESPACE"] == ns
     assert env["GPU_OFFLOAD_SERVICE_URL"] == "http://hub.jhub.svc:10101/services/gpu-offload/"
@@ -126,6 +126,33 @@ def test_the_namespace_names_its_user_and_enforces_the_configured_pod_security_l
     assert {p.port for p in policy.spec.egress[1].ports} == {53}
     # the chart's trusted clusters reach a server that reads the cluster directly, too; donor-1 is not trusted
     assert result["environment"]["GPU_OFFLOAD_TRUSTED_CLUSTERS"] == "donor-2"
+
+
+def egress_allowed(policy: dict[str, Any], address: str, port: int) -> bool:
+    """Whether a NetworkPolicy's egress rules (ipBlock peers only, as the spawner's has) let a pod reach
+    ``address``:``port``, as a CNI enforcing it decides."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    for rule in policy["spec"]["egress"]:
+        ports = rule.get("ports")
+        if ports and all(p["port"] != port for p in ports):
+            continue
+        for peer in rule["to"]:
+            block = peer["ipBlock"]
+            net = ipaddress.ip_network(block["cidr"])
+            if ip.version == net.version and ip in net and not any(
+                    ip in ipaddress.ip_network(e) for e in block.get("except", []) if ipaddress.ip_network(e).version == ip.version):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "fd00:ec2::254", "fe80::a9fe:a9fe"])
+def test_no_pod_of_a_user_namespace_reaches_the_metadata_server_over_ipv4_or_ipv6(address: str) -> None:
+    policy = metadata_egress_policy("jhub-bob")
+    assert not egress_allowed(policy, address, 80)
+    assert egress_allowed(policy, address, 53)  # DNS, as z2jh keeps it open
+    assert egress_allowed(policy, "2001:db8::1", 443) and egress_allowed(policy, "93.184.216.34", 443)
 
 
 def test_a_pod_security_level_that_would_open_the_namespace_is_refused() -> None:
@@ -292,7 +319,9 @@ def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(
     queue = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
         "kueue.x-k8s.io", "v1beta2", ns, "localqueues", "gpus")
     assert queue["spec"] == {"clusterQueue": "gpu-offload"}
-    assert [q.metadata.name for q in core.list_namespaced_resource_quota(ns).items] == []
+    # only the object counts stay: they cap no GPU, so a queued pod is counted like any object
+    (left,) = core.list_namespaced_resource_quota(ns).items
+    assert left.metadata.name == "gpu-offload-objects" and not any("gpu" in key for key in left.spec.hard)
     env = result["environment"]
     assert (env["GPU_OFFLOAD_QUEUE"], env["GPU_OFFLOAD_PRIORITY"]) == ("gpus", "batch")
     # the classes kim may name, for the chart's admission policy: urgent is kept for kim
@@ -316,6 +345,49 @@ def test_bad_queueing_values_stop_the_configuration() -> None:
         parse_config({**CONFIG, "queueing": {"kueue": {"enabled": True, "defaultPriority": "urgent"}}}, "config.yaml")
     # off: the rest of the section is not read
     assert parse_config({**CONFIG, "queueing": {"kueue": {"enabled": False}}}).queueing is None
+
+
+def test_a_user_namespace_holds_only_so_many_secrets_services_and_pods(origin: RunningOrigin, tmp_path: Path,
+                                                                       k8s: Any) -> None:
+    caps = {"pods": 2, "secrets": 2, "services": 1}
+    config = {**CONFIG, "userNamespaces": {**CONFIG["userNamespaces"], "objectQuota": caps}}
+    result = _driver(origin, tmp_path, config)(scenario="hook", user="flood")
+    assert "error" not in result, result
+    core = kubernetes.client.CoreV1Api(k8s)
+    quota = core.read_namespaced_resource_quota("gpu-offload-objects", "jhub-flood")
+    assert quota.spec.hard == {k: str(v) for k, v in caps.items()}
+    for i in range(2):
+        core.create_namespaced_secret("jhub-flood", {"metadata": {"name": f"s{i}"}})
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        core.create_namespaced_secret("jhub-flood", {"metadata": {"name": "s2"}})
+    assert refused.value.status == 403 and "exceeded quota: gpu-offload-objects" in refused.value.body
+    headless = {"metadata": {"name": "svc0"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}
+    core.create_namespaced_service("jhub-flood", headless)
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        core.create_namespaced_service("jhub-flood", {**headless, "metadata": {"name": "svc1"}})
+    assert refused.value.status == 403 and "services=1" in refused.value.body
+    # the chart's defaults cap every user namespace
+    assert dict(parse_config({}).user_namespaces.object_quota) == {"pods": 50, "secrets": 100, "services": 20}
+    with pytest.raises(InvalidRequest, match="objectQuota.pods=-1"):
+        parse_config({"userNamespaces": {"objectQuota": {"pods": -1}}})
+
+
+def test_a_user_namespace_an_earlier_version_offloaded_for_every_pod_keeps_pods_local_after_the_next_spawn(
+        drive: Callable[..., dict[str, Any]], k8s: Any) -> None:
+    core, custom = kubernetes.client.CoreV1Api(k8s), kubernetes.client.CustomObjectsApi(k8s)
+    ns = "jhub-olga"
+    core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings", {
+        "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading", "metadata": {"name": "offloading"},
+        "spec": {"podOffloadingStrategy": "LocalAndRemote"}})
+    result = drive(scenario="hook", user="olga")
+    assert "error" not in result, result
+    offloading = custom.get_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings",
+                                                     "offloading")
+    assert offloading["spec"]["podOffloadingStrategy"] == "Local"
+    # Liqo's webhook then leaves pods alone: the namespace loses the label it selects on
+    wait_until(lambda: "liqo.io/scheduling-enabled" not in (core.read_namespace(ns).metadata.labels or {}),
+               "the scheduling label removed")
 
 
 TRUSTED_ONLY = {**CONFIG, "offload": {**CONFIG["offload"], "gpuQuotaPerUser": 0, "trustedOnly": True}}
@@ -352,17 +424,18 @@ def test_with_trusted_only_the_namespace_reaches_trusted_donors_only_whatever_a_
     result = drive_trusted_only(scenario="hook", user="tess")
     assert "error" not in result, result
     assert result["environment"]["GPU_OFFLOAD_TRUSTED_ONLY"] == "1"
-    # the user lifts trusted-only in their kernel, or writes a pod aimed at the untrusted donor: it never lands
+    # the user lifts trusted-only in their kernel, or writes a pod aimed at the untrusted donor: it never runs
+    # there. The namespace is offloaded with Local (Liqo's webhook leaves pods alone) to the trusted donor only, so
+    # the untrusted donor's virtual kubelet holds no twin of it and marks the pod OffloadingBackOff (its fallback
+    # reflector); the admission policy refuses such a pod from a user's server before that
     core.create_namespaced_pod(ns, _aimed_at("donor-1"))
     core.create_namespaced_pod(ns, _aimed_at("donor-2"))
-    wait_until(lambda: core.read_namespaced_pod("aimed-at-donor-2", ns).spec.node_name, "the trusted donor's pod bound")
-
-    def refused() -> bool:
-        pod = core.read_namespaced_pod("aimed-at-donor-1", ns)
-        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in pod.status.conditions or [])
-
-    wait_until(refused, "the untrusted donor's pod found unschedulable")
-    assert core.read_namespaced_pod("aimed-at-donor-1", ns).spec.node_name is None
+    wait_until(lambda: core.read_namespaced_pod("aimed-at-donor-2", ns).status.phase == "Running",
+               "the trusted donor's pod running")
+    wait_until(lambda: core.read_namespaced_pod("aimed-at-donor-1", ns).status.reason == "OffloadingBackOff",
+               "the untrusted donor's pod held back")
+    held = core.read_namespaced_pod("aimed-at-donor-1", ns)
+    assert held.status.phase == "Pending" and not held.status.container_statuses
     offloading = custom.get_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings",
                                                      "offloading")
     (term,) = offloading["spec"]["clusterSelector"]["nodeSelectorTerms"]
@@ -379,3 +452,7 @@ def test_with_trusted_only_and_no_trusted_donor_the_namespace_stays_local(
     offloading = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
         "offloading.liqo.io", "v1beta1", "jhub-uma", "namespaceoffloadings", "offloading")
     assert offloading["spec"]["podOffloadingStrategy"] == "Local"
+    # and reaches no donor: Liqo creates the namespace on none, so it reflects nothing and runs none of its pods
+    wait_until(lambda: kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", "jhub-uma", "namespaceoffloadings", "offloading").get("status", {}).get(
+        "offloadingPhase") == "NoClusterSelected", "no cluster selected")

@@ -238,3 +238,17 @@ def test_the_panels_neutral_colours_follow_jupyterlabs_theme() -> None:
     assert "background:var(--jp-layout-color2" in plot and "border:1px solid var(--jp-border-color2" in plot
     assert "color:var(--jp-ui-font-color2" in sparkline((), ())
     assert "#f7f7f7;" not in plot.replace("#f7f7f7)", "")  # only ever a fallback
+
+
+def test_prune_never_deletes_a_live_kernels_running_record_however_old(tmp_path: Path) -> None:
+    import os
+
+    book = RunBook(tmp_path)
+    book.write(RunEntry("run-live", "k", os.getpid(), "local", "local", 0, state="running", started=0.0))
+    for index in range(KEEP_FINISHED + PRUNE_SLACK + 1):
+        book.write(RunEntry(f"run-{index:03d}", "k", 1, "local", "local", 0, state="done",
+                            started=float(index + 1), ended=float(index + 1)))
+    book.prune()
+    kept = {r.run_id for r in book.read_all()[0]}
+    assert "run-live" in kept and "run-000" not in kept
+    assert len(kept) == KEEP_FINISHED + 1  # the newest finished ones, and the running one

@@ -3,12 +3,15 @@ webhook gates a queued pod, and bad Kueue options are refused with the fix."""
 
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 import sys
 
 import kubernetes
 import pytest
+from gpu_offload.sandbox.arguments import add_kueue_arguments
+from gpu_offload.sandbox.kueue import cli as kueue_cli
 
 from gpu_offload import cli
 
@@ -42,7 +45,7 @@ def test_kueue_flag_serves_both_crd_folders_and_gates_queued_pods(tmp_path):
 @pytest.mark.parametrize(("args", "problem"), [
     (["--kueue-pods-ready-timeout", "5"], "needs --kueue"),
     (["--kueue-exclude-resource-prefix", "ephemeral-storage"], "needs --kueue"),
-    (["--kueue", "--kueue-pods-ready-timeout", "0"], "give a number of seconds > 0"),
+    (["--kueue", "--kueue-pods-ready-timeout", "-1"], "0 turns waitForPodsReady off"),
 ])
 def test_bad_kueue_options_are_refused_with_the_fix(tmp_path, capsys, args, problem):
     kubeconfig = tmp_path / "config"
@@ -50,3 +53,13 @@ def test_bad_kueue_options_are_refused_with_the_fix(tmp_path, capsys, args, prob
         cli.main(["sandbox", "--kubeconfig", str(kubeconfig), *args])
     assert problem in str(exc.value)
     assert not kubeconfig.exists()
+
+
+
+@pytest.mark.parametrize(("args", "timeout"), [([], 1800.0), (["--kueue-pods-ready-timeout", "5"], 5.0),
+                                               (["--kueue-pods-ready-timeout", "0"], None)])
+def test_wait_for_pods_ready_is_on_by_default_as_in_kueue_019_and_zero_turns_it_off(args, timeout):
+    parser = argparse.ArgumentParser()
+    add_kueue_arguments(parser)
+    (plugin,) = kueue_cli.plugins(parser.parse_args(["--kueue", *args]))
+    assert plugin.__self__.options.pods_ready_timeout == timeout

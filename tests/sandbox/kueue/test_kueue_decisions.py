@@ -38,7 +38,7 @@ def test_first_flavor_with_room_wins_and_messages_say_why_not():
 
 
 def test_a_pods_node_affinity_limits_the_flavors_it_may_get():
-    # as Kueue's flavor assigner: only keys some flavor labels count, so the unrelated type label is ignored
+    # as Kueue's flavor assigner: only keys the flavor labels count, so the unrelated type label is ignored
     labels = {"a": {"liqo.io/remote-cluster-id": "one"}, "b": {"liqo.io/remote-cluster-id": "two"}}
     pinned = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
@@ -47,6 +47,15 @@ def test_a_pods_node_affinity_limits_the_flavors_it_may_get():
     assert matching_flavors([pinned], labels) == frozenset({"b"})
     assert matching_flavors([{"spec": {"nodeSelector": {"liqo.io/remote-cluster-id": "one"}}}], labels) == {"a"}
     assert matching_flavors([{"spec": {"nodeSelector": {"other": "x"}}}], labels) is None
+    # Kueue 0.19: each flavor on its own keys. A flavor without the model key matches a model request (the
+    # scheduler then finds no node: the project narrows model requests by cluster id for this)
+    mixed = {"any": {"liqo.io/remote-cluster-id": "one"},
+             "l4": {"liqo.io/remote-cluster-id": "two", "gpu-offload.io/gpu-model": "L4"}}
+    model = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "gpu-offload.io/gpu-model", "operator": "In", "values": ["A100"]}]}]}}}}}
+    assert matching_flavors([model], mixed) == frozenset({"any"})
+    assert matching_flavors([{"spec": {"nodeSelector": {"gpu-offload.io/gpu-model": "L4"}}}], mixed) == {"any", "l4"}
     entry = Entry("ns", "w", "q", 0, "2026-01-01T00:00:00Z", flavors=frozenset({"b"}))
     assert assign({GPU: Decimal(2)}, [GPU], [A, B], {}, entry).flavor == "b"  # a has room but is not allowed
     nowhere = assign({GPU: Decimal(1)}, [GPU], [A], {}, entry)

@@ -33,11 +33,12 @@ def test_pods_get_the_toleration_and_the_cluster_selector_anded_with_their_own_a
     assert "tolerations" not in pod["spec"], "the input pod must not be modified"
 
 
-def test_local_and_remote_allows_local_nodes_too_and_local_adds_no_toleration():
+def test_local_and_remote_allows_local_nodes_too_and_local_leaves_the_pod_as_it_is():
     both = offloading.offloading_terms({})
     assert {"matchExpressions": [{"key": "liqo.io/type", "operator": "NotIn", "values": ["virtual-node"]}]} in both
-    local = offloading.mutate_pod({"spec": {}}, {"podOffloadingStrategy": "Local"})
-    assert "tolerations" not in local["spec"]
+    # Liqo's mutatePod returns at once for Local: no toleration, no affinity, the pod's own kept
+    own = {"spec": {"tolerations": [{"key": "x", "operator": "Exists"}], "nodeSelector": {"a": "b"}}}
+    assert offloading.mutate_pod(own, {"podOffloadingStrategy": "Local"}) == own
 
 
 def test_status_is_ready_when_a_virtual_node_is_selected_and_names_the_remote_namespace():

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...runner.frames import Event
+from ..timing import Phase, Stopwatch
 
 if TYPE_CHECKING:  # the local backend needs no cluster code loaded
     from ...liqo_peering.inventory import Inventory
@@ -54,9 +55,10 @@ class Relaunched:
     """One line the notebook shows as a warning: what failed, what was deleted, where the run goes now."""
 
 
-RunEvent = Event | RunnerExit | Placed | Queued | Relaunched
+RunEvent = Event | RunnerExit | Placed | Queued | Relaunched | Phase
 """What :meth:`Run.next_event` yields: a decoded frame (``docs/runner-protocol.md``), where the runner
-landed, its place in a queue, that it was launched again elsewhere, or the runner's exit."""
+landed, its place in a queue, that it was launched again elsewhere, the end of a launch phase, or the
+runner's exit."""
 
 
 def stale_frames_note(session: str, dropped: int) -> str:
@@ -149,6 +151,8 @@ class Job:
     """Where and with what its runner starts."""
     session: str | None = None
     """The warm runner to run it in (started on first use); ``None`` for a runner of its own."""
+    clock: Stopwatch | None = field(default=None, compare=False, repr=False)
+    """The run's phase marks from Shift-Enter (:mod:`..timing`), kept on its record when it ends."""
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,13 @@ import secrets
 import stat
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from ...liqo_peering import environment as E
 from ...runner.watchdog import parent_alive
+from ..timing import RunTiming, timing_from_json
 
 STATE_DIR_ENV = E.STATE_DIR.name
 STATES = ("queued", "scheduling", "running", "done", "failed")
@@ -64,6 +65,8 @@ class RunEntry:
     """The command line of a ``gpu-offload run`` script; ``None`` for a notebook cell."""
     log: str = ""
     """A file holding the run's whole output (``gpu-offload run --noblock``), else empty."""
+    timing: RunTiming | None = None
+    """Where the wait from Shift-Enter went (:mod:`..timing`), once the run ended."""
 
     def elapsed(self, now: float | None = None) -> float:
         """Seconds since the run was queued, up to its end."""
@@ -76,9 +79,18 @@ class RunEntry:
         return self.state in FINISHED
 
 
+_FIELDS = tuple(f.name for f in fields(RunEntry))
+
+
 def record_to_json(record: RunEntry) -> dict[str, Any]:
-    """JSON-ready form (what the state files and the REST API hold)."""
-    return asdict(record)
+    """JSON-ready form (what the state files and the REST API hold).
+
+    Built field by field: ``dataclasses.asdict`` deep-copies every value, which a warm cell cannot afford.
+    """
+    data = {name: getattr(record, name) for name in _FIELDS}
+    data["util"], data["mem"] = list(record.util), list(record.mem)
+    data["timing"] = None if record.timing is None else record.timing.to_json()
+    return data
 
 
 def record_from_json(data: Mapping[str, Any]) -> RunEntry:
@@ -88,6 +100,7 @@ def record_from_json(data: Mapping[str, Any]) -> RunEntry:
         values = {k: v for k, v in data.items() if k in known}
         for name in ("util", "mem"):
             values[name] = tuple(values.get(name) or ())
+        values["timing"] = timing_from_json(values.get("timing"))
         record = RunEntry(**values)
     except TypeError as exc:
         raise ValueError(f"run record {data.get('run_id', '?')!r} does not fit RunEntry: {exc}") from exc
@@ -231,27 +244,48 @@ class RunBook:
             self._path(run_id, ".cancel").unlink()
 
     def prune(self, keep: int = KEEP_FINISHED, slack: int = PRUNE_SLACK) -> None:
-        """Delete the oldest finished records beyond ``keep`` once more than ``keep + slack`` files exist.
+        """Delete the oldest finished records beyond the newest ``keep`` once more than ``keep + slack`` files
+        exist.
 
-        Runs after every finished run, so it must cost next to nothing: counting directory entries is
-        cheap, parsing every record is not (about 10 ms for 50 of them), so that happens once per
-        ``slack`` runs.
+        Runs after finished runs, so it must cost next to nothing: counting directory entries is cheap, parsing
+        every record is not (about 10 ms for 75 of them, which every 25th warm cell paid). Files are taken
+        oldest first by their last write (a finished record's last write is its run's end) and only those
+        beyond ``keep`` are read, each deleted only if it is finished (or its kernel is gone).
         """
         try:
-            count = sum(1 for entry in os.scandir(self.root) if entry.name.endswith(".json"))
+            entries = [entry for entry in os.scandir(self.root) if entry.name.endswith(".json")]
         except FileNotFoundError:
             return
-        if count <= keep + slack:
+        if len(entries) <= keep + slack:
             return
-        records, _ = self.read_all()
-        done = [r for r in records if r.finished]
-        for record in done[keep:]:
+        aged = []
+        for entry in entries:
+            with contextlib.suppress(OSError):  # pruned or replaced while we listed
+                aged.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+        aged.sort()
+        for _, name in aged[: max(0, len(aged) - keep)]:
+            record = self._read_one(self.root / name)
+            if record is None or not record.finished:
+                continue  # unreadable (read_all names it) or still running: not this prune's to delete
             for suffix in (".json", ".cancel"):
                 with contextlib.suppress(FileNotFoundError):
                     self._path(record.run_id, suffix).unlink()
             log = Path(record.log) if record.log else None
             if log is not None and log.parent == self.root:  # a background script's output goes with its record
                 log.unlink(missing_ok=True)
+
+    def _read_one(self, path: Path) -> RunEntry | None:
+        """One stored record as :meth:`read_all` shows it (a dead kernel's active run as failed); ``None`` if it
+        cannot be read."""
+        try:
+            record = record_from_json(json.loads(_read_nofollow(path)))
+        except (ValueError, OSError):
+            return None
+        if path.name != f"{record.run_id}.json":
+            return None  # a file named for another run: deleting by its run id would hit that run's record
+        if not record.finished and not pid_alive(record.pid):
+            record = replace(record, state="failed", detail=f"its kernel (pid {record.pid}) is gone")
+        return record
 
 
 def _read_nofollow(path: Path) -> str:

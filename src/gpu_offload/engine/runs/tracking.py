@@ -31,12 +31,18 @@ from ..backends.base import (
 )
 from ..backends.kube.config import kernel_id
 from ..sinks import PREFIX
+from ..timing import Stopwatch
 from .records import MAX_SAMPLES, RunBook, RunEntry, StateDirRefused, add_output
 
 WRITE_EVERY = 0.5
 """Seconds between writes of a record whose state did not change (output and metrics are throttled)."""
 CANCEL_POLL = 0.25
 """Seconds between checks for a cancel request file from another kernel or the server extension."""
+
+
+PRUNE_EVERY = 5
+"""Finished runs between two prunes: even listing the state directory costs a warm cell a fraction of a
+millisecond; the directory may grow by this many records past the prune's slack between two prunes."""
 
 
 def gpu_point(metrics: Metrics) -> tuple[float, float] | None:
@@ -106,6 +112,7 @@ class Tracker:
         self._written: dict[str, float] = {}
         self._dirty: set[str] = set()
         self._runs: dict[str, TrackedRun] = {}
+        self._since_prune = PRUNE_EVERY - 1  # the first finished run prunes what earlier kernels left
         self._changed = threading.Condition()
         self.version = 0
         """Increases with every change; :meth:`wait_change` waits for it to move."""
@@ -148,7 +155,10 @@ class Tracker:
             self.book.write(record)
             if record.finished:
                 self.book.forget_cancel(record.run_id)
-                self.book.prune()
+                self._since_prune += 1
+                if self._since_prune >= PRUNE_EVERY:
+                    self._since_prune = 0
+                    self.book.prune()
         except StateDirRefused as exc:
             # tracking goes off for this kernel: nothing is written where others could read or redirect it
             self.refused = f"run tracking is off: {exc}"
@@ -207,8 +217,9 @@ class Tracker:
 class TrackedRun:
     """A backend's run, seen by the tracker; cancel requests interrupt it from the thread that follows it."""
 
-    def __init__(self, inner: Run, record: RunEntry, tracker: Tracker) -> None:
+    def __init__(self, inner: Run, record: RunEntry, tracker: Tracker, clock: Stopwatch | None = None) -> None:
         self.inner = inner
+        self.clock = clock
         self.record = record
         self._tracker = tracker
         self._cancels = 0
@@ -267,6 +278,10 @@ class TrackedRun:
         event = self.inner.next_event(timeout)
         if event is not None:
             updated = observe(self.record, event)
+            if isinstance(event, Done) and self.clock is not None:
+                # in the record's one write at the end: a warm cell cannot afford a second
+                self.clock.mark("done")
+                updated = replace(updated, timing=self.clock.record())
             if updated is not self.record:
                 self._update(updated)
         self._tracker.tick(self.record.run_id)
@@ -285,6 +300,8 @@ class TrackedRun:
         try:
             return self.inner.release(grace)
         finally:
+            if self.clock is not None and self.record.timing is None:
+                self._update(replace(self.record, timing=self.clock.record()))
             if not self.record.finished:
                 self._update(replace(self.record, state="failed", ended=time.time(),
                                      detail=self.record.detail or "stopped before it reported an end"))
@@ -330,7 +347,8 @@ class TrackedBackend:
             raise
         detail = "waiting for a free runner" if job.session is None else f"in session {job.session}"
         cluster = run.cluster  # --cluster auto is resolved inside the backend
-        return TrackedRun(run, replace(record, state="scheduling", detail=detail, cluster=cluster), self.tracker)
+        return TrackedRun(run, replace(record, state="scheduling", detail=detail, cluster=cluster), self.tracker,
+                          job.clock)
 
     def sessions(self) -> list[SessionInfo]:
         """The backend's sessions."""

@@ -66,7 +66,8 @@ class KubeSettings:
     queue: str | None = None
     """The Kueue LocalQueue runner pods wait in (``GPU_OFFLOAD_QUEUE``); None: the one LocalQueue of the
     namespace, found at the first launch, and queueing off when there is none. With queueing on the kernel never
-    moves a pod that could not start: Kueue requeues it (``waitForPodsReady``)."""
+    moves a pod that could not start; one Kueue evicted for not starting in time (``waitForPodsReady``, which
+    deletes a plain pod) is queued again once."""
     priority: str | None = None
     """Kueue priority class of cells without ``--priority`` (``GPU_OFFLOAD_PRIORITY``)."""
     session_idle_timeout: float = 0.0

@@ -20,6 +20,8 @@ WAITING, RUNNING, FINISHED, FAILED = "waiting", "running", "finished", "failed"
 # Waiting reasons after which the kubelet will not succeed by itself: the pod spec or the cluster must change.
 _HOPELESS = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
 KUEUE_STOPPED = "TerminationTarget"
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+"""The eviction reason of Kueue's ``waitForPodsReady`` (on by default since Kueue 0.19, 30 minutes)."""
 """The pod condition Kueue writes on a pod it stops (reason ``WorkloadEvictedDueTo<Evicted's reason>``, message
 the eviction's), before it deletes the pod; it records the same message in a ``Stopped`` event on the pod."""
 PREEMPTED = "Preempted"
@@ -171,9 +173,13 @@ def stopped_by_kueue(reason: str, message: str, ran: float | None, ctx: PodConte
             "higher class if you may use one"), PREEMPTED, summary=summary)
     cause = reason.removeprefix("WorkloadEvictedDueTo") or "Evicted"
     summary = f"stopped by Kueue{after} ({cause}: {message})"
+    # waitForPodsReady evicts a Workload whose pods are not ready in time; Kueue requeues a Job but deletes a
+    # plain pod for good, so the run asks for a new pod through the retry every unstarted failure gets
+    again = (f"Kueue evicted the pod ({cause}: {message})"
+             if cause == PODS_READY_TIMEOUT and ran is None else "")
     return PodState(FAILED, (
         f"{summary} on {ctx.cluster}; output so far is kept, no variable was copied back. Run the cell again to "
-        "queue it once more"), cause, summary=summary)
+        "queue it once more"), cause, summary=summary, elsewhere=again)
 
 
 def _kueue_stop(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:

@@ -5,6 +5,10 @@ of that second come again and the frame decoder drops the frames it has seen (``
 nothing is lost or repeated. A stream that could not be opened or gave nothing is resumed after the
 project's backoff (``liqo_peering.retrying``), so a refusing endpoint is not asked again in a busy loop. A one-shot follower stops after the ``done`` frame: the success path costs
 one watch and one log request.
+
+A one-shot pod reads its bundle on stdin (``stdin`` here): the follower writes it through one attach as soon as
+the runner container runs, so the cell's code, inputs and nonce reach that pod only, never a Secret that Liqo
+would copy to every donor of the namespace.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ....liqo_peering.retrying import WATCH_BACKOFF
 from ....liqo_peering.watching import QUICK_END, WATCH_SECONDS
 from ....runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
 from ....runner.lines import LineSplitter, Overlong
+from ...timing import Phase
 from ..base import Placed
 from .explain import (
     FAILED,
@@ -81,17 +86,19 @@ class PodFollower:
 
     def __init__(self, pods: PodApi, pod: Mapping[str, Any], nonce: str, ctx: PodContext, *,
                  one_shot: bool = True, watch_seconds: int = 30, run_id: str | None = None,
-                 ranks: int = 1) -> None:
-        """``ranks``: the world size of a distributed run, whose pods' frames carry their ranks."""
+                 ranks: int = 1, stdin: bytes | None = None) -> None:
+        """``ranks``: the world size of a distributed run, whose pods' frames carry their ranks; ``stdin``: the
+        bundle, written to the runner's stdin once it runs (None: it reads no bundle there)."""
         self.pods = pods
         self.name = str(pod["metadata"]["name"])
         self.uid = str(pod["metadata"].get("uid") or "")
         self.started_at: str | None = None
+        self._scheduled = False
         """When the runner container started, as its status said (to tell how long a stopped run ran)."""
         self.ctx = ctx
         self.one_shot = one_shot
         self.watch_seconds = watch_seconds
-        self.events: queue.Queue[Event | Placed | PodEnded] = queue.Queue()
+        self.events: queue.Queue[Event | Placed | Phase | PodEnded] = queue.Queue()
         self.diagnostics: deque[str] = deque(maxlen=DIAGNOSTIC_LINES)
         self.started = threading.Event()
         """Set once the pod stopped waiting: its runner container runs, or it ended without running (then the
@@ -114,11 +121,12 @@ class PodFollower:
         self._response: Any = None
         self._last_stamp: bytes | None = None
         self._done_seen = False
+        self._stdin = stdin
         self._thread = threading.Thread(target=self._run, args=(dict(pod),), daemon=True,
                                         name=f"gpu-offload-follow-{self.name}")
         self._thread.start()
 
-    def next(self, timeout: float) -> Event | Placed | PodEnded | None:
+    def next(self, timeout: float) -> Event | Placed | Phase | PodEnded | None:
         """The next item within ``timeout`` seconds, else None."""
         try:
             return self.events.get(timeout=timeout)
@@ -175,6 +183,8 @@ class PodFollower:
         state: PodState | None
         try:
             state = self._until_started(pod)
+            if state.kind == RUNNING and self._stdin is not None:
+                state = self._hand_bundle() or state
             if state.kind in (RUNNING, FINISHED):
                 self.running.set()
                 self.started.set()
@@ -192,6 +202,9 @@ class PodFollower:
         self.gated = queued(pod)
         if not self.gated:
             self.ctx = admitted_context(pod, self.ctx)
+        if not self._scheduled and (pod.get("spec") or {}).get("nodeName"):
+            self._scheduled = True
+            self.events.put(Phase("schedule", time.monotonic()))
         return pod_state(pod, self.ctx)
 
     def _until_started(self, pod: dict[str, Any]) -> PodState:
@@ -233,8 +246,24 @@ class PodFollower:
             self.started_at = (runner.get("running") or runner.get("terminated") or {}).get("startedAt")
             # said once per pod, before the cell's first output: the user sees where the cell went
             self.placed = placed_text(pod, self.ctx)
+            self.events.put(Phase("container start", time.monotonic()))
             self.events.put(Placed(self.placed, self.ctx.cluster))
         return state
+
+    def _hand_bundle(self) -> PodState | None:
+        """Write the bundle to the runner's stdin through one attach, whose end closes it (``stdinOnce``);
+        a failed attach ends the run (the runner would wait for its bundle until deleted)."""
+        payload, self._stdin = self._stdin, None
+        try:
+            ws = self.pods.attach(self.name)
+            try:
+                ws.write_stdin(payload)
+            finally:
+                ws.close()
+        except Exception as exc:  # noqa: BLE001 - any failure means the runner never gets its bundle
+            return PodState(FAILED, f"could not send the cell to pod {self.name} (attach to its stdin): {exc}",
+                            "AttachFailed")
+        return None
 
     def _follow_logs(self) -> PodState | None:
         """Follow the log until the ``done`` frame (one-shot) or the container's end; resume after drops,

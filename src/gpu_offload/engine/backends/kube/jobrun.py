@@ -30,6 +30,7 @@ from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.watching import Event as WatchEvent
 from ....liqo_peering.watching import ListResult, ListWatch
 from ....runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
+from ...timing import Phase
 from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
@@ -132,7 +133,7 @@ class JobPods:
                 continue
             self.followers[index] = PodFollower(
                 self.pods, pod, self._order.nonce, self._job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
-                run_id=self._order.bundle_run, ranks=self._ranks.world_size)
+                run_id=self._order.bundle_run, ranks=self._ranks.world_size, stdin=self._job.stdin or None)
         self._stop_watching()
 
     def _stop_watching(self) -> None:
@@ -140,7 +141,7 @@ class JobPods:
             self._watch.close(timeout=0)  # the thread ends on its own once its request is shut
             self._watch = None
 
-    def next(self, timeout: float) -> tuple[int, Event | Placed | PodEnded] | None:
+    def next(self, timeout: float) -> tuple[int, Event | Placed | Phase | PodEnded] | None:
         """The next item of any pod still followed (and the pod's node rank) within ``timeout`` s, else None;
         a ``PodEnded`` marks its pod ended."""
         deadline = time.monotonic() + timeout

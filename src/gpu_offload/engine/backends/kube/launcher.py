@@ -10,6 +10,7 @@ import dataclasses
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
 from ....liqo_peering.errors import APIForbidden, NoFit
 from ....liqo_peering.inventory import Inventory
-from ....liqo_peering.kueue import gpu_quotas, queued_scheduling
+from ....liqo_peering.kueue import gpu_quotas, model_clusters, queued_scheduling
 from ....liqo_peering.placement import (
     POLICIES,
     TRUST_FIX,
@@ -36,6 +37,7 @@ from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, r
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
+from ...timing import Phase
 from ..base import Ranks, RunRequest, spread_refusal
 from .budget import HubSpend, check_budget
 from .config import KubeSettings
@@ -259,7 +261,16 @@ class PodLauncher:
                 where = f"cluster {placement.cluster} is not trusted" if pinned else "no cluster is trusted"
                 raise OffloadUsageError(f"Nothing was launched: only trusted clusters were asked for and {where}: "
                                         f"{TRUST_FIX}.")
-        models = [placement.gpu_model, *placement.fallback_models] if placement.gpu_model else []
+        models = None
+        if placement.gpu_model:
+            wanted = [placement.gpu_model, *placement.fallback_models]
+            models = model_clusters(apply_policy(self.inventory_cache().inventory(), self.trust), self.trust, wanted)
+            offered = [c for c in models if not clusters or c in clusters]
+            if not offered:
+                where = f" among {', '.join(clusters)}" if clusters else ""
+                raise OffloadUsageError(f"Nothing was launched: no donor{where} has GPU model "
+                                        f"{' or '.join(wanted)}; leave out --gpu-model or name a model a donor has.")
+            clusters = offered
         key = ",".join(sorted(clusters)) or "*"
         if key not in self._offloaded:
             # every donor (or the pinned ones): where the pod goes is Kueue's choice, made after this
@@ -346,6 +357,7 @@ class PodLauncher:
         else:
             where = self.where(placement, avoid, memory)
             scheduling, cluster, gpus, model = where.scheduling_fragment(), where.cluster_id, where.gpus, where.model
+        placed = time.monotonic()
         bundle, stored = order.bundle, None
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
             stored = self._store_bundle(order.run_id, bundle, len(runner))
@@ -354,25 +366,28 @@ class PodLauncher:
         body = runner_pod(spec)
         created = self._creates.create(body)  # Ctrl-C here leaves no pod behind
         try:
-            self.pods.create(runner_secret(body, created["metadata"]["uid"], bundle, runner))
+            self.pods.create(runner_secret(body, created["metadata"]["uid"], runner))
         except BaseException:
             self.pods.delete_pod(body["metadata"]["name"], grace=0)
             raise
+        phases = (Phase("placement", placed), Phase("pod create", time.monotonic()))
         ctx = PodContext(cluster, gpus, spec.image, memory, model)
         name = body["metadata"]["name"]
         ticket = None
         if self._queue is not None and queue:
             ticket = self._queue.track(name, f"{gpus} x {model}" if model else f"{gpus} GPU" + "s" * (gpus > 1))
         follower = PodFollower(self.pods, created, order.nonce, ctx, one_shot=not order.session,
-                               watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run)
-        return LaunchedPod(name, follower, ticket)
+                               watch_seconds=self.settings.watch_seconds, run_id=order.bundle_run,
+                               stdin=bundle or None)
+        return LaunchedPod(name, follower, ticket, phases)
 
     def _check_move(self, placement: RunRequest, queue: str | None, avoid: frozenset[str]) -> None:
         """A retry elsewhere (``avoid`` non-empty) is refused with queueing on and for a ``--cluster`` pin, the
         reason ending the sentence the run reports; a first launch checks the budget."""
         if avoid and queue:
             raise OffloadUsageError(f"queueing through Kueue is on (LocalQueue {queue}), so this kernel "
-                                    "does not move the pod itself: Kueue requeues a pod that does not start")
+                                    "does not move the pod itself: Kueue picks the donor, and a pod it evicts for not "
+                                    "starting is queued again once")
         if avoid and placement.cluster and placement.cluster != "auto":
             raise OffloadUsageError(f"the cell asked for --cluster {placement.cluster} (drop it to let placement "
                                     "choose)")
@@ -434,20 +449,20 @@ class PodLauncher:
         name = body["metadata"]["name"]
         try:
             uid = created["metadata"]["uid"]
-            self.pods.create(runner_secret(body, uid, bundle, runner))
+            self.pods.create(runner_secret(body, uid, runner))
             self.pods.create(master_service(spec, uid))
         except BaseException:
             self.pods.delete_job(name, grace=0)
             raise
         return LaunchedJob(name, PodContext(" or ".join(clusters), placement.gpus, spec.pod.image, memory, model),
-                           clusters, outputs_from)
+                           clusters, outputs_from, stdin=bundle)
 
     def _store_bundle(self, run_id: str, bundle: bytes, runner_size: int) -> Stored:
         if self.storage is None:
             size = len(bundle) + runner_size
             raise OffloadUsageError(
                 f"This cell's inputs make a bundle of {len(bundle) / 2**20:.1f} MiB; with the runner "
-                f"({size / 2**20:.1f} MiB) it does not fit in a Kubernetes Secret (at most "
+                f"({size / 2**20:.1f} MiB) it is more than the kernel sends a pod directly (at most "
                 f"{MAX_SECRET_BYTES / 2**20:.2f} MiB) and no object storage is configured. Nothing was "
                 "launched. Set GPU_OFFLOAD_S3_BUCKET (and GPU_OFFLOAD_S3_ENDPOINT for a non-AWS store) to "
                 "send large inputs through object storage, or load the data inside the cell.")

@@ -141,16 +141,22 @@ class PodApi:
         return response
 
     def attach(self, name: str) -> Any:
-        """A websocket attached to the runner's stdin (``kubernetes.stream``), for a session pod."""
+        """A websocket attached to the runner's stdin (``kubernetes.stream``): a session's commands, a one-shot
+        pod's bundle."""
         from kubernetes.stream import stream
 
+        # stream() swaps the ApiClient's request method for a websocket call while it runs: on the shared client,
+        # a follower thread's request at that moment would go out as a websocket. A client of its own instead.
+        own = ApiClient(self.core.api_client.configuration)
         try:
             return stream(
-                self.core.connect_get_namespaced_pod_attach, name, self.namespace, container="runner",
+                CoreV1Api(own).connect_get_namespaced_pod_attach, name, self.namespace, container="runner",
                 stdin=True, stdout=False, stderr=False, tty=False, _preload_content=False,
             )
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise api_error(exc, "attaching to", f"Pod {self.namespace}/{name}") from exc
+        finally:
+            own.close()  # its connection pool; the websocket is a connection of its own
 
     def stop_event(self, name: str, uid: str) -> dict[str, Any] | None:
         """The newest ``Stopped`` event on pod ``name`` (of this ``uid``), or None: Kueue records one with the

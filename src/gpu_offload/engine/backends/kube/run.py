@@ -2,8 +2,9 @@
 
 A virtual node lost before the runner said hello, or a cluster whose scheduler cannot take the pod (the
 inventory said it had room, but a neighbour was faster or the pod asks for more memory than its nodes have),
-is retried once on another cluster that fits (the user is told); lost after the hello, the run is reported
-lost with how much output had arrived.
+is retried once on another cluster that fits (the user is told); a queued pod Kueue evicted for not starting
+in time (``waitForPodsReady`` deletes a plain pod rather than requeueing it) is queued again through the same
+single retry. Lost after the hello, the run is reported lost with how much output had arrived.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ....runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
+from ...timing import Phase
 from ..base import Queued, RunEvent, RunnerExit, RunRequest
-from .explain import FAILED, PodContext, PodState, pod_state
+from .explain import FAILED, PODS_READY_TIMEOUT, PodContext, PodState, pod_state
 from .follow import PodEnded, PodFollower
 from .pods import PodApi
 from .queueing import Ticket, duration
@@ -31,6 +33,8 @@ class LaunchedPod:
     name: str
     follower: PodFollower
     ticket: Ticket | None = None
+    phases: tuple[Phase, ...] = ()
+    """When placement and the pod's creation ended (``time.monotonic()``), for the run's timing."""
 
     @property
     def ctx(self) -> PodContext:
@@ -50,6 +54,9 @@ class LaunchedJob:
     outputs_from: str = ""
     """The cluster whose trust decides what the out rank sends back: the one cluster, or the first untrusted
     of several (the out rank may land on any of them)."""
+    stdin: bytes = b""
+    """What each pod's launcher reads on stdin once it runs (the bundle; empty for a session, or when the
+    pods fetch it from object storage)."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,7 @@ class KubeRun:
         self.current = launcher.launch(order)
         self._cleanup = cleanup
         self._fetch = fetch
-        self._pending: deque[RunEvent] = deque()
+        self._pending: deque[RunEvent] = deque(self.current.phases)
         self._retried = False
         self._hello = False
         self._lines = 0
@@ -227,9 +234,12 @@ class KubeRun:
             first = self.current
             self._retried = True
             self.pods.delete_pod(first.name, grace=0)
+            # a pod Kueue evicted for not starting in time queues again where Kueue picks (Kueue requeues
+            # Jobs itself but deletes plain pods); any other goes to another cluster
+            avoid = frozenset() if state.reason == PODS_READY_TIMEOUT else frozenset({first.ctx.cluster})
             try:
                 retry = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
-                self.current = self._launcher.launch(retry, frozenset({first.ctx.cluster}))
+                self.current = self._launcher.launch(retry, avoid)
             except Exception as exc:  # noqa: BLE001 - no second cluster fits: report the first failure and why
                 text = f"{state.text}, before the cell started; no other cluster can take it: {exc}"
                 return self._finish(failure_events(dataclasses.replace(state, text=text), None, diagnostics))
