@@ -2,7 +2,7 @@
 # Sets up everything the tests need on a fresh machine (Python and the package registries only) and runs
 # the whole suite: lint, types, layer contracts, then pytest in two lanes, the fast lane first (pure and
 # in-process tests: a break shows in minutes), then the end-to-end lane (sandboxes, kernels, hubs, browsers,
-# processes). `.ci/run` runs exactly this.
+# processes) over both cores. `.ci/run` runs exactly this.
 #   bash tests/run.sh            everything
 #   bash tests/run.sh --fast     set-up, lint, types, contracts and the fast lane only
 # Further arguments go to both pytest runs. The slowest 50 tests of each lane are kept in test-artifacts/.
@@ -63,8 +63,10 @@ lane fast -m fast "$@" || fast_rc=$?
 if [ "$FAST_ONLY" = 1 ]; then
   exit $fast_rc
 fi
+# Both cores; tests that may share a session's sandbox origin, or a module's kernel or hub, stay on one
+# worker (loadgroup, with the groups tests/conftest.py sets), so none of those starts twice for nothing.
 e2e_rc=0
-lane e2e -m e2e "$@" || e2e_rc=$?
+lane e2e -m e2e -n 2 --dist loadgroup "$@" || e2e_rc=$?
 for name in fast e2e; do
   echo "== slowest 50 tests of the $name lane ($ARTIFACTS/slowest-$name.txt)"
   cat "$ARTIFACTS/slowest-$name.txt" 2>/dev/null || echo "(none recorded)"
