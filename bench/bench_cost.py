@@ -22,11 +22,9 @@ import argparse
 import dataclasses
 import math
 import random
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -39,7 +37,7 @@ from gpu_offload.hub_extension.service import freeze_startup_heap  # noqa: E402
 from gpu_offload.hub_extension.state import my_usage, usage_charts  # noqa: E402
 from gpu_offload.hub_extension.store import GROUPS, CostRow, Store, UsageTotal  # noqa: E402
 from gpu_offload.hub_extension.usage import MeteredRun  # noqa: E402
-from machine import machine_line  # noqa: E402
+from harness import Run, percentile, timed  # bench/harness.py: the script's folder is on sys.path
 
 RUNS, USERS, DONORS, DAYS = 20_000, 200, 10, 30
 GOAL_MS = 150.0
@@ -112,20 +110,6 @@ def same(a: object, b: object) -> bool:
     return a == b
 
 
-def timed(fn: Callable[[], object], repeat: int) -> tuple[list[float], list[float]]:
-    wall, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        fn()
-        cpu.append((time.process_time() - start_cpu) * 1000)
-        wall.append((time.perf_counter() - start) * 1000)
-    return wall, cpu
-
-
-def p95(values: list[float]) -> float:
-    return sorted(values)[max(0, int(len(values) * 0.95) - 1)]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", action="store_true", help="also measure the users page summed over the raw runs")
@@ -181,26 +165,24 @@ def main() -> int:
                 ("a user's own page (me)", lambda: pages.my_page(ctx, my_usage(store, "user001", 100.0, now)), 20),
                 ("CSV of the month", csv_month, 5),
                 ("record one run with its pricing", record_one, 50)]
-        print(machine_line())
-        print(f"date: {now:%Y-%m-%d %H:%M} UTC")
-        print(f"database: SQLite, {RUNS} runs over {DAYS} days, {USERS} users, {DONORS} donors (seeded in "
-              f"{seeded_s:.0f} s); users page {size / 1024:.0f} KiB; goal: users page <= {GOAL_MS:g} ms")
+        run = Run("cost", "Cost and charts with a month of runs")
+        run.note(f"database: SQLite, {RUNS} runs over {DAYS} days, {USERS} users, {DONORS} donors (seeded in "
+                 f"{seeded_s:.0f} s); users page {size / 1024:.0f} KiB; goal: users page <= {GOAL_MS:g} ms")
         if identical is not None:
-            print(f"records from the running totals and from the raw runs identical: {identical}")
-        print()
-        print("| operation | runs | wall median ms | wall p95 ms | CPU median ms | CPU p95 ms |")
-        print("|---|---:|---:|---:|---:|---:|")
+            run.note(f"records from the running totals and from the raw runs identical: {identical}")
         worst, worst_cpu = 0.0, 0.0
         for name, fn, repeat in rows:
             wall, cpu = timed(fn, repeat)
-            print(f"| {name} | {repeat} | {statistics.median(wall):.2f} | {p95(wall):.2f} | "
-                  f"{statistics.median(cpu):.2f} | {p95(cpu):.2f} |")
+            run.figure(f"{name} wall", wall, "ms")
+            run.figure(f"{name} CPU", cpu, "ms")
             if name.startswith("users page") and "(before)" not in name:
-                worst, worst_cpu = max(worst, p95(wall)), max(worst_cpu, p95(cpu))
+                worst = max(worst, percentile(wall, 0.95))
+                worst_cpu = max(worst_cpu, percentile(cpu, 0.95))
         # on a machine shared with other work, wall time carries theirs: CPU time is what the page costs
         for kind, value in (("wall", worst), ("CPU", worst_cpu)):
-            print(f"worst users page {kind} p95 {value:.2f} ms: {'meets' if value <= GOAL_MS else 'misses'} the "
-                  f"{GOAL_MS:g} ms goal")
+            run.note(f"worst users page {kind} p95 {value:.2f} ms: {'meets' if value <= GOAL_MS else 'misses'} the "
+                     f"{GOAL_MS:g} ms goal")
+        run.write()
         store.close()
     return 0
 

@@ -25,7 +25,7 @@ from gpu_offload.hub_extension.sampling import RETENTION, Sampler  # noqa: E402
 from gpu_offload.hub_extension.state import donor_charts  # noqa: E402
 from gpu_offload.hub_extension.store import GpuSample, Store  # noqa: E402
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord  # noqa: E402
-from machine import machine_line  # noqa: E402
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 DONORS, EVERY = 100, timedelta(minutes=2)
 GOAL_MS = 150.0

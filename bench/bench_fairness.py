@@ -39,7 +39,7 @@ from gpu_offload.liqo_peering.trust import TrustPolicy
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import scenario
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 USERS = ("ann", "bob", "cat")

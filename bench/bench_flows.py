@@ -14,26 +14,21 @@ Prints a Markdown table with the machine and the date. Run: ``.venv/bin/python b
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import kubernetes
 from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.objectstore import s3_server
-from gpu_offload.sandbox.origin import running_origin
+from harness import Run, timed_process  # bench/harness.py: the script's folder is on sys.path
+from harness import origin as origin_of
 
 REPO = Path(__file__).resolve().parents[1]
 FLOWS = REPO / "tests" / "flows" / "data"
-LIQO_CRDS = REPO / ".." / "shared" / "liqo-crds"
 BUCKET = "bench-flows"
 NAMESPACE = "gpu-jobs"
 ONLY_JSON = ("argo-workflows", "create", "--only-json")
@@ -53,8 +48,9 @@ def prepare(origin: object) -> str:
     return str(origin.sandbox.kubeconfig)  # type: ignore[attr-defined]
 
 
-def timed(workdir: Path, endpoint: str, flow: str, args: tuple[str, ...], extra: dict[str, str],
-          expect_ok: bool = True) -> float:
+def flow_seconds(workdir: Path, endpoint: str, flow: str, args: tuple[str, ...], extra: dict[str, str],
+                 expect_ok: bool = True) -> float:
+    """Seconds of one ``python flow.py args`` process, run as a user would against the S3 ``endpoint``."""
     shutil.copy(FLOWS / flow, workdir / flow)
     (workdir / "home").mkdir(exist_ok=True)
     env = {"PATH": os.environ["PATH"], "HOME": str(workdir / "home"), "USERNAME": "bench",
@@ -62,12 +58,10 @@ def timed(workdir: Path, endpoint: str, flow: str, args: tuple[str, ...], extra:
            "METAFLOW_S3_ENDPOINT_URL": endpoint, "METAFLOW_DEFAULT_DATASTORE": "s3",
            "METAFLOW_DATASTORE_SYSROOT_S3": f"s3://{BUCKET}/{workdir.name}", "METAFLOW_DEFAULT_METADATA": "local",
            **extra}
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, flow, *args], cwd=workdir, env=env, capture_output=True, text=True)
-    took = time.perf_counter() - start
-    if (proc.returncode == 0) != expect_ok:
-        raise SystemExit(f"{flow} {' '.join(args)}: unexpected exit {proc.returncode}\n{proc.stderr[-2000:]}")
-    return took
+    ran = timed_process([sys.executable, flow, *args], cwd=workdir, env=env)
+    if (ran.done.returncode == 0) != expect_ok:
+        raise SystemExit(f"{flow} {' '.join(args)}: unexpected exit {ran.done.returncode}\n{ran.done.stderr[-2000:]}")
+    return ran.wall
 
 
 def main() -> None:
@@ -78,8 +72,7 @@ def main() -> None:
     inventory = {"METAFLOW_GPU_OFFLOAD_INVENTORY": str(FLOWS / "inventory.json")}
     rows: list[tuple[str, list[float]]] = []
     with tempfile.TemporaryDirectory() as tmp, \
-            running_origin(Path(tmp) / "origin", DONORS, crds=LIQO_CRDS,
-                           image_map=(("python:*", sys.executable),)) as origin, \
+            origin_of(DONORS, image_map=(("python:*", sys.executable),)) as origin, \
             s3_server(origin.host_address, [BUCKET]) as endpoint:
         kubeconfig = prepare(origin)
         live = {"KUBECONFIG": kubeconfig, "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE,
@@ -92,23 +85,18 @@ def main() -> None:
             ("bad input refused (gpu conflict)", "bad_flow.py", ONLY_JSON, {"BAD_CASE": "conflict-gpu"}, False),
         ]
         for n, (label, flow, argv, extra, ok) in enumerate(cases):
-            rows.append((label, [timed(Path(tempfile.mkdtemp(dir=tmp, prefix=f"c{n}-")), endpoint, flow, argv,
+            rows.append((label, [flow_seconds(Path(tempfile.mkdtemp(dir=tmp, prefix=f"c{n}-")), endpoint, flow, argv,
                                        extra, ok) for _ in range(args.repeat)]))
         if not args.skip_run:
             run_env = {"KUBECONFIG": kubeconfig, "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE}
             rows.append(("run, 1 offloaded step of 3 (Job on sandbox)",
-                         [timed(Path(tempfile.mkdtemp(dir=tmp, prefix="run-")), endpoint, "sandbox_flow.py",
+                         [flow_seconds(Path(tempfile.mkdtemp(dir=tmp, prefix="run-")), endpoint, "sandbox_flow.py",
                                 ("run",), run_env)]))
-    load = os.getloadavg()[0]
-    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, load average {load:.1f} at the end")
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print("each run: a fresh `python flow.py ...` process (Metaflow import, validation, S3 package upload)\n")
-    print("| path | runs | median s | min s | max s |")
-    print("|---|---:|---:|---:|---:|")
+    run = Run("flows", "Metaflow paths")
+    run.note("each run: a fresh `python flow.py ...` process (Metaflow import, validation, S3 package upload)")
     for label, times in rows:
-        print(f"| {label} | {len(times)} | {statistics.median(times):.1f} | {min(times):.1f} | {max(times):.1f} |")
-
+        run.figure(label, times, "s")
+    run.write()
 
 if __name__ == "__main__":
     main()

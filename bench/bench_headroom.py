@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import gc
 import os
 import shutil
@@ -37,13 +36,13 @@ import aiohttp
 import yaml
 from gpu_offload.hub_extension.local_hub import LocalHub, assign, config_text
 from gpu_offload.sandbox.fixtures import stop_process, wait_until
-from gpu_offload.sandbox.origin import RunningOrigin, running_origin
+from gpu_offload.sandbox.origin import RunningOrigin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine_line  # noqa: E402
+from harness import Run, percentile
+from harness import origin as origin_of  # bench/harness.py: the script's folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
-LIQO_CRDS = REPO / ".." / "shared" / "liqo-crds"
 NODE_BIN = REPO / ".ci" / "node" / "node_modules" / ".bin"
 DONORS, GOAL_RATE, GOAL_P99_MS = 10, 400, 50.0
 WARM_SECONDS = 5.0
@@ -163,11 +162,6 @@ class Figures:
     """p99 latency counted from when each request was actually sent (the generator's own lag left out)."""
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))] if ordered else float("nan")
-
-
 async def drive(url: str, rate: int, seconds: float, stack: Stack) -> Figures:
     """``rate`` GETs a second at ``url`` for ``seconds``, open loop; latency from each request's slot."""
     latencies: list[float] = []
@@ -237,12 +231,11 @@ def main() -> int:
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"--variants {','.join(sorted(unknown))}: use before, after or both")
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"{DONORS} donors, each run {args.seconds:g} s through configurable-http-proxy; goal {GOAL_RATE}/s with "
+    run = Run("headroom", "Headroom of the JSON API through the proxy")
+    run.note(f"{DONORS} donors, each run {args.seconds:g} s through configurable-http-proxy; goal {GOAL_RATE}/s with "
           f"p99 <= {GOAL_P99_MS:g} ms\n")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, running_origin(Path(tmp) / "origin", DONORS, crds=LIQO_CRDS) as origin:
+    with tempfile.TemporaryDirectory() as tmp, origin_of(DONORS) as origin:
         for variant in variants:
             workdir = Path(tmp) / variant
             workdir.mkdir()
@@ -263,11 +256,16 @@ def main() -> int:
               f"{f.p99_ms:.1f} | {f.max_ms:.1f} | {f.service_cpu:.2f} | {f.service_cpu_ms:.2f} | {f.proxy_cpu:.2f} | "
               f"{f.late_p99_ms:.1f} | {f.p99_from_send_ms:.1f} |")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\nload average after: {load}")
+    run.note(f"load average after: {load}")
+    for variant, endpoint, rate, f in rows:
+        run.figure(f"{variant} {endpoint} at {rate}/s: p99", f.p99_ms, "ms")
+        run.figure(f"{variant} {endpoint} at {rate}/s: achieved", f.achieved_rate, "requests/s", lower_is_better=False)
+        run.figure(f"{variant} {endpoint} at {rate}/s: service CPU per request", f.service_cpu_ms, "ms")
     goal = [(e, f) for v, e, r, f in rows if v == "after" and r == GOAL_RATE]
     for endpoint, f in goal:
         meets = f.ok == f.sent and f.p99_ms <= GOAL_P99_MS and f.achieved_rate >= 0.97 * GOAL_RATE
-        print(f"after, {endpoint} at {GOAL_RATE}/s: p99 {f.p99_ms:.1f} ms, {'meets' if meets else 'MISSES'} the goal")
+        run.note(f"after, {endpoint} at {GOAL_RATE}/s: p99 {f.p99_ms:.1f} ms, {'meets' if meets else 'MISSES'} the goal")
+    run.write()
     return 0
 
 

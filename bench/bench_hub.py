@@ -13,15 +13,9 @@ machine and the date. Run: ``.venv/bin/python bench/bench_hub.py``.
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import kubernetes
 from gpu_offload.hub_extension import pages
@@ -30,10 +24,15 @@ from gpu_offload.hub_extension.state import HubState
 from gpu_offload.hub_extension.store import Store
 from gpu_offload.sandbox import liqo, liqo_controllers
 from gpu_offload.sandbox.server import ApiServer
-from gpu_offload.sandbox.testing import running_sandbox
+from harness import (  # bench/harness.py: the script's folder is on sys.path
+    LIQO_CRDS,
+    Run,
+    percentile,
+    sandbox,
+    timed,
+)
 
 CLUSTERS, PODS, GOAL_MS = 100, 2000, 300.0
-LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
 PREFIX = "/services/gpu-offload/"
 
 
@@ -60,26 +59,8 @@ def render(state: HubState) -> str:
     return pages.layout("Peered clusters", body, PREFIX, "admin")
 
 
-def timed(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
-          ) -> tuple[list[float], list[float]]:
-    """Wall and CPU milliseconds per run of ``fn`` (``before`` runs untimed ahead of each)."""
-    wall, cpu = [], []
-    for _ in range(repeat):
-        if before:
-            before()
-        start, start_cpu = time.perf_counter(), time.process_time()
-        fn()
-        cpu.append((time.process_time() - start_cpu) * 1000)
-        wall.append((time.perf_counter() - start) * 1000)
-    return wall, cpu
-
-
-def p95(values: list[float]) -> float:
-    return sorted(values)[max(0, int(len(values) * 0.95) - 1)]
-
-
 def main() -> int:
-    with tempfile.TemporaryDirectory() as tmp, running_sandbox(Path(tmp), crds=LIQO_CRDS, plugins=[seed]) as sb:
+    with tempfile.TemporaryDirectory() as tmp, sandbox(crds=LIQO_CRDS, plugins=[seed]) as sb:
         api_client = sb.api_client()
         state = HubState(HubConfig(), api_client, Store(f"sqlite:///{tmp}/usage.sqlite"))
         started = time.perf_counter()
@@ -105,20 +86,17 @@ def main() -> int:
                 ("after one pod changed (inventory rebuilt)", *timed(lambda: render(state), 20, change_one_pod))]
         state.close()
         api_client.close()
-    print(f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}")
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"state: {CLUSTERS} clusters, {PODS} offloaded pods; first list+watch sync {synced_ms:.0f} ms; "
-          f"page {len(html) // 1024} KiB; goal: render <= {GOAL_MS:g} ms\n")
-    print("| clusters page render | runs | wall median ms | wall p95 ms | wall max ms | CPU median ms | CPU p95 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    run = Run("hub", "Hub admin clusters page")
+    run.note(f"state: {CLUSTERS} clusters, {PODS} offloaded pods; first list+watch sync {synced_ms:.0f} ms; "
+             f"page {len(html) // 1024} KiB; goal: render <= {GOAL_MS:g} ms")
     worst = 0.0
     for name, wall, cpu in rows:
-        worst = max(worst, p95(wall))
-        print(f"| {name} | {len(wall)} | {statistics.median(wall):.2f} | {p95(wall):.2f} | {max(wall):.2f} | "
-              f"{statistics.median(cpu):.2f} | {p95(cpu):.2f} |")
+        worst = max(worst, percentile(wall, 0.95))
+        run.figure(f"clusters page render, {name}, wall", wall, "ms")
+        run.figure(f"clusters page render, {name}, CPU", cpu, "ms")
     verdict = "meets" if worst <= GOAL_MS else "MISSES"
-    print(f"worst render wall p95 {worst:.2f} ms: {verdict} the {GOAL_MS:g} ms goal")
+    run.note(f"worst render wall p95 {worst:.2f} ms: {verdict} the {GOAL_MS:g} ms goal")
+    run.write()
     return 0
 
 

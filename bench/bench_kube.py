@@ -16,13 +16,8 @@ Usage: .venv/bin/python bench/bench_kube.py [--cells 20]
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -34,10 +29,9 @@ from gpu_offload.magics.bundle import build_job
 from gpu_offload.magics.engine import FollowSettings, Intake, follow
 from gpu_offload.magics.sinks import RecordingSink
 from gpu_offload.sandbox.http_faults import FaultRule
-from gpu_offload.sandbox.origin import running_origin
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import Run  # bench/harness.py: the script's folder is on sys.path
+from harness import origin as origin_of
 
-LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
 # Counted in this order (the first matching rule counts a request); the last one catches the rest.
 CATEGORIES = (
     ("POST pods", r"/namespaces/[^/]+/pods$", ("POST",)),
@@ -78,16 +72,11 @@ def counted(api: Any, cells: int, backend: KubernetesBackend, session: str | Non
             api.faults.remove(rule)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", type=int, default=20)
     args = parser.parse_args()
-    with running_origin(Path(tempfile.mkdtemp(prefix="bench-kube-")), 2, crds=LIQO_CRDS) as origin:
+    with origin_of(2) as origin:
         client = origin.sandbox.api_client()
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
         kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": namespace}})
@@ -103,21 +92,16 @@ def main() -> None:
         finally:
             backend.close()
             client.close()
-    print(machine_line())
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.1f}, "
-          f"cells per measure: {args.cells}\n")
-    print("| API requests per cell (steady state, cache warm) | one-shot | warm session |")
-    print("|---|---:|---:|")
+    run = Run("kube", "Kubernetes backend on the sandbox")
+    run.note(f"cells per measure: {args.cells}; goal: <= 8 API requests per one-shot cell")
     for name, _, _ in CATEGORIES:
-        print(f"| {name} | {oneshot_requests[name]:.2f} | {session_requests[name]:.2f} |")
-    print(f"| **total** (goal <= 8) | **{sum(oneshot_requests.values()):.2f}** | "
-          f"**{sum(session_requests.values()):.2f}** |\n")
-    print("| trivial cell (`pass`), submit to pod deleted / done | median ms | p95 ms | min ms |")
-    print("|---|---:|---:|---:|")
+        run.figure(f"API requests per one-shot cell: {name}", oneshot_requests[name], "requests")
+        run.figure(f"API requests per warm-session cell: {name}", session_requests[name], "requests")
+    run.figure("API requests per one-shot cell, total", sum(oneshot_requests.values()), "requests")
+    run.figure("API requests per warm-session cell, total", sum(session_requests.values()), "requests")
     for name, values in (("one-shot pod (cold)", oneshot), ("warm session pod", warm)):
-        ms = [v * 1000 for v in values]
-        print(f"| {name} | {statistics.median(ms):.0f} | {percentile(ms, 0.95):.0f} | {min(ms):.0f} |")
-
+        run.figure(f"trivial cell (`pass`), {name}, submit to done", [v * 1000 for v in values], "ms")
+    run.write()
 
 if __name__ == "__main__":
     main()

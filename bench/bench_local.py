@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import kernel, machine_line, percentile  # bench/harness.py: the script's folder is on sys.path
 
 MIB = 1 << 20
 FLOAT = re.compile(r"\d{9,}\.\d+")
@@ -37,11 +37,6 @@ def samples(action: Callable[[], object], runs: int) -> list[float]:
         action()
         out.append((time.perf_counter() - start) * 1000)
     return out
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def ratio(ours: float, peer: float | None) -> str:
@@ -111,17 +106,17 @@ def overhead(shell: Any, peer: Peer | None, runs: int) -> None:
     print("\n### Overhead of a trivial cell (`x = 1`), added over running it in the shell itself\n")
     print("| cell | runs | median ms | p95 ms | added median ms | peer (%px) added median ms | ours/peer |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    print(f"| in the kernel | {runs} | {kernel:.3f} | {pct(base, 0.95):.3f} | 0 | | |")
+    print(f"| in the kernel | {runs} | {kernel:.3f} | {percentile(base, 0.95):.3f} | 0 | | |")
     peer_added = statistics.median(px) - kernel if px else None
     warm_added = statistics.median(warm) - kernel
     print(
-        f"| warm session | {runs} | {statistics.median(warm):.3f} | {pct(warm, 0.95):.3f} | {warm_added:.3f} "
+        f"| warm session | {runs} | {statistics.median(warm):.3f} | {percentile(warm, 0.95):.3f} | {warm_added:.3f} "
         f"| {fmt(peer_added)} | {ratio(warm_added, peer_added)} |"
     )
     cold_added = statistics.median(cold) - kernel
     peer_cold = peer.cold_ms if peer is not None else None
     print(
-        f"| cold (new runner) | {len(cold)} | {statistics.median(cold):.1f} | {pct(cold, 0.95):.1f} "
+        f"| cold (new runner) | {len(cold)} | {statistics.median(cold):.1f} | {percentile(cold, 0.95):.1f} "
         f"| {cold_added:.1f} | {fmt(peer_cold)} (cluster start + first execute, once) "
         f"| {ratio(cold_added, peer_cold)} |"
     )
@@ -199,17 +194,7 @@ def _latencies(client: Any, code: str) -> list[float]:
 
 
 def latency(lines: int, with_peer: bool) -> None:
-    from jupyter_client.manager import KernelManager
-
-    manager = KernelManager(kernel_name="python3")
-    manager.start_kernel()
-    client = manager.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=120)
-        client.execute_interactive(
-            "%load_ext gpu_offload.magics\n%gpu_offload config backend=local", timeout=60
-        )
+    with kernel("%load_ext gpu_offload.magics\n%gpu_offload config backend=local") as client:
         client.execute_interactive("%%gpu_offload --session lat\nx = 1", timeout=120)
         ours = _latencies(client, "%%gpu_offload --session lat\n" + LATENCY_CELL.format(n=lines))
         local = _latencies(client, LATENCY_CELL.format(n=lines))
@@ -223,9 +208,6 @@ def latency(lines: int, with_peer: bool) -> None:
             peer = _latencies(client, "%%px\n" + LATENCY_CELL.format(n=lines))
             client.execute_interactive("_rc.cluster.stop_cluster_sync()", timeout=120)
         client.execute_interactive("%gpu_offload close lat", timeout=60)
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=False)
     print("\n### print-to-display latency at a Jupyter client (iopub), `print` then 10 ms sleep per line\n")
     print("| where the cell runs | lines | p50 ms | p99 ms | max ms |")
     print("|---|---:|---:|---:|---:|")
@@ -236,13 +218,13 @@ def latency(lines: int, with_peer: bool) -> None:
     ):
         if values:
             print(
-                f"| {name} | {len(values)} | {pct(values, 0.5):.2f} | {pct(values, 0.99):.2f} | {max(values):.2f} |"
+                f"| {name} | {len(values)} | {percentile(values, 0.5):.2f} | {percentile(values, 0.99):.2f} | {max(values):.2f} |"
             )
     if ours and peer:
-        print(f"\nours/peer p99: {pct(ours, 0.99) / pct(peer, 0.99):.2f}")
+        print(f"\nours/peer p99: {percentile(ours, 0.99) / percentile(peer, 0.99):.2f}")
     if ours:
-        verdict = "meets" if pct(ours, 0.99) <= 20 else "misses"
-        print(f"ours p99 {pct(ours, 0.99):.2f} ms: {verdict} the 20 ms goal")
+        verdict = "meets" if percentile(ours, 0.99) <= 20 else "misses"
+        print(f"ours p99 {percentile(ours, 0.99):.2f} ms: {verdict} the 20 ms goal")
 
 
 def main() -> None:

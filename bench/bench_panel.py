@@ -10,14 +10,9 @@ Prints a Markdown table with the machine and the date. Run: ``.venv/bin/python b
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
 import secrets
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from gpu_offload.magics.backends.base import Job, RunEvent, RunRequest
@@ -27,6 +22,7 @@ from gpu_offload.magics.dashboard.runs import list_runs
 from gpu_offload.magics.dashboard.tracking import TrackedRun, Tracker
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
 from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder
+from harness import Run, timed  # bench/harness.py: the script's folder is on sys.path
 
 EVENTS = 20_000
 
@@ -84,36 +80,25 @@ def fill(book: RunBook, count: int) -> None:
         other.new(Job(f"run-{i:05d}", "0" * 32, b"", RunRequest()), "local")
 
 
-def timed(func: Callable[[], object], repeat: int = 20) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def main() -> None:
-    print(f"machine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}; date {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC\n")
+    run = Run("panel", "Notebook panel")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         bare, tracked = per_event(tmp)
-        print("| measure | value |\n|---|---|")
-        print(f"| per event, backend's run (replay) | {bare * 1e6:.2f} µs |")
-        print(f"| per event, tracked run (record + throttled state file) | {tracked * 1e6:.2f} µs |")
+        run.figure("per event, backend's run (replay)", bare * 1e6, "µs")
+        run.figure("per event, tracked run (record + throttled state file)", tracked * 1e6, "µs")
         for count in (10, 50, 200):
             book = RunBook(tmp / f"book-{count}")
             fill(book, count)
-            listing = timed(lambda book=book: list_runs([], book))  # type: ignore[misc]
+            listing, _ = timed(lambda book=book: list_runs([], book), 20)  # type: ignore[misc]
             panel = Panel(lambda: ([local_row([])], []), lambda book=book: list_runs([], book),  # type: ignore[misc]
                           PanelActions(lambda row: None, lambda: "local", lambda rec: ""), interval=3600,
                           max_runs=count)
-            refresh = timed(panel.refresh)
+            refresh, _ = timed(panel.refresh, 20)
             panel.close()
-            print(f"| list runs, {count} records in the state dir | {listing * 1e3:.1f} ms |")
-            print(f"| Panel.refresh, {count} rows | {refresh * 1e3:.1f} ms |")
-
+            run.figure(f"list runs, {count} records in the state dir", listing, "ms")
+            run.figure(f"Panel.refresh, {count} rows", refresh, "ms")
+    run.write()
 
 if __name__ == "__main__":
     main()

@@ -7,19 +7,15 @@ Markdown table with the machine and the date. Run: ``.venv/bin/python bench/benc
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
 import random
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 from gpu_offload.liqo_peering.errors import NoFit
 from gpu_offload.liqo_peering.inventory import Inventory, build_inventory
 from gpu_offload.liqo_peering.placement import BinPack, FirstFit, MostFree, PlacementRequest, place
 from gpu_offload.liqo_peering.render import render_table
+from harness import Run, percentile, timed  # bench/harness.py: the script's folder is on sys.path
 
 CLUSTERS, NODES_PER_CLUSTER, PODS = 100, 10, 4000
 MODELS = ("A100", "H100", "L4", "T4")
@@ -51,21 +47,6 @@ def api_objects(rng: random.Random) -> tuple[list[dict], list[dict], list[dict]]
     return fcs, nodes, pods
 
 
-def timed(fn: Callable[[], object], repeat: int) -> tuple[list[float], list[float]]:
-    """Wall and CPU milliseconds per run: on a shared machine the wall time also counts other people's work."""
-    wall, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        fn()
-        cpu.append((time.process_time() - start_cpu) * 1000)
-        wall.append((time.perf_counter() - start) * 1000)
-    return sorted(wall), sorted(cpu)
-
-
-def p95(values: list[float]) -> float:
-    return values[int(len(values) * 0.95) - 1]
-
-
 def expect_no_fit(inventory: Inventory) -> None:
     try:
         place(inventory, PlacementRequest(64, "A100"))
@@ -89,22 +70,21 @@ def main() -> int:
         (f"build_inventory ({len(nodes)} nodes, {PODS} pods)", lambda: build_inventory(fcs, [], nodes, pods), 20),
         ("render_table", lambda: render_table(inventory), 20),
     ]
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}")
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"inventory: {CLUSTERS} clusters, {len(nodes)} virtual nodes; goal: placement <= {GOAL_MS:g} ms\n")
-    print("| operation | runs | wall median ms | wall p95 ms | wall max ms | CPU median ms | CPU p95 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    run = Run("placement", "Placement over 1,000 virtual nodes in 100 clusters")
+    run.note(f"inventory: {CLUSTERS} clusters, {len(nodes)} virtual nodes; goal: placement <= {GOAL_MS:g} ms")
     worst_wall = worst_cpu = 0.0
     for name, fn, repeat in cases:
         fn()  # warm up
         wall, cpu = timed(fn, repeat)
+        run.figure(f"{name} wall", wall, "ms")
+        run.figure(f"{name} CPU", cpu, "ms")
         if name.startswith(("place", "no fit")):
-            worst_wall, worst_cpu = max(worst_wall, p95(wall)), max(worst_cpu, p95(cpu))
-        print(f"| {name} | {repeat} | {statistics.median(wall):.2f} | {p95(wall):.2f} | {wall[-1]:.2f}"
-              f" | {statistics.median(cpu):.2f} | {p95(cpu):.2f} |")
+            worst_wall = max(worst_wall, percentile(wall, 0.95))
+            worst_cpu = max(worst_cpu, percentile(cpu, 0.95))
     for what, worst in (("wall", worst_wall), ("CPU", worst_cpu)):
         verdict = "meets" if worst <= GOAL_MS else "MISSES"
-        print(f"worst placement {what} p95 {worst:.2f} ms: {verdict} the {GOAL_MS:g} ms goal")
+        run.note(f"worst placement {what} p95 {worst:.2f} ms: {verdict} the {GOAL_MS:g} ms goal")
+    run.write()
     return 0
 
 

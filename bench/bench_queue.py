@@ -42,7 +42,7 @@ from gpu_offload.magics.sinks import RecordingSink
 from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.http_faults import FaultRule
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 from gpu_offload.cli import main as cli
 

@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import kubernetes
-from bench_kube import CATEGORIES, LIQO_CRDS, TINY, percentile  # the script's folder is on sys.path
+from bench_kube import CATEGORIES, TINY, percentile  # the script's folder is on sys.path
 from gpu_offload.magics.analysis import analyse_cell
 from gpu_offload.magics.backends.base import Ranks, RunRequest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
@@ -33,8 +31,8 @@ from gpu_offload.magics.engine import FollowSettings, Intake, follow
 from gpu_offload.magics.ranked import RankedRun
 from gpu_offload.magics.sinks import RecordingSink
 from gpu_offload.sandbox.http_faults import FaultRule
-from gpu_offload.sandbox.origin import running_origin
-from machine import machine_line
+from harness import machine_line
+from harness import origin as origin_of
 
 TWO_NODES = Ranks(nodes=2, procs_per_node=1)
 JOB_CATEGORIES = (
@@ -74,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", type=int, default=10)
     args = parser.parse_args()
-    with running_origin(Path(tempfile.mkdtemp(prefix="bench-ranks-")), 2, crds=LIQO_CRDS) as origin:
+    with origin_of(2) as origin:
         client = origin.sandbox.api_client()
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
         kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": namespace}})

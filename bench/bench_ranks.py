@@ -39,7 +39,8 @@ from gpu_offload.magics.backends.local import LocalBackend
 from gpu_offload.magics.execution import Launch, start
 from gpu_offload.magics.request import OffloadRequest
 from gpu_offload.magics.runner.frames import Done, Stream
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line
+from harness import origin as origin_of  # bench/harness.py: the script's folder is on sys.path
 
 SCRIPT = """\
 import torch.distributed as dist
@@ -55,7 +56,6 @@ print("one pod ready", flush=True)
 GOAL = 1.5
 TORCH_IMAGE = "pytorch/pytorch:2.5"
 """An image name the sandbox runs with torch installed (its ``*pytorch*`` mapping)."""
-LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
 
 
 def ours(backend: Backend, request: OffloadRequest | None = None) -> tuple[float, float]:
@@ -115,12 +115,11 @@ def sandbox(rounds: int) -> dict[str, list[tuple[float, float]]]:
     from gpu_offload.liqo_peering.specs import runner_selector
     from gpu_offload.magics.backends.kube.backend import KubernetesBackend
     from gpu_offload.magics.backends.kube.config import KubeSettings
-    from gpu_offload.sandbox.origin import running_origin
 
     ranked = OffloadRequest(SCRIPT, gpus=0, nodes=2, procs_per_node=2, quiet_ranks=False, image=TORCH_IMAGE,
                             timeout=600)
     one_pod = OffloadRequest(ONE_POD_SCRIPT, gpus=1, image=TORCH_IMAGE, timeout=600)
-    with running_origin(Path(tempfile.mkdtemp(prefix="bench-ranks-")), 2, crds=LIQO_CRDS) as origin:
+    with origin_of(2) as origin:
         client = origin.sandbox.api_client()
         core = kubernetes.client.CoreV1Api(client)
         namespace = f"bench-{uuid.uuid4().hex[:6]}"

@@ -16,9 +16,7 @@ import argparse
 import base64
 import json
 import os
-import resource
 import secrets
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,24 +29,13 @@ from gpu_offload.magics.runner.frames import Done, FrameDecoder, Stream
 from gpu_offload.magics.runner.secrecy import greeting
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine_line  # noqa: E402  (one definition of the machine line)
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def child_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+from harness import Run, timed_process  # bench/harness.py: the script's folder is on sys.path
 
 
 def timed_child(argv: list[str]) -> tuple[float, float]:
     """Wall and CPU (user + system of the child) seconds of one process run to completion."""
-    wall, cpu = time.perf_counter(), child_cpu()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - wall, child_cpu() - cpu
+    ran = timed_process(argv, check=True)
+    return ran.wall, ran.cpu
 
 
 def cold_start(pyz: Path, runs: int) -> dict[str, list[tuple[float, float]]]:
@@ -147,33 +134,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     args = parser.parse_args()
     pyz = build_runner()
-    print(machine_line())
-    print(f"date: {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, runner: {pyz.name}\n")
+    run = Run("runner", "Runner: cold start, warm session, print latency")
+    run.note(f"runner: {pyz.name}")
     cold = cold_start(pyz, max(5, args.runs // 20))
     remote, local = warm(pyz, args.runs)
     delays = latency(pyz, args.runs)
     ms = 1e3
-    print("| measure | runs | median ms | p95 ms | p99 ms | baseline median ms | added median ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name in ("runner", "runner, one output"):
-        for kind, index in (("wall", 0), ("CPU", 1)):
-            values = [row[index] for row in cold[name]]
-            base = statistics.median(row[index] for row in cold["bare"])
-            print(
-                f"| cold one-shot {name} (trivial cell), {kind}, vs `python -I -c pass` | {len(values)} | "
-                f"{statistics.median(values) * ms:.1f} | {pct(values, 0.95) * ms:.1f} | - | "
-                f"{base * ms:.1f} | {(statistics.median(values) - base) * ms:.1f} |"
-            )
-    print(
-        f"| warm session trivial cell, bundle inline, until `done` vs exec in-process | {len(remote)} | "
-        f"{statistics.median(remote) * ms:.2f} | {pct(remote, 0.95) * ms:.2f} | {pct(remote, 0.99) * ms:.2f} | "
-        f"{statistics.median(local) * ms:.4f} | {(statistics.median(remote) - statistics.median(local)) * ms:.2f} |"
-    )
-    print(
-        f"| print in the cell -> stream frame read from the pipe | {len(delays)} | "
-        f"{statistics.median(delays):.3f} | {pct(delays, 0.95):.3f} | {pct(delays, 0.99):.3f} | - | - |"
-    )
-
+    for kind, index in (("wall", 0), ("CPU", 1)):
+        run.figure(f"cold `python -I -c pass`, {kind}", [row[index] * ms for row in cold["bare"]], "ms")
+        for name in ("runner", "runner, one output"):
+            run.figure(f"cold one-shot {name} (trivial cell), {kind}", [row[index] * ms for row in cold[name]], "ms")
+    run.figure("warm session trivial cell, bundle inline, until `done`", [v * ms for v in remote], "ms")
+    run.figure("the same cell executed in-process (baseline)", [v * ms for v in local], "ms")
+    run.figure("print in the cell -> stream frame read from the pipe", delays, "ms")
+    run.write()
 
 if __name__ == "__main__":
     main()

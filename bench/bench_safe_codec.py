@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 
 def rss_mib() -> float:

@@ -10,36 +10,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes
 import urllib3
+from harness import Run, sandbox_process, timed  # bench/harness.py: the script's folder is on sys.path
 from kubernetes import watch
 
 
-def start_server(workdir: Path) -> tuple[subprocess.Popen[str], Path]:
-    kubeconfig = workdir / "kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_offload.cli", "sandbox", "--kubeconfig", str(kubeconfig)],
-                            stdout=subprocess.PIPE, text=True)
-    for _ in range(4):  # the banner follows the kubeconfig, which follows the API answering
-        proc.stdout.readline()  # type: ignore[union-attr]
-    return proc, kubeconfig
-
-
-def timed(n: int, fn) -> float:
-    start = time.perf_counter()
-    for i in range(n):
-        fn(i)
-    return n / (time.perf_counter() - start)
+def timed_rate(n: int, fn: Callable[[int], object]) -> float:
+    """Calls a second of ``fn(0)`` .. ``fn(n - 1)``, one after another."""
+    index = iter(range(n))
+    wall, _ = timed(lambda: fn(next(index)), n)
+    return n / (sum(wall) / 1000)
 
 
 def watch_rate(core: kubernetes.client.CoreV1Api, ns: str, rv: str, n: int) -> tuple[float, float]:
@@ -75,55 +62,47 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=300, help="requests per operation")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, kubeconfig = start_server(Path(tmp))
-        try:
-            config = kubernetes.client.Configuration()
-            kubernetes.config.load_kube_config(str(kubeconfig), client_configuration=config)
-            core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(config))
-            core.create_namespace({"metadata": {"name": "bench"}})
-            before = core.list_namespaced_config_map("bench").metadata.resource_version
-            n = args.n
-            raw = urllib3.PoolManager(maxsize=1)
-            base = f"{config.host}/api/v1/namespaces/bench/configmaps"
+    with tempfile.TemporaryDirectory() as tmp, sandbox_process(Path(tmp)) as kubeconfig:
+        config = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(str(kubeconfig), client_configuration=config)
+        core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(config))
+        core.create_namespace({"metadata": {"name": "bench"}})
+        before = core.list_namespaced_config_map("bench").metadata.resource_version
+        n = args.n
+        raw = urllib3.PoolManager(maxsize=1)
+        base = f"{config.host}/api/v1/namespaces/bench/configmaps"
 
-            def raw_create(i: int) -> None:
-                body = json.dumps({"metadata": {"name": f"raw-{i}"}, "data": {"k": "v"}})
-                raw.request("POST", base, body=body, headers={"Content-Type": "application/json"})
+        def raw_create(i: int) -> None:
+            body = json.dumps({"metadata": {"name": f"raw-{i}"}, "data": {"k": "v"}})
+            raw.request("POST", base, body=body, headers={"Content-Type": "application/json"})
 
-            rows = [
-                ("create configmap (POST, admission incl. schema)",
-                 timed(n, lambda i: core.create_namespaced_config_map("bench", {"metadata": {"name": f"cm-{i}"},
-                                                                                   "data": {"k": "v"}})),
-                 timed(n, raw_create)),
-                ("get configmap", timed(n, lambda i: core.read_namespaced_config_map(f"cm-{i}", "bench")),
-                 timed(n, lambda i: raw.request("GET", f"{base}/raw-{i}"))),
-                (f"list 1 of {2 * n} by label selector",
-                 timed(n // 3, lambda i: core.list_namespaced_config_map("bench", label_selector="a=b")),
-                 timed(n // 3, lambda i: raw.request("GET", f"{base}?labelSelector=a%3Db"))),
-                (f"list all {2 * n} configmaps",
-                 timed(max(n // 30, 3), lambda i: core.list_namespaced_config_map("bench")),
-                 timed(max(n // 30, 3), lambda i: raw.request("GET", base))),
-            ]
-            replay, live = watch_rate(core, "bench", before, n)
-            rows += [(f"watch events, replay of {n} from a resourceVersion", replay, None),
-                     (f"watch events, live while another client patches {n}", live, None),
-                     (f"delete configmap (ownerReference scan over {2 * n} objects)",
-                      timed(n, lambda i: core.delete_namespaced_config_map(f"cm-{i}", "bench")),
-                      timed(n, lambda i: raw.request("DELETE", f"{base}/raw-{i}")))]
-        finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=60)
-    load = os.getloadavg()[0]
-    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}, load average {load:.1f} at the end")
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print("server: gpu-offload sandbox (separate process); client: kubernetes 36, one keep-alive connection\n")
-    print("| operation | official client /s | raw HTTP (urllib3) /s |")
-    print("|---|---:|---:|")
+        rows = [
+            ("create configmap (POST, admission incl. schema)",
+             timed_rate(n, lambda i: core.create_namespaced_config_map("bench", {"metadata": {"name": f"cm-{i}"},
+                                                                               "data": {"k": "v"}})),
+             timed_rate(n, raw_create)),
+            ("get configmap", timed_rate(n, lambda i: core.read_namespaced_config_map(f"cm-{i}", "bench")),
+             timed_rate(n, lambda i: raw.request("GET", f"{base}/raw-{i}"))),
+            (f"list 1 of {2 * n} by label selector",
+             timed_rate(n // 3, lambda i: core.list_namespaced_config_map("bench", label_selector="a=b")),
+             timed_rate(n // 3, lambda i: raw.request("GET", f"{base}?labelSelector=a%3Db"))),
+            (f"list all {2 * n} configmaps",
+             timed_rate(max(n // 30, 3), lambda i: core.list_namespaced_config_map("bench")),
+             timed_rate(max(n // 30, 3), lambda i: raw.request("GET", base))),
+        ]
+        replay, live = watch_rate(core, "bench", before, n)
+        rows += [(f"watch events, replay of {n} from a resourceVersion", replay, None),
+                 (f"watch events, live while another client patches {n}", live, None),
+                 (f"delete configmap (ownerReference scan over {2 * n} objects)",
+                  timed_rate(n, lambda i: core.delete_namespaced_config_map(f"cm-{i}", "bench")),
+                  timed_rate(n, lambda i: raw.request("DELETE", f"{base}/raw-{i}")))]
+    run = Run("sandbox_api", "Sandbox API emulator")
+    run.note("server: gpu-offload sandbox (separate process); client: kubernetes, one keep-alive connection")
     for name, rate, raw_rate in rows:
-        print(f"| {name} | {rate:,.0f} | {f'{raw_rate:,.0f}' if raw_rate else '-'} |")
-
+        run.figure(f"{name}, official client", rate, "/s", lower_is_better=False)
+        if raw_rate:
+            run.figure(f"{name}, raw HTTP (urllib3)", raw_rate, "/s", lower_is_better=False)
+    run.write()
 
 if __name__ == "__main__":
     main()

@@ -28,7 +28,7 @@ import time
 from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import machine_line  # noqa: E402
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 RANK_SCRIPT = r"""
 import json, sys, time

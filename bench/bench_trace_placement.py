@@ -56,7 +56,7 @@ from pathlib import Path
 from gpu_offload.liqo_peering.errors import NoFit, UnknownModel
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.liqo_peering.placement import POLICIES, PlacementPolicy, PlacementRequest, place
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 WORKLOADS = ("default", "gpuspec33", "multigpu50", "gpushare100")

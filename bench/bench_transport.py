@@ -17,29 +17,18 @@ import datetime
 import os
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 
 import numpy as np
 from gpu_offload.magics.runner import buffers, handover
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line, timed  # bench/harness.py: the script's folder is on sys.path
 
 
 def median_ms(action: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Median wall and CPU (this process, user + system) milliseconds of ``action``.
-
-    What it returns is freed outside the timed region: unmapping and freeing tmpfs pages happens later in
-    real use, when the variable is dropped. CPU time is reported because the machine is shared and wall
-    time carries other people's work.
-    """
-    walls, cpus = [], []
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
-        kept = action()
-        cpus.append(time.process_time() - cpu)
-        walls.append(time.perf_counter() - wall)
-        del kept
-    return statistics.median(walls) * 1e3, statistics.median(cpus) * 1e3
+    """Median wall and CPU (this process) milliseconds of ``action``; what it returns is freed untimed, as
+    real use frees it later, when the variable is dropped."""
+    wall, cpu = timed(action, repeats)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def round_trip(array: np.ndarray, shm_dir: str, one_shot: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import kubernetes
 from gpu_offload.liqo_peering.watching import WatchStream
-from gpu_offload.sandbox.testing import running_sandbox
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line
+from harness import sandbox as sandbox_of  # bench/harness.py: the script's folder is on sys.path
 
 NAMESPACE = "bench"
 
@@ -72,7 +70,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, running_sandbox(Path(tmp)) as sandbox:
+    with sandbox_of() as sandbox:
         client = sandbox.api_client()
         core = kubernetes.client.CoreV1Api(client)
         core.create_namespace({"metadata": {"name": NAMESPACE}})

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line, sandbox_process  # bench/harness.py: the script's folder is on sys.path
 
 REQUIREMENTS = ("jupyterhub<6", "kubernetes<37", "pytest-asyncio>=0.17,<0.23", "pytest<9")
 """Beside ``-e <checkout>[test]``, releases of the suite's time (7.1.0 was tested with JupyterHub 5 and
@@ -74,34 +73,6 @@ def ensure_venv(checkout: Path, venv: Path) -> Path:
                              "to install it; install node and npm (or configurable-http-proxy) and rerun")
         _run(["npm", "install", "--silent", "--prefix", str(venv / "node"), "configurable-http-proxy"])
     return node_bin
-
-
-def start_sandbox(workdir: Path, tool_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """``gpu-offload sandbox`` in the background, once its kubeconfig is written."""
-    kubeconfig = workdir / "kubeconfig"
-    cli = Path(sys.executable).parent / "gpu-offload"
-    log = (workdir / "sandbox.log").open("wb")
-    proc = subprocess.Popen([str(cli), "sandbox", "--donors", "1", "--kubeconfig", str(kubeconfig),
-                             "--state-dir", str(workdir / "state"), "--tool-dir", str(tool_dir)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + KUBECONFIG_WAIT
-    while not kubeconfig.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_sandbox(proc)
-            raise SystemExit(f"outside_kubespawner: the sandbox did not start; see {workdir / 'sandbox.log'}")
-        time.sleep(0.2)
-    return proc, kubeconfig
-
-
-def stop_sandbox(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (the sandbox removes its pods, bridge and namespaces), SIGKILL if it hangs."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def outcomes(junit: Path) -> tuple[int, list[Outcome]]:
@@ -149,18 +120,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kubespawner-suite-") as tmp:
         workdir = Path(tmp)
         junit = workdir / "junit.xml"
-        proc, kubeconfig = start_sandbox(workdir, tool_dir)
         start = time.monotonic()
-        try:
+        with sandbox_process(workdir, "--donors", "1", "--state-dir", str(workdir / "state"),
+                             "--tool-dir", str(tool_dir), wait=KUBECONFIG_WAIT) as kubeconfig:
             env = dict(os.environ, KUBECONFIG=str(kubeconfig))
             subprocess.run([str(python), "-m", "pytest", "tests/", "-p", "no:cacheprovider", "-rfEs",
                             f"--junitxml={junit}", *args.pytest_args], cwd=checkout, env=env)
-        finally:
-            elapsed = time.monotonic() - start
-            stop_sandbox(proc)
-            if proc.returncode not in (0, -signal.SIGTERM):
-                print(f"sandbox exited {proc.returncode}; its log:\n"
-                      + (workdir / "sandbox.log").read_text(errors="replace")[-4000:])
+        elapsed = time.monotonic() - start
         if not junit.exists():
             raise SystemExit("outside_kubespawner: pytest wrote no report; see its output above")
         total, bad = outcomes(junit)

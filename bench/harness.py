@@ -1,0 +1,267 @@
+"""What every benchmark shares: timing, percentiles, the machine line, a sandbox (in-process or as its own
+process), an origin or a kernel to measure against, and one JSON result per run.
+
+A benchmark builds a :class:`Run`, records figures into it and writes it::
+
+    run = Run("placement", "Placement over 1,000 virtual nodes")
+    wall, cpu = timed(lambda: place(inventory, request), repeat=200)
+    run.figure("place most-free wall", wall, "ms")
+    run.write()            # bench/results/placement/<UTC time>.json; prints the figures
+
+``bench/report.py`` makes RESULTS.md from those files; ``bench/compare.py OLD NEW`` compares two of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results"
+SHARED = REPO.parent / "shared"
+LIQO_CRDS = SHARED / "liqo-crds"
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, memory, kernel, Python and the load average now."""
+    model = platform.machine()  # not platform.processor(): that runs uname
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": model, "cores": os.cpu_count(),
+            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
+            "system": f"{platform.system()} {platform.release()} {platform.machine()}",
+            "python": platform.python_version(), "load": [round(x, 1) for x in os.getloadavg()]}
+
+
+def machine_line(facts: dict[str, Any] | None = None) -> str:
+    """The one line every benchmark prints first, so figures from different runs can be compared."""
+    m = facts or machine()
+    load = ", ".join(f"{x:.1f}" for x in m["load"])
+    return (f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['system']}, Python {m['python']}, "
+            f"load average {load}")
+
+
+def timed(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
+          ) -> tuple[list[float], list[float]]:
+    """Wall and CPU milliseconds of ``repeat`` calls of ``fn`` (``before`` runs untimed ahead of each call).
+
+    Both are kept: on a shared machine the wall time also counts other people's work, CPU time is this
+    process's only. What ``fn`` returns is freed after the clocks stop, as real use frees it later."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        kept = fn()
+        cpu.append((time.process_time() - start_cpu) * 1000)
+        wall.append((time.perf_counter() - start) * 1000)
+        del kept
+    return wall, cpu
+
+
+@dataclass(frozen=True)
+class ProcessRun:
+    """A process run to completion: its wall and CPU seconds (user + system of it and its children) and result."""
+
+    wall: float
+    cpu: float
+    done: subprocess.CompletedProcess[str]
+
+
+def timed_process(argv: Sequence[str], **run: Any) -> ProcessRun:
+    """Run ``argv`` to completion (``run``: keyword arguments of :func:`subprocess.run`; output captured as
+    text unless given) and time it."""
+    run = {"capture_output": True, "text": True, **run}
+    before = _children_cpu()
+    start = time.perf_counter()
+    done = subprocess.run(list(argv), **run)
+    wall = time.perf_counter() - start
+    return ProcessRun(wall, _children_cpu() - before, done)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values``, linearly interpolated between the nearest ranks; NaN for none
+    (a load generator whose every request failed has no latency to report)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured quantity: its samples, their summary and which way is better."""
+
+    name: str
+    unit: str
+    samples: tuple[float, ...]
+    lower_is_better: bool = True
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def summary(self) -> dict[str, float]:
+        s = self.samples
+        return {"n": len(s), "median": self.median, "p95": percentile(s, 0.95), "p99": percentile(s, 0.99),
+                "min": min(s), "max": max(s)}
+
+    def noise(self) -> float:
+        """Relative run-to-run spread of the samples: half the interquartile range over the median."""
+        if len(self.samples) < 4 or self.median == 0:
+            return 0.0
+        return (percentile(self.samples, 0.75) - percentile(self.samples, 0.25)) / 2 / abs(self.median)
+
+
+@dataclass
+class Run:
+    """One run of one benchmark: figures, notes, the machine, the date and the revision."""
+
+    benchmark: str
+    title: str
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=machine)
+    started: str = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"))
+    revision: str = field(default_factory=lambda: revision())
+
+    def figure(self, name: str, samples: float | Sequence[float], unit: str, lower_is_better: bool = True
+               ) -> Figure:
+        """Record a figure (one value or the samples of repeated measurements) and return it."""
+        values = (samples,) if isinstance(samples, (int, float)) else tuple(float(x) for x in samples)
+        figure = Figure(name, unit, values, lower_is_better)
+        self.figures.append(figure)
+        return figure
+
+    def note(self, text: str) -> None:
+        """A line of context printed and kept with the figures (a goal met, a ratio, a caveat)."""
+        self.notes.append(text)
+        print(text)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"benchmark": self.benchmark, "title": self.title, "started": self.started,
+                "revision": self.revision, "machine": self.machine, "notes": self.notes,
+                "figures": [{**asdict(f), "samples": list(f.samples), "summary": f.summary()} for f in self.figures]}
+
+    def table(self) -> str:
+        """The figures as a Markdown table."""
+        rows = ["| figure | unit | n | median | p95 | max |", "|---|---|---:|---:|---:|---:|"]
+        for f in self.figures:
+            s = f.summary()
+            rows.append(f"| {f.name} | {f.unit} | {s['n']} | {s['median']:.4g} | {s['p95']:.4g} | {s['max']:.4g} |")
+        return "\n".join(rows)
+
+    def write(self, folder: Path = RESULTS) -> Path:
+        """Print the table and write ``folder/<benchmark>/<start time>.json``; returns the file."""
+        print(machine_line(self.machine))
+        print(self.table())
+        target = folder / self.benchmark / f"{self.started.replace(':', '')}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        print(f"result: {target}")
+        return target
+
+
+def revision() -> str:
+    """The commit being measured, with ``+changes`` when the work tree differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+@contextlib.contextmanager
+def origin(donors: Any = 2, crds: Path | None = LIQO_CRDS, **options: Any) -> Iterator[Any]:
+    """A sandbox origin with Liqo donors in a temporary folder (``donors``: a count or ``liqo.Donor`` list)."""
+    from gpu_offload.sandbox.origin import running_origin
+
+    with tempfile.TemporaryDirectory(prefix="bench-origin-") as tmp, \
+            running_origin(Path(tmp), donors, crds=crds, **options) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def sandbox(crds: Path | Sequence[Path] | None = None, plugins: Sequence[Any] = ()) -> Iterator[Any]:
+    """The bare sandbox API server (no Liqo) in a temporary folder."""
+    from gpu_offload.sandbox.testing import running_sandbox
+
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp, \
+            running_sandbox(Path(tmp), crds=crds, plugins=plugins) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def kernel(setup: str = "", cwd: Path = REPO, env: dict[str, str] | None = None) -> Iterator[Any]:
+    """A started Jupyter kernel's client (``setup`` executed first and required to succeed); shut down after."""
+    from jupyter_client.manager import KernelManager
+
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(cwd), env={**os.environ, **(env or {})})
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        if setup:
+            reply = client.execute_interactive(setup, timeout=120)
+            if reply["content"]["status"] != "ok":
+                raise RuntimeError(f"the benchmark kernel's setup failed: {reply['content']}")
+        yield client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+@contextlib.contextmanager
+def sandbox_process(workdir: Path, *args: str, wait: float = 300.0) -> Iterator[Path]:
+    """``gpu-offload sandbox ARGS`` as its own process (a separate server, as users run it), once its
+    kubeconfig is written (it is written after the API answers); yields the kubeconfig. Its output goes to
+    ``workdir/sandbox.log``. On exit: SIGTERM (the sandbox removes its pods), SIGKILL after 60 s."""
+    kubeconfig = workdir / "kubeconfig"
+    cli = Path(sys.executable).parent / "gpu-offload"
+    with (workdir / "sandbox.log").open("wb") as log:
+        proc = subprocess.Popen([str(cli), "sandbox", "--kubeconfig", str(kubeconfig), *args], stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + wait
+            while not kubeconfig.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the sandbox did not start within {wait:g} s; see {workdir / 'sandbox.log'}")
+                time.sleep(0.2)
+            yield kubeconfig
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
