@@ -10,6 +10,7 @@ settings land in a private file the spawner hook (this process) and the service 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Mapping, MutableMapping
@@ -148,4 +149,10 @@ def wire_hub(c: Any, get_config: Callable[[str], Any], get_name: Callable[[str],
     # The spawner hook runs in this process and reads the settings from there.
     environ[E.HUB_CONFIG.name] = str(path)
     apply(c, names, config, path, environ)
+    # The GPU profiles read the inventory cache without waiting: start it now so it has listed the donors by
+    # the time users open the spawn page (a failure here shows on that page instead).
+    from .spawner import start_inventory
+
+    with contextlib.suppress(GpuOffloadError):
+        start_inventory()
     return config

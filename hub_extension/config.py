@@ -79,6 +79,8 @@ class HubConfig:
     """The config file's ``service.fastPaths``: keep the hot endpoints' JSON bodies between watch events,
     authenticate without blocking the event loop, log successful API reads at debug. False does all of it per
     request as before (for measuring the difference: bench/bench_headroom.py); never needed otherwise."""
+    metrics_per_user: bool = True
+    """The chart's ``metrics.perUserSeries``: the ``user`` label on the GPU-seconds, cost and preemption series."""
     metrics_open: bool = False
     """The chart's ``metrics.open``: serve ``/metrics`` without a token (as JupyterHub's
     ``authenticate_prometheus = False``); False: a token with ``read:metrics`` or the view scope is needed."""
@@ -144,6 +146,9 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     metrics_open = _section(raw, "metrics", where).get("open", False)
     if not isinstance(metrics_open, bool):
         raise InvalidRequest(f"{where}: metrics.open={metrics_open!r} must be true or false")
+    per_user = _section(raw, "metrics", where).get("perUserSeries", True)
+    if not isinstance(per_user, bool):
+        raise InvalidRequest(f"{where}: metrics.perUserSeries={per_user!r} must be true or false")
     fast_paths = service.get("fastPaths", True)
     if not isinstance(fast_paths, bool):
         raise InvalidRequest(f"{where}: service.fastPaths={fast_paths!r} must be true or false")
@@ -179,6 +184,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),
         queueing=queueing,
         metrics_open=metrics_open,
+        metrics_per_user=per_user,
         fast_paths=fast_paths,
     )
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpu_offload.liqo_peering.inventory import Inventory
 from gpu_offload.liqo_peering.timestamps import parse_time
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -50,7 +50,11 @@ def waited_seconds(pod: Mapping[str, Any]) -> float | None:
     if scheduled is None or scheduled.get("status") != "True":
         return None
     created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-    bound = parse_time(scheduled.get("lastTransitionTime"))
+    try:
+        # the status Liqo reflects from a donor may carry any text here: information only, never an error
+        bound = parse_time(scheduled.get("lastTransitionTime"))
+    except ValueError:
+        return None
     if created is None or bound is None:
         return None
     return max(0.0, (bound - created).total_seconds())
@@ -112,14 +116,21 @@ class InventoryCollector(Collector):
 class HubMetrics:
     """The service's metric families in a registry of their own."""
 
-    def __init__(self, inventory: Callable[[], Inventory]) -> None:
+    def __init__(self, inventory: Callable[[], Inventory], per_user: bool = True) -> None:
+        # A <name>_created series per counter and label set doubles what Prometheus stores for nothing the
+        # dashboard uses (a process-wide switch of prometheus_client).
+        disable_created_metrics()
+        self.per_user = per_user
+        """The chart's ``metrics.perUserSeries``: False drops the ``user`` label (one series per hub user and
+        donor and model adds up on a large hub); the service's pages still show each user."""
+        user = ["user"] if per_user else []
         self.registry = CollectorRegistry()
         self.gpu_seconds = Counter(
             f"{PREFIX}gpu_seconds", "GPU-seconds of finished offloaded runs (GPUs times wall time).",
-            ["user", "cluster", "model"], registry=self.registry)
+            [*user, "cluster", "model"], registry=self.registry)
         self.cost = Counter(
             f"{PREFIX}cost", "Cost of finished offloaded runs at the donors' prices while they ran (unpriced runs "
-            "add nothing).", ["user", "cluster", "model"], registry=self.registry)
+            "add nothing).", [*user, "cluster", "model"], registry=self.registry)
         self.runs = Counter(f"{PREFIX}runs", "Finished offloaded runs by outcome (pod phase, or Deleted) and "
                             "reason.", ["outcome", "reason"], registry=self.registry)
         self.api_errors = Counter(f"{PREFIX}api_errors", "Kubernetes API requests of the service's admin actions "
@@ -133,7 +144,7 @@ class HubMetrics:
             f"{PREFIX}queue_wait_seconds", "Seconds a runner pod waited in its Kueue queue until admitted and bound "
             "(observed when the run ends).", ["cluster"], buckets=WAIT_BUCKETS, registry=self.registry)
         self.preemptions = Counter(f"{PREFIX}preemptions", "Runs Kueue preempted for a higher-priority run.",
-                                   ["user", "cluster"], registry=self.registry)
+                                   [*user, "cluster"], registry=self.registry)
         self.registry.register(InventoryCollector(inventory))
 
     def record_run(self, user: str, cluster: str, model: str | None, gpu_seconds: float, outcome: str,
@@ -141,15 +152,16 @@ class HubMetrics:
         """Count one newly recorded run (never one seen again: the store says which are new): its GPU-seconds
         and cost, its outcome and reason, how long it waited to be placed or queued, and whether it was
         preempted."""
-        self.gpu_seconds.labels(user, cluster, model or UNLABELLED_MODEL).inc(gpu_seconds)
-        self.cost.labels(user, cluster, model or UNLABELLED_MODEL).inc(cost or 0.0)
+        who = (user,) if self.per_user else ()
+        self.gpu_seconds.labels(*who, cluster, model or UNLABELLED_MODEL).inc(gpu_seconds)
+        self.cost.labels(*who, cluster, model or UNLABELLED_MODEL).inc(cost or 0.0)
         reason = run_reason(pod)
         self.runs.labels(outcome, reason).inc()
         waited = waited_seconds(pod)
         if waited is not None:
             (self.queue_wait if queued(pod) else self.placement).labels(cluster).observe(waited)
         if reason == "Preempted":
-            self.preemptions.labels(user, cluster).inc()
+            self.preemptions.labels(*who, cluster).inc()
 
     def api_error(self, verb: str) -> None:
         """Count one failed API request; ``verb`` is Kubernetes' (anything else is counted as ``other``)."""

@@ -181,15 +181,23 @@ _caches: dict[tuple[str, str], InventoryCache] = {}
 _caches_lock = threading.Lock()
 
 
-def _inventory(timeout: float = 10.0) -> Inventory:
-    """The live inventory from a watch-fed cache kept for the hub's lifetime (one per API location)."""
+def inventory_cache() -> InventoryCache:
+    """The watch-fed inventory cache kept for the hub's lifetime (one per API location), started on first use.
+
+    Starting it only starts its watch threads: nothing here waits for the API.
+    """
     key = (os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBECONFIG", ""))
     with _caches_lock:
         cache = _caches.get(key)
         if cache is None:
             client = LiqoClient(api_client_from_environment(), trust=load_config().clusters)
             cache = _caches[key] = InventoryCache(client).start()
-    return cache.inventory(timeout)
+    return cache
+
+
+def start_inventory() -> None:
+    """Start the cache at hub start, so that it has listed the donors by the time users open the spawn page."""
+    inventory_cache()
 
 
 def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
@@ -215,16 +223,30 @@ def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
     return profiles
 
 
+NOT_READY = ("The remote GPU inventory is still loading: reload this page in a moment to choose a GPU model "
+             "(%%gpu_offload places cells on any free GPU meanwhile).")
+
+
 def profile_list(spawner: Any) -> list[dict[str, Any]]:
     """kubespawner's ``profile_list`` callable: the profiles for the current inventory.
 
-    When the inventory cannot be read the standard profile alone is offered (saying why), so a Liqo
-    outage never blocks users from starting their servers.
+    It runs on the hub's event loop, so it never waits for the API: it reads the cache as it is. Until the
+    cache has listed every kind once, or when the inventory cannot be read, the standard profile alone is
+    offered, saying why, so neither a slow start nor a Liqo outage keeps users from starting their servers.
     """
     try:
-        return gpu_profiles(_inventory())
+        cache = inventory_cache()
+        if not cache.wait_synced(0):
+            errors = [f"{kind}: {s['last_error']}" for kind, s in cache.stats().items() if s["last_error"]]
+            return _standard_only(spawner, NOT_READY if not errors else
+                                  f"Remote GPU inventory unavailable right now ({'; '.join(errors)}).")
+        return gpu_profiles(cache.inventory(0))
     except GpuOffloadError as exc:
-        spawner.log.warning("gpu-offload: no GPU profiles: %s", exc)
-        fallback = gpu_profiles(Inventory())
-        fallback[0]["description"] = f"Remote GPU inventory unavailable right now ({exc})."
-        return fallback
+        return _standard_only(spawner, f"Remote GPU inventory unavailable right now ({exc}).")
+
+
+def _standard_only(spawner: Any, why: str) -> list[dict[str, Any]]:
+    spawner.log.warning("gpu-offload: no GPU profiles: %s", why)
+    fallback = gpu_profiles(Inventory())
+    fallback[0]["description"] = why
+    return fallback

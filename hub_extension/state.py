@@ -26,16 +26,16 @@ from .queue_page import QueuesView, queues_view
 from .queues import QueueController, start_controller
 from .sampling import InventorySampler
 from .store import Store, UsageTotal
-from .usage import billed_user, ended_deleting, finished_run, holds_meter, namespace_user
+from .usage import billed_user, ended_deleting, finished_run, holds_meter, metered, namespace_user
 from .watches import (
     QUEUE_PAGE_KINDS,
     CollectionWatch,
     Obj,
     kueue_objects,
+    metered_pods,
     read_namespace,
     release_meter,
     resource_slices,
-    runner_pods,
 )
 
 log = logging.getLogger("gpu_offload.hub")
@@ -51,7 +51,7 @@ class HubState:
         # The cache also holds the ForeignClusters the pages show: each kind is watched once.
         self.cache = InventoryCache(LiqoClient(api_client, trust=config.clusters))
         self.slices = resource_slices(api_client)
-        self.pods = runner_pods(api_client, self._on_pod)
+        self.pods = metered_pods(api_client, self._metered, self._on_pod)
         self.prices = PriceRecorder(self.cache, store)
         self.sampler = InventorySampler(self.cache, store)
         self._namespaces: dict[str, Obj] = {}
@@ -62,7 +62,7 @@ class HubState:
         self.kueue: dict[str, CollectionWatch] = (
             {g.kind: kueue_objects(api_client, g) for g in QUEUE_PAGE_KINDS} if config.queueing else {})
         # a scrape before the first list answers an error at once rather than blocking the event loop
-        self.metrics = HubMetrics(lambda: self.cache.inventory(timeout=0))
+        self.metrics = HubMetrics(lambda: self.cache.inventory(timeout=0), per_user=config.metrics_per_user)
 
     def start(self) -> HubState:
         """Start every watch (the pod watch last: recording needs the inventory's node-to-cluster map)."""
@@ -98,11 +98,17 @@ class HubState:
         """The current inventory (rebuilt only after a change)."""
         return self.cache.inventory()
 
+    def _metered(self, pod: Obj) -> bool:
+        if not (pod.get("spec") or {}).get("nodeName"):  # the common case, without the inventory
+            return metered(pod, ())
+        return metered(pod, {vn.name for vn in self.cache.inventory(timeout=60).virtual_nodes})
+
     def _on_pod(self, event_type: str, pod: Obj) -> None:
         now = datetime.now(timezone.utc)
         try:
             nodes = {vn.name: vn for vn in self.cache.inventory(timeout=60).virtual_nodes}
-            run = finished_run(pod, event_type, {name: vn.cluster_id for name, vn in nodes.items()}, now)
+            running_seen = self._running_seen(pod, event_type, nodes, now)
+            run = finished_run(pod, event_type, {name: vn.cluster_id for name, vn in nodes.items()}, now, running_seen)
             if run is not None:  # the user comes from the namespace, not from what the pod claims
                 self.prices.note()  # the price in force now is in the book before the run is priced by it
                 run = priced(dataclasses.replace(run, user=billed_user(pod, self._namespace(run.namespace))),
@@ -112,12 +118,24 @@ class HubState:
                          run.pod, run.user or "?", run.cluster_id)
                 self.metrics.record_run(run.user, run.cluster_id, nodes[run.node].model, run.gpu_seconds, run.phase,
                                         pod, run.cost)
+            if run is None and event_type == "DELETED" and running_seen is not None:
+                self.store.forget_running(str((pod.get("metadata") or {}).get("uid") or ""))
             # recorded (or nothing to record): the pod may go now; a failure above keeps it held for a retry
             over = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or ended_deleting(pod, now)
             if event_type != "DELETED" and holds_meter(pod) and over:
                 release_meter(self.api_client, pod)
         except Exception:  # noqa: BLE001 - one bad pod must not stop metering the others
             log.exception("could not record the usage of pod %s", (pod.get("metadata") or {}).get("name"))
+
+    def _running_seen(self, pod: Obj, event_type: str, nodes: dict[str, Any], now: datetime) -> datetime | None:
+        """When the meter first saw the pod Running on a virtual node (noted now if this is the first time)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        on_virtual_node = (pod.get("spec") or {}).get("nodeName") in nodes
+        if not uid or not on_virtual_node:
+            return None
+        if event_type != "DELETED" and (pod.get("status") or {}).get("phase") == "Running":
+            return self.store.saw_running(uid, now)
+        return self.store.running_seen(uid)
 
     def _namespace(self, name: str) -> Obj | None:
         """The namespace as the API has it (cached: its owner never changes), None once it is gone."""

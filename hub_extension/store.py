@@ -73,6 +73,14 @@ _samples = sa.Table(
     sa.Index("gpu_offload_inventory_samples_cluster", "cluster_id", "at"),
     sa.Index("gpu_offload_inventory_samples_at", "at"),  # the retention's delete, without a scan
 )
+_sightings = sa.Table(
+    # added for issue 20: when the meter first saw a live pod Running, kept across restarts until the run is
+    # recorded (the donor's own start times are not believed)
+    "gpu_offload_running_seen",
+    _metadata,
+    sa.Column("pod_uid", sa.String(64), primary_key=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+)
 _audit = sa.Table(
     "gpu_offload_audit",
     _metadata,
@@ -179,6 +187,7 @@ class Store:
                 with self.engine.begin() as conn:
                     conn.execute(_runs.insert().values(**row))
                     rollups.add(conn, run)
+                    conn.execute(_sightings.delete().where(_sightings.c.pod_uid == run.pod_uid))
                 break
             except IntegrityError:
                 if self._recorded(run.pod_uid):
@@ -187,6 +196,29 @@ class Store:
                     raise
         self.generation += 1
         return True
+
+    def saw_running(self, pod_uid: str, at: datetime) -> datetime:
+        """Note that the meter saw the pod Running at ``at``, unless it saw it earlier; the first sighting."""
+        first = self.running_seen(pod_uid)
+        if first is not None:
+            return first
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(_sightings.insert().values(pod_uid=pod_uid, at=at))
+        except IntegrityError:  # another writer's sighting came first: it stands
+            pass
+        return self.running_seen(pod_uid) or at
+
+    def running_seen(self, pod_uid: str) -> datetime | None:
+        """When the meter first saw the pod Running, if it did and the run is not recorded yet."""
+        with self.engine.connect() as conn:
+            found = conn.execute(sa.select(_sightings.c.at).where(_sightings.c.pod_uid == pod_uid)).scalar()
+        return _utc(found) if found is not None else None
+
+    def forget_running(self, pod_uid: str) -> None:
+        """Drop the sighting of a pod that is gone without a run to record."""
+        with self.engine.begin() as conn:
+            conn.execute(_sightings.delete().where(_sightings.c.pod_uid == pod_uid))
 
     def _recorded(self, pod_uid: str) -> bool:
         with self.engine.connect() as conn:

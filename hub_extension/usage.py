@@ -1,14 +1,17 @@
-"""What one offloaded pod cost, read from the pod itself when its run ends. Pure: no I/O here.
+"""What one offloaded pod cost, from the pod and what the meter observed of it when its run ends. Pure: no
+I/O here.
 
 Runner pods are deleted right after their run, so the watcher sees either a terminal phase (MODIFIED to
 Succeeded/Failed) or only the DELETED event; both carry the last state of the pod. The record is keyed
-by the pod's uid, which is what makes recording it twice harmless.
+by the pod's uid, which is what makes recording it twice harmless. How long it ran is what the origin
+saw (its creation, when the meter first saw it Running, its deletion, when the meter saw it end): the
+status times are the donor's, copied verbatim by Liqo, so they decide nothing.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,19 +54,13 @@ class MeteredRun:
         return self.gpus * max(0.0, (self.ended - self.started).total_seconds())
 
 
-def _container_times(status: Mapping[str, Any]) -> tuple[list[datetime], list[datetime]]:
-    starts: list[datetime] = []
-    ends: list[datetime] = []
-    for cs in status.get("containerStatuses") or []:
-        state = cs.get("state") or {}
-        for key in ("running", "terminated"):
-            started = parse_time((state.get(key) or {}).get("startedAt"))
-            if started:
-                starts.append(started)
-        finished = parse_time((state.get("terminated") or {}).get("finishedAt"))
-        if finished:
-            ends.append(finished)
-    return starts, ends
+def donor_says_started(status: Mapping[str, Any]) -> bool:
+    """Whether the pod's status (the donor's, copied by Liqo) says it ever started: used only to tell a run
+    from a pod that never left Pending, never for how long it ran."""
+    if status.get("startTime"):
+        return True
+    return any((cs.get("state") or {}).get(key) for cs in status.get("containerStatuses") or []
+               for key in ("running", "terminated"))
 
 
 PREEMPTED_REASON = "WorkloadEvictedDueToPreempted"
@@ -86,6 +83,16 @@ def ended_deleting(pod: Mapping[str, Any], now: datetime) -> bool:
         return False
     running = [cs for cs in (pod.get("status") or {}).get("containerStatuses") or [] if (cs.get("state") or {}).get("running")]
     return not running or now >= deleting
+
+
+def metered(pod: Mapping[str, Any], virtual_nodes: Collection[str]) -> bool:
+    """Whether the meter follows ``pod``: bound to a virtual node (whoever made it and whatever its labels),
+    or the project's own (labelled, or holding the meter's finalizer, which must be released even for a pod
+    that never got a node)."""
+    meta = pod.get("metadata") or {}
+    if (meta.get("labels") or {}).get(L.MANAGED_BY) == L.MANAGED_BY_VALUE or holds_meter(pod):
+        return True
+    return str((pod.get("spec") or {}).get("nodeName") or "") in virtual_nodes
 
 
 def holds_meter(pod: Mapping[str, Any]) -> bool:
@@ -131,30 +138,32 @@ def billed_user(pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> 
 
 
 def finished_run(
-    pod: Mapping[str, Any], event_type: str, node_clusters: Mapping[str, str], now: datetime
+    pod: Mapping[str, Any], event_type: str, node_clusters: Mapping[str, str], now: datetime,
+    running_seen: datetime | None = None,
 ) -> MeteredRun | None:
     """The record of a run that just ended, or None when the pod is still running or never held a GPU.
 
     ``node_clusters`` maps virtual node names to cluster ids (from the inventory); a pod that ran
-    elsewhere is not an offloaded run. The end is the last container's finish time, else the pod's
-    deletion time when it is being deleted (held by the meter's finalizer, perhaps while the hub was
-    down), else ``now`` (the pod was deleted while running, which is when its GPUs were released).
+    elsewhere is not an offloaded run. Its times are what the origin observed, never the container times
+    Liqo copies from the donor's status: it starts when the meter first saw it Running (``running_seen``),
+    else (the meter never saw it run) at its creation, and ends when the meter sees it end (``now``), or at
+    its deletion if that came first (held by the meter's finalizer, perhaps while the hub was down).
     """
     status = pod.get("status") or {}
     phase = str(status.get("phase") or "")
-    deleting = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    meta = pod.get("metadata") or {}
+    deleting = parse_time(meta.get("deletionTimestamp"))
     if phase not in _TERMINAL and event_type != "DELETED" and not (deleting and ended_deleting(pod, now)):
         return None
     node = str((pod.get("spec") or {}).get("nodeName") or "")
     gpus = pod_gpus(pod)
     if not node or node not in node_clusters or gpus < 1:
         return None
-    starts, ends = _container_times(status)
-    started = parse_time(status.get("startTime")) or (min(starts) if starts else None)
-    if started is None:
+    if running_seen is None and not donor_says_started(status):
         return None  # never started: it held no GPU time
-    ended = max(ends) if ends else (deleting or now)
-    meta = pod.get("metadata") or {}
+    created = parse_time(meta.get("creationTimestamp"))
+    started = min(max(running_seen or created or now, created or now), now)
+    ended = max(min(deleting, now) if deleting else now, started)
     return MeteredRun(
         pod_uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
         namespace=str(meta.get("namespace") or ""),
@@ -164,7 +173,7 @@ def finished_run(
         node=node,
         gpus=gpus,
         started=started,
-        ended=max(ended, started),
+        ended=ended,
         phase=phase if phase in _TERMINAL else "Deleted",
         preempted=preempted(pod),
     )

@@ -1,8 +1,8 @@
-"""Watch-fed copies of the two collections the inventory cache does not keep: ResourceSlices and runner pods.
+"""Watch-fed copies of the two collections the inventory cache does not keep: ResourceSlices and metered pods.
 
 liqo_peering's ``InventoryCache`` holds ForeignClusters, VirtualNodes, virtual Nodes and unfinished pods;
-the admin pages also need the granted ResourceSlices, and the usage recorder needs runner pods in every
-phase (a finished pod leaves the inventory's pod watch, but its end is exactly what gets metered). Both are
+the admin pages also need the granted ResourceSlices, and the usage recorder needs the pods on virtual nodes
+(and the project's own) in every phase (a finished pod leaves the inventory's pod watch, but its end is exactly what gets metered). Both are
 kept by liqo_peering's ``ListWatch`` (the same loop as the cache) and its pure ``apply_event``.
 """
 
@@ -27,9 +27,12 @@ OnEvent = Callable[[str, Obj], None]
 class CollectionWatch:
     """One cluster-wide collection kept current by a daemon thread; ``objects()`` reads it without I/O."""
 
-    def __init__(self, collection: Collection, on_event: OnEvent | None = None) -> None:
+    def __init__(self, collection: Collection, on_event: OnEvent | None = None,
+                 keep: Callable[[Obj], bool] | None = None) -> None:
         self.what = collection.what
         self._on_event = on_event
+        self._keep = keep
+        """Which listed objects to hold (None: all); one held stays until it is deleted."""
         self._objects: dict[str, Obj] = {}
         self._lock = threading.Condition()
         self._synced = False
@@ -58,15 +61,21 @@ class CollectionWatch:
     # --- watching.Sink, called from the watch thread ---
 
     def listed(self, result: ListResult) -> None:
+        items = [o for o in result.items if self._keep is None or self._keep(o)]
         with self._lock:
-            self._objects = {object_key(o): o for o in result.items}
+            self._objects = {object_key(o): o for o in items}
             self._synced, self.last_error = True, ""
             self._lock.notify_all()
         if self._on_event:
-            for item in result.items:  # a restart re-lists: the recorder sees finished pods again (idempotent)
+            for item in items:  # a restart re-lists: the recorder sees finished pods again (idempotent)
                 self._on_event("ADDED", item)
 
     def event(self, event: Event) -> None:
+        obj = event.get("object") or {}
+        if self._keep is not None and event.get("type") in ("ADDED", "MODIFIED", "DELETED") and not self._keep(obj):
+            with self._lock:
+                if object_key(obj) not in self._objects:
+                    return  # never held: not this watch's
         with self._lock:
             apply_event(self._objects, event)
         if self._on_event and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
@@ -93,10 +102,11 @@ QUEUE_PAGE_KINDS = (L.CLUSTER_QUEUE, L.RESOURCE_FLAVOR, L.WORKLOAD_PRIORITY_CLAS
 """What the Queues page watches when queueing is on (the chart grants list and watch on them)."""
 
 
-def runner_pods(api_client: ApiClient, on_event: OnEvent | None = None) -> CollectionWatch:
-    """Every pod the project created (all phases), in every namespace."""
-    return CollectionWatch(Collection("runner pods (cluster-wide)", CoreV1Api(api_client).list_pod_for_all_namespaces,
-                                      {"label_selector": f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"}), on_event)
+def metered_pods(api_client: ApiClient, keep: Callable[[Obj], bool], on_event: OnEvent | None = None) -> CollectionWatch:
+    """The pods ``keep`` selects (all phases) among every pod of every namespace: no label selector, since
+    whoever creates a pod writes its labels, and a pod without the project's would hold GPUs unmetered."""
+    return CollectionWatch(Collection("pods (cluster-wide)", CoreV1Api(api_client).list_pod_for_all_namespaces, {}),
+                           on_event, keep)
 
 
 def release_meter(api_client: ApiClient, pod: Obj) -> None:

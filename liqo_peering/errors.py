@@ -198,6 +198,10 @@ class NoFit(PlacementError):
         self.alternatives = alternatives
 
 
+class CannotShare(PlacementError):
+    """A fraction of a GPU was asked of a donor that cannot grant it in the units it lends GPUs in."""
+
+
 class UnknownCluster(PlacementError):
     """The requested cluster id is not peered; ``valid`` lists the ones that are."""
 

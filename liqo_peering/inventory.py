@@ -168,7 +168,10 @@ def _count(value: Any, what: str) -> int:
 
 
 def pod_gpus(pod: Obj) -> int:
-    """GPUs a pod holds: the sum over its containers, or its largest init container if that is more."""
+    """GPUs a pod holds, counted as the Kubernetes scheduler counts a pod's requests (component-helpers'
+    ``PodRequests``): the containers' sum plus every sidecar's (an init container with ``restartPolicy:
+    Always`` runs, and holds its GPUs, for the pod's life), or, if more, what one init container needs while
+    it runs beside the sidecars started before it."""
     spec = pod.get("spec") or {}
 
     def gpus(container: Obj) -> int:
@@ -177,9 +180,16 @@ def pod_gpus(pod: Obj) -> int:
         request = (res.get("requests") or {}).get(L.GPU_RESOURCE)
         return _count(limit if limit is not None else request, "nvidia.com/gpu")
 
-    main = sum(gpus(c) for c in spec.get("containers") or [])
-    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
-    return max(main, init)
+    running = sum(gpus(c) for c in spec.get("containers") or [])
+    sidecars = init_peak = 0
+    for container in spec.get("initContainers") or []:
+        if container.get("restartPolicy") == "Always":
+            running += gpus(container)
+            sidecars += gpus(container)
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, gpus(container) + sidecars)
+    return max(running, init_peak)
 
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}

@@ -32,7 +32,7 @@ from .runner.frames import (
     Status,
     Stream,
 )
-from .sinks import Sink
+from .sinks import Progress, Sink
 from .trust.intake import Wanted, load_untrusted
 
 POLL = 0.05
@@ -145,7 +145,7 @@ def _read(
             outcome.state = announced = event.text
             outcome.queued = event.waiting
             quiet_since = clock = now
-            sink.notice(event.text)
+            sink.notice(Progress(event.text))
             event = None
         if event is not None:
             if isinstance(event, Status) and not outcome.queued:
@@ -167,7 +167,7 @@ def _read(
         quiet = event is None and not outcome.seen_output and now - quiet_since > settings.progress_after
         if quiet and announced != outcome.state:
             announced = outcome.state
-            sink.notice(f"no output yet after {now - started:.0f} s: {outcome.state}")
+            sink.notice(Progress(f"no output yet after {now - started:.0f} s: {outcome.state}"))
 
 
 def _explain_interrupt(run: Run, outcome: Outcome, grace: float) -> None:

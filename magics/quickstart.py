@@ -85,7 +85,7 @@ def _echo(msg: dict[str, Any]) -> None:
         target = sys.stderr if content.get("name") == "stderr" else sys.stdout
         target.write(content.get("text", ""))
         target.flush()
-    elif kind in ("display_data", "execute_result"):
+    elif kind in ("display_data", "execute_result", "update_display_data"):
         data = content.get("data", {})
         rich = sorted(mime for mime in data if mime != "text/plain")
         text = data.get("text/plain", "")

@@ -12,6 +12,11 @@ PREFIX = "gpu_offload: "
 _NOTES_SHOWN: set[str] = set()
 
 
+class Progress(str):
+    """A notice that says how a wait goes (a place in line, no output yet): the notebook shows the newest one
+    in place of the one before, where other notices add a line. A plain ``str`` to every other sink."""
+
+
 class Sink(Protocol):
     """Receives what a run shows the user."""
 
@@ -33,7 +38,17 @@ class Sink(Protocol):
 
 
 class NotebookSink:
-    """Writes into the running cell: stdout/stderr flushed per write, so ipykernel publishes at once."""
+    """Writes into the running cell: stdout/stderr flushed per write, so ipykernel publishes at once.
+
+    Notices are ours, not the cell's: they go in one quiet display output under the cell (plain text, which
+    JupyterLab does not paint red as it does stderr), updated in place, so the cell's stderr stays its own.
+    """
+
+    def __init__(self) -> None:
+        self._cell: object = None
+        self._handle: Any = None
+        self._lines: list[str] = []
+        self._progress = ""
 
     def stream(self, name: str, text: str) -> None:
         """Write to the kernel's own stream and flush (ipykernel otherwise batches for 0.2 s)."""
@@ -48,14 +63,36 @@ class NotebookSink:
         publish_display_data(dict(data), dict(metadata))
 
     def notice(self, text: str) -> None:
-        """Our own messages go to stderr, so they never mix with the cell's stdout."""
-        self.stream("stderr", f"{PREFIX}{text}\n")
+        """Show a notice of ours in the cell's notice output (created at the cell's first notice)."""
+        from IPython.display import display
+
+        cell = _current_cell()
+        if cell != self._cell or self._handle is None:
+            self._cell, self._handle, self._lines, self._progress = cell, None, [], ""
+        if isinstance(text, Progress):
+            self._progress = text
+        else:
+            self._lines.append(text)
+        shown = [*self._lines, *([self._progress] if self._progress else [])]
+        bundle = {"text/plain": "\n".join(PREFIX + line for line in shown)}
+        if self._handle is None:
+            self._handle = display(bundle, raw=True, display_id=True)
+        else:
+            self._handle.update(bundle, raw=True)
 
     def metrics(self, metrics: Metrics) -> None:
         """Show the no-GPU note once per kernel; samples are kept for ``%gpu_offload status``."""
         if metrics.note and metrics.note not in _NOTES_SHOWN:
             _NOTES_SHOWN.add(metrics.note)
             self.notice(metrics.note)
+
+
+def _current_cell() -> object:
+    """What tells one cell from the next: the shell's execution count (None outside IPython)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return None if shell is None else shell.execution_count
 
 
 class RecordingSink:

@@ -68,11 +68,16 @@ fi
 # Both cores; tests that may share a session's sandbox origin, or a module's kernel or hub, stay on one
 # worker (loadgroup, with the groups tests/conftest.py sets), so none of those starts twice for nothing.
 e2e_rc=0
-lane e2e -m e2e -n 2 --dist loadgroup "$@" || e2e_rc=$?
-for name in fast e2e; do
+lane e2e -m "e2e and not fuzz" -n 2 --dist loadgroup "$@" || e2e_rc=$?
+# every decoder of a donor's bytes on seeded malformed input: 12 s per decoder family, about 2 minutes
+# (serial: its bounds on time per byte hold for one process at a time)
+fuzz_rc=0
+lane fuzz -m fuzz "$@" || fuzz_rc=$?
+for name in fast e2e fuzz; do
   echo "== slowest 50 tests of the $name lane ($ARTIFACTS/slowest-$name.txt)"
   cat "$ARTIFACTS/slowest-$name.txt" 2>/dev/null || echo "(none recorded)"
 done
 # A fast-lane exit code 5 (nothing collected) is not a failure of the suite; anything else is.
 [ "$fast_rc" = 0 ] || [ "$fast_rc" = 5 ] || exit $fast_rc
-exit $e2e_rc
+[ "$e2e_rc" = 0 ] || exit $e2e_rc
+exit $fuzz_rc

@@ -37,11 +37,13 @@ def test_quickstart_runs_the_unchanged_example_on_sandbox_donors(
     offloaded = [c for c in executed.cells if c.cell_type == "code" and c.source.startswith("%%gpu_offload")]
     assert len(offloaded) == 5
     for cell in offloaded:
-        said = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stderr")
+        # the magic's notices: one plain-text display output under the cell (not stderr)
+        said = "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs
+                       if o["output_type"] == "display_data")
         match = PLACED.search(said)
         assert match, f"no placement line under {cell.source.splitlines()[0]!r}: {said!r}"
         assert match.group(2) == f"{match.group(3)}-gpu"
-        assert match.group(0) in printed.err  # streamed beside the output as it arrived
+        assert match.group(0) in printed.out  # shown beside the output as it arrived
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
     assert not [o for o in outputs if o["output_type"] == "error"], text

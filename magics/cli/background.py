@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from .text import terminal_text
+
 STARTED_WITHIN = 120.0
 """Seconds the command waits for the follower to record its run (packing and placing come first)."""
 
@@ -59,7 +61,7 @@ def start_detached(args: argparse.Namespace) -> int:
                   f"{run_id} -f; stop it: gpu-offload cancel {run_id}")
             return 0
         if child.poll() is not None:
-            sys.stderr.write(log.read_text(errors="replace"))
+            sys.stderr.write(terminal_text(log.read_text(errors="replace")))
             log.unlink(missing_ok=True)
             return child.returncode or 1
         time.sleep(0.1)

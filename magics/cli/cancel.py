@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from .text import terminal_text
+
 WAIT_SECONDS = 30.0
 
 
@@ -40,5 +42,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu-offload cancel: {exc}", file=sys.stderr)
         return 1
     if record.finished:
-        print(f"run {record.run_id} ended: {record.state}{' (' + record.detail + ')' if record.detail else ''}")
+        print(terminal_text(f"run {record.run_id} ended: {record.state}{' (' + record.detail + ')' if record.detail else ''}"))
     return 0

@@ -10,19 +10,19 @@ user's storage credentials; without storage, a run whose follower is gone loses 
 from __future__ import annotations
 
 import argparse
-import re
+import codecs
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from .text import terminal_text
 
 POLL = 0.2
 FOLLOWER_EXIT = 30.0
 """Seconds ``-f`` waits, once the run is recorded as ended, for its follower to finish writing and exit."""
 STORED_POLL = 1.0
 """Seconds between looks for a stored log while ``-f`` waits for a follower-less run's pod to end."""
-_UNSAFE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-"""Control characters (an escape sequence could rewrite the terminal), all but tab, newline and return."""
 NO_STORAGE = ("without object storage (GPU_OFFLOAD_S3_BUCKET) a background run's log is kept only by the "
               "`gpu-offload` process that followed it, and what it did not see is gone with the pod. Set "
               "GPU_OFFLOAD_S3_BUCKET (and GPU_OFFLOAD_S3_ENDPOINT) for the next runs to keep their logs")
@@ -75,7 +75,7 @@ def _logs(wanted: str, follow: bool) -> int:
     if record.script is not None:
         print(f"gpu-offload logs: run {record.run_id} was followed in a terminal, which showed its output; only "
               "its end is kept:", file=sys.stderr)
-    sys.stdout.write(record.tail)
+    sys.stdout.write(terminal_text(record.tail))
     return 0
 
 
@@ -120,7 +120,7 @@ def _pod_left(place: Any, run_id: str) -> bool:
 
 def _print_stored(data: bytes) -> int:
     # written by the donor's pod: shown as text, never as terminal control sequences
-    sys.stdout.write(_UNSAFE.sub("\N{REPLACEMENT CHARACTER}", data.decode("utf-8", "replace")))
+    sys.stdout.write(terminal_text(data.decode("utf-8", "replace")))
     sys.stdout.flush()
     return 0
 
@@ -128,11 +128,12 @@ def _print_stored(data: bytes) -> int:
 def _print_file(path: Path, run_id: str, follow: bool, place: Any) -> int:
     from .listing import find, listing
 
+    text = codecs.getincrementaldecoder("utf-8")("replace")  # a chunk may end inside a character
     with open(path, "rb") as log:
         while True:
             chunk = log.read()
             if chunk:
-                sys.stdout.buffer.write(chunk)
+                sys.stdout.write(terminal_text(text.decode(chunk)))
                 sys.stdout.flush()
             if not follow:
                 return 0
@@ -142,7 +143,7 @@ def _print_file(path: Path, run_id: str, follow: bool, place: Any) -> int:
                 # and exits: the rest of the file is complete once it has exited
                 _wait_exit(record.pid if record is not None else 0)
                 rest = log.read()
-                sys.stdout.buffer.write(rest)
+                sys.stdout.write(terminal_text(text.decode(rest, final=True)))
                 sys.stdout.flush()
                 return 0
             time.sleep(POLL)

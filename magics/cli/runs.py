@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from ..dashboard.records import RunEntry
+from .text import terminal_text
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([as_json(r, now) for r in found.runs], indent=1))
     elif found.runs:
-        print(table(found.runs, now))
+        print(terminal_text(table(found.runs, now)))  # a run's detail may be a donor's words
     else:
         print("no runs yet: start one with `gpu-offload run SCRIPT.py` or %%gpu_offload in a notebook")
     return 0

@@ -9,14 +9,13 @@ from typing import Any
 from ..engine import Outcome
 from ..errors import RemoteError
 from ..runner.frames import Metrics
+from .text import terminal_text
 
 INTERRUPTED_EXIT = 130
 """What a shell reports for a command ended by Ctrl-C (128 + SIGINT)."""
 TIMEOUT_EXIT = 124
 """What coreutils' ``timeout`` returns when the time ran out."""
 PREFIX = "gpu-offload: "
-
-
 class TerminalSink:
     """The run's stdout and stderr on ours, flushed per write; rich outputs as their text form."""
 
@@ -24,9 +23,9 @@ class TerminalSink:
         self._notes: set[str] = set()
 
     def stream(self, name: str, text: str) -> None:
-        """Write to our own stream."""
+        """Write to our own stream: everything a run shows in the shell passes here, as text only."""
         target = sys.stderr if name == "stderr" else sys.stdout
-        target.write(text)
+        target.write(terminal_text(text))
         target.flush()
 
     def display(self, data: Mapping[str, Any], metadata: Mapping[str, Any]) -> None:

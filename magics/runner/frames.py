@@ -231,14 +231,42 @@ Event = (
 """Anything :meth:`FrameDecoder.feed` returns."""
 
 
-def _gpu_sample(raw: Mapping[str, Any]) -> GpuSample:
+def _text(value: Any, what: str) -> str:
+    """``value`` if it is text: the fields below reach f-strings, sets and joins, where a donor's dict or list
+    would crash the reader or print as something else."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {type(value).__name__}, not text")
+    return value
+
+
+def _texts(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} is {type(value).__name__}, not a list")
+    return tuple(_text(item, f"an item of {what}") for item in value)
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is {type(value).__name__}, not an object")
+    return value
+
+
+def _number(value: Any, kind: type[float] | type[int], what: str) -> Any:
+    if type(value) not in (int, float) or (kind is int and type(value) is not int):
+        raise TypeError(f"{what} is {type(value).__name__}, not a number")
+    return kind(value)
+
+
+def _gpu_sample(raw: Any) -> GpuSample:
+    raw = _mapping(raw, "a GPU sample")
+
     def number(key: str, kind: type[float] | type[int]) -> Any:
         value = raw.get(key)
-        return None if value is None else kind(value)
+        return None if value is None else _number(value, kind, key)
 
     return GpuSample(
-        index=int(raw["index"]),
-        name=str(raw["name"]),
+        index=_number(raw["index"], int, "index"),
+        name=_text(raw["name"], "name"),
         util=number("util", float),
         mem_used=number("mem_used", int),
         mem_total=number("mem_total", int),
@@ -247,24 +275,51 @@ def _gpu_sample(raw: Mapping[str, Any]) -> GpuSample:
     )
 
 
+def _note(value: Any) -> str | None:
+    return None if value is None else _text(value, "note")
+
+
+def _bool(value: Any, what: str) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"{what} is {type(value).__name__}, not true or false")
+    return value
+
+
+# every field is checked for its type here, once: the events' users (the notebook, the shell, the panel,
+# `%gpu_offload status`) take them as typed, and a donor writes whatever JSON it likes
 _BUILDERS: dict[str, Callable[[int, Mapping[str, Any], int], Event]] = {
     "hello": lambda s, p, r: Hello(
-        s, str(p["python"]), int(p["pid"]), tuple(p.get("gpus", ())), bool(p.get("session", False)), rank=r
+        s, _text(p["python"], "python"), _number(p["pid"], int, "pid"), _texts(p.get("gpus", []), "gpus"),
+        _bool(p.get("session", False), "session"), rank=r,
     ),
-    "status": lambda s, p, r: Status(s, str(p["state"]), rank=r),
-    "stream": lambda s, p, r: Stream(s, str(p["name"]), str(p["text"]), rank=r),
-    "display_data": lambda s, p, r: DisplayData(s, dict(p["data"]), dict(p.get("metadata") or {}), rank=r),
+    "status": lambda s, p, r: Status(s, _text(p["state"], "state"), rank=r),
+    "stream": lambda s, p, r: Stream(s, _text(p["name"], "name"), _text(p["text"], "text"), rank=r),
+    "display_data": lambda s, p, r: DisplayData(
+        s, _mapping(p["data"], "data"), _mapping(p.get("metadata") or {}, "metadata"), rank=r
+    ),
     "error": lambda s, p, r: Error(
-        s, str(p["ename"]), str(p.get("evalue", "")), tuple(str(x) for x in p.get("traceback", ())), rank=r
+        s, _text(p["ename"], "ename"), _text(p.get("evalue", ""), "evalue"),
+        _texts(p.get("traceback", []), "traceback"), rank=r,
     ),
-    "warning": lambda s, p, r: RunnerWarning(s, str(p["text"]), rank=r),
-    "metrics": lambda s, p, r: Metrics(s, tuple(_gpu_sample(g) for g in p.get("gpu", ())), p.get("note"), rank=r),
+    "warning": lambda s, p, r: RunnerWarning(s, _text(p["text"], "text"), rank=r),
+    "metrics": lambda s, p, r: Metrics(
+        s, tuple(_gpu_sample(g) for g in _list(p.get("gpu", []), "gpu")), _note(p.get("note")), rank=r
+    ),
     "outputs": lambda s, p, r: Outputs(
-        s, tuple(p["names"]), p["pickle"], tuple(dict(b) for b in p.get("buffers", ())),
-        str(p.get("format", "pickle")), rank=r,
+        s, _texts(p["names"], "names"), p["pickle"],
+        tuple(_mapping(b, "a buffer reference") for b in _list(p.get("buffers", []), "buffers")),
+        _text(p.get("format", "pickle"), "format"), rank=r,
     ),
-    "done": lambda s, p, r: Done(s, str(p["status"]), float(p.get("elapsed", 0.0)), rank=r),
+    "done": lambda s, p, r: Done(
+        s, _text(p["status"], "status"), _number(p.get("elapsed", 0.0), float, "elapsed"), rank=r
+    ),
 }
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} is {type(value).__name__}, not a list")
+    return value
 
 
 class FrameDecoder:

@@ -3,7 +3,9 @@
 The container comes from whoever runs the donor's pod, so every byte of it is treated as hostile: sizes
 and offsets are checked against the data, nesting and node counts are bounded, arrays go through
 ``np.load(allow_pickle=False)``, tensors through safetensors or ``torch.load(weights_only=True)``, data
-frames through Arrow IPC (pyarrow no longer loads pickle-backed extension types). A malformed container
+frames through Arrow IPC, fully validated (pyarrow no longer loads pickle-backed extension types). Each blob
+is read by one value only, and every decoded byte is charged to one budget, :data:`EXPANSION` times the
+container plus :data:`EXPANSION_SLACK`, before it is allocated. A malformed container
 raises :class:`SafeDecodeError` and nothing else; a single value that cannot come back (a library missing
 in the kernel, a refused dtype, bytes that do not parse) is left out with a :class:`Skipped` saying so.
 """
@@ -25,10 +27,20 @@ __all__ = ["Decoded", "SafeDecodeError", "Skipped", "decode", "skipped_warning"]
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_TYPE_NAME = 300
 MAX_HASH_COLLISIONS = 1000
+EXPANSION = 32
+"""What the values decoded from one container (one run's outputs) may take, as a multiple of the container's
+bytes, plus :data:`EXPANSION_SLACK`. Numbers, arrays and tensors take about what they sent; what grows is
+what becomes Python objects (a 1-byte string in Arrow is a 50-byte ``str``; a boolean with nulls, 2 bits in
+Arrow, is an 8-byte pointer)."""
+EXPANSION_SLACK = 16 << 20
 
 
 class SafeDecodeError(ValueError):
     """The outputs container is malformed; nothing in it was loaded."""
+
+
+class _OverBudget(Exception):
+    """The values would take more memory than the container may expand to: nothing is kept."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +75,8 @@ def decode(data: bytes | bytearray | memoryview, wanted: Collection[str] | None 
     skipped_raw = manifest.get("skipped", [])
     if not isinstance(names, dict) or not isinstance(skipped_raw, list):
         raise SafeDecodeError("the outputs manifest lacks its names; the runner that wrote it is not ours")
-    reader = _Reader(view, blobs_at, spans)
+    budget = EXPANSION * view.nbytes + EXPANSION_SLACK
+    reader = _Reader(view, blobs_at, spans, budget)
     values: dict[str, Any] = {}
     skipped: list[Skipped] = []
     for name, node in names.items():
@@ -71,6 +84,8 @@ def decode(data: bytes | bytearray | memoryview, wanted: Collection[str] | None 
             continue
         try:
             values[name] = reader.node(node, 0)
+        except _OverBudget as exc:
+            raise SafeDecodeError(str(exc)) from None
         except Refused as exc:
             skipped.append(Skipped(name, _type_of(node), str(exc)))
         except RecursionError:
@@ -124,18 +139,36 @@ def _type_of(node: Any) -> str:
 
 
 class _Reader:
-    def __init__(self, view: memoryview, base: int, spans: list[tuple[int, int]]) -> None:
+    def __init__(self, view: memoryview, base: int, spans: list[tuple[int, int]], budget: int) -> None:
         self.view, self.base, self.spans = view, base, spans
         self.nodes = 0
+        self.read: set[int] = set()
+        self.budget, self.limit = budget, budget
+
+    def charge(self, size: int) -> None:
+        """Count ``size`` bytes of decoded values against the container's budget, before they are made."""
+        self.budget -= size
+        if self.budget < 0:
+            raise _OverBudget(
+                f"its values would take more than {self.limit} bytes ({EXPANSION} times the "
+                f"{self.view.nbytes} bytes sent, plus {EXPANSION_SLACK >> 20} MiB); a runner never writes such "
+                "outputs")
 
     def blob(self, index: Any) -> memoryview:
         if type(index) is not int or not 0 <= index < len(self.spans):
             raise Refused(f"it names blob {index!r:.40}, which does not exist")
+        if index in self.read:
+            # the runner writes a blob per value: a blob named again would be copied again, for each name
+            raise Refused(f"it names blob {index}, which another value already read")
+        self.read.add(index)
         start, end = self.spans[index]
-        return self.view[self.base + start : self.base + end]
+        data = self.view[self.base + start : self.base + end]
+        self.charge(data.nbytes)
+        return data
 
     def node(self, node: Any, depth: int) -> Any:
         self.nodes += 1
+        self.charge(_NODE_BYTES)
         if self.nodes > MAX_NODES:
             raise Refused(f"the outputs hold more than {MAX_NODES} values")
         if not isinstance(node, dict) or not isinstance(node.get("t"), str):
@@ -143,7 +176,7 @@ class _Reader:
         tag = node["t"]
         try:
             return self._value(tag, node, depth)
-        except (Refused, RecursionError):
+        except (Refused, RecursionError, _OverBudget):
             raise
         except Exception as exc:  # noqa: BLE001 - a library parsing hostile bytes may raise anything
             detail = _printable(f"{type(exc).__name__}: {exc}")
@@ -151,7 +184,9 @@ class _Reader:
 
     def _value(self, tag: str, node: dict[str, Any], depth: int) -> Any:
         if tag in _SCALARS:
-            return _SCALARS[tag](node.get("v"))
+            value = node.get("v")
+            self.charge(len(value) if isinstance(value, str) else 0)
+            return _SCALARS[tag](value)
         if tag in ("bytes", "bytearray"):
             data = self.blob(node.get("b"))
             return bytes(data) if tag == "bytes" else bytearray(data)
@@ -160,7 +195,7 @@ class _Reader:
         loader = LOADERS.get(tag)
         if loader is None:
             raise Refused(f"type tag {tag[:40]!r} is not one this kernel loads")
-        value = loader(self.blob(node.get("b")), tag)
+        value = loader(self.blob(node.get("b")), tag, self.charge)
         if tag == "parameter":
             import torch
 
@@ -173,7 +208,7 @@ class _Reader:
         if depth >= MAX_DEPTH:
             raise Refused(f"it is nested deeper than {MAX_DEPTH} levels")
         if "tensors" in node and tag in ("dict", "odict"):
-            tensors = load_tensors(self.blob(node["tensors"]))
+            tensors = load_tensors(self.blob(node["tensors"]), self.charge)
             return OrderedDict(tensors) if tag == "odict" else tensors
         items = node.get("items")
         if not isinstance(items, list):
@@ -190,6 +225,10 @@ class _Reader:
         if tag in ("set", "frozenset"):
             _check_hashes(members)
         return _COLLECTIONS[tag](members)
+
+
+_NODE_BYTES = 64
+"""What one value costs beside its data (a Python object's header, a slot in its container)."""
 
 
 def _check_hashes(keys: list[Any]) -> None:

@@ -73,7 +73,11 @@ def _numpy() -> Any:
     return numpy
 
 
-def _load_npy(data: memoryview, tag: str) -> Any:
+Charge = Callable[[int], None]
+"""Counts bytes a loader is about to allocate against the run's budget (raises when it is spent)."""
+
+
+def _load_npy(data: memoryview, tag: str, charge: Charge) -> Any:
     """An ``.npy`` blob read as ``np.load(allow_pickle=False)`` reads it (numpy's own header parser, with
     its header size limit), but with one copy out of the blob instead of three."""
     numpy = _numpy()
@@ -103,7 +107,7 @@ def _load_npy(data: memoryview, tag: str) -> Any:
     return array[()] if tag == "npscalar" else array
 
 
-def load_tensors(data: memoryview) -> dict[str, Any]:
+def load_tensors(data: memoryview, charge: Charge) -> dict[str, Any]:
     try:
         import torch
     except ImportError:
@@ -113,6 +117,7 @@ def load_tensors(data: memoryview) -> dict[str, Any]:
         raise Refused(f"torch {torch.__version__} in this kernel cannot load tensors safely; install "
                        "torch 2.6 or later")
     kind, body = bytes(data[:1]), data[1:]
+    charge(body.nbytes)  # the tensors, beside the blob (safetensors also copies the blob: transient)
     if kind == b"S":
         try:
             from safetensors.torch import load
@@ -139,14 +144,14 @@ def load_tensors(data: memoryview) -> dict[str, Any]:
     return dict(tensors)
 
 
-def _load_tensor(data: memoryview, tag: str) -> Any:
-    tensors = load_tensors(data)
+def _load_tensor(data: memoryview, tag: str, charge: Charge) -> Any:
+    tensors = load_tensors(data, charge)
     if set(tensors) != {"t"}:
         raise Refused("its tensor data is not one tensor")
     return tensors["t"]
 
 
-def _load_frame(data: memoryview, tag: str) -> Any:
+def _load_frame(data: memoryview, tag: str, charge: Charge) -> Any:
     try:
         import pandas  # noqa: F401 - to_pandas needs it; say so before pyarrow does
         import pyarrow
@@ -162,7 +167,32 @@ def _load_frame(data: memoryview, tag: str) -> Any:
             raise Refused("its Arrow data is compressed (a few kilobytes could inflate into all of the "
                           "kernel's memory); the runner writes it uncompressed")
     table = pyarrow.ipc.open_stream(buffer).read_all()
+    try:
+        # reading checks only each buffer's size: a binary offset or a view pointing past its data would
+        # make to_pandas copy the kernel's own memory into the frame (or crash it); full validation checks
+        # every offset, view and dictionary index against the data
+        table.validate(full=True)
+    except pyarrow.ArrowException as exc:
+        raise Refused(f"its Arrow data is invalid ({str(exc)[:200]}); it would read outside its own "
+                      "data, so it is refused") from None
+    charge(_pandas_bytes(pyarrow, table))
     return table.to_pandas()
+
+
+def _pandas_bytes(pyarrow: Any, table: Any) -> int:
+    """About what ``to_pandas`` allocates for ``table``: 8 bytes a cell (the widest numpy scalar, or an
+    object pointer) and, for what becomes Python objects, an object per cell and its data."""
+    types = pyarrow.types
+    total = 0
+    for column in table.columns:
+        kind, rows = column.type, len(column)
+        if types.is_boolean(kind) and not column.null_count:
+            total += rows
+        elif types.is_primitive(kind) or types.is_dictionary(kind):
+            total += 8 * rows
+        else:  # strings, bytes, nested values, decimals: Python objects
+            total += (8 + 112) * rows + column.nbytes
+    return total
 
 
 def _flat_table(buf: bytes, pos: int) -> Callable[[int], int]:
@@ -203,7 +233,7 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(numbers)
 
 
-LOADERS: dict[str, Callable[[memoryview, str], Any]] = {
+LOADERS: dict[str, Callable[[memoryview, str, Charge], Any]] = {
     "ndarray": _load_npy, "npscalar": _load_npy, "tensor": _load_tensor, "parameter": _load_tensor,
     "dataframe": _load_frame,
 }

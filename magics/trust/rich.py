@@ -6,13 +6,16 @@ and, for a relative URL, is a request to the Jupyter server with the user's cook
 by nh3 (Rust's ammonia) with an allowlist of tags and attributes; on top of it every URL-bearing attribute
 must point inside the document (``#id``), be a link the user clicks (``http``, ``https``, ``mailto`` on
 ``<a>``), or an inline raster image (``data:image/...;base64``); ``style`` may not fetch (``url()`` other
-than ``#id``, ``@import``, escapes). Anything not on the list is dropped and named.
+than ``#id``, ``@import``, escapes). Markdown is parsed by a CommonMark parser (markdown-it-py), rendered
+to HTML and cleaned the same way, then published as that HTML. Anything not on the list is dropped and named.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import html
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -90,37 +93,36 @@ sanitize_html = _cleaner(set(nh3.ALLOWED_TAGS), _HTML_ATTRIBUTES)
 sanitize_svg = _cleaner(SVG_TAGS, {"*": _SVG_ATTRS})
 """SVG shapes and text without script, animation, foreign objects or loads."""
 
-_IMAGE_START = re.compile(r"(\\*)!\[")
-_INLINE_DATA_IMAGE = re.compile(r"!\[[^\]\n]*\]\(\s*<?data:image/(?:png|jpeg|gif|webp);base64,", re.I)
+MAX_MARKDOWN_BYTES = 1 << 20
+"""Longest Markdown rendered (the parser is pure Python: about a second per MiB here); longer is dropped."""
 
 
-_DESTINATION = re.compile(r"(\]\(\s*<?)([^)\s>]*)|^( {0,3}\[[^\]\n]+\]:[ \t]*<?)(\S*)", re.MULTILINE)
-_SAFE_DESTINATION = re.compile(r"(?:https?:|mailto:|#|data:image/(?:png|jpeg|gif|webp);base64,)", re.I)
+def _image_as_link(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    """An image that would load a URL becomes a link to it (nothing loads until a click); an inline
+    picture stays."""
+    token = tokens[idx]
+    src = str(token.attrGet("src") or "")
+    if _INLINE_IMAGE.match(src):
+        return str(renderer.image(tokens, idx, options, env))
+    alt = renderer.renderInlineAsText(token.children or [], options, env) or "image"
+    return f'<a href="{html.escape(src)}">[image: {html.escape(alt)}]</a>'
 
 
-def _destination(match: re.Match[str]) -> str:
-    lead = match.group(1) if match.group(1) is not None else match.group(3)
-    url = match.group(2) if match.group(1) is not None else match.group(4)
-    # an allowlist, so entity or backslash spellings of "javascript:" fail safe
-    return lead + (url if not url or _SAFE_DESTINATION.match(url) else "#")
+@functools.cache
+def _markdown() -> Any:
+    from markdown_it import MarkdownIt
+
+    # CommonMark with the tables and strikethrough notebooks use; raw HTML is parsed, then cleaned below
+    parser = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+    parser.add_render_rule("image", _image_as_link)
+    return parser
 
 
-def sanitize_markdown(text: str) -> str:
-    """Markdown with its raw HTML sanitised, links only to http(s), mailto or #fragments, and every image
-    that would load a URL turned into a link."""
-    cleaned = text
-    if "<" in text:  # without "<" there is no raw HTML; with it, code spans show "<" and "&" as entities
-        cleaned = nh3.clean(text, tags=set(), strip_comments=True, clean_content_tags={"script", "style"})
-        # nh3 escapes text for HTML; ">" cannot open a tag, and Markdown needs it for quotes
-        cleaned = cleaned.replace("&gt;", ">")
-
-    def image(match: re.Match[str]) -> str:
-        slashes = match.group(1)
-        if len(slashes) % 2 or _INLINE_DATA_IMAGE.match(cleaned, match.start() + len(slashes)):
-            return match.group(0)  # an escaped "!" (no image), or an inline picture
-        return f"{slashes}\\!["  # "![x](url)" becomes "!" and a link: nothing loads until a click
-
-    return _DESTINATION.sub(_destination, _IMAGE_START.sub(image, cleaned))
+def markdown_html(text: str) -> str:
+    """Markdown rendered by a CommonMark parser, then cleaned as HTML is: links only to http(s), mailto or
+    #fragments (the parser itself refuses ``javascript:`` and the like, in references too), every image that
+    would load a URL a link instead, raw HTML without script, handlers or loads."""
+    return sanitize_html(_markdown().render(text))
 
 
 def _image(value: Any, mime: str) -> str | None:
@@ -154,8 +156,10 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
     "application/json": _json,
     "text/html": _text(sanitize_html),
     "image/svg+xml": _text(sanitize_svg),
-    "text/markdown": _text(sanitize_markdown),
+    "text/markdown": lambda v: markdown_html(v) if isinstance(v, str) and len(v) <= MAX_MARKDOWN_BYTES else None,
 }
+_PUBLISHED_AS = {"text/markdown": "text/html"}
+"""Markdown is published as the HTML made of it: a frontend would parse Markdown again, its own way."""
 
 
 def safe_display(data: Mapping[str, Any], metadata: Mapping[str, Any]) -> SafeDisplay:
@@ -175,7 +179,7 @@ def safe_display(data: Mapping[str, Any], metadata: Mapping[str, Any]) -> SafeDi
         if result is None:
             dropped.append(str(mime)[:100])
         else:
-            kept[mime] = result
+            kept.setdefault(_PUBLISHED_AS.get(mime, mime), result)
     if not kept:
         kept["text/plain"] = "[output from an untrusted cluster dropped: " + ", ".join(dropped) + "]"
     return SafeDisplay(kept, _metadata(metadata, kept), tuple(dropped))

@@ -189,7 +189,7 @@ def test_strict_validation_catches_a_misspelt_field_in_a_rendered_rbac_object(ki
 
 def test_the_service_monitor_is_rendered_only_when_enabled_and_scrapes_with_the_token(kit: Any) -> None:
     assert not [o for o in kit.render(kit.two_tenants) if o["kind"] == "ServiceMonitor"]
-    assert kit.config_of(kit.render(kit.two_tenants))["metrics"] == {"open": False}
+    assert kit.config_of(kit.render(kit.two_tenants))["metrics"] == {"open": False, "perUserSeries": True}
     values = {"metrics": {"serviceMonitor": {"enabled": True, "tokenSecret": {"name": "prometheus-hub-token"},
                                              "labels": {"release": "prometheus"}}}}
     report = helm.lint(kit.chart_dir, values, strict=True, namespace=kit.hub_namespace,
@@ -212,7 +212,7 @@ def test_the_service_monitor_is_rendered_only_when_enabled_and_scrapes_with_the_
     opened = kit.render({"metrics": {"open": True, "serviceMonitor": {"enabled": True}}})
     (endpoint,) = kit.find(opened, "ServiceMonitor", kit.release)["spec"]["endpoints"]
     assert "authorization" not in endpoint
-    assert kit.config_of(opened)["metrics"] == {"open": True}
+    assert kit.config_of(opened)["metrics"] == {"open": True, "perUserSeries": True}
 
 
 def test_the_charts_trusted_only_reaches_every_users_kernel(kit: Any) -> None:

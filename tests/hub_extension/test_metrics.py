@@ -210,3 +210,33 @@ def test_waits_are_split_into_placement_and_queue_and_preemptions_are_counted_pe
     assert value(f"{PREFIX}preemptions_total", {"user": "bob", "cluster": "d1"}) == 1
     assert value(f"{PREFIX}preemptions_total", {"user": "carol", "cluster": "d1"}) is None
     assert value(f"{PREFIX}runs_total", {"outcome": "Deleted", "reason": "Preempted"}) == 1
+
+
+def test_no_created_series_and_per_user_series_can_be_dropped_for_large_hubs() -> None:
+    from prometheus_client import generate_latest
+
+    run = {"status": {"containerStatuses": [{"state": {"terminated": {"reason": "Preempted"}}}]}}
+    per_user = HubMetrics(_inventory)
+    per_user.record_run("alice", "d1", "H100", 30.0, "Failed", run, 0.5)
+    text = generate_latest(per_user.registry).decode()
+    assert "_created" not in text  # no <name>_created series beside each counter
+    assert 'user="alice"' in text
+
+    pooled = HubMetrics(_inventory, per_user=False)
+    pooled.record_run("alice", "d1", "H100", 30.0, "Failed", run, 0.5)
+    pooled.record_run("bob", "d1", "H100", 10.0, "Failed", run, 0.25)
+    text = generate_latest(pooled.registry).decode()
+    assert "user=" not in text and "_created" not in text
+    value = pooled.registry.get_sample_value
+    assert value(f"{PREFIX}gpu_seconds_total", {"cluster": "d1", "model": "H100"}) == 40.0
+    assert value(f"{PREFIX}cost_total", {"cluster": "d1", "model": "H100"}) == 0.75
+    assert value(f"{PREFIX}preemptions_total", {"cluster": "d1"}) == 2
+
+
+def test_the_charts_per_user_series_value_reaches_the_service() -> None:
+    from gpu_offload.hub_extension.config import parse_config
+
+    assert parse_config({}).metrics_per_user is True
+    assert parse_config({"metrics": {"perUserSeries": False}}).metrics_per_user is False
+    with pytest.raises(ValueError, match=r"metrics.perUserSeries='no' must be true or false"):
+        parse_config({"metrics": {"perUserSeries": "no"}})

@@ -197,6 +197,47 @@ def test_profile_list_offers_the_live_gpus_and_the_choice_reaches_the_server(
     assert result["environment"]["GPU_OFFLOAD_GPU_MODEL"] == "A100"
 
 
+def test_the_spawn_page_does_not_wait_for_an_inventory_that_is_not_ready(
+    origin: RunningOrigin, tmp_path: Path
+) -> None:
+    """The inventory's first list of virtual nodes is held by the API server: the spawn page still renders at
+    once with the standard profile saying why, the hub's loop keeps serving, and the GPU profiles appear on
+    the next visit once the list gets through, with no restart."""
+    from gpu_offload.sandbox.http_faults import FaultRule
+
+    faults = origin.sandbox.api.faults
+    rule = faults.add(FaultRule(path=r"/apis/offloading.liqo.io/v1beta1/virtualnodes$", methods=("GET",),
+                                hold=True, delay=120.0))
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    env.update(KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_CONFIG=str(tmp_path / "config.yaml"))
+    driver = subprocess.Popen([sys.executable, str(DRIVER), json.dumps({"scenario": "profiles_held", "user": "gina"})],
+                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout is not None and driver.stdin is not None
+        first = driver.stdout.readline()
+        assert json.loads(first) == {"held": True}, first + driver.stderr.read()
+        assert faults.fired(rule) >= 1  # the page was answered while the list was still held
+        faults.release(rule)
+        faults.remove(rule)
+        driver.stdin.write("released\n")
+        driver.stdin.flush()
+        out, err = driver.communicate(timeout=180)
+    finally:
+        faults.remove(rule)
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert "error" not in result, (result, err[-2000:])
+    (standard,) = result["held_profiles"]
+    assert standard["slug"] == "standard" and "still loading" in standard["description"]
+    assert "still loading" in result["held_form"]
+    assert result["served"] >= 1
+    assert result["synced"] is True
+    assert {p["slug"] for p in result["profiles"]} == {"standard", "liqo-gpu-a100"}
+
+
 def test_a_placement_policy_the_magic_does_not_know_stops_the_configuration() -> None:
     with pytest.raises(InvalidRequest) as err:
         parse_config({**CONFIG, "offload": {"placementPolicy": "fastest"}}, "config.yaml")

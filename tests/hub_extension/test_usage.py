@@ -27,18 +27,43 @@ def _pod(phase: str, gpus: int = 2, node: str = "donor-1-gpu", finished: str | N
     terminated = {"startedAt": "2026-11-22T01:00:05Z", **({"finishedAt": finished} if finished else {})}
     state = {"terminated": terminated} if phase in ("Succeeded", "Failed") else {"running": {"startedAt": "2026-11-22T01:00:05Z"}}
     return {
-        "metadata": {"name": "gpuo-r1", "namespace": "jhub-alice", "uid": "uid-1",
+        "metadata": {"name": "gpuo-r1", "namespace": "jhub-alice", "uid": "uid-1", "creationTimestamp": "2026-11-22T01:00:00Z",
                      "labels": {"gpu-offload.io/user": "alice-3f2a"}, "annotations": {"gpu-offload.io/user": "alice@example.org"}},
         "spec": {"nodeName": node, "containers": [{"name": "runner", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
         "status": {"phase": phase, "startTime": "2026-11-22T01:00:00Z", "containerStatuses": [{"state": state}]},
     }
 
 
-def test_a_finished_pod_is_metered_from_start_to_its_last_container_finish() -> None:
-    run = finished_run(_pod("Succeeded"), "MODIFIED", {"donor-1-gpu": "donor-1"}, T0 + timedelta(hours=5))
+def test_a_finished_pod_is_metered_from_when_the_meter_saw_it_run_to_when_it_saw_it_end() -> None:
+    seen_running, seen_ended = T0 + timedelta(seconds=5), T0 + timedelta(minutes=30, seconds=5)
+    run = finished_run(_pod("Succeeded"), "MODIFIED", {"donor-1-gpu": "donor-1"}, seen_ended, running_seen=seen_running)
     assert run is not None
     assert (run.user, run.cluster_id, run.gpus, run.phase) == ("alice@example.org", "donor-1", 2, "Succeeded")
-    assert run.gpu_seconds == 2 * 30 * 60
+    assert (run.started, run.ended, run.gpu_seconds) == (seen_running, seen_ended, 2 * 30 * 60)
+
+
+@pytest.mark.parametrize("forged", [
+    {"startTime": "2016-11-22T01:00:00Z", "finishedAt": "2036-11-22T01:00:00Z"},
+    {"startTime": "2016-11-22T01:00:00Z", "finishedAt": None},
+    {"startTime": "the donor's words", "finishedAt": "1970-01-01T00:00:00Z"},
+], ids=["ten years before and after", "started ten years ago", "not a time"])
+def test_the_donors_status_times_decide_nothing(forged: dict[str, Any]) -> None:
+    # Liqo copies the donor's pod status verbatim: a 20-second run once came back as 87,600 GPU-hours
+    pod = _pod("Succeeded", gpus=1)
+    pod["status"]["startTime"] = forged["startTime"]
+    state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    state["startedAt"] = forged["startTime"]
+    if forged["finishedAt"]:
+        state["finishedAt"] = forged["finishedAt"]
+    else:
+        del state["finishedAt"]
+    # created at T0 and seen ended 20 s later (the origin's clock): 20 GPU-seconds, whatever the donor says
+    run = finished_run(pod, "MODIFIED", {"donor-1-gpu": "donor-1"}, T0 + timedelta(seconds=20))
+    assert run is not None and run.gpu_seconds == 20
+    # seen running 5 s after its creation (it waited for its image): from then on
+    run = finished_run(pod, "MODIFIED", {"donor-1-gpu": "donor-1"}, T0 + timedelta(seconds=20),
+                       running_seen=T0 + timedelta(seconds=5))
+    assert run is not None and run.gpu_seconds == 15
 
 
 def test_a_pod_deleted_while_running_is_metered_until_its_deletion() -> None:
@@ -56,7 +81,7 @@ def test_running_local_or_gpu_less_pods_are_not_runs() -> None:
 
 def test_the_store_counts_a_pod_once_and_sums_per_user_and_cluster(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path}/usage.sqlite")
-    run = finished_run(_pod("Succeeded"), "MODIFIED", {"donor-1-gpu": "donor-1"}, T0)
+    run = finished_run(_pod("Succeeded"), "MODIFIED", {"donor-1-gpu": "donor-1"}, T0 + timedelta(minutes=30))
     assert run is not None
     assert store.record_run(run) is True
     assert store.record_run(run) is False  # the DELETED event of the same pod
@@ -161,8 +186,10 @@ def test_a_pod_held_by_the_meter_ends_at_its_deletion_not_when_the_hub_sees_it()
     assert run is not None and run.phase == "Deleted" and run.gpu_seconds == 2 * 20 * 60
     stopped = _pod("Failed", finished="2026-11-22T01:10:00Z")
     stopped["metadata"]["deletionTimestamp"] = "2026-11-22T01:20:00Z"
+    run = finished_run(stopped, "MODIFIED", clusters, T0 + timedelta(minutes=25))
+    assert run is not None and run.gpu_seconds == 2 * 20 * 60  # its deletion came before the meter saw it end
     run = finished_run(stopped, "MODIFIED", clusters, T0 + timedelta(minutes=5))
-    assert run is not None and run.gpu_seconds == 2 * 10 * 60  # the runner's own end wins
+    assert run is not None and run.gpu_seconds == 2 * 5 * 60  # the donor's own finish time is information only
 
 
 def test_a_run_created_and_deleted_while_the_service_was_down_is_metered_when_it_returns(
@@ -231,4 +258,85 @@ def test_a_forged_annotation_bills_nobody_else(origin: RunningOrigin, k8s: Any, 
         assert [r.pod for r in state.store.runs("mallory")] == ["gpuo-forged"]
     finally:
         state.close()
+        core.delete_namespace(ns)
+
+
+def test_a_sidecar_holds_its_gpus_for_the_pods_life_and_is_billed_for_them() -> None:
+    pod = _pod("Succeeded", gpus=1)
+    # a sidecar (an init container that keeps running) with 2 GPUs beside a 1-GPU runner: the scheduler
+    # reserves 3 on the node for the whole run; a plain init container runs before, beside the sidecars
+    # started before it
+    pod["spec"]["initContainers"] = [
+        {"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+        {"name": "warm-up", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+    ]
+    run = finished_run(pod, "MODIFIED", {"donor-1-gpu": "donor-1"}, T0 + timedelta(minutes=30))
+    assert run is not None and run.gpus == 3 and run.gpu_seconds == 3 * 30 * 60
+    # a warm-up of 3, beside the sidecar started before it, needs 3 + 2 at once: more than the running sum
+    pod["spec"]["initContainers"][1]["resources"]["limits"]["nvidia.com/gpu"] = "3"
+    assert finished_run(pod, "MODIFIED", {"donor-1-gpu": "donor-1"}, T0).gpus == 5  # type: ignore[union-attr]
+    # a sidecar after the plain init container does not run beside it
+    pod["spec"]["initContainers"].reverse()
+    assert finished_run(pod, "MODIFIED", {"donor-1-gpu": "donor-1"}, T0).gpus == 3  # type: ignore[union-attr]
+
+
+def test_a_pod_on_a_virtual_node_is_metered_whatever_labels_its_creator_wrote(
+        origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+    from gpu_offload.liqo_peering.placement import scheduling_fragment
+
+    core = kubernetes.client.CoreV1Api(k8s)
+    ns = offloaded_namespace(k8s)
+    core.patch_namespace(ns, {"metadata": {"labels": {"gpu-offload.io/user-namespace": "true"},
+                                           "annotations": {"gpu-offload.io/user": "ursula"}}})
+    state = HubState(HubConfig(), k8s, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+    try:
+        assert state.wait_synced(60)
+        # the user's own pod (from their server's account): none of the project's labels, a GPU on a donor
+        fragment = scheduling_fragment("donor-1", 2)
+        core.create_namespaced_pod(ns, {
+            "metadata": {"name": "my-own"},
+            "spec": {"restartPolicy": "Never", "tolerations": fragment["tolerations"], "affinity": fragment["affinity"],
+                     "containers": [{"name": "c", "image": "python:3.11", "resources": fragment["resources"],
+                                     "command": ["python3", "-c", "import time; time.sleep(1)"]}]}})
+        wait_until(lambda: state.store.totals("ursula"), "the unlabelled pod's run to be recorded")
+        (run,) = state.store.runs("ursula")
+        assert (run.pod, run.gpus, run.cluster_id) == ("my-own", 2, "donor-1") and run.gpu_seconds > 0
+    finally:
+        state.close()
+        core.delete_namespace(ns)
+
+
+def test_a_donor_that_backdates_its_pods_times_is_billed_what_the_origin_saw(
+        origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(k8s)
+    ns = offloaded_namespace(k8s)
+    url = f"sqlite:///{tmp_path}/usage.sqlite"
+    body = _runner_pod("gpuo-backdated", "dora", 1)
+    body["spec"]["containers"][0]["command"] = ["python3", "-c", "import time; time.sleep(2)"]
+    state = HubState(HubConfig(), k8s, Store(url)).start()
+    began = datetime.now(timezone.utc)
+    try:
+        assert state.wait_synced(60)
+        core.create_namespaced_pod(ns, body)
+        wait_until(lambda: [p for p in state.pods.objects() if p["metadata"]["name"] == "gpuo-backdated"
+                            and p["status"].get("phase") == "Running"], "the meter to see the pod Running")
+        seen_by = datetime.now(timezone.utc)
+    finally:
+        state.close()  # the service restarts while the run goes on
+    wait_until(lambda: core.read_namespaced_pod("gpuo-backdated", ns).status.phase == "Succeeded", "the run's end")
+    # the donor says the pod ran from ten years ago to ten years ahead; Liqo copies its status as it is
+    forged = {"name": "runner", "image": "python:3.11", "imageID": "", "ready": False, "restartCount": 0,
+              "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2016-11-27T00:00:00Z",
+                                       "finishedAt": "2036-11-27T00:00:00Z"}}}
+    core.patch_namespaced_pod_status("gpuo-backdated", ns, {"status": {
+        "startTime": "2016-11-27T00:00:00Z", "containerStatuses": [forged]}})
+    restarted = HubState(HubConfig(), k8s, Store(url)).start()
+    try:
+        assert restarted.wait_synced(60)
+        wait_until(lambda: restarted.store.totals("dora"), "the run to be recorded")
+        (run,) = restarted.store.runs("dora")
+        assert run.gpu_seconds <= (datetime.now(timezone.utc) - began).total_seconds()
+        assert began <= run.started <= seen_by  # when the meter first saw it run, before the restart
+    finally:
+        restarted.close()
         core.delete_namespace(ns)

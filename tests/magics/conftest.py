@@ -156,7 +156,7 @@ class Kernel:
                 continue
             if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
                 return outputs
-            if msg["msg_type"] in ("stream", "display_data", "error", "execute_result"):
+            if msg["msg_type"] in ("stream", "display_data", "update_display_data", "error", "execute_result"):
                 outputs.append(msg)
                 if on_output is not None:
                     on_output(msg)

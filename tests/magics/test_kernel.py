@@ -92,3 +92,23 @@ def test_a_killed_kernel_leaves_no_runner_behind() -> None:
         client.stop_channels()
         # SIGKILL: the kernel cannot close its sessions; the runner's parent-death watchdog must end it
         manager.shutdown_kernel(now=True)
+
+
+def test_the_magics_notices_are_one_quiet_output_per_cell_and_stderr_stays_the_cells(kernel: Any) -> None:
+    """JupyterLab paints stderr red: the magic's own notices (here: no output yet, while the cell sleeps) go in
+    one plain-text display output under the cell, updated in place, and stderr carries only what the cell wrote."""
+    kernel.execute("%gpu_offload config progress_after=0.01")
+    cell = "%%gpu_offload\nimport sys, time\ntime.sleep(1)\nprint('mine', file=sys.stderr)\nprint('late')"
+    reply, outputs = kernel.execute(cell)
+    assert reply["status"] == "ok", reply
+    assert kernel.text(outputs, "stderr") == "mine\n"
+    assert kernel.text(outputs) == "late\n"
+    notices = [m for m in outputs if m["msg_type"] in ("display_data", "update_display_data")
+               and m["content"]["data"].get("text/plain", "").startswith("gpu_offload: ")]
+    assert notices and notices[0]["msg_type"] == "display_data"
+    assert all(m["msg_type"] == "update_display_data" for m in notices[1:])  # one output, updated in place
+    assert len({m["content"]["transient"]["display_id"] for m in notices}) == 1
+    assert set(notices[-1]["content"]["data"]) == {"text/plain"}
+    shown = notices[-1]["content"]["data"]["text/plain"]
+    assert shown.count("no output yet after") == 1, shown  # the newest wait replaces the one before
+    kernel.execute("%gpu_offload config progress_after=2")

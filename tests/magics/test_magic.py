@@ -18,6 +18,11 @@ from IPython.utils.capture import capture_output
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
 
+def notices(captured: Any) -> str:
+    """The magic's notices: its one display output per cell (plain text), not the cell's stderr."""
+    return "\n".join(str(o.data.get("text/plain", "")) for o in captured.outputs)
+
+
 def offload(shell: Any, cell: str, line: str = "") -> Any:
     return shell.run_cell_magic("gpu_offload", line, cell)
 
@@ -177,7 +182,7 @@ def test_a_runner_that_ignores_the_interrupt_is_killed_after_the_grace_period(
     handle.cancel()
     with capture_output() as captured, pytest.raises(KeyboardInterrupt):
         handle.result()
-    assert "did not stop within 0.5 s of the interrupt; killing it" in captured.stderr
+    assert "did not stop within 0.5 s of the interrupt; killing it" in notices(captured)
     assert shell.user_ns["x"] == "untouched"
 
 
@@ -192,18 +197,21 @@ def test_a_quiet_start_says_what_the_run_is_waiting_for(shell: Any) -> None:
     shell.run_line_magic("gpu_offload", "config progress_after=0.01")
     with capture_output() as captured:
         offload(shell, "import time\ntime.sleep(1)\nprint('late')")
-    assert "gpu_offload: no output yet after" in captured.stderr
+    assert "gpu_offload: no output yet after" in notices(captured)
     assert "late" in captured.stdout
 
 
 def test_the_local_default_is_announced_once_per_kernel(shell: Any) -> None:
     shell.run_line_magic("gpu_offload", "config backend=auto")
+    # two cells, as a notebook runs them (each its own execution count, so each its own notice output)
     with capture_output() as first:
-        offload(shell, "a = 1")
+        shell.run_cell("%%gpu_offload\na = 1", store_history=True)
     with capture_output() as second:
-        offload(shell, "b = 2")
-    assert "no cluster is configured, so cells run on the embedded local backend" in first.stderr
-    assert "embedded local backend" not in second.stderr
+        shell.run_cell("%%gpu_offload\nb = 2", store_history=True)
+    assert shell.user_ns["b"] == 2
+    assert "no cluster is configured, so cells run on the embedded local backend" in notices(first)
+    assert "embedded local backend" not in notices(second)
+    assert "embedded local backend" not in first.stderr  # the cell's stderr stays the cell's
 
 
 def test_rich_output_is_published_as_display_data(shell: Any) -> None:
@@ -242,14 +250,14 @@ def test_gpus_select_the_runners_visible_devices(
 def test_cluster_only_options_are_named_as_ignored_on_the_local_backend(shell: Any) -> None:
     with capture_output() as captured:
         offload(shell, "x = 1", "--gpu-model A100 --image pytorch/pytorch:2.5.1 --cluster donor-1")
-    assert "the local backend ignores --gpu-model, --image, --cluster" in captured.stderr
+    assert "the local backend ignores --gpu-model, --image, --cluster" in notices(captured)
     assert shell.user_ns["x"] == 1
 
 
 def test_priority_is_parsed_and_named_as_ignored_on_the_local_backend(shell: Any) -> None:
     with capture_output() as captured:
         offload(shell, "x = 2", "--priority batch")
-    assert "the local backend ignores --priority: they choose where a cluster runs the cell" in captured.stderr
+    assert "the local backend ignores --priority: they choose where a cluster runs the cell" in notices(captured)
     assert shell.user_ns["x"] == 2
 
 
@@ -276,6 +284,6 @@ def test_a_session_whose_runner_died_says_so_when_it_starts_again(shell: Any, ba
         time.sleep(0.01)
     with capture_output() as captured:
         offload(shell, "again = 1", "--session frail")
-    assert "session `frail`'s runner had ended (exit code -9); this cell starts a new one" in captured.stderr
+    assert "session `frail`'s runner had ended (exit code -9); this cell starts a new one" in notices(captured)
     assert shell.user_ns["again"] == 1
     shell.run_line_magic("gpu_offload", "close frail")

@@ -171,7 +171,7 @@ class KubernetesBackend:
             if not isinstance(index, int) or not 0 <= index < OUTPUT_URLS:
                 raise StorageError(f"an output reference names upload {index!r}; a run has uploads 0 to "
                                    f"{OUTPUT_URLS - 1}. Nothing was loaded")
-            return storage.read(run_id, f"out-{index}", ref.get("sha256"))
+            return storage.read(run_id, f"out-{index}", ref.get("sha256"), ref.get("size"))
 
         def own(index: int, url: str) -> bool:
             return 0 <= index < OUTPUT_URLS and same_object(url, storage.put_url(run_id, f"out-{index}"))

@@ -125,22 +125,38 @@ class RunStorage:
             ) from exc
         return Stored(self.get_url(run_id, name), hashlib.sha256(data).hexdigest())
 
-    def read(self, run_id: str, name: str, sha256: object) -> bytes:
-        """The bytes of ``name`` of ``run_id``, if their sha256 is what the writer recorded."""
+    def read(self, run_id: str, name: str, sha256: object, size: object) -> bytes:
+        """The bytes of ``name`` of ``run_id``, if they are the ``size`` bytes whose sha256 the writer recorded.
+
+        At most ``size + 1`` bytes are read: an object larger than its writer declared (a donor's, or one
+        another writer of the bucket put there) never reaches this process's memory whole."""
         key = self.key(run_id, name)
         where = f"s3://{self.settings.bucket}/{key}"
         if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", sha256):
             raise StorageError(f"{where}: the runner recorded no sha256 for it, so it cannot be checked and "
                                "was not loaded; use a runner of this release")
+        if type(size) is not int or size < 0:
+            raise StorageError(f"{where}: the runner declared no size for it, so its read cannot be bounded; "
+                               "nothing was loaded. Use a runner of this release")
         try:
-            data = bytes(self.client.get_object(Bucket=self.settings.bucket, Key=key)["Body"].read())
+            body = self.client.get_object(Bucket=self.settings.bucket, Key=key)["Body"]
+            try:
+                data = bytes(body.read(size + 1))
+            finally:
+                body.close()
         except Exception as exc:
             raise StorageError(f"reading {where} failed: {exc}; the run's outputs were not loaded") from exc
+        if len(data) > size:
+            raise StorageError(f"{where} holds more than the {size} bytes the runner declared; nothing was "
+                               "loaded (an object larger than declared is not read whole)")
         actual = hashlib.sha256(data).hexdigest()
         if actual != sha256:
             raise StorageError(f"{where} changed after the runner wrote it (sha256 {actual[:16]}..., the runner "
                                f"recorded {sha256[:16]}...): another writer of the bucket replaced it; nothing "
                                "was loaded. Limit who may write the bucket (docs/security.md) and run the cell again")
+        if len(data) != size:
+            raise StorageError(f"{where} holds {len(data)} bytes where the runner declared {size}; nothing was "
+                               "loaded")
         return data
 
     def remove_run(self, run_id: str, keep: tuple[str, ...] = ()) -> int:

@@ -43,14 +43,33 @@ async def scenario(args: dict[str, Any]) -> dict[str, Any]:
         out["created"] = await hook.prepare_namespace(spawner.api.api_client, spawner.namespace, load_config(),
                                                       retries=args["retries"])
     elif kind == "profiles":
+        hook.start_inventory()  # as the hub's start does (chart_hub.wire_hub)
         loop = asyncio.get_running_loop()
-        out["profiles"] = await loop.run_in_executor(None, hook.profile_list, spawner)
+        await loop.run_in_executor(None, hook.inventory_cache().wait_synced, 60)
+        out["profiles"] = hook.profile_list(spawner)
         out["form"] = await spawner._render_options_form_dynamically(spawner)
         spawner.user_options = {"profile": args["choose"]}
         await spawner.load_user_options()
+    elif kind == "profiles_held":
+        await _profiles_held(spawner, out)
     out["environment"] = dict(spawner.environment)
     out["service_account"] = spawner.service_account
     return out
+
+
+async def _profiles_held(spawner: KubeSpawner, out: dict[str, Any]) -> None:
+    """The spawn page while the test holds the inventory's first list, then once it lets it through."""
+    hook.start_inventory()
+    # The page renders at once, on this loop, with the standard profile alone...
+    out["held_form"] = await spawner._render_options_form_dynamically(spawner)
+    out["held_profiles"] = hook.profile_list(spawner)
+    # ...and the loop goes on serving the hub's own API calls meanwhile.
+    out["served"] = len((await spawner.api.list_namespace()).items)
+    print(json.dumps({"held": True}), flush=True)
+    sys.stdin.readline()  # the test has released the held list
+    loop = asyncio.get_running_loop()
+    out["synced"] = await loop.run_in_executor(None, hook.inventory_cache().wait_synced, 60)
+    out["profiles"] = hook.profile_list(spawner)
 
 
 def main() -> None:

@@ -8,7 +8,13 @@ pod's log well-formed frames with crafted contents, chosen by ``EVIL_MODE``:
 - ``shm``: outputs claiming the safe format, held in "shared memory" at ``EVIL_VICTIM`` (a file of the
   kernel's: loading would map it, then unlink it);
 - ``url``: outputs claiming the safe format, at ``EVIL_URL`` (not one of the run's uploads);
-- ``display``: rich output with script, an event handler and a JavaScript bundle, beside a real PNG.
+- ``display``: rich output with script, an event handler and a JavaScript bundle, beside a real PNG;
+- ``oversize``: safe outputs uploaded to the run's first output URL, 4 MiB where the frame declares 64 bytes
+  (with the sha256 of what it uploaded);
+- ``metrics``: a ``metrics`` frame whose note is an object, not text, then ordinary safe outputs.
+
+A cell can choose the mode itself with a first line ``# EVIL_MODE=<mode>`` (the magic sets no pod
+environment).
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ def main() -> int:
     bundle_path = sys.argv[sys.argv.index("--bundle") + 1]
     with open(bundle_path, "rb") as handle:
         bundle = pickle.load(handle)  # the donor's own process reads what the kernel sent it
-    mode = os.environ["EVIL_MODE"]
+    first = str(bundle.get("cell", "")).partition("\n")[0]
+    mode = os.environ.get("EVIL_MODE") or first.removeprefix("# EVIL_MODE=")
     encoder = FrameEncoder(bundle["nonce"], write)
     python = ".".join(str(part) for part in sys.version_info[:3])
     encoder.emit("hello", python=python, pid=os.getpid(), gpus=[], session=False)
@@ -64,6 +71,25 @@ def main() -> int:
         data = {"text/html": html, "image/png": base64.b64encode(PNG).decode(),
                 "application/javascript": "alert(document.cookie)", "text/plain": "<figure>"}
         encoder.emit("display_data", data=data, metadata={"isolated": False})
+    elif mode == "oversize":
+        import hashlib
+
+        from gpu_offload.magics.runner.buffers import _put
+        from gpu_offload.magics.runner.safe import encode
+
+        names = list(dict.fromkeys([*bundle["outputs"], *bundle["required_outputs"]]))
+        data = encode({name: bytes(4 << 20) for name in names}).tobytes()
+        url = bundle["output_urls"][0]
+        _put(url, memoryview(data))  # as the runner uploads
+        ref = {"kind": "url", "url": url, "size": 64, "index": 0, "sha256": hashlib.sha256(data).hexdigest()}
+        encoder.emit("outputs", names=names, pickle=ref, buffers=[], format="safe")
+    elif mode == "metrics":
+        from gpu_offload.magics.runner.safe import encode
+
+        encoder.emit("metrics", gpu=[], note={"html": "<b>not text</b>"})
+        names = list(dict.fromkeys([*bundle["outputs"], *bundle["required_outputs"]]))
+        container = base64.b64encode(encode({name: 1 for name in names}).tobytes()).decode()
+        encoder.emit("outputs", names=names, pickle=container, buffers=[], format="safe")
     else:
         names = list(dict.fromkeys([*bundle["outputs"], *bundle["required_outputs"]]))
         encoder.emit("outputs", **outputs(mode, names))

@@ -47,7 +47,8 @@ def test_the_quickstart_notebook_runs_on_the_kubernetes_backend(origin: Any, cor
     assert "counter on the runner: 2" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
     # the sandbox's donors are untrusted: the figure's objects cannot come back, and only they are warned about
-    warnings = [line for line in text.splitlines() if line.startswith("gpu_offload: warning")]
+    noticed = "\n".join(o.get("data", {}).get("text/plain", "") for o in outputs if o["output_type"] == "display_data")
+    warnings = [line for line in noticed.splitlines() if line.startswith("gpu_offload: warning")]
     assert warnings and all("cannot come back from an untrusted cluster" in w for w in warnings), warnings
     assert {w.split("`")[1] for w in warnings} == {"fig", "ax"}, warnings
     assert "embedded local backend" not in text

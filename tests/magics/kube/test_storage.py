@@ -105,7 +105,7 @@ def test_objects_live_under_the_users_prefix_and_another_users_key_is_refused(s3
         alice.check_key("gpu-offload/bob/run-b/bundle.pkl")
     for run_id in ("../bob/run-b", "run/../../bob", ".."):
         with pytest.raises(StorageError, match="cannot be part of an object key"):
-            alice.read(run_id, "bundle.pkl", stored.sha256)
+            alice.read(run_id, "bundle.pkl", stored.sha256, 12)
     with pytest.raises(StorageError, match="cannot be part of an object key"):
         storage_of("../bob", s3, s3_endpoint)
     assert alice.remove_run("run-b") == 0 and s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 1

@@ -7,7 +7,8 @@ import io
 import re
 
 import pytest
-from gpu_offload.magics.trust.rich import safe_display, sanitize_html, sanitize_markdown, sanitize_svg
+from gpu_offload.magics.trust.rich import safe_display, sanitize_html, sanitize_svg
+from markdown_it import MarkdownIt
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40).decode()
 JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + b"\x00" * 40).decode()
@@ -99,17 +100,53 @@ def test_a_matplotlib_svg_keeps_its_drawing() -> None:
     assert clean.count("<use") == out.getvalue().count("<use") and 'href="#' in clean  # glyphs, ticks
 
 
-def test_markdown_loses_its_script_and_its_remote_images_but_keeps_its_text() -> None:
+def shown_in_browser(markdown: str) -> str:
+    """The HTML a notebook frontend makes of the Markdown a donor sent, as the kernel publishes it (Markdown
+    published as such is rendered by the frontend: CommonMark with raw HTML and any link destination)."""
+    shown = safe_display({"text/markdown": markdown}, {}).data
+    if "text/markdown" in shown:
+        frontend = MarkdownIt("commonmark", {"html": True})
+        frontend.validateLink = lambda url: True  # marked (JupyterLab's) keeps every destination
+        return frontend.render(shown["text/markdown"])
+    return str(shown["text/html"])
+
+
+def loads(html: str) -> list[str]:
+    """Images that load a URL and links that run script in ``html``."""
+    found = [src for src in re.findall(r"<img[^>]*\ssrc=\"([^\"]*)\"", html) if not src.startswith("data:image/")]
+    return found + re.findall(r"href=\"\s*(?:javascript|vbscript|data):[^\"]*\"", html, re.I)
+
+
+@pytest.mark.parametrize("markdown", [
+    "![![pixel](data:image/png;base64,iVBORw0KGgo=)](https://tracker.example/p.png)",  # an image in an image
+    "![a\\](data:image/png;base64,iVBORw0KGgo=) ](https://tracker.example/p.png)",  # an escaped bracket
+    "[x][r]\n\n[r]:\n  javascript:alert(document.cookie)",  # a definition's destination on its next line
+    "[x][r]\n\n> [r]: javascript:alert(document.cookie)",  # a definition inside a quote
+    "[x][r]\n\n- [r]: javascript:alert(document.cookie)",  # ... or a list item
+])
+def test_markdown_crafted_around_a_pattern_neither_loads_nor_runs(markdown: str) -> None:
+    html = shown_in_browser(markdown)
+    assert loads(html) == [], f"the browser would load or run: {loads(html)} in {html!r}"
+
+
+def test_markdown_becomes_clean_readable_html() -> None:
     text = ("# Result\n\n> quoted\n\n![plot](https://tracker.example/p.png) and ![ref][r] "
             f"and ![inline](data:image/png;base64,{PNG})\n\n[r]: https://tracker.example/q.png\n\n"
-            "<script>alert(1)</script><img src=x onerror=alert(1)> **bold** \\![not an image](#x)\n")
-    clean = sanitize_markdown(text)
-    assert "<script" not in clean and "onerror" not in clean and "<img" not in clean
-    assert "\\![plot](https://tracker.example/p.png)" in clean and "\\![ref][r]" in clean
-    assert f"![inline](data:image/png;base64,{PNG})" in clean and "\\![inline]" not in clean
-    assert "\\![not an image](#x)" in clean and "\\\\![" not in clean
-    assert "> quoted" in clean and "# Result" in clean and "**bold**" in clean
-    assert sanitize_markdown("plain `code` & text") == "plain `code` & text"
+            "<script>alert(1)</script>\n\nsee <img src=x onerror=alert(1)> **bold** \\![not an image](#x)\n\n"
+            "| a | b |\n|---|---|\n| 1 | 2 |\n\n`x < y & z` ~~old~~\n")
+    html = shown_in_browser(text)
+    assert loads(html) == [] and "<script" not in html and "onerror" not in html
+    assert '<a href="https://tracker.example/p.png" rel="noopener noreferrer nofollow">[image: plot]</a>' in html
+    assert '<a href="https://tracker.example/q.png" rel="noopener noreferrer nofollow">[image: ref]</a>' in html
+    assert f'<img src="data:image/png;base64,{PNG}" alt="inline">' in html
+    assert '!<a href="#x" rel="noopener noreferrer nofollow">not an image</a>' in html
+    assert "<h1>Result</h1>" in html and "<blockquote>" in html and "<strong>bold</strong>" in html
+    assert "<td>1</td>" in html and "<code>x &lt; y &amp; z</code>" in html and "<s>old</s>" in html
+
+
+def test_markdown_is_published_as_its_html_beside_the_text() -> None:
+    shown = safe_display({"text/markdown": "*it*", "text/plain": "<Markdown>"}, {})
+    assert shown.data == {"text/html": "<p><em>it</em></p>\n", "text/plain": "<Markdown>"} and shown.dropped == ()
 
 
 def test_only_allowlisted_mime_types_are_published() -> None:
@@ -137,10 +174,11 @@ def test_a_mime_value_that_is_not_what_it_claims_is_dropped() -> None:
     "[x][r]\n\n[r]: javascript:alert(1)", "[x](vbscript:msgbox)", "[x](java\\script:alert(1))",
 ])
 def test_markdown_links_never_lead_to_script(markdown: str) -> None:
-    clean = sanitize_markdown(markdown)
-    assert "script:" not in clean.lower().replace("&#58;", ":") and "&#58;" not in clean
+    html = shown_in_browser(markdown)
+    assert loads(html) == [] and "script:" not in html.lower().replace("&#58;", ":").split("</a>")[0].split(">")[0]
 
 
 def test_markdown_links_to_the_web_stay() -> None:
-    text = "[doc](https://example.org/doc) [mail](mailto:a@b.c) [top](#top)\n\n[r]: https://example.org/r\n"
-    assert sanitize_markdown(text) == text
+    html = shown_in_browser("[doc](https://example.org/doc) [mail](mailto:a@b.c) [top](#top)")
+    for href in ("https://example.org/doc", "mailto:a@b.c", "#top"):
+        assert f'<a href="{href}" rel="noopener noreferrer nofollow">' in html

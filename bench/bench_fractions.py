@@ -1,0 +1,128 @@
+"""Fractions of GPUs packed onto a production pool: unallocated GPUs and tasks started per packing policy.
+
+The Alibaba cluster-trace-gpu-v2023 (Weng et al., "Beware of Fragmentation", USENIX ATC '23) is read from
+../shared/traces/alibaba-gpu-v2023/, never copied here: 1,213 GPU nodes and task lists whose GPU tasks ask for
+a share of one GPU (``gpu_milli`` < 1000) or whole GPUs, with CPU, memory and allowed models.
+
+As in the paper's evaluation, tasks arrive in trace order (the list repeated when it runs out) and never
+leave, until the GPUs asked for reach 130% of the pool; a task that fits nowhere is refused and the next one
+comes. Reported per policy and workload, side by side in one run: the share of the pool's GPU capacity left
+unallocated when the demand reached 90%, 100% and 110% of it (lower is better: capacity that was free but
+that no arriving task could use), and the tasks started by then. The nodes are dealt round-robin to six donor
+clusters; the first three are trusted, so the project's tie-break on trust has something to choose.
+
+``fgd`` is given the workload's own request mix up front (the paper's oracle); ``project`` learns it from
+the requests it has seen (the last 2,000), as a deployment has to.
+
+Run: ``.venv/bin/python bench/bench_fractions.py [--workloads default,gpushare100] [--limit N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import sys
+import time
+from pathlib import Path
+
+from gpu_offload.liqo_peering.packing import (
+    BestFit,
+    Demand,
+    Fgd,
+    GpuNode,
+    MostFree,
+    PackingPolicy,
+    ProjectPolicy,
+    kind,
+    mix_of,
+    take,
+)
+from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+
+TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
+WORKLOADS = ("default", "gpushare100", "multigpu50", "gpuspec33")
+DONORS = 6
+MARKS = (0.9, 1.0, 1.1)
+STOP = 1.3
+
+
+def read_nodes() -> list[GpuNode]:
+    with (TRACE / "openb_node_list_gpu_node.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if int(r["gpu"]) > 0]
+    return [GpuNode(r["sn"], f"donor-{i % DONORS}", r["model"], (1000,) * int(r["gpu"]), int(r["cpu_milli"]),
+                    int(r["memory_mib"]), trusted=i % DONORS < DONORS // 2) for i, r in enumerate(rows)]
+
+
+def read_demands(workload: str) -> list[Demand]:
+    with (TRACE / f"openb_pod_list_{workload}.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    demands = []
+    for r in rows:
+        gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
+        if gpus == 0:
+            continue
+        models = frozenset(m for m in (r.get("gpu_spec") or "").split("|") if m)
+        fractional = gpus == 1 and 0 < milli < 1000
+        demands.append(Demand(milli if fractional else 1000, gpus, int(r["cpu_milli"]), int(r["memory_mib"]),
+                              models))
+    return demands
+
+
+def replay(policy: PackingPolicy, nodes: list[GpuNode], demands: list[Demand]) -> dict[str, object]:
+    pool = {n.name: n for n in nodes}
+    order = [n.name for n in nodes]
+    capacity = sum(sum(n.free) for n in nodes)
+    asked = allocated = started = 0
+    at: dict[float, tuple[float, int]] = {}
+    marks = list(MARKS)
+    i = 0
+    began = time.perf_counter()
+    while asked < STOP * capacity:
+        demand = demands[i % len(demands)]
+        i += 1
+        asked += demand.total
+        choice = policy.choose([pool[name] for name in order], demand)
+        if choice is not None:
+            pool[choice.node] = take(pool[choice.node], choice, demand)
+            allocated += demand.total
+            started += 1
+        while marks and asked >= marks[0] * capacity:
+            at[marks.pop(0)] = (1 - allocated / capacity, started)
+    return {"at": at, "seconds": time.perf_counter() - began, "tasks": i}
+
+
+def policies(demands: list[Demand]) -> list[PackingPolicy]:
+    return [BestFit(), MostFree(), Fgd(mix_of(kind(d) for d in demands)), ProjectPolicy()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS[:2]))
+    args = parser.parse_args(argv)
+    if not TRACE.is_dir():
+        print(f"the trace is not at {TRACE}; it is read from ../shared/traces/ beside the repository",
+              file=sys.stderr)
+        return 2
+    print(machine_line())
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    nodes = read_nodes()
+    print(f"pool: {len(nodes)} nodes, {sum(len(n.free) for n in nodes)} GPUs, {DONORS} donors")
+    for workload in args.workloads.split(","):
+        demands = read_demands(workload)
+        shares = sum(d.fractional for d in demands)
+        print(f"\n### {workload}: {len(demands)} GPU tasks, {shares} ask for a share of one GPU\n")
+        header = " | ".join(f"unallocated at {m:.0%} | started" for m in MARKS)
+        print(f"| policy | {header} | seconds |")
+        print("|---|" + "---|" * (2 * len(MARKS) + 1))
+        for policy in policies(demands):
+            result = replay(policy, nodes, demands)
+            at = result["at"]
+            assert isinstance(at, dict)
+            cells = " | ".join(f"{at[m][0]:.1%} | {at[m][1]}" for m in MARKS)
+            print(f"| {policy.name} | {cells} | {result['seconds']:.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Writes the generated references in docs/: each chart's values (from its values.schema.json and values.yaml).
+
+    python docs/generate.py          # rewrite them
+    python docs/generate.py --check  # exit 1 naming the files that are out of date (the tests do the same)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CHARTS = {
+    "chart-values.md": ("helm/gpu-offload", "The origin's chart (`helm/gpu-offload`)",
+                        "Besides these, the chart passes its `jupyterhub:` key to zero-to-jupyterhub: its own "
+                        "configuration reference applies there."),
+    "donor-chart-values.md": ("helm/gpu-offload-donor", "The donor's chart (`helm/gpu-offload-donor`)", ""),
+}
+SKIPPED = {"global", "jupyterhub"}
+
+
+def _resolved(node: Mapping[str, Any], definitions: Mapping[str, Any]) -> Mapping[str, Any]:
+    ref = node.get("$ref")
+    if not ref:
+        return node
+    return {**definitions[ref.rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def _type(node: Mapping[str, Any]) -> str:
+    if "enum" in node:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in node["enum"])
+    kinds = node.get("type") or [t.get("type", "?") for t in node.get("anyOf", [])]
+    return " or ".join(dict.fromkeys(kinds)) if isinstance(kinds, list) else str(kinds)
+
+
+def leaves(schema: Mapping[str, Any], defaults: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str, Any, str]]:
+    """(dotted key, type, default, description) of every value the schema describes, in its order."""
+    definitions = schema.get("definitions", {})
+
+    def walk(node: Mapping[str, Any], value: Any, where: tuple[str, ...]) -> Iterator[tuple[str, str, Any, str]]:
+        node = _resolved(node, definitions)
+        properties = node.get("properties")
+        if properties and node.get("type") == "object" and not node.get("description"):
+            for key, child in properties.items():
+                if not where and key in SKIPPED:
+                    continue
+                yield from walk(child, value.get(key) if isinstance(value, Mapping) else None, (*where, key))
+            return
+        yield ".".join(where), _type(node), value, str(node.get("description", ""))
+
+    yield from walk(schema, defaults, path)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def values_reference(chart: str, title: str, note: str) -> str:
+    """The Markdown reference of one chart's values."""
+    folder = REPO / chart
+    schema = json.loads((folder / "values.schema.json").read_text())
+    defaults = yaml.safe_load((folder / "values.yaml").read_text())
+    lines = [f"# {title}: values", "",
+             f"Generated from `{chart}/values.schema.json` and `{chart}/values.yaml` by `python docs/generate.py`;",
+             "edit those, not this file. values.yaml's comments say more about each value.", ""]
+    if note:
+        lines += [note, ""]
+    lines += ["| value | type | default | what it is |", "|---|---|---|---|"]
+    for key, kind, default, description in leaves(schema, defaults):
+        shown = json.dumps(default) if default not in (None, "", [], {}) else ("`null`" if default is None else
+                                                                               f"`{json.dumps(default)}`")
+        if not shown.startswith("`"):
+            shown = f"`{shown}`"
+        lines.append(f"| `{key}` | {kind} | {_cell(shown)} | {_cell(description)} |")
+    return "\n".join(lines) + "\n"
+
+
+def generated() -> dict[Path, str]:
+    """Every generated file and the text it must hold."""
+    return {REPO / "docs" / name: values_reference(*spec) for name, spec in CHARTS.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only say which generated files are out of date")
+    args = parser.parse_args(argv)
+    stale = [path for path, text in generated().items() if not path.exists() or path.read_text() != text]
+    if args.check:
+        for path in stale:
+            print(f"{path.relative_to(REPO)} is out of date: run python docs/generate.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(generated()[path])
+        print(f"wrote {path.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

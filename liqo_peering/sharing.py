@@ -1,0 +1,167 @@
+"""What a fraction of a GPU becomes on a donor: the pure mapping from a request to a resource ask.
+
+Kubernetes extended resources are whole numbers, so ``--gpus 0.5`` or ``--gpu-memory 12Gi`` can only be asked
+for in the units a donor advertises. Donors share GPUs in one of four ways (the donor's labeller reports
+which, see ``GpuOffer``):
+
+- **time-slicing** and **MPS** (NVIDIA's device plugin ``sharing.timeSlicing`` / ``sharing.mps``): each GPU is
+  offered as ``replicas`` shares of one resource. A fraction asks for ``ceil(f * replicas)`` shares, and never
+  for more shares than one GPU has, since the device plugin may hand out shares of two GPUs for one request
+  and a cell asking for half a GPU must not get two quarters of different GPUs. Time-slicing isolates
+  nothing; MPS caps memory per client (``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``) and compute.
+- **MIG**: each profile is its own resource (``nvidia.com/mig-1g.10gb``); the smallest profile whose memory
+  covers the request is asked for; memory and compute are isolated by the hardware.
+- **memory**: a GPU memory isolator (HAMi's ``nvidia.com/gpumem``) next to ``nvidia.com/gpu: 1``.
+- **none**: whole GPUs only; a fraction is refused with the reason, so placement can say which donors share.
+
+Dynamic Resource Allocation (ResourceClaims) would express fractions directly, but Liqo does not reflect
+ResourceClaims to donors today; ``ResourceAsk`` is the seam a claim-based ask would come through.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .errors import CannotShare, InvalidRequest
+
+SharingMode = Literal["none", "time-slicing", "mps", "mig", "memory"]
+SHARING_MODES: tuple[SharingMode, ...] = ("none", "time-slicing", "mps", "mig", "memory")
+Isolation = Literal["none", "memory", "compute and memory"]
+GIB = 2**30
+MIB = 2**20
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One MIG profile a donor offers, e.g. ``1g.10gb`` with 10 GiB of GPU memory."""
+
+    name: str
+    memory: int
+    """Bytes of GPU memory the profile holds."""
+    compute: float
+    """Share of the GPU's compute slices, e.g. 1/7 for ``1g``."""
+
+    @property
+    def resource(self) -> str:
+        return f"nvidia.com/mig-{self.name}"
+
+
+@dataclass(frozen=True)
+class GpuOffer:
+    """How one donor's GPUs of one model are offered, as its labeller reports them."""
+
+    mode: SharingMode = "none"
+    memory: int | None = None
+    """Bytes of memory of one whole GPU; None when the donor did not say."""
+    replicas: int = 1
+    """Shares per GPU under time-slicing or MPS."""
+    resource: str = GPU
+    """The resource the shares are offered as (NVIDIA's plugin can rename them, e.g. ``nvidia.com/gpu.shared``)."""
+    mig_profiles: tuple[MigProfile, ...] = field(default=())
+    memory_resource: str = "nvidia.com/gpumem"
+    """Under ``memory``: the isolator's resource, counted in MiB."""
+
+
+@dataclass(frozen=True)
+class FractionRequest:
+    """What a cell asked for: a share of one GPU, GPU memory, or both (the larger need wins)."""
+
+    gpus: float = 1.0
+    memory: int | None = None
+    """Bytes of GPU memory the cell needs; None: derived from ``gpus`` and the GPU's memory."""
+
+    def __post_init__(self) -> None:
+        if not (self.gpus > 0) or math.isinf(self.gpus):
+            raise InvalidRequest(f"--gpus {self.gpus} is not a positive number; ask e.g. --gpus 0.5 or --gpus 2")
+        if self.gpus > 1 and self.gpus != int(self.gpus):
+            raise InvalidRequest(
+                f"--gpus {self.gpus} mixes whole GPUs and a fraction; ask for whole GPUs (--gpus "
+                f"{math.ceil(self.gpus)}) or a fraction of one (at most 1)"
+            )
+        if self.memory is not None and self.memory <= 0:
+            raise InvalidRequest(f"--gpu-memory {self.memory} is not positive; give a size such as 12Gi")
+
+    @property
+    def whole(self) -> bool:
+        return self.memory is None and self.gpus == int(self.gpus)
+
+
+@dataclass(frozen=True)
+class ResourceAsk:
+    """The resources a pod asks a donor for, the share of a GPU it holds, and the isolation it gets."""
+
+    resources: tuple[tuple[str, int], ...]
+    share: float
+    """Fraction of one GPU held (billing and quota count this); whole GPUs give their count."""
+    isolation: Isolation
+    memory_limit: int | None = None
+    """Bytes the runner caps its own use at (MPS pinned limit, torch's per-process fraction); None: no cap."""
+
+    @property
+    def limits(self) -> dict[str, int]:
+        return dict(self.resources)
+
+
+def _needed_share(request: FractionRequest, offer: GpuOffer) -> float:
+    """The share of one GPU the request needs: its fraction, or its memory over the GPU's, whichever is larger."""
+    share = min(request.gpus, 1.0)
+    if request.memory is not None:
+        if offer.memory is None:
+            raise CannotShare(
+                f"--gpu-memory needs to know the donor's GPU memory, and this donor's GPUs carry no memory "
+                f"label; ask for a fraction with --gpus instead, or ask the donor's admin to run the labeller"
+            )
+        share = max(share if request.gpus < 1 else 0.0, request.memory / offer.memory)
+        if share > 1:
+            raise CannotShare(
+                f"--gpu-memory {request.memory / GIB:.1f} GiB is more than one GPU here holds "
+                f"({offer.memory / GIB:.1f} GiB); ask for less, or choose a larger --gpu-model"
+            )
+    return share
+
+
+def resource_ask(request: FractionRequest, offer: GpuOffer) -> ResourceAsk:
+    """Turn a request into what a donor with ``offer`` can grant, or raise CannotShare saying why it cannot."""
+    if request.whole:
+        count = int(request.gpus)
+        return ResourceAsk(((GPU, count),), float(count), "compute and memory")
+    share = _needed_share(request, offer)
+    if offer.mode == "none":
+        raise CannotShare(
+            "this donor lends whole GPUs only (no time-slicing, MPS, MIG or memory isolation); ask for "
+            "--gpus 1, or choose a donor that shares GPUs (`gpu-offload doctor` lists each donor's sharing mode)"
+        )
+    if offer.mode in ("time-slicing", "mps"):
+        if offer.replicas < 2:
+            raise CannotShare(f"this donor's {offer.mode} offers {offer.replicas} share per GPU; ask for --gpus 1")
+        shares = min(offer.replicas, math.ceil(share * offer.replicas - 1e-9))
+        held = shares / offer.replicas
+        if offer.mode == "time-slicing":
+            return ResourceAsk(((offer.resource, shares),), held, "none")
+        limit = int(held * offer.memory) if offer.memory else None
+        return ResourceAsk(((offer.resource, shares),), held, "compute and memory", limit)
+    if offer.mode == "mig":
+        return _mig_ask(share, offer)
+    if offer.memory is None:
+        raise CannotShare("this donor isolates GPU memory but did not say how much one GPU holds; ask for --gpus 1")
+    mib = math.ceil(share * offer.memory / MIB)
+    return ResourceAsk(((GPU, 1), (offer.memory_resource, mib)), mib * MIB / offer.memory, "memory", mib * MIB)
+
+
+def _mig_ask(share: float, offer: GpuOffer) -> ResourceAsk:
+    if not offer.mig_profiles or offer.memory is None:
+        raise CannotShare("this donor runs MIG but reported no profiles; ask its admin to run the labeller")
+    needed = share * offer.memory
+    fitting = sorted((p for p in offer.mig_profiles if p.memory >= needed - 1), key=lambda p: (p.memory, p.name))
+    if not fitting:
+        largest = max(offer.mig_profiles, key=lambda p: p.memory)
+        raise CannotShare(
+            f"no MIG profile here holds {needed / GIB:.1f} GiB (the largest, {largest.name}, holds "
+            f"{largest.memory / GIB:.1f} GiB); ask for less memory or a whole GPU"
+        )
+    profile = fitting[0]
+    return ResourceAsk(((profile.resource, 1),), profile.memory / offer.memory, "compute and memory",
+                       profile.memory)
