@@ -78,9 +78,20 @@ def origin_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OriginPool
 
 
 def origin_fixture(crds: Path | None = None, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4,
-                   gpu_model: str = "A100", scope: Any = "module", **options: Any) -> Any:
+                   gpu_model: str = "A100", scope: Any = "module", private: bool = False, **options: Any) -> Any:
     """A pytest fixture giving the session's origin of this configuration (``donors`` donors), from
-    :func:`origin_pool`; ``scope`` only says how long a module holds on to it."""
+    :func:`origin_pool`; ``scope`` only says how long a module holds on to it. ``private``: an origin of the
+    module's own for the scope, for tests that leave cluster-wide changes other modules must not see."""
+    if private:
+        @pytest.fixture(scope=scope)
+        def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningOrigin]:
+            with running_origin(tmp_path_factory.mktemp("origin"), donors, gpus, gpu_model, crds=crds,
+                                **options) as running:
+                yield running
+            leftover = running.live_processes()
+            assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
+
+        return own
 
     def origin(origin_pool: OriginPool) -> RunningOrigin:
         return origin_pool.get(crds, donors, gpus, gpu_model, **options)
