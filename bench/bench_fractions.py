@@ -38,7 +38,7 @@ from gpu_offload.liqo_peering.packing import (
     mix_of,
     take,
 )
-from machine import machine_line  # bench/machine.py: the script's folder is on sys.path
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 WORKLOADS = ("default", "gpushare100", "multigpu50", "gpuspec33")

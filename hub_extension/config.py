@@ -60,6 +60,9 @@ class HubConfig:
     """Set in every user server as ``GPU_OFFLOAD_PLACEMENT_POLICY``."""
     gpu_quota_per_user: int = 0
     """GPUs one user's runs and sessions may hold at once (a ResourceQuota in their namespace); 0: no limit."""
+    currency: str = ""
+    """The chart's ``offload.currency`` (``EUR``, ``USD``, ``credits``): the unit of prices, costs and budgets,
+    shown after them on the pages; empty: bare numbers."""
     monthly_budget_per_user: float | None = None
     """What one user's runs may cost per month (UTC), in the unit of the donors' prices; None: no budget. A
     cell that would start past it is refused before launch (the kernel checks; running cells go on)."""
@@ -131,6 +134,9 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
         raise InvalidRequest(f"{where}: offload.monthlyBudgetPerUser={budget!r} must be a number of 0 or more (the "
                              "cost one user may spend per month), or null for no budget")
+    currency = offload.get("currency") or ""
+    if not isinstance(currency, str) or len(currency) > 16 or not all(c.isalnum() or c in " .$€£¥-_" for c in currency):
+        raise InvalidRequest(f"{where}: offload.currency={currency!r} must be a short unit such as EUR, USD or credits")
     trusted_only = offload.get("trustedOnly", False)
     if not isinstance(trusted_only, bool):
         raise InvalidRequest(f"{where}: offload.trustedOnly={trusted_only!r} must be true or false")
@@ -177,6 +183,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         placement_policy=policy,
         gpu_quota_per_user=quota,
         monthly_budget_per_user=None if budget is None else float(budget),
+        currency=currency,
         object_storage_endpoint=str(storage.get("endpoint") or ""),
         object_storage_bucket=str(storage.get("bucket") or ""),
         trusted_only=trusted_only,

@@ -105,7 +105,7 @@ class Base(HubOAuthenticated, web.RequestHandler):
         """Who is looking and where: what every page needs besides its records."""
         model = self.current_user or {}
         return pages.HubContext(self.prefix, self.user_name, bool(model.get("admin")), self.xsrf_token.decode(),
-                                may(model, MANAGE_SCOPE), may(model, VIEW_SCOPE))
+                                may(model, MANAGE_SCOPE), may(model, VIEW_SCOPE), self.state.config.currency)
 
 
 class PageHandler(Base):

@@ -55,6 +55,21 @@ def money(value: float | None) -> str:
     return f"{value:.2f}" if value == 0 or abs(value) >= 0.1 else f"{value:.2g}"
 
 
+def _in_currency(text: str, context: Any) -> str:
+    currency = context.get("currency") or ""
+    return f"{text} {currency}" if currency and text != "-" else text
+
+
+@jinja2.pass_context
+def _price_shown(context: Any, value: float | None) -> str:
+    return _in_currency(_price(value), context)
+
+
+@jinja2.pass_context
+def _money_shown(context: Any, value: float | None) -> str:
+    return _in_currency(money(value), context)
+
+
 def _dash(value: object) -> object:
     return "-" if value is None else value
 
@@ -63,7 +78,8 @@ def _environment() -> jinja2.Environment:
     loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(TEMPLATES),
                                   jinja2.FileSystemLoader(Path(DATA_FILES_PATH) / "templates")])
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.Undefined)
-    env.filters.update(age=age, price=_price, dash=_dash, money=money)
+    # prices and costs carry the chart's offload.currency; "number" is a price as a form field holds it
+    env.filters.update(age=age, price=_price_shown, number=_price, dash=_dash, money=_money_shown)
     return env
 
 
@@ -103,6 +119,8 @@ class HubContext:
     can_manage: bool = False
     can_view: bool = False
     """Whether the admin pages are open to this user (the navigation links them only then)."""
+    currency: str = ""
+    """The chart's ``offload.currency``: shown after every price and cost (empty: bare numbers)."""
 
     def variables(self) -> dict[str, Any]:
         """The variables of JupyterHub's ``page.html`` plus the service's own."""
@@ -119,7 +137,7 @@ class HubContext:
             "admin_access": self.admin, "parsed_scopes": {"admin-ui"} if self.admin else set(),
             "no_spawner_check": True, "services": [], "xsrf_token": self.xsrf, "version_hash": "",
             "service_prefix": self.service_prefix, "xsrf": self.xsrf, "can_manage": self.can_manage,
-            "can_view": self.can_view or self.admin,
+            "can_view": self.can_view or self.admin, "currency": self.currency,
         }
 
 

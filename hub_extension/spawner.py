@@ -200,8 +200,9 @@ def start_inventory() -> None:
     inventory_cache()
 
 
-def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
-    """One profile per labelled GPU model with free GPUs (cheapest price shown), after the default profile."""
+def gpu_profiles(inventory: Inventory, currency: str = "") -> list[dict[str, Any]]:
+    """One profile per labelled GPU model with free GPUs (cheapest price shown, in ``currency``), after the
+    default profile."""
     profiles: list[dict[str, Any]] = [{
         "display_name": "Standard server",
         "slug": "standard",
@@ -211,7 +212,8 @@ def gpu_profiles(inventory: Inventory) -> list[dict[str, Any]]:
     for supply in supply_by_model(inventory):
         if supply.model == "unlabelled" or supply.free < 1:
             continue  # a profile promises a model: unlabelled nodes stay reachable through "any GPU"
-        price = "" if supply.cheapest is None else f", from {supply.cheapest:g} per GPU-hour"
+        unit = f" {currency}" if currency else ""
+        price = "" if supply.cheapest is None else f", from {supply.cheapest:g}{unit} per GPU-hour"
         count = len(supply.clusters)
         profiles.append({
             "display_name": f"Remote GPU via Liqo: {supply.model}",
@@ -240,7 +242,7 @@ def profile_list(spawner: Any) -> list[dict[str, Any]]:
             errors = [f"{kind}: {s['last_error']}" for kind, s in cache.stats().items() if s["last_error"]]
             return _standard_only(spawner, NOT_READY if not errors else
                                   f"Remote GPU inventory unavailable right now ({'; '.join(errors)}).")
-        return gpu_profiles(cache.inventory(0))
+        return gpu_profiles(cache.inventory(0), load_config().currency)
     except GpuOffloadError as exc:
         return _standard_only(spawner, f"Remote GPU inventory unavailable right now ({exc}).")
 

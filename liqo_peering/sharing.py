@@ -111,8 +111,8 @@ def _needed_share(request: FractionRequest, offer: GpuOffer) -> float:
     if request.memory is not None:
         if offer.memory is None:
             raise CannotShare(
-                f"--gpu-memory needs to know the donor's GPU memory, and this donor's GPUs carry no memory "
-                f"label; ask for a fraction with --gpus instead, or ask the donor's admin to run the labeller"
+                "--gpu-memory needs to know the donor's GPU memory, and this donor's GPUs carry no memory "
+                "label; ask for a fraction with --gpus instead, or ask the donor's admin to run the labeller"
             )
         share = max(share if request.gpus < 1 else 0.0, request.memory / offer.memory)
         if share > 1:

@@ -58,7 +58,7 @@ lane() {  # lane NAME PYTEST-ARGS...: one pytest run, its time and its slowest 5
   return $rc
 }
 
-# Both lanes use both cores: the fast lane's modules each stay on one worker (loadscope: a module's
+# The fast lane over both cores; each module stays on one worker (loadscope: a module's
 # rendered chart is built once).
 fast_rc=0
 lane fast -m fast -n 2 --dist loadscope "$@" || fast_rc=$?

@@ -116,7 +116,7 @@ def test_the_estimate_counts_adams_two_states_per_parameter_and_leaves_the_model
     params = sum(p.numel() * 4 for p in model.parameters())
     assert estimate.parameters == params
     assert estimate.optimizer_state == 2 * params
-    assert all(p.device.type == "cpu" and torch.equal(p, b) for p, b in zip(model.parameters(), before))
+    assert all(p.device.type == "cpu" and torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
     assert all(p.grad is None for p in model.parameters())
 
 

@@ -100,6 +100,16 @@ def list_runs(own: Iterable[RunEntry], book: RunBook, pods: RunnerPods | None = 
     return RunListing(tuple(merge(own, stored, from_pods)), tuple(problems))
 
 
+def cancellable(record: RunEntry) -> bool:
+    """Whether the panel's cancel can still do something for ``record`` (what :func:`cancel_elsewhere` and the
+    owning kernel's tracker act on): a run under way whose kernel is alive, or a cluster run whose kernel died
+    before it ended (its pod may still hold a GPU)."""
+    owner_alive = bool(record.pid) and pid_alive(record.pid)
+    if owner_alive:
+        return not record.finished
+    return record.backend == "kubernetes" and record.ended is None
+
+
 def cancel_elsewhere(record: RunEntry, book: RunBook, pods: RunnerPods | None, user: str | None) -> str:
     """Stop a run this process does not follow: ask its kernel (through the state directory) to interrupt it
     as Ctrl-C would, or, when its kernel is gone, delete its pod. Says what was done."""

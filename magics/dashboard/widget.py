@@ -19,7 +19,7 @@ import ipywidgets as w
 from .clusters import ClusterEntry
 from .plot import sparkline
 from .records import RunEntry, shown_lines
-from .runs import RunListing
+from .runs import RunListing, cancellable
 
 ClusterFeed = Callable[[], tuple[list[ClusterEntry], list[str]]]
 """Returns the cluster rows and notes to show (why a source is missing, how to add a cluster)."""
@@ -53,7 +53,7 @@ def cluster_cells(row: ClusterEntry) -> str:
     gpus = "?" if row.free is None else str(row.free)
     gpus += "" if row.total is None else f" / {row.total}"
     price = "-" if row.price is None else f"{row.price:g} per GPU-hour"
-    note = f' <span style="color:#888">({escape(row.note)})</span>' if row.note else ""
+    note = f' <span style="color:var(--jp-ui-font-color2, #888)">({escape(row.note)})</span>' if row.note else ""
     trust = "trusted" if row.trusted else '<span style="color:#b45309">untrusted</span>'
     # every value is escaped, numbers too: rows come from the cluster and the hub, typed or not
     return (f"<b>{escape(row.name)}</b> <code>{escape(row.key)}</code> · {escape(row.model)} · "
@@ -62,8 +62,8 @@ def cluster_cells(row: ClusterEntry) -> str:
 
 def run_cells(record: RunEntry, now: float) -> str:
     """The run's summary line as HTML (pure)."""
-    colour = _STATE_COLOURS.get(record.state, "#000")
-    detail = f' <span style="color:#888">{escape(str(record.detail))}</span>' if record.detail else ""
+    colour = _STATE_COLOURS.get(record.state, "inherit")
+    detail = f' <span style="color:var(--jp-ui-font-color2, #888)">{escape(str(record.detail))}</span>' if record.detail else ""
     session = f" · session {escape(str(record.session))}" if record.session else ""
     # every value is escaped: a record is a file in the state directory, its fields are not checked for type
     return (f'<span class="gpu-offload-state" style="color:{colour};font-weight:bold">{escape(str(record.state))}'
@@ -110,14 +110,17 @@ class _RunRow:
                                tooltip=f"stop run {record.run_id} as Ctrl-C would")
         self.cancel.on_click(lambda _: on_cancel(self.record))
         self.box = w.VBox([w.HBox([self.cancel, self.summary]), w.HBox([self.plot, self.output])],
-                          layout=w.Layout(border="1px solid #eee", padding="2px", margin="2px 0"))
+                          layout=w.Layout(border="1px solid var(--jp-border-color2, #eee)", padding="2px", margin="2px 0"))
 
     def update(self, record: RunEntry, now: float) -> None:
         self.record = record
         self.summary.value = run_cells(record, now)
-        self.plot.value = sparkline(record.util, record.mem, "")
+        self.plot.value = sparkline(record.util, record.mem, "", live=not record.finished)
         self.output.value = lines_html(record)
-        self.cancel.disabled = record.finished
+        # offered only where it can still act (a run under way, or a cluster run its dead kernel left behind)
+        can = cancellable(record)
+        self.cancel.disabled = not can
+        self.cancel.layout.display = "" if can else "none"
 
 
 class Panel:
@@ -137,14 +140,14 @@ class Panel:
         self.message = w.HTML()
         self.cluster_box = w.VBox()
         self.run_box = w.VBox()
-        self._no_runs = w.HTML('<span style="color:#888">no runs yet: put %%gpu_offload on a cell</span>')
+        self._no_runs = w.HTML('<span style="color:var(--jp-ui-font-color2, #888)">no runs yet: put %%gpu_offload on a cell</span>')
         self.close_button = w.Button(description="close panel", layout=w.Layout(width="110px"))
         self.close_button.on_click(lambda _: self.close())
         self.widget = w.VBox([
             w.HBox([w.HTML("<b>GPU offload</b>"), self.close_button]),
             w.HTML("<b>Clusters</b>"), self.cluster_box, self.notes,
             w.HTML("<b>My runs</b>"), self.run_box, self.message,
-        ], layout=w.Layout(border="1px solid #ccc", padding="6px"))
+        ], layout=w.Layout(border="1px solid var(--jp-border-color1, #ccc)", padding="6px"))
         self.widget.add_class("gpu-offload-panel")
         self._cluster_rows: dict[str, _ClusterRow] = {}
         self._run_rows: dict[str, _RunRow] = {}
@@ -174,7 +177,7 @@ class Panel:
         keep = [self._cluster_rows[r.key].box for r in rows]
         if list(self.cluster_box.children) != keep:
             self.cluster_box.children = keep
-        self.notes.value = "".join(f'<div style="color:#555">{escape(n)}</div>' for n in notes)
+        self.notes.value = "".join(f'<div style="color:var(--jp-ui-font-color1, #555)">{escape(n)}</div>' for n in notes)
 
     def _show_runs(self, listing: RunListing) -> None:
         now = time.time()

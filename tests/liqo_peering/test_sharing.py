@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gpu_offload.liqo_peering.errors import CannotShare, InvalidRequest
 from gpu_offload.liqo_peering.sharing import GIB, MIB, FractionRequest, GpuOffer, MigProfile, resource_ask
 

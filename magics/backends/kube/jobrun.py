@@ -181,7 +181,7 @@ class KubeJobRun:
     """One bundle as the ranks of an Indexed Job's pods."""
 
     def __init__(self, launcher: JobLauncher, order: PodOrder, ranks: Ranks, watch_seconds: int,
-                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
         self.pods = launcher.pods
         self._launcher = launcher
         self._order = order
@@ -229,7 +229,7 @@ class KubeJobRun:
                 self._pod_ended(index, item)
                 continue
             if isinstance(item, Outputs) and self._fetch is not None:
-                item = self._fetch(item)
+                item = self._fetch(item, self.cluster)
             if isinstance(item, (Stream, DisplayData, Outputs, Error, Done)):
                 self._shown = True
             return item

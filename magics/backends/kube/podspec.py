@@ -24,6 +24,28 @@ def _refused(reason: str) -> dict[str, Any]:
     return {"kind": "refused", "reason": reason}
 
 
+UNTRUSTED_STORED_MAX = 1 << 30
+"""Most bytes an untrusted run's stored outputs may declare: what it could send inline (the frame decoder's
+``MAX_EVENT_BYTES``)."""
+
+
+def untrusted_unfetched(format_: str, outputs_pickle: Any, refs: Sequence[Mapping[str, Any]]) -> Any:
+    """An untrusted run's ``outputs`` frame as it stays when nothing of it is to be downloaded, or ``None``
+    when its one stored safe container may be fetched.
+
+    The kernel will refuse a pickle or buffer references from an untrusted cluster unread, so they are
+    never downloaded either; a container declared larger than :data:`UNTRUSTED_STORED_MAX` becomes a
+    refusal saying so (the read itself is bounded by the declared size).
+    """
+    if format_ != "safe" or refs or not isinstance(outputs_pickle, Mapping):
+        return outputs_pickle
+    size = outputs_pickle.get("size")
+    if outputs_pickle.get("kind") == "url" and (type(size) is not int or not 0 <= size <= UNTRUSTED_STORED_MAX):
+        return _refused(f"they are stored as {str(size)[:40]} bytes, where an untrusted cluster may send back "
+                        f"at most {UNTRUSTED_STORED_MAX} (1 GiB); nothing was downloaded")
+    return None
+
+
 def fetched_outputs(
     outputs_pickle: Any, refs: Sequence[Mapping[str, Any]], read: Callable[[Mapping[str, Any]], bytes],
     own: Callable[[int, str], bool],

@@ -83,7 +83,7 @@ class KubeRankSession(WarmSession):
         return SessionInfo(self.name, where, self.runs, self.busy)
 
     def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
-               fetch: Callable[[Outputs], Outputs] | None = None) -> RankSessionRun:
+               fetch: Callable[[Outputs, str], Outputs] | None = None) -> RankSessionRun:
         """Queue one bundle for every node; it is sent once every pod's launcher runs."""
         run = RankSessionRun(self, self.take_cell(bundle), run_id, cleanup, fetch)
         if self.runs > 1:
@@ -117,7 +117,7 @@ class RankSessionRun(SessionCell[KubeRankSession]):
     done); the pods stay."""
 
     def __init__(self, session: KubeRankSession, command: dict[str, Any], run_id: str,
-                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
         super().__init__(session, command, run_id, cleanup, fetch)
         self._warned = False
         self._over = False
@@ -172,7 +172,7 @@ class RankSessionRun(SessionCell[KubeRankSession]):
         if isinstance(item, PodEnded):
             return self._pod_ended(index, item)
         if isinstance(item, Outputs) and self._fetch is not None:
-            item = self._fetch(item)
+            item = self._fetch(item, self.cluster)
         elif isinstance(item, Done) and not self._warned:
             self._warned = True
             dropped = self._dropped + self._foreign() - self._foreign_before

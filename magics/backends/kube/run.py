@@ -132,7 +132,7 @@ class KubeRun:
     """One bundle in one pod (two, if the first was lost before starting)."""
 
     def __init__(self, launcher: Launcher, order: PodOrder, cleanup: Callable[[], None] | None = None,
-                 fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+                 fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
         self.pods = launcher.pods
         self._launcher = launcher
         self._order = order
@@ -194,7 +194,7 @@ class KubeRun:
         elif isinstance(item, Stream):
             self._lines += item.text.count("\n")
         elif isinstance(item, Outputs) and self._fetch is not None:
-            item = self._fetch(item)
+            item = self._fetch(item, self.cluster)
         elif isinstance(item, Done) and item.status == "interrupted" and not self._interrupting:
             return self._stopped_from_outside(item)
         if isinstance(item, Done):

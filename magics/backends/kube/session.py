@@ -175,7 +175,7 @@ class KubeSession(WarmSession):
         return SessionInfo(self.name, where, self.runs, self.busy)
 
     def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
-               fetch: Callable[[Outputs], Outputs] | None = None) -> SessionRun:
+               fetch: Callable[[Outputs, str], Outputs] | None = None) -> SessionRun:
         """Queue one bundle; it is sent once the runner container runs."""
         run = SessionRun(self, self.take_cell(bundle), run_id, cleanup, fetch)
         if self.runs > 1 and self.launched.follower.placed:
@@ -223,7 +223,7 @@ class SessionCell(Generic[S]):
     idle when the cell is released."""
 
     def __init__(self, session: S, command: dict[str, Any], run_id: str, cleanup: Callable[[], None] | None,
-                 fetch: Callable[[Outputs], Outputs] | None) -> None:
+                 fetch: Callable[[Outputs, str], Outputs] | None) -> None:
         self.session = session
         self._run_id = run_id
         self._command: dict[str, Any] | None = command
@@ -259,7 +259,7 @@ class SessionRun(SessionCell[KubeSession]):
     """One cell in a session: ends with the ``done`` frame; the pod stays."""
 
     def __init__(self, session: KubeSession, command: dict[str, Any], run_id: str,
-                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs], Outputs] | None = None) -> None:
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
         super().__init__(session, command, run_id, cleanup, fetch)
         self._sent = command
         """Kept to send again if the pod has to move before its runner started."""
@@ -322,7 +322,7 @@ class SessionRun(SessionCell[KubeSession]):
         if isinstance(item, Hello):
             self.session.hello = True
         elif isinstance(item, Outputs) and self._fetch is not None:
-            item = self._fetch(item)
+            item = self._fetch(item, self.cluster)
         elif isinstance(item, Done):
             dropped = self._dropped + follower.foreign - self._foreign_before
             if dropped:

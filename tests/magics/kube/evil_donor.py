@@ -11,6 +11,8 @@ pod's log well-formed frames with crafted contents, chosen by ``EVIL_MODE``:
 - ``display``: rich output with script, an event handler and a JavaScript bundle, beside a real PNG;
 - ``oversize``: safe outputs uploaded to the run's first output URL, 4 MiB where the frame declares 64 bytes
   (with the sha256 of what it uploaded);
+- ``stored-pickle``: a pickle of 4 MiB uploaded to the run's first output URL, named by the frame (which
+  the kernel will refuse: a download of it is memory and time spent on nothing);
 - ``metrics``: a ``metrics`` frame whose note is an object, not text, then ordinary safe outputs.
 
 A cell can choose the mode itself with a first line ``# EVIL_MODE=<mode>`` (the magic sets no pod
@@ -71,18 +73,20 @@ def main() -> int:
         data = {"text/html": html, "image/png": base64.b64encode(PNG).decode(),
                 "application/javascript": "alert(document.cookie)", "text/plain": "<figure>"}
         encoder.emit("display_data", data=data, metadata={"isolated": False})
-    elif mode == "oversize":
+    elif mode in ("oversize", "stored-pickle"):
         import hashlib
 
         from gpu_offload.magics.runner.buffers import _put
         from gpu_offload.magics.runner.safe import encode
 
         names = list(dict.fromkeys([*bundle["outputs"], *bundle["required_outputs"]]))
-        data = encode({name: bytes(4 << 20) for name in names}).tobytes()
+        safe = mode == "oversize"
+        data = encode({n: bytes(4 << 20) for n in names}).tobytes() if safe else pickle.dumps(bytes(4 << 20))
         url = bundle["output_urls"][0]
         _put(url, memoryview(data))  # as the runner uploads
-        ref = {"kind": "url", "url": url, "size": 64, "index": 0, "sha256": hashlib.sha256(data).hexdigest()}
-        encoder.emit("outputs", names=names, pickle=ref, buffers=[], format="safe")
+        ref = {"kind": "url", "url": url, "size": 64 if safe else len(data), "index": 0,
+               "sha256": hashlib.sha256(data).hexdigest()}
+        encoder.emit("outputs", names=names, pickle=ref, buffers=[], format="safe" if safe else "pickle")
     elif mode == "metrics":
         from gpu_offload.magics.runner.safe import encode
 

@@ -190,3 +190,49 @@ def test_prune_removes_a_background_scripts_log_with_its_record(tmp_path: Path) 
     book.prune()
     assert not (tmp_path / "cli-001.log").exists() and (tmp_path / f"cli-{KEEP_FINISHED + PRUNE_SLACK:03d}.log").exists()
     assert outside.exists()
+
+
+def test_cancel_is_offered_only_where_it_can_act_and_no_metrics_yet_only_while_live(tmp_path: Path) -> None:
+    import dataclasses
+    import os
+
+    from gpu_offload.magics.dashboard.plot import sparkline
+    from gpu_offload.magics.dashboard.runs import cancellable
+
+    runs = Tracker(RunBook(tmp_path), kernel="kernel-a")
+    live = runs.new(Job("run-live", "0" * 32, b"", RunRequest(gpus=1)), "local")
+    assert live.pid == os.getpid() and not live.finished
+    ended = dataclasses.replace(live, state="done", ended=live.started + 1)
+    assert cancellable(live) and not cancellable(ended)
+    # a run whose kernel is gone: only a cluster run that never ended may still hold a GPU (its pod is deleted)
+    orphan = dataclasses.replace(live, pid=2**22 + 12345, backend="kubernetes", state="failed", ended=None)
+    assert cancellable(orphan)
+    assert not cancellable(dataclasses.replace(orphan, backend="local"))
+    assert not cancellable(dataclasses.replace(orphan, ended=orphan.started + 5))
+
+    assert "no GPU metrics yet" in sparkline((), ())
+    assert sparkline((), (), live=False) == ""
+    assert "no GPU visible" in sparkline((), (), "no GPU visible", live=False)
+
+    panel = Panel(lambda: ([local_row([])], []), lambda: list_runs([live, dataclasses.replace(
+        ended, run_id="run-ended")], runs.book), PanelActions(lambda row: None, lambda: "local", lambda rec: ""),
+        interval=60)
+    try:
+        shown, over = panel._run_rows["run-live"], panel._run_rows["run-ended"]
+        assert not shown.cancel.disabled and shown.cancel.layout.display == ""
+        assert "no GPU metrics yet" in shown.plot.value
+        assert over.cancel.disabled and over.cancel.layout.display == "none"
+        assert "no GPU metrics yet" not in over.plot.value
+    finally:
+        panel.close()
+
+
+def test_the_panels_neutral_colours_follow_jupyterlabs_theme() -> None:
+    """Backgrounds, borders and grey text come from JupyterLab's theme variables (with the light theme's
+    values as fallbacks), so the dark theme does not show a white plot or black text on black."""
+    from gpu_offload.magics.dashboard.plot import sparkline
+
+    plot = sparkline((10.0, 50.0), (0.1, 0.2))
+    assert "background:var(--jp-layout-color2" in plot and "border:1px solid var(--jp-border-color2" in plot
+    assert "color:var(--jp-ui-font-color2" in sparkline((), ())
+    assert "#f7f7f7;" not in plot.replace("#f7f7f7)", "")  # only ever a fallback
