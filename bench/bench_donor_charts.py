@@ -11,7 +11,6 @@ cluster page within the pages' 150 ms.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 import time
@@ -19,13 +18,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_cost import p95, timed  # noqa: E402
 from gpu_offload.hub_extension import pages, views  # noqa: E402
 from gpu_offload.hub_extension.sampling import RETENTION, Sampler  # noqa: E402
 from gpu_offload.hub_extension.state import donor_charts  # noqa: E402
 from gpu_offload.hub_extension.store import GpuSample, Store  # noqa: E402
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord  # noqa: E402
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, percentile, timed  # bench/harness.py: the script's folder is on sys.path
 
 DONORS, EVERY = 100, timedelta(minutes=2)
 GOAL_MS = 150.0
@@ -63,22 +61,20 @@ def main() -> int:
 
         rows = [("cluster page (day and week charts from the samples)", page, 20),
                 ("one round of samples, 100 donors, with the retention delete", sample_round, 20)]
-        print(machine_line())
-        print(f"date: {now:%Y-%m-%d %H:%M} UTC")
-        print(f"database: SQLite, {rounds * DONORS} samples ({DONORS} donors every {EVERY.seconds // 60} min for "
-              f"{RETENTION.days} days, seeded in {seeded_s:.0f} s); cluster page {len(page()) / 1024:.0f} KiB; "
-              f"goal: cluster page <= {GOAL_MS:g} ms\n")
-        print("| operation | runs | wall median ms | wall p95 ms | CPU median ms | CPU p95 ms |")
-        print("|---|---:|---:|---:|---:|---:|")
+        run = Run("donor_charts", "A donor's GPUs over time: the cluster page with 8 days of samples")
+        run.note(f"database: SQLite, {rounds * DONORS} samples ({DONORS} donors every {EVERY.seconds // 60} min for "
+                 f"{RETENTION.days} days, seeded in {seeded_s:.0f} s); cluster page {len(page()) / 1024:.0f} KiB; "
+                 f"goal: cluster page <= {GOAL_MS:g} ms")
         page_p95 = 0.0
         for name, fn, repeat in rows:
             wall, cpu = timed(fn, repeat)
-            print(f"| {name} | {repeat} | {statistics.median(wall):.2f} | {p95(wall):.2f} | "
-                  f"{statistics.median(cpu):.2f} | {p95(cpu):.2f} |")
+            run.figure(f"{name} wall", wall, "ms")
+            run.figure(f"{name} CPU", cpu, "ms")
             if name.startswith("cluster page"):
-                page_p95 = p95(wall)
-        print(f"cluster page wall p95 {page_p95:.2f} ms: {'meets' if page_p95 <= GOAL_MS else 'misses'} the "
-              f"{GOAL_MS:g} ms goal")
+                page_p95 = percentile(wall, 0.95)
+        run.note(f"cluster page wall p95 {page_p95:.2f} ms: {'meets' if page_p95 <= GOAL_MS else 'misses'} the "
+                 f"{GOAL_MS:g} ms goal")
+        run.write()
         store.close()
     return 0
 

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import kubernetes
-from bench_kube import CATEGORIES, TINY, percentile  # the script's folder is on sys.path
+from bench_kube import CATEGORIES, TINY  # the script's folder is on sys.path
 from gpu_offload.magics.analysis import analyse_cell
 from gpu_offload.magics.backends.base import Ranks, RunRequest
 from gpu_offload.magics.backends.kube.backend import KubernetesBackend
@@ -31,7 +31,7 @@ from gpu_offload.magics.engine import FollowSettings, Intake, follow
 from gpu_offload.magics.ranked import RankedRun
 from gpu_offload.magics.sinks import RecordingSink
 from gpu_offload.sandbox.http_faults import FaultRule
-from harness import machine_line
+from harness import machine_line, percentile
 from harness import origin as origin_of
 
 TWO_NODES = Ranks(nodes=2, procs_per_node=1)
