@@ -32,11 +32,6 @@ from .origin import RunningOrigin, running_origin
 T = TypeVar("T")
 
 
-ORIGIN_KEY = "gpu_offload_origin_key"
-"""Attribute of an :func:`origin_fixture` function naming its CRDs, donors and the names of its options: tests
-that share it may share an origin, so a parallel session keeps them in one process."""
-
-
 def origin_key(crds: Path | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
                options: dict[str, Any]) -> str:
     """One string per distinct origin configuration: equal configurations share one origin."""
@@ -96,8 +91,6 @@ def origin_fixture(crds: Path | None = None, donors: int | Sequence[liqo.Donor] 
     def origin(origin_pool: OriginPool) -> RunningOrigin:
         return origin_pool.get(crds, donors, gpus, gpu_model, **options)
 
-    # What a session may group tests by: the same in every process (an option may hold a temporary path).
-    setattr(origin, ORIGIN_KEY, origin_key(crds, donors, gpus, gpu_model, dict.fromkeys(options)))
     return pytest.fixture(scope=scope)(origin)
 
 

@@ -9,7 +9,6 @@ so a test in the wrong lane shows the first time it runs, in either lane.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_offload.sandbox.fixtures import ORIGIN_KEY, origin_pool
+from gpu_offload.sandbox.fixtures import origin_pool
 
 pytest_plugins = ["pytester"]  # tests/test_lanes.py runs pytest on test files it writes
 
@@ -109,20 +108,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.fast)
-        else:
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
-
-
-def _group(item: pytest.Item) -> str:
-    """The xdist group of an end-to-end test (``--dist loadgroup``): tests that may share a session's origin
-    run in one worker, so it starts once; any other test stays with its module, whose module-scoped
-    kernels and hubs then start once too."""
-    info = getattr(item, "_fixtureinfo", None)
-    definitions = info.name2fixturedefs.get("origin", ()) if info is not None else ()
-    key = getattr(definitions[-1].func, ORIGIN_KEY, None) if definitions else None
-    if key is not None:
-        return "origin-" + hashlib.sha256(key.encode()).hexdigest()[:12]
-    return item.nodeid.split("::")[0]
 
 
 def _guarded(item: pytest.Item) -> Iterator[None]:
