@@ -8,7 +8,7 @@ until a run is recorded (``HubState.usage_page``): the first view after a run re
 ones only render. Also a user's own page (``me``: their month, chart and last runs, read from their runs).
 Goal: the users page within the pages' 150 ms.
 
-The store reads running totals kept as runs are recorded (``hub_extension/rollups.py``). ``--before`` also
+The store reads running totals kept as runs are recorded (``hub_extension/accounting/rollups.py``). ``--before`` also
 measures, in the same run and on the same database, the design they replaced: every total summed over the
 raw runs on each first view (the store's queries before the totals, kept here as ``RawRuns``), and checks
 both give the same records.
@@ -31,12 +31,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sqlalchemy as sa  # noqa: E402
-from gpu_offload.hub_extension import billing, pages, views  # noqa: E402
-from gpu_offload.hub_extension.cost import month_of, priced  # noqa: E402
-from gpu_offload.hub_extension.service import freeze_startup_heap  # noqa: E402
-from gpu_offload.hub_extension.state import my_usage, usage_charts  # noqa: E402
-from gpu_offload.hub_extension.store import GROUPS, CostRow, Store, UsageTotal  # noqa: E402
-from gpu_offload.hub_extension.usage import MeteredRun  # noqa: E402
+from gpu_offload.hub_extension.accounting import billing
+from gpu_offload.hub_extension.accounting.cost import month_of, priced  # noqa: E402
+from gpu_offload.hub_extension.accounting.store import GROUPS, CostRow, Store, UsageTotal  # noqa: E402
+from gpu_offload.hub_extension.accounting.usage import MeteredRun  # noqa: E402
+from gpu_offload.hub_extension.service import pages, views  # noqa: E402
+from gpu_offload.hub_extension.service.app import freeze_startup_heap  # noqa: E402
+from gpu_offload.hub_extension.service.state import my_usage, usage_charts  # noqa: E402
 from harness import Run, percentile, timed  # bench/harness.py: the script's folder is on sys.path
 
 RUNS, USERS, DONORS, DAYS = 20_000, 200, 10, 30

@@ -18,10 +18,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_offload.hub_extension import pages, views  # noqa: E402
-from gpu_offload.hub_extension.sampling import RETENTION, Sampler  # noqa: E402
-from gpu_offload.hub_extension.state import donor_charts  # noqa: E402
-from gpu_offload.hub_extension.store import GpuSample, Store  # noqa: E402
+from gpu_offload.hub_extension.accounting.store import GpuSample, Store  # noqa: E402
+from gpu_offload.hub_extension.service import pages, views  # noqa: E402
+from gpu_offload.hub_extension.service.sampling import RETENTION, Sampler  # noqa: E402
+from gpu_offload.hub_extension.service.state import donor_charts  # noqa: E402
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord  # noqa: E402
 from harness import Run, percentile, timed  # bench/harness.py: the script's folder is on sys.path
 

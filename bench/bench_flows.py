@@ -22,7 +22,7 @@ from pathlib import Path
 
 import kubernetes
 from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import liqo
+from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.sandbox.objectstore import s3_server
 from harness import Run, timed_process  # bench/harness.py: the script's folder is on sys.path
 from harness import origin as origin_of

@@ -7,9 +7,10 @@ hub API token of a ``bench`` service holding the view scope, after 5 s of the sa
 ``start + i / rate`` whatever the earlier ones did, and its latency counts from that moment, so a stalled
 service shows as latency, not as a lower rate. Goal (issue 17): 400 requests/s with p99 <= 50 ms for both.
 
-Both variants run in one invocation, one after the other on the same origin: ``service.fastPaths: false``
-(the service as before: bodies rebuilt per request, hub authentication through JupyterHub's blocking
-one-thread pool, an info access-log line per request) and ``true`` (the default). Also printed: the
+Both variants run in one invocation, one after the other on the same origin: ``before``, the service as it
+was at :data:`BEFORE` (bodies rebuilt per request, hub authentication through JupyterHub's blocking
+one-thread pool, an info access-log line per request), run from that git revision in a temporary worktree
+(the product keeps no switch back to it), and ``after``, the service of this checkout. Also printed: the
 service process's CPU per variant and the machine's load average before and after (the machine is
 shared). Run: ``.venv/bin/python bench/bench_headroom.py [--seconds 20] [--rates 200,400]
 [--variants before,after]``.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import shutil
@@ -34,9 +36,9 @@ from pathlib import Path
 
 import aiohttp
 import yaml
-from gpu_offload.hub_extension.local_hub import LocalHub, assign, config_text
+from gpu_offload.hub_extension.service.local_hub import LocalHub, assign, config_text
 from gpu_offload.sandbox.fixtures import stop_process, wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Run, percentile
@@ -48,7 +50,35 @@ DONORS, GOAL_RATE, GOAL_P99_MS = 10, 400, 50.0
 WARM_SECONDS = 5.0
 ENDPOINTS = ("api/inventory", "api/admin/clusters")
 BENCH_TOKEN = "gpu-offload-bench-token-0123456789abcdef"
-VARIANTS = {"before": False, "after": True}
+BEFORE = "dfbdf6e~1"
+"""The revision just before the service's fast paths (kept bodies, then asynchronous hub authentication and
+the debug access log): what ``before`` runs."""
+VARIANTS = {"before": BEFORE, "after": None}
+"""Variant -> the git revision its service runs from (None: this checkout)."""
+
+
+@contextmanager
+def service_code_at(revision: str, where: Path) -> Iterator[Path]:
+    """``revision`` of this repository in a temporary worktree under ``where``; yields a folder that, first on
+    PYTHONPATH, makes ``gpu_offload`` that revision's (its setup.py's folder map, as symlinks)."""
+    tree, path = where / "tree", where / "path"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), revision], check=True,
+                   capture_output=True)
+    try:
+        sys.path.insert(0, str(REPO / ".ci"))
+        from layout import roots_of  # the same reading of setup.py's ROOTS as the type-check tree's
+
+        for package, folder in roots_of(tree).items():
+            if package == "gpu_offload":
+                (path / package).mkdir(parents=True)
+                for item in (tree / folder).iterdir():
+                    (path / package / item.name).symlink_to(item)
+            elif package.startswith("gpu_offload."):
+                (path / "gpu_offload" / package.removeprefix("gpu_offload.")).symlink_to(tree / folder)
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False,
+                       capture_output=True)
 
 
 def free_port() -> int:
@@ -69,19 +99,23 @@ class Stack:
     proxy_pid: int
 
 
-def write_hub(workdir: Path, origin: RunningOrigin, fast_paths: bool) -> tuple[Path, LocalHub]:
-    """The hub's config file: the service against ``origin``, and a ``bench`` service whose token may read."""
+def write_hub(workdir: Path, origin: RunningOrigin, earlier: Path | None) -> tuple[Path, LocalHub]:
+    """The hub's config file: the service against ``origin`` (``earlier``: the import folder of an earlier
+    revision's service), and a ``bench`` service whose token may read."""
     chp = shutil.which("configurable-http-proxy") or str(NODE_BIN / "configurable-http-proxy")
     if not Path(chp).exists():
         raise SystemExit("configurable-http-proxy missing: tests/run.sh installs it into .ci/node")
     config = {"usageDatabase": {"url": f"sqlite:///{workdir}/usage.sqlite"},
-              "liqo": {"tenantNamespaces": [f"liqo-tenant-donor-{i}" for i in range(1, DONORS + 1)]},
-              "service": {"fastPaths": fast_paths}}
+              "liqo": {"tenantNamespaces": [f"liqo-tenant-donor-{i}" for i in range(1, DONORS + 1)]}}
     (workdir / "gpu-offload.yaml").write_text(yaml.safe_dump(config))
     environment = {"KUBECONFIG": str(origin.sandbox.kubeconfig), "GPU_OFFLOAD_CONFIG": str(workdir / "gpu-offload.yaml")}
+    if earlier is not None:
+        environment["PYTHONPATH"] = str(earlier)  # ahead of the installed package
     port, hub_port, proxy_api_port, service_port = (free_port() for _ in range(4))
     local = LocalHub(workdir, chp, port, hub_port, proxy_api_port, service_port, environment)
-    extra = [assign("JupyterHub.load_roles", [
+    extra = [] if earlier is None else [  # the earlier revision's service is a module, not a package
+        f"c.JupyterHub.services[-1]['command'] = {[sys.executable, '-m', 'gpu_offload.hub_extension.service']!r}"]
+    extra += [assign("JupyterHub.load_roles", [
         {"name": "bench", "scopes": ["custom:gpu-offload:view", "access:services!service=gpu-offload"],
          "services": ["bench"]}])]
     path = workdir / "jupyterhub_config.py"
@@ -120,9 +154,9 @@ def get(url: str) -> int:
 
 
 @contextmanager
-def running_hub(workdir: Path, origin: RunningOrigin, fast_paths: bool) -> Iterator[Stack]:
+def running_hub(workdir: Path, origin: RunningOrigin, earlier: Path | None) -> Iterator[Stack]:
     """JupyterHub, its proxy and the service, up until the block ends."""
-    config, local = write_hub(workdir, origin, fast_paths)
+    config, local = write_hub(workdir, origin, earlier)
     log = (workdir / "hub.log").open("wb")
     env = {**os.environ, "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}"}
     proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=workdir, stdout=log,
@@ -224,7 +258,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each timed run (default 20)")
     parser.add_argument("--rates", default="200,400", help="requests per second, comma-separated (default 200,400)")
     parser.add_argument("--variants", default="before,after",
-                        help="before (service.fastPaths: false), after (true), or both (default)")
+                        help=f"before (the service at {BEFORE}), after (this checkout's), or both (default)")
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
     variants = [v for v in args.variants.split(",") if v]
@@ -239,7 +273,10 @@ def main() -> int:
         for variant in variants:
             workdir = Path(tmp) / variant
             workdir.mkdir()
-            with running_hub(workdir, origin, VARIANTS[variant]) as stack:
+            revision = VARIANTS[variant]
+            with contextlib.ExitStack() as code:
+                earlier = None if revision is None else code.enter_context(service_code_at(revision, workdir / "code"))
+                stack = code.enter_context(running_hub(workdir, origin, earlier))
                 # untimed: the stack's first seconds (the hub's and the service's start-up work) are not the
                 # steady state measured below
                 asyncio.run(drive(f"{stack.service_url}{ENDPOINTS[0]}", rates[0], WARM_SECONDS, stack))

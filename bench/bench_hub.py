@@ -18,11 +18,12 @@ import tempfile
 import time
 
 import kubernetes
-from gpu_offload.hub_extension import pages
+from gpu_offload.hub_extension.accounting.store import Store
 from gpu_offload.hub_extension.config import HubConfig
-from gpu_offload.hub_extension.state import HubState
-from gpu_offload.hub_extension.store import Store
-from gpu_offload.sandbox import liqo, liqo_controllers
+from gpu_offload.hub_extension.service import pages
+from gpu_offload.hub_extension.service.state import HubState
+from gpu_offload.sandbox.liqo import controllers as liqo_controllers
+from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.sandbox.server import ApiServer
 from harness import (  # bench/harness.py: the script's folder is on sys.path
     LIQO_CRDS,

@@ -21,16 +21,17 @@ import uuid
 from typing import Any
 
 import kubernetes
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import RunRequest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.config import KubeSettings
-from gpu_offload.magics.bundle import build_job
-from gpu_offload.magics.engine import FollowSettings, Intake, follow
-from gpu_offload.magics.sinks import RecordingSink
-from gpu_offload.sandbox.http_faults import FaultRule
+from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from harness import Run  # bench/harness.py: the script's folder is on sys.path
 from harness import origin as origin_of
+
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import KubeSettings
+from gpu_offload.engine.bundle import build_job
+from gpu_offload.engine.engine import FollowSettings, Intake, follow
+from gpu_offload.engine.sinks import RecordingSink
 
 # Counted in this order (the first matching rule counts a request); the last one catches the rest.
 CATEGORIES = (

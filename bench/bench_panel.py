@@ -15,14 +15,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_offload.magics.backends.base import Job, RunEvent, RunRequest
 from gpu_offload.magics.dashboard.clusters import local_row
-from gpu_offload.magics.dashboard.records import RunBook
-from gpu_offload.magics.dashboard.runs import list_runs
-from gpu_offload.magics.dashboard.tracking import TrackedRun, Tracker
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
-from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder
 from harness import Run, timed  # bench/harness.py: the script's folder is on sys.path
+
+from gpu_offload.engine.backends.base import Job, RunEvent, RunRequest
+from gpu_offload.engine.runs.listing import list_runs
+from gpu_offload.engine.runs.records import RunBook
+from gpu_offload.engine.runs.tracking import TrackedRun, Tracker
+from gpu_offload.runner.frames import FrameDecoder, FrameEncoder
 
 EVENTS = 20_000
 

@@ -31,20 +31,20 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import RunRequest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.config import KubeSettings
-from gpu_offload.magics.bundle import build_job
-from gpu_offload.magics.engine import FollowSettings, Intake, follow
-from gpu_offload.magics.errors import OffloadUsageError
-from gpu_offload.magics.sinks import RecordingSink
-from gpu_offload.sandbox import liqo
-from gpu_offload.sandbox.http_faults import FaultRule
+from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
 from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 
 from gpu_offload.cli import main as cli
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import KubeSettings
+from gpu_offload.engine.bundle import build_job
+from gpu_offload.engine.engine import FollowSettings, Intake, follow
+from gpu_offload.engine.errors import OffloadUsageError
+from gpu_offload.engine.sinks import RecordingSink
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 TINY = 1e-9

@@ -22,17 +22,18 @@ from typing import Any
 
 import kubernetes
 from bench_kube import CATEGORIES, TINY  # the script's folder is on sys.path
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import Ranks, RunRequest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.config import KubeSettings
-from gpu_offload.magics.bundle import build_job
-from gpu_offload.magics.engine import FollowSettings, Intake, follow
-from gpu_offload.magics.ranked import RankedRun
-from gpu_offload.magics.sinks import RecordingSink
-from gpu_offload.sandbox.http_faults import FaultRule
+from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from harness import machine_line, percentile
 from harness import origin as origin_of
+
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.backends.base import Ranks, RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import KubeSettings
+from gpu_offload.engine.bundle import build_job
+from gpu_offload.engine.engine import FollowSettings, Intake, follow
+from gpu_offload.engine.ranked import RankedRun
+from gpu_offload.engine.sinks import RecordingSink
 
 TWO_NODES = Ranks(nodes=2, procs_per_node=1)
 JOB_CATEGORIES = (

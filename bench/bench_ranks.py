@@ -33,14 +33,15 @@ import time
 import uuid
 from pathlib import Path
 
-from gpu_offload.magics.analysis import analyse_cell
-from gpu_offload.magics.backends.base import Backend
-from gpu_offload.magics.backends.local import LocalBackend
-from gpu_offload.magics.execution import Launch, start
-from gpu_offload.magics.request import OffloadRequest
-from gpu_offload.magics.runner.frames import Done, Stream
 from harness import machine_line
 from harness import origin as origin_of  # bench/harness.py: the script's folder is on sys.path
+
+from gpu_offload.engine.analysis import analyse_cell
+from gpu_offload.engine.backends.base import Backend
+from gpu_offload.engine.backends.local import LocalBackend
+from gpu_offload.engine.execution import Launch, start
+from gpu_offload.engine.request import OffloadRequest
+from gpu_offload.runner.frames import Done, Stream
 
 SCRIPT = """\
 import torch.distributed as dist
@@ -113,8 +114,9 @@ def sandbox(rounds: int) -> dict[str, list[tuple[float, float]]]:
     """The 2 x 2 CPU cell as an Indexed Job and a one-pod cell, alternating, on a sandbox origin."""
     import kubernetes
     from gpu_offload.liqo_peering.specs import runner_selector
-    from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-    from gpu_offload.magics.backends.kube.config import KubeSettings
+
+    from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+    from gpu_offload.engine.backends.kube.config import KubeSettings
 
     ranked = OffloadRequest(SCRIPT, gpus=0, nodes=2, procs_per_node=2, quiet_ranks=False, image=TORCH_IMAGE,
                             timeout=600)

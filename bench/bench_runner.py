@@ -23,10 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_offload.magics.runner.build import build_runner
-from gpu_offload.magics.runner.bundle import encode_bundle, make_bundle
-from gpu_offload.magics.runner.frames import Done, FrameDecoder, Stream
-from gpu_offload.magics.runner.secrecy import greeting
+from gpu_offload.runner.build import build_runner
+from gpu_offload.runner.bundle import encode_bundle, make_bundle
+from gpu_offload.runner.frames import Done, FrameDecoder, Stream
+from gpu_offload.runner.secrecy import greeting
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Run, timed_process  # bench/harness.py: the script's folder is on sys.path

@@ -1,4 +1,4 @@
-"""Safe outputs (magics/runner/safe.py + magics/trust/decode.py) beside today's pickle path, and the frame
+"""Safe outputs (src/gpu_offload/runner/safe.py + src/gpu_offload/engine/trust/decode.py) beside today's pickle path, and the frame
 decoder on an endless line.
 
 Each codec row is one value sent back from a cell and decoded in the kernel, in memory (no transport):
@@ -46,12 +46,12 @@ def make_value(kind: str, mib: int) -> Any:
 
 def round_trip(codec: str, value: Any) -> Any:
     if codec == "pickle":
-        from gpu_offload.magics.runner import buffers
+        from gpu_offload.runner import buffers
 
         dumped = buffers.dump({"x": value}, "inline")
         return buffers.load(dumped.pickle, [])["x"]
-    from gpu_offload.magics.runner.safe import encode
-    from gpu_offload.magics.trust.decode import decode
+    from gpu_offload.engine.trust.decode import decode
+    from gpu_offload.runner.safe import encode
 
     data = encode({"x": value}).tobytes()
     return decode(data, wanted={"x"}).values["x"]
@@ -90,7 +90,7 @@ def frame_decoder_rate(mib: int) -> tuple[float, float]:
     local backend reads its pipe) and in one chunk; then the frames after it still decode."""
     import secrets
 
-    from gpu_offload.magics.runner.frames import Done, FrameDecoder, FrameEncoder
+    from gpu_offload.runner.frames import Done, FrameDecoder, FrameEncoder
 
     nonce = secrets.token_hex(16)
     lines: list[bytes] = []

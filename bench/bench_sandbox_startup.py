@@ -32,9 +32,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import kubernetes
-from gpu_offload.sandbox import liqo
-from gpu_offload.sandbox.kubeconfig import write_kubeconfig
-from gpu_offload.sandbox.origin import LiqoOrigin, OriginOptions
+from gpu_offload.sandbox.apiserver.kubeconfig import write_kubeconfig
+from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.liqo.origin import LiqoOrigin, OriginOptions
 from gpu_offload.sandbox.server import ApiServer
 from gpu_offload.sandbox.testing import make_api
 

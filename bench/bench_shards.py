@@ -34,7 +34,7 @@ RANK_SCRIPT = r"""
 import json, sys, time
 import torch
 import torch.distributed as dist
-from gpu_offload.magics.shards import StepTimer, loss_weight, shard_range, shard_sizes
+from gpu_offload.engine.shards import StepTimer, loss_weight, shard_range, shard_sizes
 
 steps, calibrate, slow, batch, warmup = (int(a) for a in sys.argv[1:6])
 dist.init_process_group("gloo")

@@ -13,7 +13,7 @@ The model of the pool, and what it leaves out:
 - each virtual node reports its free CPU and memory. Two request kinds are replayed side by side:
   "GPUs only" (a request without CPU or memory, as cells without ``GPU_OFFLOAD_MEMORY`` send) and "GPUs +
   CPU + memory" (the task's own). When the chosen node lacks the task's CPU or memory, the donor's scheduler
-  answers Unschedulable and the backend retries once on another cluster (``magics/backends/kube/run.py``);
+  answers Unschedulable and the backend retries once on another cluster (``src/gpu_offload/engine/backends/kube/run.py``);
   the replay does the same and counts both outcomes;
 - a rejection is "fragmented" when the pool had enough free GPUs of an allowed model in total, just not on
   one node.

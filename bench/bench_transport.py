@@ -20,8 +20,9 @@ import tempfile
 from collections.abc import Callable
 
 import numpy as np
-from gpu_offload.magics.runner import buffers, handover
 from harness import machine_line, timed  # bench/harness.py: the script's folder is on sys.path
+
+from gpu_offload.runner import buffers, handover
 
 
 def median_ms(action: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -34,7 +35,7 @@ def median_ms(action: Callable[[], object], repeats: int) -> tuple[float, float]
 def round_trip(array: np.ndarray, shm_dir: str, one_shot: bool) -> tuple[np.ndarray, np.ndarray]:
     """In and out once, as the engine and a runner do for ``b = a``; returns the result and the runner's
     array (freed by the caller, untimed). A one-shot runner maps its inputs shared and hands an
-    unchanged input back without a copy (magics/runner/handover.py); a session runner copies."""
+    unchanged input back without a copy (src/gpu_offload/runner/handover.py); a session runner copies."""
     sent = buffers.dump({"a": array}, "shm", shm_dir=shm_dir)  # engine: inputs
     remote = buffers.load(sent.pickle, sent.buffers, share=one_shot)["a"]  # runner: load inputs
     back = buffers.dump({"b": remote}, "shm", shm_dir=shm_dir)  # runner: outputs

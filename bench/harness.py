@@ -203,7 +203,7 @@ def revision() -> str:
 @contextlib.contextmanager
 def origin(donors: Any = 2, crds: Path | None = LIQO_CRDS, **options: Any) -> Iterator[Any]:
     """A sandbox origin with Liqo donors in a temporary folder (``donors``: a count or ``liqo.Donor`` list)."""
-    from gpu_offload.sandbox.origin import running_origin
+    from gpu_offload.sandbox.liqo.origin import running_origin
 
     with tempfile.TemporaryDirectory(prefix="bench-origin-") as tmp, \
             running_origin(Path(tmp), donors, crds=crds, **options) as running:

@@ -1,4 +1,5 @@
-"""Writes the generated references in docs/: each chart's values (from its values.schema.json and values.yaml).
+"""Writes the generated references in docs/: each chart's values (from its values.schema.json and values.yaml),
+and the ``gpu-offload`` command's (from its parsers).
 
     python docs/generate.py          # rewrite them
     python docs/generate.py --check  # exit 1 naming the files that are out of date (the tests do the same)
@@ -81,9 +82,47 @@ def values_reference(chart: str, title: str, note: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _helps(parser: argparse.ArgumentParser, title: str) -> Iterator[tuple[str, str]]:
+    """(title, help text) of ``parser`` and of each of its own sub-commands."""
+    yield title, parser.format_help()
+    for action in parser._actions:  # argparse keeps no public list of them
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _helps(sub, f"{title} {name}")
+
+
+def cli_reference() -> str:
+    """The Markdown reference of ``gpu-offload``: every sub-command's help, as ``--help`` prints it."""
+    import os
+
+    from gpu_offload import cli
+
+    width = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: one width for everyone
+    try:
+        top = cli.build_parser([])
+        sections = [("gpu-offload", top.format_help())]
+        for command in cli.COMMANDS:
+            parser = cli.build_parser([command.name])
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command.name]
+            sections.extend(_helps(sub, f"gpu-offload {command.name}"))
+    finally:
+        if width is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = width
+    lines = ["# The `gpu-offload` command", "",
+             "Generated from the command's parsers by `python docs/generate.py`; edit the parsers, not this file.", ""]
+    for title, text in sections:
+        lines += [f"## {title}", "", "```text", text.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
 def generated() -> dict[Path, str]:
     """Every generated file and the text it must hold."""
-    return {REPO / "docs" / name: values_reference(*spec) for name, spec in CHARTS.items()}
+    files = {REPO / "docs" / name: values_reference(*spec) for name, spec in CHARTS.items()}
+    files[REPO / "docs" / "cli.md"] = cli_reference()
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,9 @@ class UserNamespaces:
     user_server_service_account: str = "gpu-offload-user-server"
     pod_security: str = "baseline"
     """Pod Security level enforced in user namespaces (``pod-security.kubernetes.io/enforce``)."""
+    object_quota: tuple[tuple[str, int], ...] = (("pods", 50), ("secrets", 100), ("services", 20))
+    """How many objects of each kind a user namespace may hold (a ResourceQuota's object counts), so that one
+    user cannot flood the API server or the hub's watches; a kind at 0 is not capped."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,9 @@ class HubConfig:
     """This (consumer) cluster's Liqo id; empty: read from an existing ResourceSlice when needed."""
     database_url: str = "sqlite:///gpu-offload-usage.sqlite"
     port: int = 10101
-    default_image: str = "python:3.11-slim"
+    default_image: str = ""
+    """Runner pods' image of every user server (``GPU_OFFLOAD_IMAGE``); empty: each kernel uses the project's
+    runner image for its own Python minor version."""
     placement_policy: str = "most-free"
     """Set in every user server as ``GPU_OFFLOAD_PLACEMENT_POLICY``."""
     gpu_quota_per_user: int = 0
@@ -78,10 +83,6 @@ class HubConfig:
     clusters: TrustPolicy = field(default_factory=TrustPolicy)
     """The chart's ``clusters``: which donors the origin trusts, and the GPU model and price its admin set."""
     queueing: QueueSettings | None = None
-    fast_paths: bool = True
-    """The config file's ``service.fastPaths``: keep the hot endpoints' JSON bodies between watch events,
-    authenticate without blocking the event loop, log successful API reads at debug. False does all of it per
-    request as before (for measuring the difference: bench/bench_headroom.py); never needed otherwise."""
     metrics_per_user: bool = True
     """The chart's ``metrics.perUserSeries``: the ``user`` label on the GPU-seconds, cost and preemption series."""
     metrics_open: bool = False
@@ -100,6 +101,25 @@ def _section(raw: Mapping[str, Any], key: str, where: Path | str) -> Mapping[str
     if not isinstance(value, Mapping):
         raise InvalidRequest(f"{where}: {key} must be a mapping, got {type(value).__name__}; see the chart's ConfigMap")
     return value
+
+
+QUOTA_KINDS = ("pods", "secrets", "services")
+
+
+def _object_quota(raw: Any, default: tuple[tuple[str, int], ...], where: Path | str) -> tuple[tuple[str, int], ...]:
+    """``userNamespaces.objectQuota``: a count (0 or more) per kind of ``QUOTA_KINDS``; kinds left out keep
+    their default."""
+    if raw is None:
+        return default
+    if not isinstance(raw, Mapping) or not set(raw) <= set(QUOTA_KINDS):
+        raise InvalidRequest(f"{where}: userNamespaces.objectQuota={raw!r}; give counts for {', '.join(QUOTA_KINDS)}")
+    counts = dict(default)
+    for kind, value in raw.items():
+        if type(value) is not int or value < 0:
+            raise InvalidRequest(f"{where}: userNamespaces.objectQuota.{kind}={value!r}; give a whole number, 0 for "
+                                 "no cap")
+        counts[kind] = value
+    return tuple((k, counts[k]) for k in QUOTA_KINDS)
 
 
 def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubConfig:
@@ -155,9 +175,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     per_user = _section(raw, "metrics", where).get("perUserSeries", True)
     if not isinstance(per_user, bool):
         raise InvalidRequest(f"{where}: metrics.perUserSeries={per_user!r} must be true or false")
-    fast_paths = service.get("fastPaths", True)
-    if not isinstance(fast_paths, bool):
-        raise InvalidRequest(f"{where}: service.fastPaths={fast_paths!r} must be true or false")
+    object_quota = _object_quota(user_ns.get("objectQuota"), base.object_quota, where)
     pod_security = str(user_ns.get("podSecurity") or base.pod_security)
     if pod_security not in POD_SECURITY_LEVELS:
         raise InvalidRequest(f"{where}: userNamespaces.podSecurity={pod_security!r}; use one of "
@@ -174,6 +192,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
                 user_ns.get("userServerServiceAccount") or base.user_server_service_account
             ),
             pod_security=pod_security,
+            object_quota=object_quota,
         ),
         tenant_namespaces=tuple(tenants),
         cluster_id=str(liqo.get("clusterID") or ""),
@@ -192,7 +211,6 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         queueing=queueing,
         metrics_open=metrics_open,
         metrics_per_user=per_user,
-        fast_paths=fast_paths,
     )
 
 

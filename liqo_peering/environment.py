@@ -128,8 +128,13 @@ BACKEND = _kernel("BACKEND", choice("kubernetes", "local"), None,
 NAMESPACE = _kernel("NAMESPACE", text, None,
                     "Offloaded namespace the runner pods go to; unset: the kubeconfig context's, as kubectl.",
                     "the kubeconfig context's")
-IMAGE = _kernel("IMAGE", text, "python:3.11-slim",
-                "Runner pods' image when a cell gives no --image; the runner travels with the cell.")
+IMAGE = _kernel("IMAGE", text, None,
+                "Runner pods' image when a cell gives no --image; unset: the project's runner image for the "
+                "kernel's Python minor version (with torch when the kernel has torch), from images.json.",
+                "the runner image of the kernel's Python")
+IMAGE_REGISTRY = _kernel("IMAGE_REGISTRY", text, None,
+                         "Registry (and path) the project's runner images were pushed to, put in front of the "
+                         "default runner image's name; unset: the bare name.", "none")
 PYTHON = _kernel("PYTHON", text, "python3", "Interpreter inside the image.")
 GPU_MODEL = _kernel("GPU_MODEL", text, None,
                     "GPU model of cells that give no --gpu-model (a hub's GPU profile sets it).")
@@ -171,7 +176,7 @@ MONTHLY_BUDGET: Setting[float | None] = _kernel(
     "(the hub writes its chart's `offload.monthlyBudgetPerUser`; the spend is read from SERVICE_URL).", "none")
 
 KERNEL: tuple[Setting[Any], ...] = (
-    BACKEND, NAMESPACE, IMAGE, PYTHON, GPU_MODEL, S3_BUCKET, S3_ENDPOINT, MEMORY, CREATE_OFFLOADING,
+    BACKEND, NAMESPACE, IMAGE, IMAGE_REGISTRY, PYTHON, GPU_MODEL, S3_BUCKET, S3_ENDPOINT, MEMORY, CREATE_OFFLOADING,
     KERNEL_ID, PLACEMENT_POLICY, SWEEP_SECONDS, SERVICE_URL, SERVER_ID, METERED, STATE_DIR,
     TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, MONTHLY_BUDGET, SESSION_IDLE_TIMEOUT,
 )

@@ -219,11 +219,7 @@ class UnknownModel(PlacementError):
 
 
 class BundleTooLarge(GpuOffloadError):
-    """The bundle cannot travel in a Secret; object storage must carry it."""
-
-
-class OffloadingConflict(GpuOffloadError):
-    """The namespace's NamespaceOffloading cannot be widened without changing what others rely on."""
+    """The bundle is too large to send a pod directly; object storage must carry it."""
 
 
 class OffloadingMissing(GpuOffloadError):

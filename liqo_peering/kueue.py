@@ -315,26 +315,68 @@ def queue_settings(raw: Mapping[str, Any] | None, where: str = "queueing.kueue")
     if any(c.name == default and (c.users or c.groups) for c in classes):
         raise ValueError(f"{where}.defaultPriority={default!r} is open to some users only, but every run that "
                          "names no class gets it: drop its users and groups, or make another class the default")
+    local = _object_name(raw.get("localQueue") or base.local_queue, f"{where}.localQueue", label=True)
+    if local == "default":
+        # Kueue's default-LocalQueue feature queues every pod of a namespace that names no queue in a
+        # LocalQueue called "default": the user's own server and every pod they start would wait in the pool.
+        raise ValueError(f"{where}.localQueue='default' would make Kueue queue every unlabelled pod of each user "
+                         "namespace, the user's own server included: pick another name (the default is "
+                         f"{base.local_queue!r})")
     return QueueSettings(
         cluster_queue=_object_name(raw.get("clusterQueue") or base.cluster_queue, f"{where}.clusterQueue"),
-        local_queue=_object_name(raw.get("localQueue") or base.local_queue, f"{where}.localQueue", label=True),
+        local_queue=local,
         priority_classes=classes,
         default_priority=default,
     )
 
 
-def queued_scheduling(gpus: int, clusters: Iterable[str] = (), models: Iterable[str] = ()) -> dict[str, Any]:
+def model_clusters(inventory: Inventory, policy: TrustPolicy, models: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Each cluster having a GPU of one of ``models`` (any case) -> the model label values its flavors select
+    on: the models as its nodes spell them, or ``()`` where the admin set the cluster's model (its flavor
+    selects on the cluster id alone, and its nodes' own labels may say anything). ``inventory`` has the policy
+    applied (``trust.apply_policy``)."""
+    wanted = {m.lower() for m in models}
+    found: dict[str, set[str]] = {}
+    for cluster in inventory.clusters:
+        for vn in cluster.virtual_nodes:
+            if vn.model is not None and vn.model.lower() in wanted:
+                found.setdefault(cluster.cluster_id, set()).add(vn.model)
+    return {cluster_id: () if policy.for_cluster(cluster_id).gpu_model is not None else tuple(sorted(spelt))
+            for cluster_id, spelt in sorted(found.items())}
+
+
+def queued_scheduling(gpus: int, clusters: Iterable[str] = (),
+                      models: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
     """The scheduling fields of a runner pod that waits in Kueue: the GPUs it asks for, and node affinity only
     where the run narrows the donors (a ``--cluster`` pin, trusted clusters only, GPU models). No toleration
     and no node choice: Kueue picks a flavor that matches the affinity and adds that flavor's node labels and
-    tolerations when it admits the pod (``resource_flavor``)."""
+    tolerations when it admits the pod (``resource_flavor``).
+
+    A model request (``models``, from :func:`model_clusters`) is narrowed by cluster id, a key every flavor
+    carries: one node-selector term per cluster having the model, adding the model key only where that
+    cluster's flavors select on it. Kueue 0.19 and later match a flavor on the keys in its own ``nodeLabels``
+    only, so a model key alone would match every flavor that selects on the cluster id alone (an admin-set
+    model, nodes without a model label) and Kueue would admit the pod where the scheduler cannot bind it.
+    ``clusters`` and ``models`` both given: the clusters in both."""
     fragment: dict[str, Any] = {"resources": {"limits": {L.GPU_RESOURCE: str(gpus)}}}
-    exprs = [{"key": key, "operator": "In", "values": values}
-             for key, values in ((L.REMOTE_CLUSTER_ID_LABEL, sorted(set(clusters))),
-                                 (L.GPU_MODEL, list(dict.fromkeys(models)))) if values]
-    if exprs:
+    pinned = sorted(set(clusters))
+    terms: list[dict[str, Any]] = []
+    if models is not None:
+        for cluster_id, spelt in models.items():
+            if pinned and cluster_id not in pinned:
+                continue
+            exprs = [{"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": [cluster_id]}]
+            if spelt:
+                exprs.append({"key": L.GPU_MODEL, "operator": "In", "values": list(spelt)})
+            terms.append({"matchExpressions": exprs})
+        if not terms:
+            raise ValueError("no cluster offers the GPU model asked for" + (" among " + ", ".join(pinned)
+                                                                            if pinned else ""))
+    elif pinned:
+        terms.append({"matchExpressions": [{"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": pinned}]})
+    if terms:
         fragment["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": exprs}]}}}
+            "nodeSelectorTerms": terms}}}
     return fragment
 
 

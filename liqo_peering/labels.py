@@ -20,6 +20,14 @@ REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
 """Node label naming the cluster a virtual node leads to."""
 NAMESPACE_OFFLOADING_NAME = "offloading"
 """Liqo only honours a NamespaceOffloading with exactly this name."""
+# Liqo's reflection of Secrets and ConfigMaps (pkg/consts/replication.go, and ShouldSkipReflection in
+# pkg/virtualKubelet/reflection/generic/namespaced.go): under the default DenyList every object of an offloaded
+# namespace is copied to every donor it is offloaded to unless SKIP_REFLECTION is set (to anything but "false");
+# under AllowList only objects with ALLOW_REFLECTION (anything but "false") are.
+SKIP_REFLECTION = "liqo.io/skip-reflection"
+ALLOW_REFLECTION = "liqo.io/allow-reflection"
+LIQO_RUNTIME_CLASS = "liqo"
+"""The RuntimeClass Liqo creates: a pod naming it goes to virtual nodes whatever the offloading strategy."""
 GPU_RESOURCE = "nvidia.com/gpu"
 """Extended resource name of NVIDIA GPUs (device plugin), also the key in ResourceSlice resources."""
 

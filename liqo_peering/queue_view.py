@@ -20,37 +20,56 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
-def render_queues(name: str, queue: Obj | None, flavors: Iterable[Obj], priority_classes: Iterable[Obj],
-                  local_queues: Iterable[Obj]) -> str:
-    """The ClusterQueue ``name``: its flavors in the order Kueue tries them, with donor, model, quota and
-    usage, its pending and admitted workloads, and the LocalQueues and priority classes that feed it."""
+def queue_records(name: str, queue: Obj | None, flavors: Iterable[Obj], priority_classes: Iterable[Obj],
+                  local_queues: Iterable[Obj]) -> dict[str, Any]:
+    """The ClusterQueue ``name`` as data (``gpu-offload queues --json``): its flavors in the order Kueue tries
+    them, with donor, model, quota and usage, its workload counts, and the LocalQueues and priority classes
+    that feed it. ``found`` is false when there is no such ClusterQueue."""
     if queue is None:
-        return f"no ClusterQueue {name}: run `gpu-offload queues sync` (or turn queueing on in the hub)"
+        return {"clusterQueue": name, "found": False, "flavors": [], "localQueues": [], "priorityClasses": []}
     status = queue.get("status") or {}
     used = _totals(status.get("flavorsUsage") or [])
     by_name = {f["metadata"]["name"]: f for f in flavors}
-    rows = [["FLAVOR", "CLUSTER", "MODEL", "GPUS", "GPUS USED", "CPU", "MEMORY"]]
+    rows = []
     for group in (queue.get("spec") or {}).get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
             quota = {r["name"]: str(r["nominalQuota"]) for r in flavor.get("resources") or []}
             notes = ((by_name.get(flavor["name"]) or {}).get("metadata") or {}).get("annotations") or {}
-            rows.append([flavor["name"], notes.get(L.REMOTE_CLUSTER_ID_LABEL, "?"), notes.get(L.GPU_MODEL, "-"),
-                         quota.get(L.GPU_RESOURCE, "0"), used.get(flavor["name"], {}).get(L.GPU_RESOURCE, "0"),
-                         quota.get("cpu", "0"), quota.get("memory", "0")])
-    lines = [f"ClusterQueue {name}: {status.get('pendingWorkloads', 0)} pending, "
-             f"{status.get('reservingWorkloads', 0)} reserving, {status.get('admittedWorkloads', 0)} admitted"]
+            rows.append({"flavor": flavor["name"], "cluster": notes.get(L.REMOTE_CLUSTER_ID_LABEL, "?"),
+                         "model": notes.get(L.GPU_MODEL, "-"), "gpus": quota.get(L.GPU_RESOURCE, "0"),
+                         "gpusUsed": used.get(flavor["name"], {}).get(L.GPU_RESOURCE, "0"),
+                         "cpu": quota.get("cpu", "0"), "memory": quota.get("memory", "0")})
+    mine = sorted((q for q in local_queues if (q.get("spec") or {}).get("clusterQueue") == name),
+                  key=lambda q: (q["metadata"].get("namespace", ""), q["metadata"]["name"]))
+    return {
+        "clusterQueue": name, "found": True, "pending": status.get("pendingWorkloads", 0),
+        "reserving": status.get("reservingWorkloads", 0), "admitted": status.get("admittedWorkloads", 0),
+        "flavors": rows,
+        "localQueues": [{"name": f"{q['metadata'].get('namespace')}/{q['metadata']['name']}",
+                         "pending": (q.get("status") or {}).get("pendingWorkloads", 0),
+                         "admitted": (q.get("status") or {}).get("admittedWorkloads", 0)} for q in mine],
+        "priorityClasses": [{"name": c["metadata"]["name"], "value": int(c.get("value", 0))}
+                            for c in sorted(priority_classes, key=lambda c: -int(c.get("value", 0)))],
+    }
+
+
+def render_queues(name: str, queue: Obj | None, flavors: Iterable[Obj], priority_classes: Iterable[Obj],
+                  local_queues: Iterable[Obj]) -> str:
+    """The ClusterQueue ``name`` in words (:func:`queue_records` as a table)."""
+    data = queue_records(name, queue, flavors, priority_classes, local_queues)
+    if not data["found"]:
+        return f"no ClusterQueue {name}: run `gpu-offload queues sync` (or turn queueing on in the hub)"
+    header = ["FLAVOR", "CLUSTER", "MODEL", "GPUS", "GPUS USED", "CPU", "MEMORY"]
+    keys = ["flavor", "cluster", "model", "gpus", "gpusUsed", "cpu", "memory"]
+    rows = [header] + [[str(f[k]) for k in keys] for f in data["flavors"]]
+    lines = [f"ClusterQueue {name}: {data['pending']} pending, {data['reserving']} reserving, "
+             f"{data['admitted']} admitted"]
     lines += _table(rows) if len(rows) > 1 else ["no flavors: no donor grants GPUs, nothing is admitted"]
-    mine = [q for q in local_queues if (q.get("spec") or {}).get("clusterQueue") == name]
-    if mine:
+    if data["localQueues"]:
         lines.append("")
-        queue_rows = [["LOCALQUEUE", "PENDING", "ADMITTED"]]
-        for q in sorted(mine, key=lambda q: (q["metadata"].get("namespace", ""), q["metadata"]["name"])):
-            qs = q.get("status") or {}
-            queue_rows.append([f"{q['metadata'].get('namespace')}/{q['metadata']['name']}",
-                               str(qs.get("pendingWorkloads", 0)), str(qs.get("admittedWorkloads", 0))])
-        lines += _table(queue_rows)
-    classes = sorted(priority_classes, key=lambda c: -int(c.get("value", 0)))
-    if classes:
+        lines += _table([["LOCALQUEUE", "PENDING", "ADMITTED"]]
+                        + [[q["name"], str(q["pending"]), str(q["admitted"])] for q in data["localQueues"]])
+    if data["priorityClasses"]:
         lines.append("")
-        lines.append("priority classes: " + ", ".join(f"{c['metadata']['name']} ({c.get('value', 0)})" for c in classes))
+        lines.append("priority classes: " + ", ".join(f"{c['name']} ({c['value']})" for c in data["priorityClasses"]))
     return "\n".join(lines)

@@ -58,7 +58,7 @@ class RankJobSpec:
 
 def rank_job_name(run_id: str) -> str:
     """The Job's name for a run; its pods are ``<job>-<index>-<random>`` with hostname ``<job>-<index>``."""
-    # the same name a single cell's pod gets, so the Secret (``<name>-bundle``) and the sweep's selectors agree
+    # the same name a single cell's pod gets, so the runner Secret (``<name>-runner``) and the sweep's selectors agree
     return _dns_name(f"gpuo-{run_id}", "Job name (from run id)")
 
 
@@ -132,8 +132,10 @@ def rank_job(spec: RankJobSpec) -> dict[str, Any]:
     """The Indexed Job running the run's pods: all or nothing (``backoffLimit: 0``, pods never restart).
 
     A rank that fails cannot rejoin a process group the others are in, so the first failed pod fails the Job
-    and the job controller ends the other pods. With a queue, the Job carries Kueue's labels and starts
-    suspended: Kueue admits its N pods as one Workload and unsuspends it, never part of them.
+    and the job controller ends the other pods. With a queue, the Job carries Kueue's labels, and Kueue's Job
+    webhook suspends it on creation: Kueue admits its N pods as one Workload and unsuspends it, never part of
+    them. The Job is not created suspended by us: where Kueue does not manage it (Kueue absent or down with its
+    webhook set to ignore, a namespace outside ``managedJobsNamespaceSelector``) it would wait for ever.
     """
     _check(spec)
     pod = spec.pod
@@ -147,8 +149,6 @@ def rank_job(spec: RankJobSpec) -> dict[str, Any]:
     if pod.timeout is not None:
         job_spec["activeDeadlineSeconds"] = pod.timeout
     queue = _queue_labels(pod)
-    if queue:
-        job_spec["suspend"] = True
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

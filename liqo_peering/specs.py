@@ -16,14 +16,20 @@ from typing import Any
 
 from . import environment as E
 from . import labels as L
-from .errors import BundleTooLarge, InvalidRequest, OffloadingConflict
+from .errors import BundleTooLarge, InvalidRequest
 from .selectors import selector_matches
 
 MOUNT_PATH = "/gpu-offload"
-BUNDLE_KEY = "bundle.pkl"
 RUNNER_KEY = "runner.pyz"
-# The API server caps a Secret's data at 1 MiB; leave room for metadata and the base64 of the other key.
+# The API server caps a Secret's data at 1 MiB; leave room for metadata. A bundle that makes more than this
+# together with the runner goes through object storage (it used to share the Secret with the runner).
 MAX_SECRET_BYTES = 1024 * 1024 - 16 * 1024
+REFLECTED = {L.ALLOW_REFLECTION: "true"}
+"""Annotations of what must reach the donor a pod runs on (the runner archive, no user data): copied by Liqo
+under its default DenyList and under an AllowList alike."""
+NOT_REFLECTED = {L.SKIP_REFLECTION: "true"}
+"""Annotations of every other Secret or ConfigMap the project writes in a user namespace: Liqo would copy it to
+every donor the namespace is offloaded to, trusted or not (under an AllowList it is not copied anyway)."""
 BUNDLE_URL_ENV = E.BUNDLE_URL.name
 # Downloads the bundle into an unlinked temporary file and runs the runner on it through /dev/fd, so the
 # bundle (it holds the frame nonce) never sits in a named file and nothing is left behind in the image.
@@ -71,20 +77,34 @@ def _dns_name(text: str, what: str) -> str:
 # --- NamespaceOffloading ------------------------------------------------------------------------------
 
 
+NO_CLUSTER = ("",)
+"""``cluster_ids`` that select no cluster at all (a namespace that reaches no donor)."""
+
+
 def cluster_selector(cluster_ids: Sequence[str] | None) -> dict[str, Any]:
-    """A clusterSelector over Liqo virtual nodes: all of them, or those of the given clusters."""
+    """A clusterSelector over Liqo virtual nodes: all of them, those of the given clusters, or none
+    (:data:`NO_CLUSTER`)."""
     exprs: list[dict[str, Any]] = [{"key": L.TYPE_LABEL, "operator": "In", "values": [L.TYPE_VIRTUAL_NODE]}]
-    if cluster_ids:
+    if cluster_ids is not None and tuple(cluster_ids) == NO_CLUSTER:
+        exprs.append({"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "DoesNotExist"})
+    elif cluster_ids:
         exprs.append({"key": L.REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": sorted(set(cluster_ids))})
     return {"nodeSelectorTerms": [{"matchExpressions": exprs}]}
 
 
 def namespace_offloading(
-    namespace: str, cluster_ids: Sequence[str] | None = None, strategy: str = "LocalAndRemote"
+    namespace: str, cluster_ids: Sequence[str] | None = None, strategy: str = "Local"
 ) -> dict[str, Any]:
-    """The NamespaceOffloading that lets pods of ``namespace`` reach the given clusters (all when None).
+    """The NamespaceOffloading that lets the project's pods of ``namespace`` reach the given clusters (all when
+    None).
 
-    namespaceMappingStrategy is left to Liqo's default: it cannot change once set, so we never pick it.
+    ``Local`` keeps every other pod of the namespace on the origin: Liqo's pod webhook then adds no toleration
+    and no affinity (``pkg/webhooks/pod/mutations.go`` of liqotech/liqo; its webhook only sees namespaces
+    labelled ``liqo.io/scheduling-enabled``, which Liqo sets for Remote and LocalAndRemote only), while the
+    namespace is still created on every selected donor. The project's own pods carry the toleration and the
+    node affinity of their placement themselves (``placement.scheduling_fragment``), so they still go; a
+    Metaflow step without ``@gpu_offload`` or a Dask worker does not. namespaceMappingStrategy is left to
+    Liqo's default: it cannot change once set, so we never pick it.
     """
     if strategy not in ("Local", "Remote", "LocalAndRemote"):
         raise InvalidRequest(f"podOffloadingStrategy {strategy!r}: use Local, Remote or LocalAndRemote")
@@ -118,12 +138,8 @@ def merge_offloading(
     optimistic) and namespaceMappingStrategy are kept as they are.
     """
     spec = existing.get("spec") or {}
-    name = f"NamespaceOffloading {existing.get('metadata', {}).get('namespace')}/{L.NAMESPACE_OFFLOADING_NAME}"
-    if spec.get("podOffloadingStrategy") == "Local":
-        raise OffloadingConflict(
-            f"{name} has podOffloadingStrategy Local, so no pod leaves the cluster; changing it would move "
-            "other people's pods too: ask the namespace owner to set LocalAndRemote, or use another namespace"
-        )
+    # any strategy: the project's pods carry their own toleration and affinity, so Local (what the project
+    # writes) lets them go, and a namespace someone made LocalAndRemote or Remote is theirs to keep
     selector = spec.get("clusterSelector") or {}
     terms = list(selector.get("nodeSelectorTerms") or [])
     if not terms:
@@ -230,7 +246,7 @@ class RunnerPodSpec:
 
 
 def runner_pod_name(run_id: str) -> str:
-    """The pod's name for a run (its Secret is ``<pod>-bundle``)."""
+    """The pod's name for a run (its runner Secret is ``<pod>-runner``)."""
     return _dns_name(f"gpuo-{run_id}", "pod name (from run id)")
 
 
@@ -271,7 +287,9 @@ def _command(spec: RunnerPodSpec) -> list[str]:
         return [spec.python, runner, "--session"]
     if spec.bundle_url is not None:
         return [spec.python, "-I", "-c", BOOTSTRAP, runner, spec.bundle_sha256]
-    return [spec.python, runner, "--bundle", f"{MOUNT_PATH}/{BUNDLE_KEY}"]
+    # the bundle (code, inputs, nonce) comes on stdin from the kernel, to this pod only: in the Secret, Liqo
+    # would copy it to every donor the namespace is offloaded to
+    return [spec.python, runner, "--bundle", "-"]
 
 
 def _resources(spec: RunnerPodSpec) -> dict[str, Any]:
@@ -301,10 +319,13 @@ def _container(spec: RunnerPodSpec) -> dict[str, Any]:
             "runAsNonRoot": True,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": "bundle", "mountPath": MOUNT_PATH, "readOnly": True}],
+        "volumeMounts": [{"name": "runner", "mountPath": MOUNT_PATH, "readOnly": True}],
     }
     if spec.session:
         container.update(stdin=True, stdinOnce=False, tty=False)
+    elif spec.bundle_url is None:
+        # one attach writes the bundle; its end closes the runner's stdin (the runner reads to end of input)
+        container.update(stdin=True, stdinOnce=True, tty=False)
     return container
 
 
@@ -322,7 +343,11 @@ def _queue_labels(spec: RunnerPodSpec) -> dict[str, str]:
 
 
 def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
-    """The Pod running the runner zipapp from its Secret, at the "restricted" pod security level."""
+    """The Pod running the runner zipapp from its Secret, at the "restricted" pod security level.
+
+    Its bundle comes on stdin (:func:`_command`), or from a presigned URL when it is large; the Secret holds
+    only the runner archive.
+    """
     if spec.timeout is not None and spec.timeout < 1:
         raise InvalidRequest(f"run {spec.run_id}: timeout={spec.timeout}s; give 1 second or more, or none")
     if not spec.image:
@@ -342,7 +367,7 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
         },
         "containers": [_container(spec)],
         # 0o444: the runner's uid is not the Secret's owner, so it needs read for everyone.
-        "volumes": [{"name": "bundle", "secret": {"secretName": f"{name}-bundle", "defaultMode": 0o444}}],
+        "volumes": [{"name": "runner", "secret": {"secretName": runner_secret_name(name), "defaultMode": 0o444}}],
     }
     for key in ("tolerations", "affinity"):
         if spec.scheduling.get(key):
@@ -378,31 +403,37 @@ def check_secret_size(run_id: str, bundle_bytes: int, runner_bytes: int) -> None
         )
 
 
-def runner_secret(owner: Mapping[str, Any], owner_uid: str, bundle: bytes, runner: bytes) -> dict[str, Any]:
-    """The Secret holding bundle and runner, owned by ``owner`` (created first) so it is deleted with it.
+def runner_secret_name(owner_name: str) -> str:
+    """The runner Secret of a pod or Job."""
+    return f"{owner_name}-runner"
+
+
+def runner_secret(owner: Mapping[str, Any], owner_uid: str, runner: bytes) -> dict[str, Any]:
+    """The Secret holding the runner archive, owned by ``owner`` (created first) so it is deleted with it.
 
     ``owner`` is the runner Pod of one cell, or the Job of a distributed one (``rankjob.rank_job``): the
     Secret is named after it either way. Its pods wait in ContainerCreating until the Secret exists, which is
-    what allows this order.
+    what allows this order. It holds no user data, and is marked for Liqo to reflect (:data:`REFLECTED`):
+    the pod mounts it on whichever donor runs it. The bundle never goes in here.
     """
     meta = owner["metadata"]
-    check_secret_size(str(meta["labels"].get(L.RUN_ID)), len(bundle), len(runner))
+    check_secret_size(str(meta["labels"].get(L.RUN_ID)), 0, len(runner))
     if not owner_uid:
         kind = str(owner["kind"]).lower()
         raise InvalidRequest(f"Secret for {kind} {meta['name']}: no {kind} uid; create the {kind} first and pass its uid")
-    data = {key: base64.b64encode(value).decode("ascii") for key, value in ((BUNDLE_KEY, bundle), (RUNNER_KEY, runner))}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "immutable": True,
         "metadata": {
-            "name": f"{meta['name']}-bundle",
+            "name": runner_secret_name(str(meta["name"])),
             "namespace": meta["namespace"],
             "labels": dict(meta["labels"]),
+            "annotations": dict(REFLECTED),
             "ownerReferences": [owner_reference(owner, owner_uid)],
         },
-        "data": data,
+        "data": {RUNNER_KEY: base64.b64encode(runner).decode("ascii")},
     }
 
 

@@ -16,3 +16,11 @@ def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
     return isoparse(text).astimezone(timezone.utc)
+
+
+def rfc3339(epoch: float | None) -> str | None:
+    """Seconds since the epoch as an RFC 3339 UTC time with milliseconds (``2026-11-27T10:12:05.123Z``), what
+    every ``--json`` listing prints; None stays None."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

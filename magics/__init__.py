@@ -1,4 +1,4 @@
-"""The `%%gpu_offload` magic, its engine, the runner and the backends."""
+"""The `%%gpu_offload` magic and its panel: a front end over :mod:`gpu_offload.engine`."""
 
 from __future__ import annotations
 

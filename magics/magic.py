@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import difflib
+import functools
 import os
 import shlex
 from collections.abc import Callable, Mapping
@@ -19,17 +20,25 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import parse_argstring
 from traitlets import Bool, Float, Integer, Unicode, default
 
+from ..engine.analysis import analyse_cell
+from ..engine.backends import registry
+from ..engine.backends.base import Backend
+from ..engine.engine import FollowSettings, Outcome, describe
+from ..engine.errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
+from ..engine.execution import Launch, OffloadHandle, run_blocking
+from ..engine.request import (
+    OffloadRequest,
+    gpu_models,
+    ignored_locally,
+    refuse_spread_when_queued,
+    split_names,
+)
+from ..engine.runs.tracking import tracked
+from ..engine.sinks import NotebookSink, Sink
+from ..engine.timing import Stopwatch, describe_timing
 from ..liqo_peering import environment as E
-from .analysis import analyse_cell
-from .backends.base import Backend
-from .backends.kube.config import configured as cluster_configured
+from . import session_commands
 from .cell_options import OPTIONS, USAGE, cell_arguments
-from .dashboard.tracking import tracked
-from .engine import FollowSettings, Outcome, describe
-from .errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
-from .execution import Launch, OffloadHandle, run_blocking
-from .request import OffloadRequest, gpu_models, ignored_locally, refuse_spread_when_queued, split_names
-from .sinks import NotebookSink, Sink
 
 LOCAL_NOTE = (
     "no cluster is configured, so cells run on the embedded local backend (a runner process on this "
@@ -43,18 +52,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _named(marker: Callable[..., Any], name: str) -> Callable[[F], F]:
     # IPython's decorators are typed as returning a union; this keeps the decorated method's type
     return cast(Callable[[F], F], marker(name))
-
-
-def _local_backend() -> Backend:
-    from .backends.local import LocalBackend
-
-    return LocalBackend()
-
-
-def _kubernetes_backend() -> Backend:
-    from .backends.kube.factory import kernel_backend
-
-    return kernel_backend()
 
 
 @magics_class
@@ -108,8 +105,7 @@ class GpuOffloadMagics(Magics):
         super().__init__(shell, **kwargs)
         self.ipython: Any = shell
         self._factories: dict[str, Callable[[], Backend]] = {
-            "local": _local_backend,
-            "kubernetes": _kubernetes_backend,
+            name: functools.partial(registry.create, name) for name in registry.NAMES
         }
         self._backends: dict[str, Backend] = dict(backends or {})
         self._sink = sink or NotebookSink()
@@ -139,6 +135,7 @@ class GpuOffloadMagics(Magics):
             %%gpu_offload --nodes 2 --gpus 4
             torch.distributed.init_process_group("nccl")  # 8 ranks, torchrun's environment
         """
+        clock = Stopwatch()  # Shift-Enter: what `%gpu_offload status --timing` counts from
         request = self._request(line, cell)
         backend = self._backend(request.backend)
         if backend.name == "local":
@@ -151,7 +148,8 @@ class GpuOffloadMagics(Magics):
         except CellSyntaxError as err:
             err.where = f"Cell In[{self._cell_number()}]"  # as IPython names a cell's syntax error
             raise
-        launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>")
+        clock.mark("analysis")
+        launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>", clock=clock)
         settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
             handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
@@ -215,7 +213,7 @@ class GpuOffloadMagics(Magics):
     def _backend(self, name: str | None) -> Backend:
         name = name or self.backend
         if name == "auto":
-            name = "kubernetes" if cluster_configured(os.environ) else "local"
+            name = registry.auto_name(os.environ)
             if name == "local" and not self._announced:
                 self._announced = True
                 self._sink.notice(LOCAL_NOTE)
@@ -240,7 +238,8 @@ class GpuOffloadMagics(Magics):
     def gpu_offload_line(self, line: str) -> None:
         """Show or manage offloading: ``status`` (default), ``sessions``, ``close NAME|--all``, ``config``,
         ``panel`` (a live panel of clusters and runs), ``clusters`` (peered clusters and their GPUs), ``cleanup
-        [--all]`` (delete runner pods this kernel, or every kernel of yours, left on the cluster).
+        [--all]`` (delete runner pods this kernel, or every kernel of yours, left on the cluster), ``checkpoint
+        SESSION``, ``restore NAME [--session S]`` and ``move SESSION`` (see :mod:`.session_commands`).
 
         ``config KEY=VALUE`` sets a setting for this kernel (backend, default_gpus, default_cluster,
         default_gpu_model, trusted_only, progress_after, grace_period).
@@ -255,13 +254,18 @@ class GpuOffloadMagics(Magics):
             "panel": self._panel,
             "clusters": self._clusters,
             "cleanup": self._cleanup,
+            "checkpoint": lambda words: print(session_commands.checkpoint(self._backends.values(), words)),
+            "restore": lambda words: print(session_commands.restore(self._backends.values(), words)),
+            "move": lambda words: print(*session_commands.move(self._backends.values(), words,
+                                                               self.grace_period), sep="\n"),
         }
         action = actions.get(command)
         if action is None:
             raise OffloadUsageError(
                 f"%gpu_offload {command}: unknown command. Write one of: %gpu_offload status, "
                 "%gpu_offload sessions, %gpu_offload close NAME, %gpu_offload config [KEY=VALUE], %gpu_offload panel, "
-                "%gpu_offload clusters, %gpu_offload cleanup [--all]."
+                "%gpu_offload clusters, %gpu_offload cleanup [--all], "
+                f"{session_commands.USAGE}."
             )
         action(rest)
 
@@ -277,7 +281,13 @@ class GpuOffloadMagics(Magics):
         if values:
             self._sink.notice(f"copied back: {', '.join(values)}")
 
-    def _status(self, _: list[str]) -> None:
+    def _status(self, words: list[str]) -> None:
+        if words == ["--timing"]:
+            print(describe_timing(self.last_outcome.timing if self.last_outcome is not None else None))
+            return
+        if words:
+            raise OffloadUsageError(f"%gpu_offload status {' '.join(words)}: write %gpu_offload status, or "
+                                    "%gpu_offload status --timing for where the last run's wait went.")
         print(f"default backend: {self.backend}")
         for backend in self._backends.values():
             print(backend.describe())
@@ -340,12 +350,12 @@ class GpuOffloadMagics(Magics):
     def _clusters(self, _: list[str]) -> None:
         from IPython.display import display
 
-        from .backends.kube.commands import clusters
+        from .cluster_commands import clusters
 
         display(clusters(self._kube()))
 
     def _cleanup(self, words: list[str]) -> None:
-        from .backends.kube.commands import cleanup
+        from .cluster_commands import cleanup
 
         print(cleanup(self._kube(), everything_of_user=words == ["--all"]))
 

@@ -19,10 +19,10 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from ..engine.backends.kube import config as kube_config
+from ..engine.runs.listing import RunnerPods, cancel_elsewhere, list_runs
+from ..engine.runs.records import RunBook, record_to_json
 from ..liqo_peering import environment as E
-from .backends.kube import config as kube_config
-from .dashboard.records import RunBook, record_to_json
-from .dashboard.runs import RunnerPods, cancel_elsewhere, list_runs
 
 RUN_ID = r"(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62})"
 
@@ -97,7 +97,7 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
 
     from tornado.ioloop import PeriodicCallback
 
-    from .backends.kube.sweep import OrphanSweep, server_identity
+    from ..engine.backends.kube.sweep import OrphanSweep, server_identity
 
     env = os.environ
     period, problem = sweep_period(env.get(E.SWEEP_SECONDS.name))

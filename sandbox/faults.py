@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .defaults import now
-from .errors import ApiError
-from .http_faults import FaultRule
-from .patching import MERGE
+from .apiserver.defaults import now
+from .apiserver.errors import ApiError
+from .apiserver.http_faults import FaultRule
+from .apiserver.patching import MERGE
 
 if TYPE_CHECKING:
-    from .api import Api
-    from .images import Images
-    from .kubelet import Kubelet
+    from .apiserver.api import Api
+    from .kubelet.images import Images
+    from .kubelet.kubelet import Kubelet
 
 CONTROL_PATH = "/sandbox/faults"
 UNREACHABLE = "node.kubernetes.io/unreachable"

@@ -4,7 +4,7 @@ One line in a test module or conftest gives an origin with two donors of 4 A100 
 
     origin = origin_fixture(LIQO_CRDS)            # LIQO_CRDS: ../shared/liqo-crds resolved from the repo
 
-Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.origin.RunningOrigin`). Origins come from
+Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.liqo.origin.RunningOrigin`). Origins come from
 :func:`origin_pool`, a session-scoped fixture the root conftest imports: every module that asks for the same
 configuration (CRDs, donors, options) gets the same origin, started once per test session (per xdist
 worker), so its tests must leave it as they found it (fresh namespaces, faults cleared). At the end of the
@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import kubernetes
 import pytest
 
-from . import liqo
-from .origin import RunningOrigin, running_origin
+from .liqo import seed as liqo
+from .liqo.origin import RunningOrigin, running_origin
 
 T = TypeVar("T")
 

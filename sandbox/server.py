@@ -26,11 +26,11 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from . import discovery, openapi, podsecurity, quota
-from .api import Api
-from .errors import NOT_FOUND, ApiError
-from .http_api import resource_handler
-from .jobs import indexed_completions_rule, job_controller, restart_policy_rule
+from .apiserver import discovery, openapi, podsecurity, quota
+from .apiserver.api import Api
+from .apiserver.errors import NOT_FOUND, ApiError
+from .apiserver.http_api import resource_handler
+from .controllers.jobs import indexed_completions_rule, job_controller, restart_policy_rule
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .api import Api
-from .kubeconfig import write_kubeconfig
-from .resources import ResourceRegistry
+from .apiserver.api import Api
+from .apiserver.kubeconfig import write_kubeconfig
+from .apiserver.resources import ResourceRegistry
 from .server import ApiServer, Plugin
 
 

@@ -38,7 +38,7 @@ E2E_FIXTURES = frozenset({
     "kernel", "kernels", "hub", "hub_factory", "queued_hub", "peering_hub", "browser", "lab", "service",
     "prometheus", "run_flow", "offload_deployment", "s3_server", "s3_endpoint", "session", "python", "wheel",
     "z2jh",
-    # a child process that decodes a donor's bytes (tests/magics/trust/isolated.py)
+    # a child process that decodes a donor's bytes (tests/engine/trust/isolated.py)
     "decode_child",
 })
 """Fixtures that start a sandbox, a kernel, a hub, a browser or a process: a test using one (directly or

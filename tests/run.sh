@@ -27,7 +27,7 @@ fi
 if [ ! -x /usr/bin/chromium ]; then
   apt-get update && apt-get install -y chromium
 fi
-# The metrics proof (tests/hub_extension/test_prometheus.py) scrapes the service with Debian's prometheus.
+# The metrics proof (tests/hub_extension/service/test_prometheus.py) scrapes the service with Debian's prometheus.
 if [ ! -x /usr/bin/prometheus ]; then
   apt-get install -y prometheus || { apt-get update && apt-get install -y prometheus; }
 fi

@@ -60,14 +60,14 @@ def test_the_policy_names_are_placements_own() -> None:
 
 
 def test_the_runner_spells_the_output_format_variable_as_defined() -> None:
-    from gpu_offload.magics.runner.outputs import FORMAT_ENV
+    from gpu_offload.runner.outputs import FORMAT_ENV
 
     assert E.OUTPUT_FORMAT.name == FORMAT_ENV
 
 
 def test_unset_and_blank_read_as_the_default_and_values_are_stripped() -> None:
-    assert E.IMAGE.read({}) == "python:3.11-slim"
-    assert E.IMAGE.read({"GPU_OFFLOAD_IMAGE": "  "}) == "python:3.11-slim"
+    assert E.IMAGE.read({}) is None  # the kernel picks the runner image of its own Python
+    assert E.IMAGE.read({"GPU_OFFLOAD_IMAGE": "  "}) is None
     assert E.IMAGE.read({"GPU_OFFLOAD_IMAGE": " torch:2 "}) == "torch:2"
     assert E.SWEEP_SECONDS.read({"GPU_OFFLOAD_SWEEP_SECONDS": "2.5"}) == 2.5
     assert E.METERED.read({"GPU_OFFLOAD_METERED": "Yes"}) is True
@@ -92,8 +92,9 @@ def test_metaflow_settings_are_looked_up_without_the_prefix_as_from_conf_wants()
 
 def test_what_the_hub_writes_the_kernel_reads_back() -> None:
     from gpu_offload.hub_extension.config import HubConfig
-    from gpu_offload.hub_extension.user_namespace import server_environment
-    from gpu_offload.magics.backends.kube.config import configured, from_environment
+    from gpu_offload.hub_extension.spawner.user_namespace import server_environment
+
+    from gpu_offload.engine.backends.kube.config import configured, from_environment
 
     config = HubConfig(default_image="python:3.12-slim", placement_policy="bin-pack",
                        object_storage_bucket="runs", object_storage_endpoint="http://s3.local:9000")

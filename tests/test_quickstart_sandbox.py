@@ -9,7 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from gpu_offload.sandbox import process
+from gpu_offload.sandbox.kubelet import process
 
 from gpu_offload.cli import main
 

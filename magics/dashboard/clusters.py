@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...engine.backends import registry
 from ...liqo_peering import environment as E
 from ...liqo_peering.inventory import Inventory
-from ..backends.kube import config as kube_config
 
 LOCAL = "local"
 NO_CLUSTER = (
@@ -111,4 +111,4 @@ def cluster_source(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     if E.SERVICE_URL.read(env):
         return "hub"
-    return "kubernetes" if kube_config.configured(env) else "none"
+    return "kubernetes" if registry.cluster_configured(env) else "none"

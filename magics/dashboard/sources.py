@@ -8,12 +8,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ...engine.backends.base import InventorySource
+from ...engine.backends.kube import config as kube_config
+from ...engine.backends.kube.budget import HubSpend, spend_line
+from ...engine.errors import OffloadUsageError
+from ...engine.runs.listing import RunListing, RunnerPods, cancel_elsewhere, list_runs
+from ...engine.runs.records import RunEntry
+from ...engine.runs.tracking import Tracker, tracker
 from ...liqo_peering import environment as E
 from ...liqo_peering.cache import InventoryCache
-from ..backends.base import InventorySource
-from ..backends.kube import config as kube_config
-from ..backends.kube.budget import HubSpend, spend_line
-from ..errors import OffloadUsageError
 from .clusters import (
     LOCAL,
     NO_CLUSTER,
@@ -25,9 +28,6 @@ from .clusters import (
     local_row,
     read_hub_inventory,
 )
-from .records import RunEntry
-from .runs import RunListing, RunnerPods, cancel_elsewhere, list_runs
-from .tracking import Tracker, tracker
 from .widget import Panel, PanelActions
 
 INVENTORY_WAIT = 5.0

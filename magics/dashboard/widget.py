@@ -16,10 +16,10 @@ from html import escape
 
 import ipywidgets as w
 
+from ...engine.runs.listing import RunListing, cancellable
+from ...engine.runs.records import RunEntry, shown_lines
 from .clusters import ClusterEntry
 from .plot import sparkline
-from .records import RunEntry, shown_lines
-from .runs import RunListing, cancellable
 
 ClusterFeed = Callable[[], tuple[list[ClusterEntry], list[str]]]
 """Returns the cluster rows and notes to show (why a source is missing, how to add a cluster)."""

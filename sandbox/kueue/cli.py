@@ -1,24 +1,12 @@
-"""``gpu-offload sandbox --kueue``: the Kueue options of the sandbox command and its plugin factory."""
+"""``gpu-offload sandbox --kueue``: the plugin factory of the sandbox command (its options: ``sandbox/arguments.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..server import Plugin
 from . import Kueue, KueueOptions
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--kueue`` and its settings to the ``sandbox`` sub-command."""
-    parser.add_argument("--kueue", action="store_true",
-                        help="emulate Kueue (queueing, fair sharing, preemption); serve Kueue's real CRDs with "
-                             "--crds ../shared/kueue-crds, else a built-in description")
-    parser.add_argument("--kueue-pods-ready-timeout", type=float, default=None, metavar="SECONDS",
-                        help="Kueue's waitForPodsReady timeout (default: off, as in Kueue)")
-    parser.add_argument("--kueue-exclude-resource-prefix", action="append", default=[], metavar="PREFIX",
-                        help="Kueue's resources.excludeResourcePrefixes (may be given more than once), e.g. "
-                             "ephemeral-storage, which Metaflow's step pods request and the project's ClusterQueue "
-                             "does not cover")
 
 
 def plugins(args: argparse.Namespace) -> list[Plugin]:
@@ -30,8 +18,12 @@ def plugins(args: argparse.Namespace) -> list[Plugin]:
             raise SystemExit("gpu-offload sandbox: --kueue-pods-ready-timeout and --kueue-exclude-resource-prefix "
                              "are Kueue's settings: each needs --kueue")
         return []
-    if timeout is not None and timeout <= 0:
-        raise SystemExit(f"gpu-offload sandbox: --kueue-pods-ready-timeout {timeout}: give a number of seconds > 0")
+    if timeout is not None and timeout < 0:
+        raise SystemExit(f"gpu-offload sandbox: --kueue-pods-ready-timeout {timeout}: give a number of seconds "
+                         "(0 turns waitForPodsReady off)")
     print("SANDBOX Kueue emulated (no real Kueue): create ResourceFlavors, a ClusterQueue and LocalQueues to "
           "queue pods labelled kueue.x-k8s.io/queue-name", flush=True)
-    return [Kueue(KueueOptions(pods_ready_timeout=timeout, exclude_resource_prefixes=excluded)).plugin]
+    options = KueueOptions(exclude_resource_prefixes=excluded)
+    if timeout is not None:
+        options = dataclasses.replace(options, pods_ready_timeout=timeout or None)
+    return [Kueue(options).plugin]

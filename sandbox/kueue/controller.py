@@ -21,10 +21,10 @@ from typing import Any
 
 from dateutil.parser import isoparse
 
-from ..api import Api
-from ..defaults import now
-from ..errors import ApiError
-from ..matching import quantity
+from ..apiserver.api import Api
+from ..apiserver.defaults import now
+from ..apiserver.errors import ApiError
+from ..apiserver.matching import quantity
 from . import cycle, names, owners, status, sync, workloads
 from .ledger import UsageLedger
 from .options import KueueOptions

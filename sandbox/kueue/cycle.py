@@ -13,9 +13,9 @@ from typing import Any
 
 from dateutil.parser import isoparse
 
-from .. import events
-from ..api import Api
-from ..patching import MERGE
+from ..apiserver import events
+from ..apiserver.api import Api
+from ..apiserver.patching import MERGE
 from . import names, owners, workloads
 from .preemption import Admitted, victims
 from .scheduler import Entry, Flavor, add, allowed, assign, order

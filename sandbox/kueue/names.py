@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from ..defaults import now
-from ..errors import ApiError
+from ..apiserver.defaults import now
+from ..apiserver.errors import ApiError
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"

@@ -15,8 +15,9 @@ class KueueOptions:
 
     namespace_selector: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_NAMESPACE_SELECTOR))
     """``managedJobsNamespaceSelector``: pods and Jobs of other namespaces are left alone."""
-    pods_ready_timeout: float | None = None
-    """``waitForPodsReady.timeout`` in seconds (None: waitForPodsReady off, Kueue's default)."""
+    pods_ready_timeout: float | None = 1800.0
+    """``waitForPodsReady.timeout`` in seconds: Kueue 0.19 turns waitForPodsReady on by default with 30 minutes
+    (None: off, as an admin may configure it)."""
     requeue_base_seconds: float = 60.0
     """``waitForPodsReady.requeuingStrategy.backoffBaseSeconds``: the n-th requeue waits base * 2^(n-1)."""
     usage_half_life: float = 600.0

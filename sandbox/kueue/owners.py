@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import events
-from ..api import Api
-from ..defaults import now
-from ..patching import MERGE
+from ..apiserver import events
+from ..apiserver.api import Api
+from ..apiserver.defaults import now
+from ..apiserver.patching import MERGE
 from . import names
 
 Obj = dict[str, Any]

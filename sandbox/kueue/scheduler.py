@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from ..matching import quantity, term_matches
+from ..apiserver.matching import quantity, term_matches
 
 Amounts = Mapping[str, Decimal]
 
@@ -103,30 +103,34 @@ def allowed(entry: Entry, flavors: Sequence[Flavor]) -> tuple[Flavor, ...]:
 def matching_flavors(templates: Iterable[Mapping[str, Any]], node_labels: Mapping[str, Mapping[str, str]]
                      ) -> frozenset[str] | None:
     """The flavors (name -> ``nodeLabels``) every pod template's ``nodeSelector`` and required node affinity
-    allow, None when no template constrains a key any flavor labels. As Kueue's flavor assigner, only the
-    keys that some flavor of the group labels are looked at: other keys are the scheduler's business."""
+    allow, None when no template constrains a key any flavor labels. As Kueue's flavor assigner since 0.19
+    (and 0.17.8, 0.18.6): each flavor is checked on the keys of its own ``nodeLabels`` only, so a requirement
+    on a key a flavor lacks does not exclude it (the scheduler, not Kueue, then finds no node)."""
     keys = {k for labels in node_labels.values() for k in labels}
     allowed_names = set(node_labels)
     constrained = False
     for template in templates:
         spec = template.get("spec") or {}
-        selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items() if k in keys}
+        selector = dict(spec.get("nodeSelector") or {})
         affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                     .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-        terms = [[r for r in t.get("matchExpressions") or [] if r.get("key") in keys]
-                 for t in affinity.get("nodeSelectorTerms") or []]
-        if any(not t for t in terms):
-            terms = []  # a term with no requirement on these keys lets every flavor through
-        if not selector and not terms:
+        terms = [list(t.get("matchExpressions") or []) for t in affinity.get("nodeSelectorTerms") or []]
+        if not keys & (set(selector) | {r.get("key") for t in terms for r in t}):
             continue
         constrained = True
         for name, labels in node_labels.items():
-            ok = all(labels.get(k) == v for k, v in selector.items())
-            if ok and terms:
-                ok = any(term_matches({"matchExpressions": t}, labels, "") for t in terms)
-            if not ok:
+            if not _flavor_allows(labels, selector, terms):
                 allowed_names.discard(name)
     return frozenset(allowed_names) if constrained else None
+
+
+def _flavor_allows(labels: Mapping[str, str], selector: Mapping[str, str], terms: list[list[Any]]) -> bool:
+    """One flavor against one template, on the flavor's own keys: the selector's entries on them, and any term
+    whose requirements on them hold (a term with none on them lets the flavor through)."""
+    if any(labels[k] != v for k, v in selector.items() if k in labels):
+        return False
+    own = [[r for r in t if r.get("key") in labels] for t in terms]
+    return not own or any(not t or term_matches({"matchExpressions": t}, labels, "") for t in own)
 
 
 def assign(requests: Amounts, covered: Sequence[str], flavors: Sequence[Flavor],

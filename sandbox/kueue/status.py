@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from ..api import Api
-from ..defaults import now
-from ..patching import MERGE
+from ..apiserver.api import Api
+from ..apiserver.defaults import now
+from ..apiserver.patching import MERGE
 from . import names
 from .cycle import QueueView
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import events
-from ..api import Api
-from ..patching import MERGE
+from ..apiserver import events
+from ..apiserver.api import Api
+from ..apiserver.patching import MERGE
 from . import names, owners, workloads
 
 Obj = dict[str, Any]

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import liqo
-from ..origin import LiqoOrigin, OriginOptions, RunningOrigin
+from ..liqo import seed as liqo
+from ..liqo.origin import LiqoOrigin, OriginOptions, RunningOrigin
 from ..testing import running_sandbox
 from . import Kueue, KueueOptions
 

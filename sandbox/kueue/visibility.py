@@ -10,8 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..api import Api
-from ..errors import ApiError, bad_request
+from ..apiserver.api import Api
+from ..apiserver.errors import ApiError, bad_request
 from . import names
 from .scheduler import Entry
 

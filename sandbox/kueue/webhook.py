@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..admission import AdmissionRequest
-from ..api import Api
-from ..errors import Cause
-from ..matching import _requirement_matches
+from ..apiserver.admission import AdmissionRequest
+from ..apiserver.api import Api
+from ..apiserver.errors import Cause
+from ..apiserver.matching import _requirement_matches
 from . import names
 
 DEFAULT_NAMESPACE_SELECTOR: Mapping[str, Any] = {

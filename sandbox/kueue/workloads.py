@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from ..scheduler import pod_requests
-from ..store import clone
+from ..apiserver.store import clone
+from ..controllers.scheduler import pod_requests
 from . import names
 
 Obj = dict[str, Any]

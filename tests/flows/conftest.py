@@ -21,8 +21,9 @@ import kubernetes
 import kubernetes_validate
 import pytest
 from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import liqo, objectstore
+from gpu_offload.sandbox import objectstore
 from gpu_offload.sandbox.fixtures import origin_fixture
+from gpu_offload.sandbox.liqo import seed as liqo
 
 DATA = Path(__file__).resolve().parent / "data"
 BUCKET = "gpu-offload-flows"

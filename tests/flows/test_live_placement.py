@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from gpu_offload.sandbox.kubeconfig import write_kubeconfig
+from gpu_offload.sandbox.apiserver.kubeconfig import write_kubeconfig
 
 from .conftest import NOT_OFFLOADED, OFFLOADED, ONLY_JSON, FlowRunner, templates
 

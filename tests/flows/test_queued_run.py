@@ -19,10 +19,11 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import liqo, objectstore
+from gpu_offload.sandbox import objectstore
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
 
 from ..sandbox.kueue_setup import synced_pool
 from .conftest import BUCKET, DATA, TRUSTING, FlowRunner, S3Server

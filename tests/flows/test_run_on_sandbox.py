@@ -12,9 +12,9 @@ import sys
 
 import kubernetes
 import pytest
+from gpu_offload.hub_extension.accounting.store import Store
 from gpu_offload.hub_extension.config import HubConfig
-from gpu_offload.hub_extension.state import HubState
-from gpu_offload.hub_extension.store import Store
+from gpu_offload.hub_extension.service.state import HubState
 from gpu_offload.sandbox.fixtures import wait_until
 
 from .conftest import OFFLOADED, FlowRunner, jobs_and_pods

@@ -196,8 +196,8 @@ def test_the_hub_creates_user_namespaces_only_with_a_pod_security_level(
 
 
 def test_the_spawner_hooks_namespace_is_admitted(kit: Any, policy: dict[str, Any]) -> None:
-    from gpu_offload.hub_extension import user_namespace as un
     from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.spawner import user_namespace as un
 
     config = parse_config(kit.config_of(kit.render()))
     ns = un.namespace("jhub-alice", {}, "alice@example.org", config.user_namespaces.pod_security)
@@ -282,9 +282,12 @@ def runner_pod(image: str = "python:3.11-slim") -> dict[str, Any]:
                                scheduling={"resources": {"limits": {"nvidia.com/gpu": 1}}}))
 
 
-def _job(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dist-1"},
-            "spec": {"template": {"spec": pod_spec}}}
+def _job(pod_spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Job of pods with ``pod_spec`` (and ``labels`` on its template, as a rank Job's carry the runner's)."""
+    template: dict[str, Any] = {"spec": pod_spec}
+    if labels is not None:
+        template["metadata"] = {"labels": labels}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dist-1"}, "spec": {"template": template}}
 
 
 def _with(change: Any) -> dict[str, Any]:
@@ -436,8 +439,8 @@ RESTRICTED = {"queueing": {"kueue": {"enabled": True, "priorityClasses": [
 
 
 def test_a_priority_class_kept_for_some_users_is_refused_to_the_others(kit: Any) -> None:
-    from gpu_offload.hub_extension import user_namespace as un
     from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.spawner import user_namespace as un
 
     objects = kit.render(RESTRICTED)
     policy = kit.find(objects, "ValidatingAdmissionPolicy", "gpu-offload-priority-classes")
@@ -584,19 +587,83 @@ def _pinned(cluster: str | list[str]) -> dict[str, Any]:
                                kernel="k1", scheduling=scheduling_fragment(cluster, 1)))
 
 
+def _placed_runner_pod() -> dict[str, Any]:
+    return _pinned(["donor-1", "donor-2"])
+
+
+def _step_job(labels: dict[str, str], node_selector: dict[str, str], tolerations: list[dict[str, str]],
+              **spec: Any) -> dict[str, Any]:
+    """A Job as Metaflow's @kubernetes writes it for a step (labels and node selector on the pod template)."""
+    pod_spec = {"containers": [{"name": "main", "image": "python:3.11-slim"}], "restartPolicy": "Never",
+                "nodeSelector": node_selector, "tolerations": tolerations, **spec}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "step-1"},
+            "spec": {"template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
+
+
+LIQO_TOLERATION = {"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
+PROJECT = {"gpu-offload.io/managed-by": "gpu-offload"}
+VIRTUAL = {"liqo.io/type": "virtual-node"}
+
+
+def test_the_projects_placed_pods_jobs_and_steps_may_opt_in_to_virtual_nodes(servers: dict[str, Any]) -> None:
+    from gpu_offload.flows.kubernetes_args import LIQO_TOLERATION as STEP_TOLERATION
+    from gpu_offload.liqo_peering.placement import scheduling_fragment
+    from gpu_offload.liqo_peering.rankjob import RankJobSpec, rank_job
+    from gpu_offload.liqo_peering.specs import RunnerPodSpec
+
+    pod = _placed_runner_pod()
+    assert admit(servers, _request("pods", pod), pod, ALICE) == (True, "")
+    ranks = rank_job(RankJobSpec(RunnerPodSpec(run_id="r3", namespace="jhub-alice", image="python:3.11-slim",
+                                               user="alice", kernel="k1", scheduling=scheduling_fragment("donor-1", 1)),
+                                 nodes=2, procs_per_node=1, master_port=29500))
+    assert admit(servers, _request("jobs", ranks), ranks, ALICE) == (True, "")
+    step = _step_job({**PROJECT, "gpu-offload.io/step": "train"}, {**VIRTUAL, "liqo.io/remote-cluster-id": "donor-1"},
+                     [dict(STEP_TOLERATION)])
+    assert admit(servers, _request("jobs", step), step, ALICE) == (True, "")
+
+
+OPT_INS = {
+    "a Metaflow step without @gpu_offload": _step_job({"app": "metaflow"}, {}, [LIQO_TOLERATION]),
+    "a Dask worker tolerating every taint": _step_job({"app": "dask"}, {}, [{"operator": "Exists"}]),
+    "the toleration by value": _step_job({}, {}, [{"key": "virtual-node.liqo.io/not-allowed", "value": "true"}]),
+    "Liqo's RuntimeClass, even with the project's label": _step_job(PROJECT, VIRTUAL, [], runtimeClassName="liqo"),
+    "the project's label without the placement": _step_job(PROJECT, {}, [LIQO_TOLERATION]),
+    "the placement without the project's label": _step_job({}, VIRTUAL, [LIQO_TOLERATION]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OPT_INS))
+def test_a_users_server_cannot_send_any_other_pod_to_a_virtual_node(servers: dict[str, Any], case: str) -> None:
+    job = OPT_INS[case]
+    allowed, message = admit(servers, _request("jobs", job), job, ALICE)
+    assert not allowed and "virtual-node.liqo.io/not-allowed" in message, message
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **job["spec"]["template"]["metadata"]},
+           "spec": job["spec"]["template"]["spec"]}
+    assert not admit(servers, _request("pods", pod), pod, ALICE)[0]
+
+
+def test_tolerations_that_do_not_reach_virtual_nodes_pass(servers: dict[str, Any]) -> None:
+    for toleration in ({"operator": "Exists", "effect": "NoSchedule"},
+                       {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                       {"key": "virtual-node.liqo.io/not-allowed", "value": "false"}):
+        job = _step_job({"app": "dask"}, {}, [toleration])
+        assert admit(servers, _request("jobs", job), job, ALICE) == (True, ""), toleration
+
+
 def test_with_trusted_only_a_pod_or_job_may_name_trusted_clusters_only(kit: Any) -> None:
     policy = kit.find(kit.render(TRUSTED_ONLY), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
     by_selector = _pinned("donor-2")
     del by_selector["spec"]["affinity"]
     by_selector["spec"]["nodeSelector"] = {"liqo.io/type": "virtual-node", "liqo.io/remote-cluster-id": "donor-2"}
-    # naming no cluster is fine: Liqo's webhook ANDs the namespace's trusted-only selector to the pod's own
-    # (a queued runner pod; a Metaflow step whose donor Kueue picks)
+    # naming no cluster is fine: the namespace is offloaded to trusted donors only, and another donor's virtual
+    # kubelet runs none of its pods (a queued runner pod; a Metaflow step whose donor Kueue picks)
     unnamed = _pinned("donor-2")
     del unnamed["spec"]["affinity"]
     unnamed["spec"]["nodeSelector"] = {"liqo.io/type": "virtual-node"}
     for good in (_pinned("donor-2"), _pinned(["donor-2", "donor-3"]), by_selector, unnamed, runner_pod()):
         assert admit(policy, _request("pods", good), good, ALICE) == (True, ""), good["spec"]
-        assert admit(policy, _request("jobs", _job(good["spec"])), _job(good["spec"]), ALICE) == (True, "")
+        job = _job(good["spec"], good["metadata"]["labels"])
+        assert admit(policy, _request("jobs", job), job, ALICE) == (True, "")
 
     def terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
         return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][

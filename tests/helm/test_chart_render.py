@@ -217,7 +217,7 @@ def test_the_service_monitor_is_rendered_only_when_enabled_and_scrapes_with_the_
 
 def test_the_charts_trusted_only_reaches_every_users_kernel(kit: Any) -> None:
     from gpu_offload.hub_extension.config import parse_config
-    from gpu_offload.hub_extension.user_namespace import server_environment
+    from gpu_offload.hub_extension.spawner.user_namespace import server_environment
 
     default = parse_config(kit.config_of(kit.render()))
     assert "GPU_OFFLOAD_TRUSTED_ONLY" not in server_environment("jhub-alice", default)
@@ -229,7 +229,7 @@ def test_the_grafana_dashboard_is_off_by_default_and_queries_only_metrics_the_se
     import json
     import re
 
-    from gpu_offload.hub_extension.metrics import HubMetrics
+    from gpu_offload.hub_extension.service.metrics import HubMetrics
     from gpu_offload.liqo_peering.inventory import Inventory
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
@@ -259,9 +259,10 @@ def test_the_grafana_dashboard_is_off_by_default_and_queries_only_metrics_the_se
 
 def test_the_charts_monthly_budget_reaches_every_users_kernel(kit: Any) -> None:
     from gpu_offload.hub_extension.config import parse_config
-    from gpu_offload.hub_extension.user_namespace import server_environment
+    from gpu_offload.hub_extension.spawner.user_namespace import server_environment
     from gpu_offload.liqo_peering import environment as E
-    from gpu_offload.magics.backends.kube.config import from_environment
+
+    from gpu_offload.engine.backends.kube.config import from_environment
 
     default = parse_config(kit.config_of(kit.render()))
     assert default.monthly_budget_per_user is None
@@ -274,8 +275,9 @@ def test_the_charts_monthly_budget_reaches_every_users_kernel(kit: Any) -> None:
 
 def test_the_charts_session_idle_timeout_reaches_every_users_kernel(kit: Any) -> None:
     from gpu_offload.hub_extension.config import parse_config
-    from gpu_offload.hub_extension.user_namespace import server_environment
-    from gpu_offload.magics.backends.kube.config import from_environment
+    from gpu_offload.hub_extension.spawner.user_namespace import server_environment
+
+    from gpu_offload.engine.backends.kube.config import from_environment
 
     default = parse_config(kit.config_of(kit.render()))
     environment = server_environment("jhub-alice", default)

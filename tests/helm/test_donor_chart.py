@@ -104,3 +104,18 @@ def test_a_bad_value_is_refused_naming_it(chart: Any) -> None:
         chart.validate_schema({"labeller": {"gpuAccess": "envvar"}})
     with pytest.raises(helm.HelmValuesError, match="/lending/podSecurity"):
         chart.validate_schema({"lending": {"podSecurity": "privileged"}})
+
+
+def test_the_images_named_are_the_projects(chart: Any) -> None:
+    """The images both charts name are in src/gpu_offload/images.json (the one place images are written)."""
+    import json
+
+    repo = CHART.parents[1]
+    table = {i["image"]: i["role"] for i in json.loads((repo / "src" / "gpu_offload" / "images.json")
+                                                       .read_text())["images"]}
+    (container,) = _daemonset(_objects(chart))["spec"]["template"]["spec"]["containers"]
+    assert table[container["image"]] == "hub"  # has the package, hence the labeller and nvidia-ml-py
+    origin = yaml.safe_load((repo / "helm" / "gpu-offload" / "values.yaml").read_text())["jupyterhub"]
+    for key, role in (("hub", "hub"), ("singleuser", "singleuser")):
+        image = origin[key]["image"]
+        assert table[f"{image['name']}:{image['tag']}"] == role

@@ -66,7 +66,7 @@ def test_the_scan_sees_a_call_and_refuses_one_it_cannot_resolve() -> None:
 
 def test_the_tenant_role_grants_exactly_the_verbs_the_hub_uses(kit: Any) -> None:
     used: set[tuple[str, str, str]] = set()
-    for path in sorted(HUB_CODE.glob("*.py")):
+    for path in sorted(HUB_CODE.rglob("*.py")):
         used |= namespaced_calls(path.read_text(), path.name)
     tenant_kinds = {(L.RESOURCE_SLICE.group, L.RESOURCE_SLICE.plural), (L.VIRTUAL_NODE.group, L.VIRTUAL_NODE.plural)}
     wanted = {(group, plural, verb) for group, plural, verb in used if (group, plural) in tenant_kinds}
@@ -78,7 +78,7 @@ def test_the_tenant_role_grants_exactly_the_verbs_the_hub_uses(kit: Any) -> None
 
 
 def test_with_queueing_on_the_hub_may_do_exactly_what_the_queue_reconcile_and_page_do(kit: Any) -> None:
-    from gpu_offload.hub_extension.watches import QUEUE_PAGE_KINDS
+    from gpu_offload.hub_extension.service.watches import QUEUE_PAGE_KINDS
     from gpu_offload.liqo_peering.queue_sync import WRITES
 
     # LocalQueues live in user namespaces: the spawner hook makes them there, under the per-namespace role

@@ -122,7 +122,7 @@ def test_the_hubs_account_is_bound_and_is_the_one_its_pod_runs_as(kit: Any) -> N
 
 
 def _config_map(release: str) -> str:
-    from gpu_offload.hub_extension.chart_hub import release_fullname
+    from gpu_offload.hub_extension.spawner.chart_hub import release_fullname
 
     return f"{release_fullname(release)}-config"
 
@@ -235,8 +235,8 @@ def test_zero_to_jupyterhubs_hub_configuration_picks_up_the_projects_settings(
     assert hub["enable_user_namespaces"] is True and hub["namespace"] == namespace
     assert hub["user_namespace_template"] == prefix + "{username}"
     assert hub["user_namespace_labels"]["gpu-offload.io/user-namespace"] == "true"
-    assert hub["pre_spawn_hook"] == "gpu_offload.hub_extension.spawner.pre_spawn_hook"
-    assert hub["profile_list"] == "gpu_offload.hub_extension.spawner.profile_list"
+    assert hub["pre_spawn_hook"] == "gpu_offload.hub_extension.spawner.hooks.pre_spawn_hook"
+    assert hub["profile_list"] == "gpu_offload.hub_extension.spawner.hooks.profile_list"
     assert hub["hub_connect_url"] == f"http://{hub_service}.{namespace}.svc:8081"
     # users' servers: the service's address, and the chart's singleuser.extraEnv kept
     assert hub["environment"]["GPU_OFFLOAD_SERVICE_URL"] == (
@@ -244,7 +244,7 @@ def test_zero_to_jupyterhubs_hub_configuration_picks_up_the_projects_settings(
     assert hub["environment"]["GPU_OFFLOAD_BACKEND"] == "kubernetes"
     (service,) = [s for s in hub["services"] if s["name"] == "gpu-offload"]
     assert service["url"] == f"http://{hub_service}:10101"
-    assert service["command"] == ["python3", "-m", "gpu_offload.hub_extension.service"]
+    assert service["command"] == ["python3", "-m", "gpu_offload.hub_extension.service.app"]
     assert service["environment"]["GPU_OFFLOAD_CONFIG"] == hub["config_path"]
     assert service["api_token"]  # z2jh generated it into its Secret
     assert hub["config_mode"] == 0o600
@@ -254,14 +254,14 @@ def test_zero_to_jupyterhubs_hub_configuration_picks_up_the_projects_settings(
     assert hub["hub"]["namespace"] == namespace and hub["hub"]["prefix"] == prefix
     assert hub["hub"]["account"] == rendered["hubServiceAccount"]
     kit.find(objects, "ClusterRole", hub["hub"]["hub_role"])
-    assert hub["hub"]["image"] == values.get("offload", {}).get("defaultImage", "python:3.11-slim")
+    assert hub["hub"]["image"] == values.get("offload", {}).get("defaultImage", "")  # empty: each kernel picks
     assert hub["hub"]["quota"] == values.get("offload", {}).get("gpuQuotaPerUser", 0)
     assert hub["hub"]["trusted"] == sorted(k for k, v in values.get("clusters", {}).items() if v.get("trusted"))
     assert hub["hub"]["database"] == "sqlite:////srv/jupyterhub/gpu-offload-usage.sqlite"
 
 
 def test_without_its_configmap_the_hub_stops_naming_the_object_and_the_role(sandbox: Any) -> None:
-    from gpu_offload.hub_extension.chart_hub import wire_hub
+    from gpu_offload.hub_extension.spawner.chart_hub import wire_hub
     from gpu_offload.liqo_peering.errors import GpuOffloadError
     from traitlets.config import Config
 
@@ -326,8 +326,8 @@ def test_jupyterhub_accepts_the_custom_scopes_and_every_scope_the_chart_grants(k
 def _user_server_pod(single: dict[str, Any], init: list[dict[str, Any]]) -> dict[str, Any]:
     """The user server pod kubespawner's ``make_pod`` builds from the hub wiring's security contexts and the
     singleuser values z2jh passes on (uid, fsGid, allowPrivilegeEscalation)."""
-    from gpu_offload.hub_extension.chart_hub import ReleaseNames, apply
     from gpu_offload.hub_extension.config import HubConfig
+    from gpu_offload.hub_extension.spawner.chart_hub import ReleaseNames, apply
     from kubernetes.client import ApiClient
     from kubespawner.objects import make_pod
     from traitlets.config import Config
@@ -348,7 +348,7 @@ def _user_server_pod(single: dict[str, Any], init: list[dict[str, Any]]) -> dict
 
 
 def test_the_users_server_meets_the_restricted_pod_security_level(kit: Any) -> None:
-    from gpu_offload.sandbox.podsecurity import violations
+    from gpu_offload.sandbox.apiserver.podsecurity import violations
 
     single = _hub_values(kit)["singleuser"]
     assert single["cloudMetadata"]["blockWithIptables"] is False

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_offload.hub_extension.local_hub import LocalHub, assign, config_text
+from gpu_offload.hub_extension.service.local_hub import LocalHub, assign, config_text
 from gpu_offload.sandbox.fixtures import origin_fixture, stop_process, wait_until
-from gpu_offload.sandbox.origin import RunningOrigin
+from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / ".." / "shared"

@@ -153,6 +153,7 @@ def test_a_class_kept_for_some_users_and_groups_is_allowed_to_them_only() -> Non
 @pytest.mark.parametrize(("raw", "message"), [
     ({"clusterQueue": "Pool"}, "queueing.kueue.clusterQueue='Pool' is not a name"),
     ({"localQueue": "gpu.queue"}, "localQueue='gpu.queue' is not a name pods can carry in a label"),
+    ({"localQueue": "default"}, "localQueue='default' would make Kueue queue every unlabelled pod"),
     ({"priorityClasses": [{"name": "x", "value": "high"}]}, r"priorityClasses\[0\].value='high' must be a whole"),
     ({"priorityClasses": [{"name": "x", "value": 1}, {"name": "x", "value": 2}]}, "names a class twice"),
     ({"defaultPriority": "urgent"}, "defaultPriority='urgent' is not one of the priority classes"),
@@ -180,3 +181,34 @@ def test_the_validator_applies_the_crds_cel_rules(kueue_schema) -> None:
     queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"].pop()
     with pytest.raises(AssertionError, match="same number of resources"):
         kueue_schema(queue)
+
+
+def _kueue_019_matches(flavor: dict, affinity: dict) -> bool:
+    """Kueue 0.19's flavor check: a term matches when each of its expressions on a key of the flavor's own
+    nodeLabels is satisfied (expressions on other keys are ignored); any term matching is enough."""
+    labels = flavor["spec"]["nodeLabels"]
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return any(all(labels[e["key"]] in e["values"] for e in t["matchExpressions"] if e["key"] in labels)
+               for t in terms)
+
+
+def test_a_model_request_matches_only_the_flavors_of_that_model_on_kueue_019() -> None:
+    # donor-a's model set by the admin (its flavor selects on the cluster id alone), donor-b labelled L4,
+    # donor-c with an L4 and a T4 node (two flavors selecting on the model too)
+    policy = TrustPolicy({"donor-a": ClusterPolicy(gpu_model="H100")})
+    inventory = _pool(policy, **{"c-gpu": node("c-gpu", "donor-c", 2, "L4"), "d-gpu": node("d-gpu", "donor-c", 1, "T4")})
+    flavors = {f["metadata"]["name"]: f for f in K.desired(inventory, policy, K.QueueSettings()).flavors}
+
+    def admitted_to(*models: str, clusters: tuple[str, ...] = ()) -> set[str]:
+        fragment = K.queued_scheduling(1, clusters, K.model_clusters(inventory, policy, models))
+        return {name for name, f in flavors.items() if _kueue_019_matches(f, fragment["affinity"])}
+
+    assert admitted_to("l4") == {"gpuo-donor-b-l4", "gpuo-donor-c-l4"}  # never donor-a's flavor
+    assert admitted_to("H100") == {"gpuo-donor-a-h100"}
+    assert admitted_to("T4", "H100") == {"gpuo-donor-c-t4", "gpuo-donor-a-h100"}
+    assert admitted_to("L4", clusters=("donor-c",)) == {"gpuo-donor-c-l4"}
+    with pytest.raises(ValueError, match="no cluster offers the GPU model asked for among donor-a"):
+        K.queued_scheduling(1, ("donor-a",), K.model_clusters(inventory, policy, ["L4"]))
+    # the pod's own node affinity still binds only to nodes of the model (the scheduler checks every key)
+    spelt = K.model_clusters(inventory, policy, ["l4"])
+    assert spelt == {"donor-b": ("L4",), "donor-c": ("L4",)}

@@ -10,8 +10,8 @@ import pytest
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.errors import OffloadingMissing, OffloadingNotReady
 from gpu_offload.liqo_peering.offloading import describe_not_ready, offloading_state
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture
+from gpu_offload.sandbox.liqo import seed as liqo
 
 LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")))
@@ -64,7 +64,7 @@ def namespace(client):
 def test_creates_then_widens_without_dropping_or_remapping(client, namespace) -> None:
     created = client.ensure_offloading(namespace, ["donor-1"])
     assert created["status"]["offloadingPhase"] == "Ready"
-    assert created["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
+    assert created["spec"]["podOffloadingStrategy"] == "Local"  # only pods placed by the project leave
     mapping = created["spec"].get("namespaceMappingStrategy")
     again = client.ensure_offloading(namespace, ["donor-1"])
     assert again["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]  # nothing to change

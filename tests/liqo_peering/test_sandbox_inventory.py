@@ -12,8 +12,8 @@ from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.errors import APIForbidden, APIServerError
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.specs import gpu_resource_slice, namespace_offloading
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
 
 LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))

@@ -20,12 +20,14 @@ from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_secret, runner_selector
-from gpu_offload.magics.backends.kube.explain import FAILED, PodContext, pod_state
-from gpu_offload.sandbox import liqo, process
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.kubelet import process
 from gpu_offload.sandbox.kueue import Kueue, KueueOptions
-from gpu_offload.sandbox.origin import LiqoOrigin, OriginOptions
+from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.liqo.origin import LiqoOrigin, OriginOptions
 from gpu_offload.sandbox.testing import running_sandbox
+
+from gpu_offload.engine.backends.kube.explain import FAILED, PodContext, pod_state
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 LIQO_CRDS = SHARED / "liqo-crds"
@@ -97,7 +99,7 @@ def launch(api_client, namespace: str, gpus: int, timeout: int | None = 600,
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
     created = batch.create_namespaced_job(namespace, job)
     main = RANK_MAIN.replace("NAMESPACE", namespace)
-    core.create_namespaced_secret(namespace, runner_secret(job, created.metadata.uid, b"", zipapp(main)))
+    core.create_namespaced_secret(namespace, runner_secret(job, created.metadata.uid, zipapp(main)))
     core.create_namespaced_service(namespace, master_service(spec, created.metadata.uid))
     return spec, job
 

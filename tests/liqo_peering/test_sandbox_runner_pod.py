@@ -1,4 +1,5 @@
-"""The built runner Pod and Secret, sent with the official client, run on the placed virtual node."""
+"""The built runner Pod and Secret, sent with the official client, run on the placed virtual node, the bundle
+written to the pod's stdin through an attach."""
 
 from __future__ import annotations
 
@@ -12,16 +13,17 @@ import pytest
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_pod, runner_secret, runner_selector
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
+from kubernetes.stream import stream
 
 LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")))
 
-# A stand-in for the runner zipapp: prints what the bundle path holds, as the real runner would read it.
+# A stand-in for the runner zipapp: prints the bundle it reads where the real runner would (``-``: stdin).
 RUNNER_MAIN = """import sys
 path = sys.argv[sys.argv.index("--bundle") + 1]
-print("bundle says:", open(path, "rb").read().decode(), flush=True)
+print("bundle says:", open(0 if path == "-" else path, "rb").read().decode(), flush=True)
 """
 
 
@@ -39,7 +41,7 @@ def api_client(origin):
     client.close()
 
 
-def test_runner_pod_runs_the_bundle_from_its_secret_and_takes_the_secret_along(api_client) -> None:
+def test_runner_pod_runs_the_bundle_from_its_stdin_and_takes_the_secret_along(api_client) -> None:
     core = kubernetes.client.CoreV1Api(api_client)
     liqo_client = LiqoClient(api_client, request_timeout=30)
     namespace = f"alice-{uuid.uuid4().hex[:6]}"
@@ -53,8 +55,12 @@ def test_runner_pod_runs_the_bundle_from_its_secret_and_takes_the_secret_along(a
         pod = runner_pod(spec)
         name = pod["metadata"]["name"]
         created = core.create_namespaced_pod(namespace, pod)
-        core.create_namespaced_secret(namespace, runner_secret(pod, created.metadata.uid, b"hello from the bundle",
-                                                                zipapp(RUNNER_MAIN)))
+        core.create_namespaced_secret(namespace, runner_secret(pod, created.metadata.uid, zipapp(RUNNER_MAIN)))
+        wait_until(lambda: core.read_namespaced_pod(name, namespace).status.phase == "Running", "runner started")
+        ws = stream(core.connect_get_namespaced_pod_attach, name, namespace, container="runner", stdin=True,
+                    stdout=False, stderr=False, tty=False, _preload_content=False)
+        ws.write_stdin(b"hello from the bundle")
+        ws.close()  # stdinOnce: the end of the attach is the end of the runner's input
         phase = wait_until(lambda: _finished(core, namespace, name), "runner pod finished", timeout=120)
         # _preload_content=False: client 36 hands back str(bytes) ("b'...'") for a preloaded log.
         log = core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
@@ -62,7 +68,7 @@ def test_runner_pod_runs_the_bundle_from_its_secret_and_takes_the_secret_along(a
         assert core.read_namespaced_pod(name, namespace).spec.node_name == placement.virtual_node == "donor-2-gpu"
         selector = runner_selector(run_id=spec.run_id)
         assert [s.metadata.name for s in core.list_namespaced_secret(namespace, label_selector=selector).items] == [
-            f"{name}-bundle"]
+            f"{name}-runner"]
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         wait_until(lambda: not core.list_namespaced_secret(namespace, label_selector=selector).items,
                    "Secret collected with its pod")

@@ -11,7 +11,7 @@ import types
 import jsonschema
 import kubernetes
 import pytest
-from gpu_offload.liqo_peering.errors import BundleTooLarge, InvalidRequest, OffloadingConflict
+from gpu_offload.liqo_peering.errors import BundleTooLarge, InvalidRequest
 from gpu_offload.liqo_peering.placement import scheduling_fragment
 from gpu_offload.liqo_peering.specs import (
     RunnerPodSpec,
@@ -52,7 +52,7 @@ def test_namespace_offloading(liqo_schema) -> None:
         "kind": "NamespaceOffloading",
         "metadata": {"name": "offloading", "namespace": "alice", "labels": {"gpu-offload.io/managed-by": "gpu-offload"}},
         "spec": {
-            "podOffloadingStrategy": "LocalAndRemote",
+            "podOffloadingStrategy": "Local",
             "clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": [
                 VN_TERM, {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-b", "donor-c"]},
             ]}]},
@@ -108,11 +108,13 @@ def test_merge_judges_terms_on_other_labels_with_known_node_labels() -> None:
     assert merged is not None and len(merged["spec"]["clusterSelector"]["nodeSelectorTerms"]) == 2
 
 
-def test_merge_refuses_a_local_only_namespace() -> None:
-    old = existing([])
+def test_merge_widens_a_local_namespace_and_keeps_its_strategy() -> None:
+    # Local is what the project writes: its own pods carry their toleration and affinity, others stay home
+    old = existing([{"matchExpressions": [{"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["a"]}]}])
     old["spec"]["podOffloadingStrategy"] = "Local"
-    with pytest.raises(OffloadingConflict, match="NamespaceOffloading team/offloading has podOffloadingStrategy Local"):
-        merge_offloading(old, ["c"])
+    merged = merge_offloading(old, ["c"])
+    assert merged is not None and merged["spec"]["podOffloadingStrategy"] == "Local"
+    assert len(merged["spec"]["clusterSelector"]["nodeSelectorTerms"]) == 2
 
 
 def test_gpu_resource_slice(liqo_schema) -> None:
@@ -161,16 +163,17 @@ def test_runner_pod(k8s_schema) -> None:
             "containers": [{
                 "name": "runner",
                 "image": "python:3.11",
-                "command": ["python3", "/gpu-offload/runner.pyz", "--bundle", "/gpu-offload/bundle.pkl"],
+                "command": ["python3", "/gpu-offload/runner.pyz", "--bundle", "-"],
                 "env": [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"},
                         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
                 "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"},
                               "requests": {"cpu": "2", "memory": "8Gi"}},
                 "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                                     "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                "volumeMounts": [{"name": "bundle", "mountPath": "/gpu-offload", "readOnly": True}],
+                "volumeMounts": [{"name": "runner", "mountPath": "/gpu-offload", "readOnly": True}],
+                "stdin": True, "stdinOnce": True, "tty": False,
             }],
-            "volumes": [{"name": "bundle", "secret": {"secretName": "gpuo-r1a2-bundle", "defaultMode": 0o444}}],
+            "volumes": [{"name": "runner", "secret": {"secretName": "gpuo-r1a2-runner", "defaultMode": 0o444}}],
             "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
             "affinity": scheduling_fragment("donor-b", 1)["affinity"],
         },
@@ -209,22 +212,22 @@ def test_label_values_are_valid_and_distinct(raw) -> None:
     assert label_value(raw + "!") != value
 
 
-def test_runner_secret_is_owned_by_the_pod(k8s_schema) -> None:
+def test_runner_secret_is_owned_by_the_pod_holds_only_the_runner_and_is_marked_for_reflection(k8s_schema) -> None:
     pod = runner_pod(spec())
-    secret = runner_secret(pod, "3f1c-uid", b"\x80bundle", b"PK\x03\x04zip")
+    secret = runner_secret(pod, "3f1c-uid", b"PK\x03\x04zip")
     assert secret == {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "immutable": True,
         "metadata": {
-            "name": "gpuo-r1a2-bundle",
+            "name": "gpuo-r1a2-runner",
             "namespace": "alice",
             "labels": pod["metadata"]["labels"],
+            "annotations": {"liqo.io/allow-reflection": "true"},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "gpuo-r1a2", "uid": "3f1c-uid"}],
         },
-        "data": {"bundle.pkl": base64.b64encode(b"\x80bundle").decode(),
-                 "runner.pyz": base64.b64encode(b"PK\x03\x04zip").decode()},
+        "data": {"runner.pyz": base64.b64encode(b"PK\x03\x04zip").decode()},
     }
     assert secret["metadata"]["name"] == pod["spec"]["volumes"][0]["secret"]["secretName"]
     k8s_schema(secret)
@@ -236,10 +239,10 @@ def test_too_large_bundle_fails_before_anything_is_built() -> None:
         check_secret_size("r1a2", 1_048_000, 100)
     check_secret_size("r1a2", 900_000, 100_000)  # fits: no error
     pod = runner_pod(spec())
-    with pytest.raises(BundleTooLarge, match=r"bundle \(1048576 bytes\) plus runner \(10 bytes\).*object storage"):
-        runner_secret(pod, "uid", b"x" * 1024 * 1024, b"0123456789")
+    with pytest.raises(BundleTooLarge, match=r"bundle \(0 bytes\) plus runner \(1048576 bytes\)"):
+        runner_secret(pod, "uid", b"x" * 1024 * 1024)
     with pytest.raises(InvalidRequest, match="no pod uid; create the pod first"):
-        runner_secret(pod, "", b"b", b"r")
+        runner_secret(pod, "", b"r")
 
 
 def test_runner_selector_matches_the_labels_the_builders_wrote() -> None:

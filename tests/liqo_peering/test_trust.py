@@ -19,8 +19,8 @@ from gpu_offload.liqo_peering.trust import (
     policy_from_env,
     run_trusted,
 )
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import origin_fixture
+from gpu_offload.sandbox.liqo import seed as liqo
 
 from .conftest import foreign_cluster, node, virtual_node
 

@@ -13,8 +13,8 @@ import pytest
 from gpu_offload.liqo_peering.errors import APIGone, APIServerError
 from gpu_offload.liqo_peering.retrying import Backoff
 from gpu_offload.liqo_peering.watching import Collection, Event, ListResult, ListWatch, WatchStream
+from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.http_faults import FaultRule
 from gpu_offload.sandbox.testing import RunningSandbox, running_sandbox
 
 

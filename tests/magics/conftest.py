@@ -12,8 +12,9 @@ from typing import Any
 
 import psutil
 import pytest
-from gpu_offload.magics.backends.base import Job, Run, SessionInfo
-from gpu_offload.magics.backends.local import LocalBackend
+
+from gpu_offload.engine.backends.base import Job, Run, SessionInfo
+from gpu_offload.engine.backends.local import LocalBackend
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_MARK = "GPU_OFFLOAD_TEST_RUN"

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.base import Ranks
-from gpu_offload.magics.errors import OffloadUsageError
-from gpu_offload.magics.request import OffloadRequest, refuse_spread_when_queued
 from IPython.core.error import UsageError
+
+from gpu_offload.engine.backends.base import Ranks
+from gpu_offload.engine.errors import OffloadUsageError
+from gpu_offload.engine.request import OffloadRequest, refuse_spread_when_queued
 
 
 def offload(shell: Any, cell: str, line: str) -> Any:

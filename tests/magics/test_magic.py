@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gpu_offload.magics.errors import InputNotSerializable, OffloadTimeout, RemoteError, RunnerDied
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
+
+from gpu_offload.engine.errors import InputNotSerializable, OffloadTimeout, RemoteError, RunnerDied
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 

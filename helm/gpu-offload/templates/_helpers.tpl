@@ -15,7 +15,7 @@ name it checks (the parent-chart trick its _helpers-names.tpl documents reads th
 {{/*
 The prefix of this chart's objects: the release name when it contains "gpu-offload", else
 <release>-gpu-offload. The hub computes the same from the release name at start (release_fullname in
-hub_extension/chart_hub.py), so the two must not diverge.
+hub_extension/spawner/chart_hub.py), so the two must not diverge.
 */}}
 {{- define "gpu-offload.fullname" -}}
 {{- if contains "gpu-offload" .Release.Name -}}

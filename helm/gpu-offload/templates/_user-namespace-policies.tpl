@@ -11,7 +11,7 @@ Two policies on user namespaces, rendered by admission-policy.yaml:
 */}}
 {{- /*
 3. With queueing.kueue on, which priority classes each user may name: the parameter is the ConfigMap
-   gpu-offload-priority-classes of the request's namespace (hub_extension/user_namespace.py writes it at each
+   gpu-offload-priority-classes of the request's namespace (hub_extension/spawner/user_namespace.py writes it at each
    spawn from the classes' users and groups), one key per allowed class; users' servers cannot write it.
 */}}
 {{- define "gpu-offload.userNamespacePolicies" -}}
@@ -29,6 +29,14 @@ Two policies on user namespaces, rendered by admission-policy.yaml:
 {{- /* the pod spec of a Pod or of a Job's template, as a one-element list the checks iterate over */}}
 {{- $specs := `(request.resource.resource == "pods" ? [object.spec] : request.resource.resource == "jobs" ? [object.spec.template.spec] : [])` }}
 {{- $containers := `s.containers + (has(s.initContainers) ? s.initContainers : []) + (has(s.ephemeralContainers) ? s.ephemeralContainers : [])` }}
+{{- /* pod spec s opts in to Liqo's virtual nodes: tolerates their NoExecute taint (by its key, or every key), or
+names Liqo's RuntimeClass. User namespaces are offloaded with podOffloadingStrategy Local, so Liqo's webhook adds
+neither toleration nor affinity: these are the only ways a pod there reaches a donor (spec.nodeName aside). */}}
+{{- $optsIn := `((has(s.tolerations) && s.tolerations.exists(t, (!has(t.effect) || t.effect == "" || t.effect == "NoExecute") && ((has(t.key) && t.key == "virtual-node.liqo.io/not-allowed" && ((has(t.operator) && t.operator == "Exists") || (has(t.value) && t.value == "true"))) || ((!has(t.key) || t.key == "") && has(t.operator) && t.operator == "Exists")))) || (has(s.runtimeClassName) && s.runtimeClassName == "liqo"))` }}
+{{- /* the placement the project writes: virtual nodes named by node selector or by required node affinity on the
+chosen clusters, no RuntimeClass shortcut, and the project's label on the pod (a Job's: on its template) */}}
+{{- $placed := `((!has(s.runtimeClassName) || s.runtimeClassName != "liqo") && ((has(s.nodeSelector) && "liqo.io/type" in s.nodeSelector && s.nodeSelector["liqo.io/type"] == "virtual-node") || (has(s.affinity) && has(s.affinity.nodeAffinity) && has(s.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) && s.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms.all(term, has(term.matchExpressions) && term.matchExpressions.exists(e, e.key == "liqo.io/remote-cluster-id" && e.operator == "In")))))` }}
+{{- $managed := `(request.resource.resource == "pods" ? (has(object.metadata.labels) && "gpu-offload.io/managed-by" in object.metadata.labels && object.metadata.labels["gpu-offload.io/managed-by"] == "gpu-offload") : (has(object.spec.template.metadata) && has(object.spec.template.metadata.labels) && "gpu-offload.io/managed-by" in object.spec.template.metadata.labels && object.spec.template.metadata.labels["gpu-offload.io/managed-by"] == "gpu-offload"))` }}
 {{- /* a container that asks for a GPU (the device plugin then chooses which it sees) */}}
 {{- $asksGpu := `has(c.resources) && ((has(c.resources.limits) && "nvidia.com/gpu" in c.resources.limits && string(c.resources.limits["nvidia.com/gpu"]) != "0") || (has(c.resources.requests) && "nvidia.com/gpu" in c.resources.requests && string(c.resources.requests["nvidia.com/gpu"]) != "0"))` }}
 {{- $trusted := list }}
@@ -196,6 +204,15 @@ spec:
         managedJobsNamespaceSelector selects user namespaces
       reason: Forbidden
     {{- end }}{{ end }}
+    - expression: >-
+        {{ $specs }}.all(s, !{{ $optsIn }} || ({{ $placed }} && {{ $managed }}))
+      message: >-
+        a user's server may send a pod to Liqo's virtual nodes (a toleration of virtual-node.liqo.io/not-allowed
+        or of every taint, or runtimeClassName liqo) only with the placement gpu-offload writes: the label
+        gpu-offload.io/managed-by=gpu-offload and a node selector or required node affinity naming the virtual
+        nodes (%%gpu_offload and @gpu_offload steps do); every other pod of a user namespace stays on the
+        origin's nodes, away from donors
+      reason: Forbidden
     - expression: >-
         request.resource.resource != "services" || ((!has(object.spec.type) || object.spec.type == "ClusterIP") &&
         has(object.spec.clusterIP) && object.spec.clusterIP == "None" &&

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpu_offload.hub_extension.views import user_inventory
+from gpu_offload.hub_extension.service.views import user_inventory
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.magics.dashboard.clusters import hub_rows, inventory_rows, local_row
 from gpu_offload.magics.dashboard.widget import cluster_cells
@@ -48,9 +48,10 @@ def test_the_local_row_says_cpu_only_without_gpus() -> None:
 
 
 def test_an_unreachable_cluster_is_a_note_and_the_local_row_stays(tmp_path: Path, monkeypatch: Any) -> None:
-    from gpu_offload.magics.dashboard.records import RunBook
     from gpu_offload.magics.dashboard.sources import KernelFeeds
-    from gpu_offload.magics.dashboard.tracking import Tracker
+
+    from gpu_offload.engine.runs.records import RunBook
+    from gpu_offload.engine.runs.tracking import Tracker
 
     class Magic:
         backend, default_cluster = "auto", "auto"

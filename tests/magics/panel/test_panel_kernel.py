@@ -8,7 +8,7 @@ from typing import Any
 
 PANEL = "get_ipython().magics_manager.registry['GpuOffloadMagics'].last_panel"
 MAGIC = "get_ipython().magics_manager.registry['GpuOffloadMagics']"
-RUN_IDS = "[r.run_id for r in __import__('gpu_offload.magics.dashboard.tracking', fromlist=['x']).tracker().records()]"
+RUN_IDS = "[r.run_id for r in __import__('gpu_offload.engine.runs.tracking', fromlist=['x']).tracker().records()]"
 
 
 def _state_of(kernel: Any, run_id: str) -> str | None:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_offload.magics.backends.kube.backend import KubernetesBackend
-from gpu_offload.magics.backends.kube.config import KubeSettings
 from gpu_offload.magics.dashboard.sources import KernelFeeds
-from gpu_offload.magics.dashboard.tracking import tracker
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
-from gpu_offload.sandbox import liqo
 from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import KubeSettings
+from gpu_offload.engine.runs.tracking import tracker
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 origin = origin_fixture(

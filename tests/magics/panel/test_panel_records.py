@@ -13,15 +13,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.backends.base import Job, RunEvent, RunRequest
 from gpu_offload.magics.dashboard.clusters import local_row
-from gpu_offload.magics.dashboard.records import KEEP_FINISHED, PRUNE_SLACK, RunBook, RunEntry
-from gpu_offload.magics.dashboard.runs import list_runs
-from gpu_offload.magics.dashboard.tracking import WRITE_EVERY, TrackedRun, Tracker
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
-from gpu_offload.magics.engine import TRUSTED, FollowSettings, follow
-from gpu_offload.magics.runner.frames import FrameDecoder, FrameEncoder, Metrics
-from gpu_offload.magics.sinks import RecordingSink
+
+from gpu_offload.engine.backends.base import Job, RunEvent, RunRequest
+from gpu_offload.engine.engine import TRUSTED, FollowSettings, follow
+from gpu_offload.engine.runs.listing import list_runs
+from gpu_offload.engine.runs.records import KEEP_FINISHED, PRUNE_SLACK, RunBook, RunEntry
+from gpu_offload.engine.runs.tracking import WRITE_EVERY, TrackedRun, Tracker
+from gpu_offload.engine.sinks import RecordingSink
+from gpu_offload.runner.frames import FrameDecoder, FrameEncoder, Metrics
 
 GIB = 2**30
 
@@ -197,7 +198,8 @@ def test_cancel_is_offered_only_where_it_can_act_and_no_metrics_yet_only_while_l
     import os
 
     from gpu_offload.magics.dashboard.plot import sparkline
-    from gpu_offload.magics.dashboard.runs import cancellable
+
+    from gpu_offload.engine.runs.listing import cancellable
 
     runs = Tracker(RunBook(tmp_path), kernel="kernel-a")
     live = runs.new(Job("run-live", "0" * 32, b"", RunRequest(gpus=1)), "local")
@@ -236,3 +238,17 @@ def test_the_panels_neutral_colours_follow_jupyterlabs_theme() -> None:
     assert "background:var(--jp-layout-color2" in plot and "border:1px solid var(--jp-border-color2" in plot
     assert "color:var(--jp-ui-font-color2" in sparkline((), ())
     assert "#f7f7f7;" not in plot.replace("#f7f7f7)", "")  # only ever a fallback
+
+
+def test_prune_never_deletes_a_live_kernels_running_record_however_old(tmp_path: Path) -> None:
+    import os
+
+    book = RunBook(tmp_path)
+    book.write(RunEntry("run-live", "k", os.getpid(), "local", "local", 0, state="running", started=0.0))
+    for index in range(KEEP_FINISHED + PRUNE_SLACK + 1):
+        book.write(RunEntry(f"run-{index:03d}", "k", 1, "local", "local", 0, state="done",
+                            started=float(index + 1), ended=float(index + 1)))
+    book.prune()
+    kept = {r.run_id for r in book.read_all()[0]}
+    assert "run-live" in kept and "run-000" not in kept
+    assert len(kept) == KEEP_FINISHED + 1  # the newest finished ones, and the running one

@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
-from gpu_offload.magics.backends.base import Job, RunRequest
-from gpu_offload.magics.dashboard.records import RunBook, RunEntry, StateDirRefused
-from gpu_offload.magics.dashboard.tracking import Tracker
 from gpu_offload.magics.dashboard.widget import run_cells
+
+from gpu_offload.engine.backends.base import Job, RunRequest
+from gpu_offload.engine.runs.records import RunBook, RunEntry, StateDirRefused
+from gpu_offload.engine.runs.tracking import Tracker
 
 
 def finished(run_id: str) -> RunEntry:

@@ -1,0 +1,1 @@
+"""The hub-managed service: admin and user pages, their JSON API, the watches and threads behind them."""

@@ -1,0 +1,1 @@
+"""kubespawner hooks: the user's offloaded namespace, its policies, and the profiles offered."""

@@ -1,0 +1,132 @@
+"""The ``gpu-offload`` command: each sub-command is a module of this package, listed once in :data:`COMMANDS`.
+
+Only the chosen sub-command's module is imported: ``gpu-offload --help`` lists the commands from
+:data:`COMMANDS` alone, so it does not load the Kubernetes client, the sandbox or Jupyter (see
+bench/bench_cli.py for the time it takes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .plain import PlainParser
+
+
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: its name, its line in ``gpu-offload --help``, and the module that builds and runs it."""
+
+    name: str
+    summary: str
+    module: str
+    """Defines ``add_parser(subparsers, summary)``, which registers ``name`` with a ``func`` default."""
+    extra: str = ""
+    """The package extra it needs beyond the base install (its imports fail without it), if any."""
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("quickstart", "run examples/quickstart.ipynb on an embedded SANDBOX cluster (--local: no cluster)",
+            "gpu_offload.cli.quickstart", "sandbox"),
+    Command("lab", "JupyterLab (or JupyterHub with --hub) against an embedded SANDBOX cluster",
+            "gpu_offload.cli.lab", "lab"),
+    Command("clusters", "list peered clusters, their virtual nodes and free GPUs", "gpu_offload.cli.clusters"),
+    Command("queues", "show or sync the Kueue queue of the GPU pool", "gpu_offload.cli.queues"),
+    Command("sandbox", "serve an emulated Kubernetes API (a SANDBOX, not a cluster)", "gpu_offload.cli.sandbox",
+            "sandbox"),
+    Command("cleanup", "delete runner pods and Secrets left by your kernels", "gpu_offload.cli.cleanup"),
+    Command("run", "run a Python script on a GPU runner and stream its output (exits with its exit code)",
+            "gpu_offload.cli.run"),
+    Command("runs", "list your runs: cells of every kernel and scripts, with state, cluster, GPUs and age",
+            "gpu_offload.cli.runs"),
+    Command("logs", "print a run's output (-f: follow it until the run ends)", "gpu_offload.cli.logs"),
+    Command("cancel", "stop a run (a script's or a notebook cell's) as Ctrl-C would", "gpu_offload.cli.cancel"),
+    Command("doctor", "check the cluster setup (kubeconfig, namespace, offloading, storage, GPUs) and say how to fix it",
+            "gpu_offload.cli.doctor"),
+    Command("completion", "print a bash or zsh completion script for gpu-offload", "gpu_offload.cli.completion"),
+)
+
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "quickstart": ("gpu-offload quickstart", "gpu-offload quickstart --local --output executed.ipynb"),
+    "lab": ("gpu-offload lab", "gpu-offload lab --hub"),
+    "clusters": ("gpu-offload clusters", "gpu-offload clusters --json"),
+    "queues": ("gpu-offload queues", "gpu-offload queues --json", "gpu-offload queues sync --dry-run"),
+    "sandbox": ("gpu-offload sandbox --kubeconfig /tmp/sandbox.kubeconfig --donors 2 --gpus 4",),
+    "cleanup": ("gpu-offload cleanup", "gpu-offload cleanup --kernel KERNEL_ID"),
+    "run": ("gpu-offload run train.py --epochs 3", "gpu-offload run --gpus 2 --gpu-model A100 --noblock train.py"),
+    "runs": ("gpu-offload runs", "gpu-offload runs --json"),
+    "logs": ("gpu-offload logs -f RUN",),
+    "cancel": ("gpu-offload cancel RUN",),
+    "doctor": ("gpu-offload doctor", "gpu-offload doctor --json"),
+    "completion": ("source <(gpu-offload completion bash)", "source <(gpu-offload completion zsh)"),
+}
+"""Command lines shown at the end of each sub-command's ``--help``."""
+
+
+def _chosen(argv: Sequence[str]) -> Command | None:
+    """The sub-command ``argv`` names (the first word that is not an option), if it is one we have."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return next((c for c in COMMANDS if c.name == first), None)
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every command listed, only the one ``argv`` names built in full."""
+    parser = PlainParser(
+        prog="gpu-offload",
+        description="Run Jupyter cells and Metaflow steps on remote GPUs through Liqo.",
+        epilog="examples:\n  gpu-offload quickstart\n  gpu-offload runs --json\n  gpu-offload COMMAND --help",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=PlainParser)
+    chosen = _chosen(argv)
+    for command in COMMANDS:
+        if command is chosen:
+            importlib.import_module(command.module).add_parser(subparsers, command.summary)
+            examples = EXAMPLES.get(command.name)
+            if examples:
+                subparsers.choices[command.name].epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+        else:
+            subparsers.add_parser(command.name, help=command.summary)
+    return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (what pip shows)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jupyter-gpu-offload")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _missing_extra(command: Command | None, exc: ModuleNotFoundError) -> int:
+    """Say which extra to install when a command's module needs a package the base install leaves out."""
+    if command is None or not command.extra:
+        raise exc
+    print(f"gpu-offload {command.name}: {exc.name} is not installed; it comes with the package's "
+          f"{command.extra} extra: pip install 'jupyter-gpu-offload[{command.extra}]' (from a checkout: "
+          f"pip install -e '.[{command.extra}]')", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    chosen = _chosen(words)
+    try:
+        parser = build_parser(words)
+        args = parser.parse_args(words)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        return _missing_extra(chosen, exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""The backend interface: how the engine starts runners and reads their events, whatever runs them.
+
+The local backend runs the runner as a subprocess; a cluster backend runs it in a pod. Both hand the engine
+the same stream of decoded frames, so the engine never knows which one it follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ...runner.frames import Event
+from ..timing import Phase, Stopwatch
+
+if TYPE_CHECKING:  # the local backend needs no cluster code loaded
+    from ...liqo_peering.inventory import Inventory
+
+
+@dataclass(frozen=True)
+class RunnerExit:
+    """The runner process ended; the last event of a one-shot run, or of a session whose runner died."""
+
+    code: int | None
+    """Exit code (negative: killed by that signal); ``None`` if unknown."""
+    detail: str = ""
+    """The runner's last diagnostics (stderr lines, stray output), for the error message."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where the runner landed, once the cluster bound it (a cluster backend's pod on a virtual node)."""
+
+    text: str
+    """One line the notebook shows under the cell, e.g. ``running in pod p on virtual node n (...)``."""
+    cluster: str = ""
+    """The cluster id it landed on, when known (a queued run learns it only then)."""
+
+
+@dataclass(frozen=True)
+class Queued:
+    """The run waits in a queue (Kueue) before it may start, or (``waiting`` False) it just left it."""
+
+    text: str
+    """One line the notebook shows, e.g. ``queued for 2 x A100: 4th of 9 in line; waiting 1 min 12 s``."""
+    waiting: bool = True
+
+
+@dataclass(frozen=True)
+class Relaunched:
+    """The backend deleted the run's runners before any of them showed anything of the cell and launched the
+    run again elsewhere (a cluster backend's one retry): every rank starts anew."""
+
+    text: str
+    """One line the notebook shows as a warning: what failed, what was deleted, where the run goes now."""
+
+
+RunEvent = Event | RunnerExit | Placed | Queued | Relaunched | Phase
+"""What :meth:`Run.next_event` yields: a decoded frame (``docs/runner-protocol.md``), where the runner
+landed, its place in a queue, that it was launched again elsewhere, the end of a launch phase, or the
+runner's exit."""
+
+
+def stale_frames_note(session: str, dropped: int) -> str:
+    """What a session's run tells the user when frames of an earlier run of the session were dropped."""
+    return (
+        f"session `{session}`: {dropped} frame(s) of an earlier cell, which was not followed to its end, "
+        "arrived during this cell and were dropped (they are not this cell's output)"
+    )
+
+
+def spread_refusal(queue: str) -> str:
+    """Why ``--spread`` is refused with queueing on (``queue`` says which queue, e.g. ``LocalQueue q``), and the fix."""
+    return (f"--spread: queueing is on ({queue}), and Kueue admits the nodes of a run as one pod set with one flavor, "
+            "i.e. one donor, so they cannot span donors. Leave out --spread, or turn queueing off for this kernel.")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """The shape of a distributed run (``--nodes``): ``nodes`` nodes (pods) of ``procs_per_node`` rank
+    processes each, started as ``torchrun`` starts its workers (``docs/distributed.md``)."""
+
+    nodes: int
+    procs_per_node: int
+    out_rank: int = 0
+    """The rank whose variables come back."""
+    rendezvous_timeout: float = 300.0
+    """Seconds from the first rank's start within which every rank must have started."""
+    spread: bool = False
+    """The nodes may span donors (cluster backends; refused with queueing on)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    def bundle_field(self) -> dict[str, int]:
+        """The bundle's ``ranks`` field: what every node's launcher needs to know of the shape."""
+        return {"nodes": self.nodes, "procs_per_node": self.procs_per_node, "out_rank": self.out_rank}
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Where and with what a runner starts: what a cell asks of a backend (``liqo_peering.placement`` turns
+    a cluster backend's into a :class:`~gpu_offload.liqo_peering.placement.Placement` on a virtual node)."""
+
+    gpus: int = 1
+    """Number of GPUs the runner may see."""
+    gpu_model: str | None = None
+    """A GPU model to ask for; only cluster backends use it."""
+    fallback_models: tuple[str, ...] = ()
+    """Models to take, in order, when ``gpu_model`` has no room."""
+    cluster: str = "auto"
+    """A remote cluster id or ``auto``; only cluster backends use it."""
+    image: str | None = None
+    """Container image; only cluster backends use it."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment variables for the runner."""
+    timeout: float | None = None
+    """``--timeout`` in seconds; a cluster backend bounds its pod with it (the engine interrupts first)."""
+    priority: str | None = None
+    """A Kueue priority class; only a cluster backend with queueing on uses it."""
+    trusted_only: bool = False
+    """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
+    ranks: Ranks | None = None
+    """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
+
+    def session_key(self) -> tuple[RunRequest, tuple[int, int] | None]:
+        """What a session's runners are started with: its cells must ask for the same (a distributed
+        session's cells may each choose their out rank and how output shows)."""
+        ranks = self.ranks
+        return replace(self, ranks=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
+
+    def shape(self) -> str:
+        """The options that fix a runner's shape, as a cell writes them."""
+        ranks = self.ranks
+        if ranks is None:
+            return f"--gpus {self.gpus}"
+        return f"--gpus {self.gpus} --nodes {ranks.nodes} --procs-per-node {ranks.procs_per_node}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One bundle to run, with what it asks for: the one thing that travels from the cell to the backend."""
+
+    run_id: str
+    nonce: str
+    """The bundle's frame nonce (the backend decodes frames with it)."""
+    bundle: bytes
+    """The pickled bundle dict of the runner contract."""
+    request: RunRequest = field(default_factory=RunRequest)
+    """Where and with what its runner starts."""
+    session: str | None = None
+    """The warm runner to run it in (started on first use); ``None`` for a runner of its own."""
+    clock: Stopwatch | None = field(default=None, compare=False, repr=False)
+    """The run's phase marks from Shift-Enter (:mod:`..timing`), kept on its record when it ends."""
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """How one run's buffers travel between the kernel and its runner (fields of the bundle).
+
+    The backend chooses it once per run, before the bundle is pickled, so the bundle is pickled once.
+    """
+
+    input_transport: str
+    """``shm`` (same machine) or ``inline`` (in the bundle)."""
+    output_transport: str
+    """``shm`` (same machine), ``inline`` (in the frames) or ``url`` (uploaded to ``output_urls``)."""
+    shm_dir: str | None = None
+    """Directory on tmpfs for ``shm`` buffers."""
+    output_urls: tuple[str, ...] = ()
+    """Upload URLs for ``url`` outputs, in the order the runner uses them."""
+    log_url: str = ""
+    """Where the runner uploads the run's log at its end (a CLI run on a cluster with object storage)."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A warm runner, as listed by ``%gpu_offload sessions``."""
+
+    name: str
+    where: str
+    """Human-readable location, e.g. ``local pid 1234``."""
+    runs: int
+    """Cells run so far."""
+    busy: bool
+    """Whether a cell is running now."""
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """The cluster a backend runs pods in, for readers beside the engine (the panel lists runner pods)."""
+
+    api_client: Any
+    """The ``kubernetes.client.ApiClient`` the backend uses."""
+    namespace: str
+    """The user's offloaded namespace."""
+    user: str
+    """The user the runner pods are labelled with."""
+
+
+class InventorySource(Protocol):
+    """Where a backend reads donors and their free GPUs (a watch-fed cache or the hub service)."""
+
+    def inventory(self, timeout: float = 10.0) -> Inventory:
+        """The current inventory, waiting up to ``timeout`` seconds for a first one."""
+        ...
+
+
+class Run(Protocol):
+    """One submitted bundle being executed."""
+
+    @property
+    def cluster(self) -> str:
+        """Where the runner is: the cluster id placement chose, or ``local``."""
+        ...
+
+    def progress(self) -> str:
+        """Phase, place and elapsed time for ``--noblock`` handles; ``""`` when the backend has nothing to add."""
+        ...
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """Send cancel requests that come from outside the engine (the panel's button) to ``cancel``.
+
+        A ``--noblock`` handle passes its own cancel, so such a run ends ``cancelled``. A backend's own run
+        gets no such requests and ignores it; the panel's wrapper (``dashboard.tracking``) uses it.
+        """
+        ...
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """The next event, or ``None`` if none arrives within ``timeout`` seconds.
+
+        A one-shot run ends with :class:`RunnerExit`; a session run ends with a ``Done`` frame (or
+        :class:`RunnerExit` if the session's runner died).
+        """
+        ...
+
+    def interrupt(self) -> None:
+        """Raise KeyboardInterrupt in the running cell (the runner survives if it is a session)."""
+        ...
+
+    def kill(self) -> None:
+        """End the runner now (for a session this ends the session)."""
+        ...
+
+    def release(self, grace: float) -> int | None:
+        """Free the run's resources once its events are read.
+
+        A one-shot runner still running gets up to ``grace`` seconds to end (local: waited for; kubernetes:
+        the pod's deletion grace period, its runner gets SIGTERM first), then is killed; returns its exit
+        code when known. A session's runner stays up (returns ``None``; ``grace`` does not apply).
+        """
+        ...
+
+
+class Backend(Protocol):
+    """Starts runners. Implementations: ``local`` (subprocesses) and ``kubernetes`` (pods on Liqo virtual nodes)."""
+
+    name: str
+
+    def transfer(self, run_id: str) -> Transfer:
+        """How the buffers of run ``run_id`` travel; asked once per run, before its bundle is made."""
+        ...
+
+    def describe(self) -> str:
+        """One line for ``%gpu_offload status``."""
+        ...
+
+    def inventory(self) -> InventorySource | None:
+        """The donors this backend places on (started on first use); ``None`` for a backend without a cluster."""
+        ...
+
+    def cluster_access(self) -> ClusterAccess | None:
+        """Client, namespace and user of the cluster this backend uses; ``None`` without a cluster."""
+        ...
+
+    def trusts(self, cluster: str) -> bool:
+        """Whether the origin trusts what a run on ``cluster`` (a :attr:`Run.cluster`) sends back, from the
+        origin's configuration only (``liqo_peering.trust.run_trusted``): its outputs may be unpickled and
+        its rich output shown as it is."""
+        ...
+
+    def submit(self, job: Job) -> Run:
+        """Start running ``job`` in a new runner or in its session's."""
+        ...
+
+    def sessions(self) -> list[SessionInfo]:
+        """The warm runners of this backend."""
+        ...
+
+    def close_session(self, name: str, grace: float = 5.0) -> bool:
+        """End the named session; ``False`` if there is none."""
+        ...
+
+    def close(self) -> None:
+        """End every session (kernel shutdown)."""
+        ...

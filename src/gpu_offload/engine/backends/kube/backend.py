@@ -1,0 +1,279 @@
+"""The kubernetes backend: one-shot runs and warm sessions in runner pods its :class:`~.launcher.PodLauncher`
+places and creates; it follows them and leaves nothing behind (per run, at kernel exit, and after a
+crashed kernel).
+
+Steady-state API traffic of a one-shot cell: create Pod, create Secret, one pod watch, one log follow,
+delete Pod (the Secret goes with it through its owner reference). The inventory comes from a watch-fed
+cache that lives as long as the kernel; the namespace's offloading is checked once per cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ....liqo_peering import environment as E
+from ....liqo_peering.cache import InventoryCache
+from ....liqo_peering.client import ApiClient, LiqoClient, api_client_from_environment
+from ....liqo_peering.errors import (
+    APIDeniedByPolicy,
+    APIError,
+    APIForbiddenByQuota,
+    APINamespaceMissing,
+    GpuOffloadError,
+    PlacementError,
+)
+from ....liqo_peering.specs import runner_selector
+from ....liqo_peering.trust import run_trusted, trusting
+from ....runner.frames import Outputs
+from ...errors import OffloadError, OffloadUsageError
+from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
+from .budget import spend_line
+from .config import KubeSettings
+from .explain import span_text
+from .hub_inventory import HubInventory, HubInventoryError
+from .jobrun import KubeJobRun
+from .launcher import PodLauncher
+from .pods import PodApi
+from .podspec import fetched_outputs, same_object, untrusted_unfetched
+from .rank_session import KubeRankSession, RankSessionRun
+from .run import KubeRun, PodOrder
+from .session import KubeSession, SessionRun
+from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
+
+
+class ClusterError(OffloadError):
+    """The cluster refused or failed a step of launching or following a cell."""
+
+
+def _translate(exc: GpuOffloadError) -> OffloadError:
+    if isinstance(exc, PlacementError):
+        return OffloadUsageError(f"Nothing was launched: {exc}.")
+    if isinstance(exc, APINamespaceMissing):
+        name = exc.namespace
+        return OffloadUsageError(
+            f"Nothing was launched: namespace {name} does not exist on the cluster. Create it with `kubectl create "
+            f"namespace {name}` (a hub creates each user's for you), or set {E.NAMESPACE.name} to one that exists.")
+    if isinstance(exc, APIDeniedByPolicy):
+        # the chart's policies: the queue label, a priority class the user may not use, an image not allowed
+        return OffloadUsageError(f"Nothing was launched: the cluster's admission policy {exc.policy} refused the "
+                                 f"pod: {exc.denial}.")
+    if isinstance(exc, APIForbiddenByQuota):
+        quota = exc.quota
+        return OffloadUsageError(
+            f"Your namespace's quota {quota.name} is used up: this cell asks for {quota.requested}, your runs and "
+            f"sessions already hold {quota.used}, and the limit is {quota.limited}. Nothing was launched. Wait for a run "
+            "to end, close a session you no longer need (`%gpu_offload sessions`, `%gpu_offload close NAME`), "
+            "ask for fewer GPUs, or ask your JupyterHub admin for a larger share.")
+    return ClusterError(f"{exc}. Nothing is left running for this cell.")
+
+
+class KubernetesBackend:
+    """Runs each cell in a pod on a Liqo virtual node of a donor cluster."""
+
+    name = "kubernetes"
+
+    def __init__(self, settings: KubeSettings, api_client: ApiClient | None = None,
+                 storage: RunStorage | None = None, runner: Path | None = None) -> None:
+        self.settings = settings
+        self.api_client = api_client or api_client_from_environment()
+        self.pods = PodApi(self.api_client, settings.namespace)
+        self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=trusting(settings.trusted))
+        self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
+        self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
+        self._lock = threading.Lock()
+        self._sessions: dict[str, KubeSession | KubeRankSession] = {}
+        self._idle_ended: dict[str, tuple[str, str]] = {}
+        """Session name -> (its pod, how it ended) for sessions this kernel ended for idling: said at the next
+        cell of that session and in ``%gpu_offload status`` until then."""
+        self.cleaned: list[str] = []
+        """What an earlier life of this kernel left behind, removed at start."""
+        # best effort: a server account without list rights on Secrets must still be able to run cells
+        with contextlib.suppress(ClusterError):
+            self.cleaned = self.cleanup()
+
+    def describe(self) -> str:
+        """One line for ``%gpu_offload status``."""
+        storage = f", storage s3://{self.settings.storage.bucket}" if self.settings.storage else ", no object storage"
+        image = self.settings.image or "the runner image of this kernel's Python"
+        line = (f"kubernetes backend: namespace {self.settings.namespace}, image {image}"
+                f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
+        with self._lock:
+            ended = [f"session {name}: its {holder} {how}; its variables are gone"
+                     for name, (holder, how) in self._idle_ended.items()]
+            # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
+            ended += [f"session {name}: its {s.holder} {s.end_words()}; its variables are gone"
+                      for name, s in self._sessions.items() if not s.alive and not s.dead]
+        spend = self.launcher.spend
+        if spend is not None:
+            try:
+                usage = spend_line(spend.read(timeout=5.0), self.settings.budget)
+            except HubInventoryError as exc:
+                usage = f"GPU usage: not known now ({exc})"
+            ended.append(usage)
+        return "\n".join([line, *ended])
+
+    def transfer(self, run_id: str) -> Transfer:
+        """Inputs inline (a bundle too large for the Secret is stored whole); outputs inline in the frames, or
+        uploaded to presigned URLs of this run when object storage is configured."""
+        if self.storage is None:
+            return Transfer(input_transport="inline", output_transport="inline")
+        # a CLI run's log outlives its pod and whoever followed it (gpu-offload logs reads it)
+        return Transfer(input_transport="inline", output_transport="url",
+                        output_urls=tuple(self.storage.output_urls(run_id)),
+                        log_url=self.storage.log_url(run_id) if self.settings.cli else "")
+
+    def inventory(self) -> InventoryCache | HubInventory:
+        """The kernel's inventory source (started on first use), shared with the panel: the hub service's in a
+        hub deployment, else a watch-fed cache of the cluster."""
+        return self.launcher.inventory_cache()
+
+    def cluster_access(self) -> ClusterAccess:
+        """See :meth:`gpu_offload.engine.backends.base.Backend.cluster_access`."""
+        return ClusterAccess(self.api_client, self.settings.namespace, self.settings.user)
+
+    def trusts(self, cluster: str) -> bool:
+        """Whether ``cluster`` is one of the settings' trusted ids (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, which a
+        hub's spawner writes from its chart): the same policy placement and the runner pods are given."""
+        return run_trusted(self.name, cluster, self.launcher.trust)
+
+    # --- the Backend protocol ---
+
+    def submit(self, job: Job) -> KubeRun | KubeJobRun | SessionRun | RankSessionRun:
+        """Start ``job`` in a new pod, or in the named session's warm pod."""
+        cleanup = lambda: self._forget_run(job.run_id)  # noqa: E731 - the run calls it once it is released
+        try:
+            if job.session is not None:
+                return self._session(job.session, job.request).submit(
+                    job.bundle, job.run_id, cleanup, self._fetcher(job.run_id))
+            order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id)
+            if job.request.ranks is not None:
+                return KubeJobRun(self.launcher, order, job.request.ranks, self.settings.watch_seconds,
+                                  cleanup=cleanup, fetch=self._fetcher(job.run_id))
+            return KubeRun(self.launcher, order, cleanup=cleanup, fetch=self._fetcher(job.run_id))
+        except GpuOffloadError as exc:
+            self._forget_run(job.run_id)
+            raise _translate(exc) from exc
+        except BaseException:
+            self._forget_run(job.run_id)
+            raise
+
+    def _fetcher(self, run_id: str) -> Callable[[Outputs, str], Outputs] | None:
+        storage = self.storage
+        if storage is None:
+            return None
+
+        def read(ref: Mapping[str, Any]) -> bytes:
+            index = ref.get("index")
+            if not isinstance(index, int) or not 0 <= index < OUTPUT_URLS:
+                raise StorageError(f"an output reference names upload {index!r}; a run has uploads 0 to "
+                                   f"{OUTPUT_URLS - 1}. Nothing was loaded")
+            return storage.read(run_id, f"out-{index}", ref.get("sha256"), ref.get("size"))
+
+        def own(index: int, url: str) -> bool:
+            return 0 <= index < OUTPUT_URLS and same_object(url, storage.put_url(run_id, f"out-{index}"))
+
+        def fetch(outputs: Outputs, cluster: str) -> Outputs:
+            if not self.trusts(cluster):  # the engine's own test of the run's cluster
+                unread = untrusted_unfetched(outputs.format, outputs.pickle, outputs.buffers)
+                if unread is not None:
+                    return replace(outputs, pickle=unread)
+            packed, refs = fetched_outputs(outputs.pickle, outputs.buffers, read, own)
+            return replace(outputs, pickle=packed, buffers=tuple(refs))
+
+        return fetch
+
+    def _forget_run(self, run_id: str) -> None:
+        if self.storage is not None:
+            self.storage.remove_run(run_id, keep=(LOG,) if self.settings.cli else ())
+
+    def _session(self, name: str, placement: RunRequest) -> KubeSession | KubeRankSession:
+        with self._lock:
+            current = self._sessions.get(name)
+            replaces, ended = self._idle_ended.pop(name, ("", ""))
+            if current is not None and not current.alive:
+                replaces, ended = current.holder, current.end_words()
+                current.close(grace=0)
+                del self._sessions[name]
+                current = None
+            if current is None:
+                current = self._sessions[name] = self._new_session(name, placement, replaces,
+                                                                   ended or "ended while idle")
+                current.on_idle = self._idle_started
+            elif current.request.session_key() != placement.session_key():
+                raise OffloadUsageError(
+                    f"Session `{name}` was started with {current.request.shape()} on {current.cluster}; this "
+                    f"cell asks for {placement.shape()} or another place. Close it with `%gpu_offload close "
+                    f"{name}` first, or use another --session name.")
+            current.claims += 1  # from now on an idle timer set earlier ends nothing
+            return current
+
+    def _new_session(self, name: str, placement: RunRequest, replaces: str,
+                     ended: str) -> KubeSession | KubeRankSession:
+        if placement.ranks is None:
+            return KubeSession(name, self.launcher, placement, replaces, ended)
+        # a distributed session: one Indexed Job of session launchers, one attachment per pod
+        return KubeRankSession(name, self.launcher, placement, self.settings.watch_seconds, replaces, ended)
+
+    def _idle_started(self, session: KubeSession | KubeRankSession) -> None:
+        """A session's cell ended: end the session if no cell comes within the idle timeout, so nobody keeps
+        GPUs by forgetting a session (the chart's ``offload.sessionIdleTimeout``)."""
+        timeout = self.settings.session_idle_timeout
+        if timeout <= 0:
+            return
+        timer = threading.Timer(timeout, self._end_idle, (session, session.claims))
+        timer.daemon = True
+        session.idle_timer = timer
+        timer.start()
+
+    def _end_idle(self, session: KubeSession | KubeRankSession, claims: int) -> None:
+        with self._lock:
+            # a cell came meanwhile, or the session was closed or replaced: nothing to end
+            if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
+                return
+            del self._sessions[session.name]
+            request = session.request
+            gpus = request.gpus * (request.ranks.nodes if request.ranks is not None else 1)
+            self._idle_ended[session.name] = (session.holder, (
+                f"was ended after {span_text(self.settings.session_idle_timeout)} idle holding {gpus} GPU"
+                f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, the "
+                "hub's offload.sessionIdleTimeout)"))
+        session.close(grace=1.0)
+
+    def sessions(self) -> list[SessionInfo]:
+        """The warm session pods that are still alive."""
+        with self._lock:
+            return [s.info() for s in self._sessions.values() if s.alive]
+
+    def close_session(self, name: str, grace: float = 5.0) -> bool:
+        """End the named session and delete its pod; ``False`` if there is none."""
+        with self._lock:
+            current = self._sessions.pop(name, None)
+        if current is None:
+            return False
+        current.close(grace)
+        return True
+
+    def cleanup(self, everything_of_user: bool = False) -> list[str]:
+        """Delete the pods and Secrets this kernel (or, with the flag, any kernel of this user) left behind.
+
+        Label-based, so it works after a crash: a restarted Jupyter kernel keeps its kernel id.
+        """
+        kernel = None if everything_of_user else self.settings.kernel
+        try:
+            return self.pods.delete_matching(runner_selector(self.settings.user, kernel))
+        except APIError as exc:
+            raise ClusterError(f"cleaning up leftover runner pods failed: {exc}") from exc
+
+    def close(self) -> None:
+        """Kernel exit: end every session, delete whatever this kernel still has, stop the watches."""
+        for name in list(self._sessions):
+            self.close_session(name, grace=1.0)
+        # the cluster may be unreachable at exit: the next start of this kernel cleans up then
+        with contextlib.suppress(ClusterError):
+            self.cleanup()
+        self.launcher.close()

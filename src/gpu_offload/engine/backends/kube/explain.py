@@ -1,0 +1,223 @@
+"""What a runner pod's status means, in words a notebook user understands (pure functions).
+
+The follower asks :func:`pod_state` after every pod event; a ``failed`` state ends the run with its
+sentence, a ``waiting`` one is shown as progress while the cell has printed nothing yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ....liqo_peering import environment as E
+from ....liqo_peering import labels as L
+from ....liqo_peering.timestamps import parse_time
+
+MEMORY_ENV = E.MEMORY.name
+"""Memory request and limit of runner pods (e.g. ``32Gi``), read when a cell is submitted."""
+WAITING, RUNNING, FINISHED, FAILED = "waiting", "running", "finished", "failed"
+# Waiting reasons after which the kubelet will not succeed by itself: the pod spec or the cluster must change.
+_HOPELESS = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
+KUEUE_STOPPED = "TerminationTarget"
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+"""The eviction reason of Kueue's ``waitForPodsReady`` (on by default since Kueue 0.19, 30 minutes)."""
+"""The pod condition Kueue writes on a pod it stops (reason ``WorkloadEvictedDueTo<Evicted's reason>``, message
+the eviction's), before it deletes the pod; it records the same message in a ``Stopped`` event on the pod."""
+PREEMPTED = "Preempted"
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """What the sentences name besides the pod: where it was sent and what it asked for."""
+
+    cluster: str
+    gpus: int
+    image: str
+    memory: str | None = None
+    model: str | None = None
+    """The GPU model placement chose (None: the node names none)."""
+
+
+@dataclass(frozen=True)
+class PodState:
+    """One reading of a runner pod."""
+
+    kind: str
+    """``waiting``, ``running``, ``finished`` or ``failed``."""
+    text: str = ""
+    """Progress (waiting) or the explanation (failed)."""
+    reason: str = ""
+    """Kubernetes' reason, e.g. ``OOMKilled``; used as the error's name."""
+    exit_code: int | None = None
+    lost: bool = False
+    """The virtual node (the peering) was lost: the run may be retried elsewhere if it had not started."""
+    summary: str = ""
+    """What happened in a few words, for a sentence about something else (a session whose pod ended)."""
+    elsewhere: str = ""
+    """Set when another cluster may succeed (node lost, or this one cannot schedule the pod): the clause
+    the retry notice starts with. Empty for failures that would repeat anywhere."""
+
+
+def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return statuses[0] if statuses else {}
+
+
+def _gpus(n: int) -> str:
+    return "no GPU" if not n else f"{n} GPU" + ("" if n == 1 else "s")
+
+
+def _terminated(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    state = _runner_status(pod).get("state") or {}
+    done = state.get("terminated")
+    if not done:
+        return None
+    code = int(done.get("exitCode") or 0)
+    reason = str(done.get("reason") or "")
+    if reason == "OOMKilled":
+        limit = f" (memory limit {ctx.memory})" if ctx.memory else ""
+        return PodState(FAILED, (
+            f"the cell ran out of memory on {ctx.cluster} with {_gpus(ctx.gpus)}{limit}: the runner was killed "
+            f"(OOMKilled, exit code {code}); output so far is kept, no variable was copied back. Ask for more "
+            f"memory with `%env {MEMORY_ENV}=32Gi` before the next cell, or use less (smaller batches, "
+            "del large arrays)"), reason, code)
+    return PodState(FINISHED, "", reason, code)
+
+
+def _failed_pod(status: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or "")
+    if reason == "NodeLost":
+        lost = f"the virtual node of {ctx.cluster} was lost ({message})"
+        return PodState(FAILED, lost, reason, lost=True, elsewhere=lost)
+    if reason == "DeadlineExceeded":
+        return PodState(FAILED, (
+            f"the pod on {ctx.cluster} reached its deadline (--timeout) and Kubernetes stopped it; output so "
+            "far is kept. Raise --timeout or make the cell faster"), reason)
+    if reason == "Evicted":
+        return PodState(FAILED, (
+            f"the pod was evicted from {ctx.cluster}: {message}; the donor needed the resources back. Run "
+            "the cell again (placement picks a cluster with room)"), reason)
+    return None
+
+
+def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    if reason == "OffloadingBackOff":
+        namespace = (pod.get("metadata") or {}).get("namespace")
+        return PodState(FAILED, (
+            f"namespace {namespace} is not offloaded, so Liqo will not send the pod to {ctx.cluster} "
+            f"(OffloadingBackOff: {status.get('message') or ''}). Ask your JupyterHub admin to offload it, or "
+            "create its NamespaceOffloading with `liqoctl offload namespace`"), reason)
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            said = cond.get("message") or "Unschedulable"
+            return PodState(FAILED, (
+                f"no node can take the pod for {ctx.cluster} with {_gpus(ctx.gpus)}: the scheduler says "
+                f"\"{said}\". Check `gpu-offload clusters`, then ask for fewer "
+                "GPUs, another --gpu-model or --cluster"), "Unschedulable",
+                elsewhere=f"{ctx.cluster} cannot schedule the pod (the scheduler says \"{said}\")")
+    waiting = (_runner_status(pod).get("state") or {}).get("waiting") or {}
+    why = str(waiting.get("reason") or "")
+    if why in _HOPELESS:
+        if "Image" in why:
+            text = (f"the image {ctx.image} cannot be pulled on {ctx.cluster} ({why}: {waiting.get('message') or ''}); "
+                    "check its name and tag, or pass another with --image (it needs a Python of the "
+                    "kernel's minor version)")
+        else:
+            text = f"the runner container cannot be created on {ctx.cluster} ({why}: {waiting.get('message') or ''})"
+        return PodState(FAILED, text, why)
+    if queued(pod):
+        return PodState(WAITING, "waiting for Kueue to admit the pod", "SchedulingGated")
+    node = (pod.get("spec") or {}).get("nodeName")
+    where = f"on {node} ({ctx.cluster})" if node else f"waiting to be scheduled for {ctx.cluster}"
+    return PodState(WAITING, f"pod Pending {where}" + (f": {why}" if why else ""))
+
+
+def queued(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod still carries Kueue's admission gate (it waits in the queue)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == L.ADMISSION_GATE for g in gates)
+
+def span_text(seconds: float) -> str:
+    """``40 s``, ``14 min``, ``2 h 5 min``: how long something ran, as a notebook says it."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    hours, minutes = divmod(whole // 60, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
+
+
+def ran_for(started: str | None, stopped: str | None) -> float | None:
+    """Seconds between two API timestamps (a container's start and Kueue's stop), None if one is missing."""
+    first, last = parse_time(started), parse_time(stopped)
+    return (last - first).total_seconds() if first and last else None
+
+
+def stopped_by_kueue(reason: str, message: str, ran: float | None, ctx: PodContext) -> PodState:
+    """A pod Kueue stopped, in words: preempted (``WorkloadEvictedDueToPreempted``, or the eviction message
+    Kueue words as "Preempted to accommodate ... due to <why>"), or evicted for another reason (its message).
+
+    ``ran``: seconds the runner had run, None when it never started."""
+    after = f" after {span_text(ran)}" if ran is not None else " before it started"
+    if reason.endswith("DueToPreempted") or message.startswith("Preempted to accommodate"):
+        why = message.partition(" due to ")[2].partition(";")[0]
+        by = ("by a higher-priority run" if not why or why.startswith("prioritization")
+              else f"by Kueue ({why})")
+        summary = f"preempted{after} {by}"
+        return PodState(FAILED, (
+            f"{summary}: Kueue gave its {_gpus(ctx.gpus)} on {ctx.cluster} to another run; output so far is kept, "
+            "no variable was copied back. Run the cell again to queue it once more, or with --priority of a "
+            "higher class if you may use one"), PREEMPTED, summary=summary)
+    cause = reason.removeprefix("WorkloadEvictedDueTo") or "Evicted"
+    summary = f"stopped by Kueue{after} ({cause}: {message})"
+    # waitForPodsReady evicts a Workload whose pods are not ready in time; Kueue requeues a Job but deletes a
+    # plain pod for good, so the run asks for a new pod through the retry every unstarted failure gets
+    again = (f"Kueue evicted the pod ({cause}: {message})"
+             if cause == PODS_READY_TIMEOUT and ran is None else "")
+    return PodState(FAILED, (
+        f"{summary} on {ctx.cluster}; output so far is kept, no variable was copied back. Run the cell again to "
+        "queue it once more"), cause, summary=summary, elsewhere=again)
+
+
+def _kueue_stop(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == KUEUE_STOPPED and cond.get("status") == "True":
+            runner = _runner_status(pod).get("state") or {}
+            started = (runner.get("running") or runner.get("terminated") or {}).get("startedAt")
+            return stopped_by_kueue(str(cond.get("reason") or ""), str(cond.get("message") or ""),
+                                    ran_for(started, cond.get("lastTransitionTime")), ctx)
+    return None
+
+
+def placed_text(pod: Mapping[str, Any], ctx: PodContext) -> str:
+    """Where a bound pod runs, in one line: pod, virtual node, Liqo cluster, GPUs and model."""
+    name = (pod.get("metadata") or {}).get("name", "")
+    node = (pod.get("spec") or {}).get("nodeName") or "an unknown node"
+    gpus = f"{ctx.gpus} x {ctx.model}" if ctx.model else _gpus(ctx.gpus)
+    return f"running in pod {name} on virtual node {node} (Liqo cluster {ctx.cluster}, {gpus})"
+
+
+def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
+    """Read a runner pod: waiting (with progress), running, finished (exit code) or failed (with a sentence)."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    # Kueue marks the pod before deleting it: its runner may still be shutting down, or have exited 0 on SIGTERM
+    stopped = _kueue_stop(pod, ctx)
+    if stopped is not None:
+        return stopped
+    if phase in ("Failed", "Succeeded"):
+        failed = _failed_pod(status, ctx) if phase == "Failed" else None
+        if failed is not None:
+            return failed
+    ended = _terminated(pod, ctx)
+    if ended is not None:
+        return ended
+    if phase == "Failed":
+        return PodState(FAILED, f"the pod failed on {ctx.cluster}: {status.get('reason')}: {status.get('message')}",
+                        str(status.get("reason") or "PodFailed"))
+    if phase == "Running" or (_runner_status(pod).get("state") or {}).get("running"):
+        return PodState(RUNNING)
+    return _pending(pod, ctx)

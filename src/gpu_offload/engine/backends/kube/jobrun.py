@@ -1,0 +1,298 @@
+"""A distributed run (``--nodes N``) in the pods of one Indexed Job, followed as the events of its ranks.
+
+The Job controller creates the pods: the run learns of them through the project's list-then-watch loop
+(``watching.ListWatch`` on the run's label selector), until all N are known. Each pod runs the runner as its node's launcher (its group rank is the pod's ``JOB_COMPLETION_INDEX``); its
+log is read by the same :class:`~.follow.PodFollower` as a single cell's, told the run's world size so the
+frames of every rank of that pod are accepted. :class:`~...ranked.RankedRun` turns the merged events into one
+run. A pod that fails (unschedulable, image pull, lost node) ends the run with the reason, naming the first
+rank of that pod; every way out deletes the Job with ``propagationPolicy: Background``, which takes its pods,
+Secret and Service.
+
+A pod that another cluster might take (the scheduler cannot place it, or its virtual node was lost) before
+any rank showed anything of the cell is retried once, as a single cell's pod is: the Job goes (with its pods,
+Secret and Service) and the run is launched again elsewhere, avoiding the clusters of the first Job. A cell
+pinned with ``--cluster``, or queueing through Kueue (whose ``waitForPodsReady`` requeues a Job that does not
+start), gets the first failure instead, saying why it was not moved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from ....liqo_peering.errors import APIForbidden, APINotFound, APIUnauthorized
+from ....liqo_peering.rankjob import INDEX_LABEL
+from ....liqo_peering.specs import runner_selector
+from ....liqo_peering.watching import Event as WatchEvent
+from ....liqo_peering.watching import ListResult, ListWatch
+from ....runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
+from ...timing import Phase
+from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
+from .explain import FAILED
+from .follow import PodEnded, PodFollower
+from .pods import PodApi
+from .run import LaunchedJob, PodOrder, failure_events
+
+LASTING = (APIUnauthorized, APIForbidden, APINotFound)
+"""Failures of the pods' list or watch that trying again does not mend (the loop retries the others)."""
+POLL = 0.05
+"""Longest pause between looks at the followers' queues."""
+
+
+def pod_index(pod: Mapping[str, Any], nodes: int) -> int | None:
+    """The pod's index in its Indexed Job (its node rank), or None when it has none in range (a pod's labels
+    are not trusted to be what the Job controller wrote)."""
+    text = ((pod.get("metadata") or {}).get("labels") or {}).get(INDEX_LABEL)
+    try:
+        index = int(str(text))
+    except ValueError:
+        return None
+    return index if 0 <= index < nodes else None
+
+
+class RunPods:
+    """The ``watching.Sink`` of the run's pods: hands each pod the loop sees to the run's thread, which starts
+    one follower per index (a pod seen again is ignored there)."""
+
+    def __init__(self) -> None:
+        self.seen: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.error: Exception | None = None
+        """The last failure of the list or watch (None once one went well)."""
+
+    def listed(self, result: ListResult) -> None:
+        self.error = None
+        for pod in result.items:
+            self.seen.put(pod)
+
+    def event(self, event: WatchEvent) -> None:
+        self.error = None
+        if event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
+            self.seen.put(event["object"])
+
+    def failed(self, exc: Exception) -> None:
+        self.error = exc
+
+
+class JobLauncher(Protocol):
+    pods: PodApi
+
+    def launch_job(self, order: PodOrder, ranks: Ranks, avoid: frozenset[str] = frozenset()) -> LaunchedJob:
+        """Place ``order``'s Job (on none of the ``avoid`` cluster ids) and create it with its Secret and
+        Service; raises when nothing fits, or, for a retry, when the cell is pinned or queueing is on."""
+        ...
+
+
+class JobPods:
+    """The pods of one Indexed Job, each followed by its own :class:`~.follow.PodFollower` (told the world
+    size, so the frames of every rank of that pod are accepted) as the watch on the run's pods reports them."""
+
+    def __init__(self, pods: PodApi, order: PodOrder, ranks: Ranks, job: LaunchedJob, watch_seconds: int) -> None:
+        self.pods = pods
+        self._order = order
+        self._ranks = ranks
+        self._job = job
+        self._watch_seconds = watch_seconds
+        self.followers: dict[int, PodFollower] = {}
+        """Node rank -> the follower of that pod."""
+        self.ended: set[int] = set()
+        """Node ranks whose pod ended (its ``PodEnded`` was taken)."""
+        self._found = RunPods()
+        collection = pods.pods_matching(runner_selector(run_id=order.run_id))
+        self._watch: ListWatch | None = ListWatch(f"pods of Job {job.name}", collection.list, collection.watch,
+                                                  self._found, watch_seconds=watch_seconds).start()
+
+    @property
+    def watch_error(self) -> Exception | None:
+        """The last failure of the watch on the Job's pods, None while it goes well."""
+        return self._found.error
+
+    @property
+    def all_running(self) -> bool:
+        """Every pod exists and its runner container runs (a session may attach to each)."""
+        return len(self.followers) == self._ranks.nodes and all(f.running.is_set() for f in self.followers.values())
+
+    def discover(self) -> None:
+        """Follow the Job's pods as the watch reports them (one follower per index), each until its container
+        ends: a pod's launcher sends one ``done`` per rank (and a session's many), and a one-shot follower
+        stops at the first. The watch ends once every index has its follower."""
+        if self._watch is None:
+            return
+        if isinstance(self._found.error, LASTING):
+            raise self._found.error
+        while len(self.followers) < self._ranks.nodes:
+            try:
+                pod = self._found.seen.get_nowait()
+            except queue.Empty:
+                return
+            index = pod_index(pod, self._ranks.nodes)
+            if index is None or index in self.followers:
+                continue
+            self.followers[index] = PodFollower(
+                self.pods, pod, self._order.nonce, self._job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
+                run_id=self._order.bundle_run, ranks=self._ranks.world_size, stdin=self._job.stdin or None)
+        self._stop_watching()
+
+    def _stop_watching(self) -> None:
+        if self._watch is not None:
+            self._watch.close(timeout=0)  # the thread ends on its own once its request is shut
+            self._watch = None
+
+    def next(self, timeout: float) -> tuple[int, Event | Placed | Phase | PodEnded] | None:
+        """The next item of any pod still followed (and the pod's node rank) within ``timeout`` s, else None;
+        a ``PodEnded`` marks its pod ended."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.discover()
+            for index, follower in list(self.followers.items()):
+                if index in self.ended:
+                    continue
+                item = follower.next(0)
+                if item is None:
+                    continue
+                if isinstance(item, PodEnded):
+                    self.ended.add(index)
+                return index, item
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            time.sleep(min(POLL, remaining))
+
+    def stop(self) -> None:
+        """Stop watching for pods and following every pod."""
+        self._stop_watching()
+        for follower in self.followers.values():
+            follower.stop()
+
+
+def pod_failure(index: int, ended: PodEnded, diagnostics: str, ranks: Ranks, text: str | None = None) -> list[RunEvent]:
+    """The events of a pod that failed (unschedulable, image pull, lost node): its reason (or ``text``) as the
+    error of the pod's first rank (``node I: ...``), then the exit."""
+    state = ended.state
+    events = failure_events(dataclasses.replace(state, text=f"node {index}: {text or state.text}"),
+                            state.exit_code, diagnostics)
+    rank = index * ranks.procs_per_node
+    return [dataclasses.replace(e, rank=rank) if isinstance(e, Error) else e for e in events]
+
+
+class KubeJobRun:
+    """One bundle as the ranks of an Indexed Job's pods."""
+
+    def __init__(self, launcher: JobLauncher, order: PodOrder, ranks: Ranks, watch_seconds: int,
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
+        self.pods = launcher.pods
+        self._launcher = launcher
+        self._order = order
+        self._ranks = ranks
+        self._watch_seconds = watch_seconds
+        self.job = launcher.launch_job(order, ranks)
+        self._nodes = JobPods(self.pods, order, ranks, self.job, watch_seconds)
+        self._cleanup = cleanup
+        self._fetch = fetch
+        self._codes: list[int] = []
+        self._pending: deque[RunEvent] = deque()
+        self._over = False
+        self._released = False
+        self._retried = False
+        self._shown = False
+        """Whether a rank has shown anything of the cell (output, outputs, an error, its end): a run that
+        has is never launched again (its cell would run twice)."""
+        self._since = time.monotonic()
+
+    @property
+    def cluster(self) -> str:
+        return self.job.ctx.cluster
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """A backend's run gets no cancel requests from outside the engine."""
+
+    def progress(self) -> str:
+        started, error = len(self._nodes.followers), self._nodes.watch_error
+        return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "
+                f"{time.monotonic() - self._since:.0f} s" + (f" (watching its pods failed: {error})" if error else ""))
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._pending:
+                return self._pending.popleft()
+            if self._over:
+                return None
+            got = self._nodes.next(max(0.0, deadline - time.monotonic()))
+            if got is None:
+                return None
+            index, item = got
+            if isinstance(item, PodEnded):
+                self._pod_ended(index, item)
+                continue
+            if isinstance(item, Outputs) and self._fetch is not None:
+                item = self._fetch(item, self.cluster)
+            if isinstance(item, (Stream, DisplayData, Outputs, Error, Done)):
+                self._shown = True
+            return item
+
+    def _pod_ended(self, index: int, ended: PodEnded) -> None:
+        state = ended.state
+        diagnostics = "\n".join(self._nodes.followers[index].diagnostics)
+        if state.kind == FAILED and state.elsewhere and not self._shown and not self._retried:
+            self._relaunch(index, ended, diagnostics)
+            return
+        if state.kind == FAILED:
+            # the first failed pod ends the run: its reason, as the first rank of that pod's error
+            self._over = True
+            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks))
+            return
+        self._codes.append(state.exit_code or 0)
+        if len(self._nodes.ended) == self._ranks.nodes:
+            self._over = True
+            failed = [code for code in self._codes if code]
+            self._pending.append(RunnerExit(failed[0] if failed else 0, diagnostics))
+
+    def _relaunch(self, index: int, ended: PodEnded, diagnostics: str) -> None:
+        """Delete the Job (its pods, Secret and Service go with it) and launch the run once more, on none of
+        the first Job's clusters; when that is refused or nothing fits, the first failure and why."""
+        self._retried = True
+        first, state = self.job, ended.state
+        self._nodes.stop()
+        self.pods.delete_job(first.name, grace=0)
+        self._codes.clear()
+        order = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
+        try:
+            self.job = self._launcher.launch_job(order, self._ranks, frozenset(first.clusters or (first.ctx.cluster,)))
+        except Exception as exc:  # noqa: BLE001 - no other cluster takes it: report the first failure and why
+            self._over = True
+            text = f"{state.text}, before the cell started; the Job was not moved to another cluster: {exc}"
+            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks, text))
+            return
+        self._order = order
+        self._nodes = JobPods(self.pods, order, self._ranks, self.job, self._watch_seconds)
+        self._pending.append(Relaunched(
+            f"node {index}: {state.elsewhere} before the cell started; deleted Job {first.name} (its pods, "
+            f"Service and Secret) and retrying the run once on {self.job.ctx.cluster} as Job {self.job.name}"))
+
+    def interrupt(self) -> None:
+        """Delete the Job with a grace period: each runner gets SIGTERM and interrupts its ranks' cells."""
+        self.pods.delete_job(self.job.name, grace=10)
+
+    def kill(self) -> None:
+        """Delete the Job and its pods at once."""
+        self._nodes.stop()
+        self.pods.delete_job(self.job.name, grace=0)
+
+    def release(self, grace: float) -> int | None:
+        """Stop following and delete the Job (its pods, Secret and Service go with it) and stored objects."""
+        if self._released:
+            return None
+        self._released = True
+        self._nodes.stop()
+        try:
+            self.pods.delete_job(self.job.name, grace=0 if self._over else max(0, int(grace)))
+        finally:
+            if self._cleanup is not None:
+                self._cleanup()
+        failed = [code for code in self._codes if code]
+        return failed[0] if failed else (0 if self._over else None)

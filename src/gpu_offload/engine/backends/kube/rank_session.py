@@ -1,0 +1,208 @@
+"""``--session NAME --nodes N`` on kubernetes: a warm distributed session in the pods of one Indexed Job.
+
+Each pod runs the runner with ``--session`` as its node's launcher (docs/distributed.md, the node launcher
+interface, point 4). The kernel attaches to every pod's stdin as it does to a single session pod
+(:class:`~.session.Attachment`), greets each with the session's nonce and shape, and sends every cell's
+``run`` (and Ctrl-C's ``interrupt``) to all of them; each launcher passes it on to its ranks, which keep their
+namespaces (and their process group) between cells. The pods' frames come through
+:class:`~.jobrun.JobPods`, and the engine's :class:`~...ranked.RankedRun` merges them as for a one-shot
+distributed run, closing the session (:meth:`RankSessionRun.kill`) when ranks do not stop after a failure.
+Closing deletes the Job with ``propagationPolicy: Background``, which takes its pods, Secret and Service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ....liqo_peering.errors import APIError
+from ....runner.frames import Done, Error, Outputs, RunnerWarning
+from ....runner.secrecy import greeting
+from ..base import Ranks, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
+from .explain import FAILED
+from .follow import PodEnded
+from .jobrun import JobLauncher, JobPods, pod_failure
+from .run import PodOrder
+from .session import Attachment, SessionCell, WarmSession
+
+SEND_WAIT = 0.25
+"""Longest wait for frames between looks at whether every pod runs, before a cell's command is sent."""
+
+
+class KubeRankSession(WarmSession):
+    """A distributed session: an Indexed Job of session launchers and an attach connection to each pod."""
+
+    def __init__(self, name: str, launcher: JobLauncher, placement: RunRequest, watch_seconds: int,
+                 replaces: str = "", ended: str = "ended while idle") -> None:
+        super().__init__(name, replaces, ended)
+        assert placement.ranks is not None
+        self.ranks: Ranks = placement.ranks
+        self.request = placement
+        self.pods = launcher.pods
+        nonce = secrets.token_hex(16)
+        order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
+        self.job = launcher.launch_job(order, self.ranks)
+        self.nodes = JobPods(self.pods, order, self.ranks, self.job, watch_seconds)
+        self._greeting = greeting(nonce, self.ranks.bundle_field())
+        """Every launcher's first line: the nonce and the shape (its group rank is its pod's index)."""
+        self._stdin: dict[int, Attachment] = {}
+        self.closed_how = ""
+        """How the session was closed during a cell (its ranks did not stop), for the next cell's note."""
+
+    @property
+    def holder(self) -> str:
+        """What holds the session, as messages name it."""
+        return f"Job {self.job.name}"
+
+    @property
+    def cluster(self) -> str:
+        return self.job.ctx.cluster
+
+    @property
+    def alive(self) -> bool:
+        """Whether every pod may still take cells (one ended breaks the process group for all)."""
+        return not self.dead and not any(f.ended for f in self.nodes.followers.values())
+
+    def end_words(self) -> str:
+        """How the session ended, for the next session of this name: closed during a cell, or how the Job's
+        first pod to end did."""
+        if self.closed_how:
+            return self.closed_how
+        for follower in self.nodes.followers.values():
+            end = follower.end
+            if end is not None and end.summary:
+                return f"was {end.summary} while idle"
+        return "ended while idle"
+
+    def info(self) -> SessionInfo:
+        """The line ``%gpu_offload sessions`` shows."""
+        where = f"Job {self.job.name} ({self.ranks.nodes} pods) on {self.cluster}"
+        return SessionInfo(self.name, where, self.runs, self.busy)
+
+    def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
+               fetch: Callable[[Outputs, str], Outputs] | None = None) -> RankSessionRun:
+        """Queue one bundle for every node; it is sent once every pod's launcher runs."""
+        run = RankSessionRun(self, self.take_cell(bundle), run_id, cleanup, fetch)
+        if self.runs > 1:
+            run.announce(f"in the {self.ranks.nodes} pods of Job {self.job.name} on {self.cluster}, session {self.name}")
+        note = self.replaced_note()
+        if note is not None:
+            run.warn(note)
+        return run
+
+    def send(self, command: dict[str, Any]) -> int | None:
+        """Write ``command`` to every node's launcher, node 0 first; the node it could not reach, else None."""
+        for index in sorted(self.nodes.followers):
+            stdin = self._stdin.get(index)
+            if stdin is None:
+                stdin = self._stdin[index] = Attachment(self.pods, self.nodes.followers[index].name, self._greeting)
+            if not stdin.send(command):
+                return index
+        return None
+
+    def close(self, grace: float) -> None:
+        """Ask every launcher to end its ranks' sessions, then delete the Job (its pods, Secret and Service go
+        with it)."""
+        self.hang_up(self._stdin.values())
+        self.nodes.stop()
+        with contextlib.suppress(APIError):  # gone already; what is left, the kernel's cleanup finds by label
+            self.pods.delete_job(self.job.name, grace=max(0, int(grace)))
+
+
+class RankSessionRun(SessionCell[KubeRankSession]):
+    """One cell in a distributed session: the events of every rank (``RankedRun`` ends it when each rank is
+    done); the pods stay."""
+
+    def __init__(self, session: KubeRankSession, command: dict[str, Any], run_id: str,
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
+        super().__init__(session, command, run_id, cleanup, fetch)
+        self._warned = False
+        self._over = False
+
+    @property
+    def cluster(self) -> str:
+        return self.session.cluster
+
+    def progress(self) -> str:
+        """Phase and elapsed time, for ``--noblock`` handles."""
+        phase = "Pending" if self._command is not None else "Running"
+        return (f"{phase} in session {self.session.name} ({self.session.holder} on {self.cluster}), "
+                f"{time.monotonic() - self._since:.0f} s")
+
+    def _foreign(self) -> int:
+        return sum(f.foreign for f in self.session.nodes.followers.values())
+
+    def _send(self) -> RunEvent | None:
+        """Send the cell to every node once every pod's launcher runs; an event if a node cannot be reached."""
+        session = self.session
+        if self._command is None or session.dead or not session.nodes.all_running:
+            return None
+        command, self._command = self._command, None
+        # whatever an earlier cell that was not followed to its end still sends is not this cell's
+        self._dropped += sum(f.expect_run(self._run_id) for f in session.nodes.followers.values())
+        self._foreign_before = self._foreign()
+        lost = session.send(command)
+        if lost is None:
+            return None
+        session.dead = True
+        self._over = True
+        rank = lost * session.ranks.procs_per_node
+        pod = session.nodes.followers[lost].name
+        self._pending.append(RunnerExit(None, f"could not attach to pod {pod}"))
+        return Error(-1, "SessionLost", f"node {lost}: could not attach to pod {pod} of session {session.name}; "
+                                        "the session was closed, run the cell again to start it anew", (), rank=rank)
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`; until the cell is sent, ``None`` comes
+        after ``SEND_WAIT`` at the latest (the caller asks again, and the cell goes out once every pod runs)."""
+        if self._pending:
+            return self._pending.popleft()
+        if self._over:
+            return None
+        failed = self._send()
+        if failed is not None:
+            return failed
+        got = self.session.nodes.next(min(timeout, SEND_WAIT) if self._command is not None else timeout)
+        if got is None:
+            return None
+        index, item = got
+        if isinstance(item, PodEnded):
+            return self._pod_ended(index, item)
+        if isinstance(item, Outputs) and self._fetch is not None:
+            item = self._fetch(item, self.cluster)
+        elif isinstance(item, Done) and not self._warned:
+            self._warned = True
+            dropped = self._dropped + self._foreign() - self._foreign_before
+            if dropped:
+                self._pending.append(item)
+                return RunnerWarning(-1, stale_frames_note(self.session.name, dropped))
+        return item
+
+    def _pod_ended(self, index: int, ended: PodEnded) -> RunEvent:
+        """A pod of the session ended during the cell: the session is over (its ranks lost a peer)."""
+        self.session.dead = True
+        self._over = True
+        diagnostics = "\n".join(self.session.nodes.followers[index].diagnostics)
+        if ended.state.kind == FAILED:
+            self._pending.extend(pod_failure(index, ended, diagnostics, self.session.ranks))
+        else:
+            self._pending.append(RunnerExit(ended.state.exit_code, diagnostics))
+        return self._pending.popleft()
+
+    def interrupt(self) -> None:
+        """Interrupt the cell in every rank, not the session (a cell not sent yet is simply not sent)."""
+        if self._command is not None:
+            self._command = None
+            self._over = True
+            self._pending.extend(Done(-1, "interrupted", 0.0, rank=rank)
+                                 for rank in range(self.session.ranks.world_size))
+            return
+        self.session.send({"op": "interrupt"})
+
+    def kill(self) -> None:
+        """End the session (every rank's state is lost): ranks that cannot stop would never take the next cell."""
+        self.session.closed_how = "was closed when its ranks did not stop after a failed or interrupted cell"
+        self.session.close(grace=0)

@@ -1,0 +1,303 @@
+"""A one-shot cell in a pod, as the engine follows it: frames in, the pod's end explained, cleanup on release.
+
+A virtual node lost before the runner said hello, or a cluster whose scheduler cannot take the pod (the
+inventory said it had room, but a neighbour was faster or the pod asks for more memory than its nodes have),
+is retried once on another cluster that fits (the user is told); a queued pod Kueue evicted for not starting
+in time (``waitForPodsReady`` deletes a plain pod rather than requeueing it) is queued again through the same
+single retry. Lost after the hello, the run is reported lost with how much output had arrived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ....runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
+from ...timing import Phase
+from ..base import Queued, RunEvent, RunnerExit, RunRequest
+from .explain import FAILED, PODS_READY_TIMEOUT, PodContext, PodState, pod_state
+from .follow import PodEnded, PodFollower
+from .pods import PodApi
+from .queueing import Ticket, duration
+
+
+@dataclass
+class LaunchedPod:
+    """A runner pod the backend created, with its follower (and its place in Kueue's line when queued)."""
+
+    name: str
+    follower: PodFollower
+    ticket: Ticket | None = None
+    phases: tuple[Phase, ...] = ()
+    """When placement and the pod's creation ended (``time.monotonic()``), for the run's timing."""
+
+    @property
+    def ctx(self) -> PodContext:
+        """Where the pod was sent: the follower's (a queued pod's cluster is known once Kueue admits it)."""
+        return self.follower.ctx
+
+
+@dataclass(frozen=True)
+class LaunchedJob:
+    """A distributed run's Indexed Job the backend created, and where its pods were sent."""
+
+    name: str
+    ctx: PodContext
+    """``ctx.cluster`` names every cluster the pods may run on (``a or b`` with ``--spread``)."""
+    clusters: tuple[str, ...] = ()
+    """The cluster ids the pods may run on (one without ``--spread``)."""
+    outputs_from: str = ""
+    """The cluster whose trust decides what the out rank sends back: the one cluster, or the first untrusted
+    of several (the out rank may land on any of them)."""
+    stdin: bytes = b""
+    """What each pod's launcher reads on stdin once it runs (the bundle; empty for a session, or when the
+    pods fetch it from object storage)."""
+
+
+@dataclass(frozen=True)
+class PodOrder:
+    """What a runner pod is made from; a run or session keeps it to ask for the pod again elsewhere."""
+
+    run_id: str
+    nonce: str
+    placement: RunRequest
+    bundle: bytes = b""
+    """The pickled bundle (empty for a session pod, which reads bundles on stdin)."""
+    session: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment besides the placement's."""
+    bundle_run: str | None = None
+    """The run id inside ``bundle`` (its frames carry it; a retry elsewhere keeps it); ``None`` for a session."""
+
+
+class Launcher(Protocol):
+    """How runs and sessions get a pod, without holding the backend."""
+
+    pods: PodApi
+
+    def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> LaunchedPod:
+        """Place ``order`` (on none of the ``avoid`` cluster ids) and create its Pod and Secret; raises when
+        nothing fits or the cell is pinned with ``--cluster``."""
+        ...
+
+    def leave(self, ticket: Ticket) -> None:
+        """Stop following a queued pod's place in line (admitted, withdrawn or released)."""
+        ...
+
+
+QUEUED_AFTER = 2.0
+"""Seconds a gated pod waits before the user is told it is queued even if Kueue has not listed it yet."""
+WHY_STOPPED_SECONDS = 10.0
+"""How long to wait for the pod's status to say why its runner was stopped from outside."""
+
+
+class InLine:
+    """What a run says about its pod's place in Kueue's line: the place when it changed, then that it left the
+    line. Said only once the pod is listed as pending or has waited a moment, so a pod admitted at once never
+    says it was queued."""
+
+    def __init__(self) -> None:
+        self.shown = -1
+        """The version of the ticket last shown (-1: the run was not shown as queued)."""
+
+    def event(self, launched: LaunchedPod, launcher: Launcher) -> Queued | None:
+        ticket = launched.ticket
+        if ticket is None:
+            return None
+        if not launched.follower.gated:
+            self.leave(launched, launcher)
+            if self.shown >= 0:
+                self.shown = -1
+                return Queued(f"admitted by Kueue after {duration(time.monotonic() - ticket.since)} in line",
+                              waiting=False)
+            return None
+        due = ticket.position is not None or time.monotonic() - ticket.since > QUEUED_AFTER
+        if due and ticket.version != self.shown:
+            self.shown = ticket.version
+            return Queued(ticket.text())
+        return None
+
+    @staticmethod
+    def leave(launched: LaunchedPod, launcher: Launcher) -> None:
+        """Stop following the pod's place in line (admitted, withdrawn or released)."""
+        ticket, launched.ticket = launched.ticket, None
+        if ticket is not None:
+            launcher.leave(ticket)
+
+
+def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[RunEvent]:
+    """The events that end a run whose pod failed: an ``Error`` the engine raises, then the exit."""
+    return [Error(-1, state.reason or "PodFailed", state.text, ()), RunnerExit(code, diagnostics)]
+
+
+class KubeRun:
+    """One bundle in one pod (two, if the first was lost before starting)."""
+
+    def __init__(self, launcher: Launcher, order: PodOrder, cleanup: Callable[[], None] | None = None,
+                 fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
+        self.pods = launcher.pods
+        self._launcher = launcher
+        self._order = order
+        self.current = launcher.launch(order)
+        self._cleanup = cleanup
+        self._fetch = fetch
+        self._pending: deque[RunEvent] = deque(self.current.phases)
+        self._retried = False
+        self._hello = False
+        self._lines = 0
+        self._ended = False
+        self._done = False
+        self._exit_code: int | None = None
+        self._released = False
+        self._since = time.monotonic()
+        self._waiting = "pod created"
+        self._interrupting = False
+        self._line = InLine()
+
+    @property
+    def cluster(self) -> str:
+        """The cluster of the current pod (the second one after a retry elsewhere)."""
+        return self.current.ctx.cluster
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """A backend's run gets no cancel requests from outside the engine."""
+
+    def progress(self) -> str:
+        """Phase, cluster and elapsed time, for ``--noblock`` handles."""
+        elapsed = time.monotonic() - self._since
+        cluster = self.current.ctx.cluster
+        ticket = self.current.ticket
+        if ticket is not None and not self._ended and self.current.follower.gated:
+            return ticket.text()
+        if self._ended:
+            return f"ended on {cluster} after {elapsed:.0f} s"
+        if self._hello:
+            return f"Running on {cluster}, {elapsed:.0f} s"
+        return f"Pending for {cluster}, {elapsed:.0f} s: {self._waiting}"
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
+        if self._pending:
+            return self._pending.popleft()
+        if self._ended:
+            return None
+        queued = self._queue_event()
+        if queued is not None:
+            return queued
+        item = self.current.follower.next(timeout)
+        if item is None:
+            return None
+        if isinstance(item, PodEnded):
+            return self._ended_with(item.state)
+        if isinstance(item, Hello):
+            self._hello = True
+        elif isinstance(item, Status) and not self._hello:
+            self._waiting = item.state
+        elif isinstance(item, Stream):
+            self._lines += item.text.count("\n")
+        elif isinstance(item, Outputs) and self._fetch is not None:
+            item = self._fetch(item, self.cluster)
+        elif isinstance(item, Done) and item.status == "interrupted" and not self._interrupting:
+            return self._stopped_from_outside(item)
+        if isinstance(item, Done):
+            self._done = True
+        return item
+
+    def _queue_event(self) -> Queued | None:
+        return self._line.event(self.current, self._launcher)
+
+    def _leave_queue(self) -> None:
+        self._line.leave(self.current, self._launcher)
+
+    def _stopped_from_outside(self, done: Done) -> RunEvent | None:
+        """The runner got SIGTERM that this kernel did not send (eviction, Kueue's preemption, node drain,
+        deadline): say why."""
+        deadline = time.monotonic() + WHY_STOPPED_SECONDS
+        while time.monotonic() < deadline:
+            pod = self.pods.read_pod(self.current.name)
+            # gone already (Kueue deletes a pod it preempts): its events say who stopped it
+            state = pod_state(pod, self.current.ctx) if pod is not None else self.current.follower.gone()
+            if state.kind == FAILED:
+                return self._ended_with(state)
+            time.sleep(0.2)
+        return done
+
+    def _ended_with(self, state: PodState) -> RunEvent | None:
+        self._exit_code = state.exit_code
+        diagnostics = "\n".join(self.current.follower.diagnostics)
+        if state.kind == FAILED and state.elsewhere and not self._hello and not self._retried:
+            first = self.current
+            self._retried = True
+            self.pods.delete_pod(first.name, grace=0)
+            # a pod Kueue evicted for not starting in time queues again where Kueue picks (Kueue requeues
+            # Jobs itself but deletes plain pods); any other goes to another cluster
+            avoid = frozenset() if state.reason == PODS_READY_TIMEOUT else frozenset({first.ctx.cluster})
+            try:
+                retry = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
+                self.current = self._launcher.launch(retry, avoid)
+            except Exception as exc:  # noqa: BLE001 - no second cluster fits: report the first failure and why
+                text = f"{state.text}, before the cell started; no other cluster can take it: {exc}"
+                return self._finish(failure_events(dataclasses.replace(state, text=text), None, diagnostics))
+            return RunnerWarning(-1, (
+                f"{state.elsewhere} before the cell started; retrying once on {self.current.ctx.cluster}"))
+        if state.kind == FAILED:
+            if state.lost:
+                text = (f"{state.text} after the cell had started: {self._lines} line(s) of output arrived "
+                        "(shown above) and the rest of the run was lost; no variable was copied back. Run the "
+                        "cell again")
+                state = dataclasses.replace(state, text=text, reason="VirtualNodeLost")
+            return self._finish(failure_events(state, state.exit_code, diagnostics))
+        return self._finish([RunnerExit(state.exit_code, diagnostics)])
+
+    def _finish(self, events: list[RunEvent]) -> RunEvent | None:
+        self._ended = True
+        self._pending.extend(events)
+        return self._pending.popleft() if self._pending else None
+
+    def interrupt(self) -> None:
+        """Delete the pod with a grace period: the runner gets SIGTERM and interrupts the cell. A pod still in
+        Kueue's queue is withdrawn at once: deleting it removes its Workload (the pod owns it), nothing ran."""
+        self._interrupting = True
+        ticket = self.current.ticket
+        if ticket is not None and self.current.follower.gated and not self._ended:
+            self.current.follower.stop()
+            self.pods.delete_pod(self.current.name, grace=0)
+            self._leave_queue()
+            self._ended = True
+            self._pending.extend([Queued(f"withdrawn from the queue (LocalQueue {ticket.queue}) after "
+                                         f"{duration(time.monotonic() - ticket.since)}: nothing ran", waiting=False),
+                                  Done(-1, "interrupted", 0.0)])
+            return
+        self.pods.delete_pod(self.current.name, grace=10)
+
+    def kill(self) -> None:
+        """Delete the pod at once."""
+        self.current.follower.stop()
+        self.pods.delete_pod(self.current.name, grace=0)
+
+    def release(self, grace: float) -> int | None:
+        """Stop following and delete the pod (its Secret goes with it) and the run's stored objects.
+
+        A runner still in its cell (released before its ``done`` frame) gets SIGTERM, which interrupts the
+        cell, and ``grace`` seconds (the pod's deletion grace period) before it is killed; a runner that is
+        done has nothing left to do and goes at once. Returns the runner's exit code when the pod's end was
+        seen.
+        """
+        if self._released:
+            return self._exit_code
+        self._released = True
+        self._leave_queue()
+        self.current.follower.stop()
+        finished = self._done or self._ended
+        try:
+            self.pods.delete_pod(self.current.name, grace=0 if finished else max(0, math.ceil(grace)))
+        finally:
+            if self._cleanup is not None:
+                self._cleanup()
+        return self._exit_code
+

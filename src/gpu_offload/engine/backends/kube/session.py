@@ -1,0 +1,343 @@
+"""``--session`` on kubernetes: a warm pod per session that receives cell after cell through ``attach``.
+
+The pod runs the runner in session mode (``stdin: true``, no service-account token); commands go in
+through an attach websocket held for the session's life, frames come out through one log follow that
+resumes after drops. Ctrl-C sends the runner an ``interrupt`` command: the cell stops, the session and its
+variables stay.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from ....runner.frames import Done, Hello, Outputs, RunnerWarning
+from ....runner.secrecy import greeting
+from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
+from .explain import FAILED, PREEMPTED
+from .follow import PodEnded
+from .pods import PodApi
+from .run import InLine, LaunchedPod, Launcher, PodOrder, failure_events
+
+
+class Attachment:
+    """The stdin of one session pod's runner, through an attach websocket held for the session's life; the
+    runner's greeting (its frame nonce, and for a distributed session's launcher the shape) goes first."""
+
+    def __init__(self, pods: PodApi, pod: str, first: bytes) -> None:
+        self._pods = pods
+        self.pod = pod
+        self._first: bytes | None = first
+        """The runner's first line on stdin (its frame nonce: never in the pod's environment or Secret)."""
+        self._ws: Any = None
+
+    @property
+    def attached(self) -> bool:
+        """Whether the runner has been written to (one never attached to waits for no ``exit``)."""
+        return self._ws is not None
+
+    def send(self, command: dict[str, Any]) -> bool:
+        """Write one command line (attaching first if needed); False if that failed twice."""
+        line = json.dumps(command) + "\n"
+        for _attempt in range(2):
+            try:
+                if self._ws is None or not self._ws.is_open():
+                    self._ws = self._pods.attach(self.pod)
+                if self._first is not None:
+                    self._ws.write_stdin(self._first.decode("ascii"))
+                    self._first = None
+                self._ws.write_stdin(line)
+                return True
+            except Exception:  # noqa: BLE001 - a dropped websocket: attach again once
+                self._ws = None
+        return False
+
+    def close(self) -> None:
+        """Close the websocket (the runner's stdin stays open: ending it is the pod's deletion's job)."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):  # already closed
+                ws.close()
+
+
+class WarmSession:
+    """What the backend keeps of a warm session, whatever holds it (one pod, or a distributed session's Job):
+    whether a cell runs, how many ran, and the idle timer."""
+
+    def __init__(self, name: str, replaces: str, ended: str) -> None:
+        self.name = name
+        self.replaces = replaces
+        """What held the session of this name that ended while idle (``pod NAME``): the first cell says its
+        state is gone."""
+        self.ended = ended
+        """How that ended, in a few words ("preempted after 14 min by a higher-priority run")."""
+        self.runs = 0
+        self.busy = False
+        self.dead = False
+        self.on_idle: Callable[[Any], None] | None = None
+        """Called each time a cell of the session ends and the session waits, idle, for the next one."""
+        self.idle_timer: Any = None
+        """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
+        self.claims = 0
+        """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
+        stale."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the session may still take cells."""
+        raise NotImplementedError
+
+    def take_cell(self, bundle: bytes) -> dict[str, Any]:
+        """Mark the session busy with one more cell; the ``run`` command that carries ``bundle``."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        if self.busy:
+            from ...errors import OffloadUsageError
+
+            raise OffloadUsageError(
+                f"Session `{self.name}` is still running a cell. Wait for it (`%gpu_result`), cancel it, or use "
+                "another --session name.")
+        self.busy = True
+        self.runs += 1
+        return {"op": "run", "bundle_b64": base64.b64encode(bundle).decode("ascii")}
+
+    def replaced_note(self) -> str | None:
+        """Said once, by the first cell of a session that replaces one that ended while idle."""
+        if not self.replaces:
+            return None
+        note = (f"session {self.name}: its {self.replaces} {self.ended}, so this cell starts the session anew and "
+                "the variables of the old one are gone; run the cells that define them again")
+        self.replaces = ""
+        return note
+
+    def hang_up(self, stdins: Iterable[Attachment]) -> None:
+        """The first step of closing: no idle timer any more, every runner written to is asked to exit (a dead
+        session's are not), and the connections close; deleting what holds the session is the caller's."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        for stdin in stdins:
+            if not self.dead and stdin.attached:
+                stdin.send({"op": "exit"})
+            stdin.close()
+        self.dead = True
+
+    def went_idle(self, alive: bool) -> None:
+        """A cell ended: the session waits for the next one (the backend's idle timer starts)."""
+        self.busy = False
+        if self.on_idle is not None and alive:
+            self.on_idle(self)
+
+
+class KubeSession(WarmSession):
+    """One warm runner pod and the attach connection to its stdin."""
+
+    def __init__(self, name: str, launcher: Launcher, placement: RunRequest, replaces: str = "",
+                 ended: str = "ended while idle") -> None:
+        super().__init__(name, replaces, ended)
+        self._launcher = launcher
+        self.pods = launcher.pods
+        nonce = secrets.token_hex(16)
+        self.order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
+        self.launched: LaunchedPod = launcher.launch(self.order)
+        self.stdin = Attachment(self.pods, self.launched.name, greeting(nonce))
+        self.moved = False
+        self.hello = False
+
+    @property
+    def request(self) -> RunRequest:
+        """What the session's pod was started with."""
+        return self.order.placement
+
+    @property
+    def holder(self) -> str:
+        """What holds the session, as messages name it."""
+        return f"pod {self.launched.name}"
+
+    @property
+    def cluster(self) -> str:
+        return self.launched.ctx.cluster
+
+    @property
+    def alive(self) -> bool:
+        """Whether the pod may still take cells (it may have ended while idle: lost node, eviction, cleanup)."""
+        return not self.dead and not self.launched.follower.ended
+
+    def info(self) -> SessionInfo:
+        """The line ``%gpu_offload sessions`` shows."""
+        where = f"pod {self.launched.name} on {self.launched.ctx.cluster}"
+        return SessionInfo(self.name, where, self.runs, self.busy)
+
+    def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
+               fetch: Callable[[Outputs, str], Outputs] | None = None) -> SessionRun:
+        """Queue one bundle; it is sent once the runner container runs."""
+        run = SessionRun(self, self.take_cell(bundle), run_id, cleanup, fetch)
+        if self.runs > 1 and self.launched.follower.placed:
+            # the pod's follower said where it runs under the session's first cell; each later cell says it too
+            run.announce(f"{self.launched.follower.placed}, session {self.name}")
+        note = self.replaced_note()
+        if note is not None:
+            run.warn(note)
+        return run
+
+    def end_words(self) -> str:
+        """How the pod ended while idle, for the next session of this name: Kueue's preemption in its words."""
+        end = self.launched.follower.end
+        return f"was {end.summary} while idle" if end is not None and end.summary else "ended while idle"
+
+    def send(self, command: dict[str, Any]) -> bool:
+        """Write one command to the runner's stdin (attaching first if needed); False if that failed."""
+        return self.stdin.send(command)
+
+    def move(self) -> None:
+        """Start the session's pod again on another cluster (the first one was lost or could not schedule it
+        before the runner started, so no state is lost); raises when nothing else fits or it is pinned."""
+        first = self.launched
+        self.moved = True
+        first.follower.stop()
+        self.stdin.close()
+        self.pods.delete_pod(first.name, grace=0)
+        retry = dataclasses.replace(self.order, run_id=f"{self.order.run_id}r")
+        self.launched = self._launcher.launch(retry, frozenset({first.ctx.cluster}))
+        self.stdin = Attachment(self.pods, self.launched.name, greeting(self.order.nonce))  # a new runner
+
+    def close(self, grace: float) -> None:
+        """Ask the runner to exit, then delete the pod (its Secret goes with it)."""
+        self.hang_up([self.stdin])
+        self.launched.follower.stop()
+        self.pods.delete_pod(self.launched.name, grace=max(0, int(grace)))
+        InLine.leave(self.launched, self._launcher)
+
+
+S = TypeVar("S", bound=WarmSession)
+
+
+class SessionCell(Generic[S]):
+    """What every cell of a warm session has alike: notes shown before its own events, and the session going
+    idle when the cell is released."""
+
+    def __init__(self, session: S, command: dict[str, Any], run_id: str, cleanup: Callable[[], None] | None,
+                 fetch: Callable[[Outputs, str], Outputs] | None) -> None:
+        self.session = session
+        self._run_id = run_id
+        self._command: dict[str, Any] | None = command
+        """The cell's ``run`` command until it is sent."""
+        self._dropped = 0
+        """Items of earlier runs dropped for this one; the follower counts frames dropped after sending."""
+        self._foreign_before = 0
+        self._cleanup = cleanup
+        self._fetch = fetch
+        self._pending: deque[RunEvent] = deque()
+        self._since = time.monotonic()
+
+    def announce(self, text: str) -> None:
+        """Show where the cell runs before its own events."""
+        self._pending.append(Placed(text))
+
+    def warn(self, text: str) -> None:
+        """Show ``text`` as a warning before the cell's own events."""
+        self._pending.append(RunnerWarning(-1, text))
+
+    def route_cancel(self, cancel: Callable[[], None]) -> None:
+        """A backend's run gets no cancel requests from outside the engine."""
+
+    def release(self, grace: float) -> int | None:
+        """Mark the session idle; what holds it stays up."""
+        if self._cleanup is not None:
+            self._cleanup()
+        self.session.went_idle(self.session.alive)
+        return None
+
+
+class SessionRun(SessionCell[KubeSession]):
+    """One cell in a session: ends with the ``done`` frame; the pod stays."""
+
+    def __init__(self, session: KubeSession, command: dict[str, Any], run_id: str,
+                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
+        super().__init__(session, command, run_id, cleanup, fetch)
+        self._sent = command
+        """Kept to send again if the pod has to move before its runner started."""
+        self._line = InLine()
+
+    @property
+    def cluster(self) -> str:
+        """The cluster of the session's pod."""
+        return self.session.launched.ctx.cluster
+
+    def progress(self) -> str:
+        """Phase, cluster and elapsed time, for ``--noblock`` handles."""
+        where = f"session {self.session.name} on {self.session.launched.ctx.cluster}"
+        phase = "Pending" if self._command is not None else "Running"
+        return f"{phase} in {where}, {time.monotonic() - self._since:.0f} s"
+
+    def next_event(self, timeout: float) -> RunEvent | None:
+        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
+        if self._pending:
+            return self._pending.popleft()
+        follower = self.session.launched.follower
+        queued = self._line.event(self.session.launched, self.session._launcher)
+        if queued is not None:
+            return queued
+        # a pod that ended without running (unschedulable, deleted) is not attached to: its PodEnded is read
+        # below and may move the session
+        if (self._command is not None and follower.started.is_set() and follower.running.is_set()
+                and not self.session.dead):
+            command, self._command = self._command, None
+            # whatever an earlier run that was not followed to its end still sends is not this run's
+            self._dropped += follower.expect_run(self._run_id)
+            self._foreign_before = follower.foreign
+            if not self.session.send(command):
+                self.session.dead = True
+                return RunnerExit(None, f"could not attach to session pod {self.session.launched.name}")
+        item = follower.next(timeout)
+        if isinstance(item, PodEnded):
+            state = item.state
+            if state.kind == FAILED and state.elsewhere and not self.session.hello and not self.session.moved:
+                try:
+                    self.session.move()
+                except Exception as exc:  # noqa: BLE001 - nothing else fits: report the first failure and why
+                    state = dataclasses.replace(
+                        state, text=f"{state.text}, before the session started; no other cluster can take it: {exc}")
+                else:
+                    self._command = self._sent
+                    return RunnerWarning(-1, f"{state.elsewhere} before the session started; retrying once on "
+                                             f"{self.session.launched.ctx.cluster}")
+            self.session.dead = True
+            diagnostics = "\n".join(follower.diagnostics)
+            if state.reason == PREEMPTED:
+                state = dataclasses.replace(state, text=(
+                    f"{state.text}. Session {self.session.name}'s state is gone with its pod: the next cell starts a "
+                    "new session, so run the cells that define its variables again"))
+            if state.kind == FAILED:
+                self._pending.extend(failure_events(state, state.exit_code, diagnostics))
+            else:
+                self._pending.append(RunnerExit(state.exit_code, diagnostics))
+            return self._pending.popleft()
+        if isinstance(item, Hello):
+            self.session.hello = True
+        elif isinstance(item, Outputs) and self._fetch is not None:
+            item = self._fetch(item, self.cluster)
+        elif isinstance(item, Done):
+            dropped = self._dropped + follower.foreign - self._foreign_before
+            if dropped:
+                self._pending.append(item)
+                return RunnerWarning(-1, stale_frames_note(self.session.name, dropped))
+        return item
+
+    def interrupt(self) -> None:
+        """Interrupt the cell, not the session (a cell not sent yet is simply not sent)."""
+        if self._command is not None:
+            self._command = None
+            self._pending.append(Done(-1, "interrupted", 0.0))
+            return
+        self.session.send({"op": "interrupt"})
+
+    def kill(self) -> None:
+        """End the session (its state is lost)."""
+        self.session.close(grace=0)

@@ -1,0 +1,191 @@
+"""The runner process's plumbing: private frame channel, capture, signals, watchdog, and one run.
+
+Set up once per process (:meth:`Runtime.start`); :meth:`Runtime.run` executes one bundle and always ends
+with a ``done`` frame, whatever the cell did.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from . import display, handover, ipython_hook, ipython_shim, metrics, watchdog
+from .capture import FdCapture, private_stdout, write_all
+from .execute import cell_traceback, run_cell
+from .failures import CellFailed
+from .runlog import RunLog
+from .signals import Interrupts, masked
+from .wire import MAX_FRAME_BYTES, RELAY_ROOM, FrameEncoder
+
+# frames that must come after the text printed before them: the capture is drained first
+_ORDERED = {"display_data", "error", "warning", "outputs", "done"}
+STATUS_EXIT = {"ok": 0, "error": 1, "interrupted": 130}
+MISMATCH_EXIT = 3
+
+
+def _frame_writer(fd: int) -> Any:
+    main = threading.main_thread()
+
+    def write(data: bytes) -> None:
+        try:
+            if threading.current_thread() is main:
+                with masked():  # an interrupt must not cut a frame line in half
+                    write_all(fd, data)
+            else:
+                write_all(fd, data)
+        except BrokenPipeError:
+            os._exit(141)  # the engine is gone: nobody is left to report to
+
+    return write
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (the kernel's clock, so its exec and the interpreter's start
+    count), ``None`` where /proc cannot tell."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            # fields after the command name, which is in parentheses and may hold spaces
+            rest = stat.read().rsplit(b")", 1)[1].split()
+        started = int(rest[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
+        return round(max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started), 4)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def new_namespace() -> dict[str, Any]:
+    """The cell's globals: a fresh ``__main__`` (so notebook-style functions pickle by value)."""
+    return {"__name__": "__main__", "__builtins__": builtins, "display": display.display}
+
+
+class Runtime:
+    """One runner process: frames out, streams captured, interrupts routed to the cell."""
+
+    def __init__(self, nonce: str, session: bool, rank: int | None = None) -> None:
+        self.session = session
+        self.rank = rank
+        """This process's rank in a distributed run (``None``: not one)."""
+        self.interrupts = Interrupts(one_shot=not session)
+        self.command_fd = os.dup(0)  # the session's command channel; the cell's stdin is /dev/null
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        # a rank's frames pass through its node's launcher, which writes a longer seq in front of them
+        limit = MAX_FRAME_BYTES if rank is None else MAX_FRAME_BYTES - RELAY_ROOM
+        self.encoder = FrameEncoder(nonce, _frame_writer(private_stdout()), limit=limit, rank=rank or 0)
+        self.log = RunLog()
+        self.capture = FdCapture(self._stream)
+        self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
+        self.namespace = new_namespace()
+
+    def emit(self, kind: str, **payload: Any) -> None:
+        """Send a frame, after any text the cell printed before it."""
+        if kind in _ORDERED:
+            self.capture.flush()
+        self.log.frame(kind, payload)
+        self.encoder.emit(kind, **payload)
+
+    def _stream(self, name: str, text: str) -> None:
+        self.log.add(text)
+        self.encoder.emit("stream", name=name, text=text)
+
+    def start(self, parent_pid: int | None) -> None:
+        """Say hello, install handlers and the watchdog, and start capturing fds 1 and 2."""
+        self.interrupts.install()
+        if parent_pid is not None:
+            watchdog.arm(parent_pid, self._parent_died)
+        python = ".".join(str(part) for part in sys.version_info[:3])
+        self.encoder.emit(
+            "hello", python=python, pid=os.getpid(), gpus=metrics.gpu_names(), session=self.session,
+            boot=process_age(),
+        )
+        # not setdefault: a kernel's environment names matplotlib_inline, which needs a live IPython;
+        # a bundle's own env (applied per run) can still choose another backend
+        os.environ["MPLBACKEND"] = f"module://{__package__}.mpl_backend"
+        display.set_emitter(self.emit)
+        ipython_hook.install()
+        ipython_shim.install()  # where IPython is missing: its display helpers for notebook cells
+        self.capture.start()
+
+    def _parent_died(self) -> None:
+        self.interrupts.terminating = True
+        self.interrupts.terminate()
+        watchdog.hard_exit_later(1)
+
+    def version_mismatch(self, wanted: str, run_id: str) -> bool:
+        """Send the one-sentence error if this Python's minor version is not ``wanted``."""
+        ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        if wanted == ours:
+            return False
+        self.encoder.begin_run(run_id)
+        self.encoder.emit(
+            "error",
+            ename="PythonVersionMismatch",
+            evalue=(
+                f"The runner has Python {sys.version.split()[0]} but the notebook kernel runs Python "
+                f"{wanted}, and variables cannot travel between minor versions: choose an image with "
+                f"Python {wanted} (--image)."
+            ),
+            traceback=[],
+        )
+        self.encoder.emit("done", status="error", elapsed=0.0)
+        return True
+
+    def run(self, bundle: dict[str, Any]) -> str:
+        """Run one bundle; returns the ``done`` status (``ok``, ``error`` or ``interrupted``)."""
+        started = time.perf_counter()
+        self.encoder.begin_run(bundle["run_id"])
+        self.log.begin(bundle["log_url"])
+        os.environ.update({str(k): str(v) for k, v in bundle["env"].items()})
+        self.sampler.interval = bundle["metrics_interval"]
+        status = "ok"
+        try:
+            try:
+                self.interrupts.begin()
+                self.sampler.start()
+                run_cell(self.emit, self._own_share(bundle), self.namespace, shared_inputs=self.rank is not None)
+            finally:
+                self.interrupts.running = False
+                self.sampler.stop()
+                handover.release()
+        except KeyboardInterrupt as exc:
+            status = "interrupted"
+            tb = cell_traceback(exc, bundle["filename"])
+            self.emit("error", ename="KeyboardInterrupt", evalue="interrupted", traceback=tb)
+        except CellFailed:
+            status = "error"
+        except Exception as exc:  # a fault of the runner itself, not of the cell: still report and go on
+            status = "error"
+            self.emit(
+                "error",
+                ename=type(exc).__name__,
+                evalue=f"the runner failed: {exc}",
+                traceback=traceback.format_exception(type(exc), exc, exc.__traceback__),
+            )
+        self.capture.flush()
+        # before `done`: whoever follows the run deletes the pod once it has seen that frame
+        problem = self.log.upload()
+        if problem:
+            self.emit("warning", text=problem)
+        self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
+        self.encoder.end_run()
+        return status
+
+    def _own_share(self, bundle: dict[str, Any]) -> dict[str, Any]:
+        """What this process sends back: everything outside a distributed run; in one, only the rank the
+        variables come back from (``out_rank``) sends its outputs."""
+        if self.rank is None or self.rank == bundle["ranks"]["out_rank"]:
+            return bundle
+        return {**bundle, "outputs": [], "required_outputs": []}
+
+    def close(self) -> None:
+        """Drain the capture and point fds 1 and 2 at /dev/null: late output (atexit) must not block."""
+        self.capture.stop()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.close(devnull)

@@ -1,0 +1,180 @@
+"""Fixtures for the kubernetes backend: an origin with two Liqo donors (sandbox), the real official client,
+a fresh namespace and a backend (or a real IPython shell with the magic) per test, and a check that every test
+leaves no pod or Secret behind."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import kubernetes
+import pytest
+from gpu_offload.liqo_peering import labels as L
+from gpu_offload.liqo_peering.specs import namespace_offloading, runner_selector
+from gpu_offload.magics.magic import GpuOffloadMagics
+from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
+from gpu_offload.sandbox.kubelet.images import DEFAULT_MAP
+from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.objectstore import s3_server
+from IPython.core.interactiveshell import InteractiveShell
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import KubeSettings
+
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
+OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
+MISMATCH_IMAGE = "python:3.12-other"
+EVIL_IMAGE = "evil-donor:1"
+
+
+def _evil_python() -> Path:
+    """An "interpreter" that runs ``evil_donor.py`` (a hostile donor's runner) whatever it is asked to run."""
+    folder = Path(tempfile.mkdtemp(prefix="gpuo-evil-"))
+    folder.chmod(0o755)  # runner pods run as a non-root user: the image's "interpreter" must be theirs to run
+    script = folder / "evil-python"
+    donor = Path(__file__).with_name("evil_donor.py")
+    # a Python script, so the sandbox lets its non-root container reach the interpreter its #! line names
+    script.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv = [{str(donor)!r}, *sys.argv[1:]]\n"
+                      f"runpy.run_path({str(donor)!r}, run_name='__main__')\n")
+    script.chmod(0o755)
+    return script
+
+
+# An image whose Python is another minor version than the kernel's (mismatch test), and a hostile donor's
+# image (attack tests), before the default map.
+IMAGE_MAP = ((MISMATCH_IMAGE, str(OTHER_PYTHON)), (EVIL_IMAGE, str(_evil_python())), *DEFAULT_MAP)
+STOCK_IMAGE = "python:3.11-slim"
+PROJECT_IMAGE = "gpu-offload/notebook:test"
+BUCKET = "offload-test"
+
+origin = origin_fixture(
+    SHARED / "liqo-crds",
+    donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")),
+    image_map=IMAGE_MAP,
+    scope="session",  # one origin for all kube test modules: every test leaves it as it found it
+)
+__all__ = ["core", "namespace", "origin"]  # namespace: fresh and not offloaded; the backend offloads it
+
+
+@pytest.fixture(scope="module")  # module: a module that brings its own origin gets a client of it
+def api_client(origin: Any) -> Iterator[Any]:
+    """An official-client ApiClient from the sandbox's kubeconfig file."""
+    client = origin.sandbox.api_client()
+    yield client
+    client.close()
+
+
+def leftovers(core: Any, namespace: str, user: str = "alice@example.org") -> list[str]:
+    """Names of the pods and Secrets the project created for ``user`` that still exist."""
+    selector = runner_selector(user)
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    secrets = core.list_namespaced_secret(namespace, label_selector=selector).items
+    return [f"pod/{p.metadata.name}" for p in pods] + [f"secret/{s.metadata.name}" for s in secrets]
+
+
+def settings(namespace: str, **changes: Any) -> KubeSettings:
+    """Settings of a backend for user alice in ``namespace``, with a kernel id unique to the test."""
+    base = KubeSettings(namespace=namespace, image=STOCK_IMAGE, user="alice@example.org",
+                        kernel=f"k-{uuid.uuid4().hex[:8]}", watch_seconds=5)
+    return KubeSettings(**{**base.__dict__, **changes})
+
+
+@pytest.fixture()
+def offloaded_everywhere(api_client: Any, namespace: str) -> str:
+    """The namespace offloaded as the hub's spawner offloads a user namespace: to every peered cluster, with the
+    project's NamespaceOffloading builder (so the strategy is the project's)."""
+    g = L.NAMESPACE_OFFLOADING
+    kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        g.group, g.version, namespace, g.plural, namespace_offloading(namespace))
+    return namespace
+
+
+@pytest.fixture()
+def kube(api_client: Any, namespace: str, core: Any) -> Iterator[KubernetesBackend]:
+    """A kubernetes backend on the sandbox; after the test, nothing of alice's is left in the namespace."""
+    backend = KubernetesBackend(settings(namespace), api_client)
+    yield backend
+    backend.close()
+    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
+
+
+def backend_with_neighbours(api_client: Any, namespace: str, core: Any, origin: Any) -> Iterator[KubernetesBackend]:
+    """A backend for a test that adds a neighbour's pods and fault rules to its own origin (``yield from`` it
+    in the module's ``kube`` fixture): afterwards the rules are gone, every pod of the namespace is deleted
+    and nothing of alice's is left."""
+    backend = KubernetesBackend(settings(namespace), api_client)
+    yield backend
+    backend.close()
+    origin.faults.clear()
+    for pod in core.list_namespaced_pod(namespace).items:  # the neighbour's
+        with contextlib.suppress(kubernetes.client.ApiException):  # gone since listed is fine
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left behind", timeout=60)
+    assert leftovers(core, namespace) == []
+
+
+def neighbour_takes_first(origin: Any, core: Any, namespace: str, create: str, node: str, gpus: int) -> threading.Thread:
+    """While this kernel's create (a POST to the API path ``create``, a regex) is held at the API server, after
+    placement chose ``node``, a neighbour's pod takes ``gpus`` of that node's GPUs; only then is the create
+    served, so the scheduler finds less room than placement saw, however loaded the machine is. Join the
+    thread after the run; the ``kube`` fixture of :func:`backend_with_neighbours` deletes the neighbour."""
+    rule = origin.faults.api_hold(create, methods=("POST",))
+
+    def take() -> None:
+        try:
+            wait_until(lambda: origin.faults.api.faults.fired(rule) >= 1, "this kernel's create held")
+            core.create_namespaced_pod(namespace, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "neighbour"},
+                "spec": {"nodeName": node, "containers": [{
+                    "name": "c", "image": STOCK_IMAGE, "command": ["python3", "-c", "import time; time.sleep(600)"],
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+                    "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
+                                     "effect": "NoExecute"}]}})
+        finally:
+            origin.faults.release(rule)
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(origin: Any) -> Iterator[str]:
+    """A moto S3 server for the test session, where both the kernel and the pods reach it."""
+    with s3_server(origin.host_address) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture()
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A client of the moto server (credentials only in the kernel's environment) with an empty bucket."""
+    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+@pytest.fixture()
+def shell(origin: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real IPython shell whose magic builds its backend from the environment, like a user's server."""
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.setenv("GPU_OFFLOAD_NAMESPACE", namespace)
+    monkeypatch.setenv("GPU_OFFLOAD_IMAGE", STOCK_IMAGE)
+    monkeypatch.setenv("GPU_OFFLOAD_KERNEL_ID", f"k-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice@example.org")
+    monkeypatch.delenv("GPU_OFFLOAD_BACKEND", raising=False)
+    ipython = InteractiveShell.instance()
+    ipython.reset()
+    magics = GpuOffloadMagics(ipython)
+    ipython.register_magics(magics)
+    yield ipython
+    magics.close()

@@ -1,0 +1,153 @@
+"""Preemption in words, on the sandbox with its Kueue and on the real cluster with real Kueue: a `batch` cell that holds the pool is preempted by an
+`interactive` one; the batch runner gets SIGTERM first, its last output arrives, and the cell ends saying it
+was preempted and that no variable came back; the interactive cell runs. A preempted session says its state
+is gone.
+
+The pool is one donor with 2 GPUs whose ClusterQueue quota an admin set to 1 GPU: the kernel's own placement
+(which still looks for a node with a free GPU before it launches) finds one, while Kueue's quota is full.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import RemoteError
+
+from ...realcluster.realorigin import clusters, seeded_origin
+from ...sandbox.kueue_setup import synced_pool
+from .conftest import IMAGE_MAP, SHARED, leftovers, settings
+from .helpers import Sink, run_cell
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+QUEUE = "gpu-offload"
+BATCH_CELL = """
+import time
+print('batch started', flush=True)
+done = False
+try:
+    while True:
+        time.sleep(0.1)
+finally:
+    print('batch saving a checkpoint', flush=True)
+"""
+
+
+@pytest.fixture(scope="module", params=clusters())
+def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if request.param == "real":  # real Kubernetes and Kueue (tests/realcluster), Liqo's objects seeded
+        with seeded_origin((liqo.Donor("donor-1", 2, "A100", "2.00"),), SHARED / "liqo-crds") as real:
+            yield real
+        return
+    with running_kueue_origin(tmp_path_factory.mktemp("kueue-preempt"), donors=(liqo.Donor("donor-1", 2, "A100", "2.00"),),
+                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
+        yield running
+    assert not running.live_processes()
+
+
+@pytest.fixture(scope="module")
+def pool(origin: Any, api_client: Any) -> str:
+    """A user namespace with its LocalQueue, made by the project's own `gpu-offload queues sync`, and the
+    ClusterQueue's GPU quota lowered to 1 by hand."""
+    core = kubernetes.client.CoreV1Api(api_client)
+    name = f"jhub-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    synced_pool(origin.sandbox, name, gpu_quota=1)
+    return name
+
+
+@pytest.fixture()
+def kernels(api_client: Any, pool: str) -> Iterator[list[KubernetesBackend]]:
+    """Two kernels of the user, queueing (interactive by default, as a hub sets them)."""
+    made = [KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive"), api_client) for _ in range(2)]
+    yield made
+    for backend in made:
+        backend.close()
+    core = kubernetes.client.CoreV1Api(api_client)
+    wait_until(lambda: not leftovers(core, pool), "no pod or Secret left behind", timeout=60)
+
+
+def _in_background(target: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            result["value"] = target()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            result["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_batch_cell_is_preempted_by_an_interactive_one_and_says_so(kernels: list[KubernetesBackend]) -> None:
+    first, second = kernels
+    started = threading.Event()
+    batch_sink = Sink(on_line=lambda text: started.set() if "batch started" in text else None)
+    namespace: dict[str, Any] = {"done": True}
+    thread, batch = _in_background(lambda: run_cell(first, BATCH_CELL, namespace, batch_sink, priority="batch"))
+    wait_until(started.is_set, "the batch cell running", timeout=120)
+
+    outcome, sink, _ = run_cell(second, "print('interactive ran')", {}, priority="interactive")
+    assert outcome.status == "ok", outcome.error
+    assert "interactive ran" in sink.text
+
+    thread.join(120)
+    assert "error" not in batch, batch.get("error")
+    preempted = batch["value"][0]
+    assert isinstance(preempted.error, RemoteError) and preempted.error.ename == "Preempted", preempted.error
+    words = preempted.error.evalue
+    assert words.startswith("preempted after ") and "by a higher-priority run" in words, words
+    assert "output so far is kept, no variable was copied back" in words
+    # SIGTERM came first: the cell's finally ran and its last line arrived; nothing was loaded
+    assert "batch saving a checkpoint" in batch_sink.text
+    assert namespace["done"] is True
+
+
+def test_a_preempted_session_says_its_state_is_gone(kernels: list[KubernetesBackend]) -> None:
+    first, second = kernels
+    outcome, _, _ = run_cell(first, "x = 41", {}, session="work", priority="batch")
+    assert outcome.status == "ok", outcome.error
+
+    outcome, sink, _ = run_cell(second, "print('interactive ran')", {}, priority="interactive")
+    assert outcome.status == "ok", outcome.error
+    # the interactive cell could only run once the idle session's pod was gone; its kernel learns it from the
+    # pod's end, as `%gpu_offload sessions` shows
+    wait_until(lambda: not first.sessions(), "the preempted session no longer listed")
+    assert "session work: its pod" in first.describe() and "was preempted after" in first.describe()
+
+    outcome, sink, _ = run_cell(first, "print(x + 1)", {}, session="work", priority="batch")
+    notices = " ".join(sink.notices)
+    assert "session work: its pod" in notices and "was preempted after" in notices, notices
+    assert "by a higher-priority run while idle" in notices and "variables of the old one are gone" in notices
+    assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "NameError", outcome.error
+
+
+def test_a_session_preempted_while_its_cell_runs_says_the_cell_and_the_state_are_gone(
+        kernels: list[KubernetesBackend]) -> None:
+    first, second = kernels
+    outcome, _, _ = run_cell(first, "x = 41", {}, session="long", priority="batch")
+    assert outcome.status == "ok", outcome.error
+    started = threading.Event()
+    sink = Sink(on_line=lambda text: started.set() if "batch started" in text else None)
+    thread, batch = _in_background(lambda: run_cell(first, BATCH_CELL, {}, sink, session="long", priority="batch"))
+    wait_until(started.is_set, "the session's cell running", timeout=120)
+
+    outcome, _, _ = run_cell(second, "print('interactive ran')", {}, priority="interactive")
+    assert outcome.status == "ok", outcome.error
+    thread.join(120)
+    assert "error" not in batch, batch.get("error")
+    error = batch["value"][0].error
+    assert isinstance(error, RemoteError) and error.ename == "Preempted", error
+    assert error.evalue.startswith("preempted after ") and "Session long's state is gone with its pod" in error.evalue
+    assert "batch saving a checkpoint" in sink.text

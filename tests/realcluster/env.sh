@@ -1,0 +1,28 @@
+# Addresses, ports and paths of the real cluster, sourced by up.sh, down.sh and the tests' fixture (which
+# reads the kubeconfig under $RC_STATE). Everything lives under one state directory and one bridge, so other
+# clusters on this machine (the sandbox's bridges, other checkouts) are never touched. Override RC_STATE to
+# run a second copy elsewhere; the ports and subnets must then be changed too.
+RC_STATE=${RC_STATE:-/var/tmp/gpu-offload-realcluster}
+RC_BIN=$RC_STATE/bin
+RC_LOGS=$RC_STATE/logs
+RC_PKI=$RC_STATE/pki
+# The node is the first seeded donor's virtual node (tests/realcluster/realorigin.py).
+RC_NODE=${RC_NODE:-donor-1-gpu}
+RC_BRIDGE=gpuorc0
+RC_HOST_IP=10.219.0.1          # the bridge's address: API server, kubelet and Kueue listen here
+RC_POD_CIDR=10.219.0.0/24
+RC_SERVICE_CIDR=10.220.0.0/24
+RC_ETCD_PORT=26379
+RC_ETCD_PEER_PORT=26380
+RC_APISERVER_PORT=26443
+RC_KUBELET_PORT=26250
+RC_KUBELET_HEALTHZ_PORT=26248
+RC_KCM_PORT=26257
+RC_SCHEDULER_PORT=26259
+RC_KUEUE_WEBHOOK_PORT=26444
+RC_KUEUE_VISIBILITY_PORT=26482
+RC_KUEUE_METRICS_PORT=26480
+RC_KUEUE_HEALTH_PORT=26481
+RC_GPUS=${RC_GPUS:-4}
+RC_CONTAINERD_SOCK=$RC_STATE/containerd/containerd.sock
+RC_KUBECONFIG=$RC_STATE/admin.kubeconfig

@@ -1,0 +1,129 @@
+# Helpers of up.sh and down.sh: timed stages, processes started and stopped by their pid files, waits,
+# clients of this cluster, and the images pods run. Sourced after env.sh.
+
+RC_PAUSE_IMAGE=localhost/gpuorc/pause:1
+# Tests name the stock image python:3.11-slim; here it is Debian's python3 (3.11), built below.
+RC_PYTHON_IMAGE=docker.io/library/python:3.11-slim
+
+# stage FUNC: run a step of up.sh and record how long it took (docs/realcluster.md quotes these).
+stage() {
+	local started=$SECONDS
+	echo "== $1"
+	"$@"
+	echo "$1 $((SECONDS - started))s" | tee -a "$RC_LOGS/stages.txt"
+}
+
+# start NAME CMD...: run CMD in its own session, logging to $RC_LOGS/NAME.log; down.sh stops the group.
+start() {
+	local name=$1
+	shift
+	if [ -f "$RC_STATE/pids/$name.pid" ] && kill -0 "$(cat "$RC_STATE/pids/$name.pid")" 2>/dev/null; then
+		echo "$name already running"
+		return 0
+	fi
+	setsid "$@" >"$RC_LOGS/$name.log" 2>&1 </dev/null &
+	echo $! >"$RC_STATE/pids/$name.pid"
+}
+
+# wait_for WHAT SECONDS CMD...: retry CMD until it succeeds; on time-out print the last log lines and fail.
+wait_for() {
+	local what=$1 limit=$2 deadline
+	shift 2
+	deadline=$((SECONDS + limit))
+	until "$@" >/dev/null 2>&1; do
+		if [ $SECONDS -ge $deadline ]; then
+			echo "$what: not ready after ${limit}s; last log lines:" >&2
+			tail -n 30 "$RC_LOGS"/*.log >&2 || true
+			return 1
+		fi
+		sleep 1
+	done
+}
+
+kubectl() { KUBECONFIG=$RC_KUBECONFIG "$RC_BIN/cluster" kubectl "$@"; }
+ctr_() { ctr --address "$RC_CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+node_ready() {
+	[ "$(kubectl get node "$RC_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+
+node_has_gpus() {
+	[ "$(kubectl get node "$RC_NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$RC_GPUS" ]
+}
+
+# Kueue's validating webhook answers a dry-run create (a ResourceFlavor with an invalid label key is refused
+# by the webhook or the schema; either way the API server reached a decision, not a connection error).
+kueue_answers() {
+	kubectl create --dry-run=server -f - <<'YAML'
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: up-probe}
+YAML
+}
+
+# The Secret's certificate, key and CA as files in Kueue's cert dir (fails until Kueue has filled the Secret).
+webhook_cert_written() {
+	local key value dir=$RC_STATE/kueue/webhook-certs
+	for key in tls.crt tls.key ca.crt; do
+		value=$(kubectl get secret -n kueue-system kueue-webhook-server-cert -o "jsonpath={.data.${key//./\\.}}")
+		[ -n "$value" ] || return 1
+		echo "$value" | base64 -d >"$dir/$key.new" && mv "$dir/$key.new" "$dir/$key"
+	done
+	chmod 600 "$dir/tls.key"
+}
+
+# token_kubeconfig NAME NAMESPACE SERVICEACCOUNT: a kubeconfig with a day-long token of that ServiceAccount.
+token_kubeconfig() {
+	local token
+	token=$(kubectl create token "$3" -n "$2" --duration=24h)
+	sed -e '/client-certificate:/d' -e "s|client-key:.*|token: $token|" "$RC_KUBECONFIG" >"$RC_STATE/$1.kubeconfig"
+	chmod 600 "$RC_STATE/$1.kubeconfig"
+}
+
+# Images are built once into $RC_STATE/images (a fresh machine builds them: no registry is reachable).
+build_images() {
+	local images=$RC_STATE/images root
+	mkdir -p "$images"
+	if [ ! -f "$images/pause.tar" ]; then
+		root=$(mktemp -d)
+		cp "$RC_BIN/pause" "$root/pause"
+		tar -C "$root" -cf - . | podman import --change 'ENTRYPOINT ["/pause"]' - "$RC_PAUSE_IMAGE" >/dev/null 2>>"$RC_LOGS/images.log"
+		podman save --format docker-archive -o "$images/pause.tar" "$RC_PAUSE_IMAGE" >/dev/null 2>>"$RC_LOGS/images.log"
+		rm -rf "$root"
+	fi
+	if [ ! -f "$images/python.tar" ]; then
+		root=$(mktemp -d)
+		# The mirror apt already uses on this machine.
+		debootstrap --variant=minbase --include=python3 bookworm "$root" \
+			"$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)" >"$RC_LOGS/debootstrap.log" 2>&1
+		rm -rf "$root/var/cache/apt/archives"/*.deb "$root/var/lib/apt/lists"/*
+		tar -C "$root" -cf - . | podman import --change 'CMD ["python3"]' - localhost/gpuorc/python:3.11 >/dev/null 2>>"$RC_LOGS/images.log"
+		podman save --format docker-archive -o "$images/python.tar" localhost/gpuorc/python:3.11 >/dev/null 2>>"$RC_LOGS/images.log"
+		rm -rf "$root"
+	fi
+}
+
+import_images() {
+	local tar
+	ctr_ images import "$RC_STATE/images/pause.tar" >/dev/null
+	ctr_ images import "$RC_STATE/images/python.tar" >/dev/null
+	ctr_ images tag --force localhost/gpuorc/python:3.11 "$RC_PYTHON_IMAGE" >/dev/null
+	# Images another stage built (podman save archives dropped into $RC_STATE/images/extra/).
+	for tar in "$RC_STATE/images/extra"/*.tar; do
+		[ -f "$tar" ] && ctr_ images import "$tar" >/dev/null
+	done
+	return 0
+}
+
+# stop NAME [SIGNAL]: stop the process group started by `start NAME`, waiting up to 20 s.
+stop() {
+	local file=$RC_STATE/pids/$1.pid pid
+	[ -f "$file" ] || return 0
+	pid=$(cat "$file")
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -"${2:-TERM}" -- "-$pid" 2>/dev/null || true
+		for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+		kill -KILL -- "-$pid" 2>/dev/null || true
+	fi
+	rm -f "$file"
+}

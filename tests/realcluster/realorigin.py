@@ -1,0 +1,210 @@
+"""The real cluster of ``up.sh`` as the tests' origin: the same handle the sandbox's origin fixtures give
+(``.sandbox.kubeconfig``, ``.sandbox.api_client()``, ``.host_address``), seeded with the objects Liqo would
+leave after peering the given donors, until real Liqo peers a real donor (issue 26).
+
+The first donor's Node is the real kubelet's node (named ``donor-1-gpu`` by ``env.sh``): pods bound to it run in
+real containers with the fake device plugin's GPUs. Further donors get a Node that a heartbeat thread keeps
+Ready, as Liqo's virtual kubelet does; nothing runs behind them, so only tests that place no pod there (queue
+sync, quotas) use them. A thread does what Liqo's controllers keep doing (leases, NamespaceOffloading status).
+The Liqo objects and statuses come from the sandbox's own builders (``gpu_offload.sandbox.liqo``,
+``gpu_offload.sandbox.offloading``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from gpu_offload.sandbox.fixtures import install_crds, wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.liqo.offloading import offloading_status
+
+ENABLED = os.environ.get("GPU_OFFLOAD_REAL_CLUSTER") == "1"
+"""Set by tests/realcluster/run.sh: only then do the tests get their ``real`` half (the main suite never sees it,
+whatever ``-m`` its lanes pass)."""
+STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster"))
+KUBECONFIG = STATE / "admin.kubeconfig"
+REAL_NODE = os.environ.get("RC_NODE", "donor-1-gpu")
+HOST_ADDRESS = "10.219.0.1"  # env.sh's RC_HOST_IP: the pods' bridge, where they reach this machine
+KUEUE_PLURALS = ("workloads", "localqueues")
+KUEUE_CLUSTER_PLURALS = ("clusterqueues", "resourceflavors", "workloadpriorityclasses", "cohorts")
+LIQO = {"foreignclusters": ("core.liqo.io", None), "resourceslices": ("authentication.liqo.io", "ns"),
+        "virtualnodes": ("offloading.liqo.io", "ns")}
+
+
+def clusters() -> list[Any]:
+    """Parameters of an ``origin`` fixture run on both clusters: ``sandbox`` always, ``real`` (marked
+    ``real_cluster``) when the real-cluster stage runs."""
+    return ["sandbox", *([pytest.param("real", marks=pytest.mark.real_cluster)] if ENABLED else [])]
+
+
+@dataclass(frozen=True)
+class RealCluster:
+    """Where the real cluster's API is: its admin kubeconfig."""
+
+    kubeconfig: Path
+
+    def api_client(self) -> Any:
+        return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+@dataclass(frozen=True)
+class RealOrigin:
+    """The handle tests use for an origin, on the real cluster."""
+
+    sandbox: RealCluster
+    host_address: str = HOST_ADDRESS
+
+    def live_processes(self) -> list[int]:
+        """The sandbox reports container processes left alive; on the real cluster containerd owns them."""
+        return []
+
+
+def require_cluster() -> RealCluster:
+    """The running cluster, or a failure saying how to start it (the lane never skips silently)."""
+    if not KUBECONFIG.is_file():
+        pytest.fail(f"no real cluster: {KUBECONFIG} is missing; start it with tests/realcluster/up.sh")
+    return RealCluster(KUBECONFIG)
+
+
+@contextlib.contextmanager
+def seeded_origin(donors: Sequence[liqo.Donor], crds: Path) -> Iterator[RealOrigin]:
+    """The real cluster with ``donors`` peered as Liqo would leave them, reset before and after."""
+    cluster = require_cluster()
+    with cluster.api_client() as client:
+        install_crds(client, crds)
+        reset(client)
+        stop = threading.Event()
+        fake_nodes = [d.node_name for d in donors[1:]]
+        for index, donor in enumerate(donors):
+            _seed_donor(client, donor, index, real=index == 0)
+        heartbeat = threading.Thread(target=_heartbeat, args=(cluster, fake_nodes, stop), daemon=True)
+        heartbeat.start()
+        try:
+            yield RealOrigin(cluster)
+        finally:
+            stop.set()
+            heartbeat.join()
+            reset(client)
+
+
+def _seed_donor(client: Any, donor: liqo.Donor, index: int, real: bool) -> None:
+    core = kubernetes.client.CoreV1Api(client)
+    custom = kubernetes.client.CustomObjectsApi(client)
+    tenant, foreign, slice_, virtual, node = liqo.donor_objects(donor, index)
+    core.create_namespace(tenant)
+    for obj, plural in ((foreign, "foreignclusters"), (slice_, "resourceslices"), (virtual, "virtualnodes")):
+        group, version = obj["apiVersion"].split("/")
+        namespace = obj["metadata"].get("namespace")
+        status = obj.pop("status", None)
+        if namespace:
+            custom.create_namespaced_custom_object(group, version, namespace, plural, obj)
+            if status:
+                custom.patch_namespaced_custom_object_status(group, version, namespace, plural,
+                                                             obj["metadata"]["name"], {"status": status})
+        else:
+            custom.create_cluster_custom_object(group, version, plural, obj)
+            if status:
+                custom.patch_cluster_custom_object_status(group, version, plural, obj["metadata"]["name"],
+                                                          {"status": status})
+    if real:
+        if donor.node_name != REAL_NODE:
+            raise ValueError(f"the first donor's node is the real kubelet's, {REAL_NODE}; name the donor "
+                             f"{REAL_NODE.removesuffix('-gpu')} or set RC_NODE")
+        labels = {k: v for k, v in node["metadata"]["labels"].items() if not k.startswith("kubernetes.io/")}
+        core.patch_node(REAL_NODE, {"metadata": {"labels": labels, "annotations": node["metadata"]["annotations"]},
+                                    "spec": {"taints": node["spec"]["taints"]}})
+        return
+    status = node.pop("status")
+    core.create_node(node)
+    _mark_ready(core, donor.node_name, status)
+
+
+def _mark_ready(core: Any, name: str, status: dict[str, Any]) -> None:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for condition in status["conditions"]:
+        condition["lastHeartbeatTime"] = condition["lastTransitionTime"] = now
+    core.patch_node_status(name, {"status": status})
+
+
+def _heartbeat(cluster: RealCluster, nodes: list[str], stop: threading.Event) -> None:
+    """What Liqo's controllers keep doing for the peered donors: renew each fake node's Lease every 10 s, as a
+    virtual kubelet does (the node controller marks a node Unknown after 40 s without one), and report each new
+    or changed NamespaceOffloading ready for the clusters its selector picks (the sandbox's own builder)."""
+    with cluster.api_client() as client:
+        coordination = kubernetes.client.CoordinationV1Api(client)
+        custom = kubernetes.client.CustomObjectsApi(client)
+        core = kubernetes.client.CoreV1Api(client)
+        renewed = 0.0
+        while not stop.is_set():
+            if time.monotonic() - renewed >= 10:
+                _renew_leases(coordination, nodes)
+                renewed = time.monotonic()
+            _offload(custom, core, client)
+            stop.wait(0.5)
+
+
+def _renew_leases(coordination: Any, nodes: list[str]) -> None:
+    now = datetime.now(UTC)
+    for name in nodes:
+        body = {"metadata": {"name": name, "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}}
+        try:
+            coordination.patch_namespaced_lease(name, "kube-node-lease", body)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            coordination.create_namespaced_lease("kube-node-lease", body)
+
+
+def _offload(custom: Any, core: Any, client: Any) -> None:
+    items = custom.list_cluster_custom_object("offloading.liqo.io", "v1beta1", "namespaceoffloadings")["items"]
+    stale = [o for o in items if int((o.get("status") or {}).get("observedGeneration") or 0)
+             < int(o["metadata"].get("generation") or 1)]
+    if not stale:
+        return
+    nodes = [client.sanitize_for_serialization(n) for n in core.list_node().items]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for obj in stale:
+        with contextlib.suppress(kubernetes.client.ApiException):  # deleted meanwhile
+            custom.patch_namespaced_custom_object_status(
+                "offloading.liqo.io", "v1beta1", obj["metadata"]["namespace"], "namespaceoffloadings",
+                obj["metadata"]["name"], {"status": offloading_status(obj, nodes, now)})
+
+
+def reset(client: Any) -> None:
+    """Remove what a test module leaves: user namespaces, every Kueue object, the seeded Liqo objects and fake
+    nodes, and the real node's Liqo labels and taint."""
+    core = kubernetes.client.CoreV1Api(client)
+    custom = kubernetes.client.CustomObjectsApi(client)
+    doomed = [n.metadata.name for n in core.list_namespace().items
+              if (n.metadata.labels or {}).get("gpu-offload.io/user-namespace") == "true"
+              or n.metadata.name.startswith(("jhub-", "t-", "liqo-tenant-", "gpuo-test-"))]
+    for name in doomed:
+        with contextlib.suppress(kubernetes.client.ApiException):
+            core.delete_namespace(name, grace_period_seconds=0)
+    for plural in KUEUE_CLUSTER_PLURALS:
+        for obj in custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural)["items"]:
+            with contextlib.suppress(kubernetes.client.ApiException):
+                custom.delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, obj["metadata"]["name"])
+    for obj in custom.list_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters")["items"]:
+        custom.delete_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", obj["metadata"]["name"])
+    for node in core.list_node().items:
+        if node.metadata.name != REAL_NODE:
+            core.delete_node(node.metadata.name)
+    core.patch_node(REAL_NODE, {"metadata": {"labels": {liqo.TYPE_LABEL: None, liqo.REMOTE_CLUSTER_ID_LABEL: None,
+                                                        liqo.GPU_MODEL_LABEL: None, liqo.PRICE_KEY: None,
+                                                        "kubernetes.io/role": None, "type": None},
+                                             "annotations": {liqo.PRICE_KEY: None}},
+                                "spec": {"taints": None}})
+    wait_until(lambda: not [n for n in core.list_namespace().items if n.metadata.name in doomed],
+               "the previous module's namespaces deleted", timeout=120, every=0.5)

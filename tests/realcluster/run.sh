@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The real-cluster stage of CI: build and start the cluster (up.sh), run every test marked real_cluster on
+# it, and take it down whatever happened. Extra arguments go to pytest. Each stage's time lands in
+# $RC_STATE/logs/stages.txt and is printed at the end.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+source "$HERE/env.sh"
+
+started=$SECONDS
+bash "$HERE/down.sh" >/dev/null 2>&1  # a cluster left by an interrupted run
+if ! bash "$HERE/up.sh"; then
+	echo "real cluster did not come up; logs in $RC_LOGS" >&2
+	tail -n 40 "$RC_LOGS"/*.log >&2
+	bash "$HERE/down.sh"
+	exit 1
+fi
+tests_started=$SECONDS
+(cd "$REPO" && GPU_OFFLOAD_REAL_CLUSTER=1 .venv/bin/python -m pytest -m real_cluster -p no:cacheprovider "$@")
+rc=$?
+echo "pytest (real_cluster) $((SECONDS - tests_started))s" >>"$RC_LOGS/stages.txt"
+echo "== real-cluster stage times"
+cat "$RC_LOGS/stages.txt"
+bash "$HERE/down.sh"
+echo "real-cluster stage total $((SECONDS - started))s"
+# pytest's exit 5 (no test collected) is a failure here: the lane exists to run tests.
+exit $rc

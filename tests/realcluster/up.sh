@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Builds (from Go modules) and starts a real Kubernetes cluster and real Kueue on this machine: embedded etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, one kubelet with containerd, runc and the bridge CNI
+# plugin, a fake GPU device plugin, and Kueue configured as docs/queueing.md tells an admin to. Everything
+# lives under $RC_STATE and the bridge gpuorc0; `down.sh` removes it all. Root is required (containers).
+# Usage: up.sh            build, start and wait until the node is Ready and Kueue answers
+#        up.sh build      only build the binaries and images
+#        RC_STAGES="start_node wait_ready" up.sh   only the stages named (functions below)
+# docs/realcluster.md explains the versions and what each stage costs on a cold machine.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/env.sh"
+source "$HERE/pki.sh"
+source "$HERE/lib.sh"
+
+main() {
+	mkdir -p "$RC_BIN" "$RC_LOGS" "$RC_STATE/pids"
+	local stages="install_packages build_binaries build_images"
+	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_control_plane start_node import_images"
+	[ "${1:-}" = build ] || stages="$stages install_kueue wait_ready"
+	# RC_STAGES: only these (a developer re-running one step, e.g. RC_STAGES=install_kueue)
+	for name in ${RC_STAGES:-$stages}; do stage "$name"; done
+	[ "${1:-}" = build ] || echo "real cluster up: KUBECONFIG=$RC_KUBECONFIG"
+}
+
+# Debian packages the node needs (installed only when missing, so a second run costs nothing).
+install_packages() {
+	local missing=() tool package
+	for pair in containerd:containerd runc:runc debootstrap:debootstrap podman:podman openssl:openssl curl:curl \
+		/usr/lib/cni/bridge:containernetworking-plugins; do
+		tool=${pair%%:*} package=${pair#*:}
+		if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || missing+=("$package"); continue; fi
+		command -v "$tool" >/dev/null || missing+=("$package")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	apt-get install -y "${missing[@]}" >/dev/null || { apt-get update >/dev/null && apt-get install -y "${missing[@]}" >/dev/null; }
+	command -v go >/dev/null || { echo "up.sh: Go is required to build the cluster (go build)" >&2; return 1; }
+}
+
+build_binaries() {
+	local version=v1.35.4 ldflags
+	ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1"
+	ldflags="$ldflags -X k8s.io/component-base/version.gitMinor=35 -X k8s.io/component-base/version.gitTreeState=clean"
+	(cd "$HERE/cluster" && go build -p "${RC_BUILD_JOBS:-2}" -trimpath -ldflags "$ldflags" -o "$RC_BIN/cluster" .)
+	(cd "$HERE/cluster" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$RC_BIN/pause" ./pause)
+	(cd "$HERE/kueue" && go build -p "${RC_BUILD_JOBS:-2}" -trimpath -ldflags "-s -w" -o "$RC_BIN/kueue" sigs.k8s.io/kueue/cmd/kueue)
+}
+
+start_network() {
+	# The pods' bridge, made here rather than by the CNI plugin so the API server can listen on its address
+	# before the first pod exists.
+	if ! ip link show "$RC_BRIDGE" >/dev/null 2>&1; then
+		ip link add "$RC_BRIDGE" type bridge
+		ip addr add "$RC_HOST_IP/${RC_POD_CIDR#*/}" dev "$RC_BRIDGE"
+	fi
+	ip link set "$RC_BRIDGE" up
+	mkdir -p "$RC_STATE/cni/net.d" "$RC_STATE/cni/ipam"
+	cat >"$RC_STATE/cni/net.d/10-gpuorc.conflist" <<CNI
+{"cniVersion": "0.4.0", "name": "gpuorc", "plugins": [
+  {"type": "bridge", "bridge": "$RC_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$RC_STATE/cni/ipam", "ranges": [[{"subnet": "$RC_POD_CIDR",
+            "rangeStart": "${RC_POD_CIDR%.*}.10", "gateway": "$RC_HOST_IP"}]]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+CNI
+}
+
+start_control_plane() {
+	start etcd "$RC_BIN/cluster" etcd --data-dir "$RC_STATE/etcd" \
+		--listen-client-url "http://127.0.0.1:$RC_ETCD_PORT" --listen-peer-url "http://127.0.0.1:$RC_ETCD_PEER_PORT"
+	wait_for "etcd" 60 curl -sf "http://127.0.0.1:$RC_ETCD_PORT/health"
+	start kube-apiserver "$RC_BIN/cluster" kube-apiserver \
+		--etcd-servers="http://127.0.0.1:$RC_ETCD_PORT" \
+		--bind-address="$RC_HOST_IP" --advertise-address="$RC_HOST_IP" --secure-port="$RC_APISERVER_PORT" \
+		--service-cluster-ip-range="$RC_SERVICE_CIDR" \
+		--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true \
+		--client-ca-file="$RC_PKI/ca.crt" \
+		--tls-cert-file="$RC_PKI/apiserver.crt" --tls-private-key-file="$RC_PKI/apiserver.key" \
+		--kubelet-client-certificate="$RC_PKI/apiserver-kubelet-client.crt" \
+		--kubelet-client-key="$RC_PKI/apiserver-kubelet-client.key" \
+		--kubelet-certificate-authority="$RC_PKI/ca.crt" \
+		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file="$RC_PKI/sa.pub" --service-account-signing-key-file="$RC_PKI/sa.key" \
+		--requestheader-client-ca-file="$RC_PKI/front-proxy-ca.crt" \
+		--requestheader-allowed-names=front-proxy-client \
+		--requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+		--requestheader-extra-headers-prefix=X-Remote-Extra- \
+		--proxy-client-cert-file="$RC_PKI/front-proxy-client.crt" \
+		--proxy-client-key-file="$RC_PKI/front-proxy-client.key" \
+		--kubelet-preferred-address-types=InternalIP,Hostname \
+		--enable-aggregator-routing=true --profiling=false
+	# No kube-proxy runs here: webhooks and aggregated APIs are reached through their Services' endpoints.
+	wait_for "kube-apiserver" 180 kubectl get --raw /readyz
+	start kube-controller-manager "$RC_BIN/cluster" kube-controller-manager \
+		--kubeconfig="$RC_STATE/controller-manager.kubeconfig" \
+		--authentication-kubeconfig="$RC_STATE/controller-manager.kubeconfig" \
+		--authorization-kubeconfig="$RC_STATE/controller-manager.kubeconfig" \
+		--bind-address=127.0.0.1 --secure-port="$RC_KCM_PORT" --leader-elect=false \
+		--use-service-account-credentials=true \
+		--service-account-private-key-file="$RC_PKI/sa.key" --root-ca-file="$RC_PKI/ca.crt" \
+		--cluster-signing-cert-file="$RC_PKI/ca.crt" --cluster-signing-key-file="$RC_PKI/ca.key" \
+		--profiling=false
+	start kube-scheduler "$RC_BIN/cluster" kube-scheduler \
+		--kubeconfig="$RC_STATE/scheduler.kubeconfig" \
+		--authentication-kubeconfig="$RC_STATE/scheduler.kubeconfig" \
+		--authorization-kubeconfig="$RC_STATE/scheduler.kubeconfig" \
+		--bind-address=127.0.0.1 --secure-port="$RC_SCHEDULER_PORT" --leader-elect=false --profiling=false
+}
+
+start_node() {
+	mkdir -p "$RC_STATE/containerd" "$RC_STATE/kubelet"
+	cat >"$RC_STATE/containerd/config.toml" <<TOML
+version = 2
+root = "$RC_STATE/containerd/root"
+state = "$RC_STATE/containerd/state"
+[grpc]
+  address = "$RC_CONTAINERD_SOCK"
+[ttrpc]
+  address = "$RC_CONTAINERD_SOCK.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$RC_STATE/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$RC_PAUSE_IMAGE"
+  enable_cdi = false
+  # Root here lacks CAP_SYS_RESOURCE (no lowering of oom_score_adj, as the kubelet's own log says): never ask
+  # runc for a lower score than containerd's own, or every pod sandbox fails to start.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "${RC_SNAPSHOTTER:-overlayfs}"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$RC_STATE/cni/net.d"
+TOML
+	start containerd containerd --config "$RC_STATE/containerd/config.toml"
+	wait_for "containerd" 60 ctr_ version
+	cat >"$RC_STATE/kubelet/config.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $RC_HOST_IP
+port: $RC_KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $RC_KUBELET_HEALTHZ_PORT
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $RC_PKI/ca.crt}
+authorization: {mode: Webhook}
+tlsCertFile: $RC_PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $RC_PKI/kubelet-serving.key
+containerRuntimeEndpoint: unix://$RC_CONTAINERD_SOCK
+cgroupDriver: cgroupfs
+# This host mounts cgroup v1 hierarchies beside a v2 one; the kubelet refuses v1 from 1.35 unless told.
+failCgroupV1: false
+cgroupsPerQOS: ${RC_CGROUPS_PER_QOS:-true}
+enforceNodeAllocatable: [${RC_ENFORCE_ALLOCATABLE-pods}]
+# The images are imported, never pulled: keep the kubelet from collecting them or evicting on a full disk.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+failSwapOn: false
+podCIDR: $RC_POD_CIDR
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+maxPods: 60
+YAML
+	start kubelet "$RC_BIN/cluster" kubelet --config="$RC_STATE/kubelet/config.yaml" \
+		--kubeconfig="$RC_STATE/kubelet.kubeconfig" --root-dir="$RC_STATE/kubelet" \
+		--hostname-override="$RC_NODE" --node-ip="$RC_HOST_IP" \
+		--cert-dir="$RC_STATE/kubelet/pki"
+	wait_for "kubelet" 120 curl -sf "http://127.0.0.1:$RC_KUBELET_HEALTHZ_PORT/healthz"
+	# The kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its --root-dir (a path fixed
+	# in its device manager), so the plugin registers there.
+	start gpu-device-plugin "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS"
+}
+
+install_kueue() {
+	local rendered=$RC_STATE/kueue/manifests.yaml
+	mkdir -p "$RC_STATE/kueue/webhook-certs"
+	kubectl kustomize "$(cd "$HERE/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/default" >"$rendered.upstream"
+	python3 "$HERE/kueue_manifests.py" "$rendered.upstream" "$RC_HOST_IP" "$RC_KUEUE_WEBHOOK_PORT" \
+		"$RC_KUEUE_VISIBILITY_PORT" >"$rendered"
+	kubectl apply --server-side --force-conflicts -f "$rendered" >/dev/null
+	python3 "$HERE/kueue_manifests.py" --config "$RC_STATE/kueue/webhook-certs" "$RC_KUEUE_WEBHOOK_PORT" \
+		"$RC_KUEUE_VISIBILITY_PORT" "$RC_KUEUE_METRICS_PORT" "$RC_KUEUE_HEALTH_PORT" >"$RC_STATE/kueue/config.yaml"
+	# Kueue runs with its own ServiceAccount's rights (the manifests' RBAC), as its Deployment would.
+	token_kubeconfig kueue kueue-system kueue-controller-manager
+	# Kueue's visibility server writes its self-signed certificate to /visibility, a path fixed in its code.
+	mkdir -p /visibility
+	start kueue "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
+		--zap-log-level=2
+	# Kueue keeps its webhook certificate in a Secret and waits until the files in its cert dir match it: in a
+	# pod the kubelet mounts the Secret there; for the process, write them once Kueue has made them.
+	wait_for "Kueue's webhook certificate" 120 webhook_cert_written
+	wait_for "kueue" 180 curl -sf "http://127.0.0.1:$RC_KUEUE_HEALTH_PORT/readyz"
+}
+
+wait_ready() {
+	wait_for "node $RC_NODE Ready" 120 node_ready
+	wait_for "nvidia.com/gpu on $RC_NODE" 60 node_has_gpus
+	wait_for "Kueue's webhooks answering" 120 kueue_answers
+	wait_for "Kueue's visibility API" 120 kubectl get --raw /apis/visibility.kueue.x-k8s.io/v1beta2
+}
+
+main "$@"

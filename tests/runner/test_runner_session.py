@@ -1,0 +1,174 @@
+"""The warm session runner: commands on stdin, state across runs, interrupts that leave it alive."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpu_offload.runner.bundle import encode_bundle
+from gpu_offload.runner.frames import Done, Error, Hello, Metrics, Stream
+from gpu_offload.runner.secrecy import greeting
+
+pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
+
+
+@pytest.fixture
+def session(start_runner, write_bundle):  # type: ignore[no-untyped-def]
+    """A started session runner plus ``run(cell, **bundle_kwargs)`` that waits for the run's ``done``."""
+    nonce = secrets.token_hex(16)
+    runner = start_runner(None, nonce, stdin=subprocess.PIPE)
+    runner.send(greeting(nonce).decode().rstrip("\n"))
+
+    def start(cell: str, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        path, _ = write_bundle(cell, nonce=nonce, **kwargs)
+        runner.send(json.dumps({"op": "run", "bundle": str(path)}))
+
+    def run(cell: str, **kwargs):  # type: ignore[no-untyped-def]
+        start(cell, **kwargs)
+        return runner.until_done()
+
+    runner.start = start
+    runner.run = run
+    return runner
+
+
+def text(events: list) -> str:  # type: ignore[type-arg]
+    return "".join(e.text for e in events if isinstance(e, Stream) and e.name == "stdout")
+
+
+def test_state_persists_across_runs_and_bundles_can_come_inline(session, write_bundle) -> None:
+    first = session.run("x = 41\nimport math\n")
+    assert first[-1].status == "ok"
+    _, bundle = write_bundle("x += 1\nprint(x, math.pi > 3)\n", nonce=session.decoder.nonce)
+    session.send(json.dumps({"op": "run", "bundle_b64": base64.b64encode(encode_bundle(bundle)).decode()}))
+    second = session.until_done()
+    assert text(second) == "42 True\n" and second[-1].status == "ok"
+    hello = session.of(Hello)
+    assert len(hello) == 1 and hello[0].session is True
+    assert len(session.of(Metrics)) == 1  # "no GPU" is said once per runner, not per run
+    session.send(json.dumps({"op": "exit"}))
+    _, code = session.finish()
+    assert code == 0
+
+
+def test_interrupt_command_stops_the_cell_and_keeps_the_session(session) -> None:
+    session.run("x = 7\n")
+    session.start("import time\ny = 1\nprint('ready')\nwhile True:\n    time.sleep(0.05)\n")
+    session.until(lambda e: isinstance(e, Stream) and "ready" in e.text)
+    session.send(json.dumps({"op": "interrupt"}))
+    interrupted = session.until_done()
+    assert [e.ename for e in interrupted if isinstance(e, Error)] == ["KeyboardInterrupt"]
+    assert interrupted[-1].status == "interrupted"
+    assert session.proc.poll() is None
+    after = session.run("print(x, y)\n")
+    assert text(after) == "7 1\n" and after[-1].status == "ok"
+
+
+def test_an_interrupt_between_cells_is_harmless(session) -> None:
+    session.send(json.dumps({"op": "interrupt"}))
+    after = session.run("print('still here')\n")
+    assert text(after) == "still here\n" and after[-1].status == "ok"
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("not json", "not JSON"),
+        (json.dumps({"op": "run"}), '"bundle"'),
+        (json.dumps({"op": "run", "bundle": "/nonexistent/b.pkl"}), "/nonexistent/b.pkl"),
+        (json.dumps({"op": "run", "bundle_b64": "%%%"}), "base64"),
+        (json.dumps({"op": "dance"}), "run, interrupt, checkpoint, restore or exit"),
+    ],
+)
+def test_bad_commands_are_reported_and_the_session_goes_on(session, command: str, expected: str) -> None:
+    session.send(command)
+    events = session.until_done()
+    (error,) = [e for e in events if isinstance(e, Error)]
+    assert error.ename == "ProtocolError" and expected in error.evalue
+    assert isinstance(events[-1], Done) and events[-1].status == "error"
+    assert session.run("print('ok')")[-1].status == "ok"
+
+
+def test_a_run_for_another_python_ends_the_session_with_the_mismatch(session, write_bundle) -> None:
+    path, _ = write_bundle("x = 1", nonce=session.decoder.nonce, python="3.10")
+    session.send(json.dumps({"op": "run", "bundle": str(path)}))
+    events, code = session.finish()
+    assert code == 3
+    assert [e.ename for e in events if isinstance(e, Error)] == ["PythonVersionMismatch"]
+
+
+def test_end_of_stdin_ends_the_session(session) -> None:
+    session.run("x = 1")
+    assert session.proc.stdin is not None
+    session.proc.stdin.close()
+    _, code = session.finish()
+    assert code == 0
+
+
+@pytest.mark.parametrize("first", ['{"op": "run", "bundle": "b.pkl"}', '{"op": "start", "nonce": "abc"}', ""])
+def test_a_session_without_its_nonce_first_is_refused(start_runner, first: str) -> None:
+    runner = start_runner(None, "0" * 32, stdin=subprocess.PIPE)
+    runner.send(first)
+    events, code = runner.finish()
+    assert code == 2 and events == []
+    assert "frame nonce" in runner.stderr()
+
+
+def test_outputs_of_a_session_cannot_be_changed_by_later_cells(session, write_bundle, tmp_path) -> None:
+    import numpy as np
+
+    from gpu_offload.runner import buffers
+    from gpu_offload.runner.frames import Outputs
+
+    path, bundle = write_bundle(
+        "b = a\n",
+        inputs={"a": np.ones(200_000)},
+        outputs=["b"],
+        shm_dir=str(tmp_path),
+        nonce=session.decoder.nonce,
+    )
+    inode = Path(bundle["buffers"][0]["path"]).stat().st_ino
+    session.send(json.dumps({"op": "run", "bundle": str(path)}))
+    (outputs,) = [e for e in session.until_done() if isinstance(e, Outputs)]
+    (back,) = outputs.buffers
+    assert Path(back["path"]).stat().st_ino == inode  # the input's pages came back under a new name
+    values = buffers.load_packed(outputs.pickle, outputs.buffers)
+    assert session.run("a *= 0\nb *= 0\n")[-1].status == "ok"  # the warm runner changes its arrays in place
+    assert values["b"].sum() == 200_000  # the notebook's copy is its own
+    assert not list(tmp_path.glob("gpuo-*"))
+
+
+def test_an_interrupt_sent_right_after_its_run_is_not_lost(session, write_bundle) -> None:
+    path, _ = write_bundle("import time\nwhile True:\n    time.sleep(0.05)\n", nonce=session.decoder.nonce)
+    # one write: the interrupt may reach the runner before, while or after it starts the run
+    run = json.dumps({"op": "run", "bundle": str(path)})
+    session.send(run + "\n" + json.dumps({"op": "interrupt"}))
+    events = session.until_done()
+    assert events[-1].status == "interrupted"
+    assert session.run("print('next run is not interrupted')")[-1].status == "ok"
+
+
+def test_an_interrupt_for_a_rejected_run_does_not_hit_the_next_one(session) -> None:
+    session.send(
+        json.dumps({"op": "run", "bundle": "/nonexistent/b.pkl"}) + "\n" + json.dumps({"op": "interrupt"})
+    )
+    assert session.until_done()[-1].status == "error"
+    assert session.run("print('fine')")[-1].status == "ok"
+
+
+def test_each_runs_frames_carry_its_run_id(session) -> None:
+    from gpu_offload.runner.frames import FrameDecoder
+
+    session.run("print('first')\n", run_id="r-1")
+    session.run("print('second')\n", run_id="r-2")
+    # a reader that moved on to the second run never takes the first run's frames for its own
+    decoder = FrameDecoder(session.decoder.nonce, run_id="r-2")
+    events = decoder.feed(b"".join(session.raw_lines))
+    assert text(events) == "second\n"
+    assert [type(e) for e in events if isinstance(e, (Hello, Done))] == [Hello, Done]
+    assert decoder.foreign >= 2  # the first run's stream and done at least

@@ -1,0 +1,151 @@
+"""Liqo's behaviour on the origin, observed through the official client as a user would."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import kubernetes
+import pytest
+from gpu_offload.sandbox import fixtures
+from gpu_offload.sandbox.apiserver import crds
+from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+
+LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
+origin = origin_fixture(LIQO_CRDS, private=True)  # leaves a donor's extra GPU slice behind
+core, custom, namespace = fixtures.core, fixtures.custom, fixtures.namespace
+
+LIQO = {"ForeignCluster": ("core.liqo.io", "foreignclusters"),
+        "ResourceSlice": ("authentication.liqo.io", "resourceslices"),
+        "VirtualNode": ("offloading.liqo.io", "virtualnodes")}
+
+
+def _offload(custom, namespace: str, name: str = "offloading", **spec):
+    body = {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+            "metadata": {"name": name}, "spec": {"podOffloadingStrategy": "Remote", **spec}}
+    return custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", namespace,
+                                                  "namespaceoffloadings", body)
+
+
+def _gpu_pod(name: str, gpus: int = 1, **spec) -> dict:
+    return {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "containers": [{
+        "name": "main", "image": "python:3.11", "command": ["python3", "-c", "print('ran')"],
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}], **spec}}
+
+
+def test_seeded_topology_is_served_and_valid_against_the_real_crds(custom, core):
+    real = crds.load_crd_dir(LIQO_CRDS)
+    for kind, (group, plural) in LIQO.items():
+        items = custom.list_cluster_custom_object(group, "v1beta1", plural)["items"]
+        assert len(items) == 2, kind
+        for item in items:
+            assert crds.schema_errors(item, real) == [], item["metadata"]["name"]
+    nodes = {n.metadata.name: n for n in core.list_node(label_selector="liqo.io/type=virtual-node").items}
+    assert sorted(nodes) == ["donor-1-gpu", "donor-2-gpu"]
+    node = nodes["donor-1-gpu"]
+    assert node.metadata.labels["liqo.io/remote-cluster-id"] == "donor-1"
+    assert node.metadata.labels["gpu-offload.io/gpu-model"] == "A100"
+    assert node.status.allocatable["nvidia.com/gpu"] == "4"
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+        ("virtual-node.liqo.io/not-allowed", "true", "NoExecute")]
+    fc = custom.get_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", "donor-2")
+    assert fc["status"]["role"] == "Provider"
+    assert all(m["enabled"] for m in fc["status"]["modules"].values())
+
+
+def test_namespace_offloading_with_another_name_is_rejected(custom, namespace):
+    with pytest.raises(kubernetes.client.ApiException) as err:
+        _offload(custom, namespace, name="my-offloading")
+    assert err.value.status == 422
+    assert 'only acts on the one named "offloading"' in json.loads(err.value.body)["message"]
+    assert custom.list_namespaced_custom_object("offloading.liqo.io", "v1beta1", namespace,
+                                                "namespaceoffloadings")["items"] == []
+
+
+def test_offloaded_namespace_is_labelled_and_ready(custom, core, namespace):
+    _offload(custom, namespace)
+    wait_until(lambda: (core.read_namespace(namespace).metadata.labels or {}).get("liqo.io/scheduling-enabled")
+               == "true", "the scheduling-enabled label")
+    status = wait_until(lambda: custom.get_namespaced_custom_object(
+        "offloading.liqo.io", "v1beta1", namespace, "namespaceoffloadings", "offloading").get("status"),
+        "NamespaceOffloading status")
+    assert status["offloadingPhase"] == "Ready"
+    assert sorted(status["remoteNamespacesConditions"]) == ["donor-1", "donor-2"]
+
+
+def test_pods_in_an_offloaded_namespace_get_toleration_and_cluster_selector(custom, core, namespace):
+    selector = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-2"]}]}]}
+    _offload(custom, namespace, clusterSelector=selector)
+    pod = core.create_namespaced_pod(namespace, _gpu_pod("gpu"))
+    assert [(t.key, t.operator, t.effect) for t in pod.spec.tolerations if t.key.startswith("virtual-node")] == [
+        ("virtual-node.liqo.io/not-allowed", "Exists", "NoExecute")]
+    terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert [(e.key, e.operator, e.values) for e in terms[0].match_expressions] == [
+        ("liqo.io/remote-cluster-id", "In", ["donor-2"]), ("liqo.io/type", "In", ["virtual-node"])]
+    done = wait_until(lambda: (p := core.read_namespaced_pod("gpu", namespace)).status.phase == "Succeeded" and p,
+                      "the GPU pod to succeed")
+    assert done.spec.node_name == "donor-2-gpu"
+    # client 36 turns a non-JSON body into str(bytes); read the raw response as users of it must
+    assert core.read_namespaced_pod_log("gpu", namespace, _preload_content=False).data == b"ran\n"
+
+
+def test_pod_aimed_at_a_virtual_node_from_a_plain_namespace_stays_pending_offloading_backoff(core, namespace):
+    toleration = {"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
+    core.create_namespaced_pod(namespace, _gpu_pod("stuck", tolerations=[toleration]))
+    pod = wait_until(lambda: (p := core.read_namespaced_pod("stuck", namespace)).status.reason and p,
+                     "a reason on the pod")
+    assert pod.spec.node_name.startswith("donor-")
+    assert (pod.status.phase, pod.status.reason) == ("Pending", "OffloadingBackOff")
+    assert "NamespaceOffloading" in pod.status.message
+    assert pod.status.container_statuses is None  # never started
+
+
+def test_changed_resource_slice_changes_the_virtual_node_capacity(custom, core):
+    args = ("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-1", "resourceslices", "donor-1-gpu")
+    custom.patch_namespaced_custom_object(*args, {"spec": {"resources": {"nvidia.com/gpu": "2", "cpu": "8",
+                                                                          "memory": "64Gi", "pods": "110"}}})
+    wait_until(lambda: core.read_node("donor-1-gpu").status.allocatable.get("nvidia.com/gpu") == "2",
+               "the virtual node to offer 2 GPUs")
+    vnode = custom.get_namespaced_custom_object("offloading.liqo.io", "v1beta1", "liqo-tenant-donor-1",
+                                                "virtualnodes", "donor-1-gpu")
+    assert vnode["spec"]["resourceQuota"]["hard"]["nvidia.com/gpu"] == "2"
+    assert core.read_node("donor-1-gpu").status.capacity["cpu"] == "8"
+    custom.patch_namespaced_custom_object(*args, {"spec": {"resources": {"nvidia.com/gpu": "4", "cpu": "32",
+                                                                          "memory": "128Gi", "pods": "110"}}})
+    wait_until(lambda: core.read_node("donor-1-gpu").status.allocatable.get("nvidia.com/gpu") == "4",
+               "the virtual node to offer 4 GPUs again")
+
+
+def test_new_gpu_slice_of_a_donor_becomes_a_new_virtual_node_and_unknown_provider_is_denied(custom, core):
+    def body(name: str, provider: str) -> dict:
+        return {"apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
+                "metadata": {"name": name}, "spec": {"class": "default", "consumerClusterID": "origin",
+                                                     "providerClusterID": provider,
+                                                     "resources": {"nvidia.com/gpu": "1"}}}
+    custom.create_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-2",
+                                           "resourceslices", body("donor-2-extra", "donor-2"))
+    node = wait_until(lambda: next((n for n in core.list_node().items if n.metadata.name == "donor-2-extra"), None),
+                      "the new virtual node")
+    assert node.status.allocatable["nvidia.com/gpu"] == "1"
+    assert node.metadata.labels["liqo.io/remote-cluster-id"] == "donor-2"
+    custom.create_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-2",
+                                           "resourceslices", body("stranger", "nobody"))
+    denied = wait_until(lambda: custom.get_namespaced_custom_object(
+        "authentication.liqo.io", "v1beta1", "liqo-tenant-donor-2", "resourceslices", "stranger").get("status"),
+        "the provider's answer")
+    assert {c["type"]: c["status"] for c in denied["conditions"]} == {"Authentication": "Denied",
+                                                                      "Resources": "Denied"}
+    custom.delete_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-2",
+                                           "resourceslices", "stranger")
+
+
+def test_fault_control_endpoint_rejects_bad_input_with_the_fix(origin):
+    request = urllib.request.Request(origin.sandbox.url + "/sandbox/faults", data=b'{"fault": "meteor"}',
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=10)
+    assert err.value.code == 400
+    assert "use one of api-error, api-latency" in json.loads(err.value.read())["error"]
