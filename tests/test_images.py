@@ -92,3 +92,12 @@ def test_with_the_charts_default_the_hub_sets_no_image_and_each_kernel_picks_its
     env = server_environment("jhub-alice", HubConfig())
     assert "GPU_OFFLOAD_IMAGE" not in env
     assert from_environment(env).image is None  # the launcher then takes images.default_runner
+
+
+def test_the_chart_names_the_hub_and_user_images_of_the_manifest() -> None:
+    import yaml
+
+    values = yaml.safe_load((REPO / "helm" / "gpu-offload" / "values.yaml").read_text())["jupyterhub"]
+    named = {role: f"{values[key]['image']['name']}:{values[key]['image']['tag']}"
+             for role, key in (("hub", "hub"), ("singleuser", "singleuser"))}
+    assert named == {role: images.manifest().role(role)[0].image for role in ("hub", "singleuser")}

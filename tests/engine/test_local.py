@@ -7,7 +7,7 @@ import os
 import pytest
 
 from gpu_offload.engine.backends.base import RunRequest
-from gpu_offload.engine.backends.local import runner_environment, visible_devices
+from gpu_offload.engine.backends.local_process import runner_environment, visible_devices
 
 
 def test_gpus_take_the_first_of_the_kernels_own_devices() -> None:

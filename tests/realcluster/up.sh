@@ -12,6 +12,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/env.sh"
 source "$HERE/pki.sh"
 source "$HERE/lib.sh"
+# Go as this machine kind installs it, when a non-login shell's PATH lacks it
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 
 main() {
 	mkdir -p "$RC_BIN" "$RC_LOGS" "$RC_STATE/pids"

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from ...runner.ranks import STANDALONE_ADDR, free_port
 from ...runner.secrecy import greeting
 from .base import Job, Ranks, RunEvent, RunnerExit
-from .local import RunnerProcess, _LocalRun
+from .local import _LocalRun
+from .local_process import RunnerProcess
 
 
 class NodeProcesses:
