@@ -186,6 +186,14 @@ KERNEL: tuple[Setting[Any], ...] = (
 HUB_CONFIG = _kernel("CONFIG", text, None, "Path of the chart's configuration file (its ConfigMap, mounted).")
 HUB: tuple[Setting[Any], ...] = (HUB_CONFIG,)
 
+# --- a donor's node labeller (the donor chart's DaemonSet sets them) -----------------------------------------
+LABEL_INTERVAL = _kernel("LABEL_INTERVAL", seconds, 300.0, "Seconds between two passes of the node labeller.")
+RUNTIME_CONFIG = _kernel("RUNTIME_CONFIG", text, None,
+                         "The host's NVIDIA Container Toolkit config.toml as mounted in the labeller's pod; unset: "
+                         "the toolkit's default path under the host mount.", "the toolkit's default path")
+DONOR: tuple[Setting[Any], ...] = (LABEL_INTERVAL, RUNTIME_CONFIG)
+"""What the donor chart's node labeller reads."""
+
 
 # --- Metaflow: METAFLOW_GPU_OFFLOAD_*, or the same key in Metaflow's config file ----------------------------
 def _flow(name: str, parse: Callable[[str], T], default: T, doc: str, shown: str = "") -> Setting[T]:
@@ -223,7 +231,7 @@ OUTPUT_FORMAT = _kernel("OUTPUT_FORMAT", text, None,
                         "(the runner spells it itself; a test keeps both equal).")
 INTERNAL: tuple[Setting[Any], ...] = (RECORDED_PLACEMENT, BUNDLE_URL, OUTPUT_FORMAT)
 
-ALL: tuple[Setting[Any], ...] = (*KERNEL, *HUB, *FLOW, *INTERNAL)
+ALL: tuple[Setting[Any], ...] = (*KERNEL, *HUB, *DONOR, *FLOW, *INTERNAL)
 
 
 def assignments(values: Mapping[Setting[Any], object]) -> dict[str, str]:

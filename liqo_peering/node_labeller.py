@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from . import environment
 from .errors import GpuOffloadError, api_error
 from .gpu_labels import LABELLED, UNPRIVILEGED_DEVICES, Device, NvmlAnswers, nvml_labels, runtime_labels
 
@@ -100,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .client import api_client_from_environment
 
-    runtime_config = os.environ.get("GPU_OFFLOAD_RUNTIME_CONFIG", DEFAULT_RUNTIME_CONFIG)
-    interval = float(os.environ.get("GPU_OFFLOAD_LABEL_INTERVAL", "300"))
+    runtime_config = environment.RUNTIME_CONFIG.read(os.environ) or DEFAULT_RUNTIME_CONFIG
+    interval = environment.LABEL_INTERVAL.read(os.environ)
     api_client = api_client_from_environment()
     while True:
         try:

@@ -1,11 +1,14 @@
 """pytest fixtures for an origin cluster with Liqo donors (imported by tests only; needs pytest).
 
-One line in a test module or conftest gives a module-scoped origin with two donors of 4 A100 each::
+One line in a test module or conftest gives an origin with two donors of 4 A100 each::
 
     origin = origin_fixture(LIQO_CRDS)            # LIQO_CRDS: ../shared/liqo-crds resolved from the repo
 
-Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.liqo.origin.RunningOrigin`). On teardown the
-fixture asserts that no container process started by the sandbox is still alive. Import ``core``,
+Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.liqo.origin.RunningOrigin`). Origins come from
+:func:`origin_pool`, a session-scoped fixture the root conftest imports: every module that asks for the same
+configuration (CRDs, donors, options) gets the same origin, started once per test session (per xdist
+worker), so its tests must leave it as they found it (fresh namespaces, faults cleared). At the end of the
+session the pool asserts that no container process started by any origin is still alive. Import ``core``,
 ``custom``, ``namespace`` and ``offloaded_namespace`` from here too for official clients and fresh
 namespaces (they use whatever ``origin`` fixture the importing module defines).
 """
@@ -15,31 +18,80 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TypeVar
 
 import kubernetes
 import pytest
 
+from .liqo import seed as liqo
 from .liqo.origin import RunningOrigin, running_origin
 
 T = TypeVar("T")
 
 
-def origin_fixture(crds: Path | None = None, donors: int = 2, gpus: int = 4, gpu_model: str = "A100",
-                   scope: Any = "module", **options: Any) -> Any:
-    """A pytest fixture serving an origin with ``donors`` donors for the scope's duration."""
+def origin_key(crds: Path | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
+               options: dict[str, Any]) -> str:
+    """One string per distinct origin configuration: equal configurations share one origin."""
+    donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
+    folder = str(Path(crds).resolve()) if crds is not None else None
+    return repr((folder, donor_list, sorted(options.items())))
 
-    @pytest.fixture(scope=scope)
-    def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningOrigin]:
-        with running_origin(tmp_path_factory.mktemp("origin"), donors, gpus, gpu_model, crds=crds,
-                            **options) as running:
-            yield running
-        leftover = running.live_processes()
+
+class OriginPool:
+    """Origins started on first use and kept for the session, one per configuration."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self._stack = ExitStack()
+        self._origins: dict[str, RunningOrigin] = {}
+
+    def get(self, crds: Path | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
+            **options: Any) -> RunningOrigin:
+        key = origin_key(crds, donors, gpus, gpu_model, options)
+        if key not in self._origins:
+            self._origins[key] = self._stack.enter_context(
+                running_origin(self._tmp.mktemp("origin"), donors, gpus, gpu_model, crds=crds, **options))
+        return self._origins[key]
+
+    def close(self) -> None:
+        """Stop every origin; none may leave a container process alive."""
+        origins = list(self._origins.values())
+        self._stack.close()
+        leftover = [pid for running in origins for pid in running.live_processes()]
         assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
 
-    return origin
+
+@pytest.fixture(scope="session")
+def origin_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OriginPool]:
+    """The session's origins by configuration (import it into the root conftest)."""
+    pool = OriginPool(tmp_path_factory)
+    yield pool
+    pool.close()
+
+
+def origin_fixture(crds: Path | None = None, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4,
+                   gpu_model: str = "A100", scope: Any = "module", private: bool = False, **options: Any) -> Any:
+    """A pytest fixture giving the session's origin of this configuration (``donors`` donors), from
+    :func:`origin_pool`; ``scope`` only says how long a module holds on to it. ``private``: an origin of the
+    module's own for the scope, for tests that leave cluster-wide changes other modules must not see."""
+    if private:
+        @pytest.fixture(scope=scope)
+        def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningOrigin]:
+            with running_origin(tmp_path_factory.mktemp("origin"), donors, gpus, gpu_model, crds=crds,
+                                **options) as running:
+                yield running
+            leftover = running.live_processes()
+            assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
+
+        return own
+
+    def origin(origin_pool: OriginPool) -> RunningOrigin:
+        return origin_pool.get(crds, donors, gpus, gpu_model, **options)
+
+    return pytest.fixture(scope=scope)(origin)
 
 
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpu_offload.sandbox.fixtures import origin_pool
 
 pytest_plugins = ["pytester"]  # tests/test_lanes.py runs pytest on test files it writes
 
@@ -172,6 +173,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if durations is not None:
         starts = durations.sandbox_starts + _GUARD.sandbox_starts
         terminalreporter.write_line(f"sandbox API servers started in this session: {starts}")
+
+
+__all__ = ["origin_pool"]  # the session's sandbox origins by configuration, for every origin_fixture
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -36,6 +36,11 @@ dist.destroy_process_group()
 """
 
 
+
+def notices(captured: Any) -> str:
+    """The magic's notices: its one display output per cell (plain text), not the cell's own output."""
+    return "\n".join(str(o.data.get("text/plain", "")) for o in captured.outputs)
+
 def offload(shell: Any, cell: str, line: str) -> Any:
     return shell.run_cell_magic("gpu_offload", line, cell)
 
@@ -161,7 +166,7 @@ def test_a_distributed_session_keeps_every_ranks_state_across_three_cells(shell:
     with capture_output() as built:
         offload(shell, build, line)
     # a DDP module cannot exist outside its process group: it stays on the ranks, and the user is told why
-    assert "output `ddp` (DistributedDataParallel) is bound to the run's process group" in built.stdout + built.stderr
+    assert "output `ddp` (DistributedDataParallel) is bound to the run's process group" in notices(built)
     assert "ddp" not in shell.user_ns and isinstance(shell.user_ns["linear"], torch.nn.Linear)
     with capture_output() as trained:
         offload(shell, train, line)
@@ -183,9 +188,9 @@ def test_a_session_whose_ranks_wait_in_a_collective_for_a_failed_rank_is_closed_
     with capture_output() as failed, pytest.raises(RemoteError) as caught:
         offload(shell, "if dist.get_rank() == 1:\n    raise ValueError('rank one gives up')\ndist.barrier()", line)
     assert caught.value.ename == "ValueError" and "[rank 1]" in caught.value.evalue
-    assert "did not stop within 5 s after rank 1 failed" in failed.stdout + failed.stderr
+    assert "did not stop within 5 s after rank 1 failed" in notices(failed)
     with capture_output() as again:
         offload(shell, "import os\nprint('fresh', os.environ['RANK'])", line)
-    assert "session `broken`'s runner had ended" in again.stdout + again.stderr
+    assert "session `broken`'s runner had ended" in notices(again)
     assert "[rank 3] fresh 3" in again.stdout
     shell.run_line_magic("gpu_offload", "close broken")

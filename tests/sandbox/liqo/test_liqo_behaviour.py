@@ -14,7 +14,7 @@ from gpu_offload.sandbox.apiserver import crds
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
 LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
-origin = origin_fixture(LIQO_CRDS)
+origin = origin_fixture(LIQO_CRDS, private=True)  # leaves a donor's extra GPU slice behind
 core, custom, namespace = fixtures.core, fixtures.custom, fixtures.namespace
 
 LIQO = {"ForeignCluster": ("core.liqo.io", "foreignclusters"),
