@@ -69,6 +69,11 @@ echo "== wheel: $(ls "$context/wheels") ($(took "$t"))"
 # as the published python images have it (pip installs there without touching Debian's own packages).
 debian_base() {
   local suite=$1 tar="$CACHE/debian-$suite.tar" image="localhost/gpu-offload-base:$suite"
+  # an imported base whose tarball is gone (a cleaned cache) is still the base: debootstrap only without both
+  if [ ! -f "$tar" ] && podman image exists "$image"; then
+    echo "$image"
+    return
+  fi
   if [ ! -f "$tar" ]; then
     command -v debootstrap >/dev/null || { echo "images/build.sh: --local needs debootstrap (apt-get install debootstrap)" >&2; exit 1; }
     local root t; root=$(mktemp -d); t=$(stamp)

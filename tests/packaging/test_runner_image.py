@@ -11,7 +11,7 @@ from typing import Any
 
 import cloudpickle
 import pytest
-from gpu_offload.liqo_peering.specs import BUNDLE_KEY, MOUNT_PATH, RUNNER_KEY, RunnerPodSpec, runner_pod
+from gpu_offload.liqo_peering.specs import MOUNT_PATH, RUNNER_KEY, RunnerPodSpec, runner_pod
 
 from gpu_offload.images import ImageSpec
 from gpu_offload.runner.build import build_runner
@@ -36,18 +36,17 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _run(spec: ImageSpec, folder: Path) -> tuple[list[Any], int, str]:
     bundle = make_bundle(CELL, inputs={"x": 21}, input_transport="inline", outputs=["y"], output_transport="inline",
                          python=spec.declared.python, first_line=2)
-    (folder / BUNDLE_KEY).write_bytes(encode_bundle(bundle))
-    for path in folder.iterdir():
-        path.chmod(0o444)
+    (folder / RUNNER_KEY).chmod(0o444)
     pod = runner_pod(RunnerPodSpec(run_id="r1", namespace="alice", image=spec.image, user="alice", kernel="k",
                                      scheduling={}))
     container = pod["spec"]["containers"][0]
     env = [f"--env={e['name']}={e['value']}" for e in container["env"]]
     uid = pod["spec"]["securityContext"]["runAsUser"]
-    command = ["podman", "run", "--rm", "--network", "none", f"--user={uid}:{uid}", "--cap-drop=ALL",
+    # the bundle comes on the container's stdin, as the kernel's attach sends it
+    command = ["podman", "run", "--rm", "-i", "--network", "none", f"--user={uid}:{uid}", "--cap-drop=ALL",
                "--security-opt=no-new-privileges", f"--volume={folder}:{MOUNT_PATH}:ro", *env,
                spec.image, *container["command"]]
-    done = subprocess.run(command, capture_output=True, env=podman_env(), timeout=300)
+    done = subprocess.run(command, input=encode_bundle(bundle), capture_output=True, env=podman_env(), timeout=300)
     decoder = FrameDecoder(bundle["nonce"])
     events = [e for e in decoder.feed(done.stdout) if not isinstance(e, Noise)]
     events += [e for e in decoder.close() if not isinstance(e, Noise)]
