@@ -148,14 +148,16 @@ class PodFollower:
         earlier runs, decoded but not yet taken, were dropped. See :attr:`foreign` for later ones."""
         with self._decoding:
             self._decoder.expect_run(run_id)
-            kept: list[Event | PodEnded] = []
+            kept: list[Event | Placed | Phase | PodEnded] = []
             dropped = 0
             while True:
                 try:
                     item = self.events.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(item, Hello | PodEnded | Status):
+                # only frames of an earlier run are stale: where the pod landed and when its phases ended are
+                # the pod's, and the first run of a session still has to show them
+                if isinstance(item, Hello | PodEnded | Status | Placed | Phase):
                     kept.append(item)
                 else:
                     dropped += 1
