@@ -65,11 +65,11 @@ lane fast -m fast -n 2 --dist loadscope "$@" || fast_rc=$?
 if [ "$FAST_ONLY" = 1 ]; then
   exit $fast_rc
 fi
-# Both cores; each module stays on one worker (loadscope), so a module's kernel or hub starts once and an
-# origin shared by configuration starts at most once per worker. (loadgroup with groups by origin would
-# start each once, but with pytest 9.2 xdist 3.8 ignores groups added at collection: pytest-xdist #1386.)
+# One process: on two xdist workers the tests of Ctrl-C (gpu-offload run, lab, the kube CLI) and the runner's
+# nonce-secrecy tests failed (a fresh clone, 2026-11-27) and pass in one process; why is not found yet. Origins
+# are still shared by configuration.
 e2e_rc=0
-lane e2e -m "e2e and not fuzz" -n 2 --dist loadscope "$@" || e2e_rc=$?
+lane e2e -m "e2e and not fuzz" "$@" || e2e_rc=$?
 # every decoder of a donor's bytes on seeded malformed input: 12 s per decoder family, about 2 minutes
 # (serial: its bounds on time per byte hold for one process at a time)
 fuzz_rc=0

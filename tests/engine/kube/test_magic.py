@@ -140,10 +140,10 @@ def test_gpu_model_takes_a_fallback_list_in_order(shell: Any, core: Any, namespa
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     shell.run_cell_magic("gpu_offload", "--gpu-model A100,L4", "print('ran')")
     said = capsys.readouterr()
-    assert "ran" in said.out and "on virtual node donor-1-gpu (Liqo cluster donor-1, 1 x A100)" in said.err
+    assert "ran" in said.out and "on virtual node donor-1-gpu (Liqo cluster donor-1, 1 x A100)" in said.out
     # donor-1 has 4 A100: five GPUs fall back to the next model of the list
     shell.run_cell_magic("gpu_offload", "--gpus 5 --gpu-model A100,L4", "print('ran')")
-    assert "on virtual node donor-2-gpu (Liqo cluster donor-2, 5 x L4)" in capsys.readouterr().err
+    assert "on virtual node donor-2-gpu (Liqo cluster donor-2, 5 x L4)" in capsys.readouterr().out
     with pytest.raises(OffloadUsageError, match="no virtual node has GPU model 'H100'"):  # a typo is not skipped
         shell.run_cell_magic("gpu_offload", "--gpu-model A100,H100", "print('never')")
     wait_until(lambda: not leftovers(core, namespace), "the cells' pods deleted")
