@@ -93,8 +93,8 @@ class Lab:
 
 
 def execute(base: str, kernel: str, token: str, code: str, wait: bool = True) -> str:
-    """Run ``code`` in a kernel of the lab through its websocket, as the browser does; its stdout and stderr
-    (``wait=False``: send it and return at once)."""
+    """Run ``code`` in a kernel of the lab through its websocket, as the browser does; its stdout, stderr and
+    plain-text displays, the magic's notices among them (``wait=False``: send it and return at once)."""
     import websocket
 
     ws = websocket.create_connection(f"ws{base[4:]}api/kernels/{kernel}/channels?token={token}", timeout=120)
@@ -112,6 +112,9 @@ def execute(base: str, kernel: str, token: str, code: str, wait: bool = True) ->
                 continue
             if msg["msg_type"] == "stream":
                 out += msg["content"]["text"]
+            elif msg["msg_type"] in ("display_data", "update_display_data"):
+                # the magic's notices: one plain-text display output per cell, updated in place
+                out += str(msg["content"].get("data", {}).get("text/plain", "")) + "\n"
             elif msg["msg_type"] == "error":
                 out += f"{msg['content']['ename']}: {msg['content']['evalue']}"
             elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
