@@ -21,6 +21,8 @@ import re
 import weakref
 from typing import Any
 
+from .handover import address
+
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PRESENT = 1 << 63
 _SWAPPED = 1 << 62
@@ -55,18 +57,6 @@ def unchanged(start: int, size: int) -> bool:
         if entry & _SWAPPED or (entry & _PRESENT and not entry & _FILE):
             return False
     return True
-
-
-def _address(buffer: Any) -> int | None:
-    import ctypes
-
-    try:
-        holder = ctypes.c_char.from_buffer(buffer)
-    except (TypeError, ValueError):
-        return None
-    start = ctypes.addressof(holder)
-    del holder  # releases the export, so the mapping can still be closed later
-    return start
 
 
 def _drop(key: tuple[int, int], path: str) -> None:
@@ -106,7 +96,7 @@ def hold(mapping: Any, path: str) -> None:
     """Keep ``path`` (the file ``mapping`` maps copy-on-write) until the mapping is collected."""
     directory = os.path.dirname(path)
     sweep(directory)
-    start = _address(mapping)
+    start = address(mapping)
     if start is None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -128,7 +118,7 @@ def lend(view: memoryview) -> str | None:
     """The held file that *is* ``view``, unchanged since it came, or None (then the caller copies)."""
     if not _held:
         return None
-    start = _address(view)
+    start = address(view)
     if start is None:
         return None
     path = _held.get((start, view.nbytes))
@@ -139,7 +129,7 @@ def lend(view: memoryview) -> str | None:
 
 def borrowed(mapping: Any, path: str) -> None:
     """Runner side: remember a lent input's private mapping, so an unchanged output can name it again."""
-    start = _address(mapping)
+    start = address(mapping)
     if start is not None:
         key = (start, len(mapping))
         _lent_in_runner[key] = path
@@ -156,7 +146,7 @@ def give_back(view: memoryview, directory: str) -> str | None:
     """Runner side: a new name for the lent file that is ``view`` if the cell did not write it, else None."""
     if not _lent_in_runner:
         return None
-    start = _address(view)
+    start = address(view)
     if start is None:
         return None
     source = _lent_in_runner.get((start, view.nbytes))
