@@ -73,16 +73,18 @@ install_liqo() {
 	local id=$1 dir=$RC_STATE/liqo port=$RC_LIQO_PORT_BASE
 	mkdir -p "$dir"
 	"$REPO/.venv/bin/python" "$HERE/liqo_manifests.py" "$dir" "$(liqo_chart)" "$(liqo_version)" "$id" \
-		"https://$RC_HOST_IP:$RC_APISERVER_PORT" "$RC_HOST_IP" "$RC_LIQO_WEBHOOK_PORT" "$LIQO_SKIP_LABELS"
+		"https://$RC_HOST_IP:$RC_APISERVER_PORT" "$RC_HOST_IP" "$RC_LIQO_WEBHOOK_PORT" "$RC_POD_CIDR" \
+		"$RC_SERVICE_CIDR" "$LIQO_SKIP_LABELS"
 	kubectl apply --server-side --force-conflicts -f "$dir/crds.yaml" >/dev/null
 	kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 	kubectl apply --server-side --force-conflicts -f "$dir/manifests.yaml" >/dev/null
 	token_kubeconfig liqo-webhook liqo liqo-webhook
 	token_kubeconfig liqo-controller-manager liqo liqo-controller-manager
 	token_kubeconfig liqo-crd-replicator liqo liqo-crd-replicator
-	# In the node's mount namespace: the webhook writes its certificate to /tmp/k8s-webhook-server, a path
-	# fixed in Liqo's code, which is this cluster's own there.
-	liqo_process webhook liqo-webhook --webhook-port="$RC_LIQO_WEBHOOK_PORT" \
+	# The webhook writes its certificate to /tmp/k8s-webhook-server, a path fixed in Liqo's code: each
+	# cluster's webhook gets its own (a mount namespace of its own inside the node's).
+	mkdir -p "$dir/webhook-tmp" /tmp/k8s-webhook-server
+	LIQO_PRIVATE_TMP=$dir/webhook-tmp liqo_process webhook liqo-webhook --webhook-port="$RC_LIQO_WEBHOOK_PORT" \
 		--metrics-address="127.0.0.1:$port" --health-probe-address="127.0.0.1:$((port + 1))"
 	wait_for "Liqo's webhook" 120 curl -sf "http://127.0.0.1:$((port + 1))/readyz"
 	liqo_process controller-manager liqo-controller-manager --webhook-port="$((port + 2))" \
@@ -96,9 +98,12 @@ liqo_process() {
 	local component=$1 identity=$2 args
 	shift 2
 	mapfile -t args <"$RC_STATE/liqo/$component.args"
+	local private=()
+	[ -z "${LIQO_PRIVATE_TMP:-}" ] || private=(unshare --mount --propagation private sh -c \
+		'mount --bind "$0" /tmp/k8s-webhook-server && exec "$@"' "$LIQO_PRIVATE_TMP")
 	start "liqo-$component" env KUBECONFIG="$RC_STATE/$identity.kubeconfig" POD_NAMESPACE=liqo \
 		POD_NAME="liqo-$component" DEPLOYMENT_NAME="liqo-$component" \
-		$(in_node_namespace) "$LIQO_STATE/bin/$(binary_of "$component")" "${args[@]}" "$@"
+		$(in_node_namespace) "${private[@]}" "$LIQO_STATE/bin/$(binary_of "$component")" "${args[@]}" "$@"
 }
 
 binary_of() {
@@ -106,6 +111,20 @@ binary_of() {
 	controller-manager) echo liqo-controller-manager ;;
 	*) echo "$1" ;;
 	esac
+}
+
+restart_webhooks() {
+	in_cluster "$ORIGIN" restart_webhook
+	in_cluster "$DONOR" restart_webhook
+}
+
+restart_webhook() {
+	local dir=$RC_STATE/liqo port=$RC_LIQO_PORT_BASE
+	stop liqo-webhook
+	mkdir -p "$dir/webhook-tmp" /tmp/k8s-webhook-server
+	LIQO_PRIVATE_TMP=$dir/webhook-tmp liqo_process webhook liqo-webhook --webhook-port="$RC_LIQO_WEBHOOK_PORT" \
+		--metrics-address="127.0.0.1:$port" --health-probe-address="127.0.0.1:$((port + 1))"
+	wait_for "Liqo's webhook" 120 curl -sf "http://127.0.0.1:$((port + 1))/readyz"
 }
 
 install_both() {
@@ -145,8 +164,8 @@ start_virtual_kubelet() {
 
 peer() {
 	local origin_kc donor_kc watcher
-	origin_kc=$(in_cluster "$ORIGIN" sh -c 'echo $RC_KUBECONFIG')
-	donor_kc=$(in_cluster "$DONOR" sh -c 'echo $RC_KUBECONFIG')
+	origin_kc=$(in_cluster "$ORIGIN" kubeconfig_path)
+	donor_kc=$(in_cluster "$DONOR" kubeconfig_path)
 	in_cluster "$ORIGIN" virtual_kubelets 600 &
 	watcher=$!
 	"$LIQO_STATE/bin/liqoctl" peer --kubeconfig "$origin_kc" --remote-kubeconfig "$donor_kc" \
@@ -157,6 +176,8 @@ peer() {
 	in_cluster "$ORIGIN" wait_for "the donor's virtual node Ready" 120 virtual_node_ready
 }
 
+kubeconfig_path() { echo "$RC_KUBECONFIG"; }
+
 virtual_node_ready() {
 	kubectl get nodes -l liqo.io/type=virtual-node \
 		-o 'jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}' | grep -q True
@@ -164,8 +185,8 @@ virtual_node_ready() {
 
 up() {
 	for name in ${LIQO_STAGES:-up_clusters build_liqo install_both peer}; do timed "$name"; done
-	echo "Liqo pair up: origin KUBECONFIG=$(in_cluster "$ORIGIN" sh -c 'echo $RC_KUBECONFIG')," \
-		"donor KUBECONFIG=$(in_cluster "$DONOR" sh -c 'echo $RC_KUBECONFIG')"
+	echo "Liqo pair up: origin KUBECONFIG=$(in_cluster "$ORIGIN" kubeconfig_path)," \
+		"donor KUBECONFIG=$(in_cluster "$DONOR" kubeconfig_path)"
 }
 
 stop_liqo() {

@@ -1,7 +1,8 @@
 """Liqo's own Helm chart (from the Go module of the version built) rendered for a Liqo whose components run as
 processes on this machine, with networking off.
 
-    liqo_manifests.py OUT CHART VERSION CLUSTER_ID API_SERVER_URL HOST WEBHOOK_PORT [LABELS_NOT_REFLECTED,...]
+    liqo_manifests.py OUT CHART VERSION CLUSTER_ID API_SERVER_URL HOST WEBHOOK_PORT POD_CIDR SERVICE_CIDR \
+        [LABELS_NOT_REFLECTED,...]
 
 writes OUT/crds.yaml, OUT/manifests.yaml and OUT/<component>.args (the arguments of each dropped Deployment's
 container, one a line, its environment references resolved).
@@ -32,11 +33,16 @@ import yaml
 NAMESPACE = "liqo"
 WEBHOOK_SERVICE = "liqo-webhook"
 DROPPED = {"Deployment", "CronJob", "Job"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+                  "APIService", "StorageClass", "RuntimeClass", "Namespace", "CustomResourceDefinition"}
 
 
-def values(version: str, cluster_id: str, api_server: str, labels_not_reflected: list[str]) -> dict[str, Any]:
-    """The chart values of this install: what `liqoctl install` would pass with networking disabled."""
+def values(version: str, cluster_id: str, api_server: str, cidrs: tuple[str, str],
+           labels_not_reflected: list[str]) -> dict[str, Any]:
+    """The chart values of this install: what `liqoctl install` would pass with networking disabled (it
+    fills the pod and service CIDRs from the cluster)."""
     return {
+        "ipam": {"podCIDR": cidrs[0], "serviceCIDR": cidrs[1]},
         "tag": version,
         "networking": {"enabled": False},
         "discovery": {"config": {"clusterID": cluster_id}},
@@ -66,6 +72,9 @@ def adapt(documents: list[dict[str, Any]], host: str, webhook_port: int) -> tupl
     kept: list[dict[str, Any]] = []
     deployments: list[dict[str, Any]] = []
     for doc in documents:
+        if doc["kind"] not in CLUSTER_SCOPED:
+            # Helm puts a template without a namespace into the release's; kubectl apply would not
+            doc["metadata"].setdefault("namespace", NAMESPACE)
         if doc["kind"] in DROPPED:
             if doc["kind"] == "Deployment":
                 deployments.append(doc)
@@ -112,10 +121,10 @@ def process_args(deployment: dict[str, Any], cluster_id: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    out_dir, chart_dir, version, cluster_id, api_server, host, webhook_port, *skip = argv
+    out_dir, chart_dir, version, cluster_id, api_server, host, webhook_port, pod_cidr, service_cidr, *skip = argv
     out, chart = Path(out_dir), Path(chart_dir)
     labels = [label for label in (skip[0].split(",") if skip else []) if label]
-    objects, deployments = adapt(render(chart, values(version, cluster_id, api_server, labels)), host, int(webhook_port))
+    objects, deployments = adapt(render(chart, values(version, cluster_id, api_server, (pod_cidr, service_cidr), labels)), host, int(webhook_port))
     (out / "crds.yaml").write_text(yaml.safe_dump_all(crds(chart), sort_keys=False), encoding="utf-8")
     (out / "manifests.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=False), encoding="utf-8")
     for deployment in deployments:
