@@ -59,7 +59,7 @@ def test_pod_runs_on_the_donor_through_the_virtual_node(liqo: Pair) -> None:
         origin = wait(lambda: _phase(liqo, namespace, "cell", "Succeeded"), "the pod Succeeded on the origin", 240)
         assert origin.spec.node_name == virtual_node(liqo)["metadata"]["name"]
         assert remote.spec.node_name is None or remote.spec.node_name == "donor-gpu"
-        log = liqo.core("origin").read_namespaced_pod_log("cell", namespace)
+        log = liqo.core("origin").read_namespaced_pod_log("cell", namespace, _preload_content=False).data.decode()
         assert log.startswith("on donor ")
         assert log.split()[-1] != "None", "the donor's kubelet gave the container a GPU"
 
