@@ -123,7 +123,7 @@ def _kernel(name: str, parse: Callable[[str], T], default: T, doc: str, shown: s
 
 
 # --- a user's kernel and Jupyter server (the hub's spawner sets most of them) -------------------------------
-BACKEND = _kernel("BACKEND", choice("kubernetes", "local"), None,
+BACKEND = _kernel("BACKEND", lambda raw: choice("kubernetes", "local")(raw.lower()), None,
                   "Which backend `--backend auto` picks; unset: kubernetes when NAMESPACE is set.")
 NAMESPACE = _kernel("NAMESPACE", text, None,
                     "Offloaded namespace the runner pods go to; unset: the kubeconfig context's, as kubectl.",
