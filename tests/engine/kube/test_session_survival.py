@@ -122,7 +122,9 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: An
         wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the idle session's pod released",
                    timeout=60)
         assert backend.keeper.returned() > 0
-        sink = _check_resumed(backend, before, "was released after 3 s idle, giving back 1 GPU")
+        status = backend.describe()
+        assert "its next cell resumes it from checkpoint train (" in status and "model" in status, status
+        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU")
         [note] = [n for n in sink.notices if "resumed on" in n]
         assert "its state was checkpointed first (train, " in note, note
     finally:

@@ -106,10 +106,10 @@ class KubernetesBackend:
         line = (f"kubernetes backend: namespace {self.settings.namespace}, image {image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
         with self._lock:
-            ended = [f"session {name}: its {holder} {how}; its variables are gone"
+            ended = [f"session {name}: its {holder} {how}; {self.keeper.next_cell(name)}"
                      for name, (holder, how) in self._idle_ended.items()]
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
-            ended += [f"session {name}: its {s.holder} {s.end_words()}; its variables are gone"
+            ended += [f"session {name}: its {s.holder} {s.end_words()}; {self.keeper.next_cell(name)}"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
         spend = self.launcher.spend
         if spend is not None:
@@ -263,7 +263,7 @@ class KubernetesBackend:
             del self._sessions[session.name]
             self.keeper.released(session.name, gpus)
             self._idle_ended[session.name] = (session.holder, (
-                f"was released after {span_text(self.settings.session_idle_timeout)} idle, giving back {gpus} GPU"
+                f"was ended after {span_text(self.settings.session_idle_timeout)} idle holding {gpus} GPU"
                 f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, the "
                 f"hub's offload.sessionIdleTimeout){kept}"))
         session.close(grace=1.0)

@@ -96,8 +96,11 @@ class SessionKeeper:
 
     def _take(self, session: Any, name: str, limit: int, only_if_changed: bool = False) -> KubeCheckpoint | None:
         assert self.checkpoints is not None
-        return self.checkpoints.take(session, name, session.request, trusted=self.trusts(session.cluster),
-                                     limit=limit, only_if_changed=only_if_changed)
+        saved = self.checkpoints.take(session, name, session.request, trusted=self.trusts(session.cluster),
+                                      limit=limit, only_if_changed=only_if_changed)
+        if saved is not None and name == session.name:
+            session.resumes_from = name
+        return saved
 
     # --- on request ---
 
@@ -137,6 +140,13 @@ class SessionKeeper:
     def released(self, name: str, gpus: int) -> None:
         """Session ``name``'s pod was given back: its GPUs count as returned until a cell takes it again."""
         self._released[name] = Released(time.monotonic(), gpus)
+
+    def next_cell(self, name: str) -> str:
+        """What the next cell of session ``name``, whose pod is gone, will find (for ``%gpu_offload status``)."""
+        saved = None if self.checkpoints is None else self.checkpoints.latest(name)
+        if saved is None:
+            return "its variables are gone"
+        return f"its next cell resumes it from checkpoint {saved.name} ({', '.join(saved.manifest.get('saved', []))})"
 
     def returned(self) -> float:
         """GPU-hours given back so far, released sessions not yet re-acquired counted up to now."""
@@ -183,6 +193,8 @@ class SessionKeeper:
             waited = wait_running(session)
             started = time.monotonic()
             restored, skipped = self.checkpoints.restore(session, saved, target_trusted=self.trusts(session.cluster))
+            if saved.session == session.name:
+                session.resumes_from = saved.name
         took = time.monotonic() - started
         return (f"resumed on {session.cluster} (waited {waited:.1f} s for the pod, the restore took {took:.1f} s); "
                 f"{restored_line(saved, restored, skipped)}")
