@@ -206,3 +206,23 @@ def test_the_kube_backend_and_a_metaflow_step_queue_as_the_same_variables_say() 
     own = read_settings({"GPU_OFFLOAD_QUEUE": "flows-q", "GPU_OFFLOAD_PRIORITY": "low"}.get, HUB_ENV)
     step = queued(decide("train", options, own, None, "config"), options, own)
     assert (step.queue, step.priority) == ("flows-q", "low")  # METAFLOW_GPU_OFFLOAD_* wins for steps
+
+
+def test_what_a_metaflow_step_s_pod_gets_of_liqo_peering_imports_only_itself_and_the_standard_library() -> None:
+    import sys
+
+    from gpu_offload.flows.packaging import LIQO_DIR, LIQO_FILES
+
+    assert "settings.py" in LIQO_FILES  # flows.settings reads through it inside the pod
+    shipped = {name.removesuffix(".py") for name in LIQO_FILES}
+    outside = []
+    for name in LIQO_FILES:
+        for node in ast.walk(ast.parse((LIQO_DIR / name).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                targets = [node.module] if node.module else [a.name for a in node.names]
+                outside += [f"{name}: .{t}" for t in targets if t.split(".")[0] not in shipped]
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                roots = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                outside += [f"{name}: {r}" for r in roots
+                            if r.split(".")[0] not in sys.stdlib_module_names and r != "__future__"]
+    assert not outside, f"the step's pod would not find these (flows/packaging.py ships {sorted(LIQO_FILES)})"
