@@ -75,8 +75,7 @@ def test_kueue_queue_label_reaches_the_donor_and_its_kueue_gates_the_pod(liqo: P
     there, since the donor has no such LocalQueue."""
     skipped = virtual_node_skips(liqo)
     if QUEUE_LABEL in skipped:
-        pytest.skip("this pair's origin keeps Kueue's label off donor pods (LIQO_SKIP_LABELS); the next test "
-                    "covers it")
+        pytest.skip("this pair's origin keeps Kueue's label off donor pods; the next test covers it")
     with offloaded_namespace(liqo) as (namespace, twin):
         # A pod the origin's Kueue does not manage (the namespace is not a user namespace there): only the
         # donor's Kueue can act on the label.
@@ -93,8 +92,8 @@ def test_kueue_queue_label_kept_off_donor_pods_when_liqo_skips_it(liqo: Pair) ->
     """With ``kueue.x-k8s.io/queue-name`` in Liqo's labels not reflected (what docs/hub.md tells the admin and
     ``gpu-offload doctor`` checks), the donor's pod lacks the label and runs."""
     if QUEUE_LABEL not in virtual_node_skips(liqo):
-        pytest.skip("this pair's origin reflects every label (Liqo's default); run the pair with "
-                    f"LIQO_SKIP_LABELS={QUEUE_LABEL}")
+        pytest.skip("this pair's origin reflects every label (Liqo's default); liqo.sh test runs this test again "
+                    f"after keeping {QUEUE_LABEL} off donor pods")
     with offloaded_namespace(liqo) as (namespace, twin):
         pod = gpu_pod("queued", "print('ran')", labels={QUEUE_LABEL: "user-queue"})
         liqo.core("origin").create_namespaced_pod(namespace, pod)
