@@ -231,6 +231,10 @@ class GpuOffloadMagics(Magics):
             self._backends[name] = factory()
         return self._backends[name]
 
+    def started_backends(self) -> list[Backend]:
+        """The backends this kernel has started so far."""
+        return list(self._backends.values())
+
     def cluster_backend(self) -> Backend:
         """This kernel's kubernetes backend, started on first use as a cell would start it (the panel reads
         donors and the user's runs through it: one cluster client per kernel). Raises
