@@ -41,7 +41,7 @@ from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, r
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import TrustPolicy, apply_policy, is_trusted
 from ...errors import OffloadUsageError
-from ..base import Ranks, RunRequest, spread_refusal
+from ..base import Ranks, RunRequest
 from .budget import SpendReading, budget_refusal
 from .config import KubeSettings
 from .explain import MEMORY_ENV, PodContext
@@ -234,7 +234,10 @@ def refuse_ranks(placement: RunRequest, ranks: Ranks, queue: str | None) -> None
             "--spread with --gpus 0: CPU ranks go to the one virtual node with the most CPU free, so they do "
             "not span clusters. Nothing was launched. Drop --spread, or ask for --gpus 1 or more per node.")
     if queue and ranks.spread:
-        raise OffloadUsageError(f"Nothing was launched: {spread_refusal(f'LocalQueue {queue}')}")
+        raise OffloadUsageError(
+            f"Nothing was launched: --spread: queueing is on (LocalQueue {queue}), and Kueue admits the nodes of a run "
+            "as one pod set with one flavor, i.e. one donor, so they cannot span donors. Leave out --spread, or turn "
+            "queueing off for this kernel.")
 
 
 def refuse_unfit(gpus: int, cluster_queue: Mapping[str, Any] | None, queue: str) -> None:
