@@ -25,7 +25,7 @@ from typing import Any
 
 from . import labels as L
 from .errors import InvalidRequest
-from .specs import RunnerPodSpec, dns_name, queue_labels, owner_reference, runner_labels, runner_pod
+from .specs import RunnerPodSpec, dns_name, owner_reference, queue_labels, runner_labels, runner_pod
 
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 """The annotation (and, since Kubernetes 1.28, label) the Job controller gives each pod of an Indexed Job: its
