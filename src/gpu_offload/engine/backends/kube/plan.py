@@ -1,6 +1,6 @@
 """Planning a launch: what a run's pod (or distributed run's Job) will be, decided without touching anything.
 
-:func:`plan_launch` turns a run's :class:`~.run.PodOrder`, the kernel's settings and trust policy, and what
+:func:`plan_launch` turns a run's :class:`PodOrder`, the kernel's settings and trust policy, and what
 the backend read of the world beforehand (a :class:`Situation`: the queue, the inventory, the runner's size,
 the user's spend) into a :class:`LaunchPlan`: wait in Kueue or go to a chosen virtual node, the trust of the
 cluster and so the format outputs come back in, the bundle inline or in object storage, and the objects to
@@ -255,7 +255,7 @@ def refuse_unfit(gpus: int, cluster_queue: Mapping[str, Any] | None, queue: str)
         + " (`gpu-offload queues` shows the quotas).")
 
 
-def refuse_bundle(order: PodOrder, runner_size: int, settings: KubeSettings) -> bool:
+def stores_bundle(order: PodOrder, runner_size: int, settings: KubeSettings) -> bool:
     """Whether the bundle goes to object storage (too large to send the pod directly); refused without one."""
     if len(order.bundle) + runner_size <= MAX_SECRET_BYTES:
         return False
@@ -397,7 +397,6 @@ def refuse(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, seen:
         refuse_ranks(placement, placement.ranks, seen.queue)
 
 
-
 def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, trust: TrustPolicy,
                 seen: Situation) -> LaunchPlan:
     """Plan launching ``order`` (a pod, or with ``placement.ranks`` an Indexed Job) on none of the ``avoid``
@@ -417,7 +416,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
     # the out rank may land on any of the clusters: its outputs are trusted only when every one is
     outputs_from = next((c for c in where.clusters if not is_trusted(c, trust)), where.clusters[0])
     trusted = is_trusted(outputs_from, trust)
-    stored = refuse_bundle(order, seen.runner_size, settings)
+    stored = stores_bundle(order, seen.runner_size, settings)
     timeout = placement.timeout
     pod = RunnerPodSpec(
         run_id=order.run_id, namespace=settings.namespace, image=image, user=settings.user, kernel=settings.kernel,
