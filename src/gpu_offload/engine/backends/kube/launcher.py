@@ -17,6 +17,7 @@ from .... import images
 from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
+from ....liqo_peering.settings import kernel_settings
 from ....liqo_peering.trust import TrustPolicy
 from ...errors import OffloadUsageError
 from ...timing import Phase
@@ -74,7 +75,9 @@ class PodLauncher:
         refused launch builds no runner, reads no inventory and waits for no queue."""
         placement = order.placement
         seen = Situation(queue=self.queue_name(), kernel=images.kernel_versions(), manifest=images.manifest(),
-                         kernel_pid=os.getpid(), memory=E.MEMORY.read(os.environ), offloaded=self.executor.offloaded,
+                         kernel_pid=os.getpid(), offloaded=self.executor.offloaded,
+                         # as the environment holds it now: `%env` changes the next cell
+                         memory=kernel_settings().memory,
                          spend=None if avoid else read_spend(self.settings.budget, self.spend))
         refuse(order, avoid, self.settings, seen)
         return dataclasses.replace(
@@ -111,7 +114,7 @@ class PodLauncher:
         with self._cache_lock:
             if not self._queue_known:
                 # read again here: a user who followed the "several LocalQueues" error set it after the start
-                self._queue_name = self.settings.queue or E.QUEUE.read(os.environ) or self._find_queue()
+                self._queue_name = self.settings.queue or kernel_settings().queue or self._find_queue()
                 self._queue_known = True
             return self._queue_name
 
