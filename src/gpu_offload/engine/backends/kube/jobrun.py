@@ -21,7 +21,7 @@ import dataclasses
 import queue
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ....liqo_peering.errors import APIForbidden, APINotFound, APIUnauthorized
@@ -196,9 +196,6 @@ class KubeJobRun:
     @property
     def cluster(self) -> str:
         return self.job.ctx.cluster
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
         started, error = len(self._nodes.followers), self._nodes.watch_error

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -176,9 +176,6 @@ class KubeRun:
     def cluster(self) -> str:
         """The cluster of the current pod (the second one after a retry elsewhere)."""
         return self.current.ctx.cluster
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""

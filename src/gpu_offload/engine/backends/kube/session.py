@@ -15,7 +15,7 @@ import json
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from ....runner.frames import Done, Hello, Outputs, RunnerWarning
@@ -240,9 +240,6 @@ class SessionCell(Generic[S]):
     def warn(self, text: str) -> None:
         """Show ``text`` as a warning before the cell's own events."""
         self._pending.append(RunnerWarning(-1, text))
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
 
     def release(self, grace: float) -> int | None:
         """Mark the session idle; what holds it stays up."""
