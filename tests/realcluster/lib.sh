@@ -46,6 +46,11 @@ in_node_namespace() {
 	[ -z "$RC_PRIVATE_MOUNTS" ] || echo nsenter "--mount=/proc/$(cat "$RC_STATE/pids/node-namespace.pid")/ns/mnt" --
 }
 
+# The DNAT rule that stands for kube-proxy's for the kubernetes Service (clusters 1-9, up.sh's start_network).
+kubernetes_service_rule() {
+	echo "-i $RC_BRIDGE -d ${RC_SERVICE_CIDR%.*}.1/32 -p tcp --dport 443 -j DNAT --to-destination $RC_HOST_IP:$RC_APISERVER_PORT"
+}
+
 node_namespace_ready() {
 	$(in_node_namespace) mountpoint -q /var/lib/kubelet/device-plugins
 }
