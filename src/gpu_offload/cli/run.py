@@ -124,7 +124,8 @@ def follow_script(args: argparse.Namespace) -> int:
                              image=args.image, backend=args.backend, nodes=args.nodes,
                              procs_per_node=args.procs_per_node, group_output=args.group_output,
                              quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,
-                             spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only)
+                             spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only,
+                             rerun_on_preemption=args.rerun_on_preemption)
     launch = Launch(analysis=CellAnalysis(inputs=()), filename=script.name, first_line=1,
                     script={"path": script.name, "argv": list(args.script_args), "workdir": workdir.archive})
     backend = make_backend(request.backend)
