@@ -6,6 +6,7 @@ no pod, Secret or stored object."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -174,3 +175,46 @@ def test_an_untrusted_donors_checkpoint_comes_back_as_data_only(api_client: Any,
         backend.close()
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
     assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+
+
+def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigterm(
+        kube_s3: KubernetesBackend, core: Any, namespace: str) -> None:
+    _start(kube_s3)
+    started = threading.Event()
+    sink = Sink(on_line=lambda text: started.set() if "changing" in text else None)
+    result: dict[str, Any] = {}
+    cell = "n = 99\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
+    thread = threading.Thread(target=lambda: result.update(run=run_cell(kube_s3, cell, {}, sink, session="train",
+                                                                        image=TORCH_IMAGE)))
+    thread.start()
+    wait_until(started.is_set, "the cell running", timeout=120)
+    pod = _pod(core, namespace)
+    assert pod.spec.termination_grace_period_seconds == 60  # time for the runner to write its state
+    core.delete_namespaced_pod(pod.metadata.name, namespace)  # SIGTERM, as a drain or an eviction sends it
+    thread.join(120)
+    assert result["run"][0].status != "ok"
+    wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
+    outcome, sink, _ = run_cell(kube_s3, "print(n, double(2), len(opt.state))", {}, session="train",
+                                image=TORCH_IMAGE)
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert sink.text == "99 4 2\n", (sink.text, sink.notices)  # the interrupted cell's change came back too
+    [note] = [n for n in sink.notices if "resumed on" in n]
+    assert "its runner wrote a checkpoint as the pod was stopped (SIGTERM)" in note, note
+    assert kube_s3.close_session("train", grace=1)
+
+
+def test_a_sigterm_checkpoint_record_forged_in_storage_is_not_used(kube_s3: KubernetesBackend, core: Any,
+                                                                    namespace: str, s3: Any) -> None:
+    before = _start(kube_s3)
+    armed = kube_s3.keeper._armed["train"]
+    # another writer of the bucket puts its own state and record where the runner would write at SIGTERM
+    store = kube_s3.keeper.store()
+    forged = {"format": "pickle", "size": 3, "sha256": "0" * 64, "saved": ["n"], "hmac": "1" * 64}
+    s3.put_object(Bucket=BUCKET, Key=store.storage.key(store.folder, armed.obj), Body=b"bad")
+    s3.put_object(Bucket=BUCKET, Key=store.storage.key(store.folder, armed.obj + ".m"),
+                  Body=__import__("json").dumps(forged).encode())
+    core.delete_namespaced_pod(_pod(core, namespace).metadata.name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
+    sink = _check_resumed(kube_s3, before, "ended")
+    assert not any("SIGTERM" in n for n in sink.notices), sink.notices
+    assert kube_s3.close_session("train", grace=1)
