@@ -46,6 +46,9 @@ class _Commands:
         if op == "interrupt":
             self.runtime.interrupts.interrupt()
             return
+        if op == "exit":
+            # the kernel ends the session: a SIGTERM that follows (its pod's deletion) writes no checkpoint
+            self.runtime.term_checkpoint = None
         if op == "run":
             self.runtime.interrupts.expect()
         self.queue.put(command)

@@ -125,6 +125,7 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: An
         assert backend.keeper.returned() > 0
         status = backend.describe()
         assert "its next cell resumes it from checkpoint train (" in status and "model" in status, status
+        assert "GPU-hours given back by idle sessions released with a checkpoint: 0.00" in status, status
         sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU")
         [note] = [n for n in sink.notices if "resumed on" in n]
         assert "its state was checkpointed first (train, " in note, note
