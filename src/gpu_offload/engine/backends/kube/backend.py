@@ -333,6 +333,7 @@ class KubernetesBackend:
 
     def close_session(self, name: str, grace: float = 5.0) -> bool:
         """End the named session and delete its pod; ``False`` if there is none."""
+        self.keeper.settle(name)  # a checkpoint being written finishes first (its object is then removed at exit)
         with self._lock:
             current = self._sessions.pop(name, None)
         if current is None:
