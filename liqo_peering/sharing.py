@@ -21,9 +21,12 @@ ResourceClaims to donors today; ``ResourceAsk`` is the seam a claim-based ask wo
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from . import labels as L
 from .errors import CannotShare, InvalidRequest
 
 SharingMode = Literal["none", "time-slicing", "mps", "mig", "memory"]
@@ -32,6 +35,16 @@ Isolation = Literal["none", "memory", "compute and memory"]
 GIB = 2**30
 MIB = 2**20
 GPU = "nvidia.com/gpu"
+GPU_VENDOR = "nvidia.com/"
+SHARED_GPU = "nvidia.com/gpu.shared"
+"""The resource NVIDIA's device plugin offers shares as when it renames them (``renameByDefault``)."""
+MIG_PREFIX = "nvidia.com/mig-"
+MEMORY_RESOURCE = "nvidia.com/gpumem"
+MAX_REPLICAS = 1024
+ISOLATION: dict[str, Isolation] = {"none": "compute and memory", "time-slicing": "none", "mps": "compute and memory",
+                                   "mig": "compute and memory", "memory": "memory"}
+"""What a pod holding part of a GPU in each mode is isolated from its neighbours by (a whole GPU: everything)."""
+_MIG_NAME = re.compile(r"^([1-7])g\.([1-9][0-9]{0,3})gb$")
 
 
 @dataclass(frozen=True)
@@ -165,3 +178,56 @@ def _mig_ask(share: float, offer: GpuOffer) -> ResourceAsk:
     profile = fitting[0]
     return ResourceAsk(((profile.resource, 1),), profile.memory / offer.memory, "compute and memory",
                        profile.memory)
+
+
+def mig_profile(name: str) -> MigProfile | None:
+    """A MIG profile from its name as the device plugin's resource carries it (``1g.10gb``: one of seven
+    compute slices, 10 GB), or None when the name is not a profile's. The memory is read from the name."""
+    found = _MIG_NAME.match(name)
+    if found is None:
+        return None
+    return MigProfile(name, int(found.group(2)) * GIB, int(found.group(1)) / 7)
+
+
+def offer_from_node(labels: Mapping[str, str], resources: Iterable[str], memory: int | None,
+                    where: str = "node") -> GpuOffer:
+    """How a (virtual) node lends its GPUs: the mode and replicas its labels say (``labels.GPU_SHARING``,
+    ``labels.GPU_REPLICAS``), the resources it offers (shares may be renamed ``nvidia.com/gpu.shared``; MIG
+    profiles are resources ``nvidia.com/mig-<profile>``), and the memory of one GPU.
+
+    Labels are the donor's word: a value outside the known modes or a replica count that is not a number from 1
+    to 1024 raises ValueError naming ``where`` and the label, never a guess."""
+    mode = labels.get(L.GPU_SHARING, "none")
+    if mode not in SHARING_MODES:
+        raise ValueError(f"{where}: {L.GPU_SHARING}={mode[:40]!r} is not a sharing mode; use one of "
+                         f"{', '.join(SHARING_MODES)}")
+    raw = labels.get(L.GPU_REPLICAS, "1")
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_REPLICAS:
+        raise ValueError(f"{where}: {L.GPU_REPLICAS}={raw[:40]!r} is not a number of shares from 1 to {MAX_REPLICAS}")
+    names = set(resources)
+    profiles = tuple(sorted((p for p in (mig_profile(n[len(MIG_PREFIX):]) for n in names if n.startswith(MIG_PREFIX))
+                             if p is not None), key=lambda p: (p.memory, p.name)))
+    return GpuOffer(mode=mode,  # type: ignore[arg-type]  # checked against SHARING_MODES above
+                    memory=memory, replicas=int(raw), resource=SHARED_GPU if SHARED_GPU in names else GPU,
+                    mig_profiles=profiles)
+
+
+def held_share(limits: Mapping[str, int], offer: GpuOffer) -> float:
+    """The GPUs a pod with these GPU resources holds on a node lending as ``offer``: shares over replicas under
+    time-slicing or MPS, a MIG profile's memory over the GPU's, an isolator's MiB over the GPU's; whole GPUs
+    count one each. Billing and quotas count this."""
+    held = 0.0
+    for resource, count in limits.items():
+        if count <= 0:
+            continue
+        if offer.mode in ("time-slicing", "mps") and resource == offer.resource:
+            held += count / offer.replicas
+        elif resource.startswith(MIG_PREFIX):
+            profile = mig_profile(resource[len(MIG_PREFIX):])
+            held += count * (profile.memory / offer.memory if profile and offer.memory else 1.0)
+        elif resource == GPU and offer.mode != "memory":
+            held += count
+    if offer.mode == "memory" and offer.memory:
+        mib = limits.get(offer.memory_resource, 0)
+        held += min(1.0, mib * MIB / offer.memory) if mib > 0 else float(limits.get(GPU, 0))
+    return held
