@@ -112,10 +112,33 @@ class ResourceAsk:
     isolation: Isolation
     memory_limit: int | None = None
     """Bytes the runner caps its own use at (MPS pinned limit, torch's per-process fraction); None: no cap."""
+    mode: str = "none"
+    """The donor's sharing mode the ask was made for."""
 
     @property
     def limits(self) -> dict[str, int]:
         return dict(self.resources)
+
+    def runner_env(self) -> dict[str, str]:
+        """What the runner is told (docs/runner-protocol.md): the mode, the isolation the pod gets, and the
+        memory it caps its own use at where the mode lets it."""
+        env = {RUNNER_SHARING: self.mode, RUNNER_ISOLATION: self.isolation}
+        if self.memory_limit:
+            env[RUNNER_MEMORY_LIMIT] = str(self.memory_limit)
+        return env
+
+    def describe(self) -> str:
+        """One phrase for the placement notice, e.g. ``0.5 of a GPU (time-slicing: 2 of 4 shares; isolation:
+        none)``."""
+        held = ", ".join(f"{n} {r}" for r, n in self.resources)
+        return f"{self.share:.3g} of a GPU ({self.mode}: {held}; isolation: {self.isolation})"
+
+
+RUNNER_SHARING = "GPU_OFFLOAD_GPU_SHARING"
+RUNNER_ISOLATION = "GPU_OFFLOAD_GPU_ISOLATION"
+RUNNER_MEMORY_LIMIT = "GPU_OFFLOAD_GPU_MEMORY_LIMIT"
+RUNNER_FRACTION = "GPU_OFFLOAD_GPU_FRACTION"
+"""Set by the local backend instead of a byte limit: the share of the machine's GPU the runner caps itself at."""
 
 
 def _needed_share(request: FractionRequest, offer: GpuOffer) -> float:
@@ -153,15 +176,16 @@ def resource_ask(request: FractionRequest, offer: GpuOffer) -> ResourceAsk:
         shares = min(offer.replicas, math.ceil(share * offer.replicas - 1e-9))
         held = shares / offer.replicas
         if offer.mode == "time-slicing":
-            return ResourceAsk(((offer.resource, shares),), held, "none")
+            return ResourceAsk(((offer.resource, shares),), held, "none", mode="time-slicing")
         limit = int(held * offer.memory) if offer.memory else None
-        return ResourceAsk(((offer.resource, shares),), held, "compute and memory", limit)
+        return ResourceAsk(((offer.resource, shares),), held, "compute and memory", limit, mode="mps")
     if offer.mode == "mig":
         return _mig_ask(share, offer)
     if offer.memory is None:
         raise CannotShare("this donor isolates GPU memory but did not say how much one GPU holds; ask for --gpus 1")
     mib = math.ceil(share * offer.memory / MIB)
-    return ResourceAsk(((GPU, 1), (offer.memory_resource, mib)), mib * MIB / offer.memory, "memory", mib * MIB)
+    return ResourceAsk(((GPU, 1), (offer.memory_resource, mib)), mib * MIB / offer.memory, "memory", mib * MIB,
+                       mode="memory")
 
 
 def _mig_ask(share: float, offer: GpuOffer) -> ResourceAsk:
@@ -177,7 +201,7 @@ def _mig_ask(share: float, offer: GpuOffer) -> ResourceAsk:
         )
     profile = fitting[0]
     return ResourceAsk(((profile.resource, 1),), profile.memory / offer.memory, "compute and memory",
-                       profile.memory)
+                       profile.memory, mode="mig")
 
 
 def mig_profile(name: str) -> MigProfile | None:

@@ -29,7 +29,9 @@ from ..engine.execution import Launch, OffloadHandle, run_blocking
 from ..engine.request import (
     OffloadRequest,
     gpu_models,
+    gpus_and_fraction,
     ignored_locally,
+    memory_size,
     refuse_spread_when_queued,
     split_names,
 )
@@ -185,9 +187,13 @@ class GpuOffloadMagics(Magics):
             if len(self._parsed) < 256:
                 self._parsed[line] = args
         gpu_model, fallback_models = gpu_models(args.gpu_model or self.default_gpu_model)
+        gpus, fraction = gpus_and_fraction(self.default_gpus if args.gpus is None else args.gpus)
         return OffloadRequest(
             cell=cell,
-            gpus=self.default_gpus if args.gpus is None else args.gpus,
+            gpus=gpus,
+            fraction=fraction,
+            gpu_memory=memory_size(args.gpu_memory),
+            estimate=args.estimate,
             gpu_model=gpu_model,
             fallback_models=fallback_models,
             cluster=args.cluster or self.default_cluster,

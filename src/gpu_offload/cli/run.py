@@ -96,7 +96,8 @@ def follow_script(args: argparse.Namespace) -> int:
     from ..engine.analysis import CellAnalysis
     from ..engine.engine import FollowSettings
     from ..engine.execution import Launch, run_blocking
-    from ..engine.request import OffloadRequest, gpu_models, ignored_locally
+    from ..engine.errors import OffloadUsageError
+    from ..engine.request import OffloadRequest, gpu_models, gpus_and_fraction, ignored_locally, memory_size
     from ..engine.runs.records import RunBook
     from ..engine.runs.tracking import Tracker, tracked
     from .terminal import INTERRUPTED_EXIT, TerminalSink, exit_code, report
@@ -118,7 +119,14 @@ def follow_script(args: argparse.Namespace) -> int:
         print(f"gpu-offload run: {exc}", file=sys.stderr)
         return 2
     gpu_model, fallback_models = gpu_models(args.gpu_model or defaults.gpu_model)
-    request = OffloadRequest(cell=_source(script), gpus=args.gpus, gpu_model=gpu_model,
+    try:
+        gpus, fraction = gpus_and_fraction(args.gpus)
+        gpu_memory = memory_size(args.gpu_memory)
+    except OffloadUsageError as exc:
+        print(f"gpu-offload run: {exc}", file=sys.stderr)
+        return 2
+    request = OffloadRequest(cell=_source(script), gpus=gpus, fraction=fraction, gpu_memory=gpu_memory,
+                             gpu_model=gpu_model,
                              fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
                              queue_timeout=args.queue_timeout, priority=args.priority,
                              image=args.image, backend=args.backend, nodes=args.nodes,

@@ -34,6 +34,7 @@ from ....liqo_peering.placement import (
 )
 from ....liqo_peering.placement import NodeChoice as Where
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
+from ....liqo_peering.sharing import FractionRequest
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
@@ -56,6 +57,13 @@ the backstop for a kernel that went away."""
 SETTLE_SECONDS = 150.0
 """The longest :meth:`PodLauncher.close` waits for pod creates that Ctrl-C interrupted: a create's three attempts
 of at most 30 s each with their waits, then the delete of the pod it made."""
+
+
+def fraction_of(placement: RunRequest) -> FractionRequest | None:
+    """The part of one GPU a run asks for (``--gpus 0.5``, ``--gpu-memory``), None for whole GPUs."""
+    if placement.fraction is None and placement.gpu_memory is None:
+        return None
+    return FractionRequest(placement.fraction if placement.fraction is not None else 1.0, placement.gpu_memory)
 
 
 def memory_bytes(quantity: str | None) -> int:
@@ -207,7 +215,8 @@ class PodLauncher:
         namespace to every cluster chosen."""
         request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
                                    fallback_models=placement.fallback_models, memory=memory_bytes(memory),
-                                   trusted_only=placement.trusted_only, cpu_only=cpu_only)
+                                   trusted_only=placement.trusted_only, cpu_only=cpu_only,
+                                   fraction=fraction_of(placement))
         policy = POLICIES.get(self.settings.policy)
         if policy is None:
             raise OffloadUsageError(f"placement policy {self.settings.policy!r} is unknown; use one of "
@@ -351,12 +360,15 @@ class PodLauncher:
         self._check_move(placement, queue, avoid)
         runner = self.runner_bytes()
         memory = E.MEMORY.read(os.environ)
+        share = None
         if queue:
             scheduling, cluster = self.queued(placement)
             gpus, model = placement.gpus, placement.gpu_model if not placement.fallback_models else None
         else:
             where = self.where(placement, avoid, memory)
             scheduling, cluster, gpus, model = where.scheduling_fragment(), where.cluster_id, where.gpus, where.model
+            if where.ask is not None:  # part of a GPU: the runner caps itself where the donor's mode allows
+                order, share = dataclasses.replace(order, env={**order.env, **where.ask.runner_env()}), where.ask
         placed = time.monotonic()
         bundle, stored = order.bundle, None
         if len(bundle) + len(runner) > MAX_SECRET_BYTES:
@@ -371,7 +383,7 @@ class PodLauncher:
             self.pods.delete_pod(body["metadata"]["name"], grace=0)
             raise
         phases = (Phase("placement", placed), Phase("pod create", time.monotonic()))
-        ctx = PodContext(cluster, gpus, spec.image, memory, model)
+        ctx = PodContext(cluster, gpus, spec.image, memory, model, share.describe() if share else "")
         name = body["metadata"]["name"]
         ticket = None
         if self._queue is not None and queue:
