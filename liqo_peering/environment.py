@@ -191,7 +191,11 @@ LABEL_INTERVAL = _kernel("LABEL_INTERVAL", seconds, 300.0, "Seconds between two 
 RUNTIME_CONFIG = _kernel("RUNTIME_CONFIG", text, None,
                          "The host's NVIDIA Container Toolkit config.toml as mounted in the labeller's pod; unset: "
                          "the toolkit's default path under the host mount.", "the toolkit's default path")
-DONOR: tuple[Setting[Any], ...] = (LABEL_INTERVAL, RUNTIME_CONFIG)
+DEVICE_PLUGIN_CONFIG = _kernel("DEVICE_PLUGIN_CONFIG", text, None,
+                              "NVIDIA's device plugin config (YAML) as mounted in the labeller's pod, for the GPU "
+                              "sharing mode it reports (time-slicing or MPS replicas); unset: read from the node's "
+                              "resources only (MIG, a memory isolator).", "the node's resources only")
+DONOR: tuple[Setting[Any], ...] = (LABEL_INTERVAL, RUNTIME_CONFIG, DEVICE_PLUGIN_CONFIG)
 """What the donor chart's node labeller reads."""
 
 

@@ -90,7 +90,7 @@ class PlacementPolicy(Protocol):
         ...
 
 
-def _price_key(vn: VirtualNodeRecord) -> float:
+def price_key(vn: VirtualNodeRecord) -> float:
     # An unpriced node sorts after every priced one: the admin priced the others on purpose.
     return float("inf") if vn.price is None else vn.price
 
@@ -101,7 +101,7 @@ class MostFree:
     name = "most-free"
 
     def choose(self, candidates: Sequence[VirtualNodeRecord], gpus: int) -> VirtualNodeRecord:
-        return min(candidates, key=lambda vn: (-vn.free, _price_key(vn), vn.cluster_id, vn.name))
+        return min(candidates, key=lambda vn: (-vn.free, price_key(vn), vn.cluster_id, vn.name))
 
 
 class BinPack:
@@ -110,7 +110,7 @@ class BinPack:
     name = "bin-pack"
 
     def choose(self, candidates: Sequence[VirtualNodeRecord], gpus: int) -> VirtualNodeRecord:
-        return min(candidates, key=lambda vn: (vn.free - gpus, _price_key(vn), vn.cluster_id, vn.name))
+        return min(candidates, key=lambda vn: (vn.free - gpus, price_key(vn), vn.cluster_id, vn.name))
 
 
 class FirstFit:
@@ -222,7 +222,7 @@ def _place_fraction(clusters: Sequence[ClusterRecord], request: PlacementRequest
     nodes = [vn for cluster in clusters for vn in _usable(cluster)]
     try:
         pick = place_share(nodes, request.fraction, [request.gpu_model, *request.fallback_models],
-                           lambda vn: has_room(vn, request), _price_key)
+                           lambda vn: has_room(vn, request), price_key)
     except NoFit as error:
         if skipped:
             raise NoFit(f"{error}; only trusted clusters were asked for, and {', '.join(skipped)} "

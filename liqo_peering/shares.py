@@ -4,8 +4,10 @@ Pure. ``placement.place`` hands over the usable nodes (health, readiness, cordon
 filtered); each node's donor says how it shares (``VirtualNodeRecord.offer``), ``sharing.resource_ask`` turns the
 fraction into what that donor can grant, and a node fits when every resource of the ask is free there.
 
-Among the nodes that fit, the one left with the fewest free units of what was asked (packing fractions together
-keeps other GPUs whole for whole-GPU work), then the cheaper, then by cluster id and name. A virtual node hides
+Among the nodes that fit, the one where the ask holds the least of a GPU (a 1g.10gb MIG profile wastes less of
+a GPU than half of a time-sliced one for an 8 GiB need), then the one left with the fewest free units of what
+was asked (packing fractions together keeps other GPUs whole for whole-GPU work), then the cheaper, then by
+cluster id and name. A virtual node hides
 its donor's GPUs, so the per-GPU packing of ``packing`` (FGD) is the donor's scheduler's to do, not the origin's.
 """
 
@@ -54,7 +56,7 @@ def place_share(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, m
     refused: dict[str, str] = {}
     full: dict[str, str] = {}
     for index, model in enumerate(models):
-        fits: list[tuple[int, float, str, str, VirtualNodeRecord, ResourceAsk]] = []
+        fits: list[tuple[float, int, float, str, str, VirtualNodeRecord, ResourceAsk]] = []
         for vn in nodes:
             if not _same(vn.model, model):
                 continue
@@ -69,10 +71,10 @@ def place_share(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, m
                                                "not free right now")
                 continue
             left = sum(vn.device_free(r) - n for r, n in ask.resources)
-            fits.append((left, price(vn), vn.cluster_id, vn.name, vn, ask))
+            fits.append((ask.share, left, price(vn), vn.cluster_id, vn.name, vn, ask))
         if fits:
-            best = min(fits, key=lambda f: f[:4])
-            return SharePick(best[4], best[5], index)
+            best = min(fits, key=lambda f: f[:5])
+            return SharePick(best[5], best[6], index)
     raise _no_fit(fraction, refused, full)
 
 
@@ -88,3 +90,26 @@ def _no_fit(fraction: FractionRequest, refused: dict[str, str], full: dict[str, 
     else:
         head = f"no cluster can lend {what}"
     return NoFit(f"{head}; " + "; ".join(lines), ())
+
+
+def queued_ask(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, clusters: Sequence[str],
+               models: Sequence[str | None], price: Callable[[VirtualNodeRecord], float]) -> tuple[ResourceAsk, tuple[str, ...]]:
+    """With queueing on, Kueue picks the donor, so the pod must ask in units every donor it may land on lends:
+    the ask of the cheapest donor that can grant ``fraction`` at all (free now or not), and the clusters among
+    ``clusters`` (all when empty) whose nodes grant it with the same resources. Raises ``NoFit`` naming why
+    each donor cannot."""
+    refused: dict[str, str] = {}
+    by_resources: dict[tuple[tuple[str, int], ...], list[tuple[float, str, ResourceAsk]]] = {}
+    for vn in nodes:
+        if (clusters and vn.cluster_id not in clusters) or not any(_same(vn.model, m) for m in models):
+            continue
+        try:
+            ask = resource_ask(fraction, vn.offer())
+        except (CannotShare, ValueError) as exc:
+            refused.setdefault(vn.cluster_id, str(exc))
+            continue
+        by_resources.setdefault(ask.resources, []).append((price(vn), vn.cluster_id, ask))
+    if not by_resources:
+        raise _no_fit(fraction, refused, {})
+    best = min(by_resources.values(), key=lambda group: min(p for p, _, _ in group))
+    return min(best)[2], tuple(sorted({cluster for _, cluster, _ in best}))

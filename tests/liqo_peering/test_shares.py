@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import NoFit
 from gpu_offload.liqo_peering.inventory import build_inventory, inventory_from_dict, inventory_to_dict

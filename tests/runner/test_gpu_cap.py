@@ -7,8 +7,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-
 from gpu_offload.liqo_peering import sharing
+
 from gpu_offload.runner import gpu_cap
 
 

@@ -95,8 +95,8 @@ def follow_script(args: argparse.Namespace) -> int:
     """Pack, submit and follow the script in this process; returns its exit code."""
     from ..engine.analysis import CellAnalysis
     from ..engine.engine import FollowSettings
-    from ..engine.execution import Launch, run_blocking
     from ..engine.errors import OffloadUsageError
+    from ..engine.execution import Launch, run_blocking
     from ..engine.request import OffloadRequest, gpu_models, gpus_and_fraction, ignored_locally, memory_size
     from ..engine.runs.records import RunBook
     from ..engine.runs.tracking import Tracker, tracked

@@ -30,10 +30,12 @@ from ....liqo_peering.placement import (
     PlacementRequest,
     place,
     place_pods,
+    price_key,
     scheduling_fragment,
 )
 from ....liqo_peering.placement import NodeChoice as Where
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
+from ....liqo_peering.shares import queued_ask
 from ....liqo_peering.sharing import FractionRequest
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
@@ -280,6 +282,17 @@ class PodLauncher:
                 raise OffloadUsageError(f"Nothing was launched: no donor{where} has GPU model "
                                         f"{' or '.join(wanted)}; leave out --gpu-model or name a model a donor has.")
             clusters = offered
+        limits = None
+        fraction = fraction_of(placement)
+        if fraction is not None:  # part of a GPU: in the units of the donors Kueue may choose among
+            inventory = apply_policy(self.inventory_cache().inventory(), self.trust)
+            try:
+                ask, shared = queued_ask(inventory.virtual_nodes, fraction, clusters,
+                                         [placement.gpu_model, *placement.fallback_models], price_key)
+            except NoFit as exc:
+                raise OffloadUsageError(f"Nothing was launched: {exc}") from None
+            clusters, limits = list(shared), ask.limits
+            models = {c: m for c, m in models.items() if c in shared} if models is not None else None
         key = ",".join(sorted(clusters)) or "*"
         if key not in self._offloaded:
             # every donor (or the pinned ones): where the pod goes is Kueue's choice, made after this
@@ -290,7 +303,8 @@ class PodLauncher:
                 if self.settings.create_offloading:
                     raise
             self._offloaded.add(key)
-        return queued_scheduling(placement.gpus, clusters, models), clusters[0] if len(clusters) == 1 else KUEUE_PICKS
+        return (queued_scheduling(placement.gpus, clusters, models, limits),
+                clusters[0] if len(clusters) == 1 else KUEUE_PICKS)
 
     def _check_fits(self, watch: QueueWatch, gpus: int) -> None:
         quotas = gpu_quotas(watch.cluster_queue() or {})
