@@ -233,7 +233,16 @@ BUNDLE_URL = _kernel("BUNDLE_URL", text, None, "Where a runner pod fetches a bun
 OUTPUT_FORMAT = _kernel("OUTPUT_FORMAT", text, None,
                         "`safe` on a runner pod placed on an untrusted cluster: its outputs come back as plain data "
                         "(the runner spells it itself; a test keeps both equal).")
-INTERNAL: tuple[Setting[Any], ...] = (RECORDED_PLACEMENT, BUNDLE_URL, OUTPUT_FORMAT)
+GPU_SHARING = _kernel("GPU_SHARING", text, None, "A runner holding part of a GPU: the donor's sharing mode "
+                      "(docs/sharing.md; the runner spells it itself, a test keeps both equal).")
+GPU_ISOLATION = _kernel("GPU_ISOLATION", text, None, "A runner holding part of a GPU: the isolation its pod gets "
+                        "(none, memory, compute and memory).")
+GPU_MEMORY_LIMIT = _kernel("GPU_MEMORY_LIMIT", text, None, "A runner holding part of a GPU: the bytes of GPU memory "
+                           "it caps its own use at.")
+GPU_FRACTION = _kernel("GPU_FRACTION", text, None, "A runner holding part of a GPU: the share of the GPU it caps "
+                       "its own use at when no byte figure is known.")
+INTERNAL: tuple[Setting[Any], ...] = (RECORDED_PLACEMENT, BUNDLE_URL, OUTPUT_FORMAT, GPU_SHARING, GPU_ISOLATION,
+                                      GPU_MEMORY_LIMIT, GPU_FRACTION)
 
 ALL: tuple[Setting[Any], ...] = (*KERNEL, *HUB, *DONOR, *FLOW, *INTERNAL)
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from . import environment as E
 from . import labels as L
 from .errors import CannotShare, InvalidRequest
 
@@ -134,11 +135,11 @@ class ResourceAsk:
         return f"{self.share:.3g} of a GPU ({self.mode}: {held}; isolation: {self.isolation})"
 
 
-RUNNER_SHARING = "GPU_OFFLOAD_GPU_SHARING"
-RUNNER_ISOLATION = "GPU_OFFLOAD_GPU_ISOLATION"
-RUNNER_MEMORY_LIMIT = "GPU_OFFLOAD_GPU_MEMORY_LIMIT"
-RUNNER_FRACTION = "GPU_OFFLOAD_GPU_FRACTION"
-"""Set by the local backend instead of a byte limit: the share of the machine's GPU the runner caps itself at."""
+RUNNER_SHARING = E.GPU_SHARING.name
+RUNNER_ISOLATION = E.GPU_ISOLATION.name
+RUNNER_MEMORY_LIMIT = E.GPU_MEMORY_LIMIT.name
+RUNNER_FRACTION = E.GPU_FRACTION.name
+"""Set from ``--gpus 0.5`` instead of a byte limit: the share of the GPU the runner caps itself at."""
 
 
 def _needed_share(request: FractionRequest, offer: GpuOffer) -> float:

@@ -13,6 +13,7 @@ import functools
 import os
 import shlex
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from IPython.core.error import UsageError
@@ -25,6 +26,7 @@ from ..engine.backends import registry
 from ..engine.backends.base import Backend
 from ..engine.engine import FollowSettings, Outcome, describe
 from ..engine.errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
+from ..engine.estimate import PeakBook
 from ..engine.execution import Launch, OffloadHandle, run_blocking
 from ..engine.request import (
     OffloadRequest,
@@ -35,8 +37,10 @@ from ..engine.request import (
     refuse_spread_when_queued,
     split_names,
 )
+from ..engine.runs.records import check_state_dir, default_state_dir
 from ..engine.runs.tracking import tracked
 from ..engine.sinks import NotebookSink, Sink
+from ..engine.sizing import oom_advice, record_peak, size
 from ..engine.timing import Stopwatch, describe_timing
 from ..liqo_peering import environment as E
 from . import session_commands
@@ -151,17 +155,36 @@ class GpuOffloadMagics(Magics):
             err.where = f"Cell In[{self._cell_number()}]"  # as IPython names a cell's syntax error
             raise
         clock.mark("analysis")
+        key = None
+        if request.estimate:  # before the launch: the request asks for what the estimate says
+            sizing = size(request, analysis.inputs, self.ipython.user_ns, PeakBook(self._peaks_path()))
+            request, key = sizing.request, sizing.key
+            self._sink.notice(sizing.notice)
         launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>", clock=clock)
         settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
             handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
             self.last_handle = handle
             return handle
-        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings, self._remember)
+        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings,
+                     lambda outcome: self._remember(outcome, request, key))
         return None
 
-    def _remember(self, outcome: Outcome) -> None:
+    def _remember(self, outcome: Outcome, request: OffloadRequest | None = None, key: str | None = None) -> None:
         self.last_outcome = outcome
+        model = request.gpu_model if request is not None else None
+        if key is not None and record_peak(PeakBook(self._peaks_path()), key, outcome.gpu_peak, model):
+            self._sink.notice("the cell's measured GPU peak is recorded: the next --estimate of it starts there")
+        error = outcome.remote_error
+        advice = oom_advice(error.ename if error else None, request.gpu_memory if request else None,
+                            outcome.gpu_peak)
+        if advice:
+            self._sink.notice(advice)
+
+    def _peaks_path(self) -> Path:
+        root = default_state_dir()
+        check_state_dir(root)
+        return root / "gpu-peaks.json"
 
     def _name_ignored_options(self, request: OffloadRequest) -> None:
         ignored = ignored_locally(request, self.default_gpu_model)

@@ -67,6 +67,18 @@ def cap_torch(torch: Any, environ: Mapping[str, str]) -> float | None:
     return fraction
 
 
+def measured_peak() -> int | None:
+    """``torch.cuda.max_memory_allocated`` of GPU 0 when the cells imported torch and a GPU is there; None
+    otherwise (torch is never imported for this)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        return int(torch.cuda.max_memory_allocated(0))
+    except Exception:  # a broken CUDA state must not cost the run its done frame
+        return None
+
+
 class _AfterTorch(importlib.abc.MetaPathFinder):
     """Applies the cap right after ``torch`` is first imported, then steps aside."""
 

@@ -172,7 +172,9 @@ class Runtime:
         problem = self.log.upload()
         if problem:
             self.emit("warning", text=problem)
-        self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
+        peak = gpu_cap.measured_peak()
+        self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6),
+                  **({"gpu_peak": peak} if peak is not None else {}))
         self.encoder.end_run()
         return status
 

@@ -27,7 +27,7 @@ origin = origin_fixture(SHARED / "liqo-crds", donors=DONORS, image_map=IMAGE_MAP
 # pods see none of the test's files: each cell holds its share until a moment given as an input, time enough for
 # both pods to start on a loaded machine
 WAIT = "import os, time\nwhile time.time() < until:\n    time.sleep(0.1)\nseen = os.environ.get('GPU_OFFLOAD_GPU_ISOLATION')\ndevice = os.environ.get('NVIDIA_VISIBLE_DEVICES')"
-HOLD = 45.0
+HOLD = 25.0
 
 
 def _in_thread(kube: KubernetesBackend, cell: str, user_ns: dict[str, Any], sink: Sink, **placement: Any,
