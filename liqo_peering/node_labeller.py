@@ -21,7 +21,6 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from . import environment
 from .errors import GpuOffloadError, api_error
 from .gpu_labels import (
     LABELLED,
@@ -32,6 +31,7 @@ from .gpu_labels import (
     runtime_labels,
     sharing_labels,
 )
+from .settings import read_donor
 
 DEFAULT_RUNTIME_CONFIG = "/host/etc/nvidia-container-runtime/config.toml"
 OWNED = (*LABELLED, UNPRIVILEGED_DEVICES)
@@ -119,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .client import api_client_from_environment
 
-    runtime_config = environment.RUNTIME_CONFIG.read(os.environ) or DEFAULT_RUNTIME_CONFIG
-    interval = environment.LABEL_INTERVAL.read(os.environ)
-    plugin_config = environment.DEVICE_PLUGIN_CONFIG.read(os.environ)
+    settings = read_donor(os.environ)
+    runtime_config = settings.runtime_config or DEFAULT_RUNTIME_CONFIG
+    interval = settings.label_interval
+    plugin_config = settings.device_plugin_config
     api_client = api_client_from_environment()
     while True:
         try:
