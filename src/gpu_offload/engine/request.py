@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 from dataclasses import dataclass
 
-from .backends.base import Ranks, spread_refusal
+from .backends.base import Ranks
 from .errors import OffloadUsageError
 from .ranked import GROUPED, LIVE, RANK0
 
@@ -222,12 +222,6 @@ def _check_fraction(request: OffloadRequest) -> None:
     if request.gpus != 1:
         raise OffloadUsageError(f"{' and '.join(partial)} with --gpus {request.gpus}: they ask for part of one "
                                 "GPU. Leave out --gpus, or ask for whole GPUs without them.")
-
-
-def refuse_spread_when_queued(request: OffloadRequest, queue: str | None) -> None:
-    """``--spread`` with queueing on: Kueue gives one pod set one flavor, so the nodes cannot span donors."""
-    if request.spread and queue is not None:
-        raise OffloadUsageError(spread_refusal(f"GPU_OFFLOAD_QUEUE={queue}"))
 
 
 def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = None) -> list[str]:
