@@ -13,19 +13,32 @@ delete_pods() {
 	kubectl delete pods --all --all-namespaces --grace-period=0 --force --wait=false --request-timeout=10s \
 		>/dev/null 2>&1 || return 0
 	for _ in $(seq 30); do
-		[ -z "$(ctr_ tasks ls -q 2>/dev/null)" ] && return 0
+		[ -z "$(ctr_ tasks ls -q 2>/dev/null)$(CTR_SOCK=$RC_CONTAINERD2_SOCK ctr_ tasks ls -q 2>/dev/null)" ] && return 0
 		sleep 1
 	done
 }
 
+# kill_containers SOCKET: whatever a node's containerd still runs
 kill_containers() {
 	local id
-	[ -S "$RC_CONTAINERD_SOCK" ] || return 0
+	export CTR_SOCK=$1
+	[ -S "$CTR_SOCK" ] || return 0
 	for id in $(ctr_ tasks ls -q 2>/dev/null); do
 		ctr_ tasks kill -s KILL "$id" >/dev/null 2>&1
 		ctr_ tasks delete -f "$id" >/dev/null 2>&1
 	done
 	for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$id" >/dev/null 2>&1; done
+	unset CTR_SOCK
+}
+
+# The second node's cgroup root, deepest first (pod cgroups the kubelet left once their processes are gone).
+remove_cgroups() {
+	local hierarchy dir
+	for hierarchy in /sys/fs/cgroup/*/; do
+		[ -d "$hierarchy$RC_CGROUP2_ROOT" ] || continue
+		find "$hierarchy$RC_CGROUP2_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null
+	done
+	return 0
 }
 
 unmount_state() {
@@ -39,9 +52,15 @@ unmount_state() {
 delete_pods
 stop kueue
 stop gpu-device-plugin
+stop gpu-device-plugin-2
 stop kubelet
-kill_containers
+stop kubelet-2
+kill_containers "$RC_CONTAINERD_SOCK"
+kill_containers "$RC_CONTAINERD2_SOCK"
 stop containerd
+# its mount namespace ends with it and the last of its containers' shims
+stop containerd-2
+remove_cgroups
 stop kube-scheduler
 stop kube-controller-manager
 stop kube-apiserver
@@ -49,6 +68,7 @@ stop etcd
 unmount_state
 ip link del "$RC_BRIDGE" 2>/dev/null
 rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/gpu-offload-fake-gpu.sock
+rm -f /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
 rm -f /visibility/apiserver.crt /visibility/apiserver.key; rmdir /visibility 2>/dev/null
 if [ "${1:-}" = --purge ]; then
 	rm -rf "$RC_STATE"

@@ -26,3 +26,15 @@ RC_KUEUE_HEALTH_PORT=26481
 RC_GPUS=${RC_GPUS:-4}
 RC_CONTAINERD_SOCK=$RC_STATE/containerd/containerd.sock
 RC_KUBECONFIG=$RC_STATE/admin.kubeconfig
+# A second node, the second donor's (tests that run pods on two donors): its own kubelet and containerd, in a
+# mount namespace of their own (the kubelet's device-plugin directory and /var/log/pods are fixed paths) and
+# under a cgroup root of its own (each kubelet removes pod cgroups it does not know).
+RC_NODE2=${RC_NODE2:-donor-2-gpu}
+RC_NODE2_STATE=$RC_STATE/node2
+RC_KUBELET2_PORT=26251
+RC_KUBELET2_HEALTHZ_PORT=26249
+RC_CONTAINERD2_SOCK=$RC_NODE2_STATE/containerd/containerd.sock
+RC_CGROUP2_ROOT=/gpuorc-node2
+# How many of a node's fake GPUs are healthy: $RC_HEALTHY/<node> holds a count (the tests set it to their
+# seeded donor's GPUs; absent, all RC_GPUS are).
+RC_HEALTHY=$RC_STATE/healthy-gpus

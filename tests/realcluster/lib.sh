@@ -41,14 +41,17 @@ wait_for() {
 }
 
 kubectl() { KUBECONFIG=$RC_KUBECONFIG "$RC_BIN/cluster" kubectl "$@"; }
-ctr_() { ctr --address "$RC_CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+# ctr_ talks to node 1's containerd; CTR_SOCK=$RC_CONTAINERD2_SOCK ctr_ ... to node 2's.
+ctr_() { ctr --address "${CTR_SOCK:-$RC_CONTAINERD_SOCK}" --namespace k8s.io "$@"; }
 
+# node_ready NODE
 node_ready() {
-	[ "$(kubectl get node "$RC_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+	[ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 
+# node_has_gpus NODE
 node_has_gpus() {
-	[ "$(kubectl get node "$RC_NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$RC_GPUS" ]
+	[ "$(kubectl get node "$1" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$RC_GPUS" ]
 }
 
 # Kueue's validating webhook answers a dry-run create (a ResourceFlavor with an invalid label key is refused
@@ -103,14 +106,17 @@ build_images() {
 	fi
 }
 
+# import_images: into both nodes' containerd (each node has its own image store, as on separate machines)
 import_images() {
-	local tar
-	ctr_ images import "$RC_STATE/images/pause.tar" >/dev/null
-	ctr_ images import "$RC_STATE/images/python.tar" >/dev/null
-	ctr_ images tag --force localhost/gpuorc/python:3.11 "$RC_PYTHON_IMAGE" >/dev/null
-	# Images another stage built (podman save archives dropped into $RC_STATE/images/extra/).
-	for tar in "$RC_STATE/images/extra"/*.tar; do
-		[ -f "$tar" ] && ctr_ images import "$tar" >/dev/null
+	local tar sock
+	for sock in "$RC_CONTAINERD_SOCK" "$RC_CONTAINERD2_SOCK"; do
+		CTR_SOCK=$sock ctr_ images import "$RC_STATE/images/pause.tar" >/dev/null
+		CTR_SOCK=$sock ctr_ images import "$RC_STATE/images/python.tar" >/dev/null
+		CTR_SOCK=$sock ctr_ images tag --force localhost/gpuorc/python:3.11 "$RC_PYTHON_IMAGE" >/dev/null
+		# Images another stage built (podman save archives dropped into $RC_STATE/images/extra/).
+		for tar in "$RC_STATE/images/extra"/*.tar; do
+			[ -f "$tar" ] && CTR_SOCK=$sock ctr_ images import "$tar" >/dev/null
+		done
 	done
 	return 0
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds (from Go modules) and starts a real Kubernetes cluster and real Kueue on this machine: embedded etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler, one kubelet with containerd, runc and the bridge CNI
+# kube-apiserver, kube-controller-manager, kube-scheduler, two kubelets (two nodes) each with its containerd, runc and the bridge CNI
 # plugin, a fake GPU device plugin, and Kueue configured as docs/queueing.md tells an admin to. Everything
 # lives under $RC_STATE and the bridge gpuorc0; `down.sh` removes it all. Root is required (containers).
 # Usage: up.sh            build, start and wait until the node is Ready and Kueue answers
@@ -18,7 +18,7 @@ command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 main() {
 	mkdir -p "$RC_BIN" "$RC_LOGS" "$RC_STATE/pids"
 	local stages="install_packages build_binaries build_images"
-	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_control_plane start_node import_images"
+	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_control_plane start_node start_node2 import_images"
 	[ "${1:-}" = build ] || stages="$stages install_kueue wait_ready"
 	# RC_STAGES: only these (a developer re-running one step, e.g. RC_STAGES=install_kueue)
 	for name in ${RC_STAGES:-$stages}; do stage "$name"; done
@@ -108,22 +108,22 @@ start_control_plane() {
 		--bind-address=127.0.0.1 --secure-port="$RC_SCHEDULER_PORT" --leader-elect=false --profiling=false
 }
 
-start_node() {
-	mkdir -p "$RC_STATE/containerd" "$RC_STATE/kubelet"
-	cat >"$RC_STATE/containerd/config.toml" <<TOML
+# containerd_config DIR SOCKET: a node's containerd, with its root, state and socket under DIR.
+containerd_config() {
+	cat <<TOML
 version = 2
-root = "$RC_STATE/containerd/root"
-state = "$RC_STATE/containerd/state"
+root = "$1/root"
+state = "$1/state"
 [grpc]
-  address = "$RC_CONTAINERD_SOCK"
+  address = "$2"
 [ttrpc]
-  address = "$RC_CONTAINERD_SOCK.ttrpc"
+  address = "$2.ttrpc"
 [debug]
   address = ""
 [metrics]
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$RC_STATE/containerd/opt"
+  path = "$1/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$RC_PAUSE_IMAGE"
   enable_cdi = false
@@ -141,27 +141,30 @@ state = "$RC_STATE/containerd/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$RC_STATE/cni/net.d"
 TOML
-	start containerd containerd --config "$RC_STATE/containerd/config.toml"
-	wait_for "containerd" 60 ctr_ version
-	cat >"$RC_STATE/kubelet/config.yaml" <<YAML
+}
+
+# kubelet_config PORT HEALTHZ_PORT CERT CONTAINERD_SOCKET [CGROUP_ROOT]: a node's kubelet configuration.
+kubelet_config() {
+	cat <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $RC_HOST_IP
-port: $RC_KUBELET_PORT
+port: $1
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: $RC_KUBELET_HEALTHZ_PORT
+healthzPort: $2
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
   x509: {clientCAFile: $RC_PKI/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $RC_PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $RC_PKI/kubelet-serving.key
-containerRuntimeEndpoint: unix://$RC_CONTAINERD_SOCK
+tlsCertFile: $RC_PKI/$3-serving.crt
+tlsPrivateKeyFile: $RC_PKI/$3-serving.key
+containerRuntimeEndpoint: unix://$4
 cgroupDriver: cgroupfs
 # This host mounts cgroup v1 hierarchies beside a v2 one; the kubelet refuses v1 from 1.35 unless told.
 failCgroupV1: false
+cgroupRoot: ${5:-/}
 cgroupsPerQOS: ${RC_CGROUPS_PER_QOS:-true}
 enforceNodeAllocatable: [${RC_ENFORCE_ALLOCATABLE-pods}]
 # The images are imported, never pulled: keep the kubelet from collecting them or evicting on a full disk.
@@ -174,6 +177,15 @@ resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 maxPods: 60
 YAML
+}
+
+start_node() {
+	mkdir -p "$RC_STATE/containerd" "$RC_STATE/kubelet" "$RC_HEALTHY"
+	containerd_config "$RC_STATE/containerd" "$RC_CONTAINERD_SOCK" >"$RC_STATE/containerd/config.toml"
+	start containerd containerd --config "$RC_STATE/containerd/config.toml"
+	wait_for "containerd" 60 ctr_ version
+	kubelet_config "$RC_KUBELET_PORT" "$RC_KUBELET_HEALTHZ_PORT" kubelet "$RC_CONTAINERD_SOCK" \
+		>"$RC_STATE/kubelet/config.yaml"
 	start kubelet "$RC_BIN/cluster" kubelet --config="$RC_STATE/kubelet/config.yaml" \
 		--kubeconfig="$RC_STATE/kubelet.kubeconfig" --root-dir="$RC_STATE/kubelet" \
 		--hostname-override="$RC_NODE" --node-ip="$RC_HOST_IP" \
@@ -181,7 +193,37 @@ YAML
 	wait_for "kubelet" 120 curl -sf "http://127.0.0.1:$RC_KUBELET_HEALTHZ_PORT/healthz"
 	# The kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its --root-dir (a path fixed
 	# in its device manager), so the plugin registers there.
-	start gpu-device-plugin "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS"
+	start gpu-device-plugin "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS" \
+		--healthy-file="$RC_HEALTHY/$RC_NODE"
+}
+
+# The second node: what two machines would keep apart is kept apart here. Its containerd and kubelet share a
+# mount namespace of their own, where the kubelet's fixed paths (/var/lib/kubelet/device-plugins, /var/log/pods,
+# whose entries each kubelet deletes for pods it does not know) are directories of this node's; its pods'
+# cgroups live under their own root; its containerd has its own image store. Same bridge, same address, other
+# ports: the API server reaches each kubelet at the port its Node reports.
+start_node2() {
+	local dir=$RC_NODE2_STATE hierarchy
+	mkdir -p "$dir/containerd" "$dir/kubelet" "$dir/device-plugins" "$dir/pod-logs" "$RC_HEALTHY" \
+		/var/lib/kubelet/device-plugins /var/log/pods
+	for hierarchy in /sys/fs/cgroup/*/; do
+		[ -f "$hierarchy/cgroup.procs" ] && [ "$hierarchy" != /sys/fs/cgroup/unified/ ] && mkdir -p "$hierarchy$RC_CGROUP2_ROOT"
+	done
+	containerd_config "$dir/containerd" "$RC_CONTAINERD2_SOCK" >"$dir/containerd/config.toml"
+	start containerd-2 unshare --mount --propagation slave sh -c \
+		'mount --bind "$1" /var/lib/kubelet/device-plugins && mount --bind "$2" /var/log/pods && exec containerd --config "$3"' \
+		sh "$dir/device-plugins" "$dir/pod-logs" "$dir/containerd/config.toml"
+	CTR_SOCK=$RC_CONTAINERD2_SOCK wait_for "containerd of $RC_NODE2" 60 ctr_ version
+	kubelet_config "$RC_KUBELET2_PORT" "$RC_KUBELET2_HEALTHZ_PORT" kubelet2 "$RC_CONTAINERD2_SOCK" "$RC_CGROUP2_ROOT" \
+		>"$dir/kubelet/config.yaml"
+	start kubelet-2 nsenter --target "$(cat "$RC_STATE/pids/containerd-2.pid")" --mount -- \
+		"$RC_BIN/cluster" kubelet --config="$dir/kubelet/config.yaml" \
+		--kubeconfig="$RC_STATE/kubelet2.kubeconfig" --root-dir="$dir/kubelet" \
+		--hostname-override="$RC_NODE2" --node-ip="$RC_HOST_IP" --cert-dir="$dir/kubelet/pki"
+	wait_for "kubelet of $RC_NODE2" 120 curl -sf "http://127.0.0.1:$RC_KUBELET2_HEALTHZ_PORT/healthz"
+	# the plugin stays in this mount namespace: the node's device-plugin directory is the same directory here
+	start gpu-device-plugin-2 "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS" --plugin-dir="$dir/device-plugins" \
+		--healthy-file="$RC_HEALTHY/$RC_NODE2"
 }
 
 install_kueue() {
@@ -206,8 +248,11 @@ install_kueue() {
 }
 
 wait_ready() {
-	wait_for "node $RC_NODE Ready" 120 node_ready
-	wait_for "nvidia.com/gpu on $RC_NODE" 60 node_has_gpus
+	local node
+	for node in "$RC_NODE" "$RC_NODE2"; do
+		wait_for "node $node Ready" 120 node_ready "$node"
+		wait_for "nvidia.com/gpu on $node" 60 node_has_gpus "$node"
+	done
 	wait_for "Kueue's webhooks answering" 120 kueue_answers
 	wait_for "Kueue's visibility API" 120 kubectl get --raw /apis/visibility.kueue.x-k8s.io/v1beta2
 }
