@@ -79,6 +79,15 @@ def leftovers(core: Any, namespace: str, user: str = "alice@example.org") -> lis
     return [f"pod/{p.metadata.name}" for p in pods] + [f"secret/{s.metadata.name}" for s in secrets]
 
 
+def sandbox_faults(origin: Any) -> Any:
+    """The origin's fault injection (requests the sandbox's API server holds or refuses); a test that needs it is
+    skipped on the real cluster, whose API server has no such switch."""
+    faults = getattr(origin, "faults", None)
+    if faults is None:
+        pytest.skip("injects API faults, which only the sandbox's API server takes")
+    return faults
+
+
 def settings(namespace: str, **changes: Any) -> KubeSettings:
     """Settings of a backend for user alice in ``namespace``, with a kernel id unique to the test."""
     base = KubeSettings(namespace=namespace, image=STOCK_IMAGE, user="alice@example.org",
