@@ -125,14 +125,14 @@ def _seed_donor(client: Any, donor: liqo.Donor, index: int, real: bool) -> None:
         labels = {k: v for k, v in node["metadata"]["labels"].items() if not k.startswith("kubernetes.io/")}
         core.patch_node(real_node, {"metadata": {"labels": labels, "annotations": node["metadata"]["annotations"]},
                                     "spec": {"taints": node["spec"]["taints"]}})
-        _set_healthy_gpus(core, real_node, donor.gpus)
+        set_healthy_gpus(core, real_node, donor.gpus)
         return
     status = node.pop("status")
     core.create_node(node)
     _mark_ready(core, donor.node_name, status)
 
 
-def _set_healthy_gpus(core: Any, node: str, gpus: int | None) -> None:
+def set_healthy_gpus(core: Any, node: str, gpus: int | None) -> None:
     """Make ``gpus`` of the node's fake GPUs healthy (None: all) and wait until the kubelet reports them allocatable:
     the device plugin marks the rest Unhealthy, as NVIDIA's marks a GPU after an Xid error."""
     HEALTHY.mkdir(exist_ok=True)
@@ -226,6 +226,6 @@ def reset(client: Any) -> None:
             liqo.TYPE_LABEL: None, liqo.REMOTE_CLUSTER_ID_LABEL: None, liqo.GPU_MODEL_LABEL: None,
             liqo.PRICE_KEY: None, "kubernetes.io/role": None, "type": None}, "annotations": {liqo.PRICE_KEY: None}},
             "spec": {"taints": None}})
-        _set_healthy_gpus(core, real_node, None)
+        set_healthy_gpus(core, real_node, None)
     wait_until(lambda: not [n for n in core.list_namespace().items if n.metadata.name in doomed],
                "the previous module's namespaces deleted", timeout=120, every=0.5)
