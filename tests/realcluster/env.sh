@@ -23,7 +23,7 @@ RC_KUEUE_WEBHOOK_PORT=26444
 RC_KUEUE_VISIBILITY_PORT=26482
 RC_KUEUE_METRICS_PORT=26480
 RC_KUEUE_HEALTH_PORT=26481
-RC_GPUS=${RC_GPUS:-4}
+RC_GPUS=${RC_GPUS:-8}  # per node; the tests make as many healthy as their donor has
 RC_CONTAINERD_SOCK=$RC_STATE/containerd/containerd.sock
 RC_KUBECONFIG=$RC_STATE/admin.kubeconfig
 # A second node, the second donor's (tests that run pods on two donors): its own kubelet and containerd, in a

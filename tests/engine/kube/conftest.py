@@ -54,9 +54,10 @@ STOCK_IMAGE = "python:3.11-slim"
 PROJECT_IMAGE = "gpu-offload/notebook:test"
 BUCKET = "offload-test"
 
+DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
 origin = origin_fixture(
     SHARED / "liqo-crds",
-    donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")),
+    donors=DONORS,
     image_map=IMAGE_MAP,
     scope="session",  # one origin for all kube test modules: every test leaves it as it found it
 )
