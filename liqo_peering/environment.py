@@ -3,8 +3,9 @@
 The hub's spawner writes the user server's ``GPU_OFFLOAD_*`` variables, the kernel (magic, backend, runs
 extension) reads them, the chart points the hub at its configuration, and Metaflow carries
 ``METAFLOW_GPU_OFFLOAD_*`` from the deploying process into the step's pod. All of them are defined here
-once, so writer and reader cannot drift; the settings tables in README.md are checked against these
-definitions by a test.
+once, so writer and reader cannot drift; the settings tables in the docs are checked against these
+definitions by a test. Writers use these definitions; only :mod:`.settings` reads them (a test walks the
+product's source for any other read).
 
 Metaflow's step pod imports this module from the flow's code package with nothing but the standard library
 (``flows/packaging.py``), so it imports no other module of the project.
@@ -123,7 +124,7 @@ def _kernel(name: str, parse: Callable[[str], T], default: T, doc: str, shown: s
 
 
 # --- a user's kernel and Jupyter server (the hub's spawner sets most of them) -------------------------------
-BACKEND = _kernel("BACKEND", choice("kubernetes", "local"), None,
+BACKEND = _kernel("BACKEND", lambda raw: choice("kubernetes", "local")(raw.lower()), None,
                   "Which backend `--backend auto` picks; unset: kubernetes when NAMESPACE is set.")
 NAMESPACE = _kernel("NAMESPACE", text, None,
                     "Offloaded namespace the runner pods go to; unset: the kubeconfig context's, as kubectl.",

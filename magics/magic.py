@@ -36,7 +36,7 @@ from ..engine.request import (
 from ..engine.runs.tracking import tracked
 from ..engine.sinks import NotebookSink, Sink
 from ..engine.timing import Stopwatch, describe_timing
-from ..liqo_peering import environment as E
+from ..liqo_peering.settings import KernelSettings, RunDefaults, kernel_settings, run_defaults
 from . import session_commands
 from .cell_options import OPTIONS, USAGE, cell_arguments
 
@@ -89,19 +89,22 @@ class GpuOffloadMagics(Magics):
 
     @default("default_gpu_model")
     def _default_gpu_model(self) -> str | None:
-        return E.GPU_MODEL.read(os.environ)
+        return self.run_defaults().gpu_model
 
     @default("trusted_only")
     def _default_trusted_only(self) -> bool:
-        return E.TRUSTED_ONLY.read(os.environ)
+        return self.run_defaults().trusted_only
 
     def __init__(
         self,
         shell: Any = None,
         backends: Mapping[str, Backend] | None = None,
         sink: Sink | None = None,
+        settings: KernelSettings | None = None,
         **kwargs: Any,
     ) -> None:
+        self._settings = settings
+        """The kernel's settings when given (tests); None: this process's environment as it is now."""
         super().__init__(shell, **kwargs)
         self.ipython: Any = shell
         self._factories: dict[str, Callable[[], Backend]] = {
@@ -114,6 +117,10 @@ class GpuOffloadMagics(Magics):
         self.last_outcome: Outcome | None = None
         self._parsed: dict[str, argparse.Namespace] = {}
         atexit.register(self.close)
+
+    def run_defaults(self) -> RunDefaults:
+        """What a cell gets when neither its line nor ``c.GpuOffloadMagics`` says (the same for every front end)."""
+        return run_defaults(self._settings or kernel_settings())
 
     # -- the cell magic -------------------------------------------------------------------------------
 
@@ -141,7 +148,7 @@ class GpuOffloadMagics(Magics):
         if backend.name == "local":
             self._name_ignored_options(request)
         else:
-            refuse_spread_when_queued(request, E.QUEUE.read(os.environ))
+            refuse_spread_when_queued(request, self.run_defaults().queue)
         try:
             analysis = analyse_cell(cell, self.ipython.user_ns, hidden=set(self.ipython.user_ns_hidden),
                                     extra_inputs=request.inputs, extra_outputs=request.outputs)

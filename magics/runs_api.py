@@ -23,6 +23,7 @@ from ..engine.backends.kube import config as kube_config
 from ..engine.runs.listing import RunnerPods, cancel_elsewhere, list_runs
 from ..engine.runs.records import RunBook, record_to_json
 from ..liqo_peering import environment as E
+from ..liqo_peering.settings import KernelSettings, read_kernel
 
 RUN_ID = r"(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62})"
 
@@ -39,7 +40,7 @@ class RunsContext:
     def from_environment(cls) -> RunsContext:
         """The server's own environment decides (a hub sets the namespace for the user's server)."""
         env = os.environ
-        if not E.NAMESPACE.read(env):
+        if not read_kernel(env).namespace:
             return cls(RunBook(), None, None)
         from ..liqo_peering.client import api_client_from_environment
 
@@ -100,13 +101,15 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
     from ..engine.backends.kube.sweep import OrphanSweep, server_identity
 
     env = os.environ
-    period, problem = sweep_period(env.get(E.SWEEP_SECONDS.name))
+    settings = read_kernel(env)
+    period, problem = sweep_period(settings)
     if problem:
         serverapp.log.warning("gpu-offload: %s", problem)
     if ctx.pods is None or not ctx.user or period <= 0:
         return
-    env.setdefault(E.SERVER_ID.name, server_identity(env))
-    sweep = OrphanSweep(ctx.pods, ctx.user, env[E.SERVER_ID.name], lambda: _live_kernels(serverapp))
+    server = settings.server_id or server_identity(env)
+    env[E.SERVER_ID.name] = server  # the kernels this server starts inherit it
+    sweep = OrphanSweep(ctx.pods, ctx.user, server, lambda: _live_kernels(serverapp))
     running: list[asyncio.Future[Any]] = []
 
     def tick() -> None:
@@ -123,13 +126,13 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
     serverapp.io_loop.add_callback(begin)
 
 
-def sweep_period(raw: str | None) -> tuple[float, str]:
+def sweep_period(settings: KernelSettings) -> tuple[float, str]:
     """Seconds between sweeps from ``GPU_OFFLOAD_SWEEP_SECONDS``, and what was wrong with it (empty if fine)."""
-    try:
-        return E.SWEEP_SECONDS.get(lambda _name: raw), ""
-    except E.InvalidSetting as exc:
-        default = E.SWEEP_SECONDS.default
-        return default, f"{exc}; sweeping every {default:g} s. Set it like 60, or 0 to turn the sweep off."
+    problem = settings.problem("sweep_seconds")
+    if problem:
+        return settings.sweep_seconds, (f"{problem}; sweeping every {settings.sweep_seconds:g} s. Set it like 60, "
+                                        "or 0 to turn the sweep off.")
+    return settings.sweep_seconds, ""
 
 
 def _live_kernels(serverapp: Any) -> dict[str, int | None]:

@@ -17,6 +17,7 @@ from ...engine.runs.records import RunEntry
 from ...engine.runs.tracking import Tracker, tracker
 from ...liqo_peering import environment as E
 from ...liqo_peering.cache import InventoryCache
+from ...liqo_peering.settings import read_kernel
 from .clusters import (
     LOCAL,
     NO_CLUSTER,
@@ -40,6 +41,7 @@ class KernelFeeds:
     def __init__(self, magic: Any, env: Mapping[str, str], runs: Tracker | None = None) -> None:
         self.magic = magic
         self.env = env
+        self.settings = read_kernel(env)
         self.tracker = runs or tracker()
         self.source = cluster_source(env)
         self._gpu_names = local_gpu_names()
@@ -49,7 +51,7 @@ class KernelFeeds:
         self.user: str | None = None
         self._cache: InventorySource | None = None
         self._problem = ""
-        service = E.SERVICE_URL.read(env)
+        service = self.settings.service_url
         self.spend = HubSpend(service, env.get("JUPYTERHUB_API_TOKEN", "")) if service else None
         """This user's GPU-hours and cost this month, shown under the clusters (the hub meters them)."""
         try:
@@ -67,7 +69,7 @@ class KernelFeeds:
             self.pods = RunnerPods(access.api_client, access.namespace)
             self.user = access.user
             return
-        if self.source == "none" or not E.NAMESPACE.read(self.env):
+        if self.source == "none" or not self.settings.namespace:
             return
         from ...liqo_peering.client import LiqoClient, api_client_from_environment
 
@@ -92,7 +94,7 @@ class KernelFeeds:
                 rows += inventory_rows(inventory)
                 notes += list(inventory.errors)
         except Exception as exc:  # noqa: BLE001 - shown in the panel; the next refresh tries again
-            where = E.SERVICE_URL.read(self.env) if self.source == "hub" else "the cluster"
+            where = self.settings.service_url if self.source == "hub" else "the cluster"
             notes.append(f"The inventory could not be read from {where}: {exc}. The panel retries by itself.")
         if len(rows) == 1 and not notes:
             notes.append("No peered cluster lends GPUs yet: ask the admin to peer one (hub page /services/gpu-offload/).")
@@ -102,10 +104,9 @@ class KernelFeeds:
 
     def _spend_note(self) -> str:
         assert self.spend is not None
-        try:
-            budget = E.MONTHLY_BUDGET.read(self.env)
-        except E.InvalidSetting as exc:
-            return f"{exc}: no budget applies until it is fixed"
+        if self.settings.problem("monthly_budget"):
+            return f"{self.settings.problem('monthly_budget')}: no budget applies until it is fixed"
+        budget = self.settings.monthly_budget
         try:
             return spend_line(self.spend.read(timeout=5.0), budget)
         except Exception as exc:  # noqa: BLE001 - shown in the panel; read again after the cache's TTL

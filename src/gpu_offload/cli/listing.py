@@ -32,24 +32,25 @@ def where() -> Where:
     ``KUBECONFIG`` with ``GPU_OFFLOAD_NAMESPACE`` (else its context's namespace); an unreachable cluster is a
     problem of the listing."""
     from ..engine.backends.kube.config import configured
-    from ..liqo_peering import environment as E
+    from ..liqo_peering.settings import kernel_settings
 
+    settings = kernel_settings()
     user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
     pods = None
     if configured(os.environ):
         from ..liqo_peering.client import api_client_from_environment, kubeconfig_namespace
 
         # the kernels' own fallback: the kubeconfig context's namespace, as kubectl
-        namespace = E.NAMESPACE.read(os.environ) or kubeconfig_namespace(os.environ.get("KUBECONFIG"))
+        namespace = settings.namespace or kubeconfig_namespace(os.environ.get("KUBECONFIG"))
         if namespace:
             pods = RunnerPods(api_client_from_environment(), namespace)
     storage = None
-    bucket = E.S3_BUCKET.read(os.environ)
+    bucket = settings.s3_bucket
     if bucket:
         from ..engine.backends.kube.config import StorageSettings
         from ..engine.backends.kube.storage import RunStorage
 
-        storage = RunStorage(StorageSettings(bucket, E.S3_ENDPOINT.read(os.environ)), user)
+        storage = RunStorage(StorageSettings(bucket, settings.s3_endpoint), user)
     return Where(RunBook(), pods, user, storage)
 
 

@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any
 
-from . import checkpoint
+from . import buffers, checkpoint
 from .outputs import wants_safe
 from .runtime import Runtime
 
@@ -42,10 +42,16 @@ def take(runtime: Runtime, command: dict[str, Any]) -> None:
         limit = int(command.get("limit", checkpoint.DEFAULT_LIMIT))
         written = checkpoint.take(runtime.namespace, fmt, limit, written_on=str(command.get("where", "")),
                                   trusted=fmt == checkpoint.PICKLE)
-        _write_new(str(command["path"]), written.data)
+        unchanged = bool(command.get("unless_sha256")) and command.get("unless_sha256") == written.sha256
+        if unchanged:
+            written.manifest["unchanged"] = True
+        elif "put_url" in command:
+            buffers._put(str(command["put_url"]), memoryview(written.data))
+        else:
+            _write_new(str(command["path"]), written.data)
     except checkpoint.CheckpointTooLarge as exc:
         _fail(runtime, "CheckpointTooLarge", str(exc), started)
-    except (KeyError, TypeError, ValueError, OSError) as exc:
+    except (KeyError, TypeError, ValueError, OSError, buffers.BufferTransportError) as exc:
         _fail(runtime, "CheckpointFailed", f"the session's state could not be written: {exc}", started)
     else:
         runtime.emit("checkpoint", manifest=written.manifest)
@@ -59,9 +65,15 @@ def restore(runtime: Runtime, command: dict[str, Any]) -> None:
     runtime.encoder.begin_run(str(command.get("run_id", "")))
     try:
         manifest = dict(command["manifest"])
-        with open(str(command["path"]), "rb") as handle:
-            data = handle.read()
-        state = checkpoint.restore_trusted(data, manifest, target_trusted=not wants_safe({}))
+        if "get_url" in command:
+            data = bytes(buffers._get(str(command["get_url"]), int(manifest["size"])))
+        else:
+            with open(str(command["path"]), "rb") as handle:
+                data = handle.read()
+        # "as_data": values the kernel itself decoded from an untrusted checkpoint and pickled, like a cell's
+        # inputs, which a runner anywhere takes; a checkpoint a donor wrote goes only to a trusted runner
+        as_data = command.get("as_data") is True and manifest.get("written_on") == "the kernel"
+        state = checkpoint.restore_trusted(data, manifest, target_trusted=as_data or not wants_safe({}))
     except checkpoint.CheckpointRefused as exc:
         _fail(runtime, "CheckpointRefused", str(exc), started)
     except Exception as exc:  # unpickling runs the checkpoint's own code: any error is the checkpoint's

@@ -41,6 +41,7 @@ from .launcher import PodLauncher
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object, untrusted_unfetched
 from .rank_session import KubeRankSession, RankSessionRun
+from .resume import SessionKeeper
 from .run import KubeRun, PodOrder
 from .session import KubeSession, SessionRun
 from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
@@ -85,6 +86,8 @@ class KubernetesBackend:
         self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=trusting(settings.trusted))
         self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
         self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
+        self.keeper = SessionKeeper(self.storage, self.trusts)
+        """Checkpoints of the sessions (to the user's storage) and their resumes after a loss or a release."""
         self._lock = threading.Lock()
         self._sessions: dict[str, KubeSession | KubeRankSession] = {}
         self._idle_ended: dict[str, tuple[str, str]] = {}
@@ -103,10 +106,10 @@ class KubernetesBackend:
         line = (f"kubernetes backend: namespace {self.settings.namespace}, image {image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
         with self._lock:
-            ended = [f"session {name}: its {holder} {how}; its variables are gone"
+            ended = [f"session {name}: its {holder} {how}; {self.keeper.next_cell(name)}"
                      for name, (holder, how) in self._idle_ended.items()]
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
-            ended += [f"session {name}: its {s.holder} {s.end_words()}; its variables are gone"
+            ended += [f"session {name}: its {s.holder} {s.end_words()}; {self.keeper.next_cell(name)}"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
         spend = self.launcher.spend
         if spend is not None:
@@ -148,8 +151,7 @@ class KubernetesBackend:
         cleanup = lambda: self._forget_run(job.run_id)  # noqa: E731 - the run calls it once it is released
         try:
             if job.session is not None:
-                return self._session(job.session, job.request).submit(
-                    job.bundle, job.run_id, cleanup, self._fetcher(job.run_id))
+                return self._session_cell(job, cleanup)
             order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id)
             if job.request.ranks is not None:
                 return KubeJobRun(self.launcher, order, job.request.ranks, self.settings.watch_seconds,
@@ -161,6 +163,17 @@ class KubernetesBackend:
         except BaseException:
             self._forget_run(job.run_id)
             raise
+
+    def _session_cell(self, job: Job, cleanup: Callable[[], None]) -> SessionRun | RankSessionRun:
+        assert job.session is not None
+        self.keeper.settle(job.session)  # a checkpoint still being written goes first
+        session = self._session(job.session, job.request)
+        notes = [self.keeper.note(job.session), self.keeper.resume(session)]
+        run = session.submit(job.bundle, job.run_id, cleanup, self._fetcher(job.run_id))
+        for note in notes:
+            if note:
+                run.warn(note)
+        return run
 
     def _fetcher(self, run_id: str) -> Callable[[Outputs, str], Outputs] | None:
         storage = self.storage
@@ -204,7 +217,8 @@ class KubernetesBackend:
                 current = self._sessions[name] = self._new_session(name, placement, replaces,
                                                                    ended or "ended while idle")
                 current.on_idle = self._idle_started
-            elif current.request.session_key() != placement.session_key():
+            elif (current.request.session_key() != placement.session_key()
+                  and not self.keeper.fits(name, placement)):
                 raise OffloadUsageError(
                     f"Session `{name}` was started with {current.request.shape()} on {current.cluster}; this "
                     f"cell asks for {placement.shape()} or another place. Close it with `%gpu_offload close "
@@ -220,8 +234,14 @@ class KubernetesBackend:
         return KubeRankSession(name, self.launcher, placement, self.settings.watch_seconds, replaces, ended)
 
     def _idle_started(self, session: KubeSession | KubeRankSession) -> None:
-        """A session's cell ended: end the session if no cell comes within the idle timeout, so nobody keeps
-        GPUs by forgetting a session (the chart's ``offload.sessionIdleTimeout``)."""
+        """A session's cell ended: checkpoint it if it changed (in the background), then the idle timer."""
+        self.keeper.after_cell(session, self._start_idle_timer)
+
+    def _start_idle_timer(self, session: KubeSession | KubeRankSession) -> None:
+        """End the session if no cell comes within the idle timeout, so nobody keeps GPUs by forgetting a
+        session (the chart's ``offload.sessionIdleTimeout``)."""
+        if session.dead or session.busy:
+            return
         timeout = self.settings.session_idle_timeout
         if timeout <= 0:
             return
@@ -231,18 +251,77 @@ class KubernetesBackend:
         timer.start()
 
     def _end_idle(self, session: KubeSession | KubeRankSession, claims: int) -> None:
+        request = session.request
+        gpus = request.gpus * (request.ranks.nodes if request.ranks is not None else 1)
+        if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
+            return
+        kept = self.keeper.before_release(session)  # the state first, while the pod is there
         with self._lock:
             # a cell came meanwhile, or the session was closed or replaced: nothing to end
             if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
                 return
             del self._sessions[session.name]
-            request = session.request
-            gpus = request.gpus * (request.ranks.nodes if request.ranks is not None else 1)
+            self.keeper.released(session.name, gpus)
             self._idle_ended[session.name] = (session.holder, (
                 f"was ended after {span_text(self.settings.session_idle_timeout)} idle holding {gpus} GPU"
                 f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, the "
-                "hub's offload.sessionIdleTimeout)"))
+                f"hub's offload.sessionIdleTimeout){kept}"))
         session.close(grace=1.0)
+
+    # --- checkpoints (see .resume) ---
+
+    def _live(self, name: str) -> KubeSession:
+        self.keeper.settle(name)
+        with self._lock:
+            current = self._sessions.get(name)
+            if current is None or not current.alive:
+                raise OffloadUsageError(f"no live session named {name!r} on the cluster; `%gpu_offload sessions` "
+                                        "lists them")
+            if current.busy or not isinstance(current, KubeSession):
+                raise OffloadUsageError(f"session {name!r} is running a cell or is distributed: checkpoint it "
+                                        "between cells (a distributed session cannot be checkpointed yet)")
+            return current
+
+    def checkpoint_session(self, name: str, checkpoint: str, limit: int | None = None,
+                           auto: bool | None = None) -> Any:
+        """Write session ``name``'s state as checkpoint ``checkpoint`` to the user's storage."""
+        return self.keeper.take(self._live(name), checkpoint, limit, auto)
+
+    def restore_session(self, checkpoint: str, session: str | None = None,
+                        placement: RunRequest | None = None) -> str:
+        """Start session ``session`` (default: the checkpoint's own) from ``checkpoint``, in a new pod placed as
+        ``placement`` asks (default: as the session was)."""
+        saved = self.keeper.store().get(checkpoint)
+        name = session or saved.session
+        with self._lock:
+            current = self._sessions.get(name)
+            if current is not None and current.alive:
+                raise OffloadUsageError(f"session {name!r} is running: close it first (%gpu_offload close "
+                                        f"{name}) or restore into another one (--session NEW)")
+            self._idle_ended.pop(name, None)
+            fresh = self._sessions[name] = self._new_session(name, placement or saved.placement, "", "")
+            fresh.on_idle = self._idle_started
+        try:
+            return f"session {name}: " + self.keeper.restore(fresh, saved)
+        except BaseException:
+            self.close_session(name, grace=1.0)  # nothing half-restored is left running
+            raise
+
+    def move_session(self, name: str, cluster: str | None = None, gpu_model: str | None = None,
+                     grace: float = 5.0) -> list[str]:
+        """``%gpu_offload move``: checkpoint, close, restore in a new pod (on ``cluster`` or a ``gpu_model``)."""
+        current = self._live(name)
+        placement = current.request
+        if cluster:
+            placement = replace(placement, cluster=cluster)
+        if gpu_model:
+            placement = replace(placement, gpu_model=gpu_model, fallback_models=())
+        saved = self.keeper.take(current, name, None, None)
+        lines = [f"checkpoint {saved.describe()}"]
+        self.close_session(name, grace)
+        lines.append(self.restore_session(name, name, placement))
+        self.keeper.moved(name, current.request)
+        return lines
 
     def sessions(self) -> list[SessionInfo]:
         """The warm session pods that are still alive."""
@@ -273,6 +352,7 @@ class KubernetesBackend:
         """Kernel exit: end every session, delete whatever this kernel still has, stop the watches."""
         for name in list(self._sessions):
             self.close_session(name, grace=1.0)
+        self.keeper.close()
         # the cluster may be unreachable at exit: the next start of this kernel cleans up then
         with contextlib.suppress(ClusterError):
             self.cleanup()

@@ -34,6 +34,7 @@ from ....liqo_peering.placement import (
 )
 from ....liqo_peering.placement import NodeChoice as Where
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
+from ....liqo_peering.settings import kernel_settings
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import apply_policy, is_trusted, trusting
 from ...errors import OffloadUsageError
@@ -122,7 +123,7 @@ class PodLauncher:
         with self._cache_lock:
             if not self._queue_known:
                 # read again here: a user who followed the "several LocalQueues" error set it after the start
-                self._queue_name = self.settings.queue or E.QUEUE.read(os.environ) or self._find_queue()
+                self._queue_name = self.settings.queue or kernel_settings().queue or self._find_queue()
                 self._queue_known = True
             return self._queue_name
 
@@ -350,7 +351,7 @@ class PodLauncher:
         queue = self.queue_name()
         self._check_move(placement, queue, avoid)
         runner = self.runner_bytes()
-        memory = E.MEMORY.read(os.environ)
+        memory = kernel_settings().memory  # as the environment holds it now: `%env` changes the next cell
         if queue:
             scheduling, cluster = self.queued(placement)
             gpus, model = placement.gpus, placement.gpu_model if not placement.fallback_models else None
@@ -422,7 +423,7 @@ class PodLauncher:
                 "--spread with --gpus 0: CPU ranks go to the one virtual node with the most CPU free, so they do "
                 "not span clusters. Nothing was launched. Drop --spread, or ask for --gpus 1 or more per node.")
         runner = self.runner_bytes()
-        memory = E.MEMORY.read(os.environ)
+        memory = kernel_settings().memory  # as the environment holds it now: `%env` changes the next cell
         if queue and ranks.spread:
             # the magic refuses it when GPU_OFFLOAD_QUEUE is set; a LocalQueue found in the namespace is known here
             raise OffloadUsageError(f"Nothing was launched: {spread_refusal(f'LocalQueue {queue}')}")

@@ -85,6 +85,8 @@ class WarmSession:
         """Called each time a cell of the session ends and the session waits, idle, for the next one."""
         self.idle_timer: Any = None
         """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
+        self.resumes_from = ""
+        """The checkpoint a next session of this name is restored from, once one was written."""
         self.claims = 0
         """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
         stale."""
@@ -310,7 +312,11 @@ class SessionRun(SessionCell[KubeSession]):
                                              f"{self.session.launched.ctx.cluster}")
             self.session.dead = True
             diagnostics = "\n".join(follower.diagnostics)
-            if state.reason == PREEMPTED:
+            if state.reason == PREEMPTED and self.session.resumes_from:
+                state = dataclasses.replace(state, text=(
+                    f"{state.text}. Session {self.session.name}'s next cell resumes it from checkpoint "
+                    f"{self.session.resumes_from}, written before this cell: what this cell changed is lost"))
+            elif state.reason == PREEMPTED:
                 state = dataclasses.replace(state, text=(
                     f"{state.text}. Session {self.session.name}'s state is gone with its pod: the next cell starts a "
                     "new session, so run the cells that define its variables again"))
