@@ -70,6 +70,18 @@ class RealOrigin:
         return []
 
 
+TORCH_IMAGE = "localhost/gpuorc/python-torch:3.11"
+"""The image with torch that tests/realcluster/torch_image.sh puts on donor-1's node (not up.sh: about 4 GB)."""
+
+
+def torch_image(client: Any) -> str:
+    """The torch image's name if donor-1's kubelet reports it on its node; else the test is skipped, saying how."""
+    images = kubernetes.client.CoreV1Api(client).read_node(REAL_NODES[0]).status.images or []
+    if not any(TORCH_IMAGE in (image.names or []) for image in images):
+        pytest.skip(f"{TORCH_IMAGE} is not on {REAL_NODES[0]}: run tests/realcluster/torch_image.sh first")
+    return TORCH_IMAGE
+
+
 def require_cluster() -> RealCluster:
     """The running cluster, or a failure saying how to start it (the lane never skips silently)."""
     if not KUBECONFIG.is_file():

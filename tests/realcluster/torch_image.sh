@@ -13,9 +13,10 @@ export CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/images/containers.conf}
 IMAGE=localhost/gpuorc/python-torch:3.11
 TAR=$RC_STATE/images/python-torch.tar
 SITE=$("$REPO/.venv/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(os.path.realpath(torch.__file__))))')
-# torch and its requirements (torch's metadata), triton aside: nothing imports it before a kernel is compiled
+# torch and its requirements (torch's metadata), triton aside: nothing imports it before a kernel is compiled;
+# numpy, as PyTorch's images carry it
 PACKAGES="torch torch-2.13.0.dist-info torchgen functorch nvidia cuda sympy mpmath networkx jinja2 markupsafe
-filelock fsspec typing_extensions.py setuptools _distutils_hack"
+filelock fsspec typing_extensions.py setuptools _distutils_hack numpy numpy.libs"
 
 if [ ! -f "$TAR" ]; then
 	podman image exists localhost/gpuorc/python:3.11 || podman load -q -i "$RC_STATE/images/python.tar" >/dev/null
