@@ -26,6 +26,7 @@ from ..engine.backends.base import Backend
 from ..engine.engine import FollowSettings, Outcome, describe
 from ..engine.errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
 from ..engine.execution import Launch, OffloadHandle, run_blocking
+from ..engine.observing import RunEvents
 from ..engine.request import (
     OffloadRequest,
     gpu_models,
@@ -33,7 +34,7 @@ from ..engine.request import (
     refuse_spread_when_queued,
     split_names,
 )
-from ..engine.runs.tracking import tracked
+from ..engine.runs.tracking import tracker
 from ..engine.sinks import NotebookSink, Sink
 from ..engine.timing import Stopwatch, describe_timing
 from ..liqo_peering.settings import KernelSettings, RunDefaults, kernel_settings, run_defaults
@@ -116,6 +117,9 @@ class GpuOffloadMagics(Magics):
         self.last_handle: OffloadHandle | None = None
         self.last_outcome: Outcome | None = None
         self._parsed: dict[str, argparse.Namespace] = {}
+        self.events = RunEvents()
+        """Every run this magic starts is published here; the kernel's run book (the panel's) listens."""
+        self.events.subscribe(tracker())
         atexit.register(self.close)
 
     def run_defaults(self) -> RunDefaults:
@@ -159,10 +163,10 @@ class GpuOffloadMagics(Magics):
         launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>", clock=clock)
         settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
-            handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
+            handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink, self.events)
             self.last_handle = handle
             return handle
-        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings, self._remember)
+        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings, self._remember, self.events)
         return None
 
     def _remember(self, outcome: Outcome) -> None:
@@ -232,12 +236,17 @@ class GpuOffloadMagics(Magics):
                     f"this kernel knows: set it to auto, local or {', '.join(n for n in self._factories if n != 'local')}."
                 )
             self._backends[name] = factory()
-        return tracked(self._backends[name])  # the panel lists its runs
+        return self._backends[name]
 
-    def started_backend(self, name: str) -> Backend | None:
-        """The named backend if this kernel has started it, else ``None`` (the panel reuses its cluster
-        connection and inventory instead of opening its own)."""
-        return self._backends.get(name)
+    def started_backends(self) -> list[Backend]:
+        """The backends this kernel has started so far."""
+        return list(self._backends.values())
+
+    def cluster_backend(self) -> Backend:
+        """This kernel's kubernetes backend, started on first use as a cell would start it (the panel reads
+        donors and the user's runs through it: one cluster client per kernel). Raises
+        ``BackendNotConfigured`` naming what is missing."""
+        return self._backend("kubernetes")
 
     # -- line magics ----------------------------------------------------------------------------------
 
@@ -351,8 +360,7 @@ class GpuOffloadMagics(Magics):
             print(f"{key} = {getattr(self, key)!r}    # c.GpuOffloadMagics.{key}")
 
     def _kube(self) -> Any:
-        self._backend("kubernetes")  # builds it, or says what configuration is missing
-        return self._backends["kubernetes"]
+        return self.cluster_backend()  # builds it, or says what configuration is missing
 
     def _clusters(self, _: list[str]) -> None:
         from IPython.display import display

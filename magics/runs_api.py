@@ -20,7 +20,8 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from ..engine.backends.kube import config as kube_config
-from ..engine.runs.listing import RunnerPods, cancel_elsewhere, list_runs
+from ..engine.backends.kube.user_runs import UserPods
+from ..engine.runs.listing import cancel_elsewhere, list_runs
 from ..engine.runs.records import RunBook, record_to_json
 from ..liqo_peering import environment as E
 from ..liqo_peering.settings import KernelSettings, read_kernel
@@ -31,8 +32,8 @@ RUN_ID = r"(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62})"
 class RunsContext:
     """Where the runs come from: the state directory and, when configured, the user's runner pods."""
 
-    def __init__(self, book: RunBook, pods: RunnerPods | None, user: str | None, problem: str = "") -> None:
-        self.book, self.pods, self.user = book, pods, user
+    def __init__(self, book: RunBook, runs: UserPods | None, problem: str = "") -> None:
+        self.book, self.runs = book, runs
         self.problem = problem
         """Why the cluster's pods are not listed (shown with every answer), empty when they are."""
 
@@ -41,14 +42,12 @@ class RunsContext:
         """The server's own environment decides (a hub sets the namespace for the user's server)."""
         env = os.environ
         if not read_kernel(env).namespace:
-            return cls(RunBook(), None, None)
-        from ..liqo_peering.client import api_client_from_environment
-
+            return cls(RunBook(), None)
         try:
             settings = kube_config.from_environment(env)
-            return cls(RunBook(), RunnerPods(api_client_from_environment(), settings.namespace), settings.user)
+            return cls(RunBook(), UserPods.from_environment(settings.namespace, settings.user))
         except Exception as exc:  # noqa: BLE001 - the state directory still answers; the reason is shown
-            return cls(RunBook(), None, None, f"runner pods are not listed: the cluster is unreachable ({exc}); "
+            return cls(RunBook(), None, f"runner pods are not listed: the cluster is unreachable ({exc}); "
                                               "check KUBECONFIG and GPU_OFFLOAD_NAMESPACE and restart the server")
 
 
@@ -64,7 +63,7 @@ class RunsHandler(_Base):
     @web.authenticated
     def get(self) -> None:
         ctx = self.runs_context
-        listing = list_runs((), ctx.book, ctx.pods, ctx.user)
+        listing = list_runs((), ctx.book, ctx.runs)
         problems = [*([ctx.problem] if ctx.problem else []), *listing.problems]
         self.finish(json.dumps({"runs": [record_to_json(r) for r in listing.runs], "problems": problems}))
 
@@ -75,14 +74,14 @@ class CancelHandler(_Base):
     @web.authenticated
     def post(self, run_id: str) -> None:
         ctx = self.runs_context
-        listing = list_runs((), ctx.book, ctx.pods, ctx.user)
+        listing = list_runs((), ctx.book, ctx.runs)
         record = next((r for r in listing.runs if r.run_id == run_id), None)
         if record is None:
             self.set_status(404)
             self.finish(json.dumps({"message": f"No run {run_id} of yours is known here: GET gpu-offload/runs "
                                                "lists the runs this server sees."}))
             return
-        said = cancel_elsewhere(record, ctx.book, ctx.pods, ctx.user)
+        said = cancel_elsewhere(record, ctx.book, ctx.runs)
         self.set_status(200 if record.finished else 202)
         self.finish(json.dumps({"message": said, "run": record_to_json(record)}))
 
@@ -105,11 +104,11 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
     period, problem = sweep_period(settings)
     if problem:
         serverapp.log.warning("gpu-offload: %s", problem)
-    if ctx.pods is None or not ctx.user or period <= 0:
+    if ctx.runs is None or not ctx.runs.user or period <= 0:
         return
     server = settings.server_id or server_identity(env)
     env[E.SERVER_ID.name] = server  # the kernels this server starts inherit it
-    sweep = OrphanSweep(ctx.pods, ctx.user, server, lambda: _live_kernels(serverapp))
+    sweep = OrphanSweep(ctx.runs.pods, ctx.runs.user, server, lambda: _live_kernels(serverapp))
     running: list[asyncio.Future[Any]] = []
 
     def tick() -> None:

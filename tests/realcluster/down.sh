@@ -22,22 +22,19 @@ delete_pods() {
 kill_containers() {
 	local id
 	export CTR_SOCK=$1
-	[ -S "$CTR_SOCK" ] || return 0
-	for id in $(ctr_ tasks ls -q 2>/dev/null); do
-		ctr_ tasks kill -s KILL "$id" >/dev/null 2>&1
-		ctr_ tasks delete -f "$id" >/dev/null 2>&1
-	done
-	for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$id" >/dev/null 2>&1; done
+	if [ -S "$CTR_SOCK" ]; then
+		for id in $(ctr_ tasks ls -q 2>/dev/null); do
+			ctr_ tasks kill -s KILL "$id" >/dev/null 2>&1
+			ctr_ tasks delete -f "$id" >/dev/null 2>&1
+		done
+		for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$id" >/dev/null 2>&1; done
+	fi
 	unset CTR_SOCK
 }
 
-# The second node's cgroup root, deepest first (pod cgroups the kubelet left once their processes are gone).
+# remove_cgroups ROOT: a node's pod cgroups, deepest first (empty once its containers are gone)
 remove_cgroups() {
-	local hierarchy dir
-	for hierarchy in /sys/fs/cgroup/*/; do
-		[ -d "$hierarchy$RC_CGROUP2_ROOT" ] || continue
-		find "$hierarchy$RC_CGROUP2_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null
-	done
+	[ -z "$1" ] || find /sys/fs/cgroup/*"$1" -depth -type d -exec rmdir {} + 2>/dev/null
 	return 0
 }
 
@@ -58,18 +55,22 @@ stop kubelet-2
 kill_containers "$RC_CONTAINERD_SOCK"
 kill_containers "$RC_CONTAINERD2_SOCK"
 stop containerd
-# its mount namespace ends with it and the last of its containers' shims
 stop containerd-2
-remove_cgroups
+stop node-namespace
+stop node2-namespace
 stop kube-scheduler
 stop kube-controller-manager
 stop kube-apiserver
 stop etcd
 unmount_state
 ip link del "$RC_BRIDGE" 2>/dev/null
-rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/gpu-offload-fake-gpu.sock
-rm -f /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
-rm -f /visibility/apiserver.crt /visibility/apiserver.key; rmdir /visibility 2>/dev/null
+if [ -z "$RC_PRIVATE_MOUNTS" ]; then
+	rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/gpu-offload-fake-gpu.sock
+	rm -f /visibility/apiserver.crt /visibility/apiserver.key; rmdir /visibility 2>/dev/null
+fi
+# the pods' cgroups of clusters 1-9 and of cluster 0's second node
+remove_cgroups "$RC_CGROUP_ROOT"
+[ -z "$RC_NODE2" ] || remove_cgroups "$RC_CGROUP2_ROOT"
 if [ "${1:-}" = --purge ]; then
 	rm -rf "$RC_STATE"
 else

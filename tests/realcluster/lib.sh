@@ -40,6 +40,22 @@ wait_for() {
 	done
 }
 
+# in_node_namespace: the command prefix that runs a node process in the cluster's own mount namespace (none for
+# cluster 0, which uses the host's).
+in_node_namespace() {
+	[ -z "$RC_PRIVATE_MOUNTS" ] || in_namespace_of node-namespace
+}
+
+# in_namespace_of HOLDER: the command prefix that runs a process in the mount namespace HOLDER keeps.
+in_namespace_of() {
+	echo nsenter "--mount=/proc/$(cat "$RC_STATE/pids/$1.pid")/ns/mnt" --
+}
+
+# node_namespace_ready HOLDER
+node_namespace_ready() {
+	$(in_namespace_of "$1") mountpoint -q /var/log/pods
+}
+
 kubectl() { KUBECONFIG=$RC_KUBECONFIG "$RC_BIN/cluster" kubectl "$@"; }
 # ctr_ talks to node 1's containerd; CTR_SOCK=$RC_CONTAINERD2_SOCK ctr_ ... to node 2's.
 ctr_() { ctr --address "${CTR_SOCK:-$RC_CONTAINERD_SOCK}" --namespace k8s.io "$@"; }
@@ -83,9 +99,9 @@ token_kubeconfig() {
 	chmod 600 "$RC_STATE/$1.kubeconfig"
 }
 
-# Images are built once into $RC_STATE/images (a fresh machine builds them: no registry is reachable).
+# Images are built once into $RC_IMAGES (a fresh machine builds them: no registry is reachable).
 build_images() {
-	local images=$RC_STATE/images root
+	local images=$RC_IMAGES root
 	mkdir -p "$images"
 	if [ ! -f "$images/pause.tar" ]; then
 		root=$(mktemp -d)
@@ -106,15 +122,15 @@ build_images() {
 	fi
 }
 
-# import_images: into both nodes' containerd (each node has its own image store, as on separate machines)
+# import_images: into each node's containerd (each node has its own image store, as on separate machines)
 import_images() {
 	local tar sock
-	for sock in "$RC_CONTAINERD_SOCK" "$RC_CONTAINERD2_SOCK"; do
-		CTR_SOCK=$sock ctr_ images import "$RC_STATE/images/pause.tar" >/dev/null
-		CTR_SOCK=$sock ctr_ images import "$RC_STATE/images/python.tar" >/dev/null
+	for sock in "$RC_CONTAINERD_SOCK" ${RC_NODE2:+"$RC_CONTAINERD2_SOCK"}; do
+		CTR_SOCK=$sock ctr_ images import "$RC_IMAGES/pause.tar" >/dev/null
+		CTR_SOCK=$sock ctr_ images import "$RC_IMAGES/python.tar" >/dev/null
 		CTR_SOCK=$sock ctr_ images tag --force localhost/gpuorc/python:3.11 "$RC_PYTHON_IMAGE" >/dev/null
-		# Images another stage built (podman save archives dropped into $RC_STATE/images/extra/).
-		for tar in "$RC_STATE/images/extra"/*.tar; do
+		# Images another stage built (podman save archives dropped into $RC_IMAGES/extra/).
+		for tar in "$RC_IMAGES/extra"/*.tar; do
 			[ -f "$tar" ] && CTR_SOCK=$sock ctr_ images import "$tar" >/dev/null
 		done
 	done

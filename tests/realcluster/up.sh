@@ -195,48 +195,67 @@ YAML
 start_node() {
 	mkdir -p "$RC_STATE/containerd" "$RC_STATE/kubelet" "$RC_HEALTHY"
 	containerd_config "$RC_STATE/containerd" "$RC_CONTAINERD_SOCK" >"$RC_STATE/containerd/config.toml"
-	start containerd containerd --config "$RC_STATE/containerd/config.toml"
+	[ -z "$RC_PRIVATE_MOUNTS" ] || start_node_namespace node-namespace "$RC_STATE" "$RC_CGROUP_ROOT"
+	start containerd $(in_node_namespace) containerd --config "$RC_STATE/containerd/config.toml"
 	wait_for "containerd" 60 ctr_ version
-	kubelet_config "$RC_KUBELET_PORT" "$RC_KUBELET_HEALTHZ_PORT" kubelet "$RC_CONTAINERD_SOCK" \
+	kubelet_config "$RC_KUBELET_PORT" "$RC_KUBELET_HEALTHZ_PORT" kubelet "$RC_CONTAINERD_SOCK" "$RC_CGROUP_ROOT" \
 		>"$RC_STATE/kubelet/config.yaml"
-	start kubelet "$RC_BIN/cluster" kubelet --config="$RC_STATE/kubelet/config.yaml" \
+	start kubelet $(in_node_namespace) "$RC_BIN/cluster" kubelet --config="$RC_STATE/kubelet/config.yaml" \
 		--kubeconfig="$RC_STATE/kubelet.kubeconfig" --root-dir="$RC_STATE/kubelet" \
 		--hostname-override="$RC_NODE" --node-ip="$RC_HOST_IP" \
 		--cert-dir="$RC_STATE/kubelet/pki"
 	wait_for "kubelet" 120 curl -sf "http://127.0.0.1:$RC_KUBELET_HEALTHZ_PORT/healthz"
 	# The kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its --root-dir (a path fixed
 	# in its device manager), so the plugin registers there.
-	start gpu-device-plugin "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS" \
-		--healthy-file="$RC_HEALTHY/$RC_NODE"
+	# RC_GPUS=0: a node without GPUs (the Liqo stage's origin, whose GPUs are the donor's)
+	[ "$RC_GPUS" = 0 ] || start gpu-device-plugin $(in_node_namespace) "$RC_BIN/cluster" gpu-device-plugin \
+		--count="$RC_GPUS" --healthy-file="$RC_HEALTHY/$RC_NODE"
 }
 
-# The second node: what two machines would keep apart is kept apart here. Its containerd and kubelet share a
-# mount namespace of their own, where the kubelet's fixed paths (/var/lib/kubelet/device-plugins, /var/log/pods,
-# whose entries each kubelet deletes for pods it does not know) are directories of this node's; its pods'
-# cgroups live under their own root; its containerd has its own image store. Same bridge, same address, other
-# ports: the API server reaches each kubelet at the port its Node reports.
+# Cluster 0's second node (env.sh): what two machines would keep apart is kept apart here. Its containerd,
+# kubelet and device plugin run in a mount namespace of their own (start_node_namespace), its pods' cgroups live
+# under their own root, its containerd has its own image store. Same bridge, same address, other ports: the API
+# server reaches each kubelet at the port its Node reports.
 start_node2() {
-	local dir=$RC_NODE2_STATE hierarchy
-	mkdir -p "$dir/containerd" "$dir/kubelet" "$dir/device-plugins" "$dir/pod-logs" "$RC_HEALTHY" \
-		/var/lib/kubelet/device-plugins /var/log/pods
-	for hierarchy in /sys/fs/cgroup/*/; do
-		[ -f "$hierarchy/cgroup.procs" ] && [ "$hierarchy" != /sys/fs/cgroup/unified/ ] && mkdir -p "$hierarchy$RC_CGROUP2_ROOT"
-	done
+	[ -n "$RC_NODE2" ] || return 0
+	local dir=$RC_NODE2_STATE ns
+	mkdir -p "$dir/containerd" "$dir/kubelet" "$RC_HEALTHY"
+	start_node_namespace node2-namespace "$dir" "$RC_CGROUP2_ROOT"
+	ns=$(in_namespace_of node2-namespace)
 	containerd_config "$dir/containerd" "$RC_CONTAINERD2_SOCK" >"$dir/containerd/config.toml"
-	start containerd-2 unshare --mount --propagation slave sh -c \
-		'mount --bind "$1" /var/lib/kubelet/device-plugins && mount --bind "$2" /var/log/pods && exec containerd --config "$3"' \
-		sh "$dir/device-plugins" "$dir/pod-logs" "$dir/containerd/config.toml"
+	start containerd-2 $ns containerd --config "$dir/containerd/config.toml"
 	CTR_SOCK=$RC_CONTAINERD2_SOCK wait_for "containerd of $RC_NODE2" 60 ctr_ version
 	kubelet_config "$RC_KUBELET2_PORT" "$RC_KUBELET2_HEALTHZ_PORT" kubelet2 "$RC_CONTAINERD2_SOCK" "$RC_CGROUP2_ROOT" \
 		>"$dir/kubelet/config.yaml"
-	start kubelet-2 nsenter --target "$(cat "$RC_STATE/pids/containerd-2.pid")" --mount -- \
-		"$RC_BIN/cluster" kubelet --config="$dir/kubelet/config.yaml" \
+	start kubelet-2 $ns "$RC_BIN/cluster" kubelet --config="$dir/kubelet/config.yaml" \
 		--kubeconfig="$RC_STATE/kubelet2.kubeconfig" --root-dir="$dir/kubelet" \
 		--hostname-override="$RC_NODE2" --node-ip="$RC_HOST_IP" --cert-dir="$dir/kubelet/pki"
 	wait_for "kubelet of $RC_NODE2" 120 curl -sf "http://127.0.0.1:$RC_KUBELET2_HEALTHZ_PORT/healthz"
-	# the plugin stays in this mount namespace: the node's device-plugin directory is the same directory here
-	start gpu-device-plugin-2 "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS" --plugin-dir="$dir/device-plugins" \
+	start gpu-device-plugin-2 $ns "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS" \
 		--healthy-file="$RC_HEALTHY/$RC_NODE2"
+}
+
+# start_node_namespace HOLDER DIR CGROUP_ROOT: a mount namespace of a node's own, kept by the process HOLDER,
+# where the paths the kubelet and Kueue fix in their code are DIR's: the kubelet's device-plugin directory,
+# /var/log/pods (each kubelet's garbage collector deletes the entries of pods it does not know) and Kueue's
+# /visibility; and a cgroup root for its pods (clusters 1-9, and cluster 0's second node).
+start_node_namespace() {
+	local holder=$1 dir=$2 root=$3 hierarchy
+	mkdir -p "$dir/device-plugins" "$dir/visibility" "$dir/pod-logs" /var/lib/kubelet/device-plugins /visibility \
+		/var/log/pods
+	start "$holder" unshare --mount --propagation private sh -c "mount --bind '$dir/device-plugins' \
+		/var/lib/kubelet/device-plugins && mount --bind '$dir/visibility' /visibility \
+		&& mount --bind '$dir/pod-logs' /var/log/pods && exec sleep infinity"
+	wait_for "the node's mount namespace" 20 node_namespace_ready "$holder"
+	for hierarchy in /sys/fs/cgroup/*/; do
+		[ -d "$hierarchy$root" ] && continue
+		mkdir "$hierarchy$root"
+		# a v1 cpuset group takes no task until it has CPUs and memory nodes
+		if [ -f "$hierarchy/cpuset.cpus" ]; then
+			cat "$hierarchy/cpuset.cpus" >"$hierarchy$root/cpuset.cpus"
+			cat "$hierarchy/cpuset.mems" >"$hierarchy$root/cpuset.mems"
+		fi
+	done
 }
 
 install_kueue() {
@@ -244,15 +263,16 @@ install_kueue() {
 	mkdir -p "$RC_STATE/kueue/webhook-certs"
 	kubectl kustomize "$(cd "$HERE/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/default" >"$rendered.upstream"
 	python3 "$HERE/kueue_manifests.py" "$rendered.upstream" "$RC_HOST_IP" "$RC_KUEUE_WEBHOOK_PORT" \
-		"$RC_KUEUE_VISIBILITY_PORT" >"$rendered"
+		"$RC_KUEUE_VISIBILITY_PORT" $RC_KUEUE_MANAGED >"$rendered"
 	kubectl apply --server-side --force-conflicts -f "$rendered" >/dev/null
 	python3 "$HERE/kueue_manifests.py" --config "$RC_STATE/kueue/webhook-certs" "$RC_KUEUE_WEBHOOK_PORT" \
-		"$RC_KUEUE_VISIBILITY_PORT" "$RC_KUEUE_METRICS_PORT" "$RC_KUEUE_HEALTH_PORT" >"$RC_STATE/kueue/config.yaml"
+		"$RC_KUEUE_VISIBILITY_PORT" "$RC_KUEUE_METRICS_PORT" "$RC_KUEUE_HEALTH_PORT" $RC_KUEUE_MANAGED \
+		>"$RC_STATE/kueue/config.yaml"
 	# Kueue runs with its own ServiceAccount's rights (the manifests' RBAC), as its Deployment would.
 	token_kubeconfig kueue kueue-system kueue-controller-manager
 	# Kueue's visibility server writes its self-signed certificate to /visibility, a path fixed in its code.
 	mkdir -p /visibility
-	start kueue "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
+	start kueue $(in_node_namespace) "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
 		--zap-log-level=2
 	# Kueue keeps its webhook certificate in a Secret and waits until the files in its cert dir match it: in a
 	# pod the kubelet mounts the Secret there; for the process, write them once Kueue has made them.
@@ -262,9 +282,9 @@ install_kueue() {
 
 wait_ready() {
 	local node
-	for node in "$RC_NODE" "$RC_NODE2"; do
+	for node in "$RC_NODE" $RC_NODE2; do
 		wait_for "node $node Ready" 120 node_ready "$node"
-		wait_for "nvidia.com/gpu on $node" 60 node_has_gpus "$node"
+		[ "$RC_GPUS" = 0 ] || wait_for "nvidia.com/gpu on $node" 60 node_has_gpus "$node"
 	done
 	wait_for "Kueue's webhooks answering" 120 kueue_answers
 	wait_for "Kueue's visibility API" 120 kubectl get --raw /apis/visibility.kueue.x-k8s.io/v1beta2

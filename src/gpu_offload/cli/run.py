@@ -96,9 +96,10 @@ def follow_script(args: argparse.Namespace) -> int:
     from ..engine.analysis import CellAnalysis
     from ..engine.engine import FollowSettings
     from ..engine.execution import Launch, run_blocking
+    from ..engine.observing import RunEvents
     from ..engine.request import ignored_locally
     from ..engine.runs.records import RunBook
-    from ..engine.runs.tracking import Tracker, tracked
+    from ..engine.runs.tracking import Tracker
     from .terminal import INTERRUPTED_EXIT, TerminalSink, exit_code, report
     from .workdir import WorkdirError, pack
 
@@ -126,6 +127,8 @@ def follow_script(args: argparse.Namespace) -> int:
     if ignored:
         sink.notice(f"the local backend ignores {', '.join(ignored)}: they choose where a cluster runs the script")
     tracker = Tracker(RunBook(), kernel=cli_kernel(), script=command_line(args), log=args.detached_log or "")
+    events = RunEvents()
+    events.subscribe(tracker)  # `gpu-offload runs`, `cancel` and the panel read its record
     if args.detached_log:
         import signal
 
@@ -133,8 +136,8 @@ def follow_script(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
     outcomes: list[Any] = []
     try:
-        run_blocking(request, launch, {}, tracked(backend, lambda: tracker), sink,
-                     FollowSettings(timeout=args.timeout, queue_timeout=args.queue_timeout), outcomes.append)
+        run_blocking(request, launch, {}, backend, sink,
+                     FollowSettings(timeout=args.timeout, queue_timeout=args.queue_timeout), outcomes.append, events)
     except KeyboardInterrupt:
         sink.notice("interrupted: the run was stopped")
         return INTERRUPTED_EXIT

@@ -16,7 +16,7 @@ def test_an_unreachable_cluster_leaves_the_state_dir_and_names_the_cause(tmp_pat
     monkeypatch.setenv("GPU_OFFLOAD_STATE_DIR", str(tmp_path / "runs"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     ctx = RunsContext.from_environment()
-    assert ctx.pods is None and ctx.book.root == tmp_path / "runs"
+    assert ctx.runs is None and ctx.book.root == tmp_path / "runs"
     assert "runner pods are not listed" in ctx.problem and "KUBECONFIG" in ctx.problem
 
 

@@ -6,9 +6,9 @@ the same stream of decoded frames, so the engine never knows which one it follow
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ...runner.frames import Event
 from ..timing import Phase, Stopwatch
@@ -188,15 +188,42 @@ class SessionInfo:
 
 
 @dataclass(frozen=True)
-class ClusterAccess:
-    """The cluster a backend runs pods in, for readers beside the engine (the panel lists runner pods)."""
+class UserRun:
+    """A run of the backend's user as the backend itself sees it, whichever kernel or command started it
+    (a cluster backend reads it from the run's runner pod): how the panel finds runs whose kernel is gone."""
 
-    api_client: Any
-    """The ``kubernetes.client.ApiClient`` the backend uses."""
-    namespace: str
-    """The user's offloaded namespace."""
-    user: str
-    """The user the runner pods are labelled with."""
+    run_id: str
+    backend: str
+    """The backend's name (``kubernetes``)."""
+    kernel: str
+    """The kernel (or command) that started it, as the backend labelled it; ``?`` when unknown."""
+    cluster: str
+    gpus: int
+    state: str
+    """``scheduling``, ``running``, ``done`` or ``failed``."""
+    detail: str
+    started: float
+    """Seconds since the epoch."""
+    cli: bool = False
+    """Started by ``gpu-offload run`` rather than a notebook."""
+
+
+class UserRuns(Protocol):
+    """The runs of one user a backend can see and stop beside the engine (the panel, the runs REST API)."""
+
+    @property
+    def where(self) -> str:
+        """Where the runs are read, for a message (``runner pods in namespace alice``)."""
+        ...
+
+    def user_runs(self) -> list[UserRun]:
+        """The user's runs, whichever process started them."""
+        ...
+
+    def cancel_run(self, run_id: str) -> list[str]:
+        """Remove what run ``run_id`` holds (its runner pods), for a run no live process follows any more;
+        returns what was removed, in words (``Pod alice/gpuo-1``)."""
+        ...
 
 
 class InventorySource(Protocol):
@@ -217,14 +244,6 @@ class Run(Protocol):
 
     def progress(self) -> str:
         """Phase, place and elapsed time for ``--noblock`` handles; ``""`` when the backend has nothing to add."""
-        ...
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """Send cancel requests that come from outside the engine (the panel's button) to ``cancel``.
-
-        A ``--noblock`` handle passes its own cancel, so such a run ends ``cancelled``. A backend's own run
-        gets no such requests and ignores it; the panel's wrapper (``dashboard.tracking``) uses it.
-        """
         ...
 
     def next_event(self, timeout: float) -> RunEvent | None:
@@ -270,8 +289,9 @@ class Backend(Protocol):
         """The donors this backend places on (started on first use); ``None`` for a backend without a cluster."""
         ...
 
-    def cluster_access(self) -> ClusterAccess | None:
-        """Client, namespace and user of the cluster this backend uses; ``None`` without a cluster."""
+    def user_runs(self) -> UserRuns | None:
+        """The runs of this backend's user it can see beside the engine, whichever kernel started them;
+        ``None`` for a backend whose runs end with the process that started them (local)."""
         ...
 
     def trusts(self, cluster: str) -> bool:

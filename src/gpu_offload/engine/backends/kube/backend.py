@@ -31,7 +31,7 @@ from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.trust import run_trusted, trusting
 from ....runner.frames import Outputs
 from ...errors import OffloadError, OffloadUsageError
-from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
+from ..base import Job, RunRequest, SessionInfo, Transfer
 from .budget import spend_line
 from .config import KubeSettings
 from .explain import span_text
@@ -45,6 +45,7 @@ from .resume import SessionKeeper
 from .run import KubeRun, PodOrder
 from .session import KubeSession, SessionRun
 from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
+from .user_runs import UserPods
 
 
 class ClusterError(OffloadError):
@@ -83,6 +84,7 @@ class KubernetesBackend:
         self.settings = settings
         self.api_client = api_client or api_client_from_environment()
         self.pods = PodApi(self.api_client, settings.namespace)
+        self._user_pods = UserPods(self.pods, settings.user)
         self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=trusting(settings.trusted))
         self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
         self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
@@ -135,9 +137,9 @@ class KubernetesBackend:
         hub deployment, else a watch-fed cache of the cluster."""
         return self.launcher.inventory_cache()
 
-    def cluster_access(self) -> ClusterAccess:
-        """See :meth:`gpu_offload.engine.backends.base.Backend.cluster_access`."""
-        return ClusterAccess(self.api_client, self.settings.namespace, self.settings.user)
+    def user_runs(self) -> UserPods:
+        """The user's runs in the namespace, from their runner pods, over this backend's own client."""
+        return self._user_pods
 
     def trusts(self, cluster: str) -> bool:
         """Whether ``cluster`` is one of the settings' trusted ids (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, which a

@@ -206,9 +206,6 @@ class KubeJobRun:
     def cluster(self) -> str:
         return self.job.ctx.cluster
 
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
-
     def progress(self) -> str:
         started, error = len(self._nodes.followers), self._nodes.watch_error
         return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "

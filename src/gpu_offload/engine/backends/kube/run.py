@@ -164,9 +164,6 @@ class KubeRun:
         """The cluster of the current pod (the second one after a retry elsewhere)."""
         return self.current.ctx.cluster
 
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
-
     def progress(self) -> str:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""
         elapsed = time.monotonic() - self._since

@@ -246,9 +246,6 @@ class SessionCell(Generic[S]):
         """Show ``text`` as a warning before the cell's own events."""
         self._pending.append(RunnerWarning(-1, text))
 
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
-
     def release(self, grace: float) -> int | None:
         """Mark the session idle; what holds it stays up."""
         if self._cleanup is not None:
