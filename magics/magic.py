@@ -31,7 +31,6 @@ from ..engine.request import (
     OffloadRequest,
     gpu_models,
     ignored_locally,
-    refuse_spread_when_queued,
     split_names,
 )
 from ..engine.runs.tracking import tracker
@@ -151,8 +150,6 @@ class GpuOffloadMagics(Magics):
         backend = self._backend(request.backend)
         if backend.name == "local":
             self._name_ignored_options(request)
-        else:
-            refuse_spread_when_queued(request, self.run_defaults().queue)
         try:
             analysis = analyse_cell(cell, self.ipython.user_ns, hidden=set(self.ipython.user_ns_hidden),
                                     extra_inputs=request.inputs, extra_outputs=request.outputs)

@@ -226,3 +226,16 @@ def test_what_a_metaflow_step_s_pod_gets_of_liqo_peering_imports_only_itself_and
                 outside += [f"{name}: {r}" for r in roots
                             if r.split(".")[0] not in sys.stdlib_module_names and r != "__future__"]
     assert not outside, f"the step's pod would not find these (flows/packaging.py ships {sorted(LIQO_FILES)})"
+
+
+def test_a_backend_variable_that_names_no_backend_is_refused_with_the_fix_not_taken_for_local() -> None:
+    from gpu_offload.engine.backends import registry
+    from gpu_offload.engine.errors import BackendNotConfigured
+
+    assert registry.auto_name({"GPU_OFFLOAD_BACKEND": "Kubernetes"}) == "kubernetes"
+    assert registry.auto_name({"GPU_OFFLOAD_NAMESPACE": "alice"}) == "kubernetes"
+    assert registry.auto_name({}) == "local"
+    with pytest.raises(BackendNotConfigured) as err:
+        registry.auto_name({"GPU_OFFLOAD_BACKEND": "k8s", "GPU_OFFLOAD_NAMESPACE": "alice"})
+    assert str(err.value) == ("GPU_OFFLOAD_BACKEND='k8s' is not allowed; use one of kubernetes, local; set it as the "
+                              "docs say or unset it for the default (none). Nothing was run.")

@@ -121,13 +121,20 @@ class RunEvents:
     def started(self, run: RunStarted) -> None:
         self._tell(lambda x: x.started(run))
 
+    # the two calls of every poll: a plain loop, no closure per call
     def event(self, run_id: str, event: RunEvent) -> None:
-        if self._listeners:
-            self._tell(lambda x: x.event(run_id, event))
+        for listener in self._listeners:
+            try:
+                listener.event(run_id, event)
+            except Exception as exc:  # noqa: BLE001 - as in _tell
+                self.errors.append(exc)
 
     def waiting(self, run_id: str) -> None:
-        if self._listeners:
-            self._tell(lambda x: x.waiting(run_id))
+        for listener in self._listeners:
+            try:
+                listener.waiting(run_id)
+            except Exception as exc:  # noqa: BLE001 - as in _tell
+                self.errors.append(exc)
 
     def ended(self, run_id: str) -> None:
         self._tell(lambda x: x.ended(run_id))

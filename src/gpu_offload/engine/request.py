@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 from dataclasses import dataclass
 
-from .backends.base import Ranks, spread_refusal
+from .backends.base import Ranks
 from .errors import OffloadUsageError
 from .ranked import GROUPED, LIVE, RANK0
 
@@ -169,12 +169,6 @@ def _check_distributed(request: OffloadRequest) -> None:
             f"--rendezvous-timeout {shape.rendezvous_timeout:g}: give a positive number of seconds, e.g. "
             "--rendezvous-timeout 600, or leave it out for 300."
         )
-
-
-def refuse_spread_when_queued(request: OffloadRequest, queue: str | None) -> None:
-    """``--spread`` with queueing on: Kueue gives one pod set one flavor, so the nodes cannot span donors."""
-    if request.spread and queue is not None:
-        raise OffloadUsageError(spread_refusal(f"GPU_OFFLOAD_QUEUE={queue}"))
 
 
 def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = None) -> list[str]:

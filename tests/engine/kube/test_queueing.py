@@ -457,7 +457,7 @@ def test_with_queueing_on_the_kernel_never_moves_a_pod_itself(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
     # where a pod goes is Kueue's choice: the retry elsewhere that the kernel does without queueing is refused
     # before anything is created (a pod Kueue evicts for not starting is queued again, test_pure)
-    from gpu_offload.engine.backends.kube.run import PodOrder
+    from gpu_offload.engine.backends.kube.plan import PodOrder
 
     order = PodOrder("r-moved", "0" * 32, RunRequest(gpus=1), b"")
     with pytest.raises(OffloadUsageError, match="Kueue picks the donor, and a pod it evicts for not starting is queued again once"):

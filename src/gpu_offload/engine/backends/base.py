@@ -69,12 +69,6 @@ def stale_frames_note(session: str, dropped: int) -> str:
     )
 
 
-def spread_refusal(queue: str) -> str:
-    """Why ``--spread`` is refused with queueing on (``queue`` says which queue, e.g. ``LocalQueue q``), and the fix."""
-    return (f"--spread: queueing is on ({queue}), and Kueue admits the nodes of a run as one pod set with one flavor, "
-            "i.e. one donor, so they cannot span donors. Leave out --spread, or turn queueing off for this kernel.")
-
-
 @dataclass(frozen=True)
 class Ranks:
     """The shape of a distributed run (``--nodes``): ``nodes`` nodes (pods) of ``procs_per_node`` rank

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,12 +38,14 @@ from .explain import span_text
 from .hub_inventory import HubInventory, HubInventoryError
 from .jobrun import KubeJobRun
 from .launcher import PodLauncher
+from .plan import PodOrder
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object, untrusted_unfetched
+from .queueing import Ticket
 from .rank_session import KubeRankSession, RankSessionRun
 from .resume import SessionKeeper
-from .run import KubeRun, PodOrder
-from .session import KubeSession, SessionRun
+from .run import KubeRun, Launched
+from .session import KubeSession, SessionRun, WarmSession
 from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
 from .user_runs import UserPods
 
@@ -85,9 +87,12 @@ class KubernetesBackend:
         self.api_client = api_client or api_client_from_environment()
         self.pods = PodApi(self.api_client, settings.namespace)
         self._user_pods = UserPods(self.pods, settings.user)
-        self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=trusting(settings.trusted))
+        self.watch_seconds = settings.watch_seconds
+        self.trust = trusting(settings.trusted)
+        """The origin's trust, built once: placement, the runner pods' output format and the intake of outputs."""
+        self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=self.trust)
         self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
-        self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
+        self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, self.trust, runner)
         self.keeper = SessionKeeper(self.storage, self.trusts)
         """Checkpoints of the sessions (to the user's storage) and their resumes after a loss or a release."""
         self._lock = threading.Lock()
@@ -144,43 +149,55 @@ class KubernetesBackend:
     def trusts(self, cluster: str) -> bool:
         """Whether ``cluster`` is one of the settings' trusted ids (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, which a
         hub's spawner writes from its chart): the same policy placement and the runner pods are given."""
-        return run_trusted(self.name, cluster, self.launcher.trust)
+        return run_trusted(self.name, cluster, self.trust)
 
     # --- the Backend protocol ---
 
     def submit(self, job: Job) -> KubeRun | KubeJobRun | SessionRun | RankSessionRun:
-        """Start ``job`` in a new pod, or in the named session's warm pod."""
-        cleanup = lambda: self._forget_run(job.run_id)  # noqa: E731 - the run calls it once it is released
+        """Start ``job`` in a new pod (a Job of pods for a distributed run), or in the named session's."""
         try:
             if job.session is not None:
-                return self._session_cell(job, cleanup)
+                return self._session_cell(job)
             order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id)
-            if job.request.ranks is not None:
-                return KubeJobRun(self.launcher, order, job.request.ranks, self.settings.watch_seconds,
-                                  cleanup=cleanup, fetch=self._fetcher(job.run_id))
-            return KubeRun(self.launcher, order, cleanup=cleanup, fetch=self._fetcher(job.run_id))
+            return KubeRun(self, order) if job.request.ranks is None else KubeJobRun(self, order)
         except GpuOffloadError as exc:
-            self._forget_run(job.run_id)
+            self.released(job.run_id)
             raise _translate(exc) from exc
         except BaseException:
-            self._forget_run(job.run_id)
+            self.released(job.run_id)
             raise
 
-    def _session_cell(self, job: Job, cleanup: Callable[[], None]) -> SessionRun | RankSessionRun:
+    def _session_cell(self, job: Job) -> SessionRun | RankSessionRun:
         assert job.session is not None
         self.keeper.settle(job.session)  # a checkpoint still being written goes first
         session = self._session(job.session, job.request)
         notes = [self.keeper.note(job.session), self.keeper.resume(session)]
-        run = session.submit(job.bundle, job.run_id, cleanup, self._fetcher(job.run_id))
+        run = session.submit(job.bundle, job.run_id)
         for note in notes:
             if note:
                 run.warn(note)
         return run
 
-    def _fetcher(self, run_id: str) -> Callable[[Outputs, str], Outputs] | None:
+    # --- the Host protocol: what runs and sessions ask of the backend and tell it ---
+
+    def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> Launched:
+        """See :meth:`.run.Host.launch`."""
+        return self.launcher.launch(order, avoid)
+
+    def leave(self, ticket: Ticket) -> None:
+        """See :meth:`.run.Host.leave`."""
+        self.launcher.leave(ticket)
+
+    def fetched(self, run_id: str, outputs: Outputs, cluster: str) -> Outputs:
+        """See :meth:`.run.Host.fetched`: what the run uploaded to object storage, read back; an untrusted
+        cluster's pickle or buffer references are not even downloaded."""
         storage = self.storage
         if storage is None:
-            return None
+            return outputs
+        if not self.trusts(cluster):  # the engine's own test of the run's cluster
+            unread = untrusted_unfetched(outputs.format, outputs.pickle, outputs.buffers)
+            if unread is not None:
+                return replace(outputs, pickle=unread)
 
         def read(ref: Mapping[str, Any]) -> bytes:
             index = ref.get("index")
@@ -192,19 +209,19 @@ class KubernetesBackend:
         def own(index: int, url: str) -> bool:
             return 0 <= index < OUTPUT_URLS and same_object(url, storage.put_url(run_id, f"out-{index}"))
 
-        def fetch(outputs: Outputs, cluster: str) -> Outputs:
-            if not self.trusts(cluster):  # the engine's own test of the run's cluster
-                unread = untrusted_unfetched(outputs.format, outputs.pickle, outputs.buffers)
-                if unread is not None:
-                    return replace(outputs, pickle=unread)
-            packed, refs = fetched_outputs(outputs.pickle, outputs.buffers, read, own)
-            return replace(outputs, pickle=packed, buffers=tuple(refs))
+        packed, refs = fetched_outputs(outputs.pickle, outputs.buffers, read, own)
+        return replace(outputs, pickle=packed, buffers=tuple(refs))
 
-        return fetch
-
-    def _forget_run(self, run_id: str) -> None:
+    def released(self, run_id: str) -> None:
+        """See :meth:`.run.Host.released`: the run's stored objects go (a CLI run keeps its log)."""
         if self.storage is not None:
             self.storage.remove_run(run_id, keep=(LOG,) if self.settings.cli else ())
+
+    def idle(self, session: WarmSession) -> None:
+        """See :meth:`.run.Host.idle`: checkpoint the session if it changed (in the background), then its idle
+        timer."""
+        if isinstance(session, (KubeSession, KubeRankSession)):
+            self.keeper.after_cell(session, self._start_idle_timer)
 
     def _session(self, name: str, placement: RunRequest) -> KubeSession | KubeRankSession:
         with self._lock:
@@ -218,7 +235,6 @@ class KubernetesBackend:
             if current is None:
                 current = self._sessions[name] = self._new_session(name, placement, replaces,
                                                                    ended or "ended while idle")
-                current.on_idle = self._idle_started
             elif (current.request.session_key() != placement.session_key()
                   and not self.keeper.fits(name, placement)):
                 raise OffloadUsageError(
@@ -231,13 +247,9 @@ class KubernetesBackend:
     def _new_session(self, name: str, placement: RunRequest, replaces: str,
                      ended: str) -> KubeSession | KubeRankSession:
         if placement.ranks is None:
-            return KubeSession(name, self.launcher, placement, replaces, ended)
+            return KubeSession(name, self, placement, replaces, ended)
         # a distributed session: one Indexed Job of session launchers, one attachment per pod
-        return KubeRankSession(name, self.launcher, placement, self.settings.watch_seconds, replaces, ended)
-
-    def _idle_started(self, session: KubeSession | KubeRankSession) -> None:
-        """A session's cell ended: checkpoint it if it changed (in the background), then the idle timer."""
-        self.keeper.after_cell(session, self._start_idle_timer)
+        return KubeRankSession(name, self, placement, replaces, ended)
 
     def _start_idle_timer(self, session: KubeSession | KubeRankSession) -> None:
         """End the session if no cell comes within the idle timeout, so nobody keeps GPUs by forgetting a
@@ -302,7 +314,6 @@ class KubernetesBackend:
                                         f"{name}) or restore into another one (--session NEW)")
             self._idle_ended.pop(name, None)
             fresh = self._sessions[name] = self._new_session(name, placement or saved.placement, "", "")
-            fresh.on_idle = self._idle_started
         try:
             return f"session {name}: " + self.keeper.restore(fresh, saved)
         except BaseException:
