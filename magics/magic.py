@@ -238,6 +238,7 @@ class GpuOffloadMagics(Magics):
             priority=args.priority,
             queue_timeout=args.queue_timeout,
             trusted_only=args.trusted_only or self.trusted_only,
+            rerun_on_preemption=args.rerun_on_preemption,
             nodes=args.nodes,
             procs_per_node=args.procs_per_node,
             out_rank=args.out_rank,

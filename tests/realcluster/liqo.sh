@@ -4,7 +4,7 @@
 # users often has it), both started by up.sh beside the default cluster 0, which is never touched. Liqo is
 # built from its Go module (tests/realcluster/liqo/go.mod), installed from its own chart in that module
 # (liqo_manifests.py), with networking off, and its components run as processes; the two clusters are peered
-# by liqoctl, built from the same module. docs/realcluster.md says what that leaves out and what it costs.
+# by liqoctl's own peering code (pkg/liqoctl/peer, through liqo/peer), built from the same module. docs/realcluster.md says what that leaves out and what it costs.
 # Root is required.
 # Usage: liqo.sh up        build, start both clusters, install Liqo on both, peer them
 #        liqo.sh down      stop everything (both clusters' down.sh), keeping the builds
@@ -58,10 +58,10 @@ up_clusters() {
 
 build_liqo() {
 	local tools
-	tools=$(cd "$HERE/liqo" && go list -f '{{join .Tool " "}}' -m 2>/dev/null || true)
-	[ -n "$tools" ] || tools=$(awk '/^tool \(/ {on=1; next} on && /^\)/ {on=0} on {print $1}' "$HERE/liqo/go.mod")
-	# One go build for every tool: the packages they share are compiled once.
-	(cd "$HERE/liqo" && go build -p "${RC_BUILD_JOBS:-2}" -trimpath -ldflags "-s -w" -o "$LIQO_STATE/bin/" $tools)
+	# the tool block of the module's go.mod
+	tools=$(awk '/^tool \(/ {on=1; next} on && /^\)/ {on=0} on {print $1}' "$HERE/liqo/go.mod")
+	# One go build for every tool and our peer command: the packages they share are compiled once.
+	(cd "$HERE/liqo" && go build -p "${RC_BUILD_JOBS:-2}" -trimpath -ldflags "-s -w" -o "$LIQO_STATE/bin/" $tools ./peer)
 }
 
 liqo_version() { (cd "$HERE/liqo" && go list -m -f '{{.Version}}' github.com/liqotech/liqo); }
@@ -168,8 +168,9 @@ peer() {
 	donor_kc=$(in_cluster "$DONOR" kubeconfig_path)
 	in_cluster "$ORIGIN" virtual_kubelets 600 &
 	watcher=$!
-	"$LIQO_STATE/bin/liqoctl" peer --kubeconfig "$origin_kc" --remote-kubeconfig "$donor_kc" \
-		--networking-disabled --cpu 4 --memory 8Gi --pods 50 --resource "nvidia.com/gpu=$DONOR_GPUS" --timeout 5m
+	# liqoctl's peering (pkg/liqoctl/peer) with networking disabled, from liqo/peer
+	"$LIQO_STATE/bin/peer" --kubeconfig "$origin_kc" --remote-kubeconfig "$donor_kc" \
+		--cpu 4 --memory 8Gi --pods 50 --resource "nvidia.com/gpu=$DONOR_GPUS" --timeout 5m
 	kill "$watcher" 2>/dev/null || true
 	wait "$watcher" 2>/dev/null || true
 	in_cluster "$ORIGIN" virtual_kubelets 5
@@ -181,6 +182,23 @@ kubeconfig_path() { echo "$RC_KUBECONFIG"; }
 virtual_node_ready() {
 	kubectl get nodes -l liqo.io/type=virtual-node \
 		-o 'jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}' | grep -q True
+}
+
+# skip_labels LABELS: from now on the origin's Liqo keeps LABELS (comma-separated) off donor pods, as
+# `offloading.reflection.skip.labels` at install would have: the VkOptionsTemplate (new virtual nodes), each
+# VirtualNode's offloading patch, and their virtual kubelets restarted (each reads its patch at start).
+skip_labels() {
+	local json namespace name
+	json=$(python3 -c 'import json, sys; print(json.dumps([l for l in sys.argv[1].split(",") if l]))' "$1")
+	kubectl patch vkoptionstemplate -n liqo virtual-kubelet-default --type merge \
+		-p "{\"spec\": {\"labelsNotReflected\": $json}}" >/dev/null
+	while read -r namespace name; do
+		kubectl patch virtualnode -n "$namespace" "$name" --type merge \
+			-p "{\"spec\": {\"offloadingPatch\": {\"labelsNotReflected\": $json}}}" >/dev/null
+	done < <(kubectl get virtualnodes -A -o 'jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{"\n"}{end}')
+	for name in "$RC_STATE"/pids/vk-*.pid; do [ -f "$name" ] && stop "$(basename "$name" .pid)"; done
+	virtual_kubelets 5
+	wait_for "the donor's virtual node Ready" 120 virtual_node_ready
 }
 
 up() {
@@ -204,9 +222,20 @@ down() {
 	in_cluster "$DONOR" bash "$HERE/down.sh"
 }
 
-run_tests() {
+pytest_liqo() {
 	(cd "$REPO" && GPU_OFFLOAD_REAL_LIQO=1 .venv/bin/python -m pytest -m real_liqo -p no:cacheprovider \
 		tests/realcluster "$@")
+}
+
+# The tests on the pair as Liqo installs by default, then once more those about Kueue's label with the label
+# kept off donor pods (what docs/hub.md tells an admin to set).
+run_tests() {
+	local rc=0
+	pytest_liqo "$@" || rc=$?
+	in_cluster "$ORIGIN" skip_labels kueue.x-k8s.io/queue-name
+	pytest_liqo -k queue_label "$@" || rc=$?
+	in_cluster "$ORIGIN" skip_labels ""
+	return $rc
 }
 
 case ${1:-up} in

@@ -21,6 +21,8 @@ import pytest
 from gpu_offload.sandbox.liqo import reflection
 from gpu_offload.sandbox.liqo.seed import REMOTE_CLUSTER_ID_LABEL, TYPE_LABEL, VIRTUAL_NODE_TAINT
 
+from gpu_offload.cli import doctor
+
 from .liqopair import DONOR_ID, ORIGIN_ID, Pair, gpu_pod, offloaded_namespace, pair, virtual_node, wait
 
 pytestmark = pytest.mark.real_liqo
@@ -75,8 +77,7 @@ def test_kueue_queue_label_reaches_the_donor_and_its_kueue_gates_the_pod(liqo: P
     there, since the donor has no such LocalQueue."""
     skipped = virtual_node_skips(liqo)
     if QUEUE_LABEL in skipped:
-        pytest.skip("this pair's origin keeps Kueue's label off donor pods (LIQO_SKIP_LABELS); the next test "
-                    "covers it")
+        pytest.skip("this pair's origin keeps Kueue's label off donor pods; the next test covers it")
     with offloaded_namespace(liqo) as (namespace, twin):
         # A pod the origin's Kueue does not manage (the namespace is not a user namespace there): only the
         # donor's Kueue can act on the label.
@@ -84,6 +85,7 @@ def test_kueue_queue_label_reaches_the_donor_and_its_kueue_gates_the_pod(liqo: P
         liqo.core("origin").create_namespaced_pod(namespace, pod)
         remote = wait(lambda: _donor_pods(liqo, twin, "queued"), "the pod's twin on the donor")[0]
         assert remote.metadata.labels.get(QUEUE_LABEL) == "user-queue"
+        assert doctor.unreflected_kueue_labels(_virtual_nodes(liqo)) == [DONOR_ID], "doctor names the node"
         gates = [g.name for g in remote.spec.scheduling_gates or []]
         assert "kueue.x-k8s.io/admission" in gates, f"the donor's Kueue did not gate the pod: {gates}"
         assert liqo.core("origin").read_namespaced_pod("queued", namespace).status.phase == "Pending"
@@ -93,21 +95,27 @@ def test_kueue_queue_label_kept_off_donor_pods_when_liqo_skips_it(liqo: Pair) ->
     """With ``kueue.x-k8s.io/queue-name`` in Liqo's labels not reflected (what docs/hub.md tells the admin and
     ``gpu-offload doctor`` checks), the donor's pod lacks the label and runs."""
     if QUEUE_LABEL not in virtual_node_skips(liqo):
-        pytest.skip("this pair's origin reflects every label (Liqo's default); run the pair with "
-                    f"LIQO_SKIP_LABELS={QUEUE_LABEL}")
+        pytest.skip("this pair's origin reflects every label (Liqo's default); liqo.sh test runs this test again "
+                    f"after keeping {QUEUE_LABEL} off donor pods")
     with offloaded_namespace(liqo) as (namespace, twin):
         pod = gpu_pod("queued", "print('ran')", labels={QUEUE_LABEL: "user-queue"})
         liqo.core("origin").create_namespaced_pod(namespace, pod)
         remote = wait(lambda: _donor_pods(liqo, twin, "queued"), "the pod's twin on the donor")[0]
         assert QUEUE_LABEL not in (remote.metadata.labels or {})
+        assert doctor.unreflected_kueue_labels(_virtual_nodes(liqo)) == [], "doctor finds nothing to warn of"
         wait(lambda: _phase(liqo, namespace, "queued", "Succeeded"), "the pod Succeeded", 240)
+
+
+def _virtual_nodes(liqo: Pair) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = liqo.custom("origin").list_cluster_custom_object(
+        "offloading.liqo.io", "v1beta1", "virtualnodes")["items"]
+    return items
 
 
 def virtual_node_skips(liqo: Pair) -> list[str]:
     """The labels the origin's Liqo keeps off the donor's pods (the VirtualNode's offloading patch, filled
     from the VkOptionsTemplate when Liqo made it)."""
-    items = liqo.custom("origin").list_cluster_custom_object("offloading.liqo.io", "v1beta1", "virtualnodes")["items"]
-    (vn,) = items
+    (vn,) = _virtual_nodes(liqo)
     return list(((vn.get("spec") or {}).get("offloadingPatch") or {}).get("labelsNotReflected") or [])
 
 

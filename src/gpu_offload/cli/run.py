@@ -83,7 +83,8 @@ def script_request(args: argparse.Namespace, source: str, defaults: RunDefaults)
                           image=args.image, backend=args.backend, nodes=args.nodes,
                           procs_per_node=args.procs_per_node, group_output=args.group_output,
                           quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,
-                          spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only)
+                          spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only,
+                          rerun_on_preemption=args.rerun_on_preemption)
 
 
 def _source(script: Path) -> str:

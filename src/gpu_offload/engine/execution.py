@@ -76,6 +76,7 @@ def run_request(request: OffloadRequest) -> RunRequest:
         timeout=request.timeout,
         priority=request.priority,
         trusted_only=request.trusted_only,
+        rerun_on_preemption=request.rerun_on_preemption,
         ranks=request.ranks,
     )
 

@@ -48,6 +48,8 @@ class OffloadRequest:
     """Seconds a run may wait in the queue (queueing on) before it is withdrawn; ``None`` waits as long as it takes."""
     trusted_only: bool = False
     """Run only on a cluster the origin trusts (``--trusted-only``): the donor sees the cell and its inputs."""
+    rerun_on_preemption: bool = False
+    """``--rerun-on-preemption``: a preempted run is rerun once even after it printed something."""
     nodes: int | None = None
     """``--nodes``: run as the ranks of a distributed run on this many nodes; ``None``: one runner."""
     procs_per_node: int | None = None

@@ -119,6 +119,8 @@ class RunRequest:
     """A Kueue priority class; only a cluster backend with queueing on uses it."""
     trusted_only: bool = False
     """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
+    rerun_on_preemption: bool = False
+    """``--rerun-on-preemption``: a one-shot run preempted before it finished is rerun once even after it printed."""
     ranks: Ranks | None = None
     """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
 
@@ -126,7 +128,7 @@ class RunRequest:
         """What a session's runners are started with: its cells must ask for the same (a distributed
         session's cells may each choose their out rank and how output shows)."""
         ranks = self.ranks
-        return replace(self, ranks=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
+        return replace(self, ranks=None, rerun_on_preemption=False), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
 
     def shape(self) -> str:
         """The options that fix a runner's shape, as a cell writes them."""

@@ -118,6 +118,9 @@ class KubernetesBackend:
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
             ended += [f"session {name}: its {s.holder} {s.end_words()}; {self.keeper.next_cell(name)}"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
+        returned = self.keeper.returned()
+        if returned:
+            ended.append(f"GPU-hours given back by idle sessions released with a checkpoint: {returned:.3f}")
         spend = self.launcher.spend
         if spend is not None:
             try:
@@ -343,6 +346,7 @@ class KubernetesBackend:
 
     def close_session(self, name: str, grace: float = 5.0) -> bool:
         """End the named session and delete its pod; ``False`` if there is none."""
+        self.keeper.settle(name)  # a checkpoint being written finishes first (its object is then removed at exit)
         with self._lock:
             current = self._sessions.pop(name, None)
         if current is None:
