@@ -37,6 +37,8 @@ class PodContext:
     memory: str | None = None
     model: str | None = None
     """The GPU model placement chose (None: the node names none)."""
+    share: str = ""
+    """Part of a GPU held, how the donor lends it and the isolation it gives (``ResourceAsk.describe``)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,8 @@ def placed_text(pod: Mapping[str, Any], ctx: PodContext) -> str:
     name = (pod.get("metadata") or {}).get("name", "")
     node = (pod.get("spec") or {}).get("nodeName") or "an unknown node"
     gpus = f"{ctx.gpus} x {ctx.model}" if ctx.model else _gpus(ctx.gpus)
+    if ctx.share:
+        gpus = f"{ctx.share}, {ctx.model}" if ctx.model else ctx.share
     return f"running in pod {name} on virtual node {node} (Liqo cluster {ctx.cluster}, {gpus})"
 
 
