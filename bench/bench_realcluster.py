@@ -36,11 +36,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes
-from bench_kube import CATEGORIES, TINY  # bench/ is on sys.path: the sandbox's request categories
+from bench_kube import CATEGORIES  # bench/ is on sys.path: the sandbox's request categories
 from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from gpu_offload.sandbox.liqo import seed as liqo
 from harness import LIQO_CRDS, REPO, Run
 from harness import origin as sandbox_origin
+from kube_cells import TINY
 
 from gpu_offload.engine.analysis import analyse_cell
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
