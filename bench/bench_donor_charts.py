@@ -72,8 +72,7 @@ def main() -> int:
             run.figure(f"{name} CPU", cpu, "ms")
             if name.startswith("cluster page"):
                 page_p95 = percentile(wall, 0.95)
-        run.note(f"cluster page wall p95 {page_p95:.2f} ms: {'meets' if page_p95 <= GOAL_MS else 'misses'} the "
-                 f"{GOAL_MS:g} ms goal")
+        run.goal("cluster page wall p95", page_p95, GOAL_MS)
         run.write()
         store.close()
     return 0

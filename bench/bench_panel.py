@@ -1,6 +1,6 @@
 """What the notebook panel costs: per event on the engine's path, and per refresh of the panel.
 
-- per event: following a run's events through the tracked run (records kept, state files written
+- per event: following a run's events published to the run book (records kept, state files written
   throttled) against the backend's own run, with the frames decoded by the real decoder;
 - per refresh: reading the state directory (N run records of other kernels) and listing the runs;
   a full ``Panel.refresh`` with N rows (widget state updated in place, no frontend attached).
@@ -20,9 +20,10 @@ from gpu_offload.magics.dashboard.widget import Panel, PanelActions
 from harness import Run, timed  # bench/harness.py: the script's folder is on sys.path
 
 from gpu_offload.engine.backends.base import Job, RunEvent, RunRequest
+from gpu_offload.engine.observing import CancelHandle, RunEvents, RunStarted
 from gpu_offload.engine.runs.listing import list_runs
 from gpu_offload.engine.runs.records import RunBook
-from gpu_offload.engine.runs.tracking import TrackedRun, Tracker
+from gpu_offload.engine.runs.tracking import Tracker
 from gpu_offload.runner.frames import FrameDecoder, FrameEncoder
 
 EVENTS = 20_000
@@ -67,11 +68,15 @@ def per_event(tmp: Path) -> tuple[float, float]:
         pass
     bare = (time.perf_counter() - start) / len(events)
     runs = Tracker(RunBook(tmp / "events"), kernel="bench")
-    record = runs.new(Job("bench-run", nonce, b"", RunRequest()), "local")
-    tracked = TrackedRun(Replay(events), record, runs)
+    published = RunEvents()
+    published.subscribe(runs)  # as the magic subscribes the kernel's run book
+    job = Job("bench-run", nonce, b"", RunRequest())
+    published.submitting(job, "local")
+    published.started(RunStarted(job, "local", "local", CancelHandle()))
+    replay = Replay(events)
     start = time.perf_counter()
-    while tracked.next_event(0) is not None:
-        pass
+    while (event := replay.next_event(0)) is not None:
+        published.event(job.run_id, event)  # what the engine's follower does with each event
     return bare, (time.perf_counter() - start) / len(events)
 
 
@@ -87,7 +92,7 @@ def main() -> None:
         tmp = Path(name)
         bare, tracked = per_event(tmp)
         run.figure("per event, backend's run (replay)", bare * 1e6, "µs")
-        run.figure("per event, tracked run (record + throttled state file)", tracked * 1e6, "µs")
+        run.figure("per event, published to the run book (record + throttled state file)", tracked * 1e6, "µs")
         for count in (10, 50, 200):
             book = RunBook(tmp / f"book-{count}")
             fill(book, count)

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from gpu_offload.sandbox.apiserver.http_faults import FaultRule
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from kube_cells import counted as counted_by
 
 from gpu_offload.cli import main as cli
 from gpu_offload.engine.analysis import analyse_cell
@@ -47,7 +47,6 @@ from gpu_offload.engine.errors import OffloadUsageError
 from gpu_offload.engine.sinks import RecordingSink
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
-TINY = 1e-9
 QUEUE = "gpu-offload"
 # the first matching rule counts a request; the bench's own (filler reads and deletes) first, then the
 # kernel's by kind (the filler's create is subtracted from "POST pods")
@@ -122,16 +121,9 @@ def queued_cell(backend: KubernetesBackend, core: Any, namespace: str, wait: flo
 
 
 def counted(api: Any, cells: int, run: Any) -> dict[str, float]:
-    rules = [(name, api.faults.add(FaultRule(path, methods, delay=TINY))) for name, path, methods in CATEGORIES]
-    try:
-        for _ in range(cells):
-            run()
-        counts = {name: api.faults.fired(rule) / cells for name, rule in rules}
-        counts["POST pods"] -= 1  # the bench's filler, created through the same path as the cell's pod
-        return counts
-    finally:
-        for _, rule in rules:
-            api.faults.remove(rule)
+    counts = counted_by(api, CATEGORIES, cells, run)
+    counts["POST pods"] -= 1  # the bench's filler, created through the same path as the cell's pod
+    return counts
 
 
 def unqueued_submit(client: Any, namespace: str, cells: int) -> list[float]:

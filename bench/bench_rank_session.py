@@ -12,31 +12,20 @@ Usage: .venv/bin/python bench/bench_rank_session.py [--cells 10]
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import time
-import uuid
 from datetime import datetime, timezone
-from typing import Any
 
-import kubernetes
-from bench_kube import CATEGORIES, TINY  # the script's folder is on sys.path
-from gpu_offload.sandbox.apiserver.http_faults import FaultRule
+from bench_kube import CATEGORIES  # the script's folder is on sys.path
 from harness import machine_line, percentile
-from harness import origin as origin_of
+from kube_cells import Category, measured_from_command_line, trivial_cell
 
-from gpu_offload.engine.analysis import analyse_cell
 from gpu_offload.engine.backends.base import Ranks, RunRequest
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
-from gpu_offload.engine.backends.kube.config import KubeSettings
-from gpu_offload.engine.bundle import build_job
-from gpu_offload.engine.engine import FollowSettings, Intake, follow
 from gpu_offload.engine.ranked import RankedRun
-from gpu_offload.engine.sinks import RecordingSink
 
 TWO_NODES = Ranks(nodes=2, procs_per_node=1)
-JOB_CATEGORIES = (
+JOB_CATEGORIES: tuple[Category, ...] = (
     ("POST jobs", r"/namespaces/[^/]+/jobs$", ("POST",)),
     ("DELETE job", r"/namespaces/[^/]+/jobs/[^/]+$", ("DELETE",)),
     ("POST services", r"/namespaces/[^/]+/services$", ("POST",)),
@@ -45,53 +34,16 @@ JOB_CATEGORIES = (
 
 
 def one_cell(backend: KubernetesBackend, session: str | None = None) -> float:
-    cell = "pass"
-    start = time.perf_counter()
-    job, _ = build_job(cell, analyse_cell(cell, {}), {}, backend.transfer,
-                       request=RunRequest(gpus=1, ranks=TWO_NODES), session=session)
-    run = RankedRun(backend.submit(job), TWO_NODES, settle=5.0 if session else None)
-    outcome = follow(run, RecordingSink(), FollowSettings(progress_after=60), Intake(backend.trusts))
-    run.release(5)
-    elapsed = time.perf_counter() - start
-    if outcome.status != "ok":
-        raise RuntimeError(f"bench cell ended {outcome.status}: {outcome.error}")
-    return elapsed
-
-
-def counted(api: Any, cells: int, backend: KubernetesBackend, session: str | None) -> dict[str, float]:
-    rules = [(name, api.faults.add(FaultRule(path, methods, delay=TINY))) for name, path, methods in JOB_CATEGORIES]
-    try:
-        for _ in range(cells):
-            one_cell(backend, session)
-        return {name: api.faults.fired(rule) / cells for name, rule in rules}
-    finally:
-        for _, rule in rules:
-            api.faults.remove(rule)
+    return trivial_cell(backend, RunRequest(gpus=1, ranks=TWO_NODES), session,
+                        lambda run: RankedRun(run, TWO_NODES, settle=5.0 if session else None))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cells", type=int, default=10)
-    args = parser.parse_args()
-    with origin_of(2) as origin:
-        client = origin.sandbox.api_client()
-        namespace = f"bench-{uuid.uuid4().hex[:6]}"
-        kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": namespace}})
-        backend = KubernetesBackend(KubeSettings(namespace, user="bench", kernel="bench-kernel"), client)
-        try:
-            one_cell(backend)  # warms the inventory cache, offloads the namespace, builds the runner
-            one_cell(backend, "warm")
-            api = origin.sandbox.api
-            oneshot_requests = counted(api, args.cells, backend, None)
-            session_requests = counted(api, args.cells, backend, "warm")
-            oneshot = [one_cell(backend) for _ in range(args.cells)]
-            warm = [one_cell(backend, "warm") for _ in range(args.cells)]
-        finally:
-            backend.close()
-            client.close()
+    got, cells = measured_from_command_line(__doc__, 10, JOB_CATEGORIES, one_cell)
+    oneshot_requests, session_requests, oneshot, warm = got.oneshot_requests, got.session_requests, got.oneshot, got.warm
     print(machine_line())
     print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.1f}, "
-          f"cells per measure: {args.cells}\n")
+          f"cells per measure: {cells}\n")
     print("| API requests per 2-pod cell (steady state) | one-shot Job | warm distributed session |")
     print("|---|---:|---:|")
     for name, _, _ in JOB_CATEGORIES:

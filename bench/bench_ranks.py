@@ -63,7 +63,8 @@ def ours(backend: Backend, request: OffloadRequest | None = None) -> tuple[float
     """Seconds from the launch to the first rank's line, and to the run's ``done``."""
     request = request or OffloadRequest(SCRIPT, gpus=0, nodes=2, procs_per_node=2, quiet_ranks=False)
     begin = time.perf_counter()
-    run, _refs = start(request, Launch(analyse_cell(request.cell, {})), {}, backend)
+    started = start(request, Launch(analyse_cell(request.cell, {})), {}, backend)
+    run = started.run
     first = None
     while True:
         event = run.next_event(1.0)
@@ -73,7 +74,7 @@ def ours(backend: Backend, request: OffloadRequest | None = None) -> tuple[float
             assert event.status == "ok", event
             break
     end = time.perf_counter() - begin
-    run.release(10.0)
+    started.release(10.0)
     assert first is not None
     return first, end
 

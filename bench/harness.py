@@ -164,6 +164,13 @@ class Run:
         self.notes.append(text)
         print(text)
 
+    def goal(self, what: str, value: float, goal: float, unit: str = "ms") -> bool:
+        """Note whether ``value`` (lower is better) meets ``goal``: ``worst render wall p95 1.20 ms: meets the
+        5 ms goal``; returns whether it does."""
+        meets = value <= goal
+        self.note(f"{what} {value:.2f} {unit}: {'meets' if meets else 'misses'} the {goal:g} {unit} goal")
+        return meets
+
     def to_json(self) -> dict[str, Any]:
         return {"benchmark": self.benchmark, "title": self.title, "started": self.started,
                 "revision": self.revision, "machine": self.machine, "notes": self.notes,

@@ -1,5 +1,6 @@
 """Writes the generated references in docs/: each chart's values (from its values.schema.json and values.yaml),
-and the ``gpu-offload`` command's (from its parsers).
+the ``gpu-offload`` command's (from its parsers), and the tables of environment variables inside hand-written
+pages (from their definitions in ``liqo_peering/environment.py``).
 
     python docs/generate.py          # rewrite them
     python docs/generate.py --check  # exit 1 naming the files that are out of date (the tests do the same)
@@ -24,6 +25,13 @@ CHARTS = {
     "donor-chart-values.md": ("helm/gpu-offload-donor", "The donor's chart (`helm/gpu-offload-donor`)", ""),
 }
 SKIPPED = {"global", "jupyterhub"}
+SETTINGS_TABLES = {
+    "kubernetes.md": ("KERNEL", "environment variable"),
+    "hub.md": ("HUB", "environment variable"),
+    "metaflow.md": ("FLOW", "setting (environment variable or the same key in Metaflow's config file)"),
+}
+"""Page: (group of ``liqo_peering.environment``, the first column's title), for each table of variables."""
+NOTE = "<!-- generated from liqo_peering/environment.py by python docs/generate.py: edit the definitions -->"
 
 
 def _resolved(node: Mapping[str, Any], definitions: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -118,10 +126,31 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
+def settings_table(group: str, title: str) -> list[str]:
+    """The Markdown table of the variables of ``group`` (``KERNEL``, ``HUB``, ``FLOW``): name, default, meaning."""
+    from gpu_offload.liqo_peering import environment
+
+    rows = [f"| `{s.name}` | {s.documented_default} | {s.doc} |" for s in getattr(environment, group)]
+    return [NOTE, f"| {title} | default | meaning |", "|---|---|---|", *rows]
+
+
+def with_settings_table(page: Path, group: str, title: str) -> str:
+    """``page`` as written, but for its table of variables, which is generated."""
+    lines = page.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {title} |"))
+    end = start
+    start -= lines[start - 1] == NOTE
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join([*lines[:start], *settings_table(group, title), *lines[end:]]) + "\n"
+
+
 def generated() -> dict[Path, str]:
     """Every generated file and the text it must hold."""
     files = {REPO / "docs" / name: values_reference(*spec) for name, spec in CHARTS.items()}
     files[REPO / "docs" / "cli.md"] = cli_reference()
+    for name, (group, title) in SETTINGS_TABLES.items():
+        files[REPO / "docs" / name] = with_settings_table(REPO / "docs" / name, group, title)
     return files
 
 

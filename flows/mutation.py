@@ -19,7 +19,7 @@ from .errors import GpuOffloadFlowError
 from .kubernetes_args import StepIdentity, check_resources, environment_vars, kubernetes_kwargs
 from .options import OffloadOptions, parse_options
 from .run_label import INTERNAL_DECORATOR
-from .settings import RECORDED_ENV, OffloadSettings, metaflow_settings
+from .settings import OffloadSettings, metaflow_settings, recorded_decision
 
 OVERRIDE = 3
 """``MutableStep.OVERRIDE``: the decorator we add replaces the user's, which we merged into ours."""
@@ -103,7 +103,7 @@ def place_step(
 ) -> StepPlacement:
     """The recorded decision when there is one (inside the step's pod: offline), else a fresh one placed
     with ``needs`` (CPU millicores, memory bytes) as well as the GPUs, with its Kueue queue when there is one."""
-    recorded = recorded_placement(step, environ.get(RECORDED_ENV))
+    recorded = recorded_placement(step, recorded_decision(environ))
     if recorded is not None:
         if recorded.gpus != options.gpus:
             raise GpuOffloadFlowError(
@@ -165,7 +165,7 @@ def trusted_ids(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 def downstream(environ: Mapping[str, str]) -> bool:
     """True in a step's pod or trampoline: a decision was recorded for some step, or Kubernetes runs us."""
-    return bool(environ.get(RECORDED_ENV) or environ.get("METAFLOW_KUBERNETES_WORKLOAD"))
+    return bool(recorded_decision(environ) or environ.get("METAFLOW_KUBERNETES_WORKLOAD"))
 
 
 def flow_user(environ: Mapping[str, str]) -> str | None:

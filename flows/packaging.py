@@ -9,7 +9,7 @@ from typing import Any
 FLOWS_DIR = Path(__file__).resolve().parent
 LIQO_DIR = FLOWS_DIR.parent / "liqo_peering"
 # Only what the mutator imports inside the pod: the decision is recorded there, so no client, no inventory.
-LIQO_FILES = ("__init__.py", "labels.py", "environment.py")
+LIQO_FILES = ("__init__.py", "labels.py", "environment.py", "settings.py")
 
 
 def code_package_files() -> Iterator[tuple[str, str, Any]]:

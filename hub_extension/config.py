@@ -18,6 +18,7 @@ from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import InvalidRequest
 from gpu_offload.liqo_peering.kueue import QueueSettings, queue_settings
+from gpu_offload.liqo_peering.settings import hub_config_path
 from gpu_offload.liqo_peering.trust import TrustPolicy, policy_from_config
 
 USER_NAMESPACE_LABEL = L.USER_NAMESPACE
@@ -226,7 +227,7 @@ def _queueing(section: Mapping[str, Any], where: Path | str) -> QueueSettings | 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> HubConfig:
     """The configuration from ``path``, else from ``$GPU_OFFLOAD_CONFIG``, else the defaults."""
-    chosen = path or E.HUB_CONFIG.read(os.environ)
+    chosen = path or hub_config_path(os.environ)
     if not chosen:
         return HubConfig()
     file = Path(chosen)

@@ -63,6 +63,7 @@ t=$(stamp)
 # a fixed timestamp makes the same source the same wheel, so podman's layer cache holds across builds
 SOURCE_DATE_EPOCH=315532800 "$PY" -m pip wheel -q --no-deps --wheel-dir "$context/wheels" "$REPO"
 wheel_sha=$(cat "$context"/wheels/*.whl | sha256sum | cut -c1-16)
+cp "$HERE/pip-install.sh" "$context/"  # the install step every recipe shares
 echo "== wheel: $(ls "$context/wheels") ($(took "$t"))"
 
 # A local Debian base: debootstrap (cached as a tarball), then `podman import` with Python on PATH in a venv,

@@ -3,8 +3,9 @@
 The hub's spawner writes the user server's ``GPU_OFFLOAD_*`` variables, the kernel (magic, backend, runs
 extension) reads them, the chart points the hub at its configuration, and Metaflow carries
 ``METAFLOW_GPU_OFFLOAD_*`` from the deploying process into the step's pod. All of them are defined here
-once, so writer and reader cannot drift; the settings tables in README.md are checked against these
-definitions by a test.
+once, so writer and reader cannot drift; the settings tables in the docs are checked against these
+definitions by a test. Writers use these definitions; only :mod:`.settings` reads them (a test walks the
+product's source for any other read).
 
 Metaflow's step pod imports this module from the flow's code package with nothing but the standard library
 (``flows/packaging.py``), so it imports no other module of the project.
@@ -82,7 +83,8 @@ class Setting(Generic[T]):
     default: T
     """When unset or empty."""
     doc: str
-    """What it means, for readers of this module."""
+    """What it means, in Markdown: the meaning column of its row in the docs (``docs/generate.py`` writes
+    the tables from these definitions)."""
     shown_default: str = ""
     """The default as the docs write it, where it is not the literal ``default`` (e.g. it depends)."""
 
@@ -123,57 +125,86 @@ def _kernel(name: str, parse: Callable[[str], T], default: T, doc: str, shown: s
 
 
 # --- a user's kernel and Jupyter server (the hub's spawner sets most of them) -------------------------------
-BACKEND = _kernel("BACKEND", choice("kubernetes", "local"), None,
-                  "Which backend `--backend auto` picks; unset: kubernetes when NAMESPACE is set.")
+BACKEND = _kernel("BACKEND", lambda raw: choice("kubernetes", "local")(raw.lower()), None,
+                  "`kubernetes` or `local`: what `--backend auto` picks; unset, kubernetes when "
+                  "`GPU_OFFLOAD_NAMESPACE` is set")
 NAMESPACE = _kernel("NAMESPACE", text, None,
-                    "Offloaded namespace the runner pods go to; unset: the kubeconfig context's, as kubectl.",
+                    "namespace the runner pods go to; it must exist and be offloaded (below); unset, the "
+                    "kubeconfig's current context names it (else `default`), as kubectl does",
                     "the kubeconfig context's")
 IMAGE = _kernel("IMAGE", text, None,
-                "Runner pods' image when a cell gives no --image; unset: the project's runner image for the "
-                "kernel's Python minor version (with torch when the kernel has torch), from images.json.",
+                "image of runner pods when a cell gives no `--image`; unset, the project's runner image for "
+                "the kernel's Python minor version (`runner-cuda` when the kernel has torch; names in "
+                "[images/README.md](../images/README.md)); any image whose Python has the kernel's minor "
+                "version works, the runner travels with the cell",
                 "the runner image of the kernel's Python")
 IMAGE_REGISTRY = _kernel("IMAGE_REGISTRY", text, None,
-                         "Registry (and path) the project's runner images were pushed to, put in front of the "
-                         "default runner image's name; unset: the bare name.", "none")
-PYTHON = _kernel("PYTHON", text, "python3", "Interpreter inside the image.")
+                         "registry (and path) the runner images were pushed to, put in front of the default "
+                         "runner image's name, e.g. `registry.example.org/ml`", "none")
+PYTHON = _kernel("PYTHON", text, "python3", "interpreter inside the image")
 GPU_MODEL = _kernel("GPU_MODEL", text, None,
-                    "GPU model of cells that give no --gpu-model (a hub's GPU profile sets it).")
-S3_BUCKET = _kernel("S3_BUCKET", text, None, "Object storage for bundles and outputs too large for the API.")
-S3_ENDPOINT = _kernel("S3_ENDPOINT", text, None, "Endpoint of that storage (unset: the SDK's default).")
-MEMORY = _kernel("MEMORY", text, None, "Memory request and limit of runner pods, read at each cell.")
+                    "GPU model of cells that give no `--gpu-model` (the hub's GPU profiles set it; "
+                    "`c.GpuOffloadMagics.default_gpu_model` overrides it)")
+S3_BUCKET = _kernel("S3_BUCKET", text, None, "S3-compatible storage for inputs too large for a Secret and for"
+                                             " outputs, and where `gpu-offload run` scripts' logs are kept "
+                                             "after their pods ([notebook.md](notebook.md#from-a-shell)); "
+                                             "credentials from the usual `AWS_*` variables, in the kernel "
+                                             "only")
+S3_ENDPOINT = _kernel("S3_ENDPOINT", text, None, "endpoint URL of that storage (unset: AWS's own)")
+MEMORY = _kernel("MEMORY", text, None, "memory request and limit of runner pods, e.g. `32Gi` (`%env "
+                                       "GPU_OFFLOAD_MEMORY=32Gi` for the next cells)")
 CREATE_OFFLOADING = _kernel("CREATE_OFFLOADING", flag, None,
-                            "Create or widen the NamespaceOffloading; unset: yes, except in a hub.",
+                            "create or widen the namespace's NamespaceOffloading when it is missing",
                             "`1`, `0` in a hub")
-KERNEL_ID = _kernel("KERNEL_ID", text, None, "This kernel's id on its pods.", "Jupyter's kernel id")
-PLACEMENT_POLICY = _kernel("PLACEMENT_POLICY", choice(*POLICY_NAMES), "most-free", "Placement policy by name.")
-SWEEP_SECONDS = _kernel("SWEEP_SECONDS", seconds, 60.0, "Seconds between orphan sweeps; 0: never.")
-SERVICE_URL = _kernel("SERVICE_URL", text, None, "The hub service; the kernel's inventory comes from it.")
+KERNEL_ID = _kernel("KERNEL_ID", text, None, "labels the pods; cleanup after a crash uses it", "Jupyter's kernel id")
+PLACEMENT_POLICY = _kernel("PLACEMENT_POLICY", choice(*POLICY_NAMES), "most-free", "`most-free` (spread, "
+                                                                                   "cheapest on ties), "
+                                                                                   "`bin-pack` (fill the "
+                                                                                   "fullest node first) or "
+                                                                                   "`first-fit`; the chart "
+                                                                                   "sets it from "
+                                                                                   "`offload.placementPolicy`;"
+                                                                                   " "
+                                                                                   "[bench/FINDINGS.md](../bench/FINDINGS.md)"
+                                                                                   " replays a production "
+                                                                                   "trace with each")
+SWEEP_SECONDS = _kernel("SWEEP_SECONDS", seconds, 60.0, "how often a Jupyter server deletes the pods of its "
+                                                        "ended kernels (orphan sweep, below); `0` never")
+SERVICE_URL = _kernel("SERVICE_URL", text, None, "the hub service; set, the inventory comes from its "
+                                                 "`api/inventory` (the spawner sets it)")
 SERVER_ID = _kernel("SERVER_ID", text, None,
-                    "The Jupyter server of this kernel, set by the runs extension for its kernels.",
+                    "the Jupyter server of a kernel, on its pods (orphan sweep, below)",
                     "set by the server")
-METERED = _kernel("METERED", flag, False, "Runner pods carry the hub meter's finalizer.")
-STATE_DIR = _kernel("STATE_DIR", text, None, "Where a server's kernels record their runs for the panel.",
+METERED = _kernel("METERED", flag, False, "`1`: runner pods carry the hub meter's finalizer (the spawner sets"
+                                          " it)")
+STATE_DIR = _kernel("STATE_DIR", text, None, "where a server's kernels record their runs for the panel",
                     "Jupyter's runtime directory")
 QUEUE = _kernel("QUEUE", text, None,
-                "Kueue LocalQueue runner pods wait in (the hub sets it when queueing is on); unset: the one "
-                "LocalQueue of the namespace, found at the first cell, else no queueing.",
+                "the Kueue LocalQueue runner pods wait in, set by the spawner when the chart's "
+                "`queueing.kueue.enabled` is on; unset, the one LocalQueue of the namespace (listed once, at "
+                "the first cell), else no queueing ([queueing](queueing.md))",
                 "none")
 PRIORITY = _kernel("PRIORITY", text, None,
-                   "Kueue priority class of cells that give no --priority (the hub sets the chart's default).",
+                   "Kueue priority class of cells without `--priority` (the spawner sets the chart's "
+                   "`queueing.kueue.defaultPriority`)",
                    "none")
 SESSION_IDLE_TIMEOUT = _kernel("SESSION_IDLE_TIMEOUT", seconds, 0.0,
-                               "Seconds a `--session` may sit idle holding its GPUs before the kernel ends it (a hub "
-                               "writes the chart's `offload.sessionIdleTimeout`); 0: never.")
+                               "seconds a `--session` may sit idle holding its GPUs before the kernel ends it"
+                               " and deletes its pod, saying so at that session's next cell and in "
+                               "`%gpu_offload status`; the spawner sets the chart's "
+                               "`offload.sessionIdleTimeout`; `0` never")
 TRUSTED_CLUSTERS: Setting[tuple[str, ...]] = _kernel("TRUSTED_CLUSTERS", names, tuple[str, ...](),
-                           "Cluster ids trusted with pickled outputs (the origin decides; a hub writes its chart's).",
+                           "comma-separated cluster ids the origin trusts with pickled outputs; a hub writes "
+                           "its chart's `clusters.<id>.trusted` ([security](security.md))",
                            "none")
 TRUSTED_ONLY = _kernel("TRUSTED_ONLY", flag, False,
-                       "Cells run on trusted clusters only, as with `--trusted-only` (a hub writes its chart's "
-                       "`offload.trustedOnly`): the default of `c.GpuOffloadMagics.trusted_only`.")
+                       "`1`: cells run on trusted clusters only, as with `--trusted-only` (default of "
+                       "`c.GpuOffloadMagics.trusted_only`; a hub writes its chart's `offload.trustedOnly`)")
 MONTHLY_BUDGET: Setting[float | None] = _kernel(
     "MONTHLY_BUDGET", amount, None,
-    "What this user's runs may cost per month (UTC); a cell that would start past it is refused before launch "
-    "(the hub writes its chart's `offload.monthlyBudgetPerUser`; the spend is read from SERVICE_URL).", "none")
+    "what your runs may cost per month (UTC); a cell that would start a pod past it is refused before launch,"
+    " running cells go on; the spend is read from the hub service's `api/me` (the spawner sets it from the "
+    "chart's `offload.monthlyBudgetPerUser`; [hub](hub.md#cost-and-budgets))", "none")
 
 KERNEL: tuple[Setting[Any], ...] = (
     BACKEND, NAMESPACE, IMAGE, IMAGE_REGISTRY, PYTHON, GPU_MODEL, S3_BUCKET, S3_ENDPOINT, MEMORY, CREATE_OFFLOADING,
@@ -183,7 +214,8 @@ KERNEL: tuple[Setting[Any], ...] = (
 """What a user's kernel and server read (README: the kubernetes backend's environment variables)."""
 
 # --- the hub -----------------------------------------------------------------------------------------------
-HUB_CONFIG = _kernel("CONFIG", text, None, "Path of the chart's configuration file (its ConfigMap, mounted).")
+HUB_CONFIG = _kernel("CONFIG", text, None, "path of the chart's configuration file (its ConfigMap, mounted); "
+                                           "unset, the defaults")
 HUB: tuple[Setting[Any], ...] = (HUB_CONFIG,)
 
 # --- a donor's node labeller (the donor chart's DaemonSet sets them) -----------------------------------------
@@ -201,20 +233,28 @@ def _flow(name: str, parse: Callable[[str], T], default: T, doc: str, shown: str
 
 
 FLOW_SOURCE = _flow("PLACEMENT_SOURCE", choice("auto", "live", "config"), "auto",
-                    "live: ask the cluster, fail if unreachable; config: never ask; auto: ask, fall back.")
-FLOW_INVENTORY = _flow("INVENTORY", text, None, "Inventory JSON file: clusters and GPUs known offline.")
-FLOW_CLUSTER = _flow("CLUSTER", text, None, 'Cluster of steps that say cluster="auto".')
-FLOW_POLICY = _flow("PLACEMENT_POLICY", choice(*POLICY_NAMES), "most-free", "Placement policy by name.")
-FLOW_GPU_MODEL = _flow("GPU_MODEL", text, None, "Model of steps that name none.")
-FLOW_NAMESPACE = _flow("NAMESPACE", text, None, "Offloaded namespace of the step pods.", "Metaflow's")
+                    "`live`: ask the cluster (kubeconfig or in-cluster account), fail if it does not answer; "
+                    "`config`: never ask; `auto`: ask when a kubeconfig exists, else fall back")
+FLOW_INVENTORY = _flow("INVENTORY", text, None, "JSON file of clusters and GPUs, for checks without a cluster"
+                                                " (format in `flows/inventory_file.py`)")
+FLOW_CLUSTER = _flow("CLUSTER", text, None, "cluster used when a step says `cluster=\"auto\"`")
+FLOW_POLICY = _flow("PLACEMENT_POLICY", choice(*POLICY_NAMES), "most-free", "placement policy for steps: "
+                                                                            "`most-free`, `bin-pack` or "
+                                                                            "`first-fit`")
+FLOW_GPU_MODEL = _flow("GPU_MODEL", text, None, "model used when a step names none")
+FLOW_NAMESPACE = _flow("NAMESPACE", text, None, "offloaded namespace for the step pods (`run` only: Argo runs"
+                                                " every step in `METAFLOW_KUBERNETES_NAMESPACE`, so set that "
+                                                "one to an offloaded namespace)", "Metaflow's")
 FLOW_BACKEND = _flow("BACKEND", choice("kubernetes", "local"), "kubernetes",
-                     "local leaves @gpu_offload steps as written (they run in the local process).")
+                     "`local` leaves the steps as written: they run in the local process (CPU without a GPU)")
 FLOW_QUEUE = _flow("QUEUE", text, None,
-                   "Kueue LocalQueue the step Jobs wait in; unset: the hub's `GPU_OFFLOAD_QUEUE`, else the one "
-                   "LocalQueue of the step pods' namespace, else no queueing.",
+                   "Kueue LocalQueue the step Jobs wait in; unset, the one a hub's spawner set for the user's"
+                   " server (`GPU_OFFLOAD_QUEUE`), else the one LocalQueue of the step pods' namespace (when "
+                   "placement asks the cluster), else no queueing",
                    "`GPU_OFFLOAD_QUEUE`")
 FLOW_PRIORITY = _flow("PRIORITY", text, None,
-                      "Kueue priority class of steps that give no `priority=`; unset: the hub's `GPU_OFFLOAD_PRIORITY`.",
+                      "Kueue priority class of steps that give no `priority=`; unset, the hub's default "
+                      "(`GPU_OFFLOAD_PRIORITY`)",
                       "`GPU_OFFLOAD_PRIORITY`")
 FLOW: tuple[Setting[Any], ...] = (
     FLOW_SOURCE, FLOW_INVENTORY, FLOW_CLUSTER, FLOW_POLICY, FLOW_GPU_MODEL, FLOW_NAMESPACE, FLOW_BACKEND,

@@ -20,9 +20,9 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from . import environment
 from .errors import GpuOffloadError, api_error
 from .gpu_labels import LABELLED, UNPRIVILEGED_DEVICES, Device, NvmlAnswers, nvml_labels, runtime_labels
+from .settings import read_donor
 
 DEFAULT_RUNTIME_CONFIG = "/host/etc/nvidia-container-runtime/config.toml"
 OWNED = (*LABELLED, UNPRIVILEGED_DEVICES)
@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .client import api_client_from_environment
 
-    runtime_config = environment.RUNTIME_CONFIG.read(os.environ) or DEFAULT_RUNTIME_CONFIG
-    interval = environment.LABEL_INTERVAL.read(os.environ)
+    settings = read_donor(os.environ)
+    runtime_config = settings.runtime_config or DEFAULT_RUNTIME_CONFIG
+    interval = settings.label_interval
     api_client = api_client_from_environment()
     while True:
         try:

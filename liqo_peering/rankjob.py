@@ -25,7 +25,7 @@ from typing import Any
 
 from . import labels as L
 from .errors import InvalidRequest
-from .specs import RunnerPodSpec, _dns_name, _queue_labels, owner_reference, runner_labels, runner_pod
+from .specs import RunnerPodSpec, dns_name, owner_reference, queue_labels, runner_labels, runner_pod
 
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 """The annotation (and, since Kubernetes 1.28, label) the Job controller gives each pod of an Indexed Job: its
@@ -59,12 +59,12 @@ class RankJobSpec:
 def rank_job_name(run_id: str) -> str:
     """The Job's name for a run; its pods are ``<job>-<index>-<random>`` with hostname ``<job>-<index>``."""
     # the same name a single cell's pod gets, so the runner Secret (``<name>-runner``) and the sweep's selectors agree
-    return _dns_name(f"gpuo-{run_id}", "Job name (from run id)")
+    return dns_name(f"gpuo-{run_id}", "Job name (from run id)")
 
 
 def master_service_name(run_id: str) -> str:
     """The headless Service in front of pod 0, whose short name is ``MASTER_ADDR``."""
-    return _dns_name(f"gpuo-{run_id}-rank0", "Service name (from run id)")
+    return dns_name(f"gpuo-{run_id}-rank0", "Service name (from run id)")
 
 
 def master_port(run_id: str) -> int:
@@ -111,21 +111,24 @@ def rank_env(spec: RankJobSpec) -> list[dict[str, Any]]:
 
 
 def _template(spec: RankJobSpec) -> dict[str, Any]:
+    """The pod template: the runner pod of ``spec.pod`` with the ranks' environment and /dev/shm, built anew
+    from it (the runner pod itself is left as :func:`~.specs.runner_pod` made it)."""
     pod = runner_pod(spec.pod)
     meta, pod_spec = pod["metadata"], pod["spec"]
-    # the deadline is the Job's (it ends every pod); queue labels are the Job's (Kueue admits the Job as a
-    # whole; on the pods they would make Kueue's pod integration gate each one on its own)
-    pod_spec.pop("activeDeadlineSeconds", None)
     template_meta: dict[str, Any] = {"labels": runner_labels(spec.pod), "annotations": dict(meta["annotations"])}
     if meta.get("finalizers"):
         template_meta["finalizers"] = list(meta["finalizers"])
-    container = pod_spec["containers"][0]
-    taken = {e["name"] for e in container["env"]}
-    container["env"] += [e for e in rank_env(spec) if e["name"] not in taken]
-    container["volumeMounts"].append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    first, *others = pod_spec["containers"]
+    taken = {e["name"] for e in first["env"]}
+    container = {**first, "env": [*first["env"], *(e for e in rank_env(spec) if e["name"] not in taken)],
+                 "volumeMounts": [*first["volumeMounts"], {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]}
     shm = spec.shm_bytes if spec.shm_bytes is not None else SHM_PER_PROCESS * spec.procs_per_node
-    pod_spec["volumes"].append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": str(shm)}})
-    return {"metadata": template_meta, "spec": pod_spec}
+    volumes = [*pod_spec["volumes"], {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": str(shm)}}]
+    # the deadline is the Job's (it ends every pod); queue labels are the Job's (Kueue admits the Job as a
+    # whole; on the pods they would make Kueue's pod integration gate each one on its own)
+    template_spec = {k: v for k, v in pod_spec.items() if k != "activeDeadlineSeconds"}
+    return {"metadata": template_meta,
+            "spec": {**template_spec, "containers": [container, *others], "volumes": volumes}}
 
 
 def rank_job(spec: RankJobSpec) -> dict[str, Any]:
@@ -148,13 +151,13 @@ def rank_job(spec: RankJobSpec) -> dict[str, Any]:
     }
     if pod.timeout is not None:
         job_spec["activeDeadlineSeconds"] = pod.timeout
-    queue = _queue_labels(pod)
+    queue = queue_labels(pod)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": rank_job_name(pod.run_id),
-            "namespace": _dns_name(pod.namespace, "namespace"),
+            "namespace": dns_name(pod.namespace, "namespace"),
             "labels": {**runner_labels(pod), **queue},
             "annotations": {L.USER: pod.user, L.KERNEL: pod.kernel},
         },
@@ -179,7 +182,7 @@ def master_service(spec: RankJobSpec, job_uid: str) -> dict[str, Any]:
         "kind": "Service",
         "metadata": {
             "name": master_service_name(spec.pod.run_id),
-            "namespace": _dns_name(spec.pod.namespace, "namespace"),
+            "namespace": dns_name(spec.pod.namespace, "namespace"),
             "labels": labels,
             "ownerReferences": [owner_reference(owner, job_uid)],
         },

@@ -53,6 +53,9 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+SESSION_GRACE_SECONDS = 60
+"""A session pod's termination grace period: enough for its runner to upload a checkpoint of a few GiB."""
+
 def label_value(text: str) -> str:
     """``text`` as a valid label value: unchanged when it already is one, else cleaned plus a short hash.
 
@@ -66,7 +69,8 @@ def label_value(text: str) -> str:
     return f"{cleaned}-{digest}" if cleaned else digest
 
 
-def _dns_name(text: str, what: str) -> str:
+def dns_name(text: str, what: str) -> str:
+    """``text`` when it is a DNS label (an object's name or namespace), else an error naming ``what`` it is."""
     if len(text) > 63 or not _DNS_LABEL.match(text):
         raise InvalidRequest(
             f"{what} {text!r} is not a DNS label: use lowercase letters, digits and '-', at most 63 characters"
@@ -113,7 +117,7 @@ def namespace_offloading(
         "kind": L.NAMESPACE_OFFLOADING.kind,
         "metadata": {
             "name": L.NAMESPACE_OFFLOADING_NAME,
-            "namespace": _dns_name(namespace, "namespace"),
+            "namespace": dns_name(namespace, "namespace"),
             "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE},
         },
         "spec": {"podOffloadingStrategy": strategy, "clusterSelector": cluster_selector(cluster_ids)},
@@ -186,14 +190,14 @@ def gpu_resource_slice(
         "apiVersion": L.RESOURCE_SLICE.api_version,
         "kind": L.RESOURCE_SLICE.kind,
         "metadata": {
-            "name": _dns_name(name, "ResourceSlice name"),
-            "namespace": _dns_name(tenant_namespace, "tenant namespace"),
+            "name": dns_name(name, "ResourceSlice name"),
+            "namespace": dns_name(tenant_namespace, "tenant namespace"),
             "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE, L.REMOTE_CLUSTER_ID_LABEL: provider_cluster_id},
         },
         "spec": {
             "class": "default",
-            "consumerClusterID": _dns_name(consumer_cluster_id, "consumer cluster id"),
-            "providerClusterID": _dns_name(provider_cluster_id, "provider cluster id"),
+            "consumerClusterID": dns_name(consumer_cluster_id, "consumer cluster id"),
+            "providerClusterID": dns_name(provider_cluster_id, "provider cluster id"),
             "resources": resources,
         },
     }
@@ -247,7 +251,7 @@ class RunnerPodSpec:
 
 def runner_pod_name(run_id: str) -> str:
     """The pod's name for a run (its runner Secret is ``<pod>-runner``)."""
-    return _dns_name(f"gpuo-{run_id}", "pod name (from run id)")
+    return dns_name(f"gpuo-{run_id}", "pod name (from run id)")
 
 
 def runner_labels(spec: RunnerPodSpec) -> dict[str, str]:
@@ -329,16 +333,16 @@ def _container(spec: RunnerPodSpec) -> dict[str, Any]:
     return container
 
 
-def _queue_labels(spec: RunnerPodSpec) -> dict[str, str]:
-    """Kueue's labels: with a queue name its pod webhook gates the pod until Kueue admits it."""
+def queue_labels(spec: RunnerPodSpec) -> dict[str, str]:
+    """Kueue's labels of ``spec``'s pod (or Job): with a queue name Kueue's webhook gates it until admitted."""
     if spec.queue is None:
         if spec.priority_class is not None:
             raise InvalidRequest(f"run {spec.run_id}: priority class {spec.priority_class!r} but no queue: queueing "
                                  "through Kueue is off here, so leave --priority out (or ask the admin to turn it on)")
         return {}
-    labels = {L.QUEUE_NAME_LABEL: _dns_name(spec.queue, "Kueue queue")}
+    labels = {L.QUEUE_NAME_LABEL: dns_name(spec.queue, "Kueue queue")}
     if spec.priority_class is not None:
-        labels[L.PRIORITY_CLASS_LABEL] = _dns_name(spec.priority_class, "Kueue priority class")
+        labels[L.PRIORITY_CLASS_LABEL] = dns_name(spec.priority_class, "Kueue priority class")
     return labels
 
 
@@ -357,7 +361,8 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 10,
+        # a session's runner writes its state on SIGTERM (preemption, drain): the time to finish writing it
+        "terminationGracePeriodSeconds": SESSION_GRACE_SECONDS if spec.session else 10,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": spec.run_as_user,
@@ -379,8 +384,8 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "namespace": _dns_name(spec.namespace, "namespace"),
-            "labels": {**runner_labels(spec), **_queue_labels(spec)},
+            "namespace": dns_name(spec.namespace, "namespace"),
+            "labels": {**runner_labels(spec), **queue_labels(spec)},
             "annotations": {L.USER: spec.user, L.KERNEL: spec.kernel},
             **({"finalizers": [L.METERED_FINALIZER]} if spec.metered else {}),
         },

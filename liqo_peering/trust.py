@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import environment as E
 from .inventory import ClusterRecord, Inventory
+from .settings import read_kernel
 
 LOCAL_BACKEND = "local"
 """The backend that runs cells on the user's own machine: always trusted. It is a backend name, never a
@@ -72,7 +72,7 @@ def trusting(cluster_ids: Iterable[str]) -> TrustPolicy:
 
 def policy_from_env(environ: Mapping[str, str]) -> TrustPolicy:
     """The policy ``GPU_OFFLOAD_TRUSTED_CLUSTERS`` (comma-separated cluster ids) gives; empty: none trusted."""
-    return trusting(E.TRUSTED_CLUSTERS.read(environ))
+    return trusting(read_kernel(environ).trusted_clusters)
 
 
 def _price(value: Any, where: str) -> float | None:

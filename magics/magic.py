@@ -26,17 +26,17 @@ from ..engine.backends.base import Backend
 from ..engine.engine import FollowSettings, Outcome, describe
 from ..engine.errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
 from ..engine.execution import Launch, OffloadHandle, run_blocking
+from ..engine.observing import RunEvents
 from ..engine.request import (
     OffloadRequest,
     gpu_models,
     ignored_locally,
-    refuse_spread_when_queued,
     split_names,
 )
-from ..engine.runs.tracking import tracked
+from ..engine.runs.tracking import tracker
 from ..engine.sinks import NotebookSink, Sink
 from ..engine.timing import Stopwatch, describe_timing
-from ..liqo_peering import environment as E
+from ..liqo_peering.settings import KernelSettings, RunDefaults, kernel_settings, run_defaults
 from . import session_commands
 from .cell_options import OPTIONS, USAGE, cell_arguments
 
@@ -89,19 +89,22 @@ class GpuOffloadMagics(Magics):
 
     @default("default_gpu_model")
     def _default_gpu_model(self) -> str | None:
-        return E.GPU_MODEL.read(os.environ)
+        return self.run_defaults().gpu_model
 
     @default("trusted_only")
     def _default_trusted_only(self) -> bool:
-        return E.TRUSTED_ONLY.read(os.environ)
+        return self.run_defaults().trusted_only
 
     def __init__(
         self,
         shell: Any = None,
         backends: Mapping[str, Backend] | None = None,
         sink: Sink | None = None,
+        settings: KernelSettings | None = None,
         **kwargs: Any,
     ) -> None:
+        self._settings = settings
+        """The kernel's settings when given (tests); None: this process's environment as it is now."""
         super().__init__(shell, **kwargs)
         self.ipython: Any = shell
         self._factories: dict[str, Callable[[], Backend]] = {
@@ -113,7 +116,14 @@ class GpuOffloadMagics(Magics):
         self.last_handle: OffloadHandle | None = None
         self.last_outcome: Outcome | None = None
         self._parsed: dict[str, argparse.Namespace] = {}
+        self.events = RunEvents()
+        """Every run this magic starts is published here; the kernel's run book (the panel's) listens."""
+        self.events.subscribe(tracker())
         atexit.register(self.close)
+
+    def run_defaults(self) -> RunDefaults:
+        """What a cell gets when neither its line nor ``c.GpuOffloadMagics`` says (the same for every front end)."""
+        return run_defaults(self._settings or kernel_settings())
 
     # -- the cell magic -------------------------------------------------------------------------------
 
@@ -140,8 +150,6 @@ class GpuOffloadMagics(Magics):
         backend = self._backend(request.backend)
         if backend.name == "local":
             self._name_ignored_options(request)
-        else:
-            refuse_spread_when_queued(request, E.QUEUE.read(os.environ))
         try:
             analysis = analyse_cell(cell, self.ipython.user_ns, hidden=set(self.ipython.user_ns_hidden),
                                     extra_inputs=request.inputs, extra_outputs=request.outputs)
@@ -152,10 +160,10 @@ class GpuOffloadMagics(Magics):
         launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>", clock=clock)
         settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
-            handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink)
+            handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink, self.events)
             self.last_handle = handle
             return handle
-        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings, self._remember)
+        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings, self._remember, self.events)
         return None
 
     def _remember(self, outcome: Outcome) -> None:
@@ -201,6 +209,7 @@ class GpuOffloadMagics(Magics):
             priority=args.priority,
             queue_timeout=args.queue_timeout,
             trusted_only=args.trusted_only or self.trusted_only,
+            rerun_on_preemption=args.rerun_on_preemption,
             nodes=args.nodes,
             procs_per_node=args.procs_per_node,
             out_rank=args.out_rank,
@@ -225,12 +234,17 @@ class GpuOffloadMagics(Magics):
                     f"this kernel knows: set it to auto, local or {', '.join(n for n in self._factories if n != 'local')}."
                 )
             self._backends[name] = factory()
-        return tracked(self._backends[name])  # the panel lists its runs
+        return self._backends[name]
 
-    def started_backend(self, name: str) -> Backend | None:
-        """The named backend if this kernel has started it, else ``None`` (the panel reuses its cluster
-        connection and inventory instead of opening its own)."""
-        return self._backends.get(name)
+    def started_backends(self) -> list[Backend]:
+        """The backends this kernel has started so far."""
+        return list(self._backends.values())
+
+    def cluster_backend(self) -> Backend:
+        """This kernel's kubernetes backend, started on first use as a cell would start it (the panel reads
+        donors and the user's runs through it: one cluster client per kernel). Raises
+        ``BackendNotConfigured`` naming what is missing."""
+        return self._backend("kubernetes")
 
     # -- line magics ----------------------------------------------------------------------------------
 
@@ -344,8 +358,7 @@ class GpuOffloadMagics(Magics):
             print(f"{key} = {getattr(self, key)!r}    # c.GpuOffloadMagics.{key}")
 
     def _kube(self) -> Any:
-        self._backend("kubernetes")  # builds it, or says what configuration is missing
-        return self._backends["kubernetes"]
+        return self.cluster_backend()  # builds it, or says what configuration is missing
 
     def _clusters(self, _: list[str]) -> None:
         from IPython.display import display

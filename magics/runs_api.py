@@ -20,9 +20,11 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from ..engine.backends.kube import config as kube_config
-from ..engine.runs.listing import RunnerPods, cancel_elsewhere, list_runs
+from ..engine.backends.kube.user_runs import UserPods
+from ..engine.runs.listing import cancel_elsewhere, list_runs
 from ..engine.runs.records import RunBook, record_to_json
 from ..liqo_peering import environment as E
+from ..liqo_peering.settings import KernelSettings, read_kernel
 
 RUN_ID = r"(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62})"
 
@@ -30,8 +32,8 @@ RUN_ID = r"(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62})"
 class RunsContext:
     """Where the runs come from: the state directory and, when configured, the user's runner pods."""
 
-    def __init__(self, book: RunBook, pods: RunnerPods | None, user: str | None, problem: str = "") -> None:
-        self.book, self.pods, self.user = book, pods, user
+    def __init__(self, book: RunBook, runs: UserPods | None, problem: str = "") -> None:
+        self.book, self.runs = book, runs
         self.problem = problem
         """Why the cluster's pods are not listed (shown with every answer), empty when they are."""
 
@@ -39,15 +41,13 @@ class RunsContext:
     def from_environment(cls) -> RunsContext:
         """The server's own environment decides (a hub sets the namespace for the user's server)."""
         env = os.environ
-        if not E.NAMESPACE.read(env):
-            return cls(RunBook(), None, None)
-        from ..liqo_peering.client import api_client_from_environment
-
+        if not read_kernel(env).namespace:
+            return cls(RunBook(), None)
         try:
             settings = kube_config.from_environment(env)
-            return cls(RunBook(), RunnerPods(api_client_from_environment(), settings.namespace), settings.user)
+            return cls(RunBook(), UserPods.from_environment(settings.namespace, settings.user))
         except Exception as exc:  # noqa: BLE001 - the state directory still answers; the reason is shown
-            return cls(RunBook(), None, None, f"runner pods are not listed: the cluster is unreachable ({exc}); "
+            return cls(RunBook(), None, f"runner pods are not listed: the cluster is unreachable ({exc}); "
                                               "check KUBECONFIG and GPU_OFFLOAD_NAMESPACE and restart the server")
 
 
@@ -63,7 +63,7 @@ class RunsHandler(_Base):
     @web.authenticated
     def get(self) -> None:
         ctx = self.runs_context
-        listing = list_runs((), ctx.book, ctx.pods, ctx.user)
+        listing = list_runs((), ctx.book, ctx.runs)
         problems = [*([ctx.problem] if ctx.problem else []), *listing.problems]
         self.finish(json.dumps({"runs": [record_to_json(r) for r in listing.runs], "problems": problems}))
 
@@ -74,14 +74,14 @@ class CancelHandler(_Base):
     @web.authenticated
     def post(self, run_id: str) -> None:
         ctx = self.runs_context
-        listing = list_runs((), ctx.book, ctx.pods, ctx.user)
+        listing = list_runs((), ctx.book, ctx.runs)
         record = next((r for r in listing.runs if r.run_id == run_id), None)
         if record is None:
             self.set_status(404)
             self.finish(json.dumps({"message": f"No run {run_id} of yours is known here: GET gpu-offload/runs "
                                                "lists the runs this server sees."}))
             return
-        said = cancel_elsewhere(record, ctx.book, ctx.pods, ctx.user)
+        said = cancel_elsewhere(record, ctx.book, ctx.runs)
         self.set_status(200 if record.finished else 202)
         self.finish(json.dumps({"message": said, "run": record_to_json(record)}))
 
@@ -100,13 +100,15 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
     from ..engine.backends.kube.sweep import OrphanSweep, server_identity
 
     env = os.environ
-    period, problem = sweep_period(env.get(E.SWEEP_SECONDS.name))
+    settings = read_kernel(env)
+    period, problem = sweep_period(settings)
     if problem:
         serverapp.log.warning("gpu-offload: %s", problem)
-    if ctx.pods is None or not ctx.user or period <= 0:
+    if ctx.runs is None or not ctx.runs.user or period <= 0:
         return
-    env.setdefault(E.SERVER_ID.name, server_identity(env))
-    sweep = OrphanSweep(ctx.pods, ctx.user, env[E.SERVER_ID.name], lambda: _live_kernels(serverapp))
+    server = settings.server_id or server_identity(env)
+    env[E.SERVER_ID.name] = server  # the kernels this server starts inherit it
+    sweep = OrphanSweep(ctx.runs.pods, ctx.runs.user, server, lambda: _live_kernels(serverapp))
     running: list[asyncio.Future[Any]] = []
 
     def tick() -> None:
@@ -123,13 +125,13 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
     serverapp.io_loop.add_callback(begin)
 
 
-def sweep_period(raw: str | None) -> tuple[float, str]:
+def sweep_period(settings: KernelSettings) -> tuple[float, str]:
     """Seconds between sweeps from ``GPU_OFFLOAD_SWEEP_SECONDS``, and what was wrong with it (empty if fine)."""
-    try:
-        return E.SWEEP_SECONDS.get(lambda _name: raw), ""
-    except E.InvalidSetting as exc:
-        default = E.SWEEP_SECONDS.default
-        return default, f"{exc}; sweeping every {default:g} s. Set it like 60, or 0 to turn the sweep off."
+    problem = settings.problem("sweep_seconds")
+    if problem:
+        return settings.sweep_seconds, (f"{problem}; sweeping every {settings.sweep_seconds:g} s. Set it like 60, "
+                                        "or 0 to turn the sweep off.")
+    return settings.sweep_seconds, ""
 
 
 def _live_kernels(serverapp: Any) -> dict[str, int | None]:

@@ -2,7 +2,8 @@
 
 ``checkpoint SESSION [--as NAME] [--limit MIB] [--auto on|off]`` writes the session's state (checkpoint
 ``NAME``, by default the session's name; ``--auto on``: again in the background after every cell that ends ok); ``restore NAME [--session S]`` starts session ``S`` (by default the one the checkpoint
-came from) from it; ``move SESSION`` checkpoints, closes and restores the session in a new runner.
+came from) from it; ``move SESSION [--cluster C | --gpu-model M]`` checkpoints, closes and restores the session
+in a new runner (on the kubernetes backend, placed on cluster ``C`` or a GPU of model ``M``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 from ..engine.errors import OffloadUsageError
 
 USAGE = ("%gpu_offload checkpoint SESSION [--as NAME] [--limit MIB] [--auto on|off], %gpu_offload restore NAME [--session S], "
-         "%gpu_offload move SESSION")
+         "%gpu_offload move SESSION [--cluster C | --gpu-model M]")
 
 
 class Checkpointing(Protocol):
@@ -59,12 +60,15 @@ def _limit(text: str | None) -> int | None:
     return int(mib * 2**20)
 
 
-def _checkpointing(backends: Iterable[Any]) -> Checkpointing:
-    for backend in backends:
-        if hasattr(backend, "checkpoint_session"):
+def _checkpointing(backends: Iterable[Any], session: str | None = None) -> Checkpointing:
+    """The backend that holds ``session`` (else the first one that checkpoints sessions)."""
+    able = [backend for backend in backends if hasattr(backend, "checkpoint_session")]
+    for backend in able:
+        if session is not None and any(info.name == session for info in backend.sessions()):
             return backend  # type: ignore[no-any-return]
-    raise OffloadUsageError("checkpoints are written for sessions of the local backend only so far; sessions "
-                            "on a cluster cannot be checkpointed yet (%gpu_offload config backend=local)")
+    if able:
+        return able[0]  # type: ignore[no-any-return]
+    raise OffloadUsageError("no backend of this kernel checkpoints sessions yet: run a cell with --session first")
 
 
 def checkpoint(backends: Iterable[Any], words: list[str]) -> str:
@@ -73,7 +77,7 @@ def checkpoint(backends: Iterable[Any], words: list[str]) -> str:
     auto = options.get("--auto")
     if auto not in (None, "on", "off"):
         raise OffloadUsageError(f"--auto {auto}: write --auto on or --auto off")
-    saved = _checkpointing(backends).checkpoint_session(session, options.get("--as", session),
+    saved = _checkpointing(backends, session).checkpoint_session(session, options.get("--as", session),
                                                         _limit(options.get("--limit")),
                                                         None if auto is None else auto == "on")
     said = f"checkpoint {saved.describe()}"
@@ -90,12 +94,15 @@ def restore(backends: Iterable[Any], words: list[str]) -> str:
 
 
 def move(backends: Iterable[Any], words: list[str], grace: float) -> list[str]:
-    """``move SESSION``: checkpoint, close, restore in a new runner; returns the lines for the user."""
+    """``move SESSION [--cluster C | --gpu-model M]``: checkpoint, close, restore in a new runner (on a cluster,
+    placed as asked); returns the lines for the user."""
     session, options = _options("move", words, ("--cluster", "--gpu-model"))
+    backend = _checkpointing(backends, session)
+    if hasattr(backend, "move_session"):
+        return list(backend.move_session(session, options.get("--cluster"), options.get("--gpu-model"), grace))
     if options:
-        raise OffloadUsageError("%gpu_offload move --cluster/--gpu-model: moving a session onto another cluster "
-                                "is not wired yet; the local backend moves it to a new runner (drop the option)")
-    backend = _checkpointing(backends)
+        raise OffloadUsageError("%gpu_offload move --cluster/--gpu-model: the local backend has no clusters; it "
+                                "moves a session to a new runner (drop the option)")
     saved = backend.checkpoint_session(session, session)
     lines = [f"checkpoint {saved.describe()}"]
     backend.close_session(session, grace)

@@ -37,24 +37,23 @@ def _shown(value: object) -> str:
     return repr(text if len(text) <= 64 else text[:64] + "...")
 
 
+def _name(value: str, field: str, pattern: re.Pattern[str], longest: int, rule: str) -> str:
+    """``value`` if it is non-empty, at most ``longest`` characters and matches ``pattern``; else says ``rule``."""
+    if not value or len(value) > longest or not pattern.fullmatch(value):
+        raise InvalidRequest(f"{field} {_shown(value)} is not {rule}")
+    return value
+
+
 def dns_label(value: str, field: str) -> str:
     """``value`` if it is a DNS-1123 label (Kubernetes names of namespaces, cluster ids, ...)."""
-    if not value or len(value) > 63 or not _DNS_1123_LABEL.fullmatch(value):
-        raise InvalidRequest(
-            f"{field} {_shown(value)} is not a DNS-1123 label: use lowercase letters, digits and '-', starting and ending"
-            " with a letter or digit, at most 63 characters (e.g. donor-1)"
-        )
-    return value
+    return _name(value, field, _DNS_1123_LABEL, 63, "a DNS-1123 label: use lowercase letters, digits and '-', "
+                 "starting and ending with a letter or digit, at most 63 characters (e.g. donor-1)")
 
 
 def dns_subdomain(value: str, field: str) -> str:
     """``value`` if it is a DNS-1123 subdomain (names of nodes and most objects)."""
-    if not value or len(value) > 253 or not _DNS_1123_SUBDOMAIN.fullmatch(value):
-        raise InvalidRequest(
-            f"{field} {_shown(value)} is not a DNS-1123 name: lowercase letters, digits, '-' and '.', at most 253"
-            " characters (e.g. donor-1-gpu)"
-        )
-    return value
+    return _name(value, field, _DNS_1123_SUBDOMAIN, 253, "a DNS-1123 name: lowercase letters, digits, '-' and '.', "
+                 "at most 253 characters (e.g. donor-1-gpu)")
 
 
 def gpu_count(raw: Any, field: str = "gpus") -> int:
@@ -79,13 +78,8 @@ def quantity(raw: Any, field: str) -> str | None:
 
 def label_value(raw: Any, field: str) -> str:
     """A Kubernetes label value (GPU model names like ``A100-80GB``)."""
-    text = str(raw or "").strip()
-    if not text or len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
-        raise InvalidRequest(
-            f"{field} {_shown(text)} is not a label value: letters, digits, '-', '_' and '.', at most 63 characters,"
-            " starting and ending with a letter or digit (e.g. A100)"
-        )
-    return text
+    return _name(str(raw or "").strip(), field, _LABEL_VALUE, 63, "a label value: letters, digits, '-', '_' and "
+                 "'.', at most 63 characters, starting and ending with a letter or digit (e.g. A100)")
 
 
 def price(raw: Any, field: str = "price") -> str:

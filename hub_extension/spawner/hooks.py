@@ -28,6 +28,7 @@ from gpu_offload.liqo_peering.client import LiqoClient, api_client_from_environm
 from gpu_offload.liqo_peering.errors import APIConflict, APIForbidden, APINotFound, GpuOffloadError, api_error
 from gpu_offload.liqo_peering.inventory import Inventory
 from gpu_offload.liqo_peering.retrying import Backoff, retry_async
+from gpu_offload.liqo_peering.settings import read_kernel
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi, NetworkingV1Api, RbacAuthorizationV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -205,7 +206,7 @@ async def prepare_server(spawner: Any, api_client: Any, name: str, config: HubCo
     created = await prepare_namespace(api_client, name, config, labels, user=str(spawner.user.name), groups=groups)
     if created:
         spawner.log.info("gpu-offload: prepared %s", ", ".join(created))
-    service_url = E.SERVICE_URL.get(spawner.environment.get) or ""
+    service_url = read_kernel(spawner.environment).service_url or ""  # set by the chart's hub (chart_hub)
     spawner.environment.update(un.server_environment(name, config, service_url))
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...engine.backends import registry
-from ...liqo_peering import environment as E
 from ...liqo_peering.inventory import Inventory
+from ...liqo_peering.settings import read_kernel
 
 LOCAL = "local"
 NO_CLUSTER = (
@@ -100,7 +100,7 @@ def local_gpu_names() -> list[str]:
 
 def read_hub_inventory(env: Mapping[str, str], timeout: float = 10.0) -> dict[str, Any]:
     """The hub service's user-scoped inventory, with the user server's token."""
-    url = env[E.SERVICE_URL.name].rstrip("/") + "/api/inventory"
+    url = (read_kernel(env).service_url or "").rstrip("/") + "/api/inventory"
     request = urllib.request.Request(url, headers={"Authorization": f"token {env.get('JUPYTERHUB_API_TOKEN', '')}"})
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the hub's own URL
         return dict(json.loads(response.read()))
@@ -109,6 +109,6 @@ def read_hub_inventory(env: Mapping[str, str], timeout: float = 10.0) -> dict[st
 def cluster_source(env: Mapping[str, str] | None = None) -> str:
     """Where this kernel reads the inventory: ``hub``, ``kubernetes`` or ``none``."""
     env = os.environ if env is None else env
-    if E.SERVICE_URL.read(env):
+    if read_kernel(env).service_url:
         return "hub"
     return "kubernetes" if registry.cluster_configured(env) else "none"

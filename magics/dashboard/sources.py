@@ -1,22 +1,21 @@
-"""Wires the panel to this kernel: the magic's defaults and backends, the tracker, the state directory and,
-when a cluster is configured, the inventory and the user's runner pods."""
+"""Wires the panel to this kernel: the magic's defaults, the run book the magic publishes its runs to, the
+state directory and, when a cluster is configured, the kernel's own cluster backend (its inventory, and the
+user's runs it sees). The panel opens no cluster connection of its own."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...engine.backends.base import InventorySource
-from ...engine.backends.kube import config as kube_config
+from ...engine.backends.base import InventorySource, UserRuns
 from ...engine.backends.kube.budget import HubSpend, spend_line
 from ...engine.errors import OffloadUsageError
-from ...engine.runs.listing import RunListing, RunnerPods, cancel_elsewhere, list_runs
+from ...engine.runs.listing import RunListing, cancel_elsewhere, list_runs
 from ...engine.runs.records import RunEntry
 from ...engine.runs.tracking import Tracker, tracker
 from ...liqo_peering import environment as E
-from ...liqo_peering.cache import InventoryCache
+from ...liqo_peering.settings import read_kernel
 from .clusters import (
     LOCAL,
     NO_CLUSTER,
@@ -40,16 +39,16 @@ class KernelFeeds:
     def __init__(self, magic: Any, env: Mapping[str, str], runs: Tracker | None = None) -> None:
         self.magic = magic
         self.env = env
+        self.settings = read_kernel(env)
         self.tracker = runs or tracker()
         self.source = cluster_source(env)
         self._gpu_names = local_gpu_names()
         self._seen = self.tracker.version
-        self._own_cache: InventoryCache | None = None
-        self.pods: RunnerPods | None = None
-        self.user: str | None = None
+        self.user_runs: UserRuns | None = None
+        """The user's runs the kernel's cluster backend sees (runner pods of every kernel, dead ones too)."""
         self._cache: InventorySource | None = None
         self._problem = ""
-        service = E.SERVICE_URL.read(env)
+        service = self.settings.service_url
         self.spend = HubSpend(service, env.get("JUPYTERHUB_API_TOKEN", "")) if service else None
         """This user's GPU-hours and cost this month, shown under the clusters (the hub meters them)."""
         try:
@@ -59,24 +58,13 @@ class KernelFeeds:
                              f"{E.NAMESPACE.name}, then open the panel again.")
 
     def _connect(self) -> None:
-        # the magic's kubernetes backend (if it made one) already holds a synced cache: reuse it
-        backend = self.magic.started_backend("kubernetes")
-        access = backend.cluster_access() if backend is not None else None
-        if backend is not None and access is not None:
-            self._cache = backend.inventory() if self.source == "kubernetes" else None
-            self.pods = RunnerPods(access.api_client, access.namespace)
-            self.user = access.user
+        if self.source == "none" or not self.settings.namespace:
             return
-        if self.source == "none" or not E.NAMESPACE.read(self.env):
-            return
-        from ...liqo_peering.client import LiqoClient, api_client_from_environment
-
-        settings = kube_config.from_environment(self.env)
-        api = api_client_from_environment()
-        self.pods = RunnerPods(api, settings.namespace)
-        self.user = settings.user
+        # the kernel's backend, as the next cell would start it: its synced inventory and its client
+        backend = self.magic.cluster_backend()
+        self.user_runs = backend.user_runs()
         if self.source == "kubernetes":
-            self._cache = self._own_cache = InventoryCache(LiqoClient(api, request_timeout=30)).start()
+            self._cache = backend.inventory()
 
     def clusters(self) -> tuple[list[ClusterEntry], list[str]]:
         """The local row, then the donors (or how to add one)."""
@@ -92,7 +80,7 @@ class KernelFeeds:
                 rows += inventory_rows(inventory)
                 notes += list(inventory.errors)
         except Exception as exc:  # noqa: BLE001 - shown in the panel; the next refresh tries again
-            where = E.SERVICE_URL.read(self.env) if self.source == "hub" else "the cluster"
+            where = self.settings.service_url if self.source == "hub" else "the cluster"
             notes.append(f"The inventory could not be read from {where}: {exc}. The panel retries by itself.")
         if len(rows) == 1 and not notes:
             notes.append("No peered cluster lends GPUs yet: ask the admin to peer one (hub page /services/gpu-offload/).")
@@ -102,10 +90,9 @@ class KernelFeeds:
 
     def _spend_note(self) -> str:
         assert self.spend is not None
-        try:
-            budget = E.MONTHLY_BUDGET.read(self.env)
-        except E.InvalidSetting as exc:
-            return f"{exc}: no budget applies until it is fixed"
+        if self.settings.problem("monthly_budget"):
+            return f"{self.settings.problem('monthly_budget')}: no budget applies until it is fixed"
+        budget = self.settings.monthly_budget
         try:
             return spend_line(self.spend.read(timeout=5.0), budget)
         except Exception as exc:  # noqa: BLE001 - shown in the panel; read again after the cache's TTL
@@ -113,7 +100,7 @@ class KernelFeeds:
 
     def runs(self) -> RunListing:
         """My runs across this user's kernels."""
-        return list_runs(self.tracker.records(), self.tracker.book, self.pods, self.user)
+        return list_runs(self.tracker.records(), self.tracker.book, self.user_runs)
 
     def wait_change(self, timeout: float) -> None:
         """Wait for this kernel's runs to change (or ``timeout``)."""
@@ -133,16 +120,13 @@ class KernelFeeds:
         return str(self.magic.default_cluster)
 
     def cancel(self, record: RunEntry) -> str:
-        """Stop a run as Ctrl-C would; says what was done."""
+        """Stop a run as Ctrl-C would (this kernel's through its cancel handle); says what was done."""
         if self.tracker.cancel(record.run_id):
             return f"Interrupting run {record.run_id} (as Ctrl-C would); press cancel again to kill it."
-        return cancel_elsewhere(record, self.tracker.book, self.pods, self.user)
+        return cancel_elsewhere(record, self.tracker.book, self.user_runs)
 
     def close(self) -> None:
-        """Stop the inventory watch this panel started (a backend's own cache lives on)."""
-        if self._own_cache is not None:
-            with contextlib.suppress(Exception):
-                self._own_cache.close(timeout=1.0)
+        """Nothing to stop: the inventory and the client are the kernel backend's and live on with it."""
 
 
 def _magic(shell: Any) -> Any:

@@ -41,9 +41,6 @@ class ScriptedRun:
     def progress(self) -> str:
         return ""
 
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        pass
-
     @property
     def events(self) -> tuple[RunEvent, ...]:
         return tuple(self._events)

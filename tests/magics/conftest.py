@@ -73,8 +73,8 @@ class CountingBackend:
     def inventory(self) -> Any:
         return self.inner.inventory()
 
-    def cluster_access(self) -> Any:
-        return self.inner.cluster_access()
+    def user_runs(self) -> Any:
+        return self.inner.user_runs()
 
     def trusts(self, cluster: str) -> bool:
         return self.inner.trusts(cluster)

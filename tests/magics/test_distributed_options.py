@@ -8,8 +8,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from gpu_offload.engine.backends.base import Ranks
-from gpu_offload.engine.errors import OffloadUsageError
-from gpu_offload.engine.request import OffloadRequest, refuse_spread_when_queued
+from gpu_offload.engine.request import OffloadRequest
 
 
 def offload(shell: Any, cell: str, line: str) -> Any:
@@ -46,8 +45,3 @@ def test_ranks_default_to_one_per_gpu_or_one_on_cpu() -> None:
     assert OffloadRequest("", gpus=4).ranks is None  # --gpus alone keeps one runner with four GPUs
 
 
-def test_spread_is_refused_when_queueing_is_on_with_the_reason() -> None:
-    request = OffloadRequest("", nodes=2, spread=True)
-    with pytest.raises(OffloadUsageError, match=r"Kueue admits the nodes of a run as one pod set with one flavor"):
-        refuse_spread_when_queued(request, "user-queue")
-    refuse_spread_when_queued(request, None)  # queueing off: the nodes may span donors

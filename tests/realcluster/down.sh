@@ -42,14 +42,19 @@ stop gpu-device-plugin
 stop kubelet
 kill_containers
 stop containerd
+stop node-namespace
 stop kube-scheduler
 stop kube-controller-manager
 stop kube-apiserver
 stop etcd
 unmount_state
 ip link del "$RC_BRIDGE" 2>/dev/null
-rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/gpu-offload-fake-gpu.sock
-rm -f /visibility/apiserver.crt /visibility/apiserver.key; rmdir /visibility 2>/dev/null
+if [ -z "$RC_PRIVATE_MOUNTS" ]; then
+	rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/gpu-offload-fake-gpu.sock
+	rm -f /visibility/apiserver.crt /visibility/apiserver.key; rmdir /visibility 2>/dev/null
+fi
+# the pods' cgroups of clusters 1-9 (deepest first; empty once the containers are gone)
+[ -z "$RC_CGROUP_ROOT" ] || find /sys/fs/cgroup/*"$RC_CGROUP_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null
 if [ "${1:-}" = --purge ]; then
 	rm -rf "$RC_STATE"
 else

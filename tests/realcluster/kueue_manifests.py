@@ -2,8 +2,11 @@
 adapted to a Kueue that runs as a process on the node instead of a Deployment, and Kueue's configuration as
 docs/queueing.md tells an admin to write it.
 
-    kueue_manifests.py RENDERED HOST WEBHOOK_PORT VISIBILITY_PORT   > manifests.yaml
-    kueue_manifests.py --config CERT_DIR WEBHOOK_PORT VISIBILITY_PORT METRICS_PORT HEALTH_PORT > config.yaml
+    kueue_manifests.py RENDERED HOST WEBHOOK_PORT VISIBILITY_PORT [all]   > manifests.yaml
+    kueue_manifests.py --config CERT_DIR WEBHOOK_PORT VISIBILITY_PORT METRICS_PORT HEALTH_PORT [all] > config.yaml
+
+``all`` (env.sh's RC_KUEUE_MANAGED, set for the Liqo stage's donor): Kueue manages every namespace but its own
+and kube-system, its default, as a donor cluster that runs Kueue for its own users often has it.
 
 Only the Deployment is dropped and the Services lose their selectors, gaining Endpoints at the process's
 address; and the job webhooks' namespace selector follows ``managedJobsNamespaceSelector``, as Kueue's Helm
@@ -26,7 +29,7 @@ KUSTOMIZE_JOB_SELECTOR = {"matchExpressions": [{"key": "kubernetes.io/metadata.n
                                                 "values": ["kube-system", NAMESPACE]}]}
 
 
-def adapt(documents: list[dict[str, Any]], host: str, ports: dict[str, int]) -> list[dict[str, Any]]:
+def adapt(documents: list[dict[str, Any]], host: str, ports: dict[str, int], managed: str = "") -> list[dict[str, Any]]:
     """The manifests without the Deployment, each Service of ``SERVICES`` pointed at ``host``."""
     out: list[dict[str, Any]] = []
     for doc in documents:
@@ -34,7 +37,7 @@ def adapt(documents: list[dict[str, Any]], host: str, ports: dict[str, int]) -> 
             continue
         if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
             for webhook in doc["webhooks"]:
-                if webhook.get("namespaceSelector") == KUSTOMIZE_JOB_SELECTOR:
+                if webhook.get("namespaceSelector") == KUSTOMIZE_JOB_SELECTOR and managed != "all":
                     webhook["namespaceSelector"] = MANAGED_NAMESPACES
         name = doc["metadata"]["name"]
         if doc["kind"] == "Service" and name in SERVICES:
@@ -52,7 +55,8 @@ def adapt(documents: list[dict[str, Any]], host: str, ports: dict[str, int]) -> 
     return out
 
 
-def configuration(cert_dir: str, webhook: int, visibility: int, metrics: int, health: int) -> dict[str, Any]:
+def configuration(cert_dir: str, webhook: int, visibility: int, metrics: int, health: int, managed: str = ""
+                  ) -> dict[str, Any]:
     """Kueue's Configuration: the upstream default with the settings docs/queueing.md asks for."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
@@ -65,7 +69,7 @@ def configuration(cert_dir: str, webhook: int, visibility: int, metrics: int, he
         "internalCertManagement": {"enable": True, "webhookServiceName": "kueue-webhook-service",
                                    "webhookSecretName": "kueue-webhook-server-cert"},
         "integrations": {"frameworks": ["pod", "batch/job"]},
-        "managedJobsNamespaceSelector": MANAGED_NAMESPACES,
+        "managedJobsNamespaceSelector": KUSTOMIZE_JOB_SELECTOR if managed == "all" else MANAGED_NAMESPACES,
         "admissionFairSharing": {"usageHalfLifeTime": "1h", "usageSamplingInterval": "1m",
                                  "resourceWeights": {"nvidia.com/gpu": 1, "cpu": 0, "memory": 0}},
         "waitForPodsReady": {"timeout": "5m", "requeuingStrategy": {"timestamp": "Eviction"}},
@@ -75,14 +79,14 @@ def configuration(cert_dir: str, webhook: int, visibility: int, metrics: int, he
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--config"]:
-        cert_dir, *ports = argv[1:]
-        doc: Any = configuration(cert_dir, *(int(p) for p in ports))
+        cert_dir, webhook, visibility, metrics, health, *managed = argv[1:]
+        doc: Any = configuration(cert_dir, int(webhook), int(visibility), int(metrics), int(health), *managed)
         sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
         return
-    rendered, host, webhook, visibility = argv
+    rendered, host, webhook, visibility, *managed = argv
     with open(rendered, encoding="utf-8") as fh:
         documents = [d for d in yaml.safe_load_all(fh) if d]
-    adapted = adapt(documents, host, {"webhook": int(webhook), "visibility": int(visibility)})
+    adapted = adapt(documents, host, {"webhook": int(webhook), "visibility": int(visibility)}, *managed)
     sys.stdout.write(yaml.safe_dump_all(adapted, sort_keys=False))
 
 

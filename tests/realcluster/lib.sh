@@ -40,6 +40,16 @@ wait_for() {
 	done
 }
 
+# in_node_namespace: the command prefix that runs a node process in the cluster's own mount namespace (none for
+# cluster 0, which uses the host's).
+in_node_namespace() {
+	[ -z "$RC_PRIVATE_MOUNTS" ] || echo nsenter "--mount=/proc/$(cat "$RC_STATE/pids/node-namespace.pid")/ns/mnt" --
+}
+
+node_namespace_ready() {
+	$(in_node_namespace) mountpoint -q /var/lib/kubelet/device-plugins
+}
+
 kubectl() { KUBECONFIG=$RC_KUBECONFIG "$RC_BIN/cluster" kubectl "$@"; }
 ctr_() { ctr --address "$RC_CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
@@ -80,9 +90,9 @@ token_kubeconfig() {
 	chmod 600 "$RC_STATE/$1.kubeconfig"
 }
 
-# Images are built once into $RC_STATE/images (a fresh machine builds them: no registry is reachable).
+# Images are built once into $RC_IMAGES (a fresh machine builds them: no registry is reachable).
 build_images() {
-	local images=$RC_STATE/images root
+	local images=$RC_IMAGES root
 	mkdir -p "$images"
 	if [ ! -f "$images/pause.tar" ]; then
 		root=$(mktemp -d)
@@ -105,11 +115,11 @@ build_images() {
 
 import_images() {
 	local tar
-	ctr_ images import "$RC_STATE/images/pause.tar" >/dev/null
-	ctr_ images import "$RC_STATE/images/python.tar" >/dev/null
+	ctr_ images import "$RC_IMAGES/pause.tar" >/dev/null
+	ctr_ images import "$RC_IMAGES/python.tar" >/dev/null
 	ctr_ images tag --force localhost/gpuorc/python:3.11 "$RC_PYTHON_IMAGE" >/dev/null
-	# Images another stage built (podman save archives dropped into $RC_STATE/images/extra/).
-	for tar in "$RC_STATE/images/extra"/*.tar; do
+	# Images another stage built (podman save archives dropped into $RC_IMAGES/extra/).
+	for tar in "$RC_IMAGES/extra"/*.tar; do
 		[ -f "$tar" ] && ctr_ images import "$tar" >/dev/null
 	done
 	return 0

@@ -31,10 +31,12 @@ from gpu_offload.sandbox.liqo.offloading import offloading_status
 ENABLED = os.environ.get("GPU_OFFLOAD_REAL_CLUSTER") == "1"
 """Set by tests/realcluster/run.sh: only then do the tests get their ``real`` half (the main suite never sees it,
 whatever ``-m`` its lanes pass)."""
-STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster"))
+INDEX = int(os.environ.get("RC_INDEX", "0"))
+"""env.sh's RC_INDEX: which of the clusters on this machine the tests use."""
+STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster" + (f"-{INDEX}" if INDEX else "")))
 KUBECONFIG = STATE / "admin.kubeconfig"
 REAL_NODE = os.environ.get("RC_NODE", "donor-1-gpu")
-HOST_ADDRESS = "10.219.0.1"  # env.sh's RC_HOST_IP: the pods' bridge, where they reach this machine
+HOST_ADDRESS = f"10.219.{INDEX}.1"  # env.sh's RC_HOST_IP: the pods' bridge, where they reach this machine
 KUEUE_PLURALS = ("workloads", "localqueues")
 KUEUE_CLUSTER_PLURALS = ("clusterqueues", "resourceflavors", "workloadpriorityclasses", "cohorts")
 LIQO = {"foreignclusters": ("core.liqo.io", None), "resourceslices": ("authentication.liqo.io", "ns"),

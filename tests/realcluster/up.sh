@@ -141,7 +141,8 @@ state = "$RC_STATE/containerd/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$RC_STATE/cni/net.d"
 TOML
-	start containerd containerd --config "$RC_STATE/containerd/config.toml"
+	[ -z "$RC_PRIVATE_MOUNTS" ] || start_node_namespace
+	start containerd $(in_node_namespace) containerd --config "$RC_STATE/containerd/config.toml"
 	wait_for "containerd" 60 ctr_ version
 	cat >"$RC_STATE/kubelet/config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -174,14 +175,35 @@ resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 maxPods: 60
 YAML
-	start kubelet "$RC_BIN/cluster" kubelet --config="$RC_STATE/kubelet/config.yaml" \
+	[ -z "$RC_CGROUP_ROOT" ] || echo "cgroupRoot: $RC_CGROUP_ROOT" >>"$RC_STATE/kubelet/config.yaml"
+	start kubelet $(in_node_namespace) "$RC_BIN/cluster" kubelet --config="$RC_STATE/kubelet/config.yaml" \
 		--kubeconfig="$RC_STATE/kubelet.kubeconfig" --root-dir="$RC_STATE/kubelet" \
 		--hostname-override="$RC_NODE" --node-ip="$RC_HOST_IP" \
 		--cert-dir="$RC_STATE/kubelet/pki"
 	wait_for "kubelet" 120 curl -sf "http://127.0.0.1:$RC_KUBELET_HEALTHZ_PORT/healthz"
 	# The kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its --root-dir (a path fixed
 	# in its device manager), so the plugin registers there.
-	start gpu-device-plugin "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS"
+	# RC_GPUS=0: a node without GPUs (the Liqo stage's origin, whose GPUs are the donor's)
+	[ "$RC_GPUS" = 0 ] || start gpu-device-plugin $(in_node_namespace) "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS"
+}
+
+# Clusters 1-9 (env.sh): a mount namespace of the node's own, kept by a holder process, where the kubelet's
+# device-plugin directory and Kueue's /visibility are this cluster's, and a cgroup root for its pods.
+start_node_namespace() {
+	local dir
+	mkdir -p "$RC_STATE/device-plugins" "$RC_STATE/visibility" /var/lib/kubelet/device-plugins /visibility
+	start node-namespace unshare --mount --propagation private sh -c "mount --bind '$RC_STATE/device-plugins' \
+		/var/lib/kubelet/device-plugins && mount --bind '$RC_STATE/visibility' /visibility && exec sleep infinity"
+	wait_for "the node's mount namespace" 20 node_namespace_ready
+	for dir in /sys/fs/cgroup/*/; do
+		[ -d "$dir$RC_CGROUP_ROOT" ] && continue
+		mkdir "$dir$RC_CGROUP_ROOT"
+		# a v1 cpuset group takes no task until it has CPUs and memory nodes
+		if [ -f "$dir/cpuset.cpus" ]; then
+			cat "$dir/cpuset.cpus" >"$dir$RC_CGROUP_ROOT/cpuset.cpus"
+			cat "$dir/cpuset.mems" >"$dir$RC_CGROUP_ROOT/cpuset.mems"
+		fi
+	done
 }
 
 install_kueue() {
@@ -189,15 +211,16 @@ install_kueue() {
 	mkdir -p "$RC_STATE/kueue/webhook-certs"
 	kubectl kustomize "$(cd "$HERE/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/default" >"$rendered.upstream"
 	python3 "$HERE/kueue_manifests.py" "$rendered.upstream" "$RC_HOST_IP" "$RC_KUEUE_WEBHOOK_PORT" \
-		"$RC_KUEUE_VISIBILITY_PORT" >"$rendered"
+		"$RC_KUEUE_VISIBILITY_PORT" $RC_KUEUE_MANAGED >"$rendered"
 	kubectl apply --server-side --force-conflicts -f "$rendered" >/dev/null
 	python3 "$HERE/kueue_manifests.py" --config "$RC_STATE/kueue/webhook-certs" "$RC_KUEUE_WEBHOOK_PORT" \
-		"$RC_KUEUE_VISIBILITY_PORT" "$RC_KUEUE_METRICS_PORT" "$RC_KUEUE_HEALTH_PORT" >"$RC_STATE/kueue/config.yaml"
+		"$RC_KUEUE_VISIBILITY_PORT" "$RC_KUEUE_METRICS_PORT" "$RC_KUEUE_HEALTH_PORT" $RC_KUEUE_MANAGED \
+		>"$RC_STATE/kueue/config.yaml"
 	# Kueue runs with its own ServiceAccount's rights (the manifests' RBAC), as its Deployment would.
 	token_kubeconfig kueue kueue-system kueue-controller-manager
 	# Kueue's visibility server writes its self-signed certificate to /visibility, a path fixed in its code.
 	mkdir -p /visibility
-	start kueue "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
+	start kueue $(in_node_namespace) "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
 		--zap-log-level=2
 	# Kueue keeps its webhook certificate in a Secret and waits until the files in its cert dir match it: in a
 	# pod the kubelet mounts the Secret there; for the process, write them once Kueue has made them.
@@ -207,7 +230,7 @@ install_kueue() {
 
 wait_ready() {
 	wait_for "node $RC_NODE Ready" 120 node_ready
-	wait_for "nvidia.com/gpu on $RC_NODE" 60 node_has_gpus
+	[ "$RC_GPUS" = 0 ] || wait_for "nvidia.com/gpu on $RC_NODE" 60 node_has_gpus
 	wait_for "Kueue's webhooks answering" 120 kueue_answers
 	wait_for "Kueue's visibility API" 120 kubectl get --raw /apis/visibility.kueue.x-k8s.io/v1beta2
 }

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpu-offload cancel: no run {args.run_id} (or more than one starts so); `gpu-offload runs` "
                   "lists them", file=sys.stderr)
             return 1
-        print(cancel_elsewhere(record, place.book, place.pods, place.user))
+        print(cancel_elsewhere(record, place.book, place.runs))
         deadline = time.monotonic() + WAIT_SECONDS
         while not record.finished and record.pid and time.monotonic() < deadline:
             time.sleep(0.2)

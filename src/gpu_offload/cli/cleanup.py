@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..liqo_peering import environment as E
+from ..liqo_peering.settings import kernel_settings
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -19,7 +20,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
         description="Delete the runner pods and Secrets of a user (and one kernel) by their labels, e.g. after "
         "a kernel was killed while a cell ran. Uses KUBECONFIG (or the in-cluster account).",
     )
-    parser.add_argument("--namespace", default=E.NAMESPACE.read(os.environ), help=f"default: ${E.NAMESPACE.name}, else the kubeconfig context's")
+    parser.add_argument("--namespace", default=kernel_settings().namespace, help=f"default: ${E.NAMESPACE.name}, else the kubeconfig context's")
     parser.add_argument("--user", default=os.environ.get("JUPYTERHUB_USER") or getpass.getuser(),
                         help="whose runners (default: $JUPYTERHUB_USER, else your login)")
     parser.add_argument("--kernel", default=None, help="only this kernel's runners (default: all kernels)")

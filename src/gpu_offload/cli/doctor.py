@@ -2,6 +2,7 @@
 
 kubeconfig (and that the API answers), namespace (exists), NamespaceOffloading (the namespace is offloaded, with
 pods kept home unless placed by gpu-offload), reflection (Secrets and ConfigMaps Liqo would copy to donors),
+kueue (with queueing on, whether Liqo copies Kueue's queue-name label to donor pods),
 object storage, inventory (virtual nodes and free GPUs), trust (which donors the origin trusts with pickled
 outputs: ``liqo_peering.trust``). Each line is OK, WARN (runs work, with a limit) or
 FAIL (runs cannot work until fixed); the exit code is 1 when a line fails. Without any cluster setting it
@@ -99,6 +100,35 @@ def check_reflection(namespace: str, found: list[str] | None) -> Check:
                  "your admin to set Liqo's offloading.reflection.secret.type=AllowList on the origin")
 
 
+def unreflected_kueue_labels(virtual_nodes: list[dict[str, Any]]) -> list[str]:
+    """Names of the VirtualNodes whose virtual kubelet copies Kueue's queue-name label to the donor's pods
+    (pure): Liqo reflects every label of an offloaded pod but those in the VirtualNode's
+    ``spec.offloadingPatch.labelsNotReflected``, which Liqo fills from its chart's
+    ``offloading.reflection.skip.labels`` (empty by default)."""
+    from ..liqo_peering import labels as L
+
+    found = []
+    for vn in virtual_nodes:
+        patch = (vn.get("spec") or {}).get("offloadingPatch") or {}
+        if L.QUEUE_NAME_LABEL not in (patch.get("labelsNotReflected") or []):
+            found.append(str((vn.get("metadata") or {}).get("name")))
+    return sorted(found)
+
+
+def check_label_reflection(queue: str | None, found: list[str]) -> Check | None:
+    """The Kueue label line (pure), for a user whose runs are queued: ``found`` from
+    :func:`unreflected_kueue_labels`; None when runs are not queued (the label is never written)."""
+    if queue is None:
+        return None
+    if not found:
+        return Check("OK", "kueue", "Liqo keeps kueue.x-k8s.io/queue-name off donor pods")
+    return Check("WARN", "kueue", f"Liqo copies the label kueue.x-k8s.io/queue-name of queued runs to the "
+                 f"donor's pod (virtual node(s) {', '.join(found)}): a donor whose own Kueue manages the namespace "
+                 "gates the pod for ever (it has no LocalQueue of that name). Ask your admin to install Liqo with "
+                 "--set offloading.reflection.skip.labels='{kueue.x-k8s.io/queue-name,kueue.x-k8s.io/priority-class}'"
+                 " (docs/hub.md)")
+
+
 def check_inventory(inventory: Any) -> Check:
     """The virtual nodes and GPUs line (pure)."""
     nodes = inventory.virtual_nodes
@@ -178,10 +208,31 @@ def cluster_checks(env: dict[str, str]) -> list[Check]:
             checks.append(check_reflection(settings.namespace, _reflected(core, settings.namespace)))
         inventory = liqo.read_inventory()  # the origin's trust policy applied (GPU_OFFLOAD_TRUSTED_CLUSTERS)
         checks += [check_inventory(inventory), check_trust(inventory, E.TRUSTED_CLUSTERS.name)]
+        labels = check_label_reflection(_queue(api, settings.namespace, settings.queue),
+                                        unreflected_kueue_labels(list(liqo.list("VirtualNode").items)))
+        checks += [labels] if labels else []
     except GpuOffloadError as exc:
         checks.append(Check("FAIL", "liqo", f"{exc}"))
     checks.append(check_storage(settings.storage.bucket if settings.storage else None, lambda: _probe(settings)))
     return checks
+
+
+def _queue(api: Any, namespace: str, configured: str | None) -> str | None:
+    """The LocalQueue runs wait in: the configured one, else the namespace's first (as the kernel finds it at
+    its first launch); None when runs are not queued or LocalQueues cannot be listed."""
+    if configured:
+        return configured
+    import kubernetes
+
+    from ..liqo_peering import labels as L
+
+    try:
+        listed = kubernetes.client.CustomObjectsApi(api).list_namespaced_custom_object(
+            L.LOCAL_QUEUE.group, L.LOCAL_QUEUE.version, namespace, L.LOCAL_QUEUE.plural, _request_timeout=15)
+    except Exception:  # noqa: BLE001 - no Kueue (404), no right to list (403): nothing queued that we can see
+        return None
+    items = listed.get("items") or []
+    return str(items[0]["metadata"]["name"]) if items else None
 
 
 def _reflected(core: Any, namespace: str) -> list[str] | None:

@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.runs.listing import RunListing, RunnerPods, list_runs
+from ..engine.backends.base import UserRuns
+from ..engine.runs.listing import RunListing, list_runs
 from ..engine.runs.records import RunBook, RunEntry
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ class Where:
     """The state directory and, when one is configured, the user's runner pods on the cluster."""
 
     book: RunBook
-    pods: RunnerPods | None
+    runs: UserRuns | None
+    """The user's runs the cluster holds (its runner pods)."""
     user: str
     storage: RunStorage | None = None
     """The user's objects in the configured bucket (``GPU_OFFLOAD_S3_BUCKET``): background runs' logs."""
@@ -32,30 +34,32 @@ def where() -> Where:
     ``KUBECONFIG`` with ``GPU_OFFLOAD_NAMESPACE`` (else its context's namespace); an unreachable cluster is a
     problem of the listing."""
     from ..engine.backends.kube.config import configured
-    from ..liqo_peering import environment as E
+    from ..liqo_peering.settings import kernel_settings
 
+    settings = kernel_settings()
     user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-    pods = None
+    runs: UserRuns | None = None
     if configured(os.environ):
-        from ..liqo_peering.client import api_client_from_environment, kubeconfig_namespace
+        from ..engine.backends.kube.user_runs import UserPods
+        from ..liqo_peering.client import kubeconfig_namespace
 
         # the kernels' own fallback: the kubeconfig context's namespace, as kubectl
-        namespace = E.NAMESPACE.read(os.environ) or kubeconfig_namespace(os.environ.get("KUBECONFIG"))
+        namespace = settings.namespace or kubeconfig_namespace(os.environ.get("KUBECONFIG"))
         if namespace:
-            pods = RunnerPods(api_client_from_environment(), namespace)
+            runs = UserPods.from_environment(namespace, user)
     storage = None
-    bucket = E.S3_BUCKET.read(os.environ)
+    bucket = settings.s3_bucket
     if bucket:
         from ..engine.backends.kube.config import StorageSettings
         from ..engine.backends.kube.storage import RunStorage
 
-        storage = RunStorage(StorageSettings(bucket, E.S3_ENDPOINT.read(os.environ)), user)
-    return Where(RunBook(), pods, user, storage)
+        storage = RunStorage(StorageSettings(bucket, settings.s3_endpoint), user)
+    return Where(RunBook(), runs, user, storage)
 
 
 def listing(place: Where) -> RunListing:
     """Every run of the user, newest first."""
-    return list_runs((), place.book, place.pods, place.user)
+    return list_runs((), place.book, place.runs)
 
 
 def kind(record: RunEntry) -> str:

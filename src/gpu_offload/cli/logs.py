@@ -113,9 +113,9 @@ def _follower_gone(place: Any, record: Any, local: Path | None, follow: bool) ->
 
 def _pod_left(place: Any, run_id: str) -> bool:
     """Whether a pod of the run still exists and has not ended."""
-    if place.pods is None:
+    if place.runs is None:
         return False
-    return any(r.run_id == run_id and not r.finished for r in place.pods.runs(place.user))
+    return any(r.run_id == run_id and r.state not in ("done", "failed") for r in place.runs.user_runs())
 
 
 def _print_stored(data: bytes) -> int:

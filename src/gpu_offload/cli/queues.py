@@ -55,9 +55,10 @@ def load_settings(path: Path | None) -> tuple[QueueSettings, TrustPolicy | None]
     import yaml
 
     from ..liqo_peering.kueue import QueueSettings, queue_settings
+    from ..liqo_peering.settings import hub_config_path
     from ..liqo_peering.trust import policy_from_config
 
-    chosen = path or E.HUB_CONFIG.read(os.environ)
+    chosen = path or hub_config_path(os.environ)
     if not chosen:
         return QueueSettings(), None
     try:

@@ -14,15 +14,16 @@ import os
 import shlex
 import socket
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine.backends.base import Backend
 from ..engine.errors import OffloadError
-from ..liqo_peering import environment as E
 from ..liqo_peering.environment import InvalidSetting
+from ..liqo_peering.settings import RunDefaults, kernel_settings, run_defaults
+
+if TYPE_CHECKING:
+    from ..engine.request import OffloadRequest
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -67,20 +68,20 @@ def make_backend(name: str | None) -> Backend:
     return registry.create(name or registry.auto_name(os.environ), cli_kernel=cli_kernel())
 
 
-@dataclass(frozen=True)
-class ShellDefaults:
-    """What a run takes from the shell's environment when its command line does not say (a hub's spawner
-    writes these for the user's server, and its terminals inherit them), as the magic takes them."""
+def script_request(args: argparse.Namespace, source: str, defaults: RunDefaults) -> OffloadRequest:
+    """The request of a parsed ``gpu-offload run``: its options, else the run defaults (a hub's spawner writes
+    them for the user's server and its terminals inherit them), as the magic applies them to a cell."""
+    from ..engine.request import OffloadRequest, gpu_models
 
-    gpu_model: str | None
-    """``GPU_OFFLOAD_GPU_MODEL``: the model(s) of a run without ``--gpu-model``."""
-    trusted_only: bool
-    """``GPU_OFFLOAD_TRUSTED_ONLY``: every run on trusted clusters only, as ``--trusted-only``."""
-
-
-def shell_defaults(env: Mapping[str, str]) -> ShellDefaults:
-    """The defaults in ``env``; raises ``InvalidSetting`` naming a variable that holds a bad value."""
-    return ShellDefaults(gpu_model=E.GPU_MODEL.read(env), trusted_only=E.TRUSTED_ONLY.read(env))
+    gpu_model, fallback_models = gpu_models(args.gpu_model or defaults.gpu_model)
+    return OffloadRequest(cell=source, gpus=args.gpus, gpu_model=gpu_model,
+                          fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
+                          queue_timeout=args.queue_timeout, priority=args.priority,
+                          image=args.image, backend=args.backend, nodes=args.nodes,
+                          procs_per_node=args.procs_per_node, group_output=args.group_output,
+                          quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,
+                          spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only,
+                          rerun_on_preemption=args.rerun_on_preemption)
 
 
 def _source(script: Path) -> str:
@@ -96,9 +97,10 @@ def follow_script(args: argparse.Namespace) -> int:
     from ..engine.analysis import CellAnalysis
     from ..engine.engine import FollowSettings
     from ..engine.execution import Launch, run_blocking
-    from ..engine.request import OffloadRequest, gpu_models, ignored_locally
+    from ..engine.observing import RunEvents
+    from ..engine.request import ignored_locally
     from ..engine.runs.records import RunBook
-    from ..engine.runs.tracking import Tracker, tracked
+    from ..engine.runs.tracking import Tracker
     from .terminal import INTERRUPTED_EXIT, TerminalSink, exit_code, report
     from .workdir import WorkdirError, pack
 
@@ -113,18 +115,11 @@ def follow_script(args: argparse.Namespace) -> int:
         print(f"gpu-offload run: {exc}", file=sys.stderr)
         return 2
     try:
-        defaults = shell_defaults(os.environ)
+        defaults = run_defaults(kernel_settings().check("gpu_model", "trusted_only"))
     except InvalidSetting as exc:
         print(f"gpu-offload run: {exc}", file=sys.stderr)
         return 2
-    gpu_model, fallback_models = gpu_models(args.gpu_model or defaults.gpu_model)
-    request = OffloadRequest(cell=_source(script), gpus=args.gpus, gpu_model=gpu_model,
-                             fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
-                             queue_timeout=args.queue_timeout, priority=args.priority,
-                             image=args.image, backend=args.backend, nodes=args.nodes,
-                             procs_per_node=args.procs_per_node, group_output=args.group_output,
-                             quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,
-                             spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only)
+    request = script_request(args, _source(script), defaults)
     launch = Launch(analysis=CellAnalysis(inputs=()), filename=script.name, first_line=1,
                     script={"path": script.name, "argv": list(args.script_args), "workdir": workdir.archive})
     backend = make_backend(request.backend)
@@ -133,6 +128,8 @@ def follow_script(args: argparse.Namespace) -> int:
     if ignored:
         sink.notice(f"the local backend ignores {', '.join(ignored)}: they choose where a cluster runs the script")
     tracker = Tracker(RunBook(), kernel=cli_kernel(), script=command_line(args), log=args.detached_log or "")
+    events = RunEvents()
+    events.subscribe(tracker)  # `gpu-offload runs`, `cancel` and the panel read its record
     if args.detached_log:
         import signal
 
@@ -140,8 +137,8 @@ def follow_script(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
     outcomes: list[Any] = []
     try:
-        run_blocking(request, launch, {}, tracked(backend, lambda: tracker), sink,
-                     FollowSettings(timeout=args.timeout, queue_timeout=args.queue_timeout), outcomes.append)
+        run_blocking(request, launch, {}, backend, sink,
+                     FollowSettings(timeout=args.timeout, queue_timeout=args.queue_timeout), outcomes.append, events)
     except KeyboardInterrupt:
         sink.notice("interrupted: the run was stopped")
         return INTERRUPTED_EXIT

@@ -2,7 +2,9 @@
 
 Streams go out as they arrive; a remote error is raised as :class:`RemoteError` after the output before it;
 outputs enter the user namespace only when the run succeeded, so a failed or interrupted run never
-overwrites a variable. Ctrl-C (KeyboardInterrupt while following) interrupts the cell remotely.
+overwrites a variable. Ctrl-C (KeyboardInterrupt while following) interrupts the cell remotely, and so does
+the run's cancel handle (:mod:`.observing`), which is how anything but the user's own Ctrl-C stops a run;
+every event is published to the listeners of the run's :class:`~.observing.RunEvents` as it is read.
 
 What a run on a cluster the origin does not trust sends is taken only through :mod:`.trust`: rich output
 through the MIME allowlist, published untrusted; outputs only as a safe container, never a pickle, and
@@ -11,7 +13,6 @@ none of its buffer references acted on (not even to delete them).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from ..runner.frames import (
 )
 from .backends.base import Placed, Queued, Relaunched, Run, RunnerExit
 from .errors import OffloadError, OffloadQueueTimeout, OffloadTimeout, RemoteError, RunnerDied
+from .observing import Watch
 from .sinks import Progress, Sink
 from .timing import Phase, RunTiming, Stopwatch
 from .trust.intake import Wanted, load_untrusted
@@ -104,25 +106,26 @@ def follow(
     settings: FollowSettings,
     intake: Intake,
     *,
-    cancelled: threading.Event | None = None,
+    watch: Watch | None = None,
     clock: Stopwatch | None = None,
 ) -> Outcome:
     """Read ``run``'s events into ``sink`` until it is done; KeyboardInterrupt interrupts it remotely.
 
-    The KeyboardInterrupt is re-raised once the runner has stopped (output kept, nothing loaded).
-    ``clock`` gets the marks of the phases the events end (:mod:`.timing`).
+    The KeyboardInterrupt is re-raised once the runner has stopped (output kept, nothing loaded). ``watch``:
+    where the events are published, and the cancel handle that ends the run ``cancelled``. ``clock`` gets the
+    marks of the phases the events end (:mod:`.timing`).
     """
     outcome = Outcome(intake=intake)
     started = time.monotonic()
     try:
-        _read(run, sink, settings, outcome, started, cancelled, clock)
+        _read(run, sink, settings, outcome, started, watch, clock)
     except KeyboardInterrupt:
-        _stop(run, sink, settings, outcome, "interrupted")
+        _stop(run, sink, settings, outcome, "interrupted", watch)
         discard_outputs(outcome)
         raise
     except _Stop as stop:
         waited = outcome.state if outcome.queued else ""
-        _stop(run, sink, settings, outcome, "timeout" if stop.status == "queue-timeout" else stop.status)
+        _stop(run, sink, settings, outcome, "timeout" if stop.status == "queue-timeout" else stop.status, watch)
         if stop.status == "queue-timeout" and settings.queue_timeout is not None:
             outcome.error = OffloadQueueTimeout(settings.queue_timeout, waited)
         elif stop.status == "timeout" and settings.timeout is not None:
@@ -139,7 +142,7 @@ def _read(
     settings: FollowSettings,
     outcome: Outcome,
     started: float,
-    cancelled: threading.Event | None,
+    watch: Watch | None,
     stopwatch: Stopwatch | None,
 ) -> None:
     quiet_since = started
@@ -150,6 +153,8 @@ def _read(
         now = time.monotonic()
         if stopwatch is not None and event is not None:
             _time(stopwatch, event, now)
+        if watch is not None:
+            _publish(watch, event)
         if isinstance(event, Queued):
             # shown at once: a place in line is news; the quiet notice below would only repeat it
             outcome.state = announced = event.text
@@ -167,7 +172,7 @@ def _read(
                 if isinstance(event, Done) and event.status == "interrupted":
                     _explain_interrupt(run, outcome, settings.grace)
                 return
-        if cancelled is not None and cancelled.is_set():
+        if watch is not None and watch.cancel.presses:
             raise _Stop("cancelled")
         if outcome.queued:
             if settings.queue_timeout is not None and now - started > settings.queue_timeout:
@@ -178,6 +183,13 @@ def _read(
         if quiet and announced != outcome.state:
             announced = outcome.state
             sink.notice(Progress(f"no output yet after {now - started:.0f} s: {outcome.state}"))
+
+
+def _publish(watch: Watch, event: object) -> None:
+    if event is None:
+        watch.events.waiting(watch.run_id)
+    else:
+        watch.events.event(watch.run_id, event)  # type: ignore[arg-type]  # what next_event returned
 
 
 def _time(clock: Stopwatch, event: object, now: float) -> None:
@@ -291,14 +303,23 @@ def _handle(event: object, sink: Sink, outcome: Outcome, run: Run) -> bool:
     return False
 
 
-def _stop(run: Run, sink: Sink, settings: FollowSettings, outcome: Outcome, status: str) -> None:
-    """Interrupt the cell, keep the output it still sends for ``grace`` seconds, then kill it."""
+def _stop(run: Run, sink: Sink, settings: FollowSettings, outcome: Outcome, status: str,
+          watch: Watch | None) -> None:
+    """Interrupt the cell, keep the output it still sends for ``grace`` seconds, then kill it (at once on
+    one more cancel request)."""
     run.interrupt()
     outcome.status = status
     deadline = time.monotonic() + settings.grace
+    presses = watch.cancel.presses if watch is not None else 0
     try:
         while time.monotonic() < deadline:
             event = run.next_event(POLL)
+            if watch is not None:
+                _publish(watch, event)
+                if watch.cancel.presses > presses:
+                    sink.notice("cancelled again: killing the runner")
+                    run.kill()
+                    return
             if isinstance(event, (Done, RunnerExit)):
                 return
             if isinstance(event, Queued):
@@ -363,6 +384,10 @@ def conclude(outcome: Outcome, namespace: MutableMapping[str, Any], sink: Sink |
     if outcome.status == "interrupted":
         discard_outputs(outcome)
         raise KeyboardInterrupt
+    if outcome.status == "cancelled":
+        # stopped through its cancel handle (the panel, `gpu-offload cancel`): to the cell, as Ctrl-C would
+        discard_outputs(outcome)
+        raise KeyboardInterrupt("the run was cancelled; no variable was copied back")
     if outcome.status != "ok":
         discard_outputs(outcome)
         raise OffloadError(f"The offloaded cell ended as `{outcome.status}`; no variable was copied back.")

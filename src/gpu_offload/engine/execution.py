@@ -1,4 +1,8 @@
-"""One offloaded cell from request to result: launch, follow (blocking or in the background), conclude."""
+"""One offloaded cell from request to result: launch, follow (blocking or in the background), conclude.
+
+Every run is started with a cancel handle and published to the listeners of the front end's
+:class:`~.observing.RunEvents` (the run book the panel reads), from submission to release.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from .backends.base import Backend, Run, RunRequest
 from .bundle import build_job
 from .engine import FollowSettings, Intake, Outcome, conclude, discard_outputs, follow
 from .errors import OffloadError, OffloadUsageError
+from .observing import CancelHandle, RunEvents, RunStarted, Watch
 from .ranked import RankedRun
 from .request import OffloadRequest
 from .sinks import RecordingSink, Sink
@@ -57,16 +62,42 @@ def run_request(request: OffloadRequest) -> RunRequest:
         timeout=request.timeout,
         priority=request.priority,
         trusted_only=request.trusted_only,
+        rerun_on_preemption=request.rerun_on_preemption,
         ranks=request.ranks,
     )
 
 
+@dataclass(frozen=True)
+class Started:
+    """A submitted run, with what stops it and where it is published."""
+
+    run: Run
+    refs: tuple[dict[str, Any], ...]
+    """The inputs' shared-memory buffers, discarded once the run is released."""
+    watch: Watch
+    """Its id, its cancel handle and the listeners told about it."""
+
+    @property
+    def cancel(self) -> CancelHandle:
+        """The run's cancel handle."""
+        return self.watch.cancel
+
+    def release(self, grace: float) -> None:
+        """Free the run's resources and buffers, then tell the listeners it ended."""
+        try:
+            self.run.release(grace)
+        finally:
+            buffers.discard(self.refs)
+            self.watch.events.ended(self.watch.run_id)
+
+
 def start(
     request: OffloadRequest, launch: Launch, namespace: MutableMapping[str, Any], backend: Backend,
-    grace: float = 5.0,
-) -> tuple[Run, tuple[dict[str, Any], ...]]:
+    grace: float = 5.0, events: RunEvents | None = None,
+) -> Started:
     """Pickle the inputs and submit; nothing is left behind if either step fails. ``grace``: how long a
-    distributed session's ranks get to stop after one of them failed (:class:`RankedRun`)."""
+    distributed session's ranks get to stop after one of them failed (:class:`RankedRun`). ``events``: who is
+    told about the run (nobody by default)."""
     ranks = request.ranks
     if ranks is not None and backend.name not in RANKS_BACKENDS:
         raise OffloadUsageError(
@@ -88,16 +119,21 @@ def start(
     if clock is not None:
         clock.mark("bundle")
         job = replace(job, clock=clock)
+    events = events or RunEvents()
+    events.submitting(job, backend.name)
     try:
-        run = backend.submit(job)
+        run: Run = backend.submit(job)
         if clock is not None:
             clock.mark("submitted")
-    except BaseException:
+    except BaseException as exc:
         buffers.discard(refs)
+        events.not_started(job, exc)
         raise
-    if ranks is None:
-        return run, refs
-    return RankedRun(run, ranks, request.show, settle=grace if request.session is not None else None), refs
+    watch = Watch(job.run_id, CancelHandle(), events)
+    events.started(RunStarted(job, backend.name, run.cluster, watch.cancel))
+    if ranks is not None:
+        run = RankedRun(run, ranks, request.show, settle=grace if request.session is not None else None)
+    return Started(run, refs, watch)
 
 
 def run_blocking(
@@ -108,17 +144,19 @@ def run_blocking(
     sink: Sink,
     settings: FollowSettings,
     record: Callable[[Outcome], None] | None = None,
+    events: RunEvents | None = None,
 ) -> Outcome:
     """Run the cell and follow it here; outputs enter ``namespace`` only if it succeeded.
 
     ``record`` sees the outcome before its error (if any) is raised, e.g. for ``%gpu_offload status``.
+    ``events``: who is told about the run; a listener stops it through its cancel handle.
     """
-    run, refs = start(request, launch, namespace, backend, settings.grace)
+    started = start(request, launch, namespace, backend, settings.grace, events)
     try:
-        outcome = follow(run, sink, settings, intake(backend, launch), clock=launch.clock)
+        outcome = follow(started.run, sink, settings, intake(backend, launch), watch=started.watch,
+                         clock=launch.clock)
     finally:
-        run.release(settings.grace)
-        buffers.discard(refs)
+        started.release(settings.grace)
     if record is not None:
         record(outcome)
     conclude(outcome, namespace, sink)
@@ -140,16 +178,18 @@ class OffloadHandle:
         backend: Backend,
         settings: FollowSettings,
         sink: Sink,
+        events: RunEvents | None = None,
     ) -> None:
         self.request = request
         self._namespace = namespace
         self._sink = sink
         self._recording = RecordingSink()
-        self._cancelled = threading.Event()
         self._outcome: Outcome | None = None
         self._concluded = False
-        self._run, self._refs = start(request, launch, namespace, backend, settings.grace)
-        self._run.route_cancel(self.cancel)  # the panel's cancel button goes through cancel() below
+        self._started = start(request, launch, namespace, backend, settings.grace, events)
+        self._run = self._started.run
+        self.run_id = self._started.watch.run_id
+        """The run's id, as the panel and ``gpu-offload runs`` list it."""
         self._settings = settings
         self._intake = intake(backend, launch)
         self._clock = launch.clock
@@ -159,21 +199,20 @@ class OffloadHandle:
     def _follow(self) -> None:
         try:
             self._outcome = follow(self._run, self._recording, self._settings, self._intake,
-                                   cancelled=self._cancelled, clock=self._clock)
+                                   watch=self._started.watch, clock=self._clock)
         except BaseException as exc:  # a thread's exception would otherwise vanish; result() raises it
             failed = OffloadError(f"Following the --noblock run failed: {exc!r}. Run the cell again.")
             failed.__cause__ = exc
             self._outcome = Outcome(status="died", error=failed)
             self._run.kill()
         finally:
-            self._run.release(self._settings.grace)
-            buffers.discard(self._refs)
+            self._started.release(self._settings.grace)
 
     @property
     def status(self) -> str:
         """``running``, then ``ok``, ``error``, ``interrupted``, ``cancelled``, ``timeout`` or ``died``."""
         if self._outcome is None:
-            return "cancelling" if self._cancelled.is_set() else "running"
+            return "cancelling" if self._started.cancel.presses else "running"
         return self._outcome.status
 
     @property
@@ -192,8 +231,9 @@ class OffloadHandle:
         return self.done()
 
     def cancel(self) -> None:
-        """Interrupt the run (a one-shot runner is then killed after the grace period); copies nothing back."""
-        self._cancelled.set()
+        """Interrupt the run (a one-shot runner is then killed after the grace period; cancel again to kill it
+        at once); copies nothing back. The panel's cancel button presses the same handle."""
+        self._started.cancel.cancel()
 
     def result(self) -> dict[str, Any]:
         """Wait, show the output, load the outputs into the notebook and return them (or raise the error).

@@ -97,6 +97,9 @@ TABLE: tuple[Option, ...] = (
            "local).", "local|kubernetes", shell_choices=("local", "kubernetes")),
     Option("--trusted-only", "Run only on a cluster the origin trusts: a donor sees the code and its inputs "
            "(default: $GPU_OFFLOAD_TRUSTED_ONLY, which a hub's chart sets).", switch=True),
+    Option("--rerun-on-preemption", "A run preempted before it finished is queued again and rerun once even if it "
+           "printed something already (without it, only one that printed nothing is; docs/sessions.md).",
+           switch=True),
     Option("--max-workdir-mb", f"Cap on the shipped directory (default {WORKDIR_LIMIT_MB:g} MB).", "MB", float,
            magic=False, shell_default=WORKDIR_LIMIT_MB),
     Option("--nodes", "Run as torch.distributed ranks on N nodes (pods), as torchrun would (docs/distributed.md); "

@@ -94,9 +94,6 @@ class RankedRun:
     def progress(self) -> str:
         return self._inner.progress()
 
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        self._inner.route_cancel(cancel)
-
     def next_event(self, timeout: float) -> RunEvent | None:
         """The next event of the run as one; see :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         deadline = self._clock() + timeout

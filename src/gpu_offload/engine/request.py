@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 from dataclasses import dataclass
 
-from .backends.base import Ranks, spread_refusal
+from .backends.base import Ranks
 from .errors import OffloadUsageError
 from .ranked import GROUPED, LIVE, RANK0
 
@@ -48,6 +48,8 @@ class OffloadRequest:
     """Seconds a run may wait in the queue (queueing on) before it is withdrawn; ``None`` waits as long as it takes."""
     trusted_only: bool = False
     """Run only on a cluster the origin trusts (``--trusted-only``): the donor sees the cell and its inputs."""
+    rerun_on_preemption: bool = False
+    """``--rerun-on-preemption``: a preempted run is rerun once even after it printed something."""
     nodes: int | None = None
     """``--nodes``: run as the ranks of a distributed run on this many nodes; ``None``: one runner."""
     procs_per_node: int | None = None
@@ -169,12 +171,6 @@ def _check_distributed(request: OffloadRequest) -> None:
             f"--rendezvous-timeout {shape.rendezvous_timeout:g}: give a positive number of seconds, e.g. "
             "--rendezvous-timeout 600, or leave it out for 300."
         )
-
-
-def refuse_spread_when_queued(request: OffloadRequest, queue: str | None) -> None:
-    """``--spread`` with queueing on: Kueue gives one pod set one flavor, so the nodes cannot span donors."""
-    if request.spread and queue is not None:
-        raise OffloadUsageError(spread_refusal(f"GPU_OFFLOAD_QUEUE={queue}"))
 
 
 def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = None) -> list[str]:

@@ -65,74 +65,70 @@ MAX_DEPTH = 100
 
 
 @dataclass(frozen=True)
-class Hello:
-    """First frame of a runner: who is running the cells."""
+class _Frame:
+    """What every decoded frame carries: its sequence number and the rank it came from."""
 
     seq: int
+    rank: int = field(default=0, kw_only=True)
+    """The rank of a distributed run the frame came from (0 outside one)."""
+
+
+@dataclass(frozen=True)
+class Hello(_Frame):
+    """First frame of a runner: who is running the cells."""
+
     python: str
     """The runner's full Python version, e.g. ``3.11.7``."""
     pid: int
     gpus: tuple[str, ...]
     """Names of the GPUs the runner sees; empty on CPU."""
     session: bool
-    rank: int = field(default=0, kw_only=True)
-    """The rank of a distributed run the frame came from (0 outside one)."""
     boot: float | None = field(default=None, kw_only=True)
     """Seconds from the runner process's start to this frame, as the runner measured them (``None``: it
     could not tell, or an older runner)."""
 
 
 @dataclass(frozen=True)
-class Status:
+class Status(_Frame):
     """Progress of the run, e.g. ``loading inputs``, ``running``, ``sending outputs``."""
 
-    seq: int
     state: str
-    rank: int = field(default=0, kw_only=True)
     imports: float | None = field(default=None, kw_only=True)
     """On the ``running`` status: seconds the runner spent importing the cell's modules."""
 
 
 @dataclass(frozen=True)
-class Stream:
+class Stream(_Frame):
     """Text the cell (or a C extension or subprocess of it) wrote to stdout or stderr."""
 
-    seq: int
     name: str
     """``stdout`` or ``stderr``."""
     text: str
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
-class DisplayData:
+class DisplayData(_Frame):
     """A rich output: a MIME bundle as Jupyter's ``display_data`` message carries it."""
 
-    seq: int
     data: Mapping[str, Any]
     """MIME type to content; binary content is base64 text."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
-class Error:
+class Error(_Frame):
     """The cell (or the runner on its behalf) failed; the traceback points at cell lines."""
 
-    seq: int
     ename: str
     evalue: str
     traceback: tuple[str, ...] = ()
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
-class RunnerWarning:
+class RunnerWarning(_Frame):
     """Something the user should know that did not stop the run (an output skipped, a tensor moved)."""
 
-    seq: int
     text: str
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -154,61 +150,51 @@ class GpuSample:
 
 
 @dataclass(frozen=True)
-class Metrics:
+class Metrics(_Frame):
     """GPU metrics sampled while the cell runs, or once a note that no GPU is visible."""
 
-    seq: int
     gpu: tuple[GpuSample, ...]
     note: str | None = None
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
-class Outputs:
+class Outputs(_Frame):
     """The variables the cell sends back, as a pickle plus out-of-band buffer references, or a safe container."""
 
-    seq: int
     names: tuple[str, ...]
     pickle: Any
     """Base64 text of the main pickle (or safe container), or a buffer reference dict (see ``buffers``)."""
     buffers: tuple[Mapping[str, Any], ...]
     format: str = "pickle"
     """``pickle``, or ``safe``: a container of :mod:`.safe` (from a runner on an untrusted cluster)."""
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
-class Done:
+class Done(_Frame):
     """Last frame of a run: ``ok``, ``error`` or ``interrupted``."""
 
-    seq: int
     status: str
     elapsed: float
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
-class UnknownFrame:
+class UnknownFrame(_Frame):
     """A well-formed frame of a kind this version does not know (kept for forward compatibility)."""
 
-    seq: int
     kind: str
     payload: Any
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
-class FrameError:
+class FrameError(_Frame):
     """A frame of this run that could not be decoded (bad JSON, too deep, a field missing, too large).
 
     The run's stream goes on; whatever the frame carried is lost, so the reader should tell the user.
     """
 
-    seq: int
     reason: str
     line: str
     """The start of the offending frame, for diagnostics."""
-    rank: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import weakref
 from typing import Any
 
 from .handover import address
+from .watchdog import parent_alive  # whether a pid is a live process (a zombie kernel is gone too)
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PRESENT = 1 << 63
@@ -77,19 +78,9 @@ def sweep(directory: str) -> None:
         return
     for name in names:
         match = _HELD.match(name)
-        if match and not _alive(int(match.group(1))):
+        if match and not parent_alive(int(match.group(1))):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, name))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def hold(mapping: Any, path: str) -> None:
@@ -114,17 +105,22 @@ def hold(mapping: Any, path: str) -> None:
     weakref.finalize(mapping, _drop, key, held)
 
 
-def lend(view: memoryview) -> str | None:
-    """The held file that *is* ``view``, unchanged since it came, or None (then the caller copies)."""
-    if not _held:
+def _unchanged_file(files: dict[tuple[int, int], str], view: memoryview) -> str | None:
+    """The file ``files`` names for the mapping that *is* ``view``, if no page of it changed since, or None."""
+    if not files:
         return None
     start = address(view)
     if start is None:
         return None
-    path = _held.get((start, view.nbytes))
+    path = files.get((start, view.nbytes))
     if path is None or not unchanged(start, view.nbytes):
         return None
     return path
+
+
+def lend(view: memoryview) -> str | None:
+    """The held file that *is* ``view``, unchanged since it came, or None (then the caller copies)."""
+    return _unchanged_file(_held, view)
 
 
 def borrowed(mapping: Any, path: str) -> None:
@@ -144,13 +140,8 @@ def _forget_lent(key: tuple[int, int], path: str) -> None:
 
 def give_back(view: memoryview, directory: str) -> str | None:
     """Runner side: a new name for the lent file that is ``view`` if the cell did not write it, else None."""
-    if not _lent_in_runner:
-        return None
-    start = address(view)
-    if start is None:
-        return None
-    source = _lent_in_runner.get((start, view.nbytes))
-    if source is None or not unchanged(start, view.nbytes):
+    source = _unchanged_file(_lent_in_runner, view)
+    if source is None:
         return None
     target = os.path.join(directory, f"gpuo-{os.urandom(8).hex()}.buf")
     try:

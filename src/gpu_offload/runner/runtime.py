@@ -81,6 +81,8 @@ class Runtime:
         self.capture = FdCapture(self._stream)
         self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
         self.namespace = new_namespace()
+        self.term_checkpoint: dict[str, Any] | None = None
+        """A session's checkpoint armed for SIGTERM (:func:`.session_state.arm`)."""
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Send a frame, after any text the cell printed before it."""

@@ -123,6 +123,17 @@ def test_doctor_warns_when_liqo_would_copy_user_data_or_send_any_pod_to_donors(
     assert "kept-home" not in lines["reflection"] and "AllowList" in lines["reflection"]
 
 
+def test_doctor_warns_when_liqo_copies_kueues_label_of_queued_runs_to_donors(
+        offloaded_everywhere: str, env: dict[str, str], tmp_path: Path) -> None:
+    # The sandbox's virtual nodes are as Liqo installs them by default: no label kept off donor pods (real
+    # Liqo then copies the queue-name label, and a donor's Kueue gates the pod: tests/realcluster/test_real_liqo.py)
+    done = cli(["doctor"], tmp_path, {**env, "GPU_OFFLOAD_NAMESPACE": offloaded_everywhere,
+                                      "GPU_OFFLOAD_QUEUE": "user-queue"})
+    lines = {line.split()[1]: line for line in done.stdout.splitlines()}
+    assert lines["kueue"].startswith("WARN") and "offloading.reflection.skip.labels" in lines["kueue"]
+    assert "virtual node(s) donor-1-gpu, donor-2-gpu" in lines["kueue"], lines["kueue"]
+
+
 def test_doctor_on_a_broken_setup_names_the_fix(env: dict[str, str], tmp_path: Path) -> None:
     missing = cli(["doctor"], tmp_path, {**env, "GPU_OFFLOAD_NAMESPACE": "no-such-ns"})
     assert missing.returncode == 1

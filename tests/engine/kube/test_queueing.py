@@ -387,17 +387,19 @@ def test_the_orphan_sweep_removes_the_queued_pod_of_a_dead_kernel(
 def test_a_noblock_handle_and_the_panel_show_the_place_in_line(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any, tmp_path: Any) -> None:
     from gpu_offload.engine.execution import Launch, OffloadHandle
+    from gpu_offload.engine.observing import RunEvents
     from gpu_offload.engine.request import OffloadRequest
     from gpu_offload.engine.runs.records import RunBook
-    from gpu_offload.engine.runs.tracking import Tracker, tracked
+    from gpu_offload.engine.runs.tracking import Tracker
 
     _, bob, _ = namespaces
     where = fill_pool(core, bob)
     panel = Tracker(RunBook(tmp_path / "runs"), kernel="k-panel")
-    backend = tracked(kernels[0], lambda: panel)  # as the magic hands backends to the engine
+    events = RunEvents()
+    events.subscribe(panel)  # as the magic subscribes the kernel's run book
     cell = "print('later')"
-    handle = OffloadHandle(OffloadRequest(cell, noblock=True), Launch(analyse_cell(cell, {})), {}, backend,
-                           FollowSettings(progress_after=1.0, grace=5.0), Sink())
+    handle = OffloadHandle(OffloadRequest(cell, noblock=True), Launch(analyse_cell(cell, {})), {}, kernels[0],
+                           FollowSettings(progress_after=1.0, grace=5.0), Sink(), events)
     try:
         progress = wait_until(lambda: "1st of 1 in line" in handle.progress and handle.progress,
                               "the handle showing the place in line", timeout=90)
@@ -439,7 +441,7 @@ def test_with_queueing_on_the_kernel_never_moves_a_pod_itself(
         kernels: list[KubernetesBackend], namespaces: list[str], core: Any) -> None:
     # where a pod goes is Kueue's choice: the retry elsewhere that the kernel does without queueing is refused
     # before anything is created (a pod Kueue evicts for not starting is queued again, test_pure)
-    from gpu_offload.engine.backends.kube.run import PodOrder
+    from gpu_offload.engine.backends.kube.plan import PodOrder
 
     order = PodOrder("r-moved", "0" * 32, RunRequest(gpus=1), b"")
     with pytest.raises(OffloadUsageError, match="Kueue picks the donor, and a pod it evicts for not starting is queued again once"):

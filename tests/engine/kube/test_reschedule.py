@@ -109,7 +109,7 @@ def test_a_session_pod_that_never_ran_is_reported_before_anyone_may_attach_to_it
     # the session attaches to its pod's stdin once the follower says the pod stopped waiting; for a pod the
     # scheduler refused, the reason must already be waiting then, or the cell reports a failed attach instead
     neighbour = neighbour_takes_small_first(origin, core, namespace)
-    session = KubeSession("pinned", kube.launcher, RunRequest(cluster="small"))
+    session = KubeSession("pinned", kube, RunRequest(cluster="small"))
     try:
         follower = session.launched.follower
         assert follower.started.wait(60), "the follower never saw the pod stop waiting"

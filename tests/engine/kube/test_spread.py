@@ -7,6 +7,7 @@ Two donors: "east" has the most free GPUs (6), "west" 4; placement's default (mo
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -131,18 +132,19 @@ def test_a_spread_job_that_no_other_donor_can_take_fails_with_the_schedulers_rea
 
 def test_with_queueing_on_a_job_is_never_moved_by_the_kernel_nor_spread(api_client: Any, namespace: str) -> None:
     # Kueue's waitForPodsReady requeues a Job whose pods do not start; the retry elsewhere is refused first
-    from gpu_offload.engine.backends.kube.run import PodOrder
+    from gpu_offload.engine.backends.kube.plan import PodOrder
 
     backend = KubernetesBackend(settings(namespace, queue="gpus"), api_client)
     try:
         order = PodOrder("run-q", "nonce", RunRequest(gpus=2, image=TORCH_IMAGE, ranks=ONE_RANK_EACH), b"x")
         with pytest.raises(OffloadUsageError, match="queueing through Kueue is on .*does not move the pod itself"):
-            backend.launcher.launch_job(order, ONE_RANK_EACH, frozenset({"east"}))
+            backend.launcher.launch(order, frozenset({"east"}))
         # a LocalQueue the kernel found (not named in GPU_OFFLOAD_QUEUE, which the magic checks) refuses --spread
         spread = Ranks(nodes=2, procs_per_node=1, spread=True)
         with pytest.raises(OffloadUsageError, match=r"^Nothing was launched: --spread: queueing is on \(LocalQueue "
                                                     r"gpus\).*Leave out --spread"):
-            backend.launcher.launch_job(order, spread)
+            backend.launcher.launch(dataclasses.replace(order, placement=RunRequest(gpus=2, image=TORCH_IMAGE,
+                                                                                    ranks=spread)))
     finally:
         backend.close()
     assert everything_left(api_client, namespace) == []

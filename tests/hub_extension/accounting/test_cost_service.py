@@ -157,11 +157,11 @@ def test_the_panel_shows_the_users_own_spend_and_budget(hub: Any, tmp_path: Path
     from gpu_offload.engine.runs.records import RunBook
     from gpu_offload.engine.runs.tracking import Tracker
 
-    class Magic:  # a kernel whose magic has started no backend yet
+    class Magic:  # a kernel configured for the hub alone: the panel asks it for no cluster backend
         backend, default_cluster = "auto", "auto"
 
-        def started_backend(self, name: str) -> None:
-            return None
+        def cluster_backend(self) -> None:
+            raise AssertionError("no namespace is configured: the panel must not start a cluster backend")
 
     spent = HubSpend(hub.service_url, hub.token("alice")).read()
     env = {"GPU_OFFLOAD_SERVICE_URL": hub.service_url, "JUPYTERHUB_API_TOKEN": hub.token("alice"),

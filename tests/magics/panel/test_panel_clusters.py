@@ -50,13 +50,18 @@ def test_the_local_row_says_cpu_only_without_gpus() -> None:
 def test_an_unreachable_cluster_is_a_note_and_the_local_row_stays(tmp_path: Path, monkeypatch: Any) -> None:
     from gpu_offload.magics.dashboard.sources import KernelFeeds
 
+    from gpu_offload.engine.backends import registry
     from gpu_offload.engine.runs.records import RunBook
     from gpu_offload.engine.runs.tracking import Tracker
 
     class Magic:
         backend, default_cluster = "auto", "auto"
 
+        def cluster_backend(self) -> Any:
+            return registry.create("kubernetes")  # as the magic starts the kernel's backend
+
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))  # the client reads the real env
+    monkeypatch.setenv("GPU_OFFLOAD_NAMESPACE", "alice")
     env = {"GPU_OFFLOAD_NAMESPACE": "alice"}
     feeds = KernelFeeds(Magic(), env, Tracker(RunBook(tmp_path / "runs"), kernel="k"))
     rows, notes = feeds.clusters()

@@ -66,7 +66,7 @@ def test_cancel_in_the_panel_stops_a_noblock_run_of_its_own_kernel(kernels: Any)
     panel_kernel, _ = kernels
     reply, text = panel_kernel.run("%%gpu_offload --noblock\nimport time\nprint('busy', flush=True)\ntime.sleep(300)")
     assert reply["status"] == "ok", (reply, text)
-    run_id = panel_kernel.value(f"{MAGIC}.last_handle._run.record.run_id")
+    run_id = panel_kernel.value(f"{MAGIC}.last_handle.run_id")
     button = panel_kernel.wait_for(
         lambda: _state_of(panel_kernel, run_id) == "running" and panel_kernel.button(f"stop run {run_id}"),
         "the noblock run shown running")

@@ -18,6 +18,7 @@ from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import KubeSettings
+from gpu_offload.engine.runs.listing import record_of
 from gpu_offload.engine.runs.tracking import tracker
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
@@ -86,12 +87,37 @@ def test_a_runner_pod_without_a_live_kernel_is_listed_and_cancel_deletes_it(shel
     ipython, magics = shell
     ipython.run_cell_magic("gpu_offload", "--session warm", "kept = 1")
     feeds = KernelFeeds(magics, {**os.environ, "GPU_OFFLOAD_NAMESPACE": namespace}, tracker())
-    from_pods = feeds.pods.runs("alice@example.org") if feeds.pods is not None else []
+    assert feeds.user_runs is not None
+    from_pods = [record_of(r) for r in feeds.user_runs.user_runs()]
     (pod_run,) = [r for r in from_pods if r.state == "running"]
     assert pod_run.backend == "kubernetes" and pod_run.gpus == 1 and pod_run.pid == 0
     assert pod_run.cluster.startswith("donor-") and pod_run.kernel == magics._backends["kubernetes"].settings.kernel
 
     said = feeds.cancel(pod_run)  # a record from the pod alone: no kernel to ask, so its pod goes
     assert "deleted" in said, said
-    wait_until(lambda: not [r for r in feeds.pods.runs("alice@example.org") if r.run_id == pod_run.run_id],
+    wait_until(lambda: not [r for r in feeds.user_runs.user_runs() if r.run_id == pod_run.run_id],
                "the orphaned runner pod deleted", timeout=60)
+
+
+def test_a_panel_opened_before_any_cell_reads_through_the_kernels_own_backend(
+        origin: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No second cluster connection: the panel starts the kernel's kubernetes backend (as the next cell would)
+    and reads the donors and the user's runs through it; the backend runs the next cell with the same."""
+    from gpu_offload.magics.magic import GpuOffloadMagics
+
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.setenv("GPU_OFFLOAD_NAMESPACE", namespace)
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice@example.org")
+    monkeypatch.delenv("GPU_OFFLOAD_SERVICE_URL", raising=False)
+    magics = GpuOffloadMagics(None)
+    try:
+        assert magics.started_backends() == []
+        feeds = KernelFeeds(magics, dict(os.environ), tracker())
+        (backend,) = magics.started_backends()
+        assert backend.name == "kubernetes"
+        assert feeds.user_runs is backend.user_runs() and feeds._cache is backend.inventory()
+        wait_until(lambda: any(r.key.startswith("donor-") for r in feeds.clusters()[0]), "the donors listed",
+                   timeout=60)
+        assert feeds.runs().problems == ()
+    finally:
+        magics.close()

@@ -18,9 +18,10 @@ from gpu_offload.magics.dashboard.widget import Panel, PanelActions
 
 from gpu_offload.engine.backends.base import Job, RunEvent, RunRequest
 from gpu_offload.engine.engine import TRUSTED, FollowSettings, follow
+from gpu_offload.engine.observing import CancelHandle, RunEvents, RunStarted, Watch
 from gpu_offload.engine.runs.listing import list_runs
 from gpu_offload.engine.runs.records import KEEP_FINISHED, PRUNE_SLACK, RunBook, RunEntry
-from gpu_offload.engine.runs.tracking import WRITE_EVERY, TrackedRun, Tracker
+from gpu_offload.engine.runs.tracking import WRITE_EVERY, Tracker
 from gpu_offload.engine.sinks import RecordingSink
 from gpu_offload.runner.frames import FrameDecoder, FrameEncoder, Metrics
 
@@ -64,10 +65,14 @@ def _frames(nonce: str) -> bytes:
 def test_metrics_frames_reach_the_engine_and_the_panel_plot(tmp_path: Path) -> None:
     nonce = secrets.token_hex(16)
     runs = Tracker(RunBook(tmp_path), kernel="kernel-a")
+    events = RunEvents()
+    events.subscribe(runs)
     job = Job("run-metrics", nonce, b"", RunRequest(gpus=2, cluster="donor-2"))
-    record = runs.new(job, "kubernetes")
+    events.submitting(job, "kubernetes")
+    watch = Watch(job.run_id, CancelHandle(), events)
+    events.started(RunStarted(job, "kubernetes", "donor-2", watch.cancel))
     sink = RecordingSink()
-    outcome = follow(TrackedRun(DecodedRun(_frames(nonce), nonce), record, runs), sink, FollowSettings(), TRUSTED)
+    outcome = follow(DecodedRun(_frames(nonce), nonce), sink, FollowSettings(), TRUSTED, watch=watch)
     assert outcome.status == "ok"
     assert [c for c, _ in sink.calls].count("metrics") == 3  # the engine got every event unchanged
     metrics = [args[0] for call, args in sink.calls if call == "metrics"]

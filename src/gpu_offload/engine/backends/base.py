@@ -6,9 +6,9 @@ the same stream of decoded frames, so the engine never knows which one it follow
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ...runner.frames import Event
 from ..timing import Phase, Stopwatch
@@ -69,12 +69,6 @@ def stale_frames_note(session: str, dropped: int) -> str:
     )
 
 
-def spread_refusal(queue: str) -> str:
-    """Why ``--spread`` is refused with queueing on (``queue`` says which queue, e.g. ``LocalQueue q``), and the fix."""
-    return (f"--spread: queueing is on ({queue}), and Kueue admits the nodes of a run as one pod set with one flavor, "
-            "i.e. one donor, so they cannot span donors. Leave out --spread, or turn queueing off for this kernel.")
-
-
 @dataclass(frozen=True)
 class Ranks:
     """The shape of a distributed run (``--nodes``): ``nodes`` nodes (pods) of ``procs_per_node`` rank
@@ -121,6 +115,8 @@ class RunRequest:
     """A Kueue priority class; only a cluster backend with queueing on uses it."""
     trusted_only: bool = False
     """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
+    rerun_on_preemption: bool = False
+    """``--rerun-on-preemption``: a one-shot run preempted before it finished is rerun once even after it printed."""
     ranks: Ranks | None = None
     """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
 
@@ -128,7 +124,7 @@ class RunRequest:
         """What a session's runners are started with: its cells must ask for the same (a distributed
         session's cells may each choose their out rank and how output shows)."""
         ranks = self.ranks
-        return replace(self, ranks=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
+        return replace(self, ranks=None, rerun_on_preemption=False), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
 
     def shape(self) -> str:
         """The options that fix a runner's shape, as a cell writes them."""
@@ -188,15 +184,42 @@ class SessionInfo:
 
 
 @dataclass(frozen=True)
-class ClusterAccess:
-    """The cluster a backend runs pods in, for readers beside the engine (the panel lists runner pods)."""
+class UserRun:
+    """A run of the backend's user as the backend itself sees it, whichever kernel or command started it
+    (a cluster backend reads it from the run's runner pod): how the panel finds runs whose kernel is gone."""
 
-    api_client: Any
-    """The ``kubernetes.client.ApiClient`` the backend uses."""
-    namespace: str
-    """The user's offloaded namespace."""
-    user: str
-    """The user the runner pods are labelled with."""
+    run_id: str
+    backend: str
+    """The backend's name (``kubernetes``)."""
+    kernel: str
+    """The kernel (or command) that started it, as the backend labelled it; ``?`` when unknown."""
+    cluster: str
+    gpus: int
+    state: str
+    """``scheduling``, ``running``, ``done`` or ``failed``."""
+    detail: str
+    started: float
+    """Seconds since the epoch."""
+    cli: bool = False
+    """Started by ``gpu-offload run`` rather than a notebook."""
+
+
+class UserRuns(Protocol):
+    """The runs of one user a backend can see and stop beside the engine (the panel, the runs REST API)."""
+
+    @property
+    def where(self) -> str:
+        """Where the runs are read, for a message (``runner pods in namespace alice``)."""
+        ...
+
+    def user_runs(self) -> list[UserRun]:
+        """The user's runs, whichever process started them."""
+        ...
+
+    def cancel_run(self, run_id: str) -> list[str]:
+        """Remove what run ``run_id`` holds (its runner pods), for a run no live process follows any more;
+        returns what was removed, in words (``Pod alice/gpuo-1``)."""
+        ...
 
 
 class InventorySource(Protocol):
@@ -217,14 +240,6 @@ class Run(Protocol):
 
     def progress(self) -> str:
         """Phase, place and elapsed time for ``--noblock`` handles; ``""`` when the backend has nothing to add."""
-        ...
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """Send cancel requests that come from outside the engine (the panel's button) to ``cancel``.
-
-        A ``--noblock`` handle passes its own cancel, so such a run ends ``cancelled``. A backend's own run
-        gets no such requests and ignores it; the panel's wrapper (``dashboard.tracking``) uses it.
-        """
         ...
 
     def next_event(self, timeout: float) -> RunEvent | None:
@@ -270,8 +285,9 @@ class Backend(Protocol):
         """The donors this backend places on (started on first use); ``None`` for a backend without a cluster."""
         ...
 
-    def cluster_access(self) -> ClusterAccess | None:
-        """Client, namespace and user of the cluster this backend uses; ``None`` without a cluster."""
+    def user_runs(self) -> UserRuns | None:
+        """The runs of this backend's user it can see beside the engine, whichever kernel started them;
+        ``None`` for a backend whose runs end with the process that started them (local)."""
         ...
 
     def trusts(self, cluster: str) -> bool:

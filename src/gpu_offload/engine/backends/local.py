@@ -24,7 +24,6 @@ from ...runner.frames import Done, RunnerWarning
 from ...runner.secrecy import greeting
 from ..errors import OffloadUsageError
 from .base import (
-    ClusterAccess,
     InventorySource,
     Job,
     RunEvent,
@@ -54,9 +53,6 @@ class _LocalRun:
     def progress(self) -> str:
         """Nothing to add: a local runner starts at once."""
         return ""
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A local run gets no cancel requests from outside the engine."""
 
 
 class OneShotRun(_LocalRun):
@@ -191,8 +187,8 @@ class LocalBackend:
         """No cluster, no donors."""
         return None
 
-    def cluster_access(self) -> ClusterAccess | None:
-        """No cluster."""
+    def user_runs(self) -> None:
+        """None: a local run ends with the kernel that started it, and the run book lists it."""
         return None
 
     def trusts(self, cluster: str) -> bool:

@@ -24,7 +24,15 @@ def cluster_configured(env: Mapping[str, str]) -> bool:
 
 
 def auto_name(env: Mapping[str, str]) -> str:
-    """The backend ``auto`` means: the kubernetes backend when a cluster is configured, else the local one."""
+    """The backend ``auto`` means: the kubernetes backend when a cluster is configured, else the local one.
+    Raises :class:`BackendNotConfigured` when ``GPU_OFFLOAD_BACKEND`` names neither."""
+    from ...liqo_peering.environment import InvalidSetting
+    from ...liqo_peering.settings import read_kernel
+
+    try:
+        read_kernel(env).check("backend")
+    except InvalidSetting as exc:
+        raise BackendNotConfigured(f"{exc}. Nothing was run.") from None
     return "kubernetes" if cluster_configured(env) else "local"
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...liqo_peering import environment as E
+from ...liqo_peering.settings import kernel_settings
 from ...runner.watchdog import parent_alive
 from ..timing import RunTiming, timing_from_json
 
@@ -129,7 +130,7 @@ def pid_alive(pid: int) -> bool:
 
 def default_state_dir() -> Path:
     """``$GPU_OFFLOAD_STATE_DIR``, else ``gpu-offload-runs`` in Jupyter's runtime directory."""
-    chosen = E.STATE_DIR.read(os.environ)
+    chosen = kernel_settings().state_dir
     if chosen:
         return Path(chosen)
     from jupyter_core.paths import jupyter_runtime_dir

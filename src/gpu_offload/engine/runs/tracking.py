@@ -1,8 +1,9 @@
-"""The panel's hook at the engine's event boundary: backends and runs wrapped so that every run is recorded.
+"""The run book's listener at the engine's event boundary: every run a front end starts is recorded.
 
-:class:`TrackedBackend` records a run before it is submitted; :class:`TrackedRun` sees each event on its way
-to the engine (state, output tail, GPU metrics) and polls for cancel requests. Neither changes what the
-engine receives, so a tracked run behaves exactly like the backend's own run.
+:class:`Tracker` subscribes to the engine's run events (:mod:`..observing`): it records a run before it is
+submitted, each event after it (state, output tail, GPU metrics), and its end. It stops a run only through
+the run's cancel handle: asked by the panel of this kernel, or through the state directory by another
+kernel, the runs REST API or ``gpu-offload cancel``. It changes nothing the engine receives.
 """
 
 from __future__ import annotations
@@ -11,25 +12,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...runner.frames import Done, Hello, Metrics, Status, Stream
-from ..backends.base import (
-    Backend,
-    ClusterAccess,
-    InventorySource,
-    Job,
-    Placed,
-    Queued,
-    Run,
-    RunEvent,
-    RunnerExit,
-    SessionInfo,
-    Transfer,
-)
+from ..backends.base import Job, Placed, Queued, RunEvent, RunnerExit
 from ..backends.kube.config import kernel_id
+from ..observing import CancelHandle, RunStarted
 from ..sinks import PREFIX
 from ..timing import Stopwatch
 from .records import MAX_SAMPLES, RunBook, RunEntry, StateDirRefused, add_output
@@ -97,8 +86,23 @@ def observe(record: RunEntry, event: RunEvent) -> RunEntry:
     return record
 
 
+@dataclass
+class _Live:
+    """What the tracker holds of a run under way: how to stop it, and when it last looked for a request."""
+
+    cancel: CancelHandle
+    clock: Stopwatch | None
+    polled: float = 0.0
+    cancelled: bool = False
+    """A cancel was asked for: the record says so from the follower's next note on (only the follower's
+    thread writes a live run's record)."""
+
+
 class Tracker:
-    """The runs of this kernel: their records (also written to the state directory) and their cancel hooks."""
+    """The runs of this kernel: their records (also written to the state directory) and their cancel handles.
+
+    A :class:`~..observing.RunListener`: subscribe it to a front end's run events.
+    """
 
     def __init__(self, book: RunBook | None = None, kernel: str | None = None, script: str | None = None,
                  log: str = "") -> None:
@@ -111,7 +115,7 @@ class Tracker:
         self._records: dict[str, RunEntry] = {}
         self._written: dict[str, float] = {}
         self._dirty: set[str] = set()
-        self._runs: dict[str, TrackedRun] = {}
+        self._runs: dict[str, _Live] = {}
         self._since_prune = PRUNE_EVERY - 1  # the first finished run prunes what earlier kernels left
         self._changed = threading.Condition()
         self.version = 0
@@ -197,170 +201,88 @@ class Tracker:
         """This kernel's records, as they are now (fresher than the throttled files)."""
         return list(self._records.values())
 
-    def attach(self, run: TrackedRun) -> None:
-        """Remember a live run so a cancel from the panel reaches it directly."""
-        self._runs[run.record.run_id] = run
+    # -- the engine's run events (a RunListener) ----------------------------------------------------------
 
-    def detach(self, run_id: str) -> None:
-        """Forget a released run."""
-        self._runs.pop(run_id, None)
+    def submitting(self, job: Job, backend: str) -> None:
+        """Record a run about to be submitted (state ``queued``)."""
+        self.new(job, backend)
+
+    def not_started(self, job: Job, error: BaseException) -> None:
+        """The backend did not start it: failed, saying why."""
+        record = self._records.get(job.run_id)
+        if record is not None:
+            self.put(replace(record, state="failed", detail=str(error) or type(error).__name__, ended=time.time()))
+
+    def started(self, run: RunStarted) -> None:
+        """The backend took it: scheduling, on the cluster the backend chose (``--cluster auto`` resolved)."""
+        record = self._records.get(run.job.run_id)
+        if record is None:
+            return
+        job = run.job
+        detail = "waiting for a free runner" if job.session is None else f"in session {job.session}"
+        self._runs[job.run_id] = _Live(run.cancel, job.clock)
+        self.put(replace(record, state="scheduling", detail=detail, cluster=run.cluster))
+
+    def event(self, run_id: str, event: RunEvent) -> None:
+        """One event of a run: its record follows (written throttled), and cancel requests are looked for."""
+        record = self._records.get(run_id)
+        if record is None:
+            return
+        live = self._runs.get(run_id)
+        if live is not None and live.cancelled and record.detail != "cancelled" and not record.finished:
+            record = replace(record, detail="cancelled")  # what Done and RunnerExit keep as the reason
+        updated = observe(record, event)
+        if isinstance(event, Done) and live is not None and live.clock is not None:
+            # in the record's one write at the end: a warm cell cannot afford a second
+            live.clock.mark("done")
+            updated = replace(updated, timing=live.clock.record())
+        if updated is not self._records[run_id]:
+            self.put(updated)
+        self.waiting(run_id)
+
+    def waiting(self, run_id: str) -> None:
+        """A poll of a quiet run: write what was throttled once due; act on a cancel request from elsewhere."""
+        live = self._runs.get(run_id)
+        if live is not None:
+            now = time.monotonic()
+            if now - live.polled >= CANCEL_POLL:
+                live.polled = now
+                if self.book.cancel_requested(run_id):
+                    self.book.forget_cancel(run_id)
+                    self.cancel(run_id)
+            record = self._records.get(run_id)
+            if live.cancelled and record is not None and record.detail != "cancelled" and not record.finished:
+                self.put(replace(record, detail="cancelled"))
+        self.tick(run_id)
+
+    def ended(self, run_id: str) -> None:
+        """Released: a run that never reported an end is recorded as failed; the record is written now."""
+        live = self._runs.pop(run_id, None)
+        record = self._records.get(run_id)
+        if record is None:
+            return
+        if live is not None and live.clock is not None and record.timing is None:
+            record = replace(record, timing=live.clock.record())
+        if not record.finished:
+            record = replace(record, state="failed", ended=time.time(),
+                             detail=record.detail or "stopped before it reported an end")
+        if record is not self._records[run_id]:
+            self.put(record)
+        self.flush(run_id)
 
     def cancel(self, run_id: str) -> bool:
-        """Interrupt a run of this kernel as Ctrl-C would; ``False`` if it is not running here."""
-        run = self._runs.get(run_id)
-        if run is None:
+        """Stop a run of this process through its cancel handle: the first request interrupts it as Ctrl-C
+        would, a second kills its runner. ``False`` if it is not under way here."""
+        live = self._runs.get(run_id)
+        record = self._records.get(run_id)
+        if live is None or record is None or record.finished:
             return False
-        run.request_cancel()
+        live.cancelled = True
+        live.cancel.cancel()
+        with self._changed:  # a panel waiting for a change looks again
+            self.version += 1
+            self._changed.notify_all()
         return True
-
-
-class TrackedRun:
-    """A backend's run, seen by the tracker; cancel requests interrupt it from the thread that follows it."""
-
-    def __init__(self, inner: Run, record: RunEntry, tracker: Tracker, clock: Stopwatch | None = None) -> None:
-        self.inner = inner
-        self.clock = clock
-        self.record = record
-        self._tracker = tracker
-        self._cancels = 0
-        self._acted = 0
-        self._polled = 0.0
-        self._on_cancel: Callable[[], None] | None = None
-        tracker.attach(self)
-
-    @property
-    def cluster(self) -> str:
-        """The backend run's cluster."""
-        return self.inner.cluster
-
-    def progress(self) -> str:
-        """The backend run's progress."""
-        return self.inner.progress()
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A ``--noblock`` handle's own cancel: the panel's button then stops the run as ``cancelled``."""
-        self._on_cancel = cancel
-
-    def request_cancel(self) -> None:
-        """Ask for an interrupt (a second request kills the runner, like a second Ctrl-C)."""
-        self._cancels += 1
-
-    def _check_cancel(self) -> None:
-        now = time.monotonic()
-        if now - self._polled >= CANCEL_POLL:
-            self._polled = now
-            if self._tracker.book.cancel_requested(self.record.run_id):
-                self._tracker.book.forget_cancel(self.record.run_id)
-                self._cancels += 1
-        if self._cancels <= self._acted or self.record.finished:
-            return
-        first = self._acted == 0
-        self._acted = self._cancels
-        self._update(replace(self.record, detail="cancelled"))
-        if not first:
-            self.inner.kill()
-        elif self._on_cancel is not None:
-            self._on_cancel()
-        elif threading.current_thread() is threading.main_thread():
-            # the cell is being followed in the foreground: the engine's own Ctrl-C path (interrupt, grace
-            # period, then kill; output kept, no variable copied back) is exactly what the button means
-            raise KeyboardInterrupt
-        else:
-            self.inner.interrupt()
-
-    def _update(self, record: RunEntry) -> None:
-        self.record = record
-        self._tracker.put(record)
-
-    def next_event(self, timeout: float) -> RunEvent | None:
-        """The backend's next event, recorded on the way."""
-        self._check_cancel()
-        event = self.inner.next_event(timeout)
-        if event is not None:
-            updated = observe(self.record, event)
-            if isinstance(event, Done) and self.clock is not None:
-                # in the record's one write at the end: a warm cell cannot afford a second
-                self.clock.mark("done")
-                updated = replace(updated, timing=self.clock.record())
-            if updated is not self.record:
-                self._update(updated)
-        self._tracker.tick(self.record.run_id)
-        return event
-
-    def interrupt(self) -> None:
-        """Interrupt the backend's run."""
-        self.inner.interrupt()
-
-    def kill(self) -> None:
-        """Kill the backend's run."""
-        self.inner.kill()
-
-    def release(self, grace: float) -> int | None:
-        """Release the backend's run; a run released before it finished is recorded as failed."""
-        try:
-            return self.inner.release(grace)
-        finally:
-            if self.clock is not None and self.record.timing is None:
-                self._update(replace(self.record, timing=self.clock.record()))
-            if not self.record.finished:
-                self._update(replace(self.record, state="failed", ended=time.time(),
-                                     detail=self.record.detail or "stopped before it reported an end"))
-            self._tracker.flush(self.record.run_id)
-            self._tracker.detach(self.record.run_id)
-
-
-class TrackedBackend:
-    """A backend whose runs are recorded by ``tracker``; everything else is the backend's own."""
-
-    def __init__(self, inner: Backend, tracker: Tracker) -> None:
-        self.inner = inner
-        self.tracker = tracker
-        self.name = inner.name
-
-    def transfer(self, run_id: str) -> Transfer:
-        """The backend's choice."""
-        return self.inner.transfer(run_id)
-
-    def describe(self) -> str:
-        """The backend's own line."""
-        return self.inner.describe()
-
-    def inventory(self) -> InventorySource | None:
-        """The backend's inventory."""
-        return self.inner.inventory()
-
-    def cluster_access(self) -> ClusterAccess | None:
-        """The backend's cluster."""
-        return self.inner.cluster_access()
-
-    def trusts(self, cluster: str) -> bool:
-        """The backend's trust."""
-        return self.inner.trusts(cluster)
-
-    def submit(self, job: Job) -> Run:
-        """Record the run as queued, submit it, and follow it through a :class:`TrackedRun`."""
-        record = self.tracker.new(job, self.name)
-        try:
-            run = self.inner.submit(job)
-        except BaseException as exc:
-            self.tracker.put(replace(record, state="failed", detail=str(exc) or type(exc).__name__, ended=time.time()))
-            raise
-        detail = "waiting for a free runner" if job.session is None else f"in session {job.session}"
-        cluster = run.cluster  # --cluster auto is resolved inside the backend
-        return TrackedRun(run, replace(record, state="scheduling", detail=detail, cluster=cluster), self.tracker,
-                          job.clock)
-
-    def sessions(self) -> list[SessionInfo]:
-        """The backend's sessions."""
-        return self.inner.sessions()
-
-    def close_session(self, name: str, grace: float = 5.0) -> bool:
-        """Close one of the backend's sessions."""
-        return self.inner.close_session(name, grace)
-
-    def close(self) -> None:
-        """Close the backend."""
-        self.inner.close()
 
 
 _TRACKER: Tracker | None = None
@@ -374,10 +296,3 @@ def tracker() -> Tracker:
         if _TRACKER is None:
             _TRACKER = Tracker()
         return _TRACKER
-
-
-def tracked(backend: Backend, factory: Callable[[], Tracker] = tracker) -> Backend:
-    """``backend`` with its runs recorded (idempotent)."""
-    if isinstance(backend, TrackedBackend):
-        return backend
-    return TrackedBackend(backend, factory())

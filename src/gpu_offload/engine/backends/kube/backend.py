@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,19 +31,23 @@ from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.trust import run_trusted, trusting
 from ....runner.frames import Outputs
 from ...errors import OffloadError, OffloadUsageError
-from ..base import ClusterAccess, Job, RunRequest, SessionInfo, Transfer
+from ..base import Job, RunRequest, SessionInfo, Transfer
 from .budget import spend_line
 from .config import KubeSettings
 from .explain import span_text
 from .hub_inventory import HubInventory, HubInventoryError
 from .jobrun import KubeJobRun
 from .launcher import PodLauncher
+from .plan import PodOrder
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object, untrusted_unfetched
+from .queueing import Ticket
 from .rank_session import KubeRankSession, RankSessionRun
-from .run import KubeRun, PodOrder
-from .session import KubeSession, SessionRun
+from .resume import SessionKeeper
+from .run import KubeRun, Launched
+from .session import KubeSession, SessionRun, WarmSession
 from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
+from .user_runs import UserPods
 
 
 class ClusterError(OffloadError):
@@ -82,9 +86,15 @@ class KubernetesBackend:
         self.settings = settings
         self.api_client = api_client or api_client_from_environment()
         self.pods = PodApi(self.api_client, settings.namespace)
-        self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=trusting(settings.trusted))
+        self._user_pods = UserPods(self.pods, settings.user)
+        self.watch_seconds = settings.watch_seconds
+        self.trust = trusting(settings.trusted)
+        """The origin's trust, built once: placement, the runner pods' output format and the intake of outputs."""
+        self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=self.trust)
         self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
-        self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, runner)
+        self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, self.trust, runner)
+        self.keeper = SessionKeeper(self.storage, self.trusts)
+        """Checkpoints of the sessions (to the user's storage) and their resumes after a loss or a release."""
         self._lock = threading.Lock()
         self._sessions: dict[str, KubeSession | KubeRankSession] = {}
         self._idle_ended: dict[str, tuple[str, str]] = {}
@@ -103,11 +113,14 @@ class KubernetesBackend:
         line = (f"kubernetes backend: namespace {self.settings.namespace}, image {image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
         with self._lock:
-            ended = [f"session {name}: its {holder} {how}; its variables are gone"
+            ended = [f"session {name}: its {holder} {how}; {self.keeper.next_cell(name)}"
                      for name, (holder, how) in self._idle_ended.items()]
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
-            ended += [f"session {name}: its {s.holder} {s.end_words()}; its variables are gone"
+            ended += [f"session {name}: its {s.holder} {s.end_words()}; {self.keeper.next_cell(name)}"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
+        returned = self.keeper.returned()
+        if returned:
+            ended.append(f"GPU-hours given back by idle sessions released with a checkpoint: {returned:.3f}")
         spend = self.launcher.spend
         if spend is not None:
             try:
@@ -132,40 +145,62 @@ class KubernetesBackend:
         hub deployment, else a watch-fed cache of the cluster."""
         return self.launcher.inventory_cache()
 
-    def cluster_access(self) -> ClusterAccess:
-        """See :meth:`gpu_offload.engine.backends.base.Backend.cluster_access`."""
-        return ClusterAccess(self.api_client, self.settings.namespace, self.settings.user)
+    def user_runs(self) -> UserPods:
+        """The user's runs in the namespace, from their runner pods, over this backend's own client."""
+        return self._user_pods
 
     def trusts(self, cluster: str) -> bool:
         """Whether ``cluster`` is one of the settings' trusted ids (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, which a
         hub's spawner writes from its chart): the same policy placement and the runner pods are given."""
-        return run_trusted(self.name, cluster, self.launcher.trust)
+        return run_trusted(self.name, cluster, self.trust)
 
     # --- the Backend protocol ---
 
     def submit(self, job: Job) -> KubeRun | KubeJobRun | SessionRun | RankSessionRun:
-        """Start ``job`` in a new pod, or in the named session's warm pod."""
-        cleanup = lambda: self._forget_run(job.run_id)  # noqa: E731 - the run calls it once it is released
+        """Start ``job`` in a new pod (a Job of pods for a distributed run), or in the named session's."""
         try:
             if job.session is not None:
-                return self._session(job.session, job.request).submit(
-                    job.bundle, job.run_id, cleanup, self._fetcher(job.run_id))
+                return self._session_cell(job)
             order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id)
-            if job.request.ranks is not None:
-                return KubeJobRun(self.launcher, order, job.request.ranks, self.settings.watch_seconds,
-                                  cleanup=cleanup, fetch=self._fetcher(job.run_id))
-            return KubeRun(self.launcher, order, cleanup=cleanup, fetch=self._fetcher(job.run_id))
+            return KubeRun(self, order) if job.request.ranks is None else KubeJobRun(self, order)
         except GpuOffloadError as exc:
-            self._forget_run(job.run_id)
+            self.released(job.run_id)
             raise _translate(exc) from exc
         except BaseException:
-            self._forget_run(job.run_id)
+            self.released(job.run_id)
             raise
 
-    def _fetcher(self, run_id: str) -> Callable[[Outputs, str], Outputs] | None:
+    def _session_cell(self, job: Job) -> SessionRun | RankSessionRun:
+        assert job.session is not None
+        self.keeper.settle(job.session)  # a checkpoint still being written goes first
+        session = self._session(job.session, job.request)
+        notes = [self.keeper.note(job.session), self.keeper.resume(session)]
+        run = session.submit(job.bundle, job.run_id)
+        for note in notes:
+            if note:
+                run.warn(note)
+        return run
+
+    # --- the Host protocol: what runs and sessions ask of the backend and tell it ---
+
+    def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> Launched:
+        """See :meth:`.run.Host.launch`."""
+        return self.launcher.launch(order, avoid)
+
+    def leave(self, ticket: Ticket) -> None:
+        """See :meth:`.run.Host.leave`."""
+        self.launcher.leave(ticket)
+
+    def fetched(self, run_id: str, outputs: Outputs, cluster: str) -> Outputs:
+        """See :meth:`.run.Host.fetched`: what the run uploaded to object storage, read back; an untrusted
+        cluster's pickle or buffer references are not even downloaded."""
         storage = self.storage
         if storage is None:
-            return None
+            return outputs
+        if not self.trusts(cluster):  # the engine's own test of the run's cluster
+            unread = untrusted_unfetched(outputs.format, outputs.pickle, outputs.buffers)
+            if unread is not None:
+                return replace(outputs, pickle=unread)
 
         def read(ref: Mapping[str, Any]) -> bytes:
             index = ref.get("index")
@@ -177,19 +212,19 @@ class KubernetesBackend:
         def own(index: int, url: str) -> bool:
             return 0 <= index < OUTPUT_URLS and same_object(url, storage.put_url(run_id, f"out-{index}"))
 
-        def fetch(outputs: Outputs, cluster: str) -> Outputs:
-            if not self.trusts(cluster):  # the engine's own test of the run's cluster
-                unread = untrusted_unfetched(outputs.format, outputs.pickle, outputs.buffers)
-                if unread is not None:
-                    return replace(outputs, pickle=unread)
-            packed, refs = fetched_outputs(outputs.pickle, outputs.buffers, read, own)
-            return replace(outputs, pickle=packed, buffers=tuple(refs))
+        packed, refs = fetched_outputs(outputs.pickle, outputs.buffers, read, own)
+        return replace(outputs, pickle=packed, buffers=tuple(refs))
 
-        return fetch
-
-    def _forget_run(self, run_id: str) -> None:
+    def released(self, run_id: str) -> None:
+        """See :meth:`.run.Host.released`: the run's stored objects go (a CLI run keeps its log)."""
         if self.storage is not None:
             self.storage.remove_run(run_id, keep=(LOG,) if self.settings.cli else ())
+
+    def idle(self, session: WarmSession) -> None:
+        """See :meth:`.run.Host.idle`: checkpoint the session if it changed (in the background), then its idle
+        timer."""
+        if isinstance(session, (KubeSession, KubeRankSession)):
+            self.keeper.after_cell(session, self._start_idle_timer)
 
     def _session(self, name: str, placement: RunRequest) -> KubeSession | KubeRankSession:
         with self._lock:
@@ -203,8 +238,8 @@ class KubernetesBackend:
             if current is None:
                 current = self._sessions[name] = self._new_session(name, placement, replaces,
                                                                    ended or "ended while idle")
-                current.on_idle = self._idle_started
-            elif current.request.session_key() != placement.session_key():
+            elif (current.request.session_key() != placement.session_key()
+                  and not self.keeper.fits(name, placement)):
                 raise OffloadUsageError(
                     f"Session `{name}` was started with {current.request.shape()} on {current.cluster}; this "
                     f"cell asks for {placement.shape()} or another place. Close it with `%gpu_offload close "
@@ -215,13 +250,15 @@ class KubernetesBackend:
     def _new_session(self, name: str, placement: RunRequest, replaces: str,
                      ended: str) -> KubeSession | KubeRankSession:
         if placement.ranks is None:
-            return KubeSession(name, self.launcher, placement, replaces, ended)
+            return KubeSession(name, self, placement, replaces, ended)
         # a distributed session: one Indexed Job of session launchers, one attachment per pod
-        return KubeRankSession(name, self.launcher, placement, self.settings.watch_seconds, replaces, ended)
+        return KubeRankSession(name, self, placement, replaces, ended)
 
-    def _idle_started(self, session: KubeSession | KubeRankSession) -> None:
-        """A session's cell ended: end the session if no cell comes within the idle timeout, so nobody keeps
-        GPUs by forgetting a session (the chart's ``offload.sessionIdleTimeout``)."""
+    def _start_idle_timer(self, session: KubeSession | KubeRankSession) -> None:
+        """End the session if no cell comes within the idle timeout, so nobody keeps GPUs by forgetting a
+        session (the chart's ``offload.sessionIdleTimeout``)."""
+        if session.dead or session.busy:
+            return
         timeout = self.settings.session_idle_timeout
         if timeout <= 0:
             return
@@ -231,18 +268,76 @@ class KubernetesBackend:
         timer.start()
 
     def _end_idle(self, session: KubeSession | KubeRankSession, claims: int) -> None:
+        request = session.request
+        gpus = request.gpus * (request.ranks.nodes if request.ranks is not None else 1)
+        if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
+            return
+        kept = self.keeper.before_release(session)  # the state first, while the pod is there
         with self._lock:
             # a cell came meanwhile, or the session was closed or replaced: nothing to end
             if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
                 return
             del self._sessions[session.name]
-            request = session.request
-            gpus = request.gpus * (request.ranks.nodes if request.ranks is not None else 1)
+            self.keeper.released(session.name, gpus)
             self._idle_ended[session.name] = (session.holder, (
                 f"was ended after {span_text(self.settings.session_idle_timeout)} idle holding {gpus} GPU"
                 f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, the "
-                "hub's offload.sessionIdleTimeout)"))
+                f"hub's offload.sessionIdleTimeout){kept}"))
         session.close(grace=1.0)
+
+    # --- checkpoints (see .resume) ---
+
+    def _live(self, name: str) -> KubeSession:
+        self.keeper.settle(name)
+        with self._lock:
+            current = self._sessions.get(name)
+            if current is None or not current.alive:
+                raise OffloadUsageError(f"no live session named {name!r} on the cluster; `%gpu_offload sessions` "
+                                        "lists them")
+            if current.busy or not isinstance(current, KubeSession):
+                raise OffloadUsageError(f"session {name!r} is running a cell or is distributed: checkpoint it "
+                                        "between cells (a distributed session cannot be checkpointed yet)")
+            return current
+
+    def checkpoint_session(self, name: str, checkpoint: str, limit: int | None = None,
+                           auto: bool | None = None) -> Any:
+        """Write session ``name``'s state as checkpoint ``checkpoint`` to the user's storage."""
+        return self.keeper.take(self._live(name), checkpoint, limit, auto)
+
+    def restore_session(self, checkpoint: str, session: str | None = None,
+                        placement: RunRequest | None = None) -> str:
+        """Start session ``session`` (default: the checkpoint's own) from ``checkpoint``, in a new pod placed as
+        ``placement`` asks (default: as the session was)."""
+        saved = self.keeper.store().get(checkpoint)
+        name = session or saved.session
+        with self._lock:
+            current = self._sessions.get(name)
+            if current is not None and current.alive:
+                raise OffloadUsageError(f"session {name!r} is running: close it first (%gpu_offload close "
+                                        f"{name}) or restore into another one (--session NEW)")
+            self._idle_ended.pop(name, None)
+            fresh = self._sessions[name] = self._new_session(name, placement or saved.placement, "", "")
+        try:
+            return f"session {name}: " + self.keeper.restore(fresh, saved)
+        except BaseException:
+            self.close_session(name, grace=1.0)  # nothing half-restored is left running
+            raise
+
+    def move_session(self, name: str, cluster: str | None = None, gpu_model: str | None = None,
+                     grace: float = 5.0) -> list[str]:
+        """``%gpu_offload move``: checkpoint, close, restore in a new pod (on ``cluster`` or a ``gpu_model``)."""
+        current = self._live(name)
+        placement = current.request
+        if cluster:
+            placement = replace(placement, cluster=cluster)
+        if gpu_model:
+            placement = replace(placement, gpu_model=gpu_model, fallback_models=())
+        saved = self.keeper.take(current, name, None, None)
+        lines = [f"checkpoint {saved.describe()}"]
+        self.close_session(name, grace)
+        lines.append(self.restore_session(name, name, placement))
+        self.keeper.moved(name, current.request)
+        return lines
 
     def sessions(self) -> list[SessionInfo]:
         """The warm session pods that are still alive."""
@@ -251,6 +346,7 @@ class KubernetesBackend:
 
     def close_session(self, name: str, grace: float = 5.0) -> bool:
         """End the named session and delete its pod; ``False`` if there is none."""
+        self.keeper.settle(name)  # a checkpoint being written finishes first (its object is then removed at exit)
         with self._lock:
             current = self._sessions.pop(name, None)
         if current is None:
@@ -273,6 +369,7 @@ class KubernetesBackend:
         """Kernel exit: end every session, delete whatever this kernel still has, stop the watches."""
         for name in list(self._sessions):
             self.close_session(name, grace=1.0)
+        self.keeper.close()
         # the cluster may be unreachable at exit: the next start of this kernel cleans up then
         with contextlib.suppress(ClusterError):
             self.cleanup()

@@ -101,20 +101,45 @@ class HubSpend:
             return spend
 
 
+@dataclass(frozen=True)
+class SpendReading:
+    """What a launch learned of the user's spend: the hub's answer, or why there is none."""
+
+    spend: MonthSpend | None = None
+    problem: str = ""
+    """Why it could not be read: the hub service did not answer, or said something else."""
+    no_hub: bool = False
+    """No hub service is configured to ask."""
+
+
+def read_spend(budget: float | None, hub: HubSpend | None) -> SpendReading | None:
+    """This month's spend, read afresh for a launch under ``budget``; None when there is no budget to check."""
+    if budget is None:
+        return None
+    if hub is None:
+        return SpendReading(no_hub=True)
+    try:
+        return SpendReading(hub.read(fresh=True))
+    except HubInventoryError as exc:
+        return SpendReading(problem=str(exc))
+
+
+def budget_refusal(budget: float | None, reading: SpendReading | None) -> str | None:
+    """Why a launch may not start under ``budget`` (None: no budget) given what :func:`read_spend` found, or
+    None when it may."""
+    if budget is None:
+        return None
+    if reading is None or reading.no_hub:
+        return (f"{E.MONTHLY_BUDGET.name} is set but {E.SERVICE_URL.name} is not, so what you spent cannot be read. "
+                f"Nothing was launched. A hub sets both; outside a hub unset {E.MONTHLY_BUDGET.name}.")
+    if reading.spend is None:
+        return (f"Your monthly GPU budget ({budget:g}) could not be checked: {reading.problem}. Nothing was "
+                "launched; try again in a minute (the service may be restarting).")
+    return refusal(reading.spend, budget)
+
+
 def check_budget(budget: float | None, hub: HubSpend | None) -> None:
     """Refuse a launch past ``budget`` (None: no budget) before anything is created."""
-    if budget is None:
-        return
-    if hub is None:
-        raise OffloadUsageError(
-            f"{E.MONTHLY_BUDGET.name} is set but {E.SERVICE_URL.name} is not, so what you spent cannot be read. "
-            f"Nothing was launched. A hub sets both; outside a hub unset {E.MONTHLY_BUDGET.name}.")
-    try:
-        spend = hub.read(fresh=True)
-    except HubInventoryError as exc:
-        raise OffloadUsageError(
-            f"Your monthly GPU budget ({budget:g}) could not be checked: {exc}. Nothing was launched; try again in "
-            "a minute (the service may be restarting).") from None
-    refused = refusal(spend, budget)
+    refused = budget_refusal(budget, read_spend(budget, hub))
     if refused:
         raise OffloadUsageError(refused)

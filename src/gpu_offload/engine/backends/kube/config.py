@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ....liqo_peering import environment as E
+from ....liqo_peering.settings import read_kernel
 
 DEFAULT_IMAGE = E.IMAGE.default
 """None: the project's runner image for this kernel (``gpu_offload.images.default_runner``)."""
@@ -83,15 +84,15 @@ class KubeSettings:
 
 def configured(env: Mapping[str, str]) -> bool:
     """Whether this kernel is set up for the kubernetes backend (``--backend`` auto picks it then)."""
-    chosen = env.get(E.BACKEND.name, "").strip().lower()
-    if chosen:
-        return chosen == "kubernetes"
-    return bool(E.NAMESPACE.read(env))
+    settings = read_kernel(env)
+    if settings.backend or settings.problem("backend"):
+        return settings.backend == "kubernetes"
+    return bool(settings.namespace)
 
 
 def kernel_id(env: Mapping[str, str]) -> str:
     """This kernel's id: Jupyter's (it survives a kernel restart), else host and pid."""
-    chosen = E.KERNEL_ID.read(env)
+    chosen = read_kernel(env).kernel_id
     if chosen:
         return chosen
     try:
@@ -109,8 +110,9 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
     from ....liqo_peering.client import kubeconfig_namespace
     from ...errors import BackendNotConfigured
 
+    settings = read_kernel(env)
     # as kubectl does: the kubeconfig's current context names the namespace when nothing else does
-    namespace = E.NAMESPACE.read(env) or kubeconfig_namespace(env.get("KUBECONFIG"))
+    namespace = settings.namespace or kubeconfig_namespace(env.get("KUBECONFIG"))
     if not namespace:
         raise BackendNotConfigured(
             f"--backend kubernetes: {E.NAMESPACE.name} is not set and there is no kubeconfig "
@@ -119,34 +121,29 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
             "deployment sets it for you), or use --backend local."
         )
     try:
-        policy = E.PLACEMENT_POLICY.read(env)
-        create = E.CREATE_OFFLOADING.read(env)
-        metered = E.METERED.read(env)
-        trusted = E.TRUSTED_CLUSTERS.read(env)
-        budget = E.MONTHLY_BUDGET.read(env)
-        idle = E.SESSION_IDLE_TIMEOUT.read(env)
+        settings.check("placement_policy", "create_offloading", "metered", "trusted_clusters", "monthly_budget",
+                       "session_idle_timeout")
     except E.InvalidSetting as exc:
-        raise BackendNotConfigured(f"{exc} (or unset it for the default).") from None
-    bucket = E.S3_BUCKET.read(env)
-    storage = StorageSettings(bucket, E.S3_ENDPOINT.read(env)) if bucket else None
-    service_url = E.SERVICE_URL.read(env)
+        raise BackendNotConfigured(str(exc)) from None
+    storage = StorageSettings(settings.s3_bucket, settings.s3_endpoint) if settings.s3_bucket else None
+    create = settings.create_offloading
     return KubeSettings(
         namespace=namespace,
-        image=E.IMAGE.read(env),
-        image_registry=E.IMAGE_REGISTRY.read(env) or "",
-        python=E.PYTHON.read(env),
+        image=settings.image,
+        image_registry=settings.image_registry or "",
+        python=settings.python,
         user=env.get("JUPYTERHUB_USER") or getpass.getuser(),
         kernel=kernel_id(env),
         storage=storage,
-        create_offloading=(not service_url) if create is None else create,
-        service_url=service_url,
+        create_offloading=(not settings.service_url) if create is None else create,
+        service_url=settings.service_url,
         hub_token=env.get("JUPYTERHUB_API_TOKEN", ""),
-        server=E.SERVER_ID.read(env),
-        policy=policy,
-        metered=metered,
-        queue=E.QUEUE.read(env),
-        priority=E.PRIORITY.read(env),
-        trusted=trusted,
-        budget=budget,
-        session_idle_timeout=max(0.0, idle),
+        server=settings.server_id,
+        policy=settings.placement_policy,
+        metered=settings.metered,
+        queue=settings.queue,
+        priority=settings.priority,
+        trusted=settings.trusted_clusters,
+        budget=settings.monthly_budget,
+        session_idle_timeout=max(0.0, settings.session_idle_timeout),
     )

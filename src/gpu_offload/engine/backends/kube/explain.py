@@ -90,7 +90,8 @@ def _failed_pod(status: Mapping[str, Any], ctx: PodContext) -> PodState | None:
     message = str(status.get("message") or "")
     if reason == "NodeLost":
         lost = f"the virtual node of {ctx.cluster} was lost ({message})"
-        return PodState(FAILED, lost, reason, lost=True, elsewhere=lost)
+        return PodState(FAILED, lost, reason, lost=True, elsewhere=lost,
+                        summary=f"lost with the virtual node of {ctx.cluster}")
     if reason == "DeadlineExceeded":
         return PodState(FAILED, (
             f"the pod on {ctx.cluster} reached its deadline (--timeout) and Kubernetes stopped it; output so "

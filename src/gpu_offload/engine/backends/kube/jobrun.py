@@ -21,8 +21,8 @@ import dataclasses
 import queue
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from ....liqo_peering.errors import APIForbidden, APINotFound, APIUnauthorized
 from ....liqo_peering.rankjob import INDEX_LABEL
@@ -34,8 +34,9 @@ from ...timing import Phase
 from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
+from .plan import PodOrder
 from .pods import PodApi
-from .run import LaunchedJob, PodOrder, failure_events
+from .run import Host, Launched, failure_events
 
 LASTING = (APIUnauthorized, APIForbidden, APINotFound)
 """Failures of the pods' list or watch that trying again does not mend (the loop retries the others)."""
@@ -77,20 +78,11 @@ class RunPods:
         self.error = exc
 
 
-class JobLauncher(Protocol):
-    pods: PodApi
-
-    def launch_job(self, order: PodOrder, ranks: Ranks, avoid: frozenset[str] = frozenset()) -> LaunchedJob:
-        """Place ``order``'s Job (on none of the ``avoid`` cluster ids) and create it with its Secret and
-        Service; raises when nothing fits, or, for a retry, when the cell is pinned or queueing is on."""
-        ...
-
-
 class JobPods:
     """The pods of one Indexed Job, each followed by its own :class:`~.follow.PodFollower` (told the world
     size, so the frames of every rank of that pod are accepted) as the watch on the run's pods reports them."""
 
-    def __init__(self, pods: PodApi, order: PodOrder, ranks: Ranks, job: LaunchedJob, watch_seconds: int) -> None:
+    def __init__(self, pods: PodApi, order: PodOrder, ranks: Ranks, job: Launched, watch_seconds: int) -> None:
         self.pods = pods
         self._order = order
         self._ranks = ranks
@@ -181,17 +173,16 @@ def pod_failure(index: int, ended: PodEnded, diagnostics: str, ranks: Ranks, tex
 class KubeJobRun:
     """One bundle as the ranks of an Indexed Job's pods."""
 
-    def __init__(self, launcher: JobLauncher, order: PodOrder, ranks: Ranks, watch_seconds: int,
-                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
-        self.pods = launcher.pods
-        self._launcher = launcher
+    def __init__(self, host: Host, order: PodOrder) -> None:
+        assert order.placement.ranks is not None, "a distributed run has ranks"
+        self.pods = host.pods
+        self._host = host
         self._order = order
-        self._ranks = ranks
-        self._watch_seconds = watch_seconds
-        self.job = launcher.launch_job(order, ranks)
-        self._nodes = JobPods(self.pods, order, ranks, self.job, watch_seconds)
-        self._cleanup = cleanup
-        self._fetch = fetch
+        self._run_id = order.run_id
+        self._ranks = ranks = order.placement.ranks
+        self._watch_seconds = host.watch_seconds
+        self.job = host.launch(order)
+        self._nodes = JobPods(self.pods, order, ranks, self.job, self._watch_seconds)
         self._codes: list[int] = []
         self._pending: deque[RunEvent] = deque()
         self._over = False
@@ -205,9 +196,6 @@ class KubeJobRun:
     @property
     def cluster(self) -> str:
         return self.job.ctx.cluster
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
         started, error = len(self._nodes.followers), self._nodes.watch_error
@@ -229,8 +217,8 @@ class KubeJobRun:
             if isinstance(item, PodEnded):
                 self._pod_ended(index, item)
                 continue
-            if isinstance(item, Outputs) and self._fetch is not None:
-                item = self._fetch(item, self.cluster)
+            if isinstance(item, Outputs):
+                item = self._host.fetched(self._run_id, item, self.cluster)
             if isinstance(item, (Stream, DisplayData, Outputs, Error, Done)):
                 self._shown = True
             return item
@@ -262,7 +250,7 @@ class KubeJobRun:
         self._codes.clear()
         order = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
         try:
-            self.job = self._launcher.launch_job(order, self._ranks, frozenset(first.clusters or (first.ctx.cluster,)))
+            self.job = self._host.launch(order, frozenset(first.clusters or (first.ctx.cluster,)))
         except Exception as exc:  # noqa: BLE001 - no other cluster takes it: report the first failure and why
             self._over = True
             text = f"{state.text}, before the cell started; the Job was not moved to another cluster: {exc}"
@@ -292,7 +280,6 @@ class KubeJobRun:
         try:
             self.pods.delete_job(self.job.name, grace=0 if self._over else max(0, int(grace)))
         finally:
-            if self._cleanup is not None:
-                self._cleanup()
+            self._host.released(self._run_id)
         failed = [code for code in self._codes if code]
         return failed[0] if failed else (0 if self._over else None)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ....liqo_peering.errors import APIError
@@ -24,8 +23,9 @@ from ....runner.secrecy import greeting
 from ..base import Ranks, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED
 from .follow import PodEnded
-from .jobrun import JobLauncher, JobPods, pod_failure
-from .run import PodOrder
+from .jobrun import JobPods, pod_failure
+from .plan import PodOrder
+from .run import Host
 from .session import Attachment, SessionCell, WarmSession
 
 SEND_WAIT = 0.25
@@ -35,17 +35,16 @@ SEND_WAIT = 0.25
 class KubeRankSession(WarmSession):
     """A distributed session: an Indexed Job of session launchers and an attach connection to each pod."""
 
-    def __init__(self, name: str, launcher: JobLauncher, placement: RunRequest, watch_seconds: int,
-                 replaces: str = "", ended: str = "ended while idle") -> None:
-        super().__init__(name, replaces, ended)
+    def __init__(self, name: str, host: Host, placement: RunRequest, replaces: str = "",
+                 ended: str = "ended while idle") -> None:
+        super().__init__(name, host, replaces, ended)
         assert placement.ranks is not None
         self.ranks: Ranks = placement.ranks
         self.request = placement
-        self.pods = launcher.pods
         nonce = secrets.token_hex(16)
         order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
-        self.job = launcher.launch_job(order, self.ranks)
-        self.nodes = JobPods(self.pods, order, self.ranks, self.job, watch_seconds)
+        self.job = host.launch(order)
+        self.nodes = JobPods(self.pods, order, self.ranks, self.job, host.watch_seconds)
         self._greeting = greeting(nonce, self.ranks.bundle_field())
         """Every launcher's first line: the nonce and the shape (its group rank is its pod's index)."""
         self._stdin: dict[int, Attachment] = {}
@@ -82,10 +81,9 @@ class KubeRankSession(WarmSession):
         where = f"Job {self.job.name} ({self.ranks.nodes} pods) on {self.cluster}"
         return SessionInfo(self.name, where, self.runs, self.busy)
 
-    def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
-               fetch: Callable[[Outputs, str], Outputs] | None = None) -> RankSessionRun:
+    def submit(self, bundle: bytes, run_id: str) -> RankSessionRun:
         """Queue one bundle for every node; it is sent once every pod's launcher runs."""
-        run = RankSessionRun(self, self.take_cell(bundle), run_id, cleanup, fetch)
+        run = RankSessionRun(self, self.take_cell(bundle), run_id)
         if self.runs > 1:
             run.announce(f"in the {self.ranks.nodes} pods of Job {self.job.name} on {self.cluster}, session {self.name}")
         note = self.replaced_note()
@@ -116,9 +114,8 @@ class RankSessionRun(SessionCell[KubeRankSession]):
     """One cell in a distributed session: the events of every rank (``RankedRun`` ends it when each rank is
     done); the pods stay."""
 
-    def __init__(self, session: KubeRankSession, command: dict[str, Any], run_id: str,
-                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
-        super().__init__(session, command, run_id, cleanup, fetch)
+    def __init__(self, session: KubeRankSession, command: dict[str, Any], run_id: str) -> None:
+        super().__init__(session, command, run_id)
         self._warned = False
         self._over = False
 
@@ -171,8 +168,8 @@ class RankSessionRun(SessionCell[KubeRankSession]):
         index, item = got
         if isinstance(item, PodEnded):
             return self._pod_ended(index, item)
-        if isinstance(item, Outputs) and self._fetch is not None:
-            item = self._fetch(item, self.cluster)
+        if isinstance(item, Outputs):
+            item = self.session.host.fetched(self._run_id, item, self.cluster)
         elif isinstance(item, Done) and not self._warned:
             self._warned = True
             dropped = self._dropped + self._foreign() - self._foreign_before

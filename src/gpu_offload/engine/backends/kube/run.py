@@ -13,28 +13,56 @@ import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ....runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
+from ....runner.frames import DisplayData, Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
 from ...timing import Phase
-from ..base import Queued, RunEvent, RunnerExit, RunRequest
+from ..base import Queued, RunEvent, RunnerExit
 from .explain import FAILED, PODS_READY_TIMEOUT, PodContext, PodState, pod_state
 from .follow import PodEnded, PodFollower
+from .plan import PodOrder
 from .pods import PodApi
 from .queueing import Ticket, duration
+from .requeue import after_preemption
+
+if TYPE_CHECKING:
+    from .session import WarmSession
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A runner pod or a distributed run's Indexed Job the launcher created, and where it was sent."""
+
+    name: str
+    owner: Mapping[str, Any]
+    """The Pod or Job as the server stored it."""
+    ctx: PodContext
+    """Where the pods were sent; a Job's ``ctx.cluster`` names every cluster they may run on (``a or b`` with
+    ``--spread``); a queued pod's cluster is known once Kueue admits it."""
+    clusters: tuple[str, ...] = ()
+    """The cluster ids the pods may run on (one without ``--spread``)."""
+    outputs_from: str = ""
+    """The cluster whose trust decides what comes back: the one cluster, or the first untrusted of several
+    (the out rank may land on any of them)."""
+    stdin: bytes = b""
+    """What each runner reads on stdin once it runs (the bundle; empty for a session, or when the pods fetch
+    it from object storage)."""
+    phases: tuple[Phase, ...] = ()
+    """When placement and the creation ended (``time.monotonic()``), for the run's timing."""
+    ticket: Ticket | None = None
+    """A queued pod's place in Kueue's line."""
 
 
 @dataclass
 class LaunchedPod:
-    """A runner pod the backend created, with its follower (and its place in Kueue's line when queued)."""
+    """A runner pod being followed (and its place in Kueue's line while queued)."""
 
     name: str
     follower: PodFollower
     ticket: Ticket | None = None
     phases: tuple[Phase, ...] = ()
-    """When placement and the pod's creation ended (``time.monotonic()``), for the run's timing."""
 
     @property
     def ctx(self) -> PodContext:
@@ -42,52 +70,40 @@ class LaunchedPod:
         return self.follower.ctx
 
 
-@dataclass(frozen=True)
-class LaunchedJob:
-    """A distributed run's Indexed Job the backend created, and where its pods were sent."""
-
-    name: str
-    ctx: PodContext
-    """``ctx.cluster`` names every cluster the pods may run on (``a or b`` with ``--spread``)."""
-    clusters: tuple[str, ...] = ()
-    """The cluster ids the pods may run on (one without ``--spread``)."""
-    outputs_from: str = ""
-    """The cluster whose trust decides what the out rank sends back: the one cluster, or the first untrusted
-    of several (the out rank may land on any of them)."""
-    stdin: bytes = b""
-    """What each pod's launcher reads on stdin once it runs (the bundle; empty for a session, or when the
-    pods fetch it from object storage)."""
-
-
-@dataclass(frozen=True)
-class PodOrder:
-    """What a runner pod is made from; a run or session keeps it to ask for the pod again elsewhere."""
-
-    run_id: str
-    nonce: str
-    placement: RunRequest
-    bundle: bytes = b""
-    """The pickled bundle (empty for a session pod, which reads bundles on stdin)."""
-    session: bool = False
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Environment besides the placement's."""
-    bundle_run: str | None = None
-    """The run id inside ``bundle`` (its frames carry it; a retry elsewhere keeps it); ``None`` for a session."""
-
-
-class Launcher(Protocol):
-    """How runs and sessions get a pod, without holding the backend."""
+class Host(Protocol):
+    """What a run or session of the kube backend asks of the backend and tells it: the one way back to it."""
 
     pods: PodApi
+    watch_seconds: int
+    """Server timeout of one watch request of the pods followed."""
 
-    def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> LaunchedPod:
-        """Place ``order`` (on none of the ``avoid`` cluster ids) and create its Pod and Secret; raises when
-        nothing fits or the cell is pinned with ``--cluster``."""
+    def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> Launched:
+        """Create ``order``'s pod, or its Job when it has ranks (on none of the ``avoid`` cluster ids); raises
+        when nothing fits, or, for a retry, when the cell is pinned with ``--cluster`` or queueing is on."""
         ...
 
     def leave(self, ticket: Ticket) -> None:
         """Stop following a queued pod's place in line (admitted, withdrawn or released)."""
         ...
+
+    def fetched(self, run_id: str, outputs: Outputs, cluster: str) -> Outputs:
+        """``outputs`` of run ``run_id`` from ``cluster`` with what it stored read back (as its trust allows)."""
+        ...
+
+    def released(self, run_id: str) -> None:
+        """Run ``run_id`` is over and let go: what it stored goes."""
+        ...
+
+    def idle(self, session: WarmSession) -> None:
+        """A cell of ``session`` ended and the session waits for the next one."""
+        ...
+
+
+def follow_pod(host: Host, launched: Launched, order: PodOrder) -> LaunchedPod:
+    """Start following the runner pod ``launched`` made for ``order``."""
+    follower = PodFollower(host.pods, launched.owner, order.nonce, launched.ctx, one_shot=not order.session,
+                           watch_seconds=host.watch_seconds, run_id=order.bundle_run, stdin=launched.stdin or None)
+    return LaunchedPod(launched.name, follower, launched.ticket, launched.phases)
 
 
 QUEUED_AFTER = 2.0
@@ -105,12 +121,12 @@ class InLine:
         self.shown = -1
         """The version of the ticket last shown (-1: the run was not shown as queued)."""
 
-    def event(self, launched: LaunchedPod, launcher: Launcher) -> Queued | None:
+    def event(self, launched: LaunchedPod, host: Host) -> Queued | None:
         ticket = launched.ticket
         if ticket is None:
             return None
         if not launched.follower.gated:
-            self.leave(launched, launcher)
+            self.leave(launched, host)
             if self.shown >= 0:
                 self.shown = -1
                 return Queued(f"admitted by Kueue after {duration(time.monotonic() - ticket.since)} in line",
@@ -123,11 +139,11 @@ class InLine:
         return None
 
     @staticmethod
-    def leave(launched: LaunchedPod, launcher: Launcher) -> None:
+    def leave(launched: LaunchedPod, host: Host) -> None:
         """Stop following the pod's place in line (admitted, withdrawn or released)."""
         ticket, launched.ticket = launched.ticket, None
         if ticket is not None:
-            launcher.leave(ticket)
+            host.leave(ticket)
 
 
 def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[RunEvent]:
@@ -138,16 +154,17 @@ def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[
 class KubeRun:
     """One bundle in one pod (two, if the first was lost before starting)."""
 
-    def __init__(self, launcher: Launcher, order: PodOrder, cleanup: Callable[[], None] | None = None,
-                 fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
-        self.pods = launcher.pods
-        self._launcher = launcher
+    def __init__(self, host: Host, order: PodOrder) -> None:
+        self.pods = host.pods
+        self._host = host
         self._order = order
-        self.current = launcher.launch(order)
-        self._cleanup = cleanup
-        self._fetch = fetch
+        self._run_id = order.run_id
+        self.current = follow_pod(host, host.launch(order), order)
         self._pending: deque[RunEvent] = deque(self.current.phases)
         self._retried = False
+        self._rerun = False
+        """Rerun once already after a preemption (:mod:`.requeue`)."""
+        self._shown = 0
         self._hello = False
         self._lines = 0
         self._ended = False
@@ -163,9 +180,6 @@ class KubeRun:
     def cluster(self) -> str:
         """The cluster of the current pod (the second one after a retry elsewhere)."""
         return self.current.ctx.cluster
-
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
 
     def progress(self) -> str:
         """Phase, cluster and elapsed time, for ``--noblock`` handles."""
@@ -200,8 +214,11 @@ class KubeRun:
             self._waiting = item.state
         elif isinstance(item, Stream):
             self._lines += item.text.count("\n")
-        elif isinstance(item, Outputs) and self._fetch is not None:
-            item = self._fetch(item, self.cluster)
+            self._shown += 1
+        elif isinstance(item, DisplayData):
+            self._shown += 1
+        elif isinstance(item, Outputs):
+            item = self._host.fetched(self._run_id, item, self.cluster)
         elif isinstance(item, Done) and item.status == "interrupted" and not self._interrupting:
             return self._stopped_from_outside(item)
         if isinstance(item, Done):
@@ -209,10 +226,10 @@ class KubeRun:
         return item
 
     def _queue_event(self) -> Queued | None:
-        return self._line.event(self.current, self._launcher)
+        return self._line.event(self.current, self._host)
 
     def _leave_queue(self) -> None:
-        self._line.leave(self.current, self._launcher)
+        self._line.leave(self.current, self._host)
 
     def _stopped_from_outside(self, done: Done) -> RunEvent | None:
         """The runner got SIGTERM that this kernel did not send (eviction, Kueue's preemption, node drain,
@@ -230,6 +247,12 @@ class KubeRun:
     def _ended_with(self, state: PodState) -> RunEvent | None:
         self._exit_code = state.exit_code
         diagnostics = "\n".join(self.current.follower.diagnostics)
+        preempted = after_preemption(state, self._shown, self._order.placement.rerun_on_preemption, self._rerun,
+                                     self._done)
+        if preempted is not None and preempted.rerun:
+            return self._requeue(preempted.words)
+        if preempted is not None:
+            state = dataclasses.replace(state, text=state.text + preempted.words)
         if state.kind == FAILED and state.elsewhere and not self._hello and not self._retried:
             first = self.current
             self._retried = True
@@ -239,7 +262,7 @@ class KubeRun:
             avoid = frozenset() if state.reason == PODS_READY_TIMEOUT else frozenset({first.ctx.cluster})
             try:
                 retry = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
-                self.current = self._launcher.launch(retry, avoid)
+                self.current = follow_pod(self._host, self._host.launch(retry, avoid), retry)
             except Exception as exc:  # noqa: BLE001 - no second cluster fits: report the first failure and why
                 text = f"{state.text}, before the cell started; no other cluster can take it: {exc}"
                 return self._finish(failure_events(dataclasses.replace(state, text=text), None, diagnostics))
@@ -253,6 +276,20 @@ class KubeRun:
                 state = dataclasses.replace(state, text=text, reason="VirtualNodeLost")
             return self._finish(failure_events(state, state.exit_code, diagnostics))
         return self._finish([RunnerExit(state.exit_code, diagnostics)])
+
+    def _requeue(self, words: str) -> RunEvent | None:
+        """Queue the run again after a preemption (the first pod is gone or going), once."""
+        self._rerun = True
+        self._leave_queue()
+        self.current.follower.stop()
+        self.pods.delete_pod(self.current.name, grace=0)
+        retry = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-p")
+        try:
+            self.current = follow_pod(self._host, self._host.launch(retry), retry)
+        except Exception as exc:  # noqa: BLE001 - it cannot be queued again: the preemption ends the run
+            return self._finish([RunnerExit(None, f"{words}; but it could not be queued again: {exc}")])
+        self._hello = False
+        return RunnerWarning(-1, words)
 
     def _finish(self, events: list[RunEvent]) -> RunEvent | None:
         self._ended = True
@@ -297,7 +334,6 @@ class KubeRun:
         try:
             self.pods.delete_pod(self.current.name, grace=0 if finished else max(0, math.ceil(grace)))
         finally:
-            if self._cleanup is not None:
-                self._cleanup()
+            self._host.released(self._run_id)
         return self._exit_code
 

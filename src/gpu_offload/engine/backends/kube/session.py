@@ -15,7 +15,7 @@ import json
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from ....runner.frames import Done, Hello, Outputs, RunnerWarning
@@ -23,8 +23,9 @@ from ....runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED, PREEMPTED
 from .follow import PodEnded
+from .plan import PodOrder
 from .pods import PodApi
-from .run import InLine, LaunchedPod, Launcher, PodOrder, failure_events
+from .run import Host, InLine, LaunchedPod, failure_events, follow_pod
 
 
 class Attachment:
@@ -71,8 +72,10 @@ class WarmSession:
     """What the backend keeps of a warm session, whatever holds it (one pod, or a distributed session's Job):
     whether a cell runs, how many ran, and the idle timer."""
 
-    def __init__(self, name: str, replaces: str, ended: str) -> None:
+    def __init__(self, name: str, host: Host, replaces: str, ended: str) -> None:
         self.name = name
+        self.host = host
+        self.pods = host.pods
         self.replaces = replaces
         """What held the session of this name that ended while idle (``pod NAME``): the first cell says its
         state is gone."""
@@ -81,10 +84,10 @@ class WarmSession:
         self.runs = 0
         self.busy = False
         self.dead = False
-        self.on_idle: Callable[[Any], None] | None = None
-        """Called each time a cell of the session ends and the session waits, idle, for the next one."""
         self.idle_timer: Any = None
         """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
+        self.resumes_from = ""
+        """The checkpoint a next session of this name is restored from, once one was written."""
         self.claims = 0
         """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
         stale."""
@@ -131,21 +134,19 @@ class WarmSession:
     def went_idle(self, alive: bool) -> None:
         """A cell ended: the session waits for the next one (the backend's idle timer starts)."""
         self.busy = False
-        if self.on_idle is not None and alive:
-            self.on_idle(self)
+        if alive:
+            self.host.idle(self)
 
 
 class KubeSession(WarmSession):
     """One warm runner pod and the attach connection to its stdin."""
 
-    def __init__(self, name: str, launcher: Launcher, placement: RunRequest, replaces: str = "",
+    def __init__(self, name: str, host: Host, placement: RunRequest, replaces: str = "",
                  ended: str = "ended while idle") -> None:
-        super().__init__(name, replaces, ended)
-        self._launcher = launcher
-        self.pods = launcher.pods
+        super().__init__(name, host, replaces, ended)
         nonce = secrets.token_hex(16)
         self.order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
-        self.launched: LaunchedPod = launcher.launch(self.order)
+        self.launched: LaunchedPod = follow_pod(host, host.launch(self.order), self.order)
         self.stdin = Attachment(self.pods, self.launched.name, greeting(nonce))
         self.moved = False
         self.hello = False
@@ -174,10 +175,9 @@ class KubeSession(WarmSession):
         where = f"pod {self.launched.name} on {self.launched.ctx.cluster}"
         return SessionInfo(self.name, where, self.runs, self.busy)
 
-    def submit(self, bundle: bytes, run_id: str, cleanup: Callable[[], None] | None = None,
-               fetch: Callable[[Outputs, str], Outputs] | None = None) -> SessionRun:
+    def submit(self, bundle: bytes, run_id: str) -> SessionRun:
         """Queue one bundle; it is sent once the runner container runs."""
-        run = SessionRun(self, self.take_cell(bundle), run_id, cleanup, fetch)
+        run = SessionRun(self, self.take_cell(bundle), run_id)
         if self.runs > 1 and self.launched.follower.placed:
             # the pod's follower said where it runs under the session's first cell; each later cell says it too
             run.announce(f"{self.launched.follower.placed}, session {self.name}")
@@ -204,7 +204,7 @@ class KubeSession(WarmSession):
         self.stdin.close()
         self.pods.delete_pod(first.name, grace=0)
         retry = dataclasses.replace(self.order, run_id=f"{self.order.run_id}r")
-        self.launched = self._launcher.launch(retry, frozenset({first.ctx.cluster}))
+        self.launched = follow_pod(self.host, self.host.launch(retry, frozenset({first.ctx.cluster})), retry)
         self.stdin = Attachment(self.pods, self.launched.name, greeting(self.order.nonce))  # a new runner
 
     def close(self, grace: float) -> None:
@@ -212,7 +212,7 @@ class KubeSession(WarmSession):
         self.hang_up([self.stdin])
         self.launched.follower.stop()
         self.pods.delete_pod(self.launched.name, grace=max(0, int(grace)))
-        InLine.leave(self.launched, self._launcher)
+        InLine.leave(self.launched, self.host)
 
 
 S = TypeVar("S", bound=WarmSession)
@@ -222,8 +222,7 @@ class SessionCell(Generic[S]):
     """What every cell of a warm session has alike: notes shown before its own events, and the session going
     idle when the cell is released."""
 
-    def __init__(self, session: S, command: dict[str, Any], run_id: str, cleanup: Callable[[], None] | None,
-                 fetch: Callable[[Outputs, str], Outputs] | None) -> None:
+    def __init__(self, session: S, command: dict[str, Any], run_id: str) -> None:
         self.session = session
         self._run_id = run_id
         self._command: dict[str, Any] | None = command
@@ -231,8 +230,6 @@ class SessionCell(Generic[S]):
         self._dropped = 0
         """Items of earlier runs dropped for this one; the follower counts frames dropped after sending."""
         self._foreign_before = 0
-        self._cleanup = cleanup
-        self._fetch = fetch
         self._pending: deque[RunEvent] = deque()
         self._since = time.monotonic()
 
@@ -244,13 +241,9 @@ class SessionCell(Generic[S]):
         """Show ``text`` as a warning before the cell's own events."""
         self._pending.append(RunnerWarning(-1, text))
 
-    def route_cancel(self, cancel: Callable[[], None]) -> None:
-        """A backend's run gets no cancel requests from outside the engine."""
-
     def release(self, grace: float) -> int | None:
         """Mark the session idle; what holds it stays up."""
-        if self._cleanup is not None:
-            self._cleanup()
+        self.session.host.released(self._run_id)
         self.session.went_idle(self.session.alive)
         return None
 
@@ -258,9 +251,8 @@ class SessionCell(Generic[S]):
 class SessionRun(SessionCell[KubeSession]):
     """One cell in a session: ends with the ``done`` frame; the pod stays."""
 
-    def __init__(self, session: KubeSession, command: dict[str, Any], run_id: str,
-                 cleanup: Callable[[], None] | None = None, fetch: Callable[[Outputs, str], Outputs] | None = None) -> None:
-        super().__init__(session, command, run_id, cleanup, fetch)
+    def __init__(self, session: KubeSession, command: dict[str, Any], run_id: str) -> None:
+        super().__init__(session, command, run_id)
         self._sent = command
         """Kept to send again if the pod has to move before its runner started."""
         self._line = InLine()
@@ -281,7 +273,7 @@ class SessionRun(SessionCell[KubeSession]):
         if self._pending:
             return self._pending.popleft()
         follower = self.session.launched.follower
-        queued = self._line.event(self.session.launched, self.session._launcher)
+        queued = self._line.event(self.session.launched, self.session.host)
         if queued is not None:
             return queued
         # a pod that ended without running (unschedulable, deleted) is not attached to: its PodEnded is read
@@ -310,7 +302,11 @@ class SessionRun(SessionCell[KubeSession]):
                                              f"{self.session.launched.ctx.cluster}")
             self.session.dead = True
             diagnostics = "\n".join(follower.diagnostics)
-            if state.reason == PREEMPTED:
+            if state.reason == PREEMPTED and self.session.resumes_from:
+                state = dataclasses.replace(state, text=(
+                    f"{state.text}. Session {self.session.name}'s next cell resumes it from checkpoint "
+                    f"{self.session.resumes_from}, written before this cell: what this cell changed is lost"))
+            elif state.reason == PREEMPTED:
                 state = dataclasses.replace(state, text=(
                     f"{state.text}. Session {self.session.name}'s state is gone with its pod: the next cell starts a "
                     "new session, so run the cells that define its variables again"))
@@ -321,8 +317,8 @@ class SessionRun(SessionCell[KubeSession]):
             return self._pending.popleft()
         if isinstance(item, Hello):
             self.session.hello = True
-        elif isinstance(item, Outputs) and self._fetch is not None:
-            item = self._fetch(item, self.cluster)
+        elif isinstance(item, Outputs):
+            item = self.session.host.fetched(self._run_id, item, self.cluster)
         elif isinstance(item, Done):
             dropped = self._dropped + follower.foreign - self._foreign_before
             if dropped:

@@ -1,0 +1,233 @@
+"""Sessions on the cluster that outlive their pods: checkpoints after each changed cell, before an idle
+release and on request; the next cell after a loss resumes from the last one.
+
+The backend calls four hooks: :meth:`SessionKeeper.after_cell` when a cell of a session ended (a checkpoint in
+the background, only uploaded when the state changed, then the idle timer), :meth:`~SessionKeeper.settle`
+before a session takes its next cell (the runner answers one command at a time),
+:meth:`~SessionKeeper.before_release` when the idle timer ends a session, and :meth:`~SessionKeeper.resume`
+when a cell starts a session anew (the old pod was preempted, drained, lost or released): the new runner gets
+the last checkpoint back and the cell says what happened, how long the wait and the restore took, and what was
+and was not restored. Without object storage nothing is checkpointed and sessions behave as before.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ....runner.checkpoint import DEFAULT_LIMIT
+from ...errors import OffloadUsageError
+from ..base import RunRequest
+from .checkpoints import Armed, KubeCheckpoint, KubeCheckpoints, SessionLost, restored_line, wait_running
+from .storage import RunStorage, StorageError
+
+
+@dataclass(frozen=True)
+class Released:
+    """A session whose pod this kernel gave back while idle: since when, and how many GPUs."""
+
+    since: float
+    gpus: int
+
+
+class SessionKeeper:
+    """Checkpoints and resumes of one backend's sessions (a no-op without object storage)."""
+
+    def __init__(self, storage: RunStorage | None, trusts: Callable[[str], bool]) -> None:
+        self.checkpoints = KubeCheckpoints(storage) if storage is not None else None
+        self.trusts = trusts
+        self.auto: dict[str, int | None] = {}
+        """Session -> the limit of its automatic checkpoints (``None``: turned off); unset: on, default limit."""
+        self._locks: dict[str, threading.Lock] = {}
+        self._notes: dict[str, str] = {}
+        self._told: set[str] = set()
+        self._moved: dict[str, RunRequest] = {}
+        self._released: dict[str, Released] = {}
+        self._armed: dict[str, Armed] = {}
+        """Session -> the checkpoint its runner writes at SIGTERM if its state changed since the last one."""
+        self.gpu_seconds_returned = 0.0
+        """GPU-seconds this kernel's sessions gave back to the pool while released for idling."""
+
+    # --- ordering: one checkpoint or cell at a time per session ---
+
+    def _lock(self, name: str) -> threading.Lock:
+        return self._locks.setdefault(name, threading.Lock())
+
+    def settle(self, name: str) -> None:
+        """Wait for a checkpoint of session ``name`` still being written."""
+        with self._lock(name):
+            pass
+
+    # --- after a cell ---
+
+    def after_cell(self, session: Any, then: Callable[[Any], None]) -> None:
+        """A cell of ``session`` ended: checkpoint it in the background if its state changed, then ``then``."""
+        limit = self.auto.get(session.name, DEFAULT_LIMIT)
+        if self.checkpoints is None or limit is None or session.request.ranks is not None:
+            then(session)
+            return
+        lock = self._lock(session.name)
+        lock.acquire()  # taken here, so a cell that comes at once waits for this checkpoint
+
+        def write() -> None:
+            try:
+                self._note(session, self._take(session, session.name, limit, only_if_changed=True), limit)
+            except (OffloadUsageError, SessionLost, StorageError) as exc:
+                self._notes[session.name] = (f"the automatic checkpoint after the last cell was not written ({exc}); "
+                                             "the one before it stays")
+            finally:
+                lock.release()
+            then(session)
+
+        threading.Thread(target=write, name=f"gpu-offload-checkpoint-{session.name}", daemon=True).start()
+
+    def _note(self, session: Any, saved: KubeCheckpoint | None, limit: int) -> None:
+        if saved is not None and session.name not in self._told:
+            self._told.add(session.name)
+            self._notes[session.name] = (
+                f"session {session.name} is checkpointed after each cell that changes it, to your storage (limit "
+                f"{limit / 2**20:.0f} MiB; `%gpu_offload checkpoint {session.name} --auto off` stops it): "
+                f"{saved.describe()}")
+
+    def note(self, name: str) -> str | None:
+        """What the last automatic checkpoint of session ``name`` has to tell its next cell, once."""
+        return self._notes.pop(name, None)
+
+    def _take(self, session: Any, name: str, limit: int, only_if_changed: bool = False) -> KubeCheckpoint | None:
+        assert self.checkpoints is not None
+        saved = self.checkpoints.take(session, name, session.request, trusted=self.trusts(session.cluster),
+                                      limit=limit, only_if_changed=only_if_changed)
+        if saved is not None and name == session.name:
+            session.resumes_from = name
+            self._arm(session, saved)
+        return saved
+
+    def _arm(self, session: Any, saved: KubeCheckpoint) -> None:
+        assert self.checkpoints is not None
+        old = self._armed.pop(session.name, None)
+        if old is not None:
+            self.checkpoints.drop(old)
+        nonce = getattr(getattr(session, "order", None), "nonce", None)
+        if nonce:
+            self._armed[session.name] = self.checkpoints.arm(session, saved, nonce)
+
+    # --- on request ---
+
+    def take(self, session: Any, name: str, limit: int | None, auto: bool | None) -> KubeCheckpoint:
+        """``%gpu_offload checkpoint``: write session's state as ``name`` now; ``auto`` turns the automatic ones
+        on or off."""
+        store = self.store()
+        with self._lock(session.name):
+            saved = self._take(session, name, limit or DEFAULT_LIMIT)
+        if auto is not None:
+            self.auto[session.name] = (limit or DEFAULT_LIMIT) if auto else None
+        assert saved is not None and store is not None
+        return saved
+
+    def store(self) -> KubeCheckpoints:
+        if self.checkpoints is None:
+            raise OffloadUsageError("sessions on the cluster are checkpointed to object storage, and this kernel "
+                                    "has none: ask your JupyterHub admin to set the chart's storage "
+                                    "(GPU_OFFLOAD_S3_BUCKET)")
+        return self.checkpoints
+
+    # --- idle release ---
+
+    def before_release(self, session: Any) -> str:
+        """The idle timer ends ``session``: checkpoint it first (if it changed); the words for the next cell."""
+        if self.checkpoints is None or session.request.ranks is not None:
+            return ""
+        with self._lock(session.name):
+            try:
+                saved = self._take(session, session.name, self.auto.get(session.name) or DEFAULT_LIMIT,
+                                   only_if_changed=True)
+            except (OffloadUsageError, SessionLost, StorageError) as exc:
+                return f"; its state could not be checkpointed ({exc})"
+        saved = saved or self.checkpoints.latest(session.name)
+        return "" if saved is None else f"; its state was checkpointed first ({saved.name}, {saved.manifest.get('size', 0) / 2**20:.1f} MiB)"
+
+    def released(self, name: str, gpus: int) -> None:
+        """Session ``name``'s pod was given back: its GPUs count as returned until a cell takes it again."""
+        self._released[name] = Released(time.monotonic(), gpus)
+
+    def next_cell(self, name: str) -> str:
+        """What the next cell of session ``name``, whose pod is gone, will find (for ``%gpu_offload status``)."""
+        saved = None if self.checkpoints is None else self.checkpoints.latest(name)
+        if saved is None:
+            return "its variables are gone"
+        return f"its next cell resumes it from checkpoint {saved.name} ({', '.join(saved.manifest.get('saved', []))})"
+
+    def returned(self) -> float:
+        """GPU-hours given back so far, released sessions not yet re-acquired counted up to now."""
+        now = time.monotonic()
+        open_ = sum(r.gpus * (now - r.since) for r in self._released.values())
+        return (self.gpu_seconds_returned + open_) / 3600
+
+    # --- moves ---
+
+    def moved(self, name: str, original: RunRequest) -> None:
+        """Session ``name`` was moved by ``%gpu_offload move``: cells that ask for its first placement still fit."""
+        self._moved[name] = original
+
+    def fits(self, name: str, placement: RunRequest) -> bool:
+        original = self._moved.get(name)
+        return original is not None and original.session_key() == placement.session_key()
+
+    # --- resume ---
+
+    def resume(self, session: Any) -> str | None:
+        """A fresh session whose predecessor is gone (preempted, drained, lost, released): restore its last
+        checkpoint; returns what the cell says, ``None`` when there is nothing to restore."""
+        if (self.checkpoints is None or session.runs or session.request.ranks is not None
+                or not session.replaces):
+            return None  # a session the user closed starts afresh
+        armed = self._armed.pop(session.name, None)
+        at_term = self.checkpoints.at_term(armed) if armed is not None else None
+        if armed is not None and at_term is None:
+            self.checkpoints.drop(armed)
+        saved = self.checkpoints.latest(session.name)
+        if saved is None:
+            return None
+        before = f"its {session.replaces} {session.ended}; "
+        if at_term is not None:
+            before += "its runner wrote a checkpoint as the pod was stopped (SIGTERM); "
+        session.replaces = ""  # this note says it instead, with what came back
+        try:
+            return f"session {session.name}: {before}{self.restore(session, saved)}"
+        except (OffloadUsageError, SessionLost, StorageError) as exc:
+            return (f"session {session.name}: {before}its last checkpoint {saved.name} could not be restored "
+                    f"({exc}); the variables of the old session are gone, run the cells that define them again")
+
+    def restore(self, session: Any, saved: KubeCheckpoint) -> str:
+        """Put ``saved`` into ``session``'s new runner once it runs; what was restored, the wait and its time."""
+        assert self.checkpoints is not None
+        released = self._released.pop(session.name, None)
+        if released is not None:
+            self.gpu_seconds_returned += released.gpus * (time.monotonic() - released.since)
+        with self._lock(session.name):
+            waited = wait_running(session)
+            started = time.monotonic()
+            restored, skipped = self.checkpoints.restore(session, saved, target_trusted=self.trusts(session.cluster))
+            if saved.session == session.name:
+                session.resumes_from = saved.name
+                self._arm(session, saved)
+        took = time.monotonic() - started
+        return (f"resumed on {session.cluster} (waited {waited:.1f} s for the pod, the restore took {took:.1f} s); "
+                f"{restored_line(saved, restored, skipped)}")
+
+    def forget(self, name: str) -> None:
+        """Session ``name`` was closed by the user: its released time ends, a move's first placement is forgotten."""
+        self._moved.pop(name, None)
+        released = self._released.pop(name, None)
+        if released is not None:
+            self.gpu_seconds_returned += released.gpus * (time.monotonic() - released.since)
+
+    def close(self) -> None:
+        """Kernel exit: remove every checkpoint object."""
+        for name in list(self._released):
+            self.forget(name)
+        if self.checkpoints is not None:
+            self.checkpoints.close()

@@ -1,0 +1,223 @@
+"""Sessions on the cluster outlive their pods (issue 27): a session holding numbers, a numpy array, a torch
+model with its optimizer and a function from an earlier cell is checkpointed to the user's storage after each
+cell that changed it; when its donor is lost, drained, or the session is released for idling or moved, the
+next cell sees the same values and says what happened and what was (not) restored. Nothing is left behind:
+no pod, Secret or stored object."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import StorageSettings
+
+from .conftest import BUCKET, leftovers, settings
+from .helpers import Sink, run_cell
+
+TORCH_IMAGE = "pytorch/pytorch:2.5"
+"""An image name the sandbox runs with torch and numpy installed (its ``*pytorch*`` mapping)."""
+DONORS = ("donor-1", "donor-2")
+SETUP = """
+import threading
+import numpy as np
+import torch
+n = 41
+arr = np.arange(6.0).reshape(2, 3)
+def double(x):
+    return 2 * x
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.Adam(model.parameters(), lr=0.1)
+for _ in range(2):
+    loss = model(torch.ones(1, 3)).sum()
+    opt.zero_grad(); loss.backward(); opt.step()
+guard = threading.Lock()
+"""
+CHECK = """
+print(n, arr.sum(), double(21), opt.param_groups[0]['params'][0] is model.weight, len(opt.state),
+      round(float(model.weight.detach().sum()), 5), round(float(opt.state[model.weight]['exp_avg'].sum()), 5))
+"""
+
+
+@pytest.fixture()
+def kube_s3(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any) -> Iterator[KubernetesBackend]:
+    """A backend with object storage that trusts both donors; afterwards no pod, Secret or object is left."""
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
+                                api_client)
+    yield backend
+    backend.close()
+    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
+    assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+
+
+def _start(kube: KubernetesBackend) -> str:
+    """The session's state made in a first cell; what the check cell prints of it."""
+    # one cell: a short idle timeout must not release the session between making the state and reading it
+    outcome, sink, _ = run_cell(kube, SETUP + CHECK, {}, session="train", image=TORCH_IMAGE)
+    assert outcome.status == "ok", outcome.error
+    assert sink.text.startswith("41 15.0 42 True 2 "), sink.text
+    kube.keeper.settle("train")  # the automatic checkpoint after the last cell is written
+    return sink.text
+
+
+def _pod(core: Any, namespace: str) -> Any:
+    [pod] = core.list_namespaced_pod(namespace).items
+    return pod
+
+
+def _check_resumed(kube: KubernetesBackend, before: str, happened: str) -> Sink:
+    outcome, sink, _ = run_cell(kube, CHECK, {}, session="train", image=TORCH_IMAGE)
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert sink.text == before, (sink.text, sink.notices)
+    [note] = [n for n in sink.notices if "resumed on" in n]
+    assert happened in note, note
+    assert "restored from checkpoint train: " in note and "model" in note and "opt" in note and "double" in note
+    assert "not restored: guard (_thread.lock" in note and "waited" in note and "the restore took" in note, note
+    return sink
+
+
+def test_a_session_survives_its_donor_being_lost(kube_s3: KubernetesBackend, core: Any, namespace: str,
+                                                  origin: Any) -> None:
+    before = _start(kube_s3)
+    node = _pod(core, namespace).spec.node_name
+    origin.call(origin.faults.node_not_ready(node))
+    try:
+        wait_until(lambda: not kube_s3.sessions(), "the session seen as lost")
+        sink = _check_resumed(kube_s3, before, "was lost with the virtual node of")
+        assert _pod(core, namespace).spec.node_name != node
+    finally:
+        origin.faults.node_ready(node)
+    # the first checkpoint (after the first cell) is announced once, with its limit, at the next cell
+    assert len([n for n in sink.notices if "is checkpointed after each cell that changes it" in n]) == 1
+    outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", image=TORCH_IMAGE)
+    assert outcome.status == "ok" and not [n for n in sink.notices if "checkpointed after each cell" in n]
+    assert kube_s3.close_session("train", grace=1)
+
+
+def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, core: Any, namespace: str) -> None:
+    before = _start(kube_s3)
+    pod = _pod(core, namespace)
+    node = pod.spec.node_name
+    # kubectl drain: cordon, then the pod is deleted with its grace period (the sandbox serves no Eviction
+    # subresource, so as `kubectl drain --disable-eviction` does)
+    core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        core.delete_namespaced_pod(pod.metadata.name, namespace)
+        wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
+        _check_resumed(kube_s3, before, f"its pod {pod.metadata.name} ")
+        assert _pod(core, namespace).spec.node_name != node
+    finally:
+        core.patch_node(node, {"spec": {"unschedulable": None}})
+    assert kube_s3.close_session("train", grace=1)
+
+
+def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: Any, namespace: str, s3: Any,
+                                                                  s3_endpoint: str, core: Any) -> None:
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
+                                         session_idle_timeout=3.0), api_client)
+    try:
+        before = _start(backend)
+        wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the idle session's pod released",
+                   timeout=60)
+        assert backend.keeper.returned() > 0
+        status = backend.describe()
+        assert "its next cell resumes it from checkpoint train (" in status and "model" in status, status
+        assert "GPU-hours given back by idle sessions released with a checkpoint: 0.00" in status, status
+        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU")
+        [note] = [n for n in sink.notices if "resumed on" in n]
+        assert "its state was checkpointed first (train, " in note, note
+    finally:
+        backend.close()
+    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
+    assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+
+
+def test_a_session_moved_to_another_cluster_keeps_its_state(kube_s3: KubernetesBackend, core: Any,
+                                                             namespace: str) -> None:
+    before = _start(kube_s3)
+    first = _pod(core, namespace)
+    here = first.spec.node_name
+    [there] = [d for d in DONORS if d not in here]
+    lines = kube_s3.move_session("train", cluster=there, grace=1)
+    assert lines[0].startswith("checkpoint train (session train, written on ") and "model" in lines[0], lines
+    assert f"session train: resumed on {there}" in lines[1] and "restored from checkpoint train: " in lines[1], lines
+    moved = _pod(core, namespace)
+    assert moved.metadata.name != first.metadata.name and there in moved.spec.node_name
+    # a cell that asks for the session's first placement still runs in the moved session
+    outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", image=TORCH_IMAGE)
+    assert outcome.status == "ok" and sink.text == before, (outcome.error, sink.text, sink.notices)
+    assert kube_s3.close_session("train", grace=1)
+
+
+def test_an_untrusted_donors_checkpoint_comes_back_as_data_only(api_client: Any, namespace: str, s3: Any,
+                                                                s3_endpoint: str, core: Any) -> None:
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint)), api_client)
+    try:
+        outcome, _, _ = run_cell(backend, SETUP + "state = model.state_dict()\n", {}, session="train",
+                                 image=TORCH_IMAGE)
+        assert outcome.status == "ok", outcome.error
+        backend.keeper.settle("train")
+        saved = backend.keeper.store().latest("train")
+        assert saved is not None and not saved.trusted and saved.manifest["format"] == "safe"
+        core.delete_namespaced_pod(_pod(core, namespace).metadata.name, namespace, grace_period_seconds=0)
+        wait_until(lambda: not backend.sessions(), "the session seen as ended")
+        outcome, sink, _ = run_cell(backend, "print(n, arr.sum(), sorted(state))", {}, session="train",
+                                    image=TORCH_IMAGE)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        assert sink.text == "41 15.0 ['bias', 'weight']\n", sink.text
+        [note] = [n for n in sink.notices if "resumed on" in n]
+        for name in ("model", "opt", "double"):
+            assert f"{name} (" in note.split("not restored:")[1], note
+        assert "torch (module torch: import it again" in note, note
+    finally:
+        backend.close()
+    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
+    assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+
+
+def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigterm(
+        kube_s3: KubernetesBackend, core: Any, namespace: str) -> None:
+    _start(kube_s3)
+    started = threading.Event()
+    sink = Sink(on_line=lambda text: started.set() if "changing" in text else None)
+    result: dict[str, Any] = {}
+    cell = "n = 99\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
+    thread = threading.Thread(target=lambda: result.update(run=run_cell(kube_s3, cell, {}, sink, session="train",
+                                                                        image=TORCH_IMAGE)))
+    thread.start()
+    wait_until(started.is_set, "the cell running", timeout=120)
+    pod = _pod(core, namespace)
+    assert pod.spec.termination_grace_period_seconds == 60  # time for the runner to write its state
+    core.delete_namespaced_pod(pod.metadata.name, namespace)  # SIGTERM, as a drain or an eviction sends it
+    thread.join(120)
+    assert result["run"][0].status != "ok"
+    wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
+    outcome, sink, _ = run_cell(kube_s3, "print(n, double(2), len(opt.state))", {}, session="train",
+                                image=TORCH_IMAGE)
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert sink.text == "99 4 2\n", (sink.text, sink.notices)  # the interrupted cell's change came back too
+    [note] = [n for n in sink.notices if "resumed on" in n]
+    assert "its runner wrote a checkpoint as the pod was stopped (SIGTERM)" in note, note
+    assert kube_s3.close_session("train", grace=1)
+
+
+def test_a_sigterm_checkpoint_record_forged_in_storage_is_not_used(kube_s3: KubernetesBackend, core: Any,
+                                                                    namespace: str, s3: Any) -> None:
+    before = _start(kube_s3)
+    armed = kube_s3.keeper._armed["train"]
+    # another writer of the bucket puts its own state and record where the runner would write at SIGTERM
+    store = kube_s3.keeper.store()
+    forged = {"format": "pickle", "size": 3, "sha256": "0" * 64, "saved": ["n"], "hmac": "1" * 64}
+    s3.put_object(Bucket=BUCKET, Key=store.storage.key(store.folder, armed.obj), Body=b"bad")
+    s3.put_object(Bucket=BUCKET, Key=store.storage.key(store.folder, armed.obj + ".m"),
+                  Body=__import__("json").dumps(forged).encode())
+    core.delete_namespaced_pod(_pod(core, namespace).metadata.name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
+    sink = _check_resumed(kube_s3, before, "ended")
+    assert not any("SIGTERM" in n for n in sink.notices), sink.notices
+    assert kube_s3.close_session("train", grace=1)

@@ -1,0 +1,172 @@
+"""Real Liqo between the origin and donor of ``liqo.sh``: what it reflects to a donor, judged against the
+sandbox's emulation of it (``gpu_offload.sandbox.liqo``) and the project's own checks.
+
+- A pod of the project's shape goes through Liqo's virtual node to the donor's kubelet; its log comes back.
+- Kueue's queue-name label: Liqo reflects every label of an offloaded pod unless the origin's Liqo lists it in
+  ``offloading.reflection.skip.labels`` (the VirtualNode's ``offloadingPatch.labelsNotReflected``); a donor
+  whose Kueue manages the namespace then gates the pod.
+- Secrets and ConfigMaps of an offloaded namespace reach the donor exactly as the sandbox's
+  ``reflection.reflected`` predicts, whatever the namespace's pod offloading strategy.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import uuid
+from typing import Any
+
+import kubernetes
+import pytest
+from gpu_offload.sandbox.liqo import reflection
+from gpu_offload.sandbox.liqo.seed import REMOTE_CLUSTER_ID_LABEL, TYPE_LABEL, VIRTUAL_NODE_TAINT
+
+from gpu_offload.cli import doctor
+
+from .liqopair import DONOR_ID, ORIGIN_ID, Pair, gpu_pod, offloaded_namespace, pair, virtual_node, wait
+
+pytestmark = pytest.mark.real_liqo
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@pytest.fixture(scope="module")
+def liqo() -> Any:
+    with pair() as p:
+        yield p
+
+
+def test_virtual_node_is_as_the_sandbox_seeds_it(liqo: Pair) -> None:
+    """The labels and taint the sandbox's seeded virtual nodes carry (and the project's placement relies on)
+    are the ones real Liqo puts on the node it creates; its GPUs are the ResourceSlice's."""
+    node = virtual_node(liqo)
+    labels = node["metadata"]["labels"]
+    assert labels[TYPE_LABEL] == "virtual-node"
+    assert labels[REMOTE_CLUSTER_ID_LABEL] == DONOR_ID
+    assert {"key": VIRTUAL_NODE_TAINT["key"], "value": VIRTUAL_NODE_TAINT["value"], "effect": VIRTUAL_NODE_TAINT["effect"]} \
+        in [{k: t.get(k) for k in ("key", "value", "effect")} for t in node["spec"]["taints"]]
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+
+
+def _donor_pods(liqo: Pair, namespace: str, name: str) -> list[Any]:
+    return [p for p in liqo.core("donor").list_namespaced_pod(namespace).items if p.metadata.name == name]
+
+
+def test_pod_runs_on_the_donor_through_the_virtual_node(liqo: Pair) -> None:
+    """A GPU pod on the origin is bound to the virtual node, runs in a real container on the donor's kubelet,
+    and its log reaches the origin through the virtual kubelet."""
+    with offloaded_namespace(liqo) as (namespace, twin):
+        pod = gpu_pod("cell", "import os; print('on donor', os.environ.get('NVIDIA_VISIBLE_DEVICES'))")
+        liqo.core("origin").create_namespaced_pod(namespace, pod)
+        remote = wait(lambda: _donor_pods(liqo, twin, "cell"), "the pod's twin on the donor")[0]
+        origin = wait(lambda: _phase(liqo, namespace, "cell", "Succeeded"), "the pod Succeeded on the origin", 240)
+        assert origin.spec.node_name == virtual_node(liqo)["metadata"]["name"]
+        assert remote.spec.node_name is None or remote.spec.node_name == "donor-gpu"
+        log = liqo.core("origin").read_namespaced_pod_log("cell", namespace, _preload_content=False).data.decode()
+        assert log.startswith("on donor ")
+        assert log.split()[-1] != "None", "the donor's kubelet gave the container a GPU"
+
+
+def _phase(liqo: Pair, namespace: str, name: str, phase: str) -> Any:
+    pod = liqo.core("origin").read_namespaced_pod(name, namespace)
+    return pod if pod.status.phase == phase else None
+
+
+def test_kueue_queue_label_reaches_the_donor_and_its_kueue_gates_the_pod(liqo: Pair) -> None:
+    """With Liqo's default reflection (no label skipped), the origin's queue-name label is copied to the
+    donor's pod, and the donor's own Kueue (managing every namespace, its default) gates it: it never runs
+    there, since the donor has no such LocalQueue."""
+    skipped = virtual_node_skips(liqo)
+    if QUEUE_LABEL in skipped:
+        pytest.skip("this pair's origin keeps Kueue's label off donor pods; the next test covers it")
+    with offloaded_namespace(liqo) as (namespace, twin):
+        # A pod the origin's Kueue does not manage (the namespace is not a user namespace there): only the
+        # donor's Kueue can act on the label.
+        pod = gpu_pod("queued", "print('ran')", labels={QUEUE_LABEL: "user-queue"})
+        liqo.core("origin").create_namespaced_pod(namespace, pod)
+        remote = wait(lambda: _donor_pods(liqo, twin, "queued"), "the pod's twin on the donor")[0]
+        assert remote.metadata.labels.get(QUEUE_LABEL) == "user-queue"
+        assert doctor.unreflected_kueue_labels(_virtual_nodes(liqo)) == [DONOR_ID], "doctor names the node"
+        gates = [g.name for g in remote.spec.scheduling_gates or []]
+        assert "kueue.x-k8s.io/admission" in gates, f"the donor's Kueue did not gate the pod: {gates}"
+        assert liqo.core("origin").read_namespaced_pod("queued", namespace).status.phase == "Pending"
+
+
+def test_kueue_queue_label_kept_off_donor_pods_when_liqo_skips_it(liqo: Pair) -> None:
+    """With ``kueue.x-k8s.io/queue-name`` in Liqo's labels not reflected (what docs/hub.md tells the admin and
+    ``gpu-offload doctor`` checks), the donor's pod lacks the label and runs."""
+    if QUEUE_LABEL not in virtual_node_skips(liqo):
+        pytest.skip("this pair's origin reflects every label (Liqo's default); liqo.sh test runs this test again "
+                    f"after keeping {QUEUE_LABEL} off donor pods")
+    with offloaded_namespace(liqo) as (namespace, twin):
+        pod = gpu_pod("queued", "print('ran')", labels={QUEUE_LABEL: "user-queue"})
+        liqo.core("origin").create_namespaced_pod(namespace, pod)
+        remote = wait(lambda: _donor_pods(liqo, twin, "queued"), "the pod's twin on the donor")[0]
+        assert QUEUE_LABEL not in (remote.metadata.labels or {})
+        assert doctor.unreflected_kueue_labels(_virtual_nodes(liqo)) == [], "doctor finds nothing to warn of"
+        wait(lambda: _phase(liqo, namespace, "queued", "Succeeded"), "the pod Succeeded", 240)
+
+
+def _virtual_nodes(liqo: Pair) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = liqo.custom("origin").list_cluster_custom_object(
+        "offloading.liqo.io", "v1beta1", "virtualnodes")["items"]
+    return items
+
+
+def virtual_node_skips(liqo: Pair) -> list[str]:
+    """The labels the origin's Liqo keeps off the donor's pods (the VirtualNode's offloading patch, filled
+    from the VkOptionsTemplate when Liqo made it)."""
+    (vn,) = _virtual_nodes(liqo)
+    return list(((vn.get("spec") or {}).get("offloadingPatch") or {}).get("labelsNotReflected") or [])
+
+
+def _objects(name: str) -> list[tuple[str, dict[str, Any]]]:
+    """Secrets and ConfigMaps of every shape the reflection rules tell apart."""
+    data = {"k": base64.b64encode(b"secret").decode()}
+    return [
+        ("Secret", {"metadata": {"name": f"{name}-plain"}, "data": data}),
+        ("Secret", {"metadata": {"name": f"{name}-skipped", "annotations": {reflection.SKIP: "true"}}, "data": data}),
+        ("Secret", {"metadata": {"name": f"{name}-skip-false", "annotations": {reflection.SKIP: "False"}},
+                    "data": data}),
+        ("Secret", {"metadata": {"name": f"{name}-allowed", "annotations": {reflection.ALLOW: "true"}}, "data": data}),
+        ("ConfigMap", {"metadata": {"name": f"{name}-cm"}, "data": {"k": "v"}}),
+        ("ConfigMap", {"metadata": {"name": f"{name}-cm-skipped", "annotations": {reflection.SKIP: "yes"}},
+                       "data": {"k": "v"}}),
+    ]
+
+
+@pytest.mark.parametrize("strategy", ["Remote", "Local"])
+def test_secrets_and_configmaps_reach_the_donor_as_the_sandbox_predicts(liqo: Pair, strategy: str) -> None:
+    """Each Secret and ConfigMap of an offloaded namespace is on the donor exactly when the sandbox's rules
+    (DenyList, Liqo's default) say Liqo copies it, with strategy Local too (the project offloads user
+    namespaces with Local); the origin's kube-root-ca.crt arrives under the sandbox's remote name."""
+    with offloaded_namespace(liqo, strategy) as (namespace, twin):
+        objects = _objects("u" + uuid.uuid4().hex[:4])
+        core = liqo.core("origin")
+        for kind, obj in objects:
+            create = core.create_namespaced_secret if kind == "Secret" else core.create_namespaced_config_map
+            create(namespace, obj)
+        expected = {obj["metadata"]["name"] for kind, obj in objects if reflection.reflected(obj, kind)}
+        assert expected, "the objects include some Liqo copies"
+        names = {obj["metadata"]["name"] for _, obj in objects}
+
+        def donor_holds() -> set[str] | None:
+            held = _donor_names(liqo, twin) & names
+            return held if held >= expected else None
+        wait(donor_holds, f"the donor's copies of {sorted(expected)}")
+        # Copies arrive within a second or so; what is not there after the expected ones arrived and a grace
+        # period is not coming.
+        with contextlib.suppress(AssertionError):
+            wait(lambda: (_donor_names(liqo, twin) & names) - expected or None, "an unexpected copy", 10)
+        assert _donor_names(liqo, twin) & names == expected
+        # the sandbox's rule for the origin's CA bundle: its name and the first 5 characters of the origin's id
+        assert f"{reflection.ROOT_CA}.{ORIGIN_ID[:5]}" in _donor_names(liqo, twin)
+
+
+def _donor_names(liqo: Pair, namespace: str) -> set[str]:
+    core = liqo.core("donor")
+    try:
+        secrets = core.list_namespaced_secret(namespace).items
+        configmaps = core.list_namespaced_config_map(namespace).items
+    except kubernetes.client.ApiException:
+        return set()
+    return {o.metadata.name for o in [*secrets, *configmaps]}
