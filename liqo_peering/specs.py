@@ -53,6 +53,9 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+SESSION_GRACE_SECONDS = 60
+"""A session pod's termination grace period: enough for its runner to upload a checkpoint of a few GiB."""
+
 def label_value(text: str) -> str:
     """``text`` as a valid label value: unchanged when it already is one, else cleaned plus a short hash.
 
@@ -358,7 +361,8 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 10,
+        # a session's runner writes its state on SIGTERM (preemption, drain): the time to finish writing it
+        "terminationGracePeriodSeconds": SESSION_GRACE_SECONDS if spec.session else 10,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": spec.run_as_user,

@@ -82,7 +82,7 @@ def test_an_interrupt_between_cells_is_harmless(session) -> None:
         (json.dumps({"op": "run"}), '"bundle"'),
         (json.dumps({"op": "run", "bundle": "/nonexistent/b.pkl"}), "/nonexistent/b.pkl"),
         (json.dumps({"op": "run", "bundle_b64": "%%%"}), "base64"),
-        (json.dumps({"op": "dance"}), "run, interrupt, checkpoint, restore or exit"),
+        (json.dumps({"op": "dance"}), "run, interrupt, checkpoint, restore, on_term or exit"),
     ],
 )
 def test_bad_commands_are_reported_and_the_session_goes_on(session, command: str, expected: str) -> None:

@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from . import display, handover, ipython_hook, ipython_shim, metrics, watchdog
+from . import display, gpu_cap, handover, ipython_hook, ipython_shim, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
@@ -81,6 +81,8 @@ class Runtime:
         self.capture = FdCapture(self._stream)
         self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
         self.namespace = new_namespace()
+        self.term_checkpoint: dict[str, Any] | None = None
+        """A session's checkpoint armed for SIGTERM (:func:`.session_state.arm`)."""
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Send a frame, after any text the cell printed before it."""
@@ -96,6 +98,7 @@ class Runtime:
     def start(self, parent_pid: int | None) -> None:
         """Say hello, install handlers and the watchdog, and start capturing fds 1 and 2."""
         self.interrupts.install()
+        gpu_cap.install()  # before any cell: MPS reads its limit when the process creates its CUDA context
         if parent_pid is not None:
             watchdog.arm(parent_pid, self._parent_died)
         python = ".".join(str(part) for part in sys.version_info[:3])
@@ -171,7 +174,9 @@ class Runtime:
         problem = self.log.upload()
         if problem:
             self.emit("warning", text=problem)
-        self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
+        peak = gpu_cap.measured_peak()
+        self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6),
+                  **({"gpu_peak": peak} if peak is not None else {}))
         self.encoder.end_run()
         return status
 

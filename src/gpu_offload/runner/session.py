@@ -46,6 +46,9 @@ class _Commands:
         if op == "interrupt":
             self.runtime.interrupts.interrupt()
             return
+        if op == "exit":
+            # the kernel ends the session: a SIGTERM that follows (its pod's deletion) writes no checkpoint
+            self.runtime.term_checkpoint = None
         if op == "run":
             self.runtime.interrupts.expect()
         self.queue.put(command)
@@ -84,6 +87,9 @@ def serve(runtime: Runtime) -> int:
     while True:
         command = commands.next()
         if command is None:
+            from . import session_state
+
+            session_state.at_term(runtime)  # SIGTERM: the state goes out if the kernel armed a checkpoint
             return TERMINATED_EXIT
         op = command.get("op")
         if op == "exit":
@@ -93,13 +99,14 @@ def serve(runtime: Runtime) -> int:
                 runtime, f'session command {command["line"]!r} is not JSON with an "op"; send one per line'
             )
             continue
-        if op in ("checkpoint", "restore"):
+        if op in ("checkpoint", "restore", "on_term"):
             from . import session_state
 
-            (session_state.take if op == "checkpoint" else session_state.restore)(runtime, command)
+            {"checkpoint": session_state.take, "restore": session_state.restore,
+             "on_term": session_state.arm}[op](runtime, command)
             continue
         if op != "run":
-            _reject(runtime, f"unknown session command {command!r}; use run, interrupt, checkpoint, restore or exit")
+            _reject(runtime, f"unknown session command {command!r}; use run, interrupt, checkpoint, restore, on_term or exit")
             continue
         try:
             bundle = _load(command)

@@ -8,10 +8,19 @@ manifest) and ``done``. ``{"op": "restore", "run_id": R, "path": P, "manifest": 
 checkpoint's state back into the namespace, and is refused on a runner that sends its outputs safely: a full
 restore unpickles, which only a trusted donor may do. Both are framed like a run (``R`` is their run id), so
 the engine reads their answer like a cell's.
+
+``{"op": "on_term", "put_url": U, "manifest_url": M, "limit": N, "unless_sha256": H}`` arms a checkpoint for
+when the pod is told to stop (SIGTERM: preemption, a drain, an eviction): the runner then writes its state to
+``U`` if it changed since ``H`` (a cell that ran when SIGTERM came included) and its manifest to ``M``, signed
+with the session's frame nonce (HMAC-SHA256), which only the kernel knows: the kernel cannot read a frame of a
+pod that is going away, and another writer of the bucket cannot forge the record.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
 import time
 from typing import Any
@@ -84,3 +93,41 @@ def restore(runtime: Runtime, command: dict[str, Any]) -> None:
         runtime.emit("checkpoint", restored=sorted(state), skipped=dict(manifest.get("skipped") or {}))
         runtime.emit("done", status="ok", elapsed=round(time.perf_counter() - started, 6))
     runtime.encoder.end_run()
+
+
+def manifest_signature(nonce: str, manifest: dict[str, Any]) -> str:
+    """The HMAC of a manifest written at SIGTERM (without its own ``hmac`` field), keyed by the frame nonce."""
+    body = json.dumps({k: v for k, v in manifest.items() if k != "hmac"}, sort_keys=True).encode()
+    return hmac.new(nonce.encode("ascii"), body, hashlib.sha256).hexdigest()
+
+
+def arm(runtime: Runtime, command: dict[str, Any]) -> None:
+    """Answer an ``on_term`` command: keep it for :func:`at_term`."""
+    started = time.perf_counter()
+    runtime.encoder.begin_run(str(command.get("run_id", "")))
+    if not isinstance(command.get("put_url"), str) or not isinstance(command.get("manifest_url"), str):
+        _fail(runtime, "CheckpointFailed", "on_term needs put_url and manifest_url", started)
+    else:
+        runtime.term_checkpoint = dict(command)
+        runtime.emit("checkpoint", armed=True)
+        runtime.emit("done", status="ok", elapsed=round(time.perf_counter() - started, 6))
+    runtime.encoder.end_run()
+
+
+def at_term(runtime: Runtime) -> None:
+    """The pod is stopping: write the armed checkpoint if the state changed (best effort, within the grace)."""
+    command = runtime.term_checkpoint
+    if not command:
+        return
+    try:
+        fmt = checkpoint.SAFE if wants_safe({"output_format": command.get("format")}) else checkpoint.PICKLE
+        written = checkpoint.take(runtime.namespace, fmt, int(command.get("limit", checkpoint.DEFAULT_LIMIT)),
+                                  written_on=str(command.get("where", "")), trusted=fmt == checkpoint.PICKLE)
+        if written.sha256 == command.get("unless_sha256"):
+            return
+        buffers._put(str(command["put_url"]), memoryview(written.data))
+        manifest = {**written.manifest, "at_term": True}
+        manifest["hmac"] = manifest_signature(runtime.encoder.nonce, manifest)
+        buffers._put(str(command["manifest_url"]), memoryview(json.dumps(manifest).encode()))
+    except (checkpoint.CheckpointTooLarge, KeyError, TypeError, ValueError, OSError, buffers.BufferTransportError):
+        return  # the checkpoint before stays; the kernel says the state after it is lost

@@ -25,7 +25,7 @@ from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import RemoteError
 
-from ...realcluster.realorigin import clusters, seeded_origin
+from ...realcluster.realorigin import clusters, seeded_origin, torch_image
 from ...sandbox.kueue_setup import synced_pool
 from .conftest import BUCKET, IMAGE_MAP, SHARED, leftovers, settings
 from .helpers import Sink, run_cell
@@ -111,6 +111,7 @@ def test_a_batch_cell_is_preempted_by_an_interactive_one_and_says_so(kernels: li
     words = preempted.error.evalue
     assert words.startswith("preempted after ") and "by a higher-priority run" in words, words
     assert "output so far is kept, no variable was copied back" in words
+    assert "it had shown output already, so it is not rerun" in words and "--rerun-on-preemption" in words, words
     # SIGTERM came first: the cell's finally ran and its last line arrived; nothing was loaded
     assert "batch saving a checkpoint" in batch_sink.text
     assert namespace["done"] is True
@@ -163,11 +164,14 @@ def store(origin: Any) -> Iterator[str]:
 
 
 def test_a_checkpointed_session_preempted_while_idle_resumes_with_its_state(
-        kernels: list[KubernetesBackend], api_client: Any, pool: str, store: str,
+        origin: Any, kernels: list[KubernetesBackend], api_client: Any, pool: str, store: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     import boto3
 
     from .test_session_survival import CHECK, SETUP, TORCH_IMAGE
+
+    # the sandbox maps a pytorch image to its torch venv; on the real cluster, the torch image on donor-1's node
+    torch = TORCH_IMAGE if hasattr(origin, "faults") else torch_image(api_client)
 
     for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                        ("AWS_DEFAULT_REGION", "us-east-1")):
@@ -179,7 +183,7 @@ def test_a_checkpointed_session_preempted_while_idle_resumes_with_its_state(
     try:
         for cell in (SETUP, CHECK):
             # pinned to a trusted cluster: a pod whose cluster Kueue picks runs as on an untrusted one
-            outcome, sink, _ = run_cell(first, cell, {}, session="work", priority="batch", image=TORCH_IMAGE,
+            outcome, sink, _ = run_cell(first, cell, {}, session="work", priority="batch", image=torch,
                                         cluster="donor-1")
             assert outcome.status == "ok", outcome.error
         before = sink.text
@@ -189,7 +193,7 @@ def test_a_checkpointed_session_preempted_while_idle_resumes_with_its_state(
         wait_until(lambda: not first.sessions(), "the preempted session no longer listed")
         assert "its next cell resumes it from checkpoint work (" in first.describe(), first.describe()
 
-        outcome, sink, _ = run_cell(first, CHECK, {}, session="work", priority="batch", image=TORCH_IMAGE,
+        outcome, sink, _ = run_cell(first, CHECK, {}, session="work", priority="batch", image=torch,
                                      cluster="donor-1")
         assert outcome.status == "ok", (outcome.error, sink.notices)
         assert sink.text == before, (sink.text, sink.notices)
@@ -201,3 +205,46 @@ def test_a_checkpointed_session_preempted_while_idle_resumes_with_its_state(
         first.close()
     wait_until(lambda: not leftovers(kubernetes.client.CoreV1Api(api_client), pool), "nothing left", timeout=60)
     assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+
+
+@pytest.mark.parametrize("prints", [False, True], ids=["silent", "printed-and-asked"])
+def test_a_preempted_one_shot_cell_is_requeued_and_rerun_once(kernels: list[KubernetesBackend], store: str,
+                                                              prints: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+
+    first, second = kernels
+    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(key, value)
+    s3 = boto3.client("s3", endpoint_url=store)
+    bucket = f"marks-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    # the first attempt leaves a mark in object storage (which pods reach wherever they run) and waits; the
+    # rerun finds the mark and finishes
+    get, put = (s3.generate_presigned_url(m, Params={"Bucket": bucket, "Key": "mark"}) for m in ("get_object", "put_object"))
+    say = "print('first attempt', flush=True)" if prints else "pass"
+    cell = (f"import time, urllib.request, urllib.error\ntry:\n    urllib.request.urlopen({get!r}).read()\n"
+            f"except urllib.error.HTTPError:\n    urllib.request.urlopen(urllib.request.Request({put!r}, data=b'1', "
+            f"method='PUT')).read()\n    {say}\n    time.sleep(600)\nv = 7\n")
+    marked = lambda: s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 1  # noqa: E731
+    namespace: dict[str, Any] = {}
+    thread, batch = _in_background(lambda: run_cell(first, cell, namespace, priority="batch",
+                                                    rerun_on_preemption=prints))
+    try:
+        wait_until(marked, "the first attempt running", timeout=120)
+        outcome, _, _ = run_cell(second, "print('interactive ran')", {}, priority="interactive")
+        assert outcome.status == "ok", outcome.error
+        thread.join(180)
+    finally:
+        s3.delete_object(Bucket=bucket, Key="mark")
+        s3.delete_bucket(Bucket=bucket)
+    assert "error" not in batch, batch.get("error")
+    outcome, sink, _ = batch["value"]
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert namespace["v"] == 7
+    [note] = [n for n in sink.notices if "queued again and rerun once" in n]
+    assert "preempted after " in note and "by a higher-priority run" in note, note
+    if prints:
+        assert "as --rerun-on-preemption asks" in note and sink.text.count("first attempt") == 1, (note, sink.text)
+    else:
+        assert "before it showed any output" in note and sink.text == "", (note, sink.text)

@@ -6,6 +6,7 @@ no pod, Secret or stored object."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,9 +57,8 @@ def kube_s3(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: An
 
 def _start(kube: KubernetesBackend) -> str:
     """The session's state made in a first cell; what the check cell prints of it."""
-    outcome, _, _ = run_cell(kube, SETUP, {}, session="train", image=TORCH_IMAGE)
-    assert outcome.status == "ok", outcome.error
-    outcome, sink, _ = run_cell(kube, CHECK, {}, session="train", image=TORCH_IMAGE)
+    # one cell: a short idle timeout must not release the session between making the state and reading it
+    outcome, sink, _ = run_cell(kube, SETUP + CHECK, {}, session="train", image=TORCH_IMAGE)
     assert outcome.status == "ok", outcome.error
     assert sink.text.startswith("41 15.0 42 True 2 "), sink.text
     kube.keeper.settle("train")  # the automatic checkpoint after the last cell is written
@@ -92,7 +92,10 @@ def test_a_session_survives_its_donor_being_lost(kube_s3: KubernetesBackend, cor
         assert _pod(core, namespace).spec.node_name != node
     finally:
         origin.faults.node_ready(node)
-    assert any("checkpointed after each cell" in n for n in sink.notices) is False  # said once, at the start
+    # the first checkpoint (after the first cell) is announced once, with its limit, at the next cell
+    assert len([n for n in sink.notices if "is checkpointed after each cell that changes it" in n]) == 1
+    outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", image=TORCH_IMAGE)
+    assert outcome.status == "ok" and not [n for n in sink.notices if "checkpointed after each cell" in n]
     assert kube_s3.close_session("train", grace=1)
 
 
@@ -124,9 +127,12 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: An
         assert backend.keeper.returned() > 0
         status = backend.describe()
         assert "its next cell resumes it from checkpoint train (" in status and "model" in status, status
+        assert "GPU-hours given back by idle sessions released with a checkpoint: 0.00" in status, status
         sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU")
         [note] = [n for n in sink.notices if "resumed on" in n]
         assert "its state was checkpointed first (train, " in note, note
+        [told] = [n for n in sink.notices if "is checkpointed after each cell that changes it" in n]
+        assert "Idle for 3 s (the hub's offload.sessionIdleTimeout), its pod is released" in told, told
     finally:
         backend.close()
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
@@ -174,3 +180,46 @@ def test_an_untrusted_donors_checkpoint_comes_back_as_data_only(api_client: Any,
         backend.close()
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
     assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+
+
+def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigterm(
+        kube_s3: KubernetesBackend, core: Any, namespace: str) -> None:
+    _start(kube_s3)
+    started = threading.Event()
+    sink = Sink(on_line=lambda text: started.set() if "changing" in text else None)
+    result: dict[str, Any] = {}
+    cell = "n = 99\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
+    thread = threading.Thread(target=lambda: result.update(run=run_cell(kube_s3, cell, {}, sink, session="train",
+                                                                        image=TORCH_IMAGE)))
+    thread.start()
+    wait_until(started.is_set, "the cell running", timeout=120)
+    pod = _pod(core, namespace)
+    assert pod.spec.termination_grace_period_seconds == 60  # time for the runner to write its state
+    core.delete_namespaced_pod(pod.metadata.name, namespace)  # SIGTERM, as a drain or an eviction sends it
+    thread.join(120)
+    assert result["run"][0].status != "ok"
+    wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
+    outcome, sink, _ = run_cell(kube_s3, "print(n, double(2), len(opt.state))", {}, session="train",
+                                image=TORCH_IMAGE)
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert sink.text == "99 4 2\n", (sink.text, sink.notices)  # the interrupted cell's change came back too
+    [note] = [n for n in sink.notices if "resumed on" in n]
+    assert "its runner wrote a checkpoint as the pod was stopped (SIGTERM)" in note, note
+    assert kube_s3.close_session("train", grace=1)
+
+
+def test_a_sigterm_checkpoint_record_forged_in_storage_is_not_used(kube_s3: KubernetesBackend, core: Any,
+                                                                    namespace: str, s3: Any) -> None:
+    before = _start(kube_s3)
+    armed = kube_s3.keeper._armed["train"]
+    # another writer of the bucket puts its own state and record where the runner would write at SIGTERM
+    store = kube_s3.keeper.store()
+    forged = {"format": "pickle", "size": 3, "sha256": "0" * 64, "saved": ["n"], "hmac": "1" * 64}
+    s3.put_object(Bucket=BUCKET, Key=store.storage.key(store.folder, armed.obj), Body=b"bad")
+    s3.put_object(Bucket=BUCKET, Key=store.storage.key(store.folder, armed.obj + ".m"),
+                  Body=__import__("json").dumps(forged).encode())
+    core.delete_namespaced_pod(_pod(core, namespace).metadata.name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
+    sink = _check_resumed(kube_s3, before, "ended")
+    assert not any("SIGTERM" in n for n in sink.notices), sink.notices
+    assert kube_s3.close_session("train", grace=1)

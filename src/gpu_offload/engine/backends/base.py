@@ -99,6 +99,10 @@ class RunRequest:
 
     gpus: int = 1
     """Number of GPUs the runner may see."""
+    fraction: float | None = None
+    """Part of one GPU asked for (``--gpus 0.5``; ``gpus`` is then 1); ``None``: whole GPUs."""
+    gpu_memory: int | None = None
+    """Bytes of GPU memory asked for (``--gpu-memory``): part of one GPU sized by memory."""
     gpu_model: str | None = None
     """A GPU model to ask for; only cluster backends use it."""
     fallback_models: tuple[str, ...] = ()
@@ -115,6 +119,8 @@ class RunRequest:
     """A Kueue priority class; only a cluster backend with queueing on uses it."""
     trusted_only: bool = False
     """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
+    rerun_on_preemption: bool = False
+    """``--rerun-on-preemption``: a one-shot run preempted before it finished is rerun once even after it printed."""
     ranks: Ranks | None = None
     """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
 
@@ -122,13 +128,14 @@ class RunRequest:
         """What a session's runners are started with: its cells must ask for the same (a distributed
         session's cells may each choose their out rank and how output shows)."""
         ranks = self.ranks
-        return replace(self, ranks=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
+        return replace(self, ranks=None, rerun_on_preemption=False), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
 
     def shape(self) -> str:
         """The options that fix a runner's shape, as a cell writes them."""
         ranks = self.ranks
         if ranks is None:
-            return f"--gpus {self.gpus}"
+            memory = f" --gpu-memory {self.gpu_memory // 2**20}Mi" if self.gpu_memory else ""
+            return f"--gpus {self.fraction if self.fraction is not None else self.gpus:g}{memory}"
         return f"--gpus {self.gpus} --nodes {ranks.nodes} --procs-per-node {ranks.procs_per_node}"
 
 

@@ -93,7 +93,7 @@ class KubernetesBackend:
         self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=self.trust)
         self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
         self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, self.trust, runner)
-        self.keeper = SessionKeeper(self.storage, self.trusts)
+        self.keeper = SessionKeeper(self.storage, self.trusts, settings.session_idle_timeout)
         """Checkpoints of the sessions (to the user's storage) and their resumes after a loss or a release."""
         self._lock = threading.Lock()
         self._sessions: dict[str, KubeSession | KubeRankSession] = {}
@@ -118,6 +118,9 @@ class KubernetesBackend:
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
             ended += [f"session {name}: its {s.holder} {s.end_words()}; {self.keeper.next_cell(name)}"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
+        returned = self.keeper.returned()
+        if returned:
+            ended.append(f"GPU-hours given back by idle sessions released with a checkpoint: {returned:.3f}")
         spend = self.launcher.spend
         if spend is not None:
             try:
@@ -343,6 +346,7 @@ class KubernetesBackend:
 
     def close_session(self, name: str, grace: float = 5.0) -> bool:
         """End the named session and delete its pod; ``False`` if there is none."""
+        self.keeper.settle(name)  # a checkpoint being written finishes first (its object is then removed at exit)
         with self._lock:
             current = self._sessions.pop(name, None)
         if current is None:

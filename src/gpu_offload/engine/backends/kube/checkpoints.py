@@ -17,6 +17,8 @@ a crashed kernel's are left to the bucket's lifecycle rule, as its runs' objects
 from __future__ import annotations
 
 import contextlib
+import hmac
+import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ from .storage import RunStorage, StorageError
 
 EXCHANGE_TIMEOUT = 600.0
 """Seconds a checkpoint or a restore may take once the runner runs."""
+MANIFEST_LIMIT = 1 << 20
+"""Bytes of a manifest written at SIGTERM that the kernel reads."""
 START_TIMEOUT = 1800.0
 """Seconds a restore waits for the new pod's runner to start (a queue or an image pull may take long)."""
 
@@ -128,6 +132,16 @@ def _answer(holder: Holder, command: dict[str, Any], timeout: float, pods: list[
             return payload
 
 
+@dataclass(frozen=True)
+class Armed:
+    """A checkpoint the runner writes at SIGTERM if its state changed since ``saved``: the data to ``obj``, the
+    manifest to ``obj.m``, signed with the session's frame nonce (only this kernel and the runner know it)."""
+
+    saved: KubeCheckpoint
+    obj: str
+    nonce: str
+
+
 class KubeCheckpoints:
     """The checkpoints of this kernel's sessions on the cluster, by name, and the last one of each session."""
 
@@ -166,6 +180,44 @@ class KubeCheckpoints:
         self.last[holder.name] = name
         if before is not None:
             self._remove(before.obj)
+        return saved
+
+    def arm(self, holder: Holder, saved: KubeCheckpoint, nonce: str) -> Armed:
+        """Have the runner write its state at SIGTERM if it changed since ``saved`` (see :class:`Armed`)."""
+        armed = Armed(saved, secrets.token_hex(12), nonce)
+        exchange(holder, {"op": "on_term", "put_url": self.storage.put_url(self.folder, armed.obj),
+                          "manifest_url": self.storage.put_url(self.folder, armed.obj + ".m"),
+                          "limit": saved.manifest.get("limit", checkpoint.DEFAULT_LIMIT),
+                          "format": None if saved.trusted else checkpoint.SAFE, "where": holder.cluster,
+                          "unless_sha256": saved.manifest.get("sha256")})
+        return armed
+
+    def at_term(self, armed: Armed) -> KubeCheckpoint | None:
+        """The checkpoint the runner wrote when its pod was stopped, if it wrote one and signed it (else None)."""
+        from ....runner.session_state import manifest_signature
+
+        key = self.storage.key(self.folder, armed.obj + ".m")
+        try:
+            found = self.storage.client.get_object(Bucket=self.storage.settings.bucket, Key=key,
+                                                   Range=f"bytes=0-{MANIFEST_LIMIT - 1}")
+            manifest = json.loads(found["Body"].read(MANIFEST_LIMIT))
+        except Exception:  # noqa: BLE001 - none written (no SIGTERM, or no change), or unreadable: not used
+            return None
+        limit = armed.saved.manifest.get("limit", checkpoint.DEFAULT_LIMIT)
+        if (not isinstance(manifest, dict) or not hmac.compare_digest(
+                str(manifest.get("hmac", "")), manifest_signature(armed.nonce, manifest))
+                or manifest.get("format") not in checkpoint.FORMATS or type(manifest.get("size")) is not int
+                or not 0 <= manifest["size"] <= limit):
+            return None  # not the runner's: another writer of the bucket, or a damaged record
+        before = armed.saved
+        trusted = before.trusted and manifest["format"] == checkpoint.PICKLE
+        manifest.update(trusted=trusted, limit=limit)
+        saved = KubeCheckpoint(before.name, before.session, self.folder, armed.obj, manifest, before.placement,
+                               before.cluster, trusted)
+        self.saved[saved.name] = saved
+        self.last[saved.session] = saved.name
+        self._remove(before.obj)
+        self._remove(armed.obj + ".m")
         return saved
 
     def get(self, name: str) -> KubeCheckpoint:
@@ -219,6 +271,11 @@ class KubeCheckpoints:
         obj = secrets.token_hex(12)
         self.storage.upload(self.folder, obj, ours.data)
         return obj, ours.manifest, dropped
+
+    def drop(self, armed: Armed) -> None:
+        """Remove what an armed checkpoint may have written (it will not be used)."""
+        self._remove(armed.obj)
+        self._remove(armed.obj + ".m")
 
     def _remove(self, obj: str) -> None:
         with contextlib.suppress(Exception):  # left to the bucket's lifecycle rule

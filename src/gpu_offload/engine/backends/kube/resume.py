@@ -21,7 +21,7 @@ from typing import Any
 from ....runner.checkpoint import DEFAULT_LIMIT
 from ...errors import OffloadUsageError
 from ..base import RunRequest
-from .checkpoints import KubeCheckpoint, KubeCheckpoints, SessionLost, restored_line, wait_running
+from .checkpoints import Armed, KubeCheckpoint, KubeCheckpoints, SessionLost, restored_line, wait_running
 from .storage import RunStorage, StorageError
 
 
@@ -36,7 +36,9 @@ class Released:
 class SessionKeeper:
     """Checkpoints and resumes of one backend's sessions (a no-op without object storage)."""
 
-    def __init__(self, storage: RunStorage | None, trusts: Callable[[str], bool]) -> None:
+    def __init__(self, storage: RunStorage | None, trusts: Callable[[str], bool], idle_timeout: float = 0.0) -> None:
+        self.idle_timeout = idle_timeout
+        """The hub's session idle timeout (told to the user with the first checkpoint); 0: never released."""
         self.checkpoints = KubeCheckpoints(storage) if storage is not None else None
         self.trusts = trusts
         self.auto: dict[str, int | None] = {}
@@ -46,6 +48,8 @@ class SessionKeeper:
         self._told: set[str] = set()
         self._moved: dict[str, RunRequest] = {}
         self._released: dict[str, Released] = {}
+        self._armed: dict[str, Armed] = {}
+        """Session -> the checkpoint its runner writes at SIGTERM if its state changed since the last one."""
         self.gpu_seconds_returned = 0.0
         """GPU-seconds this kernel's sessions gave back to the pool while released for idling."""
 
@@ -88,7 +92,15 @@ class SessionKeeper:
             self._notes[session.name] = (
                 f"session {session.name} is checkpointed after each cell that changes it, to your storage (limit "
                 f"{limit / 2**20:.0f} MiB; `%gpu_offload checkpoint {session.name} --auto off` stops it): "
-                f"{saved.describe()}")
+                f"{saved.describe()}{self._release_words()}")
+
+    def _release_words(self) -> str:
+        if self.idle_timeout <= 0:
+            return ""
+        from .explain import span_text
+
+        return (f". Idle for {span_text(self.idle_timeout)} (the hub's offload.sessionIdleTimeout), its pod is released "
+                "and the GPUs go back to the pool; the next cell resumes it from the checkpoint")
 
     def note(self, name: str) -> str | None:
         """What the last automatic checkpoint of session ``name`` has to tell its next cell, once."""
@@ -100,7 +112,17 @@ class SessionKeeper:
                                       limit=limit, only_if_changed=only_if_changed)
         if saved is not None and name == session.name:
             session.resumes_from = name
+            self._arm(session, saved)
         return saved
+
+    def _arm(self, session: Any, saved: KubeCheckpoint) -> None:
+        assert self.checkpoints is not None
+        old = self._armed.pop(session.name, None)
+        if old is not None:
+            self.checkpoints.drop(old)
+        nonce = getattr(getattr(session, "order", None), "nonce", None)
+        if nonce:
+            self._armed[session.name] = self.checkpoints.arm(session, saved, nonce)
 
     # --- on request ---
 
@@ -172,10 +194,16 @@ class SessionKeeper:
         if (self.checkpoints is None or session.runs or session.request.ranks is not None
                 or not session.replaces):
             return None  # a session the user closed starts afresh
+        armed = self._armed.pop(session.name, None)
+        at_term = self.checkpoints.at_term(armed) if armed is not None else None
+        if armed is not None and at_term is None:
+            self.checkpoints.drop(armed)
         saved = self.checkpoints.latest(session.name)
         if saved is None:
             return None
         before = f"its {session.replaces} {session.ended}; "
+        if at_term is not None:
+            before += "its runner wrote a checkpoint as the pod was stopped (SIGTERM); "
         session.replaces = ""  # this note says it instead, with what came back
         try:
             return f"session {session.name}: {before}{self.restore(session, saved)}"
@@ -195,6 +223,7 @@ class SessionKeeper:
             restored, skipped = self.checkpoints.restore(session, saved, target_trusted=self.trusts(session.cluster))
             if saved.session == session.name:
                 session.resumes_from = saved.name
+                self._arm(session, saved)
         took = time.monotonic() - started
         return (f"resumed on {session.cluster} (waited {waited:.1f} s for the pod, the restore took {took:.1f} s); "
                 f"{restored_line(saved, restored, skipped)}")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ....runner.frames import Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
+from ....runner.frames import DisplayData, Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
 from ...timing import Phase
 from ..base import Queued, RunEvent, RunnerExit
 from .explain import FAILED, PODS_READY_TIMEOUT, PodContext, PodState, pod_state
@@ -25,6 +25,7 @@ from .follow import PodEnded, PodFollower
 from .plan import PodOrder
 from .pods import PodApi
 from .queueing import Ticket, duration
+from .requeue import after_preemption
 
 if TYPE_CHECKING:
     from .session import WarmSession
@@ -161,6 +162,9 @@ class KubeRun:
         self.current = follow_pod(host, host.launch(order), order)
         self._pending: deque[RunEvent] = deque(self.current.phases)
         self._retried = False
+        self._rerun = False
+        """Rerun once already after a preemption (:mod:`.requeue`)."""
+        self._shown = 0
         self._hello = False
         self._lines = 0
         self._ended = False
@@ -210,6 +214,9 @@ class KubeRun:
             self._waiting = item.state
         elif isinstance(item, Stream):
             self._lines += item.text.count("\n")
+            self._shown += 1
+        elif isinstance(item, DisplayData):
+            self._shown += 1
         elif isinstance(item, Outputs):
             item = self._host.fetched(self._run_id, item, self.cluster)
         elif isinstance(item, Done) and item.status == "interrupted" and not self._interrupting:
@@ -240,6 +247,12 @@ class KubeRun:
     def _ended_with(self, state: PodState) -> RunEvent | None:
         self._exit_code = state.exit_code
         diagnostics = "\n".join(self.current.follower.diagnostics)
+        preempted = after_preemption(state, self._shown, self._order.placement.rerun_on_preemption, self._rerun,
+                                     self._done)
+        if preempted is not None and preempted.rerun:
+            return self._requeue(preempted.words)
+        if preempted is not None:
+            state = dataclasses.replace(state, text=state.text + preempted.words)
         if state.kind == FAILED and state.elsewhere and not self._hello and not self._retried:
             first = self.current
             self._retried = True
@@ -263,6 +276,20 @@ class KubeRun:
                 state = dataclasses.replace(state, text=text, reason="VirtualNodeLost")
             return self._finish(failure_events(state, state.exit_code, diagnostics))
         return self._finish([RunnerExit(state.exit_code, diagnostics)])
+
+    def _requeue(self, words: str) -> RunEvent | None:
+        """Queue the run again after a preemption (the first pod is gone or going), once."""
+        self._rerun = True
+        self._leave_queue()
+        self.current.follower.stop()
+        self.pods.delete_pod(self.current.name, grace=0)
+        retry = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-p")
+        try:
+            self.current = follow_pod(self._host, self._host.launch(retry), retry)
+        except Exception as exc:  # noqa: BLE001 - it cannot be queued again: the preemption ends the run
+            return self._finish([RunnerExit(None, f"{words}; but it could not be queued again: {exc}")])
+        self._hello = False
+        return RunnerWarning(-1, words)
 
     def _finish(self, events: list[RunEvent]) -> RunEvent | None:
         self._ended = True
