@@ -9,7 +9,7 @@ from typing import Any
 from .errors import GpuOffloadFlowError
 
 AUTO = "auto"
-ARGUMENTS = ("gpus", "gpu_model", "cluster", "untrusted_ok", "priority")
+ARGUMENTS = ("gpus", "gpu_model", "cluster", "untrusted_ok", "priority", "gpu_memory")
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,20 @@ class OffloadOptions:
         return f"@gpu_offload({', '.join(parts)})"
 
 
+PART_OF_A_GPU = ("Metaflow's @kubernetes asks for whole GPUs only (its gpu= becomes nvidia.com/gpu), so a step "
+                 "cannot hold time-slicing or MPS shares, a MIG profile or an isolator's memory (docs/sharing.md)")
+
+
 def _gpus(step: str, value: Any) -> int:
     # `--with gpu_offload:gpus=2` arrives already converted by Metaflow's spec parser; a str that still looks
     # like a number is accepted for config-driven decorators, anything else is refused.
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
+    if isinstance(value, float) and 0 < value < 1:
+        raise GpuOffloadFlowError(
+            f"step '{step}': @gpu_offload(gpus={value!r}) asks for part of a GPU. {PART_OF_A_GPU}; write "
+            "@gpu_offload(gpus=1), or run the step's code as a script with `gpu-offload run --gpus "
+            f"{value:g}`")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise GpuOffloadFlowError(
             f"step '{step}': @gpu_offload(gpus={value!r}) is not a whole number of GPUs; "
@@ -104,6 +113,11 @@ def parse_options(step: str, args: tuple[Any, ...] | list[Any], kwargs: Mapping[
             f"step '{step}': @gpu_offload has no argument {', '.join(unknown)}; "
             f"it takes {', '.join(ARGUMENTS)} (other pod settings go on @kubernetes)"
         )
+    if kwargs.get("gpu_memory") is not None:
+        raise GpuOffloadFlowError(
+            f"step '{step}': @gpu_offload(gpu_memory={kwargs['gpu_memory']!r}) asks for part of a GPU. "
+            f"{PART_OF_A_GPU}; leave gpu_memory out and choose a model whose GPUs hold it (gpu_model=...), or "
+            f"run the step's code as a script with `gpu-offload run --gpu-memory {kwargs['gpu_memory']}`")
     cluster = _text(step, "cluster", kwargs.get("cluster", AUTO), "cluster='auto'") or AUTO
     models = _models(step, kwargs.get("gpu_model"))
     return OffloadOptions(

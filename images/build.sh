@@ -38,7 +38,7 @@ if [ ${#roles[@]} -eq 0 ]; then
   [ $cuda = 1 ] && roles+=(runner-cuda)
 fi
 
-# role image recipe base debian python cloudpickle torch, one line per image to build
+# role image recipe base debian python cloudpickle torch jupyterhub, one line per image to build
 plan=$("$PY" - "$REPO/src/gpu_offload/images.json" "$local_base" "${roles[@]}" <<'EOF'
 import json, sys
 manifest, local, roles = json.load(open(sys.argv[1])), sys.argv[2] == "1", sys.argv[3:]
@@ -49,7 +49,7 @@ if unknown:
 for e in manifest["images"]:
     if e["role"] in roles and (e["debian"] or not local):
         print(e["role"], e["image"], e["recipe"], e["base"], e["debian"] or "-", e["python"] or "-",
-              e["cloudpickle"] or "-", e["torch"] or "-")
+              e["cloudpickle"] or "-", e["torch"] or "-", e.get("jupyterhub") or "-")
 EOF
 )
 
@@ -102,7 +102,7 @@ debian_base() {
 pip_cache=$("$PY" -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")
 mkdir -p "$pip_cache"
 total=$(stamp)
-while read -r role image recipe base suite python cloudpickle torch; do
+while read -r role image recipe base suite python cloudpickle torch jupyterhub; do
   [ -n "$role" ] || continue
   pull=()
   if [ $local_base = 1 ]; then base=$(debian_base "$suite"); pull=(--pull=never); fi
@@ -113,6 +113,7 @@ while read -r role image recipe base suite python cloudpickle torch; do
   [ "$python" != - ] && args+=(--build-arg "PYTHON=$python")
   [ "$cloudpickle" != - ] && args+=(--build-arg "CLOUDPICKLE=$cloudpickle")
   [ "$torch" != - ] && args+=(--build-arg "TORCH=$torch")
+  [ "$jupyterhub" != - ] && args+=(--build-arg "JUPYTERHUB=$jupyterhub")
   if [ -f "$CA" ]; then
     args+=(-v "$CA:/etc/gpu-offload-build-ca.crt:ro" --build-arg PIP_CERT=/etc/gpu-offload-build-ca.crt)
   fi

@@ -223,7 +223,11 @@ LABEL_INTERVAL = _kernel("LABEL_INTERVAL", seconds, 300.0, "Seconds between two 
 RUNTIME_CONFIG = _kernel("RUNTIME_CONFIG", text, None,
                          "The host's NVIDIA Container Toolkit config.toml as mounted in the labeller's pod; unset: "
                          "the toolkit's default path under the host mount.", "the toolkit's default path")
-DONOR: tuple[Setting[Any], ...] = (LABEL_INTERVAL, RUNTIME_CONFIG)
+DEVICE_PLUGIN_CONFIG = _kernel("DEVICE_PLUGIN_CONFIG", text, None,
+                              "NVIDIA's device plugin config (YAML) as mounted in the labeller's pod, for the GPU "
+                              "sharing mode it reports (time-slicing or MPS replicas); unset: read from the node's "
+                              "resources only (MIG, a memory isolator).", "the node's resources only")
+DONOR: tuple[Setting[Any], ...] = (LABEL_INTERVAL, RUNTIME_CONFIG, DEVICE_PLUGIN_CONFIG)
 """What the donor chart's node labeller reads."""
 
 
@@ -269,7 +273,16 @@ BUNDLE_URL = _kernel("BUNDLE_URL", text, None, "Where a runner pod fetches a bun
 OUTPUT_FORMAT = _kernel("OUTPUT_FORMAT", text, None,
                         "`safe` on a runner pod placed on an untrusted cluster: its outputs come back as plain data "
                         "(the runner spells it itself; a test keeps both equal).")
-INTERNAL: tuple[Setting[Any], ...] = (RECORDED_PLACEMENT, BUNDLE_URL, OUTPUT_FORMAT)
+GPU_SHARING = _kernel("GPU_SHARING", text, None, "A runner holding part of a GPU: the donor's sharing mode "
+                      "(docs/sharing.md; the runner spells it itself, a test keeps both equal).")
+GPU_ISOLATION = _kernel("GPU_ISOLATION", text, None, "A runner holding part of a GPU: the isolation its pod gets "
+                        "(none, memory, compute and memory).")
+GPU_MEMORY_LIMIT = _kernel("GPU_MEMORY_LIMIT", text, None, "A runner holding part of a GPU: the bytes of GPU memory "
+                           "it caps its own use at.")
+GPU_FRACTION = _kernel("GPU_FRACTION", text, None, "A runner holding part of a GPU: the share of the GPU it caps "
+                       "its own use at when no byte figure is known.")
+INTERNAL: tuple[Setting[Any], ...] = (RECORDED_PLACEMENT, BUNDLE_URL, OUTPUT_FORMAT, GPU_SHARING, GPU_ISOLATION,
+                                      GPU_MEMORY_LIMIT, GPU_FRACTION)
 
 ALL: tuple[Setting[Any], ...] = (*KERNEL, *HUB, *DONOR, *FLOW, *INTERNAL)
 

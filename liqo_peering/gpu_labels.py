@@ -14,8 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import tomllib
+import yaml
 
 from . import labels as L
+from .sharing import MAX_REPLICAS, MEMORY_RESOURCE, MIG_PREFIX
 
 GPU_PRODUCT = L.PREFIX + "gpu-product"
 """The full product name, e.g. ``A100-SXM4-80GB`` (the model label keeps the family, ``A100``)."""
@@ -29,7 +31,8 @@ UNPRIVILEGED_DEVICES = L.PREFIX + "unprivileged-visible-devices"
 """``ignored`` when the runtime ignores NVIDIA_VISIBLE_DEVICES from unprivileged pods (as a donor must),
 ``accepted`` when it honours it (any pod can then see every GPU of the node), ``unknown`` without its config."""
 
-LABELLED = (L.GPU_MODEL, GPU_PRODUCT, L.GPU_MEMORY, GPU_COUNT, MIG_MODE, DRIVER_VERSION, CUDA_VERSION)
+LABELLED = (L.GPU_MODEL, GPU_PRODUCT, L.GPU_MEMORY, GPU_COUNT, MIG_MODE, DRIVER_VERSION, CUDA_VERSION, L.GPU_SHARING,
+            L.GPU_REPLICAS)
 """Every key the labeller owns: it removes those it no longer finds (a GPU taken out, a driver change)."""
 
 _MIG = {0: "disabled", 1: "enabled"}
@@ -150,3 +153,36 @@ def pod_security_shortfall(namespace: Mapping[str, object], expected: str) -> st
 def shortfalls(namespaces: Sequence[Mapping[str, object]], expected: str) -> list[str]:
     """Every namespace of ``namespaces`` below ``expected``, each saying what to set."""
     return [s for s in (pod_security_shortfall(n, expected) for n in namespaces) if s]
+
+
+def _replicas(section: object) -> int | None:
+    """The replicas of ``nvidia.com/gpu`` in a device plugin ``sharing.timeSlicing`` or ``sharing.mps`` section."""
+    resources = section.get("resources") if isinstance(section, Mapping) else None
+    for entry in resources if isinstance(resources, list) else []:
+        if isinstance(entry, Mapping) and entry.get("name") == "nvidia.com/gpu":
+            replicas = entry.get("replicas")
+            if type(replicas) is int and 1 <= replicas <= MAX_REPLICAS:
+                return replicas
+    return None
+
+
+def sharing_labels(device_plugin_config: str | None, allocatable: Mapping[str, object]) -> dict[str, str]:
+    """How the node shares its GPUs, from NVIDIA's device plugin config (YAML, as the donor chart mounts it) and
+    the node's allocatable resources: a memory isolator's ``nvidia.com/gpumem``, then MPS or time-slicing
+    replicas of ``nvidia.com/gpu`` (``sharing.mps`` / ``sharing.timeSlicing``), then MIG profiles offered as
+    resources (strategy ``mixed``); else ``none``. A config that does not parse counts as absent."""
+    if MEMORY_RESOURCE in allocatable:
+        return {L.GPU_SHARING: "memory", L.GPU_REPLICAS: "1"}
+    try:
+        config = yaml.safe_load(device_plugin_config) if device_plugin_config else None
+    except yaml.YAMLError:
+        config = None
+    sharing = config.get("sharing") if isinstance(config, Mapping) else None
+    if isinstance(sharing, Mapping):
+        for key, mode in (("mps", "mps"), ("timeSlicing", "time-slicing")):
+            replicas = _replicas(sharing.get(key))
+            if replicas is not None and replicas > 1:
+                return {L.GPU_SHARING: mode, L.GPU_REPLICAS: str(replicas)}
+    if any(str(name).startswith(MIG_PREFIX) for name in allocatable):
+        return {L.GPU_SHARING: "mig", L.GPU_REPLICAS: "1"}
+    return {L.GPU_SHARING: "none", L.GPU_REPLICAS: "1"}

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from kubernetes.utils import parse_quantity
 
 from . import labels as L
+from .sharing import GPU_VENDOR, GpuOffer, offer_from_node
 
 KINDS = ("ForeignCluster", "VirtualNode", "Node", "Pod")
 """The API kinds the inventory is built from (listed and watched by ``client`` and ``cache``)."""
@@ -54,11 +55,30 @@ class VirtualNodeRecord:
     """Millicores the donor granted this node (the Node's allocatable, else the VirtualNode's quota); None: unknown."""
     memory_allocatable: int | None = None
     """Bytes of memory the donor granted this node, read like ``cpu_allocatable``; None: unknown."""
+    sharing: str = "none"
+    """How the donor lends these GPUs (``labels.GPU_SHARING``): none, time-slicing, mps, mig or memory."""
+    replicas: int = 1
+    """Shares per GPU under time-slicing or MPS (``labels.GPU_REPLICAS``)."""
+    devices: tuple[tuple[str, int, int], ...] = ()
+    """Every ``nvidia.com/`` resource of the node (whole GPUs, shares, MIG profiles, an isolator's MiB):
+    (resource, allocatable, requested by unfinished pods)."""
     free: int = field(init=False)
     """GPUs that a new pod can still get here (allocatable minus in use); stored, placement reads it a lot."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "free", max(0, self.allocatable - self.in_use))
+        # a record read back from JSON (the hub's inventory) has lists here
+        object.__setattr__(self, "devices", tuple((str(r), int(a), int(u)) for r, a, u in self.devices))
+
+    def device_free(self, resource: str) -> int:
+        """Units of ``resource`` a new pod can still get here (0 when the node does not offer it)."""
+        return next((max(0, a - u) for r, a, u in self.devices if r == resource), 0)
+
+    def offer(self) -> GpuOffer:
+        """How this node lends its GPUs, for ``sharing.resource_ask``."""
+        memory = _bytes(self.memory, self.name) if self.memory else None
+        labels = {L.GPU_SHARING: self.sharing, L.GPU_REPLICAS: str(self.replicas)}
+        return offer_from_node(labels, (r for r, _, _ in self.devices), memory, f"virtual node {self.name}")
 
 
 @dataclass(frozen=True)
@@ -192,6 +212,33 @@ def pod_gpus(pod: Obj) -> int:
     return max(running, init_peak)
 
 
+def pod_devices(pod: Obj) -> dict[str, int]:
+    """Units of every ``nvidia.com/`` resource a pod's containers ask for (limits, else requests), summed; an
+    init container counts when it asks for more than the containers. Unparsable values count as zero."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+
+    def of(container: Obj) -> dict[str, int]:
+        res = container.get("resources") or {}
+        merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        found: dict[str, int] = {}
+        for key, value in merged.items():
+            if str(key).startswith(GPU_VENDOR):
+                try:
+                    found[key] = _count(value, key)
+                except ValueError:
+                    continue
+        return found
+
+    for container in spec.get("containers") or []:
+        for key, count in of(container).items():
+            total[key] = total.get(key, 0) + count
+    for container in spec.get("initContainers") or []:
+        for key, count in of(container).items():
+            total[key] = max(total.get(key, 0), count)
+    return total
+
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
@@ -258,6 +305,8 @@ class NodeUsage:
     """Millicores requested."""
     memory: int = 0
     """Bytes requested."""
+    devices: dict[str, int] = field(default_factory=dict)
+    """Units of each ``nvidia.com/`` resource requested (shares, MIG profiles, an isolator's MiB, GPUs)."""
 
 
 def usage_by_node(pods: Iterable[Obj]) -> dict[str, NodeUsage]:
@@ -269,6 +318,8 @@ def usage_by_node(pods: Iterable[Obj]) -> dict[str, NodeUsage]:
             continue
         usage = used.setdefault(node, NodeUsage())
         usage.gpus += pod_gpus(pod)
+        for resource, count in pod_devices(pod).items():
+            usage.devices[resource] = usage.devices.get(resource, 0) + count
         cpu, memory = pod_requests(pod)
         usage.cpu += cpu
         usage.memory += memory
@@ -325,6 +376,7 @@ def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int | 
         capacity = _count((nstatus.get("capacity") or {}).get(L.GPU_RESOURCE), where)
         node_allocatable = nstatus.get("allocatable") or {}
         allocatable = _count(node_allocatable.get(L.GPU_RESOURCE), where)
+        offered = node_allocatable
         if "cpu" in node_allocatable:
             cpu_granted = _milli(node_allocatable["cpu"], where)
             cpu_free = max(0, cpu_granted - usage.cpu)
@@ -337,9 +389,17 @@ def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int | 
         hard = (vspec.get("resourceQuota") or {}).get("hard") or {}
         capacity = _count(hard.get(L.GPU_RESOURCE), where)
         allocatable, ready, unschedulable = capacity, False, False
+        offered = hard
         cpu_granted = _milli(hard["cpu"], where) if "cpu" in hard else None
         memory_granted = _bytes(hard["memory"], where) if "memory" in hard else None
     cordon_flag = merged_labels.get(L.CORDONED, merged_notes.get(L.CORDONED, ""))
+    devices = tuple((str(r), _count(v, where), usage.devices.get(str(r), 0))
+                    for r, v in sorted(offered.items()) if str(r).startswith(GPU_VENDOR))
+    memory_label = merged_labels.get(L.GPU_MEMORY)
+    offer = offer_from_node(merged_labels, (r for r, _, _ in devices),
+                            _bytes(memory_label, where) if memory_label else None, where)
+    if not lends_whole(offer):
+        capacity = allocatable = 0  # what it offers under nvidia.com/gpu are shares or slots, not whole GPUs
     return VirtualNodeRecord(
         name=name,
         cluster_id=cluster_id,
@@ -355,7 +415,18 @@ def virtual_node_record(node: Obj | None, virtual_node: Obj | None, used: int | 
         memory_free=memory_free,
         cpu_allocatable=cpu_granted,
         memory_allocatable=memory_granted,
+        sharing=offer.mode,
+        replicas=offer.replicas,
+        devices=devices,
     )
+
+
+def lends_whole(offer: GpuOffer) -> bool:
+    """Whether ``nvidia.com/gpu`` on such a node counts whole GPUs: not when time-slicing or MPS shares keep
+    its name (one unit is one share), nor under a memory isolator (one unit is one slot of a GPU)."""
+    if offer.mode in ("time-slicing", "mps"):
+        return offer.resource != L.GPU_RESOURCE
+    return offer.mode != "memory"
 
 
 def _is_virtual(node: Obj) -> bool:

@@ -84,6 +84,9 @@ class FlavorSupply:
     """Millicores granted on usable nodes."""
     memory: int
     """Bytes granted on usable nodes."""
+    devices: tuple[tuple[str, int], ...] = ()
+    """Units of the other ``nvidia.com/`` resources granted on usable nodes: time-slicing or MPS shares, MIG
+    profiles, an isolator's MiB (docs/sharing.md), so parts of GPUs queue like whole ones."""
 
 
 @dataclass(frozen=True)
@@ -158,12 +161,18 @@ def flavor_supplies(inventory: Inventory, policy: TrustPolicy) -> list[FlavorSup
         prices = [vn.price for vn in nodes if vn.price is not None]
         name = _unique(flavor_name(cluster_id, model), f"{cluster_id}/{model}", taken)
         taken.add(name)
+        devices: dict[str, int] = {}
+        for vn in usable:
+            for resource, allocatable, _ in vn.devices:
+                devices[resource] = devices.get(resource, 0) + allocatable
         supplies.append(FlavorSupply(
             name=name, cluster_id=cluster_id, model=model, node_labels=labels,
             price=min(prices) if prices else None,
-            gpus=sum(vn.allocatable for vn in usable),
+            # nvidia.com/gpu as the nodes offer it: under a memory isolator its units are slots of a GPU
+            gpus=devices.pop(L.GPU_RESOURCE) if L.GPU_RESOURCE in devices else sum(vn.allocatable for vn in usable),
             cpu=sum(vn.cpu_allocatable or 0 for vn in usable),
             memory=sum(vn.memory_allocatable or 0 for vn in usable),
+            devices=tuple(sorted(devices.items())),
         ))
     return sorted(supplies, key=lambda s: (s.price is None, s.price or 0.0, s.name))
 
@@ -190,9 +199,17 @@ def resource_flavor(supply: FlavorSupply) -> dict[str, Any]:
     }
 
 
-def _flavor_quota(supply: FlavorSupply) -> dict[str, Any]:
-    quota = {"cpu": _cpu(supply.cpu), "memory": _memory(supply.memory), L.GPU_RESOURCE: str(supply.gpus)}
-    return {"name": supply.name, "resources": [{"name": r, "nominalQuota": quota[r]} for r in COVERED_RESOURCES]}
+def covered_resources(supplies: Iterable[FlavorSupply]) -> tuple[str, ...]:
+    """What the ClusterQueue covers: what runner pods request, and every shared GPU resource a donor offers.
+    Kueue wants one list for all flavors of a group, so a flavor lacking one has a quota of 0 for it."""
+    shared = sorted({r for s in supplies for r, _ in s.devices} - set(COVERED_RESOURCES))
+    return (*COVERED_RESOURCES, *shared)
+
+
+def _flavor_quota(supply: FlavorSupply, covered: tuple[str, ...]) -> dict[str, Any]:
+    quota = {"cpu": _cpu(supply.cpu), "memory": _memory(supply.memory), L.GPU_RESOURCE: str(supply.gpus),
+             **{r: str(n) for r, n in supply.devices}}
+    return {"name": supply.name, "resources": [{"name": r, "nominalQuota": quota.get(r, "0")} for r in covered]}
 
 
 def cluster_queue(settings: QueueSettings, supplies: Iterable[FlavorSupply]) -> dict[str, Any]:
@@ -202,14 +219,16 @@ def cluster_queue(settings: QueueSettings, supplies: Iterable[FlavorSupply]) -> 
     user does not starve the others; a higher priority preempts a lower one inside this queue only; only
     namespaces the hub made for users may queue here.
     """
-    flavors = [_flavor_quota(s) for s in supplies]
+    supplies = list(supplies)
+    covered = covered_resources(supplies)
+    flavors = [_flavor_quota(s, covered) for s in supplies]
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {L.USER_NAMESPACE: "true"}},
         "queueingStrategy": "BestEffortFIFO",
         "preemption": {"withinClusterQueue": "LowerPriority"},
         "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"},
         # Kueue needs at least one flavor per group: with no donor there is no group, and nothing is admitted.
-        "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}] if flavors else [],
+        "resourceGroups": [{"coveredResources": list(covered), "flavors": flavors}] if flavors else [],
     }
     return {
         "apiVersion": L.CLUSTER_QUEUE.api_version,
@@ -346,7 +365,8 @@ def model_clusters(inventory: Inventory, policy: TrustPolicy, models: Iterable[s
 
 
 def queued_scheduling(gpus: int, clusters: Iterable[str] = (),
-                      models: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+                      models: Mapping[str, tuple[str, ...]] | None = None,
+                      limits: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The scheduling fields of a runner pod that waits in Kueue: the GPUs it asks for, and node affinity only
     where the run narrows the donors (a ``--cluster`` pin, trusted clusters only, GPU models). No toleration
     and no node choice: Kueue picks a flavor that matches the affinity and adds that flavor's node labels and
@@ -357,8 +377,10 @@ def queued_scheduling(gpus: int, clusters: Iterable[str] = (),
     cluster's flavors select on it. Kueue 0.19 and later match a flavor on the keys in its own ``nodeLabels``
     only, so a model key alone would match every flavor that selects on the cluster id alone (an admin-set
     model, nodes without a model label) and Kueue would admit the pod where the scheduler cannot bind it.
-    ``clusters`` and ``models`` both given: the clusters in both."""
-    fragment: dict[str, Any] = {"resources": {"limits": {L.GPU_RESOURCE: str(gpus)}}}
+    ``clusters`` and ``models`` both given: the clusters in both. ``limits``: part of a GPU, asked for in the
+    resources of the donors given in ``clusters`` (``shares.queued_ask``), instead of ``gpus`` whole GPUs."""
+    asked = {r: str(n) for r, n in limits.items()} if limits else {L.GPU_RESOURCE: str(gpus)}
+    fragment: dict[str, Any] = {"resources": {"limits": asked}}
     pinned = sorted(set(clusters))
     terms: list[dict[str, Any]] = []
     if models is not None:

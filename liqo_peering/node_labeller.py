@@ -4,7 +4,8 @@ unprivileged pods, and keeps the node's ``gpu-offload.io/`` labels saying so (th
     python -m gpu_offload.liqo_peering.node_labeller [--once]
 
 Reads ``NODE_NAME`` (the pod's ``spec.nodeName``), ``GPU_OFFLOAD_RUNTIME_CONFIG`` (the host's config.toml as
-mounted; default below) and ``GPU_OFFLOAD_LABEL_INTERVAL`` (seconds between passes, default 300).
+mounted; default below), ``GPU_OFFLOAD_DEVICE_PLUGIN_CONFIG`` (NVIDIA's device plugin config, for the sharing
+mode; the node's allocatable resources tell MIG and a memory isolator) and ``GPU_OFFLOAD_LABEL_INTERVAL`` (seconds between passes, default 300).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from .errors import GpuOffloadError, api_error
-from .gpu_labels import LABELLED, UNPRIVILEGED_DEVICES, Device, NvmlAnswers, nvml_labels, runtime_labels
+from .gpu_labels import (
+    LABELLED,
+    UNPRIVILEGED_DEVICES,
+    Device,
+    NvmlAnswers,
+    nvml_labels,
+    runtime_labels,
+    sharing_labels,
+)
 from .settings import read_donor
 
 DEFAULT_RUNTIME_CONFIG = "/host/etc/nvidia-container-runtime/config.toml"
@@ -71,11 +80,18 @@ def label_patch(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[s
     return patch
 
 
-def label_node(api_client: Any, node: str, wanted: Mapping[str, str]) -> dict[str, str | None]:
-    """Bring ``node``'s labels to ``wanted``; returns the patch sent (empty when nothing changed)."""
+def label_node(api_client: Any, node: str, wanted: Mapping[str, str],
+               device_plugin_config: str | None = None) -> dict[str, str | None]:
+    """Bring ``node``'s labels to ``wanted`` and the sharing mode its allocatable resources and
+    ``device_plugin_config`` say (``gpu_labels.sharing_labels``); returns the patch sent (empty when nothing
+    changed). A node without GPUs gets no sharing labels."""
     core = CoreV1Api(api_client)
     try:
-        current = core.read_node(node).metadata.labels or {}
+        read = core.read_node(node)
+        current = read.metadata.labels or {}
+        allocatable = (read.status.allocatable if read.status else None) or {}
+        if wanted:
+            wanted = {**wanted, **sharing_labels(device_plugin_config, allocatable)}
         patch = label_patch(current, wanted)
         if patch:
             core.patch_node(node, {"metadata": {"labels": patch}})
@@ -84,9 +100,11 @@ def label_node(api_client: Any, node: str, wanted: Mapping[str, str]) -> dict[st
     return patch
 
 
-def _one_pass(api_client: Any, node: str, runtime_config: str) -> dict[str, str | None]:
-    wanted = {**nvml_labels(read_nvml()), **runtime_labels(read_runtime_config(runtime_config))}
-    return label_node(api_client, node, wanted)
+def _one_pass(api_client: Any, node: str, runtime_config: str, plugin_config: str | None) -> dict[str, str | None]:
+    gpus = nvml_labels(read_nvml())
+    wanted = {**gpus, **runtime_labels(read_runtime_config(runtime_config))}
+    config = read_runtime_config(plugin_config) if plugin_config and gpus else None
+    return label_node(api_client, node, wanted, config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = read_donor(os.environ)
     runtime_config = settings.runtime_config or DEFAULT_RUNTIME_CONFIG
     interval = settings.label_interval
+    plugin_config = settings.device_plugin_config
     api_client = api_client_from_environment()
     while True:
         try:
-            patch = _one_pass(api_client, node, runtime_config)
+            patch = _one_pass(api_client, node, runtime_config, plugin_config)
             print(f"node_labeller: {node}: {patch or 'labels current'}", flush=True)
         except GpuOffloadError as exc:
             print(f"node_labeller: {node}: {exc}", file=sys.stderr, flush=True)

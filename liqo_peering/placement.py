@@ -14,6 +14,8 @@ from typing import Any, Protocol
 from . import labels as L
 from .errors import InvalidRequest, NoFit, UnknownCluster, UnknownModel
 from .inventory import ClusterRecord, Inventory, VirtualNodeRecord
+from .shares import place_share
+from .sharing import FractionRequest, ResourceAsk
 
 AUTO = "auto"
 
@@ -39,8 +41,13 @@ class PlacementRequest:
     cpu_only: bool = False
     """No GPU (``gpus`` 0): pods that ask for none, e.g. the CPU ranks of a distributed run. Said on purpose,
     so a caller that computed 0 GPUs by mistake still gets the error instead of a node chosen by CPU."""
+    fraction: FractionRequest | None = None
+    """Part of one GPU (``--gpus 0.5``, ``--gpu-memory 12Gi``): ``gpus`` is then 1 and the node is one whose
+    donor shares GPUs in a way that can grant it (``shares.place_share``)."""
 
     def __post_init__(self) -> None:
+        if self.fraction is not None and (self.gpus != 1 or self.cpu_only):
+            raise InvalidRequest(f"gpus={self.gpus!r} with a fraction of a GPU: a fraction is part of one GPU")
         if self.cpu_only:
             if self.gpus != 0:
                 raise InvalidRequest(f"gpus={self.gpus!r} with cpu_only: a CPU-only request asks for 0 GPUs")
@@ -65,10 +72,12 @@ class NodeChoice:
     gpus: int
     fallback: bool = False
     """True when the model is a fallback, not the one asked for (say so to the user)."""
+    ask: ResourceAsk | None = None
+    """For a fraction of a GPU: the resources the donor grants it in, the share held and the isolation."""
 
     def scheduling_fragment(self) -> dict[str, Any]:
         """Pod fields that send a pod here; see ``scheduling_fragment``."""
-        return scheduling_fragment(self.cluster_id, self.gpus)
+        return scheduling_fragment(self.cluster_id, self.gpus, self.ask)
 
 
 class PlacementPolicy(Protocol):
@@ -81,7 +90,7 @@ class PlacementPolicy(Protocol):
         ...
 
 
-def _price_key(vn: VirtualNodeRecord) -> float:
+def price_key(vn: VirtualNodeRecord) -> float:
     # An unpriced node sorts after every priced one: the admin priced the others on purpose.
     return float("inf") if vn.price is None else vn.price
 
@@ -92,7 +101,7 @@ class MostFree:
     name = "most-free"
 
     def choose(self, candidates: Sequence[VirtualNodeRecord], gpus: int) -> VirtualNodeRecord:
-        return min(candidates, key=lambda vn: (-vn.free, _price_key(vn), vn.cluster_id, vn.name))
+        return min(candidates, key=lambda vn: (-vn.free, price_key(vn), vn.cluster_id, vn.name))
 
 
 class BinPack:
@@ -101,7 +110,7 @@ class BinPack:
     name = "bin-pack"
 
     def choose(self, candidates: Sequence[VirtualNodeRecord], gpus: int) -> VirtualNodeRecord:
-        return min(candidates, key=lambda vn: (vn.free - gpus, _price_key(vn), vn.cluster_id, vn.name))
+        return min(candidates, key=lambda vn: (vn.free - gpus, price_key(vn), vn.cluster_id, vn.name))
 
 
 class FirstFit:
@@ -178,6 +187,8 @@ def place(
     if request.trusted_only:
         skipped = [c.cluster_id for c in clusters if not c.trusted]
         clusters = _trusted(clusters, request)
+    if request.fraction is not None:
+        return _place_fraction(clusters, request, skipped)
     # One pass groups the nodes with room by model, so each fallback costs a dict lookup, not a scan.
     roomy: dict[str | None, list[VirtualNodeRecord]] = {}
     short: list[VirtualNodeRecord] = []  # the GPUs are free, the CPU or memory asked for is not
@@ -204,6 +215,21 @@ def place(
         error = NoFit(f"{error}; only trusted clusters were asked for, and {', '.join(skipped)} "
                       f"{'is' if len(skipped) == 1 else 'are'} not trusted", error.alternatives)
     raise error
+
+
+def _place_fraction(clusters: Sequence[ClusterRecord], request: PlacementRequest, skipped: list[str]) -> NodeChoice:
+    assert request.fraction is not None
+    nodes = [vn for cluster in clusters for vn in _usable(cluster)]
+    try:
+        pick = place_share(nodes, request.fraction, [request.gpu_model, *request.fallback_models],
+                           lambda vn: has_room(vn, request), price_key)
+    except NoFit as error:
+        if skipped:
+            raise NoFit(f"{error}; only trusted clusters were asked for, and {', '.join(skipped)} "
+                        f"{'is' if len(skipped) == 1 else 'are'} not trusted", ()) from None
+        raise
+    vn = pick.node
+    return NodeChoice(vn.name, vn.cluster_id, vn.model, 1, fallback=pick.model_index > 0, ask=pick.ask)
 
 
 def place_pods(
@@ -369,20 +395,22 @@ def _hints(
     return f" (use {' or '.join(hints)})" if hints else ""
 
 
-def scheduling_fragment(cluster_id: str | Sequence[str], gpus: int) -> dict[str, Any]:
+def scheduling_fragment(cluster_id: str | Sequence[str], gpus: int, ask: ResourceAsk | None = None) -> dict[str, Any]:
     """The pod fields that land a pod on a virtual node of ``cluster_id`` (or of any of several cluster ids:
     a Job whose pods may span donors) with ``gpus`` GPUs.
 
     ``resources`` belongs to the container; ``tolerations`` and ``affinity`` to the pod spec. The
     toleration is the one Liqo's webhook would add in an offloaded namespace: adding it ourselves means the
     user never writes it. The remote side drops the affinity; the GPU request finds a GPU node there. With
-    ``gpus`` 0 (CPU ranks) the pod asks for no GPU and still goes to that cluster's virtual node.
+    ``gpus`` 0 (CPU ranks) the pod asks for no GPU and still goes to that cluster's virtual node. With ``ask``
+    (a fraction of a GPU) the pod asks for its resources instead: shares, a MIG profile or an isolator's memory.
     """
     clusters = [cluster_id] if isinstance(cluster_id, str) else list(cluster_id)
     if not clusters:
         raise InvalidRequest("no cluster id for the pod's node affinity: place the request first")
     return {
-        "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}} if gpus else {},
+        "resources": ({"limits": {r: str(n) for r, n in ask.resources}} if ask is not None
+                      else {"limits": {L.GPU_RESOURCE: str(gpus)}} if gpus else {}),
         "tolerations": [{"key": L.VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": L.VIRTUAL_NODE_TAINT_EFFECT}],
         "affinity": {
             "nodeAffinity": {

@@ -210,6 +210,7 @@ class DonorSettings:
 
     label_interval: float = E.LABEL_INTERVAL.default
     runtime_config: str | None = E.RUNTIME_CONFIG.default
+    device_plugin_config: str | None = E.DEVICE_PLUGIN_CONFIG.default
 
 
 def read_donor(env: Mapping[str, str]) -> DonorSettings:

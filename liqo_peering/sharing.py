@@ -21,9 +21,13 @@ ResourceClaims to donors today; ``ResourceAsk`` is the seam a claim-based ask wo
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from . import environment as E
+from . import labels as L
 from .errors import CannotShare, InvalidRequest
 
 SharingMode = Literal["none", "time-slicing", "mps", "mig", "memory"]
@@ -32,6 +36,16 @@ Isolation = Literal["none", "memory", "compute and memory"]
 GIB = 2**30
 MIB = 2**20
 GPU = "nvidia.com/gpu"
+GPU_VENDOR = "nvidia.com/"
+SHARED_GPU = "nvidia.com/gpu.shared"
+"""The resource NVIDIA's device plugin offers shares as when it renames them (``renameByDefault``)."""
+MIG_PREFIX = "nvidia.com/mig-"
+MEMORY_RESOURCE = "nvidia.com/gpumem"
+MAX_REPLICAS = 1024
+ISOLATION: dict[str, Isolation] = {"none": "compute and memory", "time-slicing": "none", "mps": "compute and memory",
+                                   "mig": "compute and memory", "memory": "memory"}
+"""What a pod holding part of a GPU in each mode is isolated from its neighbours by (a whole GPU: everything)."""
+_MIG_NAME = re.compile(r"^([1-7])g\.([1-9][0-9]{0,3})gb$")
 
 
 @dataclass(frozen=True)
@@ -99,10 +113,33 @@ class ResourceAsk:
     isolation: Isolation
     memory_limit: int | None = None
     """Bytes the runner caps its own use at (MPS pinned limit, torch's per-process fraction); None: no cap."""
+    mode: str = "none"
+    """The donor's sharing mode the ask was made for."""
 
     @property
     def limits(self) -> dict[str, int]:
         return dict(self.resources)
+
+    def runner_env(self) -> dict[str, str]:
+        """What the runner is told (docs/runner-protocol.md): the mode, the isolation the pod gets, and the
+        memory it caps its own use at where the mode lets it."""
+        env = {RUNNER_SHARING: self.mode, RUNNER_ISOLATION: self.isolation}
+        if self.memory_limit:
+            env[RUNNER_MEMORY_LIMIT] = str(self.memory_limit)
+        return env
+
+    def describe(self) -> str:
+        """One phrase for the placement notice, e.g. ``0.5 of a GPU (time-slicing: 2 of 4 shares; isolation:
+        none)``."""
+        held = ", ".join(f"{n} {r}" for r, n in self.resources)
+        return f"{self.share:.3g} of a GPU ({self.mode}: {held}; isolation: {self.isolation})"
+
+
+RUNNER_SHARING = E.GPU_SHARING.name
+RUNNER_ISOLATION = E.GPU_ISOLATION.name
+RUNNER_MEMORY_LIMIT = E.GPU_MEMORY_LIMIT.name
+RUNNER_FRACTION = E.GPU_FRACTION.name
+"""Set from ``--gpus 0.5`` instead of a byte limit: the share of the GPU the runner caps itself at."""
 
 
 def _needed_share(request: FractionRequest, offer: GpuOffer) -> float:
@@ -140,15 +177,16 @@ def resource_ask(request: FractionRequest, offer: GpuOffer) -> ResourceAsk:
         shares = min(offer.replicas, math.ceil(share * offer.replicas - 1e-9))
         held = shares / offer.replicas
         if offer.mode == "time-slicing":
-            return ResourceAsk(((offer.resource, shares),), held, "none")
+            return ResourceAsk(((offer.resource, shares),), held, "none", mode="time-slicing")
         limit = int(held * offer.memory) if offer.memory else None
-        return ResourceAsk(((offer.resource, shares),), held, "compute and memory", limit)
+        return ResourceAsk(((offer.resource, shares),), held, "compute and memory", limit, mode="mps")
     if offer.mode == "mig":
         return _mig_ask(share, offer)
     if offer.memory is None:
         raise CannotShare("this donor isolates GPU memory but did not say how much one GPU holds; ask for --gpus 1")
     mib = math.ceil(share * offer.memory / MIB)
-    return ResourceAsk(((GPU, 1), (offer.memory_resource, mib)), mib * MIB / offer.memory, "memory", mib * MIB)
+    return ResourceAsk(((GPU, 1), (offer.memory_resource, mib)), mib * MIB / offer.memory, "memory", mib * MIB,
+                       mode="memory")
 
 
 def _mig_ask(share: float, offer: GpuOffer) -> ResourceAsk:
@@ -164,4 +202,57 @@ def _mig_ask(share: float, offer: GpuOffer) -> ResourceAsk:
         )
     profile = fitting[0]
     return ResourceAsk(((profile.resource, 1),), profile.memory / offer.memory, "compute and memory",
-                       profile.memory)
+                       profile.memory, mode="mig")
+
+
+def mig_profile(name: str) -> MigProfile | None:
+    """A MIG profile from its name as the device plugin's resource carries it (``1g.10gb``: one of seven
+    compute slices, 10 GB), or None when the name is not a profile's. The memory is read from the name."""
+    found = _MIG_NAME.match(name)
+    if found is None:
+        return None
+    return MigProfile(name, int(found.group(2)) * GIB, int(found.group(1)) / 7)
+
+
+def offer_from_node(labels: Mapping[str, str], resources: Iterable[str], memory: int | None,
+                    where: str = "node") -> GpuOffer:
+    """How a (virtual) node lends its GPUs: the mode and replicas its labels say (``labels.GPU_SHARING``,
+    ``labels.GPU_REPLICAS``), the resources it offers (shares may be renamed ``nvidia.com/gpu.shared``; MIG
+    profiles are resources ``nvidia.com/mig-<profile>``), and the memory of one GPU.
+
+    Labels are the donor's word: a value outside the known modes or a replica count that is not a number from 1
+    to 1024 raises ValueError naming ``where`` and the label, never a guess."""
+    mode = labels.get(L.GPU_SHARING, "none")
+    if mode not in SHARING_MODES:
+        raise ValueError(f"{where}: {L.GPU_SHARING}={mode[:40]!r} is not a sharing mode; use one of "
+                         f"{', '.join(SHARING_MODES)}")
+    raw = labels.get(L.GPU_REPLICAS, "1")
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_REPLICAS:
+        raise ValueError(f"{where}: {L.GPU_REPLICAS}={raw[:40]!r} is not a number of shares from 1 to {MAX_REPLICAS}")
+    names = set(resources)
+    profiles = tuple(sorted((p for p in (mig_profile(n[len(MIG_PREFIX):]) for n in names if n.startswith(MIG_PREFIX))
+                             if p is not None), key=lambda p: (p.memory, p.name)))
+    return GpuOffer(mode=mode,  # type: ignore[arg-type]  # checked against SHARING_MODES above
+                    memory=memory, replicas=int(raw), resource=SHARED_GPU if SHARED_GPU in names else GPU,
+                    mig_profiles=profiles)
+
+
+def held_share(limits: Mapping[str, int], offer: GpuOffer) -> float:
+    """The GPUs a pod with these GPU resources holds on a node lending as ``offer``: shares over replicas under
+    time-slicing or MPS, a MIG profile's memory over the GPU's, an isolator's MiB over the GPU's; whole GPUs
+    count one each. Billing and quotas count this."""
+    held = 0.0
+    for resource, count in limits.items():
+        if count <= 0:
+            continue
+        if offer.mode in ("time-slicing", "mps") and resource == offer.resource:
+            held += count / offer.replicas
+        elif resource.startswith(MIG_PREFIX):
+            profile = mig_profile(resource[len(MIG_PREFIX):])
+            held += count * (profile.memory / offer.memory if profile and offer.memory else 1.0)
+        elif resource == GPU and offer.mode != "memory":
+            held += count
+    if offer.mode == "memory" and offer.memory:
+        mib = limits.get(offer.memory_resource, 0)
+        held += min(1.0, mib * MIB / offer.memory) if mib > 0 else float(limits.get(GPU, 0))
+    return held

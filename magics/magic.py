@@ -13,6 +13,7 @@ import functools
 import os
 import shlex
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from IPython.core.error import UsageError
@@ -25,16 +26,21 @@ from ..engine.backends import registry
 from ..engine.backends.base import Backend
 from ..engine.engine import FollowSettings, Outcome, describe
 from ..engine.errors import BackendNotConfigured, CellSyntaxError, OffloadUsageError
+from ..engine.estimate import PeakBook
 from ..engine.execution import Launch, OffloadHandle, run_blocking
 from ..engine.observing import RunEvents
 from ..engine.request import (
     OffloadRequest,
     gpu_models,
+    gpus_and_fraction,
     ignored_locally,
+    memory_size,
     split_names,
 )
+from ..engine.runs.records import check_state_dir, default_state_dir
 from ..engine.runs.tracking import tracker
 from ..engine.sinks import NotebookSink, Sink
+from ..engine.sizing import oom_advice, record_peak, size
 from ..engine.timing import Stopwatch, describe_timing
 from ..liqo_peering.settings import KernelSettings, RunDefaults, kernel_settings, run_defaults
 from . import session_commands
@@ -157,17 +163,36 @@ class GpuOffloadMagics(Magics):
             err.where = f"Cell In[{self._cell_number()}]"  # as IPython names a cell's syntax error
             raise
         clock.mark("analysis")
+        key = None
+        if request.estimate:  # before the launch: the request asks for what the estimate says
+            sizing = size(request, analysis.inputs, self.ipython.user_ns, PeakBook(self._peaks_path()))
+            request, key = sizing.request, sizing.key
+            self._sink.notice(sizing.notice)
         launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>", clock=clock)
         settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:
             handle = OffloadHandle(request, launch, self.ipython.user_ns, backend, settings, self._sink, self.events)
             self.last_handle = handle
             return handle
-        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings, self._remember, self.events)
+        run_blocking(request, launch, self.ipython.user_ns, backend, self._sink, settings,
+                     lambda outcome: self._remember(outcome, request, key), self.events)
         return None
 
-    def _remember(self, outcome: Outcome) -> None:
+    def _remember(self, outcome: Outcome, request: OffloadRequest | None = None, key: str | None = None) -> None:
         self.last_outcome = outcome
+        model = request.gpu_model if request is not None else None
+        if key is not None and record_peak(PeakBook(self._peaks_path()), key, outcome.gpu_peak, model):
+            self._sink.notice("the cell's measured GPU peak is recorded: the next --estimate of it starts there")
+        error = outcome.remote_error
+        advice = oom_advice(error.ename if error else None, request.gpu_memory if request else None,
+                            outcome.gpu_peak)
+        if advice:
+            self._sink.notice(advice)
+
+    def _peaks_path(self) -> Path:
+        root = default_state_dir()
+        check_state_dir(root)
+        return root / "gpu-peaks.json"
 
     def _name_ignored_options(self, request: OffloadRequest) -> None:
         ignored = ignored_locally(request, self.default_gpu_model)
@@ -193,9 +218,13 @@ class GpuOffloadMagics(Magics):
             if len(self._parsed) < 256:
                 self._parsed[line] = args
         gpu_model, fallback_models = gpu_models(args.gpu_model or self.default_gpu_model)
+        gpus, fraction = gpus_and_fraction(self.default_gpus if args.gpus is None else args.gpus)
         return OffloadRequest(
             cell=cell,
-            gpus=self.default_gpus if args.gpus is None else args.gpus,
+            gpus=gpus,
+            fraction=fraction,
+            gpu_memory=memory_size(args.gpu_memory),
+            estimate=args.estimate,
             gpu_model=gpu_model,
             fallback_models=fallback_models,
             cluster=args.cluster or self.default_cluster,

@@ -91,6 +91,8 @@ def origin_fixture(crds: Path | None = None, donors: int | Sequence[liqo.Donor] 
     def origin(origin_pool: OriginPool) -> RunningOrigin:
         return origin_pool.get(crds, donors, gpus, gpu_model, **options)
 
+    # The suite's conftest keeps the tests of one configuration on one xdist worker, so it starts once a run.
+    origin.origin_key = origin_key(crds, donors, gpus, gpu_model, options)  # type: ignore[attr-defined]
     return pytest.fixture(scope=scope)(origin)
 
 

@@ -9,6 +9,8 @@ so a test in the wrong lane shows the first time it runs, in either lane.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -20,6 +22,7 @@ from typing import Any
 
 import pytest
 from gpu_offload.sandbox.fixtures import origin_pool
+from xdist.scheduler import LoadScopeScheduling
 
 pytest_plugins = ["pytester"]  # tests/test_lanes.py runs pytest on test files it writes
 
@@ -45,6 +48,7 @@ E2E_FIXTURES = frozenset({
 through another fixture) is in the end-to-end lane."""
 
 SANDBOX_START = "gpu_offload.sandbox.start"  # audited by the sandbox's API server as it starts
+ORIGIN_START = "gpu_offload.sandbox.origin"  # audited by running_origin: a Liqo origin (API server, kubelet, donors)
 _SPAWNS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                      "os.exec", SANDBOX_START})
 
@@ -61,9 +65,12 @@ class _Guard:
         self.background: frozenset[threading.Thread] = frozenset()
         self.violations: list[str] = []
         self.sandbox_starts = 0
+        self.origin_starts = 0
 
     def audit(self, event: str, args: tuple[Any, ...]) -> None:
         if event not in _SPAWNS:  # called for every audited event in the process: stay cheap
+            if event == ORIGIN_START:  # its API server's start is the event the guard refuses
+                self.origin_starts += 1
             return
         if event == SANDBOX_START:
             self.sandbox_starts += 1
@@ -94,11 +101,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: end-to-end lane: starts a sandbox, kernel, hub, browser or process "
                                        "(set automatically from the fixtures a test uses)")
     config.addinivalue_line("markers", "fast: fast lane: pure and in-process (set on every test not marked e2e)")
+    if not hasattr(config, "workerinput"):
+        config.stash[_GROUPS_FILE] = str(Path(tempfile.mkdtemp(prefix="gpu-offload-groups-")) / "groups.json")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _GROUPS_FILE in config.stash:
+        shutil.rmtree(Path(config.stash[_GROUPS_FILE]).parent, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slowest-file", default=None,
                      help="write the slowest 50 tests (setup, call and teardown summed) to this file")
+    parser.addoption("--max-origins", type=int, default=None,
+                     help="fail the session when it started this many sandbox origins or more (all workers)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
@@ -108,6 +124,63 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.fast)
+
+
+GROUPS_KEY = "gpu_offload_groups"  # workerinput: the file a worker writes each test's group to
+
+
+class GroupScheduling(LoadScopeScheduling):
+    """``--dist loadgroup`` for this suite: whole groups (:func:`worker_group`) go to one worker.
+
+    xdist's own loadgroup appends ``@group`` to ``item._nodeid``, which pytest 9 no longer reads (its node ids
+    are structured), so the groups are silently dropped (pytest-xdist issue 1386). Here the workers write each
+    test's group to a file during collection, and the scheduler, which starts only once every worker has
+    collected, reads it."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+        self._file = Path(config.stash[_GROUPS_FILE])
+        self._groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self._groups is None:
+            self._groups = json.loads(self._file.read_text()) if self._file.exists() else {}
+        return self._groups.get(nodeid) or nodeid.split("::", 1)[0]
+
+
+_GROUPS_FILE = pytest.StashKey[str]()
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup":
+        return None
+    return GroupScheduling(config, log)
+
+
+def pytest_configure_node(node: Any) -> None:  # xdist, in the controller: where a worker writes its groups
+    node.workerinput[GROUPS_KEY] = node.config.stash[_GROUPS_FILE]
+
+
+@pytest.hookimpl(trylast=True)  # after deselection: the tests this worker runs
+def pytest_collection_finish(session: pytest.Session) -> None:
+    target = getattr(session.config, "workerinput", {}).get(GROUPS_KEY)
+    if target:
+        groups = {item.nodeid: worker_group(item) for item in session.items}
+        partial = Path(f"{target}.{os.getpid()}")
+        partial.write_text(json.dumps(groups))
+        partial.replace(target)  # both workers collect the same tests: either whole file will do
+
+
+def worker_group(item: pytest.Item) -> str:
+    """What ``--dist loadgroup`` (:class:`GroupScheduling`) keeps on one xdist worker: every test of one shared origin configuration
+    (the pool then starts it once in the whole run, not once per worker), otherwise the test's module (its
+    module-scoped fixtures are built once, as with ``--dist loadscope``)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get("origin") if info is not None else None
+    key = getattr(defs[-1].func, "origin_key", None) if defs else None
+    if key is not None:
+        return "origin-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+    return item.nodeid.split("::", 1)[0]
 
 
 def _guarded(item: pytest.Item) -> Iterator[None]:
@@ -135,17 +208,25 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 class _Durations:
-    """Each test's setup, call and teardown time, and the sandbox start-ups of the session (all workers)."""
+    """Each test's setup, call and teardown time, and the sandbox and origin start-ups of the session (all
+    workers)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.sandbox_starts = 0
+        self.origin_starts = 0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:  # xdist: a worker's own count
-        self.sandbox_starts += getattr(node, "workeroutput", {}).get("sandbox_starts", 0)
+        output = getattr(node, "workeroutput", {})
+        self.sandbox_starts += output.get("sandbox_starts", 0)
+        self.origin_starts += output.get("origin_starts", 0)
+
+    def starts(self) -> tuple[int, int]:
+        """Sandbox API servers and origins started by the whole session (this process and its workers)."""
+        return self.sandbox_starts + _GUARD.sandbox_starts, self.origin_starts + _GUARD.origin_starts
 
 
 @pytest.hookimpl(trylast=True)
@@ -158,8 +239,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workeroutput"):
         config.workeroutput["sandbox_starts"] = _GUARD.sandbox_starts
+        config.workeroutput["origin_starts"] = _GUARD.origin_starts
         return
     durations = config.pluginmanager.get_plugin("gpu-offload-durations")
+    limit = config.getoption("--max-origins")
+    if durations is not None and limit is not None and durations.starts()[1] >= limit:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # reported in the terminal summary
     target = config.getoption("--slowest-file")
     if durations is None or not target:
         return
@@ -170,9 +255,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     durations = config.pluginmanager.get_plugin("gpu-offload-durations")
-    if durations is not None:
-        starts = durations.sandbox_starts + _GUARD.sandbox_starts
-        terminalreporter.write_line(f"sandbox API servers started in this session: {starts}")
+    if durations is None:
+        return
+    sandboxes, origins = durations.starts()
+    terminalreporter.write_line(f"sandbox API servers started in this session: {sandboxes}, of them origins: {origins}")
+    limit = config.getoption("--max-origins")
+    if limit is not None and origins >= limit:
+        terminalreporter.write_line(
+            f"FAILED: {origins} sandbox origins started, the limit is fewer than {limit}: share one through "
+            "origin_fixture (tests/conftest.py keeps a configuration's tests on one worker) instead of starting "
+            "a module's own", red=True)
 
 
 __all__ = ["origin_pool"]  # the session's sandbox origins by configuration, for every origin_fixture

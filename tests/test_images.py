@@ -101,3 +101,16 @@ def test_the_chart_names_the_hub_and_user_images_of_the_manifest() -> None:
     named = {role: f"{values[key]['image']['name']}:{values[key]['image']['tag']}"
              for role, key in (("hub", "hub"), ("singleuser", "singleuser"))}
     assert named == {role: images.manifest().role(role)[0].image for role in ("hub", "singleuser")}
+
+
+def test_the_hub_image_keeps_the_jupyterhub_of_its_z2jh_base_and_the_hub_extra_accepts_it() -> None:
+    import tomllib
+    from packaging.requirements import Requirement
+
+    (hub,) = images.manifest().role("hub")
+    assert hub.jupyterhub, "the hub entry names the JupyterHub its z2jh base ships"
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (jupyterhub,) = [r for r in map(Requirement, extras["hub"]) if r.name == "jupyterhub"]
+    # were it refused, installing the hub extra on z2jh's hub image would upgrade the hub under z2jh's configuration
+    assert jupyterhub.specifier.contains(hub.jupyterhub), (jupyterhub, hub.jupyterhub)
+    assert "${JUPYTERHUB:+\"jupyterhub==${JUPYTERHUB}\"}" in (REPO / "images" / "hub" / "Dockerfile").read_text()

@@ -90,7 +90,8 @@ def test_a_fast_lane_test_that_starts_a_process_or_a_sandbox_fails_and_the_e2e_l
     out = result.stdout.str()
     assert "test_fast_spawn_swallowed is in the fast lane but started a process" in out
     assert "test_fast_sandbox is in the fast lane but started a sandbox API server" in out
-    assert "sandbox API servers started in this session: 2" in out  # test_fast_sandbox's was refused at start
+    # test_fast_sandbox's was refused at start; no origin among them
+    assert "sandbox API servers started in this session: 2, of them origins: 0" in out
     lines = slowest.read_text().splitlines()
     assert len(lines) == 7 and all("test_lanes_inner.py::" in line for line in lines)
     seconds = [float(line.split("s", 1)[0]) for line in lines]
@@ -113,3 +114,34 @@ def _outcomes(result: pytest.RunResult) -> dict[str, str]:
     """Each test's outcome (passed, failed, error) from the run's ``-rA`` summary."""
     found = (re.match(r"(PASSED|FAILED|ERROR) \S+::(\w+)", line) for line in result.stdout.lines)
     return {match[2]: match[1].lower() for match in found if match}
+
+
+ORIGIN_MODULE = '''
+from gpu_offload.sandbox.fixtures import origin_fixture
+
+origin = origin_fixture({args})
+
+def test_{name}_one(origin):
+    assert origin.sandbox.api_client() is not None
+
+def test_{name}_two(origin):
+    assert origin.sandbox.api_client() is not None
+'''
+
+
+def test_one_origin_configuration_starts_once_on_two_workers_and_the_limit_fails_the_run(pytester: pytest.Pytester
+                                                                                        ) -> None:
+    """Two modules share the default configuration, a third has its own: on two xdist workers with the lanes'
+    ``--dist loadgroup``, the shared one starts once (without the groups each worker would start it), and a run
+    that reaches ``--max-origins`` fails although every test passed."""
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(test_first=ORIGIN_MODULE.format(args="", name="first"),
+                        test_second=ORIGIN_MODULE.format(args="", name="second"),
+                        test_third=ORIGIN_MODULE.format(args="donors=1", name="third"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                                           "--max-origins", "2")
+    out = result.stdout.str()
+    assert "6 passed" in out, out
+    assert "of them origins: 2" in out, out
+    assert "FAILED: 2 sandbox origins started, the limit is fewer than 2" in out, out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED

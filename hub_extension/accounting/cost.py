@@ -64,8 +64,8 @@ def stretches(book: Sequence[PricePoint], started: datetime, ended: datetime) ->
     return cuts
 
 
-def price_run(book: Sequence[PricePoint], gpus: int, started: datetime, ended: datetime) -> Priced:
-    """The cost of ``gpus`` GPUs held from ``started`` to ``ended`` under the price ``book``."""
+def price_run(book: Sequence[PricePoint], gpus: float, started: datetime, ended: datetime) -> Priced:
+    """The cost of ``gpus`` GPUs (or part of one) held from ``started`` to ``ended`` under the price ``book``."""
     pieces = stretches(book, started, ended)
     priced = [s for s in pieces if s.price is not None]
     if not priced:
@@ -79,7 +79,7 @@ def price_run(book: Sequence[PricePoint], gpus: int, started: datetime, ended: d
 
 def priced(run: MeteredRun, book: Sequence[PricePoint]) -> MeteredRun:
     """``run`` with its price and cost under the node's price ``book``."""
-    found = price_run(book, run.gpus, run.started, run.ended)
+    found = price_run(book, run.held, run.started, run.ended)
     return dataclasses.replace(run, price_per_gpu_hour=found.price_per_gpu_hour, cost=found.cost)
 
 

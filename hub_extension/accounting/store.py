@@ -49,6 +49,8 @@ _runs = sa.Table(
     sa.Column("cost", sa.Float, nullable=True),
     # added for preemption (issue 15): Kueue stopped the run for a higher-priority one
     sa.Column("preempted", sa.Boolean, nullable=False, server_default=sa.false()),
+    # added for fractions (issue 28): part of one GPU held; NULL for whole GPUs
+    sa.Column("share", sa.Float, nullable=True),
 )
 _prices = sa.Table(
     "gpu_offload_prices",
@@ -181,6 +183,7 @@ class Store:
             "cluster_id": run.cluster_id, "node": run.node, "gpus": run.gpus, "started": run.started,
             "ended": run.ended, "phase": run.phase, "gpu_seconds": run.gpu_seconds, "month": month_of(run.ended),
             "price_per_gpu_hour": run.price_per_gpu_hour, "cost": run.cost, "preempted": run.preempted,
+            "share": run.share,
         }
         for attempt in range(3):
             try:
@@ -369,7 +372,7 @@ def _sums() -> list[Any]:
 
 def _run(r: Any) -> MeteredRun:
     return MeteredRun(r.pod_uid, r.namespace, r.pod, r.user, r.cluster_id, r.node, r.gpus, _utc(r.started),
-                      _utc(r.ended), r.phase, r.price_per_gpu_hour, r.cost, bool(r.preempted))
+                      _utc(r.ended), r.phase, r.price_per_gpu_hour, r.cost, bool(r.preempted), r.share)
 
 
 def _add_missing_columns(engine: sa.Engine) -> None:

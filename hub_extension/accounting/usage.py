@@ -11,13 +11,15 @@ status times are the donor's, copied verbatim by Liqo, so they decide nothing.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from gpu_offload.liqo_peering import labels as L
-from gpu_offload.liqo_peering.inventory import pod_gpus
+from gpu_offload.liqo_peering.inventory import pod_devices, pod_gpus
+from gpu_offload.liqo_peering.sharing import GpuOffer, held_share
 from gpu_offload.liqo_peering.timestamps import parse_time
 
 from ..config import USER_NAMESPACE_LABEL
@@ -47,11 +49,19 @@ class MeteredRun:
     """What the run cost at the prices in force while it ran; None: unpriced (or recorded before prices were)."""
     preempted: bool = False
     """Kueue stopped it to make room for a higher-priority run (its pod's ``TerminationTarget`` condition)."""
+    share: float | None = None
+    """Part of one GPU held (time-slicing or MPS shares, a MIG profile, an isolator's memory, docs/sharing.md);
+    None: ``gpus`` whole GPUs."""
+
+    @property
+    def held(self) -> float:
+        """The GPUs the run is charged for: its part of one GPU, or its whole GPUs."""
+        return self.share if self.share is not None else float(self.gpus)
 
     @property
     def gpu_seconds(self) -> float:
-        """GPUs times wall seconds between start and end (never negative)."""
-        return self.gpus * max(0.0, (self.ended - self.started).total_seconds())
+        """GPUs held times wall seconds between start and end (never negative)."""
+        return self.held * max(0.0, (self.ended - self.started).total_seconds())
 
 
 def donor_says_started(status: Mapping[str, Any]) -> bool:
@@ -139,7 +149,7 @@ def billed_user(pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> 
 
 def finished_run(
     pod: Mapping[str, Any], event_type: str, node_clusters: Mapping[str, str], now: datetime,
-    running_seen: datetime | None = None,
+    running_seen: datetime | None = None, offers: Mapping[str, GpuOffer] | None = None,
 ) -> MeteredRun | None:
     """The record of a run that just ended, or None when the pod is still running or never held a GPU.
 
@@ -148,6 +158,10 @@ def finished_run(
     Liqo copies from the donor's status: it starts when the meter first saw it Running (``running_seen``),
     else (the meter never saw it run) at its creation, and ends when the meter sees it end (``now``), or at
     its deletion if that came first (held by the meter's finalizer, perhaps while the hub was down).
+
+    ``offers`` says how each virtual node's donor lends GPUs: a pod holding shares, a MIG profile or an
+    isolator's memory there is charged for that part of a GPU (``sharing.held_share``), counted from the
+    resources it asked for, as the donor's scheduler counted them (not from anything the pod says).
     """
     status = pod.get("status") or {}
     phase = str(status.get("phase") or "")
@@ -157,6 +171,12 @@ def finished_run(
         return None
     node = str((pod.get("spec") or {}).get("nodeName") or "")
     gpus = pod_gpus(pod)
+    offer = (offers or {}).get(node)
+    share = None
+    if offer is not None and offer.mode != "none":
+        held = held_share(pod_devices(pod), offer)
+        if held > 0 and held != gpus:  # shares, a profile or an isolator's memory: charged as that part
+            gpus, share = max(1, math.ceil(held)), held
     if not node or node not in node_clusters or gpus < 1:
         return None
     if running_seen is None and not donor_says_started(status):
@@ -176,4 +196,5 @@ def finished_run(
         ended=ended,
         phase=phase if phase in _TERMINAL else "Deleted",
         preempted=preempted(pod),
+        share=share,
     )

@@ -108,7 +108,8 @@ class HubState:
         try:
             nodes = {vn.name: vn for vn in self.cache.inventory(timeout=60).virtual_nodes}
             running_seen = self._running_seen(pod, event_type, nodes, now)
-            run = finished_run(pod, event_type, {name: vn.cluster_id for name, vn in nodes.items()}, now, running_seen)
+            run = finished_run(pod, event_type, {name: vn.cluster_id for name, vn in nodes.items()}, now, running_seen,
+                               {name: vn.offer() for name, vn in nodes.items()})
             if run is not None:  # the user comes from the namespace, not from what the pod claims
                 self.prices.note()  # the price in force now is in the book before the run is priced by it
                 run = priced(dataclasses.replace(run, user=billed_user(pod, self._namespace(run.namespace))),

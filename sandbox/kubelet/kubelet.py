@@ -25,11 +25,12 @@ from typing import Any
 
 from ..apiserver import events
 from ..apiserver.api import Api
+from ..apiserver.defaults import now
 from ..apiserver.errors import ApiError
 from ..apiserver.incluster import InClusterApi
 from ..apiserver.patching import MERGE
 from ..apiserver.streams import StreamIO, StreamRequest
-from . import endpointslices, podnames
+from . import devices, endpointslices, podnames
 from .images import Images
 from .isolation import can_isolate
 from .launch import Launch
@@ -84,6 +85,8 @@ class Kubelet:
         self.config = config
         self.state_dir = config.state_dir
         self.gate = gate
+        self.devices = devices.DeviceManager()
+        """The GPU devices each pod holds, as the kubelet's device manager and NVIDIA's plugin hand them out."""
         self.workers: dict[tuple[str, str], PodWorker] = {}
         self.gated: set[str] = set()
         self.process_owner = f"kubelet-{uuid.uuid4().hex}"
@@ -239,10 +242,18 @@ class Kubelet:
                 self.record(pod, "Warning", str(held.get("reason", "Held")), str(held.get("message", "")))
             return
         meta = pod["metadata"]
+        node = self.api.find(self.api.type("", "v1", "nodes"), "", pod["spec"]["nodeName"]) or {}
+        device_env, refusal = self.devices.allocate(pod, node, self._holding())
+        if refusal is not None:  # the device manager refuses the pod at admission: it fails, nothing runs
+            self._patch_status(meta["namespace"], meta["name"], meta["uid"], {
+                "phase": "Failed", "reason": devices.REASON, "message": refusal, "startTime": now()})
+            self.record(pod, "Warning", devices.REASON, refusal)
+            return
         host_ip = self.host_ip(pod["spec"]["nodeName"])
         # a hostNetwork pod shares the node's network and reports the node's address, as on a node
         pod_ip, netns = (host_ip, None) if pod["spec"].get("hostNetwork") else self.network.attach(meta["uid"])
         worker = PodWorker(self, dict(pod), pod_ip, host_ip)
+        worker.device_env = device_env
         worker.netns = netns
         if netns is not None:
             try:
@@ -252,6 +263,10 @@ class Kubelet:
                               "lacks says 'try again' instead of 'no such name'")
         self.workers[(meta["namespace"], meta["name"])] = worker
         worker.task = asyncio.ensure_future(self._run(worker))
+
+    def _holding(self) -> set[str]:
+        """Uids of the pods still holding their devices: the device manager frees those of ended pods."""
+        return {w.uid for w in self.workers.values() if w.status()["phase"] not in ("Succeeded", "Failed")}
 
     async def _run(self, worker: PodWorker) -> None:
         try:

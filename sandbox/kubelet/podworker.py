@@ -81,6 +81,8 @@ class PodWorker:
         self.kill_reasons: dict[str, str] = {}
         self.last_warning: dict[str, tuple[str, str]] = {}
         self.failure: tuple[str, str] | None = None
+        self.device_env: dict[str, str] = {}
+        """What the device plugin's Allocate answer puts in the containers (``devices``); it wins over the spec."""
         self.stopping = False
         self.start_time = now()
         self.started_monotonic = time.monotonic()
@@ -139,6 +141,8 @@ class PodWorker:
                 api_access = self._api_access()
                 if self.kubelet.in_cluster is not None:  # the spec's own variables win, as on a kubelet
                     env = {**self.kubelet.in_cluster.environment(), **env}
+                if self.device_env and _asks_devices(spec):
+                    env = {**env, **self.device_env}
                 launch = build_launch(self.pod, spec, runtime, env, paths)
                 if self.kubelet.isolating:
                     binds = volume_binds(spec, volumes)
@@ -427,6 +431,11 @@ class PodWorker:
         if self.task is not None:
             await asyncio.wait([self.task], timeout=5)
         self.publish()
+
+
+def _asks_devices(container: dict[str, Any]) -> bool:
+    res = container.get("resources") or {}
+    return any(str(k).startswith("nvidia.com/") for k in {**(res.get("requests") or {}), **(res.get("limits") or {})})
 
 
 def _shebang(program: Path) -> Path | None:

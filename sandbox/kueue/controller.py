@@ -48,7 +48,8 @@ class KueueController:
         self.ledger = UsageLedger(options.usage_half_life, options.usage_sampling, dict(options.resource_weights))
         self._arrivals = itertools.count()
         self.arrival: dict[str, int] = {}
-        """Workload uid -> order of creation (Kueue breaks ties of whole-second timestamps arbitrarily)."""
+        """Workload uid -> order of creation: the sandbox breaks a tie of whole-second timestamps by it, where real Kueue
+        breaks it by UID (docs/realcluster.md, differences)."""
         self.queue_order: dict[str, list[Entry]] = {}
         """ClusterQueue name -> pending Workloads, head first, as of the last pass."""
         self._timers = False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -175,6 +176,7 @@ def running_origin(workdir: Path, donors: int | Sequence[liqo.Donor] = 2, gpus: 
     On exit the server stops, the kubelet kills every container process, and none is left running.
     """
     donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
+    sys.audit("gpu_offload.sandbox.origin", len(donor_list))  # counted by the test suite's session check
     origin = LiqoOrigin(OriginOptions(workdir / "state", donor_list, **options))
     with running_sandbox(workdir, crds=crds, plugins=[origin.plugin]) as sandbox:
         yield RunningOrigin(sandbox, origin)

@@ -15,6 +15,14 @@ VirtualNode, and the sandbox does the same with two keys of the project's own:
 - label ``gpu-offload.io/gpu-model`` (e.g. ``A100``);
 - label and annotation ``gpu-offload.io/price-per-gpu-hour`` (a decimal string, e.g. ``2.50``).
 
+A donor may share its GPUs (``Donor.sharing``), as NVIDIA's device plugin or a memory isolator would on its
+nodes; its slice then grants what that donor's nodes advertise, and the VirtualNode carries the labels its
+labeller reports (``gpu-offload.io/gpu-sharing``, ``gpu-replicas``, ``gpu-memory``):
+
+- ``time-slicing`` / ``mps``: ``nvidia.com/gpu.shared`` = GPUs x replicas (the plugin's ``renameByDefault``);
+- ``mig``: one ``nvidia.com/mig-<profile>`` per profile of ``mig_profiles`` (``1g.10gb:3`` = three per GPU);
+- ``memory`` (HAMi): ``nvidia.com/gpu`` = GPUs x 10 slots and ``nvidia.com/gpumem`` = the GPUs' MiB.
+
 The origin's own nodes have no GPU: ``origin-core`` and ``origin-user`` (labelled
 ``hub.jupyter.org/node-purpose=user``, where KubeSpawner's user pods land). Neither is tainted.
 """
@@ -28,6 +36,13 @@ from typing import Any
 ORIGIN_CLUSTER_ID = "origin"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MODEL_LABEL = "gpu-offload.io/gpu-model"
+GPU_MEMORY_LABEL = "gpu-offload.io/gpu-memory"
+SHARING_LABEL = "gpu-offload.io/gpu-sharing"
+REPLICAS_LABEL = "gpu-offload.io/gpu-replicas"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+MEMORY_RESOURCE = "nvidia.com/gpumem"
+MEMORY_SLOTS = 10
+"""HAMi's default ``deviceSplitCount``: how many pods may share one GPU under a memory isolator."""
 PRICE_KEY = "gpu-offload.io/price-per-gpu-hour"
 TYPE_LABEL = "liqo.io/type"
 VIRTUAL_NODE_TYPE = "virtual-node"
@@ -55,6 +70,24 @@ class Donor:
     pods: str = "110"
     ephemeral_storage: str = "200Gi"
     """Liqo slices carry it too; Metaflow's `@kubernetes` asks for 10240M of it by default."""
+    sharing: str = "none"
+    """How the donor shares its GPUs: none, time-slicing, mps, mig or memory."""
+    replicas: int = 1
+    """Shares per GPU under time-slicing or MPS."""
+    gpu_memory_gib: int = 80
+    mig_profiles: str = "1g.10gb:3,3g.40gb:1"
+    """Under ``mig``: ``profile:count`` per GPU."""
+
+    def gpu_resources(self) -> dict[str, str]:
+        """What the donor's nodes advertise for its GPUs in its sharing mode."""
+        if self.sharing in ("time-slicing", "mps"):
+            return {SHARED_RESOURCE: str(self.gpus * self.replicas)}
+        if self.sharing == "mig":
+            pairs = (item.split(":") for item in self.mig_profiles.split(",") if item)
+            return {f"nvidia.com/mig-{name}": str(int(count) * self.gpus) for name, count in pairs}
+        if self.sharing == "memory":
+            return {GPU_RESOURCE: str(self.gpus * MEMORY_SLOTS), MEMORY_RESOURCE: str(self.gpus * self.gpu_memory_gib * 1024)}
+        return {GPU_RESOURCE: str(self.gpus)}
 
     @property
     def tenant_namespace(self) -> str:
@@ -67,7 +100,7 @@ class Donor:
     def granted(self) -> dict[str, str]:
         """The resources the donor granted in its ResourceSlice."""
         return {"cpu": self.cpu, "memory": self.memory, "pods": self.pods,
-                "ephemeral-storage": self.ephemeral_storage, GPU_RESOURCE: str(self.gpus)}
+                "ephemeral-storage": self.ephemeral_storage, **self.gpu_resources()}
 
 
 def donors(count: int, gpus: int = 4, gpu_model: str = "A100",
@@ -148,7 +181,11 @@ def resource_slice(donor: Donor) -> dict[str, Any]:
 
 
 def _virtual_node_labels(donor: Donor) -> dict[str, str]:
-    return {GPU_MODEL_LABEL: donor.gpu_model, PRICE_KEY: donor.price_per_gpu_hour}
+    labels = {GPU_MODEL_LABEL: donor.gpu_model, PRICE_KEY: donor.price_per_gpu_hour}
+    if donor.sharing != "none":  # what the donor's labeller reports, carried to the VirtualNode
+        labels.update({SHARING_LABEL: donor.sharing, REPLICAS_LABEL: str(donor.replicas),
+                       GPU_MEMORY_LABEL: f"{donor.gpu_memory_gib}Gi"})
+    return labels
 
 
 def virtual_node(donor: Donor) -> dict[str, Any]:

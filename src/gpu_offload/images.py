@@ -46,6 +46,9 @@ class ImageSpec:
     debian: str
     """Debian suite of the local debootstrap base tests build it on; empty: not built here."""
     declared: Versions
+    jupyterhub: str = ""
+    """For the hub: the JupyterHub of its z2jh base image, which the recipe keeps (and installs on a local
+    base); empty for the other roles."""
 
     @property
     def repository(self) -> str:
@@ -66,7 +69,8 @@ def parse_manifest(raw: dict[str, Any]) -> Manifest:
     specs = tuple(
         ImageSpec(role=entry["role"], image=entry["image"], recipe=entry["recipe"], base=entry["base"],
                   debian=entry["debian"],
-                  declared=Versions(entry["python"], entry["cloudpickle"], entry["torch"]))
+                  declared=Versions(entry["python"], entry["cloudpickle"], entry["torch"]),
+                  jupyterhub=entry.get("jupyterhub", ""))
         for entry in raw["images"]
     )
     return Manifest(dict(raw["labels"]), specs)

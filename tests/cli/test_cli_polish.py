@@ -111,3 +111,19 @@ def test_doctor_json_without_a_cluster_says_the_local_backend(capsys: pytest.Cap
     report = json.loads(capsys.readouterr().out)
     assert report["failed"] == 0 and [c["what"] for c in report["checks"]] == ["backend"]
     assert report["checks"][0]["status"] == "OK" and "local backend" in report["checks"][0]["text"]
+
+
+def test_donor_check_reads_only_liqos_twin_namespaces_and_asks_at_least_the_expected_level() -> None:
+    from gpu_offload.cli.donor import report
+
+    def ns(name: str, level: str | None, twin: bool = True, origin: str = "o1") -> dict[str, object]:
+        labels = {"liqo.io/remote-cluster-id": origin, **({"pod-security.kubernetes.io/enforce": level} if level else {})}
+        annotations = {"liqo.io/managed-by-namespace-map": "t/m"} if twin else {}
+        return {"metadata": {"name": name, "labels": labels, "annotations": annotations}}
+
+    lines = report([ns("a", "privileged"), ns("b", "baseline"), ns("c", None, twin=False), ns("d", "x", origin="o2")],
+                   "baseline", None)
+    assert [(line.namespace, line.status) for line in lines] == [("a", "FAIL"), ("b", "OK"), ("d", "FAIL")]
+    assert [line.namespace for line in report([ns("a", "baseline"), ns("d", None, origin="o2")], "baseline", "o2")] == ["d"]
+    (empty,) = report([ns("c", None, twin=False)], "restricted", None)
+    assert empty.status == "WARN" and "nothing to check" in empty.text

@@ -12,7 +12,7 @@ from gpu_offload.magics.magic import GpuOffloadMagics
 
 from gpu_offload.cli import build_parser
 from gpu_offload.cli.background import child_argv
-from gpu_offload.engine.options import MAGIC, NOT_CARRIED, SHELL, TABLE, Option
+from gpu_offload.engine.options import MAGIC, NOT_CARRIED, SHELL, TABLE, Option, gpu_amount
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -71,7 +71,7 @@ def _a_value_for(option: Option) -> list[str]:
         return [option.flag, next(c for c in option.shell_choices if c != option.shell_default)]
     if option.repeat:
         return [option.flag, "a.csv", option.flag, "b/c.csv"]
-    word = {int: "3", float: "2.5"}.get(option.type, "x-1")  # type: ignore[arg-type]
+    word = {int: "3", float: "2.5", gpu_amount: "3"}.get(option.type, "x-1")  # type: ignore[arg-type]
     return [option.flag, word]
 
 
@@ -93,3 +93,13 @@ def test_a_background_follower_gets_every_option_of_its_command_line_back(given:
     assert (again.script, again.script_args) == (Path("train.py"), ["--epochs", "2"])
     if given == "every":
         assert again.inputs == [Path("a.csv"), Path("b/c.csv")] and again.gpus == 3 and again.spread
+
+
+def test_half_a_gpu_and_a_memory_size_reach_a_background_follower() -> None:
+    words = ["run", "--noblock", "--gpus", "0.5", "--gpu-memory", "12Gi", "train.py"]
+    args = build_parser(words).parse_args(words)
+    follower = child_argv(args, "/tmp/run.log")[3:]
+    again = build_parser(follower).parse_args(follower)
+    assert (again.gpus, again.gpu_memory) == (0.5, "12Gi")
+    words = ["run", "--gpus", "2", "train.py"]
+    assert build_parser(words).parse_args(words).gpus == 2 and isinstance(build_parser(words).parse_args(words).gpus, int)

@@ -185,3 +185,10 @@ def test_under_kueue_no_donor_is_picked_only_what_the_step_narrows() -> None:
     with pytest.raises(GpuOffloadFlowError, match=r"only one GPU model.*gpu_model='A100'\), or none"):
         place_step("train", parse_options("train", (), {"gpu_model": ["A100", "L4"], "untrusted_ok": True}),
                    queued, {})
+
+
+@pytest.mark.parametrize("kwargs", [{"gpus": 0.5}, {"gpu_memory": "12Gi"}])
+def test_part_of_a_gpu_is_refused_with_the_reason_and_what_to_do(kwargs: dict[str, object]) -> None:
+    with pytest.raises(GpuOffloadFlowError, match=r"asks for part of a GPU. Metaflow's @kubernetes asks for whole "
+                                                  r"GPUs only .*gpu-offload run --gpu"):
+        parse_options("train", (), kwargs)

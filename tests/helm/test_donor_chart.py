@@ -19,6 +19,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "privileged access": {"labeller": {"gpuAccess": "privileged", "runtimeClassName": ""}},
     "no labeller": {"labeller": {"enabled": False}},
+    "device plugin config": {"labeller": {"devicePluginConfig": {"configMap": "time-slicing", "key": "a100"}}},
 }
 
 
@@ -119,3 +120,14 @@ def test_the_images_named_are_the_projects(chart: Any) -> None:
     for key, role in (("hub", "hub"), ("singleuser", "singleuser")):
         image = origin[key]["image"]
         assert table[f"{image['name']}:{image['tag']}"] == role
+
+
+def test_the_labeller_reads_the_device_plugin_config_it_is_given_for_the_sharing_mode(chart: Any) -> None:
+    pod = _daemonset(_objects(chart, VARIANTS["device plugin config"]))["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert env["GPU_OFFLOAD_DEVICE_PLUGIN_CONFIG"] == mounts["device-plugin-config"] + "/a100"
+    assert {"name": "device-plugin-config", "configMap": {"name": "time-slicing"}} in pod["volumes"]
+    default = _daemonset(_objects(chart))["spec"]["template"]["spec"]["containers"][0]
+    assert "GPU_OFFLOAD_DEVICE_PLUGIN_CONFIG" not in {e["name"] for e in default["env"]}

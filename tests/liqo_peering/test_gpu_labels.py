@@ -26,6 +26,7 @@ from gpu_offload.liqo_peering.gpu_labels import (
     nvml_labels,
     pod_security_shortfall,
     runtime_labels,
+    sharing_labels,
     shortfalls,
 )
 from gpu_offload.liqo_peering.node_labeller import label_node, label_patch, read_nvml
@@ -149,5 +150,43 @@ def test_the_labeller_brings_a_nodes_labels_to_what_nvml_says(sandbox: Any) -> N
                                                                        "when-unprivileged = false\n")}
     label_node(api_client, "gpu-1", wanted)
     labels = core.read_node("gpu-1").metadata.labels
-    assert labels == {"kubernetes.io/hostname": "gpu-1", **wanted}
+    assert labels == {"kubernetes.io/hostname": "gpu-1", **wanted, L.GPU_SHARING: "none", L.GPU_REPLICAS: "1"}
     assert label_node(api_client, "gpu-1", wanted) == {}  # a second pass changes nothing
+
+
+TIME_SLICING = """version: v1
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+@pytest.mark.parametrize(("config", "allocatable", "mode", "replicas"), [
+    (TIME_SLICING, {"nvidia.com/gpu.shared": "8"}, "time-slicing", "4"),
+    (TIME_SLICING.replace("timeSlicing", "mps"), {"nvidia.com/gpu.shared": "8"}, "mps", "4"),
+    (None, {"nvidia.com/mig-1g.10gb": "7"}, "mig", "1"),
+    (None, {"nvidia.com/gpu": "20", "nvidia.com/gpumem": "163840"}, "memory", "1"),
+    (None, {"nvidia.com/gpu": "2"}, "none", "1"),
+    ("sharing: [unclosed", {"nvidia.com/gpu": "2"}, "none", "1"),
+    (TIME_SLICING.replace("replicas: 4", "replicas: '4; rm -rf'"), {"nvidia.com/gpu": "2"}, "none", "1"),
+])
+def test_the_sharing_mode_comes_from_the_device_plugin_config_and_the_nodes_resources(
+        config: str | None, allocatable: dict[str, str], mode: str, replicas: str) -> None:
+    assert sharing_labels(config, allocatable) == {L.GPU_SHARING: mode, L.GPU_REPLICAS: replicas}
+
+
+def test_the_labeller_reports_the_sharing_mode_of_a_time_sliced_node(sandbox: Any) -> None:
+    api_client = sandbox.api_client()
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.create_node({"metadata": {"name": "gpu-2", "labels": {"kubernetes.io/hostname": "gpu-2"}}})
+    core.patch_node_status("gpu-2", {"status": {"capacity": {"nvidia.com/gpu.shared": "8"},
+                                                "allocatable": {"nvidia.com/gpu.shared": "8"}}})
+    wanted = nvml_labels(_answers("h100-and-l4"))
+    label_node(api_client, "gpu-2", wanted, TIME_SLICING)
+    labels = core.read_node("gpu-2").metadata.labels
+    assert (labels[L.GPU_SHARING], labels[L.GPU_REPLICAS]) == ("time-slicing", "4")
+    label_node(api_client, "gpu-2", wanted, None)  # the config gone (sharing turned off): the labels follow
+    assert core.read_node("gpu-2").metadata.labels[L.GPU_SHARING] == "none"

@@ -212,3 +212,36 @@ def test_a_model_request_matches_only_the_flavors_of_that_model_on_kueue_019() -
     # the pod's own node affinity still binds only to nodes of the model (the scheduler checks every key)
     spelt = K.model_clusters(inventory, policy, ["l4"])
     assert spelt == {"donor-b": ("L4",), "donor-c": ("L4",)}
+
+
+def _sharing_node(name: str, cluster_id: str, mode: str, replicas: int, **resources: str):
+    shared = node(name, cluster_id, 0, "A100", **{"gpu-offload.io/gpu-sharing": mode,
+                                                 "gpu-offload.io/gpu-replicas": str(replicas),
+                                                 "gpu-offload.io/gpu-memory": "80Gi",
+                                                 "gpu-offload.io/price-per-gpu-hour": "1.0"})
+    for key in ("capacity", "allocatable"):
+        shared["status"][key].pop("nvidia.com/gpu", None)
+        shared["status"][key].update(resources)
+    return shared
+
+
+def test_flavors_carry_the_shared_resources_so_parts_of_gpus_queue_like_whole_ones(kueue_schema) -> None:
+    from gpu_offload.liqo_peering.shares import queued_ask
+    from gpu_offload.liqo_peering.sharing import FractionRequest
+
+    pool = _pool(**{"s-gpu": _sharing_node("s-gpu", "donor-s", "time-slicing", 4, **{"nvidia.com/gpu.shared": "8"}),
+                    "m-gpu": _sharing_node("m-gpu", "donor-m", "mig", 1, **{"nvidia.com/mig-1g.10gb": "7"})})
+    queue = K.desired(pool, TrustPolicy(), K.QueueSettings()).cluster_queue
+    kueue_schema(queue)
+    (group,) = queue["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shared",
+                                         "nvidia.com/mig-1g.10gb"]
+    quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]}
+    assert quotas["gpuo-donor-s-a100"]["nvidia.com/gpu.shared"] == "8"
+    assert quotas["gpuo-donor-s-a100"]["nvidia.com/gpu"] == "0"  # shares are not whole GPUs
+    assert quotas["gpuo-donor-m-a100"]["nvidia.com/mig-1g.10gb"] == "7"
+    assert quotas["gpuo-donor-a-a100"]["nvidia.com/gpu.shared"] == "0"
+    ask, clusters = queued_ask(pool.virtual_nodes, FractionRequest(0.5), (), [None], lambda vn: vn.price or 0.0)
+    assert (ask.limits, clusters) == ({"nvidia.com/gpu.shared": 2}, ("donor-s",))
+    fragment = K.queued_scheduling(1, clusters, None, ask.limits)
+    assert fragment["resources"] == {"limits": {"nvidia.com/gpu.shared": "2"}}

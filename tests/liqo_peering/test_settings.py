@@ -26,6 +26,8 @@ READER = {"liqo_peering/settings.py", "liqo_peering/environment.py"}
 EXEMPT = {
     "src/gpu_offload/runner/outputs.py": "the runner runs on donors and imports nothing of the project; "
                                          "test_environment keeps its one variable spelled as defined",
+    "src/gpu_offload/runner/gpu_cap.py": "the runner's cap on its part of a GPU, read on the donor; "
+                                         "tests/runner/test_gpu_cap.py keeps its names spelled as defined",
     "flows/kubernetes_args.py": "looks at the @environment a user wrote for a step, not at an environment",
 }
 SETTINGS = {name for name in dir(E) if isinstance(getattr(E, name), E.Setting)}

@@ -114,3 +114,10 @@ def test_the_hub_image_loads_the_rendered_configuration_with_the_service_hooks_a
 def test_the_hub_image_holds_the_hub_extra(built: None, module: str) -> None:
     done = podman("run", "--rm", "--network", "none", SPEC.image, "python3", "-c", f"import {module}", check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_hub_image_runs_the_jupyterhub_of_its_z2jh_base(built: None) -> None:
+    done = podman("run", "--rm", "--network", "none", SPEC.image, "python3", "-c",
+                  "import jupyterhub; print(jupyterhub.__version__)", check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == SPEC.jupyterhub

@@ -13,19 +13,29 @@ delete_pods() {
 	kubectl delete pods --all --all-namespaces --grace-period=0 --force --wait=false --request-timeout=10s \
 		>/dev/null 2>&1 || return 0
 	for _ in $(seq 30); do
-		[ -z "$(ctr_ tasks ls -q 2>/dev/null)" ] && return 0
+		[ -z "$(ctr_ tasks ls -q 2>/dev/null)$(CTR_SOCK=$RC_CONTAINERD2_SOCK ctr_ tasks ls -q 2>/dev/null)" ] && return 0
 		sleep 1
 	done
 }
 
+# kill_containers SOCKET: whatever a node's containerd still runs
 kill_containers() {
 	local id
-	[ -S "$RC_CONTAINERD_SOCK" ] || return 0
-	for id in $(ctr_ tasks ls -q 2>/dev/null); do
-		ctr_ tasks kill -s KILL "$id" >/dev/null 2>&1
-		ctr_ tasks delete -f "$id" >/dev/null 2>&1
-	done
-	for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$id" >/dev/null 2>&1; done
+	export CTR_SOCK=$1
+	if [ -S "$CTR_SOCK" ]; then
+		for id in $(ctr_ tasks ls -q 2>/dev/null); do
+			ctr_ tasks kill -s KILL "$id" >/dev/null 2>&1
+			ctr_ tasks delete -f "$id" >/dev/null 2>&1
+		done
+		for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$id" >/dev/null 2>&1; done
+	fi
+	unset CTR_SOCK
+}
+
+# remove_cgroups ROOT: a node's pod cgroups, deepest first (empty once its containers are gone)
+remove_cgroups() {
+	[ -z "$1" ] || find /sys/fs/cgroup/*"$1" -depth -type d -exec rmdir {} + 2>/dev/null
+	return 0
 }
 
 unmount_state() {
@@ -39,10 +49,15 @@ unmount_state() {
 delete_pods
 stop kueue
 stop gpu-device-plugin
+stop gpu-device-plugin-2
 stop kubelet
-kill_containers
+stop kubelet-2
+kill_containers "$RC_CONTAINERD_SOCK"
+kill_containers "$RC_CONTAINERD2_SOCK"
 stop containerd
+stop containerd-2
 stop node-namespace
+stop node2-namespace
 stop kube-scheduler
 stop kube-controller-manager
 stop kube-apiserver
@@ -53,8 +68,9 @@ if [ -z "$RC_PRIVATE_MOUNTS" ]; then
 	rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/gpu-offload-fake-gpu.sock
 	rm -f /visibility/apiserver.crt /visibility/apiserver.key; rmdir /visibility 2>/dev/null
 fi
-# the pods' cgroups of clusters 1-9 (deepest first; empty once the containers are gone)
-[ -z "$RC_CGROUP_ROOT" ] || find /sys/fs/cgroup/*"$RC_CGROUP_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null
+# the pods' cgroups of clusters 1-9 and of cluster 0's second node
+remove_cgroups "$RC_CGROUP_ROOT"
+[ -z "$RC_NODE2" ] || remove_cgroups "$RC_CGROUP2_ROOT"
 if [ "${1:-}" = --purge ]; then
 	rm -rf "$RC_STATE"
 else

@@ -25,6 +25,8 @@ NAMESPACE = "kueue-system"
 # repeat (the API server matches a Service port to an endpoint port by name).
 SERVICES = {"kueue-webhook-service": "webhook", "kueue-visibility-server": "visibility"}
 MANAGED_NAMESPACES = {"matchLabels": {"gpu-offload.io/user-namespace": "true"}}
+PODS_READY_TIMEOUT = "45s"
+"""Kueue's waitForPodsReady timeout on the test cluster (the tests read it)."""
 KUSTOMIZE_JOB_SELECTOR = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                                                 "values": ["kube-system", NAMESPACE]}]}
 
@@ -72,7 +74,9 @@ def configuration(cert_dir: str, webhook: int, visibility: int, metrics: int, he
         "managedJobsNamespaceSelector": KUSTOMIZE_JOB_SELECTOR if managed == "all" else MANAGED_NAMESPACES,
         "admissionFairSharing": {"usageHalfLifeTime": "1h", "usageSamplingInterval": "1m",
                                  "resourceWeights": {"nvidia.com/gpu": 1, "cpu": 0, "memory": 0}},
-        "waitForPodsReady": {"timeout": "5m", "requeuingStrategy": {"timestamp": "Eviction"}},
+        # An admin sets minutes (docs/queueing.md); the test cluster 45 s, so the PodsReady requeue test
+        # (test_pods_ready_requeue.py) sees an eviction in a minute while pods that start do so well within it.
+        "waitForPodsReady": {"timeout": PODS_READY_TIMEOUT, "requeuingStrategy": {"timestamp": "Eviction"}},
         "resources": {"excludeResourcePrefixes": ["ephemeral-storage"]},
     }
 

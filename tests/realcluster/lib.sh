@@ -43,22 +43,31 @@ wait_for() {
 # in_node_namespace: the command prefix that runs a node process in the cluster's own mount namespace (none for
 # cluster 0, which uses the host's).
 in_node_namespace() {
-	[ -z "$RC_PRIVATE_MOUNTS" ] || echo nsenter "--mount=/proc/$(cat "$RC_STATE/pids/node-namespace.pid")/ns/mnt" --
+	[ -z "$RC_PRIVATE_MOUNTS" ] || in_namespace_of node-namespace
 }
 
+# in_namespace_of HOLDER: the command prefix that runs a process in the mount namespace HOLDER keeps.
+in_namespace_of() {
+	echo nsenter "--mount=/proc/$(cat "$RC_STATE/pids/$1.pid")/ns/mnt" --
+}
+
+# node_namespace_ready HOLDER
 node_namespace_ready() {
-	$(in_node_namespace) mountpoint -q /var/lib/kubelet/device-plugins
+	$(in_namespace_of "$1") mountpoint -q /var/log/pods
 }
 
 kubectl() { KUBECONFIG=$RC_KUBECONFIG "$RC_BIN/cluster" kubectl "$@"; }
-ctr_() { ctr --address "$RC_CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+# ctr_ talks to node 1's containerd; CTR_SOCK=$RC_CONTAINERD2_SOCK ctr_ ... to node 2's.
+ctr_() { ctr --address "${CTR_SOCK:-$RC_CONTAINERD_SOCK}" --namespace k8s.io "$@"; }
 
+# node_ready NODE
 node_ready() {
-	[ "$(kubectl get node "$RC_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+	[ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 
+# node_has_gpus NODE
 node_has_gpus() {
-	[ "$(kubectl get node "$RC_NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$RC_GPUS" ]
+	[ "$(kubectl get node "$1" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$RC_GPUS" ]
 }
 
 # Kueue's validating webhook answers a dry-run create (a ResourceFlavor with an invalid label key is refused
@@ -113,14 +122,17 @@ build_images() {
 	fi
 }
 
+# import_images: into each node's containerd (each node has its own image store, as on separate machines)
 import_images() {
-	local tar
-	ctr_ images import "$RC_IMAGES/pause.tar" >/dev/null
-	ctr_ images import "$RC_IMAGES/python.tar" >/dev/null
-	ctr_ images tag --force localhost/gpuorc/python:3.11 "$RC_PYTHON_IMAGE" >/dev/null
-	# Images another stage built (podman save archives dropped into $RC_IMAGES/extra/).
-	for tar in "$RC_IMAGES/extra"/*.tar; do
-		[ -f "$tar" ] && ctr_ images import "$tar" >/dev/null
+	local tar sock
+	for sock in "$RC_CONTAINERD_SOCK" ${RC_NODE2:+"$RC_CONTAINERD2_SOCK"}; do
+		CTR_SOCK=$sock ctr_ images import "$RC_IMAGES/pause.tar" >/dev/null
+		CTR_SOCK=$sock ctr_ images import "$RC_IMAGES/python.tar" >/dev/null
+		CTR_SOCK=$sock ctr_ images tag --force localhost/gpuorc/python:3.11 "$RC_PYTHON_IMAGE" >/dev/null
+		# Images another stage built (podman save archives dropped into $RC_IMAGES/extra/).
+		for tar in "$RC_IMAGES/extra"/*.tar; do
+			[ -f "$tar" ] && CTR_SOCK=$sock ctr_ images import "$tar" >/dev/null
+		done
 	done
 	return 0
 }

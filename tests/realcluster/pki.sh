@@ -70,10 +70,13 @@ make_pki() {
 	_cert scheduler "/CN=system:kube-scheduler" ""
 	_cert kubelet-client "/O=system:nodes/CN=system:node:$RC_NODE" ""
 	_cert kubelet-serving "/CN=$RC_NODE" "IP:$RC_HOST_IP,IP:127.0.0.1,DNS:$RC_NODE"
+	[ -z "$RC_NODE2" ] || _cert kubelet2-client "/O=system:nodes/CN=system:node:$RC_NODE2" ""
+	[ -z "$RC_NODE2" ] || _cert kubelet2-serving "/CN=$RC_NODE2" "IP:$RC_HOST_IP,IP:127.0.0.1,DNS:$RC_NODE2"
 	_key sa
 	[ -f "$RC_PKI/sa.pub" ] || openssl rsa -in "$RC_PKI/sa.key" -pubout -out "$RC_PKI/sa.pub" 2>/dev/null
 	_kubeconfig admin admin
 	_kubeconfig controller-manager controller-manager
 	_kubeconfig scheduler scheduler
 	_kubeconfig kubelet kubelet-client
+	[ -z "$RC_NODE2" ] || _kubeconfig kubelet2 kubelet2-client
 }

@@ -2,10 +2,10 @@
 (``.sandbox.kubeconfig``, ``.sandbox.api_client()``, ``.host_address``), seeded with the objects Liqo would
 leave after peering the given donors, until real Liqo peers a real donor (issue 26).
 
-The first donor's Node is the real kubelet's node (named ``donor-1-gpu`` by ``env.sh``): pods bound to it run in
-real containers with the fake device plugin's GPUs. Further donors get a Node that a heartbeat thread keeps
-Ready, as Liqo's virtual kubelet does; nothing runs behind them, so only tests that place no pod there (queue
-sync, quotas) use them. A thread does what Liqo's controllers keep doing (leases, NamespaceOffloading status).
+The first two donors' Nodes are the real kubelets' nodes (``donor-1-gpu`` and ``donor-2-gpu``, ``env.sh``): pods
+bound to them run in real containers with the fake device plugin's GPUs, of which as many are healthy (so
+allocatable) as the donor has. Further donors get a Node that a heartbeat thread keeps Ready, as Liqo's virtual
+kubelet does; nothing runs behind them, so only tests that place no pod there (queue sync, quotas) use them. A thread does what Liqo's controllers keep doing (leases, NamespaceOffloading status).
 The Liqo objects and statuses come from the sandbox's own builders (``gpu_offload.sandbox.liqo``,
 ``gpu_offload.sandbox.offloading``).
 """
@@ -35,7 +35,9 @@ INDEX = int(os.environ.get("RC_INDEX", "0"))
 """env.sh's RC_INDEX: which of the clusters on this machine the tests use."""
 STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster" + (f"-{INDEX}" if INDEX else "")))
 KUBECONFIG = STATE / "admin.kubeconfig"
-REAL_NODE = os.environ.get("RC_NODE", "donor-1-gpu")
+REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"), os.environ.get("RC_NODE2", "donor-2-gpu"))
+"""Cluster 0's two kubelets' nodes (env.sh's RC_NODE and RC_NODE2)."""
+HEALTHY = STATE / "healthy-gpus"  # env.sh's RC_HEALTHY: per node, how many of its fake GPUs are healthy
 HOST_ADDRESS = f"10.219.{INDEX}.1"  # env.sh's RC_HOST_IP: the pods' bridge, where they reach this machine
 KUEUE_PLURALS = ("workloads", "localqueues")
 KUEUE_CLUSTER_PLURALS = ("clusterqueues", "resourceflavors", "workloadpriorityclasses", "cohorts")
@@ -71,6 +73,18 @@ class RealOrigin:
         return []
 
 
+TORCH_IMAGE = "localhost/gpuorc/python-torch:3.11"
+"""The image with torch that tests/realcluster/torch_image.sh puts on donor-1's node (not up.sh: about 4 GB)."""
+
+
+def torch_image(client: Any) -> str:
+    """The torch image's name if donor-1's kubelet reports it on its node; else the test is skipped, saying how."""
+    images = kubernetes.client.CoreV1Api(client).read_node(REAL_NODES[0]).status.images or []
+    if not any(TORCH_IMAGE in (image.names or []) for image in images):
+        pytest.skip(f"{TORCH_IMAGE} is not on {REAL_NODES[0]}: run tests/realcluster/torch_image.sh first")
+    return TORCH_IMAGE
+
+
 def require_cluster() -> RealCluster:
     """The running cluster, or a failure saying how to start it (the lane never skips silently)."""
     if not KUBECONFIG.is_file():
@@ -86,9 +100,9 @@ def seeded_origin(donors: Sequence[liqo.Donor], crds: Path) -> Iterator[RealOrig
         install_crds(client, crds)
         reset(client)
         stop = threading.Event()
-        fake_nodes = [d.node_name for d in donors[1:]]
+        fake_nodes = [d.node_name for d in donors[len(REAL_NODES):]]
         for index, donor in enumerate(donors):
-            _seed_donor(client, donor, index, real=index == 0)
+            _seed_donor(client, donor, index, real=index < len(REAL_NODES))
         heartbeat = threading.Thread(target=_heartbeat, args=(cluster, fake_nodes, stop), daemon=True)
         heartbeat.start()
         try:
@@ -119,16 +133,35 @@ def _seed_donor(client: Any, donor: liqo.Donor, index: int, real: bool) -> None:
                 custom.patch_cluster_custom_object_status(group, version, plural, obj["metadata"]["name"],
                                                           {"status": status})
     if real:
-        if donor.node_name != REAL_NODE:
-            raise ValueError(f"the first donor's node is the real kubelet's, {REAL_NODE}; name the donor "
-                             f"{REAL_NODE.removesuffix('-gpu')} or set RC_NODE")
+        real_node = REAL_NODES[index]
+        if donor.node_name != real_node:
+            raise ValueError(f"donor {index + 1}'s node is a real kubelet's, {real_node}; name the donor "
+                             f"{real_node.removesuffix('-gpu')}")
         labels = {k: v for k, v in node["metadata"]["labels"].items() if not k.startswith("kubernetes.io/")}
-        core.patch_node(REAL_NODE, {"metadata": {"labels": labels, "annotations": node["metadata"]["annotations"]},
+        core.patch_node(real_node, {"metadata": {"labels": labels, "annotations": node["metadata"]["annotations"]},
                                     "spec": {"taints": node["spec"]["taints"]}})
+        set_healthy_gpus(core, real_node, donor.gpus)
         return
     status = node.pop("status")
     core.create_node(node)
     _mark_ready(core, donor.node_name, status)
+
+
+def set_healthy_gpus(core: Any, node: str, gpus: int | None) -> None:
+    """Make ``gpus`` of the node's fake GPUs healthy (None: all) and wait until the kubelet reports them allocatable:
+    the device plugin marks the rest Unhealthy, as NVIDIA's marks a GPU after an Xid error."""
+    HEALTHY.mkdir(exist_ok=True)
+    if gpus is None:
+        (HEALTHY / node).unlink(missing_ok=True)
+    else:
+        (HEALTHY / node).write_text(f"{gpus}\n")
+
+    def reported() -> bool:
+        status = core.read_node_status(node).status
+        allocatable = int(status.allocatable.get("nvidia.com/gpu", "0"))
+        return allocatable == (int(status.capacity.get("nvidia.com/gpu", "0")) if gpus is None else gpus)
+    wait_until(reported, f"{node} reporting {gpus if gpus is not None else 'all'} GPUs allocatable", timeout=60,
+               every=0.5)
 
 
 def _mark_ready(core: Any, name: str, status: dict[str, Any]) -> None:
@@ -185,7 +218,7 @@ def _offload(custom: Any, core: Any, client: Any) -> None:
 
 def reset(client: Any) -> None:
     """Remove what a test module leaves: user namespaces, every Kueue object, the seeded Liqo objects and fake
-    nodes, and the real node's Liqo labels and taint."""
+    nodes, and the real nodes' Liqo labels, taint and unhealthy GPUs."""
     core = kubernetes.client.CoreV1Api(client)
     custom = kubernetes.client.CustomObjectsApi(client)
     doomed = [n.metadata.name for n in core.list_namespace().items
@@ -201,12 +234,13 @@ def reset(client: Any) -> None:
     for obj in custom.list_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters")["items"]:
         custom.delete_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", obj["metadata"]["name"])
     for node in core.list_node().items:
-        if node.metadata.name != REAL_NODE:
+        if node.metadata.name not in REAL_NODES:
             core.delete_node(node.metadata.name)
-    core.patch_node(REAL_NODE, {"metadata": {"labels": {liqo.TYPE_LABEL: None, liqo.REMOTE_CLUSTER_ID_LABEL: None,
-                                                        liqo.GPU_MODEL_LABEL: None, liqo.PRICE_KEY: None,
-                                                        "kubernetes.io/role": None, "type": None},
-                                             "annotations": {liqo.PRICE_KEY: None}},
-                                "spec": {"taints": None}})
+    for real_node in REAL_NODES:
+        core.patch_node(real_node, {"metadata": {"labels": {
+            liqo.TYPE_LABEL: None, liqo.REMOTE_CLUSTER_ID_LABEL: None, liqo.GPU_MODEL_LABEL: None,
+            liqo.PRICE_KEY: None, "kubernetes.io/role": None, "type": None}, "annotations": {liqo.PRICE_KEY: None}},
+            "spec": {"taints": None}})
+        set_healthy_gpus(core, real_node, None)
     wait_until(lambda: not [n for n in core.list_namespace().items if n.metadata.name in doomed],
                "the previous module's namespaces deleted", timeout=120, every=0.5)

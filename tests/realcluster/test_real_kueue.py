@@ -67,6 +67,9 @@ def pool(clients: tuple[Any, Any]) -> Iterator[str]:
     custom.delete_cluster_custom_object(G, V, "clusterqueues", "pool")
     for name in flavors:
         custom.delete_cluster_custom_object(G, V, "resourceflavors", name)
+    # Kueue lets a flavor go (its finalizer) only once no ClusterQueue names it: the next test makes the same names
+    wait_until(lambda: not {f["metadata"]["name"] for f in custom.list_cluster_custom_object(
+        G, V, "resourceflavors")["items"]} & set(flavors), "the flavors gone", timeout=120, every=0.5)
 
 
 def _pod(name: str, scheduling: dict[str, Any]) -> dict[str, Any]:

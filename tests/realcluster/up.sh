@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds (from Go modules) and starts a real Kubernetes cluster and real Kueue on this machine: embedded etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler, one kubelet with containerd, runc and the bridge CNI
+# kube-apiserver, kube-controller-manager, kube-scheduler, two kubelets (two nodes) each with its containerd, runc and the bridge CNI
 # plugin, a fake GPU device plugin, and Kueue configured as docs/queueing.md tells an admin to. Everything
 # lives under $RC_STATE and the bridge gpuorc0; `down.sh` removes it all. Root is required (containers).
 # Usage: up.sh            build, start and wait until the node is Ready and Kueue answers
@@ -18,7 +18,7 @@ command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 main() {
 	mkdir -p "$RC_BIN" "$RC_LOGS" "$RC_STATE/pids"
 	local stages="install_packages build_binaries build_images"
-	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_control_plane start_node import_images"
+	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_control_plane start_node start_node2 import_images"
 	[ "${1:-}" = build ] || stages="$stages install_kueue wait_ready"
 	# RC_STAGES: only these (a developer re-running one step, e.g. RC_STAGES=install_kueue)
 	for name in ${RC_STAGES:-$stages}; do stage "$name"; done
@@ -67,6 +67,17 @@ CNI
 }
 
 start_control_plane() {
+	# Requests of the admin identity (tests and benchmarks) in an audit log: bench/bench_realcluster.py counts
+	# a cell's API requests there by its user agent, as the API server served them.
+	cat >"$RC_STATE/audit-policy.yaml" <<YAML
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [realcluster-admin]
+- level: None
+YAML
 	start etcd "$RC_BIN/cluster" etcd --data-dir "$RC_STATE/etcd" \
 		--listen-client-url "http://127.0.0.1:$RC_ETCD_PORT" --listen-peer-url "http://127.0.0.1:$RC_ETCD_PEER_PORT"
 	wait_for "etcd" 60 curl -sf "http://127.0.0.1:$RC_ETCD_PORT/health"
@@ -89,7 +100,9 @@ start_control_plane() {
 		--proxy-client-cert-file="$RC_PKI/front-proxy-client.crt" \
 		--proxy-client-key-file="$RC_PKI/front-proxy-client.key" \
 		--kubelet-preferred-address-types=InternalIP,Hostname \
-		--enable-aggregator-routing=true --profiling=false
+		--enable-aggregator-routing=true --profiling=false \
+		--audit-policy-file="$RC_STATE/audit-policy.yaml" --audit-log-path="$RC_LOGS/audit.log" \
+		--audit-log-maxsize=200 --audit-log-maxbackup=1
 	# No kube-proxy runs here: webhooks and aggregated APIs are reached through their Services' endpoints.
 	wait_for "kube-apiserver" 180 kubectl get --raw /readyz
 	start kube-controller-manager "$RC_BIN/cluster" kube-controller-manager \
@@ -108,22 +121,22 @@ start_control_plane() {
 		--bind-address=127.0.0.1 --secure-port="$RC_SCHEDULER_PORT" --leader-elect=false --profiling=false
 }
 
-start_node() {
-	mkdir -p "$RC_STATE/containerd" "$RC_STATE/kubelet"
-	cat >"$RC_STATE/containerd/config.toml" <<TOML
+# containerd_config DIR SOCKET: a node's containerd, with its root, state and socket under DIR.
+containerd_config() {
+	cat <<TOML
 version = 2
-root = "$RC_STATE/containerd/root"
-state = "$RC_STATE/containerd/state"
+root = "$1/root"
+state = "$1/state"
 [grpc]
-  address = "$RC_CONTAINERD_SOCK"
+  address = "$2"
 [ttrpc]
-  address = "$RC_CONTAINERD_SOCK.ttrpc"
+  address = "$2.ttrpc"
 [debug]
   address = ""
 [metrics]
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$RC_STATE/containerd/opt"
+  path = "$1/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$RC_PAUSE_IMAGE"
   enable_cdi = false
@@ -141,28 +154,30 @@ state = "$RC_STATE/containerd/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$RC_STATE/cni/net.d"
 TOML
-	[ -z "$RC_PRIVATE_MOUNTS" ] || start_node_namespace
-	start containerd $(in_node_namespace) containerd --config "$RC_STATE/containerd/config.toml"
-	wait_for "containerd" 60 ctr_ version
-	cat >"$RC_STATE/kubelet/config.yaml" <<YAML
+}
+
+# kubelet_config PORT HEALTHZ_PORT CERT CONTAINERD_SOCKET [CGROUP_ROOT]: a node's kubelet configuration.
+kubelet_config() {
+	cat <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $RC_HOST_IP
-port: $RC_KUBELET_PORT
+port: $1
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: $RC_KUBELET_HEALTHZ_PORT
+healthzPort: $2
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
   x509: {clientCAFile: $RC_PKI/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $RC_PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $RC_PKI/kubelet-serving.key
-containerRuntimeEndpoint: unix://$RC_CONTAINERD_SOCK
+tlsCertFile: $RC_PKI/$3-serving.crt
+tlsPrivateKeyFile: $RC_PKI/$3-serving.key
+containerRuntimeEndpoint: unix://$4
 cgroupDriver: cgroupfs
 # This host mounts cgroup v1 hierarchies beside a v2 one; the kubelet refuses v1 from 1.35 unless told.
 failCgroupV1: false
+cgroupRoot: ${5:-/}
 cgroupsPerQOS: ${RC_CGROUPS_PER_QOS:-true}
 enforceNodeAllocatable: [${RC_ENFORCE_ALLOCATABLE-pods}]
 # The images are imported, never pulled: keep the kubelet from collecting them or evicting on a full disk.
@@ -175,7 +190,16 @@ resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 maxPods: 60
 YAML
-	[ -z "$RC_CGROUP_ROOT" ] || echo "cgroupRoot: $RC_CGROUP_ROOT" >>"$RC_STATE/kubelet/config.yaml"
+}
+
+start_node() {
+	mkdir -p "$RC_STATE/containerd" "$RC_STATE/kubelet" "$RC_HEALTHY"
+	containerd_config "$RC_STATE/containerd" "$RC_CONTAINERD_SOCK" >"$RC_STATE/containerd/config.toml"
+	[ -z "$RC_PRIVATE_MOUNTS" ] || start_node_namespace node-namespace "$RC_STATE" "$RC_CGROUP_ROOT"
+	start containerd $(in_node_namespace) containerd --config "$RC_STATE/containerd/config.toml"
+	wait_for "containerd" 60 ctr_ version
+	kubelet_config "$RC_KUBELET_PORT" "$RC_KUBELET_HEALTHZ_PORT" kubelet "$RC_CONTAINERD_SOCK" "$RC_CGROUP_ROOT" \
+		>"$RC_STATE/kubelet/config.yaml"
 	start kubelet $(in_node_namespace) "$RC_BIN/cluster" kubelet --config="$RC_STATE/kubelet/config.yaml" \
 		--kubeconfig="$RC_STATE/kubelet.kubeconfig" --root-dir="$RC_STATE/kubelet" \
 		--hostname-override="$RC_NODE" --node-ip="$RC_HOST_IP" \
@@ -184,24 +208,52 @@ YAML
 	# The kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its --root-dir (a path fixed
 	# in its device manager), so the plugin registers there.
 	# RC_GPUS=0: a node without GPUs (the Liqo stage's origin, whose GPUs are the donor's)
-	[ "$RC_GPUS" = 0 ] || start gpu-device-plugin $(in_node_namespace) "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS"
+	[ "$RC_GPUS" = 0 ] || start gpu-device-plugin $(in_node_namespace) "$RC_BIN/cluster" gpu-device-plugin \
+		--count="$RC_GPUS" --healthy-file="$RC_HEALTHY/$RC_NODE"
 }
 
-# Clusters 1-9 (env.sh): a mount namespace of the node's own, kept by a holder process, where the kubelet's
-# device-plugin directory and Kueue's /visibility are this cluster's, and a cgroup root for its pods.
+# Cluster 0's second node (env.sh): what two machines would keep apart is kept apart here. Its containerd,
+# kubelet and device plugin run in a mount namespace of their own (start_node_namespace), its pods' cgroups live
+# under their own root, its containerd has its own image store. Same bridge, same address, other ports: the API
+# server reaches each kubelet at the port its Node reports.
+start_node2() {
+	[ -n "$RC_NODE2" ] || return 0
+	local dir=$RC_NODE2_STATE ns
+	mkdir -p "$dir/containerd" "$dir/kubelet" "$RC_HEALTHY"
+	start_node_namespace node2-namespace "$dir" "$RC_CGROUP2_ROOT"
+	ns=$(in_namespace_of node2-namespace)
+	containerd_config "$dir/containerd" "$RC_CONTAINERD2_SOCK" >"$dir/containerd/config.toml"
+	start containerd-2 $ns containerd --config "$dir/containerd/config.toml"
+	CTR_SOCK=$RC_CONTAINERD2_SOCK wait_for "containerd of $RC_NODE2" 60 ctr_ version
+	kubelet_config "$RC_KUBELET2_PORT" "$RC_KUBELET2_HEALTHZ_PORT" kubelet2 "$RC_CONTAINERD2_SOCK" "$RC_CGROUP2_ROOT" \
+		>"$dir/kubelet/config.yaml"
+	start kubelet-2 $ns "$RC_BIN/cluster" kubelet --config="$dir/kubelet/config.yaml" \
+		--kubeconfig="$RC_STATE/kubelet2.kubeconfig" --root-dir="$dir/kubelet" \
+		--hostname-override="$RC_NODE2" --node-ip="$RC_HOST_IP" --cert-dir="$dir/kubelet/pki"
+	wait_for "kubelet of $RC_NODE2" 120 curl -sf "http://127.0.0.1:$RC_KUBELET2_HEALTHZ_PORT/healthz"
+	start gpu-device-plugin-2 $ns "$RC_BIN/cluster" gpu-device-plugin --count="$RC_GPUS" \
+		--healthy-file="$RC_HEALTHY/$RC_NODE2"
+}
+
+# start_node_namespace HOLDER DIR CGROUP_ROOT: a mount namespace of a node's own, kept by the process HOLDER,
+# where the paths the kubelet and Kueue fix in their code are DIR's: the kubelet's device-plugin directory,
+# /var/log/pods (each kubelet's garbage collector deletes the entries of pods it does not know) and Kueue's
+# /visibility; and a cgroup root for its pods (clusters 1-9, and cluster 0's second node).
 start_node_namespace() {
-	local dir
-	mkdir -p "$RC_STATE/device-plugins" "$RC_STATE/visibility" /var/lib/kubelet/device-plugins /visibility
-	start node-namespace unshare --mount --propagation private sh -c "mount --bind '$RC_STATE/device-plugins' \
-		/var/lib/kubelet/device-plugins && mount --bind '$RC_STATE/visibility' /visibility && exec sleep infinity"
-	wait_for "the node's mount namespace" 20 node_namespace_ready
-	for dir in /sys/fs/cgroup/*/; do
-		[ -d "$dir$RC_CGROUP_ROOT" ] && continue
-		mkdir "$dir$RC_CGROUP_ROOT"
+	local holder=$1 dir=$2 root=$3 hierarchy
+	mkdir -p "$dir/device-plugins" "$dir/visibility" "$dir/pod-logs" /var/lib/kubelet/device-plugins /visibility \
+		/var/log/pods
+	start "$holder" unshare --mount --propagation private sh -c "mount --bind '$dir/device-plugins' \
+		/var/lib/kubelet/device-plugins && mount --bind '$dir/visibility' /visibility \
+		&& mount --bind '$dir/pod-logs' /var/log/pods && exec sleep infinity"
+	wait_for "the node's mount namespace" 20 node_namespace_ready "$holder"
+	for hierarchy in /sys/fs/cgroup/*/; do
+		[ -d "$hierarchy$root" ] && continue
+		mkdir "$hierarchy$root"
 		# a v1 cpuset group takes no task until it has CPUs and memory nodes
-		if [ -f "$dir/cpuset.cpus" ]; then
-			cat "$dir/cpuset.cpus" >"$dir$RC_CGROUP_ROOT/cpuset.cpus"
-			cat "$dir/cpuset.mems" >"$dir$RC_CGROUP_ROOT/cpuset.mems"
+		if [ -f "$hierarchy/cpuset.cpus" ]; then
+			cat "$hierarchy/cpuset.cpus" >"$hierarchy$root/cpuset.cpus"
+			cat "$hierarchy/cpuset.mems" >"$hierarchy$root/cpuset.mems"
 		fi
 	done
 }
@@ -229,8 +281,11 @@ install_kueue() {
 }
 
 wait_ready() {
-	wait_for "node $RC_NODE Ready" 120 node_ready
-	[ "$RC_GPUS" = 0 ] || wait_for "nvidia.com/gpu on $RC_NODE" 60 node_has_gpus
+	local node
+	for node in "$RC_NODE" $RC_NODE2; do
+		wait_for "node $node Ready" 120 node_ready "$node"
+		[ "$RC_GPUS" = 0 ] || wait_for "nvidia.com/gpu on $node" 60 node_has_gpus "$node"
+	done
 	wait_for "Kueue's webhooks answering" 120 kueue_answers
 	wait_for "Kueue's visibility API" 120 kubectl get --raw /apis/visibility.kueue.x-k8s.io/v1beta2
 }

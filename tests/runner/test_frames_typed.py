@@ -23,6 +23,8 @@ from gpu_offload.runner.frames import FrameDecoder, FrameEncoder, FrameError, Me
     ("outputs", {"names": ["x"], "pickle": "", "buffers": ["not a reference"]}),
     ("display_data", {"data": ["text/plain"]}),
     ("done", {"status": "ok", "elapsed": "forever"}),
+    ("done", {"status": "ok", "elapsed": 1.0, "gpu_peak": 1 << 60}),
+    ("done", {"status": "ok", "elapsed": 1.0, "gpu_peak": "80Gi"}),
     ("warning", {"text": None}),
     ("hello", {"python": "3.11.7", "pid": 1, "boot": -1.0}),
     ("hello", {"python": "3.11.7", "pid": 1, "boot": "fast"}),
@@ -56,3 +58,13 @@ def test_the_runners_own_durations_decode_and_older_runners_leave_them_out() -> 
     encoder.emit("status", state="loading inputs")
     timed, older, running, loading = FrameDecoder(nonce).feed(b"".join(lines))
     assert (timed.boot, older.boot, running.imports, loading.imports) == (0.25, None, 1.5, None)
+
+
+def test_a_runners_gpu_peak_decodes_and_older_runners_leave_it_out() -> None:
+    nonce = secrets.token_hex(16)
+    lines: list[bytes] = []
+    encoder = FrameEncoder(nonce, lines.append)
+    encoder.emit("done", status="ok", elapsed=1.0, gpu_peak=3 * 2**30)
+    encoder.emit("done", status="ok", elapsed=1.0)
+    measured, older = FrameDecoder(nonce).feed(b"".join(lines))
+    assert (measured.gpu_peak, older.gpu_peak) == (3 * 2**30, None)

@@ -13,6 +13,8 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,10 +77,12 @@ CELL = f"import subprocess\nsubprocess.run(['/proc/self/exe', '-I', '-c', {PROBE
 
 
 @pytest.fixture
-def shared_runner(runner_pyz: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the zipapp that uid 1000 can read (pytest's own tmp dirs are root's alone)."""
-    place = Path(tmp_path_factory.getbasetemp().parent.parent) / f"gpuo-shared-{secrets.token_hex(4)}"
-    place.mkdir(mode=0o755)
+def shared_runner(runner_pyz: Path) -> Iterator[Path]:
+    """A copy of the zipapp that uid 1000 can read. pytest's own tmp dirs are root's alone (mode 0700), and
+    how deep they nest depends on the run (xdist workers add a level), so the copy gets a folder of its own
+    in the system's temporary directory."""
+    place = Path(tempfile.mkdtemp(prefix="gpuo-shared-"))
+    place.chmod(0o755)
     copy = place / "runner.pyz"
     shutil.copyfile(runner_pyz, copy)
     copy.chmod(0o644)

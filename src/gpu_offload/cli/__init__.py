@@ -46,6 +46,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("cancel", "stop a run (a script's or a notebook cell's) as Ctrl-C would", "gpu_offload.cli.cancel"),
     Command("doctor", "check the cluster setup (kubeconfig, namespace, offloading, storage, GPUs) and say how to fix it",
             "gpu_offload.cli.doctor"),
+    Command("donor", "on a donor cluster: check that Liqo's namespaces for origins enforce their Pod Security level",
+            "gpu_offload.cli.donor"),
     Command("completion", "print a bash or zsh completion script for gpu-offload", "gpu_offload.cli.completion"),
 )
 
@@ -62,6 +64,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "logs": ("gpu-offload logs -f RUN",),
     "cancel": ("gpu-offload cancel RUN",),
     "doctor": ("gpu-offload doctor", "gpu-offload doctor --json"),
+    "donor": ("gpu-offload donor check", "gpu-offload donor check --expect restricted --origin ORIGIN_CLUSTER_ID --json"),
     "completion": ("source <(gpu-offload completion bash)", "source <(gpu-offload completion zsh)"),
 }
 """Command lines shown at the end of each sub-command's ``--help``."""

@@ -70,11 +70,14 @@ def make_backend(name: str | None) -> Backend:
 
 def script_request(args: argparse.Namespace, source: str, defaults: RunDefaults) -> OffloadRequest:
     """The request of a parsed ``gpu-offload run``: its options, else the run defaults (a hub's spawner writes
-    them for the user's server and its terminals inherit them), as the magic applies them to a cell."""
-    from ..engine.request import OffloadRequest, gpu_models
+    them for the user's server and its terminals inherit them), as the magic applies them to a cell. Raises
+    ``OffloadUsageError`` for a part of a GPU that cannot be (``--gpus 1.5``, ``--gpu-memory lots``)."""
+    from ..engine.request import OffloadRequest, gpu_models, gpus_and_fraction, memory_size
 
     gpu_model, fallback_models = gpu_models(args.gpu_model or defaults.gpu_model)
-    return OffloadRequest(cell=source, gpus=args.gpus, gpu_model=gpu_model,
+    gpus, fraction = gpus_and_fraction(args.gpus)  # OffloadUsageError naming the fix
+    return OffloadRequest(cell=source, gpus=gpus, fraction=fraction, gpu_memory=memory_size(args.gpu_memory),
+                          gpu_model=gpu_model,
                           fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
                           queue_timeout=args.queue_timeout, priority=args.priority,
                           image=args.image, backend=args.backend, nodes=args.nodes,
@@ -96,6 +99,7 @@ def follow_script(args: argparse.Namespace) -> int:
     """Pack, submit and follow the script in this process; returns its exit code."""
     from ..engine.analysis import CellAnalysis
     from ..engine.engine import FollowSettings
+    from ..engine.errors import OffloadUsageError
     from ..engine.execution import Launch, run_blocking
     from ..engine.observing import RunEvents
     from ..engine.request import ignored_locally
@@ -119,7 +123,11 @@ def follow_script(args: argparse.Namespace) -> int:
     except InvalidSetting as exc:
         print(f"gpu-offload run: {exc}", file=sys.stderr)
         return 2
-    request = script_request(args, _source(script), defaults)
+    try:
+        request = script_request(args, _source(script), defaults)
+    except OffloadUsageError as exc:
+        print(f"gpu-offload run: {exc}", file=sys.stderr)
+        return 2
     launch = Launch(analysis=CellAnalysis(inputs=()), filename=script.name, first_line=1,
                     script={"path": script.name, "argv": list(args.script_args), "workdir": workdir.archive})
     backend = make_backend(request.backend)

@@ -93,6 +93,8 @@ class Outcome:
     """The cluster the outputs came from when it is not trusted (``None``: trusted or no outputs)."""
     timing: RunTiming | None = None
     """Where the wait from Shift-Enter went, when the run was timed (:mod:`.timing`)."""
+    gpu_peak: int | None = None
+    """Bytes of GPU memory the cell's torch allocator held at most, as the runner reported (``None``: unknown)."""
 
 
 class _Stop(Exception):
@@ -286,6 +288,7 @@ def _handle(event: object, sink: Sink, outcome: Outcome, run: Run) -> bool:
         _take_outputs(event, outcome, run)
     elif isinstance(event, Done):
         outcome.status = event.status
+        outcome.gpu_peak = event.gpu_peak
         if event.status == "error" and outcome.remote_error is not None:
             err = outcome.remote_error
             outcome.error = RemoteError(err.ename, err.evalue, err.traceback)

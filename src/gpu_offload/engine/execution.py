@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..liqo_peering.sharing import RUNNER_FRACTION, RUNNER_MEMORY_LIMIT
 from ..runner import buffers
 from .analysis import CellAnalysis
 from .backends.base import Backend, Run, RunRequest
@@ -51,10 +52,23 @@ RANKS_BACKENDS = frozenset({"local", "kubernetes"})
 (``docs/distributed.md``)."""
 
 
+def share_env(request: OffloadRequest) -> dict[str, str]:
+    """What a runner holding part of a GPU caps itself at (a cluster's placement may refine it)."""
+    env = {}
+    if request.fraction is not None:
+        env[RUNNER_FRACTION] = format(request.fraction, "g")
+    if request.gpu_memory is not None:
+        env[RUNNER_MEMORY_LIMIT] = str(request.gpu_memory)
+    return env
+
+
 def run_request(request: OffloadRequest) -> RunRequest:
     """What a cell's request asks of the backend."""
     return RunRequest(
         gpus=request.gpus,
+        fraction=request.fraction,
+        gpu_memory=request.gpu_memory,
+        env=share_env(request),
         gpu_model=request.gpu_model,
         fallback_models=request.fallback_models,
         cluster=request.cluster,

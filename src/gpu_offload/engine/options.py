@@ -75,8 +75,19 @@ class Option:
         return kwargs
 
 
+def gpu_amount(word: str) -> int | float:
+    """``--gpus``: a whole number of GPUs, or part of one (``0.5``); ``OffloadRequest`` checks the range."""
+    value = float(word)  # argparse turns the ValueError into "invalid gpu_amount value"
+    return int(value) if value.is_integer() else value
+
+
 TABLE: tuple[Option, ...] = (
-    Option("--gpus", "GPUs for the run (default 1; 0: CPU).", "N", int, shell_default=1),
+    Option("--gpus", "GPUs for the run (default 1; 0: CPU; 0.5: half of one GPU, from a donor that shares GPUs, "
+           "docs/sharing.md).", "N", gpu_amount, shell_default=1),
+    Option("--gpu-memory", "GPU memory the run needs, e.g. 12Gi: part of one GPU, sized by memory, from a donor "
+           "that shares GPUs (docs/sharing.md).", "SIZE"),
+    Option("--estimate", "Work out the GPU memory a cell training a torch model needs (on no GPU) and ask for "
+           "that much; a cell run before asks for its measured peak plus a margin.", switch=True, shell=False),
     Option("--gpu-model", "GPU model to ask for, e.g. A100, or A100,H100 for the first with room in that order "
            "(default: $GPU_OFFLOAD_GPU_MODEL, else any).", "NAME[,NAME]"),
     Option("--cluster", "Remote cluster id, or auto (default).", "ID|auto", shell_default="auto"),

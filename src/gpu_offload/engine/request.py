@@ -64,6 +64,12 @@ class OffloadRequest:
     """``--rendezvous-timeout``: seconds every rank has to start after the first; ``None``: the default."""
     spread: bool = False
     """``--spread``: the nodes may span donors."""
+    fraction: float | None = None
+    """``--gpus 0.5``: the part of one GPU asked for (``gpus`` is then 1); ``None``: whole GPUs."""
+    gpu_memory: int | None = None
+    """``--gpu-memory 12Gi`` in bytes: part of one GPU sized by memory; with ``fraction``, the larger need wins."""
+    estimate: bool = False
+    """``--estimate``: size ``gpu_memory`` from the cell's model (``engine.estimate``) when it is not given."""
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -103,6 +109,7 @@ class OffloadRequest:
                 "(up to 63 characters), e.g. --session train."
             )
         _check_distributed(self)
+        _check_fraction(self)
 
     @property
     def ranks(self) -> Ranks | None:
@@ -171,6 +178,52 @@ def _check_distributed(request: OffloadRequest) -> None:
             f"--rendezvous-timeout {shape.rendezvous_timeout:g}: give a positive number of seconds, e.g. "
             "--rendezvous-timeout 600, or leave it out for 300."
         )
+
+
+def gpus_and_fraction(value: float) -> tuple[int, float | None]:
+    """``--gpus`` as the request holds it: whole GPUs, or one GPU of which ``fraction`` is asked for."""
+    if 0 < value < 1:
+        return 1, float(value)
+    if value != int(value):
+        raise OffloadUsageError(
+            f"--gpus {value:g} mixes whole GPUs and a fraction: shares of two GPUs are not one GPU. Ask for whole "
+            f"GPUs (--gpus {int(value) + 1}) or part of one (--gpus 0.5).")
+    return int(value), None
+
+
+def memory_size(text: str | None) -> int | None:
+    """``--gpu-memory 12Gi`` in bytes (``None`` when not given); a clear error when it is not a size."""
+    if text is None:
+        return None
+    from kubernetes.utils import parse_quantity
+
+    try:
+        size = int(parse_quantity(text.strip()))
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise OffloadUsageError(f"--gpu-memory {text!r} is not a size of memory. Write it like 12Gi or 500Mi.")
+    return size
+
+
+def _check_fraction(request: OffloadRequest) -> None:
+    """Part of a GPU is part of one GPU, for one runner."""
+    if request.fraction is not None and not 0 < request.fraction < 1:
+        raise OffloadUsageError(f"--gpus {request.fraction:g}: part of a GPU is more than 0 and less than 1, "
+                                "e.g. --gpus 0.5.")
+    if request.gpu_memory is not None and request.gpu_memory <= 0:
+        raise OffloadUsageError("--gpu-memory: give a positive size, e.g. --gpu-memory 12Gi.")
+    partial = [o for o, v in (("--gpus " + format(request.fraction or 0, "g"), request.fraction),
+                              ("--gpu-memory", request.gpu_memory), ("--estimate", request.estimate or None))
+               if v is not None]
+    if not partial:
+        return
+    if request.ranks is not None:
+        raise OffloadUsageError(f"{' and '.join(partial)} with --nodes: the ranks of a distributed run each hold "
+                                "whole GPUs. Ask for --gpus 1 per node, or run the cell without --nodes.")
+    if request.gpus != 1:
+        raise OffloadUsageError(f"{' and '.join(partial)} with --gpus {request.gpus}: they ask for part of one "
+                                "GPU. Leave out --gpus, or ask for whole GPUs without them.")
 
 
 def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = None) -> list[str]:

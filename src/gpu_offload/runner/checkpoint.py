@@ -114,7 +114,7 @@ def take(namespace: dict[str, Any], fmt: str = PICKLE, limit: int = DEFAULT_LIMI
         raise CheckpointTooLarge(
             f"the session's state is {len(data) / 2**20:.1f} MiB, over the checkpoint limit of "
             f"{limit / 2**20:.0f} MiB; nothing was written. Delete large variables you can rebuild (del x), "
-            "or raise the limit (%gpu_offload config checkpoint_limit=...)"
+            "or raise the limit (%gpu_offload checkpoint SESSION --limit MIB --auto on)"
         )
     manifest = {
         "version": 1,

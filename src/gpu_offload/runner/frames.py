@@ -175,6 +175,13 @@ class Done(_Frame):
 
     status: str
     elapsed: float
+    gpu_peak: int | None = field(default=None, kw_only=True)
+    """Bytes PyTorch's allocator held at most on GPU 0 during the run (``torch.cuda.max_memory_allocated``), as
+    the runner says; None without torch or a GPU. Only the user's next estimate for the same cell uses it."""
+
+
+MAX_GPU_PEAK = 1 << 44
+"""16 TiB: no GPU holds more; a larger peak is a donor's word not taken."""
 
 
 @dataclass(frozen=True)
@@ -304,9 +311,20 @@ _BUILDERS: dict[str, Callable[[int, Mapping[str, Any], int], Event]] = {
         _text(p.get("format", "pickle"), "format"), rank=r,
     ),
     "done": lambda s, p, r: Done(
-        s, _text(p["status"], "status"), _number(p.get("elapsed", 0.0), float, "elapsed"), rank=r
+        s, _text(p["status"], "status"), _number(p.get("elapsed", 0.0), float, "elapsed"), rank=r,
+        gpu_peak=_peak(p.get("gpu_peak")),
     ),
 }
+
+
+def _peak(value: Any) -> int | None:
+    """An optional byte count from 0 to :data:`MAX_GPU_PEAK`."""
+    if value is None:
+        return None
+    peak = _number(value, int, "gpu_peak")
+    if not 0 <= peak <= MAX_GPU_PEAK:
+        raise ValueError(f"gpu_peak is {peak!r}, not a number of bytes a GPU holds")
+    return int(peak)
 
 
 def _duration(value: Any, what: str) -> float | None:

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from . import display, handover, ipython_hook, ipython_shim, metrics, watchdog
+from . import display, gpu_cap, handover, ipython_hook, ipython_shim, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
@@ -97,6 +97,7 @@ class Runtime:
     def start(self, parent_pid: int | None) -> None:
         """Say hello, install handlers and the watchdog, and start capturing fds 1 and 2."""
         self.interrupts.install()
+        gpu_cap.install()  # before any cell: MPS reads its limit when the process creates its CUDA context
         if parent_pid is not None:
             watchdog.arm(parent_pid, self._parent_died)
         python = ".".join(str(part) for part in sys.version_info[:3])
@@ -174,7 +175,9 @@ class Runtime:
         problem = self.log.upload()
         if problem:
             self.emit("warning", text=problem)
-        self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6))
+        peak = gpu_cap.measured_peak()
+        self.emit("done", status=status, elapsed=round(time.perf_counter() - started, 6),
+                  **({"gpu_peak": peak} if peak is not None else {}))
         self.encoder.end_run()
         return status
 

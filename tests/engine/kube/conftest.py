@@ -54,9 +54,10 @@ STOCK_IMAGE = "python:3.11-slim"
 PROJECT_IMAGE = "gpu-offload/notebook:test"
 BUCKET = "offload-test"
 
+DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
 origin = origin_fixture(
     SHARED / "liqo-crds",
-    donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")),
+    donors=DONORS,
     image_map=IMAGE_MAP,
     scope="session",  # one origin for all kube test modules: every test leaves it as it found it
 )
@@ -77,6 +78,15 @@ def leftovers(core: Any, namespace: str, user: str = "alice@example.org") -> lis
     pods = core.list_namespaced_pod(namespace, label_selector=selector).items
     secrets = core.list_namespaced_secret(namespace, label_selector=selector).items
     return [f"pod/{p.metadata.name}" for p in pods] + [f"secret/{s.metadata.name}" for s in secrets]
+
+
+def sandbox_faults(origin: Any) -> Any:
+    """The origin's fault injection (requests the sandbox's API server holds or refuses); a test that needs it is
+    skipped on the real cluster, whose API server has no such switch."""
+    faults = getattr(origin, "faults", None)
+    if faults is None:
+        pytest.skip("injects API faults, which only the sandbox's API server takes")
+    return faults
 
 
 def settings(namespace: str, **changes: Any) -> KubeSettings:

@@ -278,3 +278,43 @@ def test_trusted_only_with_no_trusted_donor_refuses_before_anything_starts(
     assert "hello from helper" not in done.stdout
     assert not leftovers(core, namespace, USER)
 
+
+
+def test_donor_check_fails_on_a_twin_namespace_below_the_origins_level_and_names_the_fix(
+        core: Any, env: dict[str, str], tmp_path: Path) -> None:
+    # The sandbox's API server stands in for the donor cluster: the twin namespaces are what Liqo creates there.
+    suffix = os.urandom(3).hex()
+    twins = {f"alice-ns-{suffix}": "baseline", f"bob-ns-{suffix}": None, f"carol-ns-{suffix}": "restricted"}
+    created = []
+    try:
+        for name, level in twins.items():
+            labels = {"liqo.io/remote-cluster-id": "origin-a" if name.startswith("carol") else "origin-b"}
+            if level:
+                labels["pod-security.kubernetes.io/enforce"] = level
+            core.create_namespace({"metadata": {"name": name, "labels": labels, "annotations": {
+                "liqo.io/managed-by-namespace-map": f"liqo-tenant-x/{name}"}}})
+            created.append(name)
+        # a namespace with Liqo's label but not Liqo's twin (a tenant namespace) is not checked
+        core.create_namespace({"metadata": {"name": f"tenant-{suffix}", "labels": {
+            "liqo.io/remote-cluster-id": "origin-b"}}})
+        created.append(f"tenant-{suffix}")
+
+        done = cli(["donor", "check", "--expect", "restricted", "--json"], tmp_path, env)
+        assert done.returncode == 1, done.stderr
+        lines = {line["namespace"]: line for line in json.loads(done.stdout)["lines"]}
+        mine = {name: line for name, line in lines.items() if name.endswith(suffix)}
+        assert {name: line["status"] for name, line in mine.items()} == {
+            f"alice-ns-{suffix}": "FAIL", f"bob-ns-{suffix}": "FAIL", f"carol-ns-{suffix}": "OK"}
+        assert (f"kubectl label namespace bob-ns-{suffix} --overwrite pod-security.kubernetes.io/enforce=restricted"
+                in mine[f"bob-ns-{suffix}"]["text"])
+        assert "less than the restricted" in mine[f"alice-ns-{suffix}"]["text"]
+
+        only_a = cli(["donor", "check", "--expect", "restricted", "--origin", "origin-a"], tmp_path, env)
+        assert only_a.returncode == 0, only_a.stdout + only_a.stderr
+        assert only_a.stdout.split() == ["OK", f"carol-ns-{suffix}", "enforces", "restricted", "(at", "least",
+                                         "restricted)"]
+        nobody = cli(["donor", "check", "--origin", "origin-z"], tmp_path, env)
+        assert nobody.returncode == 0 and nobody.stdout.startswith("WARN") and "nothing to check" in nobody.stdout
+    finally:
+        for name in created:
+            core.delete_namespace(name)

@@ -248,3 +248,30 @@ def test_the_untrusted_runner_is_told_so_whatever_the_cell_sets() -> None:
     assert facts(plan(Case(request)))["safe_outputs"] is True
     trusted = plan(Case(dataclasses.replace(request, gpu_model="A100")))
     assert trusted.pod.env == {"GPU_OFFLOAD_OUTPUT_FORMAT": "pickle", "MY_VAR": "1"}
+
+
+SHARED = inventory_from_dict({"clusters": [
+    {"cluster_id": "donor-a", "name": "donor-a", "role": "Provider", "health": "healthy", "virtual_nodes": [
+        {"name": "liqo-donor-a", "cluster_id": "donor-a", "capacity": 4, "allocatable": 4, "in_use": 0,
+         "model": "A100", "memory": "80Gi", "devices": [["nvidia.com/gpu", 4, 0]]}]},
+    {"cluster_id": "donor-s", "name": "donor-s", "role": "Provider", "health": "healthy", "virtual_nodes": [
+        {"name": "liqo-donor-s", "cluster_id": "donor-s", "capacity": 0, "allocatable": 0, "in_use": 0,
+         "model": "A100", "memory": "80Gi", "sharing": "mps", "replicas": 4,
+         "devices": [["nvidia.com/gpu.shared", 8, 2]]}]},
+]})
+
+
+def test_part_of_a_gpu_asks_the_sharing_donor_in_its_units_and_tells_the_runner() -> None:
+    placed = plan(Case(RunRequest(fraction=0.5), seen={"inventory": SHARED}))
+    assert placed.clusters == ("donor-s",)
+    assert placed.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "2"}}
+    assert placed.pod.env["GPU_OFFLOAD_GPU_ISOLATION"] == "compute and memory"
+    assert placed.pod.env["GPU_OFFLOAD_GPU_MEMORY_LIMIT"] == str(40 * 2**30)
+    assert placed.ctx.share.startswith("0.5 of a GPU (mps: 2 nvidia.com/gpu.shared")
+    queued = plan(Case(RunRequest(gpu_memory=10 * 2**30), seen={"inventory": SHARED, "queue": "gpu-offload",
+                                                                "cluster_queue": CLUSTER_QUEUE}))
+    assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
+    assert queued.clusters == ("donor-s",) and queued.offloading == Offloading(("donor-s",), ("donor-s",))
+    assert needs_inventory(RunRequest(fraction=0.5), "gpu-offload")
+    with pytest.raises(NoFit, match="donor-a: this donor lends whole GPUs only"):
+        plan(Case(RunRequest(fraction=0.5, cluster="donor-a"), seen={"inventory": SHARED}))

@@ -25,7 +25,7 @@ from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import RemoteError
 
-from ...realcluster.realorigin import clusters, seeded_origin
+from ...realcluster.realorigin import clusters, seeded_origin, torch_image
 from ...sandbox.kueue_setup import synced_pool
 from .conftest import BUCKET, IMAGE_MAP, SHARED, leftovers, settings
 from .helpers import Sink, run_cell
@@ -164,11 +164,14 @@ def store(origin: Any) -> Iterator[str]:
 
 
 def test_a_checkpointed_session_preempted_while_idle_resumes_with_its_state(
-        kernels: list[KubernetesBackend], api_client: Any, pool: str, store: str,
+        origin: Any, kernels: list[KubernetesBackend], api_client: Any, pool: str, store: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     import boto3
 
     from .test_session_survival import CHECK, SETUP, TORCH_IMAGE
+
+    # the sandbox maps a pytorch image to its torch venv; on the real cluster, the torch image on donor-1's node
+    torch = TORCH_IMAGE if hasattr(origin, "faults") else torch_image(api_client)
 
     for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                        ("AWS_DEFAULT_REGION", "us-east-1")):
@@ -180,7 +183,7 @@ def test_a_checkpointed_session_preempted_while_idle_resumes_with_its_state(
     try:
         for cell in (SETUP, CHECK):
             # pinned to a trusted cluster: a pod whose cluster Kueue picks runs as on an untrusted one
-            outcome, sink, _ = run_cell(first, cell, {}, session="work", priority="batch", image=TORCH_IMAGE,
+            outcome, sink, _ = run_cell(first, cell, {}, session="work", priority="batch", image=torch,
                                         cluster="donor-1")
             assert outcome.status == "ok", outcome.error
         before = sink.text
@@ -190,7 +193,7 @@ def test_a_checkpointed_session_preempted_while_idle_resumes_with_its_state(
         wait_until(lambda: not first.sessions(), "the preempted session no longer listed")
         assert "its next cell resumes it from checkpoint work (" in first.describe(), first.describe()
 
-        outcome, sink, _ = run_cell(first, CHECK, {}, session="work", priority="batch", image=TORCH_IMAGE,
+        outcome, sink, _ = run_cell(first, CHECK, {}, session="work", priority="batch", image=torch,
                                      cluster="donor-1")
         assert outcome.status == "ok", (outcome.error, sink.notices)
         assert sink.text == before, (sink.text, sink.notices)

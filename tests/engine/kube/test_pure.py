@@ -63,6 +63,14 @@ def test_pending_states_read_as_progress_or_as_failures() -> None:
                                      "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}])
     read = pod_state(unschedulable, CTX)
     assert read.kind == FAILED and "3 Insufficient nvidia.com/gpu" in read.text
+    # the same pod admitted by Kueue waits: Kueue's waitForPodsReady decides, and the run queues again once
+    admitted = {**unschedulable, "metadata": {**unschedulable["metadata"],
+                                              "labels": {"kueue.x-k8s.io/queue-name": "gpu-offload"}}}
+    read = pod_state(admitted, CTX)
+    assert (read.kind, read.reason) == (WAITING, "Unschedulable")
+    assert read.text.startswith("admitted by Kueue to donor-b, but no node can take the pod yet (the scheduler says "
+                                '"0/3 nodes are available: 3 Insufficient nvidia.com/gpu."); if it does not start '
+                                "within Kueue's waitForPodsReady timeout"), read.text
 
 
 def test_node_lost_deadline_and_normal_ends() -> None:

@@ -131,6 +131,8 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: An
         sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU")
         [note] = [n for n in sink.notices if "resumed on" in n]
         assert "its state was checkpointed first (train, " in note, note
+        [told] = [n for n in sink.notices if "is checkpointed after each cell that changes it" in n]
+        assert "Idle for 3 s (the hub's offload.sessionIdleTimeout), its pod is released" in told, told
     finally:
         backend.close()
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)

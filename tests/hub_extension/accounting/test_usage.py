@@ -340,3 +340,49 @@ def test_a_donor_that_backdates_its_pods_times_is_billed_what_the_origin_saw(
     finally:
         restarted.close()
         core.delete_namespace(ns)
+
+
+def test_part_of_a_gpu_is_charged_as_that_part_in_each_sharing_mode() -> None:
+    from gpu_offload.hub_extension.accounting.cost import PricePoint, priced
+    from gpu_offload.liqo_peering.sharing import GpuOffer, MigProfile
+
+    gib = 2**30
+    offers = {
+        "sliced": GpuOffer("time-slicing", 80 * gib, 4, "nvidia.com/gpu.shared"),
+        "mig": GpuOffer("mig", 80 * gib, mig_profiles=(MigProfile("1g.10gb", 10 * gib, 1 / 7),)),
+        "hami": GpuOffer("memory", 80 * gib),
+        "whole": GpuOffer(),
+    }
+    asks = {"sliced": {"nvidia.com/gpu.shared": "2"}, "mig": {"nvidia.com/mig-1g.10gb": "1"},
+            "hami": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(20 * 1024)}, "whole": {"nvidia.com/gpu": "1"}}
+    held = {}
+    for node, limits in asks.items():
+        pod = _pod("Succeeded", node=node)
+        pod["spec"]["containers"][0]["resources"]["limits"] = limits
+        run = finished_run(pod, "MODIFIED", {n: n for n in asks}, T0 + timedelta(hours=1), running_seen=T0,
+                           offers=offers)
+        assert run is not None
+        held[node] = (run.share, run.gpu_seconds, priced(run, [PricePoint(T0, 2.0)]).cost)
+    assert held == {"sliced": (0.5, 1800.0, 1.0), "mig": (0.125, 450.0, 0.25), "hami": (0.25, 900.0, 0.5),
+                    "whole": (None, 3600.0, 2.0)}
+
+
+def test_a_fraction_is_kept_in_the_store(tmp_path: Path) -> None:
+    from gpu_offload.liqo_peering.sharing import GpuOffer
+
+    pod = _pod("Succeeded", node="sliced")
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu.shared": "1"}
+    run = finished_run(pod, "MODIFIED", {"sliced": "donor-3"}, T0 + timedelta(hours=2), running_seen=T0,
+                       offers={"sliced": GpuOffer("mps", 2**30 * 24, 2, "nvidia.com/gpu.shared")})
+    assert run is not None
+    store = Store(f"sqlite:///{tmp_path / 'usage.sqlite'}")
+    try:
+        assert store.record_run(run)
+        again = Store(f"sqlite:///{tmp_path / 'usage.sqlite'}")
+        try:
+            kept = again.runs(run.user)
+        finally:
+            again.close()
+    finally:
+        store.close()
+    assert [(r.gpus, r.share, r.gpu_seconds) for r in kept] == [(1, 0.5, 3600.0)]

@@ -118,3 +118,21 @@ def test_a_user_without_runs_is_told_how_to_start_one(recorded: Any) -> None:
     parsed.feed(page.text)
     assert parsed.figures == [(parsed.figures[0][0], [])]
     assert "No run ended in the last 30 days. Put %%gpu_offload on top of a notebook cell" in page.text
+
+
+def test_a_part_of_a_gpu_is_shown_and_charged_as_that_part(recorded: Any) -> None:
+    store = Store(f"sqlite:///{recorded.workdir}/usage.sqlite")
+    try:
+        ended = NOW - timedelta(minutes=5)
+        # alice's: the hub knows its users; (donor-1, today) is already among her chart's bars
+        run = MeteredRun("me-f1", "jhub-alice", "gpuo-me-f1", "alice", "donor-1", "donor-1-gpu", 1,
+                         ended - timedelta(hours=2), ended, "Succeeded", share=0.25)
+        store.record_run(priced(run, store.price_book("donor-1", run.node)))
+    finally:
+        store.close()
+    page = recorded.api("GET", "me", "alice")
+    assert page.status == 200
+    row = page.text[page.text.index("gpuo-me-f1"):].split("</tr>")[0]
+    assert "<td>0.25</td><td>0.500</td>" in row  # a quarter of a GPU for two hours: half a GPU-hour
+    (finished,) = [r for r in recorded.api("GET", "api/me", "alice").json()["finished"] if r["pod"] == "gpuo-me-f1"]
+    assert (finished["share"], finished["gpu_seconds"], finished["cost"]) == (0.25, 1800.0, 1.0)  # at 2.0

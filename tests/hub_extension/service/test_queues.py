@@ -1,5 +1,6 @@
-"""The hub's queue controller against the sandbox origin, through the official client and real watches:
-it builds the pool when it starts, follows a cordon, ignores pod churn, and audits what it wrote."""
+"""The hub's queue controller against the sandbox origin and against the real cluster with real Kueue (Liqo's
+objects seeded), through the official client and real watches: it builds the pool when it starts, follows a
+cordon, ignores pod churn, and audits what it wrote."""
 
 from __future__ import annotations
 
@@ -20,9 +21,20 @@ from gpu_offload.liqo_peering.trust import TrustPolicy
 from gpu_offload.sandbox.fixtures import install_crds, origin_fixture, wait_until
 from gpu_offload.sandbox.liqo import seed as liqo
 
+from ...realcluster.realorigin import clusters, seeded_origin
+
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
-origin = origin_fixture(SHARED / "liqo-crds", donors=(liqo.Donor("donor-1", 4, "A100", "2.00"),
-                                                      liqo.Donor("donor-2", 8, "L4", "0.80")))
+DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
+sandbox_origin = origin_fixture(SHARED / "liqo-crds", donors=DONORS)
+
+
+@pytest.fixture(scope="module", params=clusters())
+def origin(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if request.param == "real":  # real Kubernetes and Kueue (tests/realcluster), a real node per donor
+        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
+            yield real
+        return
+    yield request.getfixturevalue("sandbox_origin")
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +101,8 @@ def test_the_controller_follows_the_inventory_and_audits_its_writes(controller: 
 
 
 def test_a_failing_reconcile_is_audited_and_retried(controller: QueueController, origin: Any, k8s: Any) -> None:
+    if not hasattr(origin, "faults"):
+        pytest.skip("injects an API fault, which only the sandbox's API server takes")
     rule = origin.faults.api_error("^/apis/kueue.x-k8s.io/v1beta2/clusterqueues$", status=500, methods=("GET",))
     core = kubernetes.client.CoreV1Api(k8s)
     try:

@@ -102,24 +102,30 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         (ARTIFACTS / "panel-jupyterlab.log").write_bytes((home / "lab.log").read_bytes())
 
 
-def test_the_panel_renders_in_jupyterlab_with_the_run_and_the_local_row(lab: Lab) -> None:
+def _open_notebook(page: Any, lab: Lab) -> None:
+    """Open panel.ipynb in JupyterLab and wait until its kernel is idle."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.goto(f"{lab.url}/lab/tree/panel.ipynb?token={lab.token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    select = page.locator(".jp-Dialog button:has-text('Select')")
+    try:  # Lab may ask which kernel to start although the notebook names one
+        select.wait_for(timeout=15_000)
+        select.click()
+    except PlaywrightTimeout:
+        pass
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
+
+
+def test_the_panel_renders_in_jupyterlab_with_the_run_and_the_local_row(lab: Lab) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{lab.url}/lab/tree/panel.ipynb?token={lab.token}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-            select = page.locator(".jp-Dialog button:has-text('Select')")
-            try:  # Lab may ask which kernel to start although the notebook names one
-                select.wait_for(timeout=15_000)
-                select.click()
-            except PlaywrightTimeout:
-                pass
-            page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
+            _open_notebook(page, lab)
             page.click("li.lm-MenuBar-item:has-text('Run')", timeout=60_000)
             page.click("text=Run All Cells", timeout=60_000)
             panel = page.wait_for_selector(".gpu-offload-panel", timeout=120_000)
@@ -146,3 +152,46 @@ def test_the_runs_extension_lists_the_run_and_names_an_unknown_one(lab: Lab) -> 
     assert any(r["state"] == "done" and "step 2" in r["tail"] for r in body["runs"]), body
     status, body = lab.api("POST", "/gpu-offload/runs/no-such-run/cancel")
     assert status == 404 and "No run no-such-run" in body["message"], body
+
+
+def test_notices_are_quiet_outputs_and_the_panel_follows_the_dark_theme(lab: Lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(120_000)
+        try:
+            _open_notebook(page, lab)
+            page.click("li.lm-MenuBar-item:has-text('Settings')")
+            page.click("li.lm-Menu-item:has-text('Theme')")
+            page.click("li.lm-Menu-item:has-text('JupyterLab Dark')")
+            page.wait_for_selector("body[data-jp-theme-light='false']", state="attached")
+            # a fresh kernel: the magic says "no GPU visible" once per kernel, and an earlier test ran this one
+            page.click("li.lm-MenuBar-item:has-text('Kernel')")
+            page.click("li.lm-Menu-item:has-text('Restart Kernel and Run All Cells')")
+            page.click(".jp-Dialog button:has-text('Restart')")
+            page.wait_for_selector(".gpu-offload-panel .gpu-offload-state:text('done')")
+            cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+            cell.locator(".jp-OutputArea-output:has-text('step 2')").wait_for()
+            outputs = cell.locator(".jp-OutputArea-output")
+            kinds = [outputs.nth(i).get_attribute("data-mime-type") for i in range(outputs.count())]
+            texts = [outputs.nth(i).inner_text() for i in range(outputs.count())]
+            # the panel's text is drawn in the theme's font colour: light on the dark theme
+            panel_rgb = page.eval_on_selector(
+                ".gpu-offload-panel .gpu-offload-state",
+                "e => getComputedStyle(e.closest('.gpu-offload-panel').querySelector('div,span') || e).color")
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "panel-jupyterlab-dark.png"), full_page=True)
+        except Exception:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "panel-jupyterlab-dark-failed.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    # the cell printed on stdout only: nothing of it (the magic's notices included) is painted as stderr
+    assert "application/vnd.jupyter.stderr" not in kinds, list(zip(kinds, texts, strict=True))
+    assert any("step 2" in t for t in texts)
+    assert any("gpu_offload: no GPU visible" in t for t in texts), texts  # the notice is there, quietly
+    red, green, blue = (int(v) for v in panel_rgb[panel_rgb.index("(") + 1:panel_rgb.index(")")].split(",")[:3])
+    assert (red + green + blue) / 3 > 128, f"panel text {panel_rgb} is dark on the dark theme"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,6 +24,10 @@ import (
 type fakeGPUs struct {
 	pluginapi.UnimplementedDevicePluginServer
 	ids []string
+	// healthyFile, when set, holds how many of the GPUs are healthy (the first N); the rest are reported
+	// Unhealthy, as NVIDIA's plugin reports a GPU after an Xid error. The kubelet's allocatable counts only
+	// healthy devices, so a test sets a node's usable GPUs to its seeded donor's without restarting anything.
+	healthyFile string
 }
 
 func (f *fakeGPUs) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -30,16 +35,49 @@ func (f *fakeGPUs) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*p
 }
 
 func (f *fakeGPUs) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	sent := -1
+	for {
+		if healthy := f.healthy(); healthy != sent {
+			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: f.devices(healthy)}); err != nil {
+				return err
+			}
+			sent = healthy
+		}
+		select {
+		case <-stream.Context().Done(): // the kubelet closed the stream
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// healthy is the number of healthy GPUs: the count in healthyFile, else all of them.
+func (f *fakeGPUs) healthy() int {
+	if f.healthyFile == "" {
+		return len(f.ids)
+	}
+	data, err := os.ReadFile(f.healthyFile)
+	if err != nil {
+		return len(f.ids)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || n < 0 || n > len(f.ids) {
+		fmt.Fprintf(os.Stderr, "gpu-device-plugin: %s should hold a count from 0 to %d; ignored\n", f.healthyFile, len(f.ids))
+		return len(f.ids)
+	}
+	return n
+}
+
+func (f *fakeGPUs) devices(healthy int) []*pluginapi.Device {
 	devices := make([]*pluginapi.Device, 0, len(f.ids))
-	for _, id := range f.ids {
-		devices = append(devices, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+	for i, id := range f.ids {
+		health := pluginapi.Healthy
+		if i >= healthy {
+			health = pluginapi.Unhealthy
+		}
+		devices = append(devices, &pluginapi.Device{ID: id, Health: health})
 	}
-	if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devices}); err != nil {
-		return err
-	}
-	// The devices never change; hold the stream open until the kubelet closes it.
-	<-stream.Context().Done()
-	return nil
+	return devices
 }
 
 func (f *fakeGPUs) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
@@ -67,12 +105,13 @@ func runDevicePlugin(args []string) int {
 	dir := flags.String("plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	count := flags.Int("count", 4, "number of fake GPUs")
 	resource := flags.String("resource", "nvidia.com/gpu", "extended resource name")
+	healthyFile := flags.String("healthy-file", "", "a file holding how many GPUs are healthy (default: all)")
 	_ = flags.Parse(args)
 	if *count < 1 {
 		fmt.Fprintln(os.Stderr, "gpu-device-plugin: --count must be at least 1")
 		return 2
 	}
-	plugin := &fakeGPUs{}
+	plugin := &fakeGPUs{healthyFile: *healthyFile}
 	for i := 0; i < *count; i++ {
 		plugin.ids = append(plugin.ids, fmt.Sprintf("fake-gpu-%d", i))
 	}

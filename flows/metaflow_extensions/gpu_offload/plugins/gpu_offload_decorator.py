@@ -18,7 +18,8 @@ class GpuOffloadDecorator(StepMutator):
     Parameters
     ----------
     gpus : int, default 1
-        Number of GPUs for the step.
+        Number of GPUs for the step. Part of a GPU (``gpus=0.5``, ``gpu_memory=...``) is refused with the
+        reason: Metaflow's ``@kubernetes`` asks for whole GPUs only (docs/sharing.md).
     gpu_model : str, optional, default None
         GPU model as admins label virtual nodes (``gpu-offload.io/gpu-model``), e.g. ``A100``.
     cluster : str, default "auto"

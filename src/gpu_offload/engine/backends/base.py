@@ -99,6 +99,10 @@ class RunRequest:
 
     gpus: int = 1
     """Number of GPUs the runner may see."""
+    fraction: float | None = None
+    """Part of one GPU asked for (``--gpus 0.5``; ``gpus`` is then 1); ``None``: whole GPUs."""
+    gpu_memory: int | None = None
+    """Bytes of GPU memory asked for (``--gpu-memory``): part of one GPU sized by memory."""
     gpu_model: str | None = None
     """A GPU model to ask for; only cluster backends use it."""
     fallback_models: tuple[str, ...] = ()
@@ -130,7 +134,8 @@ class RunRequest:
         """The options that fix a runner's shape, as a cell writes them."""
         ranks = self.ranks
         if ranks is None:
-            return f"--gpus {self.gpus}"
+            memory = f" --gpu-memory {self.gpu_memory // 2**20}Mi" if self.gpu_memory else ""
+            return f"--gpus {self.fraction if self.fraction is not None else self.gpus:g}{memory}"
         return f"--gpus {self.gpus} --nodes {ranks.nodes} --procs-per-node {ranks.procs_per_node}"
 
 

@@ -93,7 +93,7 @@ class KubernetesBackend:
         self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=self.trust)
         self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
         self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, self.trust, runner)
-        self.keeper = SessionKeeper(self.storage, self.trusts)
+        self.keeper = SessionKeeper(self.storage, self.trusts, settings.session_idle_timeout)
         """Checkpoints of the sessions (to the user's storage) and their resumes after a loss or a release."""
         self._lock = threading.Lock()
         self._sessions: dict[str, KubeSession | KubeRankSession] = {}

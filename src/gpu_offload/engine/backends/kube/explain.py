@@ -37,6 +37,8 @@ class PodContext:
     memory: str | None = None
     model: str | None = None
     """The GPU model placement chose (None: the node names none)."""
+    share: str = ""
+    """Part of a GPU held, how the donor lends it and the isolation it gives (``ResourceAsk.describe``)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,15 @@ def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
             said = cond.get("message") or "Unschedulable"
+            if _kueue_managed(pod):
+                # Kueue admitted it against its quota; what the scheduler lacks (a GPU held by a pod Kueue does not
+                # count, a node catching up) is Kueue's to judge: waitForPodsReady evicts the pod if it does not
+                # start in time, and the run then queues a new pod once (run.py). Failing here would end a cell
+                # Kueue would have given another chance.
+                return PodState(WAITING, (
+                    f"admitted by Kueue to {ctx.cluster}, but no node can take the pod yet (the scheduler says "
+                    f"\"{said}\"); if it does not start within Kueue's waitForPodsReady timeout, Kueue evicts it and "
+                    "the cell queues again once"), "Unschedulable")
             return PodState(FAILED, (
                 f"no node can take the pod for {ctx.cluster} with {_gpus(ctx.gpus)}: the scheduler says "
                 f"\"{said}\". Check `gpu-offload clusters`, then ask for fewer "
@@ -135,6 +146,11 @@ def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     node = (pod.get("spec") or {}).get("nodeName")
     where = f"on {node} ({ctx.cluster})" if node else f"waiting to be scheduled for {ctx.cluster}"
     return PodState(WAITING, f"pod Pending {where}" + (f": {why}" if why else ""))
+
+
+def _kueue_managed(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod went through Kueue (it names a LocalQueue)."""
+    return L.QUEUE_NAME_LABEL in ((pod.get("metadata") or {}).get("labels") or {})
 
 
 def queued(pod: Mapping[str, Any]) -> bool:
@@ -198,6 +214,8 @@ def placed_text(pod: Mapping[str, Any], ctx: PodContext) -> str:
     name = (pod.get("metadata") or {}).get("name", "")
     node = (pod.get("spec") or {}).get("nodeName") or "an unknown node"
     gpus = f"{ctx.gpus} x {ctx.model}" if ctx.model else _gpus(ctx.gpus)
+    if ctx.share:
+        gpus = f"{ctx.share}, {ctx.model}" if ctx.model else ctx.share
     return f"running in pod {name} on virtual node {node} (Liqo cluster {ctx.cluster}, {gpus})"
 
 

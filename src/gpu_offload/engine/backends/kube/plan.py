@@ -35,9 +35,12 @@ from ....liqo_peering.placement import (
     PlacementRequest,
     place,
     place_pods,
+    price_key,
     scheduling_fragment,
 )
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
+from ....liqo_peering.shares import queued_ask
+from ....liqo_peering.sharing import FractionRequest, ResourceAsk
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import TrustPolicy, apply_policy, is_trusted
 from ...errors import OffloadUsageError
@@ -98,8 +101,16 @@ class Situation:
 
 
 def needs_inventory(placement: RunRequest, queue: str | None) -> bool:
-    """Whether planning ``placement`` reads the inventory: placing it, or narrowing a queued run to a model."""
-    return queue is None or bool(placement.gpu_model)
+    """Whether planning ``placement`` reads the inventory: placing it, or narrowing a queued run to a model or
+    to the donors that lend part of a GPU in the same units."""
+    return queue is None or bool(placement.gpu_model) or fraction_of(placement) is not None
+
+
+def fraction_of(placement: RunRequest) -> FractionRequest | None:
+    """The part of one GPU a run asks for (``--gpus 0.5``, ``--gpu-memory``), None for whole GPUs."""
+    if placement.fraction is None and placement.gpu_memory is None:
+        return None
+    return FractionRequest(placement.fraction if placement.fraction is not None else 1.0, placement.gpu_memory)
 
 
 @dataclass(frozen=True)
@@ -284,6 +295,8 @@ class Where:
     """GPUs of the one pod (a Job's pods: GPUs per pod)."""
     model: str | None
     offloading: Offloading | None
+    ask: ResourceAsk | None = None
+    """Part of a GPU: what the donor grants it in, the share held and the isolation (``sharing.resource_ask``)."""
 
 
 def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: TrustPolicy,
@@ -311,12 +324,22 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
             raise OffloadUsageError(f"Nothing was launched: no donor{where} has GPU model "
                                     f"{' or '.join(wanted)}; leave out --gpu-model or name a model a donor has.")
         clusters = offered
+    fraction, ask = fraction_of(placement), None
+    if fraction is not None:  # part of a GPU: in the units of the donors Kueue may choose among
+        assert inventory is not None, "needs_inventory() said the inventory is read for a fraction"
+        try:
+            ask, shared = queued_ask(inventory.virtual_nodes, fraction, clusters,
+                                     [placement.gpu_model, *placement.fallback_models], price_key)
+        except NoFit as exc:
+            raise OffloadUsageError(f"Nothing was launched: {exc}") from None
+        clusters = list(shared)
+        models = {c: m for c, m in models.items() if c in shared} if models is not None else None
     key = ",".join(sorted(clusters)) or "*"
     # every donor (or the narrowed ones): where the pod goes is Kueue's choice, made after this
     offloading = None if key in seen.offloaded else Offloading(tuple(clusters), (key,))
     model = placement.gpu_model if not placement.fallback_models else None
-    return Where(queued_scheduling(placement.gpus, clusters, models),
-                 (clusters[0] if len(clusters) == 1 else KUEUE_PICKS,), placement.gpus, model, offloading)
+    return Where(queued_scheduling(placement.gpus, clusters, models, ask.limits if ask else None),
+                 (clusters[0] if len(clusters) == 1 else KUEUE_PICKS,), placement.gpus, model, offloading, ask)
 
 
 Choose = Callable[[Inventory, PlacementRequest, PlacementPolicy], tuple[NodeChoice, ...]]
@@ -353,7 +376,8 @@ def placed_where(placement: RunRequest, avoid: frozenset[str], seen: Situation, 
     cpu_only = ranks is not None and placement.gpus == 0
     request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
                                fallback_models=placement.fallback_models, memory=memory_bytes(seen.memory),
-                               trusted_only=placement.trusted_only, cpu_only=cpu_only)
+                               trusted_only=placement.trusted_only, cpu_only=cpu_only,
+                               fraction=fraction_of(placement))
     policy = POLICIES.get(settings.policy)
     if policy is None:
         raise OffloadUsageError(f"placement policy {settings.policy!r} is unknown; use one of "
@@ -372,7 +396,7 @@ def placed_where(placement: RunRequest, avoid: frozenset[str], seen: Situation, 
     clusters = tuple(c.cluster_id for c in chosen)
     if ranks is None:
         one = chosen[0]
-        return Where(one.scheduling_fragment(), clusters, one.gpus, one.model, offloading)
+        return Where(one.scheduling_fragment(), clusters, one.gpus, one.model, offloading, one.ask)
     models = {c.model for c in chosen}
     model = models.pop() if len(models) == 1 and not cpu_only else None  # CPU ranks use no GPU
     return Where(scheduling_fragment(clusters, placement.gpus), clusters, placement.gpus, model, offloading)
@@ -425,14 +449,17 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         python=settings.python, session=order.session,
         # a runner on an untrusted cluster sends its outputs in the safe format (the bundle was made before
         # placement); the kernel refuses a pickle from there whatever the runner sends
-        env={**placement.env, **order.env, **({} if trusted else {E.OUTPUT_FORMAT.name: "safe"})},
+        # part of a GPU: the runner is told its isolation and caps itself where the donor's mode allows
+        env={**placement.env, **order.env, **(where.ask.runner_env() if where.ask else {}),
+             **({} if trusted else {E.OUTPUT_FORMAT.name: "safe"})},
         server=settings.server, kernel_pid=seen.kernel_pid, metered=settings.metered, memory=seen.memory,
         cli=settings.cli, queue=queue,
         # a --priority without a queue is refused by runner_pod, naming the fix
         priority_class=placement.priority or (settings.priority if queue else None),
     )
     if ranks is None:
-        ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model)
+        ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model,
+                         where.ask.describe() if where.ask else "")
         what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
                           stored, pod, waits_for=what if queue else "")

@@ -36,7 +36,9 @@ class Released:
 class SessionKeeper:
     """Checkpoints and resumes of one backend's sessions (a no-op without object storage)."""
 
-    def __init__(self, storage: RunStorage | None, trusts: Callable[[str], bool]) -> None:
+    def __init__(self, storage: RunStorage | None, trusts: Callable[[str], bool], idle_timeout: float = 0.0) -> None:
+        self.idle_timeout = idle_timeout
+        """The hub's session idle timeout (told to the user with the first checkpoint); 0: never released."""
         self.checkpoints = KubeCheckpoints(storage) if storage is not None else None
         self.trusts = trusts
         self.auto: dict[str, int | None] = {}
@@ -90,7 +92,15 @@ class SessionKeeper:
             self._notes[session.name] = (
                 f"session {session.name} is checkpointed after each cell that changes it, to your storage (limit "
                 f"{limit / 2**20:.0f} MiB; `%gpu_offload checkpoint {session.name} --auto off` stops it): "
-                f"{saved.describe()}")
+                f"{saved.describe()}{self._release_words()}")
+
+    def _release_words(self) -> str:
+        if self.idle_timeout <= 0:
+            return ""
+        from .explain import span_text
+
+        return (f". Idle for {span_text(self.idle_timeout)} (the hub's offload.sessionIdleTimeout), its pod is released "
+                "and the GPUs go back to the pool; the next cell resumes it from the checkpoint")
 
     def note(self, name: str) -> str | None:
         """What the last automatic checkpoint of session ``name`` has to tell its next cell, once."""

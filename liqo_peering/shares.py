@@ -1,0 +1,115 @@
+"""Placing a fraction of a GPU: which virtual node can grant it, in the units its donor lends GPUs in.
+
+Pure. ``placement.place`` hands over the usable nodes (health, readiness, cordon, cluster and trust already
+filtered); each node's donor says how it shares (``VirtualNodeRecord.offer``), ``sharing.resource_ask`` turns the
+fraction into what that donor can grant, and a node fits when every resource of the ask is free there.
+
+Among the nodes that fit, the one where the ask holds the least of a GPU (a 1g.10gb MIG profile wastes less of
+a GPU than half of a time-sliced one for an 8 GiB need), then the one left with the fewest free units of what
+was asked (packing fractions together keeps other GPUs whole for whole-GPU work), then the cheaper, then by
+cluster id and name. A virtual node hides
+its donor's GPUs, so the per-GPU packing of ``packing`` (FGD) is the donor's scheduler's to do, not the origin's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .errors import CannotShare, NoFit
+from .inventory import VirtualNodeRecord
+from .sharing import GIB, FractionRequest, ResourceAsk, resource_ask
+
+
+@dataclass(frozen=True)
+class SharePick:
+    """The node chosen for a fraction, what to ask it for, and which of the wanted models it has."""
+
+    node: VirtualNodeRecord
+    ask: ResourceAsk
+    model_index: int
+    """0: the model asked for (or any); more: a fallback model."""
+
+
+def describe(fraction: FractionRequest) -> str:
+    """The fraction as a user wrote it, for messages: ``0.5 of a GPU``, ``12.0 GiB of GPU memory``."""
+    parts = []
+    if fraction.gpus < 1:
+        parts.append(f"{fraction.gpus:g} of a GPU")
+    if fraction.memory is not None:
+        parts.append(f"{fraction.memory / GIB:.1f} GiB of GPU memory")
+    return " and ".join(parts) or f"{fraction.gpus:g} GPU"
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return b is None or (a is not None and a.lower() == b.lower())
+
+
+def place_share(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, models: Sequence[str | None],
+                room: Callable[[VirtualNodeRecord], bool], price: Callable[[VirtualNodeRecord], float]) -> SharePick:
+    """The node for ``fraction`` among ``nodes``, trying each of ``models`` in order (None: any).
+
+    ``room`` says whether a node has the CPU and memory the pod asks for, ``price`` ranks equal nodes. Raises
+    ``NoFit`` naming, per cluster, why it cannot share (its donor lends whole GPUs only, no MIG profile is large
+    enough, ...) or that every share it lends is taken right now.
+    """
+    refused: dict[str, str] = {}
+    full: dict[str, str] = {}
+    for index, model in enumerate(models):
+        fits: list[tuple[float, int, float, str, str, VirtualNodeRecord, ResourceAsk]] = []
+        for vn in nodes:
+            if not _same(vn.model, model):
+                continue
+            try:
+                ask = resource_ask(fraction, vn.offer())
+            except (CannotShare, ValueError) as exc:
+                refused.setdefault(vn.cluster_id, str(exc))
+                continue
+            short = [f"{n} {r}" for r, n in ask.resources if vn.device_free(r) < n]
+            if short or not room(vn):
+                full.setdefault(vn.cluster_id, f"{vn.sharing} donor, {', '.join(short) or 'its CPU or memory'} "
+                                               "not free right now")
+                continue
+            left = sum(vn.device_free(r) - n for r, n in ask.resources)
+            fits.append((ask.share, left, price(vn), vn.cluster_id, vn.name, vn, ask))
+        if fits:
+            best = min(fits, key=lambda f: f[:5])
+            return SharePick(best[5], best[6], index)
+    raise _no_fit(fraction, refused, full)
+
+
+def _no_fit(fraction: FractionRequest, refused: dict[str, str], full: dict[str, str]) -> NoFit:
+    what = describe(fraction)
+    if not refused and not full:
+        return NoFit(f"no cluster can take {what}: no usable virtual node of the model asked for "
+                     "(`gpu-offload clusters` shows which nodes are ready, cordoned or down)", ())
+    lines = [f"{cluster}: {why}" for cluster, why in sorted(full.items())]
+    lines += [f"{cluster}: {why}" for cluster, why in sorted(refused.items()) if cluster not in full]
+    if full:
+        head = f"no cluster has room for {what} right now (retry later, or queue with Kueue)"
+    else:
+        head = f"no cluster can lend {what}"
+    return NoFit(f"{head}; " + "; ".join(lines), ())
+
+
+def queued_ask(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, clusters: Sequence[str],
+               models: Sequence[str | None], price: Callable[[VirtualNodeRecord], float]) -> tuple[ResourceAsk, tuple[str, ...]]:
+    """With queueing on, Kueue picks the donor, so the pod must ask in units every donor it may land on lends:
+    the ask of the cheapest donor that can grant ``fraction`` at all (free now or not), and the clusters among
+    ``clusters`` (all when empty) whose nodes grant it with the same resources. Raises ``NoFit`` naming why
+    each donor cannot."""
+    refused: dict[str, str] = {}
+    by_resources: dict[tuple[tuple[str, int], ...], list[tuple[float, str, ResourceAsk]]] = {}
+    for vn in nodes:
+        if (clusters and vn.cluster_id not in clusters) or not any(_same(vn.model, m) for m in models):
+            continue
+        try:
+            ask = resource_ask(fraction, vn.offer())
+        except (CannotShare, ValueError) as exc:
+            refused.setdefault(vn.cluster_id, str(exc))
+            continue
+        by_resources.setdefault(ask.resources, []).append((price(vn), vn.cluster_id, ask))
+    if not by_resources:
+        raise _no_fit(fraction, refused, {})
+    best = min(by_resources.values(), key=lambda group: min(p for p, _, _ in group))
+    return min(best)[2], tuple(sorted({cluster for _, cluster, _ in best}))

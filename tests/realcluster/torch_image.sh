@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# An image with torch for the real cluster's nodes (bench/bench_realcluster.py --torch): the cluster's Python
+# image (Debian's python3 3.11) plus torch 2.13.0 and what `import torch` needs, copied from this checkout's
+# .venv (the files pip installed there from the same wheels; no registry is reachable and no second download of
+# torch is made). Imported into node 1's containerd only, so a torch cell is pinned to donor-1.
+# Usage: sudo bash tests/realcluster/torch_image.sh   (the cluster running; a few minutes, about 4 GB)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+source "$HERE/env.sh"
+source "$HERE/lib.sh"
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/images/containers.conf}
+IMAGE=localhost/gpuorc/python-torch:3.11
+TAR=$RC_STATE/images/python-torch.tar
+SITE=$("$REPO/.venv/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(os.path.realpath(torch.__file__))))')
+# torch and its requirements (torch's metadata), triton aside: nothing imports it before a kernel is compiled;
+# numpy, as PyTorch's images carry it
+PACKAGES="torch torch-2.13.0.dist-info torchgen functorch nvidia cuda sympy mpmath networkx jinja2 markupsafe
+filelock fsspec typing_extensions.py setuptools _distutils_hack numpy numpy.libs"
+
+if [ ! -f "$TAR" ]; then
+	podman image exists localhost/gpuorc/python:3.11 || podman load -q -i "$RC_STATE/images/python.tar" >/dev/null
+	box=$(podman create localhost/gpuorc/python:3.11 true)
+	trap 'podman rm -f "$box" >/dev/null' EXIT
+	podman cp /dev/null "$box:/tmp/.keep" 2>/dev/null || true
+	for package in $PACKAGES; do
+		# Debian's python3 reads /usr/local/lib/python3.11/dist-packages; -L: the checkout's venv may link
+		podman cp "$(readlink -f "$SITE/$package")" "$box:/usr/local/lib/python3.11/dist-packages/$package"
+	done
+	podman commit -q "$box" "$IMAGE" >/dev/null
+	podman save --format docker-archive -o "$TAR.part" "$IMAGE" >/dev/null && mv "$TAR.part" "$TAR"
+	podman rmi -f "$IMAGE" >/dev/null
+fi
+ctr_ images import "$TAR" >/dev/null
+echo "$IMAGE on $RC_NODE"
