@@ -64,6 +64,7 @@ stop kube-apiserver
 stop etcd
 unmount_state
 ip link del "$RC_BRIDGE" 2>/dev/null
+[ "$RC_INDEX" = 0 ] || iptables -t nat -D PREROUTING $(kubernetes_service_rule) 2>/dev/null
 if [ -z "$RC_PRIVATE_MOUNTS" ]; then
 	rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/gpu-offload-fake-gpu.sock
 	rm -f /visibility/apiserver.crt /visibility/apiserver.key; rmdir /visibility 2>/dev/null

@@ -46,6 +46,11 @@ in_node_namespace() {
 	[ -z "$RC_PRIVATE_MOUNTS" ] || in_namespace_of node-namespace
 }
 
+# The DNAT rule that stands for kube-proxy's for the kubernetes Service (clusters 1-9, up.sh's start_network).
+kubernetes_service_rule() {
+	echo "-i $RC_BRIDGE -d ${RC_SERVICE_CIDR%.*}.1/32 -p tcp --dport 443 -j DNAT --to-destination $RC_HOST_IP:$RC_APISERVER_PORT"
+}
+
 # in_namespace_of HOLDER: the command prefix that runs a process in the mount namespace HOLDER keeps.
 in_namespace_of() {
 	echo nsenter "--mount=/proc/$(cat "$RC_STATE/pids/$1.pid")/ns/mnt" --

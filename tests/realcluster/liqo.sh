@@ -132,49 +132,31 @@ install_both() {
 	in_cluster "$DONOR" install_liqo "$DONOR_ID"
 }
 
-# The virtual kubelets: Liqo makes a Deployment per VirtualNode in the origin; its image is never pulled here,
-# so each runs as a process with that Deployment's arguments and ServiceAccount (started in the background
-# while liqoctl peers, since liqoctl waits for the virtual node).
-virtual_kubelets() {
-	local deadline=$((SECONDS + ${1:-600})) line namespace name
-	while [ $SECONDS -lt $deadline ]; do
-		while read -r namespace name; do
-			[ -n "$name" ] || continue
-			[ -f "$RC_STATE/pids/vk-$name.pid" ] && kill -0 "$(cat "$RC_STATE/pids/vk-$name.pid")" 2>/dev/null && continue
-			start_virtual_kubelet "$namespace" "$name"
-		done < <(kubectl get deployments -A -o \
-			'jsonpath={range .items[?(@.spec.template.spec.containers[0].name=="virtual-kubelet")]}{.metadata.namespace} {.metadata.name}{"\n"}{end}')
-		sleep 2
-	done
-}
-
-start_virtual_kubelet() {
-	local namespace=$1 name=$2 spec args=() account node port
-	spec=$(kubectl get deployment -n "$namespace" "$name" -o json)
-	mapfile -t args < <(echo "$spec" | python3 -c 'import json,sys; [print(a) for a in json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]["args"]]')
-	account=$(echo "$spec" | python3 -c 'import json,sys; print(json.load(sys.stdin)["spec"]["template"]["spec"]["serviceAccountName"])')
-	node=$(echo "$spec" | python3 -c 'import json,sys; print(next(e["value"] for e in json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "VIRTUALNODE_NAME"))')
-	args=("${args[@]//\$(POD_IP)/$RC_HOST_IP}")
-	port=$((RC_LIQO_PORT_BASE + 10 + $(ls "$RC_STATE/pids" | grep -c '^vk-' || true)))
-	token_kubeconfig "vk-$name" "$namespace" "$account"
-	echo "virtual kubelet $namespace/$name (node $node) on port $port"
-	start "vk-$name" env KUBECONFIG="$RC_STATE/vk-$name.kubeconfig" POD_NAME="$name" POD_NAMESPACE="$namespace" \
-		VIRTUALNODE_NAME="$node" $(in_node_namespace) "$LIQO_STATE/bin/virtual-kubelet" "${args[@]}" --listen-port="$port"
+# Liqo's virtual kubelet runs as Liqo makes it, a Deployment per VirtualNode in the origin, from the image its
+# VkOptionsTemplate names (never pulled here): built from our build of it on the Debian base lib.sh makes, and
+# imported into both clusters' containerd by up.sh (images/extra).
+vk_image() {
+	local context image
+	image=ghcr.io/liqotech/virtual-kubelet:$(liqo_version)
+	context=$(mktemp -d)
+	cp "$LIQO_STATE/bin/virtual-kubelet" "$context/"
+	printf 'FROM localhost/gpuorc/python:3.11\nCOPY virtual-kubelet /usr/bin/virtual-kubelet\n' >"$context/Containerfile"
+	in_cluster "$ORIGIN" build_images   # the Debian base (once per machine)
+	podman image exists localhost/gpuorc/python:3.11 || podman load -q -i "$LIQO_STATE/images/python.tar" >/dev/null
+	podman build --network none -q -t "$image" "$context" >/dev/null
+	mkdir -p "$LIQO_STATE/images/extra"
+	podman save --format docker-archive -o "$LIQO_STATE/images/extra/virtual-kubelet.tar" "$image" >/dev/null
+	rm -rf "$context"
 }
 
 peer() {
-	local origin_kc donor_kc watcher
+	local origin_kc donor_kc
 	origin_kc=$(in_cluster "$ORIGIN" kubeconfig_path)
 	donor_kc=$(in_cluster "$DONOR" kubeconfig_path)
-	in_cluster "$ORIGIN" virtual_kubelets 600 &
-	watcher=$!
 	# liqoctl's peering (pkg/liqoctl/peer) with networking disabled, from liqo/peer
 	"$LIQO_STATE/bin/peer" --kubeconfig "$origin_kc" --remote-kubeconfig "$donor_kc" \
 		--cpu 4 --memory 8Gi --pods 50 --resource "nvidia.com/gpu=$DONOR_GPUS" --timeout 5m
-	kill "$watcher" 2>/dev/null || true
-	wait "$watcher" 2>/dev/null || true
-	in_cluster "$ORIGIN" virtual_kubelets 5
-	in_cluster "$ORIGIN" wait_for "the donor's virtual node Ready" 120 virtual_node_ready
+	in_cluster "$ORIGIN" wait_for "the donor's virtual node Ready" 180 virtual_node_ready
 }
 
 kubeconfig_path() { echo "$RC_KUBECONFIG"; }
@@ -186,7 +168,7 @@ virtual_node_ready() {
 
 # skip_labels LABELS: from now on the origin's Liqo keeps LABELS (comma-separated) off donor pods, as
 # `offloading.reflection.skip.labels` at install would have: the VkOptionsTemplate (new virtual nodes), each
-# VirtualNode's offloading patch, and their virtual kubelets restarted (each reads its patch at start).
+# VirtualNode's offloading patch, and their virtual kubelets' pods replaced (each reads its patch at start).
 skip_labels() {
 	local json namespace name
 	json=$(python3 -c 'import json, sys; print(json.dumps([l for l in sys.argv[1].split(",") if l]))' "$1")
@@ -196,20 +178,19 @@ skip_labels() {
 		kubectl patch virtualnode -n "$namespace" "$name" --type merge \
 			-p "{\"spec\": {\"offloadingPatch\": {\"labelsNotReflected\": $json}}}" >/dev/null
 	done < <(kubectl get virtualnodes -A -o 'jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{"\n"}{end}')
-	for name in "$RC_STATE"/pids/vk-*.pid; do [ -f "$name" ] && stop "$(basename "$name" .pid)"; done
-	virtual_kubelets 5
+	kubectl delete pods -A -l offloading.liqo.io/component=virtual-kubelet --wait=true --timeout=60s >/dev/null
 	wait_for "the donor's virtual node Ready" 120 virtual_node_ready
 }
 
 up() {
-	for name in ${LIQO_STAGES:-up_clusters build_liqo install_both peer}; do timed "$name"; done
+	for name in ${LIQO_STAGES:-build_liqo vk_image up_clusters install_both peer}; do timed "$name"; done
 	echo "Liqo pair up: origin KUBECONFIG=$(in_cluster "$ORIGIN" kubeconfig_path)," \
 		"donor KUBECONFIG=$(in_cluster "$DONOR" kubeconfig_path)"
 }
 
 stop_liqo() {
 	local file
-	for file in "$RC_STATE"/pids/vk-*.pid "$RC_STATE"/pids/liqo-*.pid; do
+	for file in "$RC_STATE"/pids/liqo-*.pid; do
 		[ -f "$file" ] && stop "$(basename "$file" .pid)"
 	done
 	return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import uuid
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -23,9 +24,21 @@ from gpu_offload.sandbox.liqo.seed import REMOTE_CLUSTER_ID_LABEL, TYPE_LABEL, V
 
 from gpu_offload.cli import doctor
 
-from .liqopair import DONOR_ID, ORIGIN_ID, Pair, gpu_pod, offloaded_namespace, pair, virtual_node, wait
+from ..cli.helpers import cli, environment
+from .liqopair import (
+    DONOR_ID,
+    IMAGE,
+    ORIGIN_ID,
+    ORIGIN_STATE,
+    Pair,
+    gpu_pod,
+    offloaded_namespace,
+    pair,
+    virtual_node,
+    wait,
+)
 
-pytestmark = pytest.mark.real_liqo
+pytestmark = [pytest.mark.real_liqo, pytest.mark.e2e]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
@@ -170,3 +183,21 @@ def _donor_names(liqo: Pair, namespace: str) -> set[str]:
     except kubernetes.client.ApiException:
         return set()
     return {o.metadata.name for o in [*secrets, *configmaps]}
+
+
+def test_gpu_offload_run_goes_through_liqos_virtual_node_to_the_donor(liqo: Pair, tmp_path: Path) -> None:
+    """The project's own path on real Liqo: `gpu-offload run` on the origin places its pod on the virtual node
+    Liqo made, sends the bundle through the virtual kubelet's attach, and prints what ran on the donor's
+    kubelet (a fake GPU allocated); nothing is left behind on the origin."""
+    (tmp_path / "main.py").write_text("import os\nprint('ran with', os.environ.get('NVIDIA_VISIBLE_DEVICES'))\n")
+    with offloaded_namespace(liqo, "Local") as (namespace, _twin):
+        env = environment(tmp_path / "state", KUBECONFIG=str(ORIGIN_STATE / "admin.kubeconfig"),
+                          GPU_OFFLOAD_NAMESPACE=namespace, GPU_OFFLOAD_IMAGE=IMAGE, JUPYTERHUB_USER="alice")
+        done = cli(["run", "--gpus", "1", "main.py"], tmp_path, env, timeout=240)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.startswith("ran with fake-gpu-"), done.stdout
+        assert f"on virtual node {virtual_node(liqo)['metadata']['name']} (Liqo cluster {DONOR_ID}" in done.stderr
+        core = liqo.core("origin")
+        wait(lambda: not core.list_namespaced_pod(namespace).items, "the run's pod gone", 60)
+        assert not [s.metadata.name for s in core.list_namespaced_secret(namespace).items
+                    if (s.metadata.labels or {}).get("gpu-offload.io/managed-by") == "gpu-offload"]

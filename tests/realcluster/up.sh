@@ -57,11 +57,21 @@ start_network() {
 	fi
 	ip link set "$RC_BRIDGE" up
 	mkdir -p "$RC_STATE/cni/net.d" "$RC_STATE/cni/ipam"
+	# Clusters 1-9 (the Liqo stage) run pods that talk to their API server in-cluster (Liqo's virtual kubelet):
+	# no kube-proxy runs, so the kubernetes Service's address is routed to the bridge and turned into the API
+	# server's there, the one rule kube-proxy would have made for it (down.sh removes it); the other clusters'
+	# bridges (where their API servers listen) are routed too, as a peered cluster's API server is reachable.
+	local service_route=""
+	if [ "$RC_INDEX" != 0 ]; then
+		service_route=', "routes": [{"dst": "'"$RC_SERVICE_CIDR"'"}, {"dst": "10.219.0.0/16"}]'
+		iptables -t nat -C PREROUTING $(kubernetes_service_rule) 2>/dev/null ||
+			iptables -t nat -I PREROUTING $(kubernetes_service_rule)
+	fi
 	cat >"$RC_STATE/cni/net.d/10-gpuorc.conflist" <<CNI
 {"cniVersion": "0.4.0", "name": "gpuorc", "plugins": [
   {"type": "bridge", "bridge": "$RC_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": "$RC_STATE/cni/ipam", "ranges": [[{"subnet": "$RC_POD_CIDR",
-            "rangeStart": "${RC_POD_CIDR%.*}.10", "gateway": "$RC_HOST_IP"}]]}},
+            "rangeStart": "${RC_POD_CIDR%.*}.10", "gateway": "$RC_HOST_IP"}]]$service_route}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 CNI
 }
