@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -33,6 +34,13 @@ _STATE_DIR = tempfile.mkdtemp(prefix="gpu-offload-test-runs-")
 os.environ.setdefault("GPU_OFFLOAD_STATE_DIR", _STATE_DIR)
 # Donors stay untrusted unless a test says otherwise: the developer's own setting must not leak in.
 os.environ.pop("GPU_OFFLOAD_TRUSTED_CLUSTERS", None)
+# The Ctrl-C tests send SIGINT as a terminal does, to processes that must have a terminal's default for it. A
+# suite started in the background of a non-interactive shell (`.ci/run > log &`, nohup) inherits SIGINT and
+# SIGQUIT ignored, an ignored signal stays ignored across exec, and every process the tests start would then
+# ignore Ctrl-C. Back to the defaults before any fixture starts anything (xdist workers import this too).
+for _signum, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, _handler)
 
 E2E_FIXTURES = frozenset({
     # a sandbox (an API server, with or without the Liqo origin and its kubelet's container processes)

@@ -5,6 +5,9 @@ split the tests by the fixtures they use; the slowest tests are written to the f
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +148,29 @@ def test_one_origin_configuration_starts_once_on_two_workers_and_the_limit_fails
     assert "of them origins: 2" in out, out
     assert "FAILED: 2 sandbox origins started, the limit is fewer than 2" in out, out
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+CTRL_C = '''
+import signal, subprocess, sys
+import pytest
+
+@pytest.mark.e2e
+def test_ctrl_c_reaches_a_child():
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(120)"],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "ready\\n"
+    child.send_signal(signal.SIGINT)
+    assert child.wait(60) == -signal.SIGINT  # KeyboardInterrupt, as after a terminal's Ctrl-C
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "two-workers"])
+def test_a_suite_started_with_sigint_ignored_still_lets_ctrl_c_reach_the_processes_it_starts(
+        pytester: pytest.Pytester, workers: list[str]) -> None:
+    """``.ci/run > log &`` from a script starts the suite with SIGINT ignored, which every child would inherit."""
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(test_ctrl_c=CTRL_C)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *workers], cwd=pytester.path,
+                          capture_output=True, text=True, timeout=600,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr

@@ -6,13 +6,10 @@ where it is. Tracebacks are cut to start at the cell's own frame and name the no
 
 from __future__ import annotations
 
-import ast
 import importlib
-import linecache
 import re
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +68,10 @@ def _show_figures() -> None:
 
 def compile_cell(emit: Emit, bundle: dict[str, Any]) -> tuple[Any, Any]:
     """Compile the cell with the notebook's file name and line numbers; the last expression separately."""
+    # ast and linecache (which brings tokenize) are imported by the first cell, after the hello frame
+    import ast
+    import linecache
+
     cell, filename, first = bundle["cell"], bundle["filename"], bundle["first_line"]
     # tracebacks read source through linecache: pad so that line N of the cell is line N + first - 1
     lines = [""] * (first - 1) + cell.splitlines(keepends=True)
@@ -100,6 +101,8 @@ def _syntax_failure(emit: Emit, cell: str, first: int, exc: SyntaxError) -> Cell
             )
     if exc.lineno is not None:
         exc.lineno += first - 1
+    import traceback
+
     return fail(emit, "SyntaxError", str(exc), traceback.format_exception_only(type(exc), exc))
 
 
@@ -149,6 +152,8 @@ def load_inputs(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any], *
 def cell_traceback(exc: BaseException, filename: str) -> list[str]:
     """The formatted traceback of the cell's own frames: from the cell's first frame on, and without the
     runner's frames (e.g. the signal handler that raised a KeyboardInterrupt) at the end."""
+    import traceback  # only a failed cell needs it (it brings linecache and tokenize)
+
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != filename:
         tb = tb.tb_next

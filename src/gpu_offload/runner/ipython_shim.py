@@ -13,7 +13,6 @@ is asked only when no other finder knows the module.
 from __future__ import annotations
 
 import base64
-import copy
 import importlib.machinery
 import os
 import sys
@@ -45,6 +44,12 @@ def _exists(path: str) -> bool:
         return False
 
 
+def _deep_copy(metadata: Any) -> Any:
+    import copy  # not at the top: only a display object with metadata needs it, never a cold start
+
+    return copy.deepcopy(metadata)
+
+
 class DisplayObject:
     """Data shown as one MIME type; from ``data``, a ``filename`` or a ``url`` (read at creation, as IPython)."""
 
@@ -73,7 +78,7 @@ class DisplayObject:
         pass
 
     def _data_and_metadata(self) -> Any:
-        return (self.data, copy.deepcopy(self.metadata)) if self.metadata else self.data
+        return (self.data, _deep_copy(self.metadata)) if self.metadata else self.data
 
     def reload(self) -> None:
         """Read the data from the file or URL it came from."""
@@ -134,7 +139,7 @@ class Math(TextDisplayObject):
 
     def _repr_latex_(self) -> Any:
         text = rf"$\displaystyle {self.data.strip('$')}$"
-        return (text, copy.deepcopy(self.metadata)) if self.metadata else text
+        return (text, _deep_copy(self.metadata)) if self.metadata else text
 
 
 class SVG(DisplayObject):

@@ -11,7 +11,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from typing import Any
 
 from . import display, gpu_cap, handover, ipython_hook, ipython_shim, metrics, watchdog
@@ -162,6 +161,8 @@ class Runtime:
         except CellFailed:
             status = "error"
         except Exception as exc:  # a fault of the runner itself, not of the cell: still report and go on
+            import traceback
+
             status = "error"
             self.emit(
                 "error",

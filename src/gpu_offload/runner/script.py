@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import sys
-import tempfile
-import zipfile
 from typing import Any
 
 
 def enter(script: dict[str, Any], namespace: dict[str, Any]) -> str:
     """Unpack the workdir and make it the script's world; returns the directory (removed by :func:`leave`)."""
+    # imported here, not at the top: a cell (most runs) never needs them, and zipfile alone brings
+    # shutil, bz2, lzma and random into a cold start
+    import tempfile
+    import zipfile
+
     root = tempfile.mkdtemp(prefix="gpuo-workdir-")
     data = script.get("workdir") or b""
     if data:
@@ -34,6 +36,9 @@ def enter(script: dict[str, Any], namespace: dict[str, Any]) -> str:
 
 def leave(root: str) -> None:
     """Leave the unpacked workdir and remove it (a one-shot runner ends next; a session must not keep it)."""
+    import shutil
+    import tempfile
+
     os.chdir(tempfile.gettempdir())
     if root in sys.path:
         sys.path.remove(root)

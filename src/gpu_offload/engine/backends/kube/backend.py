@@ -174,11 +174,13 @@ class KubernetesBackend:
         assert job.session is not None
         self.keeper.settle(job.session)  # a checkpoint still being written goes first
         session = self._session(job.session, job.request)
-        notes = [self.keeper.note(job.session), self.keeper.resume(session)]
+        note, resumed = self.keeper.note(job.session), self.keeper.resume(session)
         run = session.submit(job.bundle, job.run_id)
-        for note in notes:
-            if note:
-                run.warn(note)
+        if note is not None:
+            text, warning = note
+            (run.warn if warning else run.announce)(text)
+        if resumed:
+            run.warn(resumed)
         return run
 
     # --- the Host protocol: what runs and sessions ask of the backend and tell it ---

@@ -44,7 +44,8 @@ class SessionKeeper:
         self.auto: dict[str, int | None] = {}
         """Session -> the limit of its automatic checkpoints (``None``: turned off); unset: on, default limit."""
         self._locks: dict[str, threading.Lock] = {}
-        self._notes: dict[str, str] = {}
+        self._notes: dict[str, tuple[str, bool]] = {}
+        """What the next cell of a session is told: (text, whether it is a warning)."""
         self._told: set[str] = set()
         self._moved: dict[str, RunRequest] = {}
         self._released: dict[str, Released] = {}
@@ -79,7 +80,7 @@ class SessionKeeper:
                 self._note(session, self._take(session, session.name, limit, only_if_changed=True), limit)
             except (OffloadUsageError, SessionLost, StorageError) as exc:
                 self._notes[session.name] = (f"the automatic checkpoint after the last cell was not written ({exc}); "
-                                             "the one before it stays")
+                                             "the one before it stays", True)
             finally:
                 lock.release()
             then(session)
@@ -92,7 +93,7 @@ class SessionKeeper:
             self._notes[session.name] = (
                 f"session {session.name} is checkpointed after each cell that changes it, to your storage (limit "
                 f"{limit / 2**20:.0f} MiB; `%gpu_offload checkpoint {session.name} --auto off` stops it): "
-                f"{saved.describe()}{self._release_words()}")
+                f"{saved.describe()}{self._release_words()}", False)
 
     def _release_words(self) -> str:
         if self.idle_timeout <= 0:
@@ -102,8 +103,9 @@ class SessionKeeper:
         return (f". Idle for {span_text(self.idle_timeout)} (the hub's offload.sessionIdleTimeout), its pod is released "
                 "and the GPUs go back to the pool; the next cell resumes it from the checkpoint")
 
-    def note(self, name: str) -> str | None:
-        """What the last automatic checkpoint of session ``name`` has to tell its next cell, once."""
+    def note(self, name: str) -> tuple[str, bool] | None:
+        """What the last automatic checkpoint of session ``name`` has to tell its next cell, once, and whether it
+        is a warning (a checkpoint not written) or a quiet notice (the first one written, and what it holds)."""
         return self._notes.pop(name, None)
 
     def _take(self, session: Any, name: str, limit: int, only_if_changed: bool = False) -> KubeCheckpoint | None:
