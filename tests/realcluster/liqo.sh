@@ -228,7 +228,8 @@ run)
 	started=$SECONDS
 	down >/dev/null 2>&1 || true
 	rc=0
-	if up; then timed run_tests "$@" || rc=$?; else rc=1; fi
+	# up in a process of its own: inside an if, bash would ignore `set -e` in the function and carry on
+	if bash "$0" up; then timed run_tests "$@" || rc=$?; else rc=1; fi
 	echo "== Liqo stage times"; cat "$LIQO_STATE/logs/stages.txt"
 	down
 	echo "Liqo stage total $((SECONDS - started))s"
