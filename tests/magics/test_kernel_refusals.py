@@ -11,7 +11,7 @@ import pytest
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CASES = {
     "wrong option": ("%%gpu_offload --gpuz 1\nx = 1", "`--gpuz` is not an option (did you mean --gpus?)"),
-    "bad option value": ("%%gpu_offload --gpus two\nx = 1", "argument --gpus: invalid int value: 'two'"),
+    "bad option value": ("%%gpu_offload --gpus two\nx = 1", "argument --gpus: 'two' is not a number of GPUs"),
     "syntax error": ("%%gpu_offload\nx = 1\nif x:\n    y = (1 +\nz = 3",
                      "Syntax error on line 4 of the cell: '(' was never closed"),
     "IPython syntax": ("%%gpu_offload\nx = 1\n!ls", "Line 3 of the cell is IPython syntax"),

@@ -8,6 +8,7 @@ An option is added in one line here; a front end that should not offer it says s
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,13 @@ class Option:
 
 def gpu_amount(word: str) -> int | float:
     """``--gpus``: a whole number of GPUs, or part of one (``0.5``); ``OffloadRequest`` checks the range."""
-    value = float(word)  # argparse turns the ValueError into "invalid gpu_amount value"
+    try:
+        value = float(word)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{word!r} is not a number of GPUs: give a whole number (2), 0 for CPU, "
+                                         "or part of one GPU (0.5)")
     return int(value) if value.is_integer() else value
 
 

@@ -173,14 +173,21 @@ class RunBook:
     """
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = root or default_state_dir()
-        self._checked = False
+        self._fixed = root
+        self._checked: Path | None = None
+
+    @property
+    def root(self) -> Path:
+        """The directory given, else the setting as it is now: a kernel's book is made when the magic loads,
+        and ``GPU_OFFLOAD_STATE_DIR`` set in the notebook afterwards still applies to its next run."""
+        return self._fixed or default_state_dir()
 
     def check(self) -> None:
-        """Raise :class:`StateDirRefused` unless the directory is this user's alone (checked once)."""
-        if not self._checked:
-            check_state_dir(self.root)
-            self._checked = True
+        """Raise :class:`StateDirRefused` unless the directory is this user's alone (checked once per directory)."""
+        root = self.root
+        if self._checked != root:
+            check_state_dir(root)
+            self._checked = root
 
     def _path(self, run_id: str, suffix: str) -> Path:
         if not run_id or "/" in run_id or run_id.startswith("."):
