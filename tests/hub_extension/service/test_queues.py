@@ -25,7 +25,9 @@ from ...realcluster.realorigin import clusters, seeded_origin
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
-sandbox_origin = origin_fixture(SHARED / "liqo-crds", donors=DONORS)
+# its own origin: the controller owns the cluster-wide ClusterQueue and flavors, which the kube backend's tests
+# (the same donors, so the same pooled origin) also create with other quotas
+sandbox_origin = origin_fixture(SHARED / "liqo-crds", donors=DONORS, private=True)
 
 
 @pytest.fixture(scope="module", params=clusters())
