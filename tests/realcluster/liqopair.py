@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 
 import kubernetes
 import pytest
+from gpu_offload.sandbox.fixtures import wait_until
 
 ENABLED = os.environ.get("GPU_OFFLOAD_REAL_LIQO") == "1"
 ORIGIN_STATE = Path(os.environ.get("LIQO_ORIGIN_STATE", "/var/tmp/gpu-offload-realcluster-1"))
@@ -61,15 +61,8 @@ def pair() -> Iterator[Pair]:
 
 
 def wait(check: Callable[[], T | None], what: str, timeout: float = 120.0) -> T:
-    """Poll ``check`` until it is truthy; fail naming ``what`` (the timeout bounds a hang, it is not asserted)."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what} (last value: {last!r})")
+    """:func:`wait_until` with the pair's longer default and a slower poll (two real clusters answer slower)."""
+    return wait_until(check, what, timeout, every=0.5)
 
 
 def virtual_node(p: Pair) -> dict[str, Any]:
