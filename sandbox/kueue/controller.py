@@ -65,6 +65,7 @@ class KueueController:
         self._timers = self.options.pods_ready_timeout is not None
         for uid in sync.ensure_workloads(api, self.managed_namespaces(api)):
             self.arrival[uid] = next(self._arrivals)
+        sync.follow_priorities(api)
         wl_rt = api.kind(names.API_VERSION, "Workload")
         items = api.list(wl_rt)["items"]
         live = {w["metadata"]["uid"] for w in items}
