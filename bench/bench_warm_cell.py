@@ -61,6 +61,7 @@ def child(tree: str | None) -> int:
     if tree:
         import_tree(Path(tree))
     import psutil
+    from harness import timed  # the script's folder is on sys.path
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
@@ -73,20 +74,11 @@ def child(tree: str | None) -> int:
     runners = psutil.Process().children(recursive=True)  # the session's runner (psutil: 10 ms ticks)
     for line in sys.stdin:
         cells = int(line)
-        kernel = []
-        cpu = time.process_time()
-        for _ in range(cells):
-            start = time.perf_counter()
-            shell.run_cell("x = 1", store_history=False)
-            kernel.append((time.perf_counter() - start) * 1000)
-        kernel_cpu = (time.process_time() - cpu) * 1000 / cells
-        warm = []
-        cpu, theirs = time.process_time(), sum(sum(p.cpu_times()[:2]) for p in runners)
-        for _ in range(cells):
-            start = time.perf_counter()
-            shell.run_cell_magic("gpu_offload", "--session bench", "x = 1")
-            warm.append((time.perf_counter() - start) * 1000)
-        warm_cpu = (time.process_time() - cpu) * 1000 / cells
+        kernel, cpu = timed(lambda: shell.run_cell("x = 1", store_history=False), cells)
+        kernel_cpu = sum(cpu) / cells
+        theirs = sum(sum(p.cpu_times()[:2]) for p in runners)
+        warm, cpu = timed(lambda: shell.run_cell_magic("gpu_offload", "--session bench", "x = 1"), cells)
+        warm_cpu = sum(cpu) / cells
         runner_cpu = (sum(sum(p.cpu_times()[:2]) for p in runners) - theirs) * 1000 / cells
         stamps = _Stamps()
         sys.stdout = stamps
