@@ -80,9 +80,12 @@ def ours(backend: Backend, request: OffloadRequest | None = None) -> tuple[float
 
 def torchrun(script: Path) -> tuple[float, float]:
     """The same for ``torchrun --standalone --nproc-per-node 4``."""
-    binary = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    beside = Path(sys.executable).with_name("torchrun")
+    found = shutil.which("torchrun") or (str(beside) if beside.exists() else None)
+    # torchrun is the console script of torch.distributed.run; a venv without the script still has the module
+    binary = [found] if found else [sys.executable, "-m", "torch.distributed.run"]
     watch = Stopwatch()
-    proc = subprocess.Popen([binary, "--standalone", "--nproc-per-node", "4", str(script)],
+    proc = subprocess.Popen([*binary, "--standalone", "--nproc-per-node", "4", str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout is not None
     first = None
