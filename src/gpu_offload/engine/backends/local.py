@@ -33,8 +33,9 @@ from .base import (
     Transfer,
     stale_frames_note,
 )
+from .checkpoint_book import SessionLost, restored_line
 from .local_process import RunnerProcess, daemon_thread, runner_environment
-from .local_state import SavedCheckpoint, SessionCheckpoints, SessionLost, restored_line
+from .local_state import SavedCheckpoint, SessionCheckpoints
 
 if TYPE_CHECKING:
     from .local_nodes import NodeProcesses, NodesRun
