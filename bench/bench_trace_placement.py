@@ -42,7 +42,6 @@ Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6] [--queue-onl
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import heapq
 import math
@@ -51,19 +50,18 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 
+import alibaba_trace  # bench/: the script's folder is on sys.path
+from alibaba_trace import NEVER
 from gpu_offload.liqo_peering.errors import NoFit, UnknownModel
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.liqo_peering.placement import POLICIES, PlacementPolicy, PlacementRequest, place
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import machine_line
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 WORKLOADS = ("default", "gpuspec33", "multigpu50", "gpushare100")
 DONORS = 6
 FILL_LOAD = 1.3
 """Fill mode stops once the GPUs asked for reach this multiple of the pool's."""
-NEVER = 2**62
 MIB = 2**20
 CONTENDED = 0.10
 """Queue mode shrinks the pool until dropping refuses at least this share of the tasks."""
@@ -102,25 +100,14 @@ class Task:
 
 
 def read_nodes(donors: int) -> list[Node]:
-    with (TRACE / "openb_node_list_gpu_node.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["gpu"]) > 0]
-    return [Node(r["sn"], f"donor-{i % donors}", int(r["gpu"]), r["model"], int(r["cpu_milli"]),
-                 int(r["memory_mib"])) for i, r in enumerate(rows)]
+    return [Node(n.name, f"donor-{i % donors}", n.gpus, n.model, n.cpu_milli, n.memory_mib)
+            for i, n in enumerate(alibaba_trace.read_nodes())]
 
 
 def read_tasks(workload: str) -> list[Task]:
-    """The GPU tasks of one workload file; CPU-only tasks never reach GPU placement."""
-    with (TRACE / f"openb_pod_list_{workload}.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    tasks = []
-    for r in rows:
-        gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
-        if gpus == 0:
-            continue
-        models = tuple(m for m in (r.get("gpu_spec") or "").split("|") if m)  # some files lack the column
-        tasks.append(Task(r["name"], int(r["cpu_milli"]), int(r["memory_mib"]), gpus, milli < 1000, models,
-                          int(r.get("creation_time") or 0), int(r.get("deletion_time") or NEVER)))
-    return tasks
+    """The GPU tasks of one workload file, each asking whole GPUs."""
+    return [Task(t.name, t.cpu_milli, t.memory_mib, t.gpus, t.gpu_milli < 1000, t.models, t.created, t.deleted)
+            for t in alibaba_trace.read_tasks(workload)]
 
 
 class Pool:
@@ -430,9 +417,8 @@ def main() -> int:
     parser.add_argument("--donors", type=int, default=DONORS, help="donor clusters the nodes are dealt to")
     parser.add_argument("--queue-only", action="store_true", help="only the queue mode's tables")
     args = parser.parse_args()
-    if not TRACE.is_dir():
-        print(f"trace not found at {TRACE}: this benchmark reads ../shared/traces/alibaba-gpu-v2023 beside "
-              "the repository", file=sys.stderr)
+    if alibaba_trace.missing():
+        print(alibaba_trace.missing(), file=sys.stderr)
         return 2
     nodes = read_nodes(args.donors)
     print("## Placement policies replayed on the Alibaba GPU trace (cluster-trace-gpu-v2023)")
