@@ -49,26 +49,35 @@ class HubReader(Generic[Answer]):
     path = ""
     what = ""
     """What the endpoint says, as an error names it (``the inventory``)."""
+    fix = ""
+    """What to do when its answer cannot be read."""
+    ttl = TTL_SECONDS
 
-    def __init__(self, service_url: str, token: str, ttl: float) -> None:
+    def __init__(self, service_url: str, token: str, ttl: float | None = None) -> None:
         self.url = service_url.rstrip("/") + self.path
         self._token = token
-        self._ttl = ttl
+        if ttl is not None:
+            self.ttl = ttl
         self._lock = threading.Lock()
         self._cached: tuple[float, Answer] | None = None
         self.requests = 0
 
     def parse(self, data: Any) -> Answer:
-        """The endpoint's JSON as a record; a :class:`HubInventoryError` naming the fix when it does not fit."""
+        """The endpoint's JSON as a record; ValueError, KeyError or TypeError when it does not fit."""
         raise NotImplementedError
 
     def get(self, timeout: float, fresh: bool = False) -> Answer:
         """The answer, asked again when ``fresh`` or when the last one is older than the TTL."""
         with self._lock:
-            if not fresh and self._cached is not None and time.monotonic() - self._cached[0] < self._ttl:
+            if not fresh and self._cached is not None and time.monotonic() - self._cached[0] < self.ttl:
                 return self._cached[1]
             self.requests += 1
-            answer = self.parse(get_json(self.url, self._token, timeout, self.what))
+            data = get_json(self.url, self._token, timeout, self.what)
+            try:
+                answer = self.parse(data)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise HubInventoryError(f"the hub service at {self.url} did not answer with {self.what} this "
+                                        f"kernel can read ({exc}); {self.fix}") from None
             self._cached = (time.monotonic(), answer)
             return answer
 
@@ -78,18 +87,11 @@ class HubInventory(HubReader[Inventory]):
 
     path = "/api/inventory"
     what = "the inventory"
-
-    def __init__(self, service_url: str, token: str, ttl: float = TTL_SECONDS) -> None:
-        super().__init__(service_url, token, ttl)
+    fix = ("check that the gpu-offload service runs (ask your JupyterHub admin), or unset GPU_OFFLOAD_SERVICE_URL "
+           "to read the cluster directly")
 
     def parse(self, data: Any) -> Inventory:
-        try:
-            return inventory_from_dict(data["records"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise HubInventoryError(
-                f"no inventory from the hub service at {self.url} ({exc}); check that the gpu-offload service "
-                "runs (ask your JupyterHub admin), or unset GPU_OFFLOAD_SERVICE_URL to read the cluster directly"
-            ) from exc
+        return inventory_from_dict(data["records"])
 
     def inventory(self, timeout: float = 10.0) -> Inventory:
         """The inventory, read again when the last answer is older than the TTL."""
