@@ -44,6 +44,11 @@ class TraceTask:
     deleted: int
     """:data:`NEVER` when the trace gives no deletion time."""
 
+    @property
+    def shares(self) -> bool:
+        """Whether it asks for less than a whole GPU (the project gives such a task a whole one)."""
+        return self.gpu_milli < 1000
+
 
 def missing() -> str | None:
     """Why the trace cannot be read, or None when it is there."""

@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import alibaba_trace  # bench/: the script's folder is on sys.path
-from alibaba_trace import NEVER
+from alibaba_trace import NEVER, TraceNode, TraceTask
 from gpu_offload.liqo_peering.errors import NoFit, UnknownModel
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.liqo_peering.placement import POLICIES, PlacementPolicy, PlacementRequest, place
@@ -71,60 +71,38 @@ CONTENDED = 0.10
 class Node:
     """A trace node as a virtual node, with what the replayed tasks use of it."""
 
-    name: str
+    spec: TraceNode
     cluster: str
-    gpus: int
-    model: str
-    cpu: int
-    memory: int
     used_gpus: int = 0
     used_cpu: int = 0
     used_memory: int = 0
 
-    def has_room_for(self, task: Task) -> bool:
+    def has_room_for(self, task: TraceTask) -> bool:
         """Whether the donor's scheduler would also find the task's CPU and memory here."""
-        return self.used_cpu + task.cpu <= self.cpu and self.used_memory + task.memory <= self.memory
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    cpu: int
-    memory: int
-    gpus: int
-    """Whole GPUs the project asks for: at least 1 for a task that shares a GPU."""
-    shares: bool
-    models: tuple[str, ...]
-    start: int
-    end: int
+        return (self.used_cpu + task.cpu_milli <= self.spec.cpu_milli
+                and self.used_memory + task.memory_mib <= self.spec.memory_mib)
 
 
 def read_nodes(donors: int) -> list[Node]:
-    return [Node(n.name, f"donor-{i % donors}", n.gpus, n.model, n.cpu_milli, n.memory_mib)
-            for i, n in enumerate(alibaba_trace.read_nodes())]
-
-
-def read_tasks(workload: str) -> list[Task]:
-    """The GPU tasks of one workload file, each asking whole GPUs."""
-    return [Task(t.name, t.cpu_milli, t.memory_mib, t.gpus, t.gpu_milli < 1000, t.models, t.created, t.deleted)
-            for t in alibaba_trace.read_tasks(workload)]
+    return [Node(n, f"donor-{i % donors}") for i, n in enumerate(alibaba_trace.read_nodes())]
 
 
 class Pool:
     """The donors' inventory, rebuilt per change only for the cluster that changed."""
 
     def __init__(self, nodes: list[Node]) -> None:
-        self.nodes = {n.name: n for n in nodes}
+        self.nodes = {n.spec.name: n for n in nodes}
         self._members: dict[str, list[str]] = {}
         for n in nodes:
-            self._members.setdefault(n.cluster, []).append(n.name)
+            self._members.setdefault(n.cluster, []).append(n.spec.name)
         self._clusters = {cid: self._cluster(cid) for cid in sorted(self._members)}
         self.inventory = Inventory(tuple(self._clusters.values()))
 
     @staticmethod
     def _record(n: Node) -> VirtualNodeRecord:
-        return VirtualNodeRecord(n.name, n.cluster, n.gpus, n.gpus, n.used_gpus, model=n.model,
-                                 cpu_free=n.cpu - n.used_cpu, memory_free=(n.memory - n.used_memory) * MIB)
+        return VirtualNodeRecord(n.spec.name, n.cluster, n.spec.gpus, n.spec.gpus, n.used_gpus, model=n.spec.model,
+                                 cpu_free=n.spec.cpu_milli - n.used_cpu,
+                                 memory_free=(n.spec.memory_mib - n.used_memory) * MIB)
 
     def _cluster(self, cid: str) -> ClusterRecord:
         records = tuple(self._record(self.nodes[name]) for name in self._members[cid])
@@ -134,34 +112,34 @@ class Pool:
         cluster = self._clusters[node.cluster]
         record = self._record(node)
         self._clusters[node.cluster] = replace(cluster, virtual_nodes=tuple(
-            record if vn.name == node.name else vn for vn in cluster.virtual_nodes))
+            record if vn.name == node.spec.name else vn for vn in cluster.virtual_nodes))
         self.inventory = Inventory(tuple(self._clusters.values()))
 
-    def take(self, node: Node, task: Task) -> None:
+    def take(self, node: Node, task: TraceTask) -> None:
         node.used_gpus += task.gpus
-        node.used_cpu += task.cpu
-        node.used_memory += task.memory
+        node.used_cpu += task.cpu_milli
+        node.used_memory += task.memory_mib
         self._changed(node)
 
-    def give_back(self, node: Node, task: Task) -> None:
+    def give_back(self, node: Node, task: TraceTask) -> None:
         node.used_gpus -= task.gpus
-        node.used_cpu -= task.cpu
-        node.used_memory -= task.memory
+        node.used_cpu -= task.cpu_milli
+        node.used_memory -= task.memory_mib
         self._changed(node)
 
-    def one_node_has(self, task: Task) -> bool:
+    def one_node_has(self, task: TraceTask) -> bool:
         """Whether some node of an allowed model has the task's GPUs free (whatever its CPU and memory)."""
         wanted = {m.lower() for m in task.models}
-        return any(n.gpus - n.used_gpus >= task.gpus and (not wanted or n.model.lower() in wanted)
+        return any(n.spec.gpus - n.used_gpus >= task.gpus and (not wanted or n.spec.model.lower() in wanted)
                    for n in self.nodes.values())
 
     def free_of(self, models: tuple[str, ...]) -> int:
         wanted = {m.lower() for m in models}
-        return sum(n.gpus - n.used_gpus for n in self.nodes.values() if not wanted or n.model.lower() in wanted)
+        return sum(n.spec.gpus - n.used_gpus for n in self.nodes.values() if not wanted or n.spec.model.lower() in wanted)
 
     @property
     def gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes.values())
+        return sum(n.spec.gpus for n in self.nodes.values())
 
     @property
     def used(self) -> int:
@@ -184,13 +162,13 @@ class Tally:
     decide_ms: list[float] | None = None
 
 
-def events(tasks: list[Task]) -> Iterator[tuple[int, int, Task]]:
+def events(tasks: list[TraceTask]) -> Iterator[tuple[int, int, TraceTask]]:
     """Arrivals and departures in time order; at one instant departures first (their GPUs are free again)."""
-    yield from sorted([(t.start, 1, t) for t in tasks] + [(t.end, 0, t) for t in tasks],
+    yield from sorted([(t.created, 1, t) for t in tasks] + [(t.deleted, 0, t) for t in tasks],
                       key=lambda e: (e[0], e[1], e[2].name))
 
 
-def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized: bool) -> Node | None:
+def attempt(pool: Pool, task: TraceTask, policy: PlacementPolicy, tally: Tally, sized: bool) -> Node | None:
     """Place one arriving task as the kubernetes backend would (one retry elsewhere); count the outcome.
 
     ``sized``: the request carries the task's CPU and memory, else GPUs only."""
@@ -198,7 +176,7 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
     tally.tasks += 1
     tally.demand += task.gpus
     request = PlacementRequest(task.gpus, task.models[0] if task.models else None, fallback_models=task.models[1:],
-                               cpu=task.cpu if sized else 0, memory=task.memory * MIB if sized else 0)
+                               cpu=task.cpu_milli if sized else 0, memory=task.memory_mib * MIB if sized else 0)
     avoid: set[str] = set()
     for retry in (0, 1):
         start = time.perf_counter()
@@ -230,7 +208,7 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
     return None
 
 
-def replay(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: bool) -> Tally:
+def replay(nodes: list[Node], tasks: list[TraceTask], policy: PlacementPolicy, sized: bool) -> Tally:
     """Tasks arrive and leave at their trace times."""
     pool = Pool(nodes)
     tally = Tally(allocation=[], decide_ms=[])
@@ -247,7 +225,7 @@ def replay(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized:
     return tally
 
 
-def fill(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: bool,
+def fill(nodes: list[Node], tasks: list[TraceTask], policy: PlacementPolicy, sized: bool,
          load: float = FILL_LOAD) -> tuple[Tally, float]:
     """The ATC '23 way: tasks in trace order (the list repeated as needed), none leaving, until the GPUs asked
     for reach ``load`` times the pool's; returns the tally and the share of GPUs allocated when the demand
@@ -255,7 +233,7 @@ def fill(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: b
     pool = Pool(nodes)
     tally = Tally(allocation=[], decide_ms=[])
     at_capacity = 0.0
-    ordered = sorted(tasks, key=lambda t: (t.start, t.name))
+    ordered = sorted(tasks, key=lambda t: (t.created, t.name))
     asked = 0
     while asked < load * pool.gpus:
         for task in ordered:
@@ -285,17 +263,17 @@ class Contention:
     never: int = 0
 
 
-def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
+def contend(nodes: list[Node], tasks: list[TraceTask], queue: bool) -> Contention:
     """Arrivals at trace times, each task running its trace duration from its start; ``queue``: a task that
     does not fit waits (BestEffortFIFO) instead of being dropped."""
     pool, out = Pool(nodes), Contention(waits={})
     assert out.waits is not None
-    arrivals = sorted(tasks, key=lambda t: (t.start, t.name))
-    running: list[tuple[int, str, Task, Node]] = []
-    waiting: list[Task] = []
-    last, i = arrivals[0].start, 0
+    arrivals = sorted(tasks, key=lambda t: (t.created, t.name))
+    running: list[tuple[int, str, TraceTask, Node]] = []
+    waiting: list[TraceTask] = []
+    last, i = arrivals[0].created, 0
 
-    def start(task: Task, now: int) -> bool:
+    def start(task: TraceTask, now: int) -> bool:
         request = PlacementRequest(task.gpus, task.models[0] if task.models else None,
                                    fallback_models=task.models[1:])
         try:
@@ -304,13 +282,13 @@ def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
             return False
         node = pool.nodes[chosen.virtual_node]
         pool.take(node, task)
-        heapq.heappush(running, (now + task.end - task.start, task.name, task, node))
+        heapq.heappush(running, (now + task.deleted - task.created, task.name, task, node))
         out.started += 1
-        out.waits.setdefault(task.gpus, []).append(now - task.start)  # type: ignore[union-attr]
+        out.waits.setdefault(task.gpus, []).append(now - task.created)  # type: ignore[union-attr]
         return True
 
     while i < len(arrivals) or running:
-        now = min(arrivals[i].start if i < len(arrivals) else NEVER, running[0][0] if running else NEVER)
+        now = min(arrivals[i].created if i < len(arrivals) else NEVER, running[0][0] if running else NEVER)
         out.gpu_seconds += pool.used * (now - last)
         out.busy_seconds += (now - last) if running or waiting else 0
         if waiting:
@@ -342,9 +320,9 @@ def _wait(waits: list[int]) -> str:
     return f"{statistics.mean(ordered) / 3600:.1f} / {p95 / 3600:.1f}"
 
 
-def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
+def queue_table(workload: str, nodes: list[Node], tasks: list[TraceTask]) -> list[str]:
     """Drop and queue side by side on a pool shrunk until the trace contends for it."""
-    tasks = [t for t in tasks if t.end != NEVER and t.end >= t.start]
+    tasks = [t for t in tasks if t.deleted != NEVER and t.deleted >= t.created]
 
     def contends(k: int) -> Contention | None:
         drop = contend([replace(n) for n in nodes[::k]], tasks, queue=False)
@@ -359,7 +337,7 @@ def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str
     k, pool = high, nodes[::high]
     drop = contends(high) or contend([replace(n) for n in pool], tasks, queue=False)
     queued = contend([replace(n) for n in pool], tasks, queue=True)
-    gpus = sum(n.gpus for n in pool)
+    gpus = sum(n.spec.gpus for n in pool)
     sizes = sorted(set((drop.waits or {}) | (queued.waits or {})))
     lines = [f"### workload `{workload}`, queue mode: {len(tasks)} GPU tasks with both times; pool shrunk to "
              f"every {k}th node: {len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses "
@@ -387,16 +365,16 @@ def _rejections(t: Tally) -> str:
     return f"{t.no_room} / {t.fragmented} / {t.no_resources} / {t.refused_twice}"
 
 
-def table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
+def table(workload: str, nodes: list[Node], tasks: list[TraceTask]) -> list[str]:
     lines = [f"### workload `{workload}`: {len(tasks)} GPU tasks asking {sum(t.gpus for t in tasks)} whole GPUs "
              f"({sum(t.shares for t in tasks)} share a GPU, {sum(bool(t.models) for t in tasks)} constrain the "
-             f"model); {len(nodes)} nodes / {sum(n.gpus for n in nodes)} GPUs in {len({n.cluster for n in nodes})} "
+             f"model); {len(nodes)} nodes / {sum(n.spec.gpus for n in nodes)} GPUs in {len({n.cluster for n in nodes})} "
              "donors",
              "",
              "| policy | request | mode | placed | placed on the retry | rejected: no GPUs / fragmented / no CPU or "
              "memory / refused twice | GPUs allocated | place() median / p99 |",
              "|---|---|---|---|---|---|---|---|"]
-    timed = any(t.end != NEVER for t in tasks)  # some files carry no times: fill mode only
+    timed = any(t.deleted != NEVER for t in tasks)  # some files carry no times: fill mode only
     for name, policy in POLICIES.items():
         for sized in (False, True):
             kind = "GPUs + CPU + memory" if sized else "GPUs only"
@@ -426,11 +404,11 @@ def main() -> int:
     print(f"{machine_line()}; run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
     print()
     for workload in WORKLOADS:
-        tasks = read_tasks(workload)
+        tasks = alibaba_trace.read_tasks(workload)
         if not args.queue_only:
             print("\n".join(table(workload, nodes, tasks)))
             print()
-        if any(t.end != NEVER for t in tasks):
+        if any(t.deleted != NEVER for t in tasks):
             print("\n".join(queue_table(workload, nodes, tasks)))
             print()
     return 0
