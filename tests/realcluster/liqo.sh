@@ -10,6 +10,9 @@
 #        liqo.sh down      stop everything (both clusters' down.sh), keeping the builds
 #        liqo.sh test ...  the tests marked real_liqo on the running pair (arguments go to pytest)
 #        liqo.sh run ...   down, up, test, down: the Liqo stage in one command
+#        liqo.sh skip-labels kueue.x-k8s.io/queue-name   the origin's Liqo keeps these labels off donor pods
+#                          from now on ("": none, Liqo's default); the tests of Kueue's label and the hub's
+#                          path run in that setting
 #        LIQO_STAGES="peer" liqo.sh up   only the stages named (functions below)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -267,6 +270,7 @@ case ${1:-up} in
 up) up ;;
 down) down ;;
 test) shift; run_tests "$@" ;;
+skip-labels) in_cluster "$ORIGIN" skip_labels "${2:-}" ;;
 run)
 	shift
 	started=$SECONDS
@@ -279,5 +283,5 @@ run)
 	echo "Liqo stage total $((SECONDS - started))s"
 	exit $rc
 	;;
-*) echo "liqo.sh: unknown command '$1' (up, down, test, run)" >&2; exit 2 ;;
+*) echo "liqo.sh: unknown command '$1' (up, down, test, run, skip-labels)" >&2; exit 2 ;;
 esac

@@ -38,7 +38,8 @@ from .hubpath import (
 from .liqopair import Pair, pair, wait
 from .test_real_liqo import QUEUE_LABEL, virtual_node_skips
 
-pytestmark = [pytest.mark.real_liqo, pytest.mark.e2e]
+# a helm install, a server start and a notebook on two real clusters of a shared 2-core machine
+pytestmark = [pytest.mark.real_liqo, pytest.mark.e2e, pytest.mark.timeout(2400)]
 REPO = Path(__file__).resolve().parents[2]
 USER = "alice"
 SERVER_LABELS = f"component=singleuser-server,hub.jupyter.org/username={USER}"
@@ -66,7 +67,12 @@ def hub(liqo: Pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     try:
         install(place_chart(folder), folder / "values.yaml", admin)
         proxy = wait(lambda: _ready_pod(core, "component=proxy"), "the proxy pod Ready", 600)
-        wait(lambda: _ready_pod(core, "component=hub"), "the hub pod Ready", 600)
+        first = wait(lambda: _ready_pod(core, "component=hub"), "the hub pod Ready", 600)
+        # The hub comes back after a restart: its pod is created again once the chart's admission policies are
+        # in force (the first one raced them).
+        core.delete_namespaced_pod(first.metadata.name, HUB_NAMESPACE)
+        wait(lambda: (pod := _ready_pod(core, "component=hub")) and pod.metadata.uid != first.metadata.uid and pod,
+             "the hub pod Ready again after a restart", 600)
         hub = Hub(f"http://{proxy.status.pod_ip}:8000/")
         wait(lambda: hub.status("hub/api/", admin) == 200 or None, "the hub's API through the proxy", 120)
         yield hub, admin
