@@ -301,6 +301,12 @@ install_kueue() {
 		>"$RC_STATE/kueue/config.yaml"
 	# Kueue runs with its own ServiceAccount's rights (the manifests' RBAC), as its Deployment would.
 	token_kubeconfig kueue kueue-system kueue-controller-manager
+	start_kueue
+}
+
+# start_kueue: Kueue's process, once installed; the tests of a Kueue outage stop it and start it again
+# (RC_STAGES=start_kueue).
+start_kueue() {
 	# Kueue's visibility server writes its self-signed certificate to /visibility, a path fixed in its code.
 	mkdir -p /visibility
 	start kueue $(in_node_namespace) "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
@@ -309,6 +315,7 @@ install_kueue() {
 	# pod the kubelet mounts the Secret there; for the process, write them once Kueue has made them.
 	wait_for "Kueue's webhook certificate" 120 webhook_cert_written
 	wait_for "kueue" 180 curl -sf "http://127.0.0.1:$RC_KUEUE_HEALTH_PORT/readyz"
+	wait_for "Kueue's webhooks answering" 120 kueue_answers
 }
 
 wait_ready() {
