@@ -438,8 +438,9 @@ def test_a_running_pods_priority_class_may_change_and_its_workload_follows(core,
         core.patch_namespaced_pod("plain", ns, {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": batch}}})
     assert added.value.status == 422 and "cannot be added to a non-suspended workload" in added.value.body
     core.delete_namespaced_pod("plain", ns, grace_period_seconds=0)
-    wait_until(lambda: _wl_of(custom, ns, "plain") is None or not admitted(_wl_of(custom, ns, "plain")),
-               "the plain pod's quota released")
+    wait_until(lambda: "plain" not in {p.metadata.name for p in core.list_namespaced_pod(ns).items}
+               and (_wl_of(custom, ns, "plain") is None or not admitted(_wl_of(custom, ns, "plain"))),
+               "the plain pod gone and its quota released")
     for i in range(4):
         core.create_namespaced_pod(ns, gpu_pod(f"s-{i}", "user-queue", priority=protected))
         wait_until(lambda i=i: (wl := _wl_of(custom, ns, f"s-{i}")) and admitted(wl), "session admitted")
@@ -451,7 +452,9 @@ def test_a_running_pods_priority_class_may_change_and_its_workload_follows(core,
     wait_until(lambda: "s-2" not in {p.metadata.name for p in core.list_namespaced_pod(ns).items},
                "the lowered pod preempted and deleted")
     wait_until(lambda: (wl := _wl_of(custom, ns, "interactive")) and admitted(wl), "the interactive run admitted")
+    # the protected ones were not touched (a pod Kueue stops is deleted and never comes back)
     assert {p.metadata.name for p in core.list_namespaced_pod(ns).items} == {"s-0", "s-1", "s-3", "interactive"}
+    assert all(not p.metadata.deletion_timestamp for p in core.list_namespaced_pod(ns).items)
     with pytest.raises(kubernetes.client.ApiException) as removed:
         core.patch_namespaced_pod("s-0", ns, {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": None}}})
     assert removed.value.status == 422 and "cannot be removed from a workload" in removed.value.body
