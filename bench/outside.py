@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -46,6 +48,11 @@ class RealCluster:
     @property
     def registry(self) -> str:
         return f"10.219.{self.index}.1:{26000 + 1000 * self.index + 500}"  # env.sh's RC_HOST_IP, RC_REGISTRY_PORT
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the runner through its ``finally`` blocks, so the sandbox it started stops with it."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def real_cluster() -> RealCluster:

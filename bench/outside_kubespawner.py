@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
-from outside import CLUSTERS, cluster_kubeconfig, outcomes, report
+from outside import CLUSTERS, cluster_kubeconfig, exit_on_sigterm, outcomes, report
 
 REQUIREMENTS = ("jupyterhub<6", "kubernetes<37", "pytest-asyncio>=0.17,<0.23", "pytest<9")
 """Beside ``-e <checkout>[test]``, releases of the suite's time (7.1.0 was tested with JupyterHub 5 and
@@ -83,6 +83,7 @@ def main() -> int:
     parser.add_argument("--cluster", choices=CLUSTERS, default="sandbox", help="where the suite runs (default sandbox)")
     parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (e.g. -k NAME)")
     args = parser.parse_args()
+    exit_on_sigterm()
     checkout = args.checkout.resolve()
     if not (checkout / "tests" / "conftest.py").is_file():
         raise SystemExit(f"outside_kubespawner: {checkout} has no tests/conftest.py; give a KubeSpawner git "
