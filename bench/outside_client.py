@@ -31,19 +31,22 @@ from pathlib import Path
 from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
 from outside import CLUSTERS, cluster_kubeconfig, exit_on_sigterm, outcomes, report
 
+TEST_TIMEOUT = 120
+"""Seconds per test (pytest-timeout, which the project's test extra installs)."""
 WHEEL_TESTS = ("kubernetes.dynamic.test_client", "kubernetes.dynamic.test_discovery")
 OUT_OF_SCOPE = {
-    "kubernetes/dynamic/test_client.py::TestDynamicClient::test_cluster_custom_resources":
+    "test_client.py::TestDynamicClient::test_cluster_custom_resources":
         "creates a CRD through apiextensions.k8s.io/v1beta1, which Kubernetes removed in 1.22",
-    "kubernetes/dynamic/test_client.py::TestDynamicClient::test_namespaced_custom_resources":
+    "test_client.py::TestDynamicClient::test_namespaced_custom_resources":
         "creates a CRD through apiextensions.k8s.io/v1beta1, which Kubernetes removed in 1.22",
-    "kubernetes/dynamic/test_client.py::TestDynamicClient::test_async_namespaced_custom_resources":
+    "test_client.py::TestDynamicClient::test_async_namespaced_custom_resources":
         "creates a CRD through apiextensions.k8s.io/v1beta1, which Kubernetes removed in 1.22",
-    "kubernetes/dynamic/test_discovery.py::TestDiscoverer::test_cache_decoder_resource_and_subresource":
+    "test_discovery.py::TestDiscoverer::test_cache_decoder_resource_and_subresource":
         "compares two Resource objects with ==, and this release's Resource has no __eq__ (fails on the real "
         "cluster: two decodings of one discovery document are different objects)",
 }
-"""Tests that fail on every Kubernetes the client supports, by the end of their test id."""
+"""Tests that fail on every Kubernetes the client supports, by file name, class and test (the wheel's tests are
+``kubernetes/dynamic/``'s)."""
 
 
 def _site_packages() -> Path:
@@ -76,8 +79,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="client-e2e-") as tmp:
         workdir = Path(tmp)
         junit = workdir / "junit.xml"
-        ini = workdir / "pytest.ini"  # the suite's own settings: none (not those of a checkout around the venv)
-        ini.write_text("[pytest]\n")
+        # the suite's own settings (not those of a checkout around the venv), and a time limit per test: the
+        # client's tests wait for a pod's phase without one, for ever where its image cannot run
+        ini = workdir / "pytest.ini"
+        ini.write_text(f"[pytest]\ntimeout = {TEST_TIMEOUT}\n")
         start = time.monotonic()
         with cluster_kubeconfig(args.cluster, workdir) as kubeconfig:
             env["KUBECONFIG"] = str(kubeconfig)

@@ -75,6 +75,22 @@ push() {
 	done
 }
 
+# The images on every node, as on a node that has run them before: a kubelet still asks the registry for a
+# `:latest` image at each start, but no longer waits for its layers (the hub image is about 500 MB; its first
+# pull under load outlasted the suite's 90 s wait for the hub pod).
+prepull() {
+	local pair name host sock certs
+	for pair in $IMAGES; do
+		name=${pair%%=*} host=docker.io
+		case $name in jupyterhub/*) host=quay.io ;; esac
+		for sock in "$RC_CONTAINERD_SOCK" ${RC_NODE2:+"$RC_CONTAINERD2_SOCK"}; do
+			certs=$(dirname "$sock")/certs.d
+			CTR_SOCK=$sock ctr_ images pull --hosts-dir "$certs" "$host/$name" >/dev/null
+		done
+	done
+}
+
 stage serve
 stage push
+stage prepull
 echo "registry at $REGISTRY serves: $IMAGES" | tr '\n' ' '; echo

@@ -4,7 +4,8 @@ cell that changed it; when its donor is lost, drained, or the session is release
 next cell sees the same values and says what happened and what was (not) restored. Nothing is left behind:
 no pod, Secret or stored object.
 
-The cases a real cluster can show run there too (``[real]``, tests/realcluster): idle release, a checkpoint read
+The cases a real cluster can show run there too (``[real]``, tests/realcluster): idle release (the hub's timeout
+and a session's own), a checkpoint read
 back as data only, the state written at SIGTERM and a forged record. There the session is pinned to donor-1, the
 one node with the torch image (tests/realcluster/torch_image.sh), and the storage is a moto server on the pods'
 bridge, reached by the kernel and by the real pods through presigned URLs as on the sandbox. A lost donor needs
@@ -188,12 +189,12 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: An
 
 
 def test_a_session_asks_for_a_shorter_idle_timeout_and_status_says_when_it_goes(
-        api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any) -> None:
+        api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any, where: dict[str, Any]) -> None:
     # the hub's timeout (an hour) would hold the GPU all through the test: the session asks for 3 s
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
                                          session_idle_timeout=3600.0), api_client)
     try:
-        outcome, sink, _ = run_cell(backend, SETUP + CHECK, {}, session="train", image=TORCH_IMAGE, idle_timeout=3.0)
+        outcome, sink, _ = run_cell(backend, SETUP + CHECK, {}, session="train", idle_timeout=3.0, **where)
         assert outcome.status == "ok", outcome.error
         assert "session train is released after 3 s idle from now on (--idle-timeout" in " ".join(
             str(n) for n in sink.notices), sink.notices
@@ -204,7 +205,7 @@ def test_a_session_asks_for_a_shorter_idle_timeout_and_status_says_when_it_goes(
                    "the session's release time listed", timeout=30)
         wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the idle session's pod released",
                    timeout=60)
-        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU")
+        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU", where)
         [note] = [n for n in sink.notices if "resumed on" in n]
         assert "(the session idle timeout, --idle-timeout); its state was checkpointed first" in note, note
         [told] = [n for n in sink.notices if "is checkpointed after each cell that changes it" in n]
