@@ -23,7 +23,9 @@ class Cause:
     field: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        out = {"reason": self.reason, "message": self.message}
+        out = {"message": self.message}
+        if self.reason:  # omitempty, as a failed webhook call's cause has none
+            out["reason"] = self.reason
         if self.field:
             out["field"] = self.field
         return out

@@ -52,12 +52,14 @@ if [ "$RC_INDEX" = 0 ]; then RC_PRIVATE_MOUNTS=""; RC_CGROUP_ROOT=""; else RC_PR
 # Cluster 0 has a second node, the second donor's (tests that run pods on two donors): its own kubelet and
 # containerd in a mount namespace of their own (the kubelet's device-plugin directory and /var/log/pods, whose
 # entries each kubelet deletes for pods it does not know, are fixed paths), under a cgroup root of its own.
-if [ "$RC_INDEX" = 0 ]; then RC_NODE2=${RC_NODE2:-donor-2-gpu}; else RC_NODE2=""; fi
+# Another index gets one only when RC_NODE2 names it (a copy of the real-cluster stage beside cluster 0:
+# RC_INDEX=3 RC_NODE2=donor-2-gpu run.sh).
+if [ "$RC_INDEX" = 0 ]; then RC_NODE2=${RC_NODE2:-donor-2-gpu}; else RC_NODE2=${RC_NODE2:-}; fi
 RC_NODE2_STATE=$RC_STATE/node2
 RC_KUBELET2_PORT=$((_rc_port + 251))
 RC_KUBELET2_HEALTHZ_PORT=$((_rc_port + 249))
 RC_CONTAINERD2_SOCK=$RC_NODE2_STATE/containerd/containerd.sock
-RC_CGROUP2_ROOT=/gpuorc-node2
+RC_CGROUP2_ROOT=/gpuorc${_rc_suffix}-node2
 # How many of a node's fake GPUs are healthy: $RC_HEALTHY/<node> holds a count (the tests set it to their
 # seeded donor's GPUs; absent, all RC_GPUS are).
 RC_HEALTHY=$RC_STATE/healthy-gpus

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -84,6 +86,29 @@ def torch_image(client: Any) -> str:
     if not any(TORCH_IMAGE in (image.names or []) for image in images):
         pytest.skip(f"{TORCH_IMAGE} is not on {REAL_NODES[0]}: run tests/realcluster/torch_image.sh first")
     return TORCH_IMAGE
+
+
+@contextlib.contextmanager
+def kueue_outage() -> Iterator[None]:
+    """Kueue's process killed for the block, as when its pod dies (its webhooks then fail closed), and started
+    again after it as up.sh starts it (``RC_STAGES=start_kueue``: until its webhooks answer)."""
+    pid = int((STATE / "pids" / "kueue.pid").read_text())
+    os.killpg(pid, signal.SIGTERM)
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    wait_until(gone, "Kueue's process gone", timeout=30, every=0.2)
+    try:
+        yield
+    finally:
+        started = subprocess.run(["bash", str(Path(__file__).with_name("up.sh"))], capture_output=True, text=True,
+                                 env={**os.environ, "RC_STAGES": "start_kueue"}, check=False)
+        if started.returncode:
+            raise AssertionError(f"Kueue did not start again: {started.stdout[-2000:]}{started.stderr[-2000:]}")
 
 
 def require_cluster() -> RealCluster:
