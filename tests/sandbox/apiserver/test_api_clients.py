@@ -175,6 +175,8 @@ def test_bodies_are_compact_json_ending_in_a_newline_as_kube_apiserver_writes_th
         urllib.request.urlopen(f"{api_sandbox.url}/api/v1/namespaces/default/configmaps/nope", timeout=60)
     body = refused.value.read()
     assert body.startswith(b'{"kind":"Status","apiVersion":"v1",') and body.endswith(b"}\n"), body
+    # metav1.Status's field order: the details, then the code last
+    assert b'"details":{"name":"nope","kind":"configmaps"},"code":404}\n' in body, body
     with urllib.request.urlopen(f"{api_sandbox.url}/api/v1/namespaces", timeout=60) as resp:
         listed = resp.read()
     assert b'": ' not in listed and b', "' not in listed and listed.endswith(b"}\n"), listed
