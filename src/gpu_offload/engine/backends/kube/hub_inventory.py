@@ -4,39 +4,14 @@ them with the same ``liqo_peering`` code as with a kubeconfig of one's own."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
-from typing import Any
 
 from ....liqo_peering.inventory import Inventory, inventory_from_dict
-from ...errors import OffloadError
+from ..hub_api import HubInventoryError, get_json
 
 TTL_SECONDS = 5.0
 """How long one answer serves: cells in quick succession cost one request to the hub, not one each."""
-
-
-class HubInventoryError(OffloadError):
-    """The hub service did not answer with an inventory; the message names the URL and the next step."""
-
-
-def get_json(url: str, token: str, timeout: float, what: str) -> Any:
-    """GET ``url`` of the hub service with the user server's token; a ``HubInventoryError`` naming ``what``
-    was asked, the URL and the next step when there is no JSON answer."""
-    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the hub's own URL
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise HubInventoryError(
-            f"the hub service refused {what} ({url}: HTTP {exc.code}); restart your server from the hub (its token "
-            "may have expired) or ask your JupyterHub admin") from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise HubInventoryError(
-            f"no {what} from the hub service at {url} ({exc}); check that the gpu-offload service runs (ask your "
-            "JupyterHub admin)") from exc
 
 
 class HubInventory:
