@@ -35,20 +35,16 @@ period (time with a task running or waiting) and while some task waits, tasks dr
 start (no node of their model is large enough), and per task size the mean and p95 wait. Tasks without a
 deletion time are left out of this mode.
 
-Prints one Markdown table per trace with the machine and the date.
-Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6] [--queue-only]``.
+Writes one JSON result (bench/harness.py) with the machine and the date.
+Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6] [--queue-only] [--workloads default]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import heapq
-import math
-import statistics
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -56,7 +52,7 @@ from pathlib import Path
 from gpu_offload.liqo_peering.errors import NoFit, UnknownModel
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.liqo_peering.placement import POLICIES, PlacementPolicy, PlacementRequest, place
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch  # bench/harness.py: the script's folder is on sys.path
 
 TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 WORKLOADS = ("default", "gpuspec33", "multigpu50", "gpushare100")
@@ -214,11 +210,11 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
                                cpu=task.cpu if sized else 0, memory=task.memory * MIB if sized else 0)
     avoid: set[str] = set()
     for retry in (0, 1):
-        start = time.perf_counter()
+        start = Stopwatch()
         try:
             chosen = place(pool.inventory, request, policy, avoid=avoid)
         except NoFit:
-            tally.decide_ms.append((time.perf_counter() - start) * 1000)
+            tally.decide_ms.append(start.ms)
             if retry:
                 tally.refused_twice += 1
             elif pool.one_node_has(task):
@@ -228,7 +224,7 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
             else:
                 tally.no_room += 1
             break
-        tally.decide_ms.append((time.perf_counter() - start) * 1000)
+        tally.decide_ms.append(start.ms)
         node = pool.nodes[chosen.virtual_node]
         if node.has_room_for(task):
             tally.placed += 1
@@ -346,16 +342,7 @@ def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
     return out
 
 
-def _wait(waits: list[int]) -> str:
-    """Mean and p95 in hours."""
-    if not waits:
-        return "-"
-    ordered = sorted(waits)
-    p95 = ordered[max(math.ceil(len(ordered) * 0.95) - 1, 0)]
-    return f"{statistics.mean(ordered) / 3600:.1f} / {p95 / 3600:.1f}"
-
-
-def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
+def queue_figures(run: Run, workload: str, nodes: list[Node], tasks: list[Task]) -> None:
     """Drop and queue side by side on a pool shrunk until the trace contends for it."""
     tasks = [t for t in tasks if t.end != NEVER and t.end >= t.start]
 
@@ -374,79 +361,76 @@ def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str
     queued = contend([replace(n) for n in pool], tasks, queue=True)
     gpus = sum(n.gpus for n in pool)
     sizes = sorted(set((drop.waits or {}) | (queued.waits or {})))
-    lines = [f"### workload `{workload}`, queue mode: {len(tasks)} GPU tasks with both times; pool shrunk to "
-             f"every {k}th node: {len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses "
-             f">= {CONTENDED:.0%}", "",
-             "| mode | started | dropped | never start | GPU utilisation over the busy period | busy period | "
-             "utilisation while a task waits | "
-             + " | ".join(f"wait {n} GPU{'s' if n > 1 else ''}: mean / p95 h" for n in sizes) + " |",
-             "|---|---|---|---|---|---|---|" + "---|" * len(sizes)]
-    for name, c in (("drop", drop), ("queue (BestEffortFIFO)", queued)):
-        util = c.gpu_seconds / (gpus * c.busy_seconds) if c.busy_seconds else 0.0
-        waits = " | ".join(_wait((c.waits or {}).get(n, [])) for n in sizes)
-        waiting = f"{c.gpu_seconds_waiting / (gpus * c.waiting_seconds):.1%}" if c.waiting_seconds else "-"
-        lines.append(f"| {name} | {c.started} | {c.dropped} | {c.never} | {util:.1%} | "
-                     f"{c.busy_seconds / 3600:.0f} h | {waiting} | {waits} |")
-    return lines
+    run.note(f"{workload}, queue mode: {len(tasks)} GPU tasks with both times; pool shrunk to every {k}th node: "
+             f"{len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses >= {CONTENDED:.0%}")
+    for mode, c in (("drop", drop), ("queue (BestEffortFIFO)", queued)):
+        name = f"{workload}, queue mode, {mode}"
+        run.figure(f"{name}: started", c.started, "tasks", lower_is_better=False)
+        run.figure(f"{name}: dropped", c.dropped, "tasks")
+        run.figure(f"{name}: never start", c.never, "tasks")
+        run.figure(f"{name}: GPU utilisation over the busy period",
+                   100 * c.gpu_seconds / (gpus * c.busy_seconds) if c.busy_seconds else 0.0, "%",
+                   lower_is_better=False)
+        run.figure(f"{name}: busy period", c.busy_seconds / 3600, "h")
+        if c.waiting_seconds:
+            run.figure(f"{name}: GPU utilisation while a task waits",
+                       100 * c.gpu_seconds_waiting / (gpus * c.waiting_seconds), "%", lower_is_better=False)
+        for size in sizes:
+            waits = (c.waits or {}).get(size, [])
+            if waits:
+                run.figure(f"{name}: wait of {size}-GPU tasks", [w / 3600 for w in waits], "h")
 
 
-def _ms(tally: Tally) -> str:
-    assert tally.decide_ms is not None
-    ms = sorted(tally.decide_ms)
-    return f"{statistics.median(ms):.2f} / {ms[int(len(ms) * 0.99) - 1]:.2f} ms"
+def _tally(run: Run, name: str, t: Tally) -> None:
+    run.figure(f"{name}: placed", 100 * t.placed / t.tasks, "% of tasks", lower_is_better=False)
+    run.figure(f"{name}: placed on the retry", t.placed_on_retry, "tasks")
+    for why, count in (("no GPUs", t.no_room), ("fragmented", t.fragmented), ("no CPU or memory", t.no_resources),
+                       ("refused twice", t.refused_twice)):
+        run.figure(f"{name}: rejected, {why}", count, "tasks")
+    assert t.decide_ms is not None
+    run.figure(f"{name}: place() time", t.decide_ms, "ms")
 
 
-def _rejections(t: Tally) -> str:
-    return f"{t.no_room} / {t.fragmented} / {t.no_resources} / {t.refused_twice}"
-
-
-def table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
-    lines = [f"### workload `{workload}`: {len(tasks)} GPU tasks asking {sum(t.gpus for t in tasks)} whole GPUs "
+def figures(run: Run, workload: str, nodes: list[Node], tasks: list[Task]) -> None:
+    run.note(f"{workload}: {len(tasks)} GPU tasks asking {sum(t.gpus for t in tasks)} whole GPUs "
              f"({sum(t.shares for t in tasks)} share a GPU, {sum(bool(t.models) for t in tasks)} constrain the "
              f"model); {len(nodes)} nodes / {sum(n.gpus for n in nodes)} GPUs in {len({n.cluster for n in nodes})} "
-             "donors",
-             "",
-             "| policy | request | mode | placed | placed on the retry | rejected: no GPUs / fragmented / no CPU or "
-             "memory / refused twice | GPUs allocated | place() median / p99 |",
-             "|---|---|---|---|---|---|---|---|"]
+             "donors")
     timed = any(t.end != NEVER for t in tasks)  # some files carry no times: fill mode only
-    for name, policy in POLICIES.items():
+    for policy_name, policy in POLICIES.items():
         for sized in (False, True):
             kind = "GPUs + CPU + memory" if sized else "GPUs only"
             if timed:
                 t = replay([replace(n) for n in nodes], tasks, policy, sized)
                 assert t.allocation is not None
-                lines.append(f"| {name} | {kind} | trace times | {t.placed}/{t.tasks} ({t.placed / t.tasks:.1%}) | "
-                             f"{t.placed_on_retry} | {_rejections(t)} | peak {max(t.allocation):.1%} | {_ms(t)} |")
+                _tally(run, f"{workload}, {policy_name}, {kind}, trace times", t)
+                run.figure(f"{workload}, {policy_name}, {kind}, trace times: peak GPUs allocated",
+                           100 * max(t.allocation), "%", lower_is_better=False)
             t, at_capacity = fill([replace(n) for n in nodes], tasks, policy, sized)
-            lines.append(f"| {name} | {kind} | fill to {FILL_LOAD:.0%} | {t.placed}/{t.tasks} "
-                         f"({t.placed / t.tasks:.1%}) | {t.placed_on_retry} | {_rejections(t)} | "
-                         f"{at_capacity:.1%} when demand = pool | {_ms(t)} |")
-    return lines
+            _tally(run, f"{workload}, {policy_name}, {kind}, fill to {FILL_LOAD:.0%}", t)
+            run.figure(f"{workload}, {policy_name}, {kind}, fill to {FILL_LOAD:.0%}: GPUs allocated when demand "
+                       "= pool", 100 * at_capacity, "%", lower_is_better=False)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--donors", type=int, default=DONORS, help="donor clusters the nodes are dealt to")
-    parser.add_argument("--queue-only", action="store_true", help="only the queue mode's tables")
+    parser.add_argument("--queue-only", action="store_true", help="only the queue mode's figures")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="trace workloads (comma-separated)")
     args = parser.parse_args()
     if not TRACE.is_dir():
         print(f"trace not found at {TRACE}: this benchmark reads ../shared/traces/alibaba-gpu-v2023 beside "
               "the repository", file=sys.stderr)
         return 2
     nodes = read_nodes(args.donors)
-    print("## Placement policies replayed on the Alibaba GPU trace (cluster-trace-gpu-v2023)")
-    print()
-    print(f"{machine_line()}; run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
-    print()
-    for workload in WORKLOADS:
+    run = Run("trace_placement", "Placement policies replayed on the Alibaba GPU trace (cluster-trace-gpu-v2023)")
+    for workload in args.workloads.split(","):
         tasks = read_tasks(workload)
         if not args.queue_only:
-            print("\n".join(table(workload, nodes, tasks)))
-            print()
+            figures(run, workload, nodes, tasks)
         if any(t.end != NEVER for t in tasks):
-            print("\n".join(queue_table(workload, nodes, tasks)))
-            print()
+            queue_figures(run, workload, nodes, tasks)
+    run.write()
     return 0
 
 
