@@ -20,10 +20,9 @@ Run: ``.venv/bin/python bench/bench_fractions.py [--workloads default,gpushare10
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
-from pathlib import Path
 
+import alibaba_trace  # bench/: the script's folder is on sys.path
 from gpu_offload.liqo_peering.packing import (
     BestFit,
     Demand,
@@ -36,9 +35,8 @@ from gpu_offload.liqo_peering.packing import (
     mix_of,
     take,
 )
-from harness import Run, Stopwatch  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 WORKLOADS = ("default", "gpushare100", "multigpu50", "gpuspec33")
 DONORS = 6
 MARKS = (0.9, 1.0, 1.1)
@@ -46,24 +44,16 @@ STOP = 1.3
 
 
 def read_nodes() -> list[GpuNode]:
-    with (TRACE / "openb_node_list_gpu_node.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["gpu"]) > 0]
-    return [GpuNode(r["sn"], f"donor-{i % DONORS}", r["model"], (1000,) * int(r["gpu"]), int(r["cpu_milli"]),
-                    int(r["memory_mib"]), trusted=i % DONORS < DONORS // 2) for i, r in enumerate(rows)]
+    return [GpuNode(n.name, f"donor-{i % DONORS}", n.model, (1000,) * n.gpus, n.cpu_milli, n.memory_mib,
+                    trusted=i % DONORS < DONORS // 2) for i, n in enumerate(alibaba_trace.read_nodes())]
 
 
 def read_demands(workload: str) -> list[Demand]:
-    with (TRACE / f"openb_pod_list_{workload}.csv").open() as f:
-        rows = list(csv.DictReader(f))
     demands = []
-    for r in rows:
-        gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
-        if gpus == 0:
-            continue
-        models = frozenset(m for m in (r.get("gpu_spec") or "").split("|") if m)
-        fractional = gpus == 1 and 0 < milli < 1000
-        demands.append(Demand(milli if fractional else 1000, gpus, int(r["cpu_milli"]), int(r["memory_mib"]),
-                              models))
+    for t in alibaba_trace.read_tasks(workload):
+        fractional = t.gpus == 1 and 0 < t.gpu_milli < 1000
+        demands.append(Demand(t.gpu_milli if fractional else 1000, t.gpus, t.cpu_milli, t.memory_mib,
+                              frozenset(t.models)))
     return demands
 
 
@@ -98,9 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS[:2]))
     args = parser.parse_args(argv)
-    if not TRACE.is_dir():
-        print(f"the trace is not at {TRACE}; it is read from ../shared/traces/ beside the repository",
-              file=sys.stderr)
+    if alibaba_trace.missing():
+        print(alibaba_trace.missing(), file=sys.stderr)
         return 2
     run = Run("fractions", "Fractions of GPUs packed onto the Alibaba 2023 GPU pool, per packing policy")
     nodes = read_nodes()

@@ -42,24 +42,22 @@ Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6] [--queue-onl
 from __future__ import annotations
 
 import argparse
-import csv
 import heapq
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 
+import alibaba_trace  # bench/: the script's folder is on sys.path
+from alibaba_trace import NEVER, TraceNode, TraceTask
 from gpu_offload.liqo_peering.errors import NoFit, UnknownModel
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.liqo_peering.placement import POLICIES, PlacementPolicy, PlacementRequest, place
-from harness import Run, Stopwatch  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 WORKLOADS = ("default", "gpuspec33", "multigpu50", "gpushare100")
 DONORS = 6
 FILL_LOAD = 1.3
 """Fill mode stops once the GPUs asked for reach this multiple of the pool's."""
-NEVER = 2**62
 MIB = 2**20
 CONTENDED = 0.10
 """Queue mode shrinks the pool until dropping refuses at least this share of the tasks."""
@@ -69,71 +67,38 @@ CONTENDED = 0.10
 class Node:
     """A trace node as a virtual node, with what the replayed tasks use of it."""
 
-    name: str
+    spec: TraceNode
     cluster: str
-    gpus: int
-    model: str
-    cpu: int
-    memory: int
     used_gpus: int = 0
     used_cpu: int = 0
     used_memory: int = 0
 
-    def has_room_for(self, task: Task) -> bool:
+    def has_room_for(self, task: TraceTask) -> bool:
         """Whether the donor's scheduler would also find the task's CPU and memory here."""
-        return self.used_cpu + task.cpu <= self.cpu and self.used_memory + task.memory <= self.memory
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    cpu: int
-    memory: int
-    gpus: int
-    """Whole GPUs the project asks for: at least 1 for a task that shares a GPU."""
-    shares: bool
-    models: tuple[str, ...]
-    start: int
-    end: int
+        return (self.used_cpu + task.cpu_milli <= self.spec.cpu_milli
+                and self.used_memory + task.memory_mib <= self.spec.memory_mib)
 
 
 def read_nodes(donors: int) -> list[Node]:
-    with (TRACE / "openb_node_list_gpu_node.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["gpu"]) > 0]
-    return [Node(r["sn"], f"donor-{i % donors}", int(r["gpu"]), r["model"], int(r["cpu_milli"]),
-                 int(r["memory_mib"])) for i, r in enumerate(rows)]
-
-
-def read_tasks(workload: str) -> list[Task]:
-    """The GPU tasks of one workload file; CPU-only tasks never reach GPU placement."""
-    with (TRACE / f"openb_pod_list_{workload}.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    tasks = []
-    for r in rows:
-        gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
-        if gpus == 0:
-            continue
-        models = tuple(m for m in (r.get("gpu_spec") or "").split("|") if m)  # some files lack the column
-        tasks.append(Task(r["name"], int(r["cpu_milli"]), int(r["memory_mib"]), gpus, milli < 1000, models,
-                          int(r.get("creation_time") or 0), int(r.get("deletion_time") or NEVER)))
-    return tasks
+    return [Node(n, f"donor-{i % donors}") for i, n in enumerate(alibaba_trace.read_nodes())]
 
 
 class Pool:
     """The donors' inventory, rebuilt per change only for the cluster that changed."""
 
     def __init__(self, nodes: list[Node]) -> None:
-        self.nodes = {n.name: n for n in nodes}
+        self.nodes = {n.spec.name: n for n in nodes}
         self._members: dict[str, list[str]] = {}
         for n in nodes:
-            self._members.setdefault(n.cluster, []).append(n.name)
+            self._members.setdefault(n.cluster, []).append(n.spec.name)
         self._clusters = {cid: self._cluster(cid) for cid in sorted(self._members)}
         self.inventory = Inventory(tuple(self._clusters.values()))
 
     @staticmethod
     def _record(n: Node) -> VirtualNodeRecord:
-        return VirtualNodeRecord(n.name, n.cluster, n.gpus, n.gpus, n.used_gpus, model=n.model,
-                                 cpu_free=n.cpu - n.used_cpu, memory_free=(n.memory - n.used_memory) * MIB)
+        return VirtualNodeRecord(n.spec.name, n.cluster, n.spec.gpus, n.spec.gpus, n.used_gpus, model=n.spec.model,
+                                 cpu_free=n.spec.cpu_milli - n.used_cpu,
+                                 memory_free=(n.spec.memory_mib - n.used_memory) * MIB)
 
     def _cluster(self, cid: str) -> ClusterRecord:
         records = tuple(self._record(self.nodes[name]) for name in self._members[cid])
@@ -143,34 +108,34 @@ class Pool:
         cluster = self._clusters[node.cluster]
         record = self._record(node)
         self._clusters[node.cluster] = replace(cluster, virtual_nodes=tuple(
-            record if vn.name == node.name else vn for vn in cluster.virtual_nodes))
+            record if vn.name == node.spec.name else vn for vn in cluster.virtual_nodes))
         self.inventory = Inventory(tuple(self._clusters.values()))
 
-    def take(self, node: Node, task: Task) -> None:
+    def take(self, node: Node, task: TraceTask) -> None:
         node.used_gpus += task.gpus
-        node.used_cpu += task.cpu
-        node.used_memory += task.memory
+        node.used_cpu += task.cpu_milli
+        node.used_memory += task.memory_mib
         self._changed(node)
 
-    def give_back(self, node: Node, task: Task) -> None:
+    def give_back(self, node: Node, task: TraceTask) -> None:
         node.used_gpus -= task.gpus
-        node.used_cpu -= task.cpu
-        node.used_memory -= task.memory
+        node.used_cpu -= task.cpu_milli
+        node.used_memory -= task.memory_mib
         self._changed(node)
 
-    def one_node_has(self, task: Task) -> bool:
+    def one_node_has(self, task: TraceTask) -> bool:
         """Whether some node of an allowed model has the task's GPUs free (whatever its CPU and memory)."""
         wanted = {m.lower() for m in task.models}
-        return any(n.gpus - n.used_gpus >= task.gpus and (not wanted or n.model.lower() in wanted)
+        return any(n.spec.gpus - n.used_gpus >= task.gpus and (not wanted or n.spec.model.lower() in wanted)
                    for n in self.nodes.values())
 
     def free_of(self, models: tuple[str, ...]) -> int:
         wanted = {m.lower() for m in models}
-        return sum(n.gpus - n.used_gpus for n in self.nodes.values() if not wanted or n.model.lower() in wanted)
+        return sum(n.spec.gpus - n.used_gpus for n in self.nodes.values() if not wanted or n.spec.model.lower() in wanted)
 
     @property
     def gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes.values())
+        return sum(n.spec.gpus for n in self.nodes.values())
 
     @property
     def used(self) -> int:
@@ -193,13 +158,13 @@ class Tally:
     decide_ms: list[float] | None = None
 
 
-def events(tasks: list[Task]) -> Iterator[tuple[int, int, Task]]:
+def events(tasks: list[TraceTask]) -> Iterator[tuple[int, int, TraceTask]]:
     """Arrivals and departures in time order; at one instant departures first (their GPUs are free again)."""
-    yield from sorted([(t.start, 1, t) for t in tasks] + [(t.end, 0, t) for t in tasks],
+    yield from sorted([(t.created, 1, t) for t in tasks] + [(t.deleted, 0, t) for t in tasks],
                       key=lambda e: (e[0], e[1], e[2].name))
 
 
-def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized: bool) -> Node | None:
+def attempt(pool: Pool, task: TraceTask, policy: PlacementPolicy, tally: Tally, sized: bool) -> Node | None:
     """Place one arriving task as the kubernetes backend would (one retry elsewhere); count the outcome.
 
     ``sized``: the request carries the task's CPU and memory, else GPUs only."""
@@ -207,7 +172,7 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
     tally.tasks += 1
     tally.demand += task.gpus
     request = PlacementRequest(task.gpus, task.models[0] if task.models else None, fallback_models=task.models[1:],
-                               cpu=task.cpu if sized else 0, memory=task.memory * MIB if sized else 0)
+                               cpu=task.cpu_milli if sized else 0, memory=task.memory_mib * MIB if sized else 0)
     avoid: set[str] = set()
     for retry in (0, 1):
         start = Stopwatch()
@@ -239,7 +204,7 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
     return None
 
 
-def replay(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: bool) -> Tally:
+def replay(nodes: list[Node], tasks: list[TraceTask], policy: PlacementPolicy, sized: bool) -> Tally:
     """Tasks arrive and leave at their trace times."""
     pool = Pool(nodes)
     tally = Tally(allocation=[], decide_ms=[])
@@ -256,7 +221,7 @@ def replay(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized:
     return tally
 
 
-def fill(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: bool,
+def fill(nodes: list[Node], tasks: list[TraceTask], policy: PlacementPolicy, sized: bool,
          load: float = FILL_LOAD) -> tuple[Tally, float]:
     """The ATC '23 way: tasks in trace order (the list repeated as needed), none leaving, until the GPUs asked
     for reach ``load`` times the pool's; returns the tally and the share of GPUs allocated when the demand
@@ -264,7 +229,7 @@ def fill(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: b
     pool = Pool(nodes)
     tally = Tally(allocation=[], decide_ms=[])
     at_capacity = 0.0
-    ordered = sorted(tasks, key=lambda t: (t.start, t.name))
+    ordered = sorted(tasks, key=lambda t: (t.created, t.name))
     asked = 0
     while asked < load * pool.gpus:
         for task in ordered:
@@ -294,17 +259,17 @@ class Contention:
     never: int = 0
 
 
-def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
+def contend(nodes: list[Node], tasks: list[TraceTask], queue: bool) -> Contention:
     """Arrivals at trace times, each task running its trace duration from its start; ``queue``: a task that
     does not fit waits (BestEffortFIFO) instead of being dropped."""
     pool, out = Pool(nodes), Contention(waits={})
     assert out.waits is not None
-    arrivals = sorted(tasks, key=lambda t: (t.start, t.name))
-    running: list[tuple[int, str, Task, Node]] = []
-    waiting: list[Task] = []
-    last, i = arrivals[0].start, 0
+    arrivals = sorted(tasks, key=lambda t: (t.created, t.name))
+    running: list[tuple[int, str, TraceTask, Node]] = []
+    waiting: list[TraceTask] = []
+    last, i = arrivals[0].created, 0
 
-    def start(task: Task, now: int) -> bool:
+    def start(task: TraceTask, now: int) -> bool:
         request = PlacementRequest(task.gpus, task.models[0] if task.models else None,
                                    fallback_models=task.models[1:])
         try:
@@ -313,13 +278,13 @@ def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
             return False
         node = pool.nodes[chosen.virtual_node]
         pool.take(node, task)
-        heapq.heappush(running, (now + task.end - task.start, task.name, task, node))
+        heapq.heappush(running, (now + task.deleted - task.created, task.name, task, node))
         out.started += 1
-        out.waits.setdefault(task.gpus, []).append(now - task.start)  # type: ignore[union-attr]
+        out.waits.setdefault(task.gpus, []).append(now - task.created)  # type: ignore[union-attr]
         return True
 
     while i < len(arrivals) or running:
-        now = min(arrivals[i].start if i < len(arrivals) else NEVER, running[0][0] if running else NEVER)
+        now = min(arrivals[i].created if i < len(arrivals) else NEVER, running[0][0] if running else NEVER)
         out.gpu_seconds += pool.used * (now - last)
         out.busy_seconds += (now - last) if running or waiting else 0
         if waiting:
@@ -342,9 +307,9 @@ def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
     return out
 
 
-def queue_figures(run: Run, workload: str, nodes: list[Node], tasks: list[Task]) -> None:
+def queue_figures(run: Run, workload: str, nodes: list[Node], tasks: list[TraceTask]) -> None:
     """Drop and queue side by side on a pool shrunk until the trace contends for it."""
-    tasks = [t for t in tasks if t.end != NEVER and t.end >= t.start]
+    tasks = [t for t in tasks if t.deleted != NEVER and t.deleted >= t.created]
 
     def contends(k: int) -> Contention | None:
         drop = contend([replace(n) for n in nodes[::k]], tasks, queue=False)
@@ -359,7 +324,7 @@ def queue_figures(run: Run, workload: str, nodes: list[Node], tasks: list[Task])
     k, pool = high, nodes[::high]
     drop = contends(high) or contend([replace(n) for n in pool], tasks, queue=False)
     queued = contend([replace(n) for n in pool], tasks, queue=True)
-    gpus = sum(n.gpus for n in pool)
+    gpus = sum(n.spec.gpus for n in pool)
     sizes = sorted(set((drop.waits or {}) | (queued.waits or {})))
     run.note(f"{workload}, queue mode: {len(tasks)} GPU tasks with both times; pool shrunk to every {k}th node: "
              f"{len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses >= {CONTENDED:.0%}")
@@ -391,12 +356,12 @@ def _tally(run: Run, name: str, t: Tally) -> None:
     run.figure(f"{name}: place() time", t.decide_ms, "ms")
 
 
-def figures(run: Run, workload: str, nodes: list[Node], tasks: list[Task]) -> None:
+def figures(run: Run, workload: str, nodes: list[Node], tasks: list[TraceTask]) -> None:
     run.note(f"{workload}: {len(tasks)} GPU tasks asking {sum(t.gpus for t in tasks)} whole GPUs "
              f"({sum(t.shares for t in tasks)} share a GPU, {sum(bool(t.models) for t in tasks)} constrain the "
-             f"model); {len(nodes)} nodes / {sum(n.gpus for n in nodes)} GPUs in {len({n.cluster for n in nodes})} "
+             f"model); {len(nodes)} nodes / {sum(n.spec.gpus for n in nodes)} GPUs in {len({n.cluster for n in nodes})} "
              "donors")
-    timed = any(t.end != NEVER for t in tasks)  # some files carry no times: fill mode only
+    timed = any(t.deleted != NEVER for t in tasks)  # some files carry no times: fill mode only
     for policy_name, policy in POLICIES.items():
         for sized in (False, True):
             kind = "GPUs + CPU + memory" if sized else "GPUs only"
@@ -418,17 +383,16 @@ def main() -> int:
     parser.add_argument("--queue-only", action="store_true", help="only the queue mode's figures")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="trace workloads (comma-separated)")
     args = parser.parse_args()
-    if not TRACE.is_dir():
-        print(f"trace not found at {TRACE}: this benchmark reads ../shared/traces/alibaba-gpu-v2023 beside "
-              "the repository", file=sys.stderr)
+    if alibaba_trace.missing():
+        print(alibaba_trace.missing(), file=sys.stderr)
         return 2
     nodes = read_nodes(args.donors)
     run = Run("trace_placement", "Placement policies replayed on the Alibaba GPU trace (cluster-trace-gpu-v2023)")
     for workload in args.workloads.split(","):
-        tasks = read_tasks(workload)
+        tasks = alibaba_trace.read_tasks(workload)
         if not args.queue_only:
             figures(run, workload, nodes, tasks)
-        if any(t.end != NEVER for t in tasks):
+        if any(t.deleted != NEVER for t in tasks):
             queue_figures(run, workload, nodes, tasks)
     run.write()
     return 0

@@ -1,7 +1,8 @@
 """The hub service's user-scoped API, read with the user server's token: ``api/inventory`` (the donors a
 cluster backend places on in a hub deployment) and ``api/me`` (what the user spent this month).
 
-Not a backend: the kubernetes backend reads both through it (its inventory source and the monthly budget), and
+``HubReader`` reads one endpoint (cached for a few seconds); ``HubSpend`` is ``api/me``'s and the kube
+backend's ``HubInventory`` is ``api/inventory``'s. Not a backend: the kubernetes backend reads both through it (its inventory source and the monthly budget), and
 the panel reads the spend through it too, also in a kernel that starts no cluster backend (a hub that sets the
 service's URL and no namespace). Standard library only: no cluster client is loaded for it.
 """
@@ -16,10 +17,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..errors import OffloadError
 
+TTL_SECONDS = 5.0
+"""How long one answer serves by default: cells in quick succession cost one request to the hub, not one each."""
 SPEND_TTL_SECONDS = 30.0
 """How long one answer of ``api/me`` serves the panel and ``%gpu_offload status`` (a launch always asks again)."""
 
@@ -44,6 +47,49 @@ def get_json(url: str, token: str, timeout: float, what: str) -> Any:
         raise HubInventoryError(
             f"no {what} from the hub service at {url} ({exc}); check that the gpu-offload service runs (ask your "
             "JupyterHub admin)") from exc
+
+
+Answer = TypeVar("Answer")
+
+
+class HubReader(Generic[Answer]):
+    """One user-scoped endpoint of the hub service (``path`` under its URL), read with the user server's API
+    token, parsed by :meth:`parse`, and cached for ``ttl`` seconds (a burst of cells costs one request)."""
+
+    path = ""
+    what = ""
+    """What the endpoint says, as an error names it (``the inventory``)."""
+    fix = ""
+    """What to do when its answer cannot be read."""
+    ttl = TTL_SECONDS
+
+    def __init__(self, service_url: str, token: str, ttl: float | None = None) -> None:
+        self.url = service_url.rstrip("/") + self.path
+        self._token = token
+        if ttl is not None:
+            self.ttl = ttl
+        self._lock = threading.Lock()
+        self._cached: tuple[float, Answer] | None = None
+        self.requests = 0
+
+    def parse(self, data: Any) -> Answer:
+        """The endpoint's JSON as a record; ValueError, KeyError or TypeError when it does not fit."""
+        raise NotImplementedError
+
+    def get(self, timeout: float, fresh: bool = False) -> Answer:
+        """The answer, asked again when ``fresh`` or when the last one is older than the TTL."""
+        with self._lock:
+            if not fresh and self._cached is not None and time.monotonic() - self._cached[0] < self.ttl:
+                return self._cached[1]
+            self.requests += 1
+            data = get_json(self.url, self._token, timeout, self.what)
+            try:
+                answer = self.parse(data)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise HubInventoryError(f"the hub service at {self.url} did not answer with {self.what} this "
+                                        f"kernel can read ({exc}); {self.fix}") from None
+            self._cached = (time.monotonic(), answer)
+            return answer
 
 
 @dataclass(frozen=True)
@@ -87,29 +133,20 @@ def spend_line(spend: MonthSpend, budget: float | None) -> str:
     return line
 
 
-class HubSpend:
+class HubSpend(HubReader[MonthSpend]):
     """Reads this user's spend from the hub service (``api/me``) with the server's token."""
 
-    def __init__(self, service_url: str, token: str, ttl: float = SPEND_TTL_SECONDS) -> None:
-        self.url = service_url.rstrip("/") + "/api/me"
-        self._token = token
-        self._ttl = ttl
-        self._lock = threading.Lock()
-        self._cached: tuple[float, MonthSpend] | None = None
+    path = "/api/me"
+    what = "your GPU spend"
+    fix = "ask your JupyterHub admin to update the gpu-offload service (one older than budgets says no spend)"
+    ttl = SPEND_TTL_SECONDS
+
+    def parse(self, data: Any) -> MonthSpend:
+        return parse_me(data)
 
     def read(self, timeout: float = 10.0, fresh: bool = False) -> MonthSpend:
         """This month's spend; ``fresh`` asks the hub even when a recent answer is cached."""
-        with self._lock:
-            if not fresh and self._cached is not None and time.monotonic() - self._cached[0] < self._ttl:
-                return self._cached[1]
-            data = get_json(self.url, self._token, timeout, "your GPU spend")
-            try:
-                spend = parse_me(data)
-            except (ValueError, TypeError) as exc:
-                raise HubInventoryError(f"the hub service's {self.url} did not say what you spent: {exc}; ask your "
-                                        "JupyterHub admin to update the gpu-offload service") from None
-            self._cached = (time.monotonic(), spend)
-            return spend
+        return self.get(timeout, fresh)
 
     def line(self, budget: float | None, timeout: float = 5.0) -> str:
         """This month's spend in one line (:func:`spend_line`), or why it is not known now: what

@@ -20,7 +20,8 @@ from ....liqo_peering.client import LiqoClient
 from ....liqo_peering.trust import TrustPolicy
 from ...errors import OffloadUsageError
 from ...timing import Phase
-from .budget import HubSpend, read_spend
+from ..hub_api import HubSpend
+from .budget import read_spend
 from .config import KubeSettings
 from .executor import Executor
 from .hub_inventory import HubInventory
