@@ -50,6 +50,7 @@ unmount_state() {
 
 delete_pods
 stop kueue
+stop registry
 stop gpu-device-plugin
 stop gpu-device-plugin-2
 stop kubelet
@@ -60,6 +61,8 @@ stop containerd
 stop containerd-2
 stop node-namespace
 stop node2-namespace
+stop dns-records
+stop dns
 stop kube-scheduler
 stop kube-controller-manager
 stop kube-apiserver

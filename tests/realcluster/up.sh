@@ -18,7 +18,7 @@ command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 main() {
 	mkdir -p "$RC_BIN" "$RC_LOGS" "$RC_STATE/pids"
 	local stages="install_packages build_binaries build_images"
-	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_control_plane start_node start_node2 import_images"
+	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_dns start_control_plane start_node start_node2 import_images"
 	[ "${1:-}" = build ] || stages="$stages install_kueue wait_ready"
 	# RC_STAGES: only these (a developer re-running one step, e.g. RC_STAGES=install_kueue)
 	for name in ${RC_STAGES:-$stages}; do stage "$name"; done
@@ -74,6 +74,26 @@ start_network() {
             "rangeStart": "${RC_POD_CIDR%.*}.10", "gateway": "$RC_HOST_IP"}]]$service_route}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 CNI
+}
+
+# Clusters 1-9 run charts whose pods find each other's Services by name (the hub chart of the Liqo stage): no
+# cluster DNS runs here, so dnsmasq on the bridge answers <service>.<namespace>.svc.cluster.local with the
+# Service's first ready endpoint (a pod IP: no kube-proxy turns a ClusterIP into one, so a name resolves only
+# where the Service's port is its pod's), from records the loop below rewrites from the Endpoints every few
+# seconds. Cluster 0 keeps the host's resolver.
+start_dns() {
+	[ "$RC_INDEX" != 0 ] || return 0
+	mkdir -p "$RC_STATE/dns"
+	: >"$RC_STATE/dns/services"
+	start dns dnsmasq --keep-in-foreground --conf-file=/dev/null --no-resolv --no-hosts --bind-interfaces \
+		--listen-address="$RC_HOST_IP" --port=53 --local=/cluster.local/ --hostsdir="$RC_STATE/dns" \
+		--pid-file= --user=root
+	start dns-records bash -c 'source "$0/env.sh" && source "$0/lib.sh" && service_records_loop' "$HERE"
+}
+
+cluster_dns() {
+	[ "$RC_INDEX" != 0 ] || return 0
+	printf 'clusterDNS: [%s]\nclusterDomain: cluster.local\n' "$RC_HOST_IP"
 }
 
 start_control_plane() {
@@ -163,6 +183,10 @@ state = "$1/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$RC_STATE/cni/net.d"
+  # Per-registry hosts files, read at each pull: empty (no registry is reachable) unless registry.sh serves
+  # images under registry names (KubeSpawner's suite names :latest images, which a kubelet always pulls).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$1/certs.d"
 TOML
 }
 
@@ -197,6 +221,7 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 
 failSwapOn: false
 podCIDR: $RC_POD_CIDR
 resolvConf: /etc/resolv.conf
+$(cluster_dns)
 serializeImagePulls: false
 maxPods: 60
 YAML
@@ -280,6 +305,12 @@ install_kueue() {
 		>"$RC_STATE/kueue/config.yaml"
 	# Kueue runs with its own ServiceAccount's rights (the manifests' RBAC), as its Deployment would.
 	token_kubeconfig kueue kueue-system kueue-controller-manager
+	start_kueue
+}
+
+# start_kueue: Kueue's process, once installed; the tests of a Kueue outage stop it and start it again
+# (RC_STAGES=start_kueue).
+start_kueue() {
 	# Kueue's visibility server writes its self-signed certificate to /visibility, a path fixed in its code.
 	mkdir -p /visibility
 	start kueue $(in_node_namespace) "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
@@ -288,6 +319,7 @@ install_kueue() {
 	# pod the kubelet mounts the Secret there; for the process, write them once Kueue has made them.
 	wait_for "Kueue's webhook certificate" 120 webhook_cert_written
 	wait_for "kueue" 180 curl -sf "http://127.0.0.1:$RC_KUEUE_HEALTH_PORT/readyz"
+	wait_for "Kueue's webhooks answering" 120 kueue_answers
 }
 
 wait_ready() {
