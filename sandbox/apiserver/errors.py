@@ -67,10 +67,10 @@ class ApiError(Exception):
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "code": self.code,
         }
         if details:
             body["details"] = details
+        body["code"] = self.code  # metav1.Status's field order, as clients print the body: details before code
         return body
 
 

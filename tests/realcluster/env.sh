@@ -36,6 +36,7 @@ RC_KUEUE_METRICS_PORT=$((_rc_port + 480))
 RC_KUEUE_HEALTH_PORT=$((_rc_port + 481))
 # Liqo's processes (tests/realcluster/liqo.sh)
 RC_LIQO_WEBHOOK_PORT=$((_rc_port + 445))
+RC_REGISTRY_PORT=$((_rc_port + 500))   # registry.sh: images under the registry names outside suites use
 RC_LIQO_PORT_BASE=$((_rc_port + 600))   # 600-699: Liqo's metrics, probes and virtual kubelets
 RC_GPUS=${RC_GPUS:-8}  # per node; the tests make as many healthy as their donor has (RC_HEALTHY)
 # "all": Kueue manages every namespace (its default; the Liqo stage's donor); empty: only user namespaces

@@ -37,8 +37,9 @@ INDEX = int(os.environ.get("RC_INDEX", "0"))
 """env.sh's RC_INDEX: which of the clusters on this machine the tests use."""
 STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster" + (f"-{INDEX}" if INDEX else "")))
 KUBECONFIG = STATE / "admin.kubeconfig"
-REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"), os.environ.get("RC_NODE2", "donor-2-gpu"))
-"""Cluster 0's two kubelets' nodes (env.sh's RC_NODE and RC_NODE2)."""
+REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"),
+              *([os.environ.get("RC_NODE2", "donor-2-gpu")] if INDEX == 0 else []))
+"""The real kubelets' nodes, as env.sh names them: cluster 0 has two (RC_NODE and RC_NODE2), the others one."""
 HEALTHY = STATE / "healthy-gpus"  # env.sh's RC_HEALTHY: per node, how many of its fake GPUs are healthy
 HOST_ADDRESS = f"10.219.{INDEX}.1"  # env.sh's RC_HOST_IP: the pods' bridge, where they reach this machine
 KUEUE_PLURALS = ("workloads", "localqueues")

@@ -183,6 +183,10 @@ state = "$1/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$RC_STATE/cni/net.d"
+  # Per-registry hosts files, read at each pull: empty (no registry is reachable) unless registry.sh serves
+  # images under registry names (KubeSpawner's suite names :latest images, which a kubelet always pulls).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$1/certs.d"
 TOML
 }
 
