@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_offload.sandbox.fixtures import origin_pool
+from gpu_offload.sandbox.fixtures import api_client, origin_pool
 from xdist.scheduler import LoadScopeScheduling
 
 pytest_plugins = ["pytester"]  # tests/test_lanes.py runs pytest on test files it writes
@@ -275,7 +275,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             "a module's own", red=True)
 
 
-__all__ = ["origin_pool"]  # the session's sandbox origins by configuration, for every origin_fixture
+# origin_pool: the session's sandbox origins by configuration, for every origin_fixture; api_client: an official
+# client of the `origin` a test's module or conftest defines (every level's tests use this one)
+__all__ = ["api_client", "origin_pool"]
 
 
 @pytest.fixture(scope="session", autouse=True)
