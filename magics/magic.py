@@ -246,6 +246,7 @@ class GpuOffloadMagics(Magics):
             quiet_ranks=args.quiet_ranks,
             rendezvous_timeout=args.rendezvous_timeout,
             spread=args.spread,
+            idle_timeout=None if args.idle_timeout is None else args.idle_timeout * 60,
         )
 
     def _backend(self, name: str | None) -> Backend:
@@ -347,8 +348,10 @@ class GpuOffloadMagics(Magics):
         if not found:
             print("no sessions (start one with %%gpu_offload --session NAME)")
         for info in found:
+            release = f"; {info.release}" if info.release else ""
             print(
                 f"session {info.name}: {info.where}, {info.runs} cell(s) run, {'busy' if info.busy else 'idle'}"
+                f"{release}"
             )
 
     def _close(self, words: list[str]) -> None:

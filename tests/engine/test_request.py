@@ -18,6 +18,9 @@ from gpu_offload.engine.request import OffloadRequest, split_names
         ({"outputs": ("class",)}, r"--out class: `class` is not a Python variable name"),
         ({"session": "my session"}, r"--session 'my session': a session name uses letters"),
         ({"priority": "Batch"}, r"--priority 'Batch': a priority class is a lowercase name .* e.g. --priority batch"),
+        ({"idle_timeout": 600.0}, r"--idle-timeout 10: only a session is released when idle; add --session NAME"),
+        ({"idle_timeout": -60.0, "session": "s"}, r"--idle-timeout -1: give a positive number of minutes"),
+        ({"idle_timeout": float("inf"), "session": "s"}, r"--idle-timeout inf: give a positive number of minutes"),
     ],
 )
 def test_invalid_fields_raise_a_usage_error_naming_the_fix(fields: dict[str, object], message: str) -> None:

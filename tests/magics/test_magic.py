@@ -262,6 +262,17 @@ def test_priority_is_parsed_and_named_as_ignored_on_the_local_backend(shell: Any
     assert shell.user_ns["x"] == 2
 
 
+def test_idle_timeout_is_given_in_minutes_and_named_as_ignored_on_the_local_backend(shell: Any, backend: Any) -> None:
+    with capture_output() as captured:
+        offload(shell, "x = 3", "--session s --idle-timeout 0.5")
+    # a local session holds no cluster's GPU: only a cluster backend releases it
+    assert "the local backend ignores --idle-timeout: they choose where a cluster runs the cell" in notices(captured)
+    assert backend.submitted[-1].request.idle_timeout == 30.0 and shell.user_ns["x"] == 3
+    with pytest.raises(UsageError, match=r"--idle-timeout 5: only a session is released when idle"):
+        offload(shell, "x = 4", "--idle-timeout 5")
+    shell.run_line_magic("gpu_offload", "close s")
+
+
 def test_an_interrupt_from_outside_is_an_error_not_a_silent_keyboard_interrupt(shell: Any) -> None:
     shell.user_ns["x"] = "untouched"
     cell = "import os, signal, time\nx = 'changed'\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(300)"

@@ -78,6 +78,7 @@ def run_request(request: OffloadRequest) -> RunRequest:
         trusted_only=request.trusted_only,
         rerun_on_preemption=request.rerun_on_preemption,
         ranks=request.ranks,
+        idle_timeout=request.idle_timeout,
     )
 
 

@@ -102,6 +102,8 @@ TABLE: tuple[Option, ...] = (
     Option("--in", "Ship this file too (repeatable).", "FILE", Path, dest="inputs", magic=False, repeat=True),
     Option("--out", "Also copy these back (required).", "c,d", dest="outputs", shell=False),
     Option("--session", "Run in a warm runner that keeps its state.", "NAME", shell=False),
+    Option("--idle-timeout", "With --session: release the session's GPUs after this many idle minutes, "
+           "checkpointing it first (at most the hub's default; docs/sessions.md).", "MINUTES", float, shell=False),
     Option("--noblock", "Return at once: %%gpu_result shows a cell's result; a script's run goes on in the "
            "background (gpu-offload logs RUN -f).", switch=True),
     Option("--timeout", "Interrupt after this long (counted from Kueue's admission when it queues).", "SECONDS",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keyword
+import math
 from dataclasses import dataclass
 
 from .backends.base import Ranks
@@ -70,6 +71,8 @@ class OffloadRequest:
     """``--gpu-memory 12Gi`` in bytes: part of one GPU sized by memory; with ``fraction``, the larger need wins."""
     estimate: bool = False
     """``--estimate``: size ``gpu_memory`` from the cell's model (``engine.estimate``) when it is not given."""
+    idle_timeout: float | None = None
+    """``--idle-timeout`` (given in minutes) in seconds: the session's runner is released after this long idle."""
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -108,6 +111,7 @@ class OffloadRequest:
                 f"--session {self.session!r}: a session name uses letters, digits, '-', '_' or '.' "
                 "(up to 63 characters), e.g. --session train."
             )
+        _check_idle_timeout(self)
         _check_distributed(self)
         _check_fraction(self)
 
@@ -129,6 +133,23 @@ class OffloadRequest:
     def show(self) -> str:
         """How the ranks' output is shown (:mod:`.ranked`)."""
         return GROUPED if self.group_output else RANK0 if self.quiet_ranks else LIVE
+
+
+def _check_idle_timeout(request: OffloadRequest) -> None:
+    """``--idle-timeout`` is a session's, in positive minutes."""
+    if request.idle_timeout is None:
+        return
+    minutes = request.idle_timeout / 60
+    if request.session is None:
+        raise OffloadUsageError(
+            f"--idle-timeout {minutes:g}: only a session is released when idle; add --session NAME, or leave "
+            "--idle-timeout out (a cell without a session gives its GPU back when it ends)."
+        )
+    if not (minutes > 0 and math.isfinite(minutes)):
+        raise OffloadUsageError(
+            f"--idle-timeout {minutes:g}: give a positive number of minutes, e.g. --idle-timeout 15; leave it out "
+            "for the hub's default (`%gpu_offload status` shows it)."
+        )
 
 
 DISTRIBUTED_ONLY = ("--out-rank", "--group-output", "--quiet-ranks", "--rendezvous-timeout", "--spread")
@@ -233,6 +254,7 @@ def ignored_locally(request: OffloadRequest, default_gpu_model: str | None = Non
     chosen = [option for option, value in (("--gpu-model", models), ("--image", request.image),
                                                    ("--priority", request.priority),
                                                    ("--queue-timeout", request.queue_timeout),
+                                                   ("--idle-timeout", request.idle_timeout),
                                                    ("--spread", True if request.spread else None))
               if value is not None and not (option == "--gpu-model" and value == default_gpu_model)]
     return chosen + (["--cluster"] if request.cluster != "auto" else [])

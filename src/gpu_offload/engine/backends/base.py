@@ -123,12 +123,15 @@ class RunRequest:
     """``--rerun-on-preemption``: a one-shot run preempted before it finished is rerun once even after it printed."""
     ranks: Ranks | None = None
     """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
+    idle_timeout: float | None = None
+    """``--idle-timeout`` in seconds: a session's runner is released after this long idle (a cluster backend's
+    sessions; never longer than the hub's own timeout)."""
 
     def session_key(self) -> tuple[RunRequest, tuple[int, int] | None]:
         """What a session's runners are started with: its cells must ask for the same (a distributed
         session's cells may each choose their out rank and how output shows)."""
         ranks = self.ranks
-        return replace(self, ranks=None, rerun_on_preemption=False), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
+        return replace(self, ranks=None, rerun_on_preemption=False, idle_timeout=None), (None if ranks is None else (ranks.nodes, ranks.procs_per_node))
 
     def shape(self) -> str:
         """The options that fix a runner's shape, as a cell writes them."""
@@ -186,6 +189,8 @@ class SessionInfo:
     """Cells run so far."""
     busy: bool
     """Whether a cell is running now."""
+    release: str = ""
+    """When the backend gives the runner back if it stays idle (a cluster's idle timeout), in words."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,7 @@ from .budget import spend_line
 from .config import KubeSettings
 from .explain import span_text
 from .hub_inventory import HubInventory, HubInventoryError
+from .idle import IdleTimeouts, release_words
 from .jobrun import KubeJobRun
 from .launcher import PodLauncher
 from .plan import PodOrder
@@ -93,7 +95,9 @@ class KubernetesBackend:
         self.liqo = LiqoClient(self.api_client, request_timeout=30, trust=self.trust)
         self.storage = storage or (RunStorage(settings.storage, settings.user) if settings.storage else None)
         self.launcher = PodLauncher(settings, self.pods, self.liqo, self.storage, self.trust, runner)
-        self.keeper = SessionKeeper(self.storage, self.trusts, settings.session_idle_timeout)
+        self.idle_timeouts = IdleTimeouts(settings.session_idle_timeout)
+        """Each session's idle timeout: the hub's, or a shorter ``--idle-timeout``."""
+        self.keeper = SessionKeeper(self.storage, self.trusts, self.idle_timeouts.of)
         """Checkpoints of the sessions (to the user's storage) and their resumes after a loss or a release."""
         self._lock = threading.Lock()
         self._sessions: dict[str, KubeSession | KubeRankSession] = {}
@@ -174,11 +178,14 @@ class KubernetesBackend:
         assert job.session is not None
         self.keeper.settle(job.session)  # a checkpoint still being written goes first
         session = self._session(job.session, job.request)
+        with self._lock:
+            idle = self.idle_timeouts.ask(job.session, job.request.idle_timeout)
         note, resumed = self.keeper.note(job.session), self.keeper.resume(session)
         run = session.submit(job.bundle, job.run_id)
-        if note is not None:
-            text, warning = note
-            (run.warn if warning else run.announce)(text)
+        for told in (idle, note):
+            if told is not None:
+                text, warning = told
+                (run.warn if warning else run.announce)(text)
         if resumed:
             run.warn(resumed)
         return run
@@ -261,12 +268,12 @@ class KubernetesBackend:
         session (the chart's ``offload.sessionIdleTimeout``)."""
         if session.dead or session.busy:
             return
-        timeout = self.settings.session_idle_timeout
+        timeout = self.idle_timeouts.of(session.name).seconds
         if timeout <= 0:
             return
         timer = threading.Timer(timeout, self._end_idle, (session, session.claims))
         timer.daemon = True
-        session.idle_timer = timer
+        session.idle_timer, session.release_at = timer, time.time() + timeout
         timer.start()
 
     def _end_idle(self, session: KubeSession | KubeRankSession, claims: int) -> None:
@@ -274,6 +281,7 @@ class KubernetesBackend:
         gpus = request.gpus * (request.ranks.nodes if request.ranks is not None else 1)
         if self._sessions.get(session.name) is not session or session.busy or session.claims != claims:
             return
+        timeout = self.idle_timeouts.of(session.name)
         kept = self.keeper.before_release(session)  # the state first, while the pod is there
         with self._lock:
             # a cell came meanwhile, or the session was closed or replaced: nothing to end
@@ -282,9 +290,9 @@ class KubernetesBackend:
             del self._sessions[session.name]
             self.keeper.released(session.name, gpus)
             self._idle_ended[session.name] = (session.holder, (
-                f"was ended after {span_text(self.settings.session_idle_timeout)} idle holding {gpus} GPU"
-                f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, the "
-                f"hub's offload.sessionIdleTimeout){kept}"))
+                f"was ended after {span_text(timeout.seconds)} idle holding {gpus} GPU"
+                f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, "
+                f"{timeout.source}){kept}"))
         session.close(grace=1.0)
 
     # --- checkpoints (see .resume) ---
@@ -343,8 +351,10 @@ class KubernetesBackend:
 
     def sessions(self) -> list[SessionInfo]:
         """The warm session pods that are still alive."""
+        now = time.time()
         with self._lock:
-            return [s.info() for s in self._sessions.values() if s.alive]
+            return [replace(s.info(), release=release_words(self.idle_timeouts.of(s.name), s.release_at, now))
+                    for s in self._sessions.values() if s.alive]
 
     def close_session(self, name: str, grace: float = 5.0) -> bool:
         """End the named session and delete its pod; ``False`` if there is none."""

@@ -22,6 +22,7 @@ from ....runner.checkpoint import DEFAULT_LIMIT
 from ...errors import OffloadUsageError
 from ..base import RunRequest
 from .checkpoints import Armed, KubeCheckpoint, KubeCheckpoints, SessionLost, restored_line, wait_running
+from .idle import HUB, IdleTimeout
 from .storage import RunStorage, StorageError
 
 
@@ -36,9 +37,10 @@ class Released:
 class SessionKeeper:
     """Checkpoints and resumes of one backend's sessions (a no-op without object storage)."""
 
-    def __init__(self, storage: RunStorage | None, trusts: Callable[[str], bool], idle_timeout: float = 0.0) -> None:
+    def __init__(self, storage: RunStorage | None, trusts: Callable[[str], bool],
+                 idle_timeout: Callable[[str], IdleTimeout] = lambda _name: IdleTimeout(0.0, HUB)) -> None:
         self.idle_timeout = idle_timeout
-        """The hub's session idle timeout (told to the user with the first checkpoint); 0: never released."""
+        """A session's idle timeout (told to the user with its first checkpoint); 0 seconds: never released."""
         self.checkpoints = KubeCheckpoints(storage) if storage is not None else None
         self.trusts = trusts
         self.auto: dict[str, int | None] = {}
@@ -93,14 +95,15 @@ class SessionKeeper:
             self._notes[session.name] = (
                 f"session {session.name} is checkpointed after each cell that changes it, to your storage (limit "
                 f"{limit / 2**20:.0f} MiB; `%gpu_offload checkpoint {session.name} --auto off` stops it): "
-                f"{saved.describe()}{self._release_words()}", False)
+                f"{saved.describe()}{self._release_words(session.name)}", False)
 
-    def _release_words(self) -> str:
-        if self.idle_timeout <= 0:
+    def _release_words(self, name: str) -> str:
+        timeout = self.idle_timeout(name)
+        if timeout.seconds <= 0:
             return ""
         from .explain import span_text
 
-        return (f". Idle for {span_text(self.idle_timeout)} (the hub's offload.sessionIdleTimeout), its pod is released "
+        return (f". Idle for {span_text(timeout.seconds)} ({timeout.source}), its pod is released "
                 "and the GPUs go back to the pool; the next cell resumes it from the checkpoint")
 
     def note(self, name: str) -> tuple[str, bool] | None:

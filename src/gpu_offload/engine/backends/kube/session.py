@@ -86,6 +86,8 @@ class WarmSession:
         self.dead = False
         self.idle_timer: Any = None
         """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
+        self.release_at: float | None = None
+        """When that timer ends the session (wall clock), while it runs."""
         self.resumes_from = ""
         """The checkpoint a next session of this name is restored from, once one was written."""
         self.claims = 0
@@ -101,6 +103,7 @@ class WarmSession:
         """Mark the session busy with one more cell; the ``run`` command that carries ``bundle``."""
         if self.idle_timer is not None:
             self.idle_timer.cancel()
+            self.release_at = None
         if self.busy:
             from ...errors import OffloadUsageError
 
