@@ -169,7 +169,12 @@ def pytest_configure_node(node: Any) -> None:  # xdist, in the controller: where
     node.workerinput[GROUPS_KEY] = node.config.stash[_GROUPS_FILE]
 
 
-@pytest.hookimpl(trylast=True)  # after deselection: the tests this worker runs
+# tryfirst: before xdist's own hook tells the controller this worker has collected. The controller schedules as
+# soon as every worker has told it, and reads this file then: written after (trylast, as before), a loaded machine
+# let the controller find no file, every test fall back to its module's group, and each worker start its own
+# origin of a shared configuration. Deselection is over by now (pytest_collection_modifyitems): these are the
+# tests this worker runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     target = getattr(session.config, "workerinput", {}).get(GROUPS_KEY)
     if target:
