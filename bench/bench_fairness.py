@@ -15,18 +15,16 @@ Three ways to run the same arrivals:
 
 Figures, over the contended period (from bob's and cat's submission until the last of their cells ended
 with Kueue + AFS; the same window for every mode): GPU-steps per user and Jain's fairness index of that
-split, how busy the pool was, failed cells per user, and the mean wait of bob's and cat's cells in steps.
-Prints a Markdown table with the machine and the date.
+split, how busy the pool was, failed cells per user, and the mean wait of bob's and cat's cells in steps;
+written as one JSON result (bench/harness.py) with the machine and the date.
 Run: ``.venv/bin/python bench/bench_fairness.py``.
 """
 
 from __future__ import annotations
 
-import datetime
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +37,7 @@ from gpu_offload.liqo_peering.trust import TrustPolicy
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import scenario
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch  # bench/harness.py: the script's folder is on sys.path
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 USERS = ("ann", "bob", "cat")
@@ -79,9 +77,9 @@ def _placed(client: Any, core: Any, user: str, name: str) -> bool:
     return True
 
 
-def run(mode: str, workdir: Path) -> Outcome:
+def run_mode(mode: str, workdir: Path) -> Outcome:
     crds = [SHARED / "liqo-crds", SHARED / "kueue-crds"]
-    began = time.perf_counter()
+    clock = Stopwatch()
     with running_kueue_origin(workdir, donors=len(DONORS), gpus=2, crds=crds) as (origin, _):
         client = origin.sandbox.api_client()
         core = kubernetes.client.CoreV1Api(client)
@@ -116,36 +114,41 @@ def run(mode: str, workdir: Path) -> Outcome:
             pool.settle()
         light_done = pool.step if queued else 0
         client.close()
-    return Outcome(mode, pool, failed, light_done, time.perf_counter() - began)
+    return Outcome(mode, pool, failed, light_done, clock.seconds)
 
 
-def row(outcome: Outcome, window: int) -> str:
+def record(run: Run, outcome: Outcome, window: int) -> None:
+    """One mode's figures over the contended period of ``window`` steps."""
     split = scenario.held(outcome.pool.holds, 0, window)
     values = [split.get(u, 0) for u in USERS]
+    mode = outcome.mode
+    for user, value in zip(USERS, values, strict=True):
+        run.figure(f"{mode}: GPU-steps of {user}", value, "steps", lower_is_better=False)
+    run.figure(f"{mode}: Jain's index of the split", scenario.jain(values), "index", lower_is_better=False)
+    run.figure(f"{mode}: pool busy", 100 * sum(values) / (POOL * window) if window else 0.0, "%",
+               lower_is_better=False)
+    for user in USERS:
+        run.figure(f"{mode}: failed cells of {user}", outcome.failed[user], "cells")
     waits = [h.started for h in outcome.pool.holds if h.user in ("bob", "cat")]
-    wait = f"{statistics.mean(waits):.1f}" if waits else "-"
-    failed = " / ".join(str(outcome.failed[u]) for u in USERS)
-    busy = 100 * sum(values) / (POOL * window) if window else 0.0
-    return (f"| {outcome.mode} | {' / '.join(map(str, values))} | {scenario.jain(values):.2f} | {busy:.0f}% | {failed} | "
-            f"{wait} | {outcome.seconds:.0f} s |")
+    if waits:
+        run.figure(f"{mode}: bob and cat mean wait", statistics.mean(waits), "steps")
+    run.figure(f"{mode}: wall time", outcome.seconds, "s")
 
 
 def main() -> None:
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    run = Run("fairness", "Fairness under contention: Kueue with and without Admission Fair Sharing, and no queueing")
     outcomes = []
     for mode in MODES:
         with tempfile.TemporaryDirectory(prefix="bench-fair-") as tmp:
-            outcomes.append(run(mode, Path(tmp)))
+            outcomes.append(run_mode(mode, Path(tmp)))
     # kueue FIFO ran until bob's and cat's cells were done too; its window is its own (longer) period
     window = outcomes[0].light_done
-    print(f"\nann {HEAVY} cells at once, bob and cat {LIGHT} each a little later; pool {POOL} GPUs; "
-          f"contended period {window} steps (Kueue + AFS: bob's and cat's arrival to their last cell's end)\n")
-    print("| mode | GPU-steps ann / bob / cat | Jain's index | pool busy | failed ann / bob / cat "
-          "| bob+cat mean wait (steps) | wall time |")
-    print("|---|---|---|---|---|---|---|")
+    run.note(f"ann {HEAVY} cells at once, bob and cat {LIGHT} each a little later; pool {POOL} GPUs; contended "
+             f"period {window} steps (Kueue + AFS: bob's and cat's arrival to their last cell's end; kueue FIFO "
+             "over its own period)")
     for outcome in outcomes:
-        print(row(outcome, outcome.light_done if outcome.mode == "kueue FIFO" else window))
+        record(run, outcome, outcome.light_done if outcome.mode == "kueue FIFO" else window)
+    run.write()
     sys.stdout.flush()
 
 

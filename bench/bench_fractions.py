@@ -14,18 +14,15 @@ clusters; the first three are trusted, so the project's tie-break on trust has s
 ``fgd`` is given the workload's own request mix up front (the paper's oracle); ``project`` learns it from
 the requests it has seen (the last 2,000), as a deployment has to.
 
-Run: ``.venv/bin/python bench/bench_fractions.py [--workloads default,gpushare100] [--limit N]``.
+Run: ``.venv/bin/python bench/bench_fractions.py [--workloads default,gpushare100]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import sys
-import time
-from pathlib import Path
 
+import alibaba_trace  # bench/: the script's folder is on sys.path
 from gpu_offload.liqo_peering.packing import (
     BestFit,
     Demand,
@@ -38,9 +35,8 @@ from gpu_offload.liqo_peering.packing import (
     mix_of,
     take,
 )
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 WORKLOADS = ("default", "gpushare100", "multigpu50", "gpuspec33")
 DONORS = 6
 MARKS = (0.9, 1.0, 1.1)
@@ -48,24 +44,16 @@ STOP = 1.3
 
 
 def read_nodes() -> list[GpuNode]:
-    with (TRACE / "openb_node_list_gpu_node.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["gpu"]) > 0]
-    return [GpuNode(r["sn"], f"donor-{i % DONORS}", r["model"], (1000,) * int(r["gpu"]), int(r["cpu_milli"]),
-                    int(r["memory_mib"]), trusted=i % DONORS < DONORS // 2) for i, r in enumerate(rows)]
+    return [GpuNode(n.name, f"donor-{i % DONORS}", n.model, (1000,) * n.gpus, n.cpu_milli, n.memory_mib,
+                    trusted=i % DONORS < DONORS // 2) for i, n in enumerate(alibaba_trace.read_nodes())]
 
 
 def read_demands(workload: str) -> list[Demand]:
-    with (TRACE / f"openb_pod_list_{workload}.csv").open() as f:
-        rows = list(csv.DictReader(f))
     demands = []
-    for r in rows:
-        gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
-        if gpus == 0:
-            continue
-        models = frozenset(m for m in (r.get("gpu_spec") or "").split("|") if m)
-        fractional = gpus == 1 and 0 < milli < 1000
-        demands.append(Demand(milli if fractional else 1000, gpus, int(r["cpu_milli"]), int(r["memory_mib"]),
-                              models))
+    for t in alibaba_trace.read_tasks(workload):
+        fractional = t.gpus == 1 and 0 < t.gpu_milli < 1000
+        demands.append(Demand(t.gpu_milli if fractional else 1000, t.gpus, t.cpu_milli, t.memory_mib,
+                              frozenset(t.models)))
     return demands
 
 
@@ -77,7 +65,7 @@ def replay(policy: PackingPolicy, nodes: list[GpuNode], demands: list[Demand]) -
     at: dict[float, tuple[float, int]] = {}
     marks = list(MARKS)
     i = 0
-    began = time.perf_counter()
+    clock = Stopwatch()
     while asked < STOP * capacity:
         demand = demands[i % len(demands)]
         i += 1
@@ -89,7 +77,7 @@ def replay(policy: PackingPolicy, nodes: list[GpuNode], demands: list[Demand]) -
             started += 1
         while marks and asked >= marks[0] * capacity:
             at[marks.pop(0)] = (1 - allocated / capacity, started)
-    return {"at": at, "seconds": time.perf_counter() - began, "tasks": i}
+    return {"at": at, "seconds": clock.seconds, "tasks": i}
 
 
 def policies(demands: list[Demand]) -> list[PackingPolicy]:
@@ -100,27 +88,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS[:2]))
     args = parser.parse_args(argv)
-    if not TRACE.is_dir():
-        print(f"the trace is not at {TRACE}; it is read from ../shared/traces/ beside the repository",
-              file=sys.stderr)
+    if alibaba_trace.missing():
+        print(alibaba_trace.missing(), file=sys.stderr)
         return 2
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    run = Run("fractions", "Fractions of GPUs packed onto the Alibaba 2023 GPU pool, per packing policy")
     nodes = read_nodes()
-    print(f"pool: {len(nodes)} nodes, {sum(len(n.free) for n in nodes)} GPUs, {DONORS} donors")
+    run.note(f"pool: {len(nodes)} nodes, {sum(len(n.free) for n in nodes)} GPUs, {DONORS} donors; tasks arrive "
+             f"in trace order until the GPUs asked reach {STOP:.0%} of the pool")
     for workload in args.workloads.split(","):
         demands = read_demands(workload)
         shares = sum(d.fractional for d in demands)
-        print(f"\n### {workload}: {len(demands)} GPU tasks, {shares} ask for a share of one GPU\n")
-        header = " | ".join(f"unallocated at {m:.0%} | started" for m in MARKS)
-        print(f"| policy | {header} | seconds |")
-        print("|---|" + "---|" * (2 * len(MARKS) + 1))
+        run.note(f"{workload}: {len(demands)} GPU tasks, {shares} ask for a share of one GPU")
         for policy in policies(demands):
             result = replay(policy, nodes, demands)
             at = result["at"]
             assert isinstance(at, dict)
-            cells = " | ".join(f"{at[m][0]:.1%} | {at[m][1]}" for m in MARKS)
-            print(f"| {policy.name} | {cells} | {result['seconds']:.0f} |", flush=True)
+            for mark in MARKS:
+                unallocated, started = at[mark]
+                run.figure(f"{workload}, {policy.name}: unallocated at {mark:.0%} demand", 100 * unallocated, "%")
+                run.figure(f"{workload}, {policy.name}: tasks started by {mark:.0%} demand", started, "tasks",
+                           lower_is_better=False)
+            seconds = result["seconds"]
+            assert isinstance(seconds, float)
+            run.figure(f"{workload}, {policy.name}: replay time", seconds, "s")
+    run.write()
     return 0
 
 

@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ from gpu_offload.sandbox.fixtures import stop_process, wait_until
 from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Run, percentile
+from harness import Run, clock, percentile
 from harness import origin as origin_of  # bench/harness.py: the script's folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,7 +206,7 @@ async def drive(url: str, rate: int, seconds: float, stack: Stack) -> Figures:
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
         async def one(slot: float) -> None:
             nonlocal failures
-            sent = time.perf_counter()
+            sent = clock()
             late.append((sent - slot) * 1000)
             try:
                 async with session.get(url, headers=headers) as answer:
@@ -218,12 +217,12 @@ async def drive(url: str, rate: int, seconds: float, stack: Stack) -> Figures:
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 failures += 1
                 return
-            done = time.perf_counter()
+            done = clock()
             latencies.append((done - slot) * 1000)
             from_send.append((done - sent) * 1000)
 
         for _ in range(20):  # warm the connection pool and the service's caches, untimed
-            await one(time.perf_counter())
+            await one(clock())
         latencies.clear()
         late.clear()
         from_send.clear()
@@ -235,15 +234,15 @@ async def drive(url: str, rate: int, seconds: float, stack: Stack) -> Figures:
         gc.collect()
         gc.disable()
         cpu_before, proxy_before = cpu_seconds(stack.service_pid), cpu_seconds(stack.proxy_pid)
-        start = time.perf_counter()
+        start = clock()
         for i in range(total):
             slot = start + i / rate
-            delay = slot - time.perf_counter()
+            delay = slot - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.ensure_future(one(slot)))
         await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
         gc.enable()
         cpu = cpu_seconds(stack.service_pid) - cpu_before
         proxy = cpu_seconds(stack.proxy_pid) - proxy_before

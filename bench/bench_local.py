@@ -1,6 +1,7 @@
 """Local backend benchmarks: overhead, numpy round trips and print latency, against ipyparallel ``%px``.
 
-Prints markdown tables with the machine and the date; ratios are ours/peer measured in the same run.
+Writes one JSON result (bench/harness.py: figures, machine and date); ratios are ours/peer measured in the
+same run.
 
     .venv/bin/python bench/bench_local.py              # arrays up to 256 MiB
     .venv/bin/python bench/bench_local.py --max-mib 1024
@@ -13,38 +14,18 @@ numpy round trip <= 2x ``a.copy()`` at >= 64 MiB; print-to-display latency p99 <
 from __future__ import annotations
 
 import argparse
-import datetime
 import queue
 import re
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import psutil
-from harness import kernel, machine_line, percentile  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch, kernel, percentile, wall_ms  # bench/harness.py (on sys.path)
 
 MIB = 1 << 20
 FLOAT = re.compile(r"\d{9,}\.\d+")
-
-
-def samples(action: Callable[[], object], runs: int) -> list[float]:
-    """Wall times of ``runs`` calls, in milliseconds."""
-    out = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        action()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
-
-
-def ratio(ours: float, peer: float | None) -> str:
-    return f"{ours / peer:.2f}" if peer else "n/a"
-
-
-def fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
 
 
 class Peer:
@@ -53,14 +34,14 @@ class Peer:
     def __init__(self, shell: Any) -> None:
         import ipyparallel as ipp
 
-        started = time.perf_counter()
+        clock = Stopwatch()
         self.cluster = ipp.Cluster(n=1, log_level=40)
         self.client = self.cluster.start_and_connect_sync()
         self.client.wait_for_engines(1, timeout=120)
         self.view = self.client[:]
         self.view.block = True
         self.view.execute("x = 1")
-        self.cold_ms = (time.perf_counter() - started) * 1000
+        self.cold_ms = clock.ms
         self.view.activate()  # registers %px on the shell
         self.shell = shell
 
@@ -88,52 +69,40 @@ def session_pid(shell: Any, name: str) -> int:
     return int(found.group(1))
 
 
-def overhead(shell: Any, peer: Peer | None, runs: int) -> None:
+def overhead(run: Run, shell: Any, peer: Peer | None, runs: int) -> None:
     shell.run_cell_magic("gpu_offload", "--session bench", "x = 1")
     if peer is not None:
         peer.trivial()
-    cpu_plain = time.process_time()
-    base = samples(lambda: shell.run_cell("x = 1", store_history=False), runs)
-    cpu_plain = (time.process_time() - cpu_plain) * 1000 / runs
+    plain_clock = Stopwatch()
+    base = wall_ms(lambda: shell.run_cell("x = 1", store_history=False), runs)
+    cpu_plain = plain_clock.cpu_ms / runs
     runner = psutil.Process(session_pid(shell, "bench"))
-    cpu_kernel, cpu_runner = time.process_time(), sum(runner.cpu_times()[:2])
-    warm = samples(lambda: shell.run_cell_magic("gpu_offload", "--session bench", "x = 1"), runs)
-    cpu_kernel = (time.process_time() - cpu_kernel) * 1000 / runs
+    warm_clock, cpu_runner = Stopwatch(), sum(runner.cpu_times()[:2])
+    warm = wall_ms(lambda: shell.run_cell_magic("gpu_offload", "--session bench", "x = 1"), runs)
+    cpu_kernel = warm_clock.cpu_ms / runs
     cpu_runner = (sum(runner.cpu_times()[:2]) - cpu_runner) * 1000 / runs
-    cold = samples(lambda: shell.run_cell_magic("gpu_offload", "", "x = 1"), max(3, runs // 20))
-    px = samples(peer.trivial, runs) if peer is not None else None
+    cold = wall_ms(lambda: shell.run_cell_magic("gpu_offload", "", "x = 1"), max(3, runs // 20))
+    px = wall_ms(peer.trivial, runs) if peer is not None else None
     kernel = statistics.median(base)
-    print("\n### Overhead of a trivial cell (`x = 1`), added over running it in the shell itself\n")
-    print("| cell | runs | median ms | p95 ms | added median ms | peer (%px) added median ms | ours/peer |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    print(f"| in the kernel | {runs} | {kernel:.3f} | {percentile(base, 0.95):.3f} | 0 | | |")
-    peer_added = statistics.median(px) - kernel if px else None
+    run.figure("trivial cell (`x = 1`) in the kernel", base, "ms")
+    run.figure("trivial cell, warm session", warm, "ms")
+    run.figure("trivial cell, cold (new runner, no torch)", cold, "ms")
     warm_added = statistics.median(warm) - kernel
-    print(
-        f"| warm session | {runs} | {statistics.median(warm):.3f} | {percentile(warm, 0.95):.3f} | {warm_added:.3f} "
-        f"| {fmt(peer_added)} | {ratio(warm_added, peer_added)} |"
-    )
-    cold_added = statistics.median(cold) - kernel
-    peer_cold = peer.cold_ms if peer is not None else None
-    print(
-        f"| cold (new runner) | {len(cold)} | {statistics.median(cold):.1f} | {percentile(cold, 0.95):.1f} "
-        f"| {cold_added:.1f} | {fmt(peer_cold)} (cluster start + first execute, once) "
-        f"| {ratio(cold_added, peer_cold)} |"
-    )
-    verdict = "meets" if warm_added <= 2.0 else "misses"
-    print(
-        f"\nwarm added median {warm_added:.2f} ms: {verdict} the 2 ms goal. Cold excludes torch (not imported)."
-    )
-    print(
-        f"CPU per warm cell (independent of the machine's load): kernel {cpu_kernel:.2f} ms "
-        f"(plain cell {cpu_plain:.2f} ms), runner {cpu_runner:.2f} ms"
-    )
+    run.figure("warm session added over the kernel, median", warm_added, "ms")
+    if px is not None and peer is not None:
+        run.figure("trivial cell, %px (peer)", px, "ms")
+        peer_added = statistics.median(px) - kernel
+        run.figure("%px added over the kernel, median", peer_added, "ms")
+        run.figure("ipyparallel cluster start + first execute (peer's cold, once)", peer.cold_ms, "ms")
+        run.note(f"warm added median: ours {warm_added:.3f} ms, %px {peer_added:.3f} ms, ours/peer "
+                 f"{warm_added / peer_added:.2f}")
+    run.goal("warm session added over the kernel, median", warm_added, 2.0)
+    run.figure("kernel CPU per warm cell", cpu_kernel, "ms")
+    run.figure("kernel CPU per plain cell", cpu_plain, "ms")
+    run.figure("runner CPU per warm cell", cpu_runner, "ms")
 
 
-def round_trips(shell: Any, peer: Peer | None, max_mib: int, runs: int) -> None:
-    print("\n### numpy round trip (in and out), `b = a`, against `a.copy()` in the same run\n")
-    print("| size MiB | a.copy() ms | ours ms | ours/copy | peer push+%px+pull ms | peer/copy | ours/peer |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+def round_trips(run: Run, shell: Any, peer: Peer | None, max_mib: int, runs: int) -> None:
     size, worst = 1, 0.0
     while size <= max_mib:
         array = np.random.default_rng(0).random(size * MIB // 8)
@@ -144,24 +113,25 @@ def round_trips(shell: Any, peer: Peer | None, max_mib: int, runs: int) -> None:
         peers: list[float] = []
         # interleaved, so that a burst of load from the neighbours hits every column alike
         for _ in range(runs):
-            copies += samples(array.copy, 1)
-            trips += samples(offload, 1)
+            copies += wall_ms(array.copy, 1)
+            trips += wall_ms(offload, 1)
             if peer is not None:
-                peers += samples(lambda array=array: peer.round_trip(array), 1)
+                peers += wall_ms(lambda array=array: peer.round_trip(array), 1)
         assert np.array_equal(shell.user_ns.pop("b"), array)
-        copy, ours = statistics.median(copies), statistics.median(trips)
-        theirs = statistics.median(peers) if peers else None
+        run.figure(f"{size} MiB: a.copy()", copies, "ms")
+        run.figure(f"{size} MiB: round trip `b = a`, warm session", trips, "ms")
+        ours = statistics.median(trips) / statistics.median(copies)
+        run.figure(f"{size} MiB: round trip / a.copy(), medians", ours, "x")
+        if peers:
+            run.figure(f"{size} MiB: peer push + %px + pull", peers, "ms")
+            run.figure(f"{size} MiB: peer / a.copy(), medians", statistics.median(peers) / statistics.median(copies),
+                       "x")
         if size >= 64:
-            worst = max(worst, ours / copy)
-        print(
-            f"| {size} | {copy:.2f} | {ours:.2f} | {ours / copy:.2f} | {fmt(theirs)} "
-            f"| {ratio(theirs, copy) if theirs else 'n/a'} | {ratio(ours, theirs)} |"
-        )
+            worst = max(worst, ours)
         size *= 4 if size < 64 else 2
     shell.user_ns.pop("a", None)
     if worst:
-        verdict = "meets" if worst <= 2.0 else "misses"
-        print(f"\nworst ours/copy at >= 64 MiB: {worst:.2f}: {verdict} the 2x goal")
+        run.goal("worst round trip / a.copy() at >= 64 MiB", worst, 2.0, "x")
 
 
 LATENCY_CELL = (
@@ -193,7 +163,7 @@ def _latencies(client: Any, code: str) -> list[float]:
                 found.append((received - float(stamp)) * 1000)
 
 
-def latency(lines: int, with_peer: bool) -> None:
+def latency(run: Run, lines: int, with_peer: bool) -> None:
     with kernel("%load_ext gpu_offload.magics\n%gpu_offload config backend=local") as client:
         client.execute_interactive("%%gpu_offload --session lat\nx = 1", timeout=120)
         ours = _latencies(client, "%%gpu_offload --session lat\n" + LATENCY_CELL.format(n=lines))
@@ -208,23 +178,14 @@ def latency(lines: int, with_peer: bool) -> None:
             peer = _latencies(client, "%%px\n" + LATENCY_CELL.format(n=lines))
             client.execute_interactive("_rc.cluster.stop_cluster_sync()", timeout=120)
         client.execute_interactive("%gpu_offload close lat", timeout=60)
-    print("\n### print-to-display latency at a Jupyter client (iopub), `print` then 10 ms sleep per line\n")
-    print("| where the cell runs | lines | p50 ms | p99 ms | max ms |")
-    print("|---|---:|---:|---:|---:|")
-    for name, values in (
-        ("in the kernel (no flush)", local),
-        ("%%gpu_offload session", ours),
-        ("%%px (peer)", peer),
-    ):
+    # `print` then a 10 ms sleep per line; receive time at a Jupyter client (iopub) minus print time
+    for name, values in (("in the kernel (no flush)", local), ("%%gpu_offload session", ours), ("%%px (peer)", peer)):
         if values:
-            print(
-                f"| {name} | {len(values)} | {percentile(values, 0.5):.2f} | {percentile(values, 0.99):.2f} | {max(values):.2f} |"
-            )
+            run.figure(f"print-to-display latency, {name}", values, "ms")
     if ours and peer:
-        print(f"\nours/peer p99: {percentile(ours, 0.99) / percentile(peer, 0.99):.2f}")
+        run.note(f"print-to-display p99 ours/peer: {percentile(ours, 0.99) / percentile(peer, 0.99):.2f}")
     if ours:
-        verdict = "meets" if percentile(ours, 0.99) <= 20 else "misses"
-        print(f"ours p99 {percentile(ours, 0.99):.2f} ms: {verdict} the 20 ms goal")
+        run.goal("print-to-display p99, %%gpu_offload session", percentile(ours, 0.99), 20)
 
 
 def main() -> None:
@@ -242,8 +203,7 @@ def main() -> None:
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    run = Run("local", "Local backend against ipyparallel %px: overhead, numpy round trips, print latency")
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_offload.magics")
     shell.run_line_magic("gpu_offload", "config backend=local")
@@ -251,15 +211,16 @@ def main() -> None:
         peer = None if args.no_peer else Peer(shell)
         try:
             if "overhead" in parts:
-                overhead(shell, peer, args.runs)
+                overhead(run, shell, peer, args.runs)
             if "arrays" in parts:
-                round_trips(shell, peer, args.max_mib, args.array_runs)
+                round_trips(run, shell, peer, args.max_mib, args.array_runs)
         finally:
             shell.run_line_magic("gpu_offload", "close --all")
             if peer is not None:
                 peer.stop()
     if "latency" in parts:
-        latency(args.lines, not args.no_peer)
+        latency(run, args.lines, not args.no_peer)
+    run.write()
 
 
 if __name__ == "__main__":

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import secrets
 import tempfile
-import time
 from pathlib import Path
 
 from gpu_offload.magics.dashboard.clusters import local_row
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
-from harness import Run, timed  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch, timed  # bench/harness.py: the script's folder is on sys.path
 
 from gpu_offload.engine.backends.base import Job, RunEvent, RunRequest
 from gpu_offload.engine.observing import CancelHandle, RunEvents, RunStarted
@@ -63,10 +62,10 @@ def per_event(tmp: Path) -> tuple[float, float]:
     nonce = secrets.token_hex(16)
     events = decoded(nonce)
     raw = Replay(events)
-    start = time.perf_counter()
+    start = Stopwatch()
     while raw.next_event(0) is not None:
         pass
-    bare = (time.perf_counter() - start) / len(events)
+    bare = start.seconds / len(events)
     runs = Tracker(RunBook(tmp / "events"), kernel="bench")
     published = RunEvents()
     published.subscribe(runs)  # as the magic subscribes the kernel's run book
@@ -74,10 +73,10 @@ def per_event(tmp: Path) -> tuple[float, float]:
     published.submitting(job, "local")
     published.started(RunStarted(job, "local", "local", CancelHandle()))
     replay = Replay(events)
-    start = time.perf_counter()
+    start = Stopwatch()
     while (event := replay.next_event(0)) is not None:
         published.event(job.run_id, event)  # what the engine's follower does with each event
-    return bare, (time.perf_counter() - start) / len(events)
+    return bare, start.seconds / len(events)
 
 
 def fill(book: RunBook, count: int) -> None:

@@ -20,20 +20,19 @@ Usage: .venv/bin/python bench/bench_queue.py [--cells 3] [--waits 5,20,60]
 from __future__ import annotations
 
 import argparse
+import math
 import os
-import statistics
 import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch, clock  # bench/harness.py: the script's folder is on sys.path
 from kube_cells import counted as counted_by
 
 from gpu_offload.cli import main as cli
@@ -75,15 +74,15 @@ class Cell:
 
     def _run(self) -> None:
         job, _ = build_job("pass", analyse_cell("pass", {}), {}, self.backend.transfer, request=RunRequest(gpus=1))
-        start = time.perf_counter()
+        watch = Stopwatch()
         run = self.backend.submit(job)
-        self.submit_seconds = time.perf_counter() - start
+        self.submit_seconds = watch.seconds
         cell = self
 
         class Watching(RecordingSink):
             def notice(self, text: str) -> None:
                 if text.startswith("admitted by Kueue") and cell.admitted_at is None:
-                    cell.admitted_at = time.perf_counter()
+                    cell.admitted_at = clock()
                 super().notice(text)
 
         outcome = follow(run, Watching(), FollowSettings(progress_after=600), Intake(self.backend.trusts))
@@ -113,7 +112,7 @@ def queued_cell(backend: KubernetesBackend, core: Any, namespace: str, wait: flo
     cell = Cell(backend)
     cell.thread.start()
     time.sleep(wait)  # the bench's own clock decides how long the cell waits; nothing is asserted on it
-    freed = time.perf_counter()
+    freed = clock()
     core.delete_namespaced_pod("fill", namespace, grace_period_seconds=0)
     cell.thread.join(300)
     notice = (cell.admitted_at - freed) if cell.admitted_at is not None else float("nan")
@@ -133,13 +132,13 @@ def unqueued_submit(client: Any, namespace: str, cells: int) -> list[float]:
         for _ in range(cells + 1):
             job, _ = build_job("pass", analyse_cell("pass", {}), {}, backend.transfer, request=RunRequest(gpus=1))
             while True:  # the last pod's GPU counts until the inventory's watch saw it go
-                start = time.perf_counter()
+                watch = Stopwatch()
                 try:
                     run = backend.submit(job)
                 except OffloadUsageError:
                     time.sleep(0.2)
                     continue
-                times.append(time.perf_counter() - start)
+                times.append(watch.seconds)
                 break
             follow(run, RecordingSink(), FollowSettings(progress_after=600), Intake(backend.trusts))
             run.release(5)
@@ -185,24 +184,21 @@ def main() -> None:
         finally:
             backend.close()
             client.close()
-    print(machine_line())
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, cells per wait: {args.cells}\n")
-    print("| API requests per queued cell (steady state) | " + " | ".join(f"waits {w:g} s" for w in waits) + " |")
-    print("|---|" + "---:|" * len(waits))
-    for name, _, _ in CATEGORIES:
-        if name.startswith("(bench"):
-            continue
-        print(f"| {name} | " + " | ".join(f"{rows[w][name]:.2f}" for w in waits) + " |")
-    totals = [sum(v for k, v in rows[w].items() if not k.startswith("(bench")) for w in waits]
-    print("| **total** (goal <= 10) | " + " | ".join(f"**{t:.2f}**" for t in totals) + " |\n")
-    print("| kernel side | median ms | max ms |")
-    print("|---|---:|---:|")
+    run = Run("queue", "Queued cells through Kueue on the sandbox: API requests per cell and the kernel's wait costs")
+    run.note(f"cells per wait: {args.cells}; waits {', '.join(f'{w:g} s' for w in waits)}; goal <= 10 API requests "
+             "per queued cell")
+    for wait in waits:
+        for name, _, _ in CATEGORIES:
+            if not name.startswith("(bench"):
+                run.figure(f"API requests per queued cell, waits {wait:g} s: {name}", rows[wait][name], "requests")
+        total = sum(v for k, v in rows[wait].items() if not k.startswith("(bench"))
+        run.goal(f"API requests per queued cell, waits {wait:g} s, total", total, 10, "requests")
+        run.figure(f"API requests per queued cell, waits {wait:g} s, total", total, "requests")
     for name, values in (("submit, queued (no placement; ClusterQueue check; Pod + Secret)", submits),
                          ("submit, not queued (placement from the inventory; Pod + Secret)", direct),
                          ("GPU freed -> engine has 'admitted by Kueue' (includes Kueue's cycle)", notices)):
-        ms = [v * 1000 for v in values if v == v]
-        print(f"| {name} | {statistics.median(ms):.0f} | {max(ms):.0f} |")
-
+        run.figure(name, [v * 1000 for v in values if not math.isnan(v)], "ms")
+    run.write()
 
 if __name__ == "__main__":
     main()

@@ -12,12 +12,8 @@ Usage: .venv/bin/python bench/bench_rank_session.py [--cells 10]
 
 from __future__ import annotations
 
-import os
-import statistics
-from datetime import datetime, timezone
-
 from bench_kube import CATEGORIES  # the script's folder is on sys.path
-from harness import machine_line, percentile
+from harness import Run
 from kube_cells import Category, measured_from_command_line, trivial_cell
 
 from gpu_offload.engine.backends.base import Ranks, RunRequest
@@ -41,21 +37,17 @@ def one_cell(backend: KubernetesBackend, session: str | None = None) -> float:
 def main() -> None:
     got, cells = measured_from_command_line(__doc__, 10, JOB_CATEGORIES, one_cell)
     oneshot_requests, session_requests, oneshot, warm = got.oneshot_requests, got.session_requests, got.oneshot, got.warm
-    print(machine_line())
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.1f}, "
-          f"cells per measure: {cells}\n")
-    print("| API requests per 2-pod cell (steady state) | one-shot Job | warm distributed session |")
-    print("|---|---:|---:|")
+    run = Run("rank_session", "Distributed sessions on the sandbox: one-shot Job against a warm session, 2 pods")
+    run.note(f"cells per measure: {cells}")
     for name, _, _ in JOB_CATEGORIES:
-        print(f"| {name} | {oneshot_requests[name]:.2f} | {session_requests[name]:.2f} |")
-    print(f"| **total** | **{sum(oneshot_requests.values()):.2f}** | **{sum(session_requests.values()):.2f}** |\n")
-    print("| trivial cell (`pass`) on 2 pods x 1 rank, submit to every rank done, released | median ms | p95 ms "
-          "| min ms |")
-    print("|---|---:|---:|---:|")
+        run.figure(f"API requests per 2-pod cell, one-shot Job: {name}", oneshot_requests[name], "requests")
+        run.figure(f"API requests per 2-pod cell, warm session: {name}", session_requests[name], "requests")
+    run.figure("API requests per 2-pod cell, one-shot Job, total", sum(oneshot_requests.values()), "requests")
+    run.figure("API requests per 2-pod cell, warm session, total", sum(session_requests.values()), "requests")
     for name, values in (("one-shot Job (cold pods)", oneshot), ("warm distributed session", warm)):
-        ms = [v * 1000 for v in values]
-        print(f"| {name} | {statistics.median(ms):.0f} | {percentile(ms, 0.95):.0f} | {min(ms):.0f} |")
-
+        run.figure(f"trivial cell (`pass`) on 2 pods x 1 rank, {name}, submit to every rank done",
+                   [v * 1000 for v in values], "ms")
+    run.write()
 
 if __name__ == "__main__":
     main()

@@ -22,7 +22,6 @@ Goal (issue 16): launch-to-first-line at most 1.5x torchrun's; the sandbox compa
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import shutil
 import statistics
@@ -33,7 +32,7 @@ import time
 import uuid
 from pathlib import Path
 
-from harness import machine_line
+from harness import Run, Stopwatch
 from harness import origin as origin_of  # bench/harness.py: the script's folder is on sys.path
 
 from gpu_offload.engine.analysis import analyse_cell
@@ -62,18 +61,18 @@ TORCH_IMAGE = "pytorch/pytorch:2.5"
 def ours(backend: Backend, request: OffloadRequest | None = None) -> tuple[float, float]:
     """Seconds from the launch to the first rank's line, and to the run's ``done``."""
     request = request or OffloadRequest(SCRIPT, gpus=0, nodes=2, procs_per_node=2, quiet_ranks=False)
-    begin = time.perf_counter()
+    watch = Stopwatch()
     started = start(request, Launch(analyse_cell(request.cell, {})), {}, backend)
     run = started.run
     first = None
     while True:
         event = run.next_event(1.0)
         if isinstance(event, Stream) and first is None:
-            first = time.perf_counter() - begin
+            first = watch.seconds
         if isinstance(event, Done):
             assert event.status == "ok", event
             break
-    end = time.perf_counter() - begin
+    end = watch.seconds
     started.release(10.0)
     assert first is not None
     return first, end
@@ -81,17 +80,20 @@ def ours(backend: Backend, request: OffloadRequest | None = None) -> tuple[float
 
 def torchrun(script: Path) -> tuple[float, float]:
     """The same for ``torchrun --standalone --nproc-per-node 4``."""
-    binary = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    begin = time.perf_counter()
-    proc = subprocess.Popen([binary, "--standalone", "--nproc-per-node", "4", str(script)],
+    beside = Path(sys.executable).with_name("torchrun")
+    found = shutil.which("torchrun") or (str(beside) if beside.exists() else None)
+    # torchrun is the console script of torch.distributed.run; a venv without the script still has the module
+    binary = [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+    watch = Stopwatch()
+    proc = subprocess.Popen([*binary, "--standalone", "--nproc-per-node", "4", str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout is not None
     first = None
     for line in proc.stdout:
         if first is None and b"ready" in line:
-            first = time.perf_counter() - begin
+            first = watch.seconds
     code = proc.wait()
-    end = time.perf_counter() - begin
+    end = watch.seconds
     assert code == 0 and first is not None, code
     return first, end
 
@@ -155,26 +157,26 @@ def main() -> None:
     parser.add_argument("--sandbox", action="store_true",
                         help="the kubernetes backend on a sandbox: 2 x 2 CPU Job against a one-pod cell")
     args = parser.parse_args()
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    run = Run("ranks" + ("_sandbox" if args.sandbox else ""),
+              "Distributed cells: launch to first line of a 2 x 2 CPU job"
+              + (" on the sandbox, against one pod" if args.sandbox else ", against torchrun"),
+              script="bench/bench_ranks.py" + (" --sandbox" if args.sandbox else ""))
     results = sandbox(args.rounds) if args.sandbox else local(args.rounds)
-    print(f"rounds: {args.rounds} (alternating); times in seconds\n")
-    print("| launcher | first line median | first line min | first line max | end median |")
-    print("|---|---:|---:|---:|---:|")
+    run.note(f"rounds: {args.rounds} (alternating)")
     medians = {}
     for name, runs in results.items():
         firsts = [first for first, _ in runs]
         medians[name] = statistics.median(firsts)
-        print(f"| {name} | {medians[name]:.2f} | {min(firsts):.2f} | {max(firsts):.2f} | "
-              f"{statistics.median(end for _, end in runs):.2f} |")
+        run.figure(f"{name}: launch to first line", firsts, "s")
+        run.figure(f"{name}: launch to end", [end for _, end in runs], "s")
     ours_name, theirs_name = results
     ratio = medians[ours_name] / medians[theirs_name]
     if args.sandbox:
-        print(f"\nlaunch to first line, 2 x 2 Job / one pod: {ratio:.2f}x (reported, no goal)")
-        return
-    verdict = "meets" if ratio <= GOAL else "misses"
-    print(f"\nlaunch to first line, ours / torchrun: {ratio:.2f}x ({verdict} the {GOAL}x goal)")
+        run.figure("launch to first line, 2 x 2 Job / one pod, medians (reported, no goal)", ratio, "x")
+    else:
+        run.figure("launch to first line, ours / torchrun, medians", ratio, "x")
+        run.goal("launch to first line, ours / torchrun", ratio, GOAL, "x")
+    run.write()
 
 
 if __name__ == "__main__":

@@ -24,11 +24,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Run, timed_process  # noqa: E402
+from harness import Run, Stopwatch, timed_process  # noqa: E402
 
 from gpu_offload.runner.build import build_runner  # noqa: E402
 from gpu_offload.runner.bundle import encode_bundle, make_bundle  # noqa: E402
@@ -47,7 +46,7 @@ def one_runner(pyz: Path, modules: dict[str, str]) -> dict[str, float]:
     nonce = secrets.token_hex(16)
     bundle = encode_bundle(make_bundle("x = 1", nonce=nonce, modules=modules, metrics_interval=3600))
     cpu = children_cpu()
-    start = time.perf_counter()
+    start = Stopwatch()
     proc = subprocess.Popen([sys.executable, "-I", str(pyz), "--bundle", "-"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, bufsize=0)
     assert proc.stdin is not None and proc.stdout is not None
@@ -58,7 +57,7 @@ def one_runner(pyz: Path, modules: dict[str, str]) -> dict[str, float]:
         chunk = os.read(proc.stdout.fileno(), 65536)
         if not chunk:
             break
-        now = time.perf_counter() - start
+        now = start.seconds
         for event in decoder.feed(chunk):
             if isinstance(event, Hello):
                 seen["hello"], seen["boot"] = now, event.boot if event.boot is not None else float("nan")

@@ -15,17 +15,15 @@ frame decoder at 100 MB/s or more on one unterminated line.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import resource
 import statistics
 import subprocess
 import sys
-import time
 from collections import OrderedDict
 from typing import Any
 
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch  # bench/harness.py: the script's folder is on sys.path
 
 
 def rss_mib() -> float:
@@ -63,9 +61,9 @@ def child(kind: str, codec: str, mib: int) -> None:
 
     value = make_value(kind, mib)
     base = rss_mib()
-    wall, cpu = time.perf_counter(), time.process_time()
+    watch = Stopwatch()
     back = round_trip(codec, value)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = watch.seconds, watch.cpu_ms / 1000
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if kind == "array":
         assert np.array_equal(back, value)
@@ -74,15 +72,14 @@ def child(kind: str, codec: str, mib: int) -> None:
     print(json.dumps({"wall": wall, "cpu": cpu, "peak": peak - base}))
 
 
-def measure(kind: str, codec: str, mib: int, repeats: int) -> dict[str, float]:
+def measure(kind: str, codec: str, mib: int, repeats: int) -> list[dict[str, float]]:
+    """Wall and CPU seconds and peak MiB of ``repeats`` round trips, each in a fresh process."""
     runs = []
     for _ in range(repeats):
         out = subprocess.run([sys.executable, __file__, "--child", kind, codec, str(mib)],
                              check=True, capture_output=True, text=True)
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    row = {key: statistics.median(r[key] for r in runs) for key in ("wall", "cpu", "peak")}
-    row["min"] = min(r["wall"] for r in runs)  # the run least disturbed by the machine's other work
-    return row
+    return runs
 
 
 def frame_decoder_rate(mib: int) -> tuple[float, float]:
@@ -100,11 +97,11 @@ def frame_decoder_rate(mib: int) -> tuple[float, float]:
     for size in (len(chunk), mib * 2**20):
         piece = chunk if size == len(chunk) else b"z" * size
         decoder = FrameDecoder(nonce)
-        start = time.perf_counter()
+        watch = Stopwatch()
         for _ in range(mib * 2**20 // len(piece)):
             decoder.feed(piece)
         events = decoder.feed(b"\n" + lines[0])
-        rates.append(mib * 2**20 / 1e6 / (time.perf_counter() - start))
+        rates.append(mib * 2**20 / 1e6 / watch.seconds)
         assert isinstance(events[-1], Done)
     return rates[0], rates[1]
 
@@ -119,25 +116,28 @@ def main() -> None:
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; median of {args.repeats} "
-          "(and the least wall time), each in a fresh process; peak = peak RSS above the RSS once the value "
-          "exists; ratios against pickle")
-    print()
-    print("| value | codec | wall s | min wall s | CPU s | peak MiB | wall vs pickle | min wall | CPU |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    run = Run("safe_codec", "Safe outputs beside the pickle path, and the frame decoder on an endless line")
+    run.note(f"{args.repeats} round trips per row, each in a fresh process; peak = peak RSS above the RSS once "
+             "the value exists")
     for kind in ("array", "state dict"):
         label = f"{args.mib} MiB {'float64 array' if kind == 'array' else 'state dict (64 float32 tensors)'}"
         rows = {codec: measure(kind.split()[0], codec, args.mib, args.repeats) for codec in ("pickle", "safe")}
-        for codec, row in rows.items():
-            ratios = " | ".join(f"{row[k] / rows['pickle'][k]:.2f}x" for k in ("wall", "min", "cpu"))
-            print(f"| {label} | {codec} | {row['wall']:.2f} | {row['min']:.2f} | {row['cpu']:.2f} | "
-                  f"{row['peak']:.0f} | {ratios} |")
+        for codec, runs in rows.items():
+            run.figure(f"{label}, {codec}: wall", [r["wall"] for r in runs], "s")
+            run.figure(f"{label}, {codec}: CPU", [r["cpu"] for r in runs], "s")
+            run.figure(f"{label}, {codec}: peak RSS above the value", [r["peak"] for r in runs], "MiB")
+        ratio = (statistics.median(r["wall"] for r in rows["safe"])
+                 / statistics.median(r["wall"] for r in rows["pickle"]))
+        run.figure(f"{label}: safe / pickle wall, medians", ratio, "x")
+        run.goal(f"{label}: safe / pickle wall", ratio, 1.2, "x")
     chunked, whole = frame_decoder_rate(args.line_mib)
-    print()
-    print(f"frame decoder, one {args.line_mib} MiB line without newline: {chunked:.0f} MB/s in 64 KiB reads, "
-          f"{whole:.0f} MB/s in one chunk")
-    print(f"machine at the end: {machine_line()}")
+    run.figure(f"frame decoder, one {args.line_mib} MiB line without newline, 64 KiB reads", chunked, "MB/s",
+               lower_is_better=False)
+    run.figure(f"frame decoder, one {args.line_mib} MiB line without newline, one chunk", whole, "MB/s",
+               lower_is_better=False)
+    run.note(f"frame decoder in 64 KiB reads {chunked:.0f} MB/s: "
+             f"{'meets' if chunked >= 100 else 'misses'} the 100 MB/s goal")
+    run.write()
 
 
 if __name__ == "__main__":

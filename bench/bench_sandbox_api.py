@@ -12,13 +12,17 @@ import argparse
 import json
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes
 import urllib3
-from harness import Run, sandbox_process, timed  # bench/harness.py: the script's folder is on sys.path
+from harness import (  # bench/harness.py: the script's folder is on sys.path
+    Run,
+    Stopwatch,
+    sandbox_process,
+    timed,
+)
 from kubernetes import watch
 
 
@@ -32,13 +36,13 @@ def timed_rate(n: int, fn: Callable[[int], object]) -> float:
 def watch_rate(core: kubernetes.client.CoreV1Api, ns: str, rv: str, n: int) -> tuple[float, float]:
     """(replayed events/s from a resourceVersion, live events/s while another client writes)."""
     w = watch.Watch()
-    start = time.perf_counter()
+    start = Stopwatch()
     got = 0
     for _ in w.stream(core.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=120):
         got += 1
         if got == n:
             w.stop()
-    replay = got / (time.perf_counter() - start)
+    replay = got / start.seconds
     live_rv = core.list_namespaced_config_map(ns).metadata.resource_version
     seen, done = [0], threading.Event()
     writer_client = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(core.api_client.configuration))
@@ -49,13 +53,13 @@ def watch_rate(core: kubernetes.client.CoreV1Api, ns: str, rv: str, n: int) -> t
         done.set()
 
     w = watch.Watch()
-    start = time.perf_counter()
+    start = Stopwatch()
     threading.Thread(target=write, daemon=True).start()
     for _ in w.stream(core.list_namespaced_config_map, ns, resource_version=live_rv, timeout_seconds=120):
         seen[0] += 1
         if seen[0] == n:
             w.stop()
-    return replay, seen[0] / (time.perf_counter() - start)
+    return replay, seen[0] / start.seconds
 
 
 def main() -> None:

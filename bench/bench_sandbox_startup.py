@@ -4,7 +4,7 @@ Each configuration runs twice: ``host`` (pods share the host's network and run a
 before sandbox part 3 and as on a machine without root) and ``isolated`` (as root: a network namespace, veth
 and hosts file per pod, every container through its shim in a PID and mount namespace).
 
-Four figures per configuration (median of ``--runs``):
+Four figures per configuration (``--runs`` samples each):
 
 - ``api ready``: in-process, from building the API (CRDs loaded, donors seeded, controllers and kubelet
   installed) until the HTTP API answers ``/version``;
@@ -14,21 +14,18 @@ Four figures per configuration (median of ``--runs``):
 - ``cli kubeconfig``: ``gpu-offload sandbox --donors N`` as a subprocess, from launch until the kubeconfig
   file appears (includes the interpreter's imports).
 
-Usage: .venv/bin/python bench/bench_sandbox_startup.py [--runs 3]
+Usage: .venv/bin/python bench/bench_sandbox_startup.py [--runs 3] [--donors 2,20]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from datetime import datetime, timezone
 from pathlib import Path
 
 import kubernetes
@@ -37,27 +34,28 @@ from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.sandbox.liqo.origin import LiqoOrigin, OriginOptions
 from gpu_offload.sandbox.server import ApiServer
 from gpu_offload.sandbox.testing import make_api
+from harness import Run, Stopwatch  # bench/harness.py: the script's folder is on sys.path
 
 LIQO_CRDS = Path(__file__).resolve().parents[1] / ".." / "shared" / "liqo-crds"
 
 
 def _pod_running(core: kubernetes.client.CoreV1Api, name: str) -> float:
-    t0 = time.perf_counter()
+    watch = Stopwatch()
     core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": {"containers": [
         {"name": "c", "image": "python:3.11", "command": ["python3", "-c", "import time; time.sleep(60)"]}]}})
     while core.read_namespaced_pod(name, "default").status.phase != "Running":
         time.sleep(0.01)
-    return time.perf_counter() - t0
+    return watch.seconds
 
 
 def in_process(donors: int, crds: Path | None, isolate: bool) -> tuple[float, float, float]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-startup-"))
-    start = time.perf_counter()
+    watch = Stopwatch()
     origin = LiqoOrigin(OriginOptions(workdir / "state", liqo.donors(donors), isolate=isolate))
     server = ApiServer(make_api(crds), plugins=[origin.plugin]).start_in_thread()
     try:
         urllib.request.urlopen(f"{server.url}/version", timeout=30).read()
-        api_ready = time.perf_counter() - start
+        api_ready = watch.seconds
         config = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(str(write_kubeconfig(workdir / "kc", server.url)),
                                            client_configuration=config)
@@ -76,14 +74,14 @@ def cli(donors: int, crds: Path | None) -> float:
     kubeconfig = workdir / "kubeconfig"
     cmd = [sys.executable, "-m", "gpu_offload.cli", "sandbox", "--donors", str(donors), "--kubeconfig",
            str(kubeconfig), "--state-dir", str(workdir / "state")] + (["--crds", str(crds)] if crds else [])
-    start = time.perf_counter()
+    watch = Stopwatch()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while not kubeconfig.exists():
             if proc.poll() is not None:
                 raise RuntimeError(f"sandbox exited with {proc.returncode}")
             time.sleep(0.01)
-        return time.perf_counter() - start
+        return watch.seconds
     finally:
         proc.send_signal(2)
         proc.wait(timeout=60)
@@ -92,21 +90,21 @@ def cli(donors: int, crds: Path | None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--donors", default="2,20", help="donor counts to start (comma-separated)")
     args = parser.parse_args()
-    print(f"machine: {platform.node() or 'vm'} {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; median of {args.runs} runs, seconds")
-    print()
-    print("| donors | CRDs | pods | api ready | first pod running | next pods running | cli kubeconfig |")
-    print("|---:|---|---|---:|---:|---:|---:|")
-    for donors in (2, 20):
-        for label, crds in (("built-in", None), ("real (--crds)", LIQO_CRDS)):
-            launch = statistics.median(cli(donors, crds) for _ in range(args.runs))
+    run = Run("sandbox_startup", "Start-up time of the sandbox origin")
+    run.note(f"{args.runs} runs per configuration")
+    for donors in (int(d) for d in args.donors.split(",")):
+        for label, crds in (("built-in CRDs", None), ("real CRDs (--crds)", LIQO_CRDS)):
+            run.figure(f"{donors} donors, {label}: cli kubeconfig", [cli(donors, crds) for _ in range(args.runs)], "s")
             for mode in ("host", "isolated"):
                 ready, first, after = zip(*(in_process(donors, crds, mode == "isolated") for _ in range(args.runs)),
                                           strict=True)
-                print(f"| {donors} | {label} | {mode} | {statistics.median(ready):.2f} | "
-                      f"{statistics.median(first):.2f} | {statistics.median(after):.3f} | {launch:.2f} |", flush=True)
+                name = f"{donors} donors, {label}, {mode} pods"
+                run.figure(f"{name}: api ready", ready, "s")
+                run.figure(f"{name}: first pod running", first, "s")
+                run.figure(f"{name}: next pods running (median of 5 per run)", after, "s")
+    run.write()
 
 
 if __name__ == "__main__":

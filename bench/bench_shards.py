@@ -24,11 +24,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
-from datetime import datetime, timezone
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch  # bench/harness.py: the script's folder is on sys.path
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
 
 RANK_SCRIPT = r"""
 import json, sys, time
@@ -37,6 +36,8 @@ import torch.distributed as dist
 from gpu_offload.engine.shards import StepTimer, loss_weight, shard_range, shard_sizes
 
 steps, calibrate, slow, batch, warmup = (int(a) for a in sys.argv[1:6])
+sys.path.insert(0, sys.argv[6])
+from harness import Stopwatch  # the bench's clock, in each rank
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
@@ -49,21 +50,20 @@ dist.barrier()
 
 def step(sizes, timer=None):
     start, stop = shard_range(sizes, rank)
-    began = time.perf_counter()
-    t0 = time.perf_counter()
+    watch = Stopwatch()
     loss = torch.nn.functional.cross_entropy(model(x[start:stop]), y[start:stop]) * loss_weight(sizes, rank)
     opt.zero_grad()
     loss.backward()
-    work = time.perf_counter() - t0
+    work = watch.seconds
     if rank == 1 and slow > 1:
         time.sleep((slow - 1) * work)  # a GPU `slow` times slower, without taking CPU from the others
     if timer is not None:
-        timer.add(time.perf_counter() - t0, stop - start)
+        timer.add(watch.seconds, stop - start)
     for p in model.parameters():  # DDP's average of the ranks' gradients
         dist.all_reduce(p.grad)
         p.grad /= world
     opt.step()
-    return time.perf_counter() - began
+    return watch.seconds
 
 
 equal = [batch // world + (1 if r < batch % world else 0) for r in range(world)]
@@ -91,20 +91,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(steps: int, calibrate: int, slow: int, batch: int, warmup: int) -> list[dict]:
+def run_ranks(steps: int, calibrate: int, slow: int, batch: int, warmup: int) -> list[dict]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
            "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-c", RANK_SCRIPT, *(str(a) for a in (steps, calibrate, slow, batch, warmup))]
+    argv = [sys.executable, "-c", RANK_SCRIPT, *(str(a) for a in (steps, calibrate, slow, batch, warmup)), BENCH]
     procs = [subprocess.Popen(argv, env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate(timeout=1800)[0] for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit(f"a rank failed: exit codes {[p.returncode for p in procs]}")
     return [json.loads(o.strip().splitlines()[-1]) for o in outs]
-
-
-def _ms(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:
@@ -115,24 +110,23 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
-    print(machine_line())
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"2 CPU ranks (gloo), rank 1 slowed {args.slow}x, global batch {args.batch}, {args.steps} steps per mode")
-    began = time.perf_counter()
-    ranks = run(args.steps, args.calibrate, args.slow, args.batch, args.warmup)
-    print(f"measured seconds per item: rank 0 {ranks[0]['seconds_per_item'] * 1e6:.1f} us, "
-          f"rank 1 {ranks[1]['seconds_per_item'] * 1e6:.1f} us")
-    print("\n| mode | shards (rank 0, rank 1) | step median ms | step p90 ms | step min ms |\n|---|---|---:|---:|---:|")
+    run = Run("shards", "Data-parallel step time with one slow rank: equal shards against gpo_shards' shares")
+    run.note(f"2 CPU ranks (gloo), rank 1 slowed {args.slow}x, global batch {args.batch}, {args.steps} steps per "
+             "mode, alternating")
+    watch = Stopwatch()
+    ranks = run_ranks(args.steps, args.calibrate, args.slow, args.batch, args.warmup)
+    run.note(f"measured seconds per item: rank 0 {ranks[0]['seconds_per_item'] * 1e6:.1f} us, "
+             f"rank 1 {ranks[1]['seconds_per_item'] * 1e6:.1f} us")
     half = [args.batch // 2, args.batch - args.batch // 2]
     for mode, sizes in (("equal", half), ("proportional", ranks[0]["sizes"])):
-        times = ranks[0][mode]
-        print(f"| {mode} | {sizes[0]}, {sizes[1]} | {statistics.median(times) * 1000:.1f} | {_ms(times, 0.9):.1f} | "
-              f"{min(times) * 1000:.1f} |")
+        run.figure(f"{mode} shards ({sizes[0]}, {sizes[1]}): rank 0 step", [t * 1000 for t in ranks[0][mode]], "ms")
     ratio = statistics.median(ranks[0]["equal"]) / statistics.median(ranks[0]["proportional"])
     # with compute only (no all-reduce, no optimizer step): equal waits for slow * B/2, proportional for
     # slow * B/(slow + 1) on both ranks
-    print(f"\nequal / proportional step time (medians): {ratio:.2f}x (compute alone would give "
-          f"{(args.slow + 1) / 2:.2f}x); run took {time.perf_counter() - began:.0f} s")
+    run.figure("equal / proportional step time, medians", ratio, "x", lower_is_better=False)
+    run.note(f"equal / proportional step time {ratio:.2f}x (compute alone would give {(args.slow + 1) / 2:.2f}x); "
+             f"run took {watch.seconds:.0f} s")
+    run.write()
 
 
 if __name__ == "__main__":

@@ -35,35 +35,29 @@ period (time with a task running or waiting) and while some task waits, tasks dr
 start (no node of their model is large enough), and per task size the mean and p95 wait. Tasks without a
 deletion time are left out of this mode.
 
-Prints one Markdown table per trace with the machine and the date.
-Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6] [--queue-only]``.
+Writes one JSON result (bench/harness.py) with the machine and the date.
+Run: ``.venv/bin/python bench/bench_trace_placement.py [--donors 6] [--queue-only] [--workloads default]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import heapq
-import math
-import statistics
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 
+import alibaba_trace  # bench/: the script's folder is on sys.path
+from alibaba_trace import NEVER, TraceNode, TraceTask
 from gpu_offload.liqo_peering.errors import NoFit, UnknownModel
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 from gpu_offload.liqo_peering.placement import POLICIES, PlacementPolicy, PlacementRequest, place
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, Stopwatch
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023"
 WORKLOADS = ("default", "gpuspec33", "multigpu50", "gpushare100")
 DONORS = 6
 FILL_LOAD = 1.3
 """Fill mode stops once the GPUs asked for reach this multiple of the pool's."""
-NEVER = 2**62
 MIB = 2**20
 CONTENDED = 0.10
 """Queue mode shrinks the pool until dropping refuses at least this share of the tasks."""
@@ -73,71 +67,38 @@ CONTENDED = 0.10
 class Node:
     """A trace node as a virtual node, with what the replayed tasks use of it."""
 
-    name: str
+    spec: TraceNode
     cluster: str
-    gpus: int
-    model: str
-    cpu: int
-    memory: int
     used_gpus: int = 0
     used_cpu: int = 0
     used_memory: int = 0
 
-    def has_room_for(self, task: Task) -> bool:
+    def has_room_for(self, task: TraceTask) -> bool:
         """Whether the donor's scheduler would also find the task's CPU and memory here."""
-        return self.used_cpu + task.cpu <= self.cpu and self.used_memory + task.memory <= self.memory
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    cpu: int
-    memory: int
-    gpus: int
-    """Whole GPUs the project asks for: at least 1 for a task that shares a GPU."""
-    shares: bool
-    models: tuple[str, ...]
-    start: int
-    end: int
+        return (self.used_cpu + task.cpu_milli <= self.spec.cpu_milli
+                and self.used_memory + task.memory_mib <= self.spec.memory_mib)
 
 
 def read_nodes(donors: int) -> list[Node]:
-    with (TRACE / "openb_node_list_gpu_node.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["gpu"]) > 0]
-    return [Node(r["sn"], f"donor-{i % donors}", int(r["gpu"]), r["model"], int(r["cpu_milli"]),
-                 int(r["memory_mib"])) for i, r in enumerate(rows)]
-
-
-def read_tasks(workload: str) -> list[Task]:
-    """The GPU tasks of one workload file; CPU-only tasks never reach GPU placement."""
-    with (TRACE / f"openb_pod_list_{workload}.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    tasks = []
-    for r in rows:
-        gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
-        if gpus == 0:
-            continue
-        models = tuple(m for m in (r.get("gpu_spec") or "").split("|") if m)  # some files lack the column
-        tasks.append(Task(r["name"], int(r["cpu_milli"]), int(r["memory_mib"]), gpus, milli < 1000, models,
-                          int(r.get("creation_time") or 0), int(r.get("deletion_time") or NEVER)))
-    return tasks
+    return [Node(n, f"donor-{i % donors}") for i, n in enumerate(alibaba_trace.read_nodes())]
 
 
 class Pool:
     """The donors' inventory, rebuilt per change only for the cluster that changed."""
 
     def __init__(self, nodes: list[Node]) -> None:
-        self.nodes = {n.name: n for n in nodes}
+        self.nodes = {n.spec.name: n for n in nodes}
         self._members: dict[str, list[str]] = {}
         for n in nodes:
-            self._members.setdefault(n.cluster, []).append(n.name)
+            self._members.setdefault(n.cluster, []).append(n.spec.name)
         self._clusters = {cid: self._cluster(cid) for cid in sorted(self._members)}
         self.inventory = Inventory(tuple(self._clusters.values()))
 
     @staticmethod
     def _record(n: Node) -> VirtualNodeRecord:
-        return VirtualNodeRecord(n.name, n.cluster, n.gpus, n.gpus, n.used_gpus, model=n.model,
-                                 cpu_free=n.cpu - n.used_cpu, memory_free=(n.memory - n.used_memory) * MIB)
+        return VirtualNodeRecord(n.spec.name, n.cluster, n.spec.gpus, n.spec.gpus, n.used_gpus, model=n.spec.model,
+                                 cpu_free=n.spec.cpu_milli - n.used_cpu,
+                                 memory_free=(n.spec.memory_mib - n.used_memory) * MIB)
 
     def _cluster(self, cid: str) -> ClusterRecord:
         records = tuple(self._record(self.nodes[name]) for name in self._members[cid])
@@ -147,34 +108,34 @@ class Pool:
         cluster = self._clusters[node.cluster]
         record = self._record(node)
         self._clusters[node.cluster] = replace(cluster, virtual_nodes=tuple(
-            record if vn.name == node.name else vn for vn in cluster.virtual_nodes))
+            record if vn.name == node.spec.name else vn for vn in cluster.virtual_nodes))
         self.inventory = Inventory(tuple(self._clusters.values()))
 
-    def take(self, node: Node, task: Task) -> None:
+    def take(self, node: Node, task: TraceTask) -> None:
         node.used_gpus += task.gpus
-        node.used_cpu += task.cpu
-        node.used_memory += task.memory
+        node.used_cpu += task.cpu_milli
+        node.used_memory += task.memory_mib
         self._changed(node)
 
-    def give_back(self, node: Node, task: Task) -> None:
+    def give_back(self, node: Node, task: TraceTask) -> None:
         node.used_gpus -= task.gpus
-        node.used_cpu -= task.cpu
-        node.used_memory -= task.memory
+        node.used_cpu -= task.cpu_milli
+        node.used_memory -= task.memory_mib
         self._changed(node)
 
-    def one_node_has(self, task: Task) -> bool:
+    def one_node_has(self, task: TraceTask) -> bool:
         """Whether some node of an allowed model has the task's GPUs free (whatever its CPU and memory)."""
         wanted = {m.lower() for m in task.models}
-        return any(n.gpus - n.used_gpus >= task.gpus and (not wanted or n.model.lower() in wanted)
+        return any(n.spec.gpus - n.used_gpus >= task.gpus and (not wanted or n.spec.model.lower() in wanted)
                    for n in self.nodes.values())
 
     def free_of(self, models: tuple[str, ...]) -> int:
         wanted = {m.lower() for m in models}
-        return sum(n.gpus - n.used_gpus for n in self.nodes.values() if not wanted or n.model.lower() in wanted)
+        return sum(n.spec.gpus - n.used_gpus for n in self.nodes.values() if not wanted or n.spec.model.lower() in wanted)
 
     @property
     def gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes.values())
+        return sum(n.spec.gpus for n in self.nodes.values())
 
     @property
     def used(self) -> int:
@@ -197,13 +158,13 @@ class Tally:
     decide_ms: list[float] | None = None
 
 
-def events(tasks: list[Task]) -> Iterator[tuple[int, int, Task]]:
+def events(tasks: list[TraceTask]) -> Iterator[tuple[int, int, TraceTask]]:
     """Arrivals and departures in time order; at one instant departures first (their GPUs are free again)."""
-    yield from sorted([(t.start, 1, t) for t in tasks] + [(t.end, 0, t) for t in tasks],
+    yield from sorted([(t.created, 1, t) for t in tasks] + [(t.deleted, 0, t) for t in tasks],
                       key=lambda e: (e[0], e[1], e[2].name))
 
 
-def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized: bool) -> Node | None:
+def attempt(pool: Pool, task: TraceTask, policy: PlacementPolicy, tally: Tally, sized: bool) -> Node | None:
     """Place one arriving task as the kubernetes backend would (one retry elsewhere); count the outcome.
 
     ``sized``: the request carries the task's CPU and memory, else GPUs only."""
@@ -211,14 +172,14 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
     tally.tasks += 1
     tally.demand += task.gpus
     request = PlacementRequest(task.gpus, task.models[0] if task.models else None, fallback_models=task.models[1:],
-                               cpu=task.cpu if sized else 0, memory=task.memory * MIB if sized else 0)
+                               cpu=task.cpu_milli if sized else 0, memory=task.memory_mib * MIB if sized else 0)
     avoid: set[str] = set()
     for retry in (0, 1):
-        start = time.perf_counter()
+        start = Stopwatch()
         try:
             chosen = place(pool.inventory, request, policy, avoid=avoid)
         except NoFit:
-            tally.decide_ms.append((time.perf_counter() - start) * 1000)
+            tally.decide_ms.append(start.ms)
             if retry:
                 tally.refused_twice += 1
             elif pool.one_node_has(task):
@@ -228,7 +189,7 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
             else:
                 tally.no_room += 1
             break
-        tally.decide_ms.append((time.perf_counter() - start) * 1000)
+        tally.decide_ms.append(start.ms)
         node = pool.nodes[chosen.virtual_node]
         if node.has_room_for(task):
             tally.placed += 1
@@ -243,7 +204,7 @@ def attempt(pool: Pool, task: Task, policy: PlacementPolicy, tally: Tally, sized
     return None
 
 
-def replay(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: bool) -> Tally:
+def replay(nodes: list[Node], tasks: list[TraceTask], policy: PlacementPolicy, sized: bool) -> Tally:
     """Tasks arrive and leave at their trace times."""
     pool = Pool(nodes)
     tally = Tally(allocation=[], decide_ms=[])
@@ -260,7 +221,7 @@ def replay(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized:
     return tally
 
 
-def fill(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: bool,
+def fill(nodes: list[Node], tasks: list[TraceTask], policy: PlacementPolicy, sized: bool,
          load: float = FILL_LOAD) -> tuple[Tally, float]:
     """The ATC '23 way: tasks in trace order (the list repeated as needed), none leaving, until the GPUs asked
     for reach ``load`` times the pool's; returns the tally and the share of GPUs allocated when the demand
@@ -268,7 +229,7 @@ def fill(nodes: list[Node], tasks: list[Task], policy: PlacementPolicy, sized: b
     pool = Pool(nodes)
     tally = Tally(allocation=[], decide_ms=[])
     at_capacity = 0.0
-    ordered = sorted(tasks, key=lambda t: (t.start, t.name))
+    ordered = sorted(tasks, key=lambda t: (t.created, t.name))
     asked = 0
     while asked < load * pool.gpus:
         for task in ordered:
@@ -298,17 +259,17 @@ class Contention:
     never: int = 0
 
 
-def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
+def contend(nodes: list[Node], tasks: list[TraceTask], queue: bool) -> Contention:
     """Arrivals at trace times, each task running its trace duration from its start; ``queue``: a task that
     does not fit waits (BestEffortFIFO) instead of being dropped."""
     pool, out = Pool(nodes), Contention(waits={})
     assert out.waits is not None
-    arrivals = sorted(tasks, key=lambda t: (t.start, t.name))
-    running: list[tuple[int, str, Task, Node]] = []
-    waiting: list[Task] = []
-    last, i = arrivals[0].start, 0
+    arrivals = sorted(tasks, key=lambda t: (t.created, t.name))
+    running: list[tuple[int, str, TraceTask, Node]] = []
+    waiting: list[TraceTask] = []
+    last, i = arrivals[0].created, 0
 
-    def start(task: Task, now: int) -> bool:
+    def start(task: TraceTask, now: int) -> bool:
         request = PlacementRequest(task.gpus, task.models[0] if task.models else None,
                                    fallback_models=task.models[1:])
         try:
@@ -317,13 +278,13 @@ def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
             return False
         node = pool.nodes[chosen.virtual_node]
         pool.take(node, task)
-        heapq.heappush(running, (now + task.end - task.start, task.name, task, node))
+        heapq.heappush(running, (now + task.deleted - task.created, task.name, task, node))
         out.started += 1
-        out.waits.setdefault(task.gpus, []).append(now - task.start)  # type: ignore[union-attr]
+        out.waits.setdefault(task.gpus, []).append(now - task.created)  # type: ignore[union-attr]
         return True
 
     while i < len(arrivals) or running:
-        now = min(arrivals[i].start if i < len(arrivals) else NEVER, running[0][0] if running else NEVER)
+        now = min(arrivals[i].created if i < len(arrivals) else NEVER, running[0][0] if running else NEVER)
         out.gpu_seconds += pool.used * (now - last)
         out.busy_seconds += (now - last) if running or waiting else 0
         if waiting:
@@ -346,18 +307,9 @@ def contend(nodes: list[Node], tasks: list[Task], queue: bool) -> Contention:
     return out
 
 
-def _wait(waits: list[int]) -> str:
-    """Mean and p95 in hours."""
-    if not waits:
-        return "-"
-    ordered = sorted(waits)
-    p95 = ordered[max(math.ceil(len(ordered) * 0.95) - 1, 0)]
-    return f"{statistics.mean(ordered) / 3600:.1f} / {p95 / 3600:.1f}"
-
-
-def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
+def queue_figures(run: Run, workload: str, nodes: list[Node], tasks: list[TraceTask]) -> None:
     """Drop and queue side by side on a pool shrunk until the trace contends for it."""
-    tasks = [t for t in tasks if t.end != NEVER and t.end >= t.start]
+    tasks = [t for t in tasks if t.deleted != NEVER and t.deleted >= t.created]
 
     def contends(k: int) -> Contention | None:
         drop = contend([replace(n) for n in nodes[::k]], tasks, queue=False)
@@ -372,81 +324,77 @@ def queue_table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str
     k, pool = high, nodes[::high]
     drop = contends(high) or contend([replace(n) for n in pool], tasks, queue=False)
     queued = contend([replace(n) for n in pool], tasks, queue=True)
-    gpus = sum(n.gpus for n in pool)
+    gpus = sum(n.spec.gpus for n in pool)
     sizes = sorted(set((drop.waits or {}) | (queued.waits or {})))
-    lines = [f"### workload `{workload}`, queue mode: {len(tasks)} GPU tasks with both times; pool shrunk to "
-             f"every {k}th node: {len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses "
-             f">= {CONTENDED:.0%}", "",
-             "| mode | started | dropped | never start | GPU utilisation over the busy period | busy period | "
-             "utilisation while a task waits | "
-             + " | ".join(f"wait {n} GPU{'s' if n > 1 else ''}: mean / p95 h" for n in sizes) + " |",
-             "|---|---|---|---|---|---|---|" + "---|" * len(sizes)]
-    for name, c in (("drop", drop), ("queue (BestEffortFIFO)", queued)):
-        util = c.gpu_seconds / (gpus * c.busy_seconds) if c.busy_seconds else 0.0
-        waits = " | ".join(_wait((c.waits or {}).get(n, [])) for n in sizes)
-        waiting = f"{c.gpu_seconds_waiting / (gpus * c.waiting_seconds):.1%}" if c.waiting_seconds else "-"
-        lines.append(f"| {name} | {c.started} | {c.dropped} | {c.never} | {util:.1%} | "
-                     f"{c.busy_seconds / 3600:.0f} h | {waiting} | {waits} |")
-    return lines
+    run.note(f"{workload}, queue mode: {len(tasks)} GPU tasks with both times; pool shrunk to every {k}th node: "
+             f"{len(pool)} nodes / {gpus} GPUs, the largest such pool where dropping refuses >= {CONTENDED:.0%}")
+    for mode, c in (("drop", drop), ("queue (BestEffortFIFO)", queued)):
+        name = f"{workload}, queue mode, {mode}"
+        run.figure(f"{name}: started", c.started, "tasks", lower_is_better=False)
+        run.figure(f"{name}: dropped", c.dropped, "tasks")
+        run.figure(f"{name}: never start", c.never, "tasks")
+        run.figure(f"{name}: GPU utilisation over the busy period",
+                   100 * c.gpu_seconds / (gpus * c.busy_seconds) if c.busy_seconds else 0.0, "%",
+                   lower_is_better=False)
+        run.figure(f"{name}: busy period", c.busy_seconds / 3600, "h")
+        if c.waiting_seconds:
+            run.figure(f"{name}: GPU utilisation while a task waits",
+                       100 * c.gpu_seconds_waiting / (gpus * c.waiting_seconds), "%", lower_is_better=False)
+        for size in sizes:
+            waits = (c.waits or {}).get(size, [])
+            if waits:
+                run.figure(f"{name}: wait of {size}-GPU tasks", [w / 3600 for w in waits], "h")
 
 
-def _ms(tally: Tally) -> str:
-    assert tally.decide_ms is not None
-    ms = sorted(tally.decide_ms)
-    return f"{statistics.median(ms):.2f} / {ms[int(len(ms) * 0.99) - 1]:.2f} ms"
+def _tally(run: Run, name: str, t: Tally) -> None:
+    run.figure(f"{name}: placed", 100 * t.placed / t.tasks, "% of tasks", lower_is_better=False)
+    run.figure(f"{name}: placed on the retry", t.placed_on_retry, "tasks")
+    for why, count in (("no GPUs", t.no_room), ("fragmented", t.fragmented), ("no CPU or memory", t.no_resources),
+                       ("refused twice", t.refused_twice)):
+        run.figure(f"{name}: rejected, {why}", count, "tasks")
+    assert t.decide_ms is not None
+    run.figure(f"{name}: place() time", t.decide_ms, "ms")
 
 
-def _rejections(t: Tally) -> str:
-    return f"{t.no_room} / {t.fragmented} / {t.no_resources} / {t.refused_twice}"
-
-
-def table(workload: str, nodes: list[Node], tasks: list[Task]) -> list[str]:
-    lines = [f"### workload `{workload}`: {len(tasks)} GPU tasks asking {sum(t.gpus for t in tasks)} whole GPUs "
+def figures(run: Run, workload: str, nodes: list[Node], tasks: list[TraceTask]) -> None:
+    run.note(f"{workload}: {len(tasks)} GPU tasks asking {sum(t.gpus for t in tasks)} whole GPUs "
              f"({sum(t.shares for t in tasks)} share a GPU, {sum(bool(t.models) for t in tasks)} constrain the "
-             f"model); {len(nodes)} nodes / {sum(n.gpus for n in nodes)} GPUs in {len({n.cluster for n in nodes})} "
-             "donors",
-             "",
-             "| policy | request | mode | placed | placed on the retry | rejected: no GPUs / fragmented / no CPU or "
-             "memory / refused twice | GPUs allocated | place() median / p99 |",
-             "|---|---|---|---|---|---|---|---|"]
-    timed = any(t.end != NEVER for t in tasks)  # some files carry no times: fill mode only
-    for name, policy in POLICIES.items():
+             f"model); {len(nodes)} nodes / {sum(n.spec.gpus for n in nodes)} GPUs in {len({n.cluster for n in nodes})} "
+             "donors")
+    timed = any(t.deleted != NEVER for t in tasks)  # some files carry no times: fill mode only
+    for policy_name, policy in POLICIES.items():
         for sized in (False, True):
             kind = "GPUs + CPU + memory" if sized else "GPUs only"
             if timed:
                 t = replay([replace(n) for n in nodes], tasks, policy, sized)
                 assert t.allocation is not None
-                lines.append(f"| {name} | {kind} | trace times | {t.placed}/{t.tasks} ({t.placed / t.tasks:.1%}) | "
-                             f"{t.placed_on_retry} | {_rejections(t)} | peak {max(t.allocation):.1%} | {_ms(t)} |")
+                _tally(run, f"{workload}, {policy_name}, {kind}, trace times", t)
+                run.figure(f"{workload}, {policy_name}, {kind}, trace times: peak GPUs allocated",
+                           100 * max(t.allocation), "%", lower_is_better=False)
             t, at_capacity = fill([replace(n) for n in nodes], tasks, policy, sized)
-            lines.append(f"| {name} | {kind} | fill to {FILL_LOAD:.0%} | {t.placed}/{t.tasks} "
-                         f"({t.placed / t.tasks:.1%}) | {t.placed_on_retry} | {_rejections(t)} | "
-                         f"{at_capacity:.1%} when demand = pool | {_ms(t)} |")
-    return lines
+            _tally(run, f"{workload}, {policy_name}, {kind}, fill to {FILL_LOAD:.0%}", t)
+            run.figure(f"{workload}, {policy_name}, {kind}, fill to {FILL_LOAD:.0%}: GPUs allocated when demand "
+                       "= pool", 100 * at_capacity, "%", lower_is_better=False)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--donors", type=int, default=DONORS, help="donor clusters the nodes are dealt to")
-    parser.add_argument("--queue-only", action="store_true", help="only the queue mode's tables")
+    parser.add_argument("--queue-only", action="store_true", help="only the queue mode's figures")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="trace workloads (comma-separated)")
     args = parser.parse_args()
-    if not TRACE.is_dir():
-        print(f"trace not found at {TRACE}: this benchmark reads ../shared/traces/alibaba-gpu-v2023 beside "
-              "the repository", file=sys.stderr)
+    if alibaba_trace.missing():
+        print(alibaba_trace.missing(), file=sys.stderr)
         return 2
     nodes = read_nodes(args.donors)
-    print("## Placement policies replayed on the Alibaba GPU trace (cluster-trace-gpu-v2023)")
-    print()
-    print(f"{machine_line()}; run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
-    print()
-    for workload in WORKLOADS:
-        tasks = read_tasks(workload)
+    run = Run("trace_placement", "Placement policies replayed on the Alibaba GPU trace (cluster-trace-gpu-v2023)")
+    for workload in args.workloads.split(","):
+        tasks = alibaba_trace.read_tasks(workload)
         if not args.queue_only:
-            print("\n".join(table(workload, nodes, tasks)))
-            print()
-        if any(t.end != NEVER for t in tasks):
-            print("\n".join(queue_table(workload, nodes, tasks)))
-            print()
+            figures(run, workload, nodes, tasks)
+        if any(t.deleted != NEVER for t in tasks):
+            queue_figures(run, workload, nodes, tasks)
+    run.write()
     return 0
 
 

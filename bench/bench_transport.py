@@ -13,23 +13,14 @@ times are milliseconds. Goal (issue 2): at 64 MiB and above, at most 2x ``a.copy
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import tempfile
-from collections.abc import Callable
 
 import numpy as np
-from harness import machine_line, timed  # bench/harness.py: the script's folder is on sys.path
+from harness import Run, timed  # bench/harness.py: the script's folder is on sys.path
 
 from gpu_offload.runner import buffers, handover
-
-
-def median_ms(action: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Median wall and CPU (this process) milliseconds of ``action``; what it returns is freed untimed, as
-    real use frees it later, when the variable is dropped."""
-    wall, cpu = timed(action, repeats)
-    return statistics.median(wall), statistics.median(cpu)
 
 
 def round_trip(array: np.ndarray, shm_dir: str, one_shot: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -44,24 +35,30 @@ def round_trip(array: np.ndarray, shm_dir: str, one_shot: bool) -> tuple[np.ndar
     return buffers.load(back.pickle, back.buffers)["b"], remote  # engine: load outputs
 
 
-def measure(mib: int, repeats: int, shm_dir: str) -> str:
-    """One table row: medians of a.copy(), dump, load and the full round trip for a ``mib`` MiB array."""
+def measure(run: Run, mib: int, repeats: int, shm_dir: str) -> None:
+    """Wall and CPU of a.copy(), dump, load and the full round trip for a ``mib`` MiB array (what each returns
+    is freed untimed, as real use frees it later, when the variable is dropped)."""
     array = np.random.default_rng(0).random(mib * 2**20 // 8)
     for one_shot in (True, False):
         check, _ = round_trip(array, shm_dir, one_shot)
         assert np.array_equal(check, array), "round trip changed the data"
         del check, _
-    copy, copy_cpu = median_ms(array.copy, repeats)
+    copy, copy_cpu = timed(array.copy, repeats)
     dumped: list[buffers.Dumped] = []
-    dump, _ = median_ms(lambda: dumped.append(buffers.dump({"a": array}, "shm", shm_dir=shm_dir)), repeats)
-    load, _ = median_ms(lambda: buffers.load(dumped[-1].pickle, dumped.pop().buffers), repeats)
-    once, once_cpu = median_ms(lambda: round_trip(array, shm_dir, True), repeats)
-    twice, twice_cpu = median_ms(lambda: round_trip(array, shm_dir, False), repeats)
-    goal = "" if mib < 64 else ("met" if once <= 2 * copy else "missed")
-    return (
-        f"| {mib} | {copy:.2f} | {dump:.2f} | {load:.3f} | {once:.2f} | {once / copy:.2f} | {twice:.2f} "
-        f"| {twice / copy:.2f} | {copy_cpu:.1f} | {once_cpu / copy_cpu:.2f} | {twice_cpu / copy_cpu:.2f} | {goal} |"
-    )
+    dump, _ = timed(lambda: dumped.append(buffers.dump({"a": array}, "shm", shm_dir=shm_dir)), repeats)
+    load, _ = timed(lambda: buffers.load(dumped[-1].pickle, dumped.pop().buffers), repeats)
+    once, once_cpu = timed(lambda: round_trip(array, shm_dir, True), repeats)
+    twice, twice_cpu = timed(lambda: round_trip(array, shm_dir, False), repeats)
+    for name, wall in (("a.copy()", copy), ("dump", dump), ("load", load), ("trip one-shot", once),
+                       ("trip copy-back", twice)):
+        run.figure(f"{mib} MiB: {name}", wall, "ms")
+    for name, cpu in (("a.copy()", copy_cpu), ("trip one-shot", once_cpu), ("trip copy-back", twice_cpu)):
+        run.figure(f"{mib} MiB: {name} CPU", cpu, "ms")
+    median = statistics.median
+    run.figure(f"{mib} MiB: one-shot / copy, wall medians", median(once) / median(copy), "x")
+    run.figure(f"{mib} MiB: copy-back / copy, wall medians", median(twice) / median(copy), "x")
+    if mib >= 64:
+        run.goal(f"{mib} MiB: one-shot / copy", median(once) / median(copy), 2.0, "x")
 
 
 def main() -> None:
@@ -73,23 +70,17 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [1, 4, 16, 64, 256] + ([1024] if args.full else [])
     shm_dir = buffers.default_shm_dir()
-    print(machine_line())
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, shm dir: {shm_dir}")
-    print(
-        f"median of {args.repeats} runs per row (3 at 1 GiB), milliseconds; trips include the engine's discard and the runner's release\n"
-    )
-    print(
-        "| MiB | copy | dump | load | trip one-shot | /copy | trip copy-back | /copy "
-        "| copy CPU | one-shot/copy CPU | copy-back/copy CPU | goal <= 2x (one-shot, wall) |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|")
+    run = Run("transport", "Numpy round trip through the runner's shm buffer transport, against a.copy()")
+    run.note(f"shm dir: {shm_dir}; {args.repeats} runs per size (3 at 1 GiB); trips include the engine's discard "
+             "and the runner's release")
     for mib in sizes:
-        print(measure(mib, args.repeats if mib < 1024 else 3, shm_dir))
+        measure(run, mib, args.repeats if mib < 1024 else 3, shm_dir)
     leftovers = (
         [n for n in os.listdir(shm_dir) if n.startswith("gpuo-")] if shm_dir != tempfile.gettempdir() else []
     )
     if leftovers:
-        print(f"\nwarning: {len(leftovers)} gpuo- files left in {shm_dir} (other processes may own them)")
+        run.note(f"warning: {len(leftovers)} gpuo- files left in {shm_dir} (other processes may own them)")
+    run.write()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
-"""A warm session's own cost per cell, this tree against an earlier revision, measured side by side in one run.
+"""A warm session's own cost per cell, this tree against an earlier revision and ipyparallel's ``%px``,
+measured side by side in one run.
 
 Each variant runs in its own process (an IPython shell with the magic on the local backend and a warm
-session ``bench``); the rounds alternate between the variants, so a load spike on the shared machine hits
-both alike. Per round, per variant:
+session ``bench``; for the peer, ipyparallel with one local engine and ``%%px --stream``); the rounds
+alternate between the variants, so a load spike on the shared machine hits all alike. Per round, per
+variant:
 - a trivial cell (``x = 1``) run in the shell itself, then through the warm session: wall time of each, and
-  the CPU time (user + system) the kernel process and the session's runner spent per cell;
+  the CPU time (user + system) the kernel process and the session's runner (the peer's engine and
+  controller) spent per cell;
 - print latency: the session cell prints timestamped lines 2 ms apart; each line's arrival at the shell's
   stdout minus its timestamp (CLOCK_REALTIME of one machine; the Jupyter client's iopub hop is not in it:
   ``bench/bench_local.py`` measures that one).
@@ -12,7 +15,7 @@ both alike. Per round, per variant:
 The machine is shared (load 15-20 on 2 cores while this was written): wall times count everyone's work,
 CPU times only ours, so both are reported.
 
-    python bench/bench_warm_cell.py --before REV [--rounds 6 --cells 100]
+    python bench/bench_warm_cell.py --before REV [--rounds 6 --cells 100] [--no-peer]
 
 ``--before REV`` checks REV out in a temporary git worktree (removed afterwards); its process imports the
 project from there through the tree's own folder map (setup.py ``ROOTS``), every dependency from this venv.
@@ -57,46 +60,55 @@ class _Stamps:
         pass
 
 
-def child(tree: str | None) -> int:
+def child(tree: str | None, peer: bool) -> int:
     if tree:
         import_tree(Path(tree))
     import psutil
+    from harness import timed  # the script's folder is on sys.path
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
     real_stdout = sys.stdout
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the magic's notices; replies go to the real stdout
-    shell.run_line_magic("load_ext", "gpu_offload.magics")
-    shell.run_line_magic("gpu_offload", "config backend=local")
+    if peer:  # ipyparallel: one local engine, its %px magic (output streamed as it arrives)
+        import ipyparallel as ipp
+
+        cluster = ipp.Cluster(n=1, log_level=40)
+        client = cluster.start_and_connect_sync()
+        client.wait_for_engines(1, timeout=120)
+        view = client[:]
+        view.block = True
+        view.activate()
+        magic, options = "px", "--stream"
+    else:
+        shell.run_line_magic("load_ext", "gpu_offload.magics")
+        shell.run_line_magic("gpu_offload", "config backend=local")
+        magic, options = "gpu_offload", "--session bench"
     for _ in range(20):
-        shell.run_cell_magic("gpu_offload", "--session bench", "x = 1")
-    runners = psutil.Process().children(recursive=True)  # the session's runner (psutil: 10 ms ticks)
+        shell.run_cell_magic(magic, options, "x = 1")
+    # the session's runner, or the peer's engine and controller (psutil: 10 ms ticks)
+    runners = psutil.Process().children(recursive=True)
     for line in sys.stdin:
         cells = int(line)
-        kernel = []
-        cpu = time.process_time()
-        for _ in range(cells):
-            start = time.perf_counter()
-            shell.run_cell("x = 1", store_history=False)
-            kernel.append((time.perf_counter() - start) * 1000)
-        kernel_cpu = (time.process_time() - cpu) * 1000 / cells
-        warm = []
-        cpu, theirs = time.process_time(), sum(sum(p.cpu_times()[:2]) for p in runners)
-        for _ in range(cells):
-            start = time.perf_counter()
-            shell.run_cell_magic("gpu_offload", "--session bench", "x = 1")
-            warm.append((time.perf_counter() - start) * 1000)
-        warm_cpu = (time.process_time() - cpu) * 1000 / cells
+        kernel, cpu = timed(lambda: shell.run_cell("x = 1", store_history=False), cells)
+        kernel_cpu = sum(cpu) / cells
+        theirs = sum(sum(p.cpu_times()[:2]) for p in runners)
+        warm, cpu = timed(lambda: shell.run_cell_magic(magic, options, "x = 1"), cells)
+        warm_cpu = sum(cpu) / cells
         runner_cpu = (sum(sum(p.cpu_times()[:2]) for p in runners) - theirs) * 1000 / cells
         stamps = _Stamps()
         sys.stdout = stamps
-        shell.run_cell_magic("gpu_offload", "--session bench", PRINT_CELL.format(n=cells))
+        shell.run_cell_magic(magic, options, PRINT_CELL.format(n=cells))
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         real_stdout.write(json.dumps({"kernel": kernel, "warm": warm, "kernel_cpu": kernel_cpu,
                                       "warm_cpu": warm_cpu, "runner_cpu": runner_cpu,
                                       "print": stamps.latencies}) + "\n")
         real_stdout.flush()
-    shell.run_line_magic("gpu_offload", "close --all")
+    if peer:
+        client.close()
+        cluster.stop_cluster_sync()
+    else:
+        shell.run_line_magic("gpu_offload", "close --all")
     return 0
 
 
@@ -137,9 +149,10 @@ def import_tree(tree: Path) -> None:
 
 
 class Variant:
-    def __init__(self, name: str, tree: Path | None) -> None:
+    def __init__(self, name: str, tree: Path | None, peer: bool = False) -> None:
         self.name = name
-        argv = [sys.executable, str(BENCH / "bench_warm_cell.py"), "--child", *(["--tree", str(tree)] if tree else [])]
+        argv = [sys.executable, str(BENCH / "bench_warm_cell.py"), "--child", *(["--tree", str(tree)] if tree else []),
+                *(["--peer"] if peer else [])]
         self.proc = subprocess.Popen(argv, cwd=tree or BENCH.parent,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": ""})
@@ -184,12 +197,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", help=argparse.SUPPRESS)
+    parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-peer", action="store_true", help="leave out ipyparallel's %%px")
     parser.add_argument("--before", help="an earlier revision to run side by side (a temporary worktree)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--cells", type=int, default=100)
     args = parser.parse_args()
     if args.child:
-        return child(args.tree)
+        return child(args.tree, args.peer)
     sys.path.insert(0, str(BENCH))
     from harness import Run
 
@@ -199,6 +214,8 @@ def main() -> int:
         try:
             variants = ([Variant(f"before ({args.before})", tree)] if tree else [])
             variants.append(Variant("this tree", None))
+            if not args.no_peer:
+                variants.append(Variant("ipyparallel %px (peer)", None, peer=True))
             for _ in range(args.rounds):
                 for v in variants:
                     v.round(args.cells)

@@ -11,15 +11,12 @@ Usage: .venv/bin/python bench/bench_watch.py [--pods 1000] [--rounds 5]
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from typing import Any
 
 import kubernetes
 from gpu_offload.liqo_peering.watching import WatchStream
-from harness import machine_line
+from harness import Run, Stopwatch
 from harness import sandbox as sandbox_of  # bench/harness.py: the script's folder is on sys.path
 
 NAMESPACE = "bench"
@@ -59,10 +56,10 @@ def watch_stream(core: Any, count: int) -> Iterator[Any]:
 
 def measure(read: Callable[[Any, int], Iterator[Any]], core: Any, count: int) -> float:
     """Reading-thread CPU microseconds per event."""
-    started = time.thread_time()
+    watch = Stopwatch()
     seen = sum(1 for event in read(core, count) if event["object"]["metadata"]["name"])
     assert seen == count, seen
-    return (time.thread_time() - started) / count * 1e6
+    return watch.thread_cpu_ms / count * 1000
 
 
 def main() -> None:
@@ -82,13 +79,11 @@ def main() -> None:
             for name, read in variants.items():
                 figures[name].append(measure(read, core, args.pods))
         client.close()
-    print(machine_line())
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, events per round: {args.pods}, rounds: {args.rounds}")
-    print()
-    print("| watch reader | CPU us per event, median | min |")
-    print("|---|---:|---:|")
+    run = Run("watch", "Client CPU per watch event: the official client's Watch against WatchStream")
+    run.note(f"events per round: {args.pods}, rounds: {args.rounds}, alternating; the reading thread's CPU")
     for name, values in figures.items():
-        print(f"| {name} | {statistics.median(values):.0f} | {min(values):.0f} |")
+        run.figure(f"{name}: CPU per event", values, "us")
+    run.write()
 
 
 if __name__ == "__main__":

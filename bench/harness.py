@@ -59,6 +59,43 @@ def machine_line(facts: dict[str, Any] | None = None) -> str:
             f"load average {load}")
 
 
+def clock() -> float:
+    """Seconds on the wall clock every benchmark times with (monotonic, high resolution): for a moment one
+    thread records and another subtracts. Elapsed time from one point is a :class:`Stopwatch`."""
+    return time.perf_counter()
+
+
+class Stopwatch:
+    """Time since it was started (or last restarted): wall, this process's CPU and the calling thread's CPU.
+
+    ``clock = Stopwatch()`` ... ``clock.ms``. Wall time on a shared machine also counts other people's work;
+    the CPU clocks count only ours (the thread's leaves out an in-process server's threads)."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self._wall, self._cpu, self._thread = time.perf_counter(), time.process_time(), time.thread_time()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self._wall
+
+    @property
+    def ms(self) -> float:
+        return self.seconds * 1000
+
+    @property
+    def cpu_ms(self) -> float:
+        """This process's CPU (user + system, every thread) in milliseconds."""
+        return (time.process_time() - self._cpu) * 1000
+
+    @property
+    def thread_cpu_ms(self) -> float:
+        """The calling thread's CPU in milliseconds (call it from the thread that started the watch)."""
+        return (time.thread_time() - self._thread) * 1000
+
+
 def timed(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
           ) -> tuple[list[float], list[float]]:
     """Wall and CPU milliseconds of ``repeat`` calls of ``fn`` (``before`` runs untimed ahead of each call).
@@ -69,12 +106,17 @@ def timed(fn: Callable[[], object], repeat: int, before: Callable[[], object] | 
     for _ in range(repeat):
         if before is not None:
             before()
-        start, start_cpu = time.perf_counter(), time.process_time()
+        watch = Stopwatch()
         kept = fn()
-        cpu.append((time.process_time() - start_cpu) * 1000)
-        wall.append((time.perf_counter() - start) * 1000)
+        cpu.append(watch.cpu_ms)
+        wall.append(watch.ms)
         del kept
     return wall, cpu
+
+
+def wall_ms(fn: Callable[[], object], repeat: int) -> list[float]:
+    """Wall milliseconds of ``repeat`` calls of ``fn`` (:func:`timed` without the CPU)."""
+    return timed(fn, repeat)[0]
 
 
 @dataclass(frozen=True)
@@ -91,10 +133,9 @@ def timed_process(argv: Sequence[str], **run: Any) -> ProcessRun:
     text unless given) and time it."""
     run = {"capture_output": True, "text": True, **run}
     before = _children_cpu()
-    start = time.perf_counter()
+    watch = Stopwatch()
     done = subprocess.run(list(argv), **run)
-    wall = time.perf_counter() - start
-    return ProcessRun(wall, _children_cpu() - before, done)
+    return ProcessRun(watch.seconds, _children_cpu() - before, done)
 
 
 def _children_cpu() -> float:
@@ -150,6 +191,8 @@ class Run:
     started: str = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"))
     revision: str = field(default_factory=lambda: revision())
+    script: str = ""
+    """The script that ran, when its name is not ``bench/bench_<benchmark>.py`` (one script, two set-ups)."""
 
     def figure(self, name: str, samples: float | Sequence[float], unit: str, lower_is_better: bool = True
                ) -> Figure:
@@ -171,8 +214,11 @@ class Run:
         self.note(f"{what} {value:.2f} {unit}: {'meets' if meets else 'misses'} the {goal:g} {unit} goal")
         return meets
 
+    def source(self) -> str:
+        return self.script or f"bench/bench_{self.benchmark}.py"
+
     def to_json(self) -> dict[str, Any]:
-        return {"benchmark": self.benchmark, "title": self.title, "started": self.started,
+        return {"benchmark": self.benchmark, "script": self.source(), "title": self.title, "started": self.started,
                 "revision": self.revision, "machine": self.machine, "notes": self.notes,
                 "figures": [{**asdict(f), "samples": list(f.samples), "summary": f.summary()} for f in self.figures]}
 

@@ -5,7 +5,6 @@ origin with two donors (``bench_kube``, ``bench_rank_session``)."""
 from __future__ import annotations
 
 import argparse
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,8 @@ from typing import Any
 
 import kubernetes
 from gpu_offload.sandbox.apiserver.http_faults import FaultRule
-from harness import origin as origin_of  # bench/harness.py: the script's folder is on sys.path
+from harness import Stopwatch  # bench/harness.py: the script's folder is on sys.path
+from harness import origin as origin_of
 
 from gpu_offload.engine.analysis import analyse_cell
 from gpu_offload.engine.backends.base import Run, RunRequest
@@ -34,12 +34,12 @@ def trivial_cell(backend: KubernetesBackend, request: RunRequest, session: str |
     """Seconds from building the job of ``pass`` until the engine has its ``done`` and the run is released;
     ``wrap``: what the front end puts around the backend's run (``RankedRun`` for a distributed one)."""
     cell = "pass"
-    start = time.perf_counter()
+    watch = Stopwatch()
     job, _ = build_job(cell, analyse_cell(cell, {}), {}, backend.transfer, request=request, session=session)
     run = wrap(backend.submit(job))
     outcome = follow(run, RecordingSink(), FollowSettings(progress_after=60), Intake(backend.trusts))
     run.release(5)
-    elapsed = time.perf_counter() - start
+    elapsed = watch.seconds
     if outcome.status != "ok":
         raise RuntimeError(f"bench cell ended {outcome.status}: {outcome.error}")
     return elapsed

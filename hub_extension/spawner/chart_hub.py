@@ -22,7 +22,7 @@ import yaml
 from gpu_offload.liqo_peering import environment as E
 from gpu_offload.liqo_peering.errors import GpuOffloadError
 
-from ..config import USER_NAMESPACE_LABEL, HubConfig, parse_config
+from ..config import POD_SECURITY_LABEL, USER_NAMESPACE_LABEL, HubConfig, parse_config
 from .release_config import CONFIG_KEY, read_config_map
 
 SERVICE_NAME = "gpu-offload"
@@ -96,7 +96,11 @@ def apply(c: Any, names: ReleaseNames, config: HubConfig, config_path: Path, env
     spawner = c.KubeSpawner
     spawner.enable_user_namespaces = True
     spawner.user_namespace_template = config.user_namespace_prefix + "{username}"
-    spawner.user_namespace_labels = {USER_NAMESPACE_LABEL: "true", "hub.jupyter.org/network-access-hub": "true"}
+    # kubespawner creates the namespace again after the hook made it: the admission policy judges that request
+    # before the API server finds the namespace exists (403, not kubespawner's expected 409), so it must carry
+    # the labels the policy requires too (seen on a real cluster: every spawn failed).
+    spawner.user_namespace_labels = {USER_NAMESPACE_LABEL: "true", "hub.jupyter.org/network-access-hub": "true",
+                                     POD_SECURITY_LABEL: config.user_namespaces.pod_security}
     # Creates the namespace, binds the chart's two per-namespace roles, creates the users' server account and
     # the NamespaceOffloading, and sets the magic's environment, before the server starts.
     spawner.pre_spawn_hook = pre_spawn_hook

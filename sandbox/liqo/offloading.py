@@ -8,7 +8,8 @@ What Liqo v1 does and the sandbox reproduces:
   one virtual node (``NoClusterSelected`` otherwise), and the namespace exists on those donors whatever the
   strategy;
 - a pod created in a namespace offloaded with Remote or LocalAndRemote gets the toleration of the virtual-node
-  taint (Exists, NoExecute) and, as required node affinity, the strategy's node selector ANDed with its own;
+  taint (Exists, NoExecute) and, as required node affinity, the strategy's node selector ANDed with its own
+  (``offloading_terms``: LocalAndRemote with no cluster selector imposes none);
   with Local it is left as it is (``mutatePod`` in ``pkg/webhooks/pod/mutations.go`` of liqotech/liqo returns
   at once), so only a pod that tolerates the taint itself reaches a virtual node;
 - a pod bound to a virtual node from a namespace that is not offloaded to that node's cluster is never
@@ -54,14 +55,18 @@ def _cluster_terms(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def offloading_terms(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The node selector terms Liqo's webhook requires of pods in the namespace (none with Local)."""
+    """The node selector terms Liqo's webhook requires of pods in the namespace (none: the pod's affinity is
+    left as it is). Remote: the cluster selector's terms, each also requiring a virtual node. LocalAndRemote:
+    the cluster selector's terms as they are, plus one term for any local node; none when the selector is
+    empty (every node is allowed already). Local: none (``createNodeSelectorFromNamespaceOffloading`` in
+    Liqo's pod webhook; real Liqo 1.2 showed the LocalAndRemote shape, tests/realcluster/test_real_liqo.py)."""
     chosen = strategy(spec)
-    if chosen == "Local":
-        return []
-    remote = and_node_selectors(_cluster_terms(spec), [{"matchExpressions": [dict(_ONLY_VIRTUAL)]}])
+    cluster = _cluster_terms(spec)
     if chosen == "Remote":
-        return remote
-    return [*remote, {"matchExpressions": [dict(_NOT_VIRTUAL)]}]
+        return and_node_selectors(cluster, [{"matchExpressions": [dict(_ONLY_VIRTUAL)]}])
+    if chosen == "Local" or not cluster:
+        return []
+    return [*cluster, {"matchExpressions": [dict(_NOT_VIRTUAL)]}]
 
 
 def mutate_pod(pod: Mapping[str, Any], offloading_spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,10 +78,12 @@ def mutate_pod(pod: Mapping[str, Any], offloading_spec: Mapping[str, Any]) -> di
     tolerations = spec.setdefault("tolerations", [])
     if VIRTUAL_NODE_TOLERATION not in tolerations:
         tolerations.append(dict(VIRTUAL_NODE_TOLERATION))
+    imposed = offloading_terms(offloading_spec)
+    if not imposed:
+        return out
     required = (spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
                 .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {}))
-    required["nodeSelectorTerms"] = and_node_selectors(required.get("nodeSelectorTerms") or [],
-                                                       offloading_terms(offloading_spec))
+    required["nodeSelectorTerms"] = and_node_selectors(required.get("nodeSelectorTerms") or [], imposed)
     return out
 
 

@@ -448,6 +448,9 @@ def test_a_priority_class_kept_for_some_users_is_refused_to_the_others(kit: Any)
     # the parameter is the ConfigMap of the request's own namespace, which the spawner hook writes
     assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
     assert binding["spec"]["paramRef"] == {"name": un.PRIORITY_CLASSES_NAME, "parameterNotFoundAction": "Deny"}
+    # and only there: Kubernetes resolves a binding's parameter before the policy's match conditions, so a binding
+    # for every namespace denied each pod of a namespace without that ConfigMap, the hub's own among them
+    assert binding["spec"]["matchResources"] == {"namespaceSelector": {"matchLabels": {un.USER_NAMESPACE_LABEL: "true"}}}
     config = parse_config(kit.config_of(objects))  # the chart's values, as the hub reads them
 
     def params(user: str, groups: tuple[str, ...] = ()) -> Any:

@@ -235,6 +235,10 @@ def test_zero_to_jupyterhubs_hub_configuration_picks_up_the_projects_settings(
     assert hub["enable_user_namespaces"] is True and hub["namespace"] == namespace
     assert hub["user_namespace_template"] == prefix + "{username}"
     assert hub["user_namespace_labels"]["gpu-offload.io/user-namespace"] == "true"
+    # kubespawner's own create of the namespace must pass the admission policy too (it is judged before the
+    # API server answers that the namespace exists)
+    assert hub["user_namespace_labels"]["pod-security.kubernetes.io/enforce"] == (
+        values.get("userNamespaces", {}).get("podSecurity") or "baseline")
     assert hub["pre_spawn_hook"] == "gpu_offload.hub_extension.spawner.hooks.pre_spawn_hook"
     assert hub["profile_list"] == "gpu_offload.hub_extension.spawner.hooks.profile_list"
     assert hub["hub_connect_url"] == f"http://{hub_service}.{namespace}.svc:8081"

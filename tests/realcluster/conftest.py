@@ -9,7 +9,7 @@ from pathlib import Path
 from .liqopair import ENABLED as LIQO_ENABLED
 from .realorigin import ENABLED
 
-LIQO_TESTS = {"test_real_liqo.py"}
+LIQO_TESTS = {"test_real_liqo.py", "test_real_hub_path.py"}
 
 collect_ignore = [str(path) for path in Path(__file__).parent.glob("test_*.py")
                   if not (LIQO_ENABLED if path.name in LIQO_TESTS else ENABLED)]

@@ -60,6 +60,8 @@ stop containerd
 stop containerd-2
 stop node-namespace
 stop node2-namespace
+stop dns-records
+stop dns
 stop kube-scheduler
 stop kube-controller-manager
 stop kube-apiserver

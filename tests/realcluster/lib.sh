@@ -154,3 +154,18 @@ stop() {
 	fi
 	rm -f "$file"
 }
+
+# service_records_loop: the records up.sh's dnsmasq serves, "<endpoint IP> <service>.<namespace>.svc.cluster.local",
+# rewritten from the ready Endpoints every second while the cluster runs (dnsmasq re-reads its hosts folder on
+# change): kube-proxy follows a change about as fast, and the hub must reach its own managed service through its
+# Service within 10 s of starting it. The kubernetes Service by its ClusterIP, which up.sh's DNAT rule serves
+# (its endpoint's port is not 443).
+service_records_loop() {
+	local records=$RC_STATE/dns/services new=$RC_STATE/dns-services.new   # (dnsmasq reads every file in dns/)
+	while sleep 1; do
+		kubectl get endpoints -A --request-timeout=5s -o 'jsonpath={range .items[*]}{.subsets[0].addresses[0].ip} {.metadata.name}.{.metadata.namespace}.svc.cluster.local{"\n"}{end}' \
+			2>/dev/null | awk -v api="${RC_SERVICE_CIDR%.*}.1" 'NF == 2 && $2 !~ /^kubernetes\.default\./
+				END {print api, "kubernetes.default.svc.cluster.local"}' >"$new" || continue
+		cmp -s "$new" "$records" || mv "$new" "$records"
+	done
+}

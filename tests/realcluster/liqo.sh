@@ -10,6 +10,9 @@
 #        liqo.sh down      stop everything (both clusters' down.sh), keeping the builds
 #        liqo.sh test ...  the tests marked real_liqo on the running pair (arguments go to pytest)
 #        liqo.sh run ...   down, up, test, down: the Liqo stage in one command
+#        liqo.sh skip-labels kueue.x-k8s.io/queue-name   the origin's Liqo keeps these labels off donor pods
+#                          from now on ("": none, Liqo's default); the tests of Kueue's label and the hub's
+#                          path run in that setting
 #        LIQO_STAGES="peer" liqo.sh up   only the stages named (functions below)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -145,8 +148,52 @@ vk_image() {
 	podman image exists localhost/gpuorc/python:3.11 || podman load -q -i "$LIQO_STATE/images/python.tar" >/dev/null
 	podman build --network none -q -t "$image" "$context" >/dev/null
 	mkdir -p "$LIQO_STATE/images/extra"
+	# (podman refuses to write over an archive)
+	rm -f "$LIQO_STATE/images/extra/virtual-kubelet.tar"
 	podman save --format docker-archive -o "$LIQO_STATE/images/extra/virtual-kubelet.tar" "$image" >/dev/null
 	rm -rf "$context"
+}
+
+# The images of the hub chart (tests/realcluster/test_real_hub_path.py), none pulled from a registry: the project's
+# hub, user server and Python 3.11 runner (images/build.sh on the local Debian base, podman's layer cache kept),
+# and zero-to-jupyterhub's proxy, configurable-http-proxy from npm on that base with this machine's Node (20: the
+# version it requires; Debian 12's is 18), named as z2jh's values name it. The origin gets the hub's, the
+# donor the runner (runner pods run there); each is tagged under the name a pod spec spells (docker.io/...).
+CHP_VERSION=5.3.0
+hub_images() {
+	local dir=$LIQO_STATE/images/hub context image
+	mkdir -p "$dir"
+	CONTAINERS_CONF=$REPO/images/containers.conf bash "$REPO/images/build.sh" --local --only hub singleuser runner
+	context=$(mktemp -d)
+	(cd "$context" && npm install --silent --no-audit --no-fund --prefix chp "configurable-http-proxy@$CHP_VERSION" >/dev/null)
+	cp "$(command -v node)" "$context/node"
+	printf '%s\n' 'FROM localhost/gpuorc/python:3.11' 'COPY node /usr/bin/node' 'COPY chp /opt/chp' \
+		'RUN ln -s /opt/chp/node_modules/configurable-http-proxy/bin/configurable-http-proxy /usr/local/bin/' \
+		'USER 65534' >"$context/Containerfile"
+	CONTAINERS_CONF=$REPO/images/containers.conf podman build --network none -q \
+		-t "quay.io/jupyterhub/configurable-http-proxy:$CHP_VERSION" "$context" >/dev/null
+	rm -rf "$context"
+	for image in jupyter-gpu-offload/k8s-hub:0.1.0 jupyter-gpu-offload/singleuser:0.1.0 \
+		jupyter-gpu-offload/runner:0.1.0-py3.11; do
+		rm -f "$dir/$(echo "${image%%:*}" | tr / -).tar"
+		podman save --format docker-archive -o "$dir/$(echo "${image%%:*}" | tr / -).tar" "localhost/$image" >/dev/null
+	done
+	rm -f "$dir/chp.tar"
+	podman save --format docker-archive -o "$dir/chp.tar" "quay.io/jupyterhub/configurable-http-proxy:$CHP_VERSION" >/dev/null
+	in_cluster "$ORIGIN" import_hub_images jupyter-gpu-offload-k8s-hub jupyter-gpu-offload-singleuser chp
+	in_cluster "$DONOR" import_hub_images jupyter-gpu-offload-runner
+}
+
+# import_hub_images ARCHIVE...: into this cluster's containerd, each jupyter-gpu-offload image also under the
+# name the chart and the kernel give it (no registry: docker.io/<name>, never pulled).
+import_hub_images() {
+	local name archive dir=$LIQO_STATE/images/hub
+	for name in "$@"; do
+		ctr_ images import "$dir/$name.tar" >/dev/null
+	done
+	ctr_ images ls -q | grep '^localhost/jupyter-gpu-offload/' | while read -r archive; do
+		ctr_ images tag --force "$archive" "docker.io/${archive#localhost/}" >/dev/null
+	done
 }
 
 peer() {
@@ -183,7 +230,7 @@ skip_labels() {
 }
 
 up() {
-	for name in ${LIQO_STAGES:-build_liqo vk_image up_clusters install_both peer}; do timed "$name"; done
+	for name in ${LIQO_STAGES:-build_liqo vk_image up_clusters install_both peer hub_images}; do timed "$name"; done
 	echo "Liqo pair up: origin KUBECONFIG=$(in_cluster "$ORIGIN" kubeconfig_path)," \
 		"donor KUBECONFIG=$(in_cluster "$DONOR" kubeconfig_path)"
 }
@@ -209,12 +256,12 @@ pytest_liqo() {
 }
 
 # The tests on the pair as Liqo installs by default, then once more those about Kueue's label with the label
-# kept off donor pods (what docs/hub.md tells an admin to set).
+# kept off donor pods (what docs/hub.md tells an admin to set), and the hub's whole path, which needs it.
 run_tests() {
 	local rc=0
 	pytest_liqo "$@" || rc=$?
 	in_cluster "$ORIGIN" skip_labels kueue.x-k8s.io/queue-name
-	pytest_liqo -k queue_label "$@" || rc=$?
+	pytest_liqo -k "queue_label or hub_path" "$@" || rc=$?
 	in_cluster "$ORIGIN" skip_labels ""
 	return $rc
 }
@@ -223,6 +270,7 @@ case ${1:-up} in
 up) up ;;
 down) down ;;
 test) shift; run_tests "$@" ;;
+skip-labels) in_cluster "$ORIGIN" skip_labels "${2:-}" ;;
 run)
 	shift
 	started=$SECONDS
@@ -235,5 +283,5 @@ run)
 	echo "Liqo stage total $((SECONDS - started))s"
 	exit $rc
 	;;
-*) echo "liqo.sh: unknown command '$1' (up, down, test, run)" >&2; exit 2 ;;
+*) echo "liqo.sh: unknown command '$1' (up, down, test, run, skip-labels)" >&2; exit 2 ;;
 esac

@@ -73,6 +73,25 @@ def virtual_node(p: Pair) -> dict[str, Any]:
     return node
 
 
+def offloading_spec(strategy: str) -> dict[str, Any]:
+    """The NamespaceOffloading spec of :func:`offloaded_namespace`: the donor only, with ``strategy``."""
+    return {"namespaceMappingStrategy": "DefaultName", "podOffloadingStrategy": strategy,
+            "clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": [DONOR_ID]}]}]}}
+
+
+@contextlib.contextmanager
+def plain_namespace(p: Pair) -> Iterator[str]:
+    """A new origin namespace that is not offloaded; deleted afterwards."""
+    name = f"gpuo-plain-{uuid.uuid4().hex[:6]}"
+    p.core("origin").create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(kubernetes.client.ApiException):
+            p.core("origin").delete_namespace(name, grace_period_seconds=0)
+
+
 @contextlib.contextmanager
 def offloaded_namespace(p: Pair, strategy: str = "Remote") -> Iterator[tuple[str, str]]:
     """A new origin namespace offloaded to the donor with ``strategy``: (origin name, its twin on the donor).
@@ -84,10 +103,7 @@ def offloaded_namespace(p: Pair, strategy: str = "Remote") -> Iterator[tuple[str
         p.custom("origin").create_namespaced_custom_object(
             "offloading.liqo.io", "v1beta1", name, "namespaceoffloadings",
             {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
-             "metadata": {"name": "offloading", "namespace": name},
-             "spec": {"namespaceMappingStrategy": "DefaultName", "podOffloadingStrategy": strategy,
-                      "clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": [
-                          {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": [DONOR_ID]}]}]}}})
+             "metadata": {"name": "offloading", "namespace": name}, "spec": offloading_spec(strategy)})
 
         def remote() -> str | None:
             obj = p.custom("origin").get_namespaced_custom_object(
@@ -124,3 +140,11 @@ def gpu_pod(name: str, command: str, labels: dict[str, str] | None = None, gpus:
                 {"matchExpressions": [{"key": "liqo.io/remote-cluster-id", "operator": "In", "values": [DONOR_ID]}]}]}}},
         },
     }
+
+
+def plain_pod(name: str, command: str = "print('ran')") -> dict[str, Any]:
+    """A pod nobody aimed anywhere: no GPU, toleration or affinity."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["python3", "-c", command]}]}}

@@ -19,7 +19,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox.liqo import reflection
+from gpu_offload.sandbox.liqo import offloading, reflection
 from gpu_offload.sandbox.liqo.seed import REMOTE_CLUSTER_ID_LABEL, TYPE_LABEL, VIRTUAL_NODE_TAINT
 
 from gpu_offload.cli import doctor
@@ -33,7 +33,10 @@ from .liqopair import (
     Pair,
     gpu_pod,
     offloaded_namespace,
+    offloading_spec,
     pair,
+    plain_namespace,
+    plain_pod,
     virtual_node,
     wait,
 )
@@ -201,3 +204,45 @@ def test_gpu_offload_run_goes_through_liqos_virtual_node_to_the_donor(liqo: Pair
         wait(lambda: not core.list_namespaced_pod(namespace).items, "the run's pod gone", 60)
         assert not [s.metadata.name for s in core.list_namespaced_secret(namespace).items
                     if (s.metadata.labels or {}).get("gpu-offload.io/managed-by") == "gpu-offload"]
+
+
+def _virtual_tolerations(spec: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [(t.get("key"), t.get("operator"), t.get("value"), t.get("effect")) for t in spec.get("tolerations") or []
+            if str(t.get("key", "")).startswith("virtual-node.liqo.io/")]
+
+
+def _required_terms(spec: dict[str, Any]) -> list[Any]:
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {})
+    return list((affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+
+
+@pytest.mark.parametrize("strategy", ["Remote", "LocalAndRemote", "Local"])
+def test_liqos_pod_webhook_changes_a_plain_pod_as_the_sandbox_predicts(liqo: Pair, strategy: str) -> None:
+    """A plain pod (no GPU, toleration or affinity) created in an offloaded namespace gets from Liqo's webhook
+    exactly the virtual-node toleration and required node affinity the sandbox's ``offloading.mutate_pod``
+    gives it; with Local (how the project offloads user namespaces) nothing: it runs on the origin's own node
+    and no twin of it appears on the donor."""
+    with offloaded_namespace(liqo, strategy) as (namespace, twin):
+        pod = plain_pod("plain")
+        created = liqo.origin.sanitize_for_serialization(liqo.core("origin").create_namespaced_pod(namespace, pod))
+        expected = offloading.mutate_pod(pod, offloading_spec(strategy))["spec"]
+        assert _virtual_tolerations(created["spec"]) == _virtual_tolerations(expected)
+        assert _required_terms(created["spec"]) == _required_terms(expected)
+        assert twin == offloading.remote_namespace_name(namespace, offloading_spec(strategy))
+        if strategy == "Local":
+            done = wait(lambda: _phase(liqo, namespace, "plain", "Succeeded"), "the plain pod Succeeded", 240)
+            assert done.spec.node_name == "origin"
+            assert not _donor_pods(liqo, twin, "plain"), "a plain pod of a Local namespace reached the donor"
+
+
+def test_a_pod_aimed_at_the_virtual_node_from_a_namespace_not_offloaded_stays_pending_as_the_sandbox_says(
+        liqo: Pair) -> None:
+    """A pod that tolerates the virtual node and names the donor, in a namespace nobody offloaded, is bound to
+    the virtual node but never started: Pending with the reason the sandbox gives (its kubelet gate)."""
+    with plain_namespace(liqo) as namespace:
+        liqo.core("origin").create_namespaced_pod(namespace, gpu_pod("stuck", "print('ran')"))
+        pod = wait(lambda: (p := liqo.core("origin").read_namespaced_pod("stuck", namespace)).status.reason and p,
+                   "a reason on the pod", 120)
+        assert pod.spec.node_name == virtual_node(liqo)["metadata"]["name"]
+        assert (pod.status.phase, pod.status.reason) == ("Pending", offloading.OFFLOADING_BACKOFF), pod.status
+        assert pod.status.container_statuses is None

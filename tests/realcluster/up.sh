@@ -18,7 +18,7 @@ command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 main() {
 	mkdir -p "$RC_BIN" "$RC_LOGS" "$RC_STATE/pids"
 	local stages="install_packages build_binaries build_images"
-	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_control_plane start_node start_node2 import_images"
+	[ "${1:-}" = build ] || stages="$stages make_pki start_network start_dns start_control_plane start_node start_node2 import_images"
 	[ "${1:-}" = build ] || stages="$stages install_kueue wait_ready"
 	# RC_STAGES: only these (a developer re-running one step, e.g. RC_STAGES=install_kueue)
 	for name in ${RC_STAGES:-$stages}; do stage "$name"; done
@@ -74,6 +74,26 @@ start_network() {
             "rangeStart": "${RC_POD_CIDR%.*}.10", "gateway": "$RC_HOST_IP"}]]$service_route}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 CNI
+}
+
+# Clusters 1-9 run charts whose pods find each other's Services by name (the hub chart of the Liqo stage): no
+# cluster DNS runs here, so dnsmasq on the bridge answers <service>.<namespace>.svc.cluster.local with the
+# Service's first ready endpoint (a pod IP: no kube-proxy turns a ClusterIP into one, so a name resolves only
+# where the Service's port is its pod's), from records the loop below rewrites from the Endpoints every few
+# seconds. Cluster 0 keeps the host's resolver.
+start_dns() {
+	[ "$RC_INDEX" != 0 ] || return 0
+	mkdir -p "$RC_STATE/dns"
+	: >"$RC_STATE/dns/services"
+	start dns dnsmasq --keep-in-foreground --conf-file=/dev/null --no-resolv --no-hosts --bind-interfaces \
+		--listen-address="$RC_HOST_IP" --port=53 --local=/cluster.local/ --hostsdir="$RC_STATE/dns" \
+		--pid-file= --user=root
+	start dns-records bash -c 'source "$0/env.sh" && source "$0/lib.sh" && service_records_loop' "$HERE"
+}
+
+cluster_dns() {
+	[ "$RC_INDEX" != 0 ] || return 0
+	printf 'clusterDNS: [%s]\nclusterDomain: cluster.local\n' "$RC_HOST_IP"
 }
 
 start_control_plane() {
@@ -197,6 +217,7 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 
 failSwapOn: false
 podCIDR: $RC_POD_CIDR
 resolvConf: /etc/resolv.conf
+$(cluster_dns)
 serializeImagePulls: false
 maxPods: 60
 YAML

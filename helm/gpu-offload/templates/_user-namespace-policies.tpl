@@ -280,6 +280,14 @@ metadata:
 spec:
   policyName: {{ include "gpu-offload.fullname" $root }}-priority-classes
   validationActions: [Deny]
+  # User namespaces only: the API server looks the parameter up before it evaluates the policy's match
+  # conditions, so without this every pod and Job created in a namespace without the ConfigMap (the hub's own,
+  # kube-system) was denied "no params found for policy binding" (seen on a real cluster: the hub pod could not
+  # come back after a restart).
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        {{ include "gpu-offload.userNamespaceLabel" $root }}: "true"
   # no namespace: the ConfigMap of the request's own namespace; missing (a server started before queueing was
   # turned on) denies, and the user's next server start writes it
   paramRef:

@@ -18,56 +18,48 @@ from .plain import PlainParser
 
 @dataclass(frozen=True)
 class Command:
-    """One sub-command: its name, its line in ``gpu-offload --help``, and the module that builds and runs it."""
+    """One sub-command: its name, its line in ``gpu-offload --help``, and the command lines its own ``--help``
+    ends with. Its module, ``gpu_offload.cli.<name>``, defines ``add_parser(subparsers, summary)``, which
+    registers ``name`` with a ``func`` default."""
 
     name: str
     summary: str
-    module: str
-    """Defines ``add_parser(subparsers, summary)``, which registers ``name`` with a ``func`` default."""
+    examples: tuple[str, ...] = ()
     extra: str = ""
     """The package extra it needs beyond the base install (its imports fail without it), if any."""
+
+    @property
+    def module(self) -> str:
+        return f"{__name__}.{self.name}"
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("quickstart", "run examples/quickstart.ipynb on an embedded SANDBOX cluster (--local: no cluster)",
-            "gpu_offload.cli.quickstart", "sandbox"),
+            ("gpu-offload quickstart", "gpu-offload quickstart --local --output executed.ipynb"), extra="sandbox"),
     Command("lab", "JupyterLab (or JupyterHub with --hub) against an embedded SANDBOX cluster",
-            "gpu_offload.cli.lab", "lab"),
-    Command("clusters", "list peered clusters, their virtual nodes and free GPUs", "gpu_offload.cli.clusters"),
-    Command("queues", "show or sync the Kueue queue of the GPU pool", "gpu_offload.cli.queues"),
-    Command("sandbox", "serve an emulated Kubernetes API (a SANDBOX, not a cluster)", "gpu_offload.cli.sandbox",
-            "sandbox"),
-    Command("cleanup", "delete runner pods and Secrets left by your kernels", "gpu_offload.cli.cleanup"),
+            ("gpu-offload lab", "gpu-offload lab --hub"), extra="lab"),
+    Command("clusters", "list peered clusters, their virtual nodes and free GPUs",
+            ("gpu-offload clusters", "gpu-offload clusters --json")),
+    Command("queues", "show or sync the Kueue queue of the GPU pool",
+            ("gpu-offload queues", "gpu-offload queues --json", "gpu-offload queues sync --dry-run")),
+    Command("sandbox", "serve an emulated Kubernetes API (a SANDBOX, not a cluster)",
+            ("gpu-offload sandbox --kubeconfig /tmp/sandbox.kubeconfig --donors 2 --gpus 4",), extra="sandbox"),
+    Command("cleanup", "delete runner pods and Secrets left by your kernels",
+            ("gpu-offload cleanup", "gpu-offload cleanup --kernel KERNEL_ID")),
     Command("run", "run a Python script on a GPU runner and stream its output (exits with its exit code)",
-            "gpu_offload.cli.run"),
+            ("gpu-offload run train.py --epochs 3", "gpu-offload run --gpus 2 --gpu-model A100 --noblock train.py")),
     Command("runs", "list your runs: cells of every kernel and scripts, with state, cluster, GPUs and age",
-            "gpu_offload.cli.runs"),
-    Command("logs", "print a run's output (-f: follow it until the run ends)", "gpu_offload.cli.logs"),
-    Command("cancel", "stop a run (a script's or a notebook cell's) as Ctrl-C would", "gpu_offload.cli.cancel"),
+            ("gpu-offload runs", "gpu-offload runs --json")),
+    Command("logs", "print a run's output (-f: follow it until the run ends)", ("gpu-offload logs -f RUN",)),
+    Command("cancel", "stop a run (a script's or a notebook cell's) as Ctrl-C would", ("gpu-offload cancel RUN",)),
     Command("doctor", "check the cluster setup (kubeconfig, namespace, offloading, storage, GPUs) and say how to fix it",
-            "gpu_offload.cli.doctor"),
+            ("gpu-offload doctor", "gpu-offload doctor --json")),
     Command("donor", "on a donor cluster: check that Liqo's namespaces for origins enforce their Pod Security level",
-            "gpu_offload.cli.donor"),
-    Command("completion", "print a bash or zsh completion script for gpu-offload", "gpu_offload.cli.completion"),
+            ("gpu-offload donor check",
+             "gpu-offload donor check --expect restricted --origin ORIGIN_CLUSTER_ID --json")),
+    Command("completion", "print a bash or zsh completion script for gpu-offload",
+            ("source <(gpu-offload completion bash)", "source <(gpu-offload completion zsh)")),
 )
-
-
-EXAMPLES: dict[str, tuple[str, ...]] = {
-    "quickstart": ("gpu-offload quickstart", "gpu-offload quickstart --local --output executed.ipynb"),
-    "lab": ("gpu-offload lab", "gpu-offload lab --hub"),
-    "clusters": ("gpu-offload clusters", "gpu-offload clusters --json"),
-    "queues": ("gpu-offload queues", "gpu-offload queues --json", "gpu-offload queues sync --dry-run"),
-    "sandbox": ("gpu-offload sandbox --kubeconfig /tmp/sandbox.kubeconfig --donors 2 --gpus 4",),
-    "cleanup": ("gpu-offload cleanup", "gpu-offload cleanup --kernel KERNEL_ID"),
-    "run": ("gpu-offload run train.py --epochs 3", "gpu-offload run --gpus 2 --gpu-model A100 --noblock train.py"),
-    "runs": ("gpu-offload runs", "gpu-offload runs --json"),
-    "logs": ("gpu-offload logs -f RUN",),
-    "cancel": ("gpu-offload cancel RUN",),
-    "doctor": ("gpu-offload doctor", "gpu-offload doctor --json"),
-    "donor": ("gpu-offload donor check", "gpu-offload donor check --expect restricted --origin ORIGIN_CLUSTER_ID --json"),
-    "completion": ("source <(gpu-offload completion bash)", "source <(gpu-offload completion zsh)"),
-}
-"""Command lines shown at the end of each sub-command's ``--help``."""
 
 
 def _chosen(argv: Sequence[str]) -> Command | None:
@@ -89,9 +81,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     for command in COMMANDS:
         if command is chosen:
             importlib.import_module(command.module).add_parser(subparsers, command.summary)
-            examples = EXAMPLES.get(command.name)
-            if examples:
-                subparsers.choices[command.name].epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+            if command.examples:
+                subparsers.choices[command.name].epilog = "examples:\n" + "\n".join(
+                    f"  {e}" for e in command.examples)
         else:
             subparsers.add_parser(command.name, help=command.summary)
     return parser

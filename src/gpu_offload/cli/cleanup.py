@@ -1,4 +1,8 @@
-"""``gpu-offload cleanup``: delete runner pods and Secrets a kernel left on the cluster (after a crash, say)."""
+"""``gpu-offload cleanup``: delete runner pods and Secrets a kernel left on the cluster (after a crash, say).
+
+Deletes the runner pods and Secrets of a user (and one kernel) by their labels, e.g. after a kernel was killed
+while a cell ran. Uses KUBECONFIG (or the in-cluster account).
+"""
 
 from __future__ import annotations
 
@@ -14,12 +18,7 @@ from ..liqo_peering.settings import kernel_settings
 
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register ``cleanup`` on the ``gpu-offload`` command."""
-    parser = subparsers.add_parser(
-        "cleanup",
-        help=summary,
-        description="Delete the runner pods and Secrets of a user (and one kernel) by their labels, e.g. after "
-        "a kernel was killed while a cell ran. Uses KUBECONFIG (or the in-cluster account).",
-    )
+    parser = subparsers.add_parser("cleanup", help=summary, description=__doc__)
     parser.add_argument("--namespace", default=kernel_settings().namespace, help=f"default: ${E.NAMESPACE.name}, else the kubeconfig context's")
     parser.add_argument("--user", default=os.environ.get("JUPYTERHUB_USER") or getpass.getuser(),
                         help="whose runners (default: $JUPYTERHUB_USER, else your login)")

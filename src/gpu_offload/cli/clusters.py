@@ -1,4 +1,8 @@
-"""``gpu-offload clusters``: the peered clusters, their virtual nodes and GPUs, read with your kubeconfig."""
+"""``gpu-offload clusters``: the peered clusters, their virtual nodes and GPUs, read with your kubeconfig.
+
+Lists Liqo-peered clusters, their GPU virtual nodes, free GPUs, models and prices. Reads ForeignClusters,
+VirtualNodes, virtual Nodes and Pods cluster-wide with your kubeconfig.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +17,7 @@ from ..liqo_peering.errors import GpuOffloadError
 
 def add_parser(subparsers: Any, summary: str) -> None:
     """Register ``clusters`` on the ``gpu-offload`` command."""
-    parser = subparsers.add_parser(
-        "clusters",
-        help=summary,
-        description="List Liqo-peered clusters, their GPU virtual nodes, free GPUs, models and prices. "
-        "Reads ForeignClusters, VirtualNodes, virtual Nodes and Pods cluster-wide with your kubeconfig.",
-    )
+    parser = subparsers.add_parser("clusters", help=summary, description=__doc__)
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.add_argument("--json", action="store_true", help="print the records as JSON instead of a table")
     parser.set_defaults(func=run)

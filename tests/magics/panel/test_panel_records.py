@@ -183,6 +183,50 @@ def test_prune_keeps_the_newest_finished_records_once_the_slack_is_used(tmp_path
     assert len(kept) == KEEP_FINISHED and kept[0] == "run-new" and "run-000" not in kept
 
 
+def test_prune_keeps_other_kernels_running_records_and_does_not_count_them_towards_the_slack(tmp_path: Path) -> None:
+    import os
+
+    book = RunBook(tmp_path)
+    written = iter(range(1, 10**6))
+
+    def add(run_id: str, **state: object) -> None:
+        book.write(RunEntry(run_id, "k", os.getpid(), "local", "local", 0, **state))  # type: ignore[arg-type]
+        at = next(written) * 10**9  # oldest first, one second apart (prune ages files by their last write)
+        os.utime(tmp_path / f"{run_id}.json", ns=(at, at))
+
+    for index in range(10):  # runs of a live kernel (this process), older than every finished one
+        add(f"live-{index}", state="running")
+    for index in range(KEEP_FINISHED + PRUNE_SLACK):
+        add(f"old-{index:03d}", state="done", ended=1.0)
+    book.prune()
+    names = {r.run_id for r in book.read_all()[0]}
+    assert len(names) == 10 + KEEP_FINISHED and {f"live-{i}" for i in range(10)} <= names
+    for index in range(PRUNE_SLACK):  # the finished records reach KEEP + SLACK again: still within the slack
+        add(f"new-{index:03d}", state="done", ended=2.0)
+    book.prune()
+    assert len(book.read_all()[0]) == 10 + KEEP_FINISHED + PRUNE_SLACK
+    add("newest", state="done", ended=3.0)
+    book.prune()
+    names = {r.run_id for r in book.read_all()[0]}
+    assert len(names) == 10 + KEEP_FINISHED and "newest" in names and {f"live-{i}" for i in range(10)} <= names
+
+
+def test_a_runs_record_stays_in_the_state_dir_named_when_it_began(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    monkeypatch.setenv("GPU_OFFLOAD_STATE_DIR", str(first))
+    tracker = Tracker(RunBook(), kernel="k")
+    job = Job("run-a", secrets.token_hex(16), b"", RunRequest())
+    record = tracker.new(job, "local")
+    monkeypatch.setenv("GPU_OFFLOAD_STATE_DIR", str(second))  # %env in the notebook while the run goes on
+    tracker.put(replace(record, state="done", ended=time.time()))
+    tracker.ended("run-a")
+    assert (first / "run-a.json").exists() and not (second / "run-a.json").exists()
+    tracker.new(Job("run-b", secrets.token_hex(16), b"", RunRequest()), "local")
+    tracker.ended("run-b")  # the next run follows the setting
+    assert (second / "run-b.json").exists()
+
+
 def test_prune_removes_a_background_scripts_log_with_its_record(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
     outside = tmp_path.parent / f"{tmp_path.name}-mine.log"

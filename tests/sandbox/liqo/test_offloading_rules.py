@@ -34,8 +34,15 @@ def test_pods_get_the_toleration_and_the_cluster_selector_anded_with_their_own_a
 
 
 def test_local_and_remote_allows_local_nodes_too_and_local_leaves_the_pod_as_it_is():
-    both = offloading.offloading_terms({})
-    assert {"matchExpressions": [{"key": "liqo.io/type", "operator": "NotIn", "values": ["virtual-node"]}]} in both
+    # as real Liqo 1.2's webhook does (tests/realcluster/test_real_liqo.py): the cluster selector's terms as they
+    # are, or any of the local nodes; with no selector every node is allowed already and nothing is imposed
+    donor = {"matchExpressions": [{"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-1"]}]}
+    both = offloading.offloading_terms({"clusterSelector": {"nodeSelectorTerms": [donor]}})
+    assert both == [donor, {"matchExpressions": [{"key": "liqo.io/type", "operator": "NotIn",
+                                                  "values": ["virtual-node"]}]}]
+    assert offloading.offloading_terms({}) == []
+    plain = {"spec": {"containers": []}}
+    assert "affinity" not in offloading.mutate_pod(plain, {"podOffloadingStrategy": "LocalAndRemote"})["spec"]
     # Liqo's mutatePod returns at once for Local: no toleration, no affinity, the pod's own kept
     own = {"spec": {"tolerations": [{"key": "x", "operator": "Exists"}], "nodeSelector": {"a": "b"}}}
     assert offloading.mutate_pod(own, {"podOffloadingStrategy": "Local"}) == own

@@ -33,11 +33,12 @@ from .base import (
     Transfer,
     stale_frames_note,
 )
+from .checkpoint_book import SessionLost, restored_line
 from .local_process import RunnerProcess, daemon_thread, runner_environment
-from .local_state import SavedCheckpoint, SessionCheckpoints, SessionLost, restored_line
+from .local_state import SavedCheckpoint, SessionCheckpoints
 
 if TYPE_CHECKING:
-    from .local_nodes import NodeProcesses, NodesRun
+    from .local_nodes import NodeProcesses
 
 KILLED_WITHIN = 5.0
 """Seconds to wait for a runner sent SIGKILL to be reaped (a guard: it takes milliseconds)."""
@@ -56,9 +57,10 @@ class _LocalRun:
 
 
 class OneShotRun(_LocalRun):
-    """A bundle run by a runner started for it alone."""
+    """A bundle run by a runner started for it alone, or a one-shot distributed run: its node launchers
+    (:class:`~.local_nodes.NodeProcesses`, driven as one runner) until they have all ended."""
 
-    def __init__(self, process: RunnerProcess) -> None:
+    def __init__(self, process: RunnerProcess | NodeProcesses) -> None:
         self.process = process
 
     def next_event(self, timeout: float) -> RunEvent | None:
@@ -66,15 +68,15 @@ class OneShotRun(_LocalRun):
         return self.process.next_event(timeout)
 
     def interrupt(self) -> None:
-        """SIGINT to the runner's own process group: the cell gets KeyboardInterrupt."""
-        self.process.signal(signal.SIGINT)
+        """The cell (every rank's) gets KeyboardInterrupt."""
+        self.process.interrupt()
 
     def kill(self) -> None:
-        """SIGKILL to the runner's process group."""
+        """SIGKILL to the runner's process group (every launcher's, with its ranks)."""
         self.process.signal(signal.SIGKILL)
 
     def release(self, grace: float) -> int | None:
-        """Wait for the runner to exit (killed after ``grace`` s)."""
+        """Wait for the runner to exit (killed after ``grace`` s); the first failing launcher's exit code."""
         return self.process.stop(grace)
 
 
@@ -206,16 +208,16 @@ class LocalBackend:
     def _argv(self, *extra: str) -> list[str]:
         return [self.python, str(self.runner_path()), *extra, "--parent-pid", str(os.getpid())]
 
-    def submit(self, job: Job) -> OneShotRun | SessionRun | NodesRun:
+    def submit(self, job: Job) -> OneShotRun | SessionRun:
         """Start ``job`` in a new runner, or in its session's warm runner (started on first use), or as
         the nodes of a distributed run (one launcher process per node)."""
         if job.session is not None:
             return self._submit_to_session(job.session, job)
         env = runner_environment(job.request, os.environ)
         if job.request.ranks is not None:
-            from .local_nodes import NodesRun, start_nodes
+            from .local_nodes import start_nodes
 
-            return NodesRun(start_nodes(job, job.request.ranks, env, self._argv))
+            return OneShotRun(start_nodes(job, job.request.ranks, env, self._argv))
         # the bundle (it holds the nonce) goes through stdin: a named file would be open to the cell's
         # subprocesses, which see its path on the runner's command line
         argv = self._argv("--bundle", "-")

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from ...runner.ranks import STANDALONE_ADDR, free_port
 from ...runner.secrecy import greeting
 from .base import Job, Ranks, RunEvent, RunnerExit
-from .local import _LocalRun
 from .local_process import RunnerProcess
 
 
@@ -128,26 +127,3 @@ def start_nodes(
             process.stop(0)
         raise
     return NodeProcesses(processes)
-
-
-class NodesRun(_LocalRun):
-    """A one-shot distributed run: its launchers until they have all ended."""
-
-    def __init__(self, nodes: NodeProcesses) -> None:
-        self.nodes = nodes
-
-    def next_event(self, timeout: float) -> RunEvent | None:
-        """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
-        return self.nodes.next_event(timeout)
-
-    def interrupt(self) -> None:
-        """Every rank's cell gets KeyboardInterrupt (through its launcher)."""
-        self.nodes.interrupt()
-
-    def kill(self) -> None:
-        """SIGKILL to every launcher and its ranks."""
-        self.nodes.signal(signal.SIGKILL)
-
-    def release(self, grace: float) -> int | None:
-        """Wait up to ``grace`` seconds for every launcher, then kill the rest."""
-        return self.nodes.stop(grace)

@@ -175,6 +175,10 @@ class RunnerProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
             os.killpg(self.pid, signum)
 
+    def interrupt(self) -> None:
+        """SIGINT to the runner's own process group: the cell gets KeyboardInterrupt."""
+        self.signal(signal.SIGINT)
+
     def send(self, command: Mapping[str, object]) -> bool:
         """Write one JSON command to a session runner's stdin; ``False`` if the runner is gone."""
         return self.send_bytes(json.dumps(command).encode() + b"\n")

@@ -20,34 +20,27 @@ from pathlib import Path
 from typing import Any
 
 from ...runner import checkpoint
-from ...runner.frames import Done, Error, UnknownFrame
 from ..errors import OffloadUsageError
 from .base import RunnerExit, RunRequest
+from .checkpoint_book import (
+    Answer,
+    CheckpointBook,
+    RecordedCheckpoint,
+    SessionLost,
+    not_restored_as_data,
+    restore_answer,
+    trusted_manifest,
+)
 
 EXCHANGE_TIMEOUT = 600.0
 """Seconds a checkpoint or a restore may take before the kernel gives up on it."""
 
 
-class SessionLost(RuntimeError):
-    """The session's runner ended while it was asked to checkpoint or restore."""
-
-
 @dataclass(frozen=True)
-class SavedCheckpoint:
-    """One checkpoint this kernel recorded."""
+class SavedCheckpoint(RecordedCheckpoint):
+    """One checkpoint this kernel recorded, in a file of its checkpoint directory."""
 
-    name: str
-    session: str
     path: Path
-    manifest: dict[str, Any]
-    placement: RunRequest
-    trusted: bool
-    """Whether the runner that wrote it is trusted by the origin (then it may be unpickled, on a trusted runner)."""
-
-    def describe(self) -> str:
-        limit = self.manifest.get("limit", checkpoint.DEFAULT_LIMIT)
-        return (f"{self.name} (session {self.session}): {checkpoint.describe(self.manifest)}; "
-                f"limit {limit / 2**20:.0f} MiB")
 
 
 def store_dir() -> Path:
@@ -69,30 +62,23 @@ def _exchange(process: Any, command: dict[str, Any]) -> dict[str, Any]:
     if not process.send({**command, "run_id": run_id}):
         raise SessionLost("the session's runner is gone")
     deadline = time.monotonic() + EXCHANGE_TIMEOUT
-    payload: dict[str, Any] | None = None
-    errors: list[str] = []
+    answer = Answer(command["op"], "the session")
     while True:
         event = process.next_event(max(deadline - time.monotonic(), 0.0))
         if event is None:
             raise OffloadUsageError(f"the session did not answer {command['op']} within {EXCHANGE_TIMEOUT:.0f} s")
         if isinstance(event, RunnerExit):
             raise SessionLost(f"the session's runner ended (exit code {event.code})")
-        if isinstance(event, UnknownFrame) and event.kind == "checkpoint" and isinstance(event.payload, dict):
-            payload = event.payload
-        elif isinstance(event, Error):
-            errors.append(f"{event.ename}: {event.evalue}")
-        elif isinstance(event, Done):
-            if errors or payload is None:
-                raise OffloadUsageError("; ".join(errors) or f"the session answered {command['op']} with nothing")
+        payload = answer.take(event)
+        if payload is not None:
             return payload
 
 
-class SessionCheckpoints:
+class SessionCheckpoints(CheckpointBook[SavedCheckpoint]):
     """The checkpoints of this kernel's local sessions, by name, and the last one of each session."""
 
     def __init__(self) -> None:
-        self.saved: dict[str, SavedCheckpoint] = {}
-        self.last: dict[str, str] = {}
+        super().__init__()
         self._directory: Path | None = None
 
     def take(self, process: Any, session: str, name: str, placement: RunRequest, *, trusted: bool,
@@ -114,28 +100,12 @@ class SessionCheckpoints:
             _unlink(path)
             raise OffloadUsageError("the session's runner wrote a checkpoint that does not match its manifest; "
                                     "nothing was recorded")
-        # the kernel's trust, not the runner's word, decides whether it may ever be unpickled
-        trusted = trusted and manifest["format"] == checkpoint.PICKLE
-        manifest.update(trusted=trusted, limit=limit)
-        saved = SavedCheckpoint(name, session, path, manifest, placement, trusted)
-        old = self.saved.get(name)
-        self.saved[name] = saved
-        self.last[session] = name
+        trusted = trusted_manifest(manifest, trusted, limit)
+        saved = SavedCheckpoint(name, session, manifest, placement, trusted, path=path)
+        old = self.record(saved)
         if old is not None and old.path != path:
             _unlink(old.path)
         return saved
-
-    def get(self, name: str) -> SavedCheckpoint:
-        saved = self.saved.get(name)
-        if saved is None:
-            known = ", ".join(sorted(self.saved)) or "none yet"
-            raise OffloadUsageError(f"no checkpoint named {name!r} (this kernel has: {known}); write one with "
-                                    f"%gpu_offload checkpoint SESSION")
-        return saved
-
-    def latest(self, session: str) -> SavedCheckpoint | None:
-        name = self.last.get(session)
-        return None if name is None else self.saved.get(name)
 
     def restore(self, process: Any, saved: SavedCheckpoint, *,
                 target_trusted: bool) -> tuple[list[str], dict[str, str]]:
@@ -156,9 +126,7 @@ class SessionCheckpoints:
         finally:
             if path != saved.path:
                 _unlink(path)
-        restored = [str(n) for n in answer.get("restored", [])]
-        skipped = {str(k): str(v) for k, v in dict(answer.get("skipped") or {}).items()}
-        return restored, {**skipped, **dropped}
+        return restore_answer(answer, dropped)
 
     def _as_data(self, saved: SavedCheckpoint) -> tuple[Path, dict[str, Any], dict[str, str]]:
         from ..trust.decode import SafeDecodeError, decode
@@ -169,11 +137,7 @@ class SessionCheckpoints:
             decoded = decode(data)
         except SafeDecodeError as exc:
             raise OffloadUsageError(f"checkpoint {saved.name} cannot be read as data: {exc}") from None
-        dropped = {s.name: f"{s.type}: {s.reason}" for s in decoded.skipped}
-        dropped.update(saved.manifest.get("skipped") or {})  # the writer's own words where it gave them
-        # a donor the origin does not trust does not choose what a trusted runner imports
-        for alias, module in dict(saved.manifest.get("modules") or {}).items():
-            dropped[str(alias)] = f"module {str(module)[:80]}: import it again (an untrusted checkpoint imports nothing)"
+        dropped = not_restored_as_data(decoded.skipped, saved.manifest)
         ours = checkpoint.take(decoded.values, checkpoint.PICKLE, trusted=True, written_on="the kernel")
         assert self._directory is not None
         path = self._directory / f"{secrets.token_hex(12)}.data"
@@ -186,20 +150,11 @@ class SessionCheckpoints:
         """Remove every checkpoint file of this kernel."""
         for saved in self.saved.values():
             _unlink(saved.path)
-        self.saved.clear()
-        self.last.clear()
+        self.forget_all()
         if self._directory is not None:
             for directory in (self._directory, self._directory.parent, self._directory.parent.parent):
                 with contextlib.suppress(OSError):
                     directory.rmdir()  # the user's only when empty: another kernel of this user may have its own
-
-
-def restored_line(saved: SavedCheckpoint, restored: list[str], skipped: dict[str, str]) -> str:
-    """What the user is told after a restore."""
-    text = f"restored from checkpoint {saved.name}: {', '.join(restored) or 'nothing'}"
-    if skipped:
-        text += "; not restored: " + "; ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
-    return text
 
 
 def _unlink(path: Path) -> None:
@@ -207,4 +162,4 @@ def _unlink(path: Path) -> None:
         path.unlink()
 
 
-__all__ = ["SavedCheckpoint", "SessionCheckpoints", "SessionLost", "restored_line", "store_dir"]
+__all__ = ["SavedCheckpoint", "SessionCheckpoints", "store_dir"]

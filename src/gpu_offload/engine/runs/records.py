@@ -9,6 +9,7 @@ the kernels. A cancel request is a ``<run_id>.cancel`` file the owning kernel po
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -129,10 +130,17 @@ def pid_alive(pid: int) -> bool:
 
 
 def default_state_dir() -> Path:
-    """``$GPU_OFFLOAD_STATE_DIR``, else ``gpu-offload-runs`` in Jupyter's runtime directory."""
+    """``$GPU_OFFLOAD_STATE_DIR`` as it is now, else ``gpu-offload-runs`` in Jupyter's runtime directory."""
     chosen = kernel_settings().state_dir
     if chosen:
         return Path(chosen)
+    return _jupyter_runs()
+
+
+@functools.cache
+def _jupyter_runs() -> Path:
+    """Looked up once per process: Jupyter's runtime directory is fixed when the kernel starts (its lookup,
+    home directory and path resolution, cost every warm cell a tenth of a millisecond)."""
     from jupyter_core.paths import jupyter_runtime_dir
 
     return Path(jupyter_runtime_dir()) / "gpu-offload-runs"
@@ -175,12 +183,27 @@ class RunBook:
     def __init__(self, root: Path | None = None) -> None:
         self._fixed = root
         self._checked: Path | None = None
+        self._pin: RunBook | None = None
+        self._kept: dict[str, int] = {}
+        """Records :meth:`prune` read and had to keep (running, unreadable, another run's), by name, with their
+        last write: not read again while unchanged."""
 
     @property
     def root(self) -> Path:
         """The directory given, else the setting as it is now: a kernel's book is made when the magic loads,
         and ``GPU_OFFLOAD_STATE_DIR`` set in the notebook afterwards still applies to its next run."""
         return self._fixed or default_state_dir()
+
+    def pinned(self) -> RunBook:
+        """This book at the directory the setting names now, for one run's writes: resolving the setting
+        (environment, Jupyter's runtime directory) costs tens of microseconds, which a warm cell paid at each of
+        its record's accesses. The same book while the directory stays the same (checked once)."""
+        if self._fixed is not None:
+            return self
+        root = default_state_dir()
+        if self._pin is None or self._pin.root != root:
+            self._pin = RunBook(root)
+        return self._pin
 
     def check(self) -> None:
         """Raise :class:`StateDirRefused` unless the directory is this user's alone (checked once per directory)."""
@@ -258,7 +281,9 @@ class RunBook:
         Runs after finished runs, so it must cost next to nothing: counting directory entries is cheap, parsing
         every record is not (about 10 ms for 75 of them, which every 25th warm cell paid). Files are taken
         oldest first by their last write (a finished record's last write is its run's end) and only those
-        beyond ``keep`` are read, each deleted only if it is finished (or its kernel is gone).
+        beyond ``keep`` are read, each deleted only if it is finished (or its kernel is gone). One kept (a run
+        of another kernel still under way) is not read again until it changes, nor counted towards the slack:
+        a directory shared with long runs would otherwise be parsed again at every prune.
         """
         try:
             entries = [entry for entry in os.scandir(self.root) if entry.name.endswith(".json")]
@@ -271,9 +296,17 @@ class RunBook:
             with contextlib.suppress(OSError):  # pruned or replaced while we listed
                 aged.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
         aged.sort()
-        for _, name in aged[: max(0, len(aged) - keep)]:
+        known = sum(1 for written, name in aged if self._kept.get(name) == written)
+        if len(aged) - known <= keep + slack:
+            return  # the excess is records an earlier prune read and kept: nothing new to delete yet
+        kept = {}
+        for written, name in aged[: max(0, len(aged) - keep)]:
+            if self._kept.get(name) == written:
+                kept[name] = written
+                continue  # read by an earlier prune and kept; unchanged since
             record = self._read_one(self.root / name)
             if record is None or not record.finished:
+                kept[name] = written
                 continue  # unreadable (read_all names it) or still running: not this prune's to delete
             for suffix in (".json", ".cancel"):
                 with contextlib.suppress(FileNotFoundError):
@@ -281,6 +314,7 @@ class RunBook:
             log = Path(record.log) if record.log else None
             if log is not None and log.parent == self.root:  # a background script's output goes with its record
                 log.unlink(missing_ok=True)
+        self._kept = kept
 
     def _read_one(self, path: Path) -> RunEntry | None:
         """One stored record as :meth:`read_all` shows it (a dead kernel's active run as failed); ``None`` if it

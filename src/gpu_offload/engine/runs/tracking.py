@@ -113,6 +113,8 @@ class Tracker:
         self.log = log
         self.pid = os.getpid()
         self._records: dict[str, RunEntry] = {}
+        self._books: dict[str, RunBook] = {}
+        """Each run under way's book, at the directory the setting named when the run began."""
         self._written: dict[str, float] = {}
         self._dirty: set[str] = set()
         self._runs: dict[str, _Live] = {}
@@ -128,6 +130,7 @@ class Tracker:
         cluster = "local" if backend == "local" else job.request.cluster
         record = RunEntry(job.run_id, self.kernel, self.pid, backend, cluster, job.request.gpus, session=job.session,
                           script=self.script, log=self.log)
+        self._books[job.run_id] = self.book.pinned()
         self.put(record)
         return record
 
@@ -155,20 +158,24 @@ class Tracker:
     def _write(self, record: RunEntry) -> None:
         if self.refused is not None:
             return
+        book = self._book(record.run_id)
         try:
-            self.book.write(record)
+            book.write(record)
             if record.finished:
-                self.book.forget_cancel(record.run_id)
+                book.forget_cancel(record.run_id)
                 self._since_prune += 1
                 if self._since_prune >= PRUNE_EVERY:
                     self._since_prune = 0
-                    self.book.prune()
+                    book.prune()
         except StateDirRefused as exc:
             # tracking goes off for this kernel: nothing is written where others could read or redirect it
             self.refused = f"run tracking is off: {exc}"
             sys.stderr.write(f"{PREFIX}{self.refused}\n")
         except OSError:
             pass  # an unwritable state dir hides this run from other kernels only; the run itself goes on
+
+    def _book(self, run_id: str) -> RunBook:
+        return self._books.get(run_id) or self.book
 
     def tick(self, run_id: str) -> None:
         """Write a throttled change once its time has come (the follower calls this on every poll)."""
@@ -212,6 +219,7 @@ class Tracker:
         record = self._records.get(job.run_id)
         if record is not None:
             self.put(replace(record, state="failed", detail=str(error) or type(error).__name__, ended=time.time()))
+        self._books.pop(job.run_id, None)
 
     def started(self, run: RunStarted) -> None:
         """The backend took it: scheduling, on the cluster the backend chose (``--cluster auto`` resolved)."""
@@ -220,7 +228,9 @@ class Tracker:
             return
         job = run.job
         detail = "waiting for a free runner" if job.session is None else f"in session {job.session}"
-        self._runs[job.run_id] = _Live(run.cancel, job.clock)
+        # the first look for a cancel request from elsewhere comes after CANCEL_POLL, not at the first event:
+        # a warm cell is over by then, and the look cost it a system call
+        self._runs[job.run_id] = _Live(run.cancel, job.clock, polled=time.monotonic())
         self.put(replace(record, state="scheduling", detail=detail, cluster=run.cluster))
 
     def event(self, run_id: str, event: RunEvent) -> None:
@@ -247,8 +257,9 @@ class Tracker:
             now = time.monotonic()
             if now - live.polled >= CANCEL_POLL:
                 live.polled = now
-                if self.book.cancel_requested(run_id):
-                    self.book.forget_cancel(run_id)
+                book = self._book(run_id)
+                if book.cancel_requested(run_id):
+                    book.forget_cancel(run_id)
                     self.cancel(run_id)
             record = self._records.get(run_id)
             if live.cancelled and record is not None and record.detail != "cancelled" and not record.finished:
@@ -269,6 +280,7 @@ class Tracker:
         if record is not self._records[run_id]:
             self.put(record)
         self.flush(run_id)
+        self._books.pop(run_id, None)
 
     def cancel(self, run_id: str) -> bool:
         """Stop a run of this process through its cancel handle: the first request interrupts it as Ctrl-C

@@ -11,15 +11,13 @@ hold, and a refused cell costs nothing and can be run again a minute later.
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ....liqo_peering import environment as E
 from ...errors import OffloadUsageError
-from .hub_inventory import HubInventoryError, get_json
+from .hub_inventory import HubInventoryError, HubReader
 
 TTL_SECONDS = 30.0
 """How long one answer serves the panel and ``%gpu_offload status`` (a launch always asks again)."""
@@ -76,29 +74,20 @@ def refusal(spend: MonthSpend, budget: float) -> str | None:
             "ask your JupyterHub admin to raise offload.monthlyBudgetPerUser.")
 
 
-class HubSpend:
+class HubSpend(HubReader[MonthSpend]):
     """Reads this user's spend from the hub service (``api/me``) with the server's token."""
 
-    def __init__(self, service_url: str, token: str, ttl: float = TTL_SECONDS) -> None:
-        self.url = service_url.rstrip("/") + "/api/me"
-        self._token = token
-        self._ttl = ttl
-        self._lock = threading.Lock()
-        self._cached: tuple[float, MonthSpend] | None = None
+    path = "/api/me"
+    what = "your GPU spend"
+    fix = "ask your JupyterHub admin to update the gpu-offload service (one older than budgets says no spend)"
+    ttl = TTL_SECONDS
+
+    def parse(self, data: Any) -> MonthSpend:
+        return parse_me(data)
 
     def read(self, timeout: float = 10.0, fresh: bool = False) -> MonthSpend:
         """This month's spend; ``fresh`` asks the hub even when a recent answer is cached."""
-        with self._lock:
-            if not fresh and self._cached is not None and time.monotonic() - self._cached[0] < self._ttl:
-                return self._cached[1]
-            data = get_json(self.url, self._token, timeout, "your GPU spend")
-            try:
-                spend = parse_me(data)
-            except (ValueError, TypeError) as exc:
-                raise HubInventoryError(f"the hub service's {self.url} did not say what you spent: {exc}; ask your "
-                                        "JupyterHub admin to update the gpu-offload service") from None
-            self._cached = (time.monotonic(), spend)
-            return spend
+        return self.get(timeout, fresh)
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,16 @@ import hmac
 import json
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ....runner import checkpoint
-from ....runner.frames import Done, Error, Hello, Status, UnknownFrame
+from ....runner.frames import Hello, Status
 from ...errors import OffloadUsageError
 from ...timing import Phase
+from .. import checkpoint_book as book
 from ..base import Placed, RunRequest
+from ..checkpoint_book import SessionLost
 from .follow import PodEnded
 from .storage import RunStorage, StorageError
 
@@ -38,10 +40,6 @@ MANIFEST_LIMIT = 1 << 20
 """Bytes of a manifest written at SIGTERM that the kernel reads."""
 START_TIMEOUT = 1800.0
 """Seconds a restore waits for the new pod's runner to start (a queue or an image pull may take long)."""
-
-
-class SessionLost(RuntimeError):
-    """The session's pod ended (or never ran) while it was asked to checkpoint or restore."""
 
 
 class Holder(Protocol):
@@ -57,24 +55,18 @@ class Holder(Protocol):
 
 
 @dataclass(frozen=True)
-class KubeCheckpoint:
+class KubeCheckpoint(book.RecordedCheckpoint):
     """One checkpoint this kernel recorded: its object in storage and what the runner said is in it."""
 
-    name: str
-    session: str
     folder: str
     """The storage "run id" (this kernel's checkpoint folder) the object lives in."""
     obj: str
-    manifest: dict[str, Any]
-    placement: RunRequest
     cluster: str
-    trusted: bool
-    """Whether the origin trusts the cluster that wrote it: then, and only then, it may be unpickled."""
+    """The cluster that wrote it (its trust is the record's ``trusted``)."""
 
-    def describe(self) -> str:
-        limit = self.manifest.get("limit", checkpoint.DEFAULT_LIMIT)
-        return (f"{self.name} (session {self.session}, written on {self.cluster}): "
-                f"{checkpoint.describe(self.manifest)}; limit {limit / 2**20:.0f} MiB")
+    @property
+    def written_on(self) -> str:
+        return self.cluster
 
 
 def wait_running(holder: Holder, timeout: float = START_TIMEOUT) -> float:
@@ -105,8 +97,7 @@ def exchange(holder: Holder, command: dict[str, Any], timeout: float = EXCHANGE_
 def _answer(holder: Holder, command: dict[str, Any], timeout: float, pods: list[Any]) -> dict[str, Any]:
     follower = holder.launched.follower
     deadline = time.monotonic() + timeout
-    payload: dict[str, Any] | None = None
-    errors: list[str] = []
+    answer = book.Answer(command["op"], f"session {holder.name}")
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -121,14 +112,9 @@ def _answer(holder: Holder, command: dict[str, Any], timeout: float, pods: list[
             raise SessionLost(f"the session's pod {holder.launched.name} ended: {event.state.text}")
         if isinstance(event, Hello | Status | Placed | Phase):
             pods.append(event)
-        elif isinstance(event, UnknownFrame) and event.kind == "checkpoint" and isinstance(event.payload, dict):
-            payload = event.payload
-        elif isinstance(event, Error):
-            errors.append(f"{event.ename}: {event.evalue}")
-        elif isinstance(event, Done):
-            if errors or payload is None:
-                raise OffloadUsageError("; ".join(errors) or f"session {holder.name} answered {command['op']} "
-                                        "with nothing")
+            continue
+        payload = answer.take(event)
+        if payload is not None:
             return payload
 
 
@@ -142,14 +128,13 @@ class Armed:
     nonce: str
 
 
-class KubeCheckpoints:
+class KubeCheckpoints(book.CheckpointBook[KubeCheckpoint]):
     """The checkpoints of this kernel's sessions on the cluster, by name, and the last one of each session."""
 
     def __init__(self, storage: RunStorage) -> None:
+        super().__init__()
         self.storage = storage
         self.folder = f"ckpt-{secrets.token_hex(8)}"
-        self.saved: dict[str, KubeCheckpoint] = {}
-        self.last: dict[str, str] = {}
 
     def take(self, holder: Holder, name: str, placement: RunRequest, *, trusted: bool, limit: int,
              only_if_changed: bool = False) -> KubeCheckpoint | None:
@@ -172,12 +157,10 @@ class KubeCheckpoints:
             self._remove(obj)
             raise OffloadUsageError(f"session {holder.name}'s runner answered with a checkpoint record this kernel "
                                     "does not accept (format, size within the limit, sha256); nothing was recorded")
-        # the kernel's trust in the cluster, not the runner's word, decides whether it may ever be unpickled
-        trusted = trusted and manifest["format"] == checkpoint.PICKLE
-        manifest.update(trusted=trusted, limit=limit)
-        saved = KubeCheckpoint(name, holder.name, self.folder, obj, manifest, placement, holder.cluster, trusted)
-        self.saved[name] = saved
-        self.last[holder.name] = name
+        trusted = book.trusted_manifest(manifest, trusted, limit)
+        saved = KubeCheckpoint(name, holder.name, manifest, placement, trusted, folder=self.folder, obj=obj,
+                               cluster=holder.cluster)
+        self.record(saved)
         if before is not None:
             self._remove(before.obj)
         return saved
@@ -210,27 +193,12 @@ class KubeCheckpoints:
                 or not 0 <= manifest["size"] <= limit):
             return None  # not the runner's: another writer of the bucket, or a damaged record
         before = armed.saved
-        trusted = before.trusted and manifest["format"] == checkpoint.PICKLE
-        manifest.update(trusted=trusted, limit=limit)
-        saved = KubeCheckpoint(before.name, before.session, self.folder, armed.obj, manifest, before.placement,
-                               before.cluster, trusted)
-        self.saved[saved.name] = saved
-        self.last[saved.session] = saved.name
+        trusted = book.trusted_manifest(manifest, before.trusted, limit)
+        saved = replace(before, manifest=manifest, trusted=trusted, folder=self.folder, obj=armed.obj)
+        self.record(saved)
         self._remove(before.obj)
         self._remove(armed.obj + ".m")
         return saved
-
-    def get(self, name: str) -> KubeCheckpoint:
-        saved = self.saved.get(name)
-        if saved is None:
-            known = ", ".join(sorted(self.saved)) or "none yet"
-            raise OffloadUsageError(f"no checkpoint named {name!r} (this kernel has: {known}); write one with "
-                                    "%gpu_offload checkpoint SESSION")
-        return saved
-
-    def latest(self, session: str) -> KubeCheckpoint | None:
-        name = self.last.get(session)
-        return None if name is None else self.saved.get(name)
 
     def restore(self, holder: Holder, saved: KubeCheckpoint, *,
                 target_trusted: bool) -> tuple[list[str], dict[str, str]]:
@@ -248,9 +216,7 @@ class KubeCheckpoints:
         finally:
             if obj != saved.obj:
                 self._remove(obj)
-        restored = [str(n) for n in answer.get("restored", [])]
-        skipped = {str(k): str(v) for k, v in dict(answer.get("skipped") or {}).items()}
-        return restored, {**skipped, **dropped}
+        return book.restore_answer(answer, dropped)
 
     def _as_data(self, saved: KubeCheckpoint) -> tuple[str, dict[str, Any], dict[str, str]]:
         """An untrusted checkpoint read as data only, and pickled again by this kernel for the new runner."""
@@ -261,12 +227,7 @@ class KubeCheckpoints:
             decoded = decode(data)
         except (StorageError, SafeDecodeError) as exc:
             raise OffloadUsageError(f"checkpoint {saved.name} cannot be read as data: {exc}") from None
-        dropped = {s.name: f"{s.type}: {s.reason}" for s in decoded.skipped}
-        dropped.update({str(k): str(v)[:200] for k, v in dict(saved.manifest.get("skipped") or {}).items()})
-        # a donor the origin does not trust does not choose what a runner imports
-        for alias, module in dict(saved.manifest.get("modules") or {}).items():
-            dropped[str(alias)[:80]] = (f"module {str(module)[:80]}: import it again (an untrusted checkpoint "
-                                        "imports nothing)")
+        dropped = book.not_restored_as_data(decoded.skipped, saved.manifest)
         ours = checkpoint.take(decoded.values, checkpoint.PICKLE, trusted=True, written_on="the kernel")
         obj = secrets.token_hex(12)
         self.storage.upload(self.folder, obj, ours.data)
@@ -285,13 +246,4 @@ class KubeCheckpoints:
     def close(self) -> None:
         """Remove every checkpoint object of this kernel."""
         self.storage.remove_run(self.folder)
-        self.saved.clear()
-        self.last.clear()
-
-
-def restored_line(saved: KubeCheckpoint, restored: list[str], skipped: dict[str, str]) -> str:
-    """What the user is told after a restore."""
-    text = f"restored from checkpoint {saved.name}: {', '.join(restored) or 'nothing'}"
-    if skipped:
-        text += "; not restored: " + "; ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
-    return text
+        self.forget_all()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ....liqo_peering.errors import APIError
@@ -22,7 +23,7 @@ from ....runner.frames import Done, Error, Outputs, RunnerWarning
 from ....runner.secrecy import greeting
 from ..base import Ranks, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED
-from .follow import PodEnded
+from .follow import PodEnded, PodFollower
 from .jobrun import JobPods, pod_failure
 from .plan import PodOrder
 from .run import Host
@@ -60,21 +61,12 @@ class KubeRankSession(WarmSession):
     def cluster(self) -> str:
         return self.job.ctx.cluster
 
-    @property
-    def alive(self) -> bool:
-        """Whether every pod may still take cells (one ended breaks the process group for all)."""
-        return not self.dead and not any(f.ended for f in self.nodes.followers.values())
+    def followers(self) -> Iterable[PodFollower]:
+        return self.nodes.followers.values()
 
     def end_words(self) -> str:
-        """How the session ended, for the next session of this name: closed during a cell, or how the Job's
-        first pod to end did."""
-        if self.closed_how:
-            return self.closed_how
-        for follower in self.nodes.followers.values():
-            end = follower.end
-            if end is not None and end.summary:
-                return f"was {end.summary} while idle"
-        return "ended while idle"
+        """Closed during a cell (its ranks did not stop), or how the Job's first pod to end did."""
+        return self.closed_how or super().end_words()
 
     def info(self) -> SessionInfo:
         """The line ``%gpu_offload sessions`` shows."""

@@ -21,7 +21,8 @@ from typing import Any
 from ....runner.checkpoint import DEFAULT_LIMIT
 from ...errors import OffloadUsageError
 from ..base import RunRequest
-from .checkpoints import Armed, KubeCheckpoint, KubeCheckpoints, SessionLost, restored_line, wait_running
+from ..checkpoint_book import SessionLost, restored_line
+from .checkpoints import Armed, KubeCheckpoint, KubeCheckpoints, wait_running
 from .idle import HUB, IdleTimeout
 from .storage import RunStorage, StorageError
 

@@ -22,7 +22,7 @@ from ....runner.frames import Done, Hello, Outputs, RunnerWarning
 from ....runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED, PREEMPTED
-from .follow import PodEnded
+from .follow import PodEnded, PodFollower
 from .plan import PodOrder
 from .pods import PodApi
 from .run import Host, InLine, LaunchedPod, failure_events, follow_pod
@@ -94,10 +94,24 @@ class WarmSession:
         """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
         stale."""
 
+    def followers(self) -> Iterable[PodFollower]:
+        """The followers of the session's pods: one, or one per node of a distributed session."""
+        raise NotImplementedError
+
     @property
     def alive(self) -> bool:
-        """Whether the session may still take cells."""
-        raise NotImplementedError
+        """Whether the session may still take cells: not closed, and none of its pods ended (one may end while
+        idle: lost node, eviction, cleanup; one ended breaks a distributed session's process group for all)."""
+        return not self.dead and not any(f.ended for f in self.followers())
+
+    def end_words(self) -> str:
+        """How the session ended while idle, for the next session of this name: how the first of its pods to
+        end did (Kueue's preemption in its words)."""
+        for follower in self.followers():
+            end = follower.end
+            if end is not None and end.summary:
+                return f"was {end.summary} while idle"
+        return "ended while idle"
 
     def take_cell(self, bundle: bytes) -> dict[str, Any]:
         """Mark the session busy with one more cell; the ``run`` command that carries ``bundle``."""
@@ -168,10 +182,8 @@ class KubeSession(WarmSession):
     def cluster(self) -> str:
         return self.launched.ctx.cluster
 
-    @property
-    def alive(self) -> bool:
-        """Whether the pod may still take cells (it may have ended while idle: lost node, eviction, cleanup)."""
-        return not self.dead and not self.launched.follower.ended
+    def followers(self) -> tuple[PodFollower]:
+        return (self.launched.follower,)
 
     def info(self) -> SessionInfo:
         """The line ``%gpu_offload sessions`` shows."""
@@ -188,11 +200,6 @@ class KubeSession(WarmSession):
         if note is not None:
             run.warn(note)
         return run
-
-    def end_words(self) -> str:
-        """How the pod ended while idle, for the next session of this name: Kueue's preemption in its words."""
-        end = self.launched.follower.end
-        return f"was {end.summary} while idle" if end is not None and end.summary else "ended while idle"
 
     def send(self, command: dict[str, Any]) -> bool:
         """Write one command to the runner's stdin (attaching first if needed); False if that failed."""

@@ -1,0 +1,155 @@
+"""The hub chart on the Liqo pair's origin, for ``test_real_hub_path.py``: installed with the ``helm`` command
+(built by ``liqo.sh`` from Helm's Go module) from the umbrella chart with zero-to-jupyterhub from ../shared,
+and the hub reached as a user reaches it, through the proxy (by its pod's address: no load balancer here).
+
+Pure builders (values, requests) apart from the few calls that act (helm, HTTP, the kernel's websocket).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .liqopair import DONOR_ID, ORIGIN_STATE
+
+LIQO_STATE = Path(os.environ.get("LIQO_STATE", "/var/tmp/gpu-offload-realcluster-liqo"))
+HELM = LIQO_STATE / "bin" / "helm"
+RELEASE = "gpu-offload"
+HUB_NAMESPACE = "jhub"
+# The hub database's volume: a PersistentVolume on the origin's node (no provisioner runs here), under the
+# origin's state directory, which down.sh removes.
+HUB_DB_DIR = ORIGIN_STATE / "hub-db"
+# The runner image the kernel picks for its Python (3.11), imported into the donor by liqo.sh's hub_images.
+RUNNER_IMAGE = "jupyter-gpu-offload/runner:0.1.0-py3.11"
+
+
+def values(admin_token: str) -> dict[str, Any]:
+    """What an admin of this origin sets (docs/install.md), plus what this machine needs: images never pulled,
+    no user scheduler or image pre-puller (their images are not built here), no load balancer, no per-user
+    volume (no provisioner), and a test service whose token administers the hub's users."""
+    never = {"pullPolicy": "Never"}
+    return {
+        "queueing": {"kueue": {"enabled": True}},
+        "liqo": {"tenantNamespaces": [f"liqo-tenant-{DONOR_ID}"]},
+        "clusters": {DONOR_ID: {"trusted": True, "gpuModel": "fake", "pricePerGpuHour": 2.0}},
+        "jupyterhub": {
+            "hub": {
+                "image": never,
+                "services": {"e2e": {"api_token": admin_token}},
+                "loadRoles": {"e2e": {"services": ["e2e"], "scopes": [
+                    "admin:users", "admin:servers", "tokens", "read:metrics", "custom:gpu-offload:view",
+                    "custom:gpu-offload:manage", "access:services"]}},
+            },
+            "proxy": {"service": {"type": "ClusterIP"}, "chp": {"image": never}},
+            "singleuser": {"image": never, "storage": {"type": "none"}, "startTimeout": 600},
+            "scheduling": {"userScheduler": {"enabled": False}, "userPlaceholder": {"enabled": False}},
+            "prePuller": {"hook": {"enabled": False}, "continuous": {"enabled": False}},
+            "cull": {"enabled": False},
+        },
+    }
+
+
+def hub_db_volume() -> dict[str, Any]:
+    """The PersistentVolume zero-to-jupyterhub's hub database claim (1Gi, no class) binds to."""
+    return {"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "gpuorc-hub-db"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                     "persistentVolumeReclaimPolicy": "Retain",
+                     "hostPath": {"path": str(HUB_DB_DIR), "type": "Directory"}}}
+
+
+def helm(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The helm command on the origin; fails the caller with its output."""
+    kubeconfig = ORIGIN_STATE / "admin.kubeconfig"
+    done = subprocess.run([str(HELM), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def install(chart: Path, values_file: Path, admin_token: str) -> None:
+    values_file.write_text(yaml.safe_dump(values(admin_token)))
+    helm("install", RELEASE, str(chart), "--namespace", HUB_NAMESPACE, "--create-namespace",
+         "--values", str(values_file))
+
+
+def new_token() -> str:
+    return secrets.token_hex(32)
+
+
+@dataclass(frozen=True)
+class Hub:
+    """The hub through its proxy: ``base`` is http://<proxy pod>:8000/."""
+
+    base: str
+
+    def call(self, method: str, path: str, token: str, body: Any = None, timeout: float = 60) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path.lstrip("/"), method=method, data=data,
+                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as reply:
+            text = reply.read().decode()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def status(self, path: str, token: str) -> int:
+        """The HTTP status of a GET (an error status too)."""
+        try:
+            self.call("GET", path, token)
+        except urllib.error.HTTPError as error:
+            return error.code
+        return 200
+
+
+def execute(hub: Hub, user: str, kernel: str, token: str, code: str, timeout: float = 600) -> str:
+    """Run ``code`` in a kernel of ``user``'s server through the proxy and the kernel's websocket, as the
+    browser does: its stdout, stderr, plain-text displays (the magic's notices) and errors."""
+    import websocket
+
+    url = f"ws{hub.base[4:]}user/{user}/api/kernels/{kernel}/channels"
+    ws = websocket.create_connection(url, timeout=timeout, header=[f"Authorization: token {token}"])
+    msg_id = uuid.uuid4().hex
+    ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": user,
+                                   "session": uuid.uuid4().hex, "version": "5.3"},
+                        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                        "content": {"code": code, "silent": False, "store_history": True,
+                                    "user_expressions": {}, "allow_stdin": False}}))
+    out = ""
+    try:
+        while True:
+            msg = json.loads(ws.recv())
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = msg["msg_type"]
+            if kind == "stream":
+                out += msg["content"]["text"]
+            elif kind in ("display_data", "update_display_data", "execute_result"):
+                data = msg["content"].get("data", {})
+                out += str(data.get("text/plain", "")) + ("[image/png]" if "image/png" in data else "") + "\n"
+            elif kind == "error":
+                out += f"{msg['content']['ename']}: {msg['content']['evalue']}\n"
+            elif kind == "status" and msg["content"]["execution_state"] == "idle":
+                return out
+    finally:
+        ws.close()
+
+
+def notebook_cells(path: Path) -> list[str]:
+    """The code cells of a notebook, in order."""
+    notebook = json.loads(path.read_text())
+    return ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
