@@ -37,9 +37,8 @@ NODE_BIN = REPO / ".ci" / "node" / "node_modules" / ".bin"
 ARTIFACTS = REPO / "test-artifacts" / "hub_extension"
 TESTER_TOKEN = "gpu-offload-tester-token-0123456789abcdef"
 
-# The session's origin of this configuration, shared by every hub module (and any other module asking for it):
-# each hub module's tests leave it as they found it (a cordon undone, their namespaces and pods deleted).
-origin = origin_fixture(LIQO_CRDS)
+origin = origin_fixture(LIQO_CRDS, private=True)  # one per module: the hub modules are not yet checked to
+# leave a shared origin as they found it
 
 
 def free_port() -> int:
