@@ -40,16 +40,10 @@ def one_cell(backend: KubernetesBackend, session: str | None = None) -> float:
 
 def main() -> None:
     got, cells = measured_from_command_line(__doc__, 20, CATEGORIES, one_cell)
-    oneshot_requests, session_requests, oneshot, warm = got.oneshot_requests, got.session_requests, got.oneshot, got.warm
     run = Run("kube", "Kubernetes backend on the sandbox")
     run.note(f"cells per measure: {cells}; goal: <= 8 API requests per one-shot cell")
-    for name, _, _ in CATEGORIES:
-        run.figure(f"API requests per one-shot cell: {name}", oneshot_requests[name], "requests")
-        run.figure(f"API requests per warm-session cell: {name}", session_requests[name], "requests")
-    run.figure("API requests per one-shot cell, total", sum(oneshot_requests.values()), "requests")
-    run.figure("API requests per warm-session cell, total", sum(session_requests.values()), "requests")
-    for name, values in (("one-shot pod (cold)", oneshot), ("warm session pod", warm)):
-        run.figure(f"trivial cell (`pass`), {name}, submit to done", [v * 1000 for v in values], "ms")
+    got.record(run, CATEGORIES, ("one-shot cell", "warm-session cell"), "trivial cell (`pass`), {}, submit to done",
+               ("one-shot pod (cold)", "warm session pod"))
     run.write()
 
 if __name__ == "__main__":

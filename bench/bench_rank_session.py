@@ -36,17 +36,11 @@ def one_cell(backend: KubernetesBackend, session: str | None = None) -> float:
 
 def main() -> None:
     got, cells = measured_from_command_line(__doc__, 10, JOB_CATEGORIES, one_cell)
-    oneshot_requests, session_requests, oneshot, warm = got.oneshot_requests, got.session_requests, got.oneshot, got.warm
     run = Run("rank_session", "Distributed sessions on the sandbox: one-shot Job against a warm session, 2 pods")
     run.note(f"cells per measure: {cells}")
-    for name, _, _ in JOB_CATEGORIES:
-        run.figure(f"API requests per 2-pod cell, one-shot Job: {name}", oneshot_requests[name], "requests")
-        run.figure(f"API requests per 2-pod cell, warm session: {name}", session_requests[name], "requests")
-    run.figure("API requests per 2-pod cell, one-shot Job, total", sum(oneshot_requests.values()), "requests")
-    run.figure("API requests per 2-pod cell, warm session, total", sum(session_requests.values()), "requests")
-    for name, values in (("one-shot Job (cold pods)", oneshot), ("warm distributed session", warm)):
-        run.figure(f"trivial cell (`pass`) on 2 pods x 1 rank, {name}, submit to every rank done",
-                   [v * 1000 for v in values], "ms")
+    got.record(run, JOB_CATEGORIES, ("2-pod cell, one-shot Job", "2-pod cell, warm session"),
+               "trivial cell (`pass`) on 2 pods x 1 rank, {}, submit to every rank done",
+               ("one-shot Job (cold pods)", "warm distributed session"))
     run.write()
 
 if __name__ == "__main__":

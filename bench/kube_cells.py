@@ -12,7 +12,8 @@ from typing import Any
 
 import kubernetes
 from gpu_offload.sandbox.apiserver.http_faults import FaultRule
-from harness import Stopwatch  # bench/harness.py: the script's folder is on sys.path
+from harness import Run as Results  # bench/harness.py: the script's folder is on sys.path
+from harness import Stopwatch
 from harness import origin as origin_of
 
 from gpu_offload.engine.analysis import analyse_cell
@@ -66,6 +67,19 @@ class Measured:
     session_requests: dict[str, float]
     oneshot: list[float]
     warm: list[float]
+
+    def record(self, run: Results, categories: Sequence[Category], per: tuple[str, str], timed: str,
+               kinds: tuple[str, str]) -> None:
+        """Into ``run``: the requests per cell by category and in all, named ``API requests per <per>: <category>``
+        (one-shot, then warm), and the cells' milliseconds, named ``timed`` with each of ``kinds`` put in."""
+        counts = (self.oneshot_requests, self.session_requests)
+        for name, _, _ in categories:
+            for cell, count in zip(per, counts, strict=True):
+                run.figure(f"API requests per {cell}: {name}", count[name], "requests")
+        for cell, count in zip(per, counts, strict=True):
+            run.figure(f"API requests per {cell}, total", sum(count.values()), "requests")
+        for kind, values in zip(kinds, (self.oneshot, self.warm), strict=True):
+            run.figure(timed.format(kind), [v * 1000 for v in values], "ms")
 
 
 def measured_from_command_line(doc: str | None, cells: int, categories: Sequence[Category],

@@ -1,4 +1,4 @@
-"""KubeSpawner's own test suite against ``gpu-offload sandbox``: passed, failed and errors, on this machine.
+"""KubeSpawner's own test suite against ``gpu-offload sandbox`` or the real cluster: passed, failed and errors.
 
 An outside client's suite, unchanged, is the test of whether the sandbox behaves like a cluster: its
 hub runs in a pod (``quay.io/jupyterhub/jupyterhub``), its user servers in pods (``jupyterhub-singleuser``),
@@ -7,15 +7,17 @@ it execs Python in pods, reads events and logs, and deletes namespaces. The scri
 1. makes a venv of the suite's own in ``--venv`` (default ``<checkout>/.sandbox-venv``), once:
    ``pip install -e <checkout>[test]`` with releases of the suite's time (``REQUIREMENTS``), and, if the machine has no
    ``configurable-http-proxy`` (which the hub image carries), ``npm install`` of it in the venv;
-2. starts ``gpu-offload sandbox --donors 1`` (origin nodes with the test kubelet; the default image map;
-   Warn field validation, as kube-apiserver) and waits for its kubeconfig;
+2. with ``--cluster sandbox`` (the default) starts ``gpu-offload sandbox --donors 1`` (origin nodes with the
+   test kubelet; the default image map; Warn field validation, as kube-apiserver) and waits for its
+   kubeconfig; with ``--cluster real`` uses the running real cluster (tests/realcluster, ``RC_INDEX``), whose
+   nodes pull the suite's images from tests/realcluster/registry.sh's registry;
 3. runs ``pytest tests/`` in the checkout with ``KUBECONFIG`` pointing there, and prints the counts and
    each test that did not pass, after the machine line.
 
 The suite is not in CI: CI reaches package registries only, and KubeSpawner's published sdist has no
 ``tests/``. Given a checkout (e.g. tag 7.1.0 of jupyterhub/kubespawner), run it here as root:
 
-    .venv/bin/python bench/outside_kubespawner.py /path/to/kubespawner [-- -k test_spawn]
+    .venv/bin/python bench/outside_kubespawner.py /path/to/kubespawner [--cluster real] [-- -k test_spawn]
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import machine_line, sandbox_process  # bench/harness.py: the script's folder is on sys.path
+from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
+from outside import CLUSTERS, cluster_kubeconfig, exit_on_sigterm, outcomes, report
 
 REQUIREMENTS = ("jupyterhub<6", "kubernetes<37", "pytest-asyncio>=0.17,<0.23", "pytest<9")
 """Beside ``-e <checkout>[test]``, releases of the suite's time (7.1.0 was tested with JupyterHub 5 and
@@ -40,17 +41,6 @@ kubernetes 3x): its ``ssl_app`` fixture builds a JupyterHub outside an event loo
 client refuses; kubernetes 37's ``sanitize_for_serialization`` no longer serializes kubernetes_asyncio's models
 by their JSON names (86 of the 88 tests of test_objects.py fail); pytest-asyncio 0.21 (the suite's pin) reaches into pytest
 internals that pytest 9 removed."""
-KUBECONFIG_WAIT = 180.0
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One test that did not pass."""
-
-    test: str
-    kind: str
-    """failure, error or skipped"""
-    message: str
 
 
 def _run(cmd: list[str], **kwargs: object) -> None:
@@ -75,21 +65,6 @@ def ensure_venv(checkout: Path, venv: Path) -> Path:
     return node_bin
 
 
-def outcomes(junit: Path) -> tuple[int, list[Outcome]]:
-    """Number of tests and the ones that did not pass, from pytest's JUnit XML."""
-    root = ET.parse(junit).getroot()
-    total, bad = 0, []
-    for case in root.iter("testcase"):
-        total += 1
-        for kind in ("failure", "error", "skipped"):
-            node = case.find(kind)
-            if node is not None:
-                test = f"{case.get('classname')}::{case.get('name')}"
-                bad.append(Outcome(test, kind, (node.get("message") or "").splitlines()[0][:160]
-                                   if node.get("message") else ""))
-    return total, bad
-
-
 def _version(python: Path, module: str) -> str:
     out = subprocess.run([str(python), "-c", f"import {module}; print({module}.__version__)"],
                          capture_output=True, text=True)
@@ -105,13 +80,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", type=Path, help="a KubeSpawner source tree with tests/")
     parser.add_argument("--venv", type=Path, default=None, help="the suite's venv (default <checkout>/.sandbox-venv)")
+    parser.add_argument("--cluster", choices=CLUSTERS, default="sandbox", help="where the suite runs (default sandbox)")
     parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (e.g. -k NAME)")
     args = parser.parse_args()
+    exit_on_sigterm()
     checkout = args.checkout.resolve()
     if not (checkout / "tests" / "conftest.py").is_file():
         raise SystemExit(f"outside_kubespawner: {checkout} has no tests/conftest.py; give a KubeSpawner git "
                          "checkout (its published sdist has no tests)")
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and args.cluster == "sandbox":
         print("outside_kubespawner: not root, so the sandbox's pods share the host's network: two user servers "
               "on port 8888 collide and more tests fail than the ones docs/sandbox.md explains", flush=True)
     venv = (args.venv or checkout / ".sandbox-venv").resolve()
@@ -121,8 +98,7 @@ def main() -> int:
         workdir = Path(tmp)
         junit = workdir / "junit.xml"
         start = time.monotonic()
-        with sandbox_process(workdir, "--donors", "1", "--state-dir", str(workdir / "state"),
-                             "--tool-dir", str(tool_dir), wait=KUBECONFIG_WAIT) as kubeconfig:
+        with cluster_kubeconfig(args.cluster, workdir, "--tool-dir", str(tool_dir)) as kubeconfig:
             env = dict(os.environ, KUBECONFIG=str(kubeconfig))
             subprocess.run([str(python), "-m", "pytest", "tests/", "-p", "no:cacheprovider", "-rfEs",
                             f"--junitxml={junit}", *args.pytest_args], cwd=checkout, env=env)
@@ -130,16 +106,12 @@ def main() -> int:
         if not junit.exists():
             raise SystemExit("outside_kubespawner: pytest wrote no report; see its output above")
         total, bad = outcomes(junit)
-    counts = {kind: sum(1 for o in bad if o.kind == kind) for kind in ("failure", "error", "skipped")}
     print()
     print(machine_line())
     print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, kubespawner {_version(python, 'kubespawner')} "
-          f"({_commit(checkout)}), jupyterhub {_version(python, 'jupyterhub')}, run time {elapsed:.0f} s")
-    print(f"KubeSpawner tests/: {total} tests, {total - sum(counts.values())} passed, {counts['failure']} failed, "
-          f"{counts['error']} errors, {counts['skipped']} skipped")
-    for o in bad:
-        print(f"  {o.kind}: {o.test}: {o.message}")
-    return 0 if not counts["failure"] and not counts["error"] else 1
+          f"({_commit(checkout)}), jupyterhub {_version(python, 'jupyterhub')}, cluster {args.cluster}, "
+          f"run time {elapsed:.0f} s")
+    return report("KubeSpawner tests/", total, bad)
 
 
 if __name__ == "__main__":

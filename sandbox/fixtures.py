@@ -128,12 +128,27 @@ def install_crds(api_client: Any, folder: Path) -> None:
     import yaml
 
     extensions = kubernetes.client.ApiextensionsV1Api(api_client)
+    custom = kubernetes.client.CustomObjectsApi(api_client)
     for path in sorted(folder.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
         try:
-            extensions.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+            extensions.create_custom_resource_definition(crd)
         except kubernetes.client.ApiException as exc:
             if exc.status != 409:
                 raise
+        # a real API server serves a new CRD's resource only once it is Established (404 until then)
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("served", True))
+
+        def served(group: str = spec["group"], version: str = version, plural: str = spec["names"]["plural"]) -> bool:
+            try:
+                custom.list_cluster_custom_object(group, version, plural, limit=1)
+            except kubernetes.client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+                return False
+            return True
+        wait_until(served, f"the {crd['metadata']['name']} CRD served", timeout=60, every=0.2)
 
 
 @pytest.fixture(scope="module")  # module: a module that brings its own origin gets a client of it

@@ -15,7 +15,6 @@ Extension points (part 2):
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import ssl
@@ -29,7 +28,7 @@ from aiohttp import web
 from .apiserver import discovery, openapi, podsecurity, quota
 from .apiserver.api import Api
 from .apiserver.errors import NOT_FOUND, ApiError
-from .apiserver.http_api import resource_handler
+from .apiserver.http_api import json_response, resource_handler
 from .controllers.jobs import indexed_completions_rule, job_controller, restart_policy_rule
 
 log = logging.getLogger(__name__)
@@ -38,8 +37,6 @@ Controller = Callable[[Api], Awaitable[None]]
 Plugin = Callable[["ApiServer"], None]
 
 
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(obj).encode(), status=status, content_type="application/json")
 
 
 @web.middleware
@@ -49,8 +46,7 @@ async def _status_errors(request: web.Request, handler: Callable[..., Awaitable[
         return await handler(request)
     except ApiError as exc:
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-        return web.Response(body=json.dumps(exc.status()).encode(), status=exc.code,
-                            content_type="application/json", headers=headers)
+        return json_response(exc.status(), exc.code, headers)
 
 
 async def _unknown_path(request: web.Request) -> web.Response:
@@ -64,40 +60,40 @@ def _discovery_routes(app: web.Application, api: Api) -> None:
         return ApiError(404, "NotFound", NOT_FOUND)
 
     async def version(_: web.Request) -> web.Response:
-        return _json(discovery.KUBE_VERSION)
+        return json_response(discovery.KUBE_VERSION)
 
     async def core(_: web.Request) -> web.Response:
-        return _json(discovery.core_versions())
+        return json_response(discovery.core_versions())
 
     async def core_v1(_: web.Request) -> web.Response:
-        return _json(discovery.resource_list(reg, "", "v1"))
+        return json_response(discovery.resource_list(reg, "", "v1"))
 
     async def groups(_: web.Request) -> web.Response:
-        return _json(discovery.group_list(reg))
+        return json_response(discovery.group_list(reg))
 
     async def group(request: web.Request) -> web.Response:
         doc = discovery.group(reg, request.match_info["group"])
         if doc is None:
             raise not_found()
-        return _json(doc)
+        return json_response(doc)
 
     async def group_version(request: web.Request) -> web.Response:
         doc = discovery.resource_list(reg, request.match_info["group"], request.match_info["version"])
         if doc is None:
             raise not_found()
-        return _json(doc)
+        return json_response(doc)
 
     async def healthy(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def openapi_root(_: web.Request) -> web.Response:
-        return _json(openapi.root(reg))
+        return json_response(openapi.root(reg))
 
     async def openapi_gv(request: web.Request) -> web.Response:
         doc = openapi.group_version(reg, request.match_info["gv"].strip("/"))
         if doc is None:
             raise not_found()
-        return _json(doc)
+        return json_response(doc)
 
     app.router.add_get("/version", version)
     app.router.add_get("/openapi/v3", openapi_root)

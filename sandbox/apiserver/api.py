@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import defaults, fieldvalidation, lifecycle
+from . import crd_defaults, defaults, fieldvalidation, lifecycle
 from .admission import Admission, AdmissionRequest
 from .errors import (
     NOT_FOUND,
@@ -233,6 +233,8 @@ class Api:
                 meta.pop(owned, None)
         if rt.key == ("", "services") and not subresource:
             defaults.service_port_defaults(new.get("spec") or {})
+        if rt.custom:
+            crd_defaults.apply(rt.schema or {}, new)
         if not subresource and (causes := defaults.update_causes(rt, old, new)):
             raise invalid(rt.group, rt.kind, meta["name"], tuple(causes))
         if defaults.spec_changed(old, new):
@@ -240,8 +242,11 @@ class Api:
         self._admit("UPDATE", rt, new, old, subresource)
         if new == old:
             return old  # a no-op write keeps its resourceVersion and sends no event, as on a real server
-        if meta.get("deletionTimestamp") and old["metadata"].get("finalizers") and not meta.get("finalizers"):
-            return lifecycle.remove(self, rt, new)  # the last finalizer is gone: the deletion completes
+        if meta.get("deletionTimestamp") and old["metadata"].get("finalizers") and not meta.get("finalizers") \
+                and not meta.get("deletionGracePeriodSeconds"):
+            # the last finalizer is gone: the deletion completes, unless a kubelet still has the pod's grace
+            # period to finish (it deletes the pod again once its containers stopped)
+            return lifecycle.remove(self, rt, new)
         return self.store.put(rt.key, new, "MODIFIED")
 
     def bind(self, namespace: str, pod: str, node: str) -> Obj:

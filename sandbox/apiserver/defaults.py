@@ -13,6 +13,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
+from . import crd_defaults
 from .errors import Cause
 from .resources import ResourceType
 
@@ -126,6 +127,7 @@ def on_create(rt: ResourceType, obj: Obj, namespace: str) -> Obj:
 
 def _kind_defaults(rt: ResourceType, out: Obj) -> None:
     if rt.custom:
+        crd_defaults.apply(rt.schema or {}, out)
         return
     if rt.kind == "Pod":
         _pod_defaults(out.setdefault("spec", {}))

@@ -23,7 +23,9 @@ class Cause:
     field: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        out = {"reason": self.reason, "message": self.message}
+        out = {"message": self.message}
+        if self.reason:  # omitempty, as a failed webhook call's cause has none
+            out["reason"] = self.reason
         if self.field:
             out["field"] = self.field
         return out
@@ -65,10 +67,10 @@ class ApiError(Exception):
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "code": self.code,
         }
         if details:
             body["details"] = details
+        body["code"] = self.code  # metav1.Status's field order, as clients print the body: details before code
         return body
 
 

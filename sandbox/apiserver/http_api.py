@@ -78,8 +78,13 @@ async def read_json(request: web.Request) -> Any:
         raise bad_request(f"the request body is not valid JSON ({exc}): send a JSON object") from exc
 
 
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(obj).encode(), status=status, content_type="application/json")
+def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON body as kube-apiserver writes it (Go's json.Encoder): compact, then a newline. Clients show it
+    as is: ``kubernetes.utils.create_from_yaml``'s FailToCreateError prints the Status body it was sent."""
+    body = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
+
+
 
 
 async def _collection(api: Api, request: web.Request, t: Target) -> web.StreamResponse:
@@ -96,13 +101,13 @@ async def _collection(api: Api, request: web.Request, t: Target) -> web.StreamRe
         if tables.wants_table(request.headers.get("Accept", "")):
             printed = _table(t.rt, listing["items"], listing["metadata"]["resourceVersion"], request)
             printed["metadata"].update({k: v for k, v in listing["metadata"].items() if k != "resourceVersion"})
-            return _json(printed)
-        return _json(listing)
+            return json_response(printed)
+        return json_response(listing)
     if request.method == "POST":
         body = await read_json(request)
         if q.get("dryRun") == "All":
             raise bad_request("dryRun is not emulated by the sandbox: send the request without it")
-        return _json(api.create(t.rt, body, t.namespace or ""), 201)
+        return json_response(api.create(t.rt, body, t.namespace or ""), 201)
     if request.method == "DELETE":
         selector = Selector.parse(q.get("labelSelector"), q.get("fieldSelector"), t.rt.kind)
         for item in api.list(t.rt, t.namespace, selector)["items"]:
@@ -112,7 +117,7 @@ async def _collection(api: Api, request: web.Request, t: Target) -> web.StreamRe
             except ApiError as exc:
                 if exc.code != 404:
                     raise
-        return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
     raise method_not_allowed(f"{request.method} is not supported on a collection of {t.rt.describe()}")
 
 
@@ -138,22 +143,22 @@ async def _object(api: Api, request: web.Request, t: Target) -> web.StreamRespon
     if t.subresource == "log" and t.rt.key == ("", "pods") and method == "GET":
         return await pod_log(api, request, ns, t.name)
     if t.subresource == "binding" and t.rt.key == ("", "pods") and method == "POST":
-        return _json(pod_binding(api, ns, t.name, await read_json(request)), 201)
+        return json_response(pod_binding(api, ns, t.name, await read_json(request)), 201)
     if t.subresource and t.subresource not in t.rt.subresources:
         raise ApiError(404, "NotFound", NOT_FOUND)  # also what a typo in a namespaced resource name meets
     if method == "GET":
         obj = api.get(t.rt, ns, t.name)
         if not t.subresource and tables.wants_table(request.headers.get("Accept", "")):
-            return _json(_table(t.rt, [obj], obj["metadata"]["resourceVersion"], request))
-        return _json(obj)
+            return json_response(_table(t.rt, [obj], obj["metadata"]["resourceVersion"], request))
+        return json_response(obj)
     if method == "PUT":
-        return _json(api.replace(t.rt, ns, t.name, await read_json(request), t.subresource))
+        return json_response(api.replace(t.rt, ns, t.name, await read_json(request), t.subresource))
     if method == "PATCH":
         body = await read_json(request)
-        return _json(api.patch(t.rt, ns, t.name, body, request.content_type, t.subresource))
+        return json_response(api.patch(t.rt, ns, t.name, body, request.content_type, t.subresource))
     if method == "DELETE" and not t.subresource:
         grace, propagation, pre = _delete_options(request, await read_json(request))
-        return _json(api.delete(t.rt, ns, t.name, grace, propagation, pre))
+        return json_response(api.delete(t.rt, ns, t.name, grace, propagation, pre))
     raise method_not_allowed(f"{method} is not supported on {t.rt.describe()}/{t.subresource or t.name}")
 
 

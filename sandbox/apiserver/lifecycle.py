@@ -64,7 +64,12 @@ def delete(api: Api, rt: ResourceType, obj: Obj, grace: int | None, propagation:
         _settle_foreground(api)
         return api.find(rt, meta.get("namespace", ""), meta["name"]) or marked
     if meta.get("finalizers"):
-        return _mark(api, rt, obj, 0) if not meta.get("deletionTimestamp") else obj
+        if not meta.get("deletionTimestamp"):
+            return _mark(api, rt, obj, 0)
+        if meta.get("deletionGracePeriodSeconds") and grace == 0:  # the kubelet is done: finalizers alone hold it
+            meta["deletionGracePeriodSeconds"] = 0
+            return api.store.put(rt.key, obj, "MODIFIED")
+        return obj
     removed = remove(api, rt, obj)
     returns_object = rt.custom or rt.kind in ("Pod", "Job", "Service", "Node")
     return removed if returns_object else _status_success(rt, removed)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -25,12 +24,12 @@ from ..apiserver.api import Api
 from ..apiserver.defaults import now
 from ..apiserver.errors import ApiError
 from ..apiserver.matching import quantity
-from . import cycle, names, owners, status, sync, workloads
+from . import cycle, finalizers, names, owners, status, sync, workloads
 from .ledger import UsageLedger
 from .options import KueueOptions
 from .preemption import Admitted
 from .scheduler import Entry, add, flavors_of, matching_flavors
-from .webhook import label_selector_matches
+from .webhook import Outage, label_selector_matches
 
 log = logging.getLogger(__name__)
 IDLE_SECONDS = 5.0
@@ -43,13 +42,11 @@ _KEYS = {("", "pods"), ("batch", "jobs"), ("", "namespaces"), names.WORKLOADS,
 class KueueController:
     """State Kueue keeps in memory: the AFS usage ledger and the last queue order (for visibility)."""
 
-    def __init__(self, options: KueueOptions) -> None:
+    def __init__(self, options: KueueOptions, outage: Outage | None = None) -> None:
         self.options = options
+        self.outage = outage or Outage()
+        """While down, no pass runs (Kueue's process is gone); the first pass after catches up."""
         self.ledger = UsageLedger(options.usage_half_life, options.usage_sampling, dict(options.resource_weights))
-        self._arrivals = itertools.count()
-        self.arrival: dict[str, int] = {}
-        """Workload uid -> order of creation: the sandbox breaks a tie of whole-second timestamps by it, where real Kueue
-        breaks it by UID (docs/realcluster.md, differences)."""
         self.queue_order: dict[str, list[Entry]] = {}
         """ClusterQueue name -> pending Workloads, head first, as of the last pass."""
         self._timers = False
@@ -63,15 +60,10 @@ class KueueController:
     def sweep(self, api: Api) -> float:
         """One pass; returns how long the loop may sleep without missing a timeout or a backoff's end."""
         self._timers = self.options.pods_ready_timeout is not None
-        for uid in sync.ensure_workloads(api, self.managed_namespaces(api)):
-            self.arrival[uid] = next(self._arrivals)
+        sync.ensure_workloads(api, self.managed_namespaces(api))
+        finalizers.settle(api)
         wl_rt = api.kind(names.API_VERSION, "Workload")
-        items = api.list(wl_rt)["items"]
-        live = {w["metadata"]["uid"] for w in items}
-        self.arrival = {u: n for u, n in self.arrival.items() if u in live}
-        for wl in items:
-            if wl["metadata"]["uid"] not in self.arrival:  # created by someone else: seen now
-                self.arrival[wl["metadata"]["uid"]] = next(self._arrivals)
+        for wl in api.list(wl_rt)["items"]:
             if sync.mark_finished(api, wl):
                 continue
             if names.is_true(wl, names.FINISHED):
@@ -180,7 +172,7 @@ class KueueController:
             view.pending.append((Entry(meta["namespace"], meta["name"], wl["spec"].get("queueName", ""),
                                        workloads.priority(wl), queued_at,
                                        workloads.requests(wl, self.options.exclude_resource_prefixes),
-                                       self.arrival.get(meta["uid"], 0), fits), wl))
+                                       meta["uid"], fits), wl))
         self.ledger.forget(queues)
         sampled = self.ledger.sample(admitted_usage, queues)
         weights = {key: _lq_weight(lq) for key, lq in queues.items()}
@@ -246,7 +238,8 @@ async def run(api: Api, controller: KueueController) -> None:
         while True:
             wait = controller.options.tick
             try:
-                wait = controller.sweep(api)
+                if not controller.outage.down:
+                    wait = controller.sweep(api)
             except ApiError as exc:  # a write refused for another reason than a race: a bug, said loudly
                 log.error("sandbox Kueue: a write was refused (%s); the next pass retries", exc)
             except Exception:  # as a reconciler's error: logged and retried, the controller keeps running

@@ -121,8 +121,10 @@ def start(api: Api, workload: Mapping[str, Any], flavor: Mapping[str, Any], clus
         gates = pod["spec"].get("schedulingGates") or []
         if not any(g.get("name") == names.GATE for g in gates):
             continue
+        # both of Kueue's gates go: no topology assignment (pod_controller.go ``prepare``)
         spec = {**_scheduling(pod["spec"], flavor),
-                "schedulingGates": [g for g in gates if g.get("name") != names.GATE] or None}
+                "schedulingGates": [g for g in gates if g.get("name") not in (names.GATE, names.TOPOLOGY_GATE)]
+                or None}
         with names.raced():
             started = api.patch(pods_rt, pod["metadata"]["namespace"], pod["metadata"]["name"], {"spec": spec},
                                 MERGE)

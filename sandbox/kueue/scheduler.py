@@ -2,7 +2,8 @@
 
 Order (pkg/cache/queue/cluster_queue.go ``queueOrderingFunc``): with Admission Fair Sharing, the
 LocalQueue with the lower usage first; then higher priority; then the earlier queue time (the creation
-time, or when the Workload was last requeued). Flavors (pkg/scheduler/flavorassigner): the first flavor in
+time, or when the Workload was last requeued; whole seconds); then the lower Workload UID, so two Workloads
+queued within one second come out in an order nobody chose. Flavors (pkg/scheduler/flavorassigner): the first flavor in
 the ClusterQueue's order whose unused nominal quota holds every covered resource the Workload asks for;
 the messages are worded as Kueue words them. Simplifications: one resource group is considered (the
 first covering all requested resources), every pod set of a Workload gets the same flavor, no borrowing.
@@ -40,8 +41,9 @@ class Entry:
     queued_at: str
     """RFC 3339: creation time, or the Requeued condition's lastTransitionTime."""
     requests: Amounts = field(default_factory=dict)
-    arrival: int = 0
-    """Creation order among Workloads queued in the same second (timestamps have whole seconds)."""
+    uid: str = ""
+    """The Workload's UID: Kueue's last tie-break (``baseCompareFunc``), so within one second (timestamps have
+    whole seconds) the order is the UIDs', not the arrival's."""
     flavors: frozenset[str] | None = None
     """The flavors whose node labels its pods' node selector and required node affinity allow (None: all)."""
 
@@ -85,9 +87,9 @@ def flavors_of(cluster_queue: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple
 
 def order(entries: Iterable[Entry], lq_usage: Mapping[str, float] | None = None) -> list[Entry]:
     """The ClusterQueue's pending Workloads, head first (``lq_usage`` given: Admission Fair Sharing)."""
-    def key(e: Entry) -> tuple[float, int, str, int, str, str]:
+    def key(e: Entry) -> tuple[float, int, str, str]:
         usage = lq_usage.get(f"{e.namespace}/{e.queue}", 0.0) if lq_usage is not None else 0.0
-        return (usage, -e.priority, e.queued_at, e.arrival, e.namespace, e.name)
+        return (usage, -e.priority, e.queued_at, e.uid)
     return sorted(entries, key=key)
 
 

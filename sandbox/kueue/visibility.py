@@ -51,11 +51,18 @@ def _summary(version: str, items: list[dict[str, Any]]) -> web.Response:
     return web.json_response(body)
 
 
-def routes(app: web.Application, api: Api, queue_order: Callable[[str], list[Entry] | None]) -> None:
-    """Serve the pending-workloads endpoints from ``queue_order(cluster_queue)``."""
+UNAVAILABLE = "service unavailable\n"
+"""What the API server's aggregator answers (503, plain text) while Kueue's visibility server is down."""
+
+
+def routes(app: web.Application, api: Api, queue_order: Callable[[str], list[Entry] | None],
+           down: Callable[[], bool] = lambda: False) -> None:
+    """Serve the pending-workloads endpoints from ``queue_order(cluster_queue)``; 503 while ``down()``."""
     base = f"/apis/{names.VISIBILITY_GROUP}/{{version}}"
 
     def check_version(request: web.Request) -> str:
+        if down():
+            raise web.HTTPServiceUnavailable(text=UNAVAILABLE)
         version = request.match_info["version"]
         if version not in names.VISIBILITY_VERSIONS:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({request.path})")

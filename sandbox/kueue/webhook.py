@@ -2,12 +2,17 @@
 
 A pod or batch/v1 Job is Kueue's when its namespace matches ``managedJobsNamespaceSelector`` and it has a
 ``kueue.x-k8s.io/queue-name`` label (the sandbox emulates ``manageJobsWithoutQueueName: false``, Kueue's
-default). Such a pod gets the ``kueue.x-k8s.io/managed=true`` label and the ``kueue.x-k8s.io/admission``
-scheduling gate; such a Job is created suspended. A pod owned by a Job Kueue manages is left alone (its
-Job's Workload covers it). A managed pod of a group must carry both the group label and a valid
+default). Such a pod gets the ``kueue.x-k8s.io/managed=true`` label, the ``kueue.x-k8s.io/managed`` finalizer
+and the scheduling gates ``kueue.x-k8s.io/admission`` and ``kueue.x-k8s.io/topology`` (Kueue 0.19's
+``PodWebhook.Default``); such a Job is created suspended. A pod owned by a Job Kueue manages is left alone
+(its Job's Workload covers it). A managed pod of a group must carry both the group label and a valid
 ``kueue.x-k8s.io/pod-group-total-count`` annotation, or it is refused (422) as by Kueue's validating webhook.
-Not emulated: the ``kueue.x-k8s.io/managed`` finalizer Kueue also puts on pods
-(it only delays a pod's removal until Kueue has accounted for it), default LocalQueues.
+ClusterQueues and ResourceFlavors get the ``kueue.x-k8s.io/resource-in-use`` finalizer (their webhooks).
+
+The webhooks fail closed (``failurePolicy: Fail``): while Kueue is down (``Outage``) the API server refuses
+every pod create and update in a managed namespace (queued or not), every Job write there and every write
+of a ClusterQueue, ResourceFlavor or Workload, with kube-apiserver's 500 "failed calling webhook". LocalQueues
+have no webhook. Not emulated: the role-hash annotation (Kueue's exact hash), default LocalQueues.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 from ..apiserver.admission import AdmissionRequest
 from ..apiserver.api import Api
-from ..apiserver.errors import Cause
+from ..apiserver.errors import ApiError, Cause
 from ..apiserver.matching import _requirement_matches
 from . import names
 
@@ -46,10 +51,21 @@ def _owned_by_job(obj: Mapping[str, Any]) -> bool:
 
 def mutate_pod(pod: dict[str, Any]) -> None:
     """What Kueue's pod webhook does to a pod it manages (pure, in place)."""
-    pod["metadata"].setdefault("labels", {})[names.MANAGED_LABEL] = "true"
+    meta = pod["metadata"]
+    meta.setdefault("labels", {})[names.MANAGED_LABEL] = "true"
+    if names.POD_FINALIZER not in meta.setdefault("finalizers", []):
+        meta["finalizers"].append(names.POD_FINALIZER)
     gates = pod.setdefault("spec", {}).setdefault("schedulingGates", [])
-    if not any(g.get("name") == names.GATE for g in gates):
-        gates.append({"name": names.GATE})
+    for gate in (names.GATE, names.TOPOLOGY_GATE):
+        if not any(g.get("name") == gate for g in gates):
+            gates.append({"name": gate})
+
+
+def add_in_use_finalizer(req: AdmissionRequest) -> None:
+    """The ClusterQueue and ResourceFlavor webhooks' ``Default``: Kueue's in-use finalizer."""
+    finalizers = req.object["metadata"].setdefault("finalizers", [])
+    if names.IN_USE_FINALIZER not in finalizers:
+        finalizers.append(names.IN_USE_FINALIZER)
 
 
 def group_causes(pod: Mapping[str, Any]) -> list[Cause]:
@@ -74,25 +90,80 @@ def group_causes(pod: Mapping[str, Any]) -> list[Cause]:
     return []
 
 
-def install(api: Api, namespace_selector: Mapping[str, Any] = DEFAULT_NAMESPACE_SELECTOR) -> None:
-    """Register the pod and Job webhooks on ``api``."""
+class Outage:
+    """Whether the sandbox's Kueue is down (its process gone): webhooks refuse, the controller stands still."""
+
+    def __init__(self) -> None:
+        self.down = False
+
+
+WEBHOOK_URL = "https://kueue-webhook-service.kueue-system.svc:443"
+WEBHOOK_ADDRESS = "127.0.0.1:9443"
+"""Where the API server would dial Kueue's webhook: Kueue's default webhook port (the sandbox has no process)."""
+
+
+def refused(webhook: str, path: str) -> ApiError:
+    """kube-apiserver's answer when a webhook with ``failurePolicy: Fail`` cannot be reached, in its words."""
+    cause = (f'failed calling webhook "{webhook}": failed to call webhook: Post "{WEBHOOK_URL}{path}?timeout=10s": '
+             f"dial tcp {WEBHOOK_ADDRESS}: connect: connection refused")
+    return ApiError(500, "InternalError", f"Internal error occurred: {cause}", causes=(Cause("", cause),))
+
+
+def install(api: Api, namespace_selector: Mapping[str, Any] = DEFAULT_NAMESPACE_SELECTOR,
+            outage: Outage | None = None) -> None:
+    """Register the pod, Job, ClusterQueue, ResourceFlavor and Workload webhooks on ``api``."""
+    state = outage or Outage()
+
+    def reachable(webhook: str, path: str, namespace: str | None = None) -> bool:
+        """False when the webhook is not called at all (namespace not selected); raises while Kueue is down."""
+        if namespace is not None and not _managed_namespace(api, namespace, namespace_selector):
+            return False
+        if state.down:
+            raise refused(webhook, path)
+        return True
+
     def pod_hook(req: AdmissionRequest) -> None:
-        pod = req.object
-        if not (pod["metadata"].get("labels") or {}).get(names.QUEUE_LABEL) or _owned_by_job(pod):
+        if not reachable("mpod.kb.io", "/mutate--v1-pod", req.namespace):
             return
-        if _managed_namespace(api, req.namespace, namespace_selector):
+        pod = req.object
+        if (pod["metadata"].get("labels") or {}).get(names.QUEUE_LABEL) and not _owned_by_job(pod):
             mutate_pod(pod)
 
     def job_hook(req: AdmissionRequest) -> None:
-        job = req.object
-        if (job["metadata"].get("labels") or {}).get(names.QUEUE_LABEL) and _managed_namespace(
-                api, req.namespace, namespace_selector):
-            job.setdefault("spec", {})["suspend"] = True
+        if reachable("mjob.kb.io", "/mutate-batch-v1-job", req.namespace) and (
+                req.object["metadata"].get("labels") or {}).get(names.QUEUE_LABEL):
+            req.object.setdefault("spec", {})["suspend"] = True
 
     def pod_check(req: AdmissionRequest) -> list[Cause]:
+        if not reachable("vpod.kb.io", "/validate--v1-pod", req.namespace):
+            return []
         labels = req.object["metadata"].get("labels") or {}
         return group_causes(req.object) if labels.get(names.MANAGED_LABEL) == "true" else []
 
+    def job_check(req: AdmissionRequest) -> list[Cause]:
+        reachable("vjob.kb.io", "/validate-batch-v1-job", req.namespace)
+        return []
+
+    def kueue_kind(webhook: str, path: str, default: Any = None) -> Any:
+        def hook(req: AdmissionRequest) -> None:
+            reachable(webhook, path)
+            if default is not None:
+                default(req)
+        return hook
+
     api.admission.add_mutating("pods", pod_hook, ("CREATE",))
-    api.admission.add_validating("pods", pod_check, ("CREATE",))
+    api.admission.add_validating("pods", pod_check, ("CREATE", "UPDATE"))
     api.admission.add_mutating("jobs.batch", job_hook, ("CREATE",))
+    api.admission.add_validating("jobs.batch", job_check, ("CREATE", "UPDATE"))
+    for plural, kind in (("clusterqueues", "clusterqueue"), ("resourceflavors", "resourceflavor")):
+        path = f"/mutate-kueue-x-k8s-io-v1beta2-{kind}"
+        api.admission.add_mutating(f"{plural}.{names.GROUP}", kueue_kind(f"m{kind}.kb.io", path, add_in_use_finalizer),
+                                   ("CREATE",))
+        api.admission.add_validating(f"{plural}.{names.GROUP}", kueue_kind(
+            f"v{kind}.kb.io", f"/validate-kueue-x-k8s-io-v1beta2-{kind}"), ("CREATE", "UPDATE"))
+    api.admission.add_mutating(f"workloads.{names.GROUP}", kueue_kind(
+        "mworkload.kb.io", "/mutate-kueue-x-k8s-io-v1beta2-workload"), ("CREATE",))
+    api.admission.add_validating(f"workloads.{names.GROUP}", kueue_kind(
+        "vworkload.kb.io", "/validate-kueue-x-k8s-io-v1beta2-workload"), ("CREATE", "UPDATE"))
+    api.admission.add_validating(f"workloads.{names.GROUP}/status", kueue_kind(
+        "vworkload.kb.io", "/validate-kueue-x-k8s-io-v1beta2-workload"), ("UPDATE",))

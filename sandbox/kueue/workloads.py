@@ -43,7 +43,7 @@ def _workload(name: str, namespace: str, queue: str, pod_sets: list[Obj], priori
         spec["priority"] = priority[1]
     return {"apiVersion": names.API_VERSION, "kind": "Workload",
             "metadata": {"name": name, "namespace": namespace, "labels": {names.JOB_UID_LABEL: job_uid},
-                         "ownerReferences": owners},
+                         "ownerReferences": owners, "finalizers": [names.IN_USE_FINALIZER]},
             "spec": spec}
 
 

@@ -50,6 +50,7 @@ unmount_state() {
 
 delete_pods
 stop kueue
+stop registry
 stop gpu-device-plugin
 stop gpu-device-plugin-2
 stop kubelet

@@ -36,6 +36,7 @@ RC_KUEUE_METRICS_PORT=$((_rc_port + 480))
 RC_KUEUE_HEALTH_PORT=$((_rc_port + 481))
 # Liqo's processes (tests/realcluster/liqo.sh)
 RC_LIQO_WEBHOOK_PORT=$((_rc_port + 445))
+RC_REGISTRY_PORT=$((_rc_port + 500))   # registry.sh: images under the registry names outside suites use
 RC_LIQO_PORT_BASE=$((_rc_port + 600))   # 600-699: Liqo's metrics, probes and virtual kubelets
 RC_GPUS=${RC_GPUS:-8}  # per node; the tests make as many healthy as their donor has (RC_HEALTHY)
 # "all": Kueue manages every namespace (its default; the Liqo stage's donor); empty: only user namespaces
@@ -51,12 +52,14 @@ if [ "$RC_INDEX" = 0 ]; then RC_PRIVATE_MOUNTS=""; RC_CGROUP_ROOT=""; else RC_PR
 # Cluster 0 has a second node, the second donor's (tests that run pods on two donors): its own kubelet and
 # containerd in a mount namespace of their own (the kubelet's device-plugin directory and /var/log/pods, whose
 # entries each kubelet deletes for pods it does not know, are fixed paths), under a cgroup root of its own.
-if [ "$RC_INDEX" = 0 ]; then RC_NODE2=${RC_NODE2:-donor-2-gpu}; else RC_NODE2=""; fi
+# Another index gets one only when RC_NODE2 names it (a copy of the real-cluster stage beside cluster 0:
+# RC_INDEX=3 RC_NODE2=donor-2-gpu run.sh).
+if [ "$RC_INDEX" = 0 ]; then RC_NODE2=${RC_NODE2:-donor-2-gpu}; else RC_NODE2=${RC_NODE2:-}; fi
 RC_NODE2_STATE=$RC_STATE/node2
 RC_KUBELET2_PORT=$((_rc_port + 251))
 RC_KUBELET2_HEALTHZ_PORT=$((_rc_port + 249))
 RC_CONTAINERD2_SOCK=$RC_NODE2_STATE/containerd/containerd.sock
-RC_CGROUP2_ROOT=/gpuorc-node2
+RC_CGROUP2_ROOT=/gpuorc${_rc_suffix}-node2
 # How many of a node's fake GPUs are healthy: $RC_HEALTHY/<node> holds a count (the tests set it to their
 # seeded donor's GPUs; absent, all RC_GPUS are).
 RC_HEALTHY=$RC_STATE/healthy-gpus

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -35,8 +37,9 @@ INDEX = int(os.environ.get("RC_INDEX", "0"))
 """env.sh's RC_INDEX: which of the clusters on this machine the tests use."""
 STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster" + (f"-{INDEX}" if INDEX else "")))
 KUBECONFIG = STATE / "admin.kubeconfig"
-REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"), os.environ.get("RC_NODE2", "donor-2-gpu"))
-"""Cluster 0's two kubelets' nodes (env.sh's RC_NODE and RC_NODE2)."""
+REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"),
+              *([os.environ.get("RC_NODE2", "donor-2-gpu")] if INDEX == 0 else []))
+"""The real kubelets' nodes, as env.sh names them: cluster 0 has two (RC_NODE and RC_NODE2), the others one."""
 HEALTHY = STATE / "healthy-gpus"  # env.sh's RC_HEALTHY: per node, how many of its fake GPUs are healthy
 HOST_ADDRESS = f"10.219.{INDEX}.1"  # env.sh's RC_HOST_IP: the pods' bridge, where they reach this machine
 KUEUE_PLURALS = ("workloads", "localqueues")
@@ -83,6 +86,29 @@ def torch_image(client: Any) -> str:
     if not any(TORCH_IMAGE in (image.names or []) for image in images):
         pytest.skip(f"{TORCH_IMAGE} is not on {REAL_NODES[0]}: run tests/realcluster/torch_image.sh first")
     return TORCH_IMAGE
+
+
+@contextlib.contextmanager
+def kueue_outage() -> Iterator[None]:
+    """Kueue's process killed for the block, as when its pod dies (its webhooks then fail closed), and started
+    again after it as up.sh starts it (``RC_STAGES=start_kueue``: until its webhooks answer)."""
+    pid = int((STATE / "pids" / "kueue.pid").read_text())
+    os.killpg(pid, signal.SIGTERM)
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    wait_until(gone, "Kueue's process gone", timeout=30, every=0.2)
+    try:
+        yield
+    finally:
+        started = subprocess.run(["bash", str(Path(__file__).with_name("up.sh"))], capture_output=True, text=True,
+                                 env={**os.environ, "RC_STAGES": "start_kueue"}, check=False)
+        if started.returncode:
+            raise AssertionError(f"Kueue did not start again: {started.stdout[-2000:]}{started.stderr[-2000:]}")
 
 
 def require_cluster() -> RealCluster:

@@ -15,6 +15,13 @@ if ! bash "$HERE/up.sh"; then
 	bash "$HERE/down.sh"
 	exit 1
 fi
+# RC_TORCH_IMAGE=1: the torch image on node 1 too (torch_image.sh: about 4 GB, minutes), so the [real] halves
+# that need torch (session survival, the preempted session's resume, the torch cell) run instead of skipping.
+if [ "${RC_TORCH_IMAGE:-0}" = 1 ]; then
+	image_started=$SECONDS
+	bash "$HERE/torch_image.sh" || echo "torch image not built; the tests that need it skip" >&2
+	echo "torch_image $((SECONDS - image_started))s" >>"$RC_LOGS/stages.txt"
+fi
 tests_started=$SECONDS
 (cd "$REPO" && GPU_OFFLOAD_REAL_CLUSTER=1 .venv/bin/python -m pytest -m real_cluster -p no:cacheprovider "$@")
 rc=$?

@@ -11,7 +11,7 @@ source "$HERE/env.sh"
 source "$HERE/lib.sh"
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/images/containers.conf}
 IMAGE=localhost/gpuorc/python-torch:3.11
-TAR=$RC_STATE/images/python-torch.tar
+TAR=$RC_IMAGES/python-torch.tar  # RC_IMAGES: clusters that share one build share it too
 SITE=$("$REPO/.venv/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(os.path.realpath(torch.__file__))))')
 # torch and its requirements (torch's metadata), triton aside: nothing imports it before a kernel is compiled;
 # numpy, as PyTorch's images carry it
@@ -19,7 +19,7 @@ PACKAGES="torch torch-2.13.0.dist-info torchgen functorch nvidia cuda sympy mpma
 filelock fsspec typing_extensions.py setuptools _distutils_hack numpy numpy.libs"
 
 if [ ! -f "$TAR" ]; then
-	podman image exists localhost/gpuorc/python:3.11 || podman load -q -i "$RC_STATE/images/python.tar" >/dev/null
+	podman image exists localhost/gpuorc/python:3.11 || podman load -q -i "$RC_IMAGES/python.tar" >/dev/null
 	box=$(podman create localhost/gpuorc/python:3.11 true)
 	trap 'podman rm -f "$box" >/dev/null' EXIT
 	podman cp /dev/null "$box:/tmp/.keep" 2>/dev/null || true

@@ -183,6 +183,10 @@ state = "$1/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$RC_STATE/cni/net.d"
+  # Per-registry hosts files, read at each pull: empty (no registry is reachable) unless registry.sh serves
+  # images under registry names (KubeSpawner's suite names :latest images, which a kubelet always pulls).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$1/certs.d"
 TOML
 }
 
@@ -301,6 +305,12 @@ install_kueue() {
 		>"$RC_STATE/kueue/config.yaml"
 	# Kueue runs with its own ServiceAccount's rights (the manifests' RBAC), as its Deployment would.
 	token_kubeconfig kueue kueue-system kueue-controller-manager
+	start_kueue
+}
+
+# start_kueue: Kueue's process, once installed; the tests of a Kueue outage stop it and start it again
+# (RC_STAGES=start_kueue).
+start_kueue() {
 	# Kueue's visibility server writes its self-signed certificate to /visibility, a path fixed in its code.
 	mkdir -p /visibility
 	start kueue $(in_node_namespace) "$RC_BIN/kueue" --config="$RC_STATE/kueue/config.yaml" --kubeconfig="$RC_STATE/kueue.kubeconfig" \
@@ -309,6 +319,7 @@ install_kueue() {
 	# pod the kubelet mounts the Secret there; for the process, write them once Kueue has made them.
 	wait_for "Kueue's webhook certificate" 120 webhook_cert_written
 	wait_for "kueue" 180 curl -sf "http://127.0.0.1:$RC_KUEUE_HEALTH_PORT/readyz"
+	wait_for "Kueue's webhooks answering" 120 kueue_answers
 }
 
 wait_ready() {

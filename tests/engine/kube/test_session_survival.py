@@ -2,7 +2,15 @@
 model with its optimizer and a function from an earlier cell is checkpointed to the user's storage after each
 cell that changed it; when its donor is lost, drained, or the session is released for idling or moved, the
 next cell sees the same values and says what happened and what was (not) restored. Nothing is left behind:
-no pod, Secret or stored object."""
+no pod, Secret or stored object.
+
+The cases a real cluster can show run there too (``[real]``, tests/realcluster): idle release (the hub's timeout
+and a session's own), a checkpoint read
+back as data only, the state written at SIGTERM and a forged record. There the session is pinned to donor-1, the
+one node with the torch image (tests/realcluster/torch_image.sh), and the storage is a moto server on the pods'
+bridge, reached by the kernel and by the real pods through presigned URLs as on the sandbox. A lost donor needs
+the sandbox's fault injection; a drain or a move needs the torch image on a second real node: those stay on the
+sandbox (skipped on ``[real]``, saying why)."""
 
 from __future__ import annotations
 
@@ -12,11 +20,14 @@ from typing import Any
 
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.objectstore import s3_server
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import StorageSettings
 
-from .conftest import BUCKET, leftovers, settings
+from ...realcluster.realorigin import clusters, seeded_origin, torch_image
+from .conftest import BUCKET, SHARED, leftovers, sandbox_faults, settings
+from .conftest import DONORS as DONOR_CLUSTERS
 from .helpers import Sink, run_cell
 
 TORCH_IMAGE = "pytorch/pytorch:2.5"
@@ -44,6 +55,37 @@ print(n, arr.sum(), double(21), opt.param_groups[0]['params'][0] is model.weight
 """
 
 
+@pytest.fixture(scope="module", params=clusters())
+def origin(request: pytest.FixtureRequest, origin: Any) -> Iterator[Any]:
+    """The kube tests' shared sandbox origin (conftest), or the real cluster with the same donors."""
+    if request.param == "real":
+        with seeded_origin(DONOR_CLUSTERS, SHARED / "liqo-crds") as real:
+            yield real
+        return
+    yield origin
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(origin: Any) -> Iterator[str]:
+    """Object storage (a moto server) on this module's origin's pod network: the kernel and the pods reach it."""
+    with s3_server(origin.host_address) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def where(origin: Any, api_client: Any) -> dict[str, Any]:
+    """How the session's cells are placed: the sandbox maps a pytorch image to its torch venv on any donor; on
+    the real cluster the torch image is on donor-1's node only, so the session is pinned there."""
+    if hasattr(origin, "faults"):
+        return {"image": TORCH_IMAGE}
+    return {"image": torch_image(api_client), "cluster": "donor-1"}
+
+
+def sandbox_only(origin: Any, why: str) -> None:
+    if not hasattr(origin, "faults"):
+        pytest.skip(why)
+
+
 @pytest.fixture()
 def kube_s3(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any) -> Iterator[KubernetesBackend]:
     """A backend with object storage that trusts both donors; afterwards no pod, Secret or object is left."""
@@ -55,10 +97,10 @@ def kube_s3(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: An
     assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
 
 
-def _start(kube: KubernetesBackend) -> str:
+def _start(kube: KubernetesBackend, where: dict[str, Any]) -> str:
     """The session's state made in a first cell; what the check cell prints of it."""
     # one cell: a short idle timeout must not release the session between making the state and reading it
-    outcome, sink, _ = run_cell(kube, SETUP + CHECK, {}, session="train", image=TORCH_IMAGE)
+    outcome, sink, _ = run_cell(kube, SETUP + CHECK, {}, session="train", **where)
     assert outcome.status == "ok", outcome.error
     assert sink.text.startswith("41 15.0 42 True 2 "), sink.text
     kube.keeper.settle("train")  # the automatic checkpoint after the last cell is written
@@ -70,8 +112,8 @@ def _pod(core: Any, namespace: str) -> Any:
     return pod
 
 
-def _check_resumed(kube: KubernetesBackend, before: str, happened: str) -> Sink:
-    outcome, sink, _ = run_cell(kube, CHECK, {}, session="train", image=TORCH_IMAGE)
+def _check_resumed(kube: KubernetesBackend, before: str, happened: str, where: dict[str, Any]) -> Sink:
+    outcome, sink, _ = run_cell(kube, CHECK, {}, session="train", **where)
     assert outcome.status == "ok", (outcome.error, sink.notices)
     assert sink.text == before, (sink.text, sink.notices)
     [note] = [n for n in sink.notices if "resumed on" in n]
@@ -82,25 +124,31 @@ def _check_resumed(kube: KubernetesBackend, before: str, happened: str) -> Sink:
 
 
 def test_a_session_survives_its_donor_being_lost(kube_s3: KubernetesBackend, core: Any, namespace: str,
-                                                  origin: Any) -> None:
-    before = _start(kube_s3)
+                                                  origin: Any, where: dict[str, Any]) -> None:
+    faults = sandbox_faults(origin)
+    before = _start(kube_s3, where)
     node = _pod(core, namespace).spec.node_name
-    origin.call(origin.faults.node_not_ready(node))
+    origin.call(faults.node_not_ready(node))
     try:
         wait_until(lambda: not kube_s3.sessions(), "the session seen as lost")
-        sink = _check_resumed(kube_s3, before, "was lost with the virtual node of")
+        sink = _check_resumed(kube_s3, before, "was lost with the virtual node of", where)
         assert _pod(core, namespace).spec.node_name != node
     finally:
-        origin.faults.node_ready(node)
+        faults.node_ready(node)
     # the first checkpoint (after the first cell) is announced once, with its limit, at the next cell
     assert len([n for n in sink.notices if "is checkpointed after each cell that changes it" in n]) == 1
-    outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", image=TORCH_IMAGE)
+    outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", **where)
     assert outcome.status == "ok" and not [n for n in sink.notices if "checkpointed after each cell" in n]
     assert kube_s3.close_session("train", grace=1)
 
 
-def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, core: Any, namespace: str) -> None:
-    before = _start(kube_s3)
+SECOND_NODE = "resumes on a second node, and the real cluster's torch image is on donor-1's node only"
+
+
+def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, core: Any, namespace: str,
+                                                    origin: Any, where: dict[str, Any]) -> None:
+    sandbox_only(origin, SECOND_NODE)
+    before = _start(kube_s3, where)
     pod = _pod(core, namespace)
     node = pod.spec.node_name
     # kubectl drain: cordon, then the pod is deleted with its grace period (the sandbox serves no Eviction
@@ -109,7 +157,7 @@ def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, 
     try:
         core.delete_namespaced_pod(pod.metadata.name, namespace)
         wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
-        _check_resumed(kube_s3, before, f"its pod {pod.metadata.name} ")
+        _check_resumed(kube_s3, before, f"its pod {pod.metadata.name} ", where)
         assert _pod(core, namespace).spec.node_name != node
     finally:
         core.patch_node(node, {"spec": {"unschedulable": None}})
@@ -117,18 +165,19 @@ def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, 
 
 
 def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: Any, namespace: str, s3: Any,
-                                                                  s3_endpoint: str, core: Any) -> None:
+                                                                  s3_endpoint: str, core: Any,
+                                                                  where: dict[str, Any]) -> None:
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
                                          session_idle_timeout=3.0), api_client)
     try:
-        before = _start(backend)
+        before = _start(backend, where)
         wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the idle session's pod released",
                    timeout=60)
         assert backend.keeper.returned() > 0
         status = backend.describe()
         assert "its next cell resumes it from checkpoint train (" in status and "model" in status, status
         assert "GPU-hours given back by idle sessions released with a checkpoint: 0.00" in status, status
-        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU")
+        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU", where)
         [note] = [n for n in sink.notices if "resumed on" in n]
         assert "its state was checkpointed first (train, " in note, note
         [told] = [n for n in sink.notices if "is checkpointed after each cell that changes it" in n]
@@ -140,12 +189,12 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: An
 
 
 def test_a_session_asks_for_a_shorter_idle_timeout_and_status_says_when_it_goes(
-        api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any) -> None:
+        api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any, where: dict[str, Any]) -> None:
     # the hub's timeout (an hour) would hold the GPU all through the test: the session asks for 3 s
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
                                          session_idle_timeout=3600.0), api_client)
     try:
-        outcome, sink, _ = run_cell(backend, SETUP + CHECK, {}, session="train", image=TORCH_IMAGE, idle_timeout=3.0)
+        outcome, sink, _ = run_cell(backend, SETUP + CHECK, {}, session="train", idle_timeout=3.0, **where)
         assert outcome.status == "ok", outcome.error
         assert "session train is released after 3 s idle from now on (--idle-timeout" in " ".join(
             str(n) for n in sink.notices), sink.notices
@@ -156,7 +205,7 @@ def test_a_session_asks_for_a_shorter_idle_timeout_and_status_says_when_it_goes(
                    "the session's release time listed", timeout=30)
         wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the idle session's pod released",
                    timeout=60)
-        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU")
+        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU", where)
         [note] = [n for n in sink.notices if "resumed on" in n]
         assert "(the session idle timeout, --idle-timeout); its state was checkpointed first" in note, note
         [told] = [n for n in sink.notices if "is checkpointed after each cell that changes it" in n]
@@ -168,8 +217,10 @@ def test_a_session_asks_for_a_shorter_idle_timeout_and_status_says_when_it_goes(
 
 
 def test_a_session_moved_to_another_cluster_keeps_its_state(kube_s3: KubernetesBackend, core: Any,
-                                                             namespace: str) -> None:
-    before = _start(kube_s3)
+                                                             namespace: str, origin: Any,
+                                                             where: dict[str, Any]) -> None:
+    sandbox_only(origin, SECOND_NODE)
+    before = _start(kube_s3, where)
     first = _pod(core, namespace)
     here = first.spec.node_name
     [there] = [d for d in DONORS if d not in here]
@@ -179,25 +230,24 @@ def test_a_session_moved_to_another_cluster_keeps_its_state(kube_s3: KubernetesB
     moved = _pod(core, namespace)
     assert moved.metadata.name != first.metadata.name and there in moved.spec.node_name
     # a cell that asks for the session's first placement still runs in the moved session
-    outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", image=TORCH_IMAGE)
+    outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", **where)
     assert outcome.status == "ok" and sink.text == before, (outcome.error, sink.text, sink.notices)
     assert kube_s3.close_session("train", grace=1)
 
 
 def test_an_untrusted_donors_checkpoint_comes_back_as_data_only(api_client: Any, namespace: str, s3: Any,
-                                                                s3_endpoint: str, core: Any) -> None:
+                                                                s3_endpoint: str, core: Any,
+                                                                where: dict[str, Any]) -> None:
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint)), api_client)
     try:
-        outcome, _, _ = run_cell(backend, SETUP + "state = model.state_dict()\n", {}, session="train",
-                                 image=TORCH_IMAGE)
+        outcome, _, _ = run_cell(backend, SETUP + "state = model.state_dict()\n", {}, session="train", **where)
         assert outcome.status == "ok", outcome.error
         backend.keeper.settle("train")
         saved = backend.keeper.store().latest("train")
         assert saved is not None and not saved.trusted and saved.manifest["format"] == "safe"
         core.delete_namespaced_pod(_pod(core, namespace).metadata.name, namespace, grace_period_seconds=0)
         wait_until(lambda: not backend.sessions(), "the session seen as ended")
-        outcome, sink, _ = run_cell(backend, "print(n, arr.sum(), sorted(state))", {}, session="train",
-                                    image=TORCH_IMAGE)
+        outcome, sink, _ = run_cell(backend, "print(n, arr.sum(), sorted(state))", {}, session="train", **where)
         assert outcome.status == "ok", (outcome.error, sink.notices)
         assert sink.text == "41 15.0 ['bias', 'weight']\n", sink.text
         [note] = [n for n in sink.notices if "resumed on" in n]
@@ -211,14 +261,14 @@ def test_an_untrusted_donors_checkpoint_comes_back_as_data_only(api_client: Any,
 
 
 def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigterm(
-        kube_s3: KubernetesBackend, core: Any, namespace: str) -> None:
-    _start(kube_s3)
+        kube_s3: KubernetesBackend, core: Any, namespace: str, where: dict[str, Any]) -> None:
+    _start(kube_s3, where)
     started = threading.Event()
     sink = Sink(on_line=lambda text: started.set() if "changing" in text else None)
     result: dict[str, Any] = {}
     cell = "n = 99\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
     thread = threading.Thread(target=lambda: result.update(run=run_cell(kube_s3, cell, {}, sink, session="train",
-                                                                        image=TORCH_IMAGE)))
+                                                                        **where)))
     thread.start()
     wait_until(started.is_set, "the cell running", timeout=120)
     pod = _pod(core, namespace)
@@ -227,8 +277,7 @@ def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigt
     thread.join(120)
     assert result["run"][0].status != "ok"
     wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
-    outcome, sink, _ = run_cell(kube_s3, "print(n, double(2), len(opt.state))", {}, session="train",
-                                image=TORCH_IMAGE)
+    outcome, sink, _ = run_cell(kube_s3, "print(n, double(2), len(opt.state))", {}, session="train", **where)
     assert outcome.status == "ok", (outcome.error, sink.notices)
     assert sink.text == "99 4 2\n", (sink.text, sink.notices)  # the interrupted cell's change came back too
     [note] = [n for n in sink.notices if "resumed on" in n]
@@ -237,8 +286,9 @@ def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigt
 
 
 def test_a_sigterm_checkpoint_record_forged_in_storage_is_not_used(kube_s3: KubernetesBackend, core: Any,
-                                                                    namespace: str, s3: Any) -> None:
-    before = _start(kube_s3)
+                                                                    namespace: str, s3: Any,
+                                                                    where: dict[str, Any]) -> None:
+    before = _start(kube_s3, where)
     armed = kube_s3.keeper._armed["train"]
     # another writer of the bucket puts its own state and record where the runner would write at SIGTERM
     store = kube_s3.keeper.store()
@@ -248,6 +298,6 @@ def test_a_sigterm_checkpoint_record_forged_in_storage_is_not_used(kube_s3: Kube
                   Body=__import__("json").dumps(forged).encode())
     core.delete_namespaced_pod(_pod(core, namespace).metadata.name, namespace, grace_period_seconds=0)
     wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
-    sink = _check_resumed(kube_s3, before, "ended")
+    sink = _check_resumed(kube_s3, before, "ended", where)
     assert not any("SIGTERM" in n for n in sink.notices), sink.notices
     assert kube_s3.close_session("train", grace=1)

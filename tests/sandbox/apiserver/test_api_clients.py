@@ -164,3 +164,19 @@ def test_events_table_shows_what_kubectl_get_events_prints(api_sandbox, core, ns
         out = kubectl(api_sandbox, "-n", ns, "get", "events").stdout.splitlines()
         assert out[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
         assert out[1].split()[1:4] == ["Warning", "BackOff", "pod/p"]
+
+
+def test_bodies_are_compact_json_ending_in_a_newline_as_kube_apiserver_writes_them(api_sandbox):
+    """kube-apiserver writes Go's json.Encoder output (no spaces, then a newline), and clients show a Status body
+    as sent: the Python client's e2e test of create_from_yaml compares FailToCreateError's text with it."""
+    import urllib.error
+
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{api_sandbox.url}/api/v1/namespaces/default/configmaps/nope", timeout=60)
+    body = refused.value.read()
+    assert body.startswith(b'{"kind":"Status","apiVersion":"v1",') and body.endswith(b"}\n"), body
+    # metav1.Status's field order: the details, then the code last
+    assert b'"details":{"name":"nope","kind":"configmaps"},"code":404}\n' in body, body
+    with urllib.request.urlopen(f"{api_sandbox.url}/api/v1/namespaces", timeout=60) as resp:
+        listed = resp.read()
+    assert b'": ' not in listed and b', "' not in listed and listed.endswith(b"}\n"), listed

@@ -4,6 +4,7 @@ Admission Fair Sharing, preemption, Jobs, the visibility API, and every object v
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -98,12 +99,22 @@ def _admission_order(custom: Any, namespaces: list[str]) -> list[str]:
     return [name for *_, name in sorted(done, key=lambda d: (d[0], int(d[1])))]
 
 
+def _a_second_later(custom: Any, ns: str) -> None:
+    """Wait until every pod of ``ns`` has its Workload and the clock is in a later second: Kueue orders Workloads
+    by creation time in whole seconds and then by UID, so only a later second queues a pod behind another."""
+    wait_until(lambda: len(workloads(custom, ns)) == len(kubernetes.client.CoreV1Api(custom.api_client)
+                                                           .list_namespaced_pod(ns).items), "every pod's Workload")
+    time.sleep(1.05 - time.time() % 1.0)
+
+
 def test_webhook_gates_labels_and_builds_a_workload_and_leaves_unqueued_pods_alone(core, custom, pool):
     pool.queue()
     ns = pool.users[0]
     pod = core.create_namespaced_pod(ns, gpu_pod("p1", "user-queue"))
     assert pod.metadata.labels["kueue.x-k8s.io/managed"] == "true"
-    assert [g.name for g in pod.spec.scheduling_gates] == ["kueue.x-k8s.io/admission"]
+    # Kueue 0.19's webhook: both gates and its finalizer (tests/realcluster/test_real_kueue.py sees the same)
+    assert [g.name for g in pod.spec.scheduling_gates] == ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
+    assert pod.metadata.finalizers == ["kueue.x-k8s.io/managed"]
     plain = core.create_namespaced_pod(ns, {**gpu_pod("plain", "x"), "metadata": {"name": "plain"}})
     assert not plain.spec.scheduling_gates and "kueue.x-k8s.io/managed" not in (plain.metadata.labels or {})
     wl = wait_until(lambda: _wl_of(custom, ns, "p1"), "the pod's Workload")
@@ -131,6 +142,7 @@ def test_contended_pool_admits_by_priority_then_creation_and_reports_positions(c
         core.create_namespaced_pod(ns, gpu_pod(f"fill-{i}", "user-queue"))
     wait_until(lambda: len([w for w in workloads(custom, ns) if admitted(w)]) == 4, "4 admitted")
     for name in ("w2", "w1"):  # names against creation order: FIFO goes by creation
+        _a_second_later(custom, ns)
         core.create_namespaced_pod(ns, gpu_pod(name, "user-queue"))
     core.create_namespaced_pod(ns, gpu_pod("a-urgent", "user-queue", priority=f"high-{pool.name}"))
     wait_until(lambda: len(workloads(custom, ns)) == 7, "7 workloads")
@@ -262,6 +274,7 @@ def test_strict_fifo_holds_later_workloads_behind_a_head_that_does_not_fit(core,
     core.create_namespaced_pod(ns, gpu_pod("big", "user-queue", 2))  # flavor a has 1 free: big goes to b
     wait_until(lambda: (w := _wl_of(custom, ns, "big")) and admitted(w), "big admitted in flavor b")
     core.create_namespaced_pod(ns, gpu_pod("huge", "user-queue", 2))
+    _a_second_later(custom, ns)
     core.create_namespaced_pod(ns, gpu_pod("tiny", "user-queue"))
     # flavor a has 1 GPU free: tiny would fit, but huge (2 GPUs) is the head and StrictFIFO waits for it
     def queued() -> list[str]:

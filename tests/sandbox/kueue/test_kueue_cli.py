@@ -33,7 +33,7 @@ def test_kueue_flag_serves_both_crd_folders_and_gates_queued_pods(tmp_path):
             groups = [g.name for g in kubernetes.client.ApisApi(api).get_api_versions().groups]
             assert {"offloading.liqo.io", "kueue.x-k8s.io"} <= set(groups)
             pod = kubernetes.client.CoreV1Api(api).create_namespaced_pod("default", gpu_pod("q", "user-queue"))
-            assert [g.name for g in pod.spec.scheduling_gates] == ["kueue.x-k8s.io/admission"]
+            assert [g.name for g in pod.spec.scheduling_gates] == ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0

@@ -82,10 +82,18 @@ def test_usage_halves_after_a_half_life_and_admissions_count_at_once():
 
 
 def test_fair_sharing_orders_by_queue_usage_before_priority():
-    heavy = Entry("ann", "w1", "q", 100, "2026-01-01T00:00:00Z", arrival=0)
-    light = Entry("bob", "w2", "q", 0, "2026-01-01T00:00:09Z", arrival=1)
+    heavy = Entry("ann", "w1", "q", 100, "2026-01-01T00:00:00Z", uid="b")
+    light = Entry("bob", "w2", "q", 0, "2026-01-01T00:00:09Z", uid="a")
     assert order([heavy, light]) == [heavy, light]  # without AFS: priority first
     assert order([heavy, light], {"ann/q": 3.0, "bob/q": 0.5}) == [light, heavy]
+
+
+def test_a_tie_within_one_second_goes_to_the_lower_workload_uid_not_the_first_arrival():
+    # Kueue's baseCompareFunc: priority, then the queue time in whole seconds, then the Workload's UID
+    first = Entry("ann", "w1", "q", 0, "2026-01-01T00:00:00Z", uid="f0")
+    second = Entry("bob", "w2", "q", 0, "2026-01-01T00:00:00Z", uid="0f")
+    later = Entry("cat", "w3", "q", 0, "2026-01-01T00:00:01Z", uid="00")
+    assert order([first, second, later]) == [second, first, later]
 
 
 def test_excluded_resource_prefixes_leave_a_resource_out_of_quota_as_kueue_does():

@@ -61,7 +61,7 @@ def test_queued_pod_waits_gated_then_runs_when_the_gpu_frees(origin):
     core.create_namespaced_pod(ns, _pod("second", "print('ran')"))
     wait_until(lambda: len(workloads(custom, ns)) == 2, "two workloads")
     second = core.read_namespaced_pod("second", ns)
-    assert [g.name for g in second.spec.scheduling_gates] == ["kueue.x-k8s.io/admission"]
+    assert [g.name for g in second.spec.scheduling_gates] == ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
     wait_until(lambda: any(c.reason == "SchedulingGated" for c in
                            core.read_namespaced_pod("second", ns).status.conditions or []), "SchedulingGated shown")
     assert core.read_namespaced_pod("first", ns).status.phase == "Running"  # still busy: second waits

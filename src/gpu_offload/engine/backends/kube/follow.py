@@ -68,6 +68,10 @@ def admitted_context(pod: Mapping[str, Any], ctx: PodContext) -> PodContext:
     return dataclasses.replace(ctx, cluster=str(cluster), model=selector.get(L.GPU_MODEL) or ctx.model)
 
 
+FINAL_READS = 4
+"""Reads of a finished container's log at most, before what arrived is taken as all it wrote (``_read_to_end``)."""
+
+
 @dataclass(frozen=True)
 class PodEnded:
     """The follower's last item: how the pod ended (or that following it failed)."""
@@ -286,7 +290,7 @@ class PodFollower:
                 return self.gone()
             state = pod_state(pod, self.ctx)
             if state.kind in (FINISHED, FAILED):
-                self._read_stream()  # what the container wrote between the drop and its end
+                self._read_to_end(state.kind == FINISHED)  # what the container wrote between the drop and its end
                 for event in self._decoder.close():
                     self._deliver(event)
                 return state
@@ -305,13 +309,27 @@ class PodFollower:
         stopped = str(event.get("lastTimestamp") or event.get("eventTime") or "")
         return stopped_by_kueue("", str(event.get("message") or ""), ran_for(self.started_at, stopped), self.ctx)
 
-    def _read_stream(self) -> None:
+    def _read_to_end(self, finished: bool) -> None:
+        """Read the log of a container that ended. A finished one-shot runner wrote its done frame last: a read
+        refused or dropped under load would lose it and report a cell that completed as "exit code 0", so a
+        finished container's log is read again (after the backoff) until a read ends as the server ends it,
+        the done frame arrived, or ``FINAL_READS`` reads were made."""
+        reads = FINAL_READS if finished else 1
+        for attempt in range(1, reads + 1):
+            if self._read_stream() or (self.one_shot and self._done_seen) or self._stop.is_set():
+                return
+            if attempt < reads and self._stop.wait(WATCH_BACKOFF.delay(attempt)):
+                return
+
+    def _read_stream(self) -> bool:
+        """Read one log stream from the last line's second; True when the server ended it (everything written so
+        far was read), False when it was refused or dropped."""
         since = since_second(self._last_stamp) if self._last_stamp else None
         try:
             self._response = self.pods.open_log(self.name, since)
         except Exception as exc:  # noqa: BLE001 - the caller reads the pod to learn why
             self.diagnostics.append(f"log stream of pod {self.name} not opened: {exc}")
-            return
+            return False
         lines = LineSplitter(STAMP_BYTES + MAX_LINE_BYTES)
         try:
             for chunk in self._response.stream(CHUNK, decode_content=False):
@@ -320,11 +338,12 @@ class PodFollower:
                 if self.one_shot and self._done_seen:
                     break
         except Exception:  # noqa: BLE001 - a dropped stream ends the same way as a finished one: resume
-            pass
+            return False
         finally:
             response, self._response = self._response, None
             if response is not None:
                 response.release_conn()
+        return True
 
     def _line(self, line: bytes | Overlong) -> None:
         self.lines += 1
