@@ -3,14 +3,16 @@ scripts on PATH, PyTorch images run a stock Python with torch, and a missing pac
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jupyterhub
 import pytest
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 from gpu_offload.sandbox.kubelet.images import ImageError, Images
 
-from ..conftest import NODE_BIN
-
+NODE_BIN = Path(__file__).resolve().parents[3] / ".ci" / "node" / "node_modules" / ".bin"
+origin = origin_fixture(tool_dirs=(NODE_BIN,))
 core, namespace = fixtures.core, fixtures.namespace
 
 
