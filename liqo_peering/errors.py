@@ -202,20 +202,20 @@ class CannotShare(PlacementError):
     """A fraction of a GPU was asked of a donor that cannot grant it in the units it lends GPUs in."""
 
 
-class UnknownCluster(PlacementError):
+class UnknownName(PlacementError):
+    """A name the request gave is not among those that exist; ``valid`` lists the ones that do."""
+
+    def __init__(self, message: str, valid: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.valid = valid
+
+
+class UnknownCluster(UnknownName):
     """The requested cluster id is not peered; ``valid`` lists the ones that are."""
 
-    def __init__(self, message: str, valid: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.valid = valid
 
-
-class UnknownModel(PlacementError):
+class UnknownModel(UnknownName):
     """The requested GPU model exists on no virtual node; ``valid`` lists the models that do."""
-
-    def __init__(self, message: str, valid: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.valid = valid
 
 
 class BundleTooLarge(GpuOffloadError):

@@ -26,7 +26,8 @@ _FAILED = {"Error", "NotReady"}
 # Without authentication the virtual kubelet cannot reach the donor, without offloading there is no node:
 # either failing means no pod can run there. Networking only affects pod-to-pod traffic, not logs.
 _VITAL_MODULES = ("offloading", "authentication")
-_FINISHED_PHASES = {"Succeeded", "Failed"}
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+"""Pod phases after which a pod holds nothing: its GPUs are free again, and its run can be billed."""
 
 
 @dataclass(frozen=True)
@@ -314,7 +315,7 @@ def usage_by_node(pods: Iterable[Obj]) -> dict[str, NodeUsage]:
     used: dict[str, NodeUsage] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in _FINISHED_PHASES:
+        if not node or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
             continue
         usage = used.setdefault(node, NodeUsage())
         usage.gpus += pod_gpus(pod)

@@ -13,7 +13,7 @@ its donor's GPUs, so the per-GPU packing of ``packing`` (FGD) is the donor's sch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .errors import CannotShare, NoFit
@@ -45,6 +45,22 @@ def _same(a: str | None, b: str | None) -> bool:
     return b is None or (a is not None and a.lower() == b.lower())
 
 
+def _asks(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, models: Sequence[str | None],
+          clusters: Sequence[str], refused: dict[str, str]) -> Iterator[tuple[VirtualNodeRecord, ResourceAsk]]:
+    """Each node of one of ``models`` (None: any) on one of ``clusters`` (all when empty) with what its donor
+    would be asked for ``fraction``; a donor that cannot lend it in its units is left out, its first reason
+    recorded per cluster in ``refused``."""
+    for vn in nodes:
+        if (clusters and vn.cluster_id not in clusters) or not any(_same(vn.model, m) for m in models):
+            continue
+        try:
+            ask = resource_ask(fraction, vn.offer())
+        except (CannotShare, ValueError) as exc:
+            refused.setdefault(vn.cluster_id, str(exc))
+            continue
+        yield vn, ask
+
+
 def place_share(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, models: Sequence[str | None],
                 room: Callable[[VirtualNodeRecord], bool], price: Callable[[VirtualNodeRecord], float]) -> SharePick:
     """The node for ``fraction`` among ``nodes``, trying each of ``models`` in order (None: any).
@@ -57,14 +73,7 @@ def place_share(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, m
     full: dict[str, str] = {}
     for index, model in enumerate(models):
         fits: list[tuple[float, int, float, str, str, VirtualNodeRecord, ResourceAsk]] = []
-        for vn in nodes:
-            if not _same(vn.model, model):
-                continue
-            try:
-                ask = resource_ask(fraction, vn.offer())
-            except (CannotShare, ValueError) as exc:
-                refused.setdefault(vn.cluster_id, str(exc))
-                continue
+        for vn, ask in _asks(nodes, fraction, (model,), (), refused):
             short = [f"{n} {r}" for r, n in ask.resources if vn.device_free(r) < n]
             if short or not room(vn):
                 full.setdefault(vn.cluster_id, f"{vn.sharing} donor, {', '.join(short) or 'its CPU or memory'} "
@@ -100,14 +109,7 @@ def queued_ask(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, cl
     each donor cannot."""
     refused: dict[str, str] = {}
     by_resources: dict[tuple[tuple[str, int], ...], list[tuple[float, str, ResourceAsk]]] = {}
-    for vn in nodes:
-        if (clusters and vn.cluster_id not in clusters) or not any(_same(vn.model, m) for m in models):
-            continue
-        try:
-            ask = resource_ask(fraction, vn.offer())
-        except (CannotShare, ValueError) as exc:
-            refused.setdefault(vn.cluster_id, str(exc))
-            continue
+    for vn, ask in _asks(nodes, fraction, models, clusters, refused):
         by_resources.setdefault(ask.resources, []).append((price(vn), vn.cluster_id, ask))
     if not by_resources:
         raise _no_fit(fraction, refused, {})

@@ -240,9 +240,9 @@ class RunnerPodSpec:
     kernel_pid: int | None = None
     """The kernel's process id, written beside ``server``."""
     metered: bool = False
+    """Carry the hub meter's finalizer (only where a hub meter runs to remove it)."""
     cli: bool = False
     """Made by ``gpu-offload run``, not by a kernel: labelled so, which keeps the orphan sweep off it."""
-    """Carry the hub meter's finalizer (only where a hub meter runs to remove it)."""
     queue: str | None = None
     """The Kueue LocalQueue the pod waits in (label ``kueue.x-k8s.io/queue-name``); None: not queued."""
     priority_class: str | None = None

@@ -4,7 +4,8 @@
 pods labelled with the user in the user's namespace when a cluster is configured);
 ``POST {base_url}gpu-offload/runs/<run_id>/cancel`` stops one as Ctrl-C would (the owning kernel is asked
 through the state directory; a pod whose kernel is gone is deleted). It also sweeps: the runner pods of
-kernels this server no longer has are deleted (``backends/kube/sweep.py``). Enable it with
+kernels this server no longer has are deleted (``UserRuns.sweep``; the kubernetes backend's is
+``backends/kube/sweep.py``). It reads and stops runs only through the backends' ``UserRuns`` interface. Enable it with
 ``jupyter server --ServerApp.jpserver_extensions="{'gpu_offload.magics.runs_api': True}"`` (or the
 ``jupyter_server_config.d`` file of the package).
 """
@@ -13,14 +14,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+from collections.abc import Mapping
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..engine.backends.kube import config as kube_config
-from ..engine.backends.kube.user_runs import UserPods
+from ..engine.backends import registry
+from ..engine.backends.base import UserRuns
 from ..engine.runs.listing import cancel_elsewhere, list_runs
 from ..engine.runs.records import RunBook, record_to_json
 from ..liqo_peering import environment as E
@@ -32,7 +35,7 @@ RUN_ID = r"(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62})"
 class RunsContext:
     """Where the runs come from: the state directory and, when configured, the user's runner pods."""
 
-    def __init__(self, book: RunBook, runs: UserPods | None, problem: str = "") -> None:
+    def __init__(self, book: RunBook, runs: UserRuns | None, problem: str = "") -> None:
         self.book, self.runs = book, runs
         self.problem = problem
         """Why the cluster's pods are not listed (shown with every answer), empty when they are."""
@@ -40,12 +43,8 @@ class RunsContext:
     @classmethod
     def from_environment(cls) -> RunsContext:
         """The server's own environment decides (a hub sets the namespace for the user's server)."""
-        env = os.environ
-        if not read_kernel(env).namespace:
-            return cls(RunBook(), None)
         try:
-            settings = kube_config.from_environment(env)
-            return cls(RunBook(), UserPods.from_environment(settings.namespace, settings.user))
+            return cls(RunBook(), registry.user_runs(os.environ))
         except Exception as exc:  # noqa: BLE001 - the state directory still answers; the reason is shown
             return cls(RunBook(), None, f"runner pods are not listed: the cluster is unreachable ({exc}); "
                                               "check KUBECONFIG and GPU_OFFLOAD_NAMESPACE and restart the server")
@@ -97,19 +96,20 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
 
     from tornado.ioloop import PeriodicCallback
 
-    from ..engine.backends.kube.sweep import OrphanSweep, server_identity
-
     env = os.environ
     settings = read_kernel(env)
     period, problem = sweep_period(settings)
     if problem:
         serverapp.log.warning("gpu-offload: %s", problem)
-    if ctx.runs is None or not ctx.runs.user or period <= 0:
+    runs = ctx.runs
+    if runs is None or period <= 0:
         return
     server = settings.server_id or server_identity(env)
     env[E.SERVER_ID.name] = server  # the kernels this server starts inherit it
-    sweep = OrphanSweep(ctx.runs.pods, ctx.runs.user, server, lambda: _live_kernels(serverapp))
     running: list[asyncio.Future[Any]] = []
+
+    def sweep() -> list[str]:
+        return runs.sweep(server, lambda: _live_kernels(serverapp))
 
     def tick() -> None:
         if running and not running[0].done():
@@ -123,6 +123,14 @@ def _start_sweep(serverapp: Any, ctx: RunsContext) -> None:
         tick()
 
     serverapp.io_loop.add_callback(begin)
+
+
+def server_identity(env: Mapping[str, str]) -> str:
+    """This server's label value on its kernels' runner pods: stable across restarts in a hub (its user and
+    server name are), so a restarted server also sweeps what its previous life left; host and pid elsewhere."""
+    if env.get("JUPYTERHUB_USER"):
+        return f"hub-{env.get('JUPYTERHUB_SERVER_NAME') or 'default'}"
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def sweep_period(settings: KernelSettings) -> tuple[float, str]:
@@ -149,7 +157,7 @@ def _live_kernels(serverapp: Any) -> dict[str, int | None]:
 
 def _sweep_once(sweep: Any, log: Any) -> None:
     try:
-        removed = sweep.sweep()
+        removed = sweep()
     except Exception as exc:  # noqa: BLE001 - an unreachable cluster must not stop the server; next tick retries
         log.warning("gpu-offload: sweeping the runner pods of ended kernels failed: %s", exc)
         return

@@ -18,14 +18,13 @@ from datetime import datetime
 from typing import Any
 
 from gpu_offload.liqo_peering import labels as L
-from gpu_offload.liqo_peering.inventory import pod_devices, pod_gpus
+from gpu_offload.liqo_peering.inventory import FINISHED_PHASES, pod_devices, pod_gpus
 from gpu_offload.liqo_peering.sharing import GpuOffer, held_share
 from gpu_offload.liqo_peering.timestamps import parse_time
 
 from ..config import USER_NAMESPACE_LABEL
 
 log = logging.getLogger("gpu_offload.hub")
-_TERMINAL = {"Succeeded", "Failed"}
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,7 @@ def finished_run(
     phase = str(status.get("phase") or "")
     meta = pod.get("metadata") or {}
     deleting = parse_time(meta.get("deletionTimestamp"))
-    if phase not in _TERMINAL and event_type != "DELETED" and not (deleting and ended_deleting(pod, now)):
+    if phase not in FINISHED_PHASES and event_type != "DELETED" and not (deleting and ended_deleting(pod, now)):
         return None
     node = str((pod.get("spec") or {}).get("nodeName") or "")
     gpus = pod_gpus(pod)
@@ -194,7 +193,7 @@ def finished_run(
         gpus=gpus,
         started=started,
         ended=ended,
-        phase=phase if phase in _TERMINAL else "Deleted",
+        phase=phase if phase in FINISHED_PHASES else "Deleted",
         preempted=preempted(pod),
         share=share,
     )

@@ -109,25 +109,29 @@ class Base(HubOAuthenticated, web.RequestHandler):
 
 
 class PageHandler(Base):
-    """Admin pages: need the view scope."""
+    """An admin page: a GET needs the view scope, then :meth:`page` renders it (one check for every page)."""
 
+    @web.authenticated
+    def get(self, *args: str) -> None:
+        self.require(VIEW_SCOPE)
+        self.finish(self.page(*args))
+
+    def page(self, *args: Any, **kwargs: Any) -> str:
+        """The page's HTML for the URL's arguments."""
+        raise NotImplementedError
 
 
 class ClustersPage(PageHandler):
-    @web.authenticated
-    def get(self) -> None:
-        self.require(VIEW_SCOPE)
-        self.finish(pages.clusters_page(self.page_context(), self.state.cluster_rows()))
+    def page(self) -> str:
+        return pages.clusters_page(self.page_context(), self.state.cluster_rows())
 
 
 class ClusterPage(PageHandler):
-    @web.authenticated
-    def get(self, key: str) -> None:
-        self.require(VIEW_SCOPE)
+    def page(self, key: str) -> str:
         detail = self.state.cluster_detail(key)
         if detail is None:
             raise web.HTTPError(404, f"no peered cluster {key!r}; pick one from the clusters page")
-        self.finish(pages.cluster_page(self.page_context(), detail, self.state.donor_charts(detail.row.cluster_id)))
+        return pages.cluster_page(self.page_context(), detail, self.state.donor_charts(detail.row.cluster_id))
 
 
 def month_argument(handler: web.RequestHandler) -> str | None:
@@ -140,25 +144,19 @@ def month_argument(handler: web.RequestHandler) -> str | None:
 
 
 class UsersPage(PageHandler):
-    @web.authenticated
-    def get(self) -> None:
-        self.require(VIEW_SCOPE)
+    def page(self) -> str:
         month = month_argument(self) or views.this_month()
-        self.finish(pages.users_page(self.page_context(), *self.state.usage_page(month)))
+        return pages.users_page(self.page_context(), *self.state.usage_page(month))
 
 
 class QueuesPage(PageHandler):
-    @web.authenticated
-    def get(self) -> None:
-        self.require(VIEW_SCOPE)
-        self.finish(pages.queues_page(self.page_context(), self.state.queues_view()))
+    def page(self) -> str:
+        return pages.queues_page(self.page_context(), self.state.queues_view())
 
 
 class AuditPage(PageHandler):
-    @web.authenticated
-    def get(self) -> None:
-        self.require(VIEW_SCOPE)
-        self.finish(pages.audit_page(self.page_context(), self.state.store.audit_log()))
+    def page(self) -> str:
+        return pages.audit_page(self.page_context(), self.state.store.audit_log())
 
 
 def _form(handler: web.RequestHandler) -> dict[str, str]:
@@ -169,7 +167,7 @@ def _form(handler: web.RequestHandler) -> dict[str, str]:
     return fields
 
 
-class ActionPage(PageHandler):
+class ActionPage(Base):
     """POST a form: the first time shows what will happen, with ``confirm=yes`` it happens."""
 
     @web.authenticated
@@ -228,37 +226,47 @@ class JsonHandler(Base):
         self.finish(body.data)
 
 
-class ClustersApi(JsonHandler):
+class AdminApi(JsonHandler):
+    """A read of the admin API: a GET needs the view scope, then :meth:`data` answers it (a kept body, or what
+    becomes JSON)."""
+
     @web.authenticated
-    def get(self) -> None:
+    def get(self, *args: str) -> None:
         self.require(VIEW_SCOPE)
-        self.send_body(self.state.clusters_body())
+        data = self.data(*args)
+        if isinstance(data, Body):
+            self.send_body(data)
+        else:
+            self.send(data)
+
+    def data(self, *args: Any, **kwargs: Any) -> Any:
+        """The answer for the URL's arguments."""
+        raise NotImplementedError
 
 
-class ClusterApi(JsonHandler):
-    @web.authenticated
-    def get(self, key: str) -> None:
-        self.require(VIEW_SCOPE)
+class ClustersApi(AdminApi):
+    def data(self) -> Body:
+        return self.state.clusters_body()
+
+
+class ClusterApi(AdminApi):
+    def data(self, key: str) -> Any:
         detail = self.state.cluster_detail(key)
         if detail is None:
             raise web.HTTPError(404, f"no peered cluster {key!r}; GET api/admin/clusters lists them")
-        self.send(views.to_json(detail))
+        return views.to_json(detail)
 
 
-class UsageApi(JsonHandler):
-    @web.authenticated
-    def get(self) -> None:
-        self.require(VIEW_SCOPE)
-        self.send({"usage": views.to_json(self.state.store.totals())})
+class UsageApi(AdminApi):
+    def data(self) -> Any:
+        return {"usage": views.to_json(self.state.store.totals())}
 
 
-class CostApi(JsonHandler):
+class CostApi(AdminApi):
     """Cost per user and per donor (of ``?month=YYYY-MM``, else of all months), and per month."""
 
-    @web.authenticated
-    def get(self) -> None:
-        self.require(VIEW_SCOPE)
-        self.send(views.to_json(self.state.cost_report(month_argument(self))))
+    def data(self) -> Any:
+        return views.to_json(self.state.cost_report(month_argument(self)))
 
 
 class BillingCsv(Base):
@@ -276,18 +284,15 @@ class BillingCsv(Base):
             await self.flush()
         self.finish()
 
-class QueuesApi(JsonHandler):
-    @web.authenticated
-    def get(self) -> None:
-        self.require(VIEW_SCOPE)
-        self.send(views.to_json(self.state.queues_view()))
+
+class QueuesApi(AdminApi):
+    def data(self) -> Any:
+        return views.to_json(self.state.queues_view())
 
 
-class AuditApi(JsonHandler):
-    @web.authenticated
-    def get(self) -> None:
-        self.require(VIEW_SCOPE)
-        self.send({"audit": views.to_json(list(self.state.store.audit_log()))})
+class AuditApi(AdminApi):
+    def data(self) -> Any:
+        return {"audit": views.to_json(list(self.state.store.audit_log()))}
 
 
 class ActionApi(JsonHandler, ActionPage):

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...engine.backends.base import InventorySource, UserRuns
-from ...engine.backends.kube.budget import HubSpend, spend_line
+from ...engine.backends.hub_api import HubSpend
 from ...engine.errors import OffloadUsageError
 from ...engine.runs.listing import RunListing, cancel_elsewhere, list_runs
 from ...engine.runs.records import RunEntry
@@ -92,11 +92,7 @@ class KernelFeeds:
         assert self.spend is not None
         if self.settings.problem("monthly_budget"):
             return f"{self.settings.problem('monthly_budget')}: no budget applies until it is fixed"
-        budget = self.settings.monthly_budget
-        try:
-            return spend_line(self.spend.read(timeout=5.0), budget)
-        except Exception as exc:  # noqa: BLE001 - shown in the panel; read again after the cache's TTL
-            return f"GPU usage this month is not known now: {exc}"
+        return self.spend.line(self.settings.monthly_budget)
 
     def runs(self) -> RunListing:
         """My runs across this user's kernels."""

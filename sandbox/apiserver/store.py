@@ -18,6 +18,7 @@ import asyncio
 import builtins
 import collections
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,14 @@ class Subscription:
             if not getter.done():
                 getter.cancel()
         return getter.result() if getter in done else None
+
+    async def next_of(self, keys: Collection[StorageKey], timeout: float | None = None) -> WatchEvent | None:
+        """The next event of one of ``keys`` (others are skipped), or None when closed or when ``timeout``
+        seconds pass without any event: how a controller waits for what concerns it between two passes."""
+        while True:
+            event = await self.next(timeout)
+            if event is None or event.key in keys:
+                return event
 
     def __aiter__(self) -> Subscription:
         return self

@@ -270,9 +270,7 @@ async def job_controller(api: Api) -> None:
     try:
         wait = _sweep(api, jobs, pods)
         while True:
-            event = await sub.next(timeout=wait if wait is not None else None)
-            if event is not None and event.key not in (jobs.key, pods.key):
-                continue
+            await sub.next_of((jobs.key, pods.key), wait)
             # coalesce a burst of events into one sweep
             await asyncio.sleep(0)
             wait = _sweep(api, jobs, pods)

@@ -8,7 +8,6 @@ reason ``Unschedulable`` and a ``FailedScheduling`` event, written again only wh
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from typing import Any
 
@@ -88,22 +87,10 @@ async def scheduler_controller(api: Api) -> None:
     """Run scheduling passes on pod and node changes and every second; never returns."""
     keys = {("", "pods"), ("", "nodes")}
     sub = api.store.subscribe(None)
-    # asyncio.wait, not Subscription.next(timeout): before Python 3.12, wait_for swallows a cancellation
-    # that arrives as an event does, and the server's stop() would then wait for this loop forever.
-    pending: asyncio.Future[Any] | None = None
     try:
         while True:
             with contextlib.suppress(ApiError):
                 schedule_pending(api)
-            while True:
-                pending = pending or asyncio.ensure_future(sub.next())
-                done, _ = await asyncio.wait({pending}, timeout=RETRY_SECONDS)
-                if not done:
-                    break
-                event, pending = pending.result(), None
-                if event is None or event.key in keys:
-                    break
+            await sub.next_of(keys, RETRY_SECONDS)
     finally:
-        if pending is not None:
-            pending.cancel()
         sub.close()

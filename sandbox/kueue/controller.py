@@ -233,7 +233,6 @@ async def run(api: Api, controller: KueueController) -> None:
     """Sweep on every relevant change, every ``tick`` seconds while a timeout or backoff runs, else every
     few seconds (usage samples)."""
     sub = api.store.subscribe(None)
-    pending: asyncio.Future[Any] | None = None
     try:
         while True:
             wait = controller.options.tick
@@ -244,16 +243,7 @@ async def run(api: Api, controller: KueueController) -> None:
                 log.error("sandbox Kueue: a write was refused (%s); the next pass retries", exc)
             except Exception:  # as a reconciler's error: logged and retried, the controller keeps running
                 log.exception("sandbox Kueue: a pass failed; the next pass retries")
-            while True:
-                pending = pending or asyncio.ensure_future(sub.next())
-                done, _ = await asyncio.wait({pending}, timeout=wait)
-                if not done:
-                    break
-                event, pending = pending.result(), None
-                if event is None or event.key in _KEYS:
-                    await asyncio.sleep(0)
-                    break
+            if await sub.next_of(_KEYS, wait) is not None:
+                await asyncio.sleep(0)  # coalesce a burst of events into one pass
     finally:
-        if pending is not None:
-            pending.cancel()
         sub.close()

@@ -33,20 +33,12 @@ def where() -> Where:
     """As the magic finds them: ``GPU_OFFLOAD_STATE_DIR`` (or Jupyter's runtime directory) and the cluster of
     ``KUBECONFIG`` with ``GPU_OFFLOAD_NAMESPACE`` (else its context's namespace); an unreachable cluster is a
     problem of the listing."""
-    from ..engine.backends.kube.config import configured
+    from ..engine.backends import registry
     from ..liqo_peering.settings import kernel_settings
 
     settings = kernel_settings()
     user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-    runs: UserRuns | None = None
-    if configured(os.environ):
-        from ..engine.backends.kube.user_runs import UserPods
-        from ..liqo_peering.client import kubeconfig_namespace
-
-        # the kernels' own fallback: the kubeconfig context's namespace, as kubectl
-        namespace = settings.namespace or kubeconfig_namespace(os.environ.get("KUBECONFIG"))
-        if namespace:
-            runs = UserPods.from_environment(namespace, user)
+    runs = registry.user_runs(os.environ)
     storage = None
     bucket = settings.s3_bucket
     if bucket:

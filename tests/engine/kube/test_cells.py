@@ -66,6 +66,27 @@ def test_the_pod_is_restricted_labelled_and_bounded_by_the_timeout(kube: Kuberne
     assert container.resources.limits["nvidia.com/gpu"] == "1"
 
 
+def test_the_runner_memory_follows_a_notebooks_env_from_the_next_cell(kube: KubernetesBackend, core: Any,
+                                                                        namespace: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # what an out-of-memory failure tells the user to do: `%env GPU_OFFLOAD_MEMORY=...` before the next cell
+    limits: list[dict[str, str]] = []
+
+    def grab(_: str) -> None:
+        pods = core.list_namespaced_pod(namespace, label_selector=runner_selector("alice@example.org")).items
+        limits.append(dict(pods[0].spec.containers[0].resources.limits or {}))
+
+    monkeypatch.delenv("GPU_OFFLOAD_MEMORY", raising=False)
+    for memory in (None, "3Gi"):
+        if memory is not None:
+            monkeypatch.setenv("GPU_OFFLOAD_MEMORY", memory)
+        outcome, _, _ = run_cell(kube, "print('sized', flush=True)\nimport time\ntime.sleep(0.5)", {},
+                                 Sink(on_line=grab))
+        assert outcome.status == "ok", outcome.error
+        wait_until(lambda: not leftovers(core, namespace), "pod and Secret deleted after the run")
+    assert "memory" not in limits[0] and limits[-1]["memory"] == "3Gi", limits
+
+
 def test_a_dropped_log_stream_resumes_without_losing_or_repeating_a_line(kube: KubernetesBackend, core: Any,
                                                                          origin: Any, namespace: str) -> None:
     faults = sandbox_faults(origin)

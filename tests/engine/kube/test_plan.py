@@ -15,7 +15,8 @@ from gpu_offload.liqo_peering.trust import trusting
 
 from gpu_offload import images
 from gpu_offload.engine.backends.base import Ranks, RunRequest
-from gpu_offload.engine.backends.kube.budget import MonthSpend, SpendReading
+from gpu_offload.engine.backends.hub_api import MonthSpend
+from gpu_offload.engine.backends.kube.budget import SpendReading
 from gpu_offload.engine.backends.kube.config import KubeSettings, StorageSettings
 from gpu_offload.engine.backends.kube.follow import KUEUE_PICKS
 from gpu_offload.engine.backends.kube.plan import (

@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.specs import runner_selector
+from gpu_offload.magics.runs_api import server_identity
 from gpu_offload.sandbox.fixtures import stop_process, wait_until
 from jupyter_client import BlockingKernelClient
 
-from gpu_offload.engine.backends.kube.sweep import orphan_selectors, server_identity
+from gpu_offload.engine.backends.kube.sweep import orphan_selectors
 
 from .conftest import STOCK_IMAGE, leftovers
 

@@ -22,8 +22,9 @@ from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 from gpu_offload.engine.analysis import analyse_cell
 from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.hub_api import HubSpend
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
-from gpu_offload.engine.backends.kube.budget import HubSpend, check_budget
+from gpu_offload.engine.backends.kube.budget import check_budget
 from gpu_offload.engine.backends.kube.config import KubeSettings
 from gpu_offload.engine.bundle import build_job
 from gpu_offload.engine.errors import OffloadUsageError

@@ -6,7 +6,7 @@ the same stream of decoded frames, so the engine never knows which one it follow
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -229,6 +229,12 @@ class UserRuns(Protocol):
     def cancel_run(self, run_id: str) -> list[str]:
         """Remove what run ``run_id`` holds (its runner pods), for a run no live process follows any more;
         returns what was removed, in words (``Pod alice/gpuo-1``)."""
+        ...
+
+    def sweep(self, server: str, live_kernels: Callable[[], Mapping[str, int | None]]) -> list[str]:
+        """Remove what the kernels of Jupyter server ``server`` started that are no longer among
+        ``live_kernels()`` (kernel id -> process id; a kernel restarted under a new process counts as dead);
+        returns what was removed, in words. Blocking I/O: a server runs it off its event loop."""
         ...
 
 

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 
 from ..errors import BackendNotConfigured
-from .base import Backend
+from .base import Backend, UserRuns
 
 NAMES = ("local", "kubernetes")
 """Every backend a front end can name, the embedded one first."""
@@ -34,6 +34,18 @@ def auto_name(env: Mapping[str, str]) -> str:
     except InvalidSetting as exc:
         raise BackendNotConfigured(f"{exc}. Nothing was run.") from None
     return "kubernetes" if cluster_configured(env) else "local"
+
+
+def user_runs(env: Mapping[str, str]) -> UserRuns | None:
+    """The runs of this user that the configured cluster holds, for a process that runs no cells (the runs REST
+    API of a Jupyter server, ``gpu-offload runs``): the kubernetes backend's view of them over a client of its
+    own, without starting a backend. None when no cluster is configured (or no namespace is known); raises
+    when the cluster's client cannot be made (an unreadable kubeconfig)."""
+    if not cluster_configured(env):
+        return None
+    from .kube.user_runs import UserPods
+
+    return UserPods.configured(env)
 
 
 def create(name: str, cli_kernel: str | None = None) -> Backend:

@@ -28,15 +28,15 @@ from ....liqo_peering.errors import (
     GpuOffloadError,
     PlacementError,
 )
+from ....liqo_peering.settings import RunDefaults, kernel_settings, run_defaults
 from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.trust import run_trusted, trusting
 from ....runner.frames import Outputs
 from ...errors import OffloadError, OffloadUsageError
 from ..base import Job, RunRequest, SessionInfo, Transfer
-from .budget import spend_line
 from .config import KubeSettings
 from .explain import span_text
-from .hub_inventory import HubInventory, HubInventoryError
+from .hub_inventory import HubInventory
 from .idle import IdleTimeouts, release_words
 from .jobrun import KubeJobRun
 from .launcher import PodLauncher
@@ -125,13 +125,8 @@ class KubernetesBackend:
         returned = self.keeper.returned()
         if returned:
             ended.append(f"GPU-hours given back by idle sessions released with a checkpoint: {returned:.3f}")
-        spend = self.launcher.spend
-        if spend is not None:
-            try:
-                usage = spend_line(spend.read(timeout=5.0), self.settings.budget)
-            except HubInventoryError as exc:
-                usage = f"GPU usage: not known now ({exc})"
-            ended.append(usage)
+        if self.launcher.spend is not None:
+            ended.append(self.launcher.spend.line(self.settings.budget))
         return "\n".join([line, *ended])
 
     def transfer(self, run_id: str) -> Transfer:
@@ -165,7 +160,8 @@ class KubernetesBackend:
         try:
             if job.session is not None:
                 return self._session_cell(job)
-            order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id)
+            order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id,
+                             defaults=self.run_defaults())
             return KubeRun(self, order) if job.request.ranks is None else KubeJobRun(self, order)
         except GpuOffloadError as exc:
             self.released(job.run_id)
@@ -195,6 +191,12 @@ class KubernetesBackend:
     def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> Launched:
         """See :meth:`.run.Host.launch`."""
         return self.launcher.launch(order, avoid)
+
+    def run_defaults(self) -> RunDefaults:
+        """See :meth:`.run.Host.run_defaults`: the kernel's run defaults as its environment holds them now (a
+        notebook's ``%env GPU_OFFLOAD_MEMORY=...``, which an out-of-memory failure suggests, applies to the next
+        run), in the one form every front end uses (``settings.run_defaults``)."""
+        return run_defaults(kernel_settings())
 
     def leave(self, ticket: Ticket) -> None:
         """See :meth:`.run.Host.leave`."""

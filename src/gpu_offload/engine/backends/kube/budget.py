@@ -10,58 +10,11 @@ hold, and a refused cell costs nothing and can be run again a minute later.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ....liqo_peering import environment as E
 from ...errors import OffloadUsageError
-from .hub_inventory import HubInventoryError, HubReader
-
-TTL_SECONDS = 30.0
-"""How long one answer serves the panel and ``%gpu_offload status`` (a launch always asks again)."""
-
-
-@dataclass(frozen=True)
-class MonthSpend:
-    """What the user's finished runs of one month cost, as the hub recorded them."""
-
-    month: str
-    runs: int
-    gpu_hours: float
-    cost: float
-    unpriced_runs: int
-    budget: float | None
-    """The hub's budget for the user (the chart's); the kernel's own setting decides the check."""
-
-
-def _number(raw: Any, name: str) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-        raise ValueError(f"this_month.{name}={raw!r} is not a number")
-    return float(raw)
-
-
-def parse_me(data: Any) -> MonthSpend:
-    """The ``this_month`` part of ``api/me``; ValueError naming the field that does not fit."""
-    month = data.get("this_month") if isinstance(data, Mapping) else None
-    if not isinstance(month, Mapping):
-        raise ValueError("the answer has no this_month (a hub service older than budgets?)")
-    budget = month.get("budget")
-    return MonthSpend(str(month.get("month") or "?"), int(_number(month.get("runs", 0), "runs")),
-                      _number(month.get("gpu_hours"), "gpu_hours"), _number(month.get("cost"), "cost"),
-                      int(_number(month.get("unpriced_runs", 0), "unpriced_runs")),
-                      None if budget is None else _number(budget, "budget"))
-
-
-def spend_line(spend: MonthSpend, budget: float | None) -> str:
-    """One line for ``%gpu_offload status`` and the panel."""
-    line = f"GPU usage in {spend.month} (UTC): {spend.gpu_hours:.2f} GPU-hours, cost {spend.cost:.2f}"
-    if budget is not None:
-        line += f" of a monthly budget of {budget:g}"
-    if spend.unpriced_runs:
-        line += f" ({spend.unpriced_runs} run(s) without a price)"
-    return line
+from ..hub_api import HubInventoryError, HubSpend, MonthSpend
 
 
 def refusal(spend: MonthSpend, budget: float) -> str | None:
@@ -72,22 +25,6 @@ def refusal(spend: MonthSpend, budget: float) -> str | None:
             f"({spend.gpu_hours:.2f} GPU-hours) and the limit is {budget:g}. Nothing was launched; runs and sessions "
             "already running go on. Run the cell on this machine with --backend local, wait for next month, or "
             "ask your JupyterHub admin to raise offload.monthlyBudgetPerUser.")
-
-
-class HubSpend(HubReader[MonthSpend]):
-    """Reads this user's spend from the hub service (``api/me``) with the server's token."""
-
-    path = "/api/me"
-    what = "your GPU spend"
-    fix = "ask your JupyterHub admin to update the gpu-offload service (one older than budgets says no spend)"
-    ttl = TTL_SECONDS
-
-    def parse(self, data: Any) -> MonthSpend:
-        return parse_me(data)
-
-    def read(self, timeout: float = 10.0, fresh: bool = False) -> MonthSpend:
-        """This month's spend; ``fresh`` asks the hub even when a recent answer is cached."""
-        return self.get(timeout, fresh)
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,11 @@ def configured(env: Mapping[str, str]) -> bool:
     return bool(settings.namespace)
 
 
+def user_name(env: Mapping[str, str]) -> str:
+    """Whose runs these are: the hub user of the server, else the account's login name."""
+    return env.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
 def kernel_id(env: Mapping[str, str]) -> str:
     """This kernel's id: Jupyter's (it survives a kernel restart), else host and pid."""
     chosen = read_kernel(env).kernel_id
@@ -132,7 +137,7 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         image=settings.image,
         image_registry=settings.image_registry or "",
         python=settings.python,
-        user=env.get("JUPYTERHUB_USER") or getpass.getuser(),
+        user=user_name(env),
         kernel=kernel_id(env),
         storage=storage,
         create_offloading=(not settings.service_url) if create is None else create,

@@ -17,11 +17,11 @@ from .... import images
 from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
-from ....liqo_peering.settings import kernel_settings
 from ....liqo_peering.trust import TrustPolicy
 from ...errors import OffloadUsageError
 from ...timing import Phase
-from .budget import HubSpend, read_spend
+from ..hub_api import HubSpend
+from .budget import read_spend
 from .config import KubeSettings
 from .executor import Executor
 from .hub_inventory import HubInventory
@@ -74,10 +74,9 @@ class PodLauncher:
         """What planning ``order`` reads of the world. The refusals that need no cluster come first, so a
         refused launch builds no runner, reads no inventory and waits for no queue."""
         placement = order.placement
-        seen = Situation(queue=self.queue_name(), kernel=images.kernel_versions(), manifest=images.manifest(),
-                         kernel_pid=os.getpid(), offloaded=self.executor.offloaded,
-                         # as the environment holds it now: `%env` changes the next cell
-                         memory=kernel_settings().memory,
+        seen = Situation(queue=self.queue_name(order.defaults.queue), kernel=images.kernel_versions(),
+                         manifest=images.manifest(), kernel_pid=os.getpid(), offloaded=self.executor.offloaded,
+                         memory=order.defaults.memory,
                          spend=None if avoid else read_spend(self.settings.budget, self.spend))
         refuse(order, avoid, self.settings, seen)
         return dataclasses.replace(
@@ -104,17 +103,19 @@ class PodLauncher:
         if self._queue is not None:
             self._queue.close()
 
-    def queue_name(self) -> str | None:
+    def queue_name(self, default: str | None = None) -> str | None:
         """The LocalQueue this kernel's pods wait in, None when queueing is off; found once, at the first launch.
 
-        ``GPU_OFFLOAD_QUEUE`` names it (the spawner sets it); unset, the one LocalQueue of the namespace. The
+        ``GPU_OFFLOAD_QUEUE`` names it (the spawner sets it; ``default``: as the run defaults of the launching run
+        read it); unset, the one LocalQueue of the namespace. The
         namespace's LocalQueues are listed once: none, no Kueue, or no right to list them (a chart with queueing
         off grants none) all mean queueing is off, as before; several is an error naming them.
         """
         with self._cache_lock:
             if not self._queue_known:
-                # read again here: a user who followed the "several LocalQueues" error set it after the start
-                self._queue_name = self.settings.queue or kernel_settings().queue or self._find_queue()
+                # the run's defaults, not only the settings of the start: a user who followed the "several
+                # LocalQueues" refusal set it afterwards, and the next run resolves it
+                self._queue_name = self.settings.queue or default or self._find_queue()
                 self._queue_known = True
             return self._queue_name
 

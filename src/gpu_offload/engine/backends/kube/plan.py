@@ -39,6 +39,7 @@ from ....liqo_peering.placement import (
     scheduling_fragment,
 )
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
+from ....liqo_peering.settings import RunDefaults
 from ....liqo_peering.shares import queued_ask
 from ....liqo_peering.sharing import FractionRequest, ResourceAsk
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
@@ -73,6 +74,9 @@ class PodOrder:
     """Environment besides the placement's."""
     bundle_run: str | None = None
     """The run id inside ``bundle`` (its frames carry it; a retry elsewhere keeps it); ``None`` for a session."""
+    defaults: RunDefaults = field(default_factory=RunDefaults)
+    """What the run gets where it does not say (its runner's memory, the LocalQueue): ``run_defaults`` resolved
+    once when the run or session starts (``Host.run_defaults``), so its relaunches keep them."""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ class KubeRankSession(WarmSession):
         self.ranks: Ranks = placement.ranks
         self.request = placement
         nonce = secrets.token_hex(16)
-        order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
+        order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True, defaults=host.run_defaults())
         self.job = host.launch(order)
         self.nodes = JobPods(self.pods, order, self.ranks, self.job, host.watch_seconds)
         self._greeting = greeting(nonce, self.ranks.bundle_field())

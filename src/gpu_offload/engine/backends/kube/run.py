@@ -28,6 +28,7 @@ from .queueing import Ticket, duration
 from .requeue import after_preemption
 
 if TYPE_CHECKING:
+    from ....liqo_peering.settings import RunDefaults
     from .session import WarmSession
 
 
@@ -96,6 +97,10 @@ class Host(Protocol):
 
     def idle(self, session: WarmSession) -> None:
         """A cell of ``session`` ended and the session waits for the next one."""
+        ...
+
+    def run_defaults(self) -> RunDefaults:
+        """What a run or session starting now gets where it does not say, resolved once for it."""
         ...
 
 

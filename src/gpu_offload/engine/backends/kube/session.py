@@ -162,7 +162,8 @@ class KubeSession(WarmSession):
                  ended: str = "ended while idle") -> None:
         super().__init__(name, host, replaces, ended)
         nonce = secrets.token_hex(16)
-        self.order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True)
+        self.order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True,
+                              defaults=host.run_defaults())
         self.launched: LaunchedPod = follow_pod(host, host.launch(self.order), self.order)
         self.stdin = Attachment(self.pods, self.launched.name, greeting(nonce))
         self.moved = False

@@ -6,28 +6,19 @@ server that died with its kernels: their pods would hold GPUs until their ``--ti
 runs server extension knows which kernels are alive, so it sweeps: every runner pod labelled with this
 server whose kernel is not among the live ones goes, with its Secret.
 
-The server's identity travels to its kernels through the environment (``GPU_OFFLOAD_SERVER_ID``), so pods
-made by the CLI (labelled ``gpu-offload.io/origin=cli``, and skipped even if one carried a server label), by another server of the same user or by a kernel started elsewhere carry no such label, or
-another one, and are never touched.
+The server's identity (``magics.runs_api.server_identity``) travels to its kernels through the environment
+(``GPU_OFFLOAD_SERVER_ID``), so pods made by the CLI (labelled ``gpu-offload.io/origin=cli``, and skipped even
+if one carried a server label), by another server of the same user or by a kernel started elsewhere carry no
+such label, or another one, and are never touched.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable, Iterable, Mapping
 
 from ....liqo_peering import labels as L
 from ....liqo_peering.specs import label_value, runner_selector
 from .pods import PodApi
-
-
-def server_identity(env: Mapping[str, str]) -> str:
-    """This server's label value: stable across restarts in a hub (its user and server name are), so a
-    restarted server also sweeps what its previous life left; host and pid elsewhere."""
-    if env.get("JUPYTERHUB_USER"):
-        return f"hub-{env.get('JUPYTERHUB_SERVER_NAME') or 'default'}"
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def orphan_selectors(pod_labels: Iterable[Mapping[str, str]], live: Mapping[str, int | None]) -> set[str]:

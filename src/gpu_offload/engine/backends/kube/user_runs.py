@@ -5,7 +5,7 @@ kernels from here, and stop them by deleting their pods)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ....liqo_peering import labels as L
@@ -13,7 +13,9 @@ from ....liqo_peering.inventory import pod_gpus
 from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.timestamps import parse_time
 from ..base import UserRun
+from .config import user_name
 from .pods import PodApi
+from .sweep import OrphanSweep
 
 _PHASES = {"Pending": "scheduling", "Running": "running", "Succeeded": "done", "Failed": "failed"}
 
@@ -72,12 +74,17 @@ class UserPods:
         self.user = user
 
     @classmethod
-    def from_environment(cls, namespace: str, user: str) -> UserPods:
-        """Over a client of ``KUBECONFIG`` (or the pod's service account): for a process without a kernel
-        backend (the runs REST API, ``gpu-offload runs``)."""
-        from ....liqo_peering.client import api_client_from_environment
+    def configured(cls, env: Mapping[str, str]) -> UserPods | None:
+        """The user's and namespace as a kernel of ``env`` would find them (``JUPYTERHUB_USER``, the namespace
+        setting, else the kubeconfig context's), over a client of ``KUBECONFIG`` (or the pod's service account):
+        for a process without a kernel backend (``registry.user_runs``). None when no namespace is known."""
+        from ....liqo_peering.client import api_client_from_environment, kubeconfig_namespace
+        from ....liqo_peering.settings import read_kernel
 
-        return cls(PodApi(api_client_from_environment(), namespace), user)
+        namespace = read_kernel(env).namespace or kubeconfig_namespace(env.get("KUBECONFIG"))
+        if not namespace:
+            return None
+        return cls(PodApi(api_client_from_environment(), namespace), user_name(env))
 
     @property
     def where(self) -> str:
@@ -92,3 +99,10 @@ class UserPods:
     def cancel_run(self, run_id: str) -> list[str]:
         """Delete what run ``run_id`` of the user holds (Job, pods, Services, Secrets); the names removed."""
         return self.pods.delete_matching(runner_selector(self.user, run_id=run_id))
+
+    def sweep(self, server: str, live_kernels: Callable[[], Mapping[str, int | None]]) -> list[str]:
+        """Delete what the dead kernels of Jupyter server ``server`` left (``sweep.OrphanSweep``); the names
+        removed. Nothing without a user: no pod is then known to be this user's."""
+        if not self.user:
+            return []
+        return OrphanSweep(self.pods, self.user, server, live_kernels).sweep()
