@@ -8,9 +8,10 @@ Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.liqo.origin.RunningOr
 :func:`origin_pool`, a session-scoped fixture the root conftest imports: every module that asks for the same
 configuration (CRDs, donors, options) gets the same origin, started once per test session (per xdist
 worker), so its tests must leave it as they found it (fresh namespaces, faults cleared). At the end of the
-session the pool asserts that no container process started by any origin is still alive. Import ``core``,
-``custom``, ``namespace`` and ``offloaded_namespace`` from here too for official clients and fresh
-namespaces (they use whatever ``origin`` fixture the importing module defines).
+session the pool asserts that no container process started by any origin is still alive. The root conftest
+also offers ``api_client`` from here (a module-scoped official client of whatever ``origin`` the test's module or
+conftest defines); import ``core``, ``custom``, ``namespace`` and ``offloaded_namespace`` from here too for
+official clients and fresh namespaces.
 """
 
 from __future__ import annotations
@@ -148,6 +149,14 @@ def install_crds(api_client: Any, folder: Path) -> None:
                 return False
             return True
         wait_until(served, f"the {crd['metadata']['name']} CRD served", timeout=60, every=0.2)
+
+
+@pytest.fixture(scope="module")  # module: a module that brings its own origin gets a client of it
+def api_client(origin: RunningOrigin) -> Iterator[Any]:
+    """An official-client ``ApiClient`` configured from the origin's kubeconfig file, as a user's would be."""
+    client = origin.sandbox.api_client()
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="module")

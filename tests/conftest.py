@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_offload.sandbox.fixtures import origin_pool
+from gpu_offload.sandbox.fixtures import api_client, origin_pool
 from xdist.scheduler import LoadScopeScheduling
 
 pytest_plugins = ["pytester"]  # tests/test_lanes.py runs pytest on test files it writes
@@ -169,7 +169,12 @@ def pytest_configure_node(node: Any) -> None:  # xdist, in the controller: where
     node.workerinput[GROUPS_KEY] = node.config.stash[_GROUPS_FILE]
 
 
-@pytest.hookimpl(trylast=True)  # after deselection: the tests this worker runs
+# tryfirst: before xdist's own hook tells the controller this worker has collected. The controller schedules as
+# soon as every worker has told it, and reads this file then: written after (trylast, as before), a loaded machine
+# let the controller find no file, every test fall back to its module's group, and each worker start its own
+# origin of a shared configuration. Deselection is over by now (pytest_collection_modifyitems): these are the
+# tests this worker runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     target = getattr(session.config, "workerinput", {}).get(GROUPS_KEY)
     if target:
@@ -275,7 +280,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             "a module's own", red=True)
 
 
-__all__ = ["origin_pool"]  # the session's sandbox origins by configuration, for every origin_fixture
+# origin_pool: the session's sandbox origins by configuration, for every origin_fixture; api_client: an official
+# client of the `origin` a test's module or conftest defines (every level's tests use this one)
+__all__ = ["api_client", "origin_pool"]
 
 
 @pytest.fixture(scope="session", autouse=True)

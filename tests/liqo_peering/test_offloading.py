@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.errors import OffloadingMissing, OffloadingNotReady
 from gpu_offload.liqo_peering.offloading import describe_not_ready, offloading_state
-from gpu_offload.sandbox.fixtures import origin_fixture
-from gpu_offload.sandbox.liqo import seed as liqo
-
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
-origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")))
 
 
 def nso(phase: str | None, ready: dict[str, str], generation: int = 1, observed: int = 1) -> dict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import kubernetes
 import pytest
@@ -12,19 +11,7 @@ from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.errors import APIForbidden, APIServerError
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.specs import gpu_resource_slice, namespace_offloading
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
-from gpu_offload.sandbox.liqo import seed as liqo
-
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
-DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
-origin = origin_fixture(LIQO_CRDS, donors=DONORS)
-
-
-@pytest.fixture(scope="module")
-def api_client(origin):
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
+from gpu_offload.sandbox.fixtures import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -67,13 +67,6 @@ def zipapp(main: str) -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-def api_client(origin):
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
 @pytest.fixture()
 def offloaded(api_client):
     core = kubernetes.client.CoreV1Api(api_client)

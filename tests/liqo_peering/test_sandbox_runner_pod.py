@@ -6,19 +6,13 @@ from __future__ import annotations
 import io
 import uuid
 import zipfile
-from pathlib import Path
 
 import kubernetes
-import pytest
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_pod, runner_secret, runner_selector
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
-from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.fixtures import wait_until
 from kubernetes.stream import stream
-
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
-origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")))
 
 # A stand-in for the runner zipapp: prints the bundle it reads where the real runner would (``-``: stdin).
 RUNNER_MAIN = """import sys
@@ -32,13 +26,6 @@ def zipapp(main: str) -> bytes:
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("__main__.py", main)
     return buf.getvalue()
-
-
-@pytest.fixture(scope="module")
-def api_client(origin):
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
 
 
 def test_runner_pod_runs_the_bundle_from_its_stdin_and_takes_the_secret_along(api_client) -> None:

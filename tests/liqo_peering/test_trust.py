@@ -3,8 +3,6 @@ donor can put on its own virtual node (Liqo copies ResourceSlice ``status.nodeLa
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from gpu_offload.liqo_peering.cache import InventoryCache
 from gpu_offload.liqo_peering.client import LiqoClient
@@ -19,14 +17,8 @@ from gpu_offload.liqo_peering.trust import (
     policy_from_env,
     run_trusted,
 )
-from gpu_offload.sandbox.fixtures import origin_fixture
-from gpu_offload.sandbox.liqo import seed as liqo
 
 from .conftest import foreign_cluster, node, virtual_node
-
-LIQO_CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
-origin = origin_fixture(LIQO_CRDS, donors=(liqo.Donor("donor-1", 4, "A100", "2.00"),
-                                           liqo.Donor("donor-2", 8, "L4", "0.80")))
 
 # What a donor can put on its own virtual node: labels that claim trust, and a flattering model and price.
 SELF_TRUSTING = {"gpu-offload.io/trusted": "true", "liqo.io/trusted": "true", "trusted": "true"}

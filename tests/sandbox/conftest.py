@@ -1,5 +1,6 @@
 """Fixtures for the sandbox tests: one API emulator per test session (Liqo CRDs loaded from ../shared),
-a fresh namespace per test, official clients configured from the written kubeconfig."""
+a fresh namespace per test, official clients configured from the written kubeconfig, and the origin of the
+kubelet and API server tests (``origin``; a module with other donors defines its own)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ from typing import Any, TypeVar
 
 import kubernetes
 import pytest
+from gpu_offload.sandbox.fixtures import origin_fixture
 from gpu_offload.sandbox.testing import RunningSandbox, running_sandbox
 
 T = TypeVar("T")
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 LIQO_CRDS = SHARED / "liqo-crds"
+
+# The kubelet's and API server's tests share the session's origin of this configuration: the built-in Liqo
+# description (the package alone, as a user installs it), two donors of 4 A100. Each test leaves it as it found it.
+origin = origin_fixture()
 
 
 @pytest.fixture(scope="session")

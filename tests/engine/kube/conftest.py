@@ -64,14 +64,6 @@ origin = origin_fixture(
 __all__ = ["core", "namespace", "origin"]  # namespace: fresh and not offloaded; the backend offloads it
 
 
-@pytest.fixture(scope="module")  # module: a module that brings its own origin gets a client of it
-def api_client(origin: Any) -> Iterator[Any]:
-    """An official-client ApiClient from the sandbox's kubeconfig file."""
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
 def leftovers(core: Any, namespace: str, user: str = "alice@example.org") -> list[str]:
     """Names of the pods and Secrets the project created for ``user`` that still exist."""
     selector = runner_selector(user)

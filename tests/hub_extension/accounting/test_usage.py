@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -124,13 +123,6 @@ def test_a_run_kueue_preempted_says_so_in_its_record_and_in_the_totals(tmp_path:
     store.close()
 
 
-@pytest.fixture(scope="module")
-def k8s(origin: RunningOrigin) -> Iterator[kubernetes.client.ApiClient]:
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
 def _runner_pod(name: str, user: str, gpus: int) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {"gpu-offload.io/managed-by": "gpu-offload",
                                                   "gpu-offload.io/user": user},
@@ -140,11 +132,11 @@ def _runner_pod(name: str, user: str, gpus: int) -> dict[str, Any]:
                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
 
 
-def test_the_service_records_real_runs_once_across_a_restart(origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+def test_the_service_records_real_runs_once_across_a_restart(origin: RunningOrigin, api_client: Any, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/usage.sqlite"
-    core = kubernetes.client.CoreV1Api(k8s)
-    ns = offloaded_namespace(k8s)
-    state = HubState(HubConfig(), k8s, Store(url)).start()
+    core = kubernetes.client.CoreV1Api(api_client)
+    ns = offloaded_namespace(api_client)
+    state = HubState(HubConfig(), api_client, Store(url)).start()
     try:
         assert state.wait_synced(60)
         core.create_namespaced_pod(ns, _runner_pod("gpuo-a", "alice", 2))
@@ -158,7 +150,7 @@ def test_the_service_records_real_runs_once_across_a_restart(origin: RunningOrig
         wait_until(lambda: state.store.totals("alice") and state.store.totals("alice")[0].runs == 2, "the 2nd run")
     finally:
         state.close()
-    restarted = HubState(HubConfig(), k8s, Store(url)).start()  # re-lists gpuo-b, finished: seen again
+    restarted = HubState(HubConfig(), api_client, Store(url)).start()  # re-lists gpuo-b, finished: seen again
     try:
         assert restarted.wait_synced(60)
         wait_until(lambda: [p for p in restarted.pods.objects() if p["metadata"]["name"] == "gpuo-b"], "the re-list")
@@ -193,9 +185,9 @@ def test_a_pod_held_by_the_meter_ends_at_its_deletion_not_when_the_hub_sees_it()
 
 
 def test_a_run_created_and_deleted_while_the_service_was_down_is_metered_when_it_returns(
-        origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
-    core = kubernetes.client.CoreV1Api(k8s)
-    ns = offloaded_namespace(k8s)
+        origin: RunningOrigin, api_client: Any, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    ns = offloaded_namespace(api_client)
     try:
         # no service runs: a kernel's pod starts, runs, and is deleted; the meter's finalizer holds it
         body = _runner_pod("gpuo-held", "carol", 1)
@@ -208,7 +200,7 @@ def test_a_run_created_and_deleted_while_the_service_was_down_is_metered_when_it
         held = core.read_namespaced_pod("gpuo-held", ns)  # still there: only the meter may let it go
         assert held.metadata.deletion_timestamp is not None
         deleted_at = held.metadata.deletion_timestamp
-        state = HubState(HubConfig(), k8s, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+        state = HubState(HubConfig(), api_client, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
         try:
             assert state.wait_synced(60)
             wait_until(lambda: state.store.totals("carol"), "the held run to be recorded")
@@ -244,12 +236,12 @@ def test_the_user_comes_from_the_namespace_not_from_the_pods_claim(caplog: pytes
     assert billed_user(forged, None) == "alice@example.org"
 
 
-def test_a_forged_annotation_bills_nobody_else(origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
-    core = kubernetes.client.CoreV1Api(k8s)
-    ns = offloaded_namespace(k8s)
+def test_a_forged_annotation_bills_nobody_else(origin: RunningOrigin, api_client: Any, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    ns = offloaded_namespace(api_client)
     core.patch_namespace(ns, {"metadata": {"labels": {"gpu-offload.io/user-namespace": "true"},
                                            "annotations": {"gpu-offload.io/user": "mallory"}}})
-    state = HubState(HubConfig(), k8s, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+    state = HubState(HubConfig(), api_client, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
     try:
         assert state.wait_synced(60)
         core.create_namespaced_pod(ns, _runner_pod("gpuo-forged", "victim", 1))
@@ -281,14 +273,14 @@ def test_a_sidecar_holds_its_gpus_for_the_pods_life_and_is_billed_for_them() -> 
 
 
 def test_a_pod_on_a_virtual_node_is_metered_whatever_labels_its_creator_wrote(
-        origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+        origin: RunningOrigin, api_client: Any, tmp_path: Path) -> None:
     from gpu_offload.liqo_peering.placement import scheduling_fragment
 
-    core = kubernetes.client.CoreV1Api(k8s)
-    ns = offloaded_namespace(k8s)
+    core = kubernetes.client.CoreV1Api(api_client)
+    ns = offloaded_namespace(api_client)
     core.patch_namespace(ns, {"metadata": {"labels": {"gpu-offload.io/user-namespace": "true"},
                                            "annotations": {"gpu-offload.io/user": "ursula"}}})
-    state = HubState(HubConfig(), k8s, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+    state = HubState(HubConfig(), api_client, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
     try:
         assert state.wait_synced(60)
         # the user's own pod (from their server's account): none of the project's labels, a GPU on a donor
@@ -307,13 +299,13 @@ def test_a_pod_on_a_virtual_node_is_metered_whatever_labels_its_creator_wrote(
 
 
 def test_a_donor_that_backdates_its_pods_times_is_billed_what_the_origin_saw(
-        origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
-    core = kubernetes.client.CoreV1Api(k8s)
-    ns = offloaded_namespace(k8s)
+        origin: RunningOrigin, api_client: Any, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    ns = offloaded_namespace(api_client)
     url = f"sqlite:///{tmp_path}/usage.sqlite"
     body = _runner_pod("gpuo-backdated", "dora", 1)
     body["spec"]["containers"][0]["command"] = ["python3", "-c", "import time; time.sleep(2)"]
-    state = HubState(HubConfig(), k8s, Store(url)).start()
+    state = HubState(HubConfig(), api_client, Store(url)).start()
     began = datetime.now(timezone.utc)
     try:
         assert state.wait_synced(60)
@@ -330,7 +322,7 @@ def test_a_donor_that_backdates_its_pods_times_is_billed_what_the_origin_saw(
                                        "finishedAt": "2036-11-27T00:00:00Z"}}}
     core.patch_namespaced_pod_status("gpuo-backdated", ns, {"status": {
         "startTime": "2016-11-27T00:00:00Z", "containerStatuses": [forged]}})
-    restarted = HubState(HubConfig(), k8s, Store(url)).start()
+    restarted = HubState(HubConfig(), api_client, Store(url)).start()
     try:
         assert restarted.wait_synced(60)
         wait_until(lambda: restarted.store.totals("dora"), "the run to be recorded")

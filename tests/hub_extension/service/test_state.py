@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kubernetes
-import pytest
 from gpu_offload.hub_extension.accounting.store import Store
 from gpu_offload.hub_extension.config import HubConfig
 from gpu_offload.hub_extension.service.state import HubState
@@ -16,19 +13,12 @@ from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
 
-@pytest.fixture(scope="module")
-def k8s(origin: RunningOrigin) -> Iterator[kubernetes.client.ApiClient]:
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
 def test_foreign_clusters_are_listed_and_watched_once_for_the_cache_and_the_pages(
-        origin: RunningOrigin, k8s: Any, tmp_path: Path) -> None:
+        origin: RunningOrigin, api_client: Any, tmp_path: Path) -> None:
     faults = origin.sandbox.api.faults
     # a rule with a negligible delay changes nothing but counts the requests it sees
     counter = faults.add(FaultRule(r"^/apis/core\.liqo\.io/v1beta1/foreignclusters$", ("GET",), delay=0.001))
-    state = HubState(HubConfig(), k8s, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
+    state = HubState(HubConfig(), api_client, Store(f"sqlite:///{tmp_path}/usage.sqlite")).start()
     try:
         assert state.wait_synced(60)
         rows = state.cluster_rows()

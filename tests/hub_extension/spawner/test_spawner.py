@@ -68,25 +68,18 @@ def drive(origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory) -> Ca
     return _driver(origin, tmp_path_factory.mktemp("hubenv"), CONFIG)
 
 
-@pytest.fixture(scope="module")
-def k8s(origin: RunningOrigin) -> Any:
-    client = origin.sandbox.api_client()
-    yield client
-    client.close()
-
-
 def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
-    drive: Callable[..., dict[str, Any]], k8s: Any, validate: Any
+    drive: Callable[..., dict[str, Any]], api_client: Any, validate: Any
 ) -> None:
     result = drive(scenario="hook", user="alice")
     assert "error" not in result, result
     ns = "jhub-alice"
     assert result["namespace"] == ns
-    core = kubernetes.client.CoreV1Api(k8s)
+    core = kubernetes.client.CoreV1Api(api_client)
     labels = core.read_namespace(ns).metadata.labels
     assert labels["gpu-offload.io/user-namespace"] == "true"
     assert labels["hub.jupyter.org/network-access-hub"] == "true"
-    rbac = kubernetes.client.RbacAuthorizationV1Api(k8s)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
     bindings = {b.metadata.name: b for b in rbac.list_namespaced_role_binding(ns).items}
     assert bindings["gpu-offload-hub"].role_ref.name == "gpu-offload-user-namespace"
     assert [(s.name, s.namespace) for s in bindings["gpu-offload-hub"].subjects] == [("gpu-offload-hub", HUB_NS)]
@@ -94,7 +87,7 @@ def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
     assert [(s.name, s.namespace) for s in bindings["gpu-offload-user-server"].subjects] == [
         ("gpu-offload-user-server", ns)]
     core.read_namespaced_service_account("gpu-offload-user-server", ns)
-    offloading = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+    offloading = kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         "offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings", "offloading")
     validate({k: v for k, v in offloading.items() if k != "status"})
     assert offloading["spec"]["podOffloadingStrategy"] == "Local"  # only pods placed by the project leave
@@ -112,15 +105,15 @@ def test_hook_offloads_the_user_namespace_and_sets_the_magic_environment(
 
 
 def test_the_namespace_names_its_user_and_enforces_the_configured_pod_security_level(
-    drive: Callable[..., dict[str, Any]], k8s: Any
+    drive: Callable[..., dict[str, Any]], api_client: Any
 ) -> None:
     result = drive(scenario="hook", user="erin")
     assert "error" not in result, result
-    meta = kubernetes.client.CoreV1Api(k8s).read_namespace("jhub-erin").metadata
+    meta = kubernetes.client.CoreV1Api(api_client).read_namespace("jhub-erin").metadata
     assert meta.labels["pod-security.kubernetes.io/enforce"] == "restricted"
     assert meta.annotations["gpu-offload.io/user"] == "erin"  # what the meter bills runs in it to
     # z2jh's privileged iptables block cannot run under Pod Security: this NetworkPolicy replaces it
-    (policy,) = kubernetes.client.NetworkingV1Api(k8s).list_namespaced_network_policy("jhub-erin").items
+    (policy,) = kubernetes.client.NetworkingV1Api(api_client).list_namespaced_network_policy("jhub-erin").items
     assert policy.spec.pod_selector.to_dict() == {"match_expressions": None, "match_labels": None}
     assert policy.spec.egress[0].to[0].ip_block.to_dict() == {"cidr": "0.0.0.0/0", "_except": ["169.254.169.254/32"]}
     assert {p.port for p in policy.spec.egress[1].ports} == {53}
@@ -175,7 +168,7 @@ def test_objects_the_hook_writes_are_valid(validate: Any) -> None:
 
 
 def test_hook_retries_while_rbac_catches_up(drive: Callable[..., dict[str, Any]], origin: RunningOrigin,
-                                            k8s: Any) -> None:
+                                            api_client: Any) -> None:
     path = r"/apis/rbac.authorization.k8s.io/v1/namespaces/jhub-carol/rolebindings$"
     origin.faults.api_error(path, status=403, methods=("POST",), times=2)
     try:
@@ -185,7 +178,7 @@ def test_hook_retries_while_rbac_catches_up(drive: Callable[..., dict[str, Any]]
         origin.faults.clear()
     assert "error" not in result, result
     assert [r["fired"] for r in fired["apiRules"]] == [2]  # refused twice, then the hook got through
-    rbac = kubernetes.client.RbacAuthorizationV1Api(k8s)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
     assert {b.metadata.name for b in rbac.list_namespaced_role_binding("jhub-carol").items} == {
         "gpu-offload-hub", "gpu-offload-user-server"}
 
@@ -203,12 +196,12 @@ def test_hook_gives_up_on_lasting_403_naming_the_object(drive: Callable[..., dic
 
 
 def test_hook_refuses_a_namespace_outside_the_prefix_and_creates_nothing(
-    drive: Callable[..., dict[str, Any]], k8s: Any
+    drive: Callable[..., dict[str, Any]], api_client: Any
 ) -> None:
     result = drive(scenario="hook", user="erin", template="users-{username}")
     assert result.get("error") == "InvalidRequest", result
     assert "'jhub-'" in result["message"] and "user_namespace_template" in result["message"]
-    names = {n.metadata.name for n in kubernetes.client.CoreV1Api(k8s).list_namespace().items}
+    names = {n.metadata.name for n in kubernetes.client.CoreV1Api(api_client).list_namespace().items}
     assert "users-erin" not in names
 
 
@@ -273,9 +266,9 @@ def test_a_placement_policy_the_magic_does_not_know_stops_the_configuration() ->
 
 
 def test_a_quota_left_from_an_earlier_configuration_is_brought_to_the_configured_share(
-    drive: Callable[..., dict[str, Any]], k8s: Any
+    drive: Callable[..., dict[str, Any]], api_client: Any
 ) -> None:
-    core = kubernetes.client.CoreV1Api(k8s)
+    core = kubernetes.client.CoreV1Api(api_client)
     ns = "jhub-quinn"
     core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
     core.create_namespaced_resource_quota(ns, {"metadata": {"name": "gpu-offload"},
@@ -298,17 +291,17 @@ QUEUED = {**CONFIG, "queueing": {"kueue": {"enabled": True, "localQueue": "gpus"
 
 
 @pytest.fixture(scope="module")
-def drive_queued(origin: RunningOrigin, k8s: Any,
+def drive_queued(origin: RunningOrigin, api_client: Any,
                  tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
     """The hook with queueing through Kueue on, Kueue's CRDs installed as installing Kueue registers them."""
-    install_crds(k8s, REPO / ".." / "shared" / "kueue-crds")
+    install_crds(api_client, REPO / ".." / "shared" / "kueue-crds")
     return _driver(origin, tmp_path_factory.mktemp("hubenv-queued"), QUEUED)
 
 
 def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(
-    drive_queued: Callable[..., dict[str, Any]], k8s: Any
+    drive_queued: Callable[..., dict[str, Any]], api_client: Any
 ) -> None:
-    core = kubernetes.client.CoreV1Api(k8s)
+    core = kubernetes.client.CoreV1Api(api_client)
     ns = "jhub-kim"
     # a quota from before queueing was turned on would refuse queued pods at creation: it goes
     core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
@@ -316,7 +309,7 @@ def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(
                                                "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
     result = drive_queued(scenario="hook", user="kim")
     assert "error" not in result, result
-    queue = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+    queue = kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         "kueue.x-k8s.io", "v1beta2", ns, "localqueues", "gpus")
     assert queue["spec"] == {"clusterQueue": "gpu-offload"}
     # only the object counts stay: they cap no GPU, so a queued pod is counted like any object
@@ -348,12 +341,12 @@ def test_bad_queueing_values_stop_the_configuration() -> None:
 
 
 def test_a_user_namespace_holds_only_so_many_secrets_services_and_pods(origin: RunningOrigin, tmp_path: Path,
-                                                                       k8s: Any) -> None:
+                                                                       api_client: Any) -> None:
     caps = {"pods": 2, "secrets": 2, "services": 1}
     config = {**CONFIG, "userNamespaces": {**CONFIG["userNamespaces"], "objectQuota": caps}}
     result = _driver(origin, tmp_path, config)(scenario="hook", user="flood")
     assert "error" not in result, result
-    core = kubernetes.client.CoreV1Api(k8s)
+    core = kubernetes.client.CoreV1Api(api_client)
     quota = core.read_namespaced_resource_quota("gpu-offload-objects", "jhub-flood")
     assert quota.spec.hard == {k: str(v) for k, v in caps.items()}
     for i in range(2):
@@ -373,8 +366,8 @@ def test_a_user_namespace_holds_only_so_many_secrets_services_and_pods(origin: R
 
 
 def test_a_user_namespace_an_earlier_version_offloaded_for_every_pod_keeps_pods_local_after_the_next_spawn(
-        drive: Callable[..., dict[str, Any]], k8s: Any) -> None:
-    core, custom = kubernetes.client.CoreV1Api(k8s), kubernetes.client.CustomObjectsApi(k8s)
+        drive: Callable[..., dict[str, Any]], api_client: Any) -> None:
+    core, custom = kubernetes.client.CoreV1Api(api_client), kubernetes.client.CustomObjectsApi(api_client)
     ns = "jhub-olga"
     core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
     custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings", {
@@ -411,11 +404,11 @@ def _aimed_at(cluster: str) -> dict[str, Any]:
 
 
 def test_with_trusted_only_the_namespace_reaches_trusted_donors_only_whatever_a_pod_asks(
-    drive_trusted_only: Callable[..., dict[str, Any]], k8s: Any
+    drive_trusted_only: Callable[..., dict[str, Any]], api_client: Any
 ) -> None:
     from gpu_offload.sandbox.fixtures import wait_until
 
-    core, custom = kubernetes.client.CoreV1Api(k8s), kubernetes.client.CustomObjectsApi(k8s)
+    core, custom = kubernetes.client.CoreV1Api(api_client), kubernetes.client.CustomObjectsApi(api_client)
     ns = "jhub-tess"
     # a namespace offloaded everywhere by a spawn from before trustedOnly was set: the next spawn narrows it
     core.create_namespace({"metadata": {"name": ns, "labels": {"gpu-offload.io/user-namespace": "true"}}})
@@ -444,15 +437,15 @@ def test_with_trusted_only_the_namespace_reaches_trusted_donors_only_whatever_a_
 
 
 def test_with_trusted_only_and_no_trusted_donor_the_namespace_stays_local(
-    origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory, k8s: Any
+    origin: RunningOrigin, tmp_path_factory: pytest.TempPathFactory, api_client: Any
 ) -> None:
     config = {**TRUSTED_ONLY, "clusters": {"donor-1": {"gpuModel": "A100"}}}
     drive = _driver(origin, tmp_path_factory.mktemp("hubenv-none-trusted"), config)
     assert "error" not in drive(scenario="hook", user="uma")
-    offloading = kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+    offloading = kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         "offloading.liqo.io", "v1beta1", "jhub-uma", "namespaceoffloadings", "offloading")
     assert offloading["spec"]["podOffloadingStrategy"] == "Local"
     # and reaches no donor: Liqo creates the namespace on none, so it reflects nothing and runs none of its pods
-    wait_until(lambda: kubernetes.client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+    wait_until(lambda: kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         "offloading.liqo.io", "v1beta1", "jhub-uma", "namespaceoffloadings", "offloading").get("status", {}).get(
         "offloadingPhase") == "NoClusterSelected", "no cluster selected")

@@ -10,9 +10,8 @@ import kubernetes
 import pytest
 import urllib3
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 
-origin = origin_fixture()
 core, custom, namespace, offloaded_namespace = (fixtures.core, fixtures.custom, fixtures.namespace,
                                                fixtures.offloaded_namespace)
 

@@ -6,10 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-from gpu_offload.sandbox.fixtures import origin_fixture
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl on this machine")
-origin = origin_fixture()
 
 POD = """
 apiVersion: v1

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import kubernetes
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 
-origin = origin_fixture()
 core, namespace = fixtures.core, fixtures.namespace
 
 

@@ -9,11 +9,10 @@ import uuid
 
 import pytest
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kubelet import process
 from kubernetes.stream import stream
 
-origin = origin_fixture()  # built-in Liqo description: the package alone, as a user installs it
 core, namespace = fixtures.core, fixtures.namespace
 
 

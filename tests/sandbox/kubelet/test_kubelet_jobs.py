@@ -8,9 +8,8 @@ import json
 import kubernetes
 import pytest
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 
-origin = origin_fixture()
 core, namespace = fixtures.core, fixtures.namespace
 
 

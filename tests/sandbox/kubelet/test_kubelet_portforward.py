@@ -6,10 +6,9 @@ from __future__ import annotations
 import socket
 
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 from kubernetes.stream import portforward
 
-origin = origin_fixture()
 core, namespace = fixtures.core, fixtures.namespace
 
 SERVE = """

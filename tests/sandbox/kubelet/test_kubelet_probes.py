@@ -6,11 +6,10 @@ from __future__ import annotations
 import socket
 
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 from kubernetes import watch
 from kubernetes.stream import stream
 
-origin = origin_fixture()
 core, namespace = fixtures.core, fixtures.namespace
 
 # Serves on PORT once a file named "go" exists in the working directory; before that nothing listens.
