@@ -193,6 +193,13 @@ SESSION_IDLE_TIMEOUT = _kernel("SESSION_IDLE_TIMEOUT", seconds, 0.0,
                                " and deletes its pod, saying so at that session's next cell and in "
                                "`%gpu_offload status`; the spawner sets the chart's "
                                "`offload.sessionIdleTimeout`; `0` never")
+SESSION_PROTECTION = _kernel("SESSION_PROTECTION", seconds, 0.0,
+                             "with queueing on: seconds a `--session` pod runs at `GPU_OFFLOAD_PROTECTED_PRIORITY` "
+                             "after it starts, so Kueue does not preempt it in its first minutes; then the kernel "
+                             "relabels it to its own class ([sessions](sessions.md)); `0` never")
+PROTECTED_PRIORITY = _kernel("PROTECTED_PRIORITY", text, None,
+                             "the Kueue WorkloadPriorityClass a protected session pod starts with (above every class "
+                             "that may preempt); unset: no protection", "none")
 TRUSTED_CLUSTERS: Setting[tuple[str, ...]] = _kernel("TRUSTED_CLUSTERS", names, tuple[str, ...](),
                            "comma-separated cluster ids the origin trusts with pickled outputs; a hub writes "
                            "its chart's `clusters.<id>.trusted` ([security](security.md))",
@@ -209,7 +216,8 @@ MONTHLY_BUDGET: Setting[float | None] = _kernel(
 KERNEL: tuple[Setting[Any], ...] = (
     BACKEND, NAMESPACE, IMAGE, IMAGE_REGISTRY, PYTHON, GPU_MODEL, S3_BUCKET, S3_ENDPOINT, MEMORY, CREATE_OFFLOADING,
     KERNEL_ID, PLACEMENT_POLICY, SWEEP_SECONDS, SERVICE_URL, SERVER_ID, METERED, STATE_DIR,
-    TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, MONTHLY_BUDGET, SESSION_IDLE_TIMEOUT,
+    TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, MONTHLY_BUDGET, SESSION_IDLE_TIMEOUT, SESSION_PROTECTION,
+    PROTECTED_PRIORITY,
 )
 """What a user's kernel and server read (README: the kubernetes backend's environment variables)."""
 

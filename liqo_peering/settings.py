@@ -57,6 +57,8 @@ class KernelSettings:
     trusted_only: bool = E.TRUSTED_ONLY.default
     monthly_budget: float | None = E.MONTHLY_BUDGET.default
     session_idle_timeout: float = E.SESSION_IDLE_TIMEOUT.default
+    session_protection: float = E.SESSION_PROTECTION.default
+    protected_priority: str | None = E.PROTECTED_PRIORITY.default
     invalid: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     """``(field, message)`` for each variable whose value was refused; that field holds its default."""
 

@@ -62,6 +62,7 @@ class KueueController:
         self._timers = self.options.pods_ready_timeout is not None
         sync.ensure_workloads(api, self.managed_namespaces(api))
         finalizers.settle(api)
+        sync.follow_priorities(api)
         wl_rt = api.kind(names.API_VERSION, "Workload")
         for wl in api.list(wl_rt)["items"]:
             if sync.mark_finished(api, wl):

@@ -2,7 +2,9 @@
 owner appears (a pod group once ``pod-group-total-count`` pods exist), marked Finished when the owner
 finishes. The ``kueue.x-k8s.io/priority-class`` label names a WorkloadPriorityClass whose value becomes
 the Workload's priority; an unknown class leaves the owner without a Workload and a warning event, as
-Kueue's ``WorkloadPriorityClassNotFound``."""
+Kueue's ``WorkloadPriorityClassNotFound``. A managed pod's label changed from one class to another (Kueue's
+webhook refuses adding or removing it once the pod runs) moves its Workload's priority with it, as
+jobframework's ``UpdateWorkloadPriority`` does (Kueue v0.15 on); the sandbox follows single pods only."""
 
 from __future__ import annotations
 
@@ -93,6 +95,37 @@ def ensure_workloads(api: Api, managed_job_namespaces: set[str]) -> list[str]:
         if not meta.get("deletionTimestamp") and api.find(wl_rt, meta["namespace"], name) is None:
             _create(api, job, lambda prio, job=job: workloads.for_job(job, prio), created)
     return created
+
+
+def follow_priorities(api: Api) -> list[str]:
+    """Give each single managed pod's Workload the priority of the class its label names now; returns the
+    Workloads changed (``namespace/name``)."""
+    wl_rt = api.kind(names.API_VERSION, "Workload")
+    pods, _ = api.store.snapshots(("", "pods"))
+    changed: list[str] = []
+    for pod in pods:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        wanted = labels.get(names.PRIORITY_LABEL)
+        if labels.get(names.MANAGED_LABEL) != "true" or labels.get(names.GROUP_NAME_LABEL) or not wanted:
+            continue
+        name = workloads.workload_name("Pod", "", meta["name"], meta["uid"])
+        wl = api.find(wl_rt, meta["namespace"], name)
+        ref = ((wl or {}).get("spec") or {}).get("priorityClassRef") or {}
+        if wl is None or not ref.get("name") or ref["name"] == wanted:
+            continue  # no Workload yet, or one without a class (Kueue leaves those), or already there
+        try:
+            priority = _priority(api, pod)
+        except PriorityNotFound:
+            continue  # the label names no class: the Workload keeps its priority
+        assert priority is not None
+        with names.raced():
+            api.patch(wl_rt, meta["namespace"], name, {"spec": {"priorityClassRef": {**ref, "name": priority[0]},
+                                                                "priority": priority[1]}}, MERGE)
+            events.record(api, pod, "Normal", "UpdatedWorkload",
+                          f"Updated workload priority class: {meta['namespace']}/{name}", names.COMPONENT)
+            changed.append(f"{meta['namespace']}/{name}")
+    return changed
 
 
 def mark_finished(api: Api, workload: Mapping[str, Any]) -> bool:

@@ -90,6 +90,24 @@ def group_causes(pod: Mapping[str, Any]) -> list[Cause]:
     return []
 
 
+def priority_class_causes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[Cause]:
+    """jobframework's ``ValidateUpdateForWorkloadPriorityClassName``: a running (ungated) pod's priority-class
+    label may change from one class to another, but not be added; it may never be removed."""
+    if old is None:
+        return []
+    path = f"metadata.labels[{names.PRIORITY_LABEL}]"
+    before = (old["metadata"].get("labels") or {}).get(names.PRIORITY_LABEL)
+    after = (new["metadata"].get("labels") or {}).get(names.PRIORITY_LABEL)
+    suspended = any(g.get("name") == names.GATE for g in (new.get("spec") or {}).get("schedulingGates") or [])
+    if before and not after:
+        return [Cause("FieldValueInvalid", 'Invalid value: "": WorkloadPriorityClass cannot be removed from a '
+                      "workload", path)]
+    if after and not before and not suspended:
+        return [Cause("FieldValueInvalid", f'Invalid value: "{after}": WorkloadPriorityClass cannot be added to a '
+                      "non-suspended workload", path)]
+    return []
+
+
 class Outage:
     """Whether the sandbox's Kueue is down (its process gone): webhooks refuse, the controller stands still."""
 
@@ -138,7 +156,9 @@ def install(api: Api, namespace_selector: Mapping[str, Any] = DEFAULT_NAMESPACE_
         if not reachable("vpod.kb.io", "/validate--v1-pod", req.namespace):
             return []
         labels = req.object["metadata"].get("labels") or {}
-        return group_causes(req.object) if labels.get(names.MANAGED_LABEL) == "true" else []
+        if labels.get(names.MANAGED_LABEL) != "true":
+            return []
+        return group_causes(req.object) + priority_class_causes(req.old_object, req.object)
 
     def job_check(req: AdmissionRequest) -> list[Cause]:
         reachable("vjob.kb.io", "/validate-batch-v1-job", req.namespace)

@@ -9,6 +9,7 @@ The pool is one donor with 2 GPUs whose ClusterQueue quota an admin set to 1 GPU
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -248,3 +249,40 @@ def test_a_preempted_one_shot_cell_is_requeued_and_rerun_once(kernels: list[Kube
         assert "as --rerun-on-preemption asks" in note and sink.text.count("first attempt") == 1, (note, sink.text)
     else:
         assert "before it showed any output" in note and sink.text == "", (note, sink.text)
+
+
+def test_a_protected_session_is_preempted_only_after_its_protection_time(
+        origin: Any, kernels: list[KubernetesBackend], api_client: Any, pool: str) -> None:
+    """The hub's session protection: a queued session pod starts at the protected class, which the pool's runs
+    do not outrank; the kernel lowers it to its own class (batch) once it ran for the protection time, and only
+    then does Kueue let the interactive cell that waits for its GPU preempt it."""
+    if not hasattr(origin, "faults"):
+        pytest.skip("the relabelling was read from real Kueue v0.19.2's source (jobframework's "
+                    "UpdateWorkloadPriority) but this test has not run against it yet")
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    protected = f"protected-{uuid.uuid4().hex[:6]}"
+    custom.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", {
+        "apiVersion": "/".join(KUEUE), "kind": "WorkloadPriorityClass", "metadata": {"name": protected},
+        "value": 100000})
+    seconds = 8.0
+    first = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", session_protection=seconds,
+                                       protected_priority=protected), api_client)
+    try:
+        outcome, _, _ = run_cell(first, "x = 41", {}, session="work", priority="batch")
+        assert outcome.status == "ok", outcome.error
+        [info] = first.sessions()
+        assert f"priority class {protected}, then batch)" in info.release, info
+        assert info.release.startswith("protected from preemption until "), info
+
+        outcome, sink, _ = run_cell(kernels[1], "print('interactive ran')", {}, priority="interactive")
+        assert outcome.status == "ok", outcome.error
+        wait_until(lambda: not first.sessions(), "the preempted session no longer listed")
+        status = first.describe()
+        ran = re.search(r"session work: its pod \S+ was preempted after (\d+) s by a higher-priority run", status)
+        assert ran is not None, status
+        # preempted only once the protection was over, counted from the runner's start
+        assert int(ran.group(1)) >= seconds - 1, status
+    finally:
+        first.close()
+        custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", protected)
+    wait_until(lambda: not leftovers(kubernetes.client.CoreV1Api(api_client), pool), "nothing left", timeout=60)

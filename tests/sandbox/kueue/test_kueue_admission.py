@@ -421,3 +421,43 @@ def test_cluster_queue_without_namespace_selector_admits_no_namespace(core, cust
     cond = condition(wl, "QuotaReserved")
     assert (cond["reason"], cond["message"]) == ("Misconfigured",
                                                  "workload namespace doesn't match ClusterQueue selector")
+
+
+def test_a_running_pods_priority_class_may_change_and_its_workload_follows(core, custom, pool):
+    """Kueue v0.15 on: the label moves from one class to another on a running pod and the Workload's priority
+    follows (how the project lowers a protected session); it may not be removed, nor added once admitted."""
+    protected, batch, inter = (f"{n}-{pool.name}" for n in ("protected", "batch", "inter"))
+    for name, value in ((protected, 100000), (batch, 100), (inter, 1000)):
+        create(custom, "workloadpriorityclasses", {"kind": "WorkloadPriorityClass", "metadata": {"name": name},
+                                                   "value": value})
+    pool.queue(preemption={"withinClusterQueue": "LowerPriority"})
+    ns = pool.users[0]
+    core.create_namespaced_pod(ns, gpu_pod("plain", "user-queue"))  # no class
+    wait_until(lambda: (wl := _wl_of(custom, ns, "plain")) and admitted(wl), "the plain pod admitted")
+    with pytest.raises(kubernetes.client.ApiException) as added:
+        core.patch_namespaced_pod("plain", ns, {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": batch}}})
+    assert added.value.status == 422 and "cannot be added to a non-suspended workload" in added.value.body
+    core.delete_namespaced_pod("plain", ns, grace_period_seconds=0)
+    wait_until(lambda: "plain" not in {p.metadata.name for p in core.list_namespaced_pod(ns).items}
+               and (_wl_of(custom, ns, "plain") is None or not admitted(_wl_of(custom, ns, "plain"))),
+               "the plain pod gone and its quota released")
+    for i in range(4):
+        core.create_namespaced_pod(ns, gpu_pod(f"s-{i}", "user-queue", priority=protected))
+        wait_until(lambda i=i: (wl := _wl_of(custom, ns, f"s-{i}")) and admitted(wl), "session admitted")
+    core.patch_namespaced_pod("s-2", ns, {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": batch}}})
+    wait_until(lambda: (_wl_of(custom, ns, "s-2") or {})["spec"].get("priority") == 100, "the Workload lowered")
+    assert _wl_of(custom, ns, "s-2")["spec"]["priorityClassRef"]["name"] == batch
+    # a full pool: the interactive pod preempts the lowered one only, the protected ones stay
+    core.create_namespaced_pod(ns, gpu_pod("interactive", "user-queue", priority=inter))
+    wait_until(lambda: "s-2" not in {p.metadata.name for p in core.list_namespaced_pod(ns).items},
+               "the lowered pod preempted and deleted")
+    wait_until(lambda: (wl := _wl_of(custom, ns, "interactive")) and admitted(wl), "the interactive run admitted")
+    # the protected ones were not touched (a pod Kueue stops is deleted and never comes back)
+    assert {p.metadata.name for p in core.list_namespaced_pod(ns).items} == {"s-0", "s-1", "s-3", "interactive"}
+    assert all(not p.metadata.deletion_timestamp for p in core.list_namespaced_pod(ns).items)
+    with pytest.raises(kubernetes.client.ApiException) as removed:
+        core.patch_namespaced_pod("s-0", ns, {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": None}}})
+    assert removed.value.status == 422 and "cannot be removed from a workload" in removed.value.body
+    # a pod still gated (suspended, waiting: the pool is full) may get a class
+    core.create_namespaced_pod(ns, gpu_pod("waiting", "user-queue"))
+    core.patch_namespaced_pod("waiting", ns, {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": batch}}})

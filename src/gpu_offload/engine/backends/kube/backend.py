@@ -355,7 +355,9 @@ class KubernetesBackend:
         """The warm session pods that are still alive."""
         now = time.time()
         with self._lock:
-            return [replace(s.info(), release=release_words(self.idle_timeouts.of(s.name), s.release_at, now))
+            return [replace(s.info(), release="; ".join(w for w in (
+                        s.protector.words(now) if isinstance(s, KubeSession) else "",
+                        release_words(self.idle_timeouts.of(s.name), s.release_at, now)) if w))
                     for s in self._sessions.values() if s.alive]
 
     def close_session(self, name: str, grace: float = 5.0) -> bool:

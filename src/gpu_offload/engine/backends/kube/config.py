@@ -74,6 +74,11 @@ class KubeSettings:
     session_idle_timeout: float = 0.0
     """Seconds a session may sit idle holding its GPUs before this kernel ends it
     (``GPU_OFFLOAD_SESSION_IDLE_TIMEOUT``, the chart's ``offload.sessionIdleTimeout``); 0: never."""
+    session_protection: float = 0.0
+    """Seconds a queued session pod runs at ``protected_priority`` before the kernel relabels it to its own class
+    (``GPU_OFFLOAD_SESSION_PROTECTION``); 0: no protection."""
+    protected_priority: str | None = None
+    """The WorkloadPriorityClass of a protected session pod (``GPU_OFFLOAD_PROTECTED_PRIORITY``)."""
 
     trusted: tuple[str, ...] = ()
     """Cluster ids the origin trusts (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, a hub's spawner writes its chart's):
@@ -127,7 +132,7 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         )
     try:
         settings.check("placement_policy", "create_offloading", "metered", "trusted_clusters", "monthly_budget",
-                       "session_idle_timeout")
+                       "session_idle_timeout", "session_protection")
     except E.InvalidSetting as exc:
         raise BackendNotConfigured(str(exc)) from None
     storage = StorageSettings(settings.s3_bucket, settings.s3_endpoint) if settings.s3_bucket else None
@@ -151,4 +156,6 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         trusted=settings.trusted_clusters,
         budget=settings.monthly_budget,
         session_idle_timeout=max(0.0, settings.session_idle_timeout),
+        session_protection=max(0.0, settings.session_protection),
+        protected_priority=settings.protected_priority,
     )

@@ -68,7 +68,7 @@ class PodLauncher:
         if plan.waits_for and self._queue is not None:
             ticket = self._queue.track(created.name, plan.waits_for)
         return Launched(created.name, created.owner, plan.ctx, plan.clusters, plan.outputs_from, created.stdin,
-                        phases, ticket)
+                        phases, ticket, plan.protection)
 
     def _situation(self, order: PodOrder, avoid: frozenset[str]) -> Situation:
         """What planning ``order`` reads of the world. The refusals that need no cluster come first, so a

@@ -50,6 +50,7 @@ from .budget import SpendReading, budget_refusal
 from .config import KubeSettings
 from .explain import MEMORY_ENV, PodContext
 from .follow import KUEUE_PICKS
+from .protection import Protection, session_priority
 
 DEADLINE_MARGIN = 30
 """Seconds the pod's activeDeadlineSeconds adds to --timeout: the engine interrupts first, the deadline is
@@ -162,6 +163,8 @@ class LaunchPlan:
     job: JobShape | None = None
     waits_for: str = ""
     """What a queued pod waits for, as its place in line says it (``2 x A100``); empty: no tracking."""
+    protection: Protection | None = None
+    """A session pod that starts at the protected class and is lowered to its own later (``.protection``)."""
 
     def owner(self, bundle_url: str | None = None, bundle_sha256: str = "") -> dict[str, Any]:
         """The first object to create: the Pod, or the Job (the stored bundle's URL and digest, if stored)."""
@@ -445,6 +448,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
     outputs_from = next((c for c in where.clusters if not is_trusted(c, trust)), where.clusters[0])
     trusted = is_trusted(outputs_from, trust)
     stored = stores_bundle(order, seen.runner_size, settings)
+    priority_class, protection = session_priority(placement, order.session, queue, settings)
     timeout = placement.timeout
     pod = RunnerPodSpec(
         run_id=order.run_id, namespace=settings.namespace, image=image, user=settings.user, kernel=settings.kernel,
@@ -459,14 +463,14 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         server=settings.server, kernel_pid=seen.kernel_pid, metered=settings.metered, memory=seen.memory,
         cli=settings.cli, queue=queue,
         # a --priority without a queue is refused by runner_pod, naming the fix
-        priority_class=placement.priority or (settings.priority if queue else None),
+        priority_class=priority_class,
     )
     if ranks is None:
         ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model,
                          where.ask.describe() if where.ask else "")
         what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
-                          stored, pod, waits_for=what if queue else "")
+                          stored, pod, waits_for=what if queue else "", protection=protection)
     ctx = PodContext(" or ".join(where.clusters), placement.gpus, image, seen.memory, where.model)
     shape = JobShape(ranks.nodes, ranks.procs_per_node, master_port(order.run_id))
     return LaunchPlan(order.run_id, "Job", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,

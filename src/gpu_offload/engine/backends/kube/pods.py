@@ -88,6 +88,15 @@ class PodApi:
             return False
         return True
 
+    def relabel_pod(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Set labels of the pod (a merge patch); False if it is gone."""
+        try:
+            self._json("relabelling", f"Pod {self.namespace}/{name}", self.core.patch_namespaced_pod, name,
+                       self.namespace, {"metadata": {"labels": dict(labels)}})
+        except APINotFound:
+            return False
+        return True
+
     def delete_job(self, name: str, grace: int | None = None) -> bool:
         """Delete a distributed run's Job with its pods (and its Secret and Service, which it owns); False if
         it was already gone. ``propagationPolicy: Background``: without it a Job orphans its pods."""

@@ -24,6 +24,7 @@ from .explain import FAILED, PODS_READY_TIMEOUT, PodContext, PodState, pod_state
 from .follow import PodEnded, PodFollower
 from .plan import PodOrder
 from .pods import PodApi
+from .protection import Protection
 from .queueing import Ticket, duration
 from .requeue import after_preemption
 
@@ -54,6 +55,8 @@ class Launched:
     """When placement and the creation ended (``time.monotonic()``), for the run's timing."""
     ticket: Ticket | None = None
     """A queued pod's place in Kueue's line."""
+    protection: Protection | None = None
+    """A session pod protected from preemption for its first minutes (lowered to its own class after)."""
 
 
 @dataclass
@@ -64,6 +67,7 @@ class LaunchedPod:
     follower: PodFollower
     ticket: Ticket | None = None
     phases: tuple[Phase, ...] = ()
+    protection: Protection | None = None
 
     @property
     def ctx(self) -> PodContext:
@@ -108,7 +112,7 @@ def follow_pod(host: Host, launched: Launched, order: PodOrder) -> LaunchedPod:
     """Start following the runner pod ``launched`` made for ``order``."""
     follower = PodFollower(host.pods, launched.owner, order.nonce, launched.ctx, one_shot=not order.session,
                            watch_seconds=host.watch_seconds, run_id=order.bundle_run, stdin=launched.stdin or None)
-    return LaunchedPod(launched.name, follower, launched.ticket, launched.phases)
+    return LaunchedPod(launched.name, follower, launched.ticket, launched.phases, launched.protection)
 
 
 QUEUED_AFTER = 2.0

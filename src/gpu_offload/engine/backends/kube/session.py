@@ -13,15 +13,18 @@ import contextlib
 import dataclasses
 import json
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
+from ....liqo_peering import labels as L
+from ....liqo_peering.errors import GpuOffloadError
 from ....runner.frames import Done, Hello, Outputs, RunnerWarning
 from ....runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
-from .explain import FAILED, PREEMPTED
+from .explain import FAILED, PREEMPTED, span_text
 from .follow import PodEnded, PodFollower
 from .plan import PodOrder
 from .pods import PodApi
@@ -66,6 +69,54 @@ class Attachment:
         if ws is not None:
             with contextlib.suppress(Exception):  # already closed
                 ws.close()
+
+
+class Protector:
+    """Lowers a protected session pod (``.protection``) to its own priority class once it has run for its
+    protection time, so Kueue may preempt it from then on; what the next cell is told of it."""
+
+    def __init__(self, name: str, pods: PodApi, launched: LaunchedPod) -> None:
+        self.protection = launched.protection
+        self.until: float | None = None
+        """When the protection ends (wall clock), once the pod runs."""
+        self.note: tuple[str, bool] | None = None
+        """Said once at the session's next cell: (text, whether it is a warning)."""
+        self._stop = threading.Event()
+        if self.protection is not None:
+            threading.Thread(target=self._run, args=(name, pods, launched), daemon=True,
+                             name=f"gpu-offload-protect-{name}").start()
+
+    def _run(self, name: str, pods: PodApi, launched: LaunchedPod) -> None:
+        protection, follower = self.protection, launched.follower
+        assert protection is not None
+        while not follower.running.wait(1.0):  # counted from the runner's start, not from the queue
+            if self._stop.is_set() or follower.ended:
+                return
+        self.until = time.time() + protection.seconds
+        if self._stop.wait(protection.seconds):
+            return
+        try:
+            lowered = pods.relabel_pod(launched.name, {L.PRIORITY_CLASS_LABEL: protection.lowers_to})
+        except GpuOffloadError as exc:
+            self.note = (f"session {name}: its pod could not be lowered from priority class {protection.starts_at} to "
+                         f"{protection.lowers_to} after its protection time ({exc}); it stays protected", True)
+            return
+        if lowered:
+            self.note = (f"session {name}'s protection from preemption ended after {span_text(protection.seconds)}: "
+                         f"its pod now runs at priority class {protection.lowers_to}, so Kueue may preempt it for a "
+                         "higher-priority run", False)
+        self.until = None
+
+    def words(self, now: float) -> str:
+        """``protected from preemption until ...`` while it is, for ``%gpu_offload sessions``."""
+        if self.protection is None or self.until is None or self._stop.is_set():
+            return ""
+        at = time.strftime("%H:%M:%S UTC", time.gmtime(self.until))
+        return (f"protected from preemption until {at} (in {span_text(max(0.0, self.until - now))}; priority class "
+                f"{self.protection.starts_at}, then {self.protection.lowers_to})")
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class WarmSession:
@@ -166,6 +217,7 @@ class KubeSession(WarmSession):
                               defaults=host.run_defaults())
         self.launched: LaunchedPod = follow_pod(host, host.launch(self.order), self.order)
         self.stdin = Attachment(self.pods, self.launched.name, greeting(nonce))
+        self.protector = Protector(name, self.pods, self.launched)
         self.moved = False
         self.hello = False
 
@@ -200,6 +252,9 @@ class KubeSession(WarmSession):
         note = self.replaced_note()
         if note is not None:
             run.warn(note)
+        told, self.protector.note = self.protector.note, None
+        if told is not None:
+            (run.warn if told[1] else run.announce)(told[0])
         return run
 
     def send(self, command: dict[str, Any]) -> bool:
@@ -217,10 +272,13 @@ class KubeSession(WarmSession):
         retry = dataclasses.replace(self.order, run_id=f"{self.order.run_id}r")
         self.launched = follow_pod(self.host, self.host.launch(retry, frozenset({first.ctx.cluster})), retry)
         self.stdin = Attachment(self.pods, self.launched.name, greeting(self.order.nonce))  # a new runner
+        self.protector.stop()
+        self.protector = Protector(self.name, self.pods, self.launched)
 
     def close(self, grace: float) -> None:
         """Ask the runner to exit, then delete the pod (its Secret goes with it)."""
         self.hang_up([self.stdin])
+        self.protector.stop()
         self.launched.follower.stop()
         self.pods.delete_pod(self.launched.name, grace=max(0, int(grace)))
         InLine.leave(self.launched, self.host)
