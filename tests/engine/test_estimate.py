@@ -55,9 +55,8 @@ class _MallocPeak(TorchDispatchMode):
         return out
 
 
-def _peak_of_a_steady_step(build, batch, optimizer) -> int:
+def _training(build, batch, optimizer):
     torch.manual_seed(0)
-    before = _in_use()
     model = build()
     x = batch()
     opt = optimizer(model.parameters(), lr=1e-3)
@@ -67,21 +66,23 @@ def _peak_of_a_steady_step(build, batch, optimizer) -> int:
         model(x).float().pow(2).mean().backward()
         opt.step()
 
-    step()
-    with _MallocPeak() as probe:
-        step()
-    return probe.peak - before
+    return step
 
 
 def measured_cpu_peak(build, batch, optimizer) -> int:
     """Peak bytes a real steady training step holds on the CPU, parameters and batch included.
 
-    A first, discarded run sets up what a process does once and keeps: torch's lazy start-up, oneDNN's
-    kernels compiled for these shapes and its primitive cache, thread pools (46 MiB for whichever case ran first
-    in the process, 16 MiB more the first time a convolution ran). That is the process's, not the step's; on a
-    GPU its counterpart is the CUDA context, which the request adds apart (``CONTEXT``)."""
-    _peak_of_a_steady_step(build, batch, optimizer)
-    return _peak_of_a_steady_step(build, batch, optimizer)
+    A discarded first step sets up what a process does once and keeps: torch's lazy start-up, oneDNN's kernels
+    compiled for these shapes and its primitive cache, thread pools (46 MiB for whichever case ran first in the
+    process, 16 MiB more the first time a convolution ran). That is the process's, not the step's; on a GPU its
+    counterpart is the CUDA context, which the request adds apart (``CONTEXT``)."""
+    _training(build, batch, optimizer)()
+    before = _in_use()
+    step = _training(build, batch, optimizer)
+    step()
+    with _MallocPeak() as probe:
+        step()
+    return probe.peak - before
 
 
 def mlp():
@@ -101,7 +102,7 @@ CASES = {
     "mlp-adam": (mlp, lambda: torch.randn(256, 512), torch.optim.Adam),
     "mlp-wide-batch-sgd": (mlp, lambda: torch.randn(4096, 512), torch.optim.SGD),
     "convnet-adamw": (convnet, lambda: torch.randn(32, 3, 32, 32), torch.optim.AdamW),
-    "convnet-wide-batch-sgd": (convnet, lambda: torch.randn(256, 3, 32, 32), torch.optim.SGD),
+    "convnet-wide-batch-sgd": (convnet, lambda: torch.randn(128, 3, 32, 32), torch.optim.SGD),
     "encoder-adam": (encoder, lambda: torch.randn(16, 64, 256), torch.optim.Adam),
 }
 
