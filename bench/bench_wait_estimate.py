@@ -25,8 +25,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from alibaba_trace import NEVER, missing, read_tasks  # bench/: the script's folder is on sys.path
-from gpu_offload.engine.backends.kube.wait_estimate import QUOTA, RECENT, estimate
 from harness import Run, percentile
+
+from gpu_offload.engine.backends.kube.wait_estimate import QUOTA, RECENT, estimate
 
 POOLS = (0.9, 0.8, 0.7)
 """The pool's GPUs as a share of the trace's peak concurrent demand (the GPUs its tasks held at once at most)."""

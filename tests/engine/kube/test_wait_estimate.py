@@ -4,6 +4,7 @@ of runs leaving the line from which the estimate's history comes."""
 from __future__ import annotations
 
 import pytest
+from gpu_offload.liqo_peering.queue_client import KueueClient
 from kubernetes.client import ApiClient
 
 from gpu_offload.engine.backends.kube.queueing import QueueWatch
@@ -15,7 +16,6 @@ from gpu_offload.engine.backends.kube.wait_estimate import (
     estimate,
     reason_of,
 )
-from gpu_offload.liqo_peering.queue_client import KueueClient
 
 
 @pytest.mark.parametrize(("message", "reason"), [
