@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,7 @@ from ....liqo_peering.errors import APIError, APIForbidden
 from ....liqo_peering.queue_client import KueueClient
 from ....liqo_peering.retrying import WATCH_BACKOFF, Backoff
 from ....liqo_peering.watching import Event, ListResult, ListWatch
+from .wait_estimate import RECENT, UNKNOWN, estimate
 
 READ_SPACING = Backoff(first=1.0, cap=30.0, factor=2.0, jitter=0.2)
 """The wait between two reads of the pending workloads while runs keep waiting (the n-th read of a wait)."""
@@ -57,8 +59,16 @@ class Ticket:
         """Pending workloads of the ClusterQueue (its status), when readable."""
         self.version = 0
         """Bumped whenever position or total change."""
+        self.admissions: tuple[float, ...] = ()
+        """When runs ahead left the line, as the kernel saw it (monotonic clock; the last few only)."""
+        self.watched_since = self.since
+        """Since when the kernel has been counting those departures."""
 
-    def update(self, position: int | None, total: int | None) -> None:
+    def update(self, position: int | None, total: int | None, admissions: tuple[float, ...] = (),
+               watched_since: float | None = None) -> None:
+        self.admissions = admissions
+        if watched_since is not None:
+            self.watched_since = watched_since
         if (position, total) != (self.position, self.total):
             self.position, self.total = position, total
             self.version += 1
@@ -70,7 +80,10 @@ class Ticket:
             return f"queued for {self.what} in LocalQueue {self.queue}; waiting {waited}"
         place = ordinal(self.position + 1)
         line = f"{place} of {self.total}" if self.total is not None and self.total > self.position else place
-        return f"queued for {self.what}: {line} in line; waiting {waited}"
+        # Kueue's reason is not read by the kernel yet (it is in the Workload's QuotaReserved condition)
+        guess = estimate(self.position, self.admissions, self.watched_since,
+                         time.monotonic() if now is None else now, UNKNOWN)
+        return f"queued for {self.what}: {line} in line; waiting {waited}\n  {guess.text()}"
 
 
 def _owner_pod(item: Mapping[str, Any]) -> str | None:
@@ -103,6 +116,9 @@ class QueueWatch:
         self._stop = threading.Event()
         self.reads = 0
         """Reads of the pending workloads so far (for the bench)."""
+        self._departures: deque[float] = deque(maxlen=RECENT + 1)
+        """When runs ahead of a followed one left the line (admitted or withdrawn), one entry per run."""
+        self._since = time.monotonic()
         self._watch = ListWatch(f"ClusterQueue {cluster_queue}", self._list, self._watch_events, self,
                                 backoff=WATCH_BACKOFF)
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"gpu-offload-queue-{local_queue}")
@@ -164,6 +180,10 @@ class QueueWatch:
         """Start following ``pod``'s place in line; the next read comes soon."""
         ticket = Ticket(pod, what, self.local_queue)
         with self._lock:
+            if not self._tickets:
+                # no run was followed since the last wait: nothing was counted meanwhile, so the pace starts anew
+                self._departures.clear()
+                self._since = time.monotonic()
             self._tickets[pod] = ticket
             self._changed = self._fresh = True
             self._wake.notify_all()
@@ -210,8 +230,22 @@ class QueueWatch:
             reads_in_row += 1
             next_read = time.monotonic() + self._spacing.delay(reads_in_row)
             positions = {_owner_pod(item): item.get("positionInClusterQueue") for item in items}
-            with self._lock:
-                total = self._total()
-                for pod, ticket in self._tickets.items():
-                    position = positions.get(pod)
-                    ticket.update(position if isinstance(position, int) else None, total)
+            self._read(positions)
+
+    def _read(self, positions: Mapping[str | None, Any]) -> None:
+        """Apply one read of the pending workloads to the tickets; count the runs that left the line since the
+        last read (the most any followed run moved up: a run that left counts itself and those ahead)."""
+        now = time.monotonic()
+        with self._lock:
+            total = self._total()
+            left = 0
+            news = {}
+            for pod, ticket in self._tickets.items():
+                found = positions.get(pod)
+                news[pod] = position = found if isinstance(found, int) else None
+                if ticket.position is not None:
+                    left = max(left, ticket.position - (position if position is not None else -1))
+            self._departures.extend([now] * left)
+            seen = tuple(self._departures)
+            for pod, ticket in self._tickets.items():
+                ticket.update(news[pod], total, seen, self._since)

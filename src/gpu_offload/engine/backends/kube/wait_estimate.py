@@ -1,0 +1,124 @@
+"""Why a queued run waits and when it may start, from facts already read (a pure module: no I/O, no clock).
+
+The inputs are what the kernel has seen: the run's place in its ClusterQueue (Kueue's visibility API), the
+times at which runs ahead of it left the line (each step forward of a followed run's place is one), how long
+the kernel has been watching, and the reason Kueue gives in the Workload's ``QuotaReserved`` condition.
+
+The estimate is a rate: ``position + 1`` more admissions are needed before this run starts (those ahead, then
+its own), and the line has recently moved at ``n / watched`` admissions a second. Its range widens with few
+admissions seen, with few runs ahead, and with bursty admissions (the spread of the gaps between them), since
+each of these makes the rate a worse guide. With too little history there is no estimate, said so, rather than
+a number made up from two data points.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+QUOTA, PREEMPTING, NO_FIT, UNKNOWN = "quota", "preempting", "no-fit", "unknown"
+"""The reasons a run waits, as Kueue states them (see :func:`reason_of`)."""
+REASON_WORDS = {
+    QUOTA: "every GPU the queue may use is taken; it starts as runs ahead of it are admitted",
+    PREEMPTING: "Kueue is stopping a lower-priority run to make room for it",
+    NO_FIT: "no donor offers what it asks for; it starts only when the pool changes",
+    UNKNOWN: "waiting for Kueue to admit it",
+}
+MIN_ADMISSIONS = 3
+"""Fewer admissions seen than this: no estimate."""
+MIN_WATCHED = 60.0
+"""Watched the line for less than this many seconds: no estimate (a burst seen at once is not a rate)."""
+RECENT = 20
+"""Only the last this many admissions count: the recent pace of the line, not yesterday's."""
+Z80 = 1.2816
+"""The normal quantile of 90 %: the range is meant to hold about 80 % of starts."""
+
+
+def reason_of(message: str) -> str:
+    """The reason in Kueue's ``QuotaReserved=False`` message (or the Workload's ``Pending`` event)."""
+    text = message.lower()
+    if "pending the preemption" in text:
+        return PREEMPTING
+    if "insufficient unused quota" in text:
+        return QUOTA  # the quota exists but is in use: waiting for it is worth it
+    if "insufficient quota" in text or "couldn't assign flavors" in text or "no flavors" in text:
+        return NO_FIT  # more than any flavor's quota, or no flavor matches the request
+    return UNKNOWN
+
+
+@dataclass(frozen=True)
+class WaitEstimate:
+    """Why a run waits and, when the history allows, when it should start (seconds from ``now``)."""
+
+    reason: str
+    words: str
+    seconds: float | None
+    """The expected wait still ahead; None: no estimate (see ``basis``)."""
+    low: float | None
+    high: float | None
+    basis: str
+    """What the estimate rests on, or why there is none."""
+
+    def text(self) -> str:
+        """``starts in about 4 min (2 min 30 s to 6 min), from 7 admissions in the last 10 min``."""
+        if self.seconds is None or self.low is None or self.high is None:
+            return f"{self.words}; no estimate of the start yet: {self.basis}"
+        return (f"{self.words}; starts in about {_span(self.seconds)} ({_span(self.low)} to {_span(self.high)}), "
+                f"{self.basis}")
+
+
+def _span(seconds: float) -> str:
+    whole = int(round(max(seconds, 0)))
+    if whole >= 3600:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    if whole >= 120:
+        return f"{round(whole / 60)} min"
+    return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
+
+
+def _burstiness(times: Sequence[float], start: float, now: float) -> float:
+    """The coefficient of variation of the gaps between admissions (1 for a steady random pace, more when they
+    come in bursts); at least 1, since fewer than a handful of gaps cannot show that a pace is steadier."""
+    points = [start, *times, now]
+    gaps = [b - a for a, b in zip(points, points[1:], strict=False)]
+    mean = sum(gaps) / len(gaps)
+    if len(gaps) < 3 or mean <= 0:
+        return 1.0
+    return max(1.0, statistics.pstdev(gaps) / mean)
+
+
+def estimate(position: int | None, admissions: Sequence[float], watched_since: float, now: float,
+             reason: str = QUOTA) -> WaitEstimate:
+    """The wait of the run at ``position`` (from 0, Kueue's ``positionInClusterQueue``) given the ``admissions``
+    (times, any order, on the same clock as ``now``) seen since ``watched_since``; ``reason`` from
+    :func:`reason_of`."""
+    words = REASON_WORDS.get(reason, REASON_WORDS[UNKNOWN])
+    if reason not in (QUOTA, UNKNOWN):
+        # a preemption's end or a change of the pool does not follow the pace of the line
+        basis = ("it starts once the preempted run has stopped" if reason == PREEMPTING
+                 else "the queue's pace says nothing about when the pool changes")
+        return WaitEstimate(reason, words, None, None, None, basis)
+    if position is None or position < 0:
+        return WaitEstimate(reason, words, None, None, None, "Kueue does not list it as pending")
+    seen = sorted(t for t in admissions if watched_since <= t <= now)
+    recent = seen[-RECENT:]
+    # the pace is measured from the admission before the counted ones (or the start of watching) to now, so a
+    # line that has stalled since its last admission slows the estimate down
+    start = seen[-RECENT - 1] if len(seen) > RECENT else watched_since
+    watched = now - start
+    if len(recent) < MIN_ADMISSIONS or watched < MIN_WATCHED:
+        return WaitEstimate(reason, words, None, None, None,
+                            f"{len(recent)} admission{'' if len(recent) == 1 else 's'} seen in "
+                            f"{_span(watched)} is too little history")
+    rate = len(recent) / watched
+    needed = position + 1
+    mean = needed / rate
+    # the time for k more admissions at a known steady random pace spreads as 1/sqrt(k); the pace itself is
+    # known to 1/sqrt(n); bursts scale the first by the gaps' coefficient of variation
+    spread = math.sqrt((_burstiness(recent, start, now) ** 2) / needed + 1 / len(recent))
+    low = mean * max(0.0, 1 - Z80 * spread)
+    high = mean * (1 + Z80 * spread)
+    return WaitEstimate(reason, words, mean, low, high,
+                        f"from {len(recent)} admissions in the last {_span(watched)}")
