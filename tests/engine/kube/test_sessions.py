@@ -84,7 +84,9 @@ def test_every_cell_of_a_session_says_where_its_pod_runs(kube: KubernetesBackend
     for cell in ("n = 1", "n += 1"):
         outcome, sink, _ = run_cell(kube, cell, {}, session="where")
         assert outcome.status == "ok", outcome.error
-        notices.append(sink.notices)
+        # a pod slower to start than the engine's first progress note (a loaded machine, a real cluster) adds
+        # "no output yet", a passing progress line; the placement line is said by every cell, and nothing else
+        notices.append([n for n in sink.notices if not n.startswith("no output yet after ")])
     [pod] = core.list_namespaced_pod(namespace).items
     said = f"running in pod {pod.metadata.name} on virtual node donor-2-gpu (Liqo cluster donor-2, 1 x L4)"
     assert notices == [[said], [f"{said}, session where"]]

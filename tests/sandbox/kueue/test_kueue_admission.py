@@ -433,7 +433,11 @@ def test_a_running_pods_priority_class_may_change_and_its_workload_follows(core,
     pool.queue(preemption={"withinClusterQueue": "LowerPriority"})
     ns = pool.users[0]
     core.create_namespaced_pod(ns, gpu_pod("plain", "user-queue"))  # no class
-    wait_until(lambda: (wl := _wl_of(custom, ns, "plain")) and admitted(wl), "the plain pod admitted")
+    # Kueue ungates the pod a moment after it admits the Workload: until then the pod is still suspended and
+    # may get a class, so the refusal is asked of the pod once it is ungated
+    wait_until(lambda: ((wl := _wl_of(custom, ns, "plain")) and admitted(wl)
+                        and not core.read_namespaced_pod("plain", ns).spec.scheduling_gates),
+               "the plain pod admitted and ungated")
     with pytest.raises(kubernetes.client.ApiException) as added:
         core.patch_namespaced_pod("plain", ns, {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": batch}}})
     assert added.value.status == 422 and "cannot be added to a non-suspended workload" in added.value.body
