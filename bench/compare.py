@@ -72,7 +72,7 @@ def figures(runs: list[dict[str, Any]]) -> dict[str, list[Figure]]:
     for run in runs:
         for f in run["figures"]:
             found.setdefault(f["name"], []).append(
-                Figure(f["name"], f["unit"], tuple(f["samples"]), f["lower_is_better"]))
+                Figure(f["name"], f["unit"], tuple(f["samples"]), f["lower_is_better"], f.get("measured", 0)))
     return found
 
 

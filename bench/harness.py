@@ -162,6 +162,8 @@ class Figure:
     unit: str
     samples: tuple[float, ...]
     lower_is_better: bool = True
+    measured: int = 0
+    """How many values were measured when ``samples`` keeps only their quantiles (0: every value is kept)."""
 
     @property
     def median(self) -> float:
@@ -169,7 +171,7 @@ class Figure:
 
     def summary(self) -> dict[str, float]:
         s = self.samples
-        return {"n": len(s), "median": self.median, "p95": percentile(s, 0.95), "p99": percentile(s, 0.99),
+        return {"n": self.measured or len(s), "median": self.median, "p95": percentile(s, 0.95), "p99": percentile(s, 0.99),
                 "min": min(s), "max": max(s)}
 
     def noise(self) -> float:
@@ -177,6 +179,18 @@ class Figure:
         if len(self.samples) < 4 or self.median == 0:
             return 0.0
         return (percentile(self.samples, 0.75) - percentile(self.samples, 0.25)) / 2 / abs(self.median)
+
+
+KEPT_SAMPLES = 1001
+"""Above this many samples a result keeps their 0.1% quantiles: a replay of thousands of queued runs would
+otherwise write megabytes to bench/results, while the median, percentiles and spread read the same."""
+
+
+def _kept(values: tuple[float, ...]) -> tuple[tuple[float, ...], int]:
+    if len(values) <= KEPT_SAMPLES:
+        return values, 0
+    steps = KEPT_SAMPLES - 1
+    return tuple(percentile(values, i / steps) for i in range(KEPT_SAMPLES)), len(values)
 
 
 @dataclass
@@ -198,7 +212,8 @@ class Run:
                ) -> Figure:
         """Record a figure (one value or the samples of repeated measurements) and return it."""
         values = (samples,) if isinstance(samples, (int, float)) else tuple(float(x) for x in samples)
-        figure = Figure(name, unit, values, lower_is_better)
+        kept, measured = _kept(values)
+        figure = Figure(name, unit, kept, lower_is_better, measured)
         self.figures.append(figure)
         return figure
 

@@ -23,7 +23,7 @@ def section(files: list[Path]) -> str:
     run = Run(data["benchmark"], data["title"], machine=data["machine"], started=data["started"],
               revision=data["revision"], script=data.get("script", ""),
               notes=data["notes"],
-              figures=[Figure(f["name"], f["unit"], tuple(f["samples"]), f["lower_is_better"])
+              figures=[Figure(f["name"], f["unit"], tuple(f["samples"]), f["lower_is_better"], f.get("measured", 0))
                        for f in data["figures"]])
     earlier = f"; {len(files) - 1} earlier runs in bench/results/{run.benchmark}/" if len(files) > 1 else ""
     lines = [f"## {run.title} ({run.source()})", "",

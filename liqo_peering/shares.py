@@ -20,6 +20,8 @@ from .errors import CannotShare, NoFit
 from .inventory import VirtualNodeRecord
 from .sharing import GIB, FractionRequest, ResourceAsk, resource_ask
 
+MEMORY_ISOLATED = ("memory", "compute and memory")
+
 
 @dataclass(frozen=True)
 class SharePick:
@@ -115,3 +117,66 @@ def queued_ask(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, cl
         raise _no_fit(fraction, refused, {})
     best = min(by_resources.values(), key=lambda group: min(p for p, _, _ in group))
     return min(best)[2], tuple(sorted({cluster for _, cluster, _ in best}))
+
+
+@dataclass(frozen=True)
+class ClusterShare:
+    """What a fraction is on one cluster: the phrase for the placement notice and, when the donor does not
+    isolate GPU memory, the warning the cell shows once (empty otherwise)."""
+
+    cluster: str
+    text: str
+    notice: str = ""
+
+
+def _weakest(asks: Sequence[ResourceAsk]) -> ResourceAsk:
+    """The ask of a cluster whose nodes may differ: one without memory isolation first, since the scheduler
+    (or Kueue) may pick any of them."""
+    return min(asks, key=lambda a: (a.isolation in MEMORY_ISOLATED, a.isolation == "compute and memory"))
+
+
+def isolation_notice(fraction: FractionRequest, cluster: str, ask: ResourceAsk, isolating: Sequence[str]) -> str:
+    """The warning for ``fraction`` held as ``ask`` on ``cluster`` when that donor does not isolate GPU memory
+    (empty when it does), with what to do: a donor among ``isolating`` that does, or a whole GPU."""
+    if ask.isolation in MEMORY_ISOLATED:
+        return ""
+    others = [c for c in isolating if c != cluster]
+    if others:
+        fix = (f"run it on a donor that isolates GPU memory (--cluster {' or --cluster '.join(others[:3])}) "
+               "or ask for a whole GPU (--gpus 1)")
+    else:
+        fix = "no donor you can use lends part of a GPU with memory isolation, so ask for a whole GPU (--gpus 1)"
+    return (f"{describe(fraction)} is not memory-isolated on cluster {cluster} ({ask.mode}): another pod on the "
+            f"same GPU can take the memory this cell needs and make it run out of memory. To be isolated, {fix}.")
+
+
+def _weakest_by_cluster(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest,
+                        models: Sequence[str | None]) -> dict[str, ResourceAsk]:
+    by_cluster: dict[str, list[ResourceAsk]] = {}
+    for vn, ask in _asks(nodes, fraction, models, (), {}):
+        by_cluster.setdefault(vn.cluster_id, []).append(ask)
+    return {cluster: _weakest(asks) for cluster, asks in by_cluster.items()}
+
+
+def isolating_clusters(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, models: Sequence[str | None],
+                       among: Sequence[str]) -> tuple[str, ...]:
+    """The clusters among ``among`` (all when empty: the user's own narrowing, e.g. ``--trusted-only``) whose
+    every node of one of ``models`` lends ``fraction`` with GPU memory isolated."""
+    return tuple(sorted(c for c, ask in _weakest_by_cluster(nodes, fraction, models).items()
+                        if ask.isolation in MEMORY_ISOLATED and (not among or c in among)))
+
+
+def cluster_shares(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest | None, clusters: Sequence[str],
+                   models: Sequence[str | None], among: Sequence[str],
+                   placed: ResourceAsk | None = None) -> tuple[ClusterShare, ...]:
+    """Per cluster of ``clusters`` (the one placed on as ``placed``, or the ones Kueue picks among), what
+    ``fraction`` is there and its isolation warning, whose fix names the ``isolating_clusters`` among ``among``.
+    A cluster whose nodes lend differently is described by one without isolation: Kueue may pick it."""
+    if fraction is None:
+        return ()
+    weakest = _weakest_by_cluster(nodes, fraction, models)
+    if placed is not None:
+        weakest.update({c: placed for c in clusters})
+    isolating = isolating_clusters(nodes, fraction, models, among)
+    return tuple(ClusterShare(c, weakest[c].describe(), isolation_notice(fraction, c, weakest[c], isolating))
+                 for c in clusters if c in weakest)

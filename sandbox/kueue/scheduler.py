@@ -64,7 +64,8 @@ class Assignment:
 
     @property
     def reason(self) -> str:
-        """The QuotaReserved=False reason Kueue gives (UnadmittedWorkloadsObservability, on since 0.19):
+        """The QuotaReserved=False reason Kueue gives with its UnadmittedWorkloadsObservability gate (Beta, off
+        by default in 0.19.2, when it writes Pending instead: a gap docs/realcluster.md records):
         WaitingForQuota if some flavor could hold it once quota frees, ExceedsMaxQuota if none ever can,
         NoMatchingFlavor for a resource the ClusterQueue does not cover (the sandbox's choice: Kueue
         leaves that case without a granular reason)."""

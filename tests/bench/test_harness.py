@@ -43,6 +43,17 @@ def test_a_run_writes_json_that_results_md_shows(tmp_path: Path) -> None:
     assert "## Demo (bench/bench_demo.py)" in page and "| cell | ms | 3 | 2 |" in page
 
 
+def test_a_figure_of_many_samples_keeps_their_quantiles_and_reports_the_count_measured(tmp_path: Path) -> None:
+    values = [float(i % 997) for i in range(20_000)]
+    written = _run(tmp_path, "02", {"replay": values})
+    figure = json.loads(written.read_text())["figures"][0]
+    assert len(figure["samples"]) == harness.KEPT_SAMPLES and figure["measured"] == 20_000
+    assert figure["summary"]["n"] == 20_000
+    for q in (0.5, 0.95, 0.99):
+        assert harness.percentile(figure["samples"], q) == pytest.approx(harness.percentile(values, q), rel=0.01)
+    assert "| replay | ms | 20000 |" in report.render(tmp_path)
+
+
 def _result(folder: Path, stamp: str, figures: dict[str, list[float]], higher_better: tuple[str, ...] = (),
             load: float = 2.0) -> None:
     """A result file as bench/harness.py writes it, written literally (no harness code involved)."""

@@ -1,4 +1,7 @@
-"""`python flow.py run` with a queued @gpu_offload step, through the sandbox with Kueue: the step's Job carries
+"""`python flow.py run` with a queued @gpu_offload step, through Kueue, on both clusters: the sandbox with its Kueue
+and the real cluster with real Kueue 0.19 (tests/realcluster; the step runs in a real container on the real
+node donor-1-gpu, in the project's user-server image, which has the boto3 and pip Metaflow's pod bootstrap
+needs: tests/realcluster/singleuser_image.sh). The step's Job carries
 the queue and priority labels, Kueue's Job integration creates it suspended while another run holds the
 pool, and once that run ends Kueue admits it, unsuspends it, and the step completes. Without a queue setting
 the flow finds the namespace's one LocalQueue as a kernel does; several stop it before anything is deployed.
@@ -25,6 +28,7 @@ from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
+from ..realcluster.realorigin import REAL_NODES, RealCluster, clusters, seeded_origin
 from ..sandbox.kueue_setup import synced_pool
 from .conftest import BUCKET, DATA, TRUSTING, FlowRunner, S3Server
 
@@ -34,11 +38,20 @@ SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 NAMESPACE = "jhub-dora"
 QUEUE = "gpu-offload"
+# The only donor, with the model the flow's step names; on the real cluster its node is the real kubelet's
+# donor-1-gpu (realorigin: the first donor's node is the first real node)
+DONOR = liqo.Donor("donor-1", 2, "A100", "2.00")
+STEP_IMAGE = "localhost/jupyter-gpu-offload/singleuser:0.1.0"
+"""The step pods' image on the real cluster (the sandbox runs them with this machine's interpreter)."""
 
 
-@pytest.fixture(scope="module")
-def kueue_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with running_kueue_origin(tmp_path_factory.mktemp("kueue-flows"), donors=(liqo.Donor("donor-a", 2, "A100", "2.00"),),
+@pytest.fixture(scope="module", params=clusters())
+def kueue_origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if request.param == "real":  # real Kubernetes and Kueue; the step's pod runs on the real node
+        with seeded_origin((DONOR,), SHARED / "liqo-crds") as real:
+            yield real
+        return
+    with running_kueue_origin(tmp_path_factory.mktemp("kueue-flows"), donors=(DONOR,),
                               crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"],
                               # as docs/queueing.md asks Kueue to be configured: Metaflow's pods request
                               # ephemeral-storage, which the project's ClusterQueue does not cover
@@ -46,6 +59,19 @@ def kueue_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                               image_map=(("python:*", sys.executable),)) as (running, _):
         yield running
     assert not running.live_processes()
+
+
+@pytest.fixture(scope="module")
+def step_image(kueue_origin: Any) -> dict[str, str]:
+    """Metaflow's settings for the step pods' image: none on the sandbox (Metaflow's default, mapped to this
+    machine's interpreter); on the real cluster the user-server image, which must be on the real node."""
+    if not isinstance(kueue_origin.sandbox, RealCluster):
+        return {}
+    with kueue_origin.sandbox.api_client() as client:
+        images = kubernetes.client.CoreV1Api(client).read_node(REAL_NODES[0]).status.images or []
+    if not any(STEP_IMAGE in (image.names or []) for image in images):
+        pytest.skip(f"{STEP_IMAGE} is not on {REAL_NODES[0]}: run tests/realcluster/singleuser_image.sh first")
+    return {"METAFLOW_KUBERNETES_CONTAINER_IMAGE": STEP_IMAGE}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +87,7 @@ def user_namespace(kueue_origin: Any) -> str:
         core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
         core.create_namespace({"metadata": {"name": NAMESPACE, "labels": {"gpu-offload.io/user-namespace": "true"}}})
         custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", NAMESPACE, "namespaceoffloadings",
-                                               namespace_offloading(NAMESPACE, ["donor-a"]))
+                                               namespace_offloading(NAMESPACE, [DONOR.cluster_id]))
     synced_pool(kueue_origin.sandbox, NAMESPACE)
     return NAMESPACE
 
@@ -88,12 +114,13 @@ def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def test_a_queued_run_step_waits_suspended_in_the_queue_then_completes(
-        kueue_origin: Any, user_namespace: str, s3: S3Server, tmp_path: Path) -> None:
+        kueue_origin: Any, user_namespace: str, s3: S3Server, step_image: dict[str, str], tmp_path: Path) -> None:
     with kueue_origin.sandbox.api_client() as client:
-        _queued_run(kueue_origin, client, user_namespace, s3, tmp_path)
+        _queued_run(kueue_origin, client, user_namespace, s3, step_image, tmp_path)
 
 
-def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Server, tmp_path: Path) -> None:
+def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Server, step_image: dict[str, str],
+                tmp_path: Path) -> None:
     core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
     batch = kubernetes.client.BatchV1Api(client)
     core.create_namespaced_pod(user_namespace, _holder())
@@ -103,7 +130,7 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
     runner = FlowRunner(tmp_path, s3)
     (tmp_path / "queued_flow.py").write_text((DATA / "queued_flow.py").read_text())
     env = runner.env({"KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE,
-                      "JUPYTERHUB_USER": "dora", **TRUSTING,
+                      "JUPYTERHUB_USER": "dora", **TRUSTING, **step_image,
                       # what a hub's spawner sets in the user's server when queueing is on
                       "GPU_OFFLOAD_QUEUE": QUEUE, "GPU_OFFLOAD_PRIORITY": "interactive"})
     flow = subprocess.Popen([sys.executable, "queued_flow.py", "run"], cwd=tmp_path, env=env,
@@ -117,9 +144,14 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
         # no donor picked before the queue: only the virtual-node type and the model the step asked for
         assert job.spec.template.spec.node_selector == {"liqo.io/type": "virtual-node",
                                                         "gpu-offload.io/gpu-model": "A100"}
+        # what the hub's queue page shows a user: the QuotaReserved message. (Its reason differs: real Kueue
+        # 0.19.2 writes "Pending", the granular "WaitingForQuota" only with its UnadmittedWorkloadsObservability
+        # gate, off by default; the sandbox writes the granular one, docs/realcluster.md)
         pending = wait_until(lambda: [w for w in _workloads(custom) if w["metadata"]["name"].startswith("job-")
-                                      and _condition(w, "QuotaReserved").get("reason") == "WaitingForQuota"],
-                             "the step's Workload waiting for quota")
+                                      and _condition(w, "QuotaReserved").get("status") == "False"
+                                      and "insufficient unused quota for nvidia.com/gpu in flavor gpuo-donor-1-a100"
+                                      in _condition(w, "QuotaReserved").get("message", "")],
+                             "the step's Workload waiting for quota", timeout=120)
         assert pending[0]["spec"]["priority"] == 100  # batch, below the holder's interactive: no preemption
         assert not core.list_namespaced_pod(user_namespace, label_selector=f"job-name={job.metadata.name}").items
         assert flow.poll() is None  # Metaflow waits for the suspended Job
@@ -140,15 +172,22 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
     # admitted onto the flavor of the donor: Kueue added the flavor's node labels to the Job's pods
     flavor = custom.get_cluster_custom_object(*KUEUE, "resourceflavors", step_wl["status"]["admission"]
                                               ["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"])
-    assert flavor["spec"]["nodeLabels"]["liqo.io/remote-cluster-id"] == "donor-a"
+    assert flavor["spec"]["nodeLabels"]["liqo.io/remote-cluster-id"] == DONOR.cluster_id
     for selector in [done.spec.template.spec.node_selector,
                      *(p.spec.node_selector for p in core.list_namespaced_pod(
                          user_namespace, label_selector=f"job-name={job.metadata.name}").items)]:
         assert selector == {"liqo.io/type": "virtual-node", **flavor["spec"]["nodeLabels"]}
+    # it ran on the donor's node, which carries the model the step asked for
+    (pod,) = core.list_namespaced_pod(user_namespace, label_selector=f"job-name={job.metadata.name}").items
+    assert pod.spec.node_name == DONOR.node_name
+    assert core.read_node(pod.spec.node_name).metadata.labels["gpu-offload.io/gpu-model"] == "A100"
+    # in the project's ClusterQueue, through the user's LocalQueue
+    assert step_wl["spec"]["queueName"] == QUEUE
+    assert step_wl["status"]["admission"]["clusterQueue"] == "gpu-offload"
 
 
 def test_without_a_queue_setting_the_step_waits_in_the_one_localqueue_of_its_namespace(
-        kueue_origin: Any, user_namespace: str, s3: S3Server, tmp_path: Path) -> None:
+        kueue_origin: Any, user_namespace: str, s3: S3Server, step_image: dict[str, str], tmp_path: Path) -> None:
     with kueue_origin.sandbox.api_client() as client:
         batch = kubernetes.client.BatchV1Api(client)
         before = {j.metadata.name for j in batch.list_namespaced_job(user_namespace).items}
@@ -157,7 +196,7 @@ def test_without_a_queue_setting_the_step_waits_in_the_one_localqueue_of_its_nam
         # kernel does, and finds the one `gpu-offload queues sync` made
         done = runner("queued_flow.py", "run", timeout=300, env={
             "KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": user_namespace,
-            "JUPYTERHUB_USER": "dora"})
+            "JUPYTERHUB_USER": "dora", **step_image})
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         (job,) = [j for j in batch.list_namespaced_job(user_namespace).items if j.metadata.name not in before]
     assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
@@ -174,7 +213,7 @@ def test_several_localqueues_and_no_queue_setting_stop_the_flow_before_anything_
         batch = kubernetes.client.BatchV1Api(client)
         core.create_namespace({"metadata": {"name": namespace, "labels": {"gpu-offload.io/user-namespace": "true"}}})
         custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", namespace, "namespaceoffloadings",
-                                               namespace_offloading(namespace, ["donor-a"]))
+                                               namespace_offloading(namespace, [DONOR.cluster_id]))
         for name in ("gpu-offload", "night"):
             custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", {
                 "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": name},

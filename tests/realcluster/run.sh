@@ -22,6 +22,13 @@ if [ "${RC_TORCH_IMAGE:-0}" = 1 ]; then
 	bash "$HERE/torch_image.sh" || echo "torch image not built; the tests that need it skip" >&2
 	echo "torch_image $((SECONDS - image_started))s" >>"$RC_LOGS/stages.txt"
 fi
+# The user-server image on node 1 when this machine built it (CI's packaging stage does, images/ci.sh): the
+# queued Metaflow step's [real] half runs in it and skips without it (singleuser_image.sh says why).
+if CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/images/containers.conf} podman image exists localhost/jupyter-gpu-offload/singleuser:0.1.0 2>/dev/null; then
+	image_started=$SECONDS
+	bash "$HERE/singleuser_image.sh" || echo "user-server image not imported; the queued Metaflow step's [real] half skips" >&2
+	echo "singleuser_image $((SECONDS - image_started))s" >>"$RC_LOGS/stages.txt"
+fi
 tests_started=$SECONDS
 (cd "$REPO" && GPU_OFFLOAD_REAL_CLUSTER=1 .venv/bin/python -m pytest -m real_cluster -p no:cacheprovider "$@")
 rc=$?

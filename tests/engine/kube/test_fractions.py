@@ -72,6 +72,9 @@ def test_two_half_gpu_cells_share_one_gpu_and_a_third_is_refused_while_they_hold
         assert space["seen"] == "none"  # the runner was told its isolation
         assert space["device"] == "GPU-sliced-gpu-0"  # as the device plugin tells a pod: one GPU, shared
         assert any("0.5 of a GPU (time-slicing" in n and "isolation: none" in n for n in sink.notices), sink.notices
+        # said once per run, with a donor that isolates memory to pick instead
+        warned = [n for n in sink.notices if "0.5 of a GPU is not memory-isolated on cluster sliced" in n]
+        assert len(warned) == 1 and "(--cluster mig) or ask for a whole GPU (--gpus 1)" in warned[0], sink.notices
     wait_until(lambda: not leftovers(core, namespace), "pods and Secrets deleted")
 
 
@@ -84,6 +87,7 @@ def test_memory_sized_part_goes_to_the_smallest_mig_profile_and_whole_gpus_skip_
     assert run.current.ctx.cluster == "mig"
     assert ns["limit"] == str(10 * 2**30)  # the 1g.10gb profile's memory: the runner caps itself there
     assert any("mig: 1 nvidia.com/mig-1g.10gb; isolation: compute and memory" in n for n in sink.notices)
+    assert not any("not memory-isolated" in n for n in sink.notices), sink.notices
     outcome, _, run = run_cell(kube, "y = 2", {}, gpus=2)
     assert outcome.status == "ok" and run.current.ctx.cluster == "whole"
 

@@ -99,4 +99,7 @@ def test_two_halves_are_admitted_on_one_shared_gpu_and_a_third_waits_in_kueue(
     for index in range(3):
         assert not isinstance(results[index], BaseException), results[index]
         assert results[index].status == "ok", (results[index].error, sinks[index].notices)
+        # Kueue admitted it on the time-slicing donor: told once, and no donor here isolates part of a GPU
+        warned = [n for n in sinks[index].notices if "0.5 of a GPU is not memory-isolated on cluster sliced" in n]
+        assert len(warned) == 1 and warned[0].endswith("ask for a whole GPU (--gpus 1)."), sinks[index].notices
     assert any(n.startswith("admitted by Kueue after ") for n in sinks[2].notices), sinks[2].notices

@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 from gpu_offload.liqo_peering.errors import NoFit
 from gpu_offload.liqo_peering.inventory import inventory_from_dict
-from gpu_offload.liqo_peering.trust import trusting
+from gpu_offload.liqo_peering.trust import TrustPolicy, trusting
 
 from gpu_offload import images
 from gpu_offload.engine.backends.base import Ranks, RunRequest
 from gpu_offload.engine.backends.hub_api import MonthSpend
 from gpu_offload.engine.backends.kube.budget import SpendReading
 from gpu_offload.engine.backends.kube.config import KubeSettings, StorageSettings
-from gpu_offload.engine.backends.kube.follow import KUEUE_PICKS
+from gpu_offload.engine.backends.kube.explain import placed_text
+from gpu_offload.engine.backends.kube.follow import KUEUE_PICKS, admitted_context
 from gpu_offload.engine.backends.kube.plan import (
     LaunchPlan,
     Offloading,
@@ -78,11 +79,11 @@ class Case:
     """Facts of the plan (see :func:`facts`), or ``refused`` (a regex) and ``error`` (its type)."""
 
 
-def plan(case: Case) -> LaunchPlan:
+def plan(case: Case, trust: TrustPolicy = TRUST) -> LaunchPlan:
     seen = Situation(**{"queue": None, "kernel": KERNEL, "manifest": MANIFEST, "runner_size": 1000,
                         "kernel_pid": 42, "inventory": INVENTORY, **case.seen})
     order = PodOrder("r1", "nonce", case.request, case.bundle, bundle_run="r1")
-    return plan_launch(order, case.avoid, dataclasses.replace(SETTINGS, **case.settings), TRUST, seen)
+    return plan_launch(order, case.avoid, dataclasses.replace(SETTINGS, **case.settings), trust, seen)
 
 
 def facts(p: LaunchPlan) -> dict[str, Any]:
@@ -276,3 +277,47 @@ def test_part_of_a_gpu_asks_the_sharing_donor_in_its_units_and_tells_the_runner(
     assert needs_inventory(RunRequest(fraction=0.5), "gpu-offload")
     with pytest.raises(NoFit, match="donor-a: this donor lends whole GPUs only"):
         plan(Case(RunRequest(fraction=0.5, cluster="donor-a"), seen={"inventory": SHARED}))
+
+
+# donor-m lends MPS shares and donor-t time-sliced shares under the same resource name: a queued quarter asks
+# for one share that Kueue may admit on either, and only MPS isolates the cell's memory
+MIXED = inventory_from_dict({"clusters": [
+    {"cluster_id": c, "name": c, "role": "Provider", "health": "healthy", "virtual_nodes": [
+        {"name": f"liqo-{c}", "cluster_id": c, "capacity": 0, "allocatable": 0, "in_use": 0,
+         "model": "A100", "memory": "80Gi", "sharing": mode, "replicas": 4,
+         "devices": [["nvidia.com/gpu.shared", 8, 0]]}]}
+    for c, mode in (("donor-m", "mps"), ("donor-t", "time-slicing"))]})
+
+
+def _admitted_on(cluster: str) -> dict[str, Any]:
+    return {"metadata": {"name": "run-r1"}, "spec": {"nodeName": f"liqo-{cluster}",
+                                                     "nodeSelector": {"liqo.io/remote-cluster-id": cluster}}}
+
+
+def test_a_queued_fraction_says_once_admitted_whether_its_donor_isolates_its_memory() -> None:
+    queued = plan(Case(RunRequest(fraction=0.25), seen={"inventory": MIXED, "queue": "gpu-offload",
+                                                          "cluster_queue": CLUSTER_QUEUE}))
+    assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
+    assert queued.ctx.cluster == KUEUE_PICKS and queued.ctx.notice == ""  # not known before Kueue picks
+    sliced = placed_text(_admitted_on("donor-t"), admitted_context(_admitted_on("donor-t"), queued.ctx))
+    assert "(Liqo cluster donor-t, 0.25 of a GPU (time-slicing: 1 nvidia.com/gpu.shared; isolation: none)" in sliced
+    assert ("0.25 of a GPU is not memory-isolated on cluster donor-t (time-slicing): another pod on the same GPU "
+            "can take the memory") in sliced
+    assert sliced.endswith("run it on a donor that isolates GPU memory (--cluster donor-m) or ask for a whole GPU "
+                           "(--gpus 1).")
+    mps = placed_text(_admitted_on("donor-m"), admitted_context(_admitted_on("donor-m"), queued.ctx))
+    assert "0.25 of a GPU (mps: 1 nvidia.com/gpu.shared; isolation: compute and memory)" in mps
+    assert "not memory-isolated" not in mps
+
+
+def test_a_placed_fraction_without_memory_isolation_is_told_so_with_the_fix() -> None:
+    placed = plan(Case(RunRequest(fraction=0.5, cluster="donor-t"), seen={"inventory": MIXED}))
+    assert placed.ctx.cluster == "donor-t"
+    assert placed.ctx.notice.endswith("(--cluster donor-m) or ask for a whole GPU (--gpus 1).")
+    # under --trusted-only the fix names no untrusted donor: only a whole GPU is left
+    alone = plan(Case(RunRequest(fraction=0.5, cluster="donor-t", trusted_only=True), seen={"inventory": MIXED}),
+                 trust=trusting(["donor-t"]))
+    assert alone.ctx.notice.endswith("no donor you can use lends part of a GPU with memory isolation, so ask for "
+                                     "a whole GPU (--gpus 1).")
+    isolated = plan(Case(RunRequest(fraction=0.5, cluster="donor-m"), seen={"inventory": MIXED}))
+    assert isolated.ctx.notice == "" and "isolation: compute and memory" in isolated.ctx.share

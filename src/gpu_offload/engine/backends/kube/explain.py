@@ -6,12 +6,14 @@ sentence, a ``waiting`` one is shown as progress while the cell has printed noth
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ....liqo_peering import environment as E
 from ....liqo_peering import labels as L
+from ....liqo_peering.shares import ClusterShare
 from ....liqo_peering.timestamps import parse_time
 
 MEMORY_ENV = E.MEMORY.name
@@ -39,6 +41,16 @@ class PodContext:
     """The GPU model placement chose (None: the node names none)."""
     share: str = ""
     """Part of a GPU held, how the donor lends it and the isolation it gives (``ResourceAsk.describe``)."""
+    shares: tuple[ClusterShare, ...] = ()
+    """Part of a GPU: per cluster the pod may land on, what it holds there and its isolation warning."""
+    notice: str = ""
+    """Part of a GPU on a donor that does not isolate its memory: the warning, said with where the pod runs."""
+
+    def on_cluster(self) -> PodContext:
+        """This context with the share and warning of ``cluster`` once it is known (placed, or admitted by
+        Kueue); unchanged while no share is known for it."""
+        mine = next((s for s in self.shares if s.cluster == self.cluster), None)
+        return self if mine is None else dataclasses.replace(self, share=mine.text, notice=mine.notice)
 
 
 @dataclass(frozen=True)
@@ -216,7 +228,8 @@ def placed_text(pod: Mapping[str, Any], ctx: PodContext) -> str:
     gpus = f"{ctx.gpus} x {ctx.model}" if ctx.model else _gpus(ctx.gpus)
     if ctx.share:
         gpus = f"{ctx.share}, {ctx.model}" if ctx.model else ctx.share
-    return f"running in pod {name} on virtual node {node} (Liqo cluster {ctx.cluster}, {gpus})"
+    where = f"running in pod {name} on virtual node {node} (Liqo cluster {ctx.cluster}, {gpus})"
+    return f"{where}. {ctx.notice}" if ctx.notice else where
 
 
 def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:

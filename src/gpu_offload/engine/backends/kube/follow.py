@@ -65,7 +65,8 @@ def admitted_context(pod: Mapping[str, Any], ctx: PodContext) -> PodContext:
     cluster = selector.get(L.REMOTE_CLUSTER_ID_LABEL)
     if not cluster:
         return ctx
-    return dataclasses.replace(ctx, cluster=str(cluster), model=selector.get(L.GPU_MODEL) or ctx.model)
+    # the share and its isolation are the admitted donor's (Kueue may pick among donors that isolate differently)
+    return dataclasses.replace(ctx, cluster=str(cluster), model=selector.get(L.GPU_MODEL) or ctx.model).on_cluster()
 
 
 FINAL_READS = 4

@@ -40,7 +40,7 @@ from ....liqo_peering.placement import (
 )
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from ....liqo_peering.settings import RunDefaults
-from ....liqo_peering.shares import queued_ask
+from ....liqo_peering.shares import ClusterShare, cluster_shares, queued_ask
 from ....liqo_peering.sharing import FractionRequest, ResourceAsk
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import TrustPolicy, apply_policy, is_trusted
@@ -304,6 +304,9 @@ class Where:
     offloading: Offloading | None
     ask: ResourceAsk | None = None
     """Part of a GPU: what the donor grants it in, the share held and the isolation (``sharing.resource_ask``)."""
+    shares: tuple[ClusterShare, ...] = ()
+    """Part of a GPU: per cluster the pod may land on, what it holds there and the warning when that donor
+    does not isolate GPU memory (``shares.cluster_shares``)."""
 
 
 def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: TrustPolicy,
@@ -332,13 +335,18 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
                                     f"{' or '.join(wanted)}; leave out --gpu-model or name a model a donor has.")
         clusters = offered
     fraction, ask = fraction_of(placement), None
+    shares: tuple[ClusterShare, ...] = ()
     if fraction is not None:  # part of a GPU: in the units of the donors Kueue may choose among
         assert inventory is not None, "needs_inventory() said the inventory is read for a fraction"
         try:
-            ask, shared = queued_ask(inventory.virtual_nodes, fraction, clusters,
-                                     [placement.gpu_model, *placement.fallback_models], price_key)
+            ask, shared = queued_ask(inventory.virtual_nodes, fraction, clusters, wanted_models(placement),
+                                     price_key)
         except NoFit as exc:
             raise OffloadUsageError(f"Nothing was launched: {exc}") from None
+        # Kueue may admit the pod on any of them, and they may isolate differently (MPS and time-slicing
+        # shares can be the same resource): the notice is chosen once Kueue has picked (``admitted_context``)
+        shares = cluster_shares(inventory.virtual_nodes, fraction, shared, wanted_models(placement),
+                                usable(placement, trust))
         clusters = list(shared)
         models = {c: m for c, m in models.items() if c in shared} if models is not None else None
     key = ",".join(sorted(clusters)) or "*"
@@ -346,7 +354,18 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
     offloading = None if key in seen.offloaded else Offloading(tuple(clusters), (key,))
     model = placement.gpu_model if not placement.fallback_models else None
     return Where(queued_scheduling(placement.gpus, clusters, models, ask.limits if ask else None),
-                 (clusters[0] if len(clusters) == 1 else KUEUE_PICKS,), placement.gpus, model, offloading, ask)
+                 (clusters[0] if len(clusters) == 1 else KUEUE_PICKS,), placement.gpus, model, offloading, ask,
+                 shares)
+
+
+def wanted_models(placement: RunRequest) -> list[str | None]:
+    """The GPU models a cell accepts, in order (None: any)."""
+    return [placement.gpu_model, *placement.fallback_models]
+
+
+def usable(placement: RunRequest, trust: TrustPolicy) -> tuple[str, ...]:
+    """The clusters an isolation warning may send the user to: the trusted ones under --trusted-only, else all."""
+    return tuple(trust.trusted_ids) if placement.trusted_only else ()
 
 
 Choose = Callable[[Inventory, PlacementRequest, PlacementPolicy], tuple[NodeChoice, ...]]
@@ -376,7 +395,7 @@ def _chooser(ranks: Ranks | None, avoid: frozenset[str], cpu_only: bool) -> Choo
 
 
 def placed_where(placement: RunRequest, avoid: frozenset[str], seen: Situation, settings: KubeSettings,
-                 inventory: Inventory) -> Where:
+                 trust: TrustPolicy, inventory: Inventory) -> Where:
     """The virtual node(s) from the trust-applied ``inventory`` under the settings' policy, and the namespace's
     offloading to those not offloaded yet. ``--gpus 0`` (CPU ranks) goes to the node with the most CPU free."""
     ranks = placement.ranks
@@ -403,7 +422,9 @@ def placed_where(placement: RunRequest, avoid: frozenset[str], seen: Situation, 
     clusters = tuple(c.cluster_id for c in chosen)
     if ranks is None:
         one = chosen[0]
-        return Where(one.scheduling_fragment(), clusters, one.gpus, one.model, offloading, one.ask)
+        shares = cluster_shares(inventory.virtual_nodes, request.fraction, (one.cluster_id,),
+                                wanted_models(placement), usable(placement, trust), one.ask) if one.ask else ()
+        return Where(one.scheduling_fragment(), clusters, one.gpus, one.model, offloading, one.ask, shares)
     models = {c.model for c in chosen}
     model = models.pop() if len(models) == 1 and not cpu_only else None  # CPU ranks use no GPU
     return Where(scheduling_fragment(clusters, placement.gpus), clusters, placement.gpus, model, offloading)
@@ -443,7 +464,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         where = queued_where(placement, queue, seen, trust, inventory)
     else:
         assert inventory is not None, "needs_inventory() said the inventory is read to place"
-        where = placed_where(placement, avoid, seen, settings, inventory)
+        where = placed_where(placement, avoid, seen, settings, trust, inventory)
     # the out rank may land on any of the clusters: its outputs are trusted only when every one is
     outputs_from = next((c for c in where.clusters if not is_trusted(c, trust)), where.clusters[0])
     trusted = is_trusted(outputs_from, trust)
@@ -467,7 +488,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
     )
     if ranks is None:
         ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model,
-                         where.ask.describe() if where.ask else "")
+                         where.ask.describe() if where.ask else "", shares=where.shares).on_cluster()
         what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
                           stored, pod, waits_for=what if queue else "", protection=protection)
