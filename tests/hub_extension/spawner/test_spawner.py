@@ -311,6 +311,8 @@ def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(
     assert "error" not in result, result
     queue = kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         "kueue.x-k8s.io", "v1beta2", ns, "localqueues", "gpus")
+    # Kueue's CRD defaults stopPolicy to None (not stopped): an API server that applies CRD defaults shows it
+    assert queue["spec"].pop("stopPolicy", "None") == "None", queue["spec"]
     assert queue["spec"] == {"clusterQueue": "gpu-offload"}
     # only the object counts stay: they cap no GPU, so a queued pod is counted like any object
     (left,) = core.list_namespaced_resource_quota(ns).items
