@@ -91,6 +91,7 @@ class WatchStream:
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise api_error(exc, "watching", self.what) from exc
         self._response = response
+        read_to_end = False
         try:
             for line in iter_resp_lines(response):
                 if self.stopped:
@@ -101,6 +102,7 @@ class WatchStream:
                 if event.get("type") == "ERROR":
                     raise event_error(event, self.what)
                 yield event
+            read_to_end = True
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if self.stopped:
                 return  # our own stop() shut the socket
@@ -108,7 +110,17 @@ class WatchStream:
         finally:
             self._response = None
             with contextlib.suppress(Exception):
-                response.release_conn()
+                release_stream(response, read_to_end)
+
+
+def release_stream(response: Any, read_to_end: bool) -> None:
+    """Give a streamed response's connection back to the pool, closing it first unless its body was read to the
+    end: a half-read body left on a pooled connection is read by the next request on it as its answer (a
+    ``BadStatusLine`` with the rest of the stream), and urllib3 then retries that request, so a DELETE answers
+    404 and a POST could be sent twice."""
+    if not read_to_end:
+        response.close()
+    response.release_conn()
 
 
 @dataclass(frozen=True)

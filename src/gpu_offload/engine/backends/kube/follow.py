@@ -26,7 +26,7 @@ from typing import Any
 from ....liqo_peering import labels as L
 from ....liqo_peering.errors import APIError, APIGone
 from ....liqo_peering.retrying import WATCH_BACKOFF
-from ....liqo_peering.watching import QUICK_END, WATCH_SECONDS
+from ....liqo_peering.watching import QUICK_END, WATCH_SECONDS, release_stream
 from ....runner.frames import MAX_LINE_BYTES, Done, Event, FrameDecoder, Hello, Noise, Status
 from ....runner.lines import LineSplitter, Overlong
 from ...timing import Phase
@@ -332,18 +332,21 @@ class PodFollower:
             self.diagnostics.append(f"log stream of pod {self.name} not opened: {exc}")
             return False
         lines = LineSplitter(STAMP_BYTES + MAX_LINE_BYTES)
+        read_to_end = False
         try:
             for chunk in self._response.stream(CHUNK, decode_content=False):
                 for line in lines.feed(chunk):
                     self._line(line)
                 if self.one_shot and self._done_seen:
                     break
+            else:
+                read_to_end = True
         except Exception:  # noqa: BLE001 - a dropped stream ends the same way as a finished one: resume
             return False
         finally:
             response, self._response = self._response, None
             if response is not None:
-                response.release_conn()
+                release_stream(response, read_to_end)
         return True
 
     def _line(self, line: bytes | Overlong) -> None:
