@@ -22,10 +22,13 @@ from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
 from gpu_offload.cli import main
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import OffloadError
 
 from ...realcluster.realorigin import clusters, kueue_outage, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE
-from .test_queueing import DONORS, KUEUE, QUEUE, _user_namespace, fill_pool, workloads
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
+from .helpers import Sink, run_cell
+from .test_queueing import DONORS, KUEUE, QUEUE, _user_namespace, fill_pool, in_thread, shows_place, workloads
 
 GATES = ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
 IN_USE = "kueue.x-k8s.io/resource-in-use"
@@ -183,3 +186,38 @@ def test_pods_queued_within_one_second_wait_in_the_order_of_their_workloads_uids
                                                                w["metadata"]["uid"]))]
     assert wait_until(lambda: (p := _pending(api_client, user_ns)) and len(p) == 4 and p, "all four pending",
                       timeout=60) == expected
+
+
+KUEUE_DOWN = 'Kueue is down or restarting'
+
+
+def test_while_kueue_is_down_a_cell_is_refused_naming_kueue_and_a_queued_cell_says_its_place_is_unknown(
+        api_client: Any, core: Any, custom: Any, user_ns: str, outage: Outage) -> None:
+    fill_pool(core, user_ns)  # both GPUs held: the cell waits in line
+    backend = KubernetesBackend(settings(user_ns, queue=QUEUE, priority="interactive"), api_client)
+    sink, results = Sink(), dict[str, Any]()
+    try:
+        waiting = in_thread(backend, "print('after the outage')", sink, results, "queued")
+        wait_until(lambda: shows_place(sink), "the queued cell's place in line", timeout=60)
+        with outage():
+            with pytest.raises(OffloadError) as refused:
+                run_cell(backend, "print('never')", {})
+            message = str(refused.value)
+            assert message.startswith(f"Nothing was launched: creating Pod {user_ns}/gpuo-"), message
+            assert ("was refused because Kueue's admission webhook mpod.kb.io (Service kueue-system/"
+                    "kueue-webhook-service) does not answer (") in message, message
+            assert f"{KUEUE_DOWN}. Retry in a minute" in message and "`kubectl -n kueue-system get pods`" in message
+            # the queued cell's place cannot be read any more: it says why instead of an old place
+            said = wait_until(lambda: next((n for n in sink.notices if KUEUE_DOWN in n), None),
+                              "the queued cell saying Kueue is down", timeout=90)
+            assert "Kueue's visibility API does not answer (HTTP 503" in said and "keeps its place" in said, said
+        for pod in core.list_namespaced_pod(user_ns).items:
+            if pod.metadata.name.startswith("fill-"):
+                core.delete_namespaced_pod(pod.metadata.name, user_ns, grace_period_seconds=0)
+        waiting.join(180)
+        outcome, _, _ = results["queued"]
+        assert outcome.status == "ok", outcome.error
+        assert "after the outage" in sink.text
+    finally:
+        backend.close()
+    wait_until(lambda: not leftovers(core, user_ns), "nothing of alice's left", timeout=60)
