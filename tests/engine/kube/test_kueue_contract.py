@@ -221,3 +221,48 @@ def test_while_kueue_is_down_a_cell_is_refused_naming_kueue_and_a_queued_cell_sa
     finally:
         backend.close()
     wait_until(lambda: not leftovers(core, user_ns), "nothing of alice's left", timeout=60)
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+
+def test_a_waiting_pod_and_its_workload_read_as_kueue_0_19_writes_them(core: Any, custom: Any, user_ns: str) -> None:
+    fill_pool(core, user_ns)  # each flavor's one GPU held
+    core.create_namespaced_pod(user_ns, _pod("waits", 1))  # fits once a GPU frees
+    core.create_namespaced_pod(user_ns, _pod("never", 5))  # more than any flavor holds
+    lq = custom.get_namespaced_custom_object(*KUEUE, user_ns, "localqueues", QUEUE)
+    cq = custom.get_cluster_custom_object(*KUEUE, "clusterqueues", lq["spec"]["clusterQueue"])
+    flavors = sorted(f["name"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"])
+    # one reason per flavor tried, sorted and joined, as Kueue's flavor assigner words them
+    expected = {
+        "waits": ", ".join(f"insufficient unused quota for nvidia.com/gpu in flavor {f}, 1 more needed" for f in flavors),
+        "never": ", ".join(f"insufficient quota for nvidia.com/gpu in flavor {f}, previously considered podsets "
+                           "requests (0) + current podset request (5) > maximum capacity (1)" for f in flavors)}
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        found = {_owner(w): w for w in workloads(custom, user_ns) if _owner(w) in expected}
+        done = len(found) == 2 and all(_condition(w, "QuotaReserved").get("message") ==
+                                       f"couldn't assign flavors to pod set main: {expected[name]}"
+                                       and _condition(w, "PodsReady") for name, w in found.items())
+        return found if done else None
+    found = wait_until(settled, "both Workloads saying why they wait", timeout=60)
+    for name, workload in found.items():
+        # reason Pending for both: the granular WaitingForQuota and ExceedsMaxQuota come only with the
+        # UnadmittedWorkloadsObservability gate, off by default in 0.19; the message tells them apart
+        reserved = _condition(workload, "QuotaReserved")
+        assert (reserved["status"], reserved["reason"]) == ("False", "Pending"), name
+        ready = _condition(workload, "PodsReady")  # waitForPodsReady is on (Kueue 0.19's default)
+        assert (ready.get("status"), ready.get("reason"), ready.get("message")) == (
+            "False", "WaitForStart", "Not all pods are ready or succeeded"), name
+        assert not _condition(workload, "Admitted"), name  # never written before a first admission
+        pod = core.read_namespaced_pod(name, user_ns)
+        assert [g.name for g in pod.spec.scheduling_gates] == GATES and pod.status.phase == "Pending"
+        scheduled = next(c for c in pod.status.conditions if c.type == "PodScheduled")
+        assert (scheduled.status, scheduled.reason, scheduled.message) == (
+            "False", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
+        said = wait_until(lambda w=workload: [e for e in core.list_namespaced_event(user_ns).items
+                                              if e.involved_object.name == w["metadata"]["name"]
+                                              and e.type == "Warning"], "Kueue's event", timeout=30)
+        assert [(e.reason, e.message) for e in said][-1] == (
+            "Pending", f"couldn't assign flavors to pod set main: {expected[name]}"), name
