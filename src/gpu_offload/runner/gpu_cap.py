@@ -31,7 +31,8 @@ MPS_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 MIB = 2**20
 
 
-def _number(text: str | None) -> float | None:
+def number(text: str | None) -> float | None:
+    """A positive number from the environment, or None (missing, not a number, zero or less)."""
     try:
         value = float(text) if text else None
     except ValueError:
@@ -42,16 +43,16 @@ def _number(text: str | None) -> float | None:
 def memory_fraction(environ: Mapping[str, str], total: int) -> float | None:
     """The share of a GPU of ``total`` bytes the runner may use: its byte limit over the total, else the
     fraction it was given; None when it holds the whole GPU."""
-    limit = _number(environ.get(MEMORY_LIMIT))
+    limit = number(environ.get(MEMORY_LIMIT))
     if limit is not None and total > 0:
         return min(1.0, limit / total)
-    fraction = _number(environ.get(FRACTION))
+    fraction = number(environ.get(FRACTION))
     return min(1.0, fraction) if fraction is not None else None
 
 
 def set_mps_limit(environ: MutableMapping[str, str]) -> None:
     """Under MPS, the pinned memory limit of device 0 (the one GPU a share is of), unless the pod has one."""
-    limit = _number(environ.get(MEMORY_LIMIT))
+    limit = number(environ.get(MEMORY_LIMIT))
     if environ.get(SHARING) == "mps" and limit is not None and MPS_LIMIT not in environ:
         environ[MPS_LIMIT] = f"0={int(limit) // MIB}M"
 
@@ -111,7 +112,7 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
 def install(environ: MutableMapping[str, str] | None = None) -> bool:
     """Set up the cap for this process; whether there is one to apply (the runner holds part of a GPU)."""
     env = os.environ if environ is None else environ
-    if _number(env.get(MEMORY_LIMIT)) is None and _number(env.get(FRACTION)) is None:
+    if number(env.get(MEMORY_LIMIT)) is None and number(env.get(FRACTION)) is None:
         return False
     set_mps_limit(env)
     if "torch" in sys.modules:
