@@ -63,7 +63,7 @@ def test_with_a_gpu_torch_gets_the_share_of_device_zero():
 
 def test_the_mode_and_isolation_are_those_of_the_donor_the_pod_landed_on():
     # queued, the origin wrote one candidate's mode; the device plugin's answer says which donor took the pod
-    assert gpu_cap.ISOLATION_OF == {m: sharing.ISOLATION[m] for m in ("time-slicing", "mps")}
+    assert {m: sharing.ISOLATION[m] for m in ("time-slicing", "mps")} == gpu_cap.ISOLATION_OF
     told_sliced_got_mps = {gpu_cap.SHARING: "time-slicing", gpu_cap.ISOLATION: "none",
                            gpu_cap.MEMORY_LIMIT: str(20 * 2**30), gpu_cap.MPS_PIPE: "/tmp/nvidia-mps"}
     assert gpu_cap.install(told_sliced_got_mps)

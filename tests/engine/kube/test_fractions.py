@@ -14,8 +14,8 @@ from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import OffloadUsageError
 
-from .conftest import IMAGE_MAP, SHARED, leftovers
 from ...runner.fake_gpu import prelude
+from .conftest import IMAGE_MAP, SHARED, leftovers
 from .helpers import Sink, run_cell
 
 DONORS = (
