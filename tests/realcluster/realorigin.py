@@ -37,10 +37,11 @@ INDEX = int(os.environ.get("RC_INDEX", "0"))
 """env.sh's RC_INDEX: which of the clusters on this machine the tests use."""
 STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster" + (f"-{INDEX}" if INDEX else "")))
 KUBECONFIG = STATE / "admin.kubeconfig"
-_NODE2 = os.environ.get("RC_NODE2", "donor-2-gpu" if INDEX == 0 else "")
-REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"), *([_NODE2] if _NODE2 else []))
+REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"),
+              *([os.environ.get("RC_NODE2", "donor-2-gpu")] if INDEX == 0 else
+                [os.environ["RC_NODE2"]] if os.environ.get("RC_NODE2") else []))
 """The real kubelets' nodes, as env.sh names them: cluster 0 has two (RC_NODE and RC_NODE2), the others one
-unless RC_NODE2 names a second (``RC_INDEX=3 RC_NODE2=donor-2-gpu run.sh``)."""
+unless RC_NODE2 names a second (a copy of the real-cluster stage beside cluster 0)."""
 KUBELETS = dict(zip(REAL_NODES, (("kubelet", "start_node"), ("kubelet-2", "start_node2")), strict=False))
 """Each real node's kubelet: its process's name in up.sh (``$RC_STATE/pids/<name>.pid``) and the stage that
 starts it."""
