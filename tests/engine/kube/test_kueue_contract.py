@@ -256,7 +256,8 @@ def test_a_waiting_pod_and_its_workload_read_as_kueue_0_19_writes_them(core: Any
         assert (ready.get("status"), ready.get("reason"), ready.get("message")) == (
             "False", "WaitForStart", "Not all pods are ready or succeeded"), name
         assert not _condition(workload, "Admitted"), name  # never written before a first admission
-        pod = core.read_namespaced_pod(name, user_ns)
+        pod = wait_until(lambda n=name: (p := core.read_namespaced_pod(n, user_ns)).status.conditions and p,
+                         "the scheduler's word on the gated pod", timeout=30)
         assert [g.name for g in pod.spec.scheduling_gates] == GATES and pod.status.phase == "Pending"
         scheduled = next(c for c in pod.status.conditions if c.type == "PodScheduled")
         assert (scheduled.status, scheduled.reason, scheduled.message) == (
