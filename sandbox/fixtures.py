@@ -4,7 +4,6 @@ One line in a test module or conftest gives an origin with two donors of 4 A100 
 
     origin = origin_fixture(LIQO_CRDS)            # LIQO_CRDS: ../shared/liqo-crds resolved from the repo
 
-``origin_fixture(..., kueue=KueueOptions(...))`` adds the emulated Kueue (``origin_pool.kueue(origin)`` is it).
 Tests then take ``origin`` (a :class:`~gpu_offload.sandbox.liqo.origin.RunningOrigin`). Origins come from
 :func:`origin_pool`, a session-scoped fixture the root conftest imports: every module that asks for the same
 configuration (CRDs, donors, options) gets the same origin, started once per test session (per xdist
@@ -21,42 +20,25 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TypeVar
 
 import kubernetes
 import pytest
 
-from .kueue import Kueue
 from .liqo import seed as liqo
 from .liqo.origin import RunningOrigin, running_origin
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
 
 
-Crds = Path | Sequence[Path] | None
-
-
-def origin_key(crds: Crds, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
+def origin_key(crds: Path | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
                options: dict[str, Any]) -> str:
-    """One string per distinct origin configuration (``options`` may hold ``kueue``, its KueueOptions): equal
-    configurations share one origin."""
+    """One string per distinct origin configuration: equal configurations share one origin."""
     donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
-    folders = tuple(str(Path(c).resolve()) for c in ([crds] if isinstance(crds, Path) else crds or ()))
-    return repr((folders, donor_list, sorted(options.items())))
-
-
-@contextmanager
-def _running(workdir: Path, crds: Crds, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
-             options: dict[str, Any]) -> Iterator[tuple[RunningOrigin, Kueue | None]]:
-    # an origin, with Kueue when options name its KueueOptions (``kueue``)
-    rest = {k: v for k, v in options.items() if k != "kueue"}
-    kueue = Kueue(options["kueue"]) if "kueue" in options else None
-    plugins = [kueue.plugin] if kueue is not None else []
-    with running_origin(workdir, donors, gpus, gpu_model, crds=crds, plugins=plugins, **rest) as running:
-        yield running, kueue
+    folder = str(Path(crds).resolve()) if crds is not None else None
+    return repr((folder, donor_list, sorted(options.items())))
 
 
 class OriginPool:
@@ -65,27 +47,19 @@ class OriginPool:
     def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
         self._tmp = tmp_path_factory
         self._stack = ExitStack()
-        self._origins: dict[str, tuple[RunningOrigin, Kueue | None]] = {}
+        self._origins: dict[str, RunningOrigin] = {}
 
-    def get(self, crds: Crds, donors: int | Sequence[liqo.Donor], gpus: int = 4, gpu_model: str = "A100",
+    def get(self, crds: Path | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
             **options: Any) -> RunningOrigin:
-        """The origin of this configuration, started on first use; ``kueue=KueueOptions(...)`` adds Kueue."""
         key = origin_key(crds, donors, gpus, gpu_model, options)
         if key not in self._origins:
             self._origins[key] = self._stack.enter_context(
-                _running(self._tmp.mktemp("origin"), crds, donors, gpus, gpu_model, options))
-        return self._origins[key][0]
-
-    def kueue(self, origin: RunningOrigin) -> Kueue:
-        """The emulated Kueue of a pooled origin started with ``kueue=`` (its outage switch, queue order)."""
-        for running, kueue in self._origins.values():
-            if running is origin and kueue is not None:
-                return kueue
-        raise LookupError("this origin has no Kueue of the pool's: ask origin_fixture or the pool with kueue=KueueOptions()")
+                running_origin(self._tmp.mktemp("origin"), donors, gpus, gpu_model, crds=crds, **options))
+        return self._origins[key]
 
     def close(self) -> None:
         """Stop every origin; none may leave a container process alive."""
-        origins = [running for running, _ in self._origins.values()]
+        origins = list(self._origins.values())
         self._stack.close()
         leftover = [pid for running in origins for pid in running.live_processes()]
         assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
@@ -99,16 +73,16 @@ def origin_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OriginPool
     pool.close()
 
 
-def origin_fixture(crds: Crds = None, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4,
+def origin_fixture(crds: Path | None = None, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4,
                    gpu_model: str = "A100", scope: Any = "module", private: bool = False, **options: Any) -> Any:
-    """A pytest fixture giving the session's origin of this configuration (``donors`` donors; with Kueue if
-    ``kueue=KueueOptions(...)``), from :func:`origin_pool`; ``scope`` only says how long a module holds on to it.
-    ``private``: an origin of the module's own for the scope, for tests that leave cluster-wide changes other
-    modules must not see."""
+    """A pytest fixture giving the session's origin of this configuration (``donors`` donors), from
+    :func:`origin_pool`; ``scope`` only says how long a module holds on to it. ``private``: an origin of the
+    module's own for the scope, for tests that leave cluster-wide changes other modules must not see."""
     if private:
         @pytest.fixture(scope=scope)
         def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningOrigin]:
-            with _running(tmp_path_factory.mktemp("origin"), crds, donors, gpus, gpu_model, options) as (running, _):
+            with running_origin(tmp_path_factory.mktemp("origin"), donors, gpus, gpu_model, crds=crds,
+                                **options) as running:
                 yield running
             leftover = running.live_processes()
             assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
@@ -118,16 +92,9 @@ def origin_fixture(crds: Crds = None, donors: int | Sequence[liqo.Donor] = 2, gp
     def origin(origin_pool: OriginPool) -> RunningOrigin:
         return origin_pool.get(crds, donors, gpus, gpu_model, **options)
 
-    return pytest.fixture(scope=scope)(pooled(origin, crds, donors, gpus, gpu_model, **options))
-
-
-def pooled(function: F, crds: Crds, donors: int | Sequence[liqo.Donor], gpus: int = 4, gpu_model: str = "A100",
-           **options: Any) -> F:
-    """Mark an ``origin`` fixture function (before ``pytest.fixture``) as giving the pool's origin of this
-    configuration: the suite's conftest keeps the tests of one configuration on one xdist worker, so the pool
-    starts it once a run. For a module's own fixture that also has a real-cluster half."""
-    function.origin_key = origin_key(crds, donors, gpus, gpu_model, options)  # type: ignore[attr-defined]
-    return function
+    # The suite's conftest keeps the tests of one configuration on one xdist worker, so it starts once a run.
+    origin.origin_key = origin_key(crds, donors, gpus, gpu_model, options)  # type: ignore[attr-defined]
+    return pytest.fixture(scope=scope)(origin)
 
 
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:

@@ -17,27 +17,43 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering import kueue as K
-from gpu_offload.sandbox.fixtures import OriginPool, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.kueue import KueueOptions
+from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
 from gpu_offload.cli import main
 
-from ...realcluster.realorigin import RealOrigin, kueue_outage
-from . import test_queueing
-from .conftest import STOCK_IMAGE, queued_user_namespace
-from .test_queueing import KUEUE, QUEUE, fill_pool, workloads
-
-# test_queueing's origin: on the sandbox, the pool's origin of its configuration, which both modules share
-origin = test_queueing.origin
+from ...realcluster.realorigin import clusters, kueue_outage, seeded_origin
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, queued_user_namespace
+from .test_queueing import DONORS, KUEUE, QUEUE, fill_pool, workloads
 
 GATES = ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
 IN_USE = "kueue.x-k8s.io/resource-in-use"
 Outage = Callable[[], contextlib.AbstractContextManager[None]]
+_OUTAGES: dict[int, Outage] = {}
+MANAGED = {"matchLabels": {"gpu-offload.io/user-namespace": "true"}}
+"""``managedJobsNamespaceSelector`` as docs/queueing.md has an admin set it (the real cluster's too)."""
+
+
+@pytest.fixture(scope="module", params=clusters())
+def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if request.param == "real":
+        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
+            _OUTAGES[id(real)] = kueue_outage
+            yield real
+        return
+    with running_kueue_origin(tmp_path_factory.mktemp("contract"), donors=DONORS,
+                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
+                              kueue=KueueOptions(namespace_selector=MANAGED, usage_sampling=36000.0)
+                              ) as (running, kueue):
+        _OUTAGES[id(running)] = kueue.outage
+        yield running
 
 
 @pytest.fixture()
-def outage(origin: Any, origin_pool: OriginPool) -> Outage:
+def outage(origin: Any) -> Outage:
     """Kueue down for a block: the sandbox's switch, or real Kueue's process killed and started again."""
-    return kueue_outage if isinstance(origin, RealOrigin) else origin_pool.kueue(origin).outage
+    return _OUTAGES[id(origin)]
 
 
 @pytest.fixture()

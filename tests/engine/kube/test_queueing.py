@@ -21,8 +21,9 @@ from typing import Any
 import kubernetes
 import pytest
 import urllib3
-from gpu_offload.sandbox.fixtures import OriginPool, pooled, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
+from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.analysis import analyse_cell
@@ -52,25 +53,17 @@ DONORS = (liqo.Donor("donor-1", 1, "A100", "2.00"), liqo.Donor("donor-2", 1, "L4
 USERS = ("alice@example.org", "bob@example.org", "carol@example.org")
 
 
-MANAGED = {"matchLabels": {"gpu-offload.io/user-namespace": "true"}}
-"""``managedJobsNamespaceSelector`` as docs/queueing.md has an admin set it (the real cluster's too)."""
-QUEUED_ORIGIN: dict[str, Any] = {
-    "crds": (SHARED / "liqo-crds", SHARED / "kueue-crds"), "donors": DONORS, "image_map": IMAGE_MAP,
-    "kueue": KueueOptions(namespace_selector=MANAGED, usage_sampling=36000.0)}
-"""The sandbox origin of this module and test_kueue_contract.py, one in the run (the pool's): each test makes its
-own user namespaces and leaves none of their pods or Workloads; the pool ``queues sync`` makes is the same for
-both."""
-
-
-def _origin(request: pytest.FixtureRequest, origin_pool: OriginPool) -> Iterator[Any]:
+@pytest.fixture(scope="module", params=clusters())
+def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if request.param == "real":  # real Kubernetes and Kueue, a real node per donor
         with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
             yield real
         return
-    yield origin_pool.get(**QUEUED_ORIGIN)
-
-
-origin = pytest.fixture(scope="module", params=clusters(), name="origin")(pooled(_origin, **QUEUED_ORIGIN))
+    with running_kueue_origin(tmp_path_factory.mktemp("queueing"), donors=DONORS,
+                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
+                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
+        yield running
+    assert not running.live_processes()
 
 
 @pytest.fixture()
