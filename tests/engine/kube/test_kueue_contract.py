@@ -26,9 +26,9 @@ from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import OffloadError
 
 from ...realcluster.realorigin import clusters, kueue_outage, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, queued_user_namespace, settings
 from .helpers import Sink, run_cell
-from .test_queueing import DONORS, KUEUE, QUEUE, _user_namespace, fill_pool, in_thread, shows_place, workloads
+from .test_queueing import DONORS, KUEUE, QUEUE, fill_pool, in_thread, shows_place, workloads
 
 GATES = ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
 IN_USE = "kueue.x-k8s.io/resource-in-use"
@@ -59,22 +59,12 @@ def outage(origin: Any) -> Outage:
     return _OUTAGES[id(origin)]
 
 
-@pytest.fixture(scope="module")
-def core(api_client: Any) -> Any:
-    return kubernetes.client.CoreV1Api(api_client)
-
-
-@pytest.fixture(scope="module")
-def custom(api_client: Any) -> Any:
-    return kubernetes.client.CustomObjectsApi(api_client)
-
-
 @pytest.fixture()
 def user_ns(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A user namespace with its LocalQueue, as the hub makes one; afterwards its pods and Workloads are gone."""
     monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
     monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
-    namespace = _user_namespace(core, custom)
+    namespace = queued_user_namespace(core, custom)
     yield namespace
     for pod in core.list_namespaced_pod(namespace).items:
         with contextlib.suppress(kubernetes.client.ApiException):

@@ -22,9 +22,9 @@ from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
 from ...realcluster.realorigin import clusters, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, queued_user_namespace, settings
 from .helpers import Sink
-from .test_queueing import KUEUE, QUEUE, _user_namespace, in_thread, workloads
+from .test_queueing import KUEUE, QUEUE, in_thread, workloads
 
 DONORS = (liqo.Donor("donor-1", 1, "A100", "2.00"), liqo.Donor("donor-2", 1, "", "0.80"))
 """donor-2's node carries no GPU model label."""
@@ -58,7 +58,7 @@ def custom(api_client: Any) -> Any:
 def user_ns(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
     monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
-    namespace = _user_namespace(core, custom)
+    namespace = queued_user_namespace(core, custom)
     yield namespace
     for pod in core.list_namespaced_pod(namespace).items:
         with contextlib.suppress(kubernetes.client.ApiException):
