@@ -256,7 +256,8 @@ class Run:
         previous = previous_result(target)
         if previous is not None:
             result["previous"] = against(previous, result)
-            print(f"against the previous result, {previous.name}:")
+            print(f"against the previous result, {previous.name} (at {result['previous']['revision']}, load "
+                  f"{result['previous']['load']}; this run's load {self.machine['load'][0]}):")
             print("\n".join(result["previous"]["comparison"]))
         target.write_text(json.dumps(result, indent=1) + "\n")
         print(f"result: {target}")

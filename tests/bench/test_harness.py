@@ -54,7 +54,7 @@ def test_a_run_is_compared_with_the_previous_result_and_results_md_shows_it(
     assert lines[0].startswith("OLD and NEW have one run")
     assert any(line.startswith("REGRESSION") and "cell: 1 -> 3 ms (+200.0%" in line for line in lines)
     assert {line for line in lines if line.startswith("only in")} == {"only in    old: gone", "only in    new: new"}
-    assert f"against the previous result, {first.name}:" in capsys.readouterr().out
+    assert f"against the previous result, {first.name} (at abc1234, load" in capsys.readouterr().out
     page = report.render(tmp_path)
     assert f"Against the previous result ({first.name}, at abc1234, load" in page
     assert next(line for line in lines if "cell:" in line) in page

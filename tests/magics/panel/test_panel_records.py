@@ -163,15 +163,27 @@ def test_a_warm_cells_record_is_written_by_the_next_batch_not_on_the_cells_path(
     assert [r.state for r in book.read_all()[0]] == ["done"]  # one write, of the newest version
 
 
-def test_the_writers_thread_writes_a_runs_changes_within_the_interval(tmp_path: Path) -> None:
+def test_a_long_runs_record_is_written_by_its_follower_once_the_interval_passed(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
     runs = Tracker(book, kernel="k")
     long = runs.new(Job("run-long", "0" * 32, b"", RunRequest(gpus=0)), "local")
     runs.put(replace(long, state="running", tail="epoch 1\n"))
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "run-long.json").exists() and time.monotonic() < deadline:
-        time.sleep(WRITE_EVERY / 10)
+    runs.waiting("run-long")  # the follower's poll
+    assert not (tmp_path / "run-long.json").exists()  # not before the interval: a warm cell is over by then
+    time.sleep(WRITE_EVERY)
+    runs.waiting("run-long")
     assert {r.run_id: (r.state, r.tail) for r in book.read_all()[0]}["run-long"] == ("running", "epoch 1\n")
+
+
+def test_the_writers_thread_writes_a_runs_end_within_the_interval(tmp_path: Path) -> None:
+    book = RunBook(tmp_path)
+    runs = Tracker(book, kernel="k")
+    record = runs.new(Job("run-end", "0" * 32, b"", RunRequest(gpus=0)), "local")
+    runs.put(replace(record, state="done", ended=time.time()))
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "run-end.json").exists() and time.monotonic() < deadline:
+        time.sleep(WRITE_EVERY / 10)
+    assert [r.state for r in book.read_all()[0]] == ["done"]
 
 
 @pytest.mark.e2e  # starts a process

@@ -237,7 +237,7 @@ class Tracker:
         self.waiting(run_id)
 
     def waiting(self, run_id: str) -> None:
-        """A poll of a quiet run: act on a cancel request from elsewhere."""
+        """A poll of a quiet run: write its record once due; act on a cancel request from elsewhere."""
         live = self._runs.get(run_id)
         if live is not None:
             now = time.monotonic()
@@ -250,6 +250,7 @@ class Tracker:
             record = self._records.get(run_id)
             if live.cancelled and record is not None and record.detail != "cancelled" and not record.finished:
                 self.put(replace(record, detail="cancelled"))
+        self._writer.tick(run_id)
 
     def ended(self, run_id: str) -> None:
         """Released: a run that never reported an end is recorded as failed (written with the next batch)."""

@@ -3,9 +3,12 @@
 Writing a record is a create and a rename in the state directory (and, for a finished run, the removal of a
 cancel request and now and then a prune): about half a millisecond of a warm cell's CPU on a journaling
 disk, as much as the whole warm-session overhead goal. The tracker hands each new version of a record here
-and goes on; a daemon thread writes the latest version of every changed record once per interval, so a
-burst of warm cells costs one wake-up per interval, not a write per cell. What is not yet written is written
-by :meth:`RecordWriter.flush`, which runs at interpreter exit too.
+and goes on. A run under way is written by whoever follows it, on its polls once the interval has passed
+(:meth:`RecordWriter.tick`): a second thread writing while the follower reads the run's output would take
+the GIL from it, and a thread the OS pauses while holding the GIL holds up every line printed. The end of a
+run is written by a daemon thread, with every other change, once per interval: a burst of warm cells costs
+one wake-up per interval, not a write per cell. What is not yet written is written by
+:meth:`RecordWriter.flush`, which runs at interpreter exit too.
 """
 
 from __future__ import annotations
@@ -30,22 +33,42 @@ class RecordWriter:
         self._changed = threading.Condition()
         self._due: dict[str, tuple[RunBook, RunEntry]] = {}
         """The newest unwritten version of each changed record, by run id, with the book it goes to."""
+        self._since: dict[str, float] = {}
+        """When each record was last written, or first changed (a run's record waits an interval either way)."""
         self._writing = threading.Lock()
         """One batch at a time: the order records are taken in is the order they reach the disk."""
         self._thread: threading.Thread | None = None
+        self._gathering = False
+        """A run's end waits in ``_due``: the thread is gathering the batch it belongs to."""
         _WRITERS.add(self)
 
     def put(self, book: RunBook, record: RunEntry) -> None:
-        """Write ``record`` with the next batch (a newer version of the same run replaces it)."""
+        """Write ``record`` with the next batch if its run ended, else on a :meth:`tick` once an interval has
+        passed since it was last written (a newer version of the same run replaces it)."""
         with self._changed:
-            was_idle = not self._due
             self._due[record.run_id] = (book, record)
-            if not was_idle:
-                return  # the thread is already gathering this batch
+            self._since.setdefault(record.run_id, time.monotonic())
+            if not record.finished or self._gathering:
+                return  # a run under way waits for its follower's tick; an end joins the batch gathering
+            self._gathering = True
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="gpuo-run-book", daemon=True)
                 self._thread.start()
             self._changed.notify()
+
+    def tick(self, run_id: str) -> None:
+        """Write ``run_id``'s record now, in this thread, if it changed and an interval has passed since it was
+        last written (its follower calls this on every poll)."""
+        now = time.monotonic()
+        with self._changed:
+            if run_id not in self._due or now - self._since.get(run_id, now) < self._every:
+                return
+        with self._writing:
+            with self._changed:
+                entry = self._due.pop(run_id, None)
+                self._since[run_id] = now
+            if entry is not None:
+                self._write(*entry)
 
     def pending(self) -> bool:
         """Whether changed records wait to be written."""
@@ -57,13 +80,17 @@ class RecordWriter:
         with self._writing:
             with self._changed:
                 batch, self._due = list(self._due.values()), {}
+                self._gathering = False
+                for _, record in batch:
+                    if record.finished:
+                        self._since.pop(record.run_id, None)
             for book, record in _kept(batch):
                 self._write(book, record)
 
     def _loop(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: bool(self._due))
+                self._changed.wait_for(lambda: self._gathering)
             # the batch gathers whatever else changes meanwhile: a run of warm cells is one write each, once
             time.sleep(self._every)
             self.flush()
