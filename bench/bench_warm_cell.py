@@ -118,12 +118,14 @@ def child(tree: str | None, peer: bool) -> int:
 def settle_writes() -> float:
     """CPU ms spent writing the run records the warm cells left to the run book's writer thread (written off the
     cells' path since it has one): charged to the warm cells, and not left to disturb the print cell."""
+    from harness import Stopwatch
+
     from gpu_offload.engine.runs.tracking import tracker
 
-    began = time.process_time()
+    clock = Stopwatch()
     with contextlib.suppress(TypeError):  # a tree without the writer: its flush takes a run and has nothing left
         tracker().flush()  # type: ignore[call-arg]
-    return (time.process_time() - began) * 1000
+    return clock.cpu_ms
 
 
 # ---------------------------------------------------------------------------------------------- parent side
