@@ -64,6 +64,7 @@ class Donor:
     cluster_id: str
     gpus: int
     gpu_model: str
+    """The model its virtual node is labelled with; empty: a donor whose nodes carry no model label."""
     price_per_gpu_hour: str
     """Decimal string; becomes a label value, so digits and one dot only."""
     cpu: str = "32"
@@ -182,7 +183,7 @@ def resource_slice(donor: Donor) -> dict[str, Any]:
 
 
 def _virtual_node_labels(donor: Donor) -> dict[str, str]:
-    labels = {GPU_MODEL_LABEL: donor.gpu_model, PRICE_KEY: donor.price_per_gpu_hour}
+    labels = {PRICE_KEY: donor.price_per_gpu_hour, **({GPU_MODEL_LABEL: donor.gpu_model} if donor.gpu_model else {})}
     if donor.sharing != "none":  # what the donor's labeller reports, carried to the VirtualNode
         labels.update({SHARING_LABEL: donor.sharing, REPLICAS_LABEL: str(donor.replicas),
                        GPU_MEMORY_LABEL: f"{donor.gpu_memory_gib}Gi"})
