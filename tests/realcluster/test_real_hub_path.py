@@ -164,6 +164,9 @@ def test_a_user_logs_in_spawns_a_server_and_runs_the_quickstart_on_the_donor(liq
     print("\n----\n".join(outputs))
     text = "\n".join(outputs)
     assert "step 2" in outputs[1] and "total in the notebook: 45" in outputs[2], outputs[1:3]
+    # the numpy array made in the kernel, normalised on the donor and back; the figure drawn on the donor
+    assert "mean 0.0 std 1.0" in outputs[4] and "ndarray (1000000,) float64" in outputs[5], outputs[3:6]
+    assert "[image/png]" in outputs[6], outputs[6]
     assert "counter on the runner: 2" in text
     assert seen.donor_pods, "no pod of the user's cells ran on the donor"
     assert all(p["node"] == "donor-gpu" for p in seen.donor_pods.values()), seen.donor_pods
