@@ -35,7 +35,7 @@ RUNNER_IMAGE = "jupyter-gpu-offload/runner:0.1.0-py3.11"
 
 def values(admin_token: str) -> dict[str, Any]:
     """What an admin of this origin sets (docs/install.md), plus what this machine needs: images never pulled,
-    no user scheduler or image pre-puller (their images are not built here), no load balancer, no per-user
+    time for a loaded node to start a server, no user scheduler or image pre-puller (their images are not built here), no load balancer, no per-user
     volume (no provisioner), and a test service whose token administers the hub's users."""
     never = {"pullPolicy": "Never"}
     return {
@@ -45,6 +45,9 @@ def values(admin_token: str) -> dict[str, Any]:
         "jupyterhub": {
             "hub": {
                 "image": never,
+                # JupyterHub waits 30 s (http_timeout) for a started server to answer: a user server took longer
+                # at load average 20 here ("alice's server never showed up ... after 30 seconds")
+                "config": {"KubeSpawner": {"http_timeout": 600}},
                 "services": {"e2e": {"api_token": admin_token}},
                 "loadRoles": {"e2e": {"services": ["e2e"], "scopes": [
                     "admin:users", "admin:servers", "tokens", "read:metrics", "custom:gpu-offload:view",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,7 +59,9 @@ def liqo() -> Iterator[Pair]:
 def hub(liqo: Pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, str]]:
     """The release installed on the origin, its hub answering through the proxy: (hub, admin token)."""
     core = liqo.core("origin")
-    HUB_DB_DIR.mkdir(parents=True, exist_ok=True)
+    # a new hub database: a release installed again on a running pair starts without the last one's users
+    shutil.rmtree(HUB_DB_DIR, ignore_errors=True)
+    HUB_DB_DIR.mkdir(parents=True)
     os.chown(HUB_DB_DIR, 1000, 1000)  # the hub runs as uid 1000
     with contextlib.suppress(kubernetes.client.ApiException):
         core.create_persistent_volume(hub_db_volume())
