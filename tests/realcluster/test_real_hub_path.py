@@ -22,12 +22,15 @@ from typing import Any
 
 import kubernetes
 import pytest
+from gpu_offload.sandbox import objectstore
 
 from ..helm.conftest import place_chart
 from .hubpath import (
+    BUCKET,
     HUB_DB_DIR,
     HUB_NAMESPACE,
     RELEASE,
+    STORAGE_HOST,
     Hub,
     execute,
     helm,
@@ -56,7 +59,14 @@ def liqo() -> Iterator[Pair]:
 
 
 @pytest.fixture(scope="module")
-def hub(liqo: Pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, str]]:
+def storage() -> Iterator[str]:
+    """The object store's endpoint (moto's S3 server in this process, on the origin's bridge address)."""
+    with objectstore.s3_server(STORAGE_HOST, [BUCKET]) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def hub(liqo: Pair, storage: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, str]]:
     """The release installed on the origin, its hub answering through the proxy: (hub, admin token)."""
     core = liqo.core("origin")
     # a new hub database: a release installed again on a running pair starts without the last one's users
@@ -68,7 +78,7 @@ def hub(liqo: Pair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     folder = tmp_path_factory.mktemp("hub")
     admin = new_token()
     try:
-        install(place_chart(folder), folder / "values.yaml", admin)
+        install(place_chart(folder), folder / "values.yaml", admin, storage)
         proxy = wait(lambda: _ready_pod(core, "component=proxy"), "the proxy pod Ready", 600)
         first = wait(lambda: _ready_pod(core, "component=hub"), "the hub pod Ready", 600)
         # The hub comes back after a restart: its pod is created again once the chart's admission policies are
