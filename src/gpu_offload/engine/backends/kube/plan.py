@@ -34,6 +34,7 @@ from ....liqo_peering.placement import (
     PlacementPolicy,
     PlacementRequest,
     place,
+    place_one,
     place_pods,
     price_key,
     scheduling_fragment,
@@ -313,7 +314,8 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
                  inventory: Inventory | None) -> Where:
     """A pod or Job that waits in Kueue: no placement (Kueue picks the flavor, i.e. the donor); node affinity
     only where the cell narrows the donors (``--cluster``, ``--trusted-only``, ``--gpu-model``)."""
-    refuse_unfit(placement.gpus, seen.cluster_queue, queue)
+    if fraction_of(placement) is None:  # a part of a GPU counts against the shared resources' quotas instead
+        refuse_unfit(placement.gpus, seen.cluster_queue, queue)
     pinned = placement.cluster not in ("", "auto")
     clusters = [placement.cluster] if pinned else []
     if placement.trusted_only:
@@ -375,7 +377,7 @@ def _chooser(ranks: Ranks | None, avoid: frozenset[str], cpu_only: bool) -> Choo
     """One virtual node for a cell; for a distributed run one with room for every pod, or with ``--spread``
     the clusters that together have room (:func:`place_pods`)."""
     if ranks is None:
-        return lambda inventory, request, policy: (place(inventory, request, policy, avoid=set(avoid)),)
+        return lambda inventory, request, policy: (place_one(inventory, request, policy, avoid=set(avoid)),)
     nodes = ranks.nodes
 
     def choose(inventory: Inventory, request: PlacementRequest, policy: PlacementPolicy) -> tuple[NodeChoice, ...]:
