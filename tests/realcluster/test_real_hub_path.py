@@ -2,9 +2,14 @@
 
 The origin's umbrella chart is installed with ``helm`` (zero-to-jupyterhub from ../shared as its dependency, the
 project's images); a user gets a token through the hub's API, spawns a server and runs the quickstart notebook
-in it through the server's kernel API; its offloaded cells and its session run on the donor's kubelet through
-Liqo's virtual node, queued by Kueue on the origin; the service's pages, metrics and meter see them; the server
-stops, the release is uninstalled and neither cluster keeps anything of it.
+in it through the server's kernel API; its offloaded cells (the numpy array through object storage, a moto S3
+server both clusters' pods reach) and its session run on the donor's kubelet through Liqo's virtual node, queued
+by Kueue on the origin; the service's pages, metrics and meter see them; the server stops, the release is
+uninstalled and neither cluster keeps anything of it.
+
+Not here: a distributed run and a Metaflow step through the hub. Liqo's networking cannot run on this machine
+(docs/realcluster.md: its kernel has no Geneve), so ranks on the donor cannot rendezvous through a Service of the
+origin; and neither has been written against the hub on the pair yet.
 
 Needs the origin's Liqo to keep Kueue's queue-name label off donor pods (``liqo.sh test`` runs this module in
 that setting): with Liqo's default the donor's Kueue gates every queued pod (test_real_liqo.py).
