@@ -47,6 +47,7 @@ PRICE_KEY = "gpu-offload.io/price-per-gpu-hour"
 TYPE_LABEL = "liqo.io/type"
 VIRTUAL_NODE_TYPE = "virtual-node"
 REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
+RESOURCE_SLICE_NAME_LABEL = "liqo.io/resourceslice-name"  # on a VirtualNode: the slice it was made for
 VIRTUAL_NODE_TAINT: dict[str, str] = {"key": "virtual-node.liqo.io/not-allowed", "value": "true",
                                       "effect": "NoExecute"}
 USER_NODE = "origin-user"
@@ -193,7 +194,7 @@ def virtual_node(donor: Donor) -> dict[str, Any]:
     return {
         "apiVersion": "offloading.liqo.io/v1beta1", "kind": "VirtualNode",
         "metadata": _meta(donor.node_name, donor.tenant_namespace,
-                          {REMOTE_CLUSTER_ID_LABEL: donor.cluster_id}),
+                          {REMOTE_CLUSTER_ID_LABEL: donor.cluster_id, RESOURCE_SLICE_NAME_LABEL: donor.node_name}),
         "spec": {
             "clusterID": donor.cluster_id, "createNode": True,
             "labels": _virtual_node_labels(donor),

@@ -24,8 +24,8 @@ from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.cli import main
 
 from ...realcluster.realorigin import clusters, kueue_outage, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE
-from .test_queueing import DONORS, KUEUE, QUEUE, _user_namespace, fill_pool, workloads
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, queued_user_namespace
+from .test_queueing import DONORS, KUEUE, QUEUE, fill_pool, workloads
 
 GATES = ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
 IN_USE = "kueue.x-k8s.io/resource-in-use"
@@ -56,22 +56,12 @@ def outage(origin: Any) -> Outage:
     return _OUTAGES[id(origin)]
 
 
-@pytest.fixture(scope="module")
-def core(api_client: Any) -> Any:
-    return kubernetes.client.CoreV1Api(api_client)
-
-
-@pytest.fixture(scope="module")
-def custom(api_client: Any) -> Any:
-    return kubernetes.client.CustomObjectsApi(api_client)
-
-
 @pytest.fixture()
 def user_ns(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A user namespace with its LocalQueue, as the hub makes one; afterwards its pods and Workloads are gone."""
     monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
     monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
-    namespace = _user_namespace(core, custom)
+    namespace = queued_user_namespace(core, custom)
     yield namespace
     for pod in core.list_namespaced_pod(namespace).items:
         with contextlib.suppress(kubernetes.client.ApiException):
