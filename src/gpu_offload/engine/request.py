@@ -6,7 +6,7 @@ import keyword
 import math
 from dataclasses import dataclass
 
-from .backends.base import Ranks
+from .backends.base import Ranks, RunAsks
 from .errors import OffloadUsageError
 from .ranked import GROUPED, LIVE, RANK0
 
@@ -16,19 +16,12 @@ RENDEZVOUS_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
-class OffloadRequest:
-    """One ``%%gpu_offload`` invocation, after parsing and before analysis of the cell."""
+class OffloadRequest(RunAsks):
+    """One ``%%gpu_offload`` invocation, after parsing and before analysis of the cell: what it asks of a run
+    (:class:`RunAsks`, keywords only) and what only the cell decides."""
 
     cell: str
     """The cell body (without the ``%%gpu_offload`` line)."""
-    gpus: int = 1
-    """How many GPUs the runner may see; 0 runs on CPU."""
-    gpu_model: str | None = None
-    """A GPU model to ask for (e.g. ``A100``); only placement on a cluster uses it."""
-    fallback_models: tuple[str, ...] = ()
-    """Models to take, in order, when ``gpu_model`` has no room (``--gpu-model A100,H100``)."""
-    cluster: str = "auto"
-    """A remote cluster id, or ``auto`` to let placement choose."""
     inputs: tuple[str, ...] = ()
     """Names to send in addition to those the cell reads (``--in``)."""
     outputs: tuple[str, ...] = ()
@@ -37,20 +30,10 @@ class OffloadRequest:
     """A warm runner whose state persists across cells; ``None`` starts a fresh runner."""
     noblock: bool = False
     """Return a handle at once instead of following the run."""
-    timeout: float | None = None
-    """Seconds after which the cell is interrupted; ``None`` waits forever."""
-    image: str | None = None
-    """Container image for a cluster backend; the local backend runs this kernel's Python."""
     backend: str | None = None
     """``local`` or ``kubernetes``; ``None`` uses the configured default."""
-    priority: str | None = None
-    """A Kueue priority class (``--priority``) when queueing is on; ``None`` uses the configured default."""
     queue_timeout: float | None = None
     """Seconds a run may wait in the queue (queueing on) before it is withdrawn; ``None`` waits as long as it takes."""
-    trusted_only: bool = False
-    """Run only on a cluster the origin trusts (``--trusted-only``): the donor sees the cell and its inputs."""
-    rerun_on_preemption: bool = False
-    """``--rerun-on-preemption``: a preempted run is rerun once even after it printed something."""
     nodes: int | None = None
     """``--nodes``: run as the ranks of a distributed run on this many nodes; ``None``: one runner."""
     procs_per_node: int | None = None
@@ -65,14 +48,8 @@ class OffloadRequest:
     """``--rendezvous-timeout``: seconds every rank has to start after the first; ``None``: the default."""
     spread: bool = False
     """``--spread``: the nodes may span donors."""
-    fraction: float | None = None
-    """``--gpus 0.5``: the part of one GPU asked for (``gpus`` is then 1); ``None``: whole GPUs."""
-    gpu_memory: int | None = None
-    """``--gpu-memory 12Gi`` in bytes: part of one GPU sized by memory; with ``fraction``, the larger need wins."""
     estimate: bool = False
     """``--estimate``: size ``gpu_memory`` from the cell's model (``engine.estimate``) when it is not given."""
-    idle_timeout: float | None = None
-    """``--idle-timeout`` (given in minutes) in seconds: the session's runner is released after this long idle."""
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
