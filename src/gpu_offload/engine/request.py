@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import keyword
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from .backends.base import Ranks, RunAsks
 from .errors import OffloadUsageError
@@ -259,3 +261,24 @@ def split_names(value: str | None) -> tuple[str, ...]:
     if not value:
         return ()
     return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def parsed_request(args: argparse.Namespace, cell: str, *, gpus: float, gpu_model: str | None, cluster: str,
+                   trusted_only: bool, **only_here: Any) -> OffloadRequest:
+    """The request of a cell or a script from its parsed options (the option table's names, which both front
+    ends share), each option not given taking the front end's default (``gpus``, ``gpu_model``, ``cluster``;
+    ``trusted_only`` cannot be turned off by leaving it out). ``only_here``: the fields of options one front
+    end offers alone, as it reads them (the magic's ``--in`` names, ``--session``, ...). Raises
+    ``OffloadUsageError`` naming the fix for a value that cannot be (``--gpus 1.5``, ``--gpu-memory lots``)."""
+    model, fallback_models = gpu_models(args.gpu_model or gpu_model)
+    whole, fraction = gpus_and_fraction(gpus if args.gpus is None else args.gpus)
+    return OffloadRequest(
+        cell=cell, gpus=whole, fraction=fraction, gpu_memory=memory_size(args.gpu_memory), gpu_model=model,
+        fallback_models=fallback_models, cluster=args.cluster or cluster, timeout=args.timeout,
+        queue_timeout=args.queue_timeout, priority=args.priority, image=args.image, backend=args.backend,
+        trusted_only=args.trusted_only or trusted_only, rerun_on_preemption=args.rerun_on_preemption,
+        nodes=args.nodes, procs_per_node=args.procs_per_node, group_output=args.group_output,
+        quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout, spread=args.spread,
+        **only_here,
+    )
+
