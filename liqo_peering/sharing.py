@@ -122,10 +122,12 @@ class ResourceAsk:
 
     def runner_env(self) -> dict[str, str]:
         """What the runner is told (docs/runner-protocol.md): the mode, the isolation the pod gets, and the
-        memory it caps its own use at where the mode lets it."""
+        memory it caps its own use at and watches (its bytes, else the share of the GPU it holds)."""
         env = {RUNNER_SHARING: self.mode, RUNNER_ISOLATION: self.isolation}
         if self.memory_limit:
             env[RUNNER_MEMORY_LIMIT] = str(self.memory_limit)
+        elif self.share < 1:  # e.g. time-slicing shares of a GPU whose memory the donor did not say
+            env[RUNNER_FRACTION] = format(self.share, "g")
         return env
 
     def describe(self) -> str:

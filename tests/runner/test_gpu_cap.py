@@ -18,7 +18,8 @@ def test_the_runner_reads_the_names_the_origin_writes():
 
 
 def test_mps_gets_its_pinned_limit_and_a_pods_own_limit_is_kept():
-    env = {gpu_cap.SHARING: "mps", gpu_cap.MEMORY_LIMIT: str(40 * 2**30)}
+    # NVIDIA's device plugin gives every container it lends MPS shares to the pipe directory
+    env = {gpu_cap.SHARING: "mps", gpu_cap.MEMORY_LIMIT: str(40 * 2**30), gpu_cap.MPS_PIPE: "/tmp/nvidia-mps"}
     assert gpu_cap.install(env)
     assert env[gpu_cap.MPS_LIMIT] == "0=40960M"
     own = {**env, gpu_cap.MPS_LIMIT: "0=1000M"}
@@ -58,3 +59,21 @@ def test_with_a_gpu_torch_gets_the_share_of_device_zero():
     assert gpu_cap.cap_torch(torch, {gpu_cap.MEMORY_LIMIT: str(20 * 2**30)}) == 0.25
     assert calls == [(0.25, 0)]
     assert gpu_cap.cap_torch(torch, {}) is None and len(calls) == 1
+
+
+def test_the_mode_and_isolation_are_those_of_the_donor_the_pod_landed_on():
+    # queued, the origin wrote one candidate's mode; the device plugin's answer says which donor took the pod
+    assert {m: sharing.ISOLATION[m] for m in ("time-slicing", "mps")} == gpu_cap.ISOLATION_OF
+    told_sliced_got_mps = {gpu_cap.SHARING: "time-slicing", gpu_cap.ISOLATION: "none",
+                           gpu_cap.MEMORY_LIMIT: str(20 * 2**30), gpu_cap.MPS_PIPE: "/tmp/nvidia-mps"}
+    assert gpu_cap.install(told_sliced_got_mps)
+    assert told_sliced_got_mps[gpu_cap.SHARING] == "mps"
+    assert told_sliced_got_mps[gpu_cap.ISOLATION] == "compute and memory"
+    assert told_sliced_got_mps[gpu_cap.MPS_LIMIT] == "0=20480M"
+    told_mps_got_sliced = {gpu_cap.SHARING: "mps", gpu_cap.ISOLATION: "compute and memory",
+                           gpu_cap.MEMORY_LIMIT: str(20 * 2**30)}
+    assert gpu_cap.install(told_mps_got_sliced)
+    assert (told_mps_got_sliced[gpu_cap.SHARING], told_mps_got_sliced[gpu_cap.ISOLATION]) == ("time-slicing", "none")
+    assert gpu_cap.MPS_LIMIT not in told_mps_got_sliced
+    mig = {gpu_cap.SHARING: "mig", gpu_cap.ISOLATION: "compute and memory", gpu_cap.MEMORY_LIMIT: str(10 * 2**30)}
+    assert gpu_cap.install(mig) and mig[gpu_cap.SHARING] == "mig"  # its own resource: never ambiguous

@@ -28,10 +28,16 @@ ISOLATION = "GPU_OFFLOAD_GPU_ISOLATION"
 MEMORY_LIMIT = "GPU_OFFLOAD_GPU_MEMORY_LIMIT"
 FRACTION = "GPU_OFFLOAD_GPU_FRACTION"
 MPS_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+MPS_PIPE = "CUDA_MPS_PIPE_DIRECTORY"
+"""Set in a container by NVIDIA's device plugin when it lends MPS shares (its Allocate answer), never otherwise."""
 MIB = 2**20
+ISOLATION_OF = {"time-slicing": "none", "mps": "compute and memory"}
+"""The isolation of each way of lending shares of a GPU (``sharing.ISOLATION`` of the origin; a test keeps both
+equal)."""
 
 
-def _number(text: str | None) -> float | None:
+def number(text: str | None) -> float | None:
+    """A positive number from the environment, or None (missing, not a number, zero or less)."""
     try:
         value = float(text) if text else None
     except ValueError:
@@ -42,16 +48,30 @@ def _number(text: str | None) -> float | None:
 def memory_fraction(environ: Mapping[str, str], total: int) -> float | None:
     """The share of a GPU of ``total`` bytes the runner may use: its byte limit over the total, else the
     fraction it was given; None when it holds the whole GPU."""
-    limit = _number(environ.get(MEMORY_LIMIT))
+    limit = number(environ.get(MEMORY_LIMIT))
     if limit is not None and total > 0:
         return min(1.0, limit / total)
-    fraction = _number(environ.get(FRACTION))
+    fraction = number(environ.get(FRACTION))
     return min(1.0, fraction) if fraction is not None else None
+
+
+def settle_mode(environ: MutableMapping[str, str]) -> None:
+    """The mode of the donor the pod landed on, where the origin could not know it.
+
+    Queued, the pod is created before Kueue picks among donors that lend shares in the same units, and MPS and
+    time-slicing shares can be the same resource: the origin wrote the mode of one of them. The device plugin
+    tells the container which it got (``CUDA_MPS_PIPE_DIRECTORY`` only under MPS), so the runner's mode and
+    isolation are those of the donor it runs on, as the placement notice names them once Kueue admitted it.
+    """
+    if environ.get(SHARING) in ISOLATION_OF:
+        mode = "mps" if environ.get(MPS_PIPE) else "time-slicing"
+        environ[SHARING] = mode
+        environ[ISOLATION] = ISOLATION_OF[mode]
 
 
 def set_mps_limit(environ: MutableMapping[str, str]) -> None:
     """Under MPS, the pinned memory limit of device 0 (the one GPU a share is of), unless the pod has one."""
-    limit = _number(environ.get(MEMORY_LIMIT))
+    limit = number(environ.get(MEMORY_LIMIT))
     if environ.get(SHARING) == "mps" and limit is not None and MPS_LIMIT not in environ:
         environ[MPS_LIMIT] = f"0={int(limit) // MIB}M"
 
@@ -111,8 +131,9 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
 def install(environ: MutableMapping[str, str] | None = None) -> bool:
     """Set up the cap for this process; whether there is one to apply (the runner holds part of a GPU)."""
     env = os.environ if environ is None else environ
-    if _number(env.get(MEMORY_LIMIT)) is None and _number(env.get(FRACTION)) is None:
+    if number(env.get(MEMORY_LIMIT)) is None and number(env.get(FRACTION)) is None:
         return False
+    settle_mode(env)
     set_mps_limit(env)
     if "torch" in sys.modules:
         cap_torch(sys.modules["torch"], env)

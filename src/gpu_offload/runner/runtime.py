@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from . import display, gpu_cap, handover, ipython_hook, ipython_shim, metrics, watchdog
+from . import display, gpu_cap, gpu_watch, handover, ipython_hook, ipython_shim, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
@@ -79,6 +79,7 @@ class Runtime:
         self.log = RunLog()
         self.capture = FdCapture(self._stream)
         self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
+        self.gpu_watch = gpu_watch.Watch(self.interrupts.interrupt)
         self.namespace = new_namespace()
         self.term_checkpoint: dict[str, Any] | None = None
         """A session's checkpoint armed for SIGTERM (:func:`.session_state.arm`)."""
@@ -149,15 +150,21 @@ class Runtime:
             try:
                 self.interrupts.begin()
                 self.sampler.start()
+                self.gpu_watch.start(bundle["metrics_interval"])
                 run_cell(self.emit, self._own_share(bundle), self.namespace, shared_inputs=self.rank is not None)
             finally:
                 self.interrupts.running = False
                 self.sampler.stop()
+                self.gpu_watch.stop()
                 handover.release()
         except KeyboardInterrupt as exc:
-            status = "interrupted"
             tb = cell_traceback(exc, bundle["filename"])
-            self.emit("error", ename="KeyboardInterrupt", evalue="interrupted", traceback=tb)
+            if self.gpu_watch.stopped:  # the runner stopped it: past its part of a GPU
+                status = "error"
+                self.emit("error", ename=gpu_watch.STOP_NAME, evalue=self.gpu_watch.stopped, traceback=tb)
+            else:
+                status = "interrupted"
+                self.emit("error", ename="KeyboardInterrupt", evalue="interrupted", traceback=tb)
         except CellFailed:
             status = "error"
         except Exception as exc:  # a fault of the runner itself, not of the cell: still report and go on

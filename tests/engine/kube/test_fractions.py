@@ -14,6 +14,7 @@ from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import OffloadUsageError
 
+from ...runner.fake_gpu import prelude
 from .conftest import IMAGE_MAP, SHARED, leftovers
 from .helpers import Sink, run_cell
 
@@ -98,3 +99,19 @@ def test_a_part_larger_than_any_donor_lends_is_refused_naming_each_donor(kube: K
     assert "no MIG profile here holds 60.0 GiB (the largest, 3g.40gb, holds 40.0 GiB)" in str(caught.value)
     with pytest.raises(OffloadUsageError, match="whole: this donor lends whole GPUs only"):
         run_cell(kube, "x = 1", {}, fraction=0.5, cluster="whole")
+
+
+def test_a_half_gpu_cell_that_grows_past_its_half_is_stopped_and_told_what_to_ask_for(
+        kube: KubernetesBackend, core: Any, namespace: str) -> None:
+    # the cell allocates on a GPU plugged into its runner (the machine has none); the watch, the stop and the
+    # message are the runner's and the engine's own
+    cell = prelude(80) + "gpu_alloc(45)\nimport time\ntime.sleep(60)\nkept = 1\n"
+    sink = Sink()
+    outcome, _, run = run_cell(kube, cell, ns := {}, sink, fraction=0.5, cluster="sliced")
+    assert outcome.status == "error"
+    assert outcome.error is not None and outcome.error.ename == "GpuMemoryExceeded"
+    assert ("held 45.0 GiB of GPU memory, more than its part (0.5 of a GPU, 40.0 GiB; time-slicing), and it would "
+            "take memory the other cells on this GPU need") in outcome.error.evalue
+    assert "Ask for --gpu-memory 50Gi, or a whole GPU with --gpus 1" in outcome.error.evalue
+    assert "kept" not in ns
+    wait_until(lambda: not leftovers(core, namespace), "pods and Secrets deleted")

@@ -321,3 +321,16 @@ def test_a_placed_fraction_without_memory_isolation_is_told_so_with_the_fix() ->
                                      "a whole GPU (--gpus 1).")
     isolated = plan(Case(RunRequest(fraction=0.5, cluster="donor-m"), seen={"inventory": MIXED}))
     assert isolated.ctx.notice == "" and "isolation: compute and memory" in isolated.ctx.share
+
+
+def test_a_queued_part_of_a_gpu_is_not_refused_by_a_pool_without_whole_gpus() -> None:
+    # every donor shares its GPUs: the ClusterQueue's nvidia.com/gpu quotas are 0, its shares' are not
+    shares_only = {"metadata": {"name": "pool"}, "spec": {"resourceGroups": [{"flavors": [
+        {"name": f"{c}-a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 0},
+                                            {"name": "nvidia.com/gpu.shared", "nominalQuota": 8}]}
+        for c in ("donor-m", "donor-t")]}]}}
+    queued = plan(Case(RunRequest(fraction=0.25), seen={"inventory": MIXED, "queue": "gpu-offload",
+                                                          "cluster_queue": shares_only}))
+    assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
+    with pytest.raises(OffloadUsageError, match="asks for 1 GPUs and no flavor of ClusterQueue pool holds"):
+        plan(Case(RunRequest(), seen={"inventory": MIXED, "queue": "gpu-offload", "cluster_queue": shares_only}))

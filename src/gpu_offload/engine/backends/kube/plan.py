@@ -313,7 +313,8 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
                  inventory: Inventory | None) -> Where:
     """A pod or Job that waits in Kueue: no placement (Kueue picks the flavor, i.e. the donor); node affinity
     only where the cell narrows the donors (``--cluster``, ``--trusted-only``, ``--gpu-model``)."""
-    refuse_unfit(placement.gpus, seen.cluster_queue, queue)
+    if fraction_of(placement) is None:  # a part of a GPU counts against the shared resources' quotas instead
+        refuse_unfit(placement.gpus, seen.cluster_queue, queue)
     pinned = placement.cluster not in ("", "auto")
     clusters = [placement.cluster] if pinned else []
     if placement.trusted_only:

@@ -1,0 +1,65 @@
+"""A queued part of a GPU runs as the donor Kueue admitted it on: the pod is made before Kueue picks between a
+time-slicing and an MPS donor lending the same shares, and the runner and the placement notice both name the
+donor it landed on (MPS, memory isolated), not the cheaper one the pod was written for."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.kueue import KueueOptions
+from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
+
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+
+from .conftest import IMAGE_MAP, SHARED
+from .helpers import Sink, run_cell
+from .test_fractions_queued import _admitted, kernel  # noqa: F401 (the fixture, by name)
+
+DONORS = (liqo.Donor("sliced", 1, "A100", "1.00", sharing="time-slicing", replicas=2),
+          liqo.Donor("mps", 1, "A100", "1.50", sharing="mps", replicas=2))
+SEEN = ("import os\nseen = (os.environ.get('GPU_OFFLOAD_GPU_SHARING'), os.environ.get('GPU_OFFLOAD_GPU_ISOLATION'), "
+        "os.environ.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'))")
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with running_kueue_origin(tmp_path_factory.mktemp("fractions-admitted"), donors=DONORS,
+                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
+                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
+        yield running
+    assert not running.live_processes()
+
+
+def test_a_half_admitted_on_the_mps_donor_runs_and_is_told_as_mps(
+        kernel: tuple[KubernetesBackend, str], api_client: Any) -> None:  # noqa: F811 (the fixture)
+    import kubernetes
+
+    backend, namespace = kernel
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    until = time.time() + 20.0
+    held: dict[str, Any] = {}
+
+    def hold() -> None:  # the whole time-sliced GPU (both shares), so Kueue has only the MPS donor left
+        held["outcome"] = run_cell(backend, "import time\nwhile time.time() < until:\n    time.sleep(0.1)",
+                                   {"until": until}, gpu_memory=80 * 2**30, cluster="sliced")[0]
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    wait_until(lambda: sum(_admitted(custom, namespace)) == 1, "the time-sliced GPU held", timeout=90)
+    sink = Sink()
+    outcome, _, run = run_cell(backend, SEEN, ns := {}, sink, fraction=0.5)
+    holder.join(120)
+    assert held["outcome"].status == "ok", held["outcome"].error
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert run.current.ctx.cluster == "mps"
+    # the pod was written for the cheaper time-slicing donor; the runner took the mode of the donor it runs on
+    assert ns["seen"][:2] == ("mps", "compute and memory")
+    assert any("0.5 of a GPU (mps: 1 nvidia.com/gpu.shared; isolation: compute and memory)" in n
+               for n in sink.notices), sink.notices
+    assert not any("not memory-isolated" in n for n in sink.notices), sink.notices
