@@ -217,6 +217,35 @@ def place(
     raise error
 
 
+def place_one(
+    inventory: Inventory,
+    request: PlacementRequest,
+    policy: PlacementPolicy | None = None,
+    avoid: Collection[str] = (),
+) -> NodeChoice:
+    """:func:`place` for one pod; one whole GPU that no donor lending whole GPUs has room for goes to a donor
+    that lends GPUs through a memory isolator, asked for as one slot with all of the GPU's memory
+    (``sharing.resource_ask``), so the pod holds that GPU alone. Raises ``place``'s error when none has room."""
+    try:
+        return place(inventory, request, policy, avoid)
+    except NoFit as error:
+        if request.fraction is not None or request.gpus != 1 or request.cpu_only:
+            raise
+        first = error
+    clusters = [c for c in _check_names(inventory, request) if c.cluster_id not in avoid
+                and (c.trusted or not request.trusted_only)]
+    nodes = [vn for cluster in clusters for vn in _usable(cluster) if vn.sharing == "memory"]
+    if not nodes:
+        raise first
+    try:
+        pick = place_share(nodes, FractionRequest(1.0), [request.gpu_model, *request.fallback_models],
+                           lambda vn: has_room(vn, request), price_key)
+    except NoFit:
+        raise first from None
+    vn = pick.node
+    return NodeChoice(vn.name, vn.cluster_id, vn.model, 1, fallback=pick.model_index > 0, ask=pick.ask)
+
+
 def _place_fraction(clusters: Sequence[ClusterRecord], request: PlacementRequest, skipped: list[str]) -> NodeChoice:
     assert request.fraction is not None
     nodes = [vn for cluster in clusters for vn in _usable(cluster)]

@@ -111,6 +111,18 @@ class KueueClient:
                                             "visibility API)") from exc
         return list(body.get("items") or [])
 
+    def workloads(self, namespace: str) -> builtins.list[dict[str, Any]]:
+        """The Workloads of ``namespace`` (Kueue's own record of each queued pod, with its ``QuotaReserved``
+        condition saying why it waits). A refusal (403: a chart without the users' read of workloads) is raised
+        as ``APIForbidden``."""
+        g = L.WORKLOAD
+        try:
+            found = self.custom.list_namespaced_custom_object(g.group, g.version, namespace, g.plural,
+                                                              _request_timeout=self.request_timeout)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise api_error(exc, "listing", f"the Workloads in {namespace}") from exc
+        return list(found.get("items") or [])
+
     def write(self, change: Change) -> None:
         """Create, merge-patch or delete as ``change`` says; a deletion of something already gone is done."""
         g = KINDS[change.kind]

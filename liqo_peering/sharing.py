@@ -134,7 +134,8 @@ class ResourceAsk:
         """One phrase for the placement notice, e.g. ``0.5 of a GPU (time-slicing: 2 of 4 shares; isolation:
         none)``."""
         held = ", ".join(f"{n} {r}" for r, n in self.resources)
-        return f"{self.share:.3g} of a GPU ({self.mode}: {held}; isolation: {self.isolation})"
+        part = "a whole GPU" if self.share == 1 else f"{self.share:.3g} of a GPU"
+        return f"{part} ({self.mode}: {held}; isolation: {self.isolation})"
 
 
 RUNNER_SHARING = E.GPU_SHARING.name
@@ -166,6 +167,8 @@ def resource_ask(request: FractionRequest, offer: GpuOffer) -> ResourceAsk:
     """Turn a request into what a donor with ``offer`` can grant, or raise CannotShare saying why it cannot."""
     if request.whole:
         count = int(request.gpus)
+        if offer.mode == "memory":
+            return _whole_on_isolator(count, offer)
         return ResourceAsk(((GPU, count),), float(count), "compute and memory")
     share = _needed_share(request, offer)
     if offer.mode == "none":
@@ -189,6 +192,21 @@ def resource_ask(request: FractionRequest, offer: GpuOffer) -> ResourceAsk:
     mib = math.ceil(share * offer.memory / MIB)
     return ResourceAsk(((GPU, 1), (offer.memory_resource, mib)), mib * MIB / offer.memory, "memory", mib * MIB,
                        mode="memory")
+
+
+def _whole_on_isolator(count: int, offer: GpuOffer) -> ResourceAsk:
+    """A whole GPU of a donor whose ``nvidia.com/gpu`` counts a memory isolator's slots: one slot and all of
+    the GPU's memory, so no other pod fits beside it. Only one: an isolator counts its memory per GPU (HAMi's
+    ``nvidia.com/gpumem`` is per device) while a node's quota counts it in total, so two GPUs' memory in one
+    ask would mean different things to the two."""
+    if count != 1:
+        raise CannotShare(f"this donor lends GPUs through a memory isolator, one whole GPU per pod; ask for "
+                          f"--gpus 1, or for --gpus {count} on a donor that lends whole GPUs")
+    if offer.memory is None:
+        raise CannotShare("this donor isolates GPU memory but did not say how much one GPU holds, so a whole "
+                          "GPU cannot be asked of it; ask its admin to run the labeller")
+    mib = math.ceil(offer.memory / MIB)
+    return ResourceAsk(((GPU, 1), (offer.memory_resource, mib)), 1.0, "compute and memory", mode="memory")
 
 
 def _mig_ask(share: float, offer: GpuOffer) -> ResourceAsk:

@@ -234,3 +234,21 @@ def test_a_users_server_may_list_localqueues_of_its_own_namespace_only_when_queu
         assert allowed(objects, ALICE_SERVER, listing) is enabled
         assert not allowed(objects, ALICE_SERVER, Request("list", "kueue.x-k8s.io", "localqueues", "jhub-bob"))
         assert not allowed(objects, ALICE_SERVER, Request("create", "kueue.x-k8s.io", "localqueues", "jhub-alice"))
+
+
+def test_a_users_server_may_read_the_workloads_of_its_own_namespace_only_and_never_write_them(kit: Any) -> None:
+    # Kueue's reason for a wait is in the Workload's status: read in the user's namespace with queueing on,
+    # nowhere else, and never written (a user who could edit a Workload or its status could change its
+    # priority or admission)
+    for enabled in (True, False):
+        objects = kit.render({**kit.two_tenants, "queueing": {"kueue": {"enabled": enabled}}})
+        objects += kit.hook_bindings(kit.config_of(objects), "jhub-alice")
+        for verb in ("get", "list", "watch"):
+            assert allowed(objects, ALICE_SERVER, Request(verb, "kueue.x-k8s.io", "workloads", "jhub-alice",
+                                                           None if verb != "get" else "pod-run-1")) is enabled
+            assert not allowed(objects, ALICE_SERVER, Request(verb, "kueue.x-k8s.io", "workloads", "jhub-bob"))
+            assert not allowed(objects, ALICE_SERVER, Request(verb, "kueue.x-k8s.io", "workloads", None))
+        for verb in ("create", "update", "patch", "delete", "deletecollection"):
+            assert not allowed(objects, ALICE_SERVER, Request(verb, "kueue.x-k8s.io", "workloads", "jhub-alice"))
+            assert not allowed(objects, ALICE_SERVER, Request(verb, "kueue.x-k8s.io", "workloads/status",
+                                                               "jhub-alice"))

@@ -113,10 +113,12 @@ def test_with_queueing_on_a_users_kernel_may_read_its_place_in_line_and_nothing_
     assert kueue_rules == [
         {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "list"]},
         {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]},
     ]
     # the calls a kernel makes are those: its LocalQueue, the namespace's LocalQueues when GPU_OFFLOAD_QUEUE is
-    # unset, the visibility API, and the ClusterQueue's list/watch
-    assert {"local_queue", "local_queue_names", "pending_workloads", "cluster_queue"} <= set(vars(KueueClient))
+    # unset, the visibility API, the namespace's Workloads (Kueue's reason) and the ClusterQueue's list/watch
+    assert {"local_queue", "local_queue_names", "pending_workloads", "workloads", "cluster_queue"} <= set(
+        vars(KueueClient))
     viewer = kit.find(objects, "ClusterRole", "gpu-offload-queue-viewer")
     assert viewer["rules"] == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
                                 "resourceNames": ["pool"], "verbs": ["get", "list", "watch"]}]

@@ -6,7 +6,7 @@ import pytest
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.errors import NoFit
 from gpu_offload.liqo_peering.inventory import build_inventory, inventory_from_dict, inventory_to_dict
-from gpu_offload.liqo_peering.placement import PlacementRequest, place
+from gpu_offload.liqo_peering.placement import PlacementRequest, place, place_one
 from gpu_offload.liqo_peering.sharing import GIB, FractionRequest
 
 
@@ -112,3 +112,22 @@ def test_a_forged_sharing_label_is_an_inventory_error_not_a_guess():
     inventory = build_inventory([_fc("sliced")], (), [bad], ())
     assert not inventory.virtual_nodes
     assert any(L.GPU_REPLICAS in e for e in inventory.errors)
+
+
+def test_a_whole_gpu_goes_to_a_memory_isolator_once_no_donor_lending_whole_gpus_has_room():
+    full = tuple(_pod("whole-gpu", {"nvidia.com/gpu": "1"}) for _ in range(4))
+    assert place_one(_inventory(("whole", "hami")), PlacementRequest(1)).cluster_id == "whole"  # whole first
+    choice = place_one(_inventory(("whole", "hami"), full), PlacementRequest(1))
+    assert choice.cluster_id == "hami" and choice.gpus == 1
+    assert choice.scheduling_fragment()["resources"] == {"limits": {"nvidia.com/gpu": "1",
+                                                                    "nvidia.com/gpumem": str(80 * 1024)}}
+    # both of the isolator's GPUs held whole: the whole-GPU refusal stands, as for two GPUs in one pod
+    held = full + tuple(_pod("hami-gpu", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(80 * 1024)})
+                        for _ in range(2))
+    with pytest.raises(NoFit) as caught:
+        place_one(_inventory(("whole", "hami"), held), PlacementRequest(1))
+    with pytest.raises(NoFit) as before:
+        place(_inventory(("whole", "hami"), held), PlacementRequest(1))
+    assert str(caught.value) == str(before.value)
+    with pytest.raises(NoFit):
+        place_one(_inventory(("whole", "hami"), full), PlacementRequest(2))

@@ -12,10 +12,23 @@ MIG = tuple(MigProfile(n, m * GIB, c) for n, m, c in
 
 
 def test_whole_gpus_ask_for_the_gpu_resource_whatever_the_donor_shares():
-    for mode in ("none", "time-slicing", "mps", "mig", "memory"):
+    for mode in ("none", "time-slicing", "mps", "mig"):
         ask = resource_ask(FractionRequest(gpus=2), GpuOffer(mode, A100, replicas=4, mig_profiles=MIG))
         assert ask.limits == {"nvidia.com/gpu": 2}
         assert ask.share == 2.0
+
+
+def test_a_whole_gpu_of_a_memory_isolator_is_one_slot_with_all_of_its_memory():
+    # the isolator's nvidia.com/gpu counts slots of a GPU: the GPU's whole memory keeps every other pod off it
+    ask = resource_ask(FractionRequest(gpus=1), GpuOffer("memory", A100))
+    assert ask.limits == {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 80 * 1024}
+    assert (ask.share, ask.isolation, ask.mode, ask.memory_limit) == (1.0, "compute and memory", "memory", None)
+    assert ask.describe() == ("a whole GPU (memory: 1 nvidia.com/gpu, 81920 nvidia.com/gpumem; isolation: compute "
+                              "and memory)")
+    with pytest.raises(CannotShare, match="one whole GPU per pod; ask for --gpus 1, or for --gpus 2 on a donor"):
+        resource_ask(FractionRequest(gpus=2), GpuOffer("memory", A100))
+    with pytest.raises(CannotShare, match="did not say how much one GPU holds"):
+        resource_ask(FractionRequest(gpus=1), GpuOffer("memory", None))
 
 
 @pytest.mark.parametrize(("gpus", "shares"), [(0.5, 2), (0.3, 2), (0.25, 1), (0.9, 4), (0.01, 1)])

@@ -38,8 +38,10 @@ INDEX = int(os.environ.get("RC_INDEX", "0"))
 STATE = Path(os.environ.get("RC_STATE", "/var/tmp/gpu-offload-realcluster" + (f"-{INDEX}" if INDEX else "")))
 KUBECONFIG = STATE / "admin.kubeconfig"
 REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"),
-              *([os.environ.get("RC_NODE2", "donor-2-gpu")] if INDEX == 0 else []))
-"""The real kubelets' nodes, as env.sh names them: cluster 0 has two (RC_NODE and RC_NODE2), the others one."""
+              *([os.environ.get("RC_NODE2", "donor-2-gpu")] if INDEX == 0 else
+                [os.environ["RC_NODE2"]] if os.environ.get("RC_NODE2") else []))
+"""The real kubelets' nodes, as env.sh names them: cluster 0 has two (RC_NODE and RC_NODE2), the others one
+unless RC_NODE2 names a second (a copy of the real-cluster stage beside cluster 0)."""
 HEALTHY = STATE / "healthy-gpus"  # env.sh's RC_HEALTHY: per node, how many of its fake GPUs are healthy
 HOST_ADDRESS = f"10.219.{INDEX}.1"  # env.sh's RC_HOST_IP: the pods' bridge, where they reach this machine
 KUEUE_PLURALS = ("workloads", "localqueues")

@@ -13,7 +13,9 @@ def prelude(total_gib: float = 80) -> str:
     """Cell text that plugs a GPU of ``total_gib`` into the runner and defines ``gpu_alloc(gib)``."""
     return (
         "import sys as _sys\n"
-        "_watch = next(m for n, m in list(_sys.modules.items()) if n.endswith('runner.gpu_watch'))\n"
+        "import importlib as _importlib\n"
+        "_runner = next(n for n in list(_sys.modules) if n.endswith('runner.runtime')).rsplit('.', 1)[0]\n"
+        "_watch = _importlib.import_module(_runner + '.gpu_watch')\n"
         "_held = [0]\n"
         f"_watch.SOURCES.append(lambda: _watch.Reading(_held[0], int({total_gib} * 2**30)))\n"
         "def gpu_alloc(gib):\n"

@@ -90,9 +90,11 @@ def test_a_runner_over_its_half_of_a_gpu_stops_the_cell_and_reports_it(write_bun
 
 @pytest.mark.e2e
 def test_a_runner_within_its_part_or_holding_a_whole_gpu_is_left_alone(write_bundle, start_runner):
-    cell = prelude(80) + "gpu_alloc(39)\nimport time\ntime.sleep(0.5)\nprint('done')\n"
+    # a runner holding whole GPUs does not even import the watch (the cell's prelude imports it after)
+    cell = ("import sys\nprint(any(n.endswith('runner.gpu_watch') for n in sys.modules))\n" + prelude(80)
+            + "gpu_alloc(39)\nimport time\ntime.sleep(0.5)\nprint('done')\n")
     for env in (SLICED_HALF, {}):
         path, bundle = write_bundle(cell if env else cell.replace("39", "70"), metrics_interval=0.05)
         runner = start_runner(path, bundle["nonce"], env={"PATH": "/usr/bin:/bin", **env})
         events, code = runner.finish()
-        assert code == 0 and not runner.of(Error) and runner.stdout() == "done\n"
+        assert code == 0 and not runner.of(Error) and runner.stdout() == f"{bool(env)}\ndone\n"

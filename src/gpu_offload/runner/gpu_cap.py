@@ -128,10 +128,15 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         return spec
 
 
+def holds_part(environ: Mapping[str, str]) -> bool:
+    """Whether the runner was told it holds part of a GPU (a byte limit or a fraction)."""
+    return number(environ.get(MEMORY_LIMIT)) is not None or number(environ.get(FRACTION)) is not None
+
+
 def install(environ: MutableMapping[str, str] | None = None) -> bool:
     """Set up the cap for this process; whether there is one to apply (the runner holds part of a GPU)."""
     env = os.environ if environ is None else environ
-    if number(env.get(MEMORY_LIMIT)) is None and number(env.get(FRACTION)) is None:
+    if not holds_part(env):
         return False
     settle_mode(env)
     set_mps_limit(env)

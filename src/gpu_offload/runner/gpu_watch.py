@@ -140,13 +140,12 @@ def verdict(reading: Reading, part: Limit) -> str | None:
             "was copied back")
 
 
-STOP_NAME = "GpuMemoryExceeded"
-"""The error's name in the cell's ``error`` frame."""
-
-
 class Watch:
     """A thread reading the GPU memory the process holds every ``interval`` seconds while a cell runs; the
     first reading past the part records why (:attr:`stopped`) and calls ``stop`` (interrupting the cell)."""
+
+    NAME = "GpuMemoryExceeded"
+    """The error's name in the cell's ``error`` frame."""
 
     def __init__(self, stop: Callable[[], None], environ: Mapping[str, str] | None = None) -> None:
         self._stop_cell = stop

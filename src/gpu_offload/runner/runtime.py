@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from . import display, gpu_cap, gpu_watch, handover, ipython_hook, ipython_shim, metrics, watchdog
+from . import display, gpu_cap, handover, ipython_hook, ipython_shim, metrics, watchdog
 from .capture import FdCapture, private_stdout, write_all
 from .execute import cell_traceback, run_cell
 from .failures import CellFailed
@@ -79,7 +79,8 @@ class Runtime:
         self.log = RunLog()
         self.capture = FdCapture(self._stream)
         self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
-        self.gpu_watch = gpu_watch.Watch(self.interrupts.interrupt)
+        self.gpu_watch: Any = None
+        """``gpu_watch.Watch`` once a run holds part of a GPU (imported then: most runners never need it)."""
         self.namespace = new_namespace()
         self.term_checkpoint: dict[str, Any] | None = None
         """A session's checkpoint armed for SIGTERM (:func:`.session_state.arm`)."""
@@ -150,18 +151,19 @@ class Runtime:
             try:
                 self.interrupts.begin()
                 self.sampler.start()
-                self.gpu_watch.start(bundle["metrics_interval"])
+                self._watch_gpu_memory(bundle["metrics_interval"])
                 run_cell(self.emit, self._own_share(bundle), self.namespace, shared_inputs=self.rank is not None)
             finally:
                 self.interrupts.running = False
                 self.sampler.stop()
-                self.gpu_watch.stop()
+                if self.gpu_watch is not None:
+                    self.gpu_watch.stop()
                 handover.release()
         except KeyboardInterrupt as exc:
             tb = cell_traceback(exc, bundle["filename"])
-            if self.gpu_watch.stopped:  # the runner stopped it: past its part of a GPU
+            if self.gpu_watch is not None and self.gpu_watch.stopped:  # the runner stopped it: past its part
                 status = "error"
-                self.emit("error", ename=gpu_watch.STOP_NAME, evalue=self.gpu_watch.stopped, traceback=tb)
+                self.emit("error", ename=self.gpu_watch.NAME, evalue=self.gpu_watch.stopped, traceback=tb)
             else:
                 status = "interrupted"
                 self.emit("error", ename="KeyboardInterrupt", evalue="interrupted", traceback=tb)
@@ -187,6 +189,15 @@ class Runtime:
                   **({"gpu_peak": peak} if peak is not None else {}))
         self.encoder.end_run()
         return status
+
+    def _watch_gpu_memory(self, interval: float) -> None:
+        """Watch the GPU memory this run holds when it holds part of a GPU (``gpu_watch``)."""
+        if self.gpu_watch is None and gpu_cap.holds_part(os.environ):
+            from . import gpu_watch
+
+            self.gpu_watch = gpu_watch.Watch(self.interrupts.interrupt)
+        if self.gpu_watch is not None:
+            self.gpu_watch.start(interval)
 
     def _own_share(self, bundle: dict[str, Any]) -> dict[str, Any]:
         """What this process sends back: everything outside a distributed run; in one, only the rank the

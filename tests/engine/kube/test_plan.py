@@ -334,3 +334,21 @@ def test_a_queued_part_of_a_gpu_is_not_refused_by_a_pool_without_whole_gpus() ->
     assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
     with pytest.raises(OffloadUsageError, match="asks for 1 GPUs and no flavor of ClusterQueue pool holds"):
         plan(Case(RunRequest(), seen={"inventory": MIXED, "queue": "gpu-offload", "cluster_queue": shares_only}))
+
+
+def test_a_whole_gpu_with_every_whole_gpu_taken_runs_alone_on_a_memory_isolators_gpu() -> None:
+    pool = inventory_from_dict({"clusters": [
+        {"cluster_id": "donor-a", "name": "donor-a", "role": "Provider", "health": "healthy", "virtual_nodes": [
+            {"name": "liqo-donor-a", "cluster_id": "donor-a", "capacity": 4, "allocatable": 4, "in_use": 4,
+             "model": "A100", "memory": "80Gi", "devices": [["nvidia.com/gpu", 4, 4]]}]},
+        {"cluster_id": "donor-h", "name": "donor-h", "role": "Provider", "health": "healthy", "virtual_nodes": [
+            {"name": "liqo-donor-h", "cluster_id": "donor-h", "capacity": 0, "allocatable": 0, "in_use": 0,
+             "model": "A100", "memory": "80Gi", "sharing": "memory",
+             "devices": [["nvidia.com/gpu", 20, 0], ["nvidia.com/gpumem", 2 * 80 * 1024, 0]]}]}]})
+    placed = plan(Case(RunRequest(), seen={"inventory": pool}))
+    assert placed.clusters == ("donor-h",)
+    assert placed.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "81920"}}
+    assert placed.pod.env["GPU_OFFLOAD_GPU_SHARING"] == "memory"
+    assert "GPU_OFFLOAD_GPU_MEMORY_LIMIT" not in placed.pod.env and "GPU_OFFLOAD_GPU_FRACTION" not in placed.pod.env
+    with pytest.raises(NoFit, match="no cluster has 2 free GPUs"):  # an isolator lends one whole GPU per pod
+        plan(Case(RunRequest(gpus=2), seen={"inventory": pool}))

@@ -253,10 +253,8 @@ def test_a_preempted_one_shot_cell_is_requeued_and_rerun_once(kernels: list[Kube
 
 @pytest.fixture()
 def protected(origin: Any, api_client: Any) -> Iterator[str]:
-    """The hub's protected WorkloadPriorityClass, outranking every class of the pool."""
-    if not hasattr(origin, "faults"):
-        pytest.skip("the relabelling was read from real Kueue v0.19.2's source (jobframework's "
-                    "UpdateWorkloadPriority) but this test has not run against it yet")
+    """The hub's protected WorkloadPriorityClass, outranking every class of the pool (on real Kueue 0.19.2 too:
+    its jobframework follows a running pod's changed class into the Workload's priority)."""
     custom = kubernetes.client.CustomObjectsApi(api_client)
     name = f"protected-{uuid.uuid4().hex[:6]}"
     custom.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", {
@@ -283,6 +281,12 @@ def test_a_protected_session_is_listed_as_protected_until_its_protection_ends(
             f"(in 9 min; priority class {protected}, then batch)" in info.release), info
         [pod] = core.list_namespaced_pod(pool).items
         assert pod.metadata.labels["kueue.x-k8s.io/priority-class"] == protected
+        # Kueue took the class from the label: the pod's Workload runs at the protected priority
+        custom = kubernetes.client.CustomObjectsApi(api_client)
+        [workload] = [w for w in custom.list_namespaced_custom_object(*KUEUE, pool, "workloads")["items"]
+                      if any(ref.get("name") == pod.metadata.name for ref in w["metadata"].get("ownerReferences", []))]
+        assert workload["spec"]["priorityClassRef"]["name"] == protected, workload["spec"]
+        assert workload["spec"]["priority"] == 100000, workload["spec"]
     finally:
         backend.close()
     wait_until(lambda: not leftovers(core, pool), "nothing left", timeout=60)

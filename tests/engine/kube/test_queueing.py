@@ -12,6 +12,7 @@ queue that holds the pool). Tests that inject API faults are the sandbox's alone
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 import uuid
@@ -36,6 +37,7 @@ from gpu_offload.engine.engine import FollowSettings
 from gpu_offload.engine.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
 
 from ...realcluster.realorigin import clusters, seeded_origin
+from .chart_roles import rendered_chart, user_server_client
 from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, sandbox_faults, settings
 from .helpers import Sink, run_cell
 
@@ -481,6 +483,43 @@ def test_a_kernel_that_may_not_read_the_cluster_queue_still_shows_the_place_in_l
         thread.join(120)
     finally:
         sandbox_faults(origin).clear()
+    outcome, sink, _ = results["cell"]
+    assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
+
+
+def test_a_waiting_cell_shows_kueues_own_reason_read_with_the_charts_user_rights(
+        origin: Any, api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str], core: Any,
+        tmp_path: Any) -> None:
+    """Kueue's words for the wait (its Workload's QuotaReserved condition) under the place in line. On the real
+    cluster the kernel holds only the chart's user-server role, bound in its namespace: it may read its own
+    namespace's Workloads and the API server refuses another user's; the sandbox authorizes nothing."""
+    alice, bob, _ = namespaces
+    where = fill_pool(core, bob)
+    real = not hasattr(origin, "faults")
+    objects = rendered_chart(tmp_path, {"queueing": {"kueue": {"enabled": True, "localQueue": QUEUE}}})
+    with (user_server_client(api_client, bob, objects) if real else contextlib.nullcontext(api_client)) as client:
+        if real:
+            with pytest.raises(kubernetes.client.ApiException) as refused:
+                kubernetes.client.CustomObjectsApi(client).list_namespaced_custom_object(*KUEUE, alice, "workloads")
+            assert refused.value.status == 403
+        backend = KubernetesBackend(settings(bob, user=USERS[1], queue=QUEUE, priority="interactive"), client)
+        try:
+            results: dict[str, Any] = {}
+            sink = Sink()
+            thread = in_thread(backend, "print('ran')", sink, results, "cell")
+            notice = wait_until(lambda: next((n for n in sink.notices if "\n  Kueue: " in n), None),
+                                "the waiting cell showing Kueue's reason", timeout=90)
+            lines = notice.splitlines()
+            # "1st of 1" once the ClusterQueue's status counts it, "1st" before
+            assert re.match(r"queued for 1 GPU: 1st (of 1 )?in line; waiting ", lines[0]), notice
+            assert lines[1].startswith("  Kueue: couldn't assign flavors to pod set main: insufficient unused quota "
+                                       "for nvidia.com/gpu in flavor "), notice
+            # the reason Kueue gave decides the words: quota in use, so it waits for runs ahead to be admitted
+            assert lines[2].startswith("  every GPU the queue may use is taken"), notice
+            core.delete_namespaced_pod(where["donor-1"], bob, grace_period_seconds=0)
+            thread.join(120)
+        finally:
+            backend.close()
     outcome, sink, _ = results["cell"]
     assert outcome.status == "ok" and "ran" in sink.text, (outcome.error, sink.notices)
 

@@ -10,17 +10,14 @@ server's words.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import celpy
-import helm_python as helm
 import kubernetes
 import pytest
-import yaml
 from gpu_offload.sandbox.apiserver.admission import AdmissionRequest
 from gpu_offload.sandbox.apiserver.errors import forbidden
 from gpu_offload.sandbox.fixtures import wait_until
@@ -30,25 +27,18 @@ from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.cli import main
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
+from .chart_roles import rendered_chart
 from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
 from .helpers import run_cell
 
-REPO = Path(__file__).resolve().parents[3]
 QUEUE = "gpu-offload"
 POLICY = "gpu-offload-user-servers"
 VALUES = {"queueing": {"kueue": {"enabled": True, "localQueue": QUEUE}}}
 
 
 def rendered_policy(folder: Path) -> dict[str, Any]:
-    """The chart's user-server policy with queueing on, as Helm renders it (zero-to-jupyterhub from ../shared
-    in its charts/, as `helm dependency update` leaves it)."""
-    placed = folder / "gpu-offload"
-    shutil.copytree(REPO / "helm" / "gpu-offload", placed, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
-    shutil.copytree(SHARED / "z2jh-chart" / "jupyterhub", placed / "charts" / "jupyterhub")
-    with helm.Chart.load(placed) as chart:
-        manifests = chart.render(values=VALUES, is_install=True, name="gpu-offload", namespace="jhub")
-    docs = [d for path, text in manifests.items() if not path.endswith("NOTES.txt")
-            for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    """The chart's user-server policy with queueing on, as Helm renders it."""
+    docs = rendered_chart(folder, VALUES)
     (policy,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == POLICY]
     return policy
 

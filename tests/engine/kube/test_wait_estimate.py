@@ -14,7 +14,9 @@ from gpu_offload.engine.backends.kube.wait_estimate import (
     QUOTA,
     UNKNOWN,
     estimate,
+    kueue_message,
     reason_of,
+    waiting_messages,
 )
 
 
@@ -112,3 +114,45 @@ def test_the_watch_counts_runs_leaving_the_line_ahead_of_its_pods() -> None:
     third = watch.track("pod-c", "1 GPU")
     watch._read({"pod-c": 0})
     assert third.admissions == () and "no estimate of the start yet" in third.text()
+
+
+def _workload(pod: str, status: str, message: str) -> dict[str, object]:
+    return {"metadata": {"name": f"pod-{pod}-1a2b3", "ownerReferences": [{"kind": "Pod", "name": pod}]},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": status, "reason": "Pending",
+                                       "message": message}]}}
+
+
+def test_kueues_reason_is_read_per_pod_from_the_quota_reserved_condition_of_its_workload() -> None:
+    waiting = ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor a100, "
+               "1 more needed")
+    found = waiting_messages([_workload("pod-a", "False", waiting), _workload("pod-b", "True", "Quota reserved"),
+                              {"metadata": {"name": "job-x", "ownerReferences": [{"kind": "Job", "name": "x"}]},
+                               "status": {"conditions": [{"type": "QuotaReserved", "status": "False",
+                                                          "message": "not a pod's"}]}},
+                              {"metadata": {"name": "fresh"}}])
+    assert found == {"pod-a": waiting}  # admitted (pod-b), another kind's, and one without a condition: none
+
+
+def test_kueues_message_reaches_the_notebook_on_one_printable_line_and_cut() -> None:
+    forged = "line one\n\x1b[2Jcleared\tscreen " + "x" * 400
+    text = kueue_message(_workload("p", "False", forged))
+    assert text.startswith("line one [2Jcleared screen x") and "\x1b" not in text and "\n" not in text
+    assert len(text) == 300 and text.endswith("...")
+
+
+def test_the_place_in_line_shows_kueues_words_and_the_reason_they_give() -> None:
+    watch = QueueWatch(KueueClient(ApiClient()), "team-a", "gpu-offload", "gpu-offload")
+    ticket = watch.track("pod-a", "1 GPU")
+    watch._read({"pod-a": 1})
+    assert "Kueue:" not in ticket.text()  # not read yet: the place alone
+    before = ticket.version
+    watch._read({"pod-a": 1}, {"pod-a": "Pending the preemption of 1 workload(s)"})
+    assert ticket.version == before + 1  # a new reason is shown even though the place did not change
+    lines = ticket.text().splitlines()
+    assert lines[0].startswith("queued for 1 GPU: 2nd in line; waiting ")
+    assert lines[1] == "  Kueue: Pending the preemption of 1 workload(s)"
+    assert lines[2].startswith("  Kueue is stopping a lower-priority run to make room for it; no estimate")
+    watch._read({"pod-a": 0}, None)  # the Workloads not read this time: the last reason stands
+    assert "Kueue: Pending the preemption" in ticket.text()
+    watch._read({"pod-a": 0}, {})  # read, and no longer held back for a reason
+    assert "Kueue:" not in ticket.text()

@@ -34,6 +34,7 @@ from ....liqo_peering.placement import (
     PlacementPolicy,
     PlacementRequest,
     place,
+    place_one,
     place_pods,
     price_key,
     scheduling_fragment,
@@ -376,7 +377,7 @@ def _chooser(ranks: Ranks | None, avoid: frozenset[str], cpu_only: bool) -> Choo
     """One virtual node for a cell; for a distributed run one with room for every pod, or with ``--spread``
     the clusters that together have room (:func:`place_pods`)."""
     if ranks is None:
-        return lambda inventory, request, policy: (place(inventory, request, policy, avoid=set(avoid)),)
+        return lambda inventory, request, policy: (place_one(inventory, request, policy, avoid=set(avoid)),)
     nodes = ranks.nodes
 
     def choose(inventory: Inventory, request: PlacementRequest, policy: PlacementPolicy) -> tuple[NodeChoice, ...]:

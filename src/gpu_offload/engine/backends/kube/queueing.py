@@ -3,7 +3,8 @@
 One :class:`QueueWatch` per kernel, started by its first queued run: a list/watch (``liqo_peering.watching``)
 of the one ClusterQueue behind the kernel's LocalQueue, whose status changes whenever Kueue queues, admits or
 finishes a run anywhere in the pool; a change wakes one read of Kueue's visibility API (the LocalQueue's
-pending workloads), and that one read serves every queued run of the kernel. Reads are spaced by the
+pending workloads, then the namespace's Workloads for Kueue's reason), and that one read serves every queued
+run of the kernel. Reads are spaced by the
 project's backoff (about 1, 2, 4 ... then every 30 s while runs keep waiting), so a long wait costs a few
 requests a minute at most. Without read access to the ClusterQueue the spacing alone paces the reads.
 """
@@ -20,7 +21,7 @@ from ....liqo_peering.errors import APIError, APIForbidden
 from ....liqo_peering.queue_client import KueueClient
 from ....liqo_peering.retrying import WATCH_BACKOFF, Backoff
 from ....liqo_peering.watching import Event, ListResult, ListWatch
-from .wait_estimate import RECENT, UNKNOWN, estimate
+from .wait_estimate import RECENT, UNKNOWN, estimate, reason_of, waiting_messages
 
 READ_SPACING = Backoff(first=1.0, cap=30.0, factor=2.0, jitter=0.2)
 """The wait between two reads of the pending workloads while runs keep waiting (the n-th read of a wait)."""
@@ -63,27 +64,32 @@ class Ticket:
         """When runs ahead left the line, as the kernel saw it (monotonic clock; the last few only)."""
         self.watched_since = self.since
         """Since when the kernel has been counting those departures."""
+        self.message = ""
+        """Why Kueue holds it back, in Kueue's words (its Workload's QuotaReserved condition); empty: not read."""
 
     def update(self, position: int | None, total: int | None, admissions: tuple[float, ...] = (),
-               watched_since: float | None = None) -> None:
+               watched_since: float | None = None, message: str | None = None) -> None:
         self.admissions = admissions
         if watched_since is not None:
             self.watched_since = watched_since
-        if (position, total) != (self.position, self.total):
-            self.position, self.total = position, total
+        if message is None:  # not read this time: the last one stands
+            message = self.message
+        if (position, total, message) != (self.position, self.total, self.message):
+            self.position, self.total, self.message = position, total, message
             self.version += 1
 
     def text(self, now: float | None = None) -> str:
         """``queued for 2 x A100: 4th of 9 in line; waiting 1 min 12 s``."""
         waited = duration((time.monotonic() if now is None else now) - self.since)
+        said = f"\n  Kueue: {self.message}" if self.message else ""
         if self.position is None:
-            return f"queued for {self.what} in LocalQueue {self.queue}; waiting {waited}"
+            return f"queued for {self.what} in LocalQueue {self.queue}; waiting {waited}{said}"
         place = ordinal(self.position + 1)
         line = f"{place} of {self.total}" if self.total is not None and self.total > self.position else place
-        # Kueue's reason is not read by the kernel yet (it is in the Workload's QuotaReserved condition)
         guess = estimate(self.position, self.admissions, self.watched_since,
-                         time.monotonic() if now is None else now, UNKNOWN)
-        return f"queued for {self.what}: {line} in line; waiting {waited}\n  {guess.text()}"
+                         time.monotonic() if now is None else now,
+                         reason_of(self.message) if self.message else UNKNOWN)
+        return f"queued for {self.what}: {line} in line; waiting {waited}{said}\n  {guess.text()}"
 
 
 def _owner_pod(item: Mapping[str, Any]) -> str | None:
@@ -110,6 +116,8 @@ class QueueWatch:
         self._listed = threading.Event()
         self._blind = False
         """The ClusterQueue cannot be read: reads are paced by the spacing alone."""
+        self._no_reasons = False
+        """The namespace's Workloads cannot be read (a chart without the users' read of them): no Kueue reason."""
         self._changed = False
         self._fresh = False
         """A run joined the line: the next read comes soon, whatever the spacing had grown to."""
@@ -230,9 +238,21 @@ class QueueWatch:
             reads_in_row += 1
             next_read = time.monotonic() + self._spacing.delay(reads_in_row)
             positions = {_owner_pod(item): item.get("positionInClusterQueue") for item in items}
-            self._read(positions)
+            self._read(positions, self._reasons())
 
-    def _read(self, positions: Mapping[str | None, Any]) -> None:
+    def _reasons(self) -> dict[str, str] | None:
+        """Kueue's reason for each held-back pod of the namespace; None when not read this time."""
+        if self._no_reasons:
+            return None
+        try:
+            return waiting_messages(self.kueue.workloads(self.namespace))
+        except APIForbidden:
+            self._no_reasons = True  # it would only be refused again: the place in line is shown without it
+        except APIError:
+            pass  # the next read tries again; the last reason stands meanwhile
+        return None
+
+    def _read(self, positions: Mapping[str | None, Any], messages: Mapping[str, str] | None = None) -> None:
         """Apply one read of the pending workloads to the tickets; count the runs that left the line since the
         last read (the most any followed run moved up: a run that left counts itself and those ahead)."""
         now = time.monotonic()
@@ -248,4 +268,5 @@ class QueueWatch:
             self._departures.extend([now] * left)
             seen = tuple(self._departures)
             for pod, ticket in self._tickets.items():
-                ticket.update(news[pod], total, seen, self._since)
+                message = None if messages is None else messages.get(pod, "")
+                ticket.update(news[pod], total, seen, self._since, message)

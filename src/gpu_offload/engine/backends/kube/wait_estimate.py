@@ -2,7 +2,8 @@
 
 The inputs are what the kernel has seen: the run's place in its ClusterQueue (Kueue's visibility API), the
 times at which runs ahead of it left the line (each step forward of a followed run's place is one), how long
-the kernel has been watching, and the reason Kueue gives in the Workload's ``QuotaReserved`` condition.
+the kernel has been watching, and the reason Kueue gives in the Workload's ``QuotaReserved`` condition
+(:func:`waiting_messages` reads it from the namespace's Workloads, :func:`reason_of` classifies it).
 
 The estimate is a rate: ``position + 1`` more admissions are needed before this run starts (those ahead, then
 its own), and the line has recently moved at ``n / watched`` admissions a second. Its range widens with few
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 QUOTA, PREEMPTING, NO_FIT, UNKNOWN = "quota", "preempting", "no-fit", "unknown"
 """The reasons a run waits, as Kueue states them (see :func:`reason_of`)."""
@@ -34,6 +36,37 @@ RECENT = 20
 """Only the last this many admissions count: the recent pace of the line, not yesterday's."""
 Z80 = 1.2816
 """The normal quantile of 90 %: the range is meant to hold about 80 % of starts."""
+
+
+MESSAGE_LIMIT = 300
+"""Kueue's message is shown up to this many characters (its longest, for a pod set of many resources, is a few
+hundred)."""
+
+
+def kueue_message(workload: Mapping[str, Any]) -> str:
+    """Why Kueue holds a Workload back: its ``QuotaReserved=False`` condition's message, on one line, printable
+    characters only and cut at :data:`MESSAGE_LIMIT` (it reaches the notebook; nothing but Kueue writes a
+    Workload's status, but the project shows no stored text unchecked); empty when it is not held back."""
+    for condition in ((workload.get("status") or {}).get("conditions") or []):
+        if isinstance(condition, Mapping) and condition.get("type") == "QuotaReserved":
+            if condition.get("status") != "False":
+                return ""
+            text = " ".join(str(condition.get("message") or "").split())
+            text = "".join(c for c in text if c.isprintable())
+            return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 3] + "..."
+    return ""
+
+
+def waiting_messages(workloads: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Kueue's message for each pod whose Workload it holds back, by the pod's name (the Workload's owner)."""
+    found = {}
+    for workload in workloads:
+        owners = (workload.get("metadata") or {}).get("ownerReferences") or []
+        pods = [str(ref.get("name")) for ref in owners if isinstance(ref, Mapping) and ref.get("kind") == "Pod"]
+        message = kueue_message(workload)
+        if message and len(pods) == 1:
+            found[pods[0]] = message
+    return found
 
 
 def reason_of(message: str) -> str:
