@@ -14,15 +14,26 @@ place halves (the kernel shows every change; the halvings keep the replay fast w
 Figures per load: the absolute error |estimated - actual wait still ahead| (median, p90) in seconds and as a
 share of the actual wait, how often the range held the actual start, and how often there was no estimate.
 Issue 27's goal: the median absolute error at most 30 % of the actual wait.
+
+Beside it, in the same replay, a candidate the kernel cannot run yet (:func:`pool_guess`, here only): it
+simulates the line itself from what a hub watching every Workload of the ClusterQueue would know, never from
+the future: the runs holding GPUs (their GPUs and how long they have run), the GPUs each run ahead asks for, the
+pool's size, and the durations of the last 500 runs that ended. Each running run's remaining time is drawn from
+the durations seen that exceed its elapsed time, each run ahead's duration from all of them; the line is served
+first in, first out 21 times, and the estimate is the 40th percentile of the starts (a median of the wait,
+leaning short because the error is counted relative to the actual wait). Its figures are labelled "pool model".
 Run: ``.venv/bin/python bench/bench_wait_estimate.py``.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import random
 import sys
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 
 from alibaba_trace import NEVER, missing, read_tasks  # bench/: the script's folder is on sys.path
 from harness import Run, percentile
@@ -31,6 +42,12 @@ from gpu_offload.engine.backends.kube.wait_estimate import QUOTA, RECENT, estima
 
 POOLS = (0.9, 0.8, 0.7)
 """The pool's GPUs as a share of the trace's peak concurrent demand (the GPUs its tasks held at once at most)."""
+HISTORY = 500
+"""The pool model draws durations from this many runs that ended last."""
+DRAWS = 21
+"""Simulations of the line per estimate of the pool model."""
+QUANTILE = 0.4
+"""The pool model's estimate: this quantile of its simulated starts."""
 
 
 @dataclass
@@ -38,8 +55,9 @@ class Waiting:
     arrived: int
     gpus: int
     hold: int
-    samples: list[tuple[float, int, float | None, float | None, float | None]] = field(default_factory=list)
-    """(time, position, estimate, low, high) at each estimate asked."""
+    samples: list[tuple[float, int, float | None, float | None, float | None, float | None]] = field(
+        default_factory=list)
+    """(time, position, estimate, low, high, pool model's estimate) at each estimate asked."""
     next_sample: int = -1
     """Sample again once the place is at most this."""
 
@@ -54,32 +72,79 @@ class Replay:
     without: int
     asked: int
     waits: list[float]
+    pool_relative: list[float]
 
 
-def _ask(item: Waiting, position: int, now: float, admissions: list[float]) -> None:
+@dataclass
+class Pool:
+    """What the pool model reads: the pool's size, its running runs, the line, the durations seen."""
+
+    gpus: int
+    running: dict[int, tuple[float, int]] = field(default_factory=dict)
+    """Per run holding GPUs: (when it started, its GPUs)."""
+    ended: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    draws: random.Random = field(default_factory=lambda: random.Random(27))
+
+
+def pool_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float | None:
+    """The pool model's wait for a run of ``gpus`` behind runs asking ``ahead`` (head first); None under 3
+    durations seen."""
+    seen = sorted(pool.ended)
+    if len(seen) < 3:
+        return None
+    free0 = pool.gpus - sum(g for _, g in pool.running.values())
+    tails = [(now - start, g, bisect.bisect_right(seen, now - start)) for start, g in pool.running.values()]
+    starts = []
+    for _ in range(DRAWS):
+        # a run longer than every duration seen is expected to run as long again
+        ends = [(now + (seen[pool.draws.randrange(k, len(seen))] - e if k < len(seen) else e), g)
+                for e, g, k in tails]
+        heapq.heapify(ends)
+        free, t = free0, now
+        for need in [*ahead, gpus]:
+            while free < need and ends:
+                end, back = heapq.heappop(ends)
+                free, t = free + back, max(t, end)
+            free -= need
+            heapq.heappush(ends, (t + seen[pool.draws.randrange(len(seen))], need))
+        starts.append(t - now)
+    starts.sort()
+    return starts[int(QUANTILE * len(starts))]
+
+
+def _ask(item: Waiting, position: int, now: float, admissions: list[float], pool: Pool,
+         ahead: list[int]) -> None:
     # the estimator reads only the last RECENT + 1 admissions: handing it those keeps the replay linear
     guess = estimate(position, admissions[-RECENT - 1:], 0.0, now, QUOTA)
-    item.samples.append((now, position, guess.seconds, guess.low, guess.high))
+    modelled = pool_guess(pool, ahead, item.gpus, now)
+    item.samples.append((now, position, guess.seconds, guess.low, guess.high, modelled))
     item.next_sample = position // 2 if position else -1
 
 
 def replay(tasks: list[tuple[int, int, int]], pool: int) -> Replay:
-    """Serve ``tasks`` (arrival, gpus, hold) FIFO on ``pool`` GPUs, asking the estimator along the way."""
+    """Serve ``tasks`` (arrival, gpus, hold) FIFO on ``pool`` GPUs, asking the estimators along the way."""
     free = pool
-    running: list[tuple[int, int]] = []  # (end, gpus)
+    running: list[tuple[int, int, int]] = []  # (end, gpus, run)
+    seen = Pool(pool)
     line: deque[Waiting] = deque()
     admissions: list[float] = []
     started: list[tuple[Waiting, int]] = []
     arrivals = iter(tasks)
     upcoming = next(arrivals, None)
+    runs = 0
+
+    def ask(item: Waiting, position: int, now: int) -> None:
+        _ask(item, position, now, admissions, seen, [waiting.gpus for waiting in islice(line, position)])
 
     def admit(now: int) -> None:
-        nonlocal free
+        nonlocal free, runs
         moved = False
         while line and line[0].gpus <= free:
             item = line.popleft()
             free -= item.gpus
-            heapq.heappush(running, (now + item.hold, item.gpus))
+            runs += 1
+            heapq.heappush(running, (now + item.hold, item.gpus, runs))
+            seen.running[runs] = (now, item.gpus)
             admissions.append(now)
             if item.samples:
                 started.append((item, now))
@@ -87,11 +152,13 @@ def replay(tasks: list[tuple[int, int, int]], pool: int) -> Replay:
         if moved:
             for position, item in enumerate(line):
                 if item.samples and position <= item.next_sample:
-                    _ask(item, position, now, admissions)
+                    ask(item, position, now)
 
     while upcoming is not None or running:
         if running and (upcoming is None or running[0][0] <= upcoming[0]):
-            now, gpus = heapq.heappop(running)
+            now, gpus, run = heapq.heappop(running)
+            began, _ = seen.running.pop(run)
+            seen.ended.append(now - began)
             free += gpus
             admit(now)
             continue
@@ -102,14 +169,16 @@ def replay(tasks: list[tuple[int, int, int]], pool: int) -> Replay:
         line.append(item)
         admit(arrived)
         if line and line[-1] is item:
-            _ask(item, len(line) - 1, arrived, admissions)
-    errors, relative, first, waits = [], [], [], []
+            ask(item, len(line) - 1, arrived)
+    errors, relative, first, waits, modelled = [], [], [], [], []
     covered = without = asked = 0
     for item, start in started:
         waits.append(start - item.arrived)
-        for index, (when, _position, guess, low, high) in enumerate(item.samples):
+        for index, (when, _position, guess, low, high, model) in enumerate(item.samples):
             asked += 1
             ahead = start - when
+            if model is not None and ahead > 0:
+                modelled.append(abs(model - ahead) / ahead)
             if guess is None or low is None or high is None:
                 without += 1
                 continue
@@ -119,7 +188,7 @@ def replay(tasks: list[tuple[int, int, int]], pool: int) -> Replay:
                 relative.append(abs(guess - ahead) / ahead)
                 if index == 0:
                     first.append(abs(guess - ahead) / ahead)
-    return Replay(pool, errors, relative, first, covered, without, asked, waits)
+    return Replay(pool, errors, relative, first, covered, without, asked, waits, modelled)
 
 
 def _peak(tasks: list[tuple[int, int, int]]) -> int:
@@ -157,6 +226,9 @@ def main() -> int:
                  f"p90 {percentile(result.errors, 0.9):.0f} s; range held the start in "
                  f"{result.covered / max(1, len(result.errors)):.0%}")
         run.goal(f"{tag} median abs error / actual wait", percentile(result.relative, 0.5), 0.30, "x")
+        run.figure(f"{tag} pool model: abs error / actual wait", result.pool_relative, "ratio")
+        run.goal(f"{tag} pool model: median abs error / actual wait", percentile(result.pool_relative, 0.5),
+                 0.30, "x")
     run.write()
     return 0
 

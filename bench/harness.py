@@ -246,14 +246,38 @@ class Run:
         return "\n".join(rows)
 
     def write(self, folder: Path = RESULTS) -> Path:
-        """Print the table and write ``folder/<benchmark>/<start time>.json``; returns the file."""
+        """Print the table and write ``folder/<benchmark>/<start time>.json``, with every figure compared against
+        the previous result in that folder (``bench/compare.py`` PREVIOUS THIS, printed too); returns the file."""
         print(machine_line(self.machine))
         print(self.table())
         target = folder / self.benchmark / f"{self.started.replace(':', '')}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        result = self.to_json()
+        previous = previous_result(target)
+        if previous is not None:
+            result["previous"] = against(previous, result)
+            print(f"against the previous result, {previous.name} (at {result['previous']['revision']}, load "
+                  f"{result['previous']['load']}; this run's load {self.machine['load'][0]}):")
+            print("\n".join(result["previous"]["comparison"]))
+        target.write_text(json.dumps(result, indent=1) + "\n")
         print(f"result: {target}")
         return target
+
+
+def previous_result(target: Path) -> Path | None:
+    """The newest result of the same benchmark written before ``target`` (file names are start times)."""
+    earlier = sorted(p for p in target.parent.glob("*.json") if p.name < target.name)
+    return earlier[-1] if earlier else None
+
+
+def against(previous: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``result``'s figures compared with ``previous``'s, as ``bench/compare.py`` judges them."""
+    import compare  # imports this module: only once both are loaded
+
+    old = json.loads(previous.read_text())
+    note = compare.caveat([old], [result])
+    return {"file": previous.name, "revision": old["revision"], "load": old["machine"]["load"][0],
+            "comparison": [*([note] if note else []), *compare.compare([old], [result])]}
 
 
 def revision() -> str:

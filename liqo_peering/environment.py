@@ -197,6 +197,22 @@ SESSION_PROTECTION = _kernel("SESSION_PROTECTION", seconds, 0.0,
                              "with queueing on: seconds a `--session` pod runs at `GPU_OFFLOAD_PROTECTED_PRIORITY` "
                              "after it starts, so Kueue does not preempt it in its first minutes; then the kernel "
                              "relabels it to its own class ([sessions](sessions.md)); `0` never")
+def whole_seconds(raw: str) -> int:
+    """A whole number of seconds, 0 or more."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError("is not a whole number of seconds; write it like 10") from None
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+NODE_LOST_SECONDS = _kernel("NODE_LOST_SECONDS", whole_seconds, 10,
+                            "seconds a runner pod stays on a donor's node once Kubernetes has marked it not ready "
+                            "or unreachable (about 50 s after it stopped answering), before Kubernetes evicts the "
+                            "pod and the run is retried elsewhere or reported lost; unset, Kubernetes' own default "
+                            "would keep it 300 s more ([kubernetes](kubernetes.md))")
 PROTECTED_PRIORITY = _kernel("PROTECTED_PRIORITY", text, None,
                              "the Kueue WorkloadPriorityClass a protected session pod starts with (above every class "
                              "that may preempt); unset: no protection", "none")
@@ -217,7 +233,7 @@ KERNEL: tuple[Setting[Any], ...] = (
     BACKEND, NAMESPACE, IMAGE, IMAGE_REGISTRY, PYTHON, GPU_MODEL, S3_BUCKET, S3_ENDPOINT, MEMORY, CREATE_OFFLOADING,
     KERNEL_ID, PLACEMENT_POLICY, SWEEP_SECONDS, SERVICE_URL, SERVER_ID, METERED, STATE_DIR,
     TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, MONTHLY_BUDGET, SESSION_IDLE_TIMEOUT, SESSION_PROTECTION,
-    PROTECTED_PRIORITY,
+    PROTECTED_PRIORITY, NODE_LOST_SECONDS,
 )
 """What a user's kernel and server read (README: the kubernetes backend's environment variables)."""
 

@@ -134,6 +134,38 @@ class APIServerError(APIError):
     next_step = "the API server failed; retry in a moment"
 
 
+# kube-apiserver's words when an admission webhook that fails closed cannot be reached (500): 'Internal error
+# occurred: failed calling webhook "<name>": failed to call webhook: Post "https://<service>.<namespace>.svc:443/
+# <path>?timeout=10s": <cause>', the cause being e.g. "dial tcp ...: connect: connection refused" or 'no endpoints
+# available for service "<service>"'.
+_WEBHOOK_DOWN = re.compile(r'failed calling webhook "([^"]+)": failed to call webhook: \w+ "https://([^./"]+)\.([^./"]+)'
+                           r'\.svc[^"]*": (.*)$', re.DOTALL)
+
+
+class APIWebhookUnavailable(APIServerError):
+    """An admission webhook the API server must call did not answer, so the request was refused; ``webhook`` is its
+    name and ``service`` its Service (``namespace/name``). Kueue's webhooks (``kueue`` names the Service) see every
+    pod of a namespace Kueue manages and fail closed: while Kueue is down, no pod can be created there."""
+
+    def __init__(self, action: str, target: str, status: int, detail: str, webhook: str, service: str,
+                 cause: str) -> None:
+        self.webhook = webhook
+        self.service = service
+        self.cause = cause
+        self.kueue = "kueue" in service
+        namespace = service.partition("/")[0]
+        if self.kueue:
+            self.next_step = (f"Kueue's admission webhook {webhook} (Service {service}) does not answer ({cause}), so "
+                              "the cluster refuses every new pod of the namespaces Kueue queues: Kueue is down or "
+                              "restarting. Retry in a minute; if it persists, ask your cluster admin to check Kueue's "
+                              f"controller (`kubectl -n {namespace} get pods` and its logs)")
+        else:
+            self.next_step = (f"the admission webhook {webhook} (Service {service}) does not answer ({cause}) and the "
+                              "cluster refuses these requests until it does: ask your cluster admin to check the "
+                              f"service behind it (`kubectl -n {namespace} get pods`)")
+        super().__init__(action, target, status, detail)
+
+
 _BY_STATUS: dict[int, type[APIError]] = {
     401: APIUnauthorized,
     403: APIForbidden,
@@ -168,6 +200,11 @@ def status_error(status: int, action: str, target: str, detail: str) -> APIError
         quota = _QUOTA.search(detail)
         if quota is not None:
             return APIForbiddenByQuota(action, target, status, detail, QuotaUse(*quota.groups()))
+    if status == 500:
+        webhook = _WEBHOOK_DOWN.search(detail)
+        if webhook is not None:
+            name, service, namespace, cause = webhook.groups()
+            return APIWebhookUnavailable(action, target, status, detail, name, f"{namespace}/{service}", cause.strip())
     if status == 404:
         missing = _MISSING_NAMESPACE.match(detail)
         if missing is not None:

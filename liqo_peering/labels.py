@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# --- Kubernetes' node controller ---------------------------------------------------------------------------
+NODE_NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+NODE_UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+"""NoExecute taints Kubernetes' node controller puts on a node whose Ready condition is False or Unknown."""
+DISRUPTION_TARGET = "DisruptionTarget"
+"""The pod condition Kubernetes sets before it deletes a pod for a disruption (reason ``DeletionByTaintManager``:
+its node's NoExecute taint outlasted the pod's toleration)."""
+TAINT_EVICTION = "DeletionByTaintManager"
+
 # --- Liqo ---------------------------------------------------------------------------------------------
 VIRTUAL_NODE_TAINT_KEY = "virtual-node.liqo.io/not-allowed"
 """Taint (value ``true``, effect NoExecute) on every Liqo virtual node."""

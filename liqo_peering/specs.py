@@ -55,6 +55,8 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 SESSION_GRACE_SECONDS = 60
 """A session pod's termination grace period: enough for its runner to upload a checkpoint of a few GiB."""
+NODE_LOST_SECONDS: int = E.NODE_LOST_SECONDS.default
+"""Runner pods' toleration of a not-ready or unreachable node (``GPU_OFFLOAD_NODE_LOST_SECONDS``)."""
 
 def label_value(text: str) -> str:
     """``text`` as a valid label value: unchanged when it already is one, else cleaned plus a short hash.
@@ -247,6 +249,21 @@ class RunnerPodSpec:
     """The Kueue LocalQueue the pod waits in (label ``kueue.x-k8s.io/queue-name``); None: not queued."""
     priority_class: str | None = None
     """The Kueue WorkloadPriorityClass of the pod (label ``kueue.x-k8s.io/priority-class``); needs ``queue``."""
+    node_lost_seconds: int = NODE_LOST_SECONDS
+    """Seconds the pod tolerates its node being not ready or unreachable before Kubernetes evicts it
+    (:func:`node_lost_tolerations`)."""
+
+
+def node_lost_tolerations(seconds: int) -> list[dict[str, Any]]:
+    """How long a runner pod stays bound to a node Kubernetes marked not ready or unreachable (a donor whose
+    peering or virtual kubelet stopped answering: about 50 s of silence, the node controller's grace period)
+    before Kubernetes' taint eviction deletes it. Without these, Kubernetes' DefaultTolerationSeconds admission
+    gives every pod 300 s: a run on a lost donor would hang five minutes before the engine could retry it
+    elsewhere or say it was lost. A short blip is already absorbed by the node controller's grace period."""
+    if seconds < 0:
+        raise InvalidRequest(f"node-lost toleration of {seconds} s: give 0 seconds or more")
+    return [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+            for key in (L.NODE_NOT_READY_TAINT, L.NODE_UNREACHABLE_TAINT)]
 
 
 def runner_pod_name(run_id: str) -> str:
@@ -377,6 +394,7 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
     for key in ("tolerations", "affinity"):
         if spec.scheduling.get(key):
             pod_spec[key] = copy.deepcopy(spec.scheduling[key])
+    pod_spec["tolerations"] = [*pod_spec.get("tolerations", []), *node_lost_tolerations(spec.node_lost_seconds)]
     if spec.timeout is not None:
         pod_spec["activeDeadlineSeconds"] = spec.timeout
     return {

@@ -3,8 +3,11 @@
 =================  ==============================================================================
 fault              effect
 =================  ==============================================================================
-node-not-ready     peering lost: Node Ready=Unknown, unreachable taints (NoSchedule, NoExecute), its
-                   donor's ForeignCluster reports the connection in Error; its pods fail (NodeLost)
+node-not-ready     peering lost: the node's kubelet stops answering (no status, logs, attach, exec); after
+                   ``grace`` seconds (default 50, Kubernetes' node-monitor grace period) Node Ready=Unknown,
+                   unreachable taints (NoSchedule, NoExecute), its donor's ForeignCluster in Error, its pods
+                   not Ready; each pod is then evicted when its toleration runs out (DisruptionTarget, stays
+                   Terminating): ``controllers/nodelifecycle.py``
 node-ready         the node and its ForeignCluster are healthy again (taints removed)
 oom-kill           a container's process is killed: terminated, reason OOMKilled, exit code 137
 evict              the pod fails with reason Evicted (processes stopped with its grace period)
@@ -20,6 +23,7 @@ the active ones; ``DELETE`` clears them all. Bad input is a 400 naming the fix.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -31,6 +35,7 @@ from .apiserver.defaults import now
 from .apiserver.errors import ApiError
 from .apiserver.http_faults import FaultRule
 from .apiserver.patching import MERGE
+from .controllers.nodelifecycle import NODE_MONITOR_GRACE, NodeLifecycle
 
 if TYPE_CHECKING:
     from .apiserver.api import Api
@@ -55,6 +60,9 @@ class SandboxFaults:
         self.images = images
         self.rules: list[FaultRule] = []
         self.lost_nodes: set[str] = set()
+        self.nodes = NodeLifecycle(api, self._set_node)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The server's loop, where the node timers run (known once a node was lost)."""
 
     # ---- nodes ---------------------------------------------------------------------------------
     def _node(self, name: str) -> dict[str, Any]:
@@ -95,20 +103,33 @@ class SandboxFaults:
         with contextlib.suppress(ApiError):
             self.api.patch(rt, "", cluster, {"status": {"modules": modules}}, MERGE, "status")
 
-    async def node_not_ready(self, name: str) -> int:
-        """Peering lost: the node goes NotReady and its running pods fail (NodeLost). Returns how many."""
-        self._set_node(name, ready=False)
+    async def node_not_ready(self, name: str, grace: float = NODE_MONITOR_GRACE) -> int:
+        """Peering lost: the node stops answering now, and goes NotReady ``grace`` seconds later, after which
+        its pods are evicted as their tolerations say. Returns how many pods it holds."""
+        self._node(name)
+        if grace < 0:
+            raise FaultError(f"grace={grace}: give 0 seconds or more (a real cluster waits 50)")
+        self._loop = asyncio.get_running_loop()
         self.lost_nodes.add(name)
-        workers = [w for w in list(self.kubelet.workers.values()) if w.node == name and w.failure is None]
-        for worker in workers:
-            await worker.fail("NodeLost", f"Node {name} which was running pod {worker.name} is unresponsive",
-                              grace=0)
-        return len(workers)
+        return len(self.nodes.lose(name, grace))
 
     def node_ready(self, name: str) -> None:
-        """The node (and its peering) is healthy again."""
-        self._set_node(name, ready=True)
-        self.lost_nodes.discard(name)
+        """The node (and its peering) is healthy again: its kubelet finishes what happened meanwhile. Callable
+        from a test's thread: the work is done on the server's loop, which owns the timers and the kubelet."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if self._loop is not None and running is not self._loop:
+            asyncio.run_coroutine_threadsafe(self._node_back(name), self._loop).result(30)
+            return
+        self.nodes.restore(name)
+        if name in self.lost_nodes:
+            self.lost_nodes.discard(name)
+            self.kubelet.node_back(name)
+
+    async def _node_back(self, name: str) -> None:
+        self.node_ready(name)
 
     # ---- pods ----------------------------------------------------------------------------------
     def _worker(self, namespace: str, pod: str) -> Any:
@@ -194,7 +215,7 @@ class SandboxFaults:
         fault = body.get("fault")
         ns = body.get("namespace", "default")
         handlers: dict[str, Any] = {
-            "node-not-ready": lambda: self.node_not_ready(need("node")),
+            "node-not-ready": lambda: self.node_not_ready(need("node"), float(body.get("grace", NODE_MONITOR_GRACE))),
             "node-ready": lambda: self.node_ready(need("node")),
             "oom-kill": lambda: self.oom_kill(ns, need("pod"), body.get("container", "")),
             "evict": lambda: self.evict(ns, need("pod")),

@@ -122,6 +122,7 @@ def test_lab_serves_jupyterlab_on_the_sandbox_and_ctrl_c_leaves_nothing(tmp_path
         lab.stop()
 
 
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
 HUB_URL = re.compile(r"^JupyterHub: (http://127\.0\.0\.1:\d+/)hub/login .*password (\S+)\)$")
 SERVER_START = 300.0
 """Seconds a user's server gets to be a running pod answering: JupyterLab is slow to start on a loaded machine."""
@@ -199,6 +200,16 @@ def test_lab_hub_runs_a_users_server_in_a_sandbox_pod_as_the_chart_does_and_ctrl
         assert "KUBECONFIG" not in env  # the server reads the API with its service account, as in a cluster
         labels = core.read_namespace("gpu-offload-alice").metadata.labels  # prepared by the spawner hook
         assert labels["gpu-offload.io/user-namespace"] == "true"
+        # queueing is on, as on a cluster: the server's cells wait in its LocalQueue, which the hook made, over
+        # the ClusterQueue the hub's queue controller keeps following the sandbox's two donors (4 GPUs each)
+        assert env["GPU_OFFLOAD_QUEUE"] == "gpu-offload" and env["GPU_OFFLOAD_PRIORITY"] == "interactive"
+        custom = kubernetes.client.CustomObjectsApi(core.api_client)
+        queue = custom.get_namespaced_custom_object(*KUEUE, "gpu-offload-alice", "localqueues", "gpu-offload")
+        assert queue["spec"]["clusterQueue"] == "gpu-offload"
+        gpus = [r["nominalQuota"] for f in custom.get_cluster_custom_object(
+            *KUEUE, "clusterqueues", "gpu-offload")["spec"]["resourceGroups"][0]["flavors"]
+            for r in f["resources"] if r["name"] == "nvidia.com/gpu"]
+        assert sorted(gpus) == ["4", "4"], gpus
         # through the proxy, the server's runs extension answers, having read the sandbox from the pod
         wait_until(lambda: opens_lab(browser, base, "alice"), "alice's JupyterLab through the proxy",
                    timeout=SERVER_START)

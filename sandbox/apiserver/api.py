@@ -59,6 +59,8 @@ class Api:
         self.streams = StreamProviders()
         self.faults = Faults()
         self.pod_termination: Callable[[Obj], bool] | None = None
+        self.unreachable_nodes: set[str] = set()
+        """Nodes whose kubelet does not answer (``controllers/nodelifecycle.py``): no logs, attach or exec there."""
         self.field_validation = "Warn"
         """What a request without ``fieldValidation`` gets: Warn as kube-apiserver; Strict for project tests."""
         ns = self.type("", "v1", "namespaces")

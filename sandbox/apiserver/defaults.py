@@ -16,6 +16,7 @@ from typing import Any
 from . import crd_defaults
 from .errors import Cause
 from .resources import ResourceType
+from .tolerations import default_tolerations
 
 Obj = dict[str, Any]
 # the alphabet Kubernetes uses for generateName suffixes (no vowels, no look-alike digits)
@@ -131,6 +132,7 @@ def _kind_defaults(rt: ResourceType, out: Obj) -> None:
         return
     if rt.kind == "Pod":
         _pod_defaults(out.setdefault("spec", {}))
+        default_tolerations(out["spec"])  # kube-apiserver's DefaultTolerationSeconds admission, on pods only
         out["status"]["qosClass"] = _qos_class(out["spec"])
     elif rt.kind == "Job":
         _job_defaults(out)

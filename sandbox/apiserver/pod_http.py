@@ -59,10 +59,20 @@ def _log_query(request: web.Request) -> LogQuery:
                     tail_lines=_int_param(request, "tailLines"), limit_bytes=_int_param(request, "limitBytes"))
 
 
+def _node_answers(api: Api, pod: dict[str, Any], path: str) -> None:
+    """kube-apiserver reaches the pod's kubelet for logs, attach and exec: a node that does not answer is its
+    500, in its words (the sandbox's kubelets have no address of their own: the port is a kubelet's default)."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node in api.unreachable_nodes:
+        raise ApiError(500, "InternalError", f'Get "https://{node}:10250/{path}": dial tcp {node}:10250: connect: '
+                                             "connection refused")
+
+
 async def pod_log(api: Api, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
     """``GET pods/<name>/log``: served while the pod runs; ``follow`` streams until the container ends."""
     pod = api.get(api.type("", "v1", "pods"), namespace, name)
     container = _pick_container(pod, request.query.get("container"))
+    _node_answers(api, pod, f"containerLogs/{namespace}/{name}/{container}")
     if not api.logs.has(namespace, name, container) and pod.get("status", {}).get("phase", "Pending") == "Pending":
         raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
     query = _log_query(request)
@@ -104,6 +114,7 @@ async def pod_attach_or_exec(api: Api, request: web.Request, namespace: str, nam
     req = _stream_request(request, pod, kind)
     if not req.node:
         raise bad_request(f"pod {name} does not have a host assigned")
+    _node_answers(api, pod, f"{kind}/{namespace}/{name}/{req.container}")
     provider = api.streams.find(req.node)
     if provider is None:
         raise bad_request(

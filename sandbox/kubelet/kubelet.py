@@ -114,7 +114,10 @@ class Kubelet:
         events.record(self.api, dict(obj, kind="Pod"), type_, reason, message, COMPONENT, host, field_path)
 
     def write_status(self, worker: PodWorker) -> None:
-        """Merge the worker's status into its pod (nothing if the pod is gone or was replaced)."""
+        """Merge the worker's status into its pod (nothing if the pod is gone or was replaced, or while its node
+        does not answer: the API server hears nothing from it)."""
+        if worker.node in self.api.unreachable_nodes:
+            return
         self._patch_status(worker.namespace, worker.name, worker.uid, worker.status())
 
     def _patch_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> None:
@@ -191,7 +194,29 @@ class Kubelet:
 
     def _will_terminate(self, pod: dict[str, Any]) -> bool:
         meta = pod["metadata"]
-        return (meta["namespace"], meta["name"]) in self.workers
+        # a node that does not answer cannot confirm the end either: the pod stays Terminating until it does
+        return (meta["namespace"], meta["name"]) in self.workers or self._unreachable(pod)
+
+    def _unreachable(self, pod: Mapping[str, Any]) -> bool:
+        return (pod.get("spec") or {}).get("nodeName") in self.api.unreachable_nodes
+
+    def node_back(self, node: str) -> None:
+        """The node answers again: its kubelet reports its pods and finishes the deletions it missed, and starts
+        the pods bound to it meanwhile."""
+        items, _ = self.api.store.list(self._pods.key)
+        for pod in items:
+            if (pod.get("spec") or {}).get("nodeName") != node:
+                continue
+            meta = pod["metadata"]
+            worker = self.workers.get((meta["namespace"], meta["name"]))
+            if meta.get("deletionTimestamp") and (worker is None or worker.uid != meta["uid"]):
+                with contextlib.suppress(ApiError):  # nothing of it ran here: it goes at once
+                    self.api.delete(self._pods, meta["namespace"], meta["name"], grace_period=0,
+                                    preconditions={"uid": meta["uid"]})
+                continue
+            if worker is not None and worker.uid == meta["uid"]:
+                self.write_status(worker)
+            self._on_pod(pod)
 
     def _on_pod(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -200,6 +225,8 @@ class Kubelet:
         if worker is not None and worker.uid != meta["uid"]:
             self._forget(key)
             worker = None
+        if self._unreachable(pod):  # nobody on that node hears of it until it answers again (node_back)
+            return
         if worker is not None:
             if meta.get("deletionTimestamp") and not worker.stopping:
                 grace = float(meta.get("deletionGracePeriodSeconds", 0))

@@ -82,6 +82,13 @@ class KueueController:
         if reserved:
             self._pods_ready(api, wl)
             return
+        if self.options.pods_ready_timeout is not None and names.find(wl, names.PODS_READY) is None:
+            # as Kueue's workload controller with waitForPodsReady on: a Workload not admitted yet waits to start
+            conditions = [dict(c) for c in (wl.get("status") or {}).get("conditions") or []]
+            names.set_condition(conditions, names.condition(names.PODS_READY, False, "WaitForStart",
+                                                            "Not all pods are ready or succeeded",
+                                                            wl["metadata"].get("generation")))
+            cycle.patch_status(api, wl, {"conditions": conditions})
         state = (wl.get("status") or {}).get("requeueState") or {}
         requeued = names.find(wl, names.REQUEUED)
         if not (requeued and requeued["status"] == "False" and state.get("requeueAt")):
@@ -165,7 +172,7 @@ class KueueController:
                 continue  # backing off, or a pod Workload that is not requeued
             blocker = _queue_blocker(api, wl, lq, view)
             if blocker or view is None:
-                cycle.mark_pending(api, wl, blocker, "Misconfigured")
+                cycle.mark_pending(api, wl, blocker, names.INADMISSIBLE)
                 continue
             queued_at = requeued["lastTransitionTime"] if requeued else meta["creationTimestamp"]
             group = {f.name: node_labels.get(f.name, {}) for f in view.flavors}

@@ -21,7 +21,6 @@ from .preemption import Admitted, victims
 from .scheduler import Entry, Flavor, add, allowed, assign, order
 
 Obj = dict[str, Any]
-WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
 
 
 @dataclass
@@ -114,7 +113,7 @@ def evict(api: Api, workload: Obj, reason: str, message: str, preempted: bool = 
     owners.stop(api, workload, reason, message)
 
 
-def mark_pending(api: Api, workload: Obj, message: str, reason: str) -> None:
+def mark_pending(api: Api, workload: Obj, message: str, reason: str = names.PENDING) -> None:
     """QuotaReserved=False with why; an event only when the message changes, as Kueue's status patch."""
     old = names.find(workload, names.QUOTA_RESERVED)
     if old is not None and old.get("status") == "False" and old.get("message") == message:
@@ -168,10 +167,7 @@ def run(api: Api, view: QueueView, usage_of: Callable[[], Mapping[str, float]] |
                 admitted_one = True
                 break  # usage changed: the order may too (Admission Fair Sharing)
             note = _preempt(api, view, entry, workload) if preempt and fit.fits_ever else ""
-            if note:
-                mark_pending(api, workload, f"{fit.message}. {note}", WAITING_FOR_PREEMPTED)
-            else:
-                mark_pending(api, workload, fit.message, fit.reason)
+            mark_pending(api, workload, f"{fit.message}. {note}" if note else fit.message)
             if strict:
                 break
         if not admitted_one:

@@ -37,6 +37,13 @@ COMPONENT = "kueue-admission"
 """Kueue's event recorder name for the scheduler and the job reconcilers."""
 
 QUOTA_RESERVED = "QuotaReserved"
+PENDING = "Pending"
+"""The reason of QuotaReserved=False (and of its Warning event) for every Workload Kueue 0.19 could not admit, with
+its UnadmittedWorkloadsObservability gate off, as by default: the granular reasons (WaitingForQuota,
+ExceedsMaxQuota, ...) come only with that Beta gate on. The message says which case it is."""
+INADMISSIBLE = "Inadmissible"
+"""The reason for a Workload whose queue cannot admit anything (a missing or stopped LocalQueue or ClusterQueue),
+with that gate off (it would say Misconfigured)."""
 ADMITTED = "Admitted"
 FINISHED = "Finished"
 EVICTED = "Evicted"

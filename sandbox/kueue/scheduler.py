@@ -48,10 +48,7 @@ class Entry:
     """The flavors whose node labels its pods' node selector and required node affinity allow (None: all)."""
 
 
-WAITING_FOR_QUOTA = "WaitingForQuota"
 NO_AFFINITY = "doesn't match node affinity"
-EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
-NO_MATCHING_FLAVOR = "NoMatchingFlavor"
 
 
 @dataclass(frozen=True)
@@ -61,18 +58,6 @@ class Assignment:
     flavor: str | None
     message: str = ""
     fits_ever: bool = True
-
-    @property
-    def reason(self) -> str:
-        """The QuotaReserved=False reason Kueue gives with its UnadmittedWorkloadsObservability gate (Beta, off
-        by default in 0.19.2, when it writes Pending instead: a gap docs/realcluster.md records):
-        WaitingForQuota if some flavor could hold it once quota frees, ExceedsMaxQuota if none ever can,
-        NoMatchingFlavor for a resource the ClusterQueue does not cover (the sandbox's choice: Kueue
-        leaves that case without a granular reason)."""
-        if self.fits_ever:
-            return WAITING_FOR_QUOTA
-        unmatched = "unavailable in ClusterQueue" in self.message or NO_AFFINITY in self.message
-        return NO_MATCHING_FLAVOR if unmatched else EXCEEDS_MAX_QUOTA
 
 
 def flavors_of(cluster_queue: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Flavor, ...]]:
@@ -138,40 +123,41 @@ def _flavor_allows(labels: Mapping[str, str], selector: Mapping[str, str], terms
 
 def assign(requests: Amounts, covered: Sequence[str], flavors: Sequence[Flavor],
            used: Mapping[str, Amounts], entry: Entry | None = None) -> Assignment:
-    """The first flavor whose unused quota holds ``requests``, or Kueue's message for the first failure;
-    with ``entry``, only the flavors its node affinity allows."""
-    if entry is not None and entry.flavors is not None:
-        usable = allowed(entry, flavors)
-        if not usable:
-            first = flavors[0].name if flavors else "none"
-            return Assignment(None, f"couldn't assign flavors to pod set main: flavor {first} {NO_AFFINITY}",
-                              fits_ever=False)
-        flavors = usable
+    """The first flavor whose unused quota holds ``requests`` (with ``entry``, among the flavors its node affinity
+    allows), or Kueue's message: as its flavor assigner, one reason per flavor tried, sorted and joined."""
     wanted = {r: v for r, v in requests.items() if v > 0}
     for resource in sorted(wanted):
         if resource not in covered:
             return Assignment(None, f"couldn't assign flavors to pod set main: resource {resource} unavailable "
                                     "in ClusterQueue", fits_ever=False)
-    first_problem, ever = "", False
+    reasons: list[str] = []
+    if entry is not None and entry.flavors is not None:
+        reasons = [f"flavor {f.name} {NO_AFFINITY}" for f in flavors if f.name not in entry.flavors]
+        flavors = allowed(entry, flavors)
+    ever = False
     for flavor in flavors:
-        problem = ""
-        flavor_ever = True
-        for resource in sorted(wanted):
-            nominal = flavor.nominal.get(resource, Decimal(0))
-            free = nominal - used.get(flavor.name, {}).get(resource, Decimal(0))
-            if wanted[resource] > nominal:
-                flavor_ever = False
-                problem = problem or (f"insufficient quota for {resource} in flavor {flavor.name}, request > "
-                                      f"maximum capacity ({_fmt(wanted[resource])} > {_fmt(nominal)})")
-            elif wanted[resource] > free:
-                problem = problem or (f"insufficient unused quota for {resource} in flavor {flavor.name}, "
-                                      f"{_fmt(wanted[resource] - free)} more needed")
+        problem = _flavor_problem(wanted, flavor, used)
         if not problem:
             return Assignment(flavor.name)
-        ever = ever or flavor_ever
-        first_problem = first_problem or problem
-    return Assignment(None, f"couldn't assign flavors to pod set main: {first_problem or 'no flavors'}",
+        ever = ever or not problem.startswith("insufficient quota")
+        reasons.append(problem)
+    return Assignment(None, f"couldn't assign flavors to pod set main: {', '.join(sorted(reasons)) or 'no flavors'}",
                       fits_ever=ever)
+
+
+def _flavor_problem(wanted: Amounts, flavor: Flavor, used: Mapping[str, Amounts]) -> str:
+    """Why ``flavor`` cannot hold ``wanted`` now (its first resource short, in Kueue's words), or ""."""
+    for resource in sorted(wanted):
+        nominal = flavor.nominal.get(resource, Decimal(0))
+        free = nominal - used.get(flavor.name, {}).get(resource, Decimal(0))
+        if wanted[resource] > nominal:
+            return (f"insufficient quota for {resource} in flavor {flavor.name}, previously considered podsets "
+                    f"requests (0) + current podset request ({_fmt(wanted[resource])}) > maximum capacity "
+                    f"({_fmt(nominal)})")
+        if wanted[resource] > free:
+            return (f"insufficient unused quota for {resource} in flavor {flavor.name}, "
+                    f"{_fmt(wanted[resource] - free)} more needed")
+    return ""
 
 
 def add(into: dict[str, dict[str, Decimal]], flavor: str, amounts: Amounts, sign: int = 1) -> None:

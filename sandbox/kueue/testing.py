@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..liqo import seed as liqo
-from ..liqo.origin import LiqoOrigin, OriginOptions, RunningOrigin
-from ..testing import running_sandbox
+from ..liqo.origin import RunningOrigin, running_origin
 from . import Kueue, KueueOptions
 
 
@@ -25,8 +24,7 @@ def running_kueue_origin(workdir: Path, donors: int | Sequence[liqo.Donor] = 2, 
                          gpu_model: str = "A100", crds: Sequence[Path] = (),
                          kueue: KueueOptions | None = None, **options: Any) -> Iterator[tuple[RunningOrigin, Kueue]]:
     """An origin with ``donors`` Liqo donors and Kueue, served from a background thread for the block."""
-    donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
-    origin = LiqoOrigin(OriginOptions(workdir / "state", donor_list, **options))
     plugin = Kueue(kueue or KueueOptions())
-    with running_sandbox(workdir, crds=list(crds), plugins=[origin.plugin, plugin.plugin]) as sandbox:
-        yield RunningOrigin(sandbox, origin), plugin
+    with running_origin(workdir, donors, gpus, gpu_model, crds=list(crds), plugins=[plugin.plugin],
+                        **options) as running:
+        yield running, plugin

@@ -9,7 +9,8 @@
   it goes);
 - the ResourceSlice controller grants a slice's requested resources on behalf of the provider (when the
   slice is new or its spec changed) and makes the VirtualNode's quota and its Node's capacity follow the
-  granted resources, creating both for a new slice of a known donor;
+  granted resources, creating both for a new slice of a known donor (owned by the slice, so deleting the slice
+  deletes them: ``virtualnodes.py`` drains and deletes the Node before the VirtualNode goes);
 - the gate keeps pods bound to a virtual node from a namespace that is not offloaded to that node's cluster
   Pending with reason OffloadingBackOff (the kubelet never runs them).
 """
@@ -28,6 +29,7 @@ from ..apiserver.errors import ApiError, Cause
 from ..apiserver.patching import MERGE
 from . import offloading
 from . import seed as liqo
+from .virtualnodes import owner_reference
 
 NSOFF = ("offloading.liqo.io/v1beta1", "NamespaceOffloading")
 
@@ -55,12 +57,18 @@ def create_with_status(api: Api, obj: dict[str, Any]) -> dict[str, Any]:
 
 def seed(api: Api, donors: tuple[liqo.Donor, ...]) -> None:
     """Create the origin's Liqo topology for ``donors`` (nothing that already exists is touched)."""
+    slices: dict[tuple[str, str], dict[str, Any]] = {}
     for obj in liqo.topology(donors):
+        meta = obj["metadata"]
+        where = (meta.get("namespace", ""), meta["name"])
+        if obj["kind"] == "VirtualNode" and where in slices:  # Liqo makes the slice its owner
+            meta["ownerReferences"] = [owner_reference(slices[where])]
         with contextlib.suppress(ApiError):
-            if obj["kind"] == "Namespace" and api.find(api.type("", "v1", "namespaces"), "",
-                                                      obj["metadata"]["name"]):
+            if obj["kind"] == "Namespace" and api.find(api.type("", "v1", "namespaces"), "", meta["name"]):
                 continue
-            create_with_status(api, obj)
+            created = create_with_status(api, obj)
+            if obj["kind"] == "ResourceSlice":
+                slices[where] = created
 
 
 # ---- admission --------------------------------------------------------------------------------------

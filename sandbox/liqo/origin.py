@@ -29,13 +29,14 @@ from ..kubelet import process
 from ..kubelet.config import KubeletConfig
 from ..kubelet.images import DEFAULT_MAP, Images
 from ..kubelet.kubelet import Kubelet
-from ..server import ApiServer
+from ..server import ApiServer, Plugin
 from ..testing import RunningSandbox, running_sandbox
 from . import controllers as liqo_controllers
 from . import seed as liqo
 from .labels import label_controller
 from .reflection import DonorCopies, ReflectionTypes, reflection_controller
 from .slices import slice_controller
+from .virtualnodes import virtual_node_controller
 
 atexit.register(process.kill_all)  # a sandbox killed by an exception still takes its processes along
 
@@ -121,8 +122,8 @@ class LiqoOrigin:
         async def reflection(api: Api) -> None:
             await reflection_controller(api, self.copies)
 
-        for controller in (liqo_controllers.offloading_controller, reflection, slices, label_controller,
-                           scheduler_controller, kubelet):
+        for controller in (liqo_controllers.offloading_controller, reflection, slices, virtual_node_controller,
+                           label_controller, scheduler_controller, kubelet):
             server.add_controller(controller)
 
     def call(self, coro: Any, timeout: float | None = 60) -> Any:
@@ -171,13 +172,15 @@ class RunningOrigin:
 
 @contextmanager
 def running_origin(workdir: Path, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4, gpu_model: str = "A100",
-                   crds: Path | None = None, **options: Any) -> Iterator[RunningOrigin]:
+                   crds: Path | Sequence[Path] | None = None, plugins: Sequence[Plugin] = (),
+                   **options: Any) -> Iterator[RunningOrigin]:
     """An origin with ``donors`` Liqo donors served from a background thread for the ``with`` block.
 
-    On exit the server stops, the kubelet kills every container process, and none is left running.
+    ``plugins`` go after the origin's own (Kueue's needs its scheduler). On exit the server stops, the kubelet
+    kills every container process, and none is left running.
     """
     donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
     sys.audit("gpu_offload.sandbox.origin", len(donor_list))  # counted by the test suite's session check
     origin = LiqoOrigin(OriginOptions(workdir / "state", donor_list, **options))
-    with running_sandbox(workdir, crds=crds, plugins=[origin.plugin]) as sandbox:
+    with running_sandbox(workdir, crds=crds, plugins=[origin.plugin, *plugins]) as sandbox:
         yield RunningOrigin(sandbox, origin)

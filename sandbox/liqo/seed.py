@@ -47,6 +47,7 @@ PRICE_KEY = "gpu-offload.io/price-per-gpu-hour"
 TYPE_LABEL = "liqo.io/type"
 VIRTUAL_NODE_TYPE = "virtual-node"
 REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
+RESOURCE_SLICE_NAME_LABEL = "liqo.io/resourceslice-name"  # on a VirtualNode: the slice it was made for
 VIRTUAL_NODE_TAINT: dict[str, str] = {"key": "virtual-node.liqo.io/not-allowed", "value": "true",
                                       "effect": "NoExecute"}
 USER_NODE = "origin-user"
@@ -63,6 +64,7 @@ class Donor:
     cluster_id: str
     gpus: int
     gpu_model: str
+    """The model its virtual node is labelled with; empty: a donor whose nodes carry no model label."""
     price_per_gpu_hour: str
     """Decimal string; becomes a label value, so digits and one dot only."""
     cpu: str = "32"
@@ -181,7 +183,7 @@ def resource_slice(donor: Donor) -> dict[str, Any]:
 
 
 def _virtual_node_labels(donor: Donor) -> dict[str, str]:
-    labels = {GPU_MODEL_LABEL: donor.gpu_model, PRICE_KEY: donor.price_per_gpu_hour}
+    labels = {PRICE_KEY: donor.price_per_gpu_hour, **({GPU_MODEL_LABEL: donor.gpu_model} if donor.gpu_model else {})}
     if donor.sharing != "none":  # what the donor's labeller reports, carried to the VirtualNode
         labels.update({SHARING_LABEL: donor.sharing, REPLICAS_LABEL: str(donor.replicas),
                        GPU_MEMORY_LABEL: f"{donor.gpu_memory_gib}Gi"})
@@ -193,7 +195,7 @@ def virtual_node(donor: Donor) -> dict[str, Any]:
     return {
         "apiVersion": "offloading.liqo.io/v1beta1", "kind": "VirtualNode",
         "metadata": _meta(donor.node_name, donor.tenant_namespace,
-                          {REMOTE_CLUSTER_ID_LABEL: donor.cluster_id}),
+                          {REMOTE_CLUSTER_ID_LABEL: donor.cluster_id, RESOURCE_SLICE_NAME_LABEL: donor.node_name}),
         "spec": {
             "clusterID": donor.cluster_id, "createNode": True,
             "labels": _virtual_node_labels(donor),

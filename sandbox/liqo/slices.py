@@ -1,6 +1,7 @@
 """ResourceSlices to virtual nodes: the provider's grant and the consumer's VirtualNode and Node.
 
 On the origin, Liqo turns a granted ResourceSlice into a VirtualNode whose Node offers what was granted.
+A deleted slice takes its VirtualNode and Node along (``virtualnodes.py``).
 Here the provider side is emulated too: a slice whose spec is new or changed is granted as requested if
 its ``providerClusterID`` is a known donor (ForeignCluster present), denied otherwise. Whatever writes the
 grant (this controller, or a test patching ``status.resources`` as a provider would), the VirtualNode's
@@ -21,6 +22,7 @@ from ..apiserver.errors import ApiError
 from ..apiserver.patching import MERGE
 from . import seed as liqo
 from .controllers import create_with_status
+from .virtualnodes import owner_reference
 
 _NODE_IPS = (f"127.0.3.{i}" for i in itertools.count(1))
 
@@ -77,7 +79,7 @@ class SliceController:
         node_rt = self.api.type("", "v1", "nodes")
         vnode = self.api.find(vn_rt, meta["namespace"], meta["name"])
         if vnode is None:
-            self._create_nodes(meta["namespace"], meta["name"], provider, capacity)
+            self._create_nodes(obj, provider, capacity)
             return
         hard = ((vnode.get("spec") or {}).get("resourceQuota") or {}).get("hard")
         if hard != capacity:
@@ -90,10 +92,13 @@ class SliceController:
                      "allocatable": _replace_map(status.get("allocatable"), capacity)}
             self.api.patch(node_rt, "", meta["name"], {"status": patch}, MERGE, "status")
 
-    def _create_nodes(self, namespace: str, name: str, provider: str, capacity: dict[str, str]) -> None:
+    def _create_nodes(self, slice_obj: dict[str, Any], provider: str, capacity: dict[str, str]) -> None:
+        namespace, name = slice_obj["metadata"]["namespace"], slice_obj["metadata"]["name"]
         donor = self.donors.get(provider) or liqo.Donor(provider, 0, "unknown", "0")
         vnode = liqo.virtual_node(donor)
-        vnode["metadata"].update(name=name, namespace=namespace)
+        # owned by the slice, as Liqo's virtualnodecreator makes it: the slice's deletion takes the node along
+        vnode["metadata"].update(name=name, namespace=namespace, ownerReferences=[owner_reference(slice_obj)])
+        vnode["metadata"]["labels"][liqo.RESOURCE_SLICE_NAME_LABEL] = name
         vnode["spec"]["resourceQuota"]["hard"] = dict(capacity)
         node = liqo.virtual_node_node(donor, 0)
         node["metadata"]["name"] = name

@@ -144,11 +144,11 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
         # no donor picked before the queue: only the virtual-node type and the model the step asked for
         assert job.spec.template.spec.node_selector == {"liqo.io/type": "virtual-node",
                                                         "gpu-offload.io/gpu-model": "A100"}
-        # what the hub's queue page shows a user: the QuotaReserved message. (Its reason differs: real Kueue
-        # 0.19.2 writes "Pending", the granular "WaitingForQuota" only with its UnadmittedWorkloadsObservability
-        # gate, off by default; the sandbox writes the granular one, docs/realcluster.md)
+        # what the hub's queue page shows a user: the QuotaReserved message (reason "Pending": Kueue 0.19.2's, the
+        # granular "WaitingForQuota" comes only with its UnadmittedWorkloadsObservability gate, off by default)
         pending = wait_until(lambda: [w for w in _workloads(custom) if w["metadata"]["name"].startswith("job-")
                                       and _condition(w, "QuotaReserved").get("status") == "False"
+                                      and _condition(w, "QuotaReserved").get("reason") == "Pending"
                                       and "insufficient unused quota for nvidia.com/gpu in flavor gpuo-donor-1-a100"
                                       in _condition(w, "QuotaReserved").get("message", "")],
                              "the step's Workload waiting for quota", timeout=120)

@@ -19,6 +19,7 @@ from gpu_offload.liqo_peering.errors import (
     APIThrottled,
     APIUnauthorized,
     APIUnreachable,
+    APIWebhookUnavailable,
     api_error,
 )
 from kubernetes.client.exceptions import ApiException
@@ -86,3 +87,27 @@ def test_an_admission_policy_denial_carries_the_policys_own_words() -> None:
     assert (err.policy, err.denial) == ("gpu-offload-priority-classes", said)
     invalid = api_error(status_exception(422, f"ValidatingAdmissionPolicy 'p' denied request: {said}"), "creating", "x")
     assert isinstance(invalid, APIDeniedByPolicy) and invalid.denial == said
+
+
+def test_a_webhook_that_does_not_answer_is_named_with_its_service_and_kueues_fix() -> None:
+    # kube-apiserver's words with Kueue's process gone (recorded on the real cluster) and with no endpoint at all
+    for cause in ("dial tcp 10.219.3.1:29444: connect: connection refused",
+                  'no endpoints available for service "kueue-webhook-service"'):
+        message = ('Internal error occurred: failed calling webhook "mpod.kb.io": failed to call webhook: Post '
+                   f'"https://kueue-webhook-service.kueue-system.svc:443/mutate--v1-pod?timeout=10s": {cause}')
+        err = api_error(status_exception(500, message), "creating", "Pod alice/gpuo-1")
+        assert isinstance(err, APIWebhookUnavailable) and isinstance(err, APIServerError) and err.kueue
+        assert (err.webhook, err.service, err.cause) == ("mpod.kb.io", "kueue-system/kueue-webhook-service", cause)
+        assert str(err).endswith(
+            f"Kueue's admission webhook mpod.kb.io (Service kueue-system/kueue-webhook-service) does not answer "
+            f"({cause}), so the cluster refuses every new pod of the namespaces Kueue queues: Kueue is down or "
+            "restarting. Retry in a minute; if it persists, ask your cluster admin to check Kueue's controller "
+            "(`kubectl -n kueue-system get pods` and its logs)")
+    other = api_error(status_exception(500, 'Internal error occurred: failed calling webhook "v.example.org": '
+                                            'failed to call webhook: Post "https://guard.policy.svc:443/validate?'
+                                            'timeout=5s": context deadline exceeded'), "creating", "Pod a/b")
+    assert isinstance(other, APIWebhookUnavailable) and not other.kueue
+    assert "the admission webhook v.example.org (Service policy/guard) does not answer (context deadline " \
+           "exceeded)" in str(other) and "`kubectl -n policy get pods`" in str(other)
+    plain = api_error(status_exception(500, "etcdserver: request timed out"), "creating", "Pod a/b")
+    assert type(plain) is APIServerError

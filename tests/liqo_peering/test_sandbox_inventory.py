@@ -74,7 +74,7 @@ def test_cache_follows_a_lost_node_and_relists_after_compaction(origin, liqo_cli
     with InventoryCache(liqo_client, watch_seconds=1) as cache:
         assert cache.wait_synced(60)
         assert {c.cluster_id for c in cache.inventory().clusters} == {"donor-1", "donor-2"}
-        origin.call(origin.faults.node_not_ready("donor-2-gpu"))
+        origin.call(origin.faults.node_not_ready("donor-2-gpu", grace=0))
         try:
             wait_until(lambda: not _node(cache, "donor-2-gpu").ready, "cache sees donor-2-gpu NotReady")
             assert place(cache.inventory(), PlacementRequest(1)).cluster_id == "donor-1"

@@ -21,11 +21,8 @@ from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_secret, runner_selector
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
-from gpu_offload.sandbox.kubelet import process
-from gpu_offload.sandbox.kueue import Kueue, KueueOptions
+from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
-from gpu_offload.sandbox.liqo.origin import LiqoOrigin, OriginOptions
-from gpu_offload.sandbox.testing import running_sandbox
 
 from gpu_offload.engine.backends.kube.explain import FAILED, PodContext, pod_state
 
@@ -162,11 +159,9 @@ def _condition(batch, namespace: str, name: str) -> str | None:
 @pytest.fixture(scope="module")
 def queued_client(tmp_path_factory):
     """An origin with Kueue: a ClusterQueue of 3 GPUs on donor-1's flavor, for LocalQueues named ``q``."""
-    workdir = tmp_path_factory.mktemp("queued-origin")
-    liqo_origin = LiqoOrigin(OriginOptions(workdir / "state", DONORS))
-    with running_sandbox(workdir, crds=[LIQO_CRDS, SHARED / "kueue-crds"],
-                         plugins=[liqo_origin.plugin, Kueue(KueueOptions()).plugin]) as sandbox:
-        client = sandbox.api_client()
+    with running_kueue_origin(tmp_path_factory.mktemp("queued-origin"), donors=DONORS,
+                              crds=[LIQO_CRDS, SHARED / "kueue-crds"]) as (running, _):
+        client = running.sandbox.api_client()
         custom = kubernetes.client.CustomObjectsApi(client)
         custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "donor-1"},
@@ -177,8 +172,7 @@ def queued_client(tmp_path_factory):
                 {"name": "donor-1", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 3}]}]}]}})
         yield client
         client.close()
-    assert not process.live_processes(liqo_origin.kubelet.process_owner), \
-        "sandbox container processes still alive after shutdown"
+    assert not running.live_processes(), "sandbox container processes still alive after shutdown"
 
 
 @pytest.fixture()

@@ -114,8 +114,9 @@ def test_every_kernel_variable_is_a_field_of_the_kernel_settings() -> None:
 def test_values_are_parsed_into_their_types() -> None:
     settings = read_kernel({"GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-1, donor-2", "GPU_OFFLOAD_METERED": "yes",
                             "GPU_OFFLOAD_MONTHLY_BUDGET": "99.5", "GPU_OFFLOAD_BACKEND": "Kubernetes",
-                            "GPU_OFFLOAD_SWEEP_SECONDS": " 2.5 "})
+                            "GPU_OFFLOAD_SWEEP_SECONDS": " 2.5 ", "GPU_OFFLOAD_NODE_LOST_SECONDS": "30"})
     assert settings.trusted_clusters == ("donor-1", "donor-2") and settings.metered is True
+    assert settings.node_lost_seconds == 30 and read_kernel({}).node_lost_seconds == 10
     assert settings.monthly_budget == 99.5 and settings.backend == "kubernetes" and settings.sweep_seconds == 2.5
     assert settings.check() is settings
 
@@ -132,6 +133,9 @@ def test_a_bad_value_keeps_the_others_and_fails_only_who_needs_it_naming_the_var
     with pytest.raises(E.InvalidSetting, match="GPU_OFFLOAD_LABEL_INTERVAL='often' is not a number of seconds; .*"
                                                r"unset it for the default \(300\)"):
         read_donor({"GPU_OFFLOAD_LABEL_INTERVAL": "often"})
+    for raw, why in (("soon", "is not a whole number of seconds; write it like 10"), ("-5", "must be 0 or more")):
+        assert read_kernel({"GPU_OFFLOAD_NODE_LOST_SECONDS": raw}).problem("node_lost_seconds") == \
+            f"GPU_OFFLOAD_NODE_LOST_SECONDS={raw!r} {why}"
 
 
 def test_the_process_settings_follow_its_environment_and_are_parsed_once_per_change(

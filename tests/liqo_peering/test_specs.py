@@ -174,7 +174,12 @@ def test_runner_pod(k8s_schema) -> None:
                 "stdin": True, "stdinOnce": True, "tty": False,
             }],
             "volumes": [{"name": "runner", "secret": {"secretName": "gpuo-r1a2-runner", "defaultMode": 0o444}}],
-            "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
+            # a lost donor's pod is evicted 10 s after its node is marked unreachable, not Kubernetes' 300 s
+            "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"},
+                            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 10},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 10}],
             "affinity": scheduling_fragment("donor-b", 1)["affinity"],
         },
     }
@@ -192,10 +197,18 @@ def test_session_pod_reads_stdin_and_may_run_without_deadline(k8s_schema) -> Non
     k8s_schema(pod)
 
 
+def test_a_queued_pod_tolerates_a_lost_node_as_long_as_set_and_nothing_else_of_kubernetes() -> None:
+    pod = runner_pod(spec(scheduling={"resources": {"limits": {"nvidia.com/gpu": "1"}}}, node_lost_seconds=30))
+    assert pod["spec"]["tolerations"] == [
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]
+
+
 @pytest.mark.parametrize(
     "kw, text",
     [({"timeout": 0}, "timeout=0s"), ({"image": ""}, "no image; pass --image"),
-     ({"run_id": "Run_1"}, "pod name \\(from run id\\) 'gpuo-Run_1' is not a DNS label")],
+     ({"run_id": "Run_1"}, "pod name \\(from run id\\) 'gpuo-Run_1' is not a DNS label"),
+     ({"node_lost_seconds": -1}, "node-lost toleration of -1 s: give 0 seconds or more")],
 )
 def test_runner_pod_bad_input(kw, text) -> None:
     with pytest.raises(InvalidRequest, match=text):

@@ -42,6 +42,9 @@ REAL_NODES = (os.environ.get("RC_NODE", "donor-1-gpu"),
                 [os.environ["RC_NODE2"]] if os.environ.get("RC_NODE2") else []))
 """The real kubelets' nodes, as env.sh names them: cluster 0 has two (RC_NODE and RC_NODE2), the others one
 unless RC_NODE2 names a second (a copy of the real-cluster stage beside cluster 0)."""
+KUBELETS = dict(zip(REAL_NODES, (("kubelet", "start_node"), ("kubelet-2", "start_node2")), strict=False))
+"""Each real node's kubelet: its process's name in up.sh (``$RC_STATE/pids/<name>.pid``) and the stage that
+starts it."""
 HEALTHY = STATE / "healthy-gpus"  # env.sh's RC_HEALTHY: per node, how many of its fake GPUs are healthy
 HOST_ADDRESS = f"10.219.{INDEX}.1"  # env.sh's RC_HOST_IP: the pods' bridge, where they reach this machine
 KUEUE_PLURALS = ("workloads", "localqueues")
@@ -111,6 +114,30 @@ def kueue_outage() -> Iterator[None]:
                                  env={**os.environ, "RC_STAGES": "start_kueue"}, check=False)
         if started.returncode:
             raise AssertionError(f"Kueue did not start again: {started.stdout[-2000:]}{started.stderr[-2000:]}")
+
+
+@contextlib.contextmanager
+def node_lost(node: str) -> Iterator[None]:
+    """The node's kubelet killed for the block, as when a donor's peering or virtual kubelet dies: its containers
+    run on and nobody reports them; Kubernetes' node controller marks the node unreachable after its grace period
+    (50 s). After the block the kubelet starts again as up.sh starts it, and the node is Ready once more."""
+    name, stage = KUBELETS[node]
+    pid = int((STATE / "pids" / f"{name}.pid").read_text())
+    os.killpg(pid, signal.SIGKILL)
+    try:
+        yield
+    finally:
+        started = subprocess.run(["bash", str(Path(__file__).with_name("up.sh"))], capture_output=True, text=True,
+                                 env={**os.environ, "RC_STAGES": stage}, check=False)
+        if started.returncode:
+            raise AssertionError(f"{node}'s kubelet did not start again: {started.stdout[-2000:]}{started.stderr[-2000:]}")
+        with RealCluster(KUBECONFIG).api_client() as client:
+            core = kubernetes.client.CoreV1Api(client)
+
+            def ready() -> bool:
+                conditions = core.read_node_status(node).status.conditions or []
+                return any(c.type == "Ready" and c.status == "True" for c in conditions)
+            wait_until(ready, f"{node} Ready again", timeout=120, every=1.0)
 
 
 def require_cluster() -> RealCluster:

@@ -18,10 +18,12 @@ from gpu_offload.sandbox.testing import RunningSandbox, running_sandbox
 T = TypeVar("T")
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 LIQO_CRDS = SHARED / "liqo-crds"
+NODE_BIN = Path(__file__).resolve().parents[2] / ".ci" / "node" / "node_modules" / ".bin"
 
 # The kubelet's and API server's tests share the session's origin of this configuration: the built-in Liqo
-# description (the package alone, as a user installs it), two donors of 4 A100. Each test leaves it as it found it.
-origin = origin_fixture()
+# description (the package alone, as a user installs it), two donors of 4 A100, npm's tools (hub images'
+# configurable-http-proxy) found in .ci/node. Each test leaves it as it found it.
+origin = origin_fixture(tool_dirs=(NODE_BIN,))
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,10 @@ kubernetes backend at them.
 - The donors are trusted (``GPU_OFFLOAD_TRUSTED_CLUSTERS``): outputs come back as pickles, as from any
   cluster today. Donors are untrusted by default everywhere else (docs/security.md).
 
+- With ``queueing`` (``gpu-offload lab --hub``) the sandbox also emulates Kueue (``gpu_offload.sandbox.kueue``,
+  its built-in description of Kueue's kinds): the hub's queue controller then writes the flavors, the
+  ClusterQueue and the priority classes from the donors, and each user's cells wait in line as on a cluster.
+
 Everything stops when the ``with`` block ends: the API server, the pods' processes and the S3 server.
 """
 
@@ -48,6 +52,8 @@ class Embedded:
     host_address: str
     """Where pods reach this machine (``RunningOrigin.host_address``): servers they call listen there."""
     namespace: str = NAMESPACE
+    queueing: bool = False
+    """Whether the sandbox emulates Kueue (see :func:`embedded_cluster`)."""
 
     def kernel_env(self) -> dict[str, str]:
         """The variables that make a kernel's ``%%gpu_offload`` cells run on this sandbox."""
@@ -75,7 +81,9 @@ class Embedded:
             f"  API        {self.api_url}   (KUBECONFIG={self.kubeconfig})\n"
             f"  namespace  {self.namespace}\n"
             f"  storage    s3://{BUCKET} on moto's S3 server at {self.s3_endpoint}\n"
-            "  It stops, with everything it started, when this command ends."
+            + ("  queueing   Kueue emulated (no real Kueue): the hub writes its ClusterQueue from the donors; "
+               "cells wait in line\n" if self.queueing else "")
+            + "  It stops, with everything it started, when this command ends."
         )
 
 
@@ -103,14 +111,27 @@ def _serve_hub_kinds(origin: RunningOrigin) -> None:
 
 
 @contextmanager
-def embedded_cluster(workdir: Path | None = None) -> Iterator[Embedded]:
-    """Start the sandbox and the S3 store for the ``with`` block (in ``workdir``, else a temporary folder)."""
+def _origin(root: Path, queueing: bool) -> Iterator[RunningOrigin]:
+    # in_cluster_api: a program in a pod (a user's server) finds the API as on a cluster
+    if not queueing:
+        with running_origin(root, DONORS, in_cluster_api=True) as origin:
+            yield origin
+        return
+    from ..sandbox.kueue.testing import running_kueue_origin
+
+    with running_kueue_origin(root, DONORS, in_cluster_api=True) as (origin, _):
+        yield origin
+
+
+@contextmanager
+def embedded_cluster(workdir: Path | None = None, queueing: bool = False) -> Iterator[Embedded]:
+    """Start the sandbox (with Kueue when ``queueing``) and the S3 store for the ``with`` block (in ``workdir``,
+    else a temporary folder)."""
     with tempfile.TemporaryDirectory(prefix="gpu-offload-sandbox-") as temporary:
         root = workdir or Path(temporary)
         # pods have their own network when the sandbox runs as root: the store listens where they reach it
-        # in_cluster_api: a program in a pod (a user's server) finds the API as on a cluster
-        with running_origin(root, DONORS, in_cluster_api=True) as origin, \
-                s3_server(origin.host_address, [BUCKET]) as endpoint:
+        with _origin(root, queueing) as origin, s3_server(origin.host_address, [BUCKET]) as endpoint:
             _serve_hub_kinds(origin)
             _create_namespace(origin, NAMESPACE)
-            yield Embedded(origin.sandbox.kubeconfig, origin.sandbox.url, endpoint, origin.host_address)
+            yield Embedded(origin.sandbox.kubeconfig, origin.sandbox.url, endpoint, origin.host_address,
+                           queueing=queueing)

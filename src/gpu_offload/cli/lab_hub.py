@@ -12,6 +12,9 @@ hook as the Helm chart's hub does (``helm/gpu-offload``, ``hub_extension/spawner
   with it.
 - Pods reach this machine only at the sandbox's host address (``RunningOrigin.host_address``), so the hub's
   API and the service listen there; the browser still uses 127.0.0.1.
+- Queueing is on, as with the chart's ``queueing.kueue.enabled``: the sandbox emulates Kueue, the service's queue
+  controller writes the ClusterQueue over both donors, and a user's cells wait in line when its GPUs are taken
+  (the service's Queues page shows who waits and who holds them).
 - The hub's own files (database, cookie secret, the service's usage database) live in a temporary folder
   removed at the end. On Ctrl-C the hub stops the user servers (KubeSpawner deletes their pods); the
   sandbox then stops with whatever is left.
@@ -85,6 +88,9 @@ def _service_config(embedded: Embedded, workdir: Path) -> dict[str, object]:
         "usageDatabase": {"url": f"sqlite:///{workdir}/usage.sqlite"},
         "offload": {"defaultImage": IMAGE, "objectStorage": {"endpoint": embedded.s3_endpoint, "bucket": BUCKET}},
         "clusters": {d.cluster_id: {"trusted": True} for d in DONORS},
+        # as the chart's queueing.kueue.enabled: the service keeps Kueue's objects following the donors, the
+        # spawner hook gives each user namespace its LocalQueue and each server GPU_OFFLOAD_QUEUE
+        "queueing": {"kueue": {"enabled": embedded.queueing}},
     }
 
 

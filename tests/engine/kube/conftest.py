@@ -19,12 +19,13 @@ import pytest
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.specs import namespace_offloading, runner_selector
 from gpu_offload.magics.magic import GpuOffloadMagics
-from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import core, custom, namespace, origin_fixture, wait_until
 from gpu_offload.sandbox.kubelet.images import DEFAULT_MAP
 from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.sandbox.objectstore import s3_server
 from IPython.core.interactiveshell import InteractiveShell
 
+from gpu_offload.cli import main
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import KubeSettings
 
@@ -63,7 +64,8 @@ origin = origin_fixture(
     image_map=IMAGE_MAP,
     scope="session",  # one origin for all kube test modules: every test leaves it as it found it
 )
-__all__ = ["core", "namespace", "origin"]  # namespace: fresh and not offloaded; the backend offloads it
+# core, custom: official clients of the module's origin; namespace: fresh and not offloaded (the backend offloads it)
+__all__ = ["core", "custom", "namespace", "origin"]
 
 
 def origin_on_each_cluster() -> Any:
@@ -104,6 +106,19 @@ def settings(namespace: str, **changes: Any) -> KubeSettings:
     base = KubeSettings(namespace=namespace, image=STOCK_IMAGE, user="alice@example.org",
                         kernel=f"k-{uuid.uuid4().hex[:8]}", watch_seconds=5)
     return KubeSettings(**{**base.__dict__, **changes})
+
+
+def queued_user_namespace(core: Any, custom: Any) -> str:
+    """A namespace as the hub's spawner makes one with queueing on: labelled for the ClusterQueue, offloaded to
+    the donors, with its LocalQueue made by the project's own ``gpu-offload queues sync`` (which needs
+    KUBECONFIG set to the origin's)."""
+    name = f"jhub-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", name, "namespaceoffloadings", {
+        "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
+    assert main(["queues", "sync", "--namespace", name]) == 0
+    return name
 
 
 @pytest.fixture()

@@ -111,38 +111,6 @@ def test_without_rights_to_offload_the_magic_says_who_must_act(api_client: Any, 
         backend.close()
 
 
-def test_a_virtual_node_lost_before_the_cell_started_is_retried_once_elsewhere(kube: KubernetesBackend, core: Any,
-                                                                               origin: Any, namespace: str) -> None:
-    # the Secret arrives late, so the first pod is bound but not started when its node is lost
-    origin.faults.api_latency(r"^/api/v1/namespaces/[^/]+/secrets$", 3.0, methods=("POST",), times=1)
-
-    def lose_first_node() -> None:
-        pod = wait_until(lambda: next((p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name),
-                                      None), "the first pod bound")
-        origin.call(origin.faults.node_not_ready(pod.spec.node_name))
-
-    killer = threading.Thread(target=lose_first_node)
-    killer.start()
-    outcome, sink, run = run_cell(kube, "print('ran')", {})
-    killer.join()
-    assert outcome.status == "ok", outcome.error
-    assert "ran" in sink.text
-    retry = [n for n in sink.notices if "retrying once on" in n]
-    assert retry and "before the cell started" in retry[0], sink.notices
-    assert run.current.ctx.cluster == "donor-1"  # donor-2 was lost
-
-
-def test_a_virtual_node_lost_after_the_cell_started_reports_what_arrived(kube: KubernetesBackend, core: Any,
-                                                                         origin: Any, namespace: str) -> None:
-    def lose_node() -> None:
-        origin.call(origin.faults.node_not_ready(_pod(core, namespace).spec.node_name))
-
-    outcome, sink, _ = run_cell(kube, SLOW_CELL, {}, _on_start(lose_node))
-    assert isinstance(outcome.error, RemoteError) and outcome.error.ename == "VirtualNodeLost", outcome.error
-    assert "after the cell had started: 1 line(s) of output arrived" in outcome.error.evalue
-    assert "started" in sink.text
-
-
 def test_api_errors_on_pod_creation_leave_nothing_behind(kube: KubernetesBackend, core: Any, origin: Any,
                                                          namespace: str) -> None:
     origin.faults.api_error(r"^/api/v1/namespaces/[^/]+/secrets$", status=500, methods=("POST",))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,10 +16,9 @@ from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
-from gpu_offload.cli import main
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
-from .conftest import IMAGE_MAP, SHARED, leftovers, settings
+from .conftest import IMAGE_MAP, SHARED, leftovers, queued_user_namespace, settings
 from .helpers import Sink, run_cell
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -44,12 +42,7 @@ def kernel(origin: Any, api_client: Any, monkeypatch: pytest.MonkeyPatch) -> Ite
     core, custom = kubernetes.client.CoreV1Api(api_client), kubernetes.client.CustomObjectsApi(api_client)
     monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
     monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
-    name = f"jhub-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
-    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", name, "namespaceoffloadings", {
-        "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
-        "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
-    assert main(["queues", "sync", "--namespace", name]) == 0
+    name = queued_user_namespace(core, custom)
     backend = KubernetesBackend(settings(name, queue=QUEUE, priority="interactive"), api_client)
     yield backend, name
     backend.close()

@@ -9,7 +9,6 @@ could not run beside the sandbox. Three users, eight kernels each, in their own 
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,10 +18,9 @@ from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
-from gpu_offload.cli import main
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
-from .conftest import IMAGE_MAP, SHARED, leftovers, settings
+from .conftest import IMAGE_MAP, SHARED, leftovers, queued_user_namespace, settings
 from .helpers import run_cell
 
 USERS = ("alice@example.org", "bob@example.org", "carol@example.org")
@@ -47,13 +45,7 @@ def test_24_one_gpu_cells_against_16_gpus_all_run_and_none_fails(origin: Any, mo
     core, custom = kubernetes.client.CoreV1Api(admin), kubernetes.client.CustomObjectsApi(admin)
     namespaces = []
     for _ in USERS:
-        name = f"jhub-{uuid.uuid4().hex[:8]}"
-        core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
-        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", name, "namespaceoffloadings", {
-            "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
-            "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
-        assert main(["queues", "sync", "--namespace", name]) == 0
-        namespaces.append(name)
+        namespaces.append(queued_user_namespace(core, custom))
     clients = [origin.sandbox.api_client() for _ in range(len(USERS) * KERNELS_PER_USER)]
     kernels = [KubernetesBackend(settings(namespaces[i % len(USERS)], user=USERS[i % len(USERS)],
                                           queue="gpu-offload", priority="interactive"), client)

@@ -15,7 +15,6 @@ import contextlib
 import re
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +26,6 @@ from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
-from gpu_offload.cli import main
 from gpu_offload.engine.analysis import analyse_cell
 from gpu_offload.engine.backends.base import RunRequest
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
@@ -38,7 +36,15 @@ from gpu_offload.engine.errors import OffloadError, OffloadQueueTimeout, Offload
 
 from ...realcluster.realorigin import clusters, seeded_origin
 from .chart_roles import rendered_chart, user_server_client
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, sandbox_faults, settings
+from .conftest import (
+    IMAGE_MAP,
+    SHARED,
+    STOCK_IMAGE,
+    leftovers,
+    queued_user_namespace,
+    sandbox_faults,
+    settings,
+)
 from .helpers import Sink, run_cell
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -60,32 +66,11 @@ def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     assert not running.live_processes()
 
 
-@pytest.fixture(scope="module")
-def core(api_client: Any) -> Any:
-    return kubernetes.client.CoreV1Api(api_client)
-
-
-@pytest.fixture(scope="module")
-def custom(api_client: Any) -> Any:
-    return kubernetes.client.CustomObjectsApi(api_client)
-
-
-def _user_namespace(core: Any, custom: Any) -> str:
-    """A namespace as the hub makes one: labelled for the ClusterQueue, offloaded, with its LocalQueue."""
-    name = f"jhub-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
-    custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", name, "namespaceoffloadings", {
-        "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
-        "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
-    assert main(["queues", "sync", "--namespace", name]) == 0
-    return name
-
-
 @pytest.fixture()
 def namespaces(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
     monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
-    return [_user_namespace(core, custom) for _ in USERS]
+    return [queued_user_namespace(core, custom) for _ in USERS]
 
 
 @pytest.fixture()

@@ -82,7 +82,8 @@ def sandbox_only(origin: Any, why: str) -> None:
 @pytest.fixture()
 def kube_s3(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any) -> Iterator[KubernetesBackend]:
     """A backend with object storage that trusts both donors; afterwards no pod, Secret or object is left."""
-    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
+                                               node_lost_seconds=2),
                                 api_client)
     yield backend
     backend.close()
@@ -121,7 +122,7 @@ def test_a_session_survives_its_donor_being_lost(kube_s3: KubernetesBackend, cor
     faults = sandbox_faults(origin)
     before = _start(kube_s3, where)
     node = _pod(core, namespace).spec.node_name
-    origin.call(faults.node_not_ready(node))
+    origin.call(faults.node_not_ready(node, grace=0))
     try:
         wait_until(lambda: not kube_s3.sessions(), "the session seen as lost")
         sink = _check_resumed(kube_s3, before, "was lost with the virtual node of", where)

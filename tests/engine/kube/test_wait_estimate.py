@@ -24,8 +24,12 @@ from gpu_offload.engine.backends.kube.wait_estimate import (
     # the messages of Kueue's QuotaReserved=False condition, as Kueue words them
     ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor a, "
      "1 more needed", QUOTA),
-    ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor a, request > "
-     "maximum capacity (4 > 2)", NO_FIT),
+    ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor a, previously "
+     "considered podsets requests (0) + current podset request (4) > maximum capacity (2)", NO_FIT),
+    # one reason per flavor: a flavor that will hold it once quota frees makes the wait worth it
+    ("couldn't assign flavors to pod set main: flavor a doesn't match node affinity, insufficient unused quota for "
+     "nvidia.com/gpu in flavor b, 1 more needed", QUOTA),
+    ("couldn't assign flavors to pod set main: flavor a doesn't match node affinity", NO_FIT),
     ("Pending the preemption of 1 workload(s)", PREEMPTING),
     ("something Kueue may say one day", UNKNOWN),
 ])

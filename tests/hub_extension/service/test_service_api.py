@@ -169,15 +169,20 @@ def test_resize_and_request_gpu_slices(hub: Any, custom: Any) -> None:
 
     created = hub.api("POST", "api/admin/actions/resourceslice", "admin",
                       {"cluster_id": "donor-2", "gpus": "2", "name": "donor-2-extra", "confirm": True})
-    assert created.status == 200 and "created" in created.json()["message"], created.text
-    body = custom.get_namespaced_custom_object(*RS, "liqo-tenant-donor-2", "resourceslices", "donor-2-extra")
-    assert body["spec"]["consumerClusterID"] == "origin" and body["spec"]["resources"] == {"nvidia.com/gpu": "2"}
+    try:
+        assert created.status == 200 and "created" in created.json()["message"], created.text
+        body = custom.get_namespaced_custom_object(*RS, "liqo-tenant-donor-2", "resourceslices", "donor-2-extra")
+        assert body["spec"]["consumerClusterID"] == "origin" and body["spec"]["resources"] == {"nvidia.com/gpu": "2"}
 
-    def granted() -> bool:
-        slices = hub.api("GET", "api/admin/clusters/donor-2", "admin").json()["slices"]
-        return ("donor-2-extra", "2") in [(s["name"], s["granted_gpus"]) for s in slices]
+        def granted() -> bool:
+            slices = hub.api("GET", "api/admin/clusters/donor-2", "admin").json()["slices"]
+            return ("donor-2-extra", "2") in [(s["name"], s["granted_gpus"]) for s in slices]
 
-    wait_until(granted, "the new slice to be granted and shown")
+        wait_until(granted, "the new slice to be granted and shown")
+        wait_until(lambda: _rows(hub)["donor-2"]["gpus_total"] == 6, "the new slice's GPUs counted for donor-2")
+    finally:  # the origin is shared: the slice goes, and Liqo takes its virtual node and GPUs with it
+        custom.delete_namespaced_custom_object(*RS, "liqo-tenant-donor-2", "resourceslices", "donor-2-extra")
+    wait_until(lambda: _rows(hub)["donor-2"]["gpus_total"] == 4, "donor-2's GPUs back to its seeded slice")
 
 
 def _donor_2_node(hub: Any) -> dict[str, Any]:

@@ -52,14 +52,15 @@ def test_core_and_events_k8s_io_events(k8s, core, ns):
 
 def test_service_account_and_explicit_merge_patch(core, ns):
     core.create_namespaced_service_account(ns, {"metadata": {"name": "runner"}})
-    core.create_namespaced_pod(ns, {"metadata": {"name": "p"}, "spec": {
+    created = core.create_namespaced_pod(ns, {"metadata": {"name": "p"}, "spec": {
         "serviceAccountName": "runner", "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}],
         "tolerations": [{"key": "k", "operator": "Exists"}]}})
-    # a merge patch replaces lists whole, where a strategic merge would merge by name
+    # k and the two node taints' 300 s DefaultTolerationSeconds gave it; a merge patch replaces lists whole, where a
+    # strategic merge would merge by name, so the patch repeats them (a pod's tolerations may only grow)
+    existing = [core.api_client.sanitize_for_serialization(t) for t in created.spec.tolerations]
     out = core.patch_namespaced_pod("p", ns, {"metadata": {"labels": {"l": "1"}}, "spec": {"tolerations": [
-        {"key": "k", "operator": "Exists"}, {"key": "k2", "operator": "Exists"}]}},
-        _content_type="application/merge-patch+json")
-    assert out.metadata.labels == {"l": "1"} and len(out.spec.tolerations) == 2
+        *existing, {"key": "k2", "operator": "Exists"}]}}, _content_type="application/merge-patch+json")
+    assert out.metadata.labels == {"l": "1"} and len(out.spec.tolerations) == 4
     assert out.spec.service_account_name == "runner"
 
 

@@ -47,15 +47,36 @@ def _failed(core, offloaded_namespace: str, name: str):
                       f"{name} failed")
 
 
-def test_virtual_node_not_ready_fails_its_pods_and_new_pods_go_elsewhere(origin, core, offloaded_namespace):
+def _condition(pod, kind: str):
+    return next((c for c in pod.status.conditions or [] if c.type == kind), None)
+
+
+def test_a_node_that_stops_answering_goes_unknown_after_its_grace_and_its_pods_are_evicted_by_toleration(
+        origin, core, offloaded_namespace):
     custom = kubernetes.client.CustomObjectsApi(origin.sandbox.api_client())
-    core.create_namespaced_pod(offloaded_namespace, _pod("victim"))
+    brief = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}
+    victim = _pod("victim")
+    victim["spec"]["tolerations"] = [brief]
+    core.create_namespaced_pod(offloaded_namespace, victim)
     node = _running(core, offloaded_namespace, "victim").spec.node_name
+    patient = _pod("patient")  # no toleration of its own: Kubernetes' default, 300 s
+    patient["spec"]["nodeName"] = node
+    core.create_namespaced_pod(offloaded_namespace, patient)
+    _running(core, offloaded_namespace, "patient")
     other = "donor-2-gpu" if node == "donor-1-gpu" else "donor-1-gpu"
-    answer = control(origin, "POST", {"fault": "node-not-ready", "node": node})
-    assert answer == {"applied": "node-not-ready", "result": 1}
-    failed = _failed(core, offloaded_namespace, "victim")
-    assert failed.status.reason == "NodeLost" and node in failed.status.message
+    answer = control(origin, "POST", {"fault": "node-not-ready", "node": node, "grace": 1})
+    assert answer == {"applied": "node-not-ready", "result": 2}
+    with pytest.raises(kubernetes.client.ApiException) as refused:  # the node's kubelet does not answer
+        core.read_namespaced_pod_log("victim", offloaded_namespace)
+    assert refused.value.status == 500 and "connection refused" in refused.value.body
+    evicted = wait_until(lambda: (p := core.read_namespaced_pod("victim", offloaded_namespace)).metadata.deletion_timestamp
+                         and p, "the victim evicted", timeout=30)
+    target = _condition(evicted, "DisruptionTarget")
+    assert (target.status, target.reason) == ("True", "DeletionByTaintManager")
+    # nobody on the node confirms the end: Running and Terminating, not Ready
+    assert evicted.status.phase == "Running" and _condition(evicted, "Ready").status == "False"
+    patient = core.read_namespaced_pod("patient", offloaded_namespace)
+    assert patient.metadata.deletion_timestamp is None and _condition(patient, "Ready").status == "False"
     ready = next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("Unknown", "NodeStatusUnknown")
     fc = custom.get_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", node.removesuffix("-gpu"))
@@ -66,8 +87,13 @@ def test_virtual_node_not_ready_fails_its_pods_and_new_pods_go_elsewhere(origin,
     assert control(origin, "GET")["lostNodes"] == [node]
     control(origin, "POST", {"fault": "node-ready", "node": node})
     ready = next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
-    assert ready.status == "True" and not [t for t in core.read_node(node).spec.taints
+    assert ready.status == "True" and not [t for t in core.read_node(node).spec.taints or []
                                            if t.key == "node.kubernetes.io/unreachable"]
+    # its kubelet is back: it finishes the eviction and reports the pod it kept
+    wait_until(lambda: not [p for p in core.list_namespaced_pod(offloaded_namespace).items
+                            if p.metadata.name == "victim"], "the victim gone once its node answers")
+    wait_until(lambda: _condition(core.read_namespaced_pod("patient", offloaded_namespace), "Ready").status == "True",
+               "the patient Ready again")
 
 
 def test_oom_killed_container(origin, core, offloaded_namespace):

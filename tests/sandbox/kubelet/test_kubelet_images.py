@@ -8,11 +8,11 @@ from pathlib import Path
 import jupyterhub
 import pytest
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kubelet.images import ImageError, Images
 
+# the sandbox level's shared origin (tests/sandbox/conftest.py) finds npm's tools here for hub images
 NODE_BIN = Path(__file__).resolve().parents[3] / ".ci" / "node" / "node_modules" / ".bin"
-origin = origin_fixture(tool_dirs=(NODE_BIN,))
 core, namespace = fixtures.core, fixtures.namespace
 
 

@@ -21,13 +21,8 @@ from gpu_offload.sandbox.liqo.origin import running_origin
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                 reason="pod namespaces and users need root and iproute2")
 core, namespace = fixtures.core, fixtures.namespace
-
-
-@pytest.fixture(scope="module")
-def origin(tmp_path_factory):
-    # pytest's folders are private to root: a container of another user reaches only its own pod's files
-    with running_origin(tmp_path_factory.mktemp("isolation"), 1) as running:
-        yield running
+# the sandbox level's shared origin (tests/sandbox/conftest.py); pytest's folders, where its pods live, are private
+# to root: a container of another user reaches only its own pod's files
 
 
 def _pod(name: str, command: list[str], **spec) -> dict:

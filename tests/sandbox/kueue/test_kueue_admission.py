@@ -158,7 +158,7 @@ def test_contended_pool_admits_by_priority_then_creation_and_reports_positions(c
     assert [(i["positionInClusterQueue"], i["positionInLocalQueue"]) for i in items] == [(0, 0), (1, 1), (2, 2)]
     assert items[0]["priority"] == 1000 and items[0]["localQueueName"] == "user-queue"
     cond = condition(_wl_of(custom, ns, "w1"), "QuotaReserved")
-    assert cond["reason"] == "WaitingForQuota"
+    assert cond["reason"] == "Pending"  # Kueue 0.19's, with its UnadmittedWorkloadsObservability gate off
     assert cond["message"].startswith(
         "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu")
     for i in range(3):  # quota frees one GPU at a time
@@ -306,10 +306,11 @@ def test_a_request_no_flavor_can_ever_hold_says_so(core, custom, pool):
     core.create_namespaced_pod(ns, gpu_pod("too-big", "user-queue", 3))
     wl = wait_until(lambda: (w := _wl_of(custom, ns, "too-big")) and condition(w, "QuotaReserved") and w,
                     "the verdict")
-    assert condition(wl, "QuotaReserved")["reason"] == "ExceedsMaxQuota"
-    assert condition(wl, "QuotaReserved")["message"] == (
-        f"couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor "
-        f"{pool.flavors[0]}, request > maximum capacity (3 > 2)")
+    assert condition(wl, "QuotaReserved")["reason"] == "Pending"
+    too_big = ("insufficient quota for nvidia.com/gpu in flavor {}, previously considered podsets requests (0) + "
+               "current podset request (3) > maximum capacity (2)")
+    assert condition(wl, "QuotaReserved")["message"] == "couldn't assign flavors to pod set main: " + ", ".join(
+        too_big.format(flavor) for flavor in sorted(pool.flavors))
 
 
 def test_pod_group_gets_one_workload_once_complete_and_is_admitted_whole(core, custom, pool):
@@ -394,7 +395,7 @@ def test_pod_for_a_missing_local_queue_waits_gated_and_its_workload_says_why(cor
     wl = wait_until(lambda: (w := _wl_of(custom, ns, "lost")) and condition(w, "QuotaReserved") and w, "verdict")
     cond = condition(wl, "QuotaReserved")
     assert (cond["status"], cond["reason"], cond["message"]) == (
-        "False", "Misconfigured", "LocalQueue no-such-queue doesn't exist")
+        "False", "Inadmissible", "LocalQueue no-such-queue doesn't exist")
     assert core.read_namespaced_pod("lost", ns).spec.scheduling_gates
 
 
@@ -419,7 +420,7 @@ def test_cluster_queue_without_namespace_selector_admits_no_namespace(core, cust
     core.create_namespaced_pod(ns, gpu_pod("shut-out", "closed"))
     wl = wait_until(lambda: (w := _wl_of(custom, ns, "shut-out")) and condition(w, "QuotaReserved") and w, "verdict")
     cond = condition(wl, "QuotaReserved")
-    assert (cond["reason"], cond["message"]) == ("Misconfigured",
+    assert (cond["reason"], cond["message"]) == ("Inadmissible",
                                                  "workload namespace doesn't match ClusterQueue selector")
 
 

@@ -26,15 +26,17 @@ def test_first_flavor_with_room_wins_and_messages_say_why_not():
     assert assign({GPU: Decimal(2)}, [GPU], [A, B], {"a": {GPU: Decimal(1)}}).flavor == "b"
     full = assign({GPU: Decimal(3)}, [GPU], [A, B], {"b": {GPU: Decimal(2)}})
     assert full.flavor is None and full.fits_ever
+    # as Kueue's flavor assigner: one reason per flavor tried, sorted, joined
     assert full.message == ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
-                            "flavor a, request > maximum capacity (3 > 2)")
+                            "flavor a, previously considered podsets requests (0) + current podset request (3) > "
+                            "maximum capacity (2), insufficient unused quota for nvidia.com/gpu in flavor b, 1 more "
+                            "needed")
     busy = assign({GPU: Decimal(1)}, [GPU], [A], {"a": {GPU: Decimal(2)}})
     assert busy.message.endswith("insufficient unused quota for nvidia.com/gpu in flavor a, 1 more needed")
     uncovered = assign({GPU: Decimal(1), "cpu": Decimal(1)}, [GPU], [A], {})
     assert not uncovered.fits_ever and "resource cpu unavailable in ClusterQueue" in uncovered.message
     never = assign({GPU: Decimal(5)}, [GPU], [A, B], {})
-    assert (full.reason, busy.reason, never.reason, uncovered.reason) == (
-        "WaitingForQuota", "WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor")
+    assert (full.fits_ever, busy.fits_ever, never.fits_ever, uncovered.fits_ever) == (True, True, False, False)
 
 
 def test_a_pods_node_affinity_limits_the_flavors_it_may_get():
@@ -60,7 +62,10 @@ def test_a_pods_node_affinity_limits_the_flavors_it_may_get():
     assert assign({GPU: Decimal(2)}, [GPU], [A, B], {}, entry).flavor == "b"  # a has room but is not allowed
     nowhere = assign({GPU: Decimal(1)}, [GPU], [A], {}, entry)
     assert nowhere.flavor is None and nowhere.message.endswith("flavor a doesn't match node affinity")
-    assert nowhere.reason == "NoMatchingFlavor"
+    assert not nowhere.fits_ever
+    busy = assign({GPU: Decimal(3)}, [GPU], [A, B], {"b": {GPU: Decimal(2)}}, entry)
+    assert busy.message == ("couldn't assign flavors to pod set main: flavor a doesn't match node affinity, "
+                            "insufficient unused quota for nvidia.com/gpu in flavor b, 1 more needed")
 
 
 def test_victims_are_lowest_priority_then_newest_and_no_more_than_needed():

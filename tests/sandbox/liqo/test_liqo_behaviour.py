@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -14,7 +15,7 @@ from gpu_offload.sandbox.apiserver import crds
 from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
 
 LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
-origin = origin_fixture(LIQO_CRDS, private=True)  # leaves a donor's extra GPU slice behind
+origin = origin_fixture(LIQO_CRDS)  # every test leaves the origin as it found it
 core, custom, namespace = fixtures.core, fixtures.custom, fixtures.namespace
 
 LIQO = {"ForeignCluster": ("core.liqo.io", "foreignclusters"),
@@ -105,41 +106,86 @@ def test_pod_aimed_at_a_virtual_node_from_a_plain_namespace_stays_pending_offloa
 
 def test_changed_resource_slice_changes_the_virtual_node_capacity(custom, core):
     args = ("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-1", "resourceslices", "donor-1-gpu")
-    custom.patch_namespaced_custom_object(*args, {"spec": {"resources": {"nvidia.com/gpu": "2", "cpu": "8",
-                                                                          "memory": "64Gi", "pods": "110"}}})
-    wait_until(lambda: core.read_node("donor-1-gpu").status.allocatable.get("nvidia.com/gpu") == "2",
-               "the virtual node to offer 2 GPUs")
-    vnode = custom.get_namespaced_custom_object("offloading.liqo.io", "v1beta1", "liqo-tenant-donor-1",
-                                                "virtualnodes", "donor-1-gpu")
-    assert vnode["spec"]["resourceQuota"]["hard"]["nvidia.com/gpu"] == "2"
-    assert core.read_node("donor-1-gpu").status.capacity["cpu"] == "8"
-    custom.patch_namespaced_custom_object(*args, {"spec": {"resources": {"nvidia.com/gpu": "4", "cpu": "32",
-                                                                          "memory": "128Gi", "pods": "110"}}})
-    wait_until(lambda: core.read_node("donor-1-gpu").status.allocatable.get("nvidia.com/gpu") == "4",
-               "the virtual node to offer 4 GPUs again")
+    seeded = custom.get_namespaced_custom_object(*args)["spec"]["resources"]
+    try:
+        custom.patch_namespaced_custom_object(*args, {"spec": {"resources": {"nvidia.com/gpu": "2", "cpu": "8",
+                                                                              "memory": "64Gi", "pods": "110"}}})
+        wait_until(lambda: core.read_node("donor-1-gpu").status.allocatable.get("nvidia.com/gpu") == "2",
+                   "the virtual node to offer 2 GPUs")
+        vnode = custom.get_namespaced_custom_object("offloading.liqo.io", "v1beta1", "liqo-tenant-donor-1",
+                                                    "virtualnodes", "donor-1-gpu")
+        assert vnode["spec"]["resourceQuota"]["hard"]["nvidia.com/gpu"] == "2"
+        assert core.read_node("donor-1-gpu").status.capacity["cpu"] == "8"
+    finally:
+        custom.patch_namespaced_custom_object(*args, {"spec": {"resources": seeded}})
+    wait_until(lambda: core.read_node("donor-1-gpu").status.allocatable == seeded,
+               "the virtual node to offer the seeded resources again")
+
+
+RS = ("authentication.liqo.io", "v1beta1")
+VN = ("offloading.liqo.io", "v1beta1")
+
+
+def _slice(name: str, provider: str, gpus: int = 1) -> dict:
+    return {"apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
+            "metadata": {"name": name}, "spec": {"class": "default", "consumerClusterID": "origin",
+                                                 "providerClusterID": provider,
+                                                 "resources": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def _node_named(core, name: str):
+    return next((n for n in core.list_node().items if n.metadata.name == name), None)
+
+
+def _gone(custom, core, tenant: str, name: str) -> bool:
+    """The slice, its VirtualNode and its Node are all gone."""
+    left = [plural for group, plural in ((RS, "resourceslices"), (VN, "virtualnodes"))
+            if name in [o["metadata"]["name"] for o in custom.list_namespaced_custom_object(*group, tenant, plural)["items"]]]
+    return not left and _node_named(core, name) is None
 
 
 def test_new_gpu_slice_of_a_donor_becomes_a_new_virtual_node_and_unknown_provider_is_denied(custom, core):
-    def body(name: str, provider: str) -> dict:
-        return {"apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
-                "metadata": {"name": name}, "spec": {"class": "default", "consumerClusterID": "origin",
-                                                     "providerClusterID": provider,
-                                                     "resources": {"nvidia.com/gpu": "1"}}}
-    custom.create_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-2",
-                                           "resourceslices", body("donor-2-extra", "donor-2"))
-    node = wait_until(lambda: next((n for n in core.list_node().items if n.metadata.name == "donor-2-extra"), None),
-                      "the new virtual node")
-    assert node.status.allocatable["nvidia.com/gpu"] == "1"
-    assert node.metadata.labels["liqo.io/remote-cluster-id"] == "donor-2"
-    custom.create_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-2",
-                                           "resourceslices", body("stranger", "nobody"))
-    denied = wait_until(lambda: custom.get_namespaced_custom_object(
-        "authentication.liqo.io", "v1beta1", "liqo-tenant-donor-2", "resourceslices", "stranger").get("status"),
-        "the provider's answer")
-    assert {c["type"]: c["status"] for c in denied["conditions"]} == {"Authentication": "Denied",
-                                                                      "Resources": "Denied"}
-    custom.delete_namespaced_custom_object("authentication.liqo.io", "v1beta1", "liqo-tenant-donor-2",
-                                           "resourceslices", "stranger")
+    tenant = "liqo-tenant-donor-2"
+    custom.create_namespaced_custom_object(*RS, tenant, "resourceslices", _slice("donor-2-extra", "donor-2"))
+    try:
+        node = wait_until(lambda: _node_named(core, "donor-2-extra"), "the new virtual node")
+        assert node.status.allocatable["nvidia.com/gpu"] == "1"
+        assert node.metadata.labels["liqo.io/remote-cluster-id"] == "donor-2"
+        custom.create_namespaced_custom_object(*RS, tenant, "resourceslices", _slice("stranger", "nobody"))
+        denied = wait_until(lambda: custom.get_namespaced_custom_object(*RS, tenant, "resourceslices",
+                                                                        "stranger").get("status"),
+                            "the provider's answer")
+        assert {c["type"]: c["status"] for c in denied["conditions"]} == {"Authentication": "Denied",
+                                                                          "Resources": "Denied"}
+        assert _node_named(core, "stranger") is None
+    finally:  # the origin is shared: its slices and nodes go back to the seeded two
+        for name in ("donor-2-extra", "stranger"):
+            with contextlib.suppress(kubernetes.client.ApiException):
+                custom.delete_namespaced_custom_object(*RS, tenant, "resourceslices", name)
+            wait_until(lambda name=name: _gone(custom, core, tenant, name), f"slice {name} and its nodes to go")
+
+
+def test_a_deleted_gpu_slice_drains_and_removes_its_virtual_node(custom, core, namespace):
+    # Liqo: the slice owns the VirtualNode it made; the VirtualNode's finalizer drains and deletes the Node
+    tenant = "liqo-tenant-donor-1"
+    custom.create_namespaced_custom_object(*RS, tenant, "resourceslices", _slice("donor-1-spare", "donor-1"))
+    wait_until(lambda: _node_named(core, "donor-1-spare"), "the slice's virtual node")
+    vnode = custom.get_namespaced_custom_object(*VN, tenant, "virtualnodes", "donor-1-spare")
+    assert [(r["kind"], r["name"], r["controller"]) for r in vnode["metadata"]["ownerReferences"]] == [
+        ("ResourceSlice", "donor-1-spare", True)]
+    assert "virtualnode-controller.liqo.io/finalizer" in wait_until(
+        lambda: custom.get_namespaced_custom_object(*VN, tenant, "virtualnodes", "donor-1-spare")["metadata"].get(
+            "finalizers"), "Liqo's finalizer on the VirtualNode")
+    _offload(custom, namespace)
+    held = _gpu_pod("held", nodeSelector={"kubernetes.io/hostname": "donor-1-spare"})
+    held["spec"]["containers"][0]["command"] = ["python3", "-c", "import time; time.sleep(600)"]
+    core.create_namespaced_pod(namespace, held)
+    wait_until(lambda: core.read_namespaced_pod("held", namespace).status.phase == "Running", "the pod to run")
+
+    custom.delete_namespaced_custom_object(*RS, tenant, "resourceslices", "donor-1-spare")
+    wait_until(lambda: _gone(custom, core, tenant, "donor-1-spare"), "the slice, its VirtualNode and Node to go")
+    assert "held" not in [p.metadata.name for p in core.list_namespaced_pod(namespace).items]  # evicted
+    assert core.read_node("donor-1-gpu").status.allocatable["nvidia.com/gpu"] == "4"  # the seeded slice's node stays
 
 
 def test_fault_control_endpoint_rejects_bad_input_with_the_fix(origin):

@@ -73,9 +73,9 @@ def test_a_node_registered_after_its_virtual_node_gets_the_labels(core: Any, cus
         labels = wait_until(lambda: (lb := _node_labels(core, name)).get(MODEL) == "L4" and lb,
                             "the late Node to get the VirtualNode's labels")
         assert labels[PRICE] == "0.8" and labels["liqo.io/type"] == "virtual-node"
-    finally:
+    finally:  # Liqo deletes a deleted VirtualNode's Node before the VirtualNode goes
         custom.delete_namespaced_custom_object(*VN, "liqo-tenant-donor-1", "virtualnodes", name)
-        core.delete_node(name)
+        wait_until(lambda: name not in [n.metadata.name for n in core.list_node().items], "the Node to go with it")
 
 
 @pytest.mark.parametrize(("key", "owned"), [

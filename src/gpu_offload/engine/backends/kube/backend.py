@@ -25,6 +25,7 @@ from ....liqo_peering.errors import (
     APIError,
     APIForbiddenByQuota,
     APINamespaceMissing,
+    APIWebhookUnavailable,
     GpuOffloadError,
     PlacementError,
 )
@@ -69,6 +70,8 @@ def _translate(exc: GpuOffloadError) -> OffloadError:
         # the chart's policies: the queue label, a priority class the user may not use, an image not allowed
         return OffloadUsageError(f"Nothing was launched: the cluster's admission policy {exc.policy} refused the "
                                  f"pod: {exc.denial}.")
+    if isinstance(exc, APIWebhookUnavailable):
+        return ClusterError(f"Nothing was launched: {exc.action} {exc.target} was refused because {exc.next_step}.")
     if isinstance(exc, APIForbiddenByQuota):
         quota = exc.quota
         return OffloadUsageError(

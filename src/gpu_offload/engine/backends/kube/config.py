@@ -79,6 +79,9 @@ class KubeSettings:
     (``GPU_OFFLOAD_SESSION_PROTECTION``); 0: no protection."""
     protected_priority: str | None = None
     """The WorkloadPriorityClass of a protected session pod (``GPU_OFFLOAD_PROTECTED_PRIORITY``)."""
+    node_lost_seconds: int = E.NODE_LOST_SECONDS.default
+    """Seconds runner pods tolerate their node being not ready or unreachable before Kubernetes evicts them
+    (``GPU_OFFLOAD_NODE_LOST_SECONDS``); Kubernetes' default, 300, would hold a lost run five minutes more."""
 
     trusted: tuple[str, ...] = ()
     """Cluster ids the origin trusts (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, a hub's spawner writes its chart's):
@@ -132,7 +135,7 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         )
     try:
         settings.check("placement_policy", "create_offloading", "metered", "trusted_clusters", "monthly_budget",
-                       "session_idle_timeout", "session_protection")
+                       "session_idle_timeout", "session_protection", "node_lost_seconds")
     except E.InvalidSetting as exc:
         raise BackendNotConfigured(str(exc)) from None
     storage = StorageSettings(settings.s3_bucket, settings.s3_endpoint) if settings.s3_bucket else None
@@ -158,4 +161,5 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         session_idle_timeout=max(0.0, settings.session_idle_timeout),
         session_protection=max(0.0, settings.session_protection),
         protected_priority=settings.protected_priority,
+        node_lost_seconds=settings.node_lost_seconds,
     )

@@ -99,13 +99,29 @@ def _terminated(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:
     return PodState(FINISHED, "", reason, code)
 
 
+def _node_lost(ctx: PodContext, why: str, reason: str) -> PodState:
+    lost = f"the virtual node of {ctx.cluster} was lost ({why})"
+    return PodState(FAILED, lost, reason, lost=True, elsewhere=lost, summary=f"lost with the virtual node of {ctx.cluster}")
+
+
+def _evicted_from_lost_node(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    """Kubernetes' taint eviction took the pod: its node stopped answering (Ready Unknown or False, the node
+    controller's NoExecute taint) for longer than the pod tolerates. The pod stays Running and Terminating while
+    nobody on that node can confirm it ended, so this condition is the only sign the run is lost."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (cond.get("type") == L.DISRUPTION_TARGET and cond.get("status") == "True"
+                and cond.get("reason") == L.TAINT_EVICTION):
+            node = (pod.get("spec") or {}).get("nodeName") or "its node"
+            return _node_lost(ctx, f"{node} stopped answering and Kubernetes evicted the pod: "
+                                   f"{cond.get('message') or L.TAINT_EVICTION}", L.TAINT_EVICTION)
+    return None
+
+
 def _failed_pod(status: Mapping[str, Any], ctx: PodContext) -> PodState | None:
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or "")
-    if reason == "NodeLost":
-        lost = f"the virtual node of {ctx.cluster} was lost ({message})"
-        return PodState(FAILED, lost, reason, lost=True, elsewhere=lost,
-                        summary=f"lost with the virtual node of {ctx.cluster}")
+    if reason == "NodeLost":  # what older node controllers wrote on pods of a lost node
+        return _node_lost(ctx, message, reason)
     if reason == "DeadlineExceeded":
         return PodState(FAILED, (
             f"the pod on {ctx.cluster} reached its deadline (--timeout) and Kubernetes stopped it; output so "
@@ -237,7 +253,7 @@ def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     # Kueue marks the pod before deleting it: its runner may still be shutting down, or have exited 0 on SIGTERM
-    stopped = _kueue_stop(pod, ctx)
+    stopped = _kueue_stop(pod, ctx) or _evicted_from_lost_node(pod, ctx)
     if stopped is not None:
         return stopped
     if phase in ("Failed", "Succeeded"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import queue
 import threading
 import time
@@ -276,26 +277,52 @@ class PodFollower:
         """Follow the log until the ``done`` frame (one-shot) or the container's end; resume after drops,
         waiting the backoff first when the last stream was refused or ended at once without a line."""
         idle = 0
+        version = ""
         while not self._stop.is_set():
-            if idle and self._stop.wait(WATCH_BACKOFF.delay(idle)):
+            state = self._wait_watching(WATCH_BACKOFF.delay(idle), version) if idle and version else None
+            if self._stop.is_set():
                 return None
-            lines, opened = self.lines, time.monotonic()
-            self._read_stream()
-            # refused, or ended at once with nothing: the next try waits; a stream that lasted does not
-            lasted = self.lines > lines or time.monotonic() - opened >= QUICK_END
-            idle = 0 if lasted else idle + 1
-            if self._stop.is_set() or (self.one_shot and self._done_seen):
-                return None
-            pod = self.pods.read_pod(self.name)
-            if pod is None:
-                return self.gone()
-            state = pod_state(pod, self.ctx)
+            if state is None:
+                lines, opened = self.lines, time.monotonic()
+                self._read_stream()
+                # refused, or ended at once with nothing: the next try waits; a stream that lasted does not
+                lasted = self.lines > lines or time.monotonic() - opened >= QUICK_END
+                idle = 0 if lasted else idle + 1
+                if self._stop.is_set() or (self.one_shot and self._done_seen):
+                    return None
+                pod = self.pods.read_pod(self.name)
+                if pod is None:
+                    return self.gone()
+                version = str(pod["metadata"].get("resourceVersion") or "")
+                state = pod_state(pod, self.ctx)
             if state.kind in (FINISHED, FAILED):
                 self._read_to_end(state.kind == FINISHED)  # what the container wrote between the drop and its end
                 for event in self._decoder.close():
                     self._deliver(event)
                 return state
             self.resumes += 1
+        return None
+
+    def _wait_watching(self, seconds: float, version: str) -> PodState | None:
+        """Wait ``seconds`` before the refused log is asked again, watching the pod meanwhile: a runner whose log
+        cannot be read may be on a node that stopped answering, and the pod's end (Kubernetes evicting it from
+        that node) ends the wait at once instead of after a backoff that has grown to half a minute."""
+        deadline = time.monotonic() + seconds
+        try:
+            self._stream, events = self.pods.watch_pod(self.name, version, max(1, math.ceil(seconds)))
+            for event in events:
+                if event.get("type") == "DELETED":
+                    return self.gone()
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    state = pod_state(event["object"], self.ctx)
+                    if state.kind in (FINISHED, FAILED):
+                        self._stream.stop()
+                        return state
+                if self._stop.is_set() or time.monotonic() >= deadline:
+                    break
+        except APIError:  # the watch failed too: the wait is the backoff alone
+            pass
+        self._stop.wait(max(0.0, deadline - time.monotonic()))
         return None
 
     def gone(self) -> PodState:

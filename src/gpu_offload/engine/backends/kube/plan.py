@@ -486,7 +486,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         server=settings.server, kernel_pid=seen.kernel_pid, metered=settings.metered, memory=seen.memory,
         cli=settings.cli, queue=queue,
         # a --priority without a queue is refused by runner_pod, naming the fix
-        priority_class=priority_class,
+        priority_class=priority_class, node_lost_seconds=settings.node_lost_seconds,
     )
     if ranks is None:
         ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model,

@@ -6,7 +6,9 @@ finishes a run anywhere in the pool; a change wakes one read of Kueue's visibili
 pending workloads, then the namespace's Workloads for Kueue's reason), and that one read serves every queued
 run of the kernel. Reads are spaced by the
 project's backoff (about 1, 2, 4 ... then every 30 s while runs keep waiting), so a long wait costs a few
-requests a minute at most. Without read access to the ClusterQueue the spacing alone paces the reads.
+requests a minute at most; with nothing changing, runs that wait are read every 30 s anyway (a Kueue that
+stopped changes nothing, and its visibility API's 503 is said in the place of the place in line). Without
+read access to the ClusterQueue the spacing alone paces the reads.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from .wait_estimate import RECENT, UNKNOWN, estimate, reason_of, waiting_message
 
 READ_SPACING = Backoff(first=1.0, cap=30.0, factor=2.0, jitter=0.2)
 """The wait between two reads of the pending workloads while runs keep waiting (the n-th read of a wait)."""
+QUIET_READ_SECONDS = 30.0
+"""How long runs wait with nothing changing in the pool before their place is read anyway: a Kueue that stopped
+changes nothing, and its visibility API's 503 is then said instead of a place that no longer moves."""
 FIRST_LIST_SECONDS = 10.0
 """How long a launch waits for the ClusterQueue's first listing (for the never-fits check)."""
 
@@ -66,6 +71,8 @@ class Ticket:
         """Since when the kernel has been counting those departures."""
         self.message = ""
         """Why Kueue holds it back, in Kueue's words (its Workload's QuotaReserved condition); empty: not read."""
+        self.trouble = ""
+        """Why the place in line cannot be read right now (Kueue down); empty once a read answers."""
 
     def update(self, position: int | None, total: int | None, admissions: tuple[float, ...] = (),
                watched_since: float | None = None, message: str | None = None) -> None:
@@ -74,13 +81,27 @@ class Ticket:
             self.watched_since = watched_since
         if message is None:  # not read this time: the last one stands
             message = self.message
-        if (position, total, message) != (self.position, self.total, self.message):
-            self.position, self.total, self.message = position, total, message
+        if (position, total, message) != (self.position, self.total, self.message) or self.trouble:
+            self.position, self.total, self.message, self.trouble = position, total, message, ""
+            self.version += 1
+
+    def unreadable(self, exc: APIError) -> None:
+        """The place in line could not be read: say so, naming the likely cause and what happens to the run."""
+        if exc.status == 503:
+            trouble = (f"Kueue's visibility API does not answer (HTTP 503: {exc.detail}): Kueue is down or restarting. "
+                       "The run keeps its place and starts once Kueue admits it; if this lasts, ask your cluster "
+                       "admin to check Kueue's controller")
+        else:
+            trouble = f"the place in line cannot be read: {exc}"
+        if trouble != self.trouble:
+            self.trouble = trouble
             self.version += 1
 
     def text(self, now: float | None = None) -> str:
         """``queued for 2 x A100: 4th of 9 in line; waiting 1 min 12 s``."""
         waited = duration((time.monotonic() if now is None else now) - self.since)
+        if self.trouble:
+            return f"queued for {self.what} in LocalQueue {self.queue}; waiting {waited}\n  {self.trouble}"
         said = f"\n  Kueue: {self.message}" if self.message else ""
         if self.position is None:
             return f"queued for {self.what} in LocalQueue {self.queue}; waiting {waited}{said}"
@@ -211,12 +232,15 @@ class QueueWatch:
         reads_in_row = 0
         next_read = 0.0
         failures = 0
+        last_read = time.monotonic()
         while not self._stop.is_set():
             with self._lock:
-                while not self._stop.is_set() and not (self._tickets and (self._changed or self._blind)):
+                while not self._stop.is_set() and not (self._tickets and (
+                        self._changed or self._blind or time.monotonic() - last_read >= QUIET_READ_SECONDS)):
                     if not self._tickets:
                         reads_in_row = 0  # the next wait starts with quick reads again
-                    self._wake.wait(30.0)
+                    quiet = last_read + QUIET_READ_SECONDS - time.monotonic() if self._tickets else 30.0
+                    self._wake.wait(max(0.1, min(30.0, quiet)))
                 self._changed = False
                 if self._fresh:
                     self._fresh, reads_in_row = False, 0
@@ -224,12 +248,15 @@ class QueueWatch:
             pause = next_read - time.monotonic()
             if pause > 0 and self._stop.wait(pause):
                 return
+            last_read = time.monotonic()
             try:
                 items = self.kueue.pending_workloads(self.namespace, self.local_queue)
-            except APIError:
+            except APIError as exc:
                 failures += 1
                 with self._lock:
                     self._changed = True  # still to be read
+                    for ticket in self._tickets.values():
+                        ticket.unreadable(exc)
                 if self._stop.wait(WATCH_BACKOFF.delay(failures)):
                     return
                 continue
