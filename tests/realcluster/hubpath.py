@@ -13,13 +13,13 @@ import secrets
 import subprocess
 import urllib.error
 import urllib.request
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..kernel_channels import execute_code
 from .liqopair import DONOR_ID, ORIGIN_STATE
 
 LIQO_STATE = Path(os.environ.get("LIQO_STATE", "/var/tmp/gpu-offload-realcluster-liqo"))
@@ -130,36 +130,9 @@ class Hub:
 
 
 def execute(hub: Hub, user: str, kernel: str, token: str, code: str, timeout: float = 600) -> str:
-    """Run ``code`` in a kernel of ``user``'s server through the proxy and the kernel's websocket, as the
-    browser does: its stdout, stderr, plain-text displays (the magic's notices) and errors."""
-    import websocket
-
-    url = f"ws{hub.base[4:]}user/{user}/api/kernels/{kernel}/channels"
-    ws = websocket.create_connection(url, timeout=timeout, header=[f"Authorization: token {token}"])
-    msg_id = uuid.uuid4().hex
-    ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": user,
-                                   "session": uuid.uuid4().hex, "version": "5.3"},
-                        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                        "content": {"code": code, "silent": False, "store_history": True,
-                                    "user_expressions": {}, "allow_stdin": False}}))
-    out = ""
-    try:
-        while True:
-            msg = json.loads(ws.recv())
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = msg["msg_type"]
-            if kind == "stream":
-                out += msg["content"]["text"]
-            elif kind in ("display_data", "update_display_data", "execute_result"):
-                data = msg["content"].get("data", {})
-                out += str(data.get("text/plain", "")) + ("[image/png]" if "image/png" in data else "") + "\n"
-            elif kind == "error":
-                out += f"{msg['content']['ename']}: {msg['content']['evalue']}\n"
-            elif kind == "status" and msg["content"]["execution_state"] == "idle":
-                return out
-    finally:
-        ws.close()
+    """Run ``code`` in a kernel of ``user``'s server through the proxy, as the browser does."""
+    return execute_code(f"ws{hub.base[4:]}user/{user}/api/kernels/{kernel}/channels", code,
+                        headers=[f"Authorization: token {token}"], username=user, timeout=timeout)
 
 
 def notebook_cells(path: Path) -> list[str]:
