@@ -153,7 +153,7 @@ def test_every_benchmark_writes_its_result_through_the_harness_and_times_with_it
     scripts = sorted(BENCH.glob("bench_*.py"))
     assert len(scripts) > 20
     for module in sorted(BENCH.glob("*.py")):
-        if module.name == "harness.py":
+        if module.name in {"harness.py", "figure.py"}:  # the harness itself (figure.py: its samples and quantiles)
             continue
         tree = ast.parse(module.read_text())
         clocks = sorted({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in OWN_CLOCKS
