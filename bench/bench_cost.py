@@ -35,7 +35,7 @@ from gpu_offload.hub_extension.accounting.cost import month_of, priced  # noqa: 
 from gpu_offload.hub_extension.accounting.store import GROUPS, CostRow, Store, UsageTotal  # noqa: E402
 from gpu_offload.hub_extension.accounting.usage import MeteredRun  # noqa: E402
 from gpu_offload.hub_extension.service import pages, views  # noqa: E402
-from gpu_offload.hub_extension.service.app import freeze_startup_heap  # noqa: E402
+from gpu_offload.hub_extension.service.server import freeze_startup_heap  # noqa: E402
 from gpu_offload.hub_extension.service.state import my_usage, usage_charts  # noqa: E402
 from harness import Run, Stopwatch, percentile, timed  # bench/harness.py: the script's folder is on sys.path
 

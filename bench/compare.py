@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import Figure
+from figure import Figure
 
 MIN_CHANGE = 0.05
 """A change under 5% is never flagged: a figure with one sample has no measured noise."""

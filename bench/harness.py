@@ -16,11 +16,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import math
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import compare
+from figure import KEPT_SAMPLES, Figure, kept_samples, percentile  # noqa: F401  (benchmarks and tests import these from here)
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -143,56 +144,6 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0-1) of ``values``, linearly interpolated between the nearest ranks; NaN for none
-    (a load generator whose every request failed has no latency to report)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One measured quantity: its samples, their summary and which way is better."""
-
-    name: str
-    unit: str
-    samples: tuple[float, ...]
-    lower_is_better: bool = True
-    measured: int = 0
-    """How many values were measured when ``samples`` keeps only their quantiles (0: every value is kept)."""
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-    def summary(self) -> dict[str, float]:
-        s = self.samples
-        return {"n": self.measured or len(s), "median": self.median, "p95": percentile(s, 0.95), "p99": percentile(s, 0.99),
-                "min": min(s), "max": max(s)}
-
-    def noise(self) -> float:
-        """Relative run-to-run spread of the samples: half the interquartile range over the median."""
-        if len(self.samples) < 4 or self.median == 0:
-            return 0.0
-        return (percentile(self.samples, 0.75) - percentile(self.samples, 0.25)) / 2 / abs(self.median)
-
-
-KEPT_SAMPLES = 1001
-"""Above this many samples a result keeps their 0.1% quantiles: a replay of thousands of queued runs would
-otherwise write megabytes to bench/results, while the median, percentiles and spread read the same."""
-
-
-def _kept(values: tuple[float, ...]) -> tuple[tuple[float, ...], int]:
-    if len(values) <= KEPT_SAMPLES:
-        return values, 0
-    steps = KEPT_SAMPLES - 1
-    return tuple(percentile(values, i / steps) for i in range(KEPT_SAMPLES)), len(values)
-
-
 @dataclass
 class Run:
     """One run of one benchmark: figures, notes, the machine, the date and the revision."""
@@ -212,7 +163,7 @@ class Run:
                ) -> Figure:
         """Record a figure (one value or the samples of repeated measurements) and return it."""
         values = (samples,) if isinstance(samples, (int, float)) else tuple(float(x) for x in samples)
-        kept, measured = _kept(values)
+        kept, measured = kept_samples(values)
         figure = Figure(name, unit, kept, lower_is_better, measured)
         self.figures.append(figure)
         return figure
@@ -246,14 +197,36 @@ class Run:
         return "\n".join(rows)
 
     def write(self, folder: Path = RESULTS) -> Path:
-        """Print the table and write ``folder/<benchmark>/<start time>.json``; returns the file."""
+        """Print the table and write ``folder/<benchmark>/<start time>.json``, with every figure compared against
+        the previous result in that folder (``bench/compare.py`` PREVIOUS THIS, printed too); returns the file."""
         print(machine_line(self.machine))
         print(self.table())
         target = folder / self.benchmark / f"{self.started.replace(':', '')}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        result = self.to_json()
+        previous = previous_result(target)
+        if previous is not None:
+            result["previous"] = against(previous, result)
+            print(f"against the previous result, {previous.name} (at {result['previous']['revision']}, load "
+                  f"{result['previous']['load']}; this run's load {self.machine['load'][0]}):")
+            print("\n".join(result["previous"]["comparison"]))
+        target.write_text(json.dumps(result, indent=1) + "\n")
         print(f"result: {target}")
         return target
+
+
+def previous_result(target: Path) -> Path | None:
+    """The newest result of the same benchmark written before ``target`` (file names are start times)."""
+    earlier = sorted(p for p in target.parent.glob("*.json") if p.name < target.name)
+    return earlier[-1] if earlier else None
+
+
+def against(previous: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``result``'s figures compared with ``previous``'s, as ``bench/compare.py`` judges them."""
+    old = json.loads(previous.read_text())
+    note = compare.caveat([old], [result])
+    return {"file": previous.name, "revision": old["revision"], "load": old["machine"]["load"][0],
+            "comparison": [*([note] if note else []), *compare.compare([old], [result])]}
 
 
 def revision() -> str:

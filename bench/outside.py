@@ -11,14 +11,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
+import tempfile
+import time
 import urllib.request
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import sandbox_process  # bench/harness.py: the script's folder is on sys.path
+from harness import machine_line, sandbox_process  # bench/harness.py: the script's folder is on sys.path
 
 KUBECONFIG_WAIT = 180.0
 CLUSTERS = ("sandbox", "real")
@@ -104,3 +108,47 @@ def report(title: str, total: int, bad: list[Outcome]) -> int:
     for o in bad:
         print(f"  {o.kind}: {o.test}: {o.message}")
     return 0 if not counts["failure"] and not counts["error"] else 1
+
+
+@dataclass(frozen=True)
+class Pytest:
+    """How to run a suite once the cluster is up: its command line, folder and environment."""
+
+    argv: Sequence[str]
+    cwd: Path
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """What one run of a suite gave: how many tests, the ones that did not pass, and how long it took."""
+
+    total: int
+    bad: list[Outcome]
+    elapsed: float
+
+
+def run_suite(runner: str, cluster: str, command: Callable[[Path, Path, Path], Pytest],
+              *sandbox_args: str) -> SuiteResult:
+    """Run a suite's pytest against ``cluster`` in a temporary folder and read its JUnit report.
+    ``command(workdir, junit, kubeconfig)`` says how; ``runner`` names the script in its error."""
+    with tempfile.TemporaryDirectory(prefix=f"{runner}-") as tmp:
+        workdir = Path(tmp)
+        junit = workdir / "junit.xml"
+        start = time.monotonic()
+        with cluster_kubeconfig(cluster, workdir, *sandbox_args) as kubeconfig:
+            suite = command(workdir, junit, kubeconfig)
+            subprocess.run(list(suite.argv), cwd=suite.cwd, env=dict(suite.env))
+        elapsed = time.monotonic() - start
+        if not junit.exists():
+            raise SystemExit(f"{runner}: pytest wrote no report; see its output above")
+        total, bad = outcomes(junit)
+    return SuiteResult(total, bad, elapsed)
+
+
+def print_setting(what: str, cluster: str, result: SuiteResult) -> None:
+    """The machine and date lines above a suite's counts: what ran (``what``), where, and for how long."""
+    print()
+    print(machine_line())
+    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {what}, cluster {cluster}, "
+          f"run time {result.elapsed:.0f} s")

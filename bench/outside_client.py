@@ -20,16 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
-import time
-from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
-from outside import CLUSTERS, cluster_kubeconfig, exit_on_sigterm, outcomes, report
+from outside import CLUSTERS, Pytest, exit_on_sigterm, print_setting, report, run_suite
 
 TEST_TIMEOUT = 120
 """Seconds per test (pytest-timeout, which the project's test extra installs)."""
@@ -76,34 +71,25 @@ def main() -> int:
                              f"at tag v{client}")
         env["OUTSIDE_E2E_DIR"] = str(e2e)
         targets.append(str(e2e))
-    with tempfile.TemporaryDirectory(prefix="client-e2e-") as tmp:
-        workdir = Path(tmp)
-        junit = workdir / "junit.xml"
+
+    def command(workdir: Path, junit: Path, kubeconfig: Path) -> Pytest:
         # the suite's own settings (not those of a checkout around the venv), and a time limit per test: the
         # client's tests wait for a pod's phase without one, for ever where its image cannot run
         ini = workdir / "pytest.ini"
         ini.write_text(f"[pytest]\ntimeout = {TEST_TIMEOUT}\n")
-        start = time.monotonic()
-        with cluster_kubeconfig(args.cluster, workdir) as kubeconfig:
-            env["KUBECONFIG"] = str(kubeconfig)
-            # the repository's tests import their helpers as kubernetes.e2e_test.* (importlib mode: no rootdir on
-            # sys.path, so `kubernetes` stays the wheel's) and open their YAML relative to the checkout
-            subprocess.run([sys.executable, "-m", "pytest", *targets, "-p", "outside_client_plugin",
-                            "-p", "no:cacheprovider", "-c", str(ini), "--rootdir", str(workdir),
-                            "--import-mode=importlib", "-rfEs", f"--junitxml={junit}",
-                            *args.pytest_args], cwd=args.checkout or workdir, env=env)
-        elapsed = time.monotonic() - start
-        if not junit.exists():
-            raise SystemExit("outside_client: pytest wrote no report; see its output above")
-        total, bad = outcomes(junit)
-    print()
-    print(machine_line())
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, kubernetes client {client} (wheel"
-          f"{' + e2e_test of ' + str(args.checkout) if args.checkout else ''}), cluster {args.cluster}, "
-          f"run time {elapsed:.0f} s")
+        # the repository's tests import their helpers as kubernetes.e2e_test.* (importlib mode: no rootdir on
+        # sys.path, so `kubernetes` stays the wheel's) and open their YAML relative to the checkout
+        return Pytest([sys.executable, "-m", "pytest", *targets, "-p", "outside_client_plugin",
+                       "-p", "no:cacheprovider", "-c", str(ini), "--rootdir", str(workdir),
+                       "--import-mode=importlib", "-rfEs", f"--junitxml={junit}", *args.pytest_args],
+                      args.checkout or workdir, dict(env, KUBECONFIG=str(kubeconfig)))
+
+    result = run_suite("outside_client", args.cluster, command)
+    print_setting(f"kubernetes client {client} (wheel"
+                  f"{' + e2e_test of ' + str(args.checkout) if args.checkout else ''})", args.cluster, result)
     for test, why in OUT_OF_SCOPE.items():
         print(f"  out of scope (deselected): {test}: {why}")
-    return report("Kubernetes Python client e2e", total, bad)
+    return report("Kubernetes Python client e2e", result.total, result.bad)
 
 
 if __name__ == "__main__":

@@ -27,13 +27,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import machine_line  # bench/harness.py: the script's folder is on sys.path
-from outside import CLUSTERS, cluster_kubeconfig, exit_on_sigterm, outcomes, report
+from outside import CLUSTERS, Pytest, exit_on_sigterm, print_setting, report, run_suite
 
 REQUIREMENTS = ("jupyterhub<6", "kubernetes<37", "pytest-asyncio>=0.17,<0.23", "pytest<9")
 """Beside ``-e <checkout>[test]``, releases of the suite's time (7.1.0 was tested with JupyterHub 5 and
@@ -94,24 +90,15 @@ def main() -> int:
     venv = (args.venv or checkout / ".sandbox-venv").resolve()
     tool_dir = ensure_venv(checkout, venv)
     python = venv / "bin" / "python"
-    with tempfile.TemporaryDirectory(prefix="kubespawner-suite-") as tmp:
-        workdir = Path(tmp)
-        junit = workdir / "junit.xml"
-        start = time.monotonic()
-        with cluster_kubeconfig(args.cluster, workdir, "--tool-dir", str(tool_dir)) as kubeconfig:
-            env = dict(os.environ, KUBECONFIG=str(kubeconfig))
-            subprocess.run([str(python), "-m", "pytest", "tests/", "-p", "no:cacheprovider", "-rfEs",
-                            f"--junitxml={junit}", *args.pytest_args], cwd=checkout, env=env)
-        elapsed = time.monotonic() - start
-        if not junit.exists():
-            raise SystemExit("outside_kubespawner: pytest wrote no report; see its output above")
-        total, bad = outcomes(junit)
-    print()
-    print(machine_line())
-    print(f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, kubespawner {_version(python, 'kubespawner')} "
-          f"({_commit(checkout)}), jupyterhub {_version(python, 'jupyterhub')}, cluster {args.cluster}, "
-          f"run time {elapsed:.0f} s")
-    return report("KubeSpawner tests/", total, bad)
+
+    def command(workdir: Path, junit: Path, kubeconfig: Path) -> Pytest:
+        return Pytest([str(python), "-m", "pytest", "tests/", "-p", "no:cacheprovider", "-rfEs",
+                       f"--junitxml={junit}", *args.pytest_args], checkout, dict(os.environ, KUBECONFIG=str(kubeconfig)))
+
+    result = run_suite("outside_kubespawner", args.cluster, command, "--tool-dir", str(tool_dir))
+    print_setting(f"kubespawner {_version(python, 'kubespawner')} ({_commit(checkout)}), jupyterhub "
+                  f"{_version(python, 'jupyterhub')}", args.cluster, result)
+    return report("KubeSpawner tests/", result.total, result.bad)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,12 @@ def section(files: list[Path]) -> str:
     lines = [f"## {run.title} ({run.source()})", "",
              f"{machine_line(run.machine)}; run {run.started} at {run.revision}{earlier}", ""]
     lines += [*(f"- {note}" for note in run.notes), ""] if run.notes else []
-    return "\n".join([*lines, run.table(), ""])
+    lines += [run.table(), ""]
+    previous = data.get("previous")
+    if previous:  # what Run.write compared it with: bench/compare.py PREVIOUS THIS
+        lines += [f"Against the previous result ({previous['file']}, at {previous['revision']}, load "
+                  f"{previous['load']}):", "", "```", *previous["comparison"], "```", ""]
+    return "\n".join(lines)
 
 
 def render(results: Path = RESULTS) -> str:

@@ -38,7 +38,7 @@ if [ ${#roles[@]} -eq 0 ]; then
   [ $cuda = 1 ] && roles+=(runner-cuda)
 fi
 
-# role image recipe base debian python cloudpickle torch jupyterhub, one line per image to build
+# role image recipe base debian python cloudpickle torch jupyterhub packages, one line per image to build
 plan=$("$PY" - "$REPO/src/gpu_offload/images.json" "$local_base" "${roles[@]}" <<'EOF'
 import json, sys
 manifest, local, roles = json.load(open(sys.argv[1])), sys.argv[2] == "1", sys.argv[3:]
@@ -46,10 +46,12 @@ known = {entry["role"] for entry in manifest["images"]}
 unknown = sorted(set(roles) - known)
 if unknown:
     sys.exit(f"images/build.sh: no role {', '.join(unknown)}; the roles are {', '.join(sorted(known))}")
+packages = "|".join(manifest["notebook_packages"])
 for e in manifest["images"]:
     if e["role"] in roles and (e["debian"] or not local):
         print(e["role"], e["image"], e["recipe"], e["base"], e["debian"] or "-", e["python"] or "-",
-              e["cloudpickle"] or "-", e["torch"] or "-", e.get("jupyterhub") or "-")
+              e["cloudpickle"] or "-", e["torch"] or "-", e.get("jupyterhub") or "-",
+              packages if e["recipe"] in ("runner", "singleuser") else "-")
 EOF
 )
 
@@ -102,7 +104,7 @@ debian_base() {
 pip_cache=$("$PY" -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")
 mkdir -p "$pip_cache"
 total=$(stamp)
-while read -r role image recipe base suite python cloudpickle torch jupyterhub; do
+while read -r role image recipe base suite python cloudpickle torch jupyterhub packages; do
   [ -n "$role" ] || continue
   pull=()
   if [ $local_base = 1 ]; then base=$(debian_base "$suite"); pull=(--pull=never); fi
@@ -114,6 +116,8 @@ while read -r role image recipe base suite python cloudpickle torch jupyterhub; 
   [ "$cloudpickle" != - ] && args+=(--build-arg "CLOUDPICKLE=$cloudpickle")
   [ "$torch" != - ] && args+=(--build-arg "TORCH=$torch")
   [ "$jupyterhub" != - ] && args+=(--build-arg "JUPYTERHUB=$jupyterhub")
+  # the notebook's packages (images.json), separated by | (a version range holds commas): the recipe splits them
+  [ "$packages" != - ] && args+=(--build-arg "PACKAGES=$packages")
   if [ -f "$CA" ]; then
     args+=(-v "$CA:/etc/gpu-offload-build-ca.crt:ro" --build-arg PIP_CERT=/etc/gpu-offload-build-ca.crt)
   fi

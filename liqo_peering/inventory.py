@@ -105,7 +105,8 @@ class ClusterRecord:
 
 @dataclass(frozen=True)
 class Inventory:
-    """Every peered cluster with its virtual nodes: what ``gpu-offload clusters`` shows."""
+    """Every peered cluster with its virtual nodes: what ``gpu-offload clusters`` shows (``render`` draws it as
+    a table, ``magics.cluster_commands`` shows it in a notebook)."""
 
     clusters: tuple[ClusterRecord, ...] = ()
     errors: tuple[str, ...] = field(default=())
@@ -119,16 +120,6 @@ class Inventory:
     def virtual_nodes(self) -> tuple[VirtualNodeRecord, ...]:
         """All virtual nodes of all clusters."""
         return tuple(vn for c in self.clusters for vn in c.virtual_nodes)
-
-    def _repr_html_(self) -> str:
-        from .render import render_html
-
-        return render_html(self)
-
-    def __str__(self) -> str:
-        from .render import render_table
-
-        return render_table(self)
 
 
 def _conditions(holder: Obj | None) -> list[Obj]:

@@ -31,10 +31,8 @@ from ..engine.execution import Launch, OffloadHandle, run_blocking
 from ..engine.observing import RunEvents
 from ..engine.request import (
     OffloadRequest,
-    gpu_models,
-    gpus_and_fraction,
     ignored_locally,
-    memory_size,
+    parsed_request,
     split_names,
 )
 from ..engine.runs.records import check_state_dir, default_state_dir
@@ -217,35 +215,10 @@ class GpuOffloadMagics(Magics):
             # a notebook repeats the same few magic lines; argparse costs a third of a warm cell's CPU
             if len(self._parsed) < 256:
                 self._parsed[line] = args
-        gpu_model, fallback_models = gpu_models(args.gpu_model or self.default_gpu_model)
-        gpus, fraction = gpus_and_fraction(self.default_gpus if args.gpus is None else args.gpus)
-        return OffloadRequest(
-            cell=cell,
-            gpus=gpus,
-            fraction=fraction,
-            gpu_memory=memory_size(args.gpu_memory),
-            estimate=args.estimate,
-            gpu_model=gpu_model,
-            fallback_models=fallback_models,
-            cluster=args.cluster or self.default_cluster,
-            inputs=split_names(args.inputs),
-            outputs=split_names(args.outputs),
-            session=args.session,
-            noblock=args.noblock,
-            timeout=args.timeout,
-            image=args.image,
-            backend=args.backend,
-            priority=args.priority,
-            queue_timeout=args.queue_timeout,
-            trusted_only=args.trusted_only or self.trusted_only,
-            rerun_on_preemption=args.rerun_on_preemption,
-            nodes=args.nodes,
-            procs_per_node=args.procs_per_node,
-            out_rank=args.out_rank,
-            group_output=args.group_output,
-            quiet_ranks=args.quiet_ranks,
-            rendezvous_timeout=args.rendezvous_timeout,
-            spread=args.spread,
+        return parsed_request(
+            args, cell, gpus=self.default_gpus, gpu_model=self.default_gpu_model, cluster=self.default_cluster,
+            trusted_only=self.trusted_only, inputs=split_names(args.inputs), outputs=split_names(args.outputs),
+            session=args.session, noblock=args.noblock, estimate=args.estimate, out_rank=args.out_rank,
             idle_timeout=None if args.idle_timeout is None else args.idle_timeout * 60,
         )
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import IO
 
@@ -23,6 +22,8 @@ import kubernetes
 import psutil
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
+
+from .kernel_channels import execute_code
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
@@ -93,35 +94,8 @@ class Lab:
 
 
 def execute(base: str, kernel: str, token: str, code: str, wait: bool = True) -> str:
-    """Run ``code`` in a kernel of the lab through its websocket, as the browser does; its stdout, stderr and
-    plain-text displays, the magic's notices among them (``wait=False``: send it and return at once)."""
-    import websocket
-
-    ws = websocket.create_connection(f"ws{base[4:]}api/kernels/{kernel}/channels?token={token}", timeout=120)
-    msg_id = uuid.uuid4().hex
-    ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "test",
-                                   "session": uuid.uuid4().hex, "version": "5.3"},
-                        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                        "content": {"code": code, "silent": False, "store_history": True,
-                                    "user_expressions": {}, "allow_stdin": False}}))
-    out = ""
-    try:
-        while wait:
-            msg = json.loads(ws.recv())
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "stream":
-                out += msg["content"]["text"]
-            elif msg["msg_type"] in ("display_data", "update_display_data"):
-                # the magic's notices: one plain-text display output per cell, updated in place
-                out += str(msg["content"].get("data", {}).get("text/plain", "")) + "\n"
-            elif msg["msg_type"] == "error":
-                out += f"{msg['content']['ename']}: {msg['content']['evalue']}"
-            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                break
-    finally:
-        ws.close()
-    return out
+    """Run ``code`` in a kernel of the lab, as the browser does (``wait=False``: send it and return at once)."""
+    return execute_code(f"ws{base[4:]}api/kernels/{kernel}/channels?token={token}", code, wait=wait)
 
 
 def request(method: str, url: str, token: str) -> object:

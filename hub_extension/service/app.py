@@ -1,131 +1,42 @@
 """The hub-managed service: ``python -m gpu_offload.hub_extension.service.app`` (JupyterHub starts it).
 
-Modelled on JupyterHub's ``examples/service-whoami``: a tornado app whose handlers are HubOAuthenticated,
-listening on the host and port of ``JUPYTERHUB_SERVICE_URL`` under ``JUPYTERHUB_SERVICE_PREFIX``.
-Kubernetes access: in-cluster service account, else ``KUBECONFIG``. Configuration: ``GPU_OFFLOAD_CONFIG``.
+It listens before it imports the service (``server``). JupyterHub 5.4 gives a managed service ten tries to
+answer over HTTP, one second each, then exits ("Cannot connect to gpu-offload service managed"); a port not yet
+bound refuses each try at once, while a bound one keeps the hub's request waiting for its answer (up to its HTTP
+client's timeout, 20 s). The service's imports (JupyterHub's auth, SQLAlchemy, the Kubernetes client) take about
+5 s on an idle 2-core machine and took 32 to 78 s on the real cluster's hub at load average 24 to 32, so binding
+first is what lets a loaded hub start: the requests made meanwhile wait in the backlog and are answered once
+the application serves them. Nothing heavier than the standard library is imported before ``bind``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import os
-import signal
 import sys
-from urllib.parse import urlparse
 
-from gpu_offload.liqo_peering.client import api_client_from_environment
-from gpu_offload.liqo_peering.errors import GpuOffloadError
-from jupyterhub.services.auth import HubOAuthCallbackHandler
-from jupyterhub.utils import url_path_join
-from tornado import web
-from tornado.log import access_log
-
-from ..accounting.store import Store
-from ..config import HubConfig, load_config
-from . import handlers as h
-from .operations import Operations
-from .state import HubState
-from .uploads import KubeconfigVault
-
-log = logging.getLogger("gpu_offload.hub")
-
-
-def log_request(handler: web.RequestHandler) -> None:
-    """The access log line of one request, as tornado writes it, except that answered reads (GET and HEAD
-    below 400: the kernels' and dashboards' polling, hundreds a second on a big hub) go to debug level, as
-    JupyterHub logs its static files and 304s; changes (POST), refusals and errors stay at info and above."""
-    status = handler.get_status()
-    if status < 400 and handler.request.method in ("GET", "HEAD"):
-        level = logging.DEBUG
-    else:
-        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
-    if access_log.isEnabledFor(level):  # the line is not even formatted when nobody reads it
-        access_log.log(level, "%d %s %.2fms", status, handler._request_summary(),
-                       1000.0 * handler.request.request_time())
-
-
-def make_app(state: HubState, operations: Operations, prefix: str) -> web.Application:
-    """The tornado application under ``prefix`` (ends with ``/``)."""
-    args = {"state": state, "operations": operations, "prefix": prefix, "vault": KubeconfigVault()}
-    routes: list[tuple[str, type[web.RequestHandler]]] = [
-        ("", h.ClustersPage),
-        ("clusters/([^/]+)", h.ClusterPage),
-        ("users", h.UsersPage),
-        ("queues", h.QueuesPage),
-        ("audit", h.AuditPage),
-        ("actions/([a-z]+)", h.ActionPage),
-        ("api/admin/clusters", h.ClustersApi),
-        ("api/admin/clusters/([^/]+)", h.ClusterApi),
-        ("api/admin/usage", h.UsageApi),
-        ("api/admin/cost", h.CostApi),
-        ("api/admin/usage.csv", h.BillingCsv),
-        ("api/admin/queues", h.QueuesApi),
-        ("api/admin/audit", h.AuditApi),
-        ("api/admin/actions/([a-z]+)", h.ActionApi),
-        ("api/inventory", h.InventoryApi),
-        ("api/me", h.MyRunsApi),
-        ("me", h.MyPage),
-        ("metrics", h.MetricsHandler),
-    ]
-    rules: list[tuple[str, type[web.RequestHandler], dict[str, object]] | tuple[str, type[web.RequestHandler]]]
-    rules = [(url_path_join(prefix, path) if path else prefix, cls, args) for path, cls in routes]
-    rules.append((url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler))
-    return web.Application(rules, cookie_secret=os.urandom(32), log_function=log_request)  # type: ignore[arg-type]
-
-
-def freeze_startup_heap() -> None:
-    """Keep what exists once the service has started out of every later garbage collection.
-
-    The service's imports (JupyterHub, tornado, SQLAlchemy, the Kubernetes client) leave about 270,000 objects
-    that live as long as the process; a full collection scans them all, about 150 ms of CPU on the benchmark
-    machine, which a request then waits for (bench/bench_cost.py saw it as the users page's p95). Frozen, a
-    collection scans only what came after (CPython's advice for long-running servers, ``gc.freeze``).
-    """
-    gc.collect()
-    gc.freeze()
-
-
-def listen_address(config: HubConfig) -> tuple[str, int]:
-    """Host and port from ``JUPYTERHUB_SERVICE_URL`` (the hub sets it), else all interfaces on the config's port."""
-    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
-    host = url.hostname or "0.0.0.0"
-    # In a pod the URL names the hub Service ("hub"), which is not a local address: listen on all.
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        host = "0.0.0.0"
-    return host, url.port or config.port
-
-
-async def serve(config: HubConfig) -> None:
-    """Start the watches, serve until SIGTERM/SIGINT, then stop cleanly."""
-    store = Store(config.database_url)
-    api_client = api_client_from_environment()
-    state = HubState(config, api_client, store).start()
-    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpu-offload/")
-    app = make_app(state, Operations(config, api_client, store, state.metrics.api_error), prefix)
-    host, port = listen_address(config)
-    server = app.listen(port, address=host, xheaders=True)
-    freeze_startup_heap()
-    log.info("gpu-offload service on http://%s:%s%s", host, port, prefix)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        server.stop()
-        state.close()
-        api_client.close()
+from .listening import bind, listen_address
 
 
 def main() -> int:
     """Entry point; configuration errors end the process with the message, not a traceback."""
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s gpu-offload] %(message)s")
+    host, port = listen_address(0)
+    try:
+        sockets = bind(host, port) if port else []  # no port in the URL: the config's, once it is read
+    except OSError as exc:
+        print(f"gpu-offload service: cannot listen on {host}:{port} ({exc}); JUPYTERHUB_SERVICE_URL names the "
+              "address: free that port or give the service another one", file=sys.stderr)
+        return 1
+    # the service itself, imported once the port is taken (the module's docstring says why)
+    from gpu_offload.liqo_peering.errors import GpuOffloadError
+
+    from ..config import load_config
+    from .server import serve
+
     try:
         config = load_config()
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, sockets))
     except GpuOffloadError as exc:
         print(f"gpu-offload service: {exc}", file=sys.stderr)
         return 1

@@ -11,17 +11,33 @@ CRD deleted through the API keeps serving its resource until restart.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .defaults import now
-from .resources import ResourceType
-from .store import clone
-
-if TYPE_CHECKING:
-    from .api import Api
+from .logs import LogBuffers
+from .resources import ResourceRegistry, ResourceType
+from .store import Store, clone
 
 Obj = dict[str, Any]
+
+
+class Api(Protocol):
+    """What creation and deletion need of the API (``api.Api`` is the one that has it): its store, registry
+    and logs, lookups and creates, and the kubelet's say on a pod's graceful end."""
+
+    store: Store
+    registry: ResourceRegistry
+    logs: LogBuffers
+    pod_termination: Callable[[Obj], bool] | None
+
+    def type(self, group: str, version: str, plural: str) -> ResourceType: ...
+
+    def find(self, rt: ResourceType, namespace: str, name: str) -> Obj | None: ...
+
+    def create(self, rt: ResourceType, body: Obj, namespace: str = "") -> Obj: ...
+
 FOREGROUND = "foregroundDeletion"
 # batch/v1 Jobs orphan their pods when the client names no policy (kept for backwards compatibility)
 _DEFAULT_ORPHAN = {("batch", "jobs")}

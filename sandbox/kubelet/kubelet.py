@@ -19,8 +19,6 @@ import logging
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..apiserver import events
@@ -31,6 +29,7 @@ from ..apiserver.incluster import InClusterApi
 from ..apiserver.patching import MERGE
 from ..apiserver.streams import StreamIO, StreamRequest
 from . import devices, endpointslices, podnames
+from .config import KubeletConfig, NameView
 from .images import Images
 from .isolation import can_isolate
 from .launch import Launch
@@ -44,30 +43,11 @@ from .serviceproxy import ServiceProxy, backends
 LOG = logging.getLogger(__name__)
 Gate = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 """``gate(pod)`` -> a status to report instead of running the pod, or None to run it."""
-NameView = Callable[[dict[str, Any]], "dict[str, str] | None"]
-"""``names(pod)`` -> the namespaces the pod's cluster holds, under the names it holds them (origin name ->
-name there), when the pod runs in another cluster than the API's (a Liqo donor); None: this cluster's names."""
 
 
 KUBELET_CONDITIONS = {"PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"}
 """Pod conditions the kubelet writes; others (TerminationTarget from Kueue, DisruptionTarget, readiness
 gates) are kept, as the kubelet's generateAPIPodStatus does."""
-
-
-@dataclass(frozen=True)
-class KubeletConfig:
-    """Tunables of the test kubelet."""
-
-    state_dir: Path
-    """Where pod folders and image runtimes live."""
-    backoff: float = 0.5
-    """First back-off (image pull, mount, restart) in seconds; a real kubelet starts at 10 s."""
-    max_backoff: float = 5.0
-    """Back-off ceiling; a real kubelet stops at 300 s."""
-    isolate: bool = True
-    """Where the sandbox runs as root: a network namespace per pod, containers in their own PID namespace
-    as their runAsUser (``isolation.py``). False: every pod shares the host's network and runs as the
-    sandbox's user, as on a machine without root."""
 
 
 class Kubelet:

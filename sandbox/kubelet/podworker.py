@@ -23,19 +23,22 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..apiserver import incluster
+from ..apiserver.api import Api
 from ..apiserver.defaults import now
 from ..apiserver.matching import quantity
 from . import podnames, podstatus, probes
-from .images import ImageError, Runtime
+from .config import KubeletConfig, NameView
+from .images import ImageError, Images, Runtime
 from .isolation import Isolation, User, container_user, hand_over, reveal_plan
 from .launch import Launch, StartError, build_launch
 from .podfiles import (
     ConfigError,
+    Lookup,
     MountError,
     PodContext,
     container_env,
@@ -46,11 +49,33 @@ from .podfiles import (
 from .podstatus import ContainerRecord
 from .process import ContainerProcess, Exit
 
-if TYPE_CHECKING:
-    from .kubelet import Kubelet
-
 COMPONENT = "kubelet"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+
+
+class Kubelet(Protocol):
+    """What a pod worker needs of the kubelet that runs it (``kubelet.Kubelet``): its API, setup and images,
+    the Secrets and ConfigMaps a pod sees, and where the worker reports its status and Events."""
+
+    api: Api
+    config: KubeletConfig
+    state_dir: Path
+    images: Images
+    names: NameView | None
+    in_cluster: incluster.InClusterApi | None
+    isolating: bool
+    process_owner: str
+
+    def write_status(self, worker: PodWorker) -> None: ...
+
+    def record(self, obj: Mapping[str, Any], type_: str, reason: str, message: str,
+               field_path: str = "") -> None: ...
+
+    def lookup(self, namespace: str, pod: Mapping[str, Any] | None = None) -> Lookup: ...
+
+    def say_once(self, message: str) -> None: ...
+
+    def name_table(self) -> list[podnames.Entry]: ...
 
 
 class PodWorker:

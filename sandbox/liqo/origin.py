@@ -26,8 +26,9 @@ from ..apiserver.api import Api
 from ..controllers.scheduling import scheduler_controller
 from ..faults import SandboxFaults
 from ..kubelet import process
+from ..kubelet.config import KubeletConfig
 from ..kubelet.images import DEFAULT_MAP, Images
-from ..kubelet.kubelet import Kubelet, KubeletConfig
+from ..kubelet.kubelet import Kubelet
 from ..server import ApiServer, Plugin
 from ..testing import RunningSandbox, running_sandbox
 from . import controllers as liqo_controllers

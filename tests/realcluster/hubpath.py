@@ -13,13 +13,13 @@ import secrets
 import subprocess
 import urllib.error
 import urllib.request
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..kernel_channels import execute_code
 from .liqopair import DONOR_ID, ORIGIN_STATE
 
 LIQO_STATE = Path(os.environ.get("LIQO_STATE", "/var/tmp/gpu-offload-realcluster-liqo"))
@@ -29,29 +29,42 @@ HUB_NAMESPACE = "jhub"
 # The hub database's volume: a PersistentVolume on the origin's node (no provisioner runs here), under the
 # origin's state directory, which down.sh removes.
 HUB_DB_DIR = ORIGIN_STATE / "hub-db"
+# Object storage for the quickstart's large input (its 8 MB array is over what a pod's Secret takes): moto's S3
+# server on the origin's bridge address (env.sh: cluster 1's bridge is 10.219.1.1), which the user's server on
+# the origin and the runner pods on the donor both reach, as a store outside both clusters is reached.
+STORAGE_HOST = "10.219.1.1"
+BUCKET = "gpu-offload-e2e"
 # The runner image the kernel picks for its Python (3.11), imported into the donor by liqo.sh's hub_images.
 RUNNER_IMAGE = "jupyter-gpu-offload/runner:0.1.0-py3.11"
 
 
-def values(admin_token: str) -> dict[str, Any]:
-    """What an admin of this origin sets (docs/install.md), plus what this machine needs: images never pulled,
-    no user scheduler or image pre-puller (their images are not built here), no load balancer, no per-user
+def values(admin_token: str, storage_endpoint: str) -> dict[str, Any]:
+    """What an admin of this origin sets (docs/install.md: object storage among it), plus what this machine
+    needs: images never pulled,
+    time for a loaded node to start a server, no user scheduler or image pre-puller (their images are not built here), no load balancer, no per-user
     volume (no provisioner), and a test service whose token administers the hub's users."""
     never = {"pullPolicy": "Never"}
     return {
         "queueing": {"kueue": {"enabled": True}},
+        "offload": {"objectStorage": {"endpoint": storage_endpoint, "bucket": BUCKET}},
         "liqo": {"tenantNamespaces": [f"liqo-tenant-{DONOR_ID}"]},
         "clusters": {DONOR_ID: {"trusted": True, "gpuModel": "fake", "pricePerGpuHour": 2.0}},
         "jupyterhub": {
             "hub": {
                 "image": never,
+                # JupyterHub waits 30 s (http_timeout) for a started server to answer: a user server took longer
+                # at load average 20 here ("alice's server never showed up ... after 30 seconds")
+                "config": {"KubeSpawner": {"http_timeout": 600}},
                 "services": {"e2e": {"api_token": admin_token}},
                 "loadRoles": {"e2e": {"services": ["e2e"], "scopes": [
                     "admin:users", "admin:servers", "tokens", "read:metrics", "custom:gpu-offload:view",
                     "custom:gpu-offload:manage", "access:services"]}},
             },
             "proxy": {"service": {"type": "ClusterIP"}, "chp": {"image": never}},
-            "singleuser": {"image": never, "storage": {"type": "none"}, "startTimeout": 600},
+            # the kernel's S3 credentials, from the usual AWS_* variables (moto accepts any)
+            "singleuser": {"image": never, "storage": {"type": "none"}, "startTimeout": 600,
+                           "extraEnv": {"AWS_ACCESS_KEY_ID": "e2e", "AWS_SECRET_ACCESS_KEY": "e2e",
+                                        "AWS_DEFAULT_REGION": "us-east-1"}},
             "scheduling": {"userScheduler": {"enabled": False}, "userPlaceholder": {"enabled": False}},
             "prePuller": {"hook": {"enabled": False}, "continuous": {"enabled": False}},
             "cull": {"enabled": False},
@@ -78,8 +91,8 @@ def helm(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def install(chart: Path, values_file: Path, admin_token: str) -> None:
-    values_file.write_text(yaml.safe_dump(values(admin_token)))
+def install(chart: Path, values_file: Path, admin_token: str, storage_endpoint: str) -> None:
+    values_file.write_text(yaml.safe_dump(values(admin_token, storage_endpoint)))
     helm("install", RELEASE, str(chart), "--namespace", HUB_NAMESPACE, "--create-namespace",
          "--values", str(values_file))
 
@@ -117,36 +130,9 @@ class Hub:
 
 
 def execute(hub: Hub, user: str, kernel: str, token: str, code: str, timeout: float = 600) -> str:
-    """Run ``code`` in a kernel of ``user``'s server through the proxy and the kernel's websocket, as the
-    browser does: its stdout, stderr, plain-text displays (the magic's notices) and errors."""
-    import websocket
-
-    url = f"ws{hub.base[4:]}user/{user}/api/kernels/{kernel}/channels"
-    ws = websocket.create_connection(url, timeout=timeout, header=[f"Authorization: token {token}"])
-    msg_id = uuid.uuid4().hex
-    ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": user,
-                                   "session": uuid.uuid4().hex, "version": "5.3"},
-                        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                        "content": {"code": code, "silent": False, "store_history": True,
-                                    "user_expressions": {}, "allow_stdin": False}}))
-    out = ""
-    try:
-        while True:
-            msg = json.loads(ws.recv())
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = msg["msg_type"]
-            if kind == "stream":
-                out += msg["content"]["text"]
-            elif kind in ("display_data", "update_display_data", "execute_result"):
-                data = msg["content"].get("data", {})
-                out += str(data.get("text/plain", "")) + ("[image/png]" if "image/png" in data else "") + "\n"
-            elif kind == "error":
-                out += f"{msg['content']['ename']}: {msg['content']['evalue']}\n"
-            elif kind == "status" and msg["content"]["execution_state"] == "idle":
-                return out
-    finally:
-        ws.close()
+    """Run ``code`` in a kernel of ``user``'s server through the proxy, as the browser does."""
+    return execute_code(f"ws{hub.base[4:]}user/{user}/api/kernels/{kernel}/channels", code,
+                        headers=[f"Authorization: token {token}"], username=user, timeout=timeout)
 
 
 def notebook_cells(path: Path) -> list[str]:

@@ -47,11 +47,14 @@ in_cluster() {
 	)
 }
 
+# timed CMD...: run CMD, log its time, return its status (called after `||`, where bash ignores `set -e`, the
+# status must be passed on: `liqo.sh run` once exited 0 with a failed test)
 timed() {
-	local started=$SECONDS
+	local started=$SECONDS rc=0
 	echo "== $*"
-	"$@"
+	"$@" || rc=$?
 	echo "$* $((SECONDS - started))s" | tee -a "$LIQO_STATE/logs/stages.txt"
+	return $rc
 }
 
 up_clusters() {

@@ -53,6 +53,25 @@ def test_events_round_trip_as_typed_values(nonce: str) -> None:
     assert all(line.count(b"\n") == 1 and line.endswith(b"\n") for line in lines)
 
 
+def test_held_frames_leave_in_one_write_in_their_order(nonce: str) -> None:
+    writes: list[bytes] = []
+    encoder = FrameEncoder(nonce, writes.append)
+    encoder.emit("stream", name="stdout", text="a\n")
+    encoder.hold()
+    encoder.emit("display_data", data={"text/plain": "x" * MAX_FRAME_BYTES}, metadata={})  # in parts
+    encoder.emit("stream", name="stderr", text="b\n")
+    encoder.emit("done", status="ok", elapsed=0.1)
+    assert len(writes) == 1  # nothing of what is held has left yet
+    encoder.release()
+    encoder.release()  # nothing held: nothing written
+    assert len(writes) == 2
+    events = FrameDecoder(nonce).feed(b"".join(writes))
+    assert [type(e) for e in events] == [Stream, DisplayData, Stream, Done]
+    assert [e.seq for e in events] == [0, 3, 4, 5]  # the display's two part frames are seq 1-2
+    encoder.emit("stream", name="stdout", text="c\n")
+    assert len(writes) == 3  # written at once again
+
+
 def test_chunks_split_anywhere_decode_the_same(nonce: str) -> None:
     data = b"".join(encode(nonce, *[("stream", {"name": "stdout", "text": f"ünï {i}\n"}) for i in range(50)]))
     decoder = FrameDecoder(nonce)

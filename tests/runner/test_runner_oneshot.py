@@ -221,6 +221,17 @@ def test_missing_required_output_says_so(write_bundle, start_runner) -> None:
     assert code == 1 and error.ename == "NameError" and "--out y" in error.evalue
 
 
+def test_python_prints_show_while_a_library_silences_fd_1(write_bundle, start_runner) -> None:
+    # as in a notebook's own kernel, whose sys.stdout is not fd 1: a C library's output silenced by pointing
+    # fd 1 at /dev/null stays silent, and the cell's own prints meanwhile still show
+    cell = ("import os\nsaved = os.dup(1)\nos.dup2(os.open(os.devnull, os.O_WRONLY), 1)\n"
+            "os.write(1, b'from the library\\n')\nprint('from the cell')\nos.dup2(saved, 1)\nos.write(1, b'after\\n')\n")
+    path, bundle = write_bundle(cell, first_line=2)
+    runner = start_runner(path, bundle["nonce"])
+    _, code = runner.finish()
+    assert code == 0 and runner.stdout() == "from the cell\nafter\n"
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_stops_the_cell_keeps_output_and_sends_nothing_back(
     write_bundle, start_runner, signum

@@ -26,6 +26,7 @@ def add_parser(subparsers: Any, summary: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the inventory; on failure print the error (it says what to do) and return 1."""
     from ..liqo_peering.client import LiqoClient, api_client_from_environment
+    from ..liqo_peering.render import render_table
 
     try:
         inventory = LiqoClient(api_client_from_environment(args.context)).read_inventory()
@@ -35,5 +36,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dataclasses.asdict(inventory), indent=2))
     else:
-        print(inventory)
+        print(render_table(inventory))
     return 0

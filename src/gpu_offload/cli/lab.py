@@ -15,28 +15,22 @@ Linux only.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-RUNS_EXTENSION = "gpu_offload.magics.runs_api"
+from .servers import RUNS_EXTENSION, Child, answers, free_port, proxy_command, stop, wait_ready
+
 EXTRA = "pip install -e '.[lab]'"
-STOP_GRACE = 60.0
-"""Seconds JupyterLab or JupyterHub gets to stop its kernels or servers after SIGTERM."""
 
 
 def add_parser(subparsers: Any, summary: str) -> None:
@@ -52,12 +46,6 @@ def add_parser(subparsers: Any, summary: str) -> None:
     parser.set_defaults(func=run)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def missing_requirements(hub: bool) -> list[str]:
     """What the chosen mode needs and this environment lacks, each with how to get it."""
     missing = [f"{module} ({EXTRA})" for module in ("jupyterlab", *(("jupyterhub",) if hub else ()))
@@ -69,25 +57,6 @@ def missing_requirements(hub: bool) -> list[str]:
         missing.append("root on Linux with iproute2's `ip` (user servers run in sandbox pods with their own "
                        "network; without --hub, `gpu-offload lab` needs neither)")
     return missing
-
-
-def proxy_command() -> str | None:
-    """JupyterHub's proxy: on PATH, else where the repository's CI installs it."""
-    found = shutil.which("configurable-http-proxy")
-    if found:
-        return found
-    ci = Path(__file__).resolve().parents[3] / ".ci" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
-    return str(ci) if ci.exists() else None
-
-
-@dataclass(frozen=True)
-class Child:
-    """A server this command started: its process (leader of its own process group) and its URL."""
-
-    process: subprocess.Popen[bytes]
-    url: str
-    """What the user opens (with its token, for JupyterLab)."""
-    ready: Callable[[], bool]
 
 
 def jupyterlab(workdir: Path, root: Path, port: int, env: Mapping[str, str]) -> Child:
@@ -109,36 +78,6 @@ def jupyterlab(workdir: Path, root: Path, port: int, env: Mapping[str, str]) -> 
         return answers(f"{base}api/status?token={token}")
 
     return Child(process, f"{base}lab?token={token}", ready)
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
-def wait_ready(child: Child, log: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not child.ready():
-        if child.process.poll() is not None:
-            raise RuntimeError(f"it exited with code {child.process.returncode}; its log ({log}) ends:\n"
-                               + log.read_text(errors="replace")[-2000:])
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"it did not answer within {timeout:.0f} s; see its log {log}")
-        time.sleep(0.3)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the child (it stops its kernels or servers), SIGKILL its process group after the grace."""
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(STOP_GRACE)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # whatever of its group outlived it
-    process.wait()
 
 
 def run(args: argparse.Namespace) -> int:

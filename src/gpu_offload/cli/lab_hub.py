@@ -36,7 +36,7 @@ from ..hub_extension.service.local_hub import LocalHub, assign, config_text
 from ..liqo_peering import environment as E
 from ..liqo_peering import labels as L
 from .embedded import BUCKET, DONORS, IMAGE, S3_CREDENTIALS, Embedded
-from .lab import RUNS_EXTENSION, Child, answers, free_port, proxy_command
+from .servers import RUNS_EXTENSION, Child, answers, free_port, proxy_command
 
 HUB_NAMESPACE = "gpu-offload"
 USER_PREFIX = f"{HUB_NAMESPACE}-"

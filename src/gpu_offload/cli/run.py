@@ -72,19 +72,10 @@ def script_request(args: argparse.Namespace, source: str, defaults: RunDefaults)
     """The request of a parsed ``gpu-offload run``: its options, else the run defaults (a hub's spawner writes
     them for the user's server and its terminals inherit them), as the magic applies them to a cell. Raises
     ``OffloadUsageError`` for a part of a GPU that cannot be (``--gpus 1.5``, ``--gpu-memory lots``)."""
-    from ..engine.request import OffloadRequest, gpu_models, gpus_and_fraction, memory_size
+    from ..engine.request import parsed_request
 
-    gpu_model, fallback_models = gpu_models(args.gpu_model or defaults.gpu_model)
-    gpus, fraction = gpus_and_fraction(args.gpus)  # OffloadUsageError naming the fix
-    return OffloadRequest(cell=source, gpus=gpus, fraction=fraction, gpu_memory=memory_size(args.gpu_memory),
-                          gpu_model=gpu_model,
-                          fallback_models=fallback_models, cluster=args.cluster, timeout=args.timeout,
-                          queue_timeout=args.queue_timeout, priority=args.priority,
-                          image=args.image, backend=args.backend, nodes=args.nodes,
-                          procs_per_node=args.procs_per_node, group_output=args.group_output,
-                          quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout,
-                          spread=args.spread, trusted_only=args.trusted_only or defaults.trusted_only,
-                          rerun_on_preemption=args.rerun_on_preemption)
+    return parsed_request(args, source, gpus=1, gpu_model=defaults.gpu_model, cluster="auto",
+                          trusted_only=defaults.trusted_only)
 
 
 def _source(script: Path) -> str:

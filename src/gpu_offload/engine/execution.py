@@ -63,23 +63,8 @@ def share_env(request: OffloadRequest) -> dict[str, str]:
 
 
 def run_request(request: OffloadRequest) -> RunRequest:
-    """What a cell's request asks of the backend."""
-    return RunRequest(
-        gpus=request.gpus,
-        fraction=request.fraction,
-        gpu_memory=request.gpu_memory,
-        env=share_env(request),
-        gpu_model=request.gpu_model,
-        fallback_models=request.fallback_models,
-        cluster=request.cluster,
-        image=request.image,
-        timeout=request.timeout,
-        priority=request.priority,
-        trusted_only=request.trusted_only,
-        rerun_on_preemption=request.rerun_on_preemption,
-        ranks=request.ranks,
-        idle_timeout=request.idle_timeout,
-    )
+    """What a cell's request asks of the backend: its asks, the share a runner caps itself at, its ranks."""
+    return RunRequest(**request.asks(), env=share_env(request), ranks=request.ranks)
 
 
 @dataclass(frozen=True)

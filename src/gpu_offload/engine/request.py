@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import keyword
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from .backends.base import Ranks
+from .backends.base import Ranks, RunAsks
 from .errors import OffloadUsageError
 from .ranked import GROUPED, LIVE, RANK0
 
@@ -16,19 +18,12 @@ RENDEZVOUS_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
-class OffloadRequest:
-    """One ``%%gpu_offload`` invocation, after parsing and before analysis of the cell."""
+class OffloadRequest(RunAsks):
+    """One ``%%gpu_offload`` invocation, after parsing and before analysis of the cell: what it asks of a run
+    (:class:`RunAsks`, keywords only) and what only the cell decides."""
 
     cell: str
     """The cell body (without the ``%%gpu_offload`` line)."""
-    gpus: int = 1
-    """How many GPUs the runner may see; 0 runs on CPU."""
-    gpu_model: str | None = None
-    """A GPU model to ask for (e.g. ``A100``); only placement on a cluster uses it."""
-    fallback_models: tuple[str, ...] = ()
-    """Models to take, in order, when ``gpu_model`` has no room (``--gpu-model A100,H100``)."""
-    cluster: str = "auto"
-    """A remote cluster id, or ``auto`` to let placement choose."""
     inputs: tuple[str, ...] = ()
     """Names to send in addition to those the cell reads (``--in``)."""
     outputs: tuple[str, ...] = ()
@@ -37,20 +32,10 @@ class OffloadRequest:
     """A warm runner whose state persists across cells; ``None`` starts a fresh runner."""
     noblock: bool = False
     """Return a handle at once instead of following the run."""
-    timeout: float | None = None
-    """Seconds after which the cell is interrupted; ``None`` waits forever."""
-    image: str | None = None
-    """Container image for a cluster backend; the local backend runs this kernel's Python."""
     backend: str | None = None
     """``local`` or ``kubernetes``; ``None`` uses the configured default."""
-    priority: str | None = None
-    """A Kueue priority class (``--priority``) when queueing is on; ``None`` uses the configured default."""
     queue_timeout: float | None = None
     """Seconds a run may wait in the queue (queueing on) before it is withdrawn; ``None`` waits as long as it takes."""
-    trusted_only: bool = False
-    """Run only on a cluster the origin trusts (``--trusted-only``): the donor sees the cell and its inputs."""
-    rerun_on_preemption: bool = False
-    """``--rerun-on-preemption``: a preempted run is rerun once even after it printed something."""
     nodes: int | None = None
     """``--nodes``: run as the ranks of a distributed run on this many nodes; ``None``: one runner."""
     procs_per_node: int | None = None
@@ -65,14 +50,8 @@ class OffloadRequest:
     """``--rendezvous-timeout``: seconds every rank has to start after the first; ``None``: the default."""
     spread: bool = False
     """``--spread``: the nodes may span donors."""
-    fraction: float | None = None
-    """``--gpus 0.5``: the part of one GPU asked for (``gpus`` is then 1); ``None``: whole GPUs."""
-    gpu_memory: int | None = None
-    """``--gpu-memory 12Gi`` in bytes: part of one GPU sized by memory; with ``fraction``, the larger need wins."""
     estimate: bool = False
     """``--estimate``: size ``gpu_memory`` from the cell's model (``engine.estimate``) when it is not given."""
-    idle_timeout: float | None = None
-    """``--idle-timeout`` (given in minutes) in seconds: the session's runner is released after this long idle."""
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -282,3 +261,24 @@ def split_names(value: str | None) -> tuple[str, ...]:
     if not value:
         return ()
     return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def parsed_request(args: argparse.Namespace, cell: str, *, gpus: float, gpu_model: str | None, cluster: str,
+                   trusted_only: bool, **only_here: Any) -> OffloadRequest:
+    """The request of a cell or a script from its parsed options (the option table's names, which both front
+    ends share), each option not given taking the front end's default (``gpus``, ``gpu_model``, ``cluster``;
+    ``trusted_only`` cannot be turned off by leaving it out). ``only_here``: the fields of options one front
+    end offers alone, as it reads them (the magic's ``--in`` names, ``--session``, ...). Raises
+    ``OffloadUsageError`` naming the fix for a value that cannot be (``--gpus 1.5``, ``--gpu-memory lots``)."""
+    model, fallback_models = gpu_models(args.gpu_model or gpu_model)
+    whole, fraction = gpus_and_fraction(gpus if args.gpus is None else args.gpus)
+    return OffloadRequest(
+        cell=cell, gpus=whole, fraction=fraction, gpu_memory=memory_size(args.gpu_memory), gpu_model=model,
+        fallback_models=fallback_models, cluster=args.cluster or cluster, timeout=args.timeout,
+        queue_timeout=args.queue_timeout, priority=args.priority, image=args.image, backend=args.backend,
+        trusted_only=args.trusted_only or trusted_only, rerun_on_preemption=args.rerun_on_preemption,
+        nodes=args.nodes, procs_per_node=args.procs_per_node, group_output=args.group_output,
+        quiet_ranks=args.quiet_ranks, rendezvous_timeout=args.rendezvous_timeout, spread=args.spread,
+        **only_here,
+    )
+

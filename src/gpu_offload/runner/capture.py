@@ -1,8 +1,11 @@
-"""File-descriptor level capture of stdout and stderr, re-sent as ``stream`` frames as soon as they arrive.
+"""Capture of stdout and stderr, re-sent as ``stream`` frames as soon as they arrive.
 
 Redirecting fds 1 and 2 (not just ``sys.stdout``) is what makes C extensions and subprocesses of the cell
-stream too. Frames themselves go to a private duplicate of the original stdout that is close-on-exec and
-that user code is never handed, so nothing the cell prints can be read as a frame.
+stream too. Python's own ``sys.stdout`` and ``sys.stderr`` skip that pipe: a line printed is sent as a frame
+by the thread that printed it, after whatever reached the fd before it, so a print costs no wake-up of the
+reader thread (which waited for the GIL of a busy cell, up to its 5 ms switch interval). Frames themselves go
+to a private duplicate of the original stdout that is close-on-exec and that user code is never handed, so
+nothing the cell prints can be read as a frame.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import termios
 import threading
 from collections.abc import Callable
 
-from .signals import block_in_this_thread
+from .signals import block_in_this_thread, masked
 
 READ_SIZE = 64 * 1024
 MAX_TEXT = 8 * 1024
@@ -40,8 +43,9 @@ def write_all(fd: int, data: bytes) -> None:
 class FdCapture:
     """Points fds 1 and 2 at pipes whose reader thread calls ``emit(name, text)`` for what arrives.
 
-    Nothing is held back waiting for a newline or a batch: the engine's goal for print-to-display latency
-    is a few milliseconds, and Jupyter joins stream text anyway.
+    Nothing is held back waiting for a batch: the engine's goal for print-to-display latency is a few
+    milliseconds, and Jupyter joins stream text anyway. ``sys.stdout`` and ``sys.stderr`` send at every
+    newline (and at every ``flush``), as a terminal's line buffering would.
     """
 
     def __init__(self, emit: Callable[[str, str], None]) -> None:
@@ -49,6 +53,11 @@ class FdCapture:
         self._fds: dict[int, str] = {}
         self._decoders: dict[int, codecs.IncrementalDecoder] = {}
         self._wake_r, self._wake_w = os.pipe()
+        self._pipes: dict[int, int] = {}
+        """The read end of each redirected fd (1, 2)."""
+        self._reading = threading.RLock()
+        """Held while reading a pipe or sending direct text, so text leaves in the order it was written
+        (re-entrant: a signal handler of the cell may print while its thread is printing)."""
         self._lock = threading.Lock()
         self._waiting: list[threading.Event] = []
         self._stopping = False
@@ -66,11 +75,18 @@ class FdCapture:
             os.close(write_end)
             os.set_blocking(read_end, False)
             self._fds[read_end] = name
+            self._pipes[fd] = read_end
             self._decoders[read_end] = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        # a pipe is not a terminal, so Python would buffer whole blocks: flush at every newline instead
-        sys.stdout = _text_stream(1)
-        sys.stderr = _text_stream(2)
+        sys.stdout = _LineStream(self, 1)
+        sys.stderr = _LineStream(self, 2)
         self._thread.start()
+
+    def send(self, fd: int, text: str) -> None:
+        """Emit what Python wrote to ``sys.stdout`` (fd 1) or ``sys.stderr`` (fd 2), after what reached the fd."""
+        with self._reading:
+            self._drain(self._pipes[fd])
+            for piece in split_text(text):
+                self._emit(self._fds[self._pipes[fd]], piece)
 
     def flush(self, timeout: float = 10.0) -> None:
         """Return once everything written to fds 1 and 2 so far has been emitted."""
@@ -128,6 +144,10 @@ class FdCapture:
 
     def _drain(self, fd: int) -> bool:
         """Emit what ``fd`` holds; ``False`` at end of file."""
+        with self._reading:
+            return self._drain_locked(fd)
+
+    def _drain_locked(self, fd: int) -> bool:
         while True:
             try:
                 data = os.read(fd, READ_SIZE)
@@ -142,13 +162,54 @@ class FdCapture:
                 return True
 
 
-def _text_stream(fd: int) -> io.TextIOWrapper:
-    return io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(fd, "w", closefd=False)),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
+class _LineStream(io.TextIOBase):
+    """``sys.stdout`` or ``sys.stderr``: text goes out as frames at every newline or ``flush``, sent by the
+    thread that wrote it. Bytes written to ``.buffer`` go through the fd, as before."""
+
+    encoding = "utf-8"
+    errors = "backslashreplace"
+    line_buffering = True
+
+    def __init__(self, capture: FdCapture, fd: int) -> None:
+        super().__init__()
+        self._capture = capture
+        self._fd = fd
+        self._pending: list[str] = []
+        self._size = 0
+        self.buffer = io.BufferedWriter(io.FileIO(fd, "w", closefd=False))
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd  # what writes at the fd level (a subprocess given sys.stdout) reaches the pipe
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        self._pending.append(text)
+        self._size += len(text)
+        if "\n" in text or "\r" in text or self._size >= MAX_TEXT:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.buffer.flush()
+        if not self._pending:
+            return
+        if threading.current_thread() is threading.main_thread():
+            # an interrupt lands after the text is sent and taken off, never between: nothing is sent twice
+            with masked():
+                self._send()
+        else:
+            self._send()
+
+    def _send(self) -> None:
+        text = "".join(self._pending)
+        self._pending, self._size = [], 0
+        # what the encoding of the fd would have turned into escapes (lone surrogates)
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        self._capture.send(self._fd, text)
 
 
 def split_text(text: str, limit: int = MAX_TEXT) -> list[str]:

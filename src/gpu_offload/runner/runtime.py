@@ -90,7 +90,13 @@ class Runtime:
         if kind in _ORDERED:
             self.capture.flush()
         self.log.frame(kind, payload)
+        if kind == "outputs":
+            # the engine concludes a run only at its `done`: the outputs and whatever follows go with it in one
+            # write, one wake-up of the engine instead of two
+            self.encoder.hold()
         self.encoder.emit(kind, **payload)
+        if kind == "done":
+            self.encoder.release()
 
     def _stream(self, name: str, text: str) -> None:
         self.log.add(text)

@@ -68,6 +68,20 @@ class FrameEncoder:
         self._seq = 0
         self._part_id = 0
         self._lock = threading.Lock()
+        self._held: list[bytes] | None = None
+
+    def hold(self) -> None:
+        """Keep the frames from now on (of every thread, in order) until :meth:`release` writes them at once."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def release(self) -> None:
+        """Write the frames kept since :meth:`hold` in one write; nothing if none are kept."""
+        with self._lock:
+            held, self._held = self._held, None
+            if held:
+                self._write(b"".join(held))
 
     def begin_run(self, run_id: str) -> None:
         """Frames from now on belong to ``run_id`` (a bundle's ``run_id``)."""
@@ -86,9 +100,15 @@ class FrameEncoder:
         with self._lock:
             line = self._line(kind, body)
             if len(line) <= self._limit:
-                self._write(line)
+                self._send(line)
             else:
                 self._emit_parts(kind, body)
+
+    def _send(self, line: bytes) -> None:
+        if self._held is None:
+            self._write(line)
+        else:
+            self._held.append(line)
 
     def _line(self, kind: str, body: str) -> bytes:
         # ensure_ascii JSON is ASCII, so characters are bytes and no raw newline can appear
@@ -111,7 +131,7 @@ class FrameEncoder:
             chunk = body[start:end]
             start = end
             part = {"id": part_id, "kind": kind, "chunk": chunk, "last": start >= len(body)}
-            self._write(self._line("part", json.dumps(part, separators=(",", ":"), ensure_ascii=True)))
+            self._send(self._line("part", json.dumps(part, separators=(",", ":"), ensure_ascii=True)))
 
 
 def _fit(text: str, start: int, budget: int) -> int:

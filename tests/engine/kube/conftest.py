@@ -29,6 +29,8 @@ from gpu_offload.cli import main
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import KubeSettings
 
+from ...realcluster.realorigin import clusters, seeded_origin
+
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
 MISMATCH_IMAGE = "python:3.12-other"
@@ -64,6 +66,22 @@ origin = origin_fixture(
 )
 # core, custom: official clients of the module's origin; namespace: fresh and not offloaded (the backend offloads it)
 __all__ = ["core", "custom", "namespace", "origin"]
+
+
+def origin_on_each_cluster() -> Any:
+    """The ``origin`` of a module whose tests run on the sandbox and on the real cluster (``[sandbox]`` and
+    ``[real]``, tests/realcluster): the shared sandbox origin above, or the real cluster seeded with the same
+    donors. A module takes it as ``origin = origin_on_each_cluster()``."""
+
+    @pytest.fixture(scope="module", params=clusters(), name="origin")
+    def either(request: pytest.FixtureRequest, origin: Any) -> Iterator[Any]:
+        if request.param == "real":
+            with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
+                yield real
+            return
+        yield origin
+
+    return either
 
 
 def leftovers(core: Any, namespace: str, user: str = "alice@example.org") -> list[str]:

@@ -5,7 +5,6 @@ loses and repeats nothing, Ctrl-C deletes the pod, and nothing is left behind.""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,19 +14,10 @@ from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import OffloadUsageError, RemoteError
 
-from ...realcluster.realorigin import clusters, seeded_origin
-from .conftest import DONORS, MISMATCH_IMAGE, SHARED, leftovers, sandbox_faults, settings
+from .conftest import MISMATCH_IMAGE, leftovers, origin_on_each_cluster, sandbox_faults, settings
 from .helpers import Sink, run_cell
 
-
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, origin: Any) -> Iterator[Any]:
-    """The kube tests' shared sandbox origin (conftest), or the real cluster with the same donors."""
-    if request.param == "real":
-        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
-            yield real
-        return
-    yield origin
+origin = origin_on_each_cluster()
 
 
 def test_a_cell_runs_on_a_stock_image_and_its_variables_come_back(kube: KubernetesBackend, core: Any,

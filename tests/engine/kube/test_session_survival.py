@@ -26,9 +26,8 @@ from gpu_offload.sandbox.objectstore import s3_server
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import StorageSettings
 
-from ...realcluster.realorigin import clusters, seeded_origin, torch_image
-from .conftest import BUCKET, SHARED, leftovers, sandbox_faults, settings
-from .conftest import DONORS as DONOR_CLUSTERS
+from ...realcluster.realorigin import torch_image
+from .conftest import BUCKET, leftovers, origin_on_each_cluster, sandbox_faults, settings
 from .helpers import Sink, run_cell
 
 TORCH_IMAGE = "pytorch/pytorch:2.5"
@@ -56,14 +55,7 @@ print(n, arr.sum(), double(21), opt.param_groups[0]['params'][0] is model.weight
 """
 
 
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, origin: Any) -> Iterator[Any]:
-    """The kube tests' shared sandbox origin (conftest), or the real cluster with the same donors."""
-    if request.param == "real":
-        with seeded_origin(DONOR_CLUSTERS, SHARED / "liqo-crds") as real:
-            yield real
-        return
-    yield origin
+origin = origin_on_each_cluster()
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,16 @@ test lets it go. That hold is the ordering: no sleep, no duration is asserted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -73,6 +78,12 @@ class RunningService:
 @pytest.fixture()
 def service(origin: RunningOrigin, tmp_path: Path) -> Iterator[RunningService]:
     """The service on 127.0.0.1, its hub API the stand-in."""
+    with _started(origin, tmp_path, {}) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _started(origin: RunningOrigin, tmp_path: Path, extra_env: dict[str, str]) -> Iterator[RunningService]:
     api = StandInHubApi()
     hub = ThreadingHTTPServer(("127.0.0.1", 0), api.handler())
     threading.Thread(target=hub.serve_forever, daemon=True).start()
@@ -83,7 +94,7 @@ def service(origin: RunningOrigin, tmp_path: Path) -> Iterator[RunningService]:
            "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}", "JUPYTERHUB_SERVICE_PREFIX": PREFIX,
            "JUPYTERHUB_SERVICE_NAME": "gpu-offload", "JUPYTERHUB_CLIENT_ID": "service-gpu-offload",
            "JUPYTERHUB_API_TOKEN": "the-services-own-token",
-           "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api"}
+           "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api", **extra_env}
     log = (tmp_path / "service.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "gpu_offload.hub_extension.service.app"], env=env, stdout=log,
                             stderr=subprocess.STDOUT)
@@ -129,3 +140,45 @@ def test_answered_reads_are_not_logged_but_refusals_are(service: RunningService)
     wait_until(lambda: line in service.log.read_text(), "the refusal in the service's log")
     # the log is written in request order: every earlier 200 would be above the refusal by now
     assert f"200 GET {PREFIX}api/inventory" not in service.log.read_text()
+
+
+def test_the_port_takes_connections_before_the_slow_imports_and_answers_them_once_up(
+        origin: RunningOrigin, tmp_path: Path) -> None:
+    """JupyterHub 5.4 gives a managed service ten one-second tries; a refused try fails at once, a request on a
+    port that is listening waits for its answer. The service binds its port before importing the Kubernetes
+    client and JupyterHub's auth (tens of seconds on a loaded node): a request sent as soon as the port takes
+    connections is answered once the service is up. Python's import log (``-X importtime``, written as each
+    import ends) says which imports had happened when the port took the connection."""
+    with _started(origin, tmp_path, {"PYTHONPROFILEIMPORTTIME": "1"}) as running:
+        url = urllib.parse.urlparse(running.url)
+        conn = _first_connection(url.hostname or "", url.port or 0)
+        imported_then = running.log.read_text()
+        with conn:
+            conn.sendall(f"GET {PREFIX}api/inventory HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                         f"Authorization: token {KNOWN}\r\nConnection: close\r\n\r\n".encode())
+            conn.settimeout(120)
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        assert "gpu_offload.hub_extension.service.listening" in imported_then, "the import log was not on"
+        assert not _imported("kubernetes", imported_then) and not _imported("jupyterhub.services.auth", imported_then), (
+            "the port took connections only after the slow imports")
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        assert _imported("kubernetes", running.log.read_text())  # imported after all, once the port was taken
+
+
+def _imported(module: str, import_log: str) -> bool:
+    """Whether ``-X importtime``'s log names ``module`` (a line ``import time: self | cumulative |  name``)."""
+    return re.search(rf"^import time:.*\|\s+{re.escape(module)}$", import_log, re.MULTILINE) is not None
+
+
+def _first_connection(host: str, port: int) -> socket.socket:
+    """A connection to host:port as soon as it is accepted (tried every 10 ms for up to 120 s)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return socket.create_connection((host, port), timeout=1)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)

@@ -106,9 +106,8 @@ def test_another_kernel_sees_the_record_and_a_dead_kernels_run_is_failed(tmp_pat
     theirs = Tracker(book, kernel="kernel-b")
     theirs.pid = int(gone.stdout)  # a kernel that has exited
     theirs.new(Job("run-orphan", "0" * 32, b"", RunRequest(gpus=0)), "local")
-    time.sleep(WRITE_EVERY)
-    mine.tick("run-live")  # the follower ticks on every poll; a run that lasts is written within WRITE_EVERY
-    theirs.tick("run-orphan")
+    mine.flush()  # what the writer's thread does within WRITE_EVERY
+    theirs.flush()
 
     listed = {r.run_id: r for r in list_runs([], RunBook(tmp_path)).runs}
     assert listed["run-live"].state == "queued" and listed["run-live"].kernel == "kernel-a"
@@ -120,8 +119,7 @@ def test_an_unreadable_record_is_named_and_the_others_still_listed(tmp_path: Pat
     book = RunBook(tmp_path)
     ok = Tracker(book, kernel="k")
     ok.new(Job("run-ok", "0" * 32, b"", RunRequest(gpus=0)), "local")
-    time.sleep(WRITE_EVERY)
-    ok.tick("run-ok")
+    ok.flush()
     (tmp_path / "run-bad.json").write_text("{not json")
     (tmp_path / "run-odd.json").write_text(json.dumps({"run_id": "run-odd", "state": "sleeping"}))
     listing = list_runs([], book)
@@ -153,21 +151,54 @@ def test_close_wakes_the_thread_even_during_a_long_interval(tmp_path: Path) -> N
     assert not panel.thread.is_alive()
 
 
-def test_a_short_run_is_written_once_when_it_ends_and_a_long_one_within_the_interval(tmp_path: Path) -> None:
+def test_a_warm_cells_record_is_written_by_the_next_batch_not_on_the_cells_path(tmp_path: Path) -> None:
     book = RunBook(tmp_path)
-    runs = Tracker(book, kernel="k")
+    runs = Tracker(book, kernel="k", write_every=3600)  # a batch that never comes due by itself here
     short = runs.new(Job("run-short", "0" * 32, b"", RunRequest(gpus=0)), "local")
     runs.put(replace(short, state="running"))
-    assert not (tmp_path / "run-short.json").exists()  # a warm cell pays no file write before it ends
     runs.put(replace(short, state="done", ended=time.time()))
+    assert not list(tmp_path.iterdir())  # the cell's end cost no file write
+    assert [r.state for r in runs.records()] == ["done"]  # this kernel's panel sees it at once
+    runs.flush()
+    assert [r.state for r in book.read_all()[0]] == ["done"]  # one write, of the newest version
+
+
+def test_a_long_runs_record_is_written_by_its_follower_once_the_interval_passed(tmp_path: Path) -> None:
+    book = RunBook(tmp_path)
+    runs = Tracker(book, kernel="k")
+    long = runs.new(Job("run-long", "0" * 32, b"", RunRequest(gpus=0)), "local")
+    runs.put(replace(long, state="running", tail="epoch 1\n"))
+    runs.waiting("run-long")  # the follower's poll
+    assert not (tmp_path / "run-long.json").exists()  # not before the interval: a warm cell is over by then
+    time.sleep(WRITE_EVERY)
+    runs.waiting("run-long")
+    assert {r.run_id: (r.state, r.tail) for r in book.read_all()[0]}["run-long"] == ("running", "epoch 1\n")
+
+
+def test_the_writers_thread_writes_a_runs_end_within_the_interval(tmp_path: Path) -> None:
+    book = RunBook(tmp_path)
+    runs = Tracker(book, kernel="k")
+    record = runs.new(Job("run-end", "0" * 32, b"", RunRequest(gpus=0)), "local")
+    runs.put(replace(record, state="done", ended=time.time()))
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "run-end.json").exists() and time.monotonic() < deadline:
+        time.sleep(WRITE_EVERY / 10)
     assert [r.state for r in book.read_all()[0]] == ["done"]
 
-    runs.new(Job("run-long", "0" * 32, b"", RunRequest(gpus=0)), "local")
-    runs.tick("run-long")
-    assert not (tmp_path / "run-long.json").exists()
-    time.sleep(WRITE_EVERY)
-    runs.tick("run-long")
-    assert {r.run_id: r.state for r in book.read_all()[0]}["run-long"] == "queued"
+
+@pytest.mark.e2e  # starts a process
+def test_records_not_yet_written_are_written_when_the_process_exits(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\n"
+        "from gpu_offload.engine.backends.base import Job, RunRequest\n"
+        "from gpu_offload.engine.runs.records import RunBook\n"
+        "from gpu_offload.engine.runs.tracking import Tracker\n"
+        "runs = Tracker(RunBook(__import__('pathlib').Path(sys.argv[1])), kernel='k', write_every=3600)\n"
+        "record = runs.new(Job('run-last', '0' * 32, b'', RunRequest(gpus=0)), 'local')\n"
+        "runs.put(record.__class__(**{**record.__dict__, 'state': 'done', 'ended': time.time()}))\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=120)
+    assert [r.state for r in RunBook(tmp_path).read_all()[0]] == ["done"]
 
 
 def test_prune_keeps_the_newest_finished_records_once_the_slack_is_used(tmp_path: Path) -> None:
@@ -221,9 +252,11 @@ def test_a_runs_record_stays_in_the_state_dir_named_when_it_began(tmp_path: Path
     monkeypatch.setenv("GPU_OFFLOAD_STATE_DIR", str(second))  # %env in the notebook while the run goes on
     tracker.put(replace(record, state="done", ended=time.time()))
     tracker.ended("run-a")
+    tracker.flush()
     assert (first / "run-a.json").exists() and not (second / "run-a.json").exists()
     tracker.new(Job("run-b", secrets.token_hex(16), b"", RunRequest()), "local")
     tracker.ended("run-b")  # the next run follows the setting
+    tracker.flush()
     assert (second / "run-b.json").exists()
 
 

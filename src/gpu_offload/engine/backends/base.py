@@ -7,8 +7,8 @@ the same stream of decoded frames, so the engine never knows which one it follow
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...runner.frames import Event
 from ..timing import Phase, Stopwatch
@@ -92,40 +92,57 @@ class Ranks:
         return {"nodes": self.nodes, "procs_per_node": self.procs_per_node, "out_rank": self.out_rank}
 
 
-@dataclass(frozen=True)
-class RunRequest:
-    """Where and with what a runner starts: what a cell asks of a backend (``liqo_peering.placement`` turns
-    a cluster backend's into a :class:`~gpu_offload.liqo_peering.placement.Placement` on a virtual node)."""
+@dataclass(frozen=True, kw_only=True)
+class RunAsks:
+    """What a run asks for, whichever front end wrote it: the fields a cell's request
+    (:class:`~gpu_offload.engine.request.OffloadRequest`) and what the backend is asked
+    (:class:`RunRequest`) share, so each is described and defaulted once."""
 
     gpus: int = 1
-    """Number of GPUs the runner may see."""
+    """How many GPUs the runner may see; 0 runs on CPU (per node for a distributed run)."""
     fraction: float | None = None
-    """Part of one GPU asked for (``--gpus 0.5``; ``gpus`` is then 1); ``None``: whole GPUs."""
+    """``--gpus 0.5``: the part of one GPU asked for (``gpus`` is then 1); ``None``: whole GPUs."""
     gpu_memory: int | None = None
-    """Bytes of GPU memory asked for (``--gpu-memory``): part of one GPU sized by memory."""
+    """``--gpu-memory 12Gi`` in bytes: part of one GPU sized by memory; with ``fraction``, the larger need wins."""
     gpu_model: str | None = None
-    """A GPU model to ask for; only cluster backends use it."""
+    """A GPU model to ask for (e.g. ``A100``); only placement on a cluster uses it."""
     fallback_models: tuple[str, ...] = ()
-    """Models to take, in order, when ``gpu_model`` has no room."""
+    """Models to take, in order, when ``gpu_model`` has no room (``--gpu-model A100,H100``)."""
     cluster: str = "auto"
-    """A remote cluster id or ``auto``; only cluster backends use it."""
+    """A remote cluster id, or ``auto`` to let placement choose; only cluster backends use it."""
     image: str | None = None
-    """Container image; only cluster backends use it."""
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Extra environment variables for the runner."""
+    """Container image for a cluster backend; the local backend runs this kernel's Python."""
     timeout: float | None = None
-    """``--timeout`` in seconds; a cluster backend bounds its pod with it (the engine interrupts first)."""
+    """``--timeout`` in seconds: the engine interrupts the cell after it, and a cluster backend bounds its pod
+    with it; ``None`` waits forever."""
     priority: str | None = None
-    """A Kueue priority class; only a cluster backend with queueing on uses it."""
+    """A Kueue priority class (``--priority``), used by a cluster backend with queueing on; ``None``: the
+    configured default."""
     trusted_only: bool = False
     """``--trusted-only``: place on clusters the origin trusts only (a donor sees a cell's code and inputs)."""
     rerun_on_preemption: bool = False
     """``--rerun-on-preemption``: a one-shot run preempted before it finished is rerun once even after it printed."""
+    idle_timeout: float | None = None
+    """``--idle-timeout`` (given in minutes) in seconds: a session's runner is released after this long idle (a
+    cluster backend's sessions; never longer than the hub's own timeout)."""
+
+    def asks(self) -> dict[str, Any]:
+        """These fields alone, to build another record of the same asks from."""
+        return {name: getattr(self, name) for name in _ASKS}
+
+
+_ASKS = tuple(f.name for f in fields(RunAsks))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest(RunAsks):
+    """Where and with what a runner starts: what a cell asks of a backend (``liqo_peering.placement`` turns
+    a cluster backend's into a :class:`~gpu_offload.liqo_peering.placement.Placement` on a virtual node)."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment variables for the runner."""
     ranks: Ranks | None = None
     """A distributed run's shape (``--nodes``); ``None`` for one runner. ``gpus`` is then per node."""
-    idle_timeout: float | None = None
-    """``--idle-timeout`` in seconds: a session's runner is released after this long idle (a cluster backend's
-    sessions; never longer than the hub's own timeout)."""
 
     def session_key(self) -> tuple[RunRequest, tuple[int, int] | None]:
         """What a session's runners are started with: its cells must ask for the same (a distributed

@@ -22,9 +22,11 @@ from ..observing import CancelHandle, RunStarted
 from ..sinks import PREFIX
 from ..timing import Stopwatch
 from .records import MAX_SAMPLES, RunBook, RunEntry, StateDirRefused, add_output
+from .writer import RecordWriter
 
 WRITE_EVERY = 0.5
-"""Seconds between writes of a record whose state did not change (output and metrics are throttled)."""
+"""Seconds between two batches of record writes (:mod:`.writer`): the longest a change takes to reach the
+state directory, where other kernels, the runs REST API and ``gpu-offload runs`` read it."""
 CANCEL_POLL = 0.25
 """Seconds between checks for a cancel request file from another kernel or the server extension."""
 
@@ -101,11 +103,12 @@ class _Live:
 class Tracker:
     """The runs of this kernel: their records (also written to the state directory) and their cancel handles.
 
-    A :class:`~..observing.RunListener`: subscribe it to a front end's run events.
+    A :class:`~..observing.RunListener`: subscribe it to a front end's run events. ``write_every``: seconds
+    between two batches of record writes (:class:`~.writer.RecordWriter`).
     """
 
     def __init__(self, book: RunBook | None = None, kernel: str | None = None, script: str | None = None,
-                 log: str = "") -> None:
+                 log: str = "", write_every: float = WRITE_EVERY) -> None:
         self.book = book or RunBook()
         self.kernel = kernel or kernel_id(os.environ)
         self.script = script
@@ -115,8 +118,7 @@ class Tracker:
         self._records: dict[str, RunEntry] = {}
         self._books: dict[str, RunBook] = {}
         """Each run under way's book, at the directory the setting named when the run began."""
-        self._written: dict[str, float] = {}
-        self._dirty: set[str] = set()
+        self._writer = RecordWriter(self._write, write_every)
         self._runs: dict[str, _Live] = {}
         self._since_prune = PRUNE_EVERY - 1  # the first finished run prunes what earlier kernels left
         self._changed = threading.Condition()
@@ -130,35 +132,29 @@ class Tracker:
         cluster = "local" if backend == "local" else job.request.cluster
         record = RunEntry(job.run_id, self.kernel, self.pid, backend, cluster, job.request.gpus, session=job.session,
                           script=self.script, log=self.log)
-        self._books[job.run_id] = self.book.pinned()
+        book = self._books[job.run_id] = self.book.pinned()
+        try:
+            book.check()  # once per directory: a refusal is said at the cell that first meets it
+        except StateDirRefused as exc:
+            self._refuse(exc)
         self.put(record)
         return record
 
     def put(self, record: RunEntry) -> None:
-        """Store a new version of a record; written at once when the run ends, else at most every WRITE_EVERY."""
-        old = self._records.get(record.run_id)
+        """Store a new version of a record; written to the state directory with the writer's next batch."""
         self._records[record.run_id] = record
-        now = time.monotonic()
-        if old is None and not record.finished:
-            # Written once it has lasted WRITE_EVERY (by tick) or when it ends: most warm cells end within
-            # milliseconds, and each write costs a rename (about 0.5 ms on a journaling disk), which the
-            # warm-session overhead goal (2 ms) cannot afford four times per cell.
-            self._written[record.run_id] = now
-            self._dirty.add(record.run_id)
-        elif record.finished or now - self._written.get(record.run_id, 0.0) >= WRITE_EVERY:
-            self._written[record.run_id] = now
-            self._dirty.discard(record.run_id)
-            self._write(record)
-        else:
-            self._dirty.add(record.run_id)  # written by tick() once due, even if no further event comes
+        self._writer.put(self._book(record.run_id), record)
         with self._changed:
             self.version += 1
             self._changed.notify_all()
 
-    def _write(self, record: RunEntry) -> None:
+    def flush(self) -> None:
+        """Write every changed record now (the writer's thread otherwise does within WRITE_EVERY)."""
+        self._writer.flush()
+
+    def _write(self, book: RunBook, record: RunEntry) -> None:
         if self.refused is not None:
             return
-        book = self._book(record.run_id)
         try:
             book.write(record)
             if record.finished:
@@ -168,29 +164,18 @@ class Tracker:
                     self._since_prune = 0
                     book.prune()
         except StateDirRefused as exc:
-            # tracking goes off for this kernel: nothing is written where others could read or redirect it
-            self.refused = f"run tracking is off: {exc}"
-            sys.stderr.write(f"{PREFIX}{self.refused}\n")
+            self._refuse(exc)
         except OSError:
             pass  # an unwritable state dir hides this run from other kernels only; the run itself goes on
 
+    def _refuse(self, exc: StateDirRefused) -> None:
+        # tracking goes off for this kernel: nothing is written where others could read or redirect it
+        if self.refused is None:
+            self.refused = f"run tracking is off: {exc}"
+            sys.stderr.write(f"{PREFIX}{self.refused}\n")
+
     def _book(self, run_id: str) -> RunBook:
         return self._books.get(run_id) or self.book
-
-    def tick(self, run_id: str) -> None:
-        """Write a throttled change once its time has come (the follower calls this on every poll)."""
-        if run_id in self._dirty and time.monotonic() - self._written.get(run_id, 0.0) >= WRITE_EVERY:
-            self.flush(run_id)
-
-    def flush(self, run_id: str) -> None:
-        """Write the latest version of a record now, if it has changes not yet written."""
-        if run_id not in self._dirty:
-            return
-        record = self._records.get(run_id)
-        self._dirty.discard(run_id)
-        if record is not None:
-            self._written[run_id] = time.monotonic()
-            self._write(record)
 
     def wait_change(self, seen: int, timeout: float) -> int:
         """Wait up to ``timeout`` seconds for a change after version ``seen``; returns the current version."""
@@ -234,7 +219,8 @@ class Tracker:
         self.put(replace(record, state="scheduling", detail=detail, cluster=run.cluster))
 
     def event(self, run_id: str, event: RunEvent) -> None:
-        """One event of a run: its record follows (written throttled), and cancel requests are looked for."""
+        """One event of a run: its record follows (written in the writer's batches), and cancel requests are
+        looked for."""
         record = self._records.get(run_id)
         if record is None:
             return
@@ -251,7 +237,7 @@ class Tracker:
         self.waiting(run_id)
 
     def waiting(self, run_id: str) -> None:
-        """A poll of a quiet run: write what was throttled once due; act on a cancel request from elsewhere."""
+        """A poll of a quiet run: write its record once due; act on a cancel request from elsewhere."""
         live = self._runs.get(run_id)
         if live is not None:
             now = time.monotonic()
@@ -264,10 +250,10 @@ class Tracker:
             record = self._records.get(run_id)
             if live.cancelled and record is not None and record.detail != "cancelled" and not record.finished:
                 self.put(replace(record, detail="cancelled"))
-        self.tick(run_id)
+        self._writer.tick(run_id)
 
     def ended(self, run_id: str) -> None:
-        """Released: a run that never reported an end is recorded as failed; the record is written now."""
+        """Released: a run that never reported an end is recorded as failed (written with the next batch)."""
         live = self._runs.pop(run_id, None)
         record = self._records.get(run_id)
         if record is None:
@@ -279,7 +265,6 @@ class Tracker:
                              detail=record.detail or "stopped before it reported an end")
         if record is not self._records[run_id]:
             self.put(record)
-        self.flush(run_id)
         self._books.pop(run_id, None)
 
     def cancel(self, run_id: str) -> bool:

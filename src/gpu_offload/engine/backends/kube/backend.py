@@ -37,6 +37,7 @@ from ...errors import OffloadError, OffloadUsageError
 from ..base import Job, RunRequest, SessionInfo, Transfer
 from .config import KubeSettings
 from .explain import span_text
+from .host import Launched, WarmSession
 from .hub_inventory import HubInventory
 from .idle import IdleTimeouts, release_words
 from .jobrun import KubeJobRun
@@ -47,8 +48,8 @@ from .podspec import fetched_outputs, same_object, untrusted_unfetched
 from .queueing import Ticket
 from .rank_session import KubeRankSession, RankSessionRun
 from .resume import SessionKeeper
-from .run import KubeRun, Launched
-from .session import KubeSession, SessionRun, WarmSession
+from .run import KubeRun
+from .session import KubeSession, SessionRun
 from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
 from .user_runs import UserPods
 
@@ -192,21 +193,21 @@ class KubernetesBackend:
     # --- the Host protocol: what runs and sessions ask of the backend and tell it ---
 
     def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> Launched:
-        """See :meth:`.run.Host.launch`."""
+        """See :meth:`.host.Host.launch`."""
         return self.launcher.launch(order, avoid)
 
     def run_defaults(self) -> RunDefaults:
-        """See :meth:`.run.Host.run_defaults`: the kernel's run defaults as its environment holds them now (a
+        """See :meth:`.host.Host.run_defaults`: the kernel's run defaults as its environment holds them now (a
         notebook's ``%env GPU_OFFLOAD_MEMORY=...``, which an out-of-memory failure suggests, applies to the next
         run), in the one form every front end uses (``settings.run_defaults``)."""
         return run_defaults(kernel_settings())
 
     def leave(self, ticket: Ticket) -> None:
-        """See :meth:`.run.Host.leave`."""
+        """See :meth:`.host.Host.leave`."""
         self.launcher.leave(ticket)
 
     def fetched(self, run_id: str, outputs: Outputs, cluster: str) -> Outputs:
-        """See :meth:`.run.Host.fetched`: what the run uploaded to object storage, read back; an untrusted
+        """See :meth:`.host.Host.fetched`: what the run uploaded to object storage, read back; an untrusted
         cluster's pickle or buffer references are not even downloaded."""
         storage = self.storage
         if storage is None:
@@ -230,12 +231,12 @@ class KubernetesBackend:
         return replace(outputs, pickle=packed, buffers=tuple(refs))
 
     def released(self, run_id: str) -> None:
-        """See :meth:`.run.Host.released`: the run's stored objects go (a CLI run keeps its log)."""
+        """See :meth:`.host.Host.released`: the run's stored objects go (a CLI run keeps its log)."""
         if self.storage is not None:
             self.storage.remove_run(run_id, keep=(LOG,) if self.settings.cli else ())
 
     def idle(self, session: WarmSession) -> None:
-        """See :meth:`.run.Host.idle`: checkpoint the session if it changed (in the background), then its idle
+        """See :meth:`.host.Host.idle`: checkpoint the session if it changed (in the background), then its idle
         timer."""
         if isinstance(session, (KubeSession, KubeRankSession)):
             self.keeper.after_cell(session, self._start_idle_timer)

@@ -34,9 +34,9 @@ from ...timing import Phase
 from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
+from .host import Host, Launched, failure_events
 from .plan import PodOrder
 from .pods import PodApi
-from .run import Host, Launched, failure_events
 
 LASTING = (APIUnauthorized, APIForbidden, APINotFound)
 """Failures of the pods' list or watch that trying again does not mend (the loop retries the others)."""

@@ -2,7 +2,7 @@
 (:mod:`.executor`), then follow a queued pod's place in line.
 
 Runs and sessions get a pod or Job (a first one, or one elsewhere after a loss) through the backend's
-:class:`~.run.Host` interface, which hands the request here: one path for every kind of launch.
+:class:`~.host.Host` interface, which hands the request here: one path for every kind of launch.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from ..hub_api import HubSpend
 from .budget import read_spend
 from .config import KubeSettings
 from .executor import Executor
+from .host import Launched
 from .hub_inventory import HubInventory
 from .plan import PodOrder, Situation, needs_inventory, plan_launch, refuse
 from .pods import PodApi
 from .queueing import QueueWatch, Ticket
-from .run import Launched
 from .storage import RunStorage
 
 SETTLE_SECONDS = 150.0
@@ -164,7 +164,7 @@ class PodLauncher:
         return self._runner
 
     def leave(self, ticket: Ticket) -> None:
-        """See :meth:`.run.Host.leave`."""
+        """See :meth:`.host.Host.leave`."""
         if self._queue is not None:
             self._queue.forget(ticket)
 

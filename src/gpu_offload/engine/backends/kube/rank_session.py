@@ -2,7 +2,7 @@
 
 Each pod runs the runner with ``--session`` as its node's launcher (docs/distributed.md, the node launcher
 interface, point 4). The kernel attaches to every pod's stdin as it does to a single session pod
-(:class:`~.session.Attachment`), greets each with the session's nonce and shape, and sends every cell's
+(:class:`~.host.Attachment`), greets each with the session's nonce and shape, and sends every cell's
 ``run`` (and Ctrl-C's ``interrupt``) to all of them; each launcher passes it on to its ranks, which keep their
 namespaces (and their process group) between cells. The pods' frames come through
 :class:`~.jobrun.JobPods`, and the engine's :class:`~...ranked.RankedRun` merges them as for a one-shot
@@ -24,10 +24,10 @@ from ....runner.secrecy import greeting
 from ..base import Ranks, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
+from .host import Attachment, Host, WarmSession
 from .jobrun import JobPods, pod_failure
 from .plan import PodOrder
-from .run import Host
-from .session import Attachment, SessionCell, WarmSession
+from .session import SessionCell
 
 SEND_WAIT = 0.25
 """Longest wait for frames between looks at whether every pod runs, before a cell's command is sent."""

@@ -13,151 +13,18 @@ import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
 
-from ....runner.frames import DisplayData, Done, Error, Hello, Outputs, RunnerWarning, Status, Stream
-from ...timing import Phase
+from ....runner.frames import DisplayData, Done, Hello, Outputs, RunnerWarning, Status, Stream
 from ..base import Queued, RunEvent, RunnerExit
-from .explain import FAILED, PODS_READY_TIMEOUT, PodContext, PodState, pod_state
-from .follow import PodEnded, PodFollower
+from .explain import FAILED, PODS_READY_TIMEOUT, PodState, pod_state
+from .follow import PodEnded
+from .host import Host, InLine, failure_events, follow_pod
 from .plan import PodOrder
-from .pods import PodApi
-from .protection import Protection
-from .queueing import Ticket, duration
+from .queueing import duration
 from .requeue import after_preemption
 
-if TYPE_CHECKING:
-    from ....liqo_peering.settings import RunDefaults
-    from .session import WarmSession
-
-
-@dataclass(frozen=True)
-class Launched:
-    """A runner pod or a distributed run's Indexed Job the launcher created, and where it was sent."""
-
-    name: str
-    owner: Mapping[str, Any]
-    """The Pod or Job as the server stored it."""
-    ctx: PodContext
-    """Where the pods were sent; a Job's ``ctx.cluster`` names every cluster they may run on (``a or b`` with
-    ``--spread``); a queued pod's cluster is known once Kueue admits it."""
-    clusters: tuple[str, ...] = ()
-    """The cluster ids the pods may run on (one without ``--spread``)."""
-    outputs_from: str = ""
-    """The cluster whose trust decides what comes back: the one cluster, or the first untrusted of several
-    (the out rank may land on any of them)."""
-    stdin: bytes = b""
-    """What each runner reads on stdin once it runs (the bundle; empty for a session, or when the pods fetch
-    it from object storage)."""
-    phases: tuple[Phase, ...] = ()
-    """When placement and the creation ended (``time.monotonic()``), for the run's timing."""
-    ticket: Ticket | None = None
-    """A queued pod's place in Kueue's line."""
-    protection: Protection | None = None
-    """A session pod protected from preemption for its first minutes (lowered to its own class after)."""
-
-
-@dataclass
-class LaunchedPod:
-    """A runner pod being followed (and its place in Kueue's line while queued)."""
-
-    name: str
-    follower: PodFollower
-    ticket: Ticket | None = None
-    phases: tuple[Phase, ...] = ()
-    protection: Protection | None = None
-
-    @property
-    def ctx(self) -> PodContext:
-        """Where the pod was sent: the follower's (a queued pod's cluster is known once Kueue admits it)."""
-        return self.follower.ctx
-
-
-class Host(Protocol):
-    """What a run or session of the kube backend asks of the backend and tells it: the one way back to it."""
-
-    pods: PodApi
-    watch_seconds: int
-    """Server timeout of one watch request of the pods followed."""
-
-    def launch(self, order: PodOrder, avoid: frozenset[str] = frozenset()) -> Launched:
-        """Create ``order``'s pod, or its Job when it has ranks (on none of the ``avoid`` cluster ids); raises
-        when nothing fits, or, for a retry, when the cell is pinned with ``--cluster`` or queueing is on."""
-        ...
-
-    def leave(self, ticket: Ticket) -> None:
-        """Stop following a queued pod's place in line (admitted, withdrawn or released)."""
-        ...
-
-    def fetched(self, run_id: str, outputs: Outputs, cluster: str) -> Outputs:
-        """``outputs`` of run ``run_id`` from ``cluster`` with what it stored read back (as its trust allows)."""
-        ...
-
-    def released(self, run_id: str) -> None:
-        """Run ``run_id`` is over and let go: what it stored goes."""
-        ...
-
-    def idle(self, session: WarmSession) -> None:
-        """A cell of ``session`` ended and the session waits for the next one."""
-        ...
-
-    def run_defaults(self) -> RunDefaults:
-        """What a run or session starting now gets where it does not say, resolved once for it."""
-        ...
-
-
-def follow_pod(host: Host, launched: Launched, order: PodOrder) -> LaunchedPod:
-    """Start following the runner pod ``launched`` made for ``order``."""
-    follower = PodFollower(host.pods, launched.owner, order.nonce, launched.ctx, one_shot=not order.session,
-                           watch_seconds=host.watch_seconds, run_id=order.bundle_run, stdin=launched.stdin or None)
-    return LaunchedPod(launched.name, follower, launched.ticket, launched.phases, launched.protection)
-
-
-QUEUED_AFTER = 2.0
-"""Seconds a gated pod waits before the user is told it is queued even if Kueue has not listed it yet."""
 WHY_STOPPED_SECONDS = 10.0
 """How long to wait for the pod's status to say why its runner was stopped from outside."""
-
-
-class InLine:
-    """What a run says about its pod's place in Kueue's line: the place when it changed, then that it left the
-    line. Said only once the pod is listed as pending or has waited a moment, so a pod admitted at once never
-    says it was queued."""
-
-    def __init__(self) -> None:
-        self.shown = -1
-        """The version of the ticket last shown (-1: the run was not shown as queued)."""
-
-    def event(self, launched: LaunchedPod, host: Host) -> Queued | None:
-        ticket = launched.ticket
-        if ticket is None:
-            return None
-        if not launched.follower.gated:
-            self.leave(launched, host)
-            if self.shown >= 0:
-                self.shown = -1
-                return Queued(f"admitted by Kueue after {duration(time.monotonic() - ticket.since)} in line",
-                              waiting=False)
-            return None
-        due = ticket.position is not None or time.monotonic() - ticket.since > QUEUED_AFTER
-        if due and ticket.version != self.shown:
-            self.shown = ticket.version
-            return Queued(ticket.text())
-        return None
-
-    @staticmethod
-    def leave(launched: LaunchedPod, host: Host) -> None:
-        """Stop following the pod's place in line (admitted, withdrawn or released)."""
-        ticket, launched.ticket = launched.ticket, None
-        if ticket is not None:
-            host.leave(ticket)
-
-
-def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[RunEvent]:
-    """The events that end a run whose pod failed: an ``Error`` the engine raises, then the exit."""
-    return [Error(-1, state.reason or "PodFailed", state.text, ()), RunnerExit(code, diagnostics)]
 
 
 class KubeRun:

@@ -8,15 +8,11 @@ variables stay.
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import dataclasses
-import json
 import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from ....liqo_peering import labels as L
@@ -26,49 +22,9 @@ from ....runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED, PREEMPTED, span_text
 from .follow import PodEnded, PodFollower
+from .host import Attachment, Host, InLine, LaunchedPod, WarmSession, failure_events, follow_pod
 from .plan import PodOrder
 from .pods import PodApi
-from .run import Host, InLine, LaunchedPod, failure_events, follow_pod
-
-
-class Attachment:
-    """The stdin of one session pod's runner, through an attach websocket held for the session's life; the
-    runner's greeting (its frame nonce, and for a distributed session's launcher the shape) goes first."""
-
-    def __init__(self, pods: PodApi, pod: str, first: bytes) -> None:
-        self._pods = pods
-        self.pod = pod
-        self._first: bytes | None = first
-        """The runner's first line on stdin (its frame nonce: never in the pod's environment or Secret)."""
-        self._ws: Any = None
-
-    @property
-    def attached(self) -> bool:
-        """Whether the runner has been written to (one never attached to waits for no ``exit``)."""
-        return self._ws is not None
-
-    def send(self, command: dict[str, Any]) -> bool:
-        """Write one command line (attaching first if needed); False if that failed twice."""
-        line = json.dumps(command) + "\n"
-        for _attempt in range(2):
-            try:
-                if self._ws is None or not self._ws.is_open():
-                    self._ws = self._pods.attach(self.pod)
-                if self._first is not None:
-                    self._ws.write_stdin(self._first.decode("ascii"))
-                    self._first = None
-                self._ws.write_stdin(line)
-                return True
-            except Exception:  # noqa: BLE001 - a dropped websocket: attach again once
-                self._ws = None
-        return False
-
-    def close(self) -> None:
-        """Close the websocket (the runner's stdin stays open: ending it is the pod's deletion's job)."""
-        ws, self._ws = self._ws, None
-        if ws is not None:
-            with contextlib.suppress(Exception):  # already closed
-                ws.close()
 
 
 class Protector:
@@ -117,93 +73,6 @@ class Protector:
 
     def stop(self) -> None:
         self._stop.set()
-
-
-class WarmSession:
-    """What the backend keeps of a warm session, whatever holds it (one pod, or a distributed session's Job):
-    whether a cell runs, how many ran, and the idle timer."""
-
-    def __init__(self, name: str, host: Host, replaces: str, ended: str) -> None:
-        self.name = name
-        self.host = host
-        self.pods = host.pods
-        self.replaces = replaces
-        """What held the session of this name that ended while idle (``pod NAME``): the first cell says its
-        state is gone."""
-        self.ended = ended
-        """How that ended, in a few words ("preempted after 14 min by a higher-priority run")."""
-        self.runs = 0
-        self.busy = False
-        self.dead = False
-        self.idle_timer: Any = None
-        """The backend's timer that ends the session if it stays idle too long (cancelled by the next cell)."""
-        self.release_at: float | None = None
-        """When that timer ends the session (wall clock), while it runs."""
-        self.resumes_from = ""
-        """The checkpoint a next session of this name is restored from, once one was written."""
-        self.claims = 0
-        """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
-        stale."""
-
-    def followers(self) -> Iterable[PodFollower]:
-        """The followers of the session's pods: one, or one per node of a distributed session."""
-        raise NotImplementedError
-
-    @property
-    def alive(self) -> bool:
-        """Whether the session may still take cells: not closed, and none of its pods ended (one may end while
-        idle: lost node, eviction, cleanup; one ended breaks a distributed session's process group for all)."""
-        return not self.dead and not any(f.ended for f in self.followers())
-
-    def end_words(self) -> str:
-        """How the session ended while idle, for the next session of this name: how the first of its pods to
-        end did (Kueue's preemption in its words)."""
-        for follower in self.followers():
-            end = follower.end
-            if end is not None and end.summary:
-                return f"was {end.summary} while idle"
-        return "ended while idle"
-
-    def take_cell(self, bundle: bytes) -> dict[str, Any]:
-        """Mark the session busy with one more cell; the ``run`` command that carries ``bundle``."""
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-            self.release_at = None
-        if self.busy:
-            from ...errors import OffloadUsageError
-
-            raise OffloadUsageError(
-                f"Session `{self.name}` is still running a cell. Wait for it (`%gpu_result`), cancel it, or use "
-                "another --session name.")
-        self.busy = True
-        self.runs += 1
-        return {"op": "run", "bundle_b64": base64.b64encode(bundle).decode("ascii")}
-
-    def replaced_note(self) -> str | None:
-        """Said once, by the first cell of a session that replaces one that ended while idle."""
-        if not self.replaces:
-            return None
-        note = (f"session {self.name}: its {self.replaces} {self.ended}, so this cell starts the session anew and "
-                "the variables of the old one are gone; run the cells that define them again")
-        self.replaces = ""
-        return note
-
-    def hang_up(self, stdins: Iterable[Attachment]) -> None:
-        """The first step of closing: no idle timer any more, every runner written to is asked to exit (a dead
-        session's are not), and the connections close; deleting what holds the session is the caller's."""
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-        for stdin in stdins:
-            if not self.dead and stdin.attached:
-                stdin.send({"op": "exit"})
-            stdin.close()
-        self.dead = True
-
-    def went_idle(self, alive: bool) -> None:
-        """A cell ended: the session waits for the next one (the backend's idle timer starts)."""
-        self.busy = False
-        if alive:
-            self.host.idle(self)
 
 
 class KubeSession(WarmSession):
