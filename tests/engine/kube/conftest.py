@@ -30,6 +30,7 @@ from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import KubeSettings
 
 from ...realcluster.realorigin import clusters, seeded_origin
+from ...sandbox.kueue_setup import workloads
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
@@ -119,6 +120,22 @@ def queued_user_namespace(core: Any, custom: Any) -> str:
         "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
     assert main(["queues", "sync", "--namespace", name]) == 0
     return name
+
+
+@pytest.fixture()
+def user_ns(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A user namespace with its LocalQueue, as the hub makes one, on the module's ``origin``; afterwards its pods
+    and Workloads are gone."""
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
+    namespace = queued_user_namespace(core, custom)
+    yield namespace
+    for pod in core.list_namespaced_pod(namespace).items:
+        with contextlib.suppress(kubernetes.client.ApiException):
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left", timeout=60)
+    wait_until(lambda: not workloads(custom, namespace), "no Workload left", timeout=60)
+    core.delete_namespace(namespace)
 
 
 @pytest.fixture()

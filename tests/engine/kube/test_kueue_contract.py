@@ -26,7 +26,7 @@ from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import OffloadError
 
 from ...realcluster.realorigin import clusters, kueue_outage, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, queued_user_namespace, settings
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
 from .helpers import Sink, run_cell
 from .test_queueing import DONORS, KUEUE, QUEUE, fill_pool, in_thread, shows_place, workloads
 
@@ -57,21 +57,6 @@ def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def outage(origin: Any) -> Outage:
     """Kueue down for a block: the sandbox's switch, or real Kueue's process killed and started again."""
     return _OUTAGES[id(origin)]
-
-
-@pytest.fixture()
-def user_ns(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A user namespace with its LocalQueue, as the hub makes one; afterwards its pods and Workloads are gone."""
-    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
-    monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
-    namespace = queued_user_namespace(core, custom)
-    yield namespace
-    for pod in core.list_namespaced_pod(namespace).items:
-        with contextlib.suppress(kubernetes.client.ApiException):
-            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left", timeout=60)
-    wait_until(lambda: not workloads(custom, namespace), "no Workload left", timeout=60)
-    core.delete_namespace(namespace)
 
 
 def _pod(name: str, gpus: int, queue: str | None = QUEUE) -> dict[str, Any]:

@@ -8,7 +8,6 @@ a cell that names no model is admitted to the cluster-only flavor and runs there
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
 from ...realcluster.realorigin import clusters, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, queued_user_namespace, settings
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
 from .helpers import Sink
 from .test_queueing import KUEUE, QUEUE, in_thread, workloads
 
@@ -52,20 +51,6 @@ def core(api_client: Any) -> Any:
 @pytest.fixture(scope="module")
 def custom(api_client: Any) -> Any:
     return kubernetes.client.CustomObjectsApi(api_client)
-
-
-@pytest.fixture()
-def user_ns(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
-    monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
-    namespace = queued_user_namespace(core, custom)
-    yield namespace
-    for pod in core.list_namespaced_pod(namespace).items:
-        with contextlib.suppress(kubernetes.client.ApiException):
-            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left", timeout=60)
-    wait_until(lambda: not workloads(custom, namespace), "no Workload left", timeout=60)
-    core.delete_namespace(namespace)
 
 
 def _hold_donor_1(core: Any, namespace: str) -> None:
