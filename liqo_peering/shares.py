@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .errors import CannotShare, NoFit
-from .inventory import VirtualNodeRecord
+from .inventory import VirtualNodeRecord, lends_whole
 from .sharing import GIB, FractionRequest, ResourceAsk, resource_ask
 
 MEMORY_ISOLATED = ("memory", "compute and memory")
@@ -117,6 +117,58 @@ def queued_ask(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, cl
         raise _no_fit(fraction, refused, {})
     best = min(by_resources.values(), key=lambda group: min(p for p, _, _ in group))
     return min(best)[2], tuple(sorted({cluster for _, cluster, _ in best}))
+
+
+@dataclass(frozen=True)
+class QueuedWhole:
+    """Where a queued request of whole GPUs may go when some donors' ``nvidia.com/gpu`` counts shares or an
+    isolator's slots: ``clusters`` to narrow the pod to (empty: no narrowing), and for one GPU on a memory
+    isolator the ``ask`` (one slot and all of the GPU's memory) instead of plain ``nvidia.com/gpu``."""
+
+    clusters: tuple[str, ...] = ()
+    ask: ResourceAsk | None = None
+
+
+def queued_whole(nodes: Sequence[VirtualNodeRecord], gpus: int, clusters: Sequence[str],
+                 models: Sequence[str | None], price: Callable[[VirtualNodeRecord], float],
+                 single: bool) -> QueuedWhole:
+    """With queueing on, a flavor counts ``nvidia.com/gpu`` as its nodes offer it, so Kueue would admit a whole
+    GPU to a time-sliced donor's flavor as one share, or to a memory isolator's as one slot without its memory.
+    Among ``clusters`` (all when empty) of ``models``: when every donor lends whole GPUs, nothing changes; when
+    some do, the pod is narrowed to them; when none does, one GPU of one pod (``single``) asks an isolator for a
+    slot and all of its GPU's memory (as ``placement.place_one`` does), narrowed to the isolators that lend it so.
+    Raises ``NoFit`` naming each donor's way of sharing when none of them can take it."""
+    whole: set[str] = set()
+    other: dict[str, str] = {}
+    isolators: list[VirtualNodeRecord] = []
+    for vn in nodes:
+        if (clusters and vn.cluster_id not in clusters) or not any(_same(vn.model, m) for m in models):
+            continue
+        try:
+            offer = vn.offer()
+        except ValueError as exc:
+            other.setdefault(vn.cluster_id, str(exc))
+            continue
+        if lends_whole(offer):
+            whole.add(vn.cluster_id)
+            continue
+        other.setdefault(vn.cluster_id, f"its nvidia.com/gpu counts {offer.mode} "
+                                        f"{'slots' if offer.mode == 'memory' else 'shares'}, not whole GPUs")
+        if offer.mode == "memory":
+            isolators.append(vn)
+    if not other:
+        return QueuedWhole()
+    if whole:
+        return QueuedWhole(tuple(sorted(whole)))
+    if single and gpus == 1 and isolators:
+        ask, on = queued_ask(isolators, FractionRequest(1.0), clusters, models, price)
+        return QueuedWhole(on, ask)
+    what = f"{gpus} whole GPU{'s' * (gpus != 1)}"
+    fix = ("ask for --gpus 1 (a memory isolator lends one whole GPU per pod) or for part of a GPU (--gpus 0.5)"
+           if isolators else
+           "ask for part of a GPU (--gpus 0.5), or ask your admin for a donor that lends whole GPUs")
+    raise NoFit(f"no donor lends {what} to a queued run: "
+                + "; ".join(f"{c}: {why}" for c, why in sorted(other.items())) + f"; {fix}", ())
 
 
 @dataclass(frozen=True)
