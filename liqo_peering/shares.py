@@ -14,13 +14,15 @@ its donor's GPUs, so the per-GPU packing of ``packing`` (FGD) is the donor's sch
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import CannotShare, NoFit
 from .inventory import VirtualNodeRecord, lends_whole
 from .sharing import GIB, FractionRequest, ResourceAsk, resource_ask
 
 MEMORY_ISOLATED = ("memory", "compute and memory")
+SHARES = ("time-slicing", "mps")
+"""Modes that lend a GPU as replicas of one resource."""
 
 
 @dataclass(frozen=True)
@@ -103,20 +105,36 @@ def _no_fit(fraction: FractionRequest, refused: dict[str, str], full: dict[str, 
     return NoFit(f"{head}; " + "; ".join(lines), ())
 
 
+def _same_part(ask: ResourceAsk) -> tuple[object, ...]:
+    """What must be equal on every donor a queued part may land on: the resources asked for, and for shares the
+    part of the GPU they are (shares over the donor's replicas), which the runner is told; the bytes that part
+    is depend on the GPU it lands on, which the runner reads there (``queued_part``)."""
+    return (ask.resources, ask.share if ask.mode in SHARES else None)
+
+
+def queued_part(ask: ResourceAsk) -> ResourceAsk:
+    """The ask as the runner of a queued part is told it: shares as the part of the GPU they are, not as the
+    bytes of the cheapest donor's GPU (Kueue may admit it on a donor whose GPU is larger or smaller); the
+    runner's cap and watch take that part of the GPU it runs on. A MIG profile's or an isolator's bytes are
+    the same on every donor lending them with the same resources."""
+    return replace(ask, memory_limit=None) if ask.mode in SHARES else ask
+
+
 def queued_ask(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, clusters: Sequence[str],
                models: Sequence[str | None], price: Callable[[VirtualNodeRecord], float]) -> tuple[ResourceAsk, tuple[str, ...]]:
     """With queueing on, Kueue picks the donor, so the pod must ask in units every donor it may land on lends:
     the ask of the cheapest donor that can grant ``fraction`` at all (free now or not), and the clusters among
-    ``clusters`` (all when empty) whose nodes grant it with the same resources. Raises ``NoFit`` naming why
-    each donor cannot."""
+    ``clusters`` (all when empty) whose nodes grant it with the same resources and, for shares, the same part
+    of a GPU (``_same_part``). Raises ``NoFit`` naming why each donor cannot."""
     refused: dict[str, str] = {}
-    by_resources: dict[tuple[tuple[str, int], ...], list[tuple[float, str, ResourceAsk]]] = {}
+    by_part: dict[tuple[object, ...], list[tuple[float, str, ResourceAsk]]] = {}
     for vn, ask in _asks(nodes, fraction, models, clusters, refused):
-        by_resources.setdefault(ask.resources, []).append((price(vn), vn.cluster_id, ask))
-    if not by_resources:
+        by_part.setdefault(_same_part(ask), []).append((price(vn), vn.cluster_id, ask))
+    if not by_part:
         raise _no_fit(fraction, refused, {})
-    best = min(by_resources.values(), key=lambda group: min(p for p, _, _ in group))
-    return min(best)[2], tuple(sorted({cluster for _, cluster, _ in best}))
+    best = min(by_part.values(), key=lambda group: min(p for p, _, _ in group))
+    cheapest = min(best, key=lambda entry: entry[:2])[2]
+    return queued_part(cheapest), tuple(sorted({cluster for _, cluster, _ in best}))
 
 
 @dataclass(frozen=True)

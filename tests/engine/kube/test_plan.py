@@ -276,6 +276,9 @@ def test_part_of_a_gpu_asks_the_sharing_donor_in_its_units_and_tells_the_runner(
                                                                 "cluster_queue": CLUSTER_QUEUE}))
     assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
     assert queued.clusters == ("donor-s",) and queued.offloading == Offloading(("donor-s",), ("donor-s",))
+    # Kueue may admit it on any donor lending a quarter as one share: the runner is told the part, whose bytes
+    # are those of the GPU it lands on, not the cheapest donor's
+    assert queued.pod.env["GPU_OFFLOAD_GPU_FRACTION"] == "0.25" and "GPU_OFFLOAD_GPU_MEMORY_LIMIT" not in queued.pod.env
     assert needs_inventory(RunRequest(fraction=0.5), "gpu-offload")
     with pytest.raises(NoFit, match="donor-a: this donor lends whole GPUs only"):
         plan(Case(RunRequest(fraction=0.5, cluster="donor-a"), seen={"inventory": SHARED}))
