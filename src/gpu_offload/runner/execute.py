@@ -110,8 +110,10 @@ def _compile(emit: Emit, cell: str, filename: str, first: int, *, script: bool) 
     ast.increment_lineno(tree, first - 1)
     last = None
     # a script shows nothing of its last expression, as ``python script.py`` does
-    if not script and tree.body and isinstance(tree.body[-1], ast.Expr) and not cell.rstrip().endswith(";"):
-        last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
+    tail = tree.body[-1] if tree.body else None
+    if not script and isinstance(tail, ast.Expr) and not cell.rstrip().endswith(";"):
+        tree.body.pop()
+        last = compile(ast.Expression(tail.value), filename, "eval")
     return compile(tree, filename, "exec"), last
 
 

@@ -277,7 +277,8 @@ class LocalBackend:
                 env = runner_environment(placement, os.environ)
                 current = self._sessions[name] = LocalSession(name, self._session_process(job, nonce, env),
                                                               placement)
-            elif current.placement.session_key() != placement.session_key():
+            # the same request (the same magic line, as a notebook repeats it) has the same key: no copies made
+            elif current.placement != placement and current.placement.session_key() != placement.session_key():
                 raise OffloadUsageError(
                     f"Session `{name}` was started with {current.placement.shape()}; this cell asks "
                     f"for {placement.shape()}. Close it with `%gpu_offload close {name}` to change "
