@@ -352,3 +352,16 @@ def test_a_whole_gpu_with_every_whole_gpu_taken_runs_alone_on_a_memory_isolators
     assert "GPU_OFFLOAD_GPU_MEMORY_LIMIT" not in placed.pod.env and "GPU_OFFLOAD_GPU_FRACTION" not in placed.pod.env
     with pytest.raises(NoFit, match="no cluster has 2 free GPUs"):  # an isolator lends one whole GPU per pod
         plan(Case(RunRequest(gpus=2), seen={"inventory": pool}))
+
+
+def test_a_session_pod_gets_the_hubs_notice_as_its_grace_period_and_a_one_shot_pod_does_not() -> None:
+    seen = Situation(queue=None, kernel=KERNEL, manifest=MANIFEST, runner_size=1000, kernel_pid=42,
+                     inventory=INVENTORY)
+    hub = dataclasses.replace(SETTINGS, session_notice=180)  # the chart's offload.sessionNotice
+    session = plan_launch(PodOrder("s1", "nonce", RunRequest(), session=True), frozenset(), hub, TRUST, seen)
+    assert session.owner()["spec"]["terminationGracePeriodSeconds"] == 180
+    one_shot = plan_launch(PodOrder("r1", "nonce", RunRequest(), b"bundle", bundle_run="r1"), frozenset(), hub,
+                           TRUST, seen)
+    assert one_shot.owner()["spec"]["terminationGracePeriodSeconds"] == 10
+    unset = plan_launch(PodOrder("s2", "nonce", RunRequest(), session=True), frozenset(), SETTINGS, TRUST, seen)
+    assert unset.owner()["spec"]["terminationGracePeriodSeconds"] == 60
