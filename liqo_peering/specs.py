@@ -177,13 +177,16 @@ def gpu_resource_slice(
     cpu: str | None = None,
     memory: str | None = None,
 ) -> dict[str, Any]:
-    """A ResourceSlice asking a donor for ``gpus`` GPUs (Liqo gives a granted slice its own virtual node).
+    """A ResourceSlice asking a donor for ``gpus`` GPUs, as ``liqoctl create resourceslice`` writes it: labelled
+    for Liqo's replication to the provider (which grants it) and annotated so that Liqo gives the granted slice
+    its own virtual node.
 
     ``cpu`` and ``memory`` ride along because the pods using the GPUs need some; Liqo recommends a
     separate slice for GPUs so they get a node of their own that can carry the model labels.
     """
     if gpus < 1:
         raise InvalidRequest(f"ResourceSlice {name}: gpus={gpus}; ask for 1 or more")
+    provider = dns_name(provider_cluster_id, "provider cluster id")
     resources: dict[str, str] = {L.GPU_RESOURCE: str(gpus)}
     if cpu:
         resources["cpu"] = cpu
@@ -195,12 +198,14 @@ def gpu_resource_slice(
         "metadata": {
             "name": dns_name(name, "ResourceSlice name"),
             "namespace": dns_name(tenant_namespace, "tenant namespace"),
-            "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE, L.REMOTE_CLUSTER_ID_LABEL: provider_cluster_id},
+            "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE, L.REMOTE_CLUSTER_ID_LABEL: provider,
+                       L.REPLICATION_LABEL: "true", L.REPLICATION_DESTINATION_LABEL: provider},
+            "annotations": {L.CREATE_VIRTUAL_NODE: "true"},
         },
         "spec": {
             "class": "default",
             "consumerClusterID": dns_name(consumer_cluster_id, "consumer cluster id"),
-            "providerClusterID": dns_name(provider_cluster_id, "provider cluster id"),
+            "providerClusterID": provider,
             "resources": resources,
         },
     }
