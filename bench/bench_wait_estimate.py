@@ -107,30 +107,42 @@ class Pool:
         self.by_asks.setdefault(asks, deque(maxlen=HISTORY)).append(duration)
 
 
+Tail = tuple[float, int, list[float], int]
+"""A running run: how long it has run, its GPUs, the sorted durations its end is drawn from, and how many of
+them it has outlived."""
+
+
+def _simulated(pool: Pool, tails: list[Tail], line: list[tuple[int, list[float]]], now: float,
+               draws: random.Random) -> float:
+    """The :data:`QUANTILE` of :data:`DRAWS` simulated starts of the last run of ``line`` ((GPUs, the sorted
+    durations its run is drawn from), head first), served first in, first out after the running ``tails``."""
+    free0 = pool.gpus - sum(g for _, g, _ in pool.running.values())
+    starts = []
+    for _ in range(DRAWS):
+        # a run longer than every duration seen is expected to run as long again
+        ends = [(now + (seen[draws.randrange(k, len(seen))] - e if k < len(seen) else e), g)
+                for e, g, seen, k in tails]
+        heapq.heapify(ends)
+        free, t = free0, now
+        for need, seen in line:
+            while free < need and ends:
+                end, back = heapq.heappop(ends)
+                free, t = free + back, max(t, end)
+            free -= need
+            heapq.heappush(ends, (t + seen[draws.randrange(len(seen))], need))
+        starts.append(t - now)
+    starts.sort()
+    return starts[int(QUANTILE * len(starts))]
+
+
 def pool_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float | None:
     """The pool model's wait for a run of ``gpus`` behind runs asking ``ahead`` (head first); None under 3
     durations seen."""
     seen = sorted(pool.ended)
     if len(seen) < 3:
         return None
-    free0 = pool.gpus - sum(g for _, g, _ in pool.running.values())
-    tails = [(now - start, g, bisect.bisect_right(seen, now - start)) for start, g, _ in pool.running.values()]
-    starts = []
-    for _ in range(DRAWS):
-        # a run longer than every duration seen is expected to run as long again
-        ends = [(now + (seen[pool.draws.randrange(k, len(seen))] - e if k < len(seen) else e), g)
-                for e, g, k in tails]
-        heapq.heapify(ends)
-        free, t = free0, now
-        for need in [*ahead, gpus]:
-            while free < need and ends:
-                end, back = heapq.heappop(ends)
-                free, t = free + back, max(t, end)
-            free -= need
-            heapq.heappush(ends, (t + seen[pool.draws.randrange(len(seen))], need))
-        starts.append(t - now)
-    starts.sort()
-    return starts[int(QUANTILE * len(starts))]
+    tails = [(now - start, g, seen, bisect.bisect_right(seen, now - start)) for start, g, _ in pool.running.values()]
+    return _simulated(pool, tails, [(need, seen) for need in [*ahead, gpus]], now, pool.draws)
 
 
 def asks_guess(pool: Pool, ahead: list[tuple[int, Asks]], gpus: int, asks: Asks, now: float) -> float | None:
@@ -147,27 +159,12 @@ def asks_guess(pool: Pool, ahead: list[tuple[int, Asks]], gpus: int, asks: Asks,
             known[of] = sorted(own) if len(own) >= SAME_ASKS else every
         return known[of]
 
-    free0 = pool.gpus - sum(g for _, g, _ in pool.running.values())
     tails = []
     for start, g, run_asks in pool.running.values():
         seen = durations(run_asks)
         tails.append((now - start, g, seen, bisect.bisect_right(seen, now - start)))
     line = [(need, durations(a)) for need, a in [*ahead, (gpus, asks)]]
-    starts = []
-    for _ in range(DRAWS):
-        ends = [(now + (seen[pool.asks_draws.randrange(k, len(seen))] - e if k < len(seen) else e), g)
-                for e, g, seen, k in tails]
-        heapq.heapify(ends)
-        free, t = free0, now
-        for need, seen in line:
-            while free < need and ends:
-                end, back = heapq.heappop(ends)
-                free, t = free + back, max(t, end)
-            free -= need
-            heapq.heappush(ends, (t + seen[pool.asks_draws.randrange(len(seen))], need))
-        starts.append(t - now)
-    starts.sort()
-    return starts[int(QUANTILE * len(starts))]
+    return _simulated(pool, tails, line, now, pool.asks_draws)
 
 
 def _ask(item: Waiting, position: int, now: float, admissions: list[float], pool: Pool,
