@@ -53,8 +53,9 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-SESSION_GRACE_SECONDS = 60
-"""A session pod's termination grace period: enough for its runner to upload a checkpoint of a few GiB."""
+SESSION_GRACE_SECONDS: int = E.SESSION_NOTICE.default
+"""A session pod's termination grace period unless the hub sets another (``GPU_OFFLOAD_SESSION_NOTICE``): enough
+for its runner to upload a checkpoint of a few GiB."""
 NODE_LOST_SECONDS: int = E.NODE_LOST_SECONDS.default
 """Runner pods' toleration of a not-ready or unreachable node (``GPU_OFFLOAD_NODE_LOST_SECONDS``)."""
 
@@ -257,6 +258,9 @@ class RunnerPodSpec:
     node_lost_seconds: int = NODE_LOST_SECONDS
     """Seconds the pod tolerates its node being not ready or unreachable before Kubernetes evicts it
     (:func:`node_lost_tolerations`)."""
+    session_notice: int = SESSION_GRACE_SECONDS
+    """With ``session``: the pod's termination grace period, the time its runner has from SIGTERM to write the
+    session's checkpoint."""
 
 
 def node_lost_tolerations(seconds: int) -> list[dict[str, Any]]:
@@ -384,7 +388,7 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # a session's runner writes its state on SIGTERM (preemption, drain): the time to finish writing it
-        "terminationGracePeriodSeconds": SESSION_GRACE_SECONDS if spec.session else 10,
+        "terminationGracePeriodSeconds": spec.session_notice if spec.session else 10,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": spec.run_as_user,

@@ -359,6 +359,19 @@ def test_a_whole_gpu_with_every_whole_gpu_taken_runs_alone_on_a_memory_isolators
         plan(Case(RunRequest(gpus=2), seen={"inventory": pool}))
 
 
+def test_a_session_pod_gets_the_hubs_notice_as_its_grace_period_and_a_one_shot_pod_does_not() -> None:
+    seen = Situation(queue=None, kernel=KERNEL, manifest=MANIFEST, runner_size=1000, kernel_pid=42,
+                     inventory=INVENTORY)
+    hub = dataclasses.replace(SETTINGS, session_notice=180)  # the chart's offload.sessionNotice
+    session = plan_launch(PodOrder("s1", "nonce", RunRequest(), session=True), frozenset(), hub, TRUST, seen)
+    assert session.owner()["spec"]["terminationGracePeriodSeconds"] == 180
+    one_shot = plan_launch(PodOrder("r1", "nonce", RunRequest(), b"bundle", bundle_run="r1"), frozenset(), hub,
+                           TRUST, seen)
+    assert one_shot.owner()["spec"]["terminationGracePeriodSeconds"] == 10
+    unset = plan_launch(PodOrder("s2", "nonce", RunRequest(), session=True), frozenset(), SETTINGS, TRUST, seen)
+    assert unset.owner()["spec"]["terminationGracePeriodSeconds"] == 60
+
+
 # donor-h lends its GPUs through a memory isolator (nvidia.com/gpu counts 10 slots a GPU) and is the cheapest;
 # donor-t time-slices under the plain name (nvidia.com/gpu counts 4 shares a GPU); donor-a lends whole GPUs
 ISOLATOR = {"cluster_id": "donor-h", "name": "donor-h", "role": "Provider", "health": "healthy", "virtual_nodes": [

@@ -502,6 +502,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         cli=settings.cli, queue=queue,
         # a --priority without a queue is refused by runner_pod, naming the fix
         priority_class=priority_class, node_lost_seconds=settings.node_lost_seconds,
+        session_notice=settings.session_notice,
     )
     if ranks is None:
         ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model,
