@@ -59,6 +59,7 @@ class KernelSettings:
     session_idle_timeout: float = E.SESSION_IDLE_TIMEOUT.default
     session_protection: float = E.SESSION_PROTECTION.default
     protected_priority: str | None = E.PROTECTED_PRIORITY.default
+    session_notice: int = E.SESSION_NOTICE.default
     node_lost_seconds: int = E.NODE_LOST_SECONDS.default
     invalid: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     """``(field, message)`` for each variable whose value was refused; that field holds its default."""

@@ -48,6 +48,11 @@ TYPE_LABEL = "liqo.io/type"
 VIRTUAL_NODE_TYPE = "virtual-node"
 REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
 RESOURCE_SLICE_NAME_LABEL = "liqo.io/resourceslice-name"  # on a VirtualNode: the slice it was made for
+# What makes a ResourceSlice one the consumer's Liqo acts on and sends to its provider (the CRD replicator's
+# LocalResourcesLabelSelector), and asks for a virtual node of it (liqoctl's forge.MutateResourceSlice)
+REPLICATION_LABEL = "liqo.io/replication"
+REPLICATION_DESTINATION_LABEL = "liqo.io/remoteID"
+CREATE_VIRTUAL_NODE = "liqo.io/create-virtual-node"
 VIRTUAL_NODE_TAINT: dict[str, str] = {"key": "virtual-node.liqo.io/not-allowed", "value": "true",
                                       "effect": "NoExecute"}
 USER_NODE = "origin-user"
@@ -167,12 +172,17 @@ def foreign_cluster(donor: Donor) -> dict[str, Any]:
     }
 
 
+def slice_labels(provider: str) -> dict[str, str]:
+    """The labels liqoctl gives a ResourceSlice asking ``provider`` for resources."""
+    return {REMOTE_CLUSTER_ID_LABEL: provider, REPLICATION_LABEL: "true", REPLICATION_DESTINATION_LABEL: provider}
+
+
 def resource_slice(donor: Donor) -> dict[str, Any]:
     """The donor's GPU ResourceSlice, requested by the origin and granted in full."""
     return {
         "apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
-        "metadata": _meta(donor.node_name, donor.tenant_namespace,
-                          {REMOTE_CLUSTER_ID_LABEL: donor.cluster_id}),
+        "metadata": _meta(donor.node_name, donor.tenant_namespace, slice_labels(donor.cluster_id),
+                          {CREATE_VIRTUAL_NODE: "true"}),
         "spec": {"class": "default", "consumerClusterID": ORIGIN_CLUSTER_ID,
                  "providerClusterID": donor.cluster_id, "resources": donor.granted()},
         "status": {

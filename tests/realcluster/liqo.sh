@@ -161,7 +161,9 @@ vk_image() {
 # hub, user server and Python 3.11 runner (images/build.sh on the local Debian base, podman's layer cache kept),
 # and zero-to-jupyterhub's proxy, configurable-http-proxy from npm on that base with this machine's Node (20: the
 # version it requires; Debian 12's is 18), named as z2jh's values name it. The origin gets the hub's, the
-# donor the runner (runner pods run there); each is tagged under the name a pod spec spells (docker.io/...).
+# donor the runner (runner pods run there) and the user-server image (a Metaflow step's pod runs there: it
+# has the boto3 and pip Metaflow's pod bootstrap needs); each is tagged under the name a pod spec spells
+# (docker.io/...).
 CHP_VERSION=5.3.0
 hub_images() {
 	local dir=$LIQO_STATE/images/hub context image
@@ -184,7 +186,7 @@ hub_images() {
 	rm -f "$dir/chp.tar"
 	podman save --format docker-archive -o "$dir/chp.tar" "quay.io/jupyterhub/configurable-http-proxy:$CHP_VERSION" >/dev/null
 	in_cluster "$ORIGIN" import_hub_images jupyter-gpu-offload-k8s-hub jupyter-gpu-offload-singleuser chp
-	in_cluster "$DONOR" import_hub_images jupyter-gpu-offload-runner
+	in_cluster "$DONOR" import_hub_images jupyter-gpu-offload-runner jupyter-gpu-offload-singleuser
 }
 
 # import_hub_images ARCHIVE...: into this cluster's containerd, each jupyter-gpu-offload image also under the

@@ -41,7 +41,7 @@ from ....liqo_peering.placement import (
 )
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from ....liqo_peering.settings import RunDefaults
-from ....liqo_peering.shares import ClusterShare, cluster_shares, queued_ask
+from ....liqo_peering.shares import ClusterShare, cluster_shares, queued_ask, queued_whole
 from ....liqo_peering.sharing import FractionRequest, ResourceAsk
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import TrustPolicy, apply_policy, is_trusted
@@ -107,9 +107,10 @@ class Situation:
 
 
 def needs_inventory(placement: RunRequest, queue: str | None) -> bool:
-    """Whether planning ``placement`` reads the inventory: placing it, or narrowing a queued run to a model or
-    to the donors that lend part of a GPU in the same units."""
-    return queue is None or bool(placement.gpu_model) or fraction_of(placement) is not None
+    """Whether planning ``placement`` reads the inventory: placing it, or narrowing a queued run to a model, to
+    the donors that lend part of a GPU in the same units, or for whole GPUs to the donors that lend whole GPUs
+    (``shares.queued_whole``)."""
+    return queue is None or placement.gpus > 0 or bool(placement.gpu_model) or fraction_of(placement) is not None
 
 
 def fraction_of(placement: RunRequest) -> FractionRequest | None:
@@ -339,7 +340,21 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
         clusters = offered
     fraction, ask = fraction_of(placement), None
     shares: tuple[ClusterShare, ...] = ()
-    if fraction is not None:  # part of a GPU: in the units of the donors Kueue may choose among
+    if fraction is None and placement.gpus > 0 and inventory is not None:
+        # a flavor counts nvidia.com/gpu as its nodes offer it: shares or an isolator's slots are not whole GPUs
+        try:
+            whole = queued_whole(inventory.virtual_nodes, placement.gpus, clusters, wanted_models(placement),
+                                 price_key, single=placement.ranks is None)
+        except NoFit as exc:
+            raise OffloadUsageError(f"Nothing was launched: {exc}") from None
+        if whole.ask is not None:
+            ask = whole.ask
+            shares = cluster_shares(inventory.virtual_nodes, FractionRequest(1.0), whole.clusters,
+                                    wanted_models(placement), usable(placement, trust))
+        if whole.clusters:
+            clusters = list(whole.clusters)
+            models = {c: m for c, m in models.items() if c in clusters} if models is not None else None
+    elif fraction is not None:  # part of a GPU: in the units of the donors Kueue may choose among
         assert inventory is not None, "needs_inventory() said the inventory is read for a fraction"
         try:
             ask, shared = queued_ask(inventory.virtual_nodes, fraction, clusters, wanted_models(placement),
@@ -488,6 +503,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         cli=settings.cli, queue=queue,
         # a --priority without a queue is refused by runner_pod, naming the fix
         priority_class=priority_class, node_lost_seconds=settings.node_lost_seconds,
+        session_notice=settings.session_notice,
     )
     what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
     if ranks is None:
