@@ -144,9 +144,17 @@ class KueueController:
                                 wl["metadata"].get("generation")))
             cycle.patch_status(api, wl, {"conditions": conditions})
             return
+        if not ready and old and old["status"] == "True" and self.options.pods_ready_timeout is not None:
+            # a started pod no longer ready (its node lost): Kueue waits for its recovery, with no timeout (its
+            # recoveryTimeout is unset by default), and evicts nothing for it
+            conditions = [dict(c) for c in wl["status"]["conditions"]]
+            names.set_condition(conditions, names.condition(names.PODS_READY, False, "WaitForRecovery",
+                                "At least one pod has failed, waiting for recovery", wl["metadata"].get("generation")))
+            cycle.patch_status(api, wl, {"conditions": conditions})
+            return
         timeout = self.options.pods_ready_timeout
         admitted = names.find(wl, names.ADMITTED)
-        if ready or timeout is None or admitted is None or (old and old["status"] == "True"):
+        if ready or timeout is None or admitted is None or (old and old["reason"] != "WaitForStart"):
             return
         if isoparse(admitted["lastTransitionTime"]) + timedelta(seconds=timeout) <= datetime.now(timezone.utc):
             meta = wl["metadata"]

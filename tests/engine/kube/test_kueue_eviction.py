@@ -2,7 +2,9 @@
 (tests/realcluster): the Workload's conditions the engine and the hub's queue pages read (``Evicted``, ``Admitted``,
 ``QuotaReserved``, ``Requeued``, then ``Finished`` once the pod is gone) and the pod's ``TerminationTarget``.
 A pod that never gets ready: ``waitForPodsReady`` evicts it after its timeout (45 s on the real cluster, a few
-seconds here on the sandbox) and deletes it; a plain pod is not requeued (its Workload goes with it)."""
+seconds here on the sandbox) and deletes it; a plain pod is not requeued (its Workload goes with it). A running
+pod whose node stops answering: Kueue waits for its recovery and finishes its Workload once Kubernetes' taint
+eviction deletes the pod (on ``[real]`` the node's kubelet is killed: ``RC_NODE2`` off cluster 0)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
-from ...realcluster.realorigin import clusters, seeded_origin
-from .conftest import IMAGE_MAP, SHARED
+from ...realcluster.realorigin import clusters, node_lost, seeded_origin
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE
 from .test_kueue_contract import MANAGED
 from .test_queueing import DONORS, KUEUE, QUEUE
 
@@ -121,3 +123,57 @@ def test_an_admitted_pod_that_never_gets_ready_is_evicted_deleted_and_its_worklo
     # the pod was told why before it was deleted (what the engine reads: explain.py)
     told = [conditions(p)["TerminationTarget"] for p in pods.seen if "TerminationTarget" in conditions(p)]
     assert told and told[0] == ("True", "WorkloadEvictedDueToPodsReadyTimeout", why), told
+
+
+def lost_node(origin: Any, node: str) -> contextlib.AbstractContextManager[None]:
+    """The node's kubelet silent for the block: real Kubernetes' killed kubelet, or the sandbox's fault (its grace a
+    few seconds instead of the real node controller's 50)."""
+    if not hasattr(origin, "faults"):
+        return node_lost(node)
+
+    @contextlib.contextmanager
+    def sandbox() -> Iterator[None]:
+        origin.call(origin.faults.node_not_ready(node, grace=3.0))
+        try:
+            yield
+        finally:
+            origin.faults.node_ready(node)
+    return sandbox()
+
+
+def test_a_running_queued_pod_on_a_lost_node_waits_for_recovery_then_its_workload_finishes_when_evicted(
+        origin: Any, core: Any, custom: Any, user_ns: str) -> None:
+    """Kubernetes marks the pod not ready, then its taint eviction deletes it (a short toleration here); Kueue
+    waits for recovery (no eviction of its own) and finishes the Workload once its owner is going; the admission
+    stays as it was."""
+    pod = stuck_pod()
+    pod["metadata"]["name"] = "runs"
+    pod["spec"]["terminationGracePeriodSeconds"] = 30  # the deletion waits for a kubelet that never answers
+    pod["spec"]["tolerations"] += [{"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2}
+                                   for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+    container = pod["spec"]["containers"][0]
+    container.update(image=STOCK_IMAGE, imagePullPolicy="IfNotPresent",
+                     command=["python3", "-c", "import time; time.sleep(600)"])
+    workloads = Versions(custom.list_namespaced_custom_object, *KUEUE, user_ns, "workloads")
+    try:
+        core.create_namespaced_pod(user_ns, pod)
+        running = wait_until(lambda: (p := core.read_namespaced_pod("runs", user_ns)).status.phase == "Running" and p,
+                             "the queued pod admitted and running", timeout=120)
+        wait_until(lambda: any(conditions(w).get("PodsReady", ("",))[0] == "True" for w in workloads.seen),
+                   "Kueue seeing the pod started", timeout=60)
+        with lost_node(origin, running.spec.node_name):
+            wait_until(lambda: core.read_namespaced_pod("runs", user_ns).metadata.deletion_timestamp,
+                       "the pod evicted from the silent node", timeout=180)
+            finished = wait_until(lambda: [w for w in workloads.seen if "Finished" in conditions(w)],
+                                  "the Workload finished", timeout=60)
+            with contextlib.suppress(kubernetes.client.ApiException):
+                core.delete_namespaced_pod("runs", user_ns, grace_period_seconds=0)  # nobody on the node confirms
+    finally:
+        workloads.stop()
+    recovering = [conditions(w)["PodsReady"] for w in workloads.seen if "PodsReady" in conditions(w)]
+    assert ("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery") in recovering, \
+        sorted(set(recovering))
+    said = conditions(finished[0])
+    assert said["Finished"] == ("True", "OwnerNotFound", "The workload's owner no longer exists")
+    assert said["Admitted"][:2] == ("True", "Admitted") and said["QuotaReserved"][:2] == ("True", "QuotaReserved")
+    assert not any("Evicted" in conditions(w) for w in workloads.seen)  # Kueue evicted nothing itself
