@@ -81,6 +81,9 @@ class Donor:
     """How the donor shares its GPUs: none, time-slicing, mps, mig or memory."""
     replicas: int = 1
     """Shares per GPU under time-slicing or MPS."""
+    renamed: bool = True
+    """Under time-slicing or MPS, the shares are ``nvidia.com/gpu.shared`` (the plugin's ``renameByDefault``);
+    False: they keep the name ``nvidia.com/gpu``, the one resource Metaflow's ``@kubernetes`` asks for."""
     gpu_memory_gib: int = 80
     mig_profiles: str = "1g.10gb:3,3g.40gb:1"
     """Under ``mig``: ``profile:count`` per GPU."""
@@ -88,7 +91,7 @@ class Donor:
     def gpu_resources(self) -> dict[str, str]:
         """What the donor's nodes advertise for its GPUs in its sharing mode."""
         if self.sharing in ("time-slicing", "mps"):
-            return {SHARED_RESOURCE: str(self.gpus * self.replicas)}
+            return {SHARED_RESOURCE if self.renamed else GPU_RESOURCE: str(self.gpus * self.replicas)}
         if self.sharing == "mig":
             pairs = (item.split(":") for item in self.mig_profiles.split(",") if item)
             return {f"nvidia.com/mig-{name}": str(int(count) * self.gpus) for name, count in pairs}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import queue
 import time
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +33,7 @@ from ...timing import Phase
 from ..base import Placed, Queued, Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
-from .host import Host, InLine, Launched, failure_events
+from .host import Backlog, Host, InLine, Launched, failure_events
 from .plan import PodOrder
 from .pods import PodApi
 
@@ -184,8 +183,7 @@ class KubeJobRun:
         self.job = host.launch(order)
         self._nodes = JobPods(self.pods, order, ranks, self.job, self._watch_seconds)
         self._codes: list[int] = []
-        self._pending: deque[RunEvent] = deque()
-        self._over = False
+        self._backlog = Backlog()
         self._released = False
         self._retried = False
         self._shown = False
@@ -206,7 +204,7 @@ class KubeJobRun:
         return not self._nodes.followers
 
     def progress(self) -> str:
-        if self._ticket is not None and self._gated and not self._over:
+        if self._ticket is not None and self._gated and not self._backlog.over:
             return self._ticket.text()
         started, error = len(self._nodes.followers), self._nodes.watch_error
         return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "
@@ -216,10 +214,8 @@ class KubeJobRun:
         """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         deadline = time.monotonic() + timeout
         while True:
-            if self._pending:
-                return self._pending.popleft()
-            if self._over:
-                return None
+            if self._backlog.due:
+                return self._backlog.take()
             queued = self._queue_event()
             if queued is not None:
                 return queued
@@ -255,14 +251,12 @@ class KubeJobRun:
             return
         if state.kind == FAILED:
             # the first failed pod ends the run: its reason, as the first rank of that pod's error
-            self._over = True
-            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks))
+            self._backlog.end(*pod_failure(index, ended, diagnostics, self._ranks))
             return
         self._codes.append(state.exit_code or 0)
         if len(self._nodes.ended) == self._ranks.nodes:
-            self._over = True
             failed = [code for code in self._codes if code]
-            self._pending.append(RunnerExit(failed[0] if failed else 0, diagnostics))
+            self._backlog.end(RunnerExit(failed[0] if failed else 0, diagnostics))
 
     def _relaunch(self, index: int, ended: PodEnded, diagnostics: str) -> None:
         """Delete the Job (its pods, Secret and Service go with it) and launch the run once more, on none of
@@ -276,15 +270,14 @@ class KubeJobRun:
         try:
             self.job = self._host.launch(order, frozenset(first.clusters or (first.ctx.cluster,)))
         except Exception as exc:  # noqa: BLE001 - no other cluster takes it: report the first failure and why
-            self._over = True
             text = f"{state.text}, before the cell started; the Job was not moved to another cluster: {exc}"
-            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks, text))
+            self._backlog.end(*pod_failure(index, ended, diagnostics, self._ranks, text))
             return
         self._order = order
         self._leave_queue()
         self._ticket = self.job.ticket
         self._nodes = JobPods(self.pods, order, self._ranks, self.job, self._watch_seconds)
-        self._pending.append(Relaunched(
+        self._backlog.add(Relaunched(
             f"node {index}: {state.elsewhere} before the cell started; deleted Job {first.name} (its pods, "
             f"Service and Secret) and retrying the run once on {self.job.ctx.cluster} as Job {self.job.name}"))
 
@@ -305,8 +298,8 @@ class KubeJobRun:
         self._leave_queue()
         self._nodes.stop()
         try:
-            self.pods.delete_job(self.job.name, grace=0 if self._over else max(0, int(grace)))
+            self.pods.delete_job(self.job.name, grace=0 if self._backlog.over else max(0, int(grace)))
         finally:
             self._host.released(self._run_id)
         failed = [code for code in self._codes if code]
-        return failed[0] if failed else (0 if self._over else None)
+        return failed[0] if failed else (0 if self._backlog.over else None)
