@@ -7,6 +7,7 @@ real cluster's missing cluster DNS does not matter."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,7 +73,8 @@ def test_a_distributed_cell_waits_in_line_as_one_workload_and_all_its_ranks_run_
                    "the distributed cell showing its place in line", timeout=120)
         assert "ranks" not in results, results
         place = [n for n in sink.notices if " in line; waiting " in n]
-        assert place[0].startswith("queued for 2 pods of 1 GPU: 1st of 1 in line; waiting "), place
+        # the line's length shows once the ClusterQueue's status was read, which may come after the first notice
+        assert re.match(r"queued for 2 pods of 1 GPU: 1st (of 1 )?in line; waiting ", place[0]), place
         # one Workload for the Job's two pods, waiting for quota; no pod runs yet
         [waiting] = [w for w in workloads(custom, pool) if w["metadata"]["name"].startswith("job-")]
         assert [(p["count"], p["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
