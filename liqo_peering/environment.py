@@ -212,7 +212,8 @@ NODE_LOST_SECONDS = _kernel("NODE_LOST_SECONDS", whole_seconds, 10,
                             "seconds a runner pod stays on a donor's node once Kubernetes has marked it not ready "
                             "or unreachable (about 50 s after it stopped answering), before Kubernetes evicts the "
                             "pod and the run is retried elsewhere or reported lost; unset, Kubernetes' own default "
-                            "would keep it 300 s more ([kubernetes](kubernetes.md))")
+                            "would keep it 300 s more ([kubernetes](kubernetes.md)); a `run`'s Metaflow step pods "
+                            "too ([metaflow](metaflow.md))")
 SESSION_NOTICE = _kernel("SESSION_NOTICE", whole_seconds, 60,
                          "seconds a `--session` pod has between being told to stop (SIGTERM: Kueue's preemption, "
                          "a drain, an eviction) and being killed: its runner interrupts the cell and writes the "

@@ -75,7 +75,10 @@ fi
 # 47: issue 28's three pools of donors no other module has (tests/engine/kube/test_whole_queued.py: a whole-GPU
 # donor beside a cheaper memory isolator, on real Kueue too; test_fractions_bytes.py: two MPS donors of different
 # GPU sizes; tests/flows/test_part_of_a_gpu.py: a donor lending shares as nvidia.com/gpu for a Metaflow run).
-MAX_ORIGINS=47
+# 49: issue 25's two Kueue configurations no other module has (tests/engine/kube/test_kueue_eviction.py: Kueue's
+# waitForPodsReady at a few seconds; test_queued_distributed.py: one 2-GPU donor at full quota, which
+# test_preemption.py lowers for all its tests), each on real Kueue too.
+MAX_ORIGINS=49
 e2e_rc=0
 lane e2e -m "e2e and not fuzz" -n 2 --dist loadgroup --max-origins "$MAX_ORIGINS" "$@" || e2e_rc=$?
 # every decoder of a donor's bytes on seeded malformed input: 12 s per decoder family, about 2 minutes

@@ -161,9 +161,9 @@ QUEUED = {
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
                     {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-a"]},
                     {"key": "gpu-offload.io/gpu-model", "operator": "In", "values": ["A100"]}]}]}}}}}),
-    "a queued Job carries the queue's labels, not its pods": Case(
+    "a queued Job carries the queue's labels, not its pods, and waits in line as one": Case(
         RunRequest(gpus=1, ranks=TWO_NODES), seen={"queue": "gpus", "cluster_queue": CLUSTER_QUEUE}, expect={
-            "kind": "Job", "labels": {"kueue.x-k8s.io/queue-name": "gpus"}, "waits_for": ""}),
+            "kind": "Job", "labels": {"kueue.x-k8s.io/queue-name": "gpus"}, "waits_for": "2 pods of 1 GPU"}),
 }
 
 REFUSED = {

@@ -125,11 +125,17 @@ class InLine:
         """The version of the ticket last shown (-1: the run was not shown as queued)."""
 
     def event(self, launched: LaunchedPod, host: Host) -> Queued | None:
-        ticket = launched.ticket
+        ticket, gated = launched.ticket, launched.follower.gated
+        if ticket is not None and not gated:
+            self.leave(launched, host)
+        return self.said(ticket, gated)
+
+    def said(self, ticket: Ticket | None, gated: bool) -> Queued | None:
+        """What to say of ``ticket`` now; ``gated``: Kueue still holds the run back. Once it does not, the caller
+        stops following the ticket."""
         if ticket is None:
             return None
-        if not launched.follower.gated:
-            self.leave(launched, host)
+        if not gated:
             if self.shown >= 0:
                 self.shown = -1
                 return Queued(f"admitted by Kueue after {duration(time.monotonic() - ticket.since)} in line",

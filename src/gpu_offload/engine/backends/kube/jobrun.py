@@ -30,10 +30,10 @@ from ....liqo_peering.watching import Event as WatchEvent
 from ....liqo_peering.watching import ListResult, ListWatch
 from ....runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
 from ...timing import Phase
-from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
+from ..base import Placed, Queued, Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
-from .host import Backlog, Host, Launched, failure_events
+from .host import Backlog, Host, InLine, Launched, failure_events
 from .plan import PodOrder
 from .pods import PodApi
 
@@ -190,12 +190,22 @@ class KubeJobRun:
         """Whether a rank has shown anything of the cell (output, outputs, an error, its end): a run that
         has is never launched again (its cell would run twice)."""
         self._since = time.monotonic()
+        self._ticket = self.job.ticket
+        """The Job's place in Kueue's line while Kueue holds it back (queueing on)."""
+        self._line = InLine()
 
     @property
     def cluster(self) -> str:
         return self.job.ctx.cluster
 
+    @property
+    def _gated(self) -> bool:
+        # Kueue keeps a queued Job suspended, so it has no pod until admitted
+        return not self._nodes.followers
+
     def progress(self) -> str:
+        if self._ticket is not None and self._gated and not self._backlog.over:
+            return self._ticket.text()
         started, error = len(self._nodes.followers), self._nodes.watch_error
         return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "
                 f"{time.monotonic() - self._since:.0f} s" + (f" (watching its pods failed: {error})" if error else ""))
@@ -206,6 +216,9 @@ class KubeJobRun:
         while True:
             if self._backlog.due:
                 return self._backlog.take()
+            queued = self._queue_event()
+            if queued is not None:
+                return queued
             got = self._nodes.next(max(0.0, deadline - time.monotonic()))
             if got is None:
                 return None
@@ -218,6 +231,17 @@ class KubeJobRun:
             if isinstance(item, (Stream, DisplayData, Outputs, Error, Done)):
                 self._shown = True
             return item
+
+    def _queue_event(self) -> Queued | None:
+        ticket, gated = self._ticket, self._gated
+        if ticket is not None and not gated:
+            self._leave_queue()
+        return self._line.said(ticket, gated)
+
+    def _leave_queue(self) -> None:
+        ticket, self._ticket = self._ticket, None
+        if ticket is not None:
+            self._host.leave(ticket)
 
     def _pod_ended(self, index: int, ended: PodEnded) -> None:
         state = ended.state
@@ -250,6 +274,8 @@ class KubeJobRun:
             self._backlog.end(*pod_failure(index, ended, diagnostics, self._ranks, text))
             return
         self._order = order
+        self._leave_queue()
+        self._ticket = self.job.ticket
         self._nodes = JobPods(self.pods, order, self._ranks, self.job, self._watch_seconds)
         self._backlog.add(Relaunched(
             f"node {index}: {state.elsewhere} before the cell started; deleted Job {first.name} (its pods, "
@@ -269,6 +295,7 @@ class KubeJobRun:
         if self._released:
             return None
         self._released = True
+        self._leave_queue()
         self._nodes.stop()
         try:
             self.pods.delete_job(self.job.name, grace=0 if self._backlog.over else max(0, int(grace)))

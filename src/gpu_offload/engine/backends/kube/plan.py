@@ -164,7 +164,8 @@ class LaunchPlan:
     """The runner pod (each pod of a Job); ``bundle_url`` is filled in once the bundle is stored."""
     job: JobShape | None = None
     waits_for: str = ""
-    """What a queued pod waits for, as its place in line says it (``2 x A100``); empty: no tracking."""
+    """What a queued pod or Job waits for, as its place in line says it (``2 x A100``, ``2 pods of 1 GPU``);
+    empty: no tracking."""
     protection: Protection | None = None
     """A session pod that starts at the protected class and is lowered to its own later (``.protection``)."""
 
@@ -504,13 +505,14 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         priority_class=priority_class, node_lost_seconds=settings.node_lost_seconds,
         session_notice=settings.session_notice,
     )
+    what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
     if ranks is None:
         ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model,
                          where.ask.describe() if where.ask else "", shares=where.shares).on_cluster()
-        what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
                           stored, pod, waits_for=what if queue else "", protection=protection)
     ctx = PodContext(" or ".join(where.clusters), placement.gpus, image, seen.memory, where.model)
     shape = JobShape(ranks.nodes, ranks.procs_per_node, master_port(order.run_id))
+    # Kueue admits the Job's pods together, as one Workload: its place in line is the run's
     return LaunchPlan(order.run_id, "Job", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
-                      stored, pod, job=shape)
+                      stored, pod, job=shape, waits_for=f"{ranks.nodes} pods of {what}" if queue else "")
