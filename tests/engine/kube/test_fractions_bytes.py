@@ -49,17 +49,20 @@ def test_a_queued_half_is_held_to_half_of_the_gpu_it_was_admitted_on(
     until = time.time() + 20.0
     held: dict[str, Any] = {}
 
-    def hold() -> None:  # both shares of the 40 GiB GPU, so Kueue has only the 80 GiB donor left
-        held["outcome"] = run_cell(backend, "import time\nwhile time.time() < until:\n    time.sleep(0.1)",
-                                   {"until": until}, gpu_memory=40 * 2**30, cluster="mps40")[0]
+    def hold(name: str) -> None:  # one of the 40 GiB GPU's two MPS shares (an MPS donor lends one per pod)
+        held[name] = run_cell(backend, "import time\nwhile time.time() < until:\n    time.sleep(0.1)",
+                              {"until": until}, gpu_memory=20 * 2**30, cluster="mps40")[0]
 
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    wait_until(lambda: sum(_admitted(custom, namespace)) == 1, "the 40 GiB GPU held", timeout=90)
+    holders = [threading.Thread(target=hold, args=(name,), daemon=True) for name in ("a", "b")]
+    for holder in holders:
+        holder.start()
+    # both shares of the 40 GiB GPU held, so Kueue has only the 80 GiB donor left
+    wait_until(lambda: sum(_admitted(custom, namespace)) == 2, "the 40 GiB GPU held", timeout=120)
     sink = Sink()
     outcome, _, run = run_cell(backend, CELL, ns := {}, sink, fraction=0.5)
-    holder.join(120)
-    assert held["outcome"].status == "ok", held["outcome"].error
+    for holder in holders:
+        holder.join(120)
+    assert [held[n].status for n in ("a", "b")] == ["ok", "ok"], [held[n].error for n in ("a", "b")]
     assert outcome.status == "ok", (outcome.error, sink.notices)
     assert run.current.ctx.cluster == "mps80"
     assert ns["seen"] == (None, "0.5")  # the part, whose bytes are the admitted GPU's

@@ -266,12 +266,16 @@ SHARED = inventory_from_dict({"clusters": [
 
 
 def test_part_of_a_gpu_asks_the_sharing_donor_in_its_units_and_tells_the_runner() -> None:
-    placed = plan(Case(RunRequest(fraction=0.5), seen={"inventory": SHARED}))
+    placed = plan(Case(RunRequest(fraction=0.25), seen={"inventory": SHARED}))
     assert placed.clusters == ("donor-s",)
-    assert placed.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "2"}}
+    assert placed.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
     assert placed.pod.env["GPU_OFFLOAD_GPU_ISOLATION"] == "compute and memory"
-    assert placed.pod.env["GPU_OFFLOAD_GPU_MEMORY_LIMIT"] == str(40 * 2**30)
-    assert placed.ctx.share.startswith("0.5 of a GPU (mps: 2 nvidia.com/gpu.shared")
+    assert placed.pod.env["GPU_OFFLOAD_GPU_MEMORY_LIMIT"] == str(20 * 2**30)
+    assert placed.ctx.share.startswith("0.25 of a GPU (mps: 1 nvidia.com/gpu.shared")
+    # an MPS donor lends one share per pod (NVIDIA's plugin refuses two), so half a GPU is refused with the fix
+    with pytest.raises(NoFit, match=r"donor-s: this donor shares each GPU by MPS as 4 parts of 20 GiB; one pod gets "
+                                    r"one part; ask for --gpus 1/4 or less"):
+        plan(Case(RunRequest(fraction=0.5), seen={"inventory": SHARED}))
     queued = plan(Case(RunRequest(gpu_memory=10 * 2**30), seen={"inventory": SHARED, "queue": "gpu-offload",
                                                                 "cluster_queue": CLUSTER_QUEUE}))
     assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
@@ -316,15 +320,19 @@ def test_a_queued_fraction_says_once_admitted_whether_its_donor_isolates_its_mem
 
 
 def test_a_placed_fraction_without_memory_isolation_is_told_so_with_the_fix() -> None:
-    placed = plan(Case(RunRequest(fraction=0.5, cluster="donor-t"), seen={"inventory": MIXED}))
+    placed = plan(Case(RunRequest(fraction=0.25, cluster="donor-t"), seen={"inventory": MIXED}))
     assert placed.ctx.cluster == "donor-t"
     assert placed.ctx.notice.endswith("(--cluster donor-m) or ask for a whole GPU (--gpus 1).")
     # under --trusted-only the fix names no untrusted donor: only a whole GPU is left
-    alone = plan(Case(RunRequest(fraction=0.5, cluster="donor-t", trusted_only=True), seen={"inventory": MIXED}),
+    alone = plan(Case(RunRequest(fraction=0.25, cluster="donor-t", trusted_only=True), seen={"inventory": MIXED}),
                  trust=trusting(["donor-t"]))
     assert alone.ctx.notice.endswith("no donor you can use lends part of a GPU with memory isolation, so ask for "
                                      "a whole GPU (--gpus 1).")
-    isolated = plan(Case(RunRequest(fraction=0.5, cluster="donor-m"), seen={"inventory": MIXED}))
+    # half a GPU is two of donor-m's MPS shares, which it does not lend to one pod: the fix does not name it
+    half = plan(Case(RunRequest(fraction=0.5, cluster="donor-t"), seen={"inventory": MIXED}))
+    assert half.ctx.notice.endswith("no donor you can use lends part of a GPU with memory isolation, so ask for "
+                                    "a whole GPU (--gpus 1).")
+    isolated = plan(Case(RunRequest(fraction=0.25, cluster="donor-m"), seen={"inventory": MIXED}))
     assert isolated.ctx.notice == "" and "isolation: compute and memory" in isolated.ctx.share
 
 
