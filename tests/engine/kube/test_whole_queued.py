@@ -35,7 +35,8 @@ GPU_MIB = 80 * 1024
 @pytest.fixture(scope="module", params=clusters())
 def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if request.param == "real":
-        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
+        # the isolator's node has nothing behind it, also on the stage's cluster with a second real kubelet
+        with seeded_origin(DONORS, SHARED / "liqo-crds", real_nodes=1) as real:
             yield real
         return
     with running_kueue_origin(tmp_path_factory.mktemp("whole-queued"), donors=DONORS,
