@@ -282,7 +282,8 @@ def test_a_metaflow_step_from_the_users_server_waits_in_the_queue_and_runs_on_th
     assert billed[0]["cost"] > 0 and billed[0]["gpu_seconds"] > 0, billed  # the donor is priced: 2.0 a GPU-hour
     page = api.call("GET", "services/gpu-offload/me", server.token)
     assert billed[0]["pod"] in page, "the step's run is not on the user's page"
-    assert _runs_billed(api, admin) == before + 1, "the admin's usage does not count the step's run"
+    # (at least: a quickstart pod deleted meanwhile may be recorded in between; api/me above names the step's pod)
+    assert _runs_billed(api, admin) >= before + 1, "the admin's usage does not count the step's run"
 
 
 def test_the_admin_asks_the_donor_for_gpus_and_real_liqo_makes_a_virtual_node(liqo: Pair, hub: tuple[Hub, str]) -> None:
