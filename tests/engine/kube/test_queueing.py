@@ -4,7 +4,7 @@ against the real cluster with real Kueue (tests/realcluster: two real nodes, Liq
 Two donors of one GPU each; the pool (flavors, ClusterQueue, priority classes, a LocalQueue per user) is
 made by ``gpu-offload queues sync`` as an admin would. The pool is pre-filled by two "filler" pods that also
 queue through Kueue, so every cell of a test waits until the test deletes a filler. Kueue is configured
-with a usage sampling interval longer than the module, so Admission Fair Sharing's entry penalties decide
+with a usage sampling interval longer than the run, so Admission Fair Sharing's entry penalties decide
 the order (no sample falls inside a test; real Kueue samples every minute, which only adds to the usage of the
 queue that holds the pool). Tests that inject API faults are the sandbox's alone.
 """
@@ -21,9 +21,9 @@ from typing import Any
 import kubernetes
 import pytest
 import urllib3
-from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.fixtures import OriginPool, pooled_as, wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.kueue.pooled import kueue_origin_key, pooled_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.analysis import analyse_cell
@@ -53,17 +53,23 @@ DONORS = (liqo.Donor("donor-1", 1, "A100", "2.00"), liqo.Donor("donor-2", 1, "L4
 USERS = ("alice@example.org", "bob@example.org", "carol@example.org")
 
 
+MANAGED = {"matchLabels": {"gpu-offload.io/user-namespace": "true"}}
+"""``managedJobsNamespaceSelector`` as docs/queueing.md has an admin set it (the real cluster's too)."""
+SANDBOX_KUEUE: dict[str, Any] = {
+    "donors": DONORS, "crds": (SHARED / "liqo-crds", SHARED / "kueue-crds"), "image_map": IMAGE_MAP,
+    "kueue": KueueOptions(namespace_selector=MANAGED, usage_sampling=36000.0)}
+"""The sandbox's origin with Kueue of this module and test_kueue_contract.py: one shared origin for both."""
+
+
 @pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@pooled_as(kueue_origin_key(**SANDBOX_KUEUE))
+def origin(request: pytest.FixtureRequest, origin_pool: OriginPool) -> Iterator[Any]:
     if request.param == "real":  # real Kubernetes and Kueue, a real node per donor
         with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
             yield real
         return
-    with running_kueue_origin(tmp_path_factory.mktemp("queueing"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
+    with pooled_kueue_origin(origin_pool, request.node.nodeid, **SANDBOX_KUEUE) as (running, _):
         yield running
-    assert not running.live_processes()
 
 
 @pytest.fixture()

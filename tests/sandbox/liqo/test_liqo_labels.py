@@ -41,7 +41,8 @@ def test_a_new_model_and_price_on_the_virtual_node_reach_the_node(core: Any, cus
         node = core.list_node(label_selector=f"{MODEL}=H100").items
         assert [n.metadata.name for n in node] == ["donor-1-gpu"]  # what a scheduler selecting on it sees
     finally:
-        _patch_vnode_labels(custom, "donor-1", {MODEL: "A100", PRICE: "2.00", "liqo.io/remote-cluster-id": "donor-1"})
+        # as seeded: the model and price back, the key the seed did not set gone again (a shared origin)
+        _patch_vnode_labels(custom, "donor-1", {MODEL: "A100", PRICE: "2.00", "liqo.io/remote-cluster-id": None})
     wait_until(lambda: _node_labels(core, "donor-1-gpu").get(MODEL) == "A100", "the model to come back")
 
 
