@@ -21,7 +21,7 @@ OTHER_FOLDERS = {
     "bench/": "benchmarks on one harness (`bench/harness.py`); figures in [bench/RESULTS.md](bench/RESULTS.md) "
               "(generated), findings in [bench/FINDINGS.md](bench/FINDINGS.md)",
     "jupyter-config/": "enables the runs REST API in Jupyter servers",
-    "examples/": "`quickstart.ipynb`, the main job",
+    "examples/": "`quickstart.ipynb`, the main job; `queueing.ipynb`, waiting and preemption",
     "docs/": "user, admin and contributor guides (listed below; the layers in docs/architecture.md)",
     ".ci/": "`run` (CI runs the README's test command), this table's generator, the node packages the tests install",
 }

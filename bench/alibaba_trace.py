@@ -43,6 +43,9 @@ class TraceTask:
     created: int
     deleted: int
     """:data:`NEVER` when the trace gives no deletion time."""
+    qos: str = ""
+    """The task's QoS class (``LS`` latency-sensitive, ``BE`` best-effort, ...): the closest the trace has to a
+    priority class."""
 
     @property
     def shares(self) -> bool:
@@ -68,5 +71,5 @@ def read_tasks(workload: str) -> list[TraceTask]:
         rows = list(csv.DictReader(f))
     return [TraceTask(r["name"], int(r["num_gpu"]), int(r["gpu_milli"] or 0), int(r["cpu_milli"]),
                       int(r["memory_mib"]), tuple(m for m in (r.get("gpu_spec") or "").split("|") if m),
-                      int(r.get("creation_time") or 0), int(r.get("deletion_time") or NEVER))
+                      int(r.get("creation_time") or 0), int(r.get("deletion_time") or NEVER), r.get("qos") or "")
             for r in rows if int(r["num_gpu"]) > 0]

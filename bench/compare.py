@@ -11,7 +11,14 @@ leaves out what changes between runs (the load of the other sessions on this sha
 it flagged +51% on two back-to-back runs of one revision. Such a side's noise is then the larger of
 ``SINGLE_RUN_NOISE`` (an assumed floor, below) and the figure's own spread within the run; the report says so
 on its first lines and on each figure judged that way. Run a benchmark two or three times on each side to
-measure the noise instead of assuming it."""
+measure the noise instead of assuming it.
+
+Wall times on this shared machine follow its load (the other sessions' work): a run at load 24 on 2 cores
+took twice as long as one at load 3 without any change of the code. Each result records the 1-minute load
+average when the run started and when it was written (``machine.load``, ``machine.load_end``); when one side
+ran on a machine more than ``LOAD_APART`` times as busy as the other (load per core, counting a machine with
+an idle core as 1), no figure is judged: each says ``not judged`` and the report says why, instead of
+flagging a regression (or an improvement) the load made. Run both sides at a similar load."""
 
 from __future__ import annotations
 
@@ -33,6 +40,41 @@ doubles, or halves when higher is better) to be flagged. Why so wide: wall times
 by up to half their middle between runs of this shared 2-core machine (runner start, three runs at loads
 3-20: +-47%; the panel's render_table +-41%), while CPU times moved by at most 15%. One run per side can only
 catch a gross regression; measure the noise with more runs to catch a small one."""
+
+
+LOAD_APART = 2.0
+"""How many times busier (load per core, at least 1) one side's machine may have been than the other's for
+their figures to be compared: wall times kept in bench/results grew about as fast as the load per core
+(warm cell: 0.5 ms at load 3, 2.2 ms at load 16, on 2 cores)."""
+
+
+def run_load(run: dict[str, Any]) -> float:
+    """A run's 1-minute load average: the higher of its start and its end (older results: the start)."""
+    machine = run["machine"]
+    return max(machine["load"][0], machine.get("load_end", machine["load"])[0])
+
+
+def busy(run: dict[str, Any]) -> float:
+    """How busy the machine was during the run: load per core, 1 while a core was idle."""
+    return max(1.0, run_load(run) / max(1, machine_cores(run)))
+
+
+def machine_cores(run: dict[str, Any]) -> int:
+    return int(run["machine"].get("cores") or 1)
+
+
+def load_gap(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str | None:
+    """Why the two sides cannot be compared for their loads (``None``: close enough). Each side's busyness
+    is the median over its runs."""
+    was = statistics.median(busy(run) for run in old)
+    now = statistics.median(busy(run) for run in new)
+    if max(was, now) / min(was, now) <= LOAD_APART:
+        return None
+    loads = {label: ", ".join(f"{run_load(run):g}" for run in runs) for label, runs in (("OLD", old), ("NEW", new))}
+    return (f"OLD ran at load {loads['OLD']} and NEW at load {loads['NEW']} on {machine_cores(old[0])} cores: one "
+            f"machine was {max(was, now) / min(was, now):.1f}x as busy as the other (more than {LOAD_APART:g}x), "
+            "so their times say more about the load than about the code. No figure is judged; run both sides at "
+            "a similar load to compare them.")
 
 
 @dataclass(frozen=True)
@@ -100,13 +142,16 @@ def verdict(old: list[Figure], new: list[Figure]) -> Verdict:
 
 
 def compare(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
-    """One line per figure measured on both sides, ``REGRESSION`` where it regressed."""
+    """One line per figure measured on both sides, ``REGRESSION`` where it regressed, ``not judged`` for every
+    figure when the sides' loads were too far apart (:func:`load_gap`)."""
     before, after = figures(old), figures(new)
+    apart = load_gap(old, new) is not None
     lines = []
     for name in [n for n in before if n in after]:
         v = verdict(before[name], after[name])
         how = "" if v.measured else " assumed: one run"
-        lines.append(f"{'REGRESSION' if v.regressed else 'ok':10} {name}: {v.before:.4g} -> {v.after:.4g} "
+        word = "not judged" if apart else "REGRESSION" if v.regressed else "ok"
+        lines.append(f"{word:10} {name}: {v.before:.4g} -> {v.after:.4g} "
                      f"{before[name][0].unit} ({v.change:+.1%}, noise ±{v.noise:.1%}{how})")
     for name in sorted(set(before) ^ set(after)):
         lines.append(f"{'only in':10} {'old' if name in before else 'new'}: {name}")
@@ -114,7 +159,11 @@ def compare(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
 
 
 def caveat(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str | None:
-    """What the reader must know when a side has one run: its noise is assumed, not measured."""
+    """What the reader must know: the sides' loads too far apart to judge (:func:`load_gap`), or a side with
+    one run, whose noise is assumed, not measured."""
+    gap = load_gap(old, new)
+    if gap is not None:
+        return gap
     single = [label for label, runs in (("OLD", old), ("NEW", new)) if len(runs) == 1]
     if not single:
         return None
@@ -125,7 +174,7 @@ def caveat(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str | None:
 
 def describe(label: str, runs: list[dict[str, Any]]) -> str:
     revisions = sorted({run["revision"] for run in runs})
-    loads = [run["machine"]["load"][0] for run in runs]
+    loads = [run_load(run) for run in runs]
     return (f"{label}: {runs[0]['benchmark']}, {len(runs)} run(s) at {', '.join(revisions)}, "
             f"{runs[0]['started']} .. {runs[-1]['started']}, 1-minute load {min(loads)}-{max(loads)}")
 

@@ -203,12 +203,14 @@ class Run:
         print(self.table())
         target = folder / self.benchmark / f"{self.started.replace(':', '')}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
+        # the load now as well as at the start: compare.py judges no figure against a run on a machine far busier
+        self.machine.setdefault("load_end", [round(x, 1) for x in os.getloadavg()])
         result = self.to_json()
         previous = previous_result(target)
         if previous is not None:
             result["previous"] = against(previous, result)
             print(f"against the previous result, {previous.name} (at {result['previous']['revision']}, load "
-                  f"{result['previous']['load']}; this run's load {self.machine['load'][0]}):")
+                  f"{result['previous']['load']}; this run's load {compare.run_load(result)}):")
             print("\n".join(result["previous"]["comparison"]))
         target.write_text(json.dumps(result, indent=1) + "\n")
         print(f"result: {target}")
@@ -225,7 +227,7 @@ def against(previous: Path, result: dict[str, Any]) -> dict[str, Any]:
     """``result``'s figures compared with ``previous``'s, as ``bench/compare.py`` judges them."""
     old = json.loads(previous.read_text())
     note = compare.caveat([old], [result])
-    return {"file": previous.name, "revision": old["revision"], "load": old["machine"]["load"][0],
+    return {"file": previous.name, "revision": old["revision"], "load": compare.run_load(old),
             "comparison": [*([note] if note else []), *compare.compare([old], [result])]}
 
 

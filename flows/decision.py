@@ -16,11 +16,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .errors import GpuOffloadFlowError
-from .options import AUTO, OffloadOptions
+from .options import AUTO, PART_OF_A_GPU, OffloadOptions
 from .settings import OffloadSettings
 
 if TYPE_CHECKING:
-    from gpu_offload.liqo_peering.inventory import Inventory
+    from gpu_offload.liqo_peering.inventory import Inventory, VirtualNodeRecord
+    from gpu_offload.liqo_peering.sharing import FractionRequest
 
 Origin = Literal["recorded", "live", "inventory", "config", "kueue"]
 WHY_TRUSTED = (
@@ -48,12 +49,14 @@ class StepPlacement:
     """The Kueue LocalQueue the step's Job waits in (``kueue.x-k8s.io/queue-name``); None: not queued."""
     priority: str | None = None
     """Its Kueue priority class (``kueue.x-k8s.io/priority-class``); None: Kueue's default."""
+    share: float | None = None
+    """Part of one GPU the step holds (``gpus`` are then that many shares of one GPU); None: whole GPUs."""
 
     def to_json(self) -> str:
         """The compact form recorded in the step's environment."""
         data = asdict(self)
         data.pop("origin")
-        for key in ("queue", "priority"):  # a step that does not queue keeps the record it always had
+        for key in ("queue", "priority", "share"):  # a step that does not queue keeps the record it always had
             if data[key] is None:
                 data.pop(key)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
@@ -76,6 +79,7 @@ def recorded_placement(step: str, text: str | None) -> StepPlacement | None:
             origin="recorded",
             queue=data.get("queue"),
             priority=data.get("priority"),
+            share=float(data["share"]) if data.get("share") is not None else None,
         )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise GpuOffloadFlowError(
@@ -124,6 +128,11 @@ def decide_queued(step: str, options: OffloadOptions, settings: OffloadSettings,
     known, resolves a pinned cluster's name and the model's spelling."""
     cluster = options.cluster if options.cluster != AUTO else (settings.cluster or AUTO)
     where = f"step '{step}' {options.describe()}: queueing through Kueue is on (LocalQueue {settings.queue})"
+    if options.part:
+        raise GpuOffloadFlowError(
+            f"{where}, and a step's part of a GPU is placed, not queued: Kueue would pick a donor whose "
+            "nvidia.com/gpu may count whole GPUs or another number of shares. Ask for whole GPUs (gpus=1), or run "
+            "the step's code as a script with `gpu-offload run`, which queues parts of GPUs (docs/sharing.md)")
     if options.fallback_models:
         raise GpuOffloadFlowError(
             f"{where}, so Kueue picks the donor, and Metaflow's @kubernetes can tell it only one GPU model (a node "
@@ -173,16 +182,31 @@ def decide(
     cluster = options.cluster if options.cluster != AUTO else (settings.cluster or AUTO)
     model = options.gpu_model or settings.gpu_model
     if inventory is None:
+        if options.part:
+            raise GpuOffloadFlowError(
+                f"step '{step}' {options.describe()}: part of a GPU is placed on a donor that lends shares, which "
+                "only the cluster or an inventory tells (METAFLOW_GPU_OFFLOAD_INVENTORY); placement here is from "
+                "configuration alone [placement from config]")
         return StepPlacement(
             step, options.gpus, None if cluster == AUTO else cluster, model, settings.namespace, "config"
         )
     from gpu_offload.liqo_peering.errors import GpuOffloadError
     from gpu_offload.liqo_peering.placement import POLICIES, PlacementRequest, place
+    from gpu_offload.liqo_peering.sharing import FractionRequest
 
     # the decorator's fallback models follow its own model, never the configured default
     fallback = options.fallback_models if options.gpu_model else ()
+    fraction = FractionRequest(options.fraction or 1.0, options.gpu_memory) if options.part else None
     request = PlacementRequest(gpus=options.gpus, gpu_model=model, cluster=cluster, fallback_models=fallback,
-                               cpu=needs[0], memory=needs[1], trusted_only=not options.untrusted_ok)
+                               cpu=needs[0], memory=needs[1], trusted_only=not options.untrusted_ok,
+                               fraction=fraction)
+    if fraction is not None:
+        inventory = metaflow_lends(inventory, fraction)
+        if not inventory.virtual_nodes:
+            raise GpuOffloadFlowError(
+                f"step '{step}' {options.describe()}: no donor lends part of a GPU as nvidia.com/gpu. "
+                f"{PART_OF_A_GPU}. Ask for whole GPUs (gpus=1), or run the step's code as a script with "
+                "`gpu-offload run`, which asks every sharing donor in its own units")
     try:
         chosen = place(inventory, request, POLICIES[settings.policy])
     except GpuOffloadError as exc:
@@ -194,4 +218,29 @@ def decide(
     # The node selector must carry the label value exactly as the nodes have it; placement matched the
     # model case-insensitively, so take the model from the chosen node.
     label_model = chosen.model if model else None
+    if chosen.ask is not None:  # part of a GPU: that many shares of nvidia.com/gpu (metaflow_lends)
+        return StepPlacement(step, chosen.ask.limits[GPU_RESOURCE], chosen.cluster_id, label_model,
+                             settings.namespace, origin, share=chosen.ask.share)
     return StepPlacement(step, options.gpus, chosen.cluster_id, label_model, settings.namespace, origin)
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def metaflow_lends(inventory: Inventory, fraction: FractionRequest) -> Inventory:
+    """``inventory`` with only the virtual nodes that lend ``fraction`` as ``nvidia.com/gpu`` alone, the one
+    resource Metaflow's ``@kubernetes`` asks for: time-slicing or MPS shares under that name. The others
+    (whole GPUs, renamed shares, MIG profiles, an isolator's memory) are left out, so placement's refusal names
+    no donor a step could use."""
+    from gpu_offload.liqo_peering.errors import CannotShare
+    from gpu_offload.liqo_peering.sharing import resource_ask
+
+    def lends(vn: VirtualNodeRecord) -> bool:
+        try:
+            return [r for r, _ in resource_ask(fraction, vn.offer()).resources] == [GPU_RESOURCE]
+        except (CannotShare, ValueError):
+            return False
+
+    clusters = tuple(dataclasses.replace(c, virtual_nodes=tuple(vn for vn in c.virtual_nodes if lends(vn)))
+                     for c in inventory.clusters)
+    return dataclasses.replace(inventory, clusters=clusters)

@@ -105,7 +105,8 @@ def place_step(
     with ``needs`` (CPU millicores, memory bytes) as well as the GPUs, with its Kueue queue when there is one."""
     recorded = recorded_placement(step, recorded_decision(environ))
     if recorded is not None:
-        if recorded.gpus != options.gpus:
+        # a part of a GPU is recorded as the shares it became on its donor, so only its being a part is compared
+        if (recorded.share is not None) != options.part or (not options.part and recorded.gpus != options.gpus):
             raise GpuOffloadFlowError(
                 f"step '{step}': {options.describe()} differs from the placement recorded at deploy time "
                 f"({recorded.gpus} GPUs); deploy the flow again"
@@ -116,7 +117,8 @@ def place_step(
         # Their placement is not used here, so it must not ask a cluster (a pod's in-cluster account) or
         # read an inventory file the pod does not have.
         offline = OffloadSettings(cluster=settings.cluster, gpu_model=settings.gpu_model, source="config")
-        return decide(step, options, offline, None, "config")
+        unused = dataclasses.replace(options, fraction=None, gpu_memory=None)  # a part needs an inventory
+        return decide(step, unused, offline, None, "config")
     settings = with_found_queue(settings)
     if settings.queue is not None:
         # Kueue decides which donor takes the step: no placement here, only what the step narrows

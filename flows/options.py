@@ -31,10 +31,21 @@ class OffloadOptions:
     priority: str | None = None
     """Kueue WorkloadPriorityClass of the step's Job when steps queue through Kueue (``batch``, say); None:
     the deployment's default."""
+    fraction: float | None = None
+    """Part of one GPU (``gpus=0.5``; ``gpus`` is then 1), or None (docs/sharing.md)."""
+    gpu_memory: int | None = None
+    """Bytes of one GPU's memory the step needs (``gpu_memory="12Gi"``), or None."""
+
+    @property
+    def part(self) -> bool:
+        """Whether the step asks for part of one GPU rather than whole GPUs."""
+        return self.fraction is not None or self.gpu_memory is not None
 
     def describe(self) -> str:
         """The decorator as the user would write it, for error messages."""
-        parts = [f"gpus={self.gpus}"]
+        parts = [f"gpus={self.fraction if self.fraction is not None else self.gpus}"]
+        if self.gpu_memory is not None:
+            parts.append(f"gpu_memory={self.gpu_memory / 2**30:g}Gi")
         if self.gpu_model and self.fallback_models:
             parts.append(f"gpu_model={[self.gpu_model, *self.fallback_models]!r}")
         elif self.gpu_model:
@@ -48,20 +59,19 @@ class OffloadOptions:
         return f"@gpu_offload({', '.join(parts)})"
 
 
-PART_OF_A_GPU = ("Metaflow's @kubernetes asks for whole GPUs only (its gpu= becomes nvidia.com/gpu), so a step "
-                 "cannot hold time-slicing or MPS shares, a MIG profile or an isolator's memory (docs/sharing.md)")
+PART_OF_A_GPU = ("Metaflow's @kubernetes asks for nvidia.com/gpu only (its gpu= becomes nvidia.com/gpu: N), so a "
+                 "step holds part of a GPU only on a donor that lends time-slicing or MPS shares under that name "
+                 "(NVIDIA's device plugin without renameByDefault), not MIG profiles, renamed shares or an "
+                 "isolator's memory (docs/sharing.md)")
 
 
-def _gpus(step: str, value: Any) -> int:
+def _gpus(step: str, value: Any) -> int | float:
     # `--with gpu_offload:gpus=2` arrives already converted by Metaflow's spec parser; a str that still looks
     # like a number is accepted for config-driven decorators, anything else is refused.
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, float) and 0 < value < 1:
-        raise GpuOffloadFlowError(
-            f"step '{step}': @gpu_offload(gpus={value!r}) asks for part of a GPU. {PART_OF_A_GPU}; write "
-            "@gpu_offload(gpus=1), or run the step's code as a script with `gpu-offload run --gpus "
-            f"{value:g}`")
+        return value  # part of one GPU (docs/sharing.md)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise GpuOffloadFlowError(
             f"step '{step}': @gpu_offload(gpus={value!r}) is not a whole number of GPUs; "
@@ -89,6 +99,22 @@ def _text(step: str, name: str, value: Any, example: str) -> str | None:
     return value.strip()
 
 
+def _memory(step: str, value: Any) -> int | None:
+    """``gpu_memory``: a Kubernetes memory quantity (``"12Gi"``) in bytes, or None."""
+    if value is None:
+        return None
+    from kubernetes.utils import parse_quantity
+
+    try:
+        size = int(parse_quantity(str(value)))
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise GpuOffloadFlowError(f"step '{step}': @gpu_offload(gpu_memory={value!r}) is not a size; write e.g. "
+                                  "gpu_memory='12Gi'")
+    return size
+
+
 def _models(step: str, value: Any) -> tuple[str, ...]:
     """``gpu_model``: one model, or a list of them in the order placement should try them."""
     if isinstance(value, (list, tuple)):
@@ -113,15 +139,17 @@ def parse_options(step: str, args: tuple[Any, ...] | list[Any], kwargs: Mapping[
             f"step '{step}': @gpu_offload has no argument {', '.join(unknown)}; "
             f"it takes {', '.join(ARGUMENTS)} (other pod settings go on @kubernetes)"
         )
-    if kwargs.get("gpu_memory") is not None:
-        raise GpuOffloadFlowError(
-            f"step '{step}': @gpu_offload(gpu_memory={kwargs['gpu_memory']!r}) asks for part of a GPU. "
-            f"{PART_OF_A_GPU}; leave gpu_memory out and choose a model whose GPUs hold it (gpu_model=...), or "
-            f"run the step's code as a script with `gpu-offload run --gpu-memory {kwargs['gpu_memory']}`")
     cluster = _text(step, "cluster", kwargs.get("cluster", AUTO), "cluster='auto'") or AUTO
     models = _models(step, kwargs.get("gpu_model"))
+    gpus = _gpus(step, kwargs.get("gpus", 1))
+    memory = _memory(step, kwargs.get("gpu_memory"))
+    if memory is not None and gpus != 1:
+        raise GpuOffloadFlowError(f"step '{step}': @gpu_offload(gpus={gpus!r}, gpu_memory=...) mixes a part of "
+                                  "a GPU with another count; gpu_memory asks for part of one GPU: leave gpus out")
     return OffloadOptions(
-        gpus=_gpus(step, kwargs.get("gpus", 1)),
+        gpus=1 if isinstance(gpus, float) else gpus,
+        fraction=gpus if isinstance(gpus, float) else None,
+        gpu_memory=memory,
         gpu_model=models[0] if models else None,
         fallback_models=models[1:],
         cluster=cluster,

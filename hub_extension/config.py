@@ -79,6 +79,9 @@ class HubConfig:
     session_idle_timeout: int = 0
     """The chart's ``offload.sessionIdleTimeout``: seconds a session may sit idle holding GPUs before its kernel
     ends it (set in every user server as ``GPU_OFFLOAD_SESSION_IDLE_TIMEOUT``); 0: never."""
+    session_notice: int = 60
+    """The chart's ``offload.sessionNotice``: seconds a session pod has from SIGTERM (preemption, drain) to its
+    end, to write its checkpoint (its termination grace period; ``GPU_OFFLOAD_SESSION_NOTICE``)."""
     liqoctl_enabled: bool = False
     """Run ``liqoctl peer``/``unpeer`` from the page; False shows the command instead."""
     clusters: TrustPolicy = field(default_factory=TrustPolicy)
@@ -165,6 +168,11 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
     if isinstance(idle, bool) or not isinstance(idle, int) or idle < 0:
         raise InvalidRequest(f"{where}: offload.sessionIdleTimeout={idle!r} must be a whole number of seconds, 0 "
                              "for never")
+    notice = offload.get("sessionNotice", HubConfig.session_notice)
+    if isinstance(notice, bool) or not isinstance(notice, int) or notice < 0:
+        raise InvalidRequest(f"{where}: offload.sessionNotice={notice!r} must be a whole number of seconds (the time "
+                             f"a session's pod has to write its checkpoint when told to stop; "
+                             f"{HubConfig.session_notice} by default)")
     try:
         clusters = policy_from_config(raw.get("clusters"))
     except ValueError as exc:
@@ -208,6 +216,7 @@ def parse_config(raw: Mapping[str, Any], where: Path | str = "config") -> HubCon
         object_storage_bucket=str(storage.get("bucket") or ""),
         trusted_only=trusted_only,
         session_idle_timeout=idle,
+        session_notice=notice,
         liqoctl_enabled=bool(peering.get("liqoctlEnabled", False)),
         queueing=queueing,
         metrics_open=metrics_open,

@@ -212,7 +212,13 @@ NODE_LOST_SECONDS = _kernel("NODE_LOST_SECONDS", whole_seconds, 10,
                             "seconds a runner pod stays on a donor's node once Kubernetes has marked it not ready "
                             "or unreachable (about 50 s after it stopped answering), before Kubernetes evicts the "
                             "pod and the run is retried elsewhere or reported lost; unset, Kubernetes' own default "
-                            "would keep it 300 s more ([kubernetes](kubernetes.md))")
+                            "would keep it 300 s more ([kubernetes](kubernetes.md)); a `run`'s Metaflow step pods "
+                            "too ([metaflow](metaflow.md))")
+SESSION_NOTICE = _kernel("SESSION_NOTICE", whole_seconds, 60,
+                         "seconds a `--session` pod has between being told to stop (SIGTERM: Kueue's preemption, "
+                         "a drain, an eviction) and being killed: its runner interrupts the cell and writes the "
+                         "session's checkpoint in that time (its pod's termination grace period); the spawner sets "
+                         "the chart's `offload.sessionNotice` ([sessions](sessions.md))")
 PROTECTED_PRIORITY = _kernel("PROTECTED_PRIORITY", text, None,
                              "the Kueue WorkloadPriorityClass a protected session pod starts with (above every class "
                              "that may preempt); unset: no protection", "none")
@@ -233,7 +239,7 @@ KERNEL: tuple[Setting[Any], ...] = (
     BACKEND, NAMESPACE, IMAGE, IMAGE_REGISTRY, PYTHON, GPU_MODEL, S3_BUCKET, S3_ENDPOINT, MEMORY, CREATE_OFFLOADING,
     KERNEL_ID, PLACEMENT_POLICY, SWEEP_SECONDS, SERVICE_URL, SERVER_ID, METERED, STATE_DIR,
     TRUSTED_CLUSTERS, QUEUE, PRIORITY, TRUSTED_ONLY, MONTHLY_BUDGET, SESSION_IDLE_TIMEOUT, SESSION_PROTECTION,
-    PROTECTED_PRIORITY, NODE_LOST_SECONDS,
+    PROTECTED_PRIORITY, SESSION_NOTICE, NODE_LOST_SECONDS,
 )
 """What a user's kernel and server read (README: the kubernetes backend's environment variables)."""
 

@@ -63,6 +63,12 @@ class QueueSettings:
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     default_priority: str = "interactive"
     """Priority class of runs that name none."""
+    session_protection: int = 0
+    """Seconds a notebook session's pod is protected from preemption after its runner starts (the chart's
+    ``queueing.kueue.sessionProtection``); 0: none."""
+    protected_priority: str = "session-protected"
+    """The class a protected session pod runs at meanwhile (``queueing.kueue.protectedPriorityClass``): one of
+    ``priority_classes`` above every other when the protection is on."""
 
     def allowed(self, user: str, groups: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
         """The classes ``user`` may name (the chart's ``users``/``groups`` of each), in the configured order."""
@@ -341,12 +347,45 @@ def queue_settings(raw: Mapping[str, Any] | None, where: str = "queueing.kueue")
         raise ValueError(f"{where}.localQueue='default' would make Kueue queue every unlabelled pod of each user "
                          "namespace, the user's own server included: pick another name (the default is "
                          f"{base.local_queue!r})")
+    protection = raw.get("sessionProtection", base.session_protection)
+    if isinstance(protection, bool) or not isinstance(protection, int) or protection < 0:
+        raise ValueError(f"{where}.sessionProtection={protection!r} must be a whole number of seconds, 0 for none")
+    protected = _object_name(raw.get("protectedPriorityClass") or base.protected_priority,
+                             f"{where}.protectedPriorityClass", label=True)
+    if protection:
+        classes = _with_protected(classes, protected, default, f"{where}.protectedPriorityClass")
     return QueueSettings(
         cluster_queue=_object_name(raw.get("clusterQueue") or base.cluster_queue, f"{where}.clusterQueue"),
         local_queue=local,
         priority_classes=classes,
         default_priority=default,
+        session_protection=protection,
+        protected_priority=protected,
     )
+
+
+def _with_protected(classes: tuple[PriorityClass, ...], name: str, default: str,
+                    where: str) -> tuple[PriorityClass, ...]:
+    """``classes`` with the protected sessions' class: added one above the highest, or the admin's own if listed,
+    which must then be above every other (else a class could preempt a protected session) and open to everyone
+    (every user's session pods start at it)."""
+    others = [c for c in classes if c.name != name]
+    top = max(c.value for c in others) if others else 0
+    if name == default:
+        raise ValueError(f"{where}={name!r} is the default priority: every run would be protected; name another "
+                         "class")
+    mine = next((c for c in classes if c.name == name), None)
+    if mine is None:
+        return (*classes, PriorityClass(name, top + 1, "Notebook sessions in their first minutes (protected from "
+                                        "preemption; only the kernel names it)"))
+    if mine.value <= top:
+        raise ValueError(f"{where}={name!r} has value {mine.value}, not above every other class (the highest is "
+                         f"{top}): a run of that class could preempt a protected session; raise it or leave the "
+                         "class out of priorityClasses (the hub then adds it one above the highest)")
+    if mine.users or mine.groups:
+        raise ValueError(f"{where}={name!r} is open to some users only, but every user's session pods start at it: "
+                         "drop its users and groups")
+    return classes
 
 
 def model_clusters(inventory: Inventory, policy: TrustPolicy, models: Iterable[str]) -> dict[str, tuple[str, ...]]:

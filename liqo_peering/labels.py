@@ -27,6 +27,15 @@ TYPE_LABEL = "liqo.io/type"
 TYPE_VIRTUAL_NODE = "virtual-node"
 REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
 """Node label naming the cluster a virtual node leads to."""
+# A ResourceSlice the consumer writes (liqoctl's forge.MutateResourceSlice, Liqo v1.2): Liqo's controllers on the
+# consumer act only on slices labelled for replication to a peer (LocalResourcesLabelSelector: no CSR, never
+# sent to the provider, never granted otherwise), and its virtualnodecreator makes a VirtualNode only for a
+# granted slice with CREATE_VIRTUAL_NODE set (anything but "" or "false") and REMOTE_CLUSTER_ID_LABEL.
+REPLICATION_LABEL = "liqo.io/replication"
+"""``"true"`` on an object Liqo's CRD replicator copies to the peer named by :data:`REPLICATION_DESTINATION_LABEL`."""
+REPLICATION_DESTINATION_LABEL = "liqo.io/remoteID"
+CREATE_VIRTUAL_NODE = "liqo.io/create-virtual-node"
+"""Annotation on a ResourceSlice asking Liqo to make a virtual node of it once granted."""
 NAMESPACE_OFFLOADING_NAME = "offloading"
 """Liqo only honours a NamespaceOffloading with exactly this name."""
 # Liqo's reflection of Secrets and ConfigMaps (pkg/consts/replication.go, and ShouldSkipReflection in

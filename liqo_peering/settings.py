@@ -59,6 +59,7 @@ class KernelSettings:
     session_idle_timeout: float = E.SESSION_IDLE_TIMEOUT.default
     session_protection: float = E.SESSION_PROTECTION.default
     protected_priority: str | None = E.PROTECTED_PRIORITY.default
+    session_notice: int = E.SESSION_NOTICE.default
     node_lost_seconds: int = E.NODE_LOST_SECONDS.default
     invalid: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     """``(field, message)`` for each variable whose value was refused; that field holds its default."""
@@ -175,6 +176,9 @@ class FlowSettings:
     namespace's one LocalQueue where placement asks the cluster, else no queueing."""
     priority: str | None = None
     """Kueue priority class of steps that name none (``METAFLOW_GPU_OFFLOAD_PRIORITY``, else the run default)."""
+    node_lost_seconds: int = E.NODE_LOST_SECONDS.default
+    """Seconds a ``run``'s step pod tolerates its node being not ready or unreachable
+    (``GPU_OFFLOAD_NODE_LOST_SECONDS``, as the kernel's runner pods)."""
 
 
 def read_flow(lookup: Callable[[str], object], kernel_env: Mapping[str, str] | None = None) -> FlowSettings:
@@ -182,7 +186,8 @@ def read_flow(lookup: Callable[[str], object], kernel_env: Mapping[str, str] | N
     fall back to the run defaults of ``kernel_env`` (what the hub's spawner set for the user's server), so a flow
     run from a notebook's terminal queues like its cells. Raises :class:`.environment.InvalidSetting` naming a
     bad variable."""
-    defaults = run_defaults(read_kernel(kernel_env or {}))
+    kernel = read_kernel(kernel_env or {})
+    defaults = run_defaults(kernel)
     return FlowSettings(
         cluster=E.FLOW_CLUSTER.get(lookup),
         gpu_model=E.FLOW_GPU_MODEL.get(lookup),
@@ -193,6 +198,7 @@ def read_flow(lookup: Callable[[str], object], kernel_env: Mapping[str, str] | N
         policy=E.FLOW_POLICY.get(lookup),
         queue=E.FLOW_QUEUE.get(lookup) or defaults.queue,
         priority=E.FLOW_PRIORITY.get(lookup) or defaults.priority,
+        node_lost_seconds=kernel.check("node_lost_seconds").node_lost_seconds,
     )
 
 

@@ -14,13 +14,15 @@ its donor's GPUs, so the per-GPU packing of ``packing`` (FGD) is the donor's sch
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import CannotShare, NoFit
-from .inventory import VirtualNodeRecord
+from .inventory import VirtualNodeRecord, lends_whole
 from .sharing import GIB, FractionRequest, ResourceAsk, resource_ask
 
 MEMORY_ISOLATED = ("memory", "compute and memory")
+SHARES = ("time-slicing", "mps")
+"""Modes that lend a GPU as replicas of one resource."""
 
 
 @dataclass(frozen=True)
@@ -103,20 +105,88 @@ def _no_fit(fraction: FractionRequest, refused: dict[str, str], full: dict[str, 
     return NoFit(f"{head}; " + "; ".join(lines), ())
 
 
+def _same_part(ask: ResourceAsk) -> tuple[object, ...]:
+    """What must be equal on every donor a queued part may land on: the resources asked for, and for shares the
+    part of the GPU they are (shares over the donor's replicas), which the runner is told; the bytes that part
+    is depend on the GPU it lands on, which the runner reads there (``queued_part``)."""
+    return (ask.resources, ask.share if ask.mode in SHARES else None)
+
+
+def queued_part(ask: ResourceAsk) -> ResourceAsk:
+    """The ask as the runner of a queued part is told it: shares as the part of the GPU they are, not as the
+    bytes of the cheapest donor's GPU (Kueue may admit it on a donor whose GPU is larger or smaller); the
+    runner's cap and watch take that part of the GPU it runs on. A MIG profile's or an isolator's bytes are
+    the same on every donor lending them with the same resources."""
+    return replace(ask, memory_limit=None) if ask.mode in SHARES else ask
+
+
 def queued_ask(nodes: Sequence[VirtualNodeRecord], fraction: FractionRequest, clusters: Sequence[str],
                models: Sequence[str | None], price: Callable[[VirtualNodeRecord], float]) -> tuple[ResourceAsk, tuple[str, ...]]:
     """With queueing on, Kueue picks the donor, so the pod must ask in units every donor it may land on lends:
     the ask of the cheapest donor that can grant ``fraction`` at all (free now or not), and the clusters among
-    ``clusters`` (all when empty) whose nodes grant it with the same resources. Raises ``NoFit`` naming why
-    each donor cannot."""
+    ``clusters`` (all when empty) whose nodes grant it with the same resources and, for shares, the same part
+    of a GPU (``_same_part``). Raises ``NoFit`` naming why each donor cannot."""
     refused: dict[str, str] = {}
-    by_resources: dict[tuple[tuple[str, int], ...], list[tuple[float, str, ResourceAsk]]] = {}
+    by_part: dict[tuple[object, ...], list[tuple[float, str, ResourceAsk]]] = {}
     for vn, ask in _asks(nodes, fraction, models, clusters, refused):
-        by_resources.setdefault(ask.resources, []).append((price(vn), vn.cluster_id, ask))
-    if not by_resources:
+        by_part.setdefault(_same_part(ask), []).append((price(vn), vn.cluster_id, ask))
+    if not by_part:
         raise _no_fit(fraction, refused, {})
-    best = min(by_resources.values(), key=lambda group: min(p for p, _, _ in group))
-    return min(best)[2], tuple(sorted({cluster for _, cluster, _ in best}))
+    best = min(by_part.values(), key=lambda group: min(p for p, _, _ in group))
+    cheapest = min(best, key=lambda entry: entry[:2])[2]
+    return queued_part(cheapest), tuple(sorted({cluster for _, cluster, _ in best}))
+
+
+@dataclass(frozen=True)
+class QueuedWhole:
+    """Where a queued request of whole GPUs may go when some donors' ``nvidia.com/gpu`` counts shares or an
+    isolator's slots: ``clusters`` to narrow the pod to (empty: no narrowing), and for one GPU on a memory
+    isolator the ``ask`` (one slot and all of the GPU's memory) instead of plain ``nvidia.com/gpu``."""
+
+    clusters: tuple[str, ...] = ()
+    ask: ResourceAsk | None = None
+
+
+def queued_whole(nodes: Sequence[VirtualNodeRecord], gpus: int, clusters: Sequence[str],
+                 models: Sequence[str | None], price: Callable[[VirtualNodeRecord], float],
+                 single: bool) -> QueuedWhole:
+    """With queueing on, a flavor counts ``nvidia.com/gpu`` as its nodes offer it, so Kueue would admit a whole
+    GPU to a time-sliced donor's flavor as one share, or to a memory isolator's as one slot without its memory.
+    Among ``clusters`` (all when empty) of ``models``: when every donor lends whole GPUs, nothing changes; when
+    some do, the pod is narrowed to them; when none does, one GPU of one pod (``single``) asks an isolator for a
+    slot and all of its GPU's memory (as ``placement.place_one`` does), narrowed to the isolators that lend it so.
+    Raises ``NoFit`` naming each donor's way of sharing when none of them can take it."""
+    whole: set[str] = set()
+    other: dict[str, str] = {}
+    isolators: list[VirtualNodeRecord] = []
+    for vn in nodes:
+        if (clusters and vn.cluster_id not in clusters) or not any(_same(vn.model, m) for m in models):
+            continue
+        try:
+            offer = vn.offer()
+        except ValueError as exc:
+            other.setdefault(vn.cluster_id, str(exc))
+            continue
+        if lends_whole(offer):
+            whole.add(vn.cluster_id)
+            continue
+        other.setdefault(vn.cluster_id, f"its nvidia.com/gpu counts {offer.mode} "
+                                        f"{'slots' if offer.mode == 'memory' else 'shares'}, not whole GPUs")
+        if offer.mode == "memory":
+            isolators.append(vn)
+    if not other:
+        return QueuedWhole()
+    if whole:
+        return QueuedWhole(tuple(sorted(whole)))
+    if single and gpus == 1 and isolators:
+        ask, on = queued_ask(isolators, FractionRequest(1.0), clusters, models, price)
+        return QueuedWhole(on, ask)
+    what = f"{gpus} whole GPU{'s' * (gpus != 1)}"
+    fix = ("ask for --gpus 1 (a memory isolator lends one whole GPU per pod) or for part of a GPU (--gpus 0.5)"
+           if isolators else
+           "ask for part of a GPU (--gpus 0.5), or ask your admin for a donor that lends whole GPUs")
+    raise NoFit(f"no donor lends {what} to a queued run: "
+                + "; ".join(f"{c}: {why}" for c, why in sorted(other.items())) + f"; {fix}", ())
 
 
 @dataclass(frozen=True)

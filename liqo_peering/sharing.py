@@ -180,11 +180,9 @@ def resource_ask(request: FractionRequest, offer: GpuOffer) -> ResourceAsk:
         if offer.replicas < 2:
             raise CannotShare(f"this donor's {offer.mode} offers {offer.replicas} share per GPU; ask for --gpus 1")
         shares = min(offer.replicas, math.ceil(share * offer.replicas - 1e-9))
-        held = shares / offer.replicas
         if offer.mode == "time-slicing":
-            return ResourceAsk(((offer.resource, shares),), held, "none", mode="time-slicing")
-        limit = int(held * offer.memory) if offer.memory else None
-        return ResourceAsk(((offer.resource, shares),), held, "compute and memory", limit, mode="mps")
+            return ResourceAsk(((offer.resource, shares),), shares / offer.replicas, "none", mode="time-slicing")
+        return _mps_ask(shares, offer)
     if offer.mode == "mig":
         return _mig_ask(share, offer)
     if offer.memory is None:
@@ -192,6 +190,23 @@ def resource_ask(request: FractionRequest, offer: GpuOffer) -> ResourceAsk:
     mib = math.ceil(share * offer.memory / MIB)
     return ResourceAsk(((GPU, 1), (offer.memory_resource, mib)), mib * MIB / offer.memory, "memory", mib * MIB,
                        mode="memory")
+
+
+def _mps_ask(shares: int, offer: GpuOffer) -> ResourceAsk:
+    """One MPS share, the only size an MPS donor grants. NVIDIA's k8s-device-plugin always turns on
+    ``sharing.mps.failRequestsGreaterThanOne`` (its config loader forces it, since v0.15.0), so its Allocate
+    refuses a container asking for more than one replica (``UnexpectedAdmissionError``, "maximum request size
+    for shared resources is 1"), and its MPS daemon pins every client to the GPU's memory over the replicas:
+    two shares would not give a pod twice the memory even if they were granted."""
+    if shares > 1:
+        size = f" of {offer.memory / offer.replicas / GIB:.3g} GiB" if offer.memory else ""
+        raise CannotShare(
+            f"this donor shares each GPU by MPS as {offer.replicas} parts{size}; one pod gets one part; ask for "
+            f"--gpus 1/{offer.replicas} or less, or a donor with time-slicing, MIG or a memory isolator"
+        )
+    held = 1 / offer.replicas
+    limit = int(held * offer.memory) if offer.memory else None
+    return ResourceAsk(((offer.resource, 1),), held, "compute and memory", limit, mode="mps")
 
 
 def _whole_on_isolator(count: int, offer: GpuOffer) -> ResourceAsk:

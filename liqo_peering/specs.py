@@ -53,8 +53,9 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-SESSION_GRACE_SECONDS = 60
-"""A session pod's termination grace period: enough for its runner to upload a checkpoint of a few GiB."""
+SESSION_GRACE_SECONDS: int = E.SESSION_NOTICE.default
+"""A session pod's termination grace period unless the hub sets another (``GPU_OFFLOAD_SESSION_NOTICE``): enough
+for its runner to upload a checkpoint of a few GiB."""
 NODE_LOST_SECONDS: int = E.NODE_LOST_SECONDS.default
 """Runner pods' toleration of a not-ready or unreachable node (``GPU_OFFLOAD_NODE_LOST_SECONDS``)."""
 
@@ -176,13 +177,16 @@ def gpu_resource_slice(
     cpu: str | None = None,
     memory: str | None = None,
 ) -> dict[str, Any]:
-    """A ResourceSlice asking a donor for ``gpus`` GPUs (Liqo gives a granted slice its own virtual node).
+    """A ResourceSlice asking a donor for ``gpus`` GPUs, as ``liqoctl create resourceslice`` writes it: labelled
+    for Liqo's replication to the provider (which grants it) and annotated so that Liqo gives the granted slice
+    its own virtual node.
 
     ``cpu`` and ``memory`` ride along because the pods using the GPUs need some; Liqo recommends a
     separate slice for GPUs so they get a node of their own that can carry the model labels.
     """
     if gpus < 1:
         raise InvalidRequest(f"ResourceSlice {name}: gpus={gpus}; ask for 1 or more")
+    provider = dns_name(provider_cluster_id, "provider cluster id")
     resources: dict[str, str] = {L.GPU_RESOURCE: str(gpus)}
     if cpu:
         resources["cpu"] = cpu
@@ -194,12 +198,14 @@ def gpu_resource_slice(
         "metadata": {
             "name": dns_name(name, "ResourceSlice name"),
             "namespace": dns_name(tenant_namespace, "tenant namespace"),
-            "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE, L.REMOTE_CLUSTER_ID_LABEL: provider_cluster_id},
+            "labels": {L.MANAGED_BY: L.MANAGED_BY_VALUE, L.REMOTE_CLUSTER_ID_LABEL: provider,
+                       L.REPLICATION_LABEL: "true", L.REPLICATION_DESTINATION_LABEL: provider},
+            "annotations": {L.CREATE_VIRTUAL_NODE: "true"},
         },
         "spec": {
             "class": "default",
             "consumerClusterID": dns_name(consumer_cluster_id, "consumer cluster id"),
-            "providerClusterID": dns_name(provider_cluster_id, "provider cluster id"),
+            "providerClusterID": provider,
             "resources": resources,
         },
     }
@@ -252,6 +258,9 @@ class RunnerPodSpec:
     node_lost_seconds: int = NODE_LOST_SECONDS
     """Seconds the pod tolerates its node being not ready or unreachable before Kubernetes evicts it
     (:func:`node_lost_tolerations`)."""
+    session_notice: int = SESSION_GRACE_SECONDS
+    """With ``session``: the pod's termination grace period, the time its runner has from SIGTERM to write the
+    session's checkpoint."""
 
 
 def node_lost_tolerations(seconds: int) -> list[dict[str, Any]]:
@@ -379,7 +388,7 @@ def runner_pod(spec: RunnerPodSpec) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # a session's runner writes its state on SIGTERM (preemption, drain): the time to finish writing it
-        "terminationGracePeriodSeconds": SESSION_GRACE_SECONDS if spec.session else 10,
+        "terminationGracePeriodSeconds": spec.session_notice if spec.session else 10,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": spec.run_as_user,

@@ -175,4 +175,8 @@ def server_environment(name: str, config: HubConfig, service_url: str = "") -> d
         E.TRUSTED_ONLY: config.trusted_only or None,  # unset when off: the kernel's default is off
         E.MONTHLY_BUDGET: None if config.monthly_budget_per_user is None else f"{config.monthly_budget_per_user:g}",
         E.SESSION_IDLE_TIMEOUT: config.session_idle_timeout or None,  # unset when off, as above
+        E.SESSION_NOTICE: config.session_notice,
+        # a protected session starts at the class the hub made for it and is lowered after the protection
+        E.SESSION_PROTECTION: queueing.session_protection or None if queueing else None,
+        E.PROTECTED_PRIORITY: queueing.protected_priority if queueing and queueing.session_protection else None,
     })

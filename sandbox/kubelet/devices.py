@@ -10,7 +10,11 @@ NVIDIA's k8s-device-plugin:
 
 - ``NVIDIA_VISIBLE_DEVICES``: the GPUs of the IDs given. Shares of a time-sliced or MPS GPU are IDs
   ``<gpu>::<n>`` of one GPU, so two shares may be of one GPU or of two;
-- under MPS, ``CUDA_MPS_PIPE_DIRECTORY`` (the memory and thread limits are the MPS daemon's, set per GPU);
+- under MPS, ``CUDA_MPS_PIPE_DIRECTORY`` (the memory and thread limits are the MPS daemon's, set per GPU).
+  The plugin always sets ``sharing.mps.failRequestsGreaterThanOne`` under MPS, so a container asking for more
+  than one share is refused at admission ("request for '<resource>: N' too large: maximum request size for
+  shared resources is 1"); time-slicing refuses so only when the donor's config sets that flag, which this
+  emulation does not model (time-sliced donors here grant several shares);
 - a MIG profile is its own device (``MIG-<gpu>-<profile>-<n>``);
 - a memory isolator (HAMi's ``nvidia.com/gpumem``, in MiB) adds ``CUDA_DEVICE_MEMORY_LIMIT_0``.
 
@@ -53,6 +57,23 @@ def pod_devices(pod: Mapping[str, Any]) -> dict[str, int]:
     return asked
 
 
+def _too_large(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    """The plugin's refusal of a container asking for more than one MPS share, per container as the kubelet
+    calls Allocate per container; None when the node is not an MPS donor or every ask is at most one."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if labels.get(SHARING_LABEL) != "mps" or _count(labels.get(REPLICAS_LABEL, "1")) < 2:
+        return None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        res = container.get("resources") or {}
+        for key, value in {**(res.get("requests") or {}), **(res.get("limits") or {})}.items():
+            shared = str(key) == VENDOR + "gpu" or str(key) == VENDOR + "gpu.shared"
+            if shared and _count(value) > 1:
+                return (f"Allocate failed due to rpc error: code = Unknown desc = request for '{key}: "
+                        f"{_count(value)}' too large: maximum request size for shared resources is 1, "
+                        "which is unexpected")
+    return None
+
+
 def device_ids(node: Mapping[str, Any], resource: str) -> list[str]:
     """The IDs the node's device plugin advertises for ``resource`` (as many as its allocatable)."""
     meta = node.get("metadata") or {}
@@ -87,6 +108,9 @@ class DeviceManager:
         node_name = str((node.get("metadata") or {}).get("name", ""))
         uid = str(pod["metadata"]["uid"])
         asked = pod_devices(pod)
+        refused = _too_large(pod, node)
+        if refused:
+            return {}, refused
         for book in (self.held.get(node_name, {}), self.memory.get(node_name, {})):
             for ended in [u for u in book if u not in holding]:
                 del book[ended]

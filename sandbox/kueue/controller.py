@@ -65,6 +65,8 @@ class KueueController:
         sync.follow_priorities(api)
         wl_rt = api.kind(names.API_VERSION, "Workload")
         for wl in api.list(wl_rt)["items"]:
+            if self._released_after_eviction(api, wl):
+                continue  # finished (its owner gone) on the next pass, as Kueue writes the two in turn
             if sync.mark_finished(api, wl):
                 continue
             if names.is_true(wl, names.FINISHED):
@@ -73,12 +75,20 @@ class KueueController:
         self._schedule(api, api.list(wl_rt)["items"])
         return self.options.tick if self._timers else min(self.options.usage_sampling, IDLE_SECONDS)
 
+    def _released_after_eviction(self, api: Api, wl: dict[str, Any]) -> bool:
+        """An evicted Workload whose owner stopped gives its quota back (as real Kueue, before its Workload is
+        marked finished when the owner is gone: a plain pod's); True if it did now."""
+        if not (names.is_true(wl, names.QUOTA_RESERVED) and names.is_true(wl, names.EVICTED)):
+            return False
+        if owners.active(api, wl):
+            return False
+        self._release(api, wl)
+        return True
+
     def _lifecycle(self, api: Api, wl: dict[str, Any]) -> None:
         reserved = names.is_true(wl, names.QUOTA_RESERVED)
         if reserved and names.is_true(wl, names.EVICTED):
-            if not owners.active(api, wl):
-                self._release(api, wl)
-            return
+            return  # its owner is still stopping
         if reserved:
             self._pods_ready(api, wl)
             return
@@ -115,8 +125,8 @@ class KueueController:
         # (SkipReassignmentForPodOwnedWorkloads); a Job's and a backed-off Workload's are
         requeued_now = reason == "Preempted" and owners.job_of(api, wl) is not None
         names.set_condition(conditions, names.condition(names.REQUEUED, requeued_now, reason, message, gen))
-        names.set_condition(conditions, names.condition(names.QUOTA_RESERVED, False, "PendingEvaluation", message,
-                                                        gen))
+        # reason Pending, as Kueue 0.19.2 writes it (its UnadmittedWorkloadsObservability gate off)
+        names.set_condition(conditions, names.condition(names.QUOTA_RESERVED, False, "Pending", message, gen))
         names.set_condition(conditions, names.condition(names.ADMITTED, False, "NoReservation",
                                                         "The workload has no reservation", gen))
         patch: dict[str, Any] = {"conditions": conditions, "admission": None}
@@ -134,9 +144,17 @@ class KueueController:
                                 wl["metadata"].get("generation")))
             cycle.patch_status(api, wl, {"conditions": conditions})
             return
+        if not ready and old and old["status"] == "True" and self.options.pods_ready_timeout is not None:
+            # a started pod no longer ready (its node lost): Kueue waits for its recovery, with no timeout (its
+            # recoveryTimeout is unset by default), and evicts nothing for it
+            conditions = [dict(c) for c in wl["status"]["conditions"]]
+            names.set_condition(conditions, names.condition(names.PODS_READY, False, "WaitForRecovery",
+                                "At least one pod has failed, waiting for recovery", wl["metadata"].get("generation")))
+            cycle.patch_status(api, wl, {"conditions": conditions})
+            return
         timeout = self.options.pods_ready_timeout
         admitted = names.find(wl, names.ADMITTED)
-        if ready or timeout is None or admitted is None or (old and old["status"] == "True"):
+        if ready or timeout is None or admitted is None or (old and old["reason"] != "WaitForStart"):
             return
         if isoparse(admitted["lastTransitionTime"]) + timedelta(seconds=timeout) <= datetime.now(timezone.utc):
             meta = wl["metadata"]

@@ -65,7 +65,9 @@ def workloads(api: Api) -> None:
         if names.IN_USE_FINALIZER not in (meta.get("finalizers") or []):
             continue
         if _owner_going(api, wl):
-            if not names.is_true(wl, names.FINISHED) and not meta.get("deletionTimestamp"):
+            if names.is_true(wl, names.QUOTA_RESERVED) and names.is_true(wl, names.EVICTED):
+                continue  # evicted: the controller gives its quota back first, then it is finished here
+            if not names.is_true(wl, names.FINISHED):  # even when already being deleted with its owner
                 _finish(api, wl)
         elif meta.get("deletionTimestamp"):
             owners.stop(api, wl, "WorkloadDeleted", "Workload is deleted")

@@ -48,6 +48,11 @@ TYPE_LABEL = "liqo.io/type"
 VIRTUAL_NODE_TYPE = "virtual-node"
 REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
 RESOURCE_SLICE_NAME_LABEL = "liqo.io/resourceslice-name"  # on a VirtualNode: the slice it was made for
+# What makes a ResourceSlice one the consumer's Liqo acts on and sends to its provider (the CRD replicator's
+# LocalResourcesLabelSelector), and asks for a virtual node of it (liqoctl's forge.MutateResourceSlice)
+REPLICATION_LABEL = "liqo.io/replication"
+REPLICATION_DESTINATION_LABEL = "liqo.io/remoteID"
+CREATE_VIRTUAL_NODE = "liqo.io/create-virtual-node"
 VIRTUAL_NODE_TAINT: dict[str, str] = {"key": "virtual-node.liqo.io/not-allowed", "value": "true",
                                       "effect": "NoExecute"}
 USER_NODE = "origin-user"
@@ -76,6 +81,9 @@ class Donor:
     """How the donor shares its GPUs: none, time-slicing, mps, mig or memory."""
     replicas: int = 1
     """Shares per GPU under time-slicing or MPS."""
+    renamed: bool = True
+    """Under time-slicing or MPS, the shares are ``nvidia.com/gpu.shared`` (the plugin's ``renameByDefault``);
+    False: they keep the name ``nvidia.com/gpu``, the one resource Metaflow's ``@kubernetes`` asks for."""
     gpu_memory_gib: int = 80
     mig_profiles: str = "1g.10gb:3,3g.40gb:1"
     """Under ``mig``: ``profile:count`` per GPU."""
@@ -83,7 +91,7 @@ class Donor:
     def gpu_resources(self) -> dict[str, str]:
         """What the donor's nodes advertise for its GPUs in its sharing mode."""
         if self.sharing in ("time-slicing", "mps"):
-            return {SHARED_RESOURCE: str(self.gpus * self.replicas)}
+            return {SHARED_RESOURCE if self.renamed else GPU_RESOURCE: str(self.gpus * self.replicas)}
         if self.sharing == "mig":
             pairs = (item.split(":") for item in self.mig_profiles.split(",") if item)
             return {f"nvidia.com/mig-{name}": str(int(count) * self.gpus) for name, count in pairs}
@@ -167,12 +175,17 @@ def foreign_cluster(donor: Donor) -> dict[str, Any]:
     }
 
 
+def slice_labels(provider: str) -> dict[str, str]:
+    """The labels liqoctl gives a ResourceSlice asking ``provider`` for resources."""
+    return {REMOTE_CLUSTER_ID_LABEL: provider, REPLICATION_LABEL: "true", REPLICATION_DESTINATION_LABEL: provider}
+
+
 def resource_slice(donor: Donor) -> dict[str, Any]:
     """The donor's GPU ResourceSlice, requested by the origin and granted in full."""
     return {
         "apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
-        "metadata": _meta(donor.node_name, donor.tenant_namespace,
-                          {REMOTE_CLUSTER_ID_LABEL: donor.cluster_id}),
+        "metadata": _meta(donor.node_name, donor.tenant_namespace, slice_labels(donor.cluster_id),
+                          {CREATE_VIRTUAL_NODE: "true"}),
         "spec": {"class": "default", "consumerClusterID": ORIGIN_CLUSTER_ID,
                  "providerClusterID": donor.cluster_id, "resources": donor.granted()},
         "status": {

@@ -2,10 +2,17 @@
 
 On the origin, Liqo turns a granted ResourceSlice into a VirtualNode whose Node offers what was granted.
 A deleted slice takes its VirtualNode and Node along (``virtualnodes.py``).
-Here the provider side is emulated too: a slice whose spec is new or changed is granted as requested if
-its ``providerClusterID`` is a known donor (ForeignCluster present), denied otherwise. Whatever writes the
-grant (this controller, or a test patching ``status.resources`` as a provider would), the VirtualNode's
-``spec.resourceQuota.hard`` and the Node's capacity and allocatable follow it.
+Here the provider side is emulated too: a slice whose spec is new or changed is granted as requested when
+Liqo would send it to a known donor. Whatever writes the grant (this controller, or a test patching
+``status.resources`` as a provider would), the VirtualNode's ``spec.resourceQuota.hard`` and the Node's
+capacity and allocatable follow it.
+
+What real Liqo (v1.2) requires, and so the sandbox: the consumer's controllers act only on a slice labelled
+``liqo.io/replication=true`` with a ``liqo.io/remoteID`` (the CRD replicator's LocalResourcesLabelSelector):
+any other slice is never signed, sent or granted. A slice sent to a cluster that is not peered (no
+ForeignCluster) reaches nobody: no status is ever written. A VirtualNode is made only for a granted slice
+annotated ``liqo.io/create-virtual-node`` (anything but empty or ``false``) and labelled
+``liqo.io/remote-cluster-id`` (``virtualnodecreator-controller``).
 """
 
 from __future__ import annotations
@@ -32,15 +39,28 @@ def _replace_map(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
     return {**{k: None for k in (old or {}) if k not in new}, **new}
 
 
-def grant_status(slice_obj: Mapping[str, Any], provider_known: bool) -> dict[str, Any]:
-    """The status a provider writes on a slice: everything requested, or Denied for an unknown provider."""
-    verdict = "Accepted" if provider_known else "Denied"
-    conditions = [{"type": t, "status": verdict, "lastTransitionTime": now()} for t in ("Authentication", "Resources")]
-    if not provider_known:
-        provider = (slice_obj.get("spec") or {}).get("providerClusterID")
-        conditions[1]["message"] = f"no peered cluster {provider!r}: peer it first (ForeignCluster missing)"
-    resources = dict((slice_obj.get("spec") or {}).get("resources") or {}) if provider_known else {}
-    return {"conditions": conditions, "resources": resources}
+def grant_status(slice_obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The status a provider of the default class writes on a slice: everything requested, accepted."""
+    conditions = [{"type": t, "status": "Accepted", "lastTransitionTime": now()} for t in ("Authentication", "Resources")]
+    return {"conditions": conditions, "resources": dict((slice_obj.get("spec") or {}).get("resources") or {})}
+
+
+def sent_to(slice_obj: Mapping[str, Any]) -> str | None:
+    """The peer Liqo sends this slice to, or None when Liqo leaves it alone (not labelled for replication)."""
+    labels = (slice_obj.get("metadata") or {}).get("labels") or {}
+    if labels.get(liqo.REPLICATION_LABEL) != "true" or liqo.REPLICATION_DESTINATION_LABEL not in labels:
+        return None
+    return str(labels[liqo.REPLICATION_DESTINATION_LABEL])
+
+
+def makes_virtual_node(slice_obj: Mapping[str, Any]) -> str | None:
+    """The cluster id of the virtual node Liqo makes for this slice once granted, or None when it makes none."""
+    meta = slice_obj.get("metadata") or {}
+    asked = str((meta.get("annotations") or {}).get(liqo.CREATE_VIRTUAL_NODE) or "")
+    cluster = (meta.get("labels") or {}).get(liqo.REMOTE_CLUSTER_ID_LABEL)
+    if not asked or asked.lower() == "false" or not cluster:
+        return None
+    return str(cluster)
 
 
 class SliceController:
@@ -54,27 +74,31 @@ class SliceController:
     def reconcile(self, obj: dict[str, Any]) -> None:
         """Grant ``obj`` if needed, then make its VirtualNode and Node follow the grant."""
         meta = obj["metadata"]
+        provider = sent_to(obj)
+        if provider is None:
+            return
         generation = int(meta.get("generation") or 1)
         granted = any(c.get("type") == "Resources" for c in (obj.get("status") or {}).get("conditions") or [])
         seen = self._granted.get(meta["uid"])
         if granted and seen is None:
             self._granted[meta["uid"]] = generation
-        elif not granted or seen != generation:
+        elif (not granted or seen != generation) and self._peered(provider):
             self._granted[meta["uid"]] = generation
-            provider = (obj.get("spec") or {}).get("providerClusterID", "")
-            known = self.api.find(self.api.kind("core.liqo.io/v1beta1", "ForeignCluster"), "", provider) is not None
             with contextlib.suppress(ApiError):
                 rt = self.api.kind(obj["apiVersion"], obj["kind"])
-                obj = self.api.patch(rt, meta["namespace"], meta["name"], {"status": grant_status(obj, known)},
+                obj = self.api.patch(rt, meta["namespace"], meta["name"], {"status": grant_status(obj)},
                                      MERGE, "status")
         capacity = liqo.capacity_from_slice(obj)
-        if capacity is not None:
+        cluster = makes_virtual_node(obj)
+        if capacity is not None and cluster is not None:
             with contextlib.suppress(ApiError):
-                self._sync_nodes(obj, capacity)
+                self._sync_nodes(obj, cluster, capacity)
 
-    def _sync_nodes(self, obj: dict[str, Any], capacity: dict[str, str]) -> None:
+    def _peered(self, cluster_id: str) -> bool:
+        return self.api.find(self.api.kind("core.liqo.io/v1beta1", "ForeignCluster"), "", cluster_id) is not None
+
+    def _sync_nodes(self, obj: dict[str, Any], provider: str, capacity: dict[str, str]) -> None:
         meta = obj["metadata"]
-        provider = (obj.get("spec") or {}).get("providerClusterID", "")
         vn_rt = self.api.kind("offloading.liqo.io/v1beta1", "VirtualNode")
         node_rt = self.api.type("", "v1", "nodes")
         vnode = self.api.find(vn_rt, meta["namespace"], meta["name"])

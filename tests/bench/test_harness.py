@@ -72,12 +72,13 @@ def test_a_figure_of_many_samples_keeps_their_quantiles_and_reports_the_count_me
 
 
 def _result(folder: Path, stamp: str, figures: dict[str, list[float]], higher_better: tuple[str, ...] = (),
-            load: float = 2.0) -> None:
+            load: float = 2.0, load_end: float | None = None) -> None:
     """A result file as bench/harness.py writes it, written literally (no harness code involved)."""
     data = {"benchmark": "demo", "script": "bench/bench_demo.py", "title": "Demo",
             "started": f"2026-11-27T10:00:{stamp}+00:00", "revision": "abc1234",
             "machine": {"cpu": "test cpu", "cores": 2, "memory_gib": 24, "system": "Linux", "python": "3.11.7",
-                        "load": [load, load, load]},
+                        "load": [load, load, load],
+                        **({"load_end": [load_end] * 3} if load_end is not None else {})},
             "notes": [],
             "figures": [{"name": name, "unit": "ms", "samples": samples, "lower_is_better": name not in higher_better,
                          "summary": {}} for name, samples in figures.items()]}
@@ -86,7 +87,7 @@ def _result(folder: Path, stamp: str, figures: dict[str, list[float]], higher_be
 
 
 def _verdicts(old: Path, new: Path) -> dict[str, str]:
-    return {line.split(":")[0].split(maxsplit=1)[1]: line
+    return {line[10:].split(":")[0].strip(): line  # after the verdict's 10 columns
             for line in compare.compare(compare.load(old), compare.load(new))}
 
 
@@ -144,6 +145,38 @@ def test_one_run_on_one_side_only_is_named_and_the_other_sides_noise_still_count
     assert _verdicts(old, new)["cell"].startswith("ok ")
     note = compare.caveat(compare.load(old), compare.load(new))
     assert note is not None and note.startswith("NEW has one run")
+
+
+def test_runs_at_loads_far_apart_are_not_judged_and_the_report_says_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    # the comparison this replaces: every figure of a run at load 24 flagged against one at load 2.8 (2 cores)
+    _result(old, "01", {"cell": [10, 10, 10]}, load=2.8)
+    _result(new, "02", {"cell": [25, 25, 25]}, load=24.0)
+    assert _verdicts(old, new)["cell"].startswith("not judged ")
+    assert compare.main([str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "OLD ran at load 2.8 and NEW at load 24 on 2 cores" in out and "No figure is judged" in out
+    # a load that rose during the run counts: it started quiet and ended busy
+    _result(tmp_path / "rose", "03", {"cell": [25, 25, 25]}, load=2.8, load_end=20.0)
+    assert _verdicts(old, tmp_path / "rose")["cell"].startswith("not judged ")
+
+
+def test_runs_at_similar_loads_are_judged_and_an_idle_core_counts_as_no_load(tmp_path: Path) -> None:
+    old, new, quiet = tmp_path / "old", tmp_path / "new", tmp_path / "quiet"
+    _result(old, "01", {"cell": [10, 10, 10]}, load=5.0)
+    _result(new, "02", {"cell": [25, 25, 25]}, load=7.0)  # 2.5 and 3.5 per core: comparable
+    assert _verdicts(old, new)["cell"].startswith("REGRESSION")
+    assert compare.caveat(compare.load(old), compare.load(new)).startswith("OLD and NEW have one run")
+    _result(quiet, "03", {"cell": [10, 10, 10]}, load=0.2)  # a core idle on both sides: 1 per core each
+    _result(tmp_path / "busier", "04", {"cell": [25, 25, 25]}, load=1.9)
+    assert _verdicts(quiet, tmp_path / "busier")["cell"].startswith("REGRESSION")
+
+
+def test_a_run_written_records_the_load_at_its_end(tmp_path: Path) -> None:
+    written = _run(tmp_path, "01", {"cell": [1.0]})
+    machine = json.loads(written.read_text())["machine"]
+    assert len(machine["load_end"]) == 3 and machine["load"] != [] and compare.run_load({"machine": machine}) >= 0
 
 
 OWN_CLOCKS = {"perf_counter", "perf_counter_ns", "process_time", "thread_time"}

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from gpu_offload.engine.analysis import analyse_cell
-from gpu_offload.engine.errors import OffloadUsageError
+from gpu_offload.engine.errors import CellSyntaxError, OffloadUsageError
 
 
 def test_sends_what_the_cell_reads_and_returns_what_it_assigns() -> None:
@@ -95,3 +95,37 @@ def test_names_bound_by_imports_at_the_cells_level_are_known_with_what_they_impo
     assert analyse_cell(cell, {}).imports == {
         "np": ("numpy", None), "os": ("os", None), "to_json": ("json", "dumps"), "loads": ("json", "loads"),
         "time": ("time", None)}
+
+
+def test_a_cell_run_again_is_analysed_against_the_namespace_as_it_is_now() -> None:
+    # the syntax of a cell is kept per text; what its names are in the notebook is looked up at every run
+    cell = "y = data + 1"
+    namespace: dict[str, object] = {"data": 1}
+    assert analyse_cell(cell, namespace).inputs == ("data",)
+    namespace["data"] = math  # the same name is now a module: imported again, not pickled
+    again = analyse_cell(cell, namespace)
+    assert again.inputs == () and dict(again.modules) == {"data": "math"}
+    del namespace["data"]  # gone from the notebook: nothing to send
+    gone = analyse_cell(cell, namespace)
+    assert gone.inputs == () and dict(gone.modules) == {}
+    assert gone.outputs == ("y",)
+
+
+def test_an_edited_cell_is_parsed_again() -> None:
+    namespace = {"a": 1, "b": 2}
+    assert analyse_cell("c = a", namespace).inputs == ("a",)
+    edited = analyse_cell("c = b\nd = 1", namespace)
+    assert edited.inputs == ("b",) and edited.outputs == ("c", "d")
+    assert analyse_cell("c = a", namespace).outputs == ("c",)
+
+
+def test_a_cell_that_does_not_parse_fails_at_every_run() -> None:
+    for _ in range(2):
+        with pytest.raises(CellSyntaxError):
+            analyse_cell("x = (\n", {})
+
+
+def test_a_kept_analysis_is_not_changed_by_its_users() -> None:
+    first = analyse_cell("import os.path as p\nz = 1", {})
+    first.imports["z"] = ("evil", None)  # type: ignore[index]  # a caller's dict of its own
+    assert dict(analyse_cell("import os.path as p\nz = 1", {}).imports) == {"p": ("os.path", None)}

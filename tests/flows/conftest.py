@@ -185,9 +185,9 @@ def cluster(origin: Any) -> dict[str, str]:
     return {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": OFFLOADED}
 
 
-def jobs_and_pods(origin: Any, label_selector: str) -> tuple[list[Any], list[Any]]:
+def jobs_and_pods(origin: Any, label_selector: str, namespace: str = OFFLOADED) -> tuple[list[Any], list[Any]]:
     """The Jobs and Pods in the offloaded namespace that match ``label_selector``, read from the origin."""
     with origin.sandbox.api_client() as client:
-        jobs = kubernetes.client.BatchV1Api(client).list_namespaced_job(OFFLOADED, label_selector=label_selector)
-        pods = kubernetes.client.CoreV1Api(client).list_namespaced_pod(OFFLOADED, label_selector=label_selector)
+        jobs = kubernetes.client.BatchV1Api(client).list_namespaced_job(namespace, label_selector=label_selector)
+        pods = kubernetes.client.CoreV1Api(client).list_namespaced_pod(namespace, label_selector=label_selector)
     return jobs.items, pods.items

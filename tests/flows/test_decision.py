@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from gpu_offload.flows.decision import StepPlacement, decide, recorded_placement
+from gpu_offload.flows.decision import StepPlacement, decide, decide_queued, recorded_placement
 from gpu_offload.flows.errors import GpuOffloadFlowError
 from gpu_offload.flows.inventory_file import load_inventory
 from gpu_offload.flows.mutation import place_step
@@ -187,8 +187,49 @@ def test_under_kueue_no_donor_is_picked_only_what_the_step_narrows() -> None:
                    queued, {})
 
 
-@pytest.mark.parametrize("kwargs", [{"gpus": 0.5}, {"gpu_memory": "12Gi"}])
-def test_part_of_a_gpu_is_refused_with_the_reason_and_what_to_do(kwargs: dict[str, object]) -> None:
-    with pytest.raises(GpuOffloadFlowError, match=r"asks for part of a GPU. Metaflow's @kubernetes asks for whole "
-                                                  r"GPUs only .*gpu-offload run --gpu"):
-        parse_options("train", (), kwargs)
+# donor-t time-slices under the plain nvidia.com/gpu (4 shares a GPU), donor-s lends MPS shares renamed
+# nvidia.com/gpu.shared, donor-a lends whole GPUs: Metaflow's @kubernetes can ask only donor-t for a part
+SHARING = {"clusters": [
+    {"cluster_id": c, "name": c, "role": "Provider", "health": "healthy", "virtual_nodes": [
+        {"name": f"liqo-{c}", "cluster_id": c, "capacity": whole, "allocatable": whole, "in_use": 0, "model": "A100",
+         "memory": "80Gi", "sharing": mode, "replicas": replicas, "devices": [[resource, count, 0]]}]}
+    for c, mode, replicas, resource, count, whole in (
+        ("donor-a", "none", 1, "nvidia.com/gpu", 2, 2),
+        ("donor-s", "mps", 2, "nvidia.com/gpu.shared", 4, 0),
+        ("donor-t", "time-slicing", 4, "nvidia.com/gpu", 8, 0))]}
+
+
+def test_part_of_a_gpu_goes_to_a_donor_lending_shares_as_nvidia_gpu_and_becomes_that_many_shares() -> None:
+    from gpu_offload.flows.kubernetes_args import StepIdentity, kubernetes_kwargs
+    from gpu_offload.liqo_peering.inventory import inventory_from_dict
+
+    inventory = inventory_from_dict(SHARING)
+    options = parse_options("train", (), {"gpus": 0.5, "untrusted_ok": True})
+    assert (options.gpus, options.fraction, options.describe()) == (1, 0.5, "@gpu_offload(gpus=0.5, untrusted_ok=True)")
+    placed = decide("train", options, OffloadSettings(), inventory, "inventory")
+    assert (placed.cluster_id, placed.gpus, placed.share) == ("donor-t", 2, 0.5)  # two of its four shares
+    assert recorded_placement("train", placed.to_json()) == StepPlacement(
+        "train", 2, "donor-t", None, None, "recorded", share=0.5)
+    args = kubernetes_kwargs({}, placed, StepIdentity("F", "train", None, "alice"), options.describe())
+    assert (args["gpu"], args["node_selector"]["liqo.io/remote-cluster-id"]) == (2, "donor-t")
+    memory = decide("train", parse_options("train", (), {"gpu_memory": "12Gi", "untrusted_ok": True}),
+                    OffloadSettings(), inventory, "inventory")
+    assert (memory.cluster_id, memory.gpus, memory.share) == ("donor-t", 1, 0.25)
+
+
+def test_part_of_a_gpu_is_refused_where_no_donor_lends_it_as_nvidia_gpu_or_nothing_says_how_donors_share() -> None:
+    from gpu_offload.liqo_peering.inventory import inventory_from_dict
+
+    no_plain = inventory_from_dict({"clusters": SHARING["clusters"][:2]})
+    options = parse_options("train", (), {"gpus": 0.5, "untrusted_ok": True})
+    with pytest.raises(GpuOffloadFlowError, match=r"step 'train' @gpu_offload\(gpus=0.5, untrusted_ok=True\): no donor "
+                                                  r"lends part of a GPU as nvidia.com/gpu. Metaflow's @kubernetes"):
+        decide("train", options, OffloadSettings(), no_plain, "inventory")
+    with pytest.raises(GpuOffloadFlowError, match="only the cluster or an inventory tells"):
+        decide("train", options, OffloadSettings(), None, "config")
+    with pytest.raises(GpuOffloadFlowError, match="part of a GPU is placed, not queued"):
+        decide_queued("train", options, OffloadSettings(queue="q"), ("donor-t",))
+    with pytest.raises(GpuOffloadFlowError, match="gpu_memory asks for part of one GPU"):
+        parse_options("train", (), {"gpus": 2, "gpu_memory": "12Gi"})
+    with pytest.raises(GpuOffloadFlowError, match="is not a size"):
+        parse_options("train", (), {"gpu_memory": "lots"})

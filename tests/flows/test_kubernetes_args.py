@@ -148,3 +148,34 @@ def test_a_queued_step_carries_kueues_labels_and_they_survive_the_record() -> No
     assert "kueue.x-k8s.io/queue-name" not in kubernetes_kwargs({}, PLACED, WHO, OFFLOAD)["labels"]
     with pytest.raises(GpuOffloadFlowError, match=r"priority='batch'.*queueing through Kueue is off here"):
         queued(PLACED, parse_options("train", [], {"gpus": 2, "priority": "batch"}), read_settings({}.get))
+
+
+def test_a_run_step_tolerates_a_lost_node_as_briefly_as_runner_pods_and_keeps_the_users_own() -> None:
+    from gpu_offload.flows.run_label import add_node_lost_tolerations
+
+    spot = {"key": "spot", "operator": "Exists"}
+    options = {"tolerations": json.dumps([spot, LIQO_TOLERATION])}
+    add_node_lost_tolerations(["kubernetes", "step"], options, 7)
+    # snake_case: `kubernetes step` hands each one to the client's V1Toleration
+    assert json.loads(options["tolerations"]) == [spot, LIQO_TOLERATION, *[
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "toleration_seconds": 7}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]]
+    theirs = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+              "toleration_seconds": 600}
+    options = {"tolerations": json.dumps([theirs])}
+    add_node_lost_tolerations(["kubernetes", "step"], options, 7)
+    assert [t["key"] for t in json.loads(options["tolerations"])] == [
+        "node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"]
+    assert json.loads(options["tolerations"])[0] == theirs  # the user's own limit stands
+    local = {"tolerations": "[]"}
+    add_node_lost_tolerations(["step"], local, 7)
+    assert local == {"tolerations": "[]"}
+
+
+def test_the_node_lost_seconds_of_a_flow_are_the_kernels_setting_and_a_bad_one_stops_the_flow() -> None:
+    from gpu_offload.flows.settings import read_settings
+
+    assert read_settings({}.get, {}).node_lost_seconds == 10
+    assert read_settings({}.get, {"GPU_OFFLOAD_NODE_LOST_SECONDS": "3"}).node_lost_seconds == 3
+    with pytest.raises(GpuOffloadFlowError, match="GPU_OFFLOAD_NODE_LOST_SECONDS"):
+        read_settings({}.get, {"GPU_OFFLOAD_NODE_LOST_SECONDS": "soon"})

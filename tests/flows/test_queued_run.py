@@ -109,6 +109,15 @@ def _workloads(custom: Any) -> list[dict[str, Any]]:
     return list(custom.list_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads")["items"])
 
 
+LOST_FOR_20_SECONDS = {("node.kubernetes.io/not-ready", "NoExecute", 20), ("node.kubernetes.io/unreachable", "NoExecute", 20)}
+
+
+def _node_lost(tolerations: Any) -> set[tuple[str, str, int]]:
+    """The step pod's tolerations of a lost node: (taint, effect, seconds)."""
+    return {(t.key, t.effect, t.toleration_seconds) for t in tolerations or [] if t.key in (
+        "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")}
+
+
 def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 
@@ -132,7 +141,9 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
     env = runner.env({"KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE,
                       "JUPYTERHUB_USER": "dora", **TRUSTING, **step_image,
                       # what a hub's spawner sets in the user's server when queueing is on
-                      "GPU_OFFLOAD_QUEUE": QUEUE, "GPU_OFFLOAD_PRIORITY": "interactive"})
+                      "GPU_OFFLOAD_QUEUE": QUEUE, "GPU_OFFLOAD_PRIORITY": "interactive",
+                      # and the kernel's toleration of a lost node, which the step's pod follows too
+                      "GPU_OFFLOAD_NODE_LOST_SECONDS": "20"})
     flow = subprocess.Popen([sys.executable, "queued_flow.py", "run"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -141,6 +152,7 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
         assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
         assert job.metadata.labels["kueue.x-k8s.io/priority-class"] == "batch"
         assert job.spec.suspend is True  # Kueue's Job webhook: created suspended
+        assert _node_lost(job.spec.template.spec.tolerations) == LOST_FOR_20_SECONDS
         # no donor picked before the queue: only the virtual-node type and the model the step asked for
         assert job.spec.template.spec.node_selector == {"liqo.io/type": "virtual-node",
                                                         "gpu-offload.io/gpu-model": "A100"}
@@ -180,6 +192,8 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
     # it ran on the donor's node, which carries the model the step asked for
     (pod,) = core.list_namespaced_pod(user_namespace, label_selector=f"job-name={job.metadata.name}").items
     assert pod.spec.node_name == DONOR.node_name
+    # the pod kept the short toleration of a lost node (the API server adds its 300 s only where none is given)
+    assert _node_lost(pod.spec.tolerations) == LOST_FOR_20_SECONDS
     assert core.read_node(pod.spec.node_name).metadata.labels["gpu-offload.io/gpu-model"] == "A100"
     # in the project's ClusterQueue, through the user's LocalQueue
     assert step_wl["spec"]["queueName"] == QUEUE

@@ -151,13 +151,16 @@ def test_the_queueing_values_reach_the_hub_through_the_configmap(kit: Any) -> No
     config = parse_config(kit.config_of(kit.render(VARIANTS["queueing through Kueue"])))
     assert config.queueing is not None
     assert (config.queueing.cluster_queue, config.queueing.local_queue) == ("pool", "gpu-offload")
-    assert config.queueing.priority_classes == (PriorityClass("urgent", 5000), PriorityClass("interactive", 1000))
+    # the chart protects sessions by default, so the hub adds their class one above the admin's highest
+    assert config.queueing.priority_classes == (PriorityClass("urgent", 5000), PriorityClass("interactive", 1000),
+                                                PriorityClass("session-protected", 5001, PROTECTED_WORDS))
     assert config.queueing.default_priority == "interactive"
     default = parse_config(kit.config_of(kit.render()))
     assert default.queueing is None  # off unless the admin turns it on (Kueue is installed separately)
     chart_defaults = parse_config(kit.config_of(kit.render({"queueing": {"kueue": {"enabled": True}}})))
     assert chart_defaults.queueing is not None
-    assert [c.name for c in chart_defaults.queueing.priority_classes] == ["interactive", "batch"]
+    assert [(c.name, c.value) for c in chart_defaults.queueing.priority_classes] == [
+        ("interactive", 1000), ("batch", 100), ("session-protected", 1001)]
 
 
 def test_another_release_name_prefixes_every_object(kit: Any) -> None:
@@ -271,6 +274,52 @@ def test_the_charts_monthly_budget_reaches_every_users_kernel(kit: Any) -> None:
     env = server_environment("jhub-alice", chosen, "http://hub:10101/services/gpu-offload/")
     assert env[E.MONTHLY_BUDGET.name] == "250.5"
     assert from_environment({**env, "JUPYTERHUB_USER": "alice"}).budget == 250.5
+
+
+PROTECTED_WORDS = "Notebook sessions in their first minutes (protected from preemption; only the kernel names it)"
+
+
+def test_the_charts_session_protection_and_notice_reach_every_users_kernel_and_pod(kit: Any) -> None:
+    from gpu_offload.hub_extension.config import parse_config
+    from gpu_offload.hub_extension.spawner.user_namespace import server_environment
+    from gpu_offload.liqo_peering.inventory import Inventory
+    from gpu_offload.liqo_peering.kueue import desired
+    from gpu_offload.liqo_peering.trust import TrustPolicy
+
+    from gpu_offload.engine.backends.kube.config import from_environment
+
+    queued = {"queueing": {"kueue": {"enabled": True}}}
+    defaults = parse_config(kit.config_of(kit.render(queued)))
+    kernel = from_environment({**server_environment("jhub-alice", defaults), "JUPYTERHUB_USER": "alice"})
+    # by default: 10 min of protection at the class the hub adds, and a minute's notice to write the checkpoint
+    assert (kernel.session_protection, kernel.protected_priority, kernel.session_notice) == (
+        600.0, "session-protected", 60)
+    assert defaults.queueing is not None
+    written = [c["metadata"]["name"] for c in desired(Inventory(()), TrustPolicy(), defaults.queueing).priority_classes]
+    assert "session-protected" in written  # the hub's queue controller creates it in Kueue
+    chosen = parse_config(kit.config_of(kit.render({
+        "offload": {"sessionNotice": 180},
+        "queueing": {"kueue": {"enabled": True, "sessionProtection": 120, "protectedPriorityClass": "first-minutes"}}})))
+    env = server_environment("jhub-alice", chosen)
+    assert (env["GPU_OFFLOAD_SESSION_PROTECTION"], env["GPU_OFFLOAD_PROTECTED_PRIORITY"],
+            env["GPU_OFFLOAD_SESSION_NOTICE"]) == ("120", "first-minutes", "180")
+    off = parse_config(kit.config_of(kit.render({"queueing": {"kueue": {"enabled": True, "sessionProtection": 0}}})))
+    env = server_environment("jhub-alice", off)
+    assert "GPU_OFFLOAD_SESSION_PROTECTION" not in env and "GPU_OFFLOAD_PROTECTED_PRIORITY" not in env
+    assert off.queueing is not None and [c.name for c in off.queueing.priority_classes] == ["interactive", "batch"]
+    no_queue = server_environment("jhub-alice", parse_config(kit.config_of(kit.render())))
+    assert "GPU_OFFLOAD_SESSION_PROTECTION" not in no_queue  # Kueue preempts; without it there is nothing to hold
+    assert no_queue["GPU_OFFLOAD_SESSION_NOTICE"] == "60"  # a drain or an eviction gives the same notice
+    with pytest.raises(Exception, match="sessionProtection"):
+        kit.render({"queueing": {"kueue": {"enabled": True, "sessionProtection": "10m"}}})  # seconds
+    with pytest.raises(Exception, match="sessionNotice"):
+        kit.render({"offload": {"sessionNotice": -1}})
+    # the admin's own class for it must outrank every class that could preempt a protected session
+    low = {"queueing": {"kueue": {"enabled": True, "priorityClasses": [
+        {"name": "interactive", "value": 1000}, {"name": "session-protected", "value": 500}]}}}
+    with pytest.raises(ValueError, match=r"'session-protected' has value 500, not above every other class \(the "
+                       r"highest is 1000\)"):
+        parse_config(kit.config_of(kit.render(low)))
 
 
 def test_the_charts_session_idle_timeout_reaches_every_users_kernel(kit: Any) -> None:

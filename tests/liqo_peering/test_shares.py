@@ -65,9 +65,9 @@ def test_a_donor_that_lends_whole_gpus_refuses_with_the_fix():
 
 
 def test_each_mode_gets_its_own_ask():
-    mps = place(_inventory(("mps",)), _half())
-    assert mps.ask is not None and mps.ask.limits == {"nvidia.com/gpu.shared": 2}
-    assert mps.ask.isolation == "compute and memory" and mps.ask.memory_limit == 40 * GIB
+    mps = place(_inventory(("mps",)), _half(gpus=0.25))
+    assert mps.ask is not None and mps.ask.limits == {"nvidia.com/gpu.shared": 1}
+    assert mps.ask.isolation == "compute and memory" and mps.ask.memory_limit == 20 * GIB
     mig = place(_inventory(("mig",)), _half(memory=8 * GIB, gpus=1))
     assert mig.ask is not None and mig.ask.limits == {"nvidia.com/mig-1g.10gb": 1}
     hami = place(_inventory(("hami",)), _half(memory=12 * GIB, gpus=1))
@@ -76,12 +76,22 @@ def test_each_mode_gets_its_own_ask():
 
 
 def test_shares_in_use_are_counted_and_a_full_donor_says_so():
-    pods = tuple(_pod("mps-gpu", {"nvidia.com/gpu.shared": "2"}) for _ in range(4))  # 8 of 8 shares held
+    pods = tuple(_pod("mps-gpu", {"nvidia.com/gpu.shared": "1"}) for _ in range(8))  # 8 of 8 shares held
     with pytest.raises(NoFit) as caught:
-        place(_inventory(("mps",), pods), _half())
-    assert "no cluster has room for 0.5 of a GPU right now" in str(caught.value)
-    finished = tuple(_pod("mps-gpu", {"nvidia.com/gpu.shared": "2"}, "Succeeded") for _ in range(4))
-    assert place(_inventory(("mps",), finished), _half()).cluster_id == "mps"
+        place(_inventory(("mps",), pods), _half(gpus=0.25))
+    assert "no cluster has room for 0.25 of a GPU right now" in str(caught.value)
+    finished = tuple(_pod("mps-gpu", {"nvidia.com/gpu.shared": "1"}, "Succeeded") for _ in range(8))
+    assert place(_inventory(("mps",), finished), _half(gpus=0.25)).cluster_id == "mps"
+
+
+def test_more_than_one_mps_share_goes_to_another_donor_or_is_refused_with_every_reason():
+    assert place(_inventory(("mps", "sliced")), _half()).cluster_id == "sliced"
+    with pytest.raises(NoFit) as caught:
+        place(_inventory(("mps", "whole")), _half())
+    said = str(caught.value)
+    assert ("mps: this donor shares each GPU by MPS as 4 parts of 20 GiB; one pod gets one part; ask for --gpus 1/4 "
+            "or less") in said
+    assert "whole: this donor lends whole GPUs only" in said
 
 
 def test_fractions_pack_onto_the_fuller_donor():
@@ -89,7 +99,7 @@ def test_fractions_pack_onto_the_fuller_donor():
     inventory = build_inventory([_fc("mps"), _fc("sliced")], (), [
         _node("mps", "mps", {"nvidia.com/gpu.shared": "8"}, 4), _node("sliced", "time-slicing",
                                                                       {"nvidia.com/gpu.shared": "16"}, 4)], pods)
-    assert place(inventory, _half()).cluster_id == "sliced"
+    assert place(inventory, _half(gpus=0.25)).cluster_id == "sliced"  # one share fits either; 'sliced' is fuller
 
 
 def test_whole_gpu_requests_skip_donors_whose_gpu_resource_counts_shares():

@@ -41,11 +41,20 @@ def test_time_slicing_asks_for_shares_of_one_gpu(gpus, shares):
     assert ask.memory_limit is None
 
 
-def test_mps_caps_memory_at_the_share_held():
-    ask = resource_ask(FractionRequest(gpus=0.25), GpuOffer("mps", A100, replicas=8))
-    assert ask.limits == {"nvidia.com/gpu": 2}
+def test_mps_caps_memory_at_the_one_share_held():
+    ask = resource_ask(FractionRequest(gpus=0.1), GpuOffer("mps", A100, replicas=8))
+    assert ask.limits == {"nvidia.com/gpu": 1}
     assert ask.isolation == "compute and memory"
-    assert ask.memory_limit == 20 * GIB
+    assert ask.memory_limit == 10 * GIB
+
+
+@pytest.mark.parametrize("request_", [FractionRequest(gpus=0.25), FractionRequest(gpus=0.1, memory=11 * GIB)])
+def test_mps_refuses_more_than_one_share_with_the_fix(request_):
+    # NVIDIA's plugin refuses an MPS container asking for two replicas; a pod gets one part of a GPU or none
+    with pytest.raises(CannotShare) as caught:
+        resource_ask(request_, GpuOffer("mps", A100, replicas=8))
+    assert str(caught.value) == ("this donor shares each GPU by MPS as 8 parts of 10 GiB; one pod gets one part; "
+                                 "ask for --gpus 1/8 or less, or a donor with time-slicing, MIG or a memory isolator")
 
 
 def test_gpu_memory_decides_the_share_when_it_is_the_larger_need():

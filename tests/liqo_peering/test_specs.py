@@ -118,12 +118,16 @@ def test_merge_widens_a_local_namespace_and_keeps_its_strategy() -> None:
 
 
 def test_gpu_resource_slice(liqo_schema) -> None:
+    # labels and annotation as liqoctl's forge.MutateResourceSlice writes them (Liqo v1.2): without the
+    # replication labels Liqo neither signs nor sends the slice, without the annotation it makes no virtual node
     obj = gpu_resource_slice("gpu-donor-b", "liqo-tenant-donor-b", "origin", "donor-b", 4, cpu="8", memory="32Gi")
     assert obj == {
         "apiVersion": "authentication.liqo.io/v1beta1",
         "kind": "ResourceSlice",
         "metadata": {"name": "gpu-donor-b", "namespace": "liqo-tenant-donor-b",
-                     "labels": {"gpu-offload.io/managed-by": "gpu-offload", "liqo.io/remote-cluster-id": "donor-b"}},
+                     "labels": {"gpu-offload.io/managed-by": "gpu-offload", "liqo.io/remote-cluster-id": "donor-b",
+                                "liqo.io/replication": "true", "liqo.io/remoteID": "donor-b"},
+                     "annotations": {"liqo.io/create-virtual-node": "true"}},
         "spec": {"class": "default", "consumerClusterID": "origin", "providerClusterID": "donor-b",
                  "resources": {"nvidia.com/gpu": "4", "cpu": "8", "memory": "32Gi"}},
     }

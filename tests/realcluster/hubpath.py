@@ -36,6 +36,8 @@ STORAGE_HOST = "10.219.1.1"
 BUCKET = "gpu-offload-e2e"
 # The runner image the kernel picks for its Python (3.11), imported into the donor by liqo.sh's hub_images.
 RUNNER_IMAGE = "jupyter-gpu-offload/runner:0.1.0-py3.11"
+# The user-server image, also the Metaflow steps' image (on the donor too)
+USER_IMAGE = "jupyter-gpu-offload/singleuser:0.1.0"
 
 
 def values(admin_token: str, storage_endpoint: str) -> dict[str, Any]:
@@ -61,15 +63,28 @@ def values(admin_token: str, storage_endpoint: str) -> dict[str, Any]:
                     "custom:gpu-offload:manage", "access:services"]}},
             },
             "proxy": {"service": {"type": "ClusterIP"}, "chp": {"image": never}},
-            # the kernel's S3 credentials, from the usual AWS_* variables (moto accepts any)
+            # the kernel's S3 credentials, from the usual AWS_* variables (moto accepts any), and the admin's
+            # Metaflow settings for flows users run from their server (metaflow_settings)
             "singleuser": {"image": never, "storage": {"type": "none"}, "startTimeout": 600,
                            "extraEnv": {"AWS_ACCESS_KEY_ID": "e2e", "AWS_SECRET_ACCESS_KEY": "e2e",
-                                        "AWS_DEFAULT_REGION": "us-east-1"}},
+                                        "AWS_DEFAULT_REGION": "us-east-1", **metaflow_settings(storage_endpoint)}},
             "scheduling": {"userScheduler": {"enabled": False}, "userPlaceholder": {"enabled": False}},
             "prePuller": {"hook": {"enabled": False}, "continuous": {"enabled": False}},
             "cull": {"enabled": False},
         },
     }
+
+
+def metaflow_settings(storage_endpoint: str) -> dict[str, str]:
+    """What an admin gives users' servers so their flows run on the cluster: the datastore in the object store,
+    step pods in the user-server image (on the donor: liqo.sh's hub_images), finished step Jobs removed after a
+    minute (Metaflow keeps them a week), and placement from configuration: a user's role may not read the
+    cluster's inventory (nodes, VirtualNodes), so steps name a trusted cluster and Kueue does the rest."""
+    return {"METAFLOW_DEFAULT_DATASTORE": "s3", "METAFLOW_DATASTORE_SYSROOT_S3": f"s3://{BUCKET}/metaflow",
+            "METAFLOW_S3_ENDPOINT_URL": storage_endpoint, "METAFLOW_DEFAULT_METADATA": "local",
+            "METAFLOW_KUBERNETES_CONTAINER_IMAGE": USER_IMAGE,
+            "METAFLOW_KUBERNETES_JOB_TTL_SECONDS_AFTER_FINISHED": "60",
+            "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE": "config"}
 
 
 def hub_db_volume() -> dict[str, Any]:

@@ -161,7 +161,9 @@ vk_image() {
 # hub, user server and Python 3.11 runner (images/build.sh on the local Debian base, podman's layer cache kept),
 # and zero-to-jupyterhub's proxy, configurable-http-proxy from npm on that base with this machine's Node (20: the
 # version it requires; Debian 12's is 18), named as z2jh's values name it. The origin gets the hub's, the
-# donor the runner (runner pods run there); each is tagged under the name a pod spec spells (docker.io/...).
+# donor the runner (runner pods run there) and the user-server image (a Metaflow step's pod runs there: it
+# has the boto3 and pip Metaflow's pod bootstrap needs); each is tagged under the name a pod spec spells
+# (docker.io/...).
 CHP_VERSION=5.3.0
 hub_images() {
 	local dir=$LIQO_STATE/images/hub context image
@@ -184,7 +186,7 @@ hub_images() {
 	rm -f "$dir/chp.tar"
 	podman save --format docker-archive -o "$dir/chp.tar" "quay.io/jupyterhub/configurable-http-proxy:$CHP_VERSION" >/dev/null
 	in_cluster "$ORIGIN" import_hub_images jupyter-gpu-offload-k8s-hub jupyter-gpu-offload-singleuser chp
-	in_cluster "$DONOR" import_hub_images jupyter-gpu-offload-runner
+	in_cluster "$DONOR" import_hub_images jupyter-gpu-offload-runner jupyter-gpu-offload-singleuser
 }
 
 # import_hub_images ARCHIVE...: into this cluster's containerd, each jupyter-gpu-offload image also under the
@@ -260,13 +262,27 @@ pytest_liqo() {
 
 # The tests on the pair as Liqo installs by default, then once more those about Kueue's label with the label
 # kept off donor pods (what docs/hub.md tells an admin to set), and the hub's whole path, which needs it.
+# A failed pass keeps both clusters' logs and the virtual kubelet's (down.sh removes the clusters' own).
 run_tests() {
 	local rc=0
-	pytest_liqo "$@" || rc=$?
+	pytest_liqo "$@" || { rc=$?; keep_logs first-pass; }
 	in_cluster "$ORIGIN" skip_labels kueue.x-k8s.io/queue-name
-	pytest_liqo -k "queue_label or hub_path" "$@" || rc=$?
+	pytest_liqo -k "queue_label or hub_path" "$@" || { rc=$?; keep_logs second-pass; }
 	in_cluster "$ORIGIN" skip_labels ""
 	return $rc
+}
+
+# keep_logs NAME: the logs of both clusters' processes and of the origin's virtual kubelet pods, under
+# $LIQO_STATE/logs/failed-<time>-NAME
+keep_logs() {
+	local dir
+	dir=$LIQO_STATE/logs/failed-$(date -u +%Y%m%dT%H%M%S)-$1
+	mkdir -p "$dir"
+	in_cluster "$ORIGIN" bash -c 'cp -r "$RC_LOGS" "$0/origin"' "$dir" || true
+	in_cluster "$DONOR" bash -c 'cp -r "$RC_LOGS" "$0/donor"' "$dir" || true
+	in_cluster "$ORIGIN" kubectl logs -n "liqo-tenant-$DONOR_ID" -l offloading.liqo.io/component=virtual-kubelet --tail=-1 --prefix \
+		>"$dir/virtual-kubelet.log" 2>&1 || true
+	echo "logs of the failed $1 kept in $dir"
 }
 
 case ${1:-up} in

@@ -148,16 +148,19 @@ def require_cluster() -> RealCluster:
 
 
 @contextlib.contextmanager
-def seeded_origin(donors: Sequence[liqo.Donor], crds: Path) -> Iterator[RealOrigin]:
-    """The real cluster with ``donors`` peered as Liqo would leave them, reset before and after."""
+def seeded_origin(donors: Sequence[liqo.Donor], crds: Path, real_nodes: int | None = None) -> Iterator[RealOrigin]:
+    """The real cluster with ``donors`` peered as Liqo would leave them, reset before and after. The first
+    donors take the real kubelets' nodes (at most ``real_nodes`` of them: a donor that must have nothing behind
+    its node, as a virtual kubelet's, comes after them); the others get nodes with nothing behind them."""
     cluster = require_cluster()
+    reals = len(REAL_NODES) if real_nodes is None else min(real_nodes, len(REAL_NODES))
     with cluster.api_client() as client:
         install_crds(client, crds)
         reset(client)
         stop = threading.Event()
-        fake_nodes = [d.node_name for d in donors[len(REAL_NODES):]]
+        fake_nodes = [d.node_name for d in donors[reals:]]
         for index, donor in enumerate(donors):
-            _seed_donor(client, donor, index, real=index < len(REAL_NODES))
+            _seed_donor(client, donor, index, real=index < reals)
         heartbeat = threading.Thread(target=_heartbeat, args=(cluster, fake_nodes, stop), daemon=True)
         heartbeat.start()
         try:

@@ -8,10 +8,7 @@
 # $RC_IMAGES/outside. Usage: registry.sh (the cluster running); down.sh stops the registry with the rest.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-source "$HERE/env.sh"
-source "$HERE/lib.sh"
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/images/containers.conf}
+source "$HERE/images.sh"
 RECIPES=$HERE/outside
 SAVED=$RC_IMAGES/outside
 REGISTRY=$RC_HOST_IP:$RC_REGISTRY_PORT

@@ -7,10 +7,7 @@
 # Usage: bash tests/realcluster/singleuser_image.sh   (the cluster running, as root)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-source "$HERE/env.sh"
-source "$HERE/lib.sh"
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/images/containers.conf}
+source "$HERE/images.sh"
 IMAGE=localhost/jupyter-gpu-offload/singleuser:0.1.0
 podman image exists "$IMAGE" || bash "$REPO/images/build.sh" --local --only singleuser
 # a temporary archive in this cluster's own state: RC_IMAGES may be another cluster's shared build

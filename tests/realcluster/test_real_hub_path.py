@@ -7,9 +7,13 @@ server both clusters' pods reach) and its session run on the donor's kubelet thr
 by Kueue on the origin; the service's pages, metrics and meter see them; the server stops, the release is
 uninstalled and neither cluster keeps anything of it.
 
-Not here: a distributed run and a Metaflow step through the hub. Liqo's networking cannot run on this machine
-(docs/realcluster.md: its kernel has no Geneve), so ranks on the donor cannot rendezvous through a Service of the
-origin; and neither has been written against the hub on the pair yet.
+A Metaflow step too: the user's kernel runs ``python flow.py run``, whose ``@gpu_offload`` step's Job waits in
+the user's LocalQueue on the origin and its pod runs on the donor's kubelet through Liqo, with its datastore in
+the same store. And the admin asks the donor for more GPUs through the service's API: real Liqo makes a virtual
+node of the slice the hub writes.
+
+Not here: a distributed run. Liqo's networking cannot run on this machine (docs/realcluster.md: its kernel has
+no Geneve), so ranks on the donor cannot rendezvous through a Service of the origin.
 
 Needs the origin's Liqo to keep Kueue's queue-name label off donor pods (``liqo.sh test`` runs this module in
 that setting): with Liqo's default the donor's Kueue gates every queued pod (test_real_liqo.py).
@@ -22,6 +26,7 @@ import os
 import shutil
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +49,7 @@ from .hubpath import (
     new_token,
     notebook_cells,
 )
-from .liqopair import Pair, pair, wait
+from .liqopair import DONOR_ID, Pair, pair, wait
 from .test_real_liqo import QUEUE_LABEL, virtual_node_skips
 
 # a helm install, a server start and a notebook on two real clusters of a shared 2-core machine
@@ -52,6 +57,47 @@ pytestmark = [pytest.mark.real_liqo, pytest.mark.e2e, pytest.mark.timeout(2400)]
 REPO = Path(__file__).resolve().parents[2]
 USER = "alice"
 SERVER_LABELS = f"component=singleuser-server,hub.jupyter.org/username={USER}"
+EXTRA_SLICE = "donor-extra-gpu"
+# A cell of the user's: a flow with one offloaded step, written beside the notebook and run as a user runs it.
+# The user names their namespace for Metaflow's Jobs (the server has it as GPU_OFFLOAD_NAMESPACE); the queue,
+# trust and the datastore come from the server's environment.
+FLOW = """
+from metaflow import FlowSpec, environment, gpu_offload, step
+
+class HubFlow(FlowSpec):
+    @step
+    def start(self):
+        self.numbers = list(range(10))
+        self.next(self.train)
+
+    @gpu_offload(gpus=1, cluster="donor", priority="batch")
+    @environment(vars={"AWS_ACCESS_KEY_ID": "e2e", "AWS_SECRET_ACCESS_KEY": "e2e", "AWS_DEFAULT_REGION": "us-east-1"})
+    @step
+    def train(self):
+        import os
+        self.total = sum(self.numbers)
+        print(f"total={self.total} on the donor, GPU {os.environ.get('NVIDIA_VISIBLE_DEVICES')}")
+        self.next(self.end)
+
+    @step
+    def end(self):
+        pass
+
+if __name__ == "__main__":
+    HubFlow()
+"""
+FLOW_CELL = f"""
+import os, pathlib, subprocess, sys
+pathlib.Path("hub_flow.py").write_text({FLOW!r})
+env = dict(os.environ, METAFLOW_KUBERNETES_NAMESPACE=os.environ["GPU_OFFLOAD_NAMESPACE"],
+           USERNAME=os.environ["JUPYTERHUB_USER"])
+done = subprocess.run([sys.executable, "hub_flow.py", "run"], env=env, capture_output=True, text=True, timeout=840)
+print(done.stdout[-6000:], done.stderr[-6000:])
+print("flow exited", done.returncode)
+from metaflow import Flow, namespace
+namespace(None)
+print("read back:", Flow("HubFlow").latest_run["train"].task.data.total)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +203,18 @@ class Watcher:
                 self.admitted[wl["metadata"]["name"]] = wl["status"]["admission"]
 
 
-def test_a_user_logs_in_spawns_a_server_and_runs_the_quickstart_on_the_donor(liqo: Pair, hub: tuple[Hub, str]) -> None:
+@dataclass(frozen=True)
+class Server:
+    """The user's running server: their token, namespace and a kernel of it."""
+
+    token: str
+    namespace: str
+    kernel: str
+
+
+@pytest.fixture(scope="module")
+def server(liqo: Pair, hub: tuple[Hub, str]) -> Server:
+    """The user logged in (a token of their own, as a login gives one) with a server and a kernel."""
     api, admin = hub
     # the user: created by the admin service, then a token of their own, as a login gives one
     api.call("POST", f"hub/api/users/{USER}", admin)
@@ -166,10 +223,17 @@ def test_a_user_logs_in_spawns_a_server_and_runs_the_quickstart_on_the_donor(liq
     api.call("POST", f"hub/api/users/{USER}/server", token, {})
     wait(lambda: (api.call("GET", f"hub/api/users/{USER}", token)["servers"].get("") or {}).get("ready") or None,
          "the user's server ready", 600)
-    (server,) = liqo.core("origin").list_pod_for_all_namespaces(label_selector=SERVER_LABELS).items
-    namespace = server.metadata.namespace
+    (pod,) = liqo.core("origin").list_pod_for_all_namespaces(label_selector=SERVER_LABELS).items
+    namespace = pod.metadata.namespace
     assert namespace == f"{HUB_NAMESPACE}-{USER}", "the server runs in the user's own namespace"
     kernel = api.call("POST", f"user/{USER}/api/kernels", token, {"name": "python3"})["id"]
+    return Server(token, namespace, kernel)
+
+
+def test_a_user_logs_in_spawns_a_server_and_runs_the_quickstart_on_the_donor(
+        liqo: Pair, hub: tuple[Hub, str], server: Server) -> None:
+    api, admin = hub
+    token, namespace, kernel = server.token, server.namespace, server.kernel
     outputs: list[str] = []
     with Watcher(liqo, namespace) as seen:
         for code in notebook_cells(REPO / "examples" / "quickstart.ipynb"):
@@ -191,13 +255,64 @@ def test_a_user_logs_in_spawns_a_server_and_runs_the_quickstart_on_the_donor(liq
     assert all(QUEUE_LABEL not in p["labels"] for p in seen.donor_pods.values())
     assert seen.admitted, "Kueue on the origin admitted no Workload of the user's cells"
     _the_service_sees_the_runs(api, admin, token)
-    api.call("DELETE", f"hub/api/users/{USER}/server", token)
+
+
+def test_a_metaflow_step_from_the_users_server_waits_in_the_queue_and_runs_on_the_donor(
+        liqo: Pair, hub: tuple[Hub, str], server: Server) -> None:
+    """``python flow.py run`` from the user's kernel: its ``@gpu_offload`` step's Job is queued by Kueue on the
+    origin (the user's LocalQueue, from the spawner's settings), its pod goes through Liqo's virtual node to
+    the donor's kubelet, the step's artifact comes back through the datastore (the admin's Metaflow settings:
+    ``singleuser.extraEnv`` in hubpath.values)."""
+    api, _admin = hub
+    with Watcher(liqo, server.namespace) as seen:
+        out = execute(api, USER, server.kernel, server.token, FLOW_CELL, timeout=900)
+        seen.sample()
+    print(out)
+    assert "flow exited 0" in out and "total=45 on the donor" in out and "read back: 45" in out, out[-4000:]
+    step_pods = {n: p for n, p in seen.donor_pods.items() if p["labels"].get("gpu-offload.io/step") == "train"}
+    assert step_pods, f"the step's pod never ran on the donor: {seen.donor_pods}"
+    assert all(p["node"] == "donor-gpu" and QUEUE_LABEL not in p["labels"] for p in step_pods.values()), step_pods
+    assert [name for name in seen.admitted if name.startswith("job-")], \
+        f"Kueue on the origin admitted no Workload of the step's Job: {sorted(seen.admitted)}"
+
+
+def test_the_admin_asks_the_donor_for_gpus_and_real_liqo_makes_a_virtual_node(liqo: Pair, hub: tuple[Hub, str]) -> None:
+    """The hub admin's "request GPUs" (the service's action API, with the hub's own RBAC) writes a ResourceSlice
+    that the donor grants and Liqo turns into a virtual node with those GPUs; deleting it takes the node along."""
+    api, admin = hub
+    answer = api.call("POST", "services/gpu-offload/api/admin/actions/resourceslice", admin,
+                      {"cluster_id": DONOR_ID, "gpus": "1", "name": EXTRA_SLICE, "confirm": True})
+    assert answer["ok"], answer
+    core, custom = liqo.core("origin"), liqo.custom("origin")
+    try:
+        node = wait(lambda: next((n for n in core.list_node().items if n.metadata.name == EXTRA_SLICE
+                                  and (n.status.allocatable or {}).get("nvidia.com/gpu") == "1"), None),
+                    "the slice's virtual node with 1 GPU", 300)
+        assert node.metadata.labels["liqo.io/type"] == "virtual-node"
+        assert node.metadata.labels["liqo.io/remote-cluster-id"] == DONOR_ID
+        shown = api.call("GET", f"services/gpu-offload/api/admin/clusters/{DONOR_ID}", admin)["slices"]
+        assert (EXTRA_SLICE, "1") in [(s["name"], str(s["granted_gpus"])) for s in shown], shown
+    finally:  # the hub may not delete slices (its role has no delete): the cluster's admin does
+        with contextlib.suppress(kubernetes.client.ApiException):
+            custom.delete_namespaced_custom_object("authentication.liqo.io", "v1beta1", f"liqo-tenant-{DONOR_ID}",
+                                                   "resourceslices", EXTRA_SLICE)
+    wait(lambda: EXTRA_SLICE not in [n.metadata.name for n in core.list_node().items] or None,
+         "the slice's virtual node gone", 300)
+
+
+def test_the_stopped_server_leaves_nothing_of_the_users_runs(liqo: Pair, hub: tuple[Hub, str], server: Server) -> None:
+    api, _admin = hub
+    namespace = server.namespace
+    api.call("DELETE", f"hub/api/users/{USER}/server", server.token)
     core = liqo.core("origin")
+    # the step's finished Job (and its pod) go once Metaflow's TTL for finished Jobs, set by the admin, runs out
     wait(lambda: not core.list_namespaced_pod(namespace).items or None, "the user's pods gone", 300)
+    wait(lambda: not kubernetes.client.BatchV1Api(liqo.origin).list_namespaced_job(namespace).items or None,
+         "the step's Job gone", 120)
     wait(lambda: not [p for p in liqo.core("donor").list_pod_for_all_namespaces().items
                       if p.metadata.namespace.startswith(namespace)] or None, "the user's pods gone on the donor", 120)
-    assert not liqo.custom("origin").list_namespaced_custom_object(
-        "kueue.x-k8s.io", "v1beta2", namespace, "workloads")["items"]
+    wait(lambda: not liqo.custom("origin").list_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", namespace, "workloads")["items"] or None, "the user's Workloads gone", 120)
     assert not [s.metadata.name for s in core.list_namespaced_secret(namespace).items
                 if (s.metadata.labels or {}).get("gpu-offload.io/managed-by") == "gpu-offload"]
 

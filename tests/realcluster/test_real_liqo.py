@@ -19,7 +19,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox.liqo import offloading, reflection
+from gpu_offload.liqo_peering.specs import gpu_resource_slice
+from gpu_offload.sandbox.liqo import offloading, reflection, slices
 from gpu_offload.sandbox.liqo.seed import REMOTE_CLUSTER_ID_LABEL, TYPE_LABEL, VIRTUAL_NODE_TAINT
 
 from gpu_offload.cli import doctor
@@ -73,13 +74,28 @@ def test_pod_runs_on_the_donor_through_the_virtual_node(liqo: Pair) -> None:
     with offloaded_namespace(liqo) as (namespace, twin):
         pod = gpu_pod("cell", "import os; print('on donor', os.environ.get('NVIDIA_VISIBLE_DEVICES'))")
         liqo.core("origin").create_namespaced_pod(namespace, pod)
-        remote = wait(lambda: _donor_pods(liqo, twin, "cell"), "the pod's twin on the donor")[0]
+        remote = _twin(liqo, namespace, twin, "cell")
         origin = wait(lambda: _phase(liqo, namespace, "cell", "Succeeded"), "the pod Succeeded on the origin", 240)
         assert origin.spec.node_name == virtual_node(liqo)["metadata"]["name"]
         assert remote.spec.node_name is None or remote.spec.node_name == "donor-gpu"
         log = liqo.core("origin").read_namespaced_pod_log("cell", namespace, _preload_content=False).data.decode()
         assert log.startswith("on donor ")
         assert log.split()[-1] != "None", "the donor's kubelet gave the container a GPU"
+
+
+def _twin(liqo: Pair, namespace: str, twin: str, name: str) -> Any:
+    """The donor's copy of the origin's pod ``name``; if it never comes, the failure says where the origin's pod
+    is (scheduled or not, on which node, its conditions) and what the origin's events say of it."""
+    try:
+        return wait(lambda: _donor_pods(liqo, twin, name), "the pod's twin on the donor")[0]
+    except AssertionError as exc:
+        core = liqo.core("origin")
+        pod = core.read_namespaced_pod(name, namespace)
+        events = [f"{e.reason}: {e.message}" for e in core.list_namespaced_event(namespace).items
+                  if e.involved_object.name == name]
+        conditions = [(c.type, c.status, c.reason, c.message) for c in pod.status.conditions or []]
+        raise AssertionError(f"{exc}; on the origin the pod is {pod.status.phase} on node {pod.spec.node_name}, "
+                             f"conditions {conditions}, events {events}") from exc
 
 
 def _phase(liqo: Pair, namespace: str, name: str, phase: str) -> Any:
@@ -99,7 +115,7 @@ def test_kueue_queue_label_reaches_the_donor_and_its_kueue_gates_the_pod(liqo: P
         # donor's Kueue can act on the label.
         pod = gpu_pod("queued", "print('ran')", labels={QUEUE_LABEL: "user-queue"})
         liqo.core("origin").create_namespaced_pod(namespace, pod)
-        remote = wait(lambda: _donor_pods(liqo, twin, "queued"), "the pod's twin on the donor")[0]
+        remote = _twin(liqo, namespace, twin, "queued")
         assert remote.metadata.labels.get(QUEUE_LABEL) == "user-queue"
         assert doctor.unreflected_kueue_labels(_virtual_nodes(liqo)) == [DONOR_ID], "doctor names the node"
         gates = [g.name for g in remote.spec.scheduling_gates or []]
@@ -116,7 +132,7 @@ def test_kueue_queue_label_kept_off_donor_pods_when_liqo_skips_it(liqo: Pair) ->
     with offloaded_namespace(liqo) as (namespace, twin):
         pod = gpu_pod("queued", "print('ran')", labels={QUEUE_LABEL: "user-queue"})
         liqo.core("origin").create_namespaced_pod(namespace, pod)
-        remote = wait(lambda: _donor_pods(liqo, twin, "queued"), "the pod's twin on the donor")[0]
+        remote = _twin(liqo, namespace, twin, "queued")
         assert QUEUE_LABEL not in (remote.metadata.labels or {})
         assert doctor.unreflected_kueue_labels(_virtual_nodes(liqo)) == [], "doctor finds nothing to warn of"
         wait(lambda: _phase(liqo, namespace, "queued", "Succeeded"), "the pod Succeeded", 240)
@@ -246,3 +262,76 @@ def test_a_pod_aimed_at_the_virtual_node_from_a_namespace_not_offloaded_stays_pe
         assert pod.spec.node_name == virtual_node(liqo)["metadata"]["name"]
         assert (pod.status.phase, pod.status.reason) == ("Pending", offloading.OFFLOADING_BACKOFF), pod.status
         assert pod.status.container_statuses is None
+
+
+TENANT = f"liqo-tenant-{DONOR_ID}"
+RS = ("authentication.liqo.io", "v1beta1")
+
+
+def _slices(tag: str) -> dict[str, dict[str, Any]]:
+    """The project's GPU slice (what the hub admin's "request GPUs" writes) and three that each lack one thing
+    real Liqo requires, by name."""
+    built = gpu_resource_slice(f"gpuo-{tag}", TENANT, ORIGIN_ID, DONOR_ID, 1, cpu="1", memory="1Gi")
+
+    def lacking(name: str, drop_label: str | None = None, drop_annotation: bool = False,
+                provider: str = DONOR_ID) -> dict[str, Any]:
+        body = gpu_resource_slice(name, TENANT, ORIGIN_ID, provider, 1)
+        if drop_label:
+            del body["metadata"]["labels"][drop_label]
+        if drop_annotation:
+            del body["metadata"]["annotations"]
+        return body
+    return {s["metadata"]["name"]: s for s in [
+        built,
+        lacking(f"gpuo-{tag}-unsent", drop_label="liqo.io/replication"),
+        lacking(f"gpuo-{tag}-nonode", drop_annotation=True),
+        lacking(f"gpuo-{tag}-nobody", provider="nobody"),
+    ]}
+
+
+def _slice_status(liqo: Pair, name: str) -> dict[str, Any]:
+    obj = liqo.custom("origin").get_namespaced_custom_object(*RS, TENANT, "resourceslices", name)
+    return dict(obj.get("status") or {})
+
+
+def _accepted(status: dict[str, Any]) -> bool:
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return conditions.get("Authentication") == "Accepted" and conditions.get("Resources") == "Accepted"
+
+
+def _named_nodes(liqo: Pair, names: set[str]) -> dict[str, Any]:
+    return {n.metadata.name: n for n in liqo.core("origin").list_node().items if n.metadata.name in names}
+
+
+def test_gpu_slices_get_a_virtual_node_exactly_as_the_sandbox_predicts(liqo: Pair) -> None:
+    """The hub's GPU ResourceSlice (``liqo_peering.specs.gpu_resource_slice``) is granted by the donor and gets
+    a virtual node of its own with the GPUs asked for; slices lacking what Liqo requires get what the sandbox's
+    ``slices.sent_to``/``makes_virtual_node`` predict: not labelled for replication, no answer at all; no
+    create-virtual-node annotation, granted but no node; a cluster nobody peered, no answer. All removed after,
+    with their nodes (Liqo's slice owns its VirtualNode)."""
+    bodies = _slices(uuid.uuid4().hex[:4])
+    built = next(iter(bodies))
+    custom = liqo.custom("origin")
+    try:
+        for body in bodies.values():
+            custom.create_namespaced_custom_object(*RS, TENANT, "resourceslices", body)
+        node = wait(lambda: (n := _named_nodes(liqo, {built}).get(built)) and
+                    (n.status.allocatable or {}).get("nvidia.com/gpu") == "1" and n, f"a virtual node for {built}", 240)
+        assert node.metadata.labels[TYPE_LABEL] == "virtual-node"
+        assert node.metadata.labels[REMOTE_CLUSTER_ID_LABEL] == DONOR_ID
+        sent = {n for n, b in bodies.items() if slices.sent_to(b) == DONOR_ID}
+        wait(lambda: all(_accepted(_slice_status(liqo, n)) for n in sent) or None, f"the donor's grant of {sorted(sent)}")
+        # an answer to the others would come within the same seconds; after a grace period none is coming
+        with contextlib.suppress(AssertionError):
+            wait(lambda: [n for n in bodies if n not in sent and _slice_status(liqo, n)] or None, "an unexpected answer", 15)
+        nodes = _named_nodes(liqo, set(bodies))
+        for name, body in bodies.items():
+            if name not in sent:
+                assert not _slice_status(liqo, name), f"{name}: nobody should have answered"
+            assert (name in nodes) == (name in sent and slices.makes_virtual_node(body) is not None), name
+    finally:
+        for name in bodies:
+            with contextlib.suppress(kubernetes.client.ApiException):
+                custom.delete_namespaced_custom_object(*RS, TENANT, "resourceslices", name)
+        wait(lambda: not _named_nodes(liqo, set(bodies)) and len(_virtual_nodes(liqo)) == 1 or None,
+             "the slices' virtual nodes gone", 240)

@@ -6,10 +6,7 @@
 # Usage: sudo bash tests/realcluster/torch_image.sh   (the cluster running; a few minutes, about 4 GB)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-source "$HERE/env.sh"
-source "$HERE/lib.sh"
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/images/containers.conf}
+source "$HERE/images.sh"
 IMAGE=localhost/gpuorc/python-torch:3.11
 TAR=$RC_IMAGES/python-torch.tar  # RC_IMAGES: clusters that share one build share it too
 SITE=$("$REPO/.venv/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(os.path.realpath(torch.__file__))))')

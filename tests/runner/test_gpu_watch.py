@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from gpu_offload.runner import gpu_watch
 from gpu_offload.runner.frames import Done, Error
+from gpu_offload.runner.ticker import Ticker
 
 from .fake_gpu import prelude
 
@@ -59,17 +61,21 @@ def test_the_largest_reading_of_the_sources_counts():
 def test_the_watch_stops_the_cell_once_and_says_why():
     held = [0]
     stopped = threading.Event()
+    stops: list[int] = []
     saved = list(gpu_watch.SOURCES)
     gpu_watch.SOURCES[:] = [lambda: gpu_watch.Reading(held[0], 80 * GIB)]
-    watch = gpu_watch.Watch(stopped.set, SLICED_HALF)
+    watch = gpu_watch.Watch(lambda: (stops.append(1), stopped.set()), SLICED_HALF)
+    ticker = Ticker()
     try:
-        watch.start(0.05)
+        ticker.start(0.05, [watch.task()])
         assert not stopped.wait(0.3) and watch.stopped is None
         held[0] = 41 * GIB
         assert stopped.wait(10)
         assert watch.stopped is not None and "held 41.0 GiB" in watch.stopped
+        time.sleep(0.2)  # more ticks past the part: the cell is stopped once
+        assert stops == [1]
     finally:
-        watch.stop()
+        ticker.stop()
         gpu_watch.SOURCES[:] = saved
 
 

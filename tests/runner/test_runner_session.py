@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpu_offload.runner.bundle import encode_bundle
-from gpu_offload.runner.frames import Done, Error, Hello, Metrics, Stream
+from gpu_offload.runner.frames import DisplayData, Done, Error, Hello, Metrics, Stream
 from gpu_offload.runner.secrecy import greeting
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
@@ -172,3 +172,20 @@ def test_each_runs_frames_carry_its_run_id(session) -> None:
     assert text(events) == "second\n"
     assert [type(e) for e in events if isinstance(e, (Hello, Done))] == [Hello, Done]
     assert decoder.foreign >= 2  # the first run's stream and done at least
+
+
+def test_a_cell_run_again_gets_the_name_the_notebook_gives_it_and_an_edited_one_runs_anew(session) -> None:
+    # a session keeps compiled cells per text; the notebook names each run anew (In[N] moves on)
+    failing = "def f():\n    return 1 / 0\nf()\n"
+    for number in (3, 4):
+        events = session.run(failing, filename=f"<offloaded cell {number}>")
+        [error] = [e for e in events if isinstance(e, Error)]
+        shown = "".join(error.traceback)
+        assert error.ename == "ZeroDivisionError"
+        assert shown.count(f'"<offloaded cell {number}>"') == 2, shown  # the cell's frame and f's
+        assert "return 1 / 0" in shown and "line 3" in shown  # the line as the notebook numbers it
+    first = session.run("x = 1\nx * 10\n")
+    edited = session.run("x = 2\nx * 10\n")
+    again = session.run("x = 1\nx * 10\n", filename="<offloaded cell 9>")
+    assert [[e.data["text/plain"] for e in run if isinstance(e, DisplayData)] for run in (first, edited, again)] == [
+        ["10"], ["20"], ["10"]]

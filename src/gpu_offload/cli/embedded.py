@@ -12,9 +12,11 @@ kubernetes backend at them.
 - The donors are trusted (``GPU_OFFLOAD_TRUSTED_CLUSTERS``): outputs come back as pickles, as from any
   cluster today. Donors are untrusted by default everywhere else (docs/security.md).
 
-- With ``queueing`` (``gpu-offload lab --hub``) the sandbox also emulates Kueue (``gpu_offload.sandbox.kueue``,
-  its built-in description of Kueue's kinds): the hub's queue controller then writes the flavors, the
-  ClusterQueue and the priority classes from the donors, and each user's cells wait in line as on a cluster.
+- With ``queueing`` (``gpu-offload quickstart`` and ``gpu-offload lab --hub``) the sandbox also emulates Kueue
+  (``gpu_offload.sandbox.kueue``, its built-in description of Kueue's kinds), and each user's cells wait in line
+  as on a cluster. Under ``lab --hub`` the hub's queue controller writes the flavors, the ClusterQueue and the
+  priority classes from the donors; without a hub the sandbox writes them once at start, with the LocalQueue of
+  its namespace, by the reconcile ``gpu-offload queues sync --namespace quickstart`` runs.
 
 Everything stops when the ``with`` block ends: the API server, the pods' processes and the S3 server.
 """
@@ -22,12 +24,15 @@ Everything stops when the ``with`` block ends: the API server, the pods' process
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..liqo_peering import environment as E
+from ..liqo_peering import labels as L
+from ..liqo_peering.kueue import QueueSettings, desired, gpu_quotas
 from ..sandbox.apiserver.resources import ResourceType
 from ..sandbox.liqo import seed as liqo
 from ..sandbox.liqo.origin import RunningOrigin, running_origin
@@ -54,6 +59,8 @@ class Embedded:
     namespace: str = NAMESPACE
     queueing: bool = False
     """Whether the sandbox emulates Kueue (see :func:`embedded_cluster`)."""
+    queue: QueueSettings | None = None
+    """The queue the kernels' cells wait in, when the sandbox wrote it (no hub gives one to the kernels)."""
 
     def kernel_env(self) -> dict[str, str]:
         """The variables that make a kernel's ``%%gpu_offload`` cells run on this sandbox."""
@@ -61,6 +68,8 @@ class Embedded:
             E.BACKEND: "kubernetes", E.NAMESPACE: self.namespace, E.IMAGE: IMAGE,
             E.S3_BUCKET: BUCKET, E.S3_ENDPOINT: self.s3_endpoint,
             E.TRUSTED_CLUSTERS: ",".join(d.cluster_id for d in DONORS),
+            E.QUEUE: self.queue.local_queue if self.queue else None,
+            E.PRIORITY: self.queue.default_priority if self.queue else None,
         })
         return {"KUBECONFIG": str(self.kubeconfig), **S3_CREDENTIALS, **settings}
 
@@ -81,20 +90,60 @@ class Embedded:
             f"  API        {self.api_url}   (KUBECONFIG={self.kubeconfig})\n"
             f"  namespace  {self.namespace}\n"
             f"  storage    s3://{BUCKET} on moto's S3 server at {self.s3_endpoint}\n"
-            + ("  queueing   Kueue emulated (no real Kueue): the hub writes its ClusterQueue from the donors; "
-               "cells wait in line\n" if self.queueing else "")
+            + (f"  queueing   Kueue emulated (no real Kueue): {self._queue_words()}; cells wait in line when "
+               "the GPUs they ask for are taken\n" if self.queueing else "")
             + "  It stops, with everything it started, when this command ends."
         )
 
 
-def _create_namespace(origin: RunningOrigin, name: str) -> None:
+    def _queue_words(self) -> str:
+        if self.queue is None:
+            return "the hub writes its ClusterQueue from the donors"
+        return (f"ClusterQueue {self.queue.cluster_queue} over both donors, LocalQueue {self.queue.local_queue} in "
+                f"{self.namespace}, priority classes {', '.join(c.name for c in self.queue.priority_classes)} "
+                f"(default {self.queue.default_priority})")
+
+
+def _create_namespace(origin: RunningOrigin, name: str, queued: bool) -> None:
     import kubernetes
 
     client = origin.sandbox.api_client()
+    # the project's ClusterQueue admits only from namespaces labelled as a hub labels its users'
+    labels = {L.USER_NAMESPACE: "true"} if queued else {}
     try:
-        kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": name}})
+        kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": name, "labels": labels}})
     finally:
         client.close()
+
+
+QUEUE_START_SECONDS = 30.0
+"""How long the sandbox's donors get to show their granted GPUs before the queue is written without them."""
+
+
+def _write_queue(origin: RunningOrigin, namespace: str) -> QueueSettings:
+    """Kueue's objects for the donors and ``namespace``'s LocalQueue, as ``gpu-offload queues sync`` writes them;
+    raises naming the conflict when one cannot be written."""
+    from ..liqo_peering.client import LiqoClient
+    from ..liqo_peering.queue_client import KueueClient
+    from ..liqo_peering.queue_sync import reconcile
+
+    settings = QueueSettings()
+    client = origin.sandbox.api_client()
+    try:
+        liqo = LiqoClient(client)
+        deadline = time.monotonic() + QUEUE_START_SECONDS
+        while True:  # a quota written before the virtual nodes show their GPUs would admit nothing
+            wanted = desired(liqo.read_inventory(), liqo.trust, settings, [namespace])
+            if sum(gpu_quotas(wanted.cluster_queue).values()) >= sum(d.gpus for d in DONORS) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        result = reconcile(KueueClient(client), wanted)
+    finally:
+        client.close()
+    if result.conflicts:
+        raise RuntimeError(f"the sandbox's queue could not be written: {'; '.join(result.conflicts)}")
+    return settings
 
 
 # Built-in kinds the hub's spawner hook writes that the sandbox does not serve yet: stored, validated and listed
@@ -124,14 +173,16 @@ def _origin(root: Path, queueing: bool) -> Iterator[RunningOrigin]:
 
 
 @contextmanager
-def embedded_cluster(workdir: Path | None = None, queueing: bool = False) -> Iterator[Embedded]:
+def embedded_cluster(workdir: Path | None = None, queueing: bool = False, hub: bool = False) -> Iterator[Embedded]:
     """Start the sandbox (with Kueue when ``queueing``) and the S3 store for the ``with`` block (in ``workdir``,
-    else a temporary folder)."""
+    else a temporary folder). With ``queueing`` and no ``hub`` the sandbox writes the queue itself; with a
+    ``hub`` its queue controller does."""
     with tempfile.TemporaryDirectory(prefix="gpu-offload-sandbox-") as temporary:
         root = workdir or Path(temporary)
         # pods have their own network when the sandbox runs as root: the store listens where they reach it
         with _origin(root, queueing) as origin, s3_server(origin.host_address, [BUCKET]) as endpoint:
             _serve_hub_kinds(origin)
-            _create_namespace(origin, NAMESPACE)
+            _create_namespace(origin, NAMESPACE, queueing)
+            queue = _write_queue(origin, NAMESPACE) if queueing and not hub else None
             yield Embedded(origin.sandbox.kubeconfig, origin.sandbox.url, endpoint, origin.host_address,
-                           queueing=queueing)
+                           queueing=queueing, queue=queue)

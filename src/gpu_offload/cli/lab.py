@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     port = args.port or free_port()
     # SIGTERM ends this command the way Ctrl-C does, so the with-blocks below stop everything
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with tempfile.TemporaryDirectory(prefix="gpu-offload-lab-") as tmp, embedded_cluster(queueing=args.hub) as cluster:
+    with tempfile.TemporaryDirectory(prefix="gpu-offload-lab-") as tmp, \
+            embedded_cluster(queueing=args.hub, hub=args.hub) as cluster:
         workdir = Path(tmp)
         print(cluster.banner(), flush=True)
         env = cluster.environment(os.environ)

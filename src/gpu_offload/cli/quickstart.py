@@ -1,9 +1,11 @@
 """``gpu-offload quickstart``: the example notebook, unchanged, with its cells offloaded to Liqo donors.
 
-By default it starts an embedded SANDBOX (an emulated origin cluster with two Liqo donors and an S3 store,
-see ``gpu_offload.cli.embedded``), runs ``examples/quickstart.ipynb`` in a real kernel on the kubernetes
-backend, and prints the cells' output as it streams, with the magic's line saying where each offloaded
-cell ran (pod, virtual node, Liqo cluster, GPUs). Everything it started is gone when it ends.
+By default it starts an embedded SANDBOX (an emulated origin cluster with two Liqo donors, Kueue and an S3
+store, see ``gpu_offload.cli.embedded``), runs ``examples/quickstart.ipynb`` in a real kernel on the
+kubernetes backend, and prints the cells' output as it streams, with the magic's line saying where each
+offloaded cell ran (pod, virtual node, Liqo cluster, GPUs). Queueing is on: every cell goes through the
+sandbox's Kueue, and one that asks for GPUs already taken waits in line, saying its place and Kueue's reason.
+Everything it started is gone when it ends.
 ``--local`` runs the same notebook on the embedded local backend instead (no cluster at all).
 """
 
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return execute(source, args.output, args.timeout)
     from .embedded import embedded_cluster
 
-    with embedded_cluster() as cluster:
+    with embedded_cluster(queueing=True) as cluster:
         print(cluster.banner(), flush=True)
         status = execute(source, args.output, args.timeout, env=cluster.environment(os.environ))
     print("the sandbox stopped; nothing it started is left running", flush=True)

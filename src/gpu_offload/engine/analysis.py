@@ -4,11 +4,16 @@ Inputs are the global names the cell reads that exist in the user namespace (plu
 them are imported again remotely by name rather than pickled. Outputs are the names the cell binds at top
 level (plus ``--out``). Syntax errors and IPython syntax (``%magic``, ``!cmd``) are reported here, with the
 line, so nothing is launched for a cell that cannot run.
+
+What the syntax tree says (the names read and bound, the imports) depends on the cell's text alone, so it is
+kept per text (:func:`cell_syntax`): a warm cell run again skips the parse and the walks. What depends on the
+notebook (which names exist, which are modules) is looked up again at every run.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import types
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +40,32 @@ class CellAnalysis:
     imports: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
     """Names the cell binds with an absolute import, outside functions and classes: name -> (module, attribute
     or None). The kernel imports them itself where a value cannot travel (from an untrusted cluster)."""
+
+
+@dataclass(frozen=True)
+class CellSyntax:
+    """What a cell's text alone says about its data flow (no namespace needed)."""
+
+    reads: tuple[str, ...]
+    """Global names the cell reads, in order of first use."""
+    writes: tuple[str, ...]
+    """Names the cell binds at top level, in order of first binding."""
+    imports: Mapping[str, tuple[str, str | None]]
+    """As :attr:`CellAnalysis.imports` (a read-only view: every analysis of the text shares it)."""
+
+
+SYNTAX_CACHE = 256
+"""Cell texts whose syntax is kept: a notebook re-runs a few cells many times."""
+
+
+@functools.lru_cache(maxsize=SYNTAX_CACHE)
+def cell_syntax(cell: str, line_offset: int = 1) -> CellSyntax:
+    """The names ``cell`` reads and binds and its imports, parsed once per text and kept (:data:`SYNTAX_CACHE`
+    texts, the least recently used dropped first). Raises as :func:`parse_cell` does; a cell that does not
+    parse is not kept, so its error is raised again at every run."""
+    tree = parse_cell(cell, line_offset)
+    reads, writes = _NameFlow.of(tree)
+    return CellSyntax(tuple(reads), tuple(writes), types.MappingProxyType(cell_imports(tree)))
 
 
 def parse_cell(cell: str, line_offset: int = 1) -> ast.Module:
@@ -88,8 +119,7 @@ def analyse_cell(
     ``hidden`` names (IPython's own entries such as ``In``/``Out``/``get_ipython``) are never sent.
     An ``--in`` name missing from the namespace is a usage error.
     """
-    tree = parse_cell(cell, line_offset)
-    reads, writes = _NameFlow.of(tree)
+    syntax = cell_syntax(cell, line_offset)
     extra_inputs = tuple(extra_inputs)
     for name in extra_inputs:
         if name not in namespace:
@@ -97,7 +127,7 @@ def analyse_cell(
                 f"--in {name}: there is no variable `{name}` in the notebook. Define it in a cell above, "
                 "or drop it from --in."
             )
-    wanted = [n for n in reads if n in namespace and n not in hidden and not n.startswith("__")]
+    wanted = [n for n in syntax.reads if n in namespace and n not in hidden and not n.startswith("__")]
     inputs: list[str] = []
     modules: dict[str, str] = {}
     for name in _unique([*wanted, *extra_inputs]):
@@ -110,9 +140,9 @@ def analyse_cell(
     return CellAnalysis(
         inputs=tuple(inputs),
         modules=modules,
-        outputs=tuple(_unique([*writes, *required])),
+        outputs=tuple(_unique([*syntax.writes, *required])),
         required_outputs=tuple(required),
-        imports=cell_imports(tree),
+        imports=dict(syntax.imports),
     )
 
 

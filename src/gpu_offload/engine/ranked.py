@@ -27,7 +27,7 @@ from ..runner.frames import (
     Status,
     Stream,
 )
-from .backends.base import Placed, Ranks, Relaunched, Run, RunEvent, RunnerExit
+from .backends.base import Placed, Queued, Ranks, Relaunched, Run, RunEvent, RunnerExit
 
 LIVE = "live"
 """Every rank's lines as they arrive, each prefixed with ``[rank R]``."""
@@ -127,7 +127,7 @@ class RankedRun:
     # -- turning rank events into the run's -----------------------------------------------------------
 
     def _take(self, event: RunEvent) -> None:
-        if isinstance(event, (Placed, Metrics)):
+        if isinstance(event, (Placed, Metrics, Queued)):  # a queued Job's place in line is the run's
             self._ready.append(event)
         elif isinstance(event, RunnerExit):
             self._all_exited(event)

@@ -56,7 +56,9 @@ def make_bundle(
     """
     import secrets  # the engine's side only; the runner never makes bundles
 
-    dumped = buffers.dump(dict(inputs or {}), input_transport, shm_dir=shm_dir, urls=input_urls)
+    values = dict(inputs or {})
+    # a cell without inputs sends none: no pickler made here, nothing unpickled on the runner (a warm cell's cost)
+    dumped = buffers.dump(values, input_transport, shm_dir=shm_dir, urls=input_urls) if values else None
     return {
         "version": BUNDLE_VERSION,
         "run_id": run_id or secrets.token_hex(8),
@@ -66,8 +68,8 @@ def make_bundle(
         "filename": filename,
         "first_line": int(first_line),
         "modules": dict(modules or {}),
-        "inputs": dumped.pickle,
-        "buffers": list(dumped.buffers),
+        "inputs": None if dumped is None else dumped.pickle,
+        "buffers": [] if dumped is None else list(dumped.buffers),
         "outputs": list(outputs),
         "required_outputs": list(required_outputs),
         "output_transport": output_transport,

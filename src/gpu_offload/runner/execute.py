@@ -11,6 +11,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 from . import buffers, display, outputs, script
@@ -66,16 +67,42 @@ def _show_figures() -> None:
         display.show_open_figures()
 
 
+COMPILED_KEPT = 64
+"""Cells whose code objects a runner keeps: a warm session runs the same few cells again and again."""
+_COMPILED: dict[tuple[str, int, bool], tuple[Any, Any, str]] = {}
+
+
 def compile_cell(emit: Emit, bundle: dict[str, Any]) -> tuple[Any, Any]:
-    """Compile the cell with the notebook's file name and line numbers; the last expression separately."""
-    # ast and linecache (which brings tokenize) are imported by the first cell, after the hello frame
-    import ast
+    """Compile the cell with the notebook's file name and line numbers; the last expression separately.
+
+    Code objects are immutable and a run makes its own functions and values from them, so a session keeps
+    them per cell text (and first line, and whether it runs as a script): a cell run again is not compiled
+    again, only renamed when the notebook gave it another name (``In[N]`` moves on at every run).
+    """
     import linecache
 
     cell, filename, first = bundle["cell"], bundle["filename"], bundle["first_line"]
     # tracebacks read source through linecache: pad so that line N of the cell is line N + first - 1
     lines = [""] * (first - 1) + cell.splitlines(keepends=True)
     linecache.cache[filename] = (len(cell), None, lines, filename)
+    key = (cell, first, not bundle["script"])
+    kept = _COMPILED.pop(key, None)
+    if kept is None:
+        code, last = _compile(emit, cell, filename, first, script=bool(bundle["script"]))
+        while len(_COMPILED) >= COMPILED_KEPT:
+            del _COMPILED[next(iter(_COMPILED))]
+    else:
+        code, last, named = kept
+        if named != filename:
+            code, last = _renamed(code, filename), None if last is None else _renamed(last, filename)
+    _COMPILED[key] = (code, last, filename)  # re-inserted: the dict's order is the order of last use
+    return code, last
+
+
+def _compile(emit: Emit, cell: str, filename: str, first: int, *, script: bool) -> tuple[Any, Any]:
+    # ast (which brings tokenize) is imported by the first cell, after the hello frame
+    import ast
+
     try:
         tree = ast.parse(cell, filename, "exec")
     except SyntaxError as exc:
@@ -83,10 +110,17 @@ def compile_cell(emit: Emit, bundle: dict[str, Any]) -> tuple[Any, Any]:
     ast.increment_lineno(tree, first - 1)
     last = None
     # a script shows nothing of its last expression, as ``python script.py`` does
-    is_cell = not bundle["script"]
-    if is_cell and tree.body and isinstance(tree.body[-1], ast.Expr) and not cell.rstrip().endswith(";"):
-        last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
+    tail = tree.body[-1] if tree.body else None
+    if not script and isinstance(tail, ast.Expr) and not cell.rstrip().endswith(";"):
+        tree.body.pop()
+        last = compile(ast.Expression(tail.value), filename, "eval")
     return compile(tree, filename, "exec"), last
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    """``code`` and the code objects it holds (its functions, classes, comprehensions) under ``filename``."""
+    consts = tuple(_renamed(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def _syntax_failure(emit: Emit, cell: str, first: int, exc: SyntaxError) -> CellFailed:

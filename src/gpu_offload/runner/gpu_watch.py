@@ -2,7 +2,7 @@
 
 ``gpu_cap`` limits what torch allocates; nothing limits CuPy, JAX, a CUDA extension or the CUDA context, and on
 a time-sliced GPU (no isolation) memory past the part is memory a neighbour's cell may need. So while a cell
-runs, a thread reads how much GPU memory this process holds and, once it holds more than its part, stops the
+runs, the runner's ticker (``ticker``) reads how much GPU memory this process holds and, once it holds more than its part, stops the
 cell with an error naming the part and what to ask for instead (:func:`verdict`, pure).
 
 What the process holds is read from every source there is (:data:`SOURCES`; the largest reading wins):
@@ -19,15 +19,14 @@ runner's own code either way.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
-import threading
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from . import gpu_cap
-from .signals import block_in_this_thread
 
 GIB = 2**30
 # NamedTuples, not dataclasses: the runner's cold start imports no dataclasses module for this
@@ -141,8 +140,9 @@ def verdict(reading: Reading, part: Limit) -> str | None:
 
 
 class Watch:
-    """A thread reading the GPU memory the process holds every ``interval`` seconds while a cell runs; the
-    first reading past the part records why (:attr:`stopped`) and calls ``stop`` (interrupting the cell)."""
+    """Reads the GPU memory the process holds at each tick of the run's :class:`~.ticker.Ticker` while a cell
+    runs; the first reading past the part records why (:attr:`stopped`) and calls ``stop`` (interrupting the
+    cell)."""
 
     NAME = "GpuMemoryExceeded"
     """The error's name in the cell's ``error`` frame."""
@@ -150,34 +150,20 @@ class Watch:
     def __init__(self, stop: Callable[[], None], environ: Mapping[str, str] | None = None) -> None:
         self._stop_cell = stop
         self._environ = os.environ if environ is None else environ
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
         self.stopped: str | None = None
         """Why the cell was stopped, once it was."""
 
-    def start(self, interval: float) -> None:
-        """Begin watching, when the runner holds part of a GPU; otherwise nothing."""
+    def task(self) -> Callable[[], None] | None:
+        """This run's watch, when the runner holds part of a GPU; otherwise None (nothing to watch)."""
         part = limit_of(self._environ)
         self.stopped = None
-        if part is None:
+        return None if part is None else functools.partial(self._check, part)
+
+    def _check(self, part: Limit) -> None:
+        if self.stopped is not None:  # stopped once: the cell is being interrupted
             return
-        self._done.clear()
-        self._thread = threading.Thread(target=self._loop, args=(part, max(0.05, interval)), name="gpuo-gpu-watch",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
-            self._thread = None
-
-    def _loop(self, part: Limit, interval: float) -> None:
-        block_in_this_thread()
-        while not self._done.wait(interval):
-            reading = read()
-            why = verdict(reading, part) if reading is not None else None
-            if why is not None:
-                self.stopped = why
-                self._stop_cell()
-                return
+        reading = read()
+        why = verdict(reading, part) if reading is not None else None
+        if why is not None:
+            self.stopped = why
+            self._stop_cell()

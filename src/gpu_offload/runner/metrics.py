@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from .signals import block_in_this_thread
 
 NO_GPU_NOTE = "no GPU visible, running on CPU"
 
@@ -123,38 +120,21 @@ def _read(getter: Callable[..., Any], *args: Any) -> Any:
 
 
 class Sampler:
-    """Emits ``metrics`` every ``interval`` seconds between :meth:`start` and :meth:`stop`."""
+    """Emits ``metrics`` at each tick of the run's :class:`~.ticker.Ticker` (every ``metrics_interval`` seconds)."""
 
-    def __init__(self, emit: Callable[..., None], interval: float) -> None:
+    def __init__(self, emit: Callable[..., None]) -> None:
         self._emit = emit
-        self.interval = interval
-        """Seconds between samples (the bundle's ``metrics_interval``)."""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.note_sent = False
 
-    def start(self) -> None:
-        """Begin sampling; without a GPU, say so once per runner instead."""
+    def task(self) -> Callable[[], None] | None:
+        """This run's sampling of the visible GPUs; without a GPU, None, and the note said once per runner."""
         handles = visible_handles()
-        if not handles:
-            if not self.note_sent:
-                self._emit("metrics", gpu=[], note=NO_GPU_NOTE)
-                self.note_sent = True
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(handles,), name="gpuo-metrics", daemon=True)
-        self._thread.start()
+        if handles:
+            return functools.partial(self._sample, handles)
+        if not self.note_sent:
+            self._emit("metrics", gpu=[], note=NO_GPU_NOTE)
+            self.note_sent = True
+        return None
 
-    def stop(self) -> None:
-        """Stop sampling (returns promptly; the sampler thread ends at its next tick)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
-            self._thread = None
-
-    def _loop(self, handles: list[tuple[int, Any]]) -> None:
-        block_in_this_thread()
-        while True:
-            self._emit("metrics", gpu=sample(handles))
-            if self._stop.wait(max(0.05, float(self.interval))):
-                return
+    def _sample(self, handles: list[tuple[int, Any]]) -> None:
+        self._emit("metrics", gpu=sample(handles))

@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import display, gpu_cap, handover, ipython_hook, ipython_shim, metrics, watchdog
@@ -19,6 +20,7 @@ from .execute import cell_traceback, run_cell
 from .failures import CellFailed
 from .runlog import RunLog
 from .signals import Interrupts, masked
+from .ticker import Ticker
 from .wire import MAX_FRAME_BYTES, RELAY_ROOM, FrameEncoder
 
 # frames that must come after the text printed before them: the capture is drained first
@@ -78,7 +80,9 @@ class Runtime:
         self.encoder = FrameEncoder(nonce, _frame_writer(private_stdout()), limit=limit, rank=rank or 0)
         self.log = RunLog()
         self.capture = FdCapture(self._stream)
-        self.sampler = metrics.Sampler(self.encoder.emit, 1.0)
+        self.sampler = metrics.Sampler(self.encoder.emit)
+        self.ticker = Ticker()
+        """The one thread of a run's periodic work: the metrics sampler's and the GPU memory watch's."""
         self.gpu_watch: Any = None
         """``gpu_watch.Watch`` once a run holds part of a GPU (imported then: most runners never need it)."""
         self.namespace = new_namespace()
@@ -151,19 +155,15 @@ class Runtime:
         self.encoder.begin_run(bundle["run_id"])
         self.log.begin(bundle["log_url"])
         os.environ.update({str(k): str(v) for k, v in bundle["env"].items()})
-        self.sampler.interval = bundle["metrics_interval"]
         status = "ok"
         try:
             try:
                 self.interrupts.begin()
-                self.sampler.start()
-                self._watch_gpu_memory(bundle["metrics_interval"])
+                self.ticker.start(bundle["metrics_interval"], (self.sampler.task(), self._gpu_memory_watch()))
                 run_cell(self.emit, self._own_share(bundle), self.namespace, shared_inputs=self.rank is not None)
             finally:
                 self.interrupts.running = False
-                self.sampler.stop()
-                if self.gpu_watch is not None:
-                    self.gpu_watch.stop()
+                self.ticker.stop()
                 handover.release()
         except KeyboardInterrupt as exc:
             tb = cell_traceback(exc, bundle["filename"])
@@ -196,14 +196,13 @@ class Runtime:
         self.encoder.end_run()
         return status
 
-    def _watch_gpu_memory(self, interval: float) -> None:
-        """Watch the GPU memory this run holds when it holds part of a GPU (``gpu_watch``)."""
+    def _gpu_memory_watch(self) -> Callable[[], None] | None:
+        """The ticker's watch of the GPU memory this run holds when it holds part of a GPU (``gpu_watch``)."""
         if self.gpu_watch is None and gpu_cap.holds_part(os.environ):
             from . import gpu_watch
 
             self.gpu_watch = gpu_watch.Watch(self.interrupts.interrupt)
-        if self.gpu_watch is not None:
-            self.gpu_watch.start(interval)
+        return None if self.gpu_watch is None else self.gpu_watch.task()
 
     def _own_share(self, bundle: dict[str, Any]) -> dict[str, Any]:
         """What this process sends back: everything outside a distributed run; in one, only the rank the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +15,9 @@ from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import OffloadUsageError
 
+from ...cli.helpers import cli, environment
 from ...runner.fake_gpu import prelude
-from .conftest import IMAGE_MAP, SHARED, leftovers
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers
 from .helpers import Sink, run_cell
 
 DONORS = (
@@ -114,4 +116,22 @@ def test_a_half_gpu_cell_that_grows_past_its_half_is_stopped_and_told_what_to_as
             "take memory the other cells on this GPU need") in outcome.error.evalue
     assert "Ask for --gpu-memory 50Gi, or a whole GPU with --gpus 1" in outcome.error.evalue
     assert "kept" not in ns
+    wait_until(lambda: not leftovers(core, namespace), "pods and Secrets deleted")
+
+
+def test_gpu_offload_run_asks_for_half_a_gpu_as_a_cell_does(origin: Any, core: Any, namespace: str,
+                                                            tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("import os\nprint('part', os.environ.get('GPU_OFFLOAD_GPU_FRACTION'), "
+                                      "os.environ.get('NVIDIA_VISIBLE_DEVICES'), flush=True)\n")
+    env = environment(tmp_path / "state", KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=namespace,
+                      GPU_OFFLOAD_IMAGE=STOCK_IMAGE, JUPYTERHUB_USER="alice@example.org")
+    done = cli(["run", "--gpus", "0.5", "--cluster", "sliced", "train.py"], project, env)
+    assert done.returncode == 0, done.stderr
+    # the runner was told its part, on the one time-sliced GPU as the device plugin lends a share of it
+    assert done.stdout.splitlines() == ["part 0.5 GPU-sliced-gpu-0"], done.stdout
+    assert "0.5 of a GPU (time-slicing: 1 nvidia.com/gpu.shared; isolation: none)" in done.stderr, done.stderr
+    refused = cli(["run", "--gpus", "0.5", "--cluster", "whole", "train.py"], project, env)
+    assert refused.returncode != 0 and "whole: this donor lends whole GPUs only" in refused.stderr, refused.stderr
     wait_until(lambda: not leftovers(core, namespace), "pods and Secrets deleted")

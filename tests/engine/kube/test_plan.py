@@ -161,9 +161,9 @@ QUEUED = {
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
                     {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-a"]},
                     {"key": "gpu-offload.io/gpu-model", "operator": "In", "values": ["A100"]}]}]}}}}}),
-    "a queued Job carries the queue's labels, not its pods": Case(
+    "a queued Job carries the queue's labels, not its pods, and waits in line as one": Case(
         RunRequest(gpus=1, ranks=TWO_NODES), seen={"queue": "gpus", "cluster_queue": CLUSTER_QUEUE}, expect={
-            "kind": "Job", "labels": {"kueue.x-k8s.io/queue-name": "gpus"}, "waits_for": ""}),
+            "kind": "Job", "labels": {"kueue.x-k8s.io/queue-name": "gpus"}, "waits_for": "2 pods of 1 GPU"}),
 }
 
 REFUSED = {
@@ -240,7 +240,9 @@ def test_the_budget_is_not_checked_again_for_a_move_and_not_at_all_without_one()
 def test_the_inventory_is_read_only_where_the_plan_uses_it() -> None:
     assert needs_inventory(RunRequest(), None)  # placing
     assert needs_inventory(RunRequest(gpu_model="A100"), "gpus")  # a queued run narrowed to a model
-    assert not needs_inventory(RunRequest(), "gpus")  # Kueue places it
+    # Kueue places it, but among the donors whose nvidia.com/gpu counts whole GPUs (queued_whole)
+    assert needs_inventory(RunRequest(), "gpus")
+    assert not needs_inventory(RunRequest(gpus=0, ranks=TWO_NODES), "gpus")  # CPU ranks: Kueue alone
     assert plan(Case(seen={"queue": "gpus", "inventory": None})).clusters == (KUEUE_PICKS,)
 
 
@@ -264,16 +266,23 @@ SHARED = inventory_from_dict({"clusters": [
 
 
 def test_part_of_a_gpu_asks_the_sharing_donor_in_its_units_and_tells_the_runner() -> None:
-    placed = plan(Case(RunRequest(fraction=0.5), seen={"inventory": SHARED}))
+    placed = plan(Case(RunRequest(fraction=0.25), seen={"inventory": SHARED}))
     assert placed.clusters == ("donor-s",)
-    assert placed.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "2"}}
+    assert placed.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
     assert placed.pod.env["GPU_OFFLOAD_GPU_ISOLATION"] == "compute and memory"
-    assert placed.pod.env["GPU_OFFLOAD_GPU_MEMORY_LIMIT"] == str(40 * 2**30)
-    assert placed.ctx.share.startswith("0.5 of a GPU (mps: 2 nvidia.com/gpu.shared")
+    assert placed.pod.env["GPU_OFFLOAD_GPU_MEMORY_LIMIT"] == str(20 * 2**30)
+    assert placed.ctx.share.startswith("0.25 of a GPU (mps: 1 nvidia.com/gpu.shared")
+    # an MPS donor lends one share per pod (NVIDIA's plugin refuses two), so half a GPU is refused with the fix
+    with pytest.raises(NoFit, match=r"donor-s: this donor shares each GPU by MPS as 4 parts of 20 GiB; one pod gets "
+                                    r"one part; ask for --gpus 1/4 or less"):
+        plan(Case(RunRequest(fraction=0.5), seen={"inventory": SHARED}))
     queued = plan(Case(RunRequest(gpu_memory=10 * 2**30), seen={"inventory": SHARED, "queue": "gpu-offload",
                                                                 "cluster_queue": CLUSTER_QUEUE}))
     assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
     assert queued.clusters == ("donor-s",) and queued.offloading == Offloading(("donor-s",), ("donor-s",))
+    # Kueue may admit it on any donor lending a quarter as one share: the runner is told the part, whose bytes
+    # are those of the GPU it lands on, not the cheapest donor's
+    assert queued.pod.env["GPU_OFFLOAD_GPU_FRACTION"] == "0.25" and "GPU_OFFLOAD_GPU_MEMORY_LIMIT" not in queued.pod.env
     assert needs_inventory(RunRequest(fraction=0.5), "gpu-offload")
     with pytest.raises(NoFit, match="donor-a: this donor lends whole GPUs only"):
         plan(Case(RunRequest(fraction=0.5, cluster="donor-a"), seen={"inventory": SHARED}))
@@ -311,15 +320,19 @@ def test_a_queued_fraction_says_once_admitted_whether_its_donor_isolates_its_mem
 
 
 def test_a_placed_fraction_without_memory_isolation_is_told_so_with_the_fix() -> None:
-    placed = plan(Case(RunRequest(fraction=0.5, cluster="donor-t"), seen={"inventory": MIXED}))
+    placed = plan(Case(RunRequest(fraction=0.25, cluster="donor-t"), seen={"inventory": MIXED}))
     assert placed.ctx.cluster == "donor-t"
     assert placed.ctx.notice.endswith("(--cluster donor-m) or ask for a whole GPU (--gpus 1).")
     # under --trusted-only the fix names no untrusted donor: only a whole GPU is left
-    alone = plan(Case(RunRequest(fraction=0.5, cluster="donor-t", trusted_only=True), seen={"inventory": MIXED}),
+    alone = plan(Case(RunRequest(fraction=0.25, cluster="donor-t", trusted_only=True), seen={"inventory": MIXED}),
                  trust=trusting(["donor-t"]))
     assert alone.ctx.notice.endswith("no donor you can use lends part of a GPU with memory isolation, so ask for "
                                      "a whole GPU (--gpus 1).")
-    isolated = plan(Case(RunRequest(fraction=0.5, cluster="donor-m"), seen={"inventory": MIXED}))
+    # half a GPU is two of donor-m's MPS shares, which it does not lend to one pod: the fix does not name it
+    half = plan(Case(RunRequest(fraction=0.5, cluster="donor-t"), seen={"inventory": MIXED}))
+    assert half.ctx.notice.endswith("no donor you can use lends part of a GPU with memory isolation, so ask for "
+                                    "a whole GPU (--gpus 1).")
+    isolated = plan(Case(RunRequest(fraction=0.25, cluster="donor-m"), seen={"inventory": MIXED}))
     assert isolated.ctx.notice == "" and "isolation: compute and memory" in isolated.ctx.share
 
 
@@ -352,3 +365,65 @@ def test_a_whole_gpu_with_every_whole_gpu_taken_runs_alone_on_a_memory_isolators
     assert "GPU_OFFLOAD_GPU_MEMORY_LIMIT" not in placed.pod.env and "GPU_OFFLOAD_GPU_FRACTION" not in placed.pod.env
     with pytest.raises(NoFit, match="no cluster has 2 free GPUs"):  # an isolator lends one whole GPU per pod
         plan(Case(RunRequest(gpus=2), seen={"inventory": pool}))
+
+
+def test_a_session_pod_gets_the_hubs_notice_as_its_grace_period_and_a_one_shot_pod_does_not() -> None:
+    seen = Situation(queue=None, kernel=KERNEL, manifest=MANIFEST, runner_size=1000, kernel_pid=42,
+                     inventory=INVENTORY)
+    hub = dataclasses.replace(SETTINGS, session_notice=180)  # the chart's offload.sessionNotice
+    session = plan_launch(PodOrder("s1", "nonce", RunRequest(), session=True), frozenset(), hub, TRUST, seen)
+    assert session.owner()["spec"]["terminationGracePeriodSeconds"] == 180
+    one_shot = plan_launch(PodOrder("r1", "nonce", RunRequest(), b"bundle", bundle_run="r1"), frozenset(), hub,
+                           TRUST, seen)
+    assert one_shot.owner()["spec"]["terminationGracePeriodSeconds"] == 10
+    unset = plan_launch(PodOrder("s2", "nonce", RunRequest(), session=True), frozenset(), SETTINGS, TRUST, seen)
+    assert unset.owner()["spec"]["terminationGracePeriodSeconds"] == 60
+
+
+# donor-h lends its GPUs through a memory isolator (nvidia.com/gpu counts 10 slots a GPU) and is the cheapest;
+# donor-t time-slices under the plain name (nvidia.com/gpu counts 4 shares a GPU); donor-a lends whole GPUs
+ISOLATOR = {"cluster_id": "donor-h", "name": "donor-h", "role": "Provider", "health": "healthy", "virtual_nodes": [
+    {"name": "liqo-donor-h", "cluster_id": "donor-h", "capacity": 0, "allocatable": 0, "in_use": 0,
+     "model": "A100", "memory": "80Gi", "sharing": "memory", "price": 0.5,
+     "devices": [["nvidia.com/gpu", 20, 0], ["nvidia.com/gpumem", 2 * 80 * 1024, 0]]}]}
+PLAIN_SLICED = {"cluster_id": "donor-t", "name": "donor-t", "role": "Provider", "health": "healthy", "virtual_nodes": [
+    {"name": "liqo-donor-t", "cluster_id": "donor-t", "capacity": 0, "allocatable": 0, "in_use": 0,
+     "model": "A100", "memory": "80Gi", "sharing": "time-slicing", "replicas": 4,
+     "devices": [["nvidia.com/gpu", 8, 0]]}]}
+WHOLE = {"cluster_id": "donor-a", "name": "donor-a", "role": "Provider", "health": "healthy", "virtual_nodes": [
+    {"name": "liqo-donor-a", "cluster_id": "donor-a", "capacity": 4, "allocatable": 4, "in_use": 4,
+     "model": "A100", "memory": "80Gi", "price": 2.0, "devices": [["nvidia.com/gpu", 4, 4]]}]}
+QUEUED = {"queue": "gpu-offload", "cluster_queue": CLUSTER_QUEUE}
+
+
+def test_a_queued_whole_gpu_is_kept_off_donors_whose_gpu_resource_counts_slots_or_shares() -> None:
+    # Kueue's flavor of donor-h or donor-t counts nvidia.com/gpu as slots or shares: a plain ask admitted there
+    # would hold one slot without the GPU's memory, or one time-slice; every GPU of donor-a is busy right now
+    pool = inventory_from_dict({"clusters": [ISOLATOR, PLAIN_SLICED, WHOLE]})
+    queued = plan(Case(RunRequest(), seen={"inventory": pool, **QUEUED}))
+    assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert queued.pod.scheduling["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "liqo.io/remote-cluster-id", "operator": "In", "values": ["donor-a"]}]}]}
+    assert queued.clusters == ("donor-a",) and "GPU_OFFLOAD_GPU_SHARING" not in queued.pod.env
+    # a pool of whole-GPU donors only: no narrowing, Kueue picks among all of them as before
+    plain = plan(Case(RunRequest(), seen={"inventory": INVENTORY, **QUEUED}))
+    assert "affinity" not in plain.pod.scheduling and plain.clusters == (KUEUE_PICKS,)
+
+
+def test_a_queued_whole_gpu_where_no_donor_lends_whole_gpus_asks_an_isolator_for_a_slot_and_all_its_memory() -> None:
+    pool = inventory_from_dict({"clusters": [ISOLATOR, PLAIN_SLICED]})
+    queued = plan(Case(RunRequest(), seen={"inventory": pool, **QUEUED}))
+    assert queued.pod.scheduling["resources"] == {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "81920"}}
+    assert queued.clusters == ("donor-h",)
+    assert queued.pod.env["GPU_OFFLOAD_GPU_SHARING"] == "memory"
+    assert "GPU_OFFLOAD_GPU_MEMORY_LIMIT" not in queued.pod.env and "GPU_OFFLOAD_GPU_FRACTION" not in queued.pod.env
+    assert queued.ctx.share == ("a whole GPU (memory: 1 nvidia.com/gpu, 81920 nvidia.com/gpumem; isolation: "
+                                "compute and memory)")
+    with pytest.raises(OffloadUsageError, match=r"no donor lends 2 whole GPUs to a queued run: donor-h: its "
+                       r"nvidia.com/gpu counts memory slots, not whole GPUs; donor-t: .* time-slicing shares.*; "
+                       r"ask for --gpus 1 \(a memory isolator lends one whole GPU per pod\)"):
+        plan(Case(RunRequest(gpus=2), seen={"inventory": pool, **QUEUED}))
+    with pytest.raises(OffloadUsageError, match="no donor lends 1 whole GPU to a queued run: donor-t: .*; ask for "
+                       "part of a GPU"):
+        plan(Case(RunRequest(), seen={"inventory": inventory_from_dict({"clusters": [PLAIN_SLICED]}), **QUEUED}))

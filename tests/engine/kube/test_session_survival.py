@@ -25,6 +25,7 @@ from gpu_offload.sandbox.objectstore import s3_server
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import StorageSettings
+from gpu_offload.engine.errors import OffloadUsageError
 
 from ...realcluster.realorigin import torch_image
 from .conftest import BUCKET, leftovers, origin_on_each_cluster, sandbox_faults, settings
@@ -158,28 +159,59 @@ def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, 
     assert kube_s3.close_session("train", grace=1)
 
 
-def test_an_idle_session_is_released_and_resumed_by_its_next_cell(api_client: Any, namespace: str, s3: Any,
-                                                                  s3_endpoint: str, core: Any,
-                                                                  where: dict[str, Any]) -> None:
+@pytest.fixture()
+def kube_idle(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any) -> Iterator[KubernetesBackend]:
+    """A backend with object storage whose sessions are released after 3 s idle (the hub's timeout); afterwards
+    no pod, Secret or object is left."""
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
                                          session_idle_timeout=3.0), api_client)
     try:
-        before = _start(backend, where)
-        wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the idle session's pod released",
-                   timeout=60)
-        assert backend.keeper.returned() > 0
-        status = backend.describe()
-        assert "its next cell resumes it from checkpoint train (" in status and "model" in status, status
-        assert "GPU-hours given back by idle sessions released with a checkpoint: 0.00" in status, status
-        sink = _check_resumed(backend, before, "was ended after 3 s idle holding 1 GPU", where)
-        [note] = [n for n in sink.notices if "resumed on" in n]
-        assert "its state was checkpointed first (train, " in note, note
-        [told] = [n for n in sink.notices if "is checkpointed after each cell that changes it" in n]
-        assert "Idle for 3 s (the hub's offload.sessionIdleTimeout), its pod is released" in told, told
+        yield backend
     finally:
         backend.close()
     wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
     assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
+
+
+def _released(core: Any, namespace: str) -> None:
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the idle session's pod released", timeout=60)
+
+
+def test_an_idle_session_is_released_and_resumed_by_its_next_cell(kube_idle: KubernetesBackend, namespace: str,
+                                                                  core: Any, where: dict[str, Any]) -> None:
+    before = _start(kube_idle, where)
+    _released(core, namespace)
+    assert kube_idle.keeper.returned() > 0
+    status = kube_idle.describe()
+    assert "its next cell resumes it from checkpoint train (" in status and "model" in status, status
+    assert "GPU-hours given back by idle sessions released with a checkpoint: 0.00" in status, status
+    sink = _check_resumed(kube_idle, before, "was ended after 3 s idle holding 1 GPU", where)
+    [note] = [n for n in sink.notices if "resumed on" in n]
+    assert "its state was checkpointed first (train, " in note, note
+    [told] = [n for n in sink.notices if "is checkpointed after each cell that changes it" in n]
+    assert "Idle for 3 s (the hub's offload.sessionIdleTimeout), its pod is released" in told, told
+
+
+def test_a_cell_with_other_options_does_not_resume_a_released_session_and_loses_nothing(
+        kube_idle: KubernetesBackend, namespace: str, core: Any, where: dict[str, Any]) -> None:
+    """A session ended on its own is resumed by a cell asking for its shape; a cell asking for other GPUs would
+    have started a different session silently (and a full checkpoint could be refused where it lands): it is
+    refused before anything is created, the checkpoint stays, and closing the session lets it start afresh."""
+    before = _start(kube_idle, where)
+    _released(core, namespace)
+    with pytest.raises(OffloadUsageError, match=r"Session `train` ran with --gpus 1 and its pod .* was ended "
+                       r"after 3 s idle.*gpus 1 \(this cell: 2\).*`%gpu_offload close train`"):
+        run_cell(kube_idle, CHECK, {}, session="train", **{**where, "gpus": 2})
+    assert not core.list_namespaced_pod(namespace).items  # nothing was launched
+    assert "its next cell resumes it from checkpoint train (" in kube_idle.describe()
+    _check_resumed(kube_idle, before, "was ended after 3 s idle holding 1 GPU", where)  # its options: resumed
+    _released(core, namespace)
+    assert kube_idle.close_session("train", grace=1)  # a released session can be closed ...
+    outcome, sink, _ = run_cell(kube_idle, "print('fresh', 'arr' in globals())", {}, session="train",
+                                **{**where, "timeout": 300.0})  # ... and starts afresh with other options
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert sink.text == "fresh False\n" and not [n for n in sink.notices if "resumed on" in n], sink.notices
+    assert kube_idle.close_session("train", grace=1)
 
 
 def test_a_session_asks_for_a_shorter_idle_timeout_and_status_says_when_it_goes(

@@ -132,9 +132,13 @@ def test_kueues_reason_is_read_per_pod_from_the_quota_reserved_condition_of_its_
     found = waiting_messages([_workload("pod-a", "False", waiting), _workload("pod-b", "True", "Quota reserved"),
                               {"metadata": {"name": "job-x", "ownerReferences": [{"kind": "Job", "name": "x"}]},
                                "status": {"conditions": [{"type": "QuotaReserved", "status": "False",
-                                                          "message": "not a pod's"}]}},
+                                                          "message": "a distributed run's"}]}},
+                              {"metadata": {"name": "rs-y", "ownerReferences": [{"kind": "ReplicaSet", "name": "y"}]},
+                               "status": {"conditions": [{"type": "QuotaReserved", "status": "False",
+                                                          "message": "not a run's"}]}},
                               {"metadata": {"name": "fresh"}}])
-    assert found == {"pod-a": waiting}  # admitted (pod-b), another kind's, and one without a condition: none
+    # by owner: a pod, or a distributed run's Job; admitted (pod-b), another kind's, one without a condition: none
+    assert found == {"pod-a": waiting, "x": "a distributed run's"}
 
 
 def test_kueues_message_reaches_the_notebook_on_one_printable_line_and_cut() -> None:

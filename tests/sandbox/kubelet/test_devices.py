@@ -63,10 +63,15 @@ def test_mps_and_a_memory_isolator_tell_the_container_what_a_real_plugin_does(co
                                         "CUDA_DEVICE_MEMORY_LIMIT_0"))
     assert _said(core, ns, "m").split() == ["GPU-mps-gpu-0", "/tmp/nvidia-mps"]
     assert _said(core, ns, "h").split() == ["GPU-hami-gpu-0", "12288m"]
+    core.create_namespaced_pod(ns, _pod("m2", "mps-gpu", {"nvidia.com/gpu.shared": "2"}))
+    refused = wait_until(lambda: (p := core.read_namespaced_pod("m2", ns)).status.phase == "Failed" and p, "m2 refused")
+    assert refused.status.reason == "UnexpectedAdmissionError"
+    assert "request for 'nvidia.com/gpu.shared: 2' too large: maximum request size for shared resources is 1" in (
+        refused.status.message)
     core.create_namespaced_pod(ns, _pod("h2", "hami-gpu", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "81920"}))
     refused = wait_until(lambda: (p := core.read_namespaced_pod("h2", ns)).status.phase == "Failed" and p, "h2 refused")
     assert "unavailable for nvidia.com/gpumem. Requested: 81920, Available: 69632" in refused.status.message
-    for name in ("m", "h", "h2"):
+    for name in ("m", "m2", "h", "h2"):
         core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
 
@@ -79,3 +84,19 @@ def test_device_ids_follow_the_nodes_resources_and_replicas() -> None:
     pod = {"metadata": {"uid": "u1"}, "spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}}
     env, refusal = manager.allocate(pod, node, {"u1"})
     assert refusal is None and env == {"NVIDIA_VISIBLE_DEVICES": "MIG-n-1g.10gb-0"}
+
+
+def test_an_mps_donor_refuses_two_shares_in_one_container_while_time_slicing_grants_them() -> None:
+    """NVIDIA's plugin forces failRequestsGreaterThanOne under MPS: two shares are refused even with four free."""
+    def node(mode: str) -> dict[str, Any]:
+        return {"metadata": {"name": "n", "labels": {"gpu-offload.io/gpu-replicas": "4", "gpu-offload.io/gpu-sharing": mode}},
+                "status": {"allocatable": {"nvidia.com/gpu.shared": "4"}}}
+    pod = {"metadata": {"uid": "u1"}, "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu.shared": "2"}}}]}}
+    env, refusal = DeviceManager().allocate(pod, node("mps"), {"u1"})
+    assert env == {} and refusal is not None
+    assert "request for 'nvidia.com/gpu.shared: 2' too large: maximum request size for shared resources is 1" in refusal
+    env, refusal = DeviceManager().allocate(pod, node("time-slicing"), {"u1"})
+    assert refusal is None and env == {"NVIDIA_VISIBLE_DEVICES": "GPU-n-0"}
+    one = {"metadata": {"uid": "u2"}, "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]}}
+    env, refusal = DeviceManager().allocate(one, node("mps"), {"u2"})
+    assert refusal is None and env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"

@@ -126,11 +126,17 @@ RS = ("authentication.liqo.io", "v1beta1")
 VN = ("offloading.liqo.io", "v1beta1")
 
 
-def _slice(name: str, provider: str, gpus: int = 1) -> dict:
+def _slice(name: str, provider: str, gpus: int = 1, labels: dict | None = None,
+           annotations: dict | None = None) -> dict:
+    """A slice as ``liqoctl create resourceslice`` writes it (Liqo v1.2's forge.MutateResourceSlice), unless
+    ``labels`` or ``annotations`` say otherwise."""
     return {"apiVersion": "authentication.liqo.io/v1beta1", "kind": "ResourceSlice",
-            "metadata": {"name": name}, "spec": {"class": "default", "consumerClusterID": "origin",
-                                                 "providerClusterID": provider,
-                                                 "resources": {"nvidia.com/gpu": str(gpus)}}}
+            "metadata": {"name": name,
+                         "labels": {"liqo.io/replication": "true", "liqo.io/remoteID": provider,
+                                    "liqo.io/remote-cluster-id": provider} if labels is None else labels,
+                         "annotations": {"liqo.io/create-virtual-node": "true"} if annotations is None else annotations},
+            "spec": {"class": "default", "consumerClusterID": "origin", "providerClusterID": provider,
+                     "resources": {"nvidia.com/gpu": str(gpus)}}}
 
 
 def _node_named(core, name: str):
@@ -144,22 +150,56 @@ def _gone(custom, core, tenant: str, name: str) -> bool:
     return not left and _node_named(core, name) is None
 
 
-def test_new_gpu_slice_of_a_donor_becomes_a_new_virtual_node_and_unknown_provider_is_denied(custom, core):
+def _status(custom, tenant: str, name: str) -> dict:
+    return custom.get_namespaced_custom_object(*RS, tenant, "resourceslices", name).get("status") or {}
+
+
+def test_new_gpu_slice_of_a_donor_becomes_a_new_virtual_node_and_one_for_an_unknown_peer_is_never_granted(
+        custom, core):
+    # Real Liqo 1.2 (test_real_liqo.py shows it): a slice labelled for a cluster nobody peered is sent nowhere,
+    # so no provider ever answers: no status at all, and no node
     tenant = "liqo-tenant-donor-2"
     custom.create_namespaced_custom_object(*RS, tenant, "resourceslices", _slice("donor-2-extra", "donor-2"))
     try:
+        custom.create_namespaced_custom_object(*RS, tenant, "resourceslices", _slice("stranger", "nobody"))
         node = wait_until(lambda: _node_named(core, "donor-2-extra"), "the new virtual node")
         assert node.status.allocatable["nvidia.com/gpu"] == "1"
         assert node.metadata.labels["liqo.io/remote-cluster-id"] == "donor-2"
-        custom.create_namespaced_custom_object(*RS, tenant, "resourceslices", _slice("stranger", "nobody"))
-        denied = wait_until(lambda: custom.get_namespaced_custom_object(*RS, tenant, "resourceslices",
-                                                                        "stranger").get("status"),
-                            "the provider's answer")
-        assert {c["type"]: c["status"] for c in denied["conditions"]} == {"Authentication": "Denied",
-                                                                          "Resources": "Denied"}
-        assert _node_named(core, "stranger") is None
+        assert not _status(custom, tenant, "stranger") and _node_named(core, "stranger") is None
     finally:  # the origin is shared: its slices and nodes go back to the seeded two
         for name in ("donor-2-extra", "stranger"):
+            with contextlib.suppress(kubernetes.client.ApiException):
+                custom.delete_namespaced_custom_object(*RS, tenant, "resourceslices", name)
+            wait_until(lambda name=name: _gone(custom, core, tenant, name), f"slice {name} and its nodes to go")
+
+
+@pytest.mark.parametrize(("labels", "annotations", "granted"), [
+    ({}, None, False),  # not labelled for replication: Liqo neither signs nor sends it
+    ({"liqo.io/replication": "true", "liqo.io/remote-cluster-id": "donor-2"}, None, False),  # no destination
+    (None, {}, True),  # granted, but nobody asked Liqo for a virtual node
+    (None, {"liqo.io/create-virtual-node": "False"}, True),
+    ({"liqo.io/replication": "true", "liqo.io/remoteID": "donor-2"}, None, True),  # no cluster id for the node
+], ids=["no-replication-labels", "no-destination", "no-annotation", "annotation-false", "no-cluster-id-label"])
+def test_a_slice_gets_a_virtual_node_only_when_it_asks_for_one_as_real_liqo_requires(
+        custom, core, labels, annotations, granted):
+    """Liqo v1.2's requirements (its LocalResourcesLabelSelector and virtualnodecreator-controller), which the
+    hub's slice builder must meet: checked against a slice that meets them all, created after the one that
+    does not, so that by the time its node exists the other one's fate is settled."""
+    tenant = "liqo-tenant-donor-2"
+    custom.create_namespaced_custom_object(*RS, tenant, "resourceslices",
+                                           _slice("lacking", "donor-2", labels=labels, annotations=annotations))
+    custom.create_namespaced_custom_object(*RS, tenant, "resourceslices", _slice("complete", "donor-2"))
+    try:
+        wait_until(lambda: _node_named(core, "complete"), "the complete slice's virtual node")
+        status = wait_until(lambda: _status(custom, tenant, "lacking") or not granted, "the lacking slice's answer")
+        assert _node_named(core, "lacking") is None
+        if granted:
+            assert {c["type"]: c["status"] for c in status["conditions"]} == {"Authentication": "Accepted",
+                                                                              "Resources": "Accepted"}
+        else:
+            assert not _status(custom, tenant, "lacking"), "a slice Liqo never sends was granted"
+    finally:
+        for name in ("lacking", "complete"):
             with contextlib.suppress(kubernetes.client.ApiException):
                 custom.delete_namespaced_custom_object(*RS, tenant, "resourceslices", name)
             wait_until(lambda name=name: _gone(custom, core, tenant, name), f"slice {name} and its nodes to go")

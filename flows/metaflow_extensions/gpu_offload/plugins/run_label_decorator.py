@@ -1,4 +1,5 @@
-"""Internal step decorator added by ``@gpu_offload``: labels a ``run``'s step pods with the run id."""
+"""Internal step decorator added by ``@gpu_offload``: completes a ``run``'s ``kubernetes step`` command (the run
+id label, the short toleration of a lost node)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ class GpuOffloadInternalDecorator(StepDecorator):
     name = "gpu_offload_internal"
 
     def runtime_step_cli(self, cli_args: Any, retry_count: Any, max_user_code_retries: Any, ubf_context: Any) -> None:
-        from gpu_offload.flows.run_label import add_run_label
+        from gpu_offload.flows.run_label import add_node_lost_tolerations, add_run_label
+        from gpu_offload.flows.settings import metaflow_settings
 
         add_run_label(cli_args.commands, cli_args.command_options)
+        add_node_lost_tolerations(cli_args.commands, cli_args.command_options, metaflow_settings().node_lost_seconds)

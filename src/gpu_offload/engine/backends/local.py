@@ -103,7 +103,14 @@ class LocalSession:
 
 
 class SessionRun(_LocalRun):
-    """A bundle run inside a session; ends with the ``done`` frame, the runner stays up."""
+    """A bundle run inside a session; ends with the ``done`` frame, the runner stays up.
+
+    The run's command is written to the runner when the run is first followed (or interrupted), not when it is
+    submitted: the engine's bookkeeping between the two (the run's record, its cancel handle) is done by then,
+    and the kernel goes straight from the write to waiting for the frames. The runner the write wakes often
+    takes the kernel's CPU at once (on a busy machine), and work the kernel left for after the write would
+    wait for the whole cell, then for the CPU again.
+    """
 
     def __init__(
         self,
@@ -112,18 +119,31 @@ class SessionRun(_LocalRun):
         on_death: Callable[[str, int | None], None],
         note: str | None = None,
         stale: int = 0,
+        command: Mapping[str, object] | None = None,
+        on_unsent: Callable[[str], None] | None = None,
     ) -> None:
         self.session = session
         self._bundle = bundle
         self._on_death = on_death
+        self._command = command
+        """The run command, until it is written (:meth:`_send`)."""
+        self._on_unsent = on_unsent
+        """Told the session's name when the command could not be written (the runner is gone)."""
         self._note = note
         self._dropped = stale - session.process.foreign  # plus the decoder's count when the run ends
         self._done: Done | None = None
         self.ended_ok = False
         self.on_ok: Callable[[LocalSession], None] | None = None
 
+    def _send(self) -> None:
+        command, self._command = self._command, None
+        if command is not None and not self.session.process.send(command) and self._on_unsent is not None:
+            self._on_unsent(self.session.name)  # its exit is what the next event reads
+
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
+        if self._command is not None:
+            self._send()
         if self._note is not None:
             note, self._note = self._note, None
             return RunnerWarning(-1, note)
@@ -143,16 +163,20 @@ class SessionRun(_LocalRun):
 
     def interrupt(self) -> None:
         """Ask the session runner to interrupt the cell; the session and its state survive."""
+        self._send()  # the run first: an interrupt that overtook it would be dropped as meant for no run
         self.session.process.send({"op": "interrupt"})
 
     def kill(self) -> None:
         """End the session's runner (its state is lost), and wait for it to be gone: the next cell must find
         the session dead and start a new one, not send its run to a runner that is still dying."""
+        self._command = None
         self.session.process.signal(signal.SIGKILL)
         self.session.process.stop(KILLED_WITHIN)
 
     def release(self, grace: float) -> int | None:
-        """Remove the bundle and mark the session idle; the runner stays up."""
+        """Remove the bundle and mark the session idle; the runner stays up (a run never followed was never
+        sent: the runner has nothing of it)."""
+        self._command = None
         self.session.busy = False
         if self._bundle is not None:
             _unlink(self._bundle)
@@ -253,7 +277,8 @@ class LocalBackend:
                 env = runner_environment(placement, os.environ)
                 current = self._sessions[name] = LocalSession(name, self._session_process(job, nonce, env),
                                                               placement)
-            elif current.placement.session_key() != placement.session_key():
+            # the same request (the same magic line, as a notebook repeats it) has the same key: no copies made
+            elif current.placement != placement and current.placement.session_key() != placement.session_key():
                 raise OffloadUsageError(
                     f"Session `{name}` was started with {current.placement.shape()}; this cell asks "
                     f"for {placement.shape()}. Close it with `%gpu_offload close {name}` to change "
@@ -277,11 +302,8 @@ class LocalBackend:
             else {"op": "run", "bundle_b64": base64.b64encode(job.bundle).decode("ascii")}
         )
         stale = current.process.expect_run(job.run_id)
-        run = SessionRun(current, path, self._on_death, note, stale)
+        run = SessionRun(current, path, self._on_death, note, stale, command, self._forget)
         run.on_ok = self._auto_checkpoint
-        if not current.process.send(command):
-            run.release(0)
-            self._forget(name)
         return run
 
     def _session_process(self, job: Job, nonce: str, env: Mapping[str, str]) -> RunnerProcess | NodeProcesses:

@@ -216,7 +216,7 @@ class Tracker:
         # the first look for a cancel request from elsewhere comes after CANCEL_POLL, not at the first event:
         # a warm cell is over by then, and the look cost it a system call
         self._runs[job.run_id] = _Live(run.cancel, job.clock, polled=time.monotonic())
-        self.put(replace(record, state="scheduling", detail=detail, cluster=run.cluster))
+        self.put(_with(record, state="scheduling", detail=detail, cluster=run.cluster))
 
     def event(self, run_id: str, event: RunEvent) -> None:
         """One event of a run: its record follows (written in the writer's batches), and cancel requests are
@@ -231,7 +231,7 @@ class Tracker:
         if isinstance(event, Done) and live is not None and live.clock is not None:
             # in the record's one write at the end: a warm cell cannot afford a second
             live.clock.mark("done")
-            updated = replace(updated, timing=live.clock.record())
+            updated = _with(updated, timing=live.clock.record())
         if updated is not self._records[run_id]:
             self.put(updated)
         self.waiting(run_id)

@@ -47,7 +47,7 @@ from .pods import PodApi
 from .podspec import fetched_outputs, same_object, untrusted_unfetched
 from .queueing import Ticket
 from .rank_session import KubeRankSession, RankSessionRun
-from .resume import SessionKeeper
+from .resume import IdleEnded, SessionKeeper, resume_differences, resume_key
 from .run import KubeRun
 from .session import KubeSession, SessionRun
 from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
@@ -105,9 +105,9 @@ class KubernetesBackend:
         """Checkpoints of the sessions (to the user's storage) and their resumes after a loss or a release."""
         self._lock = threading.Lock()
         self._sessions: dict[str, KubeSession | KubeRankSession] = {}
-        self._idle_ended: dict[str, tuple[str, str]] = {}
-        """Session name -> (its pod, how it ended) for sessions this kernel ended for idling: said at the next
-        cell of that session and in ``%gpu_offload status`` until then."""
+        self._idle_ended: dict[str, IdleEnded] = {}
+        """Sessions this kernel ended for idling: said at the next cell of that session and in ``%gpu_offload
+        status`` until then."""
         self.cleaned: list[str] = []
         """What an earlier life of this kernel left behind, removed at start."""
         # best effort: a server account without list rights on Secrets must still be able to run cells
@@ -121,8 +121,8 @@ class KubernetesBackend:
         line = (f"kubernetes backend: namespace {self.settings.namespace}, image {image}"
                 f"{storage}, user {self.settings.user}, kernel {self.settings.kernel}")
         with self._lock:
-            ended = [f"session {name}: its {holder} {how}; {self.keeper.next_cell(name)}"
-                     for name, (holder, how) in self._idle_ended.items()]
+            ended = [f"session {name}: its {idle.holder} {idle.how}; {self.keeper.next_cell(name)}"
+                     for name, idle in self._idle_ended.items()]
             # ended on their own while idle (preempted by Kueue, node lost): said until the session is used again
             ended += [f"session {name}: its {s.holder} {s.end_words()}; {self.keeper.next_cell(name)}"
                       for name, s in self._sessions.items() if not s.alive and not s.dead]
@@ -244,7 +244,13 @@ class KubernetesBackend:
     def _session(self, name: str, placement: RunRequest) -> KubeSession | KubeRankSession:
         with self._lock:
             current = self._sessions.get(name)
-            replaces, ended = self._idle_ended.pop(name, ("", ""))
+            if current is not None and not current.alive:
+                self._check_resume(name, current.request, current.holder, current.end_words(), placement)
+            released = self._idle_ended.get(name)
+            if current is None and released is not None:
+                self._check_resume(name, released.request, released.holder, released.how, placement)
+            self._idle_ended.pop(name, None)
+            replaces, ended = (released.holder, released.how) if released is not None else ("", "")
             if current is not None and not current.alive:
                 replaces, ended = current.holder, current.end_words()
                 current.close(grace=0)
@@ -261,6 +267,20 @@ class KubernetesBackend:
                     f"{name}` first, or use another --session name.")
             current.claims += 1  # from now on an idle timer set earlier ends nothing
             return current
+
+    def _check_resume(self, name: str, was: RunRequest, holder: str, how: str, placement: RunRequest) -> None:
+        """A cell for session ``name``, whose pod ended on its own (preempted, drained, lost, released while idle),
+        resumes it from its checkpoint: it may land elsewhere (as ``%gpu_offload move`` does; the old cluster may
+        be gone), but asks for the session's shape, or the resumed session would silently hold other GPUs, another
+        priority or trust, and a full checkpoint could be refused on the new place. Raises before anything is
+        created or forgotten, so the checkpoint and the ended session's words stay."""
+        if resume_key(was) == resume_key(placement) or self.keeper.fits(name, placement):
+            return
+        raise OffloadUsageError(
+            f"Session `{name}` ran with {was.shape()} and its {holder} {how}; this cell asks for other options "
+            f"({resume_differences(was, placement)}). Run it with the session's options to resume the "
+            f"session from its last checkpoint (it may land on another cluster), or close it with `%gpu_offload "
+            f"close {name}` to start afresh with these options.")
 
     def _new_session(self, name: str, placement: RunRequest, replaces: str,
                      ended: str) -> KubeSession | KubeRankSession:
@@ -295,10 +315,10 @@ class KubernetesBackend:
                 return
             del self._sessions[session.name]
             self.keeper.released(session.name, gpus)
-            self._idle_ended[session.name] = (session.holder, (
+            self._idle_ended[session.name] = IdleEnded(session.holder, (
                 f"was ended after {span_text(timeout.seconds)} idle holding {gpus} GPU"
                 f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, "
-                f"{timeout.source}){kept}"))
+                f"{timeout.source}){kept}"), request)
         session.close(grace=1.0)
 
     # --- checkpoints (see .resume) ---
@@ -365,12 +385,16 @@ class KubernetesBackend:
                     for s in self._sessions.values() if s.alive]
 
     def close_session(self, name: str, grace: float = 5.0) -> bool:
-        """End the named session and delete its pod; ``False`` if there is none."""
+        """End the named session and delete its pod (or forget one released while idle, so its next cell starts
+        afresh); ``False`` if there is none."""
         self.keeper.settle(name)  # a checkpoint being written finishes first (its object is then removed at exit)
         with self._lock:
             current = self._sessions.pop(name, None)
+            idle = self._idle_ended.pop(name, None)
+        if idle is not None:  # released while idle: its next cell would have resumed it; now it starts afresh
+            self.keeper.forget(name)
         if current is None:
-            return False
+            return idle is not None
         current.close(grace)
         return True
 

@@ -79,6 +79,9 @@ class KubeSettings:
     (``GPU_OFFLOAD_SESSION_PROTECTION``); 0: no protection."""
     protected_priority: str | None = None
     """The WorkloadPriorityClass of a protected session pod (``GPU_OFFLOAD_PROTECTED_PRIORITY``)."""
+    session_notice: int = E.SESSION_NOTICE.default
+    """Seconds a session pod has from SIGTERM to its end, to write its checkpoint (``GPU_OFFLOAD_SESSION_NOTICE``,
+    the chart's ``offload.sessionNotice``): its termination grace period."""
     node_lost_seconds: int = E.NODE_LOST_SECONDS.default
     """Seconds runner pods tolerate their node being not ready or unreachable before Kubernetes evicts them
     (``GPU_OFFLOAD_NODE_LOST_SECONDS``); Kubernetes' default, 300, would hold a lost run five minutes more."""
@@ -135,7 +138,7 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         )
     try:
         settings.check("placement_policy", "create_offloading", "metered", "trusted_clusters", "monthly_budget",
-                       "session_idle_timeout", "session_protection", "node_lost_seconds")
+                       "session_idle_timeout", "session_protection", "session_notice", "node_lost_seconds")
     except E.InvalidSetting as exc:
         raise BackendNotConfigured(str(exc)) from None
     storage = StorageSettings(settings.s3_bucket, settings.s3_endpoint) if settings.s3_bucket else None
@@ -161,5 +164,6 @@ def from_environment(env: Mapping[str, str]) -> KubeSettings:
         session_idle_timeout=max(0.0, settings.session_idle_timeout),
         session_protection=max(0.0, settings.session_protection),
         protected_priority=settings.protected_priority,
+        session_notice=settings.session_notice,
         node_lost_seconds=settings.node_lost_seconds,
     )

@@ -1,7 +1,8 @@
 """What every run and session of the kube backend shares, and its one way back to the backend: what the launcher
 created (:class:`Launched`) and the pod followed (:class:`LaunchedPod`), the :class:`Host` interface the
 backend implements, a pod's place in Kueue's line, the stdin of a session's runner and the warm session the
-backend keeps (``run``, ``jobrun``, ``session`` and ``rank_session`` build on these)."""
+backend keeps, and the :class:`Backlog` of events each run decided ahead (``run``, ``jobrun``, ``session`` and
+``rank_session`` build on these)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import base64
 import contextlib
 import json
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -123,11 +125,17 @@ class InLine:
         """The version of the ticket last shown (-1: the run was not shown as queued)."""
 
     def event(self, launched: LaunchedPod, host: Host) -> Queued | None:
-        ticket = launched.ticket
+        ticket, gated = launched.ticket, launched.follower.gated
+        if ticket is not None and not gated:
+            self.leave(launched, host)
+        return self.said(ticket, gated)
+
+    def said(self, ticket: Ticket | None, gated: bool) -> Queued | None:
+        """What to say of ``ticket`` now; ``gated``: Kueue still holds the run back. Once it does not, the caller
+        stops following the ticket."""
         if ticket is None:
             return None
-        if not launched.follower.gated:
-            self.leave(launched, host)
+        if not gated:
             if self.shown >= 0:
                 self.shown = -1
                 return Queued(f"admitted by Kueue after {duration(time.monotonic() - ticket.since)} in line",
@@ -145,6 +153,35 @@ class InLine:
         ticket, launched.ticket = launched.ticket, None
         if ticket is not None:
             host.leave(ticket)
+
+
+class Backlog:
+    """The events a run decided ahead of its pods' next ones (the pod's phases, a failure told in two events, the
+    end of a cell interrupted before it was sent), and whether the run is over once they are taken. Every run
+    keeps one, and its ``next_event`` answers from it first (:attr:`due`)."""
+
+    def __init__(self, events: Iterable[RunEvent] = ()) -> None:
+        self._events: deque[RunEvent] = deque(events)
+        self.over = False
+        """Nothing follows the held events: the run ended (failed, lost, finished or withdrawn)."""
+
+    @property
+    def due(self) -> bool:
+        """``next_event`` answers with :meth:`take`: an event is held, or the run is over (then ``None``)."""
+        return bool(self._events) or self.over
+
+    def take(self) -> RunEvent | None:
+        """The first held event, or None."""
+        return self._events.popleft() if self._events else None
+
+    def add(self, *events: RunEvent) -> None:
+        """Hold ``events`` for the next calls of ``next_event``, after those held already."""
+        self._events.extend(events)
+
+    def end(self, *events: RunEvent) -> None:
+        """The run is over after ``events``: hold them, and nothing after them."""
+        self.over = True
+        self._events.extend(events)
 
 
 def failure_events(state: PodState, code: int | None, diagnostics: str) -> list[RunEvent]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import queue
 import time
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,10 +30,10 @@ from ....liqo_peering.watching import Event as WatchEvent
 from ....liqo_peering.watching import ListResult, ListWatch
 from ....runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
 from ...timing import Phase
-from ..base import Placed, Ranks, Relaunched, RunEvent, RunnerExit
+from ..base import Placed, Queued, Ranks, Relaunched, RunEvent, RunnerExit
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
-from .host import Host, Launched, failure_events
+from .host import Backlog, Host, InLine, Launched, failure_events
 from .plan import PodOrder
 from .pods import PodApi
 
@@ -184,20 +183,29 @@ class KubeJobRun:
         self.job = host.launch(order)
         self._nodes = JobPods(self.pods, order, ranks, self.job, self._watch_seconds)
         self._codes: list[int] = []
-        self._pending: deque[RunEvent] = deque()
-        self._over = False
+        self._backlog = Backlog()
         self._released = False
         self._retried = False
         self._shown = False
         """Whether a rank has shown anything of the cell (output, outputs, an error, its end): a run that
         has is never launched again (its cell would run twice)."""
         self._since = time.monotonic()
+        self._ticket = self.job.ticket
+        """The Job's place in Kueue's line while Kueue holds it back (queueing on)."""
+        self._line = InLine()
 
     @property
     def cluster(self) -> str:
         return self.job.ctx.cluster
 
+    @property
+    def _gated(self) -> bool:
+        # Kueue keeps a queued Job suspended, so it has no pod until admitted
+        return not self._nodes.followers
+
     def progress(self) -> str:
+        if self._ticket is not None and self._gated and not self._backlog.over:
+            return self._ticket.text()
         started, error = len(self._nodes.followers), self._nodes.watch_error
         return (f"Job {self.job.name} on {self.cluster}: {started} of {self._ranks.nodes} pod(s) created, "
                 f"{time.monotonic() - self._since:.0f} s" + (f" (watching its pods failed: {error})" if error else ""))
@@ -206,10 +214,11 @@ class KubeJobRun:
         """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
         deadline = time.monotonic() + timeout
         while True:
-            if self._pending:
-                return self._pending.popleft()
-            if self._over:
-                return None
+            if self._backlog.due:
+                return self._backlog.take()
+            queued = self._queue_event()
+            if queued is not None:
+                return queued
             got = self._nodes.next(max(0.0, deadline - time.monotonic()))
             if got is None:
                 return None
@@ -223,6 +232,17 @@ class KubeJobRun:
                 self._shown = True
             return item
 
+    def _queue_event(self) -> Queued | None:
+        ticket, gated = self._ticket, self._gated
+        if ticket is not None and not gated:
+            self._leave_queue()
+        return self._line.said(ticket, gated)
+
+    def _leave_queue(self) -> None:
+        ticket, self._ticket = self._ticket, None
+        if ticket is not None:
+            self._host.leave(ticket)
+
     def _pod_ended(self, index: int, ended: PodEnded) -> None:
         state = ended.state
         diagnostics = "\n".join(self._nodes.followers[index].diagnostics)
@@ -231,14 +251,12 @@ class KubeJobRun:
             return
         if state.kind == FAILED:
             # the first failed pod ends the run: its reason, as the first rank of that pod's error
-            self._over = True
-            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks))
+            self._backlog.end(*pod_failure(index, ended, diagnostics, self._ranks))
             return
         self._codes.append(state.exit_code or 0)
         if len(self._nodes.ended) == self._ranks.nodes:
-            self._over = True
             failed = [code for code in self._codes if code]
-            self._pending.append(RunnerExit(failed[0] if failed else 0, diagnostics))
+            self._backlog.end(RunnerExit(failed[0] if failed else 0, diagnostics))
 
     def _relaunch(self, index: int, ended: PodEnded, diagnostics: str) -> None:
         """Delete the Job (its pods, Secret and Service go with it) and launch the run once more, on none of
@@ -252,13 +270,14 @@ class KubeJobRun:
         try:
             self.job = self._host.launch(order, frozenset(first.clusters or (first.ctx.cluster,)))
         except Exception as exc:  # noqa: BLE001 - no other cluster takes it: report the first failure and why
-            self._over = True
             text = f"{state.text}, before the cell started; the Job was not moved to another cluster: {exc}"
-            self._pending.extend(pod_failure(index, ended, diagnostics, self._ranks, text))
+            self._backlog.end(*pod_failure(index, ended, diagnostics, self._ranks, text))
             return
         self._order = order
+        self._leave_queue()
+        self._ticket = self.job.ticket
         self._nodes = JobPods(self.pods, order, self._ranks, self.job, self._watch_seconds)
-        self._pending.append(Relaunched(
+        self._backlog.add(Relaunched(
             f"node {index}: {state.elsewhere} before the cell started; deleted Job {first.name} (its pods, "
             f"Service and Secret) and retrying the run once on {self.job.ctx.cluster} as Job {self.job.name}"))
 
@@ -276,10 +295,11 @@ class KubeJobRun:
         if self._released:
             return None
         self._released = True
+        self._leave_queue()
         self._nodes.stop()
         try:
-            self.pods.delete_job(self.job.name, grace=0 if self._over else max(0, int(grace)))
+            self.pods.delete_job(self.job.name, grace=0 if self._backlog.over else max(0, int(grace)))
         finally:
             self._host.released(self._run_id)
         failed = [code for code in self._codes if code]
-        return failed[0] if failed else (0 if self._over else None)
+        return failed[0] if failed else (0 if self._backlog.over else None)

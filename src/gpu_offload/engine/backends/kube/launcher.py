@@ -17,16 +17,19 @@ from .... import images
 from ....liqo_peering import environment as E
 from ....liqo_peering.cache import InventoryCache
 from ....liqo_peering.client import LiqoClient
+from ....liqo_peering.errors import GpuOffloadError
+from ....liqo_peering.inventory import Inventory
 from ....liqo_peering.trust import TrustPolicy
 from ...errors import OffloadUsageError
 from ...timing import Phase
+from ..base import RunRequest
 from ..hub_api import HubSpend
 from .budget import read_spend
 from .config import KubeSettings
 from .executor import Executor
 from .host import Launched
 from .hub_inventory import HubInventory
-from .plan import PodOrder, Situation, needs_inventory, plan_launch, refuse
+from .plan import PodOrder, Situation, fraction_of, needs_inventory, plan_launch, refuse
 from .pods import PodApi
 from .queueing import QueueWatch, Ticket
 from .storage import RunStorage
@@ -82,7 +85,20 @@ class PodLauncher:
         return dataclasses.replace(
             seen, runner_size=len(self.runner_bytes()),
             cluster_queue=self.queue_watch().cluster_queue() if seen.queue else None,
-            inventory=self.inventory_cache().inventory() if needs_inventory(placement, seen.queue) else None)
+            inventory=self._inventory(placement, seen.queue))
+
+    def _inventory(self, placement: RunRequest, queue: str | None) -> Inventory | None:
+        """The inventory planning needs, if any. A queued run of whole GPUs reads it only to keep off donors whose
+        ``nvidia.com/gpu`` counts shares or slots; a kernel whose rights do not reach the cluster's nodes (a
+        user's server without the hub's inventory) queues it as Kueue admits, unnarrowed, rather than failing."""
+        if not needs_inventory(placement, queue):
+            return None
+        if queue is None or placement.gpu_model or fraction_of(placement) is not None:
+            return self.inventory_cache().inventory()
+        try:
+            return self.inventory_cache().inventory()
+        except GpuOffloadError:
+            return None
 
     def inventory_cache(self) -> InventoryCache | HubInventory:
         """The kernel's inventory source, started on first use: the hub service's in a hub deployment (users

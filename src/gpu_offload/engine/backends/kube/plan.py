@@ -41,7 +41,7 @@ from ....liqo_peering.placement import (
 )
 from ....liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from ....liqo_peering.settings import RunDefaults
-from ....liqo_peering.shares import ClusterShare, cluster_shares, queued_ask
+from ....liqo_peering.shares import ClusterShare, cluster_shares, queued_ask, queued_whole
 from ....liqo_peering.sharing import FractionRequest, ResourceAsk
 from ....liqo_peering.specs import MAX_SECRET_BYTES, RunnerPodSpec, runner_pod, runner_secret
 from ....liqo_peering.trust import TrustPolicy, apply_policy, is_trusted
@@ -107,9 +107,10 @@ class Situation:
 
 
 def needs_inventory(placement: RunRequest, queue: str | None) -> bool:
-    """Whether planning ``placement`` reads the inventory: placing it, or narrowing a queued run to a model or
-    to the donors that lend part of a GPU in the same units."""
-    return queue is None or bool(placement.gpu_model) or fraction_of(placement) is not None
+    """Whether planning ``placement`` reads the inventory: placing it, or narrowing a queued run to a model, to
+    the donors that lend part of a GPU in the same units, or for whole GPUs to the donors that lend whole GPUs
+    (``shares.queued_whole``)."""
+    return queue is None or placement.gpus > 0 or bool(placement.gpu_model) or fraction_of(placement) is not None
 
 
 def fraction_of(placement: RunRequest) -> FractionRequest | None:
@@ -163,7 +164,8 @@ class LaunchPlan:
     """The runner pod (each pod of a Job); ``bundle_url`` is filled in once the bundle is stored."""
     job: JobShape | None = None
     waits_for: str = ""
-    """What a queued pod waits for, as its place in line says it (``2 x A100``); empty: no tracking."""
+    """What a queued pod or Job waits for, as its place in line says it (``2 x A100``, ``2 pods of 1 GPU``);
+    empty: no tracking."""
     protection: Protection | None = None
     """A session pod that starts at the protected class and is lowered to its own later (``.protection``)."""
 
@@ -338,7 +340,21 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
         clusters = offered
     fraction, ask = fraction_of(placement), None
     shares: tuple[ClusterShare, ...] = ()
-    if fraction is not None:  # part of a GPU: in the units of the donors Kueue may choose among
+    if fraction is None and placement.gpus > 0 and inventory is not None:
+        # a flavor counts nvidia.com/gpu as its nodes offer it: shares or an isolator's slots are not whole GPUs
+        try:
+            whole = queued_whole(inventory.virtual_nodes, placement.gpus, clusters, wanted_models(placement),
+                                 price_key, single=placement.ranks is None)
+        except NoFit as exc:
+            raise OffloadUsageError(f"Nothing was launched: {exc}") from None
+        if whole.ask is not None:
+            ask = whole.ask
+            shares = cluster_shares(inventory.virtual_nodes, FractionRequest(1.0), whole.clusters,
+                                    wanted_models(placement), usable(placement, trust))
+        if whole.clusters:
+            clusters = list(whole.clusters)
+            models = {c: m for c, m in models.items() if c in clusters} if models is not None else None
+    elif fraction is not None:  # part of a GPU: in the units of the donors Kueue may choose among
         assert inventory is not None, "needs_inventory() said the inventory is read for a fraction"
         try:
             ask, shared = queued_ask(inventory.virtual_nodes, fraction, clusters, wanted_models(placement),
@@ -487,14 +503,16 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         cli=settings.cli, queue=queue,
         # a --priority without a queue is refused by runner_pod, naming the fix
         priority_class=priority_class, node_lost_seconds=settings.node_lost_seconds,
+        session_notice=settings.session_notice,
     )
+    what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
     if ranks is None:
         ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model,
                          where.ask.describe() if where.ask else "", shares=where.shares).on_cluster()
-        what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
                           stored, pod, waits_for=what if queue else "", protection=protection)
     ctx = PodContext(" or ".join(where.clusters), placement.gpus, image, seen.memory, where.model)
     shape = JobShape(ranks.nodes, ranks.procs_per_node, master_port(order.run_id))
+    # Kueue admits the Job's pods together, as one Workload: its place in line is the run's
     return LaunchPlan(order.run_id, "Job", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
-                      stored, pod, job=shape)
+                      stored, pod, job=shape, waits_for=f"{ranks.nodes} pods of {what}" if queue else "")

@@ -23,7 +23,7 @@ from ....liqo_peering.errors import APIError, APIForbidden
 from ....liqo_peering.queue_client import KueueClient
 from ....liqo_peering.retrying import WATCH_BACKOFF, Backoff
 from ....liqo_peering.watching import Event, ListResult, ListWatch
-from .wait_estimate import RECENT, UNKNOWN, estimate, reason_of, waiting_messages
+from .wait_estimate import QUEUED_KINDS, RECENT, UNKNOWN, estimate, reason_of, waiting_messages
 
 READ_SPACING = Backoff(first=1.0, cap=30.0, factor=2.0, jitter=0.2)
 """The wait between two reads of the pending workloads while runs keep waiting (the n-th read of a wait)."""
@@ -114,8 +114,9 @@ class Ticket:
 
 
 def _owner_pod(item: Mapping[str, Any]) -> str | None:
+    """The name of the pod, or of a distributed run's Job, whose Workload ``item`` is (tickets are kept by it)."""
     for ref in (item.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Pod":
+        if ref.get("kind") in QUEUED_KINDS:
             return str(ref.get("name"))
     return None
 

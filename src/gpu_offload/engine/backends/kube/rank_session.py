@@ -109,7 +109,6 @@ class RankSessionRun(SessionCell[KubeRankSession]):
     def __init__(self, session: KubeRankSession, command: dict[str, Any], run_id: str) -> None:
         super().__init__(session, command, run_id)
         self._warned = False
-        self._over = False
 
     @property
     def cluster(self) -> str:
@@ -137,20 +136,17 @@ class RankSessionRun(SessionCell[KubeRankSession]):
         if lost is None:
             return None
         session.dead = True
-        self._over = True
         rank = lost * session.ranks.procs_per_node
         pod = session.nodes.followers[lost].name
-        self._pending.append(RunnerExit(None, f"could not attach to pod {pod}"))
+        self._backlog.end(RunnerExit(None, f"could not attach to pod {pod}"))
         return Error(-1, "SessionLost", f"node {lost}: could not attach to pod {pod} of session {session.name}; "
                                         "the session was closed, run the cell again to start it anew", (), rank=rank)
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.engine.backends.base.Run.next_event`; until the cell is sent, ``None`` comes
         after ``SEND_WAIT`` at the latest (the caller asks again, and the cell goes out once every pod runs)."""
-        if self._pending:
-            return self._pending.popleft()
-        if self._over:
-            return None
+        if self._backlog.due:
+            return self._backlog.take()
         failed = self._send()
         if failed is not None:
             return failed
@@ -166,28 +162,26 @@ class RankSessionRun(SessionCell[KubeRankSession]):
             self._warned = True
             dropped = self._dropped + self._foreign() - self._foreign_before
             if dropped:
-                self._pending.append(item)
+                self._backlog.add(item)
                 return RunnerWarning(-1, stale_frames_note(self.session.name, dropped))
         return item
 
-    def _pod_ended(self, index: int, ended: PodEnded) -> RunEvent:
+    def _pod_ended(self, index: int, ended: PodEnded) -> RunEvent | None:
         """A pod of the session ended during the cell: the session is over (its ranks lost a peer)."""
         self.session.dead = True
-        self._over = True
         diagnostics = "\n".join(self.session.nodes.followers[index].diagnostics)
         if ended.state.kind == FAILED:
-            self._pending.extend(pod_failure(index, ended, diagnostics, self.session.ranks))
+            self._backlog.end(*pod_failure(index, ended, diagnostics, self.session.ranks))
         else:
-            self._pending.append(RunnerExit(ended.state.exit_code, diagnostics))
-        return self._pending.popleft()
+            self._backlog.end(RunnerExit(ended.state.exit_code, diagnostics))
+        return self._backlog.take()
 
     def interrupt(self) -> None:
         """Interrupt the cell in every rank, not the session (a cell not sent yet is simply not sent)."""
         if self._command is not None:
             self._command = None
-            self._over = True
-            self._pending.extend(Done(-1, "interrupted", 0.0, rank=rank)
-                                 for rank in range(self.session.ranks.world_size))
+            self._backlog.end(*(Done(-1, "interrupted", 0.0, rank=rank)
+                                for rank in range(self.session.ranks.world_size)))
             return
         self.session.send({"op": "interrupt"})
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ....runner.checkpoint import DEFAULT_LIMIT
@@ -25,6 +25,31 @@ from ..checkpoint_book import SessionLost, restored_line
 from .checkpoints import Armed, KubeCheckpoint, KubeCheckpoints, wait_running
 from .idle import HUB, IdleTimeout
 from .storage import RunStorage, StorageError
+
+
+@dataclass(frozen=True)
+class IdleEnded:
+    """A session this kernel ended for idling: its pod, how it ended (said to its next cell), what it asked."""
+
+    holder: str
+    how: str
+    request: RunRequest
+
+
+def resume_key(request: RunRequest) -> tuple[RunRequest, tuple[int, int] | None]:
+    """What the cell resuming an ended session must ask as the session did: its shape and options, not where
+    it ran (the old cluster may be gone; ``%gpu_offload move`` changes the same two)."""
+    return replace(request, cluster="auto", gpu_model=None, fallback_models=()).session_key()
+
+
+def resume_differences(was: RunRequest, now: RunRequest) -> str:
+    """The options in which ``now`` differs from the session's ``was``, e.g. ``gpus 4 (this cell: 1)``."""
+    (old, old_ranks), (new, new_ranks) = resume_key(was), resume_key(now)
+    words = [f"{f.name} {getattr(old, f.name)!r} (this cell: {getattr(new, f.name)!r})"
+             for f in fields(old) if getattr(old, f.name) != getattr(new, f.name)]
+    if old_ranks != new_ranks:
+        words.append(f"nodes x processes {old_ranks} (this cell: {new_ranks})")
+    return "; ".join(words)
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections import deque
 
 from ....runner.frames import DisplayData, Done, Hello, Outputs, RunnerWarning, Status, Stream
 from ..base import Queued, RunEvent, RunnerExit
 from .explain import FAILED, PODS_READY_TIMEOUT, PodState, pod_state
 from .follow import PodEnded
-from .host import Host, InLine, failure_events, follow_pod
+from .host import Backlog, Host, InLine, failure_events, follow_pod
 from .plan import PodOrder
 from .queueing import duration
 from .requeue import after_preemption
@@ -36,14 +35,13 @@ class KubeRun:
         self._order = order
         self._run_id = order.run_id
         self.current = follow_pod(host, host.launch(order), order)
-        self._pending: deque[RunEvent] = deque(self.current.phases)
+        self._backlog = Backlog(self.current.phases)
         self._retried = False
         self._rerun = False
         """Rerun once already after a preemption (:mod:`.requeue`)."""
         self._shown = 0
         self._hello = False
         self._lines = 0
-        self._ended = False
         self._done = False
         self._exit_code: int | None = None
         self._released = False
@@ -62,9 +60,9 @@ class KubeRun:
         elapsed = time.monotonic() - self._since
         cluster = self.current.ctx.cluster
         ticket = self.current.ticket
-        if ticket is not None and not self._ended and self.current.follower.gated:
+        if ticket is not None and not self._backlog.over and self.current.follower.gated:
             return ticket.text()
-        if self._ended:
+        if self._backlog.over:
             return f"ended on {cluster} after {elapsed:.0f} s"
         if self._hello:
             return f"Running on {cluster}, {elapsed:.0f} s"
@@ -72,10 +70,8 @@ class KubeRun:
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
-        if self._pending:
-            return self._pending.popleft()
-        if self._ended:
-            return None
+        if self._backlog.due:
+            return self._backlog.take()
         queued = self._queue_event()
         if queued is not None:
             return queued
@@ -141,7 +137,7 @@ class KubeRun:
                 self.current = follow_pod(self._host, self._host.launch(retry, avoid), retry)
             except Exception as exc:  # noqa: BLE001 - no second cluster fits: report the first failure and why
                 text = f"{state.text}, before the cell started; no other cluster can take it: {exc}"
-                return self._finish(failure_events(dataclasses.replace(state, text=text), None, diagnostics))
+                return self._finish(*failure_events(dataclasses.replace(state, text=text), None, diagnostics))
             return RunnerWarning(-1, (
                 f"{state.elsewhere} before the cell started; retrying once on {self.current.ctx.cluster}"))
         if state.kind == FAILED:
@@ -150,8 +146,8 @@ class KubeRun:
                         "(shown above) and the rest of the run was lost; no variable was copied back. Run the "
                         "cell again")
                 state = dataclasses.replace(state, text=text, reason="VirtualNodeLost")
-            return self._finish(failure_events(state, state.exit_code, diagnostics))
-        return self._finish([RunnerExit(state.exit_code, diagnostics)])
+            return self._finish(*failure_events(state, state.exit_code, diagnostics))
+        return self._finish(RunnerExit(state.exit_code, diagnostics))
 
     def _requeue(self, words: str) -> RunEvent | None:
         """Queue the run again after a preemption (the first pod is gone or going), once."""
@@ -163,28 +159,26 @@ class KubeRun:
         try:
             self.current = follow_pod(self._host, self._host.launch(retry), retry)
         except Exception as exc:  # noqa: BLE001 - it cannot be queued again: the preemption ends the run
-            return self._finish([RunnerExit(None, f"{words}; but it could not be queued again: {exc}")])
+            return self._finish(RunnerExit(None, f"{words}; but it could not be queued again: {exc}"))
         self._hello = False
         return RunnerWarning(-1, words)
 
-    def _finish(self, events: list[RunEvent]) -> RunEvent | None:
-        self._ended = True
-        self._pending.extend(events)
-        return self._pending.popleft() if self._pending else None
+    def _finish(self, *events: RunEvent) -> RunEvent | None:
+        self._backlog.end(*events)
+        return self._backlog.take()
 
     def interrupt(self) -> None:
         """Delete the pod with a grace period: the runner gets SIGTERM and interrupts the cell. A pod still in
         Kueue's queue is withdrawn at once: deleting it removes its Workload (the pod owns it), nothing ran."""
         self._interrupting = True
         ticket = self.current.ticket
-        if ticket is not None and self.current.follower.gated and not self._ended:
+        if ticket is not None and self.current.follower.gated and not self._backlog.over:
             self.current.follower.stop()
             self.pods.delete_pod(self.current.name, grace=0)
             self._leave_queue()
-            self._ended = True
-            self._pending.extend([Queued(f"withdrawn from the queue (LocalQueue {ticket.queue}) after "
-                                         f"{duration(time.monotonic() - ticket.since)}: nothing ran", waiting=False),
-                                  Done(-1, "interrupted", 0.0)])
+            self._backlog.end(Queued(f"withdrawn from the queue (LocalQueue {ticket.queue}) after "
+                                     f"{duration(time.monotonic() - ticket.since)}: nothing ran", waiting=False),
+                              Done(-1, "interrupted", 0.0))
             return
         self.pods.delete_pod(self.current.name, grace=10)
 
@@ -206,7 +200,7 @@ class KubeRun:
         self._released = True
         self._leave_queue()
         self.current.follower.stop()
-        finished = self._done or self._ended
+        finished = self._done or self._backlog.over
         try:
             self.pods.delete_pod(self.current.name, grace=0 if finished else max(0, math.ceil(grace)))
         finally:

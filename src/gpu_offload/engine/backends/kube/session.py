@@ -12,7 +12,6 @@ import dataclasses
 import secrets
 import threading
 import time
-from collections import deque
 from typing import Any, Generic, TypeVar
 
 from ....liqo_peering import labels as L
@@ -22,7 +21,7 @@ from ....runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED, PREEMPTED, span_text
 from .follow import PodEnded, PodFollower
-from .host import Attachment, Host, InLine, LaunchedPod, WarmSession, failure_events, follow_pod
+from .host import Attachment, Backlog, Host, InLine, LaunchedPod, WarmSession, failure_events, follow_pod
 from .plan import PodOrder
 from .pods import PodApi
 
@@ -168,16 +167,16 @@ class SessionCell(Generic[S]):
         self._dropped = 0
         """Items of earlier runs dropped for this one; the follower counts frames dropped after sending."""
         self._foreign_before = 0
-        self._pending: deque[RunEvent] = deque()
+        self._backlog = Backlog()
         self._since = time.monotonic()
 
     def announce(self, text: str) -> None:
         """Show where the cell runs before its own events."""
-        self._pending.append(Placed(text))
+        self._backlog.add(Placed(text))
 
     def warn(self, text: str) -> None:
         """Show ``text`` as a warning before the cell's own events."""
-        self._pending.append(RunnerWarning(-1, text))
+        self._backlog.add(RunnerWarning(-1, text))
 
     def release(self, grace: float) -> int | None:
         """Mark the session idle; what holds it stays up."""
@@ -208,8 +207,8 @@ class SessionRun(SessionCell[KubeSession]):
 
     def next_event(self, timeout: float) -> RunEvent | None:
         """See :meth:`gpu_offload.engine.backends.base.Run.next_event`."""
-        if self._pending:
-            return self._pending.popleft()
+        if self._backlog.due:
+            return self._backlog.take()
         follower = self.session.launched.follower
         queued = self._line.event(self.session.launched, self.session.host)
         if queued is not None:
@@ -249,10 +248,10 @@ class SessionRun(SessionCell[KubeSession]):
                     f"{state.text}. Session {self.session.name}'s state is gone with its pod: the next cell starts a "
                     "new session, so run the cells that define its variables again"))
             if state.kind == FAILED:
-                self._pending.extend(failure_events(state, state.exit_code, diagnostics))
+                self._backlog.add(*failure_events(state, state.exit_code, diagnostics))
             else:
-                self._pending.append(RunnerExit(state.exit_code, diagnostics))
-            return self._pending.popleft()
+                self._backlog.add(RunnerExit(state.exit_code, diagnostics))
+            return self._backlog.take()
         if isinstance(item, Hello):
             self.session.hello = True
         elif isinstance(item, Outputs):
@@ -260,7 +259,7 @@ class SessionRun(SessionCell[KubeSession]):
         elif isinstance(item, Done):
             dropped = self._dropped + follower.foreign - self._foreign_before
             if dropped:
-                self._pending.append(item)
+                self._backlog.add(item)
                 return RunnerWarning(-1, stale_frames_note(self.session.name, dropped))
         return item
 
@@ -268,7 +267,7 @@ class SessionRun(SessionCell[KubeSession]):
         """Interrupt the cell, not the session (a cell not sent yet is simply not sent)."""
         if self._command is not None:
             self._command = None
-            self._pending.append(Done(-1, "interrupted", 0.0))
+            self._backlog.add(Done(-1, "interrupted", 0.0))
             return
         self.session.send({"op": "interrupt"})
 

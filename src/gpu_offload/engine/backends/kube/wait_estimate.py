@@ -38,6 +38,8 @@ Z80 = 1.2816
 """The normal quantile of 90 %: the range is meant to hold about 80 % of starts."""
 
 
+QUEUED_KINDS = ("Pod", "Job")
+"""Owners of the Workloads a kernel queues: a runner pod, or the Indexed Job of a distributed run."""
 MESSAGE_LIMIT = 300
 """Kueue's message is shown up to this many characters (its longest, for a pod set of many resources, is a few
 hundred)."""
@@ -58,11 +60,12 @@ def kueue_message(workload: Mapping[str, Any]) -> str:
 
 
 def waiting_messages(workloads: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Kueue's message for each pod whose Workload it holds back, by the pod's name (the Workload's owner)."""
+    """Kueue's message for each pod (or distributed run's Job) whose Workload it holds back, by its name (the
+    Workload's owner)."""
     found = {}
     for workload in workloads:
         owners = (workload.get("metadata") or {}).get("ownerReferences") or []
-        pods = [str(ref.get("name")) for ref in owners if isinstance(ref, Mapping) and ref.get("kind") == "Pod"]
+        pods = [str(ref.get("name")) for ref in owners if isinstance(ref, Mapping) and ref.get("kind") in QUEUED_KINDS]
         message = kueue_message(workload)
         if message and len(pods) == 1:
             found[pods[0]] = message

@@ -1,0 +1,96 @@
+"""A distributed cell (``--nodes``) that waits in Kueue's queue, on the sandbox's Kueue and on real Kueue 0.19
+(tests/realcluster): its Indexed Job is one Workload for all its pods, waits while another run holds the GPUs,
+says its place in line, is admitted whole to one donor's flavor, and every rank runs; afterwards no Job, pod,
+Service, Secret or Workload is left. A plain cell (no torch): the ranks' rendezvous address is not used, so the
+real cluster's missing cluster DNS does not matter."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
+
+from gpu_offload.engine.backends.base import Ranks
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+
+from ...realcluster.realorigin import clusters, seeded_origin
+from ...sandbox.kueue_setup import workloads
+from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, queued_user_namespace, settings
+from .helpers import Sink
+from .test_distributed import everything_left
+from .test_queueing import QUEUE, fill, in_thread
+
+DONOR = liqo.Donor("donor-1", 2, "A100", "2.00")
+"""One donor with two GPUs: the run's two pods (one GPU each) fit only once the holder is gone."""
+ONE_EACH = Ranks(nodes=2, procs_per_node=1)
+CELL = "import os\nrank = int(os.environ['RANK'])\nprint(f'rank {rank} of {os.environ[\"WORLD_SIZE\"]}', flush=True)\n"
+
+
+@pytest.fixture(scope="module", params=clusters())
+def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if request.param == "real":  # the donor's node is the real kubelet's donor-1-gpu, two GPUs healthy
+        with seeded_origin((DONOR,), SHARED / "liqo-crds") as real:
+            yield real
+        return
+    with running_kueue_origin(tmp_path_factory.mktemp("queued-ranks"), donors=(DONOR,),
+                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
+        yield running
+    assert not running.live_processes()
+
+
+@pytest.fixture()
+def pool(origin: Any, core: Any, custom: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A user namespace as the hub makes one with queueing on; afterwards nothing is left in it."""
+    monkeypatch.setenv("KUBECONFIG", str(origin.sandbox.kubeconfig))
+    monkeypatch.delenv("GPU_OFFLOAD_CONFIG", raising=False)
+    namespace = queued_user_namespace(core, custom)
+    yield namespace
+    for pod in core.list_namespaced_pod(namespace).items:
+        with contextlib.suppress(kubernetes.client.ApiException):
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left", timeout=120)
+    wait_until(lambda: not workloads(custom, namespace), "no Workload left", timeout=120)
+    core.delete_namespace(namespace)
+
+
+def test_a_distributed_cell_waits_in_line_as_one_workload_and_all_its_ranks_run_once_admitted(
+        api_client: Any, core: Any, custom: Any, pool: str) -> None:
+    holder = "holder"
+    assert fill(core, pool, holder) == DONOR.cluster_id  # one of the two GPUs: the run's two pods do not fit
+    backend = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE), api_client)
+    results: dict[str, Any] = {}
+    sink = Sink()
+    try:
+        thread = in_thread(backend, CELL, sink, results, "ranks", ranks=ONE_EACH, timeout=600)
+        wait_until(lambda: "ranks" in results or [n for n in sink.notices if " in line; waiting " in n],
+                   "the distributed cell showing its place in line", timeout=120)
+        assert "ranks" not in results, results
+        place = [n for n in sink.notices if " in line; waiting " in n]
+        # the line's length shows once the ClusterQueue's status was read, which may come after the first notice
+        assert re.match(r"queued for 2 pods of 1 GPU: 1st (of 1 )?in line; waiting ", place[0]), place
+        # one Workload for the Job's two pods, waiting for quota; no pod runs yet
+        [waiting] = [w for w in workloads(custom, pool) if w["metadata"]["name"].startswith("job-")]
+        assert [(p["count"], p["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+                for p in waiting["spec"]["podSets"]] == [(2, "1")]
+        assert not any(c["type"] == "Admitted" and c["status"] == "True"
+                       for c in (waiting.get("status") or {}).get("conditions") or [])
+        jobs = kubernetes.client.BatchV1Api(api_client).list_namespaced_job(pool).items
+        assert [j.spec.suspend for j in jobs] == [True]  # Kueue holds the Job suspended
+        core.delete_namespaced_pod(holder, pool, grace_period_seconds=0)
+        thread.join(300)
+        assert not thread.is_alive(), sink.notices
+    finally:
+        backend.close()
+    outcome, sink, run = results["ranks"]
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert sorted(sink.text.splitlines()) == ["[rank 0] rank 0 of 2", "[rank 1] rank 1 of 2"]
+    assert any(n.startswith("admitted by Kueue after ") for n in sink.notices), sink.notices
+    wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
+    wait_until(lambda: not workloads(custom, pool), "the Job's Workload gone", timeout=120)

@@ -1,0 +1,65 @@
+"""`python flow.py run` with `@gpu_offload(gpus=0.5)` against a sandbox origin whose donors share GPUs: Metaflow's
+`@kubernetes` asks for `nvidia.com/gpu` only, so the step goes to the donor that time-slices under that name (four
+shares a GPU: two shares are half of it), not to the cheaper MPS donor whose shares are renamed
+`nvidia.com/gpu.shared`. The real Metaflow runtime creates the Job, the sandbox's device manager lends the pod
+two shares of one GPU, and the artifacts come back through the Metaflow client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from gpu_offload.liqo_peering.specs import namespace_offloading
+from gpu_offload.sandbox import objectstore
+from gpu_offload.sandbox.fixtures import origin_fixture
+from gpu_offload.sandbox.liqo import seed as liqo
+
+from .conftest import BUCKET, LIQO_CRDS, FlowRunner, S3Server, jobs_and_pods
+
+pytestmark = pytest.mark.slow
+
+DONORS = (liqo.Donor("donor-t", 1, "A100", "1.00", sharing="time-slicing", replicas=4, renamed=False),
+          liqo.Donor("donor-s", 1, "A100", "0.50", sharing="mps", replicas=2))
+origin = origin_fixture(LIQO_CRDS, donors=DONORS, image_map=(("python:*", sys.executable),), private=True)
+
+
+@pytest.fixture(scope="module")
+def s3_server(origin: Any) -> Iterator[S3Server]:
+    with objectstore.s3_server(origin.host_address, [BUCKET]) as endpoint:
+        yield S3Server(endpoint)
+
+
+@pytest.fixture(scope="module")
+def cluster(origin: Any) -> dict[str, str]:
+    with origin.sandbox.api_client() as client:
+        kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": "parts"}})
+        kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(
+            "offloading.liqo.io", "v1beta1", "parts", "namespaceoffloadings",
+            namespace_offloading("parts", [d.cluster_id for d in DONORS]))
+    return {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": "parts",
+            "GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-t,donor-s"}
+
+
+def test_a_half_gpu_step_runs_on_two_of_four_time_sliced_shares(run_flow: FlowRunner, origin: Any,
+                                                                cluster: dict[str, str]) -> None:
+    result = run_flow("part_flow.py", "run", env=cluster, timeout=270)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs, pods = jobs_and_pods(origin, "gpu-offload.io/step=train", namespace="parts")
+    assert len(jobs) == 1 and jobs[0].status.succeeded == 1
+    (pod,) = pods
+    assert pod.spec.node_name == "donor-t-gpu"
+    assert pod.spec.containers[0].resources.limits == {"nvidia.com/gpu": "2"}
+    probe = ("import json; from metaflow import Flow, namespace; namespace(None); run = Flow('PartFlow').latest_run;"
+             "d = run['train'].task.data; print(json.dumps({'devices': d.devices, 'placement': d.placement}))")
+    read = subprocess.run([sys.executable, "-c", probe], cwd=run_flow.workdir, env=run_flow.env(cluster),
+                          capture_output=True, text=True, timeout=120)
+    assert read.returncode == 0, read.stderr
+    data = json.loads(read.stdout.strip().splitlines()[-1])
+    assert data["devices"] == "GPU-donor-t-gpu-0"  # both shares of one GPU, as the device plugin names it
+    placement = json.loads(data["placement"])
+    assert (placement["cluster_id"], placement["gpus"], placement["share"]) == ("donor-t", 2, 0.5)
