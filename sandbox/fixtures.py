@@ -56,9 +56,10 @@ def pooled_as(key: str) -> Callable[[T], T]:
 
 
 def active_faults(running: RunningOrigin) -> list[str]:
-    """The faults injected into ``running`` that still act (an API rule that has fired its times does not)."""
+    """The faults injected into ``running`` that still act (an API rule that was removed from the server, or has
+    fired its times, does not)."""
     faults = running.faults
-    rules = [rule for rule in faults.rules if not rule.times or running.sandbox.api.faults.fired(rule) < rule.times]
+    rules = [rule for rule in faults.rules if running.sandbox.api.faults.acting(rule)]
     return ([f"node {name} lost" for name in sorted(faults.lost_nodes)]
             + [f"image {image} missing" for image in sorted(faults.images.missing)]
             + [f"API rule on {rule.path}" for rule in rules])
@@ -210,17 +211,20 @@ def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0, 
     raise AssertionError(f"timed out waiting for {what} (last value: {last!r})")
 
 
-def install_crds(api_client: Any, folder: Path) -> None:
+def install_crds(api_client: Any, folder: Path) -> list[str]:
     """Register every CustomResourceDefinition in ``folder`` through the API, as installing an operator (Kueue,
-    say) registers its CRDs; one already registered is left as it is."""
+    say) registers its CRDs; one already registered is left as it is. Returns the names of those it created (a test
+    on a shared origin deletes them afterwards)."""
     import yaml
 
     extensions = kubernetes.client.ApiextensionsV1Api(api_client)
     custom = kubernetes.client.CustomObjectsApi(api_client)
+    created: list[str] = []
     for path in sorted(folder.glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         try:
             extensions.create_custom_resource_definition(crd)
+            created.append(crd["metadata"]["name"])
         except kubernetes.client.ApiException as exc:
             if exc.status != 409:
                 raise
@@ -237,6 +241,7 @@ def install_crds(api_client: Any, folder: Path) -> None:
                 return False
             return True
         wait_until(served, f"the {crd['metadata']['name']} CRD served", timeout=60, every=0.2)
+    return created
 
 
 @pytest.fixture(scope="module")  # module: a module that brings its own origin gets a client of it
