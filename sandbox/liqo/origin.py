@@ -191,10 +191,11 @@ def _plugin(plugin: Plugin) -> str:
     """``+Kueue(usage_sampling=36000.0)``: a plugin's owner and the options it changed from their defaults."""
     owner = getattr(plugin, "__self__", plugin)
     name = getattr(owner, "__name__", type(owner).__name__)
-    options = getattr(owner, "options", None)
+    options: Any = getattr(owner, "options", None)
     if options is None or not dataclasses.is_dataclass(options):
         return f"+{name}"
-    default = type(options)()
+    cls: Any = type(options)
+    default = cls()
     changed = [f"{f.name}={getattr(options, f.name)!r}" for f in dataclasses.fields(options)
                if getattr(options, f.name) != getattr(default, f.name)]
     return f"+{name}({', '.join(changed)})"
