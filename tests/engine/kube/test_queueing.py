@@ -21,10 +21,7 @@ from typing import Any
 import kubernetes
 import pytest
 import urllib3
-from gpu_offload.sandbox.fixtures import OriginPool, pooled_as, wait_until
-from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.pooled import kueue_origin_key, pooled_kueue_origin
-from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.fixtures import wait_until
 
 from gpu_offload.engine.analysis import analyse_cell
 from gpu_offload.engine.backends.base import RunRequest
@@ -34,12 +31,11 @@ from gpu_offload.engine.bundle import build_job
 from gpu_offload.engine.engine import FollowSettings
 from gpu_offload.engine.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
 
-from ...realcluster.realorigin import clusters, seeded_origin
+from ...origins import QUEUED_ONE_EACH
 from .chart_roles import rendered_chart, user_server_client
 from .conftest import (
-    IMAGE_MAP,
-    SHARED,
     STOCK_IMAGE,
+    kueue_origin_on_each_cluster,
     leftovers,
     queued_user_namespace,
     sandbox_faults,
@@ -49,27 +45,13 @@ from .helpers import Sink, run_cell
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 QUEUE = "gpu-offload"
-DONORS = (liqo.Donor("donor-1", 1, "A100", "2.00"), liqo.Donor("donor-2", 1, "L4", "0.80"))
+DONORS = QUEUED_ONE_EACH.donors
 USERS = ("alice@example.org", "bob@example.org", "carol@example.org")
 
 
-MANAGED = {"matchLabels": {"gpu-offload.io/user-namespace": "true"}}
-"""``managedJobsNamespaceSelector`` as docs/queueing.md has an admin set it (the real cluster's too)."""
-SANDBOX_KUEUE: dict[str, Any] = {
-    "donors": DONORS, "crds": (SHARED / "liqo-crds", SHARED / "kueue-crds"), "image_map": IMAGE_MAP,
-    "kueue": KueueOptions(namespace_selector=MANAGED, usage_sampling=36000.0)}
+SANDBOX_KUEUE = QUEUED_ONE_EACH.pool_options()
 """The sandbox's origin with Kueue of this module and test_kueue_contract.py: one shared origin for both."""
-
-
-@pytest.fixture(scope="module", params=clusters())
-@pooled_as(kueue_origin_key(**SANDBOX_KUEUE))
-def origin(request: pytest.FixtureRequest, origin_pool: OriginPool) -> Iterator[Any]:
-    if request.param == "real":  # real Kubernetes and Kueue, a real node per donor
-        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
-            yield real
-        return
-    with pooled_kueue_origin(origin_pool, request.node.nodeid, **SANDBOX_KUEUE) as (running, _):
-        yield running
+origin = kueue_origin_on_each_cluster(QUEUED_ONE_EACH)
 
 
 @pytest.fixture()
