@@ -315,3 +315,40 @@ def test_a_protected_session_is_preempted_only_after_its_protection_time(
     finally:
         first.close()
     wait_until(lambda: not leftovers(kubernetes.client.CoreV1Api(api_client), pool), "nothing left", timeout=60)
+
+
+def test_gpu_offload_run_preempted_by_an_interactive_cell_ends_saying_so_and_leaves_nothing(
+        origin: Any, kernels: list[KubernetesBackend], api_client: Any, pool: str, tmp_path: Any) -> None:
+    """`gpu-offload run --priority batch` holds the pool's one GPU of quota and prints; an interactive cell makes
+    Kueue preempt it. The command ends saying so, and, its script having printed, that it was not rerun and how
+    to have it rerun (`--rerun-on-preemption`); its pod and Secret are gone."""
+    import subprocess
+
+    from ...cli.helpers import argv, environment, write_project
+
+    project = write_project(tmp_path / "proj")
+    env = environment(tmp_path / "state", KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=pool,
+                      GPU_OFFLOAD_IMAGE=settings(pool).image, JUPYTERHUB_USER="alice@example.org",
+                      GPU_OFFLOAD_QUEUE=QUEUE)
+    proc = subprocess.Popen(argv("run", "--priority", "batch", "main.py", "sleep"), cwd=project.parent, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        while "hello from helper" not in (line := proc.stdout.readline()):  # the script runs on the GPU
+            assert line, f"the command ended before its script printed: {proc.communicate()}"
+        outcome, _, _ = run_cell(kernels[1], "print('interactive ran')", {}, priority="interactive")
+        assert outcome.status == "ok", outcome.error
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode not in (0, None), (out, err)
+    assert "Preempted: preempted after " in err and "by a higher-priority run" in err, err
+    assert "it had shown output already, so it is not rerun" in err and "--rerun-on-preemption" in err, err
+    assert "Traceback" not in err, err
+    wait_until(lambda: not leftovers(kubernetes.client.CoreV1Api(api_client), pool), "the run's pod and Secret gone",
+               timeout=120)
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    wait_until(lambda: not custom.list_namespaced_custom_object(*KUEUE, pool, "workloads")["items"],
+               "the run's Workload gone", timeout=120)
