@@ -419,7 +419,7 @@ def test_a_real_kernels_cell_waits_in_line_shows_its_place_and_kueues_reason_and
         assert re.search(r"queued for 1 GPU: 1st (of 1 )?in line; waiting ", waiting), waiting
         assert "  Kueue: couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu" in (
             waiting), waiting
-        assert "admitted by Kueue after " in seen[-1], seen
+        assert any("admitted by Kueue after " in t for t in seen), seen
         reply, outputs = kernel.execute("print(answer)")
         assert Kernel.text(outputs) == "42\n", outputs
     finally:

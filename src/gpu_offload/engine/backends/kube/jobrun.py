@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ....liqo_peering.errors import APIError, APIForbidden, APINotFound, APIUnauthorized
+from ....liqo_peering.labels import QUEUE_NAME_LABEL
 from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.watching import Event as WatchEvent
@@ -246,8 +247,10 @@ class KubeJobRun:
             return item
 
     def _from_outside(self, item: object) -> bool:
-        """A rank interrupted, or a pod that failed, while this kernel stopped nothing: asked about once."""
-        if self._interrupting or self._asked_why:
+        """A rank interrupted, or a pod that failed, while this kernel stopped nothing, in a Job Kueue manages (it
+        stops only those: others' failures are not delayed): asked about once."""
+        labels = (self.job.owner.get("metadata") or {}).get("labels") or {}
+        if self._interrupting or self._asked_why or QUEUE_NAME_LABEL not in labels:
             return False
         return ((isinstance(item, Error) and item.ename == "KeyboardInterrupt")
                 or (isinstance(item, Done) and item.status == "interrupted")
