@@ -359,3 +359,26 @@ def test_queued_whole_gpus_keep_off_donors_whose_nvidia_gpu_counts_shares_or_slo
                                                   r"part of a GPU \(@gpu_offload\(gpus=0.5\)\)"):
         decide_queued("train", OffloadOptions(gpus=2, untrusted_ok=True), kueue, (), inventory_from_dict(
             _sharing(SLICED)))
+
+
+def test_an_offline_inventory_says_how_donors_share_so_a_queued_part_needs_no_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps({"clusters": [
+        {"id": "donor-a", "virtual_nodes": [{"name": "liqo-donor-a", "gpus": 2, "model": "A100"}]},
+        {"id": "donor-t", "virtual_nodes": [{"name": "liqo-donor-t", "gpus": 0, "model": "A100", "memory": "80Gi",
+                                             "sharing": "time-slicing", "replicas": 4,
+                                             "resources": {"nvidia.com/gpu.shared": 8}}]}]}))
+    # a hub user's server: placement from configuration (the user may not read nodes), the admin's inventory file
+    kueue = OffloadSettings(source="config", queue="gpu-offload", inventory=str(path))
+    step = place_step("train", parse_options("train", (), {"gpu_memory": "30Gi"}), kueue,
+                      {"GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-t"})
+    assert (step.cluster_id, step.queue, step.resources, step.share) == (
+        "donor-t", "gpu-offload", (("nvidia.com/gpu.shared", 2),), 0.5)
+    for entry, message in ((({"sharing": "slices"}), "'slices' is not a sharing mode"),
+                           (({"sharing": "mps", "replicas": "2"}), "'replicas' must be an integer"),
+                           (({"resources": {"gpu": 2}}), "'resources' must map nvidia.com/ resources"),
+                           (({"memory": "lots", "sharing": "mig"}), "'lots' is not a memory quantity")):
+        path.write_text(json.dumps({"clusters": [{"id": "x", "virtual_nodes": [
+            {"name": "n", "gpus": 1, **entry}]}]}))
+        with pytest.raises(GpuOffloadFlowError, match=f"inventory {path}: .*{message}"):
+            load_inventory(str(path))
