@@ -1,5 +1,5 @@
-"""`python flow.py run` with a queued `@gpu_offload(gpus=0.5)` step, through the sandbox's Kueue: parts of a GPU queue
-like whole GPUs for a Metaflow step too. The step's Job asks for the donor's shares (`nvidia.com/gpu.shared`, which
+"""`python flow.py run` with a queued `@gpu_offload(gpus=0.5)` step, through Kueue, on the sandbox and (its admission)
+on the real cluster with real Kueue 0.19: parts of a GPU queue like whole GPUs for a Metaflow step too. The step's Job asks for the donor's shares (`nvidia.com/gpu.shared`, which
 Metaflow's `gpu=` cannot name: `@kubernetes(extended_resources=...)`), waits suspended while another run holds
 every share of the donor's GPU, is admitted to that donor's flavor once it ends, and runs holding two of the four
 shares of one GPU, told its part as a runner is; the hub's meter charges it as half a GPU. A part the step's node
@@ -7,7 +7,9 @@ selector cannot hold to the donors that lend it in those units is refused before
 
 Donors: `whole` lends whole A100s (the cheapest), `sliced-a` and `sliced-b` time-slice each GPU in four shares, `halves`
 in two, all under the renamed `nvidia.com/gpu.shared`: two of those is half a GPU on the sliced donors and a whole
-GPU on `halves`, so a step that may land on any of them cannot be left to Kueue.
+GPU on `halves`, so a step that may land on any of them cannot be left to Kueue. On the real cluster the donors'
+nodes have nothing behind them (no kubelet, as a virtual kubelet's): the real scheduler binds the step's pod to
+sliced-a's node once real Kueue admits its Job, and that is where the real half stops.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
+from ..realcluster.realorigin import RealCluster, clusters, seeded_origin
 from ..sandbox.kueue_setup import synced_pool
 from .conftest import BUCKET, FlowRunner, S3Server
 
@@ -76,8 +79,12 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture(scope="module")
-def kueue_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@pytest.fixture(scope="module", params=clusters())
+def kueue_origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if request.param == "real":  # real Kubernetes and Kueue; the donors' nodes have nothing behind them
+        with seeded_origin(DONORS, SHARED / "liqo-crds", real_nodes=0) as real:
+            yield real
+        return
     with running_kueue_origin(tmp_path_factory.mktemp("queued-part"), donors=DONORS,
                               crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"],
                               # Metaflow's pods request ephemeral-storage, which the project's ClusterQueue does
@@ -146,8 +153,9 @@ def test_a_queued_half_gpu_step_waits_for_its_shares_then_runs_holding_half_a_gp
         core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
         batch = kubernetes.client.BatchV1Api(client)
         core.create_namespaced_pod(NAMESPACE, _holder())
-        wait_until(lambda: core.read_namespaced_pod("holder", NAMESPACE).status.phase == "Running",
-                   "the other run admitted and running", timeout=120)
+        wait_until(lambda: [w for w in custom.list_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads")["items"]
+                            if w["metadata"]["name"].startswith("pod-holder") and _condition(w, "Admitted")
+                            .get("status") == "True"], "the other run admitted", timeout=120)
         flow = subprocess.Popen([sys.executable, "half_flow.py", "run"], cwd=tmp_path,
                                 env=_env(runner, kueue_origin, "sliced-a"), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -167,6 +175,19 @@ def test_a_queued_half_gpu_step_waits_for_its_shares_then_runs_holding_half_a_gp
                        "the step's Workload waiting for the donor's shares", timeout=120)
             assert flow.poll() is None  # Metaflow waits for the suspended Job
             core.delete_namespaced_pod("holder", NAMESPACE, grace_period_seconds=0)
+            (step_wl,) = wait_until(lambda: [w for w in _step_workloads(custom)
+                                             if _condition(w, "Admitted").get("status") == "True"],
+                                    "the step's Workload admitted", timeout=120)
+            (assignment,) = step_wl["status"]["admission"]["podSetAssignments"]
+            assert assignment["resourceUsage"][SHARES] == "2"
+            flavor = custom.get_cluster_custom_object(*KUEUE, "resourceflavors", assignment["flavors"][SHARES])
+            assert flavor["spec"]["nodeLabels"]["liqo.io/remote-cluster-id"] == "sliced-a"
+            (pod,) = wait_until(lambda: [p for p in core.list_namespaced_pod(
+                NAMESPACE, label_selector=f"job-name={job.metadata.name}").items if p.spec.node_name],
+                "the step's pod scheduled", timeout=120)
+            assert pod.spec.node_name == "sliced-a-gpu"
+            if isinstance(kueue_origin.sandbox, RealCluster):
+                return  # on the real cluster the donors' nodes have no kubelet: admitted and bound is the proof
             out, _ = flow.communicate(timeout=300)
         finally:
             if flow.poll() is None:
@@ -175,12 +196,7 @@ def test_a_queued_half_gpu_step_waits_for_its_shares_then_runs_holding_half_a_gp
         assert flow.returncode == 0, out[-3000:]
         (step_wl,) = _step_workloads(custom)
         assert _condition(step_wl, "Finished")["reason"] == "Succeeded"
-        (assignment,) = step_wl["status"]["admission"]["podSetAssignments"]
-        assert assignment["resourceUsage"][SHARES] == "2"
-        flavor = custom.get_cluster_custom_object(*KUEUE, "resourceflavors", assignment["flavors"][SHARES])
-        assert flavor["spec"]["nodeLabels"]["liqo.io/remote-cluster-id"] == "sliced-a"
         (pod,) = core.list_namespaced_pod(NAMESPACE, label_selector=f"job-name={job.metadata.name}").items
-        assert pod.spec.node_name == "sliced-a-gpu"
         # the hub's meter charges the step's pod by the part it held, from its resources and the donor's mode
         inventory = LiqoClient(client).read_inventory()
         nodes = {vn.name: vn for vn in inventory.virtual_nodes}
