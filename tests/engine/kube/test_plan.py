@@ -320,6 +320,18 @@ def test_a_queued_fraction_says_once_admitted_whether_its_donor_isolates_its_mem
     assert "not memory-isolated" not in mps
 
 
+def test_a_queued_pod_pinned_to_a_cluster_says_the_model_of_the_flavor_kueue_admitted_it_on() -> None:
+    queued = plan(Case(RunRequest(cluster="donor-a"), seen={"queue": "gpus", "cluster_queue": CLUSTER_QUEUE}))
+    assert (queued.ctx.cluster, queued.ctx.model) == ("donor-a", None)  # the plan does not know the model
+    admitted = {"metadata": {"name": "run-r1"}, "spec": {"nodeName": "liqo-donor-a", "nodeSelector": {
+        "liqo.io/remote-cluster-id": "donor-a", "gpu-offload.io/gpu-model": "A100"}}}
+    assert placed_text(admitted, admitted_context(admitted, queued.ctx)) == (
+        "running in pod run-r1 on virtual node liqo-donor-a (Liqo cluster donor-a, 1 x A100)")
+    # a selector naming another cluster than the pinned one is not the pod's: nothing is taken from it
+    elsewhere = {"spec": {"nodeSelector": {"liqo.io/remote-cluster-id": "donor-b", "gpu-offload.io/gpu-model": "T4"}}}
+    assert admitted_context(elsewhere, queued.ctx) == queued.ctx
+
+
 def test_a_placed_fraction_without_memory_isolation_is_told_so_with_the_fix() -> None:
     placed = plan(Case(RunRequest(fraction=0.25, cluster="donor-t"), seen={"inventory": MIXED}))
     assert placed.ctx.cluster == "donor-t"
