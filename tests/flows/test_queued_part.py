@@ -1,5 +1,5 @@
-"""`python flow.py run` with a queued `@gpu_offload(gpus=0.5)` step, through Kueue, on the sandbox and (its admission)
-on the real cluster with real Kueue 0.19: parts of a GPU queue like whole GPUs for a Metaflow step too. The step's Job asks for the donor's shares (`nvidia.com/gpu.shared`, which
+"""`python flow.py run` with a queued `@gpu_offload(gpus=0.5)` step, through the sandbox's Kueue: parts of a GPU queue
+like whole GPUs for a Metaflow step too. The step's Job asks for the donor's shares (`nvidia.com/gpu.shared`, which
 Metaflow's `gpu=` cannot name: `@kubernetes(extended_resources=...)`), waits suspended while another run holds
 every share of the donor's GPU, is admitted to that donor's flavor once it ends, and runs holding two of the four
 shares of one GPU, told its part as a runner is; the hub's meter charges it as half a GPU. A part the step's node
@@ -7,9 +7,7 @@ selector cannot hold to the donors that lend it in those units is refused before
 
 Donors: `whole` lends whole A100s (the cheapest), `sliced-a` and `sliced-b` time-slice each GPU in four shares, `halves`
 in two, all under the renamed `nvidia.com/gpu.shared`: two of those is half a GPU on the sliced donors and a whole
-GPU on `halves`, so a step that may land on any of them cannot be left to Kueue. On the real cluster the donors'
-nodes have nothing behind them (no kubelet, as a virtual kubelet's): the real scheduler binds the step's pod to
-sliced-a's node once real Kueue admits its Job, and that is where the real half stops.
+GPU on `halves`, so a step that may land on any of them cannot be left to Kueue.
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
-from ..realcluster.realorigin import RealCluster, clusters, seeded_origin
 from ..sandbox.kueue_setup import synced_pool
 from .conftest import BUCKET, FlowRunner, S3Server
 
@@ -79,12 +76,8 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture(scope="module", params=clusters())
-def kueue_origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":  # real Kubernetes and Kueue; the donors' nodes have nothing behind them
-        with seeded_origin(DONORS, SHARED / "liqo-crds", real_nodes=0) as real:
-            yield real
-        return
+@pytest.fixture(scope="module")
+def kueue_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with running_kueue_origin(tmp_path_factory.mktemp("queued-part"), donors=DONORS,
                               crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"],
                               # Metaflow's pods request ephemeral-storage, which the project's ClusterQueue does
@@ -186,8 +179,6 @@ def test_a_queued_half_gpu_step_waits_for_its_shares_then_runs_holding_half_a_gp
                 NAMESPACE, label_selector=f"job-name={job.metadata.name}").items if p.spec.node_name],
                 "the step's pod scheduled", timeout=120)
             assert pod.spec.node_name == "sliced-a-gpu"
-            if isinstance(kueue_origin.sandbox, RealCluster):
-                return  # on the real cluster the donors' nodes have no kubelet: admitted and bound is the proof
             out, _ = flow.communicate(timeout=300)
         finally:
             if flow.poll() is None:
@@ -234,8 +225,9 @@ def test_a_queued_part_its_node_selector_cannot_hold_to_its_donors_is_refused_le
         assert ("so Kueue picks the donor for 0.5 of a GPU (2 nvidia.com/gpu.shared): those units are that part of a "
                 "GPU on sliced-a, sliced-b, while halves counts them too as another part") in said, said[-2000:]
         assert "@gpu_offload(cluster='sliced-a') or @gpu_offload(cluster='sliced-b')" in said
-        assert {j.metadata.name for j in batch.list_namespaced_job(NAMESPACE).items} == jobs
-        assert {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items} == pods
+        # nothing new (what the previous test left may be going away meanwhile)
+        assert {j.metadata.name for j in batch.list_namespaced_job(NAMESPACE).items} <= jobs
+        assert {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items} <= pods
         assert {w["metadata"]["name"] for w in custom.list_namespaced_custom_object(
-            *KUEUE, NAMESPACE, "workloads")["items"]} == workloads
+            *KUEUE, NAMESPACE, "workloads")["items"]} <= workloads
     assert not s3.keys(tmp_path.name)  # nothing uploaded either
