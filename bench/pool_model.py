@@ -104,7 +104,8 @@ def _starts(free0: int, tails: list[tuple[Draw, int]], line: list[tuple[int, Dra
     return starts
 
 
-def quantile(starts: list[float], q: float = QUANTILE) -> float:
+def _at_share(starts: list[float], q: float = QUANTILE) -> float:
+    """The start at share ``q`` of ``starts`` (sorted), taken as it is (no interpolation between draws)."""
     return starts[int(q * len(starts))]
 
 
@@ -143,7 +144,7 @@ def pool_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float | N
         return None
     tails = [(_empirical(seen, now - start), g) for start, g, _ in pool.running.values()]
     line = [(need, _whole(seen)) for need in [*ahead, gpus]]
-    return quantile(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("pool")))
+    return _at_share(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("pool")))
 
 
 def asks_guess(pool: Pool, ahead: list[tuple[int, Asks]], gpus: int, asks: Asks, now: float) -> float | None:
@@ -162,7 +163,7 @@ def asks_guess(pool: Pool, ahead: list[tuple[int, Asks]], gpus: int, asks: Asks,
 
     tails = [(_empirical(durations(a), now - start), g) for start, g, a in pool.running.values()]
     line = [(need, _whole(durations(a))) for need, a in [*ahead, (gpus, asks)]]
-    return quantile(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("asks")))
+    return _at_share(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("asks")))
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ def _survival_starts(pool: Pool, ahead: list[int], gpus: int, now: float, draws:
 
 def survival_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float | None:
     starts = _survival_starts(pool, ahead, gpus, now, DRAWS, "survival")
-    return None if starts is None else quantile(starts)
+    return None if starts is None else _at_share(starts)
 
 
 def likeliest_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float | None:
@@ -255,4 +256,4 @@ def known_guess(pool: Pool, true_ends: list[tuple[float, int]], ahead: list[int]
         return None
     tails = [((lambda _rng, left=end - now: left), g) for end, g in true_ends]
     line = [(need, _whole(seen)) for need in [*ahead, gpus]]
-    return quantile(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("known")))
+    return _at_share(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("known")))
