@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import GpuOffloadError
+from .errors import APIError, GpuOffloadError
 from .inventory import KINDS, Inventory, build_inventory
 from .retrying import WATCH_BACKOFF, Backoff
 from .trust import TrustPolicy, apply_policy
@@ -63,6 +63,8 @@ class _KindState:
     resource_version: str | None = None
     synced: bool = False
     last_error: str = ""
+    refused: bool = False
+    """The last list was refused (401/403): retrying will not help until someone grants the rights."""
     relists: int = 0
 
 
@@ -125,7 +127,7 @@ class InventoryCache:
             state = self._states[kind]
             state.objects = {object_key(o): o for o in result.items}
             state.resource_version = result.resource_version
-            state.synced, state.last_error = True, ""
+            state.synced, state.last_error, state.refused = True, "", False
             state.relists += 1
             self._generation += 1
             self._lock.notify_all()
@@ -142,7 +144,9 @@ class InventoryCache:
 
     def _failed(self, kind: str, exc: Exception) -> None:
         with self._lock:
-            self._states[kind].last_error = str(exc)
+            state = self._states[kind]
+            state.last_error = str(exc)
+            state.refused = isinstance(exc, APIError) and exc.status in (401, 403)
             self._lock.notify_all()
 
     # --- readers ---
@@ -166,13 +170,24 @@ class InventoryCache:
         with self._lock:
             return self._generation
 
+    def _settled(self) -> bool:
+        """Every kind listed, or one refused outright (waiting longer would not change the answer)."""
+        states = self._states.values()
+        return all(s.synced for s in states) or any(s.refused and not s.synced for s in states)
+
     def inventory(self, timeout: float = 10.0) -> Inventory:
-        """The current inventory, built from the cached objects (rebuilt only after a change)."""
-        if not self.wait_synced(timeout):
-            with self._lock:
-                missing = [f"{k} ({s.last_error or 'no answer yet'})" for k, s in self._states.items() if not s.synced]
+        """The current inventory, built from the cached objects (rebuilt only after a change). Raises after
+        ``timeout`` if a kind was never listed, and at once if a list was refused for want of rights: the
+        refusal stays known until a later list succeeds, so a kernel without the rights pays no wait per cell."""
+        with self._lock:
+            self._lock.wait_for(self._settled, timeout)
+            unlisted = {k: s for k, s in self._states.items() if not s.synced}
+            missing = [f"{k} ({s.last_error or 'no answer yet'})" for k, s in unlisted.items()]
+            refused = any(s.refused for s in unlisted.values())
+        if missing:
+            when = "refused" if refused else f"not ready after {timeout:g}s"
             raise GpuOffloadError(
-                f"inventory cache not ready after {timeout:g}s: could not list {', '.join(missing)}; check access to "
+                f"inventory cache {when}: could not list {', '.join(missing)}; check access to "
                 "the cluster (gpu-offload clusters shows the error directly)"
             )
         with self._lock:

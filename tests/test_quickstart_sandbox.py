@@ -81,6 +81,17 @@ def test_the_queueing_example_waits_in_line_then_is_preempted_and_resumes(
     assert ("Kueue: couldn't assign flavors to pod set main: flavor gpuo-donor-2-a100 doesn't match node affinity, "
             "insufficient unused quota for nvidia.com/gpu in flavor gpuo-donor-1-a100, 1 more needed") in printed
     assert "gpu_offload: admitted by Kueue after" in notices(waiting)
+    # lines the magic adds to a cell's notices later (admitted, placed) reach the live output too: every line
+    # of the written notebook's notices was printed (a wait's clock ticking is printed once, numbers aside)
+    shown = {re.sub(r"\d+(\.\d+)?", "#", line) for line in printed.splitlines()}
+    for cell in code:
+        missed = [line for line in notices(cell).splitlines() if re.sub(r"\d+(\.\d+)?", "#", line) not in shown]
+        assert not missed, (cell.source, missed)
+    assert printed.count("gpu_offload: admitted by Kueue after") == sum(
+        notices(cell).count("gpu_offload: admitted by Kueue after") for cell in code)  # once each
+    # a cell pinned to donor-1 waits in Kueue too: its placement names the model of the flavor Kueue admitted
+    assert re.search(r"running in pod gpuo-[a-z0-9-]+ on virtual node donor-1-gpu \(Liqo cluster donor-1, "
+                     r"1 x A100\)", notices(waiting)), notices(waiting)
     assert "ran once donor-1 had a GPU free" in text and "held donor-1's four GPUs for 8 s" in text
     # the interactive cell took the batch session's GPUs; the session's next cell says so and resumes
     resumed = next(c for c in code if "steps += 1" in c.source)

@@ -48,3 +48,37 @@ def test_quickstart_exits_non_zero_when_a_cell_fails(
     assert main(["quickstart", "--local", "--notebook", str(source), "--output", str(tmp_path / "out.ipynb")]) == 1
     assert "boom" in capsys.readouterr().err
     assert (tmp_path / "out.ipynb").is_file()
+
+
+def test_quickstart_prints_the_lines_a_cell_adds_to_its_display_later_once_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as the magic does with its notices: one display under the cell, updated in place with a line added and a
+    # progress line replaced (its clock ticking, then a new place in line)
+    source = tmp_path / "updates.ipynb"
+    cell = (
+        "from IPython.display import display\n"
+        "shown = ['gpu_offload: queued for 1 GPU']\n"
+        "handle = display({'text/plain': shown[0]}, raw=True, display_id=True)\n"
+        "for progress in ('2nd of 2 in line; waiting 1 s', '2nd of 2 in line; waiting 2 s', '1st of 1 in line; "
+        "waiting 3 s'):\n"
+        "    handle.update({'text/plain': '\\n'.join([*shown, progress])}, raw=True)\n"
+        "shown.append('gpu_offload: admitted by Kueue after 3 s')\n"
+        "handle.update({'text/plain': '\\n'.join(shown)}, raw=True)\n"
+    )
+    nbformat.write(
+        new_notebook(cells=[new_code_cell(cell)],
+                     metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}}),
+        source,
+    )
+    target = tmp_path / "out.ipynb"
+    assert main(["quickstart", "--local", "--notebook", str(source), "--output", str(target)]) == 0
+    printed = capsys.readouterr().out
+    [written] = [o for o in outputs_of(nbformat.read(target, as_version=4)) if o["output_type"] == "display_data"]
+    assert written["data"]["text/plain"] == "gpu_offload: queued for 1 GPU\ngpu_offload: admitted by Kueue after 3 s"
+    # every sentence the display held reaches the terminal once; the ticking clock does not repeat a line
+    lines = printed.splitlines()
+    assert lines.count("gpu_offload: queued for 1 GPU") == 1, printed
+    assert lines.count("gpu_offload: admitted by Kueue after 3 s") == 1, printed
+    assert [line for line in lines if "in line" in line] == ["2nd of 2 in line; waiting 1 s",
+                                                             "1st of 1 in line; waiting 3 s"], printed

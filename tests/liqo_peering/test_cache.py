@@ -137,6 +137,34 @@ def test_inventory_names_the_kind_that_never_synced() -> None:
         cache.close()
 
 
+def test_a_list_refused_for_want_of_rights_is_known_at_once_at_every_read() -> None:
+    """A user's kernel without rights on nodes must not wait the whole timeout at every cell: the refusal is
+    the answer. (Without it, ``inventory`` below blocks for the hour it is given.)"""
+    forbidden = APIError("listing", "Nodes", 403, "nodes is forbidden")
+    source = ScriptedSource(lists={"Node": [forbidden]}, watches={})
+    cache = InventoryCache(source, max_backoff=0.01).start()
+    answers: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            cache.inventory(timeout=3600)
+        except GpuOffloadError as exc:
+            answers.append(exc)
+
+    try:
+        for _ in range(2):  # the second read, between retries, finds the refusal remembered
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            reader.join(60)
+            assert not reader.is_alive(), "inventory() waited although the list was refused"
+        assert len(answers) == 2
+        assert all("inventory cache refused: could not list Node (listing Nodes failed (HTTP 403" in str(a)
+                   for a in answers)
+    finally:
+        source.closed.set()
+        cache.close(timeout=0)
+
+
 def test_wait_changed_wakes_on_an_event_and_times_out_without_one() -> None:
     source = ScriptedSource(lists={}, watches={})
     cache = run_cache(source)

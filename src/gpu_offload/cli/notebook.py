@@ -7,6 +7,7 @@ kernel publishes it, not when the notebook ends, and the executed notebook is wr
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,11 +58,19 @@ def execute(source: Path, output: Path | None = None, timeout: int = 600,
 def _streaming_client(notebook: Any, cwd: Path, timeout: int) -> Any:
     from nbclient import NotebookClient
 
+    echo = Echo()
+
     class StreamingClient(NotebookClient):  # type: ignore[misc]
         """Prints each cell's output the moment its iopub message arrives."""
 
+        def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
+            # nbclient writes an update into the notebook's output without calling ``output``: echo it here
+            if msg["msg_type"] == "update_display_data":
+                echo(msg)
+            return super().process_message(msg, cell, cell_index)
+
         def output(self, outs: Any, msg: dict[str, Any], display_id: Any, cell_index: int) -> Any:
-            _echo(msg)
+            echo(msg)
             return super().output(outs, msg, display_id, cell_index)
 
     def header(cell: Any, cell_index: int) -> None:
@@ -78,19 +87,43 @@ def _streaming_client(notebook: Any, cwd: Path, timeout: int) -> Any:
     )
 
 
-def _echo(msg: dict[str, Any]) -> None:
-    kind = msg["msg_type"]
-    content = msg["content"]
-    if kind == "stream":
-        target = sys.stderr if content.get("name") == "stderr" else sys.stdout
-        target.write(content.get("text", ""))
-        target.flush()
-    elif kind in ("display_data", "execute_result", "update_display_data"):
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+class Echo:
+    """Prints iopub messages as text as they arrive. A display updated in place (the magic's notices under a
+    cell: a line added, the wait's progress line replaced) prints only the lines its updates add; a line that
+    differs from one already printed only in its numbers (``waiting 12 s`` after ``waiting 9 s``) is the same
+    clock ticking and is not printed again, so the terminal gets every new sentence once."""
+
+    def __init__(self) -> None:
+        self._shown: dict[str, set[str]] = {}
+        """Display id -> its lines printed so far, numbers masked."""
+
+    def __call__(self, msg: dict[str, Any]) -> None:
+        kind = msg["msg_type"]
+        content = msg["content"]
+        if kind == "stream":
+            target = sys.stderr if content.get("name") == "stderr" else sys.stdout
+            target.write(content.get("text", ""))
+            target.flush()
+        elif kind in ("display_data", "execute_result", "update_display_data"):
+            self._display(kind, content)
+        elif kind == "error":
+            print(f"{content.get('ename')}: {content.get('evalue')}", file=sys.stderr, flush=True)
+
+    def _display(self, kind: str, content: dict[str, Any]) -> None:
         data = content.get("data", {})
         rich = sorted(mime for mime in data if mime != "text/plain")
         text = data.get("text/plain", "")
-        print(
-            f"{text}{'  ' if text and rich else ''}{'[' + ', '.join(rich) + ']' if rich else ''}", flush=True
-        )
-    elif kind == "error":
-        print(f"{content.get('ename')}: {content.get('evalue')}", file=sys.stderr, flush=True)
+        display_id = (content.get("transient") or {}).get("display_id")
+        if display_id and not rich:
+            shown = self._shown.setdefault(str(display_id), set())
+            lines = text.splitlines()
+            if kind == "update_display_data":
+                lines = [line for line in lines if _NUMBER.sub("#", line) not in shown]
+            shown.update(_NUMBER.sub("#", line) for line in lines)
+            if kind == "update_display_data" and not lines:
+                return
+            text = "\n".join(lines)
+        print(f"{text}{'  ' if text and rich else ''}{'[' + ', '.join(rich) + ']' if rich else ''}", flush=True)

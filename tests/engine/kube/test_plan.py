@@ -25,7 +25,7 @@ from gpu_offload.engine.backends.kube.plan import (
     Offloading,
     PodOrder,
     Situation,
-    needs_inventory,
+    inventory_need,
     plan_launch,
 )
 from gpu_offload.engine.errors import OffloadUsageError
@@ -238,11 +238,12 @@ def test_the_budget_is_not_checked_again_for_a_move_and_not_at_all_without_one()
 
 
 def test_the_inventory_is_read_only_where_the_plan_uses_it() -> None:
-    assert needs_inventory(RunRequest(), None)  # placing
-    assert needs_inventory(RunRequest(gpu_model="A100"), "gpus")  # a queued run narrowed to a model
-    # Kueue places it, but among the donors whose nvidia.com/gpu counts whole GPUs (queued_whole)
-    assert needs_inventory(RunRequest(), "gpus")
-    assert not needs_inventory(RunRequest(gpus=0, ranks=TWO_NODES), "gpus")  # CPU ranks: Kueue alone
+    assert inventory_need(RunRequest(), None) == "required"  # placing
+    assert inventory_need(RunRequest(gpu_model="A100"), "gpus") == "required"  # a queued run narrowed to a model
+    # Kueue places it, but among the donors whose nvidia.com/gpu counts whole GPUs (queued_whole); a kernel that
+    # cannot read the inventory leaves it to Kueue unnarrowed
+    assert inventory_need(RunRequest(), "gpus") == "narrow"
+    assert inventory_need(RunRequest(gpus=0, ranks=TWO_NODES), "gpus") == "none"  # CPU ranks: Kueue alone
     assert plan(Case(seen={"queue": "gpus", "inventory": None})).clusters == (KUEUE_PICKS,)
 
 
@@ -283,7 +284,7 @@ def test_part_of_a_gpu_asks_the_sharing_donor_in_its_units_and_tells_the_runner(
     # Kueue may admit it on any donor lending a quarter as one share: the runner is told the part, whose bytes
     # are those of the GPU it lands on, not the cheapest donor's
     assert queued.pod.env["GPU_OFFLOAD_GPU_FRACTION"] == "0.25" and "GPU_OFFLOAD_GPU_MEMORY_LIMIT" not in queued.pod.env
-    assert needs_inventory(RunRequest(fraction=0.5), "gpu-offload")
+    assert inventory_need(RunRequest(fraction=0.5), "gpu-offload") == "required"
     with pytest.raises(NoFit, match="donor-a: this donor lends whole GPUs only"):
         plan(Case(RunRequest(fraction=0.5, cluster="donor-a"), seen={"inventory": SHARED}))
 
@@ -317,6 +318,18 @@ def test_a_queued_fraction_says_once_admitted_whether_its_donor_isolates_its_mem
     mps = placed_text(_admitted_on("donor-m"), admitted_context(_admitted_on("donor-m"), queued.ctx))
     assert "0.25 of a GPU (mps: 1 nvidia.com/gpu.shared; isolation: compute and memory)" in mps
     assert "not memory-isolated" not in mps
+
+
+def test_a_queued_pod_pinned_to_a_cluster_says_the_model_of_the_flavor_kueue_admitted_it_on() -> None:
+    queued = plan(Case(RunRequest(cluster="donor-a"), seen={"queue": "gpus", "cluster_queue": CLUSTER_QUEUE}))
+    assert (queued.ctx.cluster, queued.ctx.model) == ("donor-a", None)  # the plan does not know the model
+    admitted = {"metadata": {"name": "run-r1"}, "spec": {"nodeName": "liqo-donor-a", "nodeSelector": {
+        "liqo.io/remote-cluster-id": "donor-a", "gpu-offload.io/gpu-model": "A100"}}}
+    assert placed_text(admitted, admitted_context(admitted, queued.ctx)) == (
+        "running in pod run-r1 on virtual node liqo-donor-a (Liqo cluster donor-a, 1 x A100)")
+    # a selector naming another cluster than the pinned one is not the pod's: nothing is taken from it
+    elsewhere = {"spec": {"nodeSelector": {"liqo.io/remote-cluster-id": "donor-b", "gpu-offload.io/gpu-model": "T4"}}}
+    assert admitted_context(elsewhere, queued.ctx) == queued.ctx
 
 
 def test_a_placed_fraction_without_memory_isolation_is_told_so_with_the_fix() -> None:

@@ -200,7 +200,8 @@ def test_a_cell_with_other_options_does_not_resume_a_released_session_and_loses_
     before = _start(kube_idle, where)
     _released(core, namespace)
     with pytest.raises(OffloadUsageError, match=r"Session `train` ran with --gpus 1 and its pod .* was ended "
-                       r"after 3 s idle.*gpus 1 \(this cell: 2\).*`%gpu_offload close train`"):
+                       r"after 3 s idle.*gpus 1 \(this cell: 2\)\)\. Run it with the session's options to resume the session "
+                       r"from its last checkpoint train \(.*`%gpu_offload close train`"):
         run_cell(kube_idle, CHECK, {}, session="train", **{**where, "gpus": 2})
     assert not core.list_namespaced_pod(namespace).items  # nothing was launched
     assert "its next cell resumes it from checkpoint train (" in kube_idle.describe()

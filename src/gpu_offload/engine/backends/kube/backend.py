@@ -278,9 +278,9 @@ class KubernetesBackend:
             return
         raise OffloadUsageError(
             f"Session `{name}` ran with {was.shape()} and its {holder} {how}; this cell asks for other options "
-            f"({resume_differences(was, placement)}). Run it with the session's options to resume the "
-            f"session from its last checkpoint (it may land on another cluster), or close it with `%gpu_offload "
-            f"close {name}` to start afresh with these options.")
+            f"({resume_differences(was, placement)}). Run it with the session's options to "
+            f"{self.keeper.resume_words(name, was)}, or close it with `%gpu_offload close {name}` to start afresh "
+            "with these options.")
 
     def _new_session(self, name: str, placement: RunRequest, replaces: str,
                      ended: str) -> KubeSession | KubeRankSession:

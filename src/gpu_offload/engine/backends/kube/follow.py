@@ -59,12 +59,10 @@ KUEUE_PICKS = "the cluster Kueue picks"
 
 def admitted_context(pod: Mapping[str, Any], ctx: PodContext) -> PodContext:
     """``ctx`` of a queued pod once Kueue admitted it: the cluster (and model) of the flavor Kueue chose, which
-    it wrote into the pod's node selector."""
-    if ctx.cluster != KUEUE_PICKS:
-        return ctx
+    it wrote into the pod's node selector. A pod pinned to a cluster (``--cluster``) learns the model there."""
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     cluster = selector.get(L.REMOTE_CLUSTER_ID_LABEL)
-    if not cluster:
+    if not cluster or (ctx.cluster != KUEUE_PICKS and (ctx.model or cluster != ctx.cluster)):
         return ctx
     # the share and its isolation are the admitted donor's (Kueue may pick among donors that isolate differently)
     return dataclasses.replace(ctx, cluster=str(cluster), model=selector.get(L.GPU_MODEL) or ctx.model).on_cluster()

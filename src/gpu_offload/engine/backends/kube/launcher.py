@@ -29,7 +29,7 @@ from .config import KubeSettings
 from .executor import Executor
 from .host import Launched
 from .hub_inventory import HubInventory
-from .plan import PodOrder, Situation, fraction_of, needs_inventory, plan_launch, refuse
+from .plan import PodOrder, Situation, inventory_need, plan_launch, refuse
 from .pods import PodApi
 from .queueing import QueueWatch, Ticket
 from .storage import RunStorage
@@ -88,16 +88,17 @@ class PodLauncher:
             inventory=self._inventory(placement, seen.queue))
 
     def _inventory(self, placement: RunRequest, queue: str | None) -> Inventory | None:
-        """The inventory planning needs, if any. A queued run of whole GPUs reads it only to keep off donors whose
-        ``nvidia.com/gpu`` counts shares or slots; a kernel whose rights do not reach the cluster's nodes (a
-        user's server without the hub's inventory) queues it as Kueue admits, unnarrowed, rather than failing."""
-        if not needs_inventory(placement, queue):
+        """The inventory planning needs, if any (``plan.inventory_need``). One read only to narrow a queued run
+        of whole GPUs gives way to a kernel whose rights do not reach the cluster's nodes (a user's server without
+        the hub's inventory): Kueue then places the run unnarrowed. The cache knows a refused list at once."""
+        need = inventory_need(placement, queue)
+        if need == "none":
             return None
-        if queue is None or placement.gpu_model or fraction_of(placement) is not None:
-            return self.inventory_cache().inventory()
         try:
             return self.inventory_cache().inventory()
         except GpuOffloadError:
+            if need == "required":
+                raise
             return None
 
     def inventory_cache(self) -> InventoryCache | HubInventory:

@@ -99,7 +99,7 @@ class Situation:
     memory: str | None = None
     """``GPU_OFFLOAD_MEMORY`` as set now (a quantity; None: the image's default)."""
     inventory: Inventory | None = None
-    """The donors as the inventory source says; needed when :func:`needs_inventory` says so."""
+    """The donors as the inventory source says; needed when :func:`inventory_need` says so."""
     cluster_queue: Mapping[str, Any] | None = None
     """The ClusterQueue behind the LocalQueue as last seen (its quotas); None when unreadable."""
     offloaded: frozenset[str] = frozenset()
@@ -108,11 +108,18 @@ class Situation:
     """The user's spend this month, read for a first launch when a monthly budget is set."""
 
 
-def needs_inventory(placement: RunRequest, queue: str | None) -> bool:
-    """Whether planning ``placement`` reads the inventory: placing it, or narrowing a queued run to a model, to
-    the donors that lend part of a GPU in the same units, or for whole GPUs to the donors that lend whole GPUs
-    (``shares.queued_whole``)."""
-    return queue is None or placement.gpus > 0 or bool(placement.gpu_model) or fraction_of(placement) is not None
+InventoryNeed = Literal["none", "narrow", "required"]
+"""What planning a run needs of the inventory: nothing; only to narrow a queued run of whole GPUs to the donors
+that lend whole GPUs (Kueue can place it unnarrowed when the inventory cannot be read); or the inventory itself."""
+
+
+def inventory_need(placement: RunRequest, queue: str | None) -> InventoryNeed:
+    """Whether planning ``placement`` reads the inventory: to place it, or to narrow a queued run to a model or
+    to the donors that lend part of a GPU in the same units (required); or for whole GPUs to the donors that
+    lend whole GPUs (``shares.queued_whole``; narrowing only)."""
+    if queue is None or placement.gpu_model or fraction_of(placement) is not None:
+        return "required"
+    return "narrow" if placement.gpus > 0 else "none"
 
 
 def fraction_of(placement: RunRequest) -> FractionRequest | None:
@@ -331,7 +338,7 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
                                     f"{TRUST_FIX}.")
     models = None
     if placement.gpu_model:
-        assert inventory is not None, "needs_inventory() said the inventory is read for a model"
+        assert inventory is not None, "inventory_need() said the inventory is read for a model"
         wanted = [placement.gpu_model, *placement.fallback_models]
         models = model_clusters(inventory, trust, wanted)
         offered = [c for c in models if not clusters or c in clusters]
@@ -357,7 +364,7 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
             clusters = list(whole.clusters)
             models = {c: m for c, m in models.items() if c in clusters} if models is not None else None
     elif fraction is not None:  # part of a GPU: in the units of the donors Kueue may choose among
-        assert inventory is not None, "needs_inventory() said the inventory is read for a fraction"
+        assert inventory is not None, "inventory_need() said the inventory is read for a fraction"
         try:
             ask, shared = queued_ask(inventory.virtual_nodes, fraction, clusters, wanted_models(placement),
                                      price_key)
@@ -483,7 +490,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
     if queue:
         where = queued_where(placement, queue, seen, trust, inventory)
     else:
-        assert inventory is not None, "needs_inventory() said the inventory is read to place"
+        assert inventory is not None, "inventory_need() said the inventory is read to place"
         where = placed_where(placement, avoid, seen, settings, trust, inventory)
     # the out rank may land on any of the clusters: its outputs are trusted only when every one is
     outputs_from = next((c for c in where.clusters if not is_trusted(c, trust)), where.clusters[0])

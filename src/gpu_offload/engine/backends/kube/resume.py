@@ -201,6 +201,19 @@ class SessionKeeper:
             return "its variables are gone"
         return f"its next cell resumes it from checkpoint {saved.name} ({', '.join(saved.manifest.get('saved', []))})"
 
+    def resume_words(self, name: str, was: RunRequest) -> str:
+        """What a cell with the session's options does to session ``name``, ended on its own (for a refusal that
+        asks for them): resume it from its checkpoint, or start it again empty, saying why nothing was kept."""
+        if was.ranks is not None:
+            return ("start the session again in a new Job, empty: a distributed session is not checkpointed, so "
+                    "the variables of its ranks are gone")
+        saved = None if self.checkpoints is None else self.checkpoints.latest(name)
+        if saved is None:
+            why = ("this kernel has no object storage to checkpoint to" if self.checkpoints is None
+                   else "no checkpoint of it was written")
+            return f"start the session again in a new pod, empty: {why}, so its variables are gone"
+        return f"resume the session from its last checkpoint {saved.name} (it may land on another cluster)"
+
     def returned(self) -> float:
         """GPU-hours given back so far, released sessions not yet re-acquired counted up to now."""
         now = time.monotonic()
