@@ -16,12 +16,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .errors import GpuOffloadFlowError
-from .options import AUTO, PART_OF_A_GPU, OffloadOptions
+from .options import AUTO, OffloadOptions
 from .settings import OffloadSettings
 
 if TYPE_CHECKING:
-    from gpu_offload.liqo_peering.inventory import Inventory, VirtualNodeRecord
-    from gpu_offload.liqo_peering.sharing import FractionRequest
+    from gpu_offload.liqo_peering.inventory import Inventory
 
 Origin = Literal["recorded", "live", "inventory", "config", "kueue"]
 WHY_TRUSTED = (
@@ -50,7 +49,13 @@ class StepPlacement:
     priority: str | None = None
     """Its Kueue priority class (``kueue.x-k8s.io/priority-class``); None: Kueue's default."""
     share: float | None = None
-    """Part of one GPU the step holds (``gpus`` are then that many shares of one GPU); None: whole GPUs."""
+    """Part of one GPU the step holds; None: whole GPUs."""
+    resources: tuple[tuple[str, int], ...] = ()
+    """Part of a GPU: the donor's units it is asked in (``@kubernetes(extended_resources=...)``: shares, a MIG
+    profile, an isolator's slot and MiB); empty: ``gpus`` whole GPUs (``@kubernetes(gpu=...)``)."""
+    part: tuple[tuple[str, str], ...] = ()
+    """Part of a GPU: what the step's process is told of it, as a runner is (``ResourceAsk.runner_env``: the
+    donor's sharing mode, the isolation, the bytes or the share of the GPU it may use)."""
 
     def to_json(self) -> str:
         """The compact form recorded in the step's environment."""
@@ -58,6 +63,9 @@ class StepPlacement:
         data.pop("origin")
         for key in ("queue", "priority", "share"):  # a step that does not queue keeps the record it always had
             if data[key] is None:
+                data.pop(key)
+        for key in ("resources", "part"):
+            if not data[key]:
                 data.pop(key)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
@@ -80,6 +88,8 @@ def recorded_placement(step: str, text: str | None) -> StepPlacement | None:
             queue=data.get("queue"),
             priority=data.get("priority"),
             share=float(data["share"]) if data.get("share") is not None else None,
+            resources=tuple((str(r), int(n)) for r, n in data.get("resources") or ()),
+            part=tuple((str(k), str(v)) for k, v in data.get("part") or ()),
         )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise GpuOffloadFlowError(
@@ -128,11 +138,6 @@ def decide_queued(step: str, options: OffloadOptions, settings: OffloadSettings,
     known, resolves a pinned cluster's name and the model's spelling."""
     cluster = options.cluster if options.cluster != AUTO else (settings.cluster or AUTO)
     where = f"step '{step}' {options.describe()}: queueing through Kueue is on (LocalQueue {settings.queue})"
-    if options.part:
-        raise GpuOffloadFlowError(
-            f"{where}, and a step's part of a GPU is placed, not queued: Kueue would pick a donor whose "
-            "nvidia.com/gpu may count whole GPUs or another number of shares. Ask for whole GPUs (gpus=1), or run "
-            "the step's code as a script with `gpu-offload run`, which queues parts of GPUs (docs/sharing.md)")
     if options.fallback_models:
         raise GpuOffloadFlowError(
             f"{where}, so Kueue picks the donor, and Metaflow's @kubernetes can tell it only one GPU model (a node "
@@ -160,7 +165,89 @@ def decide_queued(step: str, options: OffloadOptions, settings: OffloadSettings,
         raise GpuOffloadFlowError(
             f"{where} and cluster {cluster} is not trusted (trusted: {', '.join(trusted_ids) or 'none'}; the "
             f"origin's GPU_OFFLOAD_TRUSTED_CLUSTERS). {WHY_TRUSTED}")
+    if options.part:
+        return _queued_part(step, options, settings, cluster, model, inventory, where)
+    if inventory is not None:
+        return _queued_whole(step, options, settings, cluster, model, inventory, where)
     return StepPlacement(step, options.gpus, None if cluster == AUTO else cluster, model, settings.namespace, "kueue")
+
+
+def _queued_whole(step: str, options: OffloadOptions, settings: OffloadSettings, cluster: str, model: str | None,
+                  inventory: Inventory, where: str) -> StepPlacement:
+    """Queued whole GPUs, as a cell's (``shares.queued_whole``): a flavor counts ``nvidia.com/gpu`` as its nodes
+    offer it, so where some donors' count shares or an isolator's slots the step is held to the donors lending
+    whole GPUs (pinned, or refused when a node selector cannot say which), or asks an isolator for one slot and
+    all of its GPU's memory when no donor lends whole GPUs."""
+    from gpu_offload.liqo_peering.errors import NoFit
+    from gpu_offload.liqo_peering.placement import price_key
+    from gpu_offload.liqo_peering.shares import queued_whole
+    from gpu_offload.liqo_peering.sharing import GPU
+
+    try:
+        whole = queued_whole(inventory.virtual_nodes, options.gpus, () if cluster == AUTO else (cluster,), [model],
+                             price_key, single=True)
+    except NoFit as exc:
+        raise GpuOffloadFlowError(f"{where}: {as_decorator_hint(str(exc))}") from exc
+    resources = whole.ask.resources if whole.ask is not None else ()
+    if whole.clusters and cluster == AUTO:
+        what = f"{options.gpus} whole GPU{'s' * (options.gpus != 1)}"
+        cluster = _one_cluster(inventory, whole.clusters, [r for r, _ in resources] or [GPU], model,
+                               f"{where}, so Kueue picks the donor for {what}", "whole GPUs")
+    return StepPlacement(step, options.gpus, None if cluster == AUTO else cluster, model, settings.namespace, "kueue",
+                         resources=resources,
+                         part=tuple(sorted(whole.ask.runner_env().items())) if whole.ask is not None else ())
+
+
+def _queued_part(step: str, options: OffloadOptions, settings: OffloadSettings, cluster: str, model: str | None,
+                 inventory: Inventory | None, where: str) -> StepPlacement:
+    """A queued part of a GPU, as a cell's (``shares.queued_ask``): asked in the units of the cheapest donor that
+    can lend it, which Kueue's flavors count (``queues sync`` gives each flavor its nodes' shared resources), and
+    held to the donors that lend it in the same units. A node selector names one cluster: the step is pinned to
+    the one that lends it so, or left to Kueue when no other donor's flavor counts those resources; else it must
+    name one."""
+    if inventory is None:
+        raise GpuOffloadFlowError(
+            f"{where}, and part of a GPU is asked for in the units its donor lends GPUs in, which only the cluster "
+            "or an inventory tells (METAFLOW_GPU_OFFLOAD_INVENTORY); placement here is from configuration alone "
+            "[placement from config]")
+    from gpu_offload.liqo_peering.errors import NoFit
+    from gpu_offload.liqo_peering.placement import price_key
+    from gpu_offload.liqo_peering.shares import describe, queued_ask
+    from gpu_offload.liqo_peering.sharing import FractionRequest
+
+    fraction = FractionRequest(options.fraction or 1.0, options.gpu_memory)
+    try:
+        ask, lending = queued_ask(inventory.virtual_nodes, fraction, () if cluster == AUTO else (cluster,), [model],
+                                  price_key)
+    except NoFit as exc:
+        raise GpuOffloadFlowError(f"{where}: {as_decorator_hint(str(exc))}") from exc
+    if cluster == AUTO:
+        cluster = _one_cluster(inventory, lending, [r for r, _ in ask.resources], model,
+                               f"{where}, so Kueue picks the donor for {describe(fraction)} "
+                               f"({', '.join(f'{n} {r}' for r, n in ask.resources)})", "that part of a GPU")
+    return StepPlacement(step, 1, None if cluster == AUTO else cluster, model, settings.namespace, "kueue",
+                         share=ask.share, resources=ask.resources, part=tuple(sorted(ask.runner_env().items())))
+
+
+def _one_cluster(inventory: Inventory, lending: tuple[str, ...], resources: list[str], model: str | None,
+                 where: str, what: str) -> str:
+    """The cluster a queued step is pinned to: the one of ``lending`` when it is alone, else AUTO when no other
+    donor's nodes (of ``model``) offer any of ``resources``, so no other flavor counts them. Otherwise refused:
+    Kueue could admit the step where those units are another part of a GPU, and ``@kubernetes`` can name Kueue
+    one cluster only (a node selector, not an affinity)."""
+    if len(lending) == 1:
+        return lending[0]
+    others = sorted({vn.cluster_id for vn in inventory.virtual_nodes
+                     if vn.cluster_id not in lending and (model is None or vn.model == model)
+                     and any(r == resource and allocatable > 0 for r, allocatable, _ in vn.devices
+                             for resource in resources)})
+    if not others:
+        return AUTO
+    raise GpuOffloadFlowError(
+        f"{where}: those units are {what} on {', '.join(lending)}, while {', '.join(others)} "
+        f"count{'s' * (len(others) == 1)} them too as another part of a GPU, and Metaflow's "
+        "@kubernetes can name Kueue one cluster only (a node selector, not an affinity); pin the step to one of "
+        f"those that lend it so: {' or '.join(f'@gpu_offload(cluster={c!r})' for c in lending)}")
 
 
 def _as_argument(match: re.Match[str]) -> str:
@@ -200,13 +287,6 @@ def decide(
     request = PlacementRequest(gpus=options.gpus, gpu_model=model, cluster=cluster, fallback_models=fallback,
                                cpu=needs[0], memory=needs[1], trusted_only=not options.untrusted_ok,
                                fraction=fraction)
-    if fraction is not None:
-        inventory = metaflow_lends(inventory, fraction)
-        if not inventory.virtual_nodes:
-            raise GpuOffloadFlowError(
-                f"step '{step}' {options.describe()}: no donor lends part of a GPU as nvidia.com/gpu. "
-                f"{PART_OF_A_GPU}. Ask for whole GPUs (gpus=1), or run the step's code as a script with "
-                "`gpu-offload run`, which asks every sharing donor in its own units")
     try:
         chosen = place(inventory, request, POLICIES[settings.policy])
     except GpuOffloadError as exc:
@@ -218,29 +298,8 @@ def decide(
     # The node selector must carry the label value exactly as the nodes have it; placement matched the
     # model case-insensitively, so take the model from the chosen node.
     label_model = chosen.model if model else None
-    if chosen.ask is not None:  # part of a GPU: that many shares of nvidia.com/gpu (metaflow_lends)
-        return StepPlacement(step, chosen.ask.limits[GPU_RESOURCE], chosen.cluster_id, label_model,
-                             settings.namespace, origin, share=chosen.ask.share)
+    if chosen.ask is not None:  # part of a GPU: in its donor's units, told to the step as to a runner
+        return StepPlacement(step, 1, chosen.cluster_id, label_model, settings.namespace, origin,
+                             share=chosen.ask.share, resources=chosen.ask.resources,
+                             part=tuple(sorted(chosen.ask.runner_env().items())))
     return StepPlacement(step, options.gpus, chosen.cluster_id, label_model, settings.namespace, origin)
-
-
-GPU_RESOURCE = "nvidia.com/gpu"
-
-
-def metaflow_lends(inventory: Inventory, fraction: FractionRequest) -> Inventory:
-    """``inventory`` with only the virtual nodes that lend ``fraction`` as ``nvidia.com/gpu`` alone, the one
-    resource Metaflow's ``@kubernetes`` asks for: time-slicing or MPS shares under that name. The others
-    (whole GPUs, renamed shares, MIG profiles, an isolator's memory) are left out, so placement's refusal names
-    no donor a step could use."""
-    from gpu_offload.liqo_peering.errors import CannotShare
-    from gpu_offload.liqo_peering.sharing import resource_ask
-
-    def lends(vn: VirtualNodeRecord) -> bool:
-        try:
-            return [r for r, _ in resource_ask(fraction, vn.offer()).resources] == [GPU_RESOURCE]
-        except (CannotShare, ValueError):
-            return False
-
-    clusters = tuple(dataclasses.replace(c, virtual_nodes=tuple(vn for vn in c.virtual_nodes if lends(vn)))
-                     for c in inventory.clusters)
-    return dataclasses.replace(inventory, clusters=clusters)

@@ -73,6 +73,11 @@ def _merge_map(step: str, field: str, user: Mapping[str, str], ours: Mapping[str
 
 
 def _check_count(step: str, decorator: str, gpu: Any, placement: StepPlacement, offload: str) -> None:
+    if gpu is not None and placement.resources:
+        raise GpuOffloadFlowError(
+            f"step '{step}': @{decorator}(gpu={gpu!r}) conflicts with {offload}, which asks its donor for "
+            f"{extended_resources(placement)} in its units, not nvidia.com/gpu; drop gpu from @{decorator}"
+        )
     if gpu is not None and str(gpu) != str(placement.gpus):
         raise GpuOffloadFlowError(
             f"step '{step}': @{decorator}(gpu={gpu!r}) conflicts with {offload}; give the GPU count once: "
@@ -129,6 +134,12 @@ def queue_labels(placement: StepPlacement) -> dict[str, str]:
     return found
 
 
+def extended_resources(placement: StepPlacement) -> dict[str, str]:
+    """What a step holding part of a GPU asks its donor for, as ``@kubernetes(extended_resources=...)``: Metaflow
+    puts them in the container's requests and limits, which is what Kueue counts against its flavors."""
+    return {resource: str(count) for resource, count in placement.resources}
+
+
 def kubernetes_kwargs(
     user: Mapping[str, Any], placement: StepPlacement, identity: StepIdentity, offload: str
 ) -> dict[str, Any]:
@@ -139,7 +150,12 @@ def kubernetes_kwargs(
     step = placement.step
     _check_gpu(step, user, placement, offload)
     merged = dict(user)
-    merged["gpu"] = placement.gpus
+    if placement.resources:  # part of a GPU: in the donor's units, which Metaflow's gpu= cannot name
+        merged["extended_resources"] = _merge_map(step, "extended_resources", {
+            str(k): str(v) for k, v in (user.get("extended_resources") or {}).items()},
+            extended_resources(placement), offload)
+    else:
+        merged["gpu"] = placement.gpus
     merged["node_selector"] = _merge_map(
         step, "node_selector", parse_node_selector(step, user.get("node_selector")), node_selector(placement), offload
     )
@@ -165,7 +181,8 @@ def _tolerates_liqo(toleration: Mapping[str, Any]) -> bool:
 
 
 def environment_vars(user_vars: Mapping[str, Any], placement: StepPlacement, offload: str) -> dict[str, str]:
-    """The user's ``@environment`` variables plus the recorded placement the step's pod reads back."""
+    """The user's ``@environment`` variables, what the step is told of the part of a GPU it holds (as a runner
+    is: ``GPU_OFFLOAD_GPU_*``, docs/runner-protocol.md) and the recorded placement the step's pod reads back."""
     recorded = placement.to_json()
     theirs = user_vars.get(RECORDED_ENV)
     if theirs is not None and theirs != recorded:
@@ -173,4 +190,10 @@ def environment_vars(user_vars: Mapping[str, Any], placement: StepPlacement, off
             f"step '{placement.step}': @environment sets {RECORDED_ENV}, which {offload} writes itself; "
             f"remove it from @environment(vars=...)"
         )
-    return {**{k: str(v) for k, v in user_vars.items()}, RECORDED_ENV: recorded}
+    for name, value in placement.part:
+        if name in user_vars and str(user_vars[name]) != value:
+            raise GpuOffloadFlowError(
+                f"step '{placement.step}': @environment sets {name}, which {offload} writes itself (the part of "
+                f"a GPU the step holds); remove it from @environment(vars=...)"
+            )
+    return {**{k: str(v) for k, v in user_vars.items()}, **dict(placement.part), RECORDED_ENV: recorded}

@@ -127,6 +127,10 @@ def place_step(
             from .live import live_inventory
 
             inventory = live_inventory(settings)  # also refuses a namespace Liqo does not offload
+        if inventory is None and options.part and settings.inventory:  # a part is asked in its donors' units
+            from .inventory_file import load_inventory
+
+            inventory = load_inventory(settings.inventory)
         return queued(decide_queued(step, options, settings, trusted_ids(environ), inventory), options, settings)
     return queued(_placed(step, options, settings, environ, needs), options, settings)
 
@@ -156,6 +160,20 @@ def _placed(step: str, options: OffloadOptions, settings: OffloadSettings, envir
         return decide(step, options, settings, load_inventory(settings.inventory), "inventory", needs)
     check_trusted_offline(step, options, settings, trusted_ids(environ))
     return decide(step, options, settings, None, "config")
+
+
+def check_extended_resources(step: str, offload: str) -> None:
+    """Part of a GPU is asked through ``@kubernetes(extended_resources=...)``, which Metaflow has since 2.19.34."""
+    from metaflow.plugins import STEP_DECORATORS
+
+    defaults: dict[str, Any] = next((d.defaults for d in STEP_DECORATORS if d.name == "kubernetes"), {})
+    if "extended_resources" not in defaults:
+        import metaflow
+
+        raise GpuOffloadFlowError(
+            f"step '{step}': {offload} asks for part of a GPU in its donor's units through "
+            f"@kubernetes(extended_resources=...), which Metaflow {getattr(metaflow, '__version__', '?')} lacks; "
+            "install Metaflow 2.19.34 or later (pip install 'metaflow>=2.19.34,<2.20'), or ask for whole GPUs")
 
 
 def trusted_ids(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -203,6 +221,8 @@ def mutate_step(
     identity = StepIdentity(flow_name(step_function), step, user=flow_user(os.environ))
     offload = options.describe()
     check_resources(step, state.originals.resources or {}, placement, offload)
+    if placement.resources:
+        check_extended_resources(step, offload)
     k8s = kubernetes_kwargs(with_config_defaults(state.originals.kubernetes or {}), placement, identity, offload)
     env = environment_vars(state.originals.environment or {}, placement, offload)
     mutable_step.add_decorator("kubernetes", deco_kwargs=k8s, duplicates=OVERRIDE)

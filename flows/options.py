@@ -59,12 +59,6 @@ class OffloadOptions:
         return f"@gpu_offload({', '.join(parts)})"
 
 
-PART_OF_A_GPU = ("Metaflow's @kubernetes asks for nvidia.com/gpu only (its gpu= becomes nvidia.com/gpu: N), so a "
-                 "step holds part of a GPU only on a donor that lends time-slicing or MPS shares under that name "
-                 "(NVIDIA's device plugin without renameByDefault), not MIG profiles, renamed shares or an "
-                 "isolator's memory (docs/sharing.md)")
-
-
 def _gpus(step: str, value: Any) -> int | float:
     # `--with gpu_offload:gpus=2` arrives already converted by Metaflow's spec parser; a str that still looks
     # like a number is accepted for config-driven decorators, anything else is refused.

@@ -38,7 +38,7 @@ from ..engine.request import (
 from ..engine.runs.records import check_state_dir, default_state_dir
 from ..engine.runs.tracking import tracker
 from ..engine.sinks import NotebookSink, Sink
-from ..engine.sizing import oom_advice, record_peak, size
+from ..engine.sizing import advise, oom_advice, record_peak, size
 from ..engine.timing import Stopwatch, describe_timing
 from ..liqo_peering.settings import KernelSettings, RunDefaults, kernel_settings, run_defaults
 from . import session_commands
@@ -166,6 +166,10 @@ class GpuOffloadMagics(Magics):
             sizing = size(request, analysis.inputs, self.ipython.user_ns, PeakBook(self._peaks_path()))
             request, key = sizing.request, sizing.key
             self._sink.notice(sizing.notice)
+        elif (advice := advise(request, analysis.inputs, self.ipython.user_ns,
+                               lambda: PeakBook(self._peaks_path()))) is not None:
+            key = advice.key  # a training cell: its estimate is said, and its measured peak recorded
+            self._sink.notice(advice.notice)
         launch = Launch(analysis=analysis, filename=f"<offloaded cell {self._cell_number()}>", clock=clock)
         settings = FollowSettings(self.progress_after, self.grace_period, request.timeout, request.queue_timeout)
         if request.noblock:

@@ -78,7 +78,9 @@ fi
 # 49: issue 25's two Kueue configurations no other module has (tests/engine/kube/test_kueue_eviction.py: Kueue's
 # waitForPodsReady at a few seconds; test_queued_distributed.py: one 2-GPU donor at full quota, which
 # test_preemption.py lowers for all its tests), each on real Kueue too.
-MAX_ORIGINS=49
+# 50: tests/flows/test_queued_part.py (issue 28): donors that lend the same renamed shares as different parts of
+# a GPU, with Kueue, for a queued Metaflow step.
+MAX_ORIGINS=50
 e2e_rc=0
 lane e2e -m "e2e and not fuzz" -n 2 --dist loadgroup --max-origins "$MAX_ORIGINS" "$@" || e2e_rc=$?
 # every decoder of a donor's bytes on seeded malformed input: 12 s per decoder family, about 2 minutes

@@ -83,7 +83,7 @@ class Donor:
     """Shares per GPU under time-slicing or MPS."""
     renamed: bool = True
     """Under time-slicing or MPS, the shares are ``nvidia.com/gpu.shared`` (the plugin's ``renameByDefault``);
-    False: they keep the name ``nvidia.com/gpu``, the one resource Metaflow's ``@kubernetes`` asks for."""
+    False: they keep the name ``nvidia.com/gpu`` (the plugin without ``renameByDefault``)."""
     gpu_memory_gib: int = 80
     mig_profiles: str = "1g.10gb:3,3g.40gb:1"
     """Under ``mig``: ``profile:count`` per GPU."""

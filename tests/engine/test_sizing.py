@@ -55,3 +55,37 @@ def test_out_of_memory_names_what_it_had_and_what_to_ask_for() -> None:
     advice = oom_advice("OutOfMemoryError", 8 * GIB, 9 * GIB)
     assert advice is not None and "it had 8.00 GiB, it reached 9.00 GiB" in advice and "--gpu-memory 11Gi" in advice
     assert oom_advice("ValueError", 8 * GIB, None) is None
+
+
+def test_a_training_cell_without_estimate_is_told_what_it_needs_and_asks_as_it_said(tmp_path) -> None:
+    from gpu_offload.engine.sizing import advise
+
+    namespace, book = _notebook(), PeakBook(tmp_path / "peaks.json")
+    request = OffloadRequest(cell=CELL)
+    advice = advise(request, ("model", "batch", "opt"), namespace, lambda: book)
+    assert advice is not None and advice.request is request  # the cell still asks for what it asked
+    expected = estimate_training_step(namespace["model"], namespace["batch"], torch.optim.SGD, {"lr": 0.1})
+    assert advice.notice == (f"this cell trains a torch model and needs {expected.describe()}; it asks for 1 whole "
+                             "GPU: --estimate asks for just what it needs")
+    assert record_peak(book, advice.key, 3 * GIB)  # its measured peak is kept, and said the next time
+    again = advise(request, ("model", "batch", "opt"), namespace, lambda: book)
+    assert again is not None and "(measured: peak 3.00 GiB" in again.notice
+    half = advise(OffloadRequest(cell=CELL, gpus=1, fraction=0.5), ("model", "batch", "opt"), namespace, lambda: book)
+    assert half is not None and "it asks for 0.5 of a GPU:" in half.notice
+
+
+def test_no_advice_without_training_a_model_from_the_inputs_or_when_the_estimate_fails(tmp_path) -> None:
+    from gpu_offload.engine.sizing import advise
+
+    namespace, book = _notebook(), PeakBook(tmp_path / "peaks.json")
+    inputs = ("model", "batch", "opt")
+    assert advise(OffloadRequest(cell="y = model(batch)"), inputs, namespace, lambda: book) is None  # no backward
+    assert advise(OffloadRequest(cell=CELL, estimate=True), inputs, namespace, lambda: book) is None  # size() does
+    assert advise(OffloadRequest(cell=CELL), ("batch", "opt"), namespace, lambda: book) is None  # no model read
+
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("needs data")
+
+    namespace["model"] = Broken()
+    assert advise(OffloadRequest(cell=CELL), inputs, namespace, lambda: book) is None  # never stops the cell

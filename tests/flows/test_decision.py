@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from gpu_offload.flows.decision import StepPlacement, decide, decide_queued, recorded_placement
+from gpu_offload.flows.decision import StepPlacement, decide, decide_queued, queued, recorded_placement
 from gpu_offload.flows.errors import GpuOffloadFlowError
 from gpu_offload.flows.inventory_file import load_inventory
 from gpu_offload.flows.mutation import place_step
@@ -187,49 +189,196 @@ def test_under_kueue_no_donor_is_picked_only_what_the_step_narrows() -> None:
                    queued, {})
 
 
-# donor-t time-slices under the plain nvidia.com/gpu (4 shares a GPU), donor-s lends MPS shares renamed
-# nvidia.com/gpu.shared, donor-a lends whole GPUs: Metaflow's @kubernetes can ask only donor-t for a part
-SHARING = {"clusters": [
-    {"cluster_id": c, "name": c, "role": "Provider", "health": "healthy", "virtual_nodes": [
-        {"name": f"liqo-{c}", "cluster_id": c, "capacity": whole, "allocatable": whole, "in_use": 0, "model": "A100",
-         "memory": "80Gi", "sharing": mode, "replicas": replicas, "devices": [[resource, count, 0]]}]}
-    for c, mode, replicas, resource, count, whole in (
-        ("donor-a", "none", 1, "nvidia.com/gpu", 2, 2),
-        ("donor-s", "mps", 2, "nvidia.com/gpu.shared", 4, 0),
-        ("donor-t", "time-slicing", 4, "nvidia.com/gpu", 8, 0))]}
+# donor-a lends whole GPUs, donor-s MPS shares renamed nvidia.com/gpu.shared (two a GPU), donor-t time-slices under
+# the plain nvidia.com/gpu (four shares a GPU); each lends part of a GPU in its own units
+def _sharing(*donors: tuple[str, str, int, str, int, int, float | None]) -> dict[str, Any]:
+    return {"clusters": [
+        {"cluster_id": c, "name": c, "role": "Provider", "health": "healthy", "virtual_nodes": [
+            {"name": f"liqo-{c}", "cluster_id": c, "capacity": whole, "allocatable": whole, "in_use": 0,
+             "model": "A100", "memory": "80Gi", "sharing": mode, "replicas": replicas, "price": price,
+             "devices": [[resource, count, 0]]}]}
+        for c, mode, replicas, resource, count, whole, price in donors]}
 
 
-def test_part_of_a_gpu_goes_to_a_donor_lending_shares_as_nvidia_gpu_and_becomes_that_many_shares() -> None:
-    from gpu_offload.flows.kubernetes_args import StepIdentity, kubernetes_kwargs
+WHOLE = ("donor-a", "none", 1, "nvidia.com/gpu", 2, 2, None)
+MPS = ("donor-s", "mps", 2, "nvidia.com/gpu.shared", 4, 0, None)
+SLICED = ("donor-t", "time-slicing", 4, "nvidia.com/gpu", 8, 0, None)
+SHARING = _sharing(WHOLE, MPS, SLICED)
+GIB = 2**30
+
+
+def test_part_of_a_gpu_is_placed_in_its_donors_units_and_the_step_is_told_its_part() -> None:
+    from gpu_offload.flows.kubernetes_args import StepIdentity, environment_vars, kubernetes_kwargs
     from gpu_offload.liqo_peering.inventory import inventory_from_dict
 
     inventory = inventory_from_dict(SHARING)
     options = parse_options("train", (), {"gpus": 0.5, "untrusted_ok": True})
     assert (options.gpus, options.fraction, options.describe()) == (1, 0.5, "@gpu_offload(gpus=0.5, untrusted_ok=True)")
+    # half a GPU is one MPS share on donor-s or two time-sliced shares on donor-t: the same part, and donor-s is
+    # left fuller (fractions pack together), as placement does for a cell
     placed = decide("train", options, OffloadSettings(), inventory, "inventory")
-    assert (placed.cluster_id, placed.gpus, placed.share) == ("donor-t", 2, 0.5)  # two of its four shares
-    assert recorded_placement("train", placed.to_json()) == StepPlacement(
-        "train", 2, "donor-t", None, None, "recorded", share=0.5)
+    assert (placed.cluster_id, placed.share, placed.resources) == ("donor-s", 0.5, (("nvidia.com/gpu.shared", 1),))
+    told = {"GPU_OFFLOAD_GPU_SHARING": "mps", "GPU_OFFLOAD_GPU_ISOLATION": "compute and memory",
+            "GPU_OFFLOAD_GPU_MEMORY_LIMIT": str(40 * GIB)}
+    assert dict(placed.part) == told
+    assert recorded_placement("train", placed.to_json()) == dataclasses.replace(placed, origin="recorded")
+    # Metaflow's gpu= names nvidia.com/gpu only: the units go in extended_resources (requests and limits)
     args = kubernetes_kwargs({}, placed, StepIdentity("F", "train", None, "alice"), options.describe())
-    assert (args["gpu"], args["node_selector"]["liqo.io/remote-cluster-id"]) == (2, "donor-t")
+    assert "gpu" not in args
+    assert (args["extended_resources"], args["node_selector"]["liqo.io/remote-cluster-id"]) == (
+        {"nvidia.com/gpu.shared": "1"}, "donor-s")
+    env = environment_vars({"A": "1"}, placed, options.describe())
+    assert {k: v for k, v in env.items() if k != RECORDED_ENV} == {"A": "1", **told}
+    # 12 GiB of an 80 GiB GPU: one time-sliced share (a quarter) holds less of a GPU than an MPS half
     memory = decide("train", parse_options("train", (), {"gpu_memory": "12Gi", "untrusted_ok": True}),
                     OffloadSettings(), inventory, "inventory")
-    assert (memory.cluster_id, memory.gpus, memory.share) == ("donor-t", 1, 0.25)
+    assert (memory.cluster_id, memory.share, memory.resources) == ("donor-t", 0.25, (("nvidia.com/gpu", 1),))
+    assert dict(memory.part) == {"GPU_OFFLOAD_GPU_SHARING": "time-slicing", "GPU_OFFLOAD_GPU_ISOLATION": "none",
+                                 "GPU_OFFLOAD_GPU_FRACTION": "0.25"}
+    # a GPU count on @kubernetes would add nvidia.com/gpu beside the part: refused, naming the part
+    with pytest.raises(GpuOffloadFlowError, match=r"@kubernetes\(gpu=1\) conflicts with @gpu_offload\(gpus=0.5, "
+                                                  r"untrusted_ok=True\), which asks its donor for \{'nvidia.com/"
+                                                  r"gpu.shared': '1'\} in its units, not nvidia.com/gpu; drop gpu from "
+                                                  r"@kubernetes"):
+        kubernetes_kwargs({"gpu": 1}, placed, StepIdentity("F", "train"), options.describe())
+    with pytest.raises(GpuOffloadFlowError, match="extended_resources.*conflicts with"):
+        kubernetes_kwargs({"extended_resources": {"nvidia.com/gpu.shared": "2"}}, placed, StepIdentity("F", "train"),
+                          options.describe())
+    with pytest.raises(GpuOffloadFlowError, match="@environment sets GPU_OFFLOAD_GPU_SHARING"):
+        environment_vars({"GPU_OFFLOAD_GPU_SHARING": "none"}, placed, options.describe())
 
 
-def test_part_of_a_gpu_is_refused_where_no_donor_lends_it_as_nvidia_gpu_or_nothing_says_how_donors_share() -> None:
+def test_part_of_a_gpu_is_refused_where_no_donor_lends_it_or_nothing_says_how_donors_share() -> None:
     from gpu_offload.liqo_peering.inventory import inventory_from_dict
 
-    no_plain = inventory_from_dict({"clusters": SHARING["clusters"][:2]})
     options = parse_options("train", (), {"gpus": 0.5, "untrusted_ok": True})
-    with pytest.raises(GpuOffloadFlowError, match=r"step 'train' @gpu_offload\(gpus=0.5, untrusted_ok=True\): no donor "
-                                                  r"lends part of a GPU as nvidia.com/gpu. Metaflow's @kubernetes"):
-        decide("train", options, OffloadSettings(), no_plain, "inventory")
+    with pytest.raises(GpuOffloadFlowError, match=r"step 'train' @gpu_offload\(gpus=0.5, untrusted_ok=True\): no "
+                                                  r"cluster can lend 0.5 of a GPU; donor-a: this donor lends whole GPUs "
+                                                  r"only"):
+        decide("train", options, OffloadSettings(), inventory_from_dict(_sharing(WHOLE)), "inventory")
     with pytest.raises(GpuOffloadFlowError, match="only the cluster or an inventory tells"):
         decide("train", options, OffloadSettings(), None, "config")
-    with pytest.raises(GpuOffloadFlowError, match="part of a GPU is placed, not queued"):
-        decide_queued("train", options, OffloadSettings(queue="q"), ("donor-t",))
     with pytest.raises(GpuOffloadFlowError, match="gpu_memory asks for part of one GPU"):
         parse_options("train", (), {"gpus": 2, "gpu_memory": "12Gi"})
     with pytest.raises(GpuOffloadFlowError, match="is not a size"):
         parse_options("train", (), {"gpu_memory": "lots"})
+
+
+def test_a_queued_part_asks_in_the_units_kueues_flavors_count_and_is_pinned_where_a_node_selector_must() -> None:
+    from gpu_offload.flows.kubernetes_args import StepIdentity, kubernetes_kwargs, queue_labels
+    from gpu_offload.liqo_peering.inventory import inventory_from_dict
+
+    kueue = OffloadSettings(source="config", queue="gpu-offload")
+    half = parse_options("train", (), {"gpus": 0.5, "untrusted_ok": True})
+    # donor-u lends MPS halves as donor-s does; donor-v time-slices four shares under the same renamed resource, so
+    # one nvidia.com/gpu.shared is a quarter there and its flavor counts it too
+    same = ("donor-u", "mps", 2, "nvidia.com/gpu.shared", 4, 0, 1.0)
+    other = ("donor-v", "time-slicing", 4, "nvidia.com/gpu.shared", 8, 0, 2.0)
+    cheap_mps = (*MPS[:-1], 1.0)
+    alone = decide_queued("train", half, kueue, (), inventory_from_dict(_sharing(WHOLE, cheap_mps, same)))
+    # no other flavor counts nvidia.com/gpu.shared: Kueue picks between the two MPS donors
+    assert (alone.cluster_id, alone.origin, alone.share, alone.resources) == (
+        None, "kueue", 0.5, (("nvidia.com/gpu.shared", 1),))
+    # the runner of a queued share is told the part, not the cheapest donor's bytes (shares.queued_part)
+    assert dict(alone.part) == {"GPU_OFFLOAD_GPU_SHARING": "mps", "GPU_OFFLOAD_GPU_ISOLATION": "compute and memory",
+                                "GPU_OFFLOAD_GPU_FRACTION": "0.5"}
+    step = queued(alone, half, kueue)
+    args = kubernetes_kwargs({}, step, StepIdentity("F", "train"), half.describe())
+    assert args["extended_resources"] == {"nvidia.com/gpu.shared": "1"} and "gpu" not in args
+    assert queue_labels(step) == {"kueue.x-k8s.io/queue-name": "gpu-offload"}
+    assert recorded_placement("train", step.to_json()) == dataclasses.replace(step, origin="recorded")
+    # donor-v's flavor counts the same resource as a quarter: a node selector names one cluster, so the step must
+    mixed = inventory_from_dict(_sharing(WHOLE, cheap_mps, same, other))
+    with pytest.raises(GpuOffloadFlowError, match=(
+            r"step 'train' @gpu_offload\(gpus=0.5, untrusted_ok=True\): queueing through Kueue is on \(LocalQueue "
+            r"gpu-offload\), so Kueue picks the donor for 0.5 of a GPU \(1 nvidia.com/gpu.shared\): those units are "
+            r"that part of a GPU on donor-s, donor-u, while donor-v counts them too as another part of a GPU.*pin the step to "
+            r"one of those that lend it so: @gpu_offload\(cluster='donor-s'\) or @gpu_offload\(cluster='donor-u'\)")):
+        decide_queued("train", half, kueue, (), mixed)
+    pinned = decide_queued("train", parse_options("train", (), {"gpus": 0.5, "cluster": "donor-u"}), kueue,
+                           ("donor-u",), mixed)
+    assert (pinned.cluster_id, pinned.resources) == ("donor-u", (("nvidia.com/gpu.shared", 1),))
+    # one donor lends it so (the time-sliced one, the only that can): pinned to it without being asked
+    sliced = decide_queued("train", half, kueue, (), inventory_from_dict(_sharing(WHOLE, SLICED)))
+    assert (sliced.cluster_id, sliced.resources, sliced.share) == ("donor-t", (("nvidia.com/gpu", 2),), 0.5)
+    # a step that may use trusted clusters only is pinned to the one trusted: in that donor's units
+    trusted = decide_queued("train", parse_options("train", (), {"gpu_memory": "12Gi"}), kueue, ("donor-t",),
+                            inventory_from_dict(SHARING))
+    assert (trusted.cluster_id, trusted.resources, trusted.share) == ("donor-t", (("nvidia.com/gpu", 1),), 0.25)
+
+
+def test_a_queued_part_is_refused_before_anything_where_it_cannot_be_asked() -> None:
+    from gpu_offload.liqo_peering.inventory import inventory_from_dict
+
+    kueue = OffloadSettings(source="config", queue="gpu-offload")
+    half = parse_options("train", (), {"gpus": 0.5, "cluster": "donor-a"})
+    with pytest.raises(GpuOffloadFlowError, match=r"queueing through Kueue is on \(LocalQueue gpu-offload\), and part "
+                                                  r"of a GPU is asked for in the units its donor lends GPUs in, which "
+                                                  r"only the cluster or an inventory tells"):
+        decide_queued("train", half, kueue, ("donor-a",))
+    with pytest.raises(GpuOffloadFlowError, match=r"queueing through Kueue is on \(LocalQueue gpu-offload\): no "
+                                                  r"cluster can lend 0.5 of a GPU; donor-a: this donor lends whole GPUs"):
+        decide_queued("train", half, kueue, ("donor-a",), inventory_from_dict(SHARING))
+    # more than one MPS share: NVIDIA's device plugin grants one per pod
+    with pytest.raises(GpuOffloadFlowError, match=r"donor-s: this donor shares each GPU by MPS as 2 parts of 40 GiB; "
+                                                  r"one pod gets one part"):
+        decide_queued("train", parse_options("train", (), {"gpus": 0.75, "cluster": "donor-s"}), kueue,
+                      ("donor-s",), inventory_from_dict(SHARING))
+
+
+def test_queued_whole_gpus_keep_off_donors_whose_nvidia_gpu_counts_shares_or_slots() -> None:
+    from gpu_offload.flows.kubernetes_args import StepIdentity, kubernetes_kwargs
+    from gpu_offload.liqo_peering.inventory import inventory_from_dict
+
+    kueue = OffloadSettings(source="config", queue="gpu-offload")
+    one = OffloadOptions(untrusted_ok=True)
+    # every donor lends whole GPUs: nothing narrows the step
+    assert decide_queued("train", one, kueue, (), inventory_from_dict(_sharing(WHOLE))).cluster_id is None
+    # donor-t's flavor counts nvidia.com/gpu as time-sliced shares: held to the donor that lends whole GPUs
+    held = decide_queued("train", one, kueue, (), inventory_from_dict(_sharing(WHOLE, SLICED)))
+    assert (held.cluster_id, held.resources, held.share) == ("donor-a", (), None)
+    other = ("donor-b", "none", 1, "nvidia.com/gpu", 2, 2, None)
+    with pytest.raises(GpuOffloadFlowError, match=r"Kueue picks the donor for 1 whole GPU: those units are whole GPUs "
+                                                  r"on donor-a, donor-b, while donor-t counts them too as another part "
+                                                  r"of a GPU.*@gpu_offload\(cluster='donor-a'\) or @gpu_offload\("
+                                                  r"cluster='donor-b'\)"):
+        decide_queued("train", one, kueue, (), inventory_from_dict(_sharing(WHOLE, other, SLICED)))
+    # no donor lends whole GPUs: one GPU asks a memory isolator for a slot and all of its GPU's memory
+    isolator = {"clusters": [{"cluster_id": "donor-h", "name": "donor-h", "role": "Provider", "health": "healthy",
+                              "virtual_nodes": [{"name": "liqo-donor-h", "cluster_id": "donor-h", "capacity": 10,
+                                                 "allocatable": 10, "in_use": 0, "model": "A100", "memory": "80Gi",
+                                                 "sharing": "memory", "devices": [["nvidia.com/gpu", 10, 0],
+                                                                                  ["nvidia.com/gpumem", 81920, 0]]}]},
+                             *_sharing(SLICED)["clusters"]]}
+    slot = decide_queued("train", one, kueue, (), inventory_from_dict(isolator))
+    assert (slot.cluster_id, slot.resources) == ("donor-h", (("nvidia.com/gpu", 1), ("nvidia.com/gpumem", 81920)))
+    args = kubernetes_kwargs({}, slot, StepIdentity("F", "train"), one.describe())
+    assert args["extended_resources"] == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "81920"} and "gpu" not in args
+    with pytest.raises(GpuOffloadFlowError, match=r"no donor lends 2 whole GPUs to a queued run: donor-t: its "
+                                                  r"nvidia.com/gpu counts time-slicing shares, not whole GPUs; ask for "
+                                                  r"part of a GPU \(@gpu_offload\(gpus=0.5\)\)"):
+        decide_queued("train", OffloadOptions(gpus=2, untrusted_ok=True), kueue, (), inventory_from_dict(
+            _sharing(SLICED)))
+
+
+def test_an_offline_inventory_says_how_donors_share_so_a_queued_part_needs_no_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps({"clusters": [
+        {"id": "donor-a", "virtual_nodes": [{"name": "liqo-donor-a", "gpus": 2, "model": "A100"}]},
+        {"id": "donor-t", "virtual_nodes": [{"name": "liqo-donor-t", "gpus": 0, "model": "A100", "memory": "80Gi",
+                                             "sharing": "time-slicing", "replicas": 4,
+                                             "resources": {"nvidia.com/gpu.shared": 8}}]}]}))
+    # a hub user's server: placement from configuration (the user may not read nodes), the admin's inventory file
+    kueue = OffloadSettings(source="config", queue="gpu-offload", inventory=str(path))
+    step = place_step("train", parse_options("train", (), {"gpu_memory": "30Gi"}), kueue,
+                      {"GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-t"})
+    assert (step.cluster_id, step.queue, step.resources, step.share) == (
+        "donor-t", "gpu-offload", (("nvidia.com/gpu.shared", 2),), 0.5)
+    for entry, message in ((({"sharing": "slices"}), "'slices' is not a sharing mode"),
+                           (({"sharing": "mps", "replicas": "2"}), "'replicas' must be an integer"),
+                           (({"resources": {"gpu": 2}}), "'resources' must map nvidia.com/ resources"),
+                           (({"memory": "lots", "sharing": "mig"}), "'lots' is not a memory quantity")):
+        path.write_text(json.dumps({"clusters": [{"id": "x", "virtual_nodes": [
+            {"name": "n", "gpus": 1, **entry}]}]}))
+        with pytest.raises(GpuOffloadFlowError, match=f"inventory {path}: .*{message}"):
+            load_inventory(str(path))

@@ -54,3 +54,19 @@ def test_estimate_without_a_model_says_what_to_do_and_launches_nothing(shell: An
     with pytest.raises(UsageError, match=r"--estimate: the cell reads no torch.nn.Module"):
         shell.run_cell_magic("gpu_offload", "--estimate", "y = x + 1")
     assert backend.submitted == []
+
+
+def test_a_training_cell_without_estimate_is_told_its_estimate_and_runs_as_asked(shell: Any) -> None:
+    torch = pytest.importorskip("torch")
+    from gpu_offload.engine.estimate import estimate_training_step
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    shell.user_ns.update(model=model, batch=torch.zeros(32, 64))
+    with capture_output() as captured:
+        shell.run_cell_magic("gpu_offload", "--gpus 1",
+                             "import os\nmodel(batch).sum().backward()\n"
+                             "limit = os.environ.get('GPU_OFFLOAD_GPU_MEMORY_LIMIT')")
+    assert shell.user_ns["limit"] is None  # a whole GPU, as asked: the estimate is said, not imposed
+    wanted = estimate_training_step(model, shell.user_ns["batch"])
+    assert (f"this cell trains a torch model and needs {wanted.describe()}; it asks for 1 whole GPU: --estimate "
+            "asks for just what it needs") in _notices(captured)

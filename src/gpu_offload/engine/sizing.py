@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,45 @@ def size(request: OffloadRequest, inputs: Sequence[str], namespace: Mapping[str,
         return Sizing(request, f"the cell asked for --gpu-memory itself; --estimate says {found.describe()}", key)
     sized = dataclasses.replace(request, gpu_memory=found.request())
     return Sizing(sized, f"asking for {found.describe()}", key)
+
+
+TRAINS = "backward("
+"""What makes a cell a training cell for the automatic estimate: it runs backward (``loss.backward()``)."""
+
+
+def advise(request: OffloadRequest, inputs: Sequence[str], namespace: Mapping[str, Any],
+           book: Callable[[], PeakBook]) -> Sizing | None:
+    """Without ``--estimate``: when the cell trains a torch model from the notebook's inputs, what its step needs
+    (its recorded peak, else the estimate), said beside what it asks for; the request is unchanged (a whole GPU
+    asked for is not made a part behind the user's back), and the key lets its measured peak be recorded. None
+    when the cell is not such a cell, or the estimate cannot be made: it never stops a cell."""
+    torch = sys.modules.get("torch")
+    if request.estimate or torch is None or TRAINS not in request.cell:
+        return None
+    model, tensors, optimizer = _inputs_of(inputs, namespace, torch)
+    if model is None or not tensors:
+        return None
+    key = cell_key(request.cell, {n: tuple(namespace[n].shape) for n in inputs
+                                  if isinstance(namespace.get(n), torch.Tensor)})
+    found: MemoryEstimate | None = book().recorded(key)
+    if found is None:
+        try:
+            found = estimate_training_step(model, tensors[0], type(optimizer) if optimizer is not None else None,
+                                           dict(optimizer.defaults) if optimizer is not None else None)
+        except Exception:  # the model's own code on the meta device: no advice, the cell runs as asked
+            return None
+    return Sizing(request, f"this cell trains a torch model and needs {found.describe()}; it asks for "
+                           f"{_asked(request)}: --estimate asks for just what it needs", key)
+
+
+def _asked(request: OffloadRequest) -> str:
+    if request.gpu_memory is not None:
+        return f"--gpu-memory {request.gpu_memory / 2**30:.2f} GiB"
+    if request.fraction is not None:
+        return f"{request.fraction:g} of a GPU"
+    if request.gpus == 0:
+        return "no GPU (--gpus 0)"
+    return f"{request.gpus} whole GPU{'s' * (request.gpus != 1)}"
 
 
 def record_peak(book: PeakBook, key: str, peak: int | None, gpu_model: str | None = None) -> bool:

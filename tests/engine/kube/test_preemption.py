@@ -9,6 +9,8 @@ The pool is one donor with 2 GPUs whose ClusterQueue quota an admin set to 1 GPU
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import threading
 import uuid
@@ -17,6 +19,8 @@ from typing import Any
 
 import kubernetes
 import pytest
+from gpu_offload.liqo_peering import labels as L
+from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
@@ -315,3 +319,111 @@ def test_a_protected_session_is_preempted_only_after_its_protection_time(
     finally:
         first.close()
     wait_until(lambda: not leftovers(kubernetes.client.CoreV1Api(api_client), pool), "nothing left", timeout=60)
+
+
+def test_gpu_offload_run_preempted_by_an_interactive_cell_ends_saying_so_and_leaves_nothing(
+        origin: Any, kernels: list[KubernetesBackend], api_client: Any, pool: str, tmp_path: Any) -> None:
+    """`gpu-offload run --priority batch` holds the pool's one GPU of quota and prints; an interactive cell makes
+    Kueue preempt it. The command ends saying so, and, its script having printed, that it was not rerun and how
+    to have it rerun (`--rerun-on-preemption`); its pod and Secret are gone."""
+    import subprocess
+
+    from ...cli.helpers import argv, environment, write_project
+
+    project = write_project(tmp_path / "proj")
+    env = environment(tmp_path / "state", KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=pool,
+                      GPU_OFFLOAD_IMAGE=settings(pool).image, JUPYTERHUB_USER="alice@example.org",
+                      GPU_OFFLOAD_QUEUE=QUEUE)
+    proc = subprocess.Popen(argv("run", "--priority", "batch", "main.py", "sleep"), cwd=project.parent, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        while "hello from helper" not in (line := proc.stdout.readline()):  # the script runs on the GPU
+            assert line, f"the command ended before its script printed: {proc.communicate()}"
+        outcome, _, _ = run_cell(kernels[1], "print('interactive ran')", {}, priority="interactive")
+        assert outcome.status == "ok", outcome.error
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode not in (0, None), (out, err)
+    assert "Preempted: preempted after " in err and "by a higher-priority run" in err, err
+    assert "it had shown output already, so it is not rerun" in err and "--rerun-on-preemption" in err, err
+    assert "Traceback" not in err, err
+    wait_until(lambda: not leftovers(kubernetes.client.CoreV1Api(api_client), pool), "the run's pod and Secret gone",
+               timeout=120)
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    wait_until(lambda: not custom.list_namespaced_custom_object(*KUEUE, pool, "workloads")["items"],
+               "the run's Workload gone", timeout=120)
+
+
+def test_a_real_kernels_cell_waits_in_line_shows_its_place_and_kueues_reason_and_runs_once_admitted(
+        origin: Any, kernels: list[KubernetesBackend], api_client: Any, pool: str, tmp_path: Any) -> None:
+    """A real Jupyter kernel (as a user's server starts one) whose magic builds its backend from the environment
+    a hub gives it. Its `%%gpu_offload` cell waits behind a run that holds the pool's quota (at the same priority:
+    no preemption); the cell's notice output shows its place in line and Kueue's reason while it waits; once the
+    holder ends Kueue admits it, it runs, and its variable is in the kernel. One real node is enough (the pool is
+    one donor)."""
+    import uuid
+
+    from jupyter_client.manager import KernelManager
+
+    from ...magics.conftest import Kernel
+
+    core = kubernetes.client.CoreV1Api(api_client)
+    offloading = L.NAMESPACE_OFFLOADING
+    with contextlib.suppress(kubernetes.client.ApiException):  # as the hub's spawner offloads a user namespace
+        kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+            offloading.group, offloading.version, pool, offloading.plural, namespace_offloading(pool))
+    holder = ["holder"]
+    core.create_namespaced_pod(pool, {  # a pod of another run in the user's queue, as high a priority as the cell
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": holder[0], "labels": {"kueue.x-k8s.io/queue-name": QUEUE,
+                                                   "kueue.x-k8s.io/priority-class": "interactive"}},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "c", "image": settings(pool).image, "command": ["python3", "-c", "import time; time.sleep(600)"],
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}]}})
+    wait_until(lambda: core.read_namespaced_pod(holder[0], pool).status.phase == "Running", "the holder running",
+               timeout=120)
+    # the kernel gets only the settings a hub gives a user server (this process may hold others)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_OFFLOAD_") or k == "GPU_OFFLOAD_TEST_RUN"}
+    env.update(KUBECONFIG=str(origin.sandbox.kubeconfig), GPU_OFFLOAD_NAMESPACE=pool, GPU_OFFLOAD_IMAGE=settings(pool).image,
+               GPU_OFFLOAD_KERNEL_ID=f"k-{uuid.uuid4().hex[:8]}", JUPYTERHUB_USER="alice@example.org", GPU_OFFLOAD_QUEUE=QUEUE,
+               GPU_OFFLOAD_PRIORITY="interactive", GPU_OFFLOAD_STATE_DIR=str(tmp_path / "state"))
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(tmp_path), env=env)
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        kernel = Kernel(manager, client)
+        reply, _ = kernel.execute("%load_ext gpu_offload.magics")
+        assert reply["status"] == "ok", reply
+        seen: list[str] = []
+
+        def notices(msg: dict[str, Any]) -> None:
+            text = (msg["content"].get("data") or {}).get("text/plain", "")
+            if msg["msg_type"] in ("display_data", "update_display_data") and text.startswith("gpu_offload: "):
+                seen.append(text)
+                if "  Kueue: " in text and holder:  # waiting, with Kueue's words: free the quota
+                    core.delete_namespaced_pod(holder.pop(), pool, grace_period_seconds=0)
+
+        reply, outputs = kernel.execute("%%gpu_offload --gpus 1\nanswer = 6 * 7\nprint('ran after the wait')",
+                                        on_output=notices, timeout=300)
+        assert reply["status"] == "ok", (reply, seen)
+        assert "ran after the wait" in Kernel.text(outputs), outputs
+        waiting = next(t for t in seen if "  Kueue: " in t)
+        # "1st of 1" once the ClusterQueue's status counts it, "1st" before
+        assert re.search(r"queued for 1 GPU: 1st (of 1 )?in line; waiting ", waiting), waiting
+        assert "  Kueue: couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu" in (
+            waiting), waiting
+        assert any("admitted by Kueue after " in t for t in seen), seen
+        reply, outputs = kernel.execute("print(answer)")
+        assert Kernel.text(outputs) == "42\n", outputs
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
+    assert not holder, "the cell never showed Kueue's reason while it waited"
+    wait_until(lambda: not leftovers(core, pool), "the cell's pod and Secret gone", timeout=60)

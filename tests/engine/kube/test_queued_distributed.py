@@ -19,11 +19,12 @@ from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.base import Ranks
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.errors import RemoteError
 
 from ...realcluster.realorigin import clusters, seeded_origin
 from ...sandbox.kueue_setup import workloads
 from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, queued_user_namespace, settings
-from .helpers import Sink
+from .helpers import Sink, run_cell
 from .test_distributed import everything_left
 from .test_queueing import QUEUE, fill, in_thread
 
@@ -92,5 +93,43 @@ def test_a_distributed_cell_waits_in_line_as_one_workload_and_all_its_ranks_run_
     assert outcome.status == "ok", (outcome.error, sink.notices)
     assert sorted(sink.text.splitlines()) == ["[rank 0] rank 0 of 2", "[rank 1] rank 1 of 2"]
     assert any(n.startswith("admitted by Kueue after ") for n in sink.notices), sink.notices
+    wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
+    wait_until(lambda: not workloads(custom, pool), "the Job's Workload gone", timeout=120)
+
+
+HOLD = ("import os, time\nrank = int(os.environ['RANK'])\nprint(f'rank {rank} started', flush=True)\n"
+        "try:\n    while True:\n        time.sleep(0.1)\nfinally:\n    print(f'rank {rank} stopping', flush=True)\n")
+"""A distributed cell that runs until it is stopped (a SIGTERM interrupts each rank: its ``finally`` prints)."""
+
+
+def test_a_distributed_run_preempted_by_kueue_ends_saying_so_and_leaves_nothing(
+        api_client: Any, core: Any, custom: Any, pool: str) -> None:
+    """A ``batch`` distributed run holds both GPUs; an ``interactive`` cell of one GPU makes Kueue preempt the
+    Job's Workload (Kueue suspends the Job, the Job controller deletes its pods). The run ends saying Kueue
+    preempted it, that it is not rerun (a distributed run is never rerun by the project), and its Job is deleted
+    with everything it owns, so Kueue does not run it again behind the user's back once the GPUs free."""
+    batch = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE), api_client)
+    other = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE), api_client)
+    results: dict[str, Any] = {}
+    sink = Sink()
+    try:
+        thread = in_thread(batch, HOLD, sink, results, "ranks", ranks=ONE_EACH, priority="batch", timeout=600)
+        wait_until(lambda: "ranks" in results or sink.text.count(" started") == 2, "both ranks running",
+                   timeout=180)
+        assert "ranks" not in results, results
+        outcome, interactive, _ = run_cell(other, "print('interactive ran')", {}, priority="interactive")
+        assert outcome.status == "ok", (outcome.error, interactive.notices)
+        assert "interactive ran" in interactive.text
+        thread.join(180)
+        assert not thread.is_alive(), sink.notices
+    finally:
+        batch.close()
+        other.close()
+    outcome, sink, _ = results["ranks"]
+    error = outcome.error
+    assert isinstance(error, RemoteError) and error.ename == "Preempted", (error, sink.notices)
+    words = error.evalue
+    assert "preempted after " in words and "by a higher-priority run" in words, words
+    assert "Kueue gave its 2 GPUs on " in words and "A distributed run is not rerun" in words, words
     wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
     wait_until(lambda: not workloads(custom, pool), "the Job's Workload gone", timeout=120)

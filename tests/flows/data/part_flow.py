@@ -1,4 +1,4 @@
-"""Runs `train` on half of a GPU: a Kubernetes Job on a donor that time-slices its GPUs under nvidia.com/gpu."""
+"""Runs `train` on half of a GPU: a Kubernetes Job asking a donor that shares its GPUs for it in the donor's units."""
 
 import os
 
@@ -18,6 +18,7 @@ class PartFlow(FlowSpec):
     def train(self):
         self.devices = os.environ.get("NVIDIA_VISIBLE_DEVICES")
         self.placement = os.environ.get("METAFLOW_GPU_OFFLOAD_PLACEMENT")
+        self.told = {k: v for k, v in os.environ.items() if k.startswith("GPU_OFFLOAD_GPU_") or k.startswith("CUDA_MPS")}
         print(f"on {self.devices}")
         self.next(self.end)
 

@@ -17,9 +17,11 @@ class GpuOffloadDecorator(StepMutator):
 
     Parameters
     ----------
-    gpus : int, default 1
-        Number of GPUs for the step. Part of a GPU (``gpus=0.5``, ``gpu_memory=...``) is refused with the
-        reason: Metaflow's ``@kubernetes`` asks for whole GPUs only (docs/sharing.md).
+    gpus : int or float, default 1
+        Number of GPUs for the step, or part of one (``gpus=0.5``): asked for in the units the donor lends GPUs
+        in (shares, a MIG profile, an isolator's memory; docs/sharing.md).
+    gpu_memory : str, optional, default None
+        GPU memory the step needs of one GPU (``"12Gi"``): part of a GPU that holds it.
     gpu_model : str, optional, default None
         GPU model as admins label virtual nodes (``gpu-offload.io/gpu-model``), e.g. ``A100``.
     cluster : str, default "auto"

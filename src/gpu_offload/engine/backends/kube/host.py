@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from ....liqo_peering.settings import RunDefaults
 
 
+WHY_STOPPED_SECONDS = 10.0
+"""How long to wait for a pod's status, or a Job's events, to say why its runners were stopped from outside."""
+
+
 @dataclass(frozen=True)
 class Launched:
     """A runner pod or a distributed run's Indexed Job the launcher created, and where it was sent."""

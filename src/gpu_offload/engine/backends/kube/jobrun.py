@@ -13,6 +13,11 @@ any rank showed anything of the cell is retried once, as a single cell's pod is:
 Secret and Service) and the run is launched again elsewhere, avoiding the clusters of the first Job. A cell
 pinned with ``--cluster``, or queueing through Kueue (whose ``waitForPodsReady`` requeues a Job that does not
 start), gets the first failure instead, saying why it was not moved.
+
+A Job Kueue preempts is suspended by Kueue, and the Job controller deletes its pods: each runner gets SIGTERM
+and interrupts its ranks. The run reads why from the ``Stopped`` event Kueue leaves on the Job and ends saying
+it was preempted. It is not rerun: the Job is deleted, so Kueue does not start the ranks again unattended once
+GPUs free (the requeue of a preempted one-shot cell, ``requeue.py``, is for single pods).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ....liqo_peering.errors import APIForbidden, APINotFound, APIUnauthorized
+from ....liqo_peering.errors import APIError, APIForbidden, APINotFound, APIUnauthorized
+from ....liqo_peering.labels import QUEUE_NAME_LABEL
 from ....liqo_peering.rankjob import INDEX_LABEL
 from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.watching import Event as WatchEvent
@@ -31,9 +37,9 @@ from ....liqo_peering.watching import ListResult, ListWatch
 from ....runner.frames import DisplayData, Done, Error, Event, Outputs, Stream
 from ...timing import Phase
 from ..base import Placed, Queued, Ranks, Relaunched, RunEvent, RunnerExit
-from .explain import FAILED
+from .explain import FAILED, PodState, ran_for, stopped_by_kueue
 from .follow import PodEnded, PodFollower
-from .host import Backlog, Host, InLine, Launched, failure_events
+from .host import WHY_STOPPED_SECONDS, Backlog, Host, InLine, Launched, failure_events
 from .plan import PodOrder
 from .pods import PodApi
 
@@ -41,6 +47,8 @@ LASTING = (APIUnauthorized, APIForbidden, APINotFound)
 """Failures of the pods' list or watch that trying again does not mend (the loop retries the others)."""
 POLL = 0.05
 """Longest pause between looks at the followers' queues."""
+NOT_RERUN = (". A distributed run is not rerun: its Job is deleted with its pods, so Kueue does not start its "
+             "ranks again unattended once GPUs free")
 
 
 def pod_index(pod: Mapping[str, Any], nodes: int) -> int | None:
@@ -190,6 +198,10 @@ class KubeJobRun:
         """Whether a rank has shown anything of the cell (output, outputs, an error, its end): a run that
         has is never launched again (its cell would run twice)."""
         self._since = time.monotonic()
+        self._interrupting = False
+        """This kernel stopped the run (Ctrl-C, release): an interrupted rank is no news from outside."""
+        self._asked_why = False
+        """Whether the Job's events were read for a stop from outside (once a run)."""
         self._ticket = self.job.ticket
         """The Job's place in Kueue's line while Kueue holds it back (queueing on)."""
         self._line = InLine()
@@ -223,6 +235,8 @@ class KubeJobRun:
             if got is None:
                 return None
             index, item = got
+            if self._from_outside(item) and self._kueue_stopped():
+                continue
             if isinstance(item, PodEnded):
                 self._pod_ended(index, item)
                 continue
@@ -231,6 +245,45 @@ class KubeJobRun:
             if isinstance(item, (Stream, DisplayData, Outputs, Error, Done)):
                 self._shown = True
             return item
+
+    def _from_outside(self, item: object) -> bool:
+        """A rank interrupted, or a pod that failed, while this kernel stopped nothing, in a Job Kueue manages (it
+        stops only those: others' failures are not delayed): asked about once."""
+        labels = (self.job.owner.get("metadata") or {}).get("labels") or {}
+        if self._interrupting or self._asked_why or QUEUE_NAME_LABEL not in labels:
+            return False
+        return ((isinstance(item, Error) and item.ename == "KeyboardInterrupt")
+                or (isinstance(item, Done) and item.status == "interrupted")
+                or (isinstance(item, PodEnded) and item.state.kind == FAILED))
+
+    def _kueue_stopped(self) -> bool:
+        """Whether Kueue stopped the Job (its ``Stopped`` event, waited for a few seconds): then the run ends
+        saying so, as its first rank's error."""
+        self._asked_why = True
+        uid = str((self.job.owner.get("metadata") or {}).get("uid") or "")
+        deadline = time.monotonic() + WHY_STOPPED_SECONDS
+        while (event := self._stop_event(uid)) is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+        started = min((f.started_at for f in self._nodes.followers.values() if f.started_at), default=None)
+        stopped = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        # the Job's GPUs, all of its pods' (a PodContext counts one pod's)
+        ctx = dataclasses.replace(self.job.ctx, gpus=self.job.ctx.gpus * self._ranks.nodes)
+        state = stopped_by_kueue("", str(event.get("message") or ""), ran_for(started, stopped), ctx)
+        self._end_stopped(dataclasses.replace(state, text=state.text + NOT_RERUN))
+        return True
+
+    def _stop_event(self, uid: str) -> Mapping[str, Any] | None:
+        try:
+            return self.pods.stop_event(self.job.name, uid, kind="Job")
+        except APIError:  # events not readable: the ranks' own words stand
+            return None
+
+    def _end_stopped(self, state: PodState) -> None:
+        diagnostics = "\n".join(d for f in self._nodes.followers.values() for d in f.diagnostics)
+        self._backlog.end(*[dataclasses.replace(e, rank=0) if isinstance(e, Error) else e
+                            for e in failure_events(state, None, diagnostics)])
 
     def _queue_event(self) -> Queued | None:
         ticket, gated = self._ticket, self._gated
@@ -283,10 +336,12 @@ class KubeJobRun:
 
     def interrupt(self) -> None:
         """Delete the Job with a grace period: each runner gets SIGTERM and interrupts its ranks' cells."""
+        self._interrupting = True
         self.pods.delete_job(self.job.name, grace=10)
 
     def kill(self) -> None:
         """Delete the Job and its pods at once."""
+        self._interrupting = True
         self._nodes.stop()
         self.pods.delete_job(self.job.name, grace=0)
 

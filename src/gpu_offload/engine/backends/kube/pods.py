@@ -167,11 +167,11 @@ class PodApi:
         finally:
             own.close()  # its connection pool; the websocket is a connection of its own
 
-    def stop_event(self, name: str, uid: str) -> dict[str, Any] | None:
-        """The newest ``Stopped`` event on pod ``name`` (of this ``uid``), or None: Kueue records one with the
-        eviction's message when it stops a pod, and it outlives the pod, which Kueue deletes."""
-        listed = self._json("listing", f"events of Pod {self.namespace}/{name}", self.core.list_namespaced_event,
-                            self.namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={name},"
+    def stop_event(self, name: str, uid: str, kind: str = "Pod") -> dict[str, Any] | None:
+        """The newest ``Stopped`` event on the ``kind`` (Pod or Job) ``name`` of this ``uid``, or None: Kueue
+        records one with the eviction's message when it stops a pod (which it deletes) or suspends a Job."""
+        listed = self._json("listing", f"events of {kind} {self.namespace}/{name}", self.core.list_namespaced_event,
+                            self.namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name},"
                                                            "reason=Stopped")
         mine = [e for e in listed.get("items") or [] if (e.get("involvedObject") or {}).get("uid") == uid]
         mine.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))

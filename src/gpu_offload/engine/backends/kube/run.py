@@ -17,13 +17,10 @@ from ....runner.frames import DisplayData, Done, Hello, Outputs, RunnerWarning, 
 from ..base import Queued, RunEvent, RunnerExit
 from .explain import FAILED, PODS_READY_TIMEOUT, PodState, pod_state
 from .follow import PodEnded
-from .host import Backlog, Host, InLine, failure_events, follow_pod
+from .host import WHY_STOPPED_SECONDS, Backlog, Host, InLine, failure_events, follow_pod
 from .plan import PodOrder
 from .queueing import duration
 from .requeue import after_preemption
-
-WHY_STOPPED_SECONDS = 10.0
-"""How long to wait for the pod's status to say why its runner was stopped from outside."""
 
 
 class KubeRun:
