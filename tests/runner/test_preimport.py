@@ -4,6 +4,7 @@ sees the same module, the same warnings and the same errors as when it imports t
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpu_offload.runner.bundle import encode_bundle
-from gpu_offload.runner.frames import Error, Stream
+from gpu_offload.runner.frames import Done, Error, Status, Stream
 
 from .conftest import HANG_GUARD
 from .test_runner_oneshot import loaded_outputs
@@ -21,13 +22,15 @@ from .test_runner_oneshot import loaded_outputs
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
 
 SLOW_MODULE = '''
-import os, threading, warnings
+import os, threading, time, warnings
 from pathlib import Path
 IMPORTED_IN = threading.current_thread().name
 SEEN_MPLBACKEND = os.environ.get("MPLBACKEND")
 Path(os.environ["GPUO_TEST_MARKER"]).write_text("imported")
 if os.environ.get("GPUO_TEST_BREAK"):
     raise ImportError("slowmod is broken here")
+while os.environ.get("GPUO_TEST_HOLD"):  # an import that does not end (the test interrupts the wait for it)
+    time.sleep(0.05)
 warnings.warn("slowmod's old api", UserWarning)
 '''
 
@@ -100,6 +103,19 @@ def test_a_failed_module_input_ahead_is_named_as_without(write_bundle, start_run
     (error,) = runner.of(Error)
     assert code == 1 and error.ename == "ImportError"
     assert "`slowmod` (`sm` in the notebook)" in error.evalue and "slowmod is broken here" in error.evalue
+
+
+def test_ctrl_c_while_the_run_waits_for_the_import_interrupts_the_run(write_bundle, start_runner, module_env) -> None:
+    _, made = write_bundle("import slowmod\nx = 1\n", outputs=["x"])
+    runner = start_runner(Path("-"), made["nonce"], python=(sys.executable,), extra=["--preimport", "slowmod"],
+                          env={**module_env, "GPUO_TEST_HOLD": "1"}, stdin=subprocess.PIPE)
+    runner.proc.stdin.write(encode_bundle(made))
+    runner.proc.stdin.close()
+    runner.until(lambda e: isinstance(e, Status) and e.state == "importing modules")
+    runner.proc.send_signal(signal.SIGINT)
+    _, code = runner.finish()
+    assert code == 130 and runner.of(Done)[-1].status == "interrupted"
+    assert [e.ename for e in runner.of(Error)] == ["KeyboardInterrupt"]
 
 
 @pytest.mark.parametrize("argv", [

@@ -67,8 +67,9 @@ class Preimport:
         """Wait for the imports (a Ctrl-C still interrupts the wait), then show their warnings and arm their
         failures for the cell's own imports; the seconds waited."""
         began = time.perf_counter()
-        while self._thread.is_alive():
-            self._thread.join(0.05)
+        # one wait, no polling: every wake-up of this thread would take the GIL from the import; the wait
+        # still ends at a Ctrl-C (a lock's acquire is interrupted by signals on POSIX)
+        self._thread.join()
         for message in self.caught:
             warnings.showwarning(message.message, message.category, message.filename, message.lineno,
                                  message.file, message.line)
