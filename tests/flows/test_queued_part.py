@@ -1,5 +1,6 @@
-"""`python flow.py run` with a queued `@gpu_offload(gpus=0.5)` step, through the sandbox's Kueue: parts of a GPU queue
-like whole GPUs for a Metaflow step too. The step's Job asks for the donor's shares (`nvidia.com/gpu.shared`, which
+"""`python flow.py run` with a queued `@gpu_offload(gpus=0.5)` step, through Kueue, on the sandbox and (its Job,
+admission and binding) on the real cluster with real Kueue 0.19: parts of a GPU queue like whole GPUs for a
+Metaflow step too. The step's Job asks for the donor's shares (`nvidia.com/gpu.shared`, which
 Metaflow's `gpu=` cannot name: `@kubernetes(extended_resources=...)`), waits suspended while another run holds
 every share of the donor's GPU, is admitted to that donor's flavor once it ends, and runs holding two of the four
 shares of one GPU, told its part as a runner is; the hub's meter charges it as half a GPU. A part the step's node
@@ -7,7 +8,9 @@ selector cannot hold to the donors that lend it in those units is refused before
 
 Donors: `whole` lends whole A100s (the cheapest), `sliced-a` and `sliced-b` time-slice each GPU in four shares, `halves`
 in two, all under the renamed `nvidia.com/gpu.shared`: two of those is half a GPU on the sliced donors and a whole
-GPU on `halves`, so a step that may land on any of them cannot be left to Kueue.
+GPU on `halves`, so a step that may land on any of them cannot be left to Kueue. On the real cluster the donors'
+nodes have nothing behind them (no kubelet, as a virtual kubelet's): no other run holds the shares there (Kueue's
+waitForPodsReady would evict it), and the real half stops once the real scheduler has bound the step's pod.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
+from ..realcluster.realorigin import RealCluster, clusters, seeded_origin
 from ..sandbox.kueue_setup import synced_pool
 from .conftest import BUCKET, FlowRunner, S3Server
 
@@ -76,8 +80,12 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture(scope="module")
-def kueue_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@pytest.fixture(scope="module", params=clusters())
+def kueue_origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if request.param == "real":  # real Kubernetes and Kueue 0.19; the donors' nodes have nothing behind them
+        with seeded_origin(DONORS, SHARED / "liqo-crds", real_nodes=0) as real:
+            yield real
+        return
     with running_kueue_origin(tmp_path_factory.mktemp("queued-part"), donors=DONORS,
                               crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"],
                               # Metaflow's pods request ephemeral-storage, which the project's ClusterQueue does
@@ -128,6 +136,13 @@ def _holder() -> dict[str, Any]:
                                      "resources": {"limits": {SHARES: "4"}}}]}}
 
 
+def _hold(core: Any, custom: Any) -> None:
+    core.create_namespaced_pod(NAMESPACE, _holder())
+    wait_until(lambda: [w for w in custom.list_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads")["items"]
+                        if w["metadata"]["name"].startswith("pod-holder") and _condition(w, "Admitted")
+                        .get("status") == "True"], "the other run admitted", timeout=120)
+
+
 def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 
@@ -145,29 +160,31 @@ def test_a_queued_half_gpu_step_waits_for_its_shares_then_runs_holding_half_a_gp
     with kueue_origin.sandbox.api_client() as client:
         core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
         batch = kubernetes.client.BatchV1Api(client)
-        core.create_namespaced_pod(NAMESPACE, _holder())
-        wait_until(lambda: [w for w in custom.list_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads")["items"]
-                            if w["metadata"]["name"].startswith("pod-holder") and _condition(w, "Admitted")
-                            .get("status") == "True"], "the other run admitted", timeout=120)
+        # on the real cluster no holder: nothing runs on the donors' nodes (no kubelet), and Kueue's waitForPodsReady
+        # (45 s there) would evict it; the Job's ask, its admission to the right flavor and the pod's node are proven
+        real = isinstance(kueue_origin.sandbox, RealCluster)
+        if not real:
+            _hold(core, custom)
         flow = subprocess.Popen([sys.executable, "half_flow.py", "run"], cwd=tmp_path,
                                 env=_env(runner, kueue_origin, "sliced-a"), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         try:
             (job,) = wait_until(lambda: batch.list_namespaced_job(NAMESPACE).items, "the step's Job", timeout=240)
             assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
-            assert job.spec.suspend is True
+            assert job.spec.suspend is True or real  # unheld on the real cluster, it may be admitted by now
             (container,) = job.spec.template.spec.containers
             # two of four shares, in the donor's units; no nvidia.com/gpu beside them
             assert container.resources.limits == {SHARES: "2"}
             assert container.resources.requests[SHARES] == "2"
             assert job.spec.template.spec.node_selector == {"liqo.io/type": "virtual-node",
                                                             "liqo.io/remote-cluster-id": "sliced-a"}
-            wait_until(lambda: [w for w in _step_workloads(custom)
-                                if f"insufficient unused quota for {SHARES} in flavor"
-                                in _condition(w, "QuotaReserved").get("message", "")],
-                       "the step's Workload waiting for the donor's shares", timeout=120)
-            assert flow.poll() is None  # Metaflow waits for the suspended Job
-            core.delete_namespaced_pod("holder", NAMESPACE, grace_period_seconds=0)
+            if not real:
+                wait_until(lambda: [w for w in _step_workloads(custom)
+                                    if f"insufficient unused quota for {SHARES} in flavor"
+                                    in _condition(w, "QuotaReserved").get("message", "")],
+                           "the step's Workload waiting for the donor's shares", timeout=120)
+                assert flow.poll() is None  # Metaflow waits for the suspended Job
+                core.delete_namespaced_pod("holder", NAMESPACE, grace_period_seconds=0)
             (step_wl,) = wait_until(lambda: [w for w in _step_workloads(custom)
                                              if _condition(w, "Admitted").get("status") == "True"],
                                     "the step's Workload admitted", timeout=120)
@@ -179,6 +196,8 @@ def test_a_queued_half_gpu_step_waits_for_its_shares_then_runs_holding_half_a_gp
                 NAMESPACE, label_selector=f"job-name={job.metadata.name}").items if p.spec.node_name],
                 "the step's pod scheduled", timeout=120)
             assert pod.spec.node_name == "sliced-a-gpu"
+            if real:
+                return
             out, _ = flow.communicate(timeout=300)
         finally:
             if flow.poll() is None:
