@@ -21,24 +21,104 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import kubernetes
 import pytest
 
+from . import leftovers
 from .liqo import seed as liqo
 from .liqo.origin import RunningOrigin, running_origin
+from .server import Plugin
 
 T = TypeVar("T")
 
 
-def origin_key(crds: Path | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
-               options: dict[str, Any]) -> str:
+def origin_key(crds: Path | Sequence[Path] | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
+               options: dict[str, Any], addon: Addon | None = None) -> str:
     """One string per distinct origin configuration: equal configurations share one origin."""
     donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
-    folder = str(Path(crds).resolve()) if crds is not None else None
-    return repr((folder, donor_list, sorted(options.items())))
+    folders = [crds] if isinstance(crds, Path | str) else list(crds or ())
+    resolved = [str(Path(folder).resolve()) for folder in folders]
+    folder: Any = resolved[0] if isinstance(crds, Path | str) else tuple(resolved) if crds else None
+    return repr((folder, donor_list, sorted(options.items()), *((addon.key,) if addon else ())))
+
+
+def pooled_as(key: str) -> Callable[[T], T]:
+    """Mark a module's own ``origin`` fixture function (under ``@pytest.fixture``) as serving the pooled origin of
+    ``key`` (:func:`origin_key`), so the suite keeps its tests on that origin's xdist worker."""
+    def mark(function: T) -> T:
+        function.origin_key = key  # type: ignore[attr-defined]
+        return function
+    return mark
+
+
+def active_faults(running: RunningOrigin) -> list[str]:
+    """The faults injected into ``running`` that still act (an API rule that was removed from the server, or has
+    fired its times, does not)."""
+    faults = running.faults
+    rules = [rule for rule in faults.rules if running.sandbox.api.faults.acting(rule)]
+    return ([f"node {name} lost" for name in sorted(faults.lost_nodes)]
+            + [f"image {image} missing" for image in sorted(faults.images.missing)]
+            + [f"API rule on {rule.path}" for rule in rules])
+
+
+class SharedOrigin:
+    """A pooled origin and the state every module using it must leave it in (:mod:`.leftovers`); ``addon`` is
+    what :class:`Addon` made for it (Kueue's controller, say)."""
+
+    def __init__(self, running: RunningOrigin, addon: Any = None) -> None:
+        self.running = running
+        self.addon = addon
+        self.system = leftovers.system_namespaces(running.sandbox.api)
+        self.expected = self._settled()
+
+    def state(self) -> dict[str, Any]:
+        return leftovers.cluster_state(self.running.sandbox.api, self.system, active_faults(self.running))
+
+    def _settled(self) -> dict[str, Any]:
+        """The state once the controllers have done what start-up gave them (slices granted, nodes made)."""
+        previous = self.state()
+        for _ in range(200):
+            time.sleep(0.1)
+            current = self.state()
+            if current == previous:
+                return current
+            previous = current
+        return previous
+
+    def check(self, module: str) -> None:
+        """Fail naming what ``module`` left changed on the origin; later modules then start from that state,
+        so only the module that left it fails."""
+        lines: list[str] = []
+
+        def same() -> bool:
+            lines[:] = leftovers.differences(self.expected, self.state())
+            return not lines
+
+        deadline = time.monotonic() + LEFTOVER_GRACE
+        while not same() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if lines:
+            self.expected = self.state()
+            pytest.fail(f"{module} left the shared origin changed (a test must undo what it changes, in a finally, "
+                        "or the module must ask for origin_fixture(..., private=True)):\n  " + "\n  ".join(lines),
+                        pytrace=False)
+
+
+LEFTOVER_GRACE = 60.0
+"""Seconds a module's last deletions get to take effect (pods stopping, a slice's virtual node going)."""
+
+
+@dataclass(frozen=True)
+class Addon:
+    """More of an origin than Liqo: ``make()`` gives the object tests use and the server plugin that installs it
+    (``sandbox.kueue.testing``'s Kueue); ``key`` is its configuration, part of the origin's."""
+
+    key: str
+    make: Callable[[], tuple[Any, Plugin]]
 
 
 class OriginPool:
@@ -47,19 +127,26 @@ class OriginPool:
     def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
         self._tmp = tmp_path_factory
         self._stack = ExitStack()
-        self._origins: dict[str, RunningOrigin] = {}
+        self._origins: dict[str, SharedOrigin] = {}
+
+    def shared(self, crds: Path | Sequence[Path] | None, donors: int | Sequence[liqo.Donor], gpus: int,
+               gpu_model: str, addon: Addon | None = None, **options: Any) -> SharedOrigin:
+        key = origin_key(crds, donors, gpus, gpu_model, options, addon)
+        if key not in self._origins:
+            made, plugins = addon.make() if addon is not None else (None, None)
+            running = self._stack.enter_context(running_origin(
+                self._tmp.mktemp("origin"), donors, gpus, gpu_model, crds=crds,
+                plugins=[plugins] if plugins is not None else (), **options))
+            self._origins[key] = SharedOrigin(running, made)
+        return self._origins[key]
 
     def get(self, crds: Path | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
             **options: Any) -> RunningOrigin:
-        key = origin_key(crds, donors, gpus, gpu_model, options)
-        if key not in self._origins:
-            self._origins[key] = self._stack.enter_context(
-                running_origin(self._tmp.mktemp("origin"), donors, gpus, gpu_model, crds=crds, **options))
-        return self._origins[key]
+        return self.shared(crds, donors, gpus, gpu_model, **options).running
 
     def close(self) -> None:
         """Stop every origin; none may leave a container process alive."""
-        origins = list(self._origins.values())
+        origins = [shared.running for shared in self._origins.values()]
         self._stack.close()
         leftover = [pid for running in origins for pid in running.live_processes()]
         assert not leftover, f"sandbox container processes still alive after shutdown: {leftover}"
@@ -89,8 +176,10 @@ def origin_fixture(crds: Path | None = None, donors: int | Sequence[liqo.Donor] 
 
         return own
 
-    def origin(origin_pool: OriginPool) -> RunningOrigin:
-        return origin_pool.get(crds, donors, gpus, gpu_model, **options)
+    def origin(origin_pool: OriginPool, request: pytest.FixtureRequest) -> Iterator[RunningOrigin]:
+        shared = origin_pool.shared(crds, donors, gpus, gpu_model, **options)
+        yield shared.running
+        shared.check(request.node.nodeid)
 
     # The suite's conftest keeps the tests of one configuration on one xdist worker, so it starts once a run.
     origin.origin_key = origin_key(crds, donors, gpus, gpu_model, options)  # type: ignore[attr-defined]
@@ -122,17 +211,20 @@ def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0, 
     raise AssertionError(f"timed out waiting for {what} (last value: {last!r})")
 
 
-def install_crds(api_client: Any, folder: Path) -> None:
+def install_crds(api_client: Any, folder: Path) -> list[str]:
     """Register every CustomResourceDefinition in ``folder`` through the API, as installing an operator (Kueue,
-    say) registers its CRDs; one already registered is left as it is."""
+    say) registers its CRDs; one already registered is left as it is. Returns the names of those it created (a test
+    on a shared origin deletes them afterwards)."""
     import yaml
 
     extensions = kubernetes.client.ApiextensionsV1Api(api_client)
     custom = kubernetes.client.CustomObjectsApi(api_client)
+    created: list[str] = []
     for path in sorted(folder.glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         try:
             extensions.create_custom_resource_definition(crd)
+            created.append(crd["metadata"]["name"])
         except kubernetes.client.ApiException as exc:
             if exc.status != 409:
                 raise
@@ -149,6 +241,7 @@ def install_crds(api_client: Any, folder: Path) -> None:
                 return False
             return True
         wait_until(served, f"the {crd['metadata']['name']} CRD served", timeout=60, every=0.2)
+    return created
 
 
 @pytest.fixture(scope="module")  # module: a module that brings its own origin gets a client of it

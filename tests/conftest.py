@@ -73,12 +73,14 @@ class _Guard:
         self.background: frozenset[threading.Thread] = frozenset()
         self.violations: list[str] = []
         self.sandbox_starts = 0
-        self.origin_starts = 0
+        self.origins: list[str] = []
+        """Each origin started in this process: the test that started it, and its configuration."""
 
     def audit(self, event: str, args: tuple[Any, ...]) -> None:
         if event not in _SPAWNS:  # called for every audited event in the process: stay cheap
             if event == ORIGIN_START:  # its API server's start is the event the guard refuses
-                self.origin_starts += 1
+                test = os.environ.get("PYTEST_CURRENT_TEST", "outside a test").rsplit(" (", 1)[0]
+                self.origins.append(f"{args[1] if len(args) > 1 else '?'}  <- {test}")
             return
         if event == SANDBOX_START:
             self.sandbox_starts += 1
@@ -233,7 +235,7 @@ class _Durations:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.sandbox_starts = 0
-        self.origin_starts = 0
+        self.origins: list[str] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
@@ -241,11 +243,15 @@ class _Durations:
     def pytest_testnodedown(self, node: Any, error: Any) -> None:  # xdist: a worker's own count
         output = getattr(node, "workeroutput", {})
         self.sandbox_starts += output.get("sandbox_starts", 0)
-        self.origin_starts += output.get("origin_starts", 0)
+        self.origins += output.get("origins", [])
 
     def starts(self) -> tuple[int, int]:
         """Sandbox API servers and origins started by the whole session (this process and its workers)."""
-        return self.sandbox_starts + _GUARD.sandbox_starts, self.origin_starts + _GUARD.origin_starts
+        return self.sandbox_starts + _GUARD.sandbox_starts, len(self.all_origins())
+
+    def all_origins(self) -> list[str]:
+        """Each origin the session started: its configuration and the test that started it."""
+        return sorted(self.origins + _GUARD.origins)
 
 
 @pytest.hookimpl(trylast=True)
@@ -258,7 +264,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workeroutput"):
         config.workeroutput["sandbox_starts"] = _GUARD.sandbox_starts
-        config.workeroutput["origin_starts"] = _GUARD.origin_starts
+        config.workeroutput["origins"] = _GUARD.origins
         return
     durations = config.pluginmanager.get_plugin("gpu-offload-durations")
     limit = config.getoption("--max-origins")
@@ -278,6 +284,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     sandboxes, origins = durations.starts()
     terminalreporter.write_line(f"sandbox API servers started in this session: {sandboxes}, of them origins: {origins}")
+    for line in durations.all_origins():  # by configuration: the same configuration twice is a fold missed
+        terminalreporter.write_line(f"  origin: {line}")
     limit = config.getoption("--max-origins")
     if limit is not None and origins >= limit:
         terminalreporter.write_line(

@@ -146,6 +146,11 @@ def test_one_origin_configuration_starts_once_on_two_workers_and_the_limit_fails
     out = result.stdout.str()
     assert "6 passed" in out, out
     assert "of them origins: 2" in out, out
+    # each start is listed with its configuration and the test that started it
+    listed = sorted(line.split("origin: ", 1)[1] for line in result.stdout.lines if "  origin: " in line)
+    assert len(listed) == 2 and listed[1] == "donor-1 4xA100; crds: built-in  <- test_third.py::test_third_one", listed
+    assert re.fullmatch(r"donor-1 4xA100, donor-2 4xA100; crds: built-in  <- test_(first|second)\.py::test_\w+",
+                        listed[0]), listed
     assert "FAILED: 2 sandbox origins started, the limit is fewer than 2" in out, out
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 

@@ -87,6 +87,12 @@ class Faults:
         for event in events:
             event.set()
 
+    def acting(self, rule: FaultRule) -> bool:
+        """Whether ``rule`` still answers requests: added, not removed, and not run out of its ``times``."""
+        with self._lock:
+            fired = self._rules.get(rule)
+        return fired is not None and (not rule.times or fired < rule.times)
+
     def fired(self, rule: FaultRule) -> int:
         """How often ``rule`` fired so far."""
         with self._lock:

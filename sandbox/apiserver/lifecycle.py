@@ -118,11 +118,22 @@ def remove(api: Api, rt: ResourceType, obj: Obj) -> Obj:
         return obj
     if rt.key == ("", "pods"):
         api.logs.drop(ns, meta["name"])
+    elif rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+        _drop_custom_resources(api, gone)
     _collect_garbage(api, meta["uid"])
     _settle_foreground(api)
     if ns:
         _finish_namespace(api, ns)
     return gone
+
+
+def _drop_custom_resources(api: Api, crd: Obj) -> None:
+    """A deleted CRD takes its objects with it and its resource is no longer served, as the real API server's
+    customresourcecleanup finalizer does (a test that installs an operator's CRDs on a shared origin removes them
+    this way). The objects' own finalizers are not waited for: a gap nothing here relies on."""
+    for rt in api.registry.remove_crd(crd)[:1]:  # every version is stored under the one group/plural key
+        for obj in api.store.list(rt.key)[0]:
+            api.store.remove(rt.key, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
 
 def _all_objects(api: Api) -> list[tuple[ResourceType, Obj]]:

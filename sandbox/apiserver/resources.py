@@ -139,6 +139,16 @@ class ResourceRegistry:
             self.add(rt)
         return types
 
+    def remove_crd(self, crd: Mapping[str, Any]) -> list[ResourceType]:
+        """Stop serving every version of a deleted CRD; returns the types no longer served."""
+        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+        with self._lock:
+            gone = [rt for rt in self._by_gvr.values() if (rt.group, rt.plural) == (group, plural)]
+            for rt in gone:
+                del self._by_gvr[(rt.group, rt.version, rt.plural)]
+                self._by_gvk.pop((rt.api_version, rt.kind), None)
+        return gone
+
     def load_crd_dir(self, directory: Path) -> list[ResourceType]:
         """Load every CustomResourceDefinition in ``directory/*.yaml`` (other documents are ignored)."""
         if not directory.is_dir():

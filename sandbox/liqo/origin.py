@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
+import hashlib
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -170,6 +172,35 @@ class RunningOrigin:
         return process.live_processes(self.kubelet.process_owner)
 
 
+def describe(donor_list: Sequence[liqo.Donor], crds: Path | Sequence[Path] | None, plugins: Sequence[Plugin],
+             options: dict[str, Any]) -> str:
+    """One line naming an origin's configuration: its donors, CRD folders, plugins and the options it sets."""
+    def donor(d: liqo.Donor) -> str:
+        shared = "" if d.sharing == "none" else f" {d.sharing}"
+        return f"{d.cluster_id} {d.gpus}x{d.gpu_model or '?'}{shared}"
+    folders = [crds] if isinstance(crds, Path | str) else list(crds or ())
+    parts = [", ".join(donor(d) for d in donor_list) or "no donors",
+             "crds: " + (" ".join(Path(f).name for f in folders) or "built-in")]
+    parts += [_plugin(p) for p in plugins]
+    # an option's value by a short digest: two origins with equal digests were configured alike
+    parts += [f"{key}#{hashlib.sha256(repr(options[key]).encode()).hexdigest()[:6]}" for key in sorted(options)]
+    return "; ".join(parts)
+
+
+def _plugin(plugin: Plugin) -> str:
+    """``+Kueue(usage_sampling=36000.0)``: a plugin's owner and the options it changed from their defaults."""
+    owner = getattr(plugin, "__self__", plugin)
+    name = getattr(owner, "__name__", type(owner).__name__)
+    options: Any = getattr(owner, "options", None)
+    if options is None or not dataclasses.is_dataclass(options):
+        return f"+{name}"
+    cls: Any = type(options)
+    default = cls()
+    changed = [f"{f.name}={getattr(options, f.name)!r}" for f in dataclasses.fields(options)
+               if getattr(options, f.name) != getattr(default, f.name)]
+    return f"+{name}({', '.join(changed)})"
+
+
 @contextmanager
 def running_origin(workdir: Path, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4, gpu_model: str = "A100",
                    crds: Path | Sequence[Path] | None = None, plugins: Sequence[Plugin] = (),
@@ -180,7 +211,8 @@ def running_origin(workdir: Path, donors: int | Sequence[liqo.Donor] = 2, gpus: 
     kills every container process, and none is left running.
     """
     donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
-    sys.audit("gpu_offload.sandbox.origin", len(donor_list))  # counted by the test suite's session check
+    # counted, and listed by configuration, by the test suite's session check
+    sys.audit("gpu_offload.sandbox.origin", len(donor_list), describe(donor_list, crds, plugins, options))
     origin = LiqoOrigin(OriginOptions(workdir / "state", donor_list, **options))
     with running_sandbox(workdir, crds=crds, plugins=[origin.plugin, *plugins]) as sandbox:
         yield RunningOrigin(sandbox, origin)

@@ -27,8 +27,10 @@ from typing import Any
 import pytest
 import yaml
 from gpu_offload.hub_extension.service.local_hub import LocalHub, assign, config_text
-from gpu_offload.sandbox.fixtures import origin_fixture, stop_process, wait_until
+from gpu_offload.sandbox.fixtures import stop_process, wait_until
 from gpu_offload.sandbox.liqo.origin import RunningOrigin
+
+from ..origins import TWO_A100
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / ".." / "shared"
@@ -37,10 +39,9 @@ NODE_BIN = REPO / ".ci" / "node" / "node_modules" / ".bin"
 ARTIFACTS = REPO / "test-artifacts" / "hub_extension"
 TESTER_TOKEN = "gpu-offload-tester-token-0123456789abcdef"
 
-# One origin per module still: sharing the session's origin of this configuration (two donors of 4 A100, Liqo's
-# CRDs) was tried on 2026-11-27 with test_service_api undoing its slice, and test_prometheus and test_service_api
-# then failed in a whole lane (what an earlier hub module leaves on the origin is not found yet).
-origin = origin_fixture(LIQO_CRDS, private=True)
+# The session's origin of this configuration (two donors of 4 A100, Liqo's CRDs), shared by every hub module and
+# the Liqo behaviour tests: each module leaves it as it found it, which the pool checks after the module.
+origin = TWO_A100.fixture()
 
 
 def free_port() -> int:

@@ -12,17 +12,17 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from gpu_offload.sandbox.fixtures import origin_fixture
-from gpu_offload.sandbox.liqo import seed as liqo
+
+from ..origins import PEERED, TWO_MODELS
 
 CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "liqo-crds"
 K8S_VERSION = "1.36"
 Obj = dict[str, Any]
-DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
-# The session's origin of these donors with the real Liqo CRDs, for every module here that does not bring its
-# own (test_sandbox_rank_job: one donor; test_sandbox_queues: three, and Kueue's CRDs): each test leaves it as it
-# found it (its own namespace, a changed ResourceSlice put back).
-origin = origin_fixture(CRDS, donors=DONORS)
+DONORS = TWO_MODELS
+# The session's origin of these donors with the real Liqo CRDs, shared with the kube backend's tests and the panel's
+# (tests/origins.py), for every module here that does not bring its own (test_sandbox_queues: three donors, and
+# Kueue's CRDs): each test leaves it as it found it (its own namespace, a changed ResourceSlice put back).
+origin = PEERED.fixture()
 
 
 # The VirtualNode CRD is 9,000 lines: the C loader reads it in a tenth of the pure-Python time.

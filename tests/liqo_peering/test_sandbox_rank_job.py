@@ -20,7 +20,7 @@ from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_secret, runner_selector
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
@@ -29,7 +29,8 @@ from gpu_offload.engine.backends.kube.explain import FAILED, PodContext, pod_sta
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 LIQO_CRDS = SHARED / "liqo-crds"
 DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"),)
-origin = origin_fixture(LIQO_CRDS, donors=DONORS)
+"""The queued origin's one donor; the unqueued tests run on the shared origin of tests/liqo_peering/conftest.py,
+whose donor-1 is this donor beside a cheaper L4 donor: their ranks are placed on donor-1."""
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 RANK_MAIN = """import datetime, os, socket
@@ -78,7 +79,7 @@ def launch(api_client, namespace: str, gpus: int, timeout: int | None = 600,
     """Place, then create Job, Secret and Service in the order the backend will: as the Secret waits for its
     Job's uid, the pods wait for their Secret, and rank 1 may look up rank 0's name before it exists."""
     liqo_client = LiqoClient(api_client, request_timeout=30)
-    where = place(liqo_client.read_inventory(), PlacementRequest(gpus))
+    where = place(liqo_client.read_inventory(), PlacementRequest(gpus, cluster=DONORS[0].cluster_id))
     liqo_client.ensure_offloading(namespace, [where.cluster_id])
     run_id = uuid.uuid4().hex[:10]
     spec = RankJobSpec(RunnerPodSpec(run_id=run_id, namespace=namespace, image="pytorch/pytorch:2.5",

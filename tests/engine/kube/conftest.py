@@ -5,12 +5,9 @@ leaves no pod or Secret behind."""
 from __future__ import annotations
 
 import contextlib
-import sys
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -19,9 +16,8 @@ import pytest
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.specs import namespace_offloading, runner_selector
 from gpu_offload.magics.magic import GpuOffloadMagics
-from gpu_offload.sandbox.fixtures import core, custom, namespace, origin_fixture, wait_until
-from gpu_offload.sandbox.kubelet.images import DEFAULT_MAP
-from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.fixtures import OriginPool, core, custom, namespace, pooled_as, wait_until
+from gpu_offload.sandbox.kueue.pooled import kueue_origin_key, pooled_kueue_origin
 from gpu_offload.sandbox.objectstore import s3_server
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -29,44 +25,28 @@ from gpu_offload.cli import main
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import KubeSettings
 
+from ...origins import (
+    EVIL_IMAGE,
+    IMAGE_MAP,
+    MISMATCH_IMAGE,
+    OTHER_PYTHON,
+    PEERED,
+    SHARED,
+    TWO_MODELS,
+    KueueConfig,
+)
 from ...realcluster.realorigin import clusters, seeded_origin
 from ...sandbox.kueue_setup import workloads
 
-SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
-OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
-MISMATCH_IMAGE = "python:3.12-other"
-EVIL_IMAGE = "evil-donor:1"
-
-
-def _evil_python() -> Path:
-    """An "interpreter" that runs ``evil_donor.py`` (a hostile donor's runner) whatever it is asked to run."""
-    folder = Path(tempfile.mkdtemp(prefix="gpuo-evil-"))
-    folder.chmod(0o755)  # runner pods run as a non-root user: the image's "interpreter" must be theirs to run
-    script = folder / "evil-python"
-    donor = Path(__file__).with_name("evil_donor.py")
-    # a Python script, so the sandbox lets its non-root container reach the interpreter its #! line names
-    script.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv = [{str(donor)!r}, *sys.argv[1:]]\n"
-                      f"runpy.run_path({str(donor)!r}, run_name='__main__')\n")
-    script.chmod(0o755)
-    return script
-
-
-# An image whose Python is another minor version than the kernel's (mismatch test), and a hostile donor's
-# image (attack tests), before the default map.
-IMAGE_MAP = ((MISMATCH_IMAGE, str(OTHER_PYTHON)), (EVIL_IMAGE, str(_evil_python())), *DEFAULT_MAP)
 STOCK_IMAGE = "python:3.11-slim"
 PROJECT_IMAGE = "gpu-offload/notebook:test"
 BUCKET = "offload-test"
-
-DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
-origin = origin_fixture(
-    SHARED / "liqo-crds",
-    donors=DONORS,
-    image_map=IMAGE_MAP,
-    scope="session",  # one origin for all kube test modules: every test leaves it as it found it
-)
+DONORS = TWO_MODELS
+# One origin for all kube test modules, shared with tests/liqo_peering and the panel's: every test leaves it as it
+# found it (tests/origins.py)
+origin = PEERED.fixture(scope="session")
 # core, custom: official clients of the module's origin; namespace: fresh and not offloaded (the backend offloads it)
-__all__ = ["core", "custom", "namespace", "origin"]
+__all__ = ["EVIL_IMAGE", "IMAGE_MAP", "MISMATCH_IMAGE", "OTHER_PYTHON", "core", "custom", "namespace", "origin"]
 
 
 def origin_on_each_cluster() -> Any:
@@ -81,6 +61,27 @@ def origin_on_each_cluster() -> Any:
                 yield real
             return
         yield origin
+
+    return either
+
+
+def kueue_origin_on_each_cluster(config: KueueConfig, real_nodes: int | None = None) -> Any:
+    """The ``origin`` of a queued module whose tests run on the sandbox and on the real cluster: the real cluster
+    with ``config``'s donors seeded (the first ``real_nodes`` on the real kubelets' nodes, see ``seeded_origin``),
+    or the session's sandbox origin with Kueue of ``config``, shared by every module that names the same
+    configuration (tests/origins.py). After a module its queue pool is deleted and the origin checked. A module
+    takes it as ``origin = kueue_origin_on_each_cluster(CONFIG)``."""
+    options = config.pool_options()
+
+    @pytest.fixture(scope="module", params=clusters(), name="origin")
+    @pooled_as(kueue_origin_key(**options))
+    def either(request: pytest.FixtureRequest, origin_pool: OriginPool) -> Iterator[Any]:
+        if request.param == "real":  # real Kubernetes and Kueue (tests/realcluster), Liqo's objects seeded
+            with seeded_origin(config.donors, SHARED / "liqo-crds", real_nodes=real_nodes) as real:
+                yield real
+            return
+        with pooled_kueue_origin(origin_pool, request.node.nodeid, **options) as (running, _):
+            yield running
 
     return either
 

@@ -17,38 +17,43 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.liqo_peering import kueue as K
-from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.fixtures import OriginPool, pooled_as, wait_until
+from gpu_offload.sandbox.kueue.pooled import kueue_origin_key, pooled_kueue_origin
 
 from gpu_offload.cli import main
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import OffloadError
 
 from ...realcluster.realorigin import clusters, kueue_outage, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
+from .conftest import SHARED, STOCK_IMAGE, leftovers, settings
 from .helpers import Sink, run_cell
-from .test_queueing import DONORS, KUEUE, QUEUE, fill_pool, in_thread, shows_place, workloads
+from .test_queueing import (
+    DONORS,
+    KUEUE,
+    QUEUE,
+    SANDBOX_KUEUE,
+    fill_pool,
+    in_thread,
+    shows_place,
+    workloads,
+)
 
 GATES = ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"]
 IN_USE = "kueue.x-k8s.io/resource-in-use"
 Outage = Callable[[], contextlib.AbstractContextManager[None]]
 _OUTAGES: dict[int, Outage] = {}
-MANAGED = {"matchLabels": {"gpu-offload.io/user-namespace": "true"}}
-"""``managedJobsNamespaceSelector`` as docs/queueing.md has an admin set it (the real cluster's too)."""
 
 
 @pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@pooled_as(kueue_origin_key(**SANDBOX_KUEUE))
+def origin(request: pytest.FixtureRequest, origin_pool: OriginPool) -> Iterator[Any]:
     if request.param == "real":
         with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
             _OUTAGES[id(real)] = kueue_outage
             yield real
         return
-    with running_kueue_origin(tmp_path_factory.mktemp("contract"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(namespace_selector=MANAGED, usage_sampling=36000.0)
-                              ) as (running, kueue):
+    # test_queueing.py's origin: the same donors and Kueue configuration
+    with pooled_kueue_origin(origin_pool, request.node.nodeid, **SANDBOX_KUEUE) as (running, kueue):
         _OUTAGES[id(running)] = kueue.outage
         yield running
 

@@ -14,15 +14,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes
-import pytest
 import urllib3
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 
-from ...realcluster.realorigin import clusters, node_lost, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE
-from .test_kueue_contract import MANAGED
+from ...origins import MANAGED, KueueConfig
+from ...realcluster.realorigin import node_lost
+from .conftest import STOCK_IMAGE, kueue_origin_on_each_cluster
 from .test_queueing import DONORS, KUEUE, QUEUE
 
 SANDBOX_PODS_READY_TIMEOUT = 3.0
@@ -31,17 +29,9 @@ ABSENT_IMAGE = "localhost/gpuorc/absent:1"
 """An image no node has; with ``imagePullPolicy: Never`` the pod is bound and never starts."""
 
 
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":
-        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
-            yield real
-        return
-    with running_kueue_origin(tmp_path_factory.mktemp("eviction"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(namespace_selector=MANAGED, usage_sampling=36000.0,
-                                                 pods_ready_timeout=SANDBOX_PODS_READY_TIMEOUT)) as (running, _):
-        yield running
+SANDBOX = KueueConfig(DONORS, KueueOptions(namespace_selector=MANAGED, usage_sampling=36000.0,
+                                           pods_ready_timeout=SANDBOX_PODS_READY_TIMEOUT))
+origin = kueue_origin_on_each_cluster(SANDBOX)
 
 
 class Versions:

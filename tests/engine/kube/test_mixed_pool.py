@@ -8,20 +8,18 @@ a cell that names no model is admitted to the cluster-only flavor and runs there
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
-from ...realcluster.realorigin import clusters, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
+from ...origins import KueueConfig
+from .conftest import STOCK_IMAGE, kueue_origin_on_each_cluster, leftovers, settings
 from .helpers import Sink
 from .test_queueing import KUEUE, QUEUE, in_thread, workloads
 
@@ -30,17 +28,7 @@ DONORS = (liqo.Donor("donor-1", 1, "A100", "2.00"), liqo.Donor("donor-2", 1, "",
 MODEL_FLAVOR, CLUSTER_FLAVOR = "gpuo-donor-1-a100", "gpuo-donor-2-any"
 
 
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":
-        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
-            yield real
-        return
-    with running_kueue_origin(tmp_path_factory.mktemp("mixed"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
-        yield running
-    assert not running.live_processes()
+origin = kueue_origin_on_each_cluster(KueueConfig(DONORS, KueueOptions(usage_sampling=36000.0)))
 
 
 @pytest.fixture(scope="module")

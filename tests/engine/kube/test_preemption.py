@@ -22,17 +22,16 @@ import pytest
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
-from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.sandbox.objectstore import s3_server
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import RemoteError
 
-from ...realcluster.realorigin import clusters, seeded_origin, torch_image
+from ...origins import ONE_A100_PAIR_QUEUED
+from ...realcluster.realorigin import torch_image
 from ...sandbox.kueue_setup import synced_pool
-from .conftest import BUCKET, IMAGE_MAP, SHARED, leftovers, settings
+from .conftest import BUCKET, kueue_origin_on_each_cluster, leftovers, settings
 from .helpers import Sink, run_cell
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -49,16 +48,7 @@ finally:
 """
 
 
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":  # real Kubernetes and Kueue (tests/realcluster), Liqo's objects seeded
-        with seeded_origin((liqo.Donor("donor-1", 2, "A100", "2.00"),), SHARED / "liqo-crds") as real:
-            yield real
-        return
-    with running_kueue_origin(tmp_path_factory.mktemp("kueue-preempt"), donors=(liqo.Donor("donor-1", 2, "A100", "2.00"),),
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
-        yield running
-    assert not running.live_processes()
+origin = kueue_origin_on_each_cluster(ONE_A100_PAIR_QUEUED)  # shared with test_queued_distributed.py
 
 
 @pytest.fixture(scope="module")

@@ -14,36 +14,25 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
-from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.base import Ranks
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.errors import RemoteError
 
-from ...realcluster.realorigin import clusters, seeded_origin
+from ...origins import ONE_A100_PAIR_QUEUED
 from ...sandbox.kueue_setup import workloads
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, queued_user_namespace, settings
+from .conftest import STOCK_IMAGE, kueue_origin_on_each_cluster, queued_user_namespace, settings
 from .helpers import Sink, run_cell
 from .test_distributed import everything_left
 from .test_queueing import QUEUE, fill, in_thread
 
-DONOR = liqo.Donor("donor-1", 2, "A100", "2.00")
+(DONOR,) = ONE_A100_PAIR_QUEUED.donors
 """One donor with two GPUs: the run's two pods (one GPU each) fit only once the holder is gone."""
 ONE_EACH = Ranks(nodes=2, procs_per_node=1)
 CELL = "import os\nrank = int(os.environ['RANK'])\nprint(f'rank {rank} of {os.environ[\"WORLD_SIZE\"]}', flush=True)\n"
 
 
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":  # the donor's node is the real kubelet's donor-1-gpu, two GPUs healthy
-        with seeded_origin((DONOR,), SHARED / "liqo-crds") as real:
-            yield real
-        return
-    with running_kueue_origin(tmp_path_factory.mktemp("queued-ranks"), donors=(DONOR,),
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
-        yield running
-    assert not running.live_processes()
+origin = kueue_origin_on_each_cluster(ONE_A100_PAIR_QUEUED)  # shared with test_preemption.py
 
 
 @pytest.fixture()

@@ -4,7 +4,7 @@ against the real cluster with real Kueue (tests/realcluster: two real nodes, Liq
 Two donors of one GPU each; the pool (flavors, ClusterQueue, priority classes, a LocalQueue per user) is
 made by ``gpu-offload queues sync`` as an admin would. The pool is pre-filled by two "filler" pods that also
 queue through Kueue, so every cell of a test waits until the test deletes a filler. Kueue is configured
-with a usage sampling interval longer than the module, so Admission Fair Sharing's entry penalties decide
+with a usage sampling interval longer than the run, so Admission Fair Sharing's entry penalties decide
 the order (no sample falls inside a test; real Kueue samples every minute, which only adds to the usage of the
 queue that holds the pool). Tests that inject API faults are the sandbox's alone.
 """
@@ -22,9 +22,6 @@ import kubernetes
 import pytest
 import urllib3
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
-from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.analysis import analyse_cell
 from gpu_offload.engine.backends.base import RunRequest
@@ -34,12 +31,11 @@ from gpu_offload.engine.bundle import build_job
 from gpu_offload.engine.engine import FollowSettings
 from gpu_offload.engine.errors import OffloadError, OffloadQueueTimeout, OffloadUsageError
 
-from ...realcluster.realorigin import clusters, seeded_origin
+from ...origins import QUEUED_ONE_EACH
 from .chart_roles import rendered_chart, user_server_client
 from .conftest import (
-    IMAGE_MAP,
-    SHARED,
     STOCK_IMAGE,
+    kueue_origin_on_each_cluster,
     leftovers,
     queued_user_namespace,
     sandbox_faults,
@@ -49,21 +45,13 @@ from .helpers import Sink, run_cell
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 QUEUE = "gpu-offload"
-DONORS = (liqo.Donor("donor-1", 1, "A100", "2.00"), liqo.Donor("donor-2", 1, "L4", "0.80"))
+DONORS = QUEUED_ONE_EACH.donors
 USERS = ("alice@example.org", "bob@example.org", "carol@example.org")
 
 
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":  # real Kubernetes and Kueue, a real node per donor
-        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
-            yield real
-        return
-    with running_kueue_origin(tmp_path_factory.mktemp("queueing"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
-        yield running
-    assert not running.live_processes()
+SANDBOX_KUEUE = QUEUED_ONE_EACH.pool_options()
+"""The sandbox's origin with Kueue of this module and test_kueue_contract.py: one shared origin for both."""
+origin = kueue_origin_on_each_cluster(QUEUED_ONE_EACH)
 
 
 @pytest.fixture()

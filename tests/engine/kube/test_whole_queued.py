@@ -8,20 +8,19 @@ slot and all of the GPU's memory, which Kueue counts against the isolator's ``nv
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
-from ...realcluster.realorigin import RealOrigin, clusters, seeded_origin
-from .conftest import IMAGE_MAP, SHARED, settings
+from ...origins import KueueConfig
+from ...realcluster.realorigin import RealOrigin
+from .conftest import kueue_origin_on_each_cluster, settings
 from .helpers import Sink
 from .test_queueing import KUEUE, QUEUE, in_thread, workloads
 
@@ -32,18 +31,9 @@ GPU_MIB = 80 * 1024
 """The seeded A100's memory in MiB: what one whole GPU of the isolator asks for."""
 
 
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":
-        # the isolator's node has nothing behind it, also on the stage's cluster with a second real kubelet
-        with seeded_origin(DONORS, SHARED / "liqo-crds", real_nodes=1) as real:
-            yield real
-        return
-    with running_kueue_origin(tmp_path_factory.mktemp("whole-queued"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
-        yield running
-    assert not running.live_processes()
+SANDBOX = KueueConfig(DONORS, KueueOptions(usage_sampling=36000.0))
+# the isolator's node has nothing behind it, also on the stage's cluster with a second real kubelet
+origin = kueue_origin_on_each_cluster(SANDBOX, real_nodes=1)
 
 
 @pytest.fixture(scope="module")

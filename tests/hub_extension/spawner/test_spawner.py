@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -292,10 +292,16 @@ QUEUED = {**CONFIG, "queueing": {"kueue": {"enabled": True, "localQueue": "gpus"
 
 @pytest.fixture(scope="module")
 def drive_queued(origin: RunningOrigin, api_client: Any,
-                 tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
-    """The hook with queueing through Kueue on, Kueue's CRDs installed as installing Kueue registers them."""
-    install_crds(api_client, REPO / ".." / "shared" / "kueue-crds")
-    return _driver(origin, tmp_path_factory.mktemp("hubenv-queued"), QUEUED)
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., dict[str, Any]]]:
+    """The hook with queueing through Kueue on, Kueue's CRDs installed as installing Kueue registers them, and
+    removed afterwards as uninstalling it does: the origin is shared with modules that have no Kueue."""
+    installed = install_crds(api_client, REPO / ".." / "shared" / "kueue-crds")
+    try:
+        yield _driver(origin, tmp_path_factory.mktemp("hubenv-queued"), QUEUED)
+    finally:
+        extensions = kubernetes.client.ApiextensionsV1Api(api_client)
+        for name in installed:
+            extensions.delete_custom_resource_definition(name)
 
 
 def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(

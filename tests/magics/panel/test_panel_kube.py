@@ -7,25 +7,21 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from gpu_offload.magics.dashboard.sources import KernelFeeds
 from gpu_offload.magics.dashboard.widget import Panel, PanelActions
-from gpu_offload.sandbox.fixtures import core, namespace, origin_fixture, wait_until
-from gpu_offload.sandbox.liqo import seed as liqo
+from gpu_offload.sandbox.fixtures import core, namespace, wait_until
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import KubeSettings
 from gpu_offload.engine.runs.listing import record_of
 from gpu_offload.engine.runs.tracking import tracker
 
-SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
-origin = origin_fixture(
-    SHARED / "liqo-crds",
-    donors=(liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80")),
-)
+from ...origins import PEERED
+
+origin = PEERED.fixture()  # shared with the kube backend's tests (tests/origins.py)
 __all__ = ["core", "namespace", "origin"]
 
 

@@ -153,6 +153,34 @@ def test_a_crd_created_through_the_api_is_served_and_enforced(k8s, ns):
     assert err.value.status == 422 and causes(json.loads(err.value.body)) == [("spec.size", "FieldValueRequired")]
 
 
+def test_a_deleted_crd_takes_its_objects_and_is_no_longer_served(k8s, ns):
+    import kubernetes
+
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "sprockets.example.com"},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"plural": "sprockets", "singular": "sprocket", "kind": "Sprocket",
+                              "listKind": "SprocketList"},
+                    "versions": [{"name": v, "served": True, "storage": v == "v1", "schema": {"openAPIV3Schema": {
+                        "type": "object"}}} for v in ("v1", "v1beta1")]}}
+    extensions = kubernetes.client.ApiextensionsV1Api(k8s)
+    custom = kubernetes.client.CustomObjectsApi(k8s)
+    extensions.create_custom_resource_definition(crd)
+    custom.create_namespaced_custom_object("example.com", "v1", ns, "sprockets", {
+        "apiVersion": "example.com/v1", "kind": "Sprocket", "metadata": {"name": "s"}})
+    extensions.delete_custom_resource_definition("sprockets.example.com")
+    for version in ("v1", "v1beta1"):  # a real API server answers 404 for the resource once its CRD is gone
+        with pytest.raises(ApiException) as err:
+            custom.list_namespaced_custom_object("example.com", version, ns, "sprockets")
+        assert err.value.status == 404
+    # installed again, it starts empty: the objects went with the CRD
+    extensions.create_custom_resource_definition(crd)
+    try:
+        assert custom.list_namespaced_custom_object("example.com", "v1", ns, "sprockets")["items"] == []
+    finally:
+        extensions.delete_custom_resource_definition("sprockets.example.com")
+
+
 @pytest.mark.parametrize(("mutate", "field"), [
     (lambda p: p["metadata"].update(labels={"user": "ada@example.com"}), "metadata.labels.user"),
     (lambda p: p["metadata"].update(labels={"bad key!": "x"}), "metadata.labels"),

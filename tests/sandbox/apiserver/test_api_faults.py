@@ -21,9 +21,24 @@ def test_injected_503_hits_only_the_chosen_path_and_only_times_times(api_sandbox
         assert json.loads(err.value.body)["reason"] == "ServiceUnavailable"
         core.list_namespaced_pod(ns)  # other verbs on the path are untouched
         assert core.create_namespaced_pod(ns, pod("a")).metadata.name == "a"  # the rule ran out
-        assert faults.fired(rule) == 1
+        assert faults.fired(rule) == 1 and not faults.acting(rule)
     finally:
         faults.remove(rule)
+
+
+def test_a_rule_acts_until_it_is_removed(api_sandbox, core, ns):
+    # what the origin pool's check reads: a rule a test removed from the server is no leftover
+    faults = api_sandbox.api.faults
+    rule = faults.add(FaultRule(path=rf"/namespaces/{ns}/configmaps$", status=500))
+    try:
+        assert faults.acting(rule)
+        with pytest.raises(ApiException):
+            core.list_namespaced_config_map(ns)
+        assert faults.acting(rule)  # no times: it acts until removed
+    finally:
+        faults.remove(rule)
+    assert not faults.acting(rule)
+    core.list_namespaced_config_map(ns)
 
 
 def test_latency_rule_still_serves_the_request(api_sandbox, core, ns):

@@ -12,10 +12,12 @@ import kubernetes
 import pytest
 from gpu_offload.sandbox import fixtures
 from gpu_offload.sandbox.apiserver import crds
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
+
+from ...origins import TWO_A100
 
 LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
-origin = origin_fixture(LIQO_CRDS)  # every test leaves the origin as it found it
+origin = TWO_A100.fixture()  # every test leaves the origin as it found it
 core, custom, namespace = fixtures.core, fixtures.custom, fixtures.namespace
 
 LIQO = {"ForeignCluster": ("core.liqo.io", "foreignclusters"),

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.liqo.labels import label_patch, liqo_owned
 
-LIQO_CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "liqo-crds"
-origin = origin_fixture(LIQO_CRDS)
+from ...origins import TWO_A100
+
+origin = TWO_A100.fixture()
 core, custom = fixtures.core, fixtures.custom
 
 VN = ("offloading.liqo.io", "v1beta1")
