@@ -268,7 +268,8 @@ def _flow(name: str, parse: Callable[[str], T], default: T, doc: str, shown: str
 
 FLOW_SOURCE = _flow("PLACEMENT_SOURCE", choice("auto", "live", "config"), "auto",
                     "`live`: ask the cluster (kubeconfig or in-cluster account), fail if it does not answer; "
-                    "`config`: never ask; `auto`: ask when a kubeconfig exists, else fall back")
+                    "`config`: never ask; `auto`: ask when a kubeconfig exists, else fall back (a hub's spawner sets "
+                    "`config`: a user's server may not read nodes)")
 FLOW_INVENTORY = _flow("INVENTORY", text, None, "JSON file of clusters and GPUs, for checks without a cluster"
                                                 " (format in `flows/inventory_file.py`)")
 FLOW_CLUSTER = _flow("CLUSTER", text, None, "cluster used when a step says `cluster=\"auto\"`")

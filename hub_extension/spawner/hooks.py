@@ -207,7 +207,7 @@ async def prepare_server(spawner: Any, api_client: Any, name: str, config: HubCo
     if created:
         spawner.log.info("gpu-offload: prepared %s", ", ".join(created))
     service_url = read_kernel(spawner.environment).service_url or ""  # set by the chart's hub (chart_hub)
-    spawner.environment.update(un.server_environment(name, config, service_url))
+    spawner.environment.update(un.server_environment(name, config, service_url, str(spawner.user.name)))
 
 
 # --- profile_list ---------------------------------------------------------------------------------------

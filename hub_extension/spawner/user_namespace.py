@@ -155,9 +155,35 @@ def priority_classes(name: str, config: HubConfig, user: str, groups: list[str] 
             "data": {c: "allowed" for c in allowed}}
 
 
-def server_environment(name: str, config: HubConfig, service_url: str = "") -> dict[str, str]:
+METAFLOW_NAMESPACE = "METAFLOW_KUBERNETES_NAMESPACE"
+"""Metaflow's own setting (not the project's): the namespace ``@kubernetes`` steps' Jobs go to."""
+METAFLOW_USER = "METAFLOW_USER"
+"""Metaflow's own setting: the user its runs are recorded under; without it, or ``USERNAME``/``USER``, which a
+user's server container does not have, Metaflow refuses to run ("Unknown user")."""
+
+
+def server_environment(name: str, config: HubConfig, service_url: str = "", user: str = "") -> dict[str, str]:
     """What the magic in the user's server reads: backend, namespace, the service, image, object storage, and
-    the queue and default priority when runs queue through Kueue."""
+    the queue and default priority when runs queue through Kueue; and what a flow run there needs
+    (``flow_environment``)."""
+    return {**flow_environment(name, user), **_magic_environment(name, config, service_url)}
+
+
+def flow_environment(name: str, user: str = "") -> dict[str, str]:
+    """What Metaflow in the user's server needs for ``python flow.py run`` to work there as the magic does.
+
+    Step Jobs go to the user's namespace: the only one the server's account may create Jobs in, and an
+    offloaded one. Runs are recorded under the hub user's name (left out when unknown). Placement comes from
+    configuration (the queue, the trusted clusters and the namespace the spawner sets): the chart's user-server
+    role reads no nodes or VirtualNodes, so ``auto`` would ask the cluster from the pod's in-cluster account
+    and be refused."""
+    env = {METAFLOW_NAMESPACE: name, **E.assignments({E.FLOW_SOURCE: "config"})}
+    if user:
+        env[METAFLOW_USER] = user
+    return env
+
+
+def _magic_environment(name: str, config: HubConfig, service_url: str) -> dict[str, str]:
     queueing = config.queueing
     return E.assignments({
         E.BACKEND: "kubernetes",

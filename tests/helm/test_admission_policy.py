@@ -403,6 +403,14 @@ def test_with_queueing_on_a_users_server_may_only_create_pods_that_wait_in_its_q
     bypass_job = _job(ok["spec"])
     allowed, message = admit(queued, _request("jobs", bypass_job), bypass_job, ALICE)
     assert not allowed and "pods and Jobs that wait in its LocalQueue" in message
+    # a protected session's pod starts at the class the hub adds for it (seen refused on the real Liqo pair: the
+    # quickstart's session could not start); with the protection off that class is nobody's
+    protected = _queued_pod(**{"kueue.x-k8s.io/queue-name": "gpus", "kueue.x-k8s.io/priority-class": "session-protected"})
+    assert admit(queued, _request("pods", protected), protected, ALICE) == (True, "")
+    unprotected = kit.find(kit.render({"queueing": {"kueue": {**values["queueing"]["kueue"], "sessionProtection": 0}}}),
+                           "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
+    allowed, message = admit(unprotected, _request("pods", protected), protected, ALICE)
+    assert not allowed and "priority classes interactive, batch (label" in message, message
     # queueing off: the labels are not asked for
     servers = kit.find(kit.render(), "ValidatingAdmissionPolicy", "gpu-offload-user-servers")
     assert admit(servers, _request("pods", runner_pod()), runner_pod(), ALICE) == (True, "")

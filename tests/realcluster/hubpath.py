@@ -78,13 +78,12 @@ def values(admin_token: str, storage_endpoint: str) -> dict[str, Any]:
 def metaflow_settings(storage_endpoint: str) -> dict[str, str]:
     """What an admin gives users' servers so their flows run on the cluster: the datastore in the object store,
     step pods in the user-server image (on the donor: liqo.sh's hub_images), finished step Jobs removed after a
-    minute (Metaflow keeps them a week), and placement from configuration: a user's role may not read the
-    cluster's inventory (nodes, VirtualNodes), so steps name a trusted cluster and Kueue does the rest."""
+    minute (Metaflow keeps them a week). The namespace, the user and placement from configuration come from the
+    spawner (docs/metaflow.md)."""
     return {"METAFLOW_DEFAULT_DATASTORE": "s3", "METAFLOW_DATASTORE_SYSROOT_S3": f"s3://{BUCKET}/metaflow",
             "METAFLOW_S3_ENDPOINT_URL": storage_endpoint, "METAFLOW_DEFAULT_METADATA": "local",
             "METAFLOW_KUBERNETES_CONTAINER_IMAGE": USER_IMAGE,
-            "METAFLOW_KUBERNETES_JOB_TTL_SECONDS_AFTER_FINISHED": "60",
-            "METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE": "config"}
+            "METAFLOW_KUBERNETES_JOB_TTL_SECONDS_AFTER_FINISHED": "60"}
 
 
 def hub_db_volume() -> dict[str, Any]:

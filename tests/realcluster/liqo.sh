@@ -272,14 +272,17 @@ run_tests() {
 	return $rc
 }
 
+# copy_logs DIR: this cluster's process logs into DIR (a function: env.sh's RC_LOGS is not exported to a child)
+copy_logs() { cp -r "$RC_LOGS" "$1"; }
+
 # keep_logs NAME: the logs of both clusters' processes and of the origin's virtual kubelet pods, under
 # $LIQO_STATE/logs/failed-<time>-NAME
 keep_logs() {
 	local dir
 	dir=$LIQO_STATE/logs/failed-$(date -u +%Y%m%dT%H%M%S)-$1
 	mkdir -p "$dir"
-	in_cluster "$ORIGIN" bash -c 'cp -r "$RC_LOGS" "$0/origin"' "$dir" || true
-	in_cluster "$DONOR" bash -c 'cp -r "$RC_LOGS" "$0/donor"' "$dir" || true
+	in_cluster "$ORIGIN" copy_logs "$dir/origin" || true
+	in_cluster "$DONOR" copy_logs "$dir/donor" || true
 	in_cluster "$ORIGIN" kubectl logs -n "liqo-tenant-$DONOR_ID" -l offloading.liqo.io/component=virtual-kubelet --tail=-1 --prefix \
 		>"$dir/virtual-kubelet.log" 2>&1 || true
 	echo "logs of the failed $1 kept in $dir"

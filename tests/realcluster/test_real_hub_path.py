@@ -58,9 +58,9 @@ REPO = Path(__file__).resolve().parents[2]
 USER = "alice"
 SERVER_LABELS = f"component=singleuser-server,hub.jupyter.org/username={USER}"
 EXTRA_SLICE = "donor-extra-gpu"
-# A cell of the user's: a flow with one offloaded step, written beside the notebook and run as a user runs it.
-# The user names their namespace for Metaflow's Jobs (the server has it as GPU_OFFLOAD_NAMESPACE); the queue,
-# trust and the datastore come from the server's environment.
+# A cell of the user's: a flow with one offloaded step, written beside the notebook and run as a user runs it,
+# with nothing set by hand: the namespace, the user, placement from configuration, the queue and trust come from
+# the spawner, the datastore and the step image from the admin's values (hubpath.metaflow_settings).
 FLOW = """
 from metaflow import FlowSpec, environment, gpu_offload, step
 
@@ -87,11 +87,9 @@ if __name__ == "__main__":
     HubFlow()
 """
 FLOW_CELL = f"""
-import os, pathlib, subprocess, sys
+import pathlib, subprocess, sys
 pathlib.Path("hub_flow.py").write_text({FLOW!r})
-env = dict(os.environ, METAFLOW_KUBERNETES_NAMESPACE=os.environ["GPU_OFFLOAD_NAMESPACE"],
-           USERNAME=os.environ["JUPYTERHUB_USER"])
-done = subprocess.run([sys.executable, "hub_flow.py", "run"], env=env, capture_output=True, text=True, timeout=840)
+done = subprocess.run([sys.executable, "hub_flow.py", "run"], capture_output=True, text=True, timeout=840)
 print(done.stdout[-6000:], done.stderr[-6000:])
 print("flow exited", done.returncode)
 from metaflow import Flow, namespace
@@ -262,8 +260,10 @@ def test_a_metaflow_step_from_the_users_server_waits_in_the_queue_and_runs_on_th
     """``python flow.py run`` from the user's kernel: its ``@gpu_offload`` step's Job is queued by Kueue on the
     origin (the user's LocalQueue, from the spawner's settings), its pod goes through Liqo's virtual node to
     the donor's kubelet, the step's artifact comes back through the datastore (the admin's Metaflow settings:
-    ``singleuser.extraEnv`` in hubpath.values)."""
-    api, _admin = hub
+    ``singleuser.extraEnv`` in hubpath.values), and the hub's meter bills the step's run to the user on the
+    donor, as it bills cells: in ``api/me``, on the user's page and in the admin's usage."""
+    api, admin = hub
+    before = _runs_billed(api, admin)
     with Watcher(liqo, server.namespace) as seen:
         out = execute(api, USER, server.kernel, server.token, FLOW_CELL, timeout=900)
         seen.sample()
@@ -274,6 +274,16 @@ def test_a_metaflow_step_from_the_users_server_waits_in_the_queue_and_runs_on_th
     assert all(p["node"] == "donor-gpu" and QUEUE_LABEL not in p["labels"] for p in step_pods.values()), step_pods
     assert [name for name in seen.admitted if name.startswith("job-")], \
         f"Kueue on the origin admitted no Workload of the step's Job: {sorted(seen.admitted)}"
+    # the meter records a run when its pod ends: the step's pod has Succeeded by the time the flow returns
+    billed = wait(lambda: [r for r in api.call("GET", "services/gpu-offload/api/me", server.token)["finished"]
+                           if r["pod"] in step_pods] or None, "the step's run in the user's api/me", 120)
+    print("the step's run as metered", billed)
+    assert [(r["cluster_id"], r["gpus"], r["phase"]) for r in billed] == [(DONOR_ID, 1, "Succeeded")], billed
+    assert billed[0]["cost"] > 0 and billed[0]["gpu_seconds"] > 0, billed  # the donor is priced: 2.0 a GPU-hour
+    page = api.call("GET", "services/gpu-offload/me", server.token)
+    assert billed[0]["pod"] in page, "the step's run is not on the user's page"
+    # (at least: a quickstart pod deleted meanwhile may be recorded in between; api/me above names the step's pod)
+    assert _runs_billed(api, admin) >= before + 1, "the admin's usage does not count the step's run"
 
 
 def test_the_admin_asks_the_donor_for_gpus_and_real_liqo_makes_a_virtual_node(liqo: Pair, hub: tuple[Hub, str]) -> None:
@@ -328,6 +338,12 @@ def _the_service_sees_the_runs(api: Hub, admin: str, token: str) -> None:
     assert f'user="{USER}"' in metrics, metrics[:2000]
     for page in ("", "users", "queues", f"clusters/{'donor'}"):
         assert api.status(f"services/gpu-offload/{page}", admin) == 200, page
+
+
+def _runs_billed(api: Hub, admin: str) -> int:
+    """The runs the admin's usage bills to the user on the donor."""
+    usage = api.call("GET", "services/gpu-offload/api/admin/usage", admin)["usage"]
+    return sum(int(u["runs"]) for u in usage if u["user"] == USER and u["cluster_id"] == DONOR_ID)
 
 
 def test_uninstalled_release_leaves_nothing_on_either_cluster(liqo: Pair, hub: tuple[Hub, str]) -> None:

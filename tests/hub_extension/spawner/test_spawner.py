@@ -336,6 +336,41 @@ def test_with_queueing_on_the_hook_makes_a_local_queue_and_no_gpu_quota(
         "batch", "interactive"]
 
 
+# What Metaflow itself and @gpu_offload read, in a process given only the server's environment.
+FLOW_READER = """
+import json
+from metaflow.metaflow_config import KUBERNETES_NAMESPACE
+from metaflow.util import get_username
+from gpu_offload.flows.live import target_namespace
+from gpu_offload.flows.settings import metaflow_settings
+settings = metaflow_settings()
+print(json.dumps({"jobs_in": KUBERNETES_NAMESPACE, "steps_in": target_namespace(settings), "user": get_username(),
+                  "source": settings.source, "queue": settings.queue, "priority": settings.priority}))
+"""
+
+
+def test_a_flow_run_from_the_users_server_goes_to_their_namespace_as_them_placed_from_configuration(
+        drive_queued: Callable[..., dict[str, Any]], tmp_path: Path) -> None:
+    """``python flow.py run`` in the user's server needs nothing set by hand: Metaflow's Jobs go to the user's
+    namespace (the only one the server's account may create Jobs in), runs are recorded as the hub user (a
+    server's container has no USER: Metaflow refuses to run, "Unknown user"), and placement comes from the
+    configuration the spawner wrote, never from the cluster (the chart's user-server role reads no nodes)."""
+    result = drive_queued(scenario="hook", user="mia")
+    assert "error" not in result, result
+    env = result["environment"]
+    assert (env["METAFLOW_KUBERNETES_NAMESPACE"], env["METAFLOW_USER"], env["METAFLOW_GPU_OFFLOAD_PLACEMENT_SOURCE"]
+            ) == ("jhub-mia", "mia", "config")
+    home = tmp_path / "home"
+    home.mkdir()
+    server = {"PATH": os.environ["PATH"], "HOME": str(home), **env}  # no USER, USERNAME or kubeconfig
+    done = subprocess.run([sys.executable, "-c", FLOW_READER], env=server, cwd=home, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "jobs_in": "jhub-mia", "steps_in": "jhub-mia", "user": "mia", "source": "config", "queue": "gpus",
+        "priority": "batch"}
+
+
 def test_without_queueing_the_server_gets_no_queue() -> None:
     env = un.server_environment("jhub-alice", parse_config(CONFIG))
     assert "GPU_OFFLOAD_QUEUE" not in env and "GPU_OFFLOAD_PRIORITY" not in env
