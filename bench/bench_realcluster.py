@@ -8,7 +8,10 @@ before the cell's analysis, so the marks are ``engine/timing.py``'s phases):
 
 - one-shot ``print``: Shift-Enter to the first line and to done, and each phase's share;
 - one-shot ``import torch`` (``--torch``): the sandbox's torch venv against tests/realcluster/torch_image.sh's
-  image on donor-1's node (pinned there: only that node holds it);
+  image on donor-1's node (pinned there: only that node holds it); the cell starts with ``import torch``, so
+  its runner imports torch while the kernel attaches (``--preimport``); its peer, alternating with it in the
+  same run, is the same cell after one statement of its own (``started = 0``), which the runner does not
+  import ahead (the import waits for the bundle, as every cell's did before);
 - warm session ``print``: Shift-Enter to the first line and to done (the session's pod already runs);
 - API requests per cell, as each server saw them: the sandbox counts at its own API server (catch-all fault
   rules without effect, as bench_kube.py does); the real API server's audit log (up.sh logs the admin's requests)
@@ -59,6 +62,7 @@ DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4
 STOCK = "python:3.11-slim"  # Debian's python3 on the real nodes; the sandbox's stock venv
 CELL = "print('first line')"
 TORCH_CELL = "import torch\nprint('torch', torch.__version__)"
+TORCH_LATE_CELL = "started = 0\nimport torch\nprint('torch', torch.__version__)"  # not imported ahead
 TORCH_IMAGES = {"sandbox": "pytorch/pytorch:2.13.0", "real": "localhost/gpuorc/python-torch:3.11"}
 AGENT = "gpu-offload-bench/realcluster"
 AUDIT = realorigin.STATE / "logs" / "audit.log"
@@ -153,8 +157,14 @@ def measure(name: str, run: Run, cells: int, torch: bool) -> dict[str, list[floa
             if torch:
                 image = TORCH_IMAGES[name]
                 timed_cell(backend, TORCH_CELL, image=image, cluster="donor-1")  # the first start pays page-ins
-                timings = [timed_cell(backend, TORCH_CELL, image=image, cluster="donor-1") for _ in range(cells)]
-                samples["torch"] = record(run, f"{name}: one-shot `import torch` cell", timings)
+                ahead: list[RunTiming] = []
+                late: list[RunTiming] = []
+                for _ in range(cells):  # alternating: a load spike hits both
+                    ahead.append(timed_cell(backend, TORCH_CELL, image=image, cluster="donor-1"))
+                    late.append(timed_cell(backend, TORCH_LATE_CELL, image=image, cluster="donor-1"))
+                samples["torch"] = record(run, f"{name}: one-shot `import torch` cell", ahead)
+                samples["torch, not ahead"] = record(run, f"{name}: one-shot `import torch` after a statement "
+                                                           "(not imported ahead)", late)
         finally:
             backend.close()
     return samples
@@ -185,7 +195,8 @@ def main() -> None:
     run = Run("realcluster", "A one-GPU cell on the real cluster beside the sandbox")
     found = {name: measure(name, run, args.cells, args.torch) for name in ("sandbox", "real")}
     run.note(f"cells per measure: {args.cells}; both clusters in this run, sandbox first")
-    for measure_name, goal_key in (("one-shot", "one-shot"), ("warm session", "warm"), ("torch", "torch")):
+    for measure_name, goal_key in (("one-shot", "one-shot"), ("warm session", "warm"), ("torch", "torch"),
+                                   ("torch, not ahead", "torch")):
         if measure_name not in found["real"]:
             continue
         real, sandbox = statistics.median(found["real"][measure_name]), statistics.median(found["sandbox"][measure_name])

@@ -4,7 +4,8 @@ uses torch (the runner imports it again before the cell runs), each beside the b
 A one-shot runner gets its bundle on stdin (as the local backend starts it) and is read at the pipe:
 - ``runner start``: spawn to the ``hello`` frame's arrival (the goal: at most 0.3 s on this machine);
 - ``runner start, import torch``: spawn to the ``running`` status, after the runner imported torch
-  (the goal: at most 1.5 s);
+  (the goal: at most 1.5 s); this tree's runner gets the ``--preimport`` the local backend gives it for such
+  a cell (``engine.preimport.chosen``), an earlier revision's runner the command line it knew;
 - peers in the same run: ``python -I -c pass`` and ``python -I -c "import torch"`` to completion;
 - the runner's own ``boot`` (its process age at ``hello``, from /proc) and ``imports`` figures.
 
@@ -29,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Run, Stopwatch, timed_process  # noqa: E402
 
+from gpu_offload.engine.analysis import CellAnalysis  # noqa: E402
+from gpu_offload.engine.preimport import chosen  # noqa: E402
 from gpu_offload.runner.build import build_runner  # noqa: E402
 from gpu_offload.runner.bundle import encode_bundle, make_bundle  # noqa: E402
 from gpu_offload.runner.frames import Done, FrameDecoder, Hello, Status  # noqa: E402
@@ -41,13 +44,16 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def one_runner(pyz: Path, modules: dict[str, str]) -> dict[str, float]:
-    """One one-shot runner from spawn to exit: when its hello and its ``running`` status arrived."""
+def one_runner(pyz: Path, modules: dict[str, str], ahead: bool = True) -> dict[str, float]:
+    """One one-shot runner from spawn to exit: when its hello and its ``running`` status arrived. ``ahead``:
+    the runner knows ``--preimport`` (this tree's), and gets it as the local backend would give it."""
     nonce = secrets.token_hex(16)
     bundle = encode_bundle(make_bundle("x = 1", nonce=nonce, modules=modules, metrics_interval=3600))
+    preimport = chosen(CellAnalysis(inputs=(), modules=modules)) if ahead else ()
+    extra = ["--preimport", ",".join(preimport)] if preimport else []
     cpu = children_cpu()
     start = Stopwatch()
-    proc = subprocess.Popen([sys.executable, "-I", str(pyz), "--bundle", "-"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-I", str(pyz), "--bundle", "-", *extra], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, bufsize=0)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(bundle)
@@ -110,14 +116,14 @@ def main() -> int:
 
 def measure(run: Run, runners: dict[str, Path], args: argparse.Namespace) -> None:
     cases = [("", {})] + ([] if args.no_torch else [(", import torch", {"torch": "torch"})])
-    for pyz in runners.values():
-        one_runner(pyz, dict(cases[-1][1]))  # page cache warm for all, as a user's second cell finds it
+    for name, pyz in runners.items():
+        one_runner(pyz, dict(cases[-1][1]), name == "runner")  # page cache warm for all, as a user's second cell finds it
     rows: dict[tuple[str, str], list[dict[str, float]]] = {(n, c): [] for n in runners for c, _ in cases}
     bare: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in cases}
     for _ in range(args.runs):  # interleaved: a load spike hits every runner and the peer alike
         for label, modules in cases:
             for name, pyz in runners.items():
-                rows[name, label].append(one_runner(pyz, modules))
+                rows[name, label].append(one_runner(pyz, modules, name == "runner"))
             done = timed_process([sys.executable, "-I", "-c", "import torch" if modules else "pass"])
             bare[label].append((done.wall, done.cpu))
     for label, _ in cases:

@@ -261,6 +261,9 @@ class RunnerPodSpec:
     session_notice: int = SESSION_GRACE_SECONDS
     """With ``session``: the pod's termination grace period, the time its runner has from SIGTERM to write the
     session's checkpoint."""
+    preimport: tuple[str, ...] = ()
+    """Modules a one-shot runner imports while the kernel attaches to write its bundle (the runner's
+    ``--preimport``)."""
 
 
 def node_lost_tolerations(seconds: int) -> list[dict[str, Any]]:
@@ -318,8 +321,9 @@ def _command(spec: RunnerPodSpec) -> list[str]:
     if spec.bundle_url is not None:
         return [spec.python, "-I", "-c", BOOTSTRAP, runner, spec.bundle_sha256]
     # the bundle (code, inputs, nonce) comes on stdin from the kernel, to this pod only: in the Secret, Liqo
-    # would copy it to every donor the namespace is offloaded to
-    return [spec.python, runner, "--bundle", "-"]
+    # would copy it to every donor the namespace is offloaded to; the slow imports start while it is on its way
+    ahead = ["--preimport", ",".join(spec.preimport)] if spec.preimport else []
+    return [spec.python, runner, "--bundle", "-", *ahead]
 
 
 def _resources(spec: RunnerPodSpec) -> dict[str, Any]:

@@ -53,3 +53,24 @@ def test_ipython_display_helpers_on_a_local_python_without_ipython() -> None:
 
     # back in the notebook, the names are IPython's own
     assert user_ns["display"] is display and type(user_ns["note"]) is Markdown
+
+
+@pytest.mark.e2e  # starts processes
+def test_a_cell_that_starts_with_import_torch_has_its_runner_import_it_ahead() -> None:
+    from gpu_offload.engine.backends.local import LocalBackend
+
+    from .kube.helpers import run_cell
+
+    backend = LocalBackend()
+    user_ns: dict[str, object] = {}
+    argv = "args = open('/proc/self/cmdline').read().split(chr(0))\n"
+    try:
+        first, _, _ = run_cell(backend, "import torch\n" + argv + "total = torch.ones(3).sum().item()", user_ns)
+        ahead = user_ns.get("args")
+        second, _, _ = run_cell(backend, "import os\n" + argv, user_ns)
+    finally:
+        backend.close()
+    assert first.status == "ok" and second.status == "ok", (first.error, second.error)
+    assert user_ns["total"] == 3.0
+    assert isinstance(ahead, list) and ahead[ahead.index("--preimport") + 1] == "torch"
+    assert "--preimport" not in user_ns["args"]  # a cell that does not import torch: nothing ahead

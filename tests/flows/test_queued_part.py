@@ -15,7 +15,10 @@ waitForPodsReady would evict it), and the real half stops once the real schedule
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -165,9 +168,10 @@ def test_a_queued_half_gpu_step_waits_for_its_shares_then_runs_holding_half_a_gp
         real = isinstance(kueue_origin.sandbox, RealCluster)
         if not real:
             _hold(core, custom)
+        # a session of its own: `run` starts the step's `kubernetes step` process, which must go with it
         flow = subprocess.Popen([sys.executable, "half_flow.py", "run"], cwd=tmp_path,
                                 env=_env(runner, kueue_origin, "sliced-a"), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
             (job,) = wait_until(lambda: batch.list_namespaced_job(NAMESPACE).items, "the step's Job", timeout=240)
             assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
@@ -200,9 +204,9 @@ def test_a_queued_half_gpu_step_waits_for_its_shares_then_runs_holding_half_a_gp
                 return
             out, _ = flow.communicate(timeout=300)
         finally:
-            if flow.poll() is None:
-                flow.kill()
-                flow.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(flow.pid, signal.SIGKILL)  # the run and its step's process, whatever happened
+            flow.wait()
         assert flow.returncode == 0, out[-3000:]
         (step_wl,) = _step_workloads(custom)
         assert _condition(step_wl, "Finished")["reason"] == "Succeeded"

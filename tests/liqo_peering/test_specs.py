@@ -300,3 +300,10 @@ def test_a_queued_runner_pod_names_its_local_queue_and_priority_class(k8s_schema
 def test_queue_labels_bad_input(kw, text) -> None:
     with pytest.raises(InvalidRequest, match=text):
         runner_pod(spec(**kw))
+
+
+def test_a_one_shot_pod_starts_importing_what_its_cell_imports_first(k8s_schema) -> None:
+    pod = runner_pod(spec(preimport=("torch",)))
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["python3", "/gpu-offload/runner.pyz", "--bundle", "-", "--preimport", "torch"]
+    k8s_schema(pod)

@@ -40,6 +40,8 @@ class CellAnalysis:
     imports: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
     """Names the cell binds with an absolute import, outside functions and classes: name -> (module, attribute
     or None). The kernel imports them itself where a value cannot travel (from an untrusted cluster)."""
+    leading_imports: tuple[str, ...] = ()
+    """The modules the cell's first statements import, in order, before any other code of it runs."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class CellSyntax:
     """Names the cell binds at top level, in order of first binding."""
     imports: Mapping[str, tuple[str, str | None]]
     """As :attr:`CellAnalysis.imports` (a read-only view: every analysis of the text shares it)."""
+    leading_imports: tuple[str, ...] = ()
+    """As :attr:`CellAnalysis.leading_imports`."""
 
 
 SYNTAX_CACHE = 256
@@ -65,7 +69,7 @@ def cell_syntax(cell: str, line_offset: int = 1) -> CellSyntax:
     parse is not kept, so its error is raised again at every run."""
     tree = parse_cell(cell, line_offset)
     reads, writes = _NameFlow.of(tree)
-    return CellSyntax(tuple(reads), tuple(writes), types.MappingProxyType(cell_imports(tree)))
+    return CellSyntax(tuple(reads), tuple(writes), types.MappingProxyType(cell_imports(tree)), leading_imports(tree))
 
 
 def parse_cell(cell: str, line_offset: int = 1) -> ast.Module:
@@ -143,7 +147,23 @@ def analyse_cell(
         outputs=tuple(_unique([*syntax.writes, *required])),
         required_outputs=tuple(required),
         imports=dict(syntax.imports),
+        leading_imports=syntax.leading_imports,
     )
+
+
+def leading_imports(tree: ast.Module) -> tuple[str, ...]:
+    """The modules imported by the cell's first statements, up to its first statement of another kind (a
+    docstring aside) or a relative import: nothing of the cell runs before them."""
+    found: list[str] = []
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append(node.module)
+        elif not (index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                  and isinstance(node.value.value, str)):
+            break
+    return tuple(found)
 
 
 def cell_imports(tree: ast.Module) -> dict[str, tuple[str, str | None]]:

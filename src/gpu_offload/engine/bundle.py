@@ -14,6 +14,7 @@ import cloudpickle
 
 from ..runner import buffers
 from ..runner.bundle import encode_bundle, make_bundle
+from . import preimport
 from .analysis import CellAnalysis
 from .backends.base import Job, RunRequest, Transfer
 from .errors import InputNotSerializable
@@ -69,8 +70,10 @@ def build_job(
     except BaseException:
         buffers.discard(refs)
         raise
+    # a script's own directory comes first on its sys.path, so only a cell's imports are known ahead
+    ahead = preimport.chosen(analysis) if script is None and session is None and ranks is None else ()
     job = Job(run_id=bundle["run_id"], nonce=bundle["nonce"], bundle=data, request=request or RunRequest(),
-              session=session)
+              session=session, preimport=ahead)
     return job, refs
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import secrecy, watchdog
 from .bundle import BundleError, parse_bundle, read_bundle
-from .runtime import MISMATCH_EXIT, STATUS_EXIT, Runtime
+from .runtime import MISMATCH_EXIT, STATUS_EXIT, Runtime, prepare_imports
 from .wire import check_nonce
 
 USAGE_EXIT = 2
@@ -19,7 +19,7 @@ STDIN = "-"
 
 
 USAGE = ("usage: runner.pyz (--bundle PATH | --bundle - | --session) [--parent-pid PID] "
-         "[--group-rank G | --rank R]")
+         "[--group-rank G | --rank R] [--preimport MODULE[,MODULE]]")
 
 
 class Arguments(NamedTuple):
@@ -33,11 +33,14 @@ class Arguments(NamedTuple):
     """``--rank R``: run the bundle as rank R of a distributed run (started by the node's launcher)."""
     group_rank: int | None = None
     """``--group-rank G``: launch node G's ranks of a bundle with ``ranks`` (docs/distributed.md)."""
+    preimport: tuple[str, ...] = ()
+    """``--preimport torch``: modules a one-shot runner imports while its bundle is on its way (:mod:`.preimport`)."""
 
 
 def parse_arguments(argv: Sequence[str]) -> Arguments:
     """Parse the command line; raise ``ValueError`` with the usage line on anything else."""
     bundle, session = None, False
+    preimport: tuple[str, ...] = ()
     numbers: dict[str, int] = {}
     items = list(argv)
     while items:
@@ -45,10 +48,17 @@ def parse_arguments(argv: Sequence[str]) -> Arguments:
         name, _, inline = item.partition("=")
         if name == "--session" and not inline:
             session = True
-        elif name in ("--bundle", "--parent-pid", "--rank", "--group-rank") and (inline or items):
+        elif name in ("--bundle", "--parent-pid", "--rank", "--group-rank", "--preimport") and (inline or items):
             value = inline or items.pop(0)
             if name == "--bundle":
                 bundle = value
+            elif name == "--preimport":
+                from .preimport import parse_modules
+
+                try:
+                    preimport = parse_modules(value)
+                except ValueError as exc:
+                    raise ValueError(f"{exc}. {USAGE}") from None
             elif value.isdigit():
                 numbers[name] = int(value)
             else:
@@ -59,7 +69,10 @@ def parse_arguments(argv: Sequence[str]) -> Arguments:
         raise ValueError(f"give exactly one of --bundle PATH and --session. {USAGE}")
     if "--rank" in numbers and "--group-rank" in numbers:
         raise ValueError(f"give --rank (a rank process) or --group-rank (a node's launcher), not both. {USAGE}")
-    return Arguments(bundle, session, numbers.get("--parent-pid"), numbers.get("--rank"), numbers.get("--group-rank"))
+    if preimport and (session or "--rank" in numbers or "--group-rank" in numbers):
+        raise ValueError(f"--preimport is for a one-shot run of a bundle (--bundle), not a session or ranks. {USAGE}")
+    return Arguments(bundle, session, numbers.get("--parent-pid"), numbers.get("--rank"), numbers.get("--group-rank"),
+                     preimport)
 
 
 def _refuse(message: str) -> int:
@@ -76,6 +89,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _refuse(str(exc))
     # before the nonce is read: from here on a subprocess of the cell cannot look into this process
     secrecy.make_undumpable()
+    if not args.preimport:
+        return _serve(args, None)
+    from .preimport import Preimport
+
+    prepare_imports()  # the environment and import hooks the cell's own import would have found
+    loading = Preimport(args.preimport)
+    try:
+        code = _serve(args, loading)
+    except KeyboardInterrupt:  # while the bundle was on its way: no frame can be sent without its nonce
+        code = STATUS_EXIT["interrupted"]
+    if loading.running:
+        # the run never waited for it (a refused bundle, an interrupt before the cell): an interpreter shutting
+        # down under a thread half-way through loading an extension module may crash and change the exit code
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _serve(args: Arguments, loading: Any) -> int:
+    """The runner's work once the process is set up; ``loading``: its ``preimport.Preimport``, if any."""
     if args.session:
         try:
             nonce, ranks = secrecy.read_greeting(0)
@@ -112,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rank is not None and bundle["ranks"] is None:
         return _refuse("--rank needs a bundle of a distributed run (one with a ranks field)")
     runtime = Runtime(bundle["nonce"], session=False, rank=args.rank)
+    runtime.preimport = loading
     try:
         runtime.start(args.parent_pid)
         if runtime.version_mismatch(bundle["python"], bundle["run_id"]):

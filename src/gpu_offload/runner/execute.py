@@ -24,19 +24,20 @@ SMALL_INPUTS = 64 * 1024
 _IPYTHON_LINE = re.compile(r"^\s*(?:[\w.,\s\[\]]+=\s*)?[%!]")
 
 
-def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any], *, shared_inputs: bool = False) -> None:
+def run_cell(emit: Emit, bundle: dict[str, Any], namespace: dict[str, Any], *, shared_inputs: bool = False,
+             imported: float = 0.0) -> None:
     """Everything between ``hello`` and ``done`` for one bundle; raises :class:`CellFailed` on failure.
 
     ``shared_inputs``: other processes (the other ranks of a distributed run) read the same input files.
+    ``imported``: seconds the run already waited for modules imported ahead (:mod:`.preimport`).
     """
     code, last = compile_cell(emit, bundle)
     # status frames only for steps that have work: a warm trivial cell should cost few writes
-    imported = 0.0
     if bundle["modules"]:
         emit("status", state="importing modules")
         began = time.perf_counter()
         import_modules(emit, bundle["modules"], namespace)
-        imported = time.perf_counter() - began
+        imported += time.perf_counter() - began
     if bundle["buffers"] or len(bundle["inputs"] or b"") > SMALL_INPUTS:
         emit("status", state="loading inputs")
     load_inputs(emit, bundle, namespace, shared=shared_inputs)

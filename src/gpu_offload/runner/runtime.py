@@ -63,6 +63,24 @@ def new_namespace() -> dict[str, Any]:
     return {"__name__": "__main__", "__builtins__": builtins, "display": display.display}
 
 
+_PREPARED: list[bool] = []
+
+
+def prepare_imports() -> None:
+    """What the cell's imports find in this process: its environment and import hooks. Once per process, before
+    anything is imported for a cell (the pre-import's thread starts after it: nothing here changes the
+    environment while a module may be reading it)."""
+    if _PREPARED:
+        return
+    _PREPARED.append(True)
+    gpu_cap.install()  # before any cell: MPS reads its limit when the process creates its CUDA context
+    # not setdefault: a kernel's environment names matplotlib_inline, which needs a live IPython;
+    # a bundle's own env (applied per run) can still choose another backend
+    os.environ["MPLBACKEND"] = f"module://{__package__}.mpl_backend"
+    ipython_hook.install()
+    ipython_shim.install()  # where IPython is missing: its display helpers for notebook cells
+
+
 class Runtime:
     """One runner process: frames out, streams captured, interrupts routed to the cell."""
 
@@ -88,6 +106,8 @@ class Runtime:
         self.namespace = new_namespace()
         self.term_checkpoint: dict[str, Any] | None = None
         """A session's checkpoint armed for SIGTERM (:func:`.session_state.arm`)."""
+        self.preimport: Any = None
+        """A one-shot runner's ``preimport.Preimport`` (``--preimport``): the run waits for it first."""
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Send a frame, after any text the cell printed before it."""
@@ -109,7 +129,7 @@ class Runtime:
     def start(self, parent_pid: int | None) -> None:
         """Say hello, install handlers and the watchdog, and start capturing fds 1 and 2."""
         self.interrupts.install()
-        gpu_cap.install()  # before any cell: MPS reads its limit when the process creates its CUDA context
+        prepare_imports()
         if parent_pid is not None:
             watchdog.arm(parent_pid, self._parent_died)
         python = ".".join(str(part) for part in sys.version_info[:3])
@@ -117,12 +137,7 @@ class Runtime:
             "hello", python=python, pid=os.getpid(), gpus=metrics.gpu_names(), session=self.session,
             boot=process_age(),
         )
-        # not setdefault: a kernel's environment names matplotlib_inline, which needs a live IPython;
-        # a bundle's own env (applied per run) can still choose another backend
-        os.environ["MPLBACKEND"] = f"module://{__package__}.mpl_backend"
         display.set_emitter(self.emit)
-        ipython_hook.install()
-        ipython_shim.install()  # where IPython is missing: its display helpers for notebook cells
         self.capture.start()
 
     def _parent_died(self) -> None:
@@ -154,13 +169,16 @@ class Runtime:
         started = time.perf_counter()
         self.encoder.begin_run(bundle["run_id"])
         self.log.begin(bundle["log_url"])
-        os.environ.update({str(k): str(v) for k, v in bundle["env"].items()})
         status = "ok"
         try:
             try:
                 self.interrupts.begin()
+                waited = self._settle_preimport()
+                # after the pre-import: the environment does not change while a module may read it
+                os.environ.update({str(k): str(v) for k, v in bundle["env"].items()})
                 self.ticker.start(bundle["metrics_interval"], (self.sampler.task(), self._gpu_memory_watch()))
-                run_cell(self.emit, self._own_share(bundle), self.namespace, shared_inputs=self.rank is not None)
+                run_cell(self.emit, self._own_share(bundle), self.namespace, shared_inputs=self.rank is not None,
+                         imported=waited)
             finally:
                 self.interrupts.running = False
                 self.ticker.stop()
@@ -195,6 +213,16 @@ class Runtime:
                   **({"gpu_peak": peak} if peak is not None else {}))
         self.encoder.end_run()
         return status
+
+    def _settle_preimport(self) -> float:
+        """Wait for the modules imported while the bundle was on its way; the seconds waited."""
+        if self.preimport is None:
+            return 0.0
+        if self.preimport.running:
+            self.emit("status", state="importing modules")
+        waited: float = self.preimport.settle()
+        self.preimport = None
+        return waited
 
     def _gpu_memory_watch(self) -> Callable[[], None] | None:
         """The ticker's watch of the GPU memory this run holds when it holds part of a GPU (``gpu_watch``)."""

@@ -174,6 +174,8 @@ class Job:
     """The warm runner to run it in (started on first use); ``None`` for a runner of its own."""
     clock: Stopwatch | None = field(default=None, compare=False, repr=False)
     """The run's phase marks from Shift-Enter (:mod:`..timing`), kept on its record when it ends."""
+    preimport: tuple[str, ...] = ()
+    """Modules a runner of its own imports while the bundle is on its way (``engine.preimport``)."""
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,7 @@ class LocalBackend:
             return OneShotRun(start_nodes(job, job.request.ranks, env, self._argv))
         # the bundle (it holds the nonce) goes through stdin: a named file would be open to the cell's
         # subprocesses, which see its path on the runner's command line
-        argv = self._argv("--bundle", "-")
+        argv = self._argv("--bundle", "-", *(("--preimport", ",".join(job.preimport)) if job.preimport else ()))
         process = RunnerProcess(argv, env, job.nonce, job.bundle, interactive=False, run_id=job.run_id)
         return OneShotRun(process)
 

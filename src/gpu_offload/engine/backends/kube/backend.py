@@ -165,7 +165,7 @@ class KubernetesBackend:
             if job.session is not None:
                 return self._session_cell(job)
             order = PodOrder(job.run_id, job.nonce, job.request, job.bundle, bundle_run=job.run_id,
-                             defaults=self.run_defaults())
+                             defaults=self.run_defaults(), preimport=job.preimport)
             return KubeRun(self, order) if job.request.ranks is None else KubeJobRun(self, order)
         except GpuOffloadError as exc:
             self.released(job.run_id)

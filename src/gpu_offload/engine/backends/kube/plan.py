@@ -79,6 +79,8 @@ class PodOrder:
     defaults: RunDefaults = field(default_factory=RunDefaults)
     """What the run gets where it does not say (its runner's memory, the LocalQueue): ``run_defaults`` resolved
     once when the run or session starts (``Host.run_defaults``), so its relaunches keep them."""
+    preimport: tuple[str, ...] = ()
+    """Modules its runner imports while the bundle is on its way (``Job.preimport``)."""
 
 
 @dataclass(frozen=True)
@@ -510,7 +512,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         cli=settings.cli, queue=queue,
         # a --priority without a queue is refused by runner_pod, naming the fix
         priority_class=priority_class, node_lost_seconds=settings.node_lost_seconds,
-        session_notice=settings.session_notice,
+        session_notice=settings.session_notice, preimport=order.preimport,
     )
     what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
     if ranks is None:
