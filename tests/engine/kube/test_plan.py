@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from gpu_offload.liqo_peering.errors import NoFit
-from gpu_offload.liqo_peering.inventory import inventory_from_dict
+from gpu_offload.liqo_peering.inventory import Inventory, inventory_from_dict
 from gpu_offload.liqo_peering.trust import TrustPolicy, trusting
 
 from gpu_offload import images
@@ -77,6 +77,11 @@ class Case:
     bundle: bytes = b"bundle"
     expect: dict[str, Any] = field(default_factory=dict)
     """Facts of the plan (see :func:`facts`), or ``refused`` (a regex) and ``error`` (its type)."""
+
+
+def inventory_of(inventory: Inventory, *cluster_ids: str) -> Inventory:
+    """``inventory`` with only the named donors peered."""
+    return dataclasses.replace(inventory, clusters=tuple(c for c in inventory.clusters if c.cluster_id in cluster_ids))
 
 
 def plan(case: Case, trust: TrustPolicy = TRUST) -> LaunchPlan:
@@ -149,6 +154,13 @@ QUEUED = {
         "scheduling": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}, "offloading": Offloading((), ("*",)),
         "waits_for": "1 GPU", "labels": {"kueue.x-k8s.io/queue-name": "gpus",
                                          "kueue.x-k8s.io/priority-class": "batch"}}),
+    "queued on an inventory of trusted donors only: pickles come back wherever Kueue admits it": Case(
+        RunRequest(gpus=1), seen={"queue": "gpus", "cluster_queue": CLUSTER_QUEUE,
+                                  "inventory": inventory_of(INVENTORY, "donor-a")}, expect={
+            "clusters": (KUEUE_PICKS,), "trusted": True, "safe_outputs": False}),
+    "queued without the inventory (no rights on nodes): the safe format, any donor may take it": Case(
+        RunRequest(gpus=1), seen={"queue": "gpus", "cluster_queue": CLUSTER_QUEUE, "inventory": None}, expect={
+            "clusters": (KUEUE_PICKS,), "trusted": False, "safe_outputs": True}),
     "queued --trusted-only: the trusted clusters": Case(
         RunRequest(gpus=2, trusted_only=True), seen={"queue": "gpus", "cluster_queue": CLUSTER_QUEUE}, expect={
             "clusters": ("donor-a",), "trusted": True, "safe_outputs": False, "waits_for": "2 GPUs",

@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 import kubernetes
@@ -352,6 +353,25 @@ def test_a_pinned_cell_waits_for_its_cluster_while_another_frees(
     assert outcome.status == "ok", (outcome.error, sink.notices)
     assert run.cluster == "donor-1" and "on donor-1" in sink.text
     assert any("Liqo cluster donor-1" in n for n in sink.notices), sink.notices
+
+
+def test_a_queued_cell_brings_back_any_value_when_every_donor_kueue_may_pick_is_trusted(
+        api_client: Any, kernels: list[KubernetesBackend], namespaces: list[str]) -> None:
+    """The pod is made before Kueue picks its donor: when every donor the inventory lists is trusted, the runner
+    sends pickles and the kernel takes them from the donor Kueue picked (with a donor untrusted, the same value is
+    refused: ``test_untrusted.py``)."""
+    trusting_all = KubernetesBackend(settings(namespaces[0], queue=QUEUE, priority="interactive",
+                                              trusted=tuple(d.cluster_id for d in DONORS)), api_client)
+    try:
+        user_ns: dict[str, Any] = {}
+        outcome, sink, run = run_cell(trusting_all, "from fractions import Fraction\nthird = Fraction(1, 3)",
+                                      user_ns)
+    finally:
+        trusting_all.close()
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert run.cluster in {d.cluster_id for d in DONORS}
+    assert user_ns["third"] == Fraction(1, 3), sink.notices
+    assert not any("cannot come back" in n for n in sink.notices), sink.notices
 
 
 def test_the_orphan_sweep_removes_the_queued_pod_of_a_dead_kernel(

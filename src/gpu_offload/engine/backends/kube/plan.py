@@ -319,6 +319,9 @@ class Where:
     shares: tuple[ClusterShare, ...] = ()
     """Part of a GPU: per cluster the pod may land on, what it holds there and the warning when that donor
     does not isolate GPU memory (``shares.cluster_shares``)."""
+    may_run_on: tuple[str, ...] = ()
+    """A queued launch: the donors Kueue may admit it to as the inventory lists them (empty: not known). Their
+    trust decides the output format: a trusted donor's pickles come back even when Kueue picks among several."""
 
 
 def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: TrustPolicy,
@@ -380,9 +383,11 @@ def queued_where(placement: RunRequest, queue: str, seen: Situation, trust: Trus
     # every donor (or the narrowed ones): where the pod goes is Kueue's choice, made after this
     offloading = None if key in seen.offloaded else Offloading(tuple(clusters), (key,))
     model = placement.gpu_model if not placement.fallback_models else None
+    # the kernel still judges the outputs by the cluster the run ends up on (a donor peered after this plan)
+    may_run_on = tuple(clusters) or (tuple(c.cluster_id for c in inventory.clusters) if inventory else ())
     return Where(queued_scheduling(placement.gpus, clusters, models, ask.limits if ask else None),
                  (clusters[0] if len(clusters) == 1 else KUEUE_PICKS,), placement.gpus, model, offloading, ask,
-                 shares)
+                 shares, may_run_on)
 
 
 def wanted_models(placement: RunRequest) -> list[str | None]:
@@ -492,8 +497,9 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
     else:
         assert inventory is not None, "inventory_need() said the inventory is read to place"
         where = placed_where(placement, avoid, seen, settings, trust, inventory)
-    # the out rank may land on any of the clusters: its outputs are trusted only when every one is
-    outputs_from = next((c for c in where.clusters if not is_trusted(c, trust)), where.clusters[0])
+    # the out rank (or a queued pod) may land on any of the clusters: its outputs are trusted only when every one is
+    judged = where.may_run_on or where.clusters
+    outputs_from = next((c for c in judged if not is_trusted(c, trust)), judged[0])
     trusted = is_trusted(outputs_from, trust)
     stored = stores_bundle(order, seen.runner_size, settings)
     priority_class, protection = session_priority(placement, order.session, queue, settings)
