@@ -13,6 +13,8 @@ node labels on its pods are the ones Kueue added from the flavor it admitted the
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -145,7 +147,7 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
                       # and the kernel's toleration of a lost node, which the step's pod follows too
                       "GPU_OFFLOAD_NODE_LOST_SECONDS": "20"})
     flow = subprocess.Popen([sys.executable, "queued_flow.py", "run"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         jobs = wait_until(lambda: batch.list_namespaced_job(user_namespace).items, "the step's Job", timeout=240)
         (job,) = jobs
@@ -172,7 +174,7 @@ def _queued_run(kueue_origin: Any, client: Any, user_namespace: str, s3: S3Serve
         out, _ = flow.communicate(timeout=300)
     finally:
         if flow.poll() is None:
-            flow.kill()
+            os.killpg(flow.pid, signal.SIGKILL)  # the run and its step's `kubernetes step` child, which polls the Job
             flow.wait()
     assert flow.returncode == 0, out[-3000:]
     assert "total=45 after the queue" in out
