@@ -70,6 +70,8 @@ def test_cordoned_node_takes_no_new_pods(core, offloaded_namespace):
         event = wait_until(lambda: _events(core, offloaded_namespace, "cordoned", "FailedScheduling"), "FailedScheduling")[0]
         assert "1 node(s) were unschedulable" in event.message
     finally:
-        core.patch_node("origin-user", {"spec": {"unschedulable": False}})
+        # as `kubectl uncordon` patches it: the field removed (Kubernetes omits a false unschedulable), so the
+        # shared origin's node is as it was
+        core.patch_node("origin-user", {"spec": {"unschedulable": None}})
     assert wait_until(lambda: core.read_namespaced_pod("cordoned", offloaded_namespace).spec.node_name, "bound after uncordon") \
         == "origin-user"
