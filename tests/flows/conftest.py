@@ -25,6 +25,8 @@ from gpu_offload.sandbox import objectstore
 from gpu_offload.sandbox.fixtures import origin_fixture
 from gpu_offload.sandbox.liqo import seed as liqo
 
+from ..sandbox.kueue_setup import synced_pool
+
 DATA = Path(__file__).resolve().parent / "data"
 BUCKET = "gpu-offload-flows"
 ONLY_JSON = ("argo-workflows", "create", "--only-json")
@@ -56,6 +58,24 @@ class S3Server:
         )
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
         return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+
+def s3_of(origin: Any) -> Iterator[S3Server]:
+    """A module's object store on ``origin``'s host address, with the flows' bucket."""
+    with objectstore.s3_server(origin.host_address, [BUCKET]) as endpoint:
+        yield S3Server(endpoint)
+
+
+def hub_user_namespace(origin: Any, name: str, cluster_ids: list[str]) -> str:
+    """A hub user's namespace ``name`` on ``origin``: offloaded to ``cluster_ids``, with its LocalQueue from
+    `gpu-offload queues sync`."""
+    with origin.sandbox.api_client() as client:
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        core.create_namespace({"metadata": {"name": name, "labels": {"gpu-offload.io/user-namespace": "true"}}})
+        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", name, "namespaceoffloadings",
+                                               namespace_offloading(name, cluster_ids))
+    synced_pool(origin.sandbox, name)
+    return name
 
 
 @pytest.fixture(scope="session")

@@ -30,16 +30,13 @@ import kubernetes
 import pytest
 from gpu_offload.hub_extension.accounting.usage import finished_run
 from gpu_offload.liqo_peering.client import LiqoClient
-from gpu_offload.liqo_peering.specs import namespace_offloading
-from gpu_offload.sandbox import objectstore
 from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kueue import KueueOptions
 from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from ..realcluster.realorigin import RealCluster, clusters, seeded_origin
-from ..sandbox.kueue_setup import synced_pool
-from .conftest import BUCKET, FlowRunner, S3Server
+from .conftest import FlowRunner, S3Server, hub_user_namespace, s3_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -101,20 +98,13 @@ def kueue_origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture(scope="module")
 def s3(kueue_origin: Any) -> Iterator[S3Server]:
-    with objectstore.s3_server(kueue_origin.host_address, [BUCKET]) as endpoint:
-        yield S3Server(endpoint)
+    yield from s3_of(kueue_origin)
 
 
 @pytest.fixture(scope="module")
 def user_namespace(kueue_origin: Any) -> str:
     """A hub user's namespace: offloaded to every donor, with its LocalQueue from `gpu-offload queues sync`."""
-    with kueue_origin.sandbox.api_client() as client:
-        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
-        core.create_namespace({"metadata": {"name": NAMESPACE, "labels": {"gpu-offload.io/user-namespace": "true"}}})
-        custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", NAMESPACE, "namespaceoffloadings",
-                                               namespace_offloading(NAMESPACE, [d.cluster_id for d in DONORS]))
-    synced_pool(kueue_origin.sandbox, NAMESPACE)
-    return NAMESPACE
+    return hub_user_namespace(kueue_origin, NAMESPACE, [d.cluster_id for d in DONORS])
 
 
 def _flow(tmp_path: Path, arguments: str) -> None:
