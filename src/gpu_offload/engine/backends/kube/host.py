@@ -23,11 +23,11 @@ from .follow import PodFollower
 from .plan import PodOrder
 from .pods import PodApi
 from .protection import Protection
-from .queueing import Ticket, duration
+from .queueing import Ticket
 
 if TYPE_CHECKING:
-    from ....liqo_peering.settings import RunDefaults
-
+    from ....liqo_peering.wording import duration
+from ....liqo_peering.settings import RunDefaults
 
 WHY_STOPPED_SECONDS = 10.0
 """How long to wait for a pod's status, or a Job's events, to say why its runners were stopped from outside."""
