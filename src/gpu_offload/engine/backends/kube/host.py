@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ....liqo_peering.wording import duration
 from ....runner.frames import Error, Outputs
 from ...timing import Phase
 from ..base import Queued, RunEvent, RunnerExit
@@ -26,8 +27,8 @@ from .protection import Protection
 from .queueing import Ticket
 
 if TYPE_CHECKING:
-    from ....liqo_peering.wording import duration
-from ....liqo_peering.settings import RunDefaults
+    from ....liqo_peering.settings import RunDefaults
+
 
 WHY_STOPPED_SECONDS = 10.0
 """How long to wait for a pod's status, or a Job's events, to say why its runners were stopped from outside."""
