@@ -120,6 +120,8 @@ class StepWatch:
             return None
 
     def _say(self, path: str, text: str) -> None:
+        if self._closing.is_set():
+            return  # the run ended meanwhile: a line after its end would only confuse
         stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
         self._write(f"{stamp} [{path}] {text}")
 
