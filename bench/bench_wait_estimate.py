@@ -26,7 +26,7 @@ waiting cell shows first; one per run), and the estimate at a moment drawn unifo
 glancing at the cell at a random time sees; one per run). Notes per pool break the best model's error down by place
 in line and by wait.
 Run: ``.venv/bin/python bench/bench_wait_estimate.py`` (``--pools 0.9,0.8``: only those pools; the 70 % one
-takes the longest by far).
+takes the longest by far; ``--quick``: the 90 % pool alone, seconds).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from pool_model import (
     Asks,
     Pool,
     asks_guess,
+    class_guess,
     known_guess,
     likeliest_guess,
     pool_guess,
@@ -116,6 +117,8 @@ MODELS: dict[str, Model] = {
         pool, [(w.gpus, w.asks) for w in ahead], item.gpus, item.asks, now),
     "pool model, survival": lambda pool, ahead, item, now, _ends: survival_guess(
         pool, [w.gpus for w in ahead], item.gpus, now),
+    "pool model, survival by class": lambda pool, ahead, item, now, _ends: class_guess(
+        pool, [(w.gpus, w.asks) for w in ahead], item.gpus, item.asks, now),
     "pool model, likeliest": lambda pool, ahead, item, now, _ends: likeliest_guess(
         pool, [w.gpus for w in ahead], item.gpus, now),
     DIAGNOSTIC: lambda pool, ahead, item, now, ends: known_guess(pool, ends, [w.gpus for w in ahead], item.gpus,
@@ -271,8 +274,10 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--pools"] and len(argv) == 2:
         # the 70 % pool asks some 25,000 estimates of every model: on a loaded machine, the others alone
         shares = tuple(float(x) for x in argv[1].split(","))
+    elif argv[:1] == ["--quick"] and len(argv) == 1:
+        shares = (0.9,)  # the 64-GPU pool: some 40 runs wait, a few minutes
     elif argv:
-        print("usage: bench_wait_estimate.py [--pools 0.9,0.8]")
+        print("usage: bench_wait_estimate.py [--pools 0.9,0.8 | --quick]")
         return 2
     problem = missing()
     if problem:
