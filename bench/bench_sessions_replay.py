@@ -43,7 +43,7 @@ DAY = 86400.0
 
 def replay(days: float | None, share: float, check: bool) -> dict[str, Any]:
     """One replay with the decisions of the tree imported; its tally and the checks' counts."""
-    from alibaba_trace import NEVER, read_tasks
+    from alibaba_trace import NEVER, peak_gpus, read_tasks
     from session_flow import Sessions
     from session_pool import Session, Shot, Trace
     from session_rules import Rules
@@ -55,7 +55,7 @@ def replay(days: float | None, share: float, check: bool) -> dict[str, Any]:
     begin = _busy_from(every)
     end = begin + days * DAY if days is not None else max(t[0] for t in every)
     tasks = [t for t in every if t[0] < end]
-    pool = Sessions(round(_peak(tasks) * share), rules, check)
+    pool = Sessions(round(peak_gpus(tasks) * share), rules, check)
     for index, (created, gpus, hold, qos) in enumerate(tasks):
         pool.at(created, pool.on_trace_arrive, Trace(index, hold, "interactive" if qos in ("LS", "Guaranteed")
                                                      else "batch"), gpus)
@@ -85,15 +85,6 @@ def _busy_from(tasks: list[tuple[int, int, int, str]]) -> float:
     for created, *_ in tasks:
         per_day[int(created // DAY)] = per_day.get(int(created // DAY), 0) + 1
     return DAY * min(day for day, n in per_day.items() if n >= BUSY)
-
-
-def _peak(tasks: list[tuple[int, int, int, str]]) -> int:
-    changes = sorted([(c, g) for c, g, _, _ in tasks] + [(c + h, -g) for c, g, h, _ in tasks])
-    held = peak = 0
-    for _, change in changes:
-        held += change
-        peak = max(peak, held)
-    return peak
 
 
 def _check(pool: Any, sessions: list[Any], shots: list[Any]) -> None:

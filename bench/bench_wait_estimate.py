@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 
-from alibaba_trace import NEVER, missing, read_tasks  # bench/: the script's folder is on sys.path
+from alibaba_trace import NEVER, missing, peak_gpus, read_tasks  # bench/: the script's folder is on sys.path
 from harness import Run, percentile
 from pool_model import (
     TOLERANCE,
@@ -241,17 +241,6 @@ def replay(tasks: list[tuple[int, int, int, Asks]], pool: int) -> Replay:
     return Replay(pool, errors, covered, without, asked, waits, relative)
 
 
-def _peak(tasks: list[tuple[int, int, int, Asks]]) -> int:
-    """The most GPUs the trace's tasks held at once."""
-    changes = sorted([(arrived, gpus) for arrived, gpus, _, _ in tasks]
-                     + [(arrived + hold, -gpus) for arrived, gpus, hold, _ in tasks])
-    held = peak = 0
-    for _, change in changes:
-        held += change
-        peak = max(peak, held)
-    return peak
-
-
 PLACES = ((0, 0, "the head"), (1, 3, "2nd-4th"), (4, 15, "5th-16th"), (16, 10**9, "17th on"))
 WAITS = ((0, 60, "under 1 min"), (60, 900, "1-15 min"), (900, 3600, "15 min-1 h"), (3600, 1e18, "over 1 h"))
 
@@ -286,7 +275,7 @@ def main(argv: list[str]) -> int:
     tasks = sorted((t.created, max(1, t.gpus), t.deleted - t.created,
                     (t.gpus, t.gpu_milli, t.cpu_milli, t.memory_mib, t.qos))
                    for t in read_tasks("default") if t.deleted < NEVER and t.deleted >= t.created)
-    peak = _peak(tasks)
+    peak = peak_gpus(tasks)
     run = Run("wait_estimate", "Start estimate of a queued run vs its actual start, Alibaba trace FIFO replay")
     run.note(f"trace: {len(tasks)} GPU tasks of the default workload, at most {peak} GPUs held at once; estimates "
              f"use the last {RECENT} admissions, no estimate under 3 admissions or 60 s")
