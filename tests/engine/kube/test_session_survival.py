@@ -9,7 +9,9 @@ Kueue, a real kubelet per donor, both with the torch image (tests/realcluster/to
 is a killed kubelet (its containers run on, the node controller evicts the pod after its grace), a drain cordons
 the real node and deletes the pod with its grace period (SIGTERM), and the storage is a moto server on the pods'
 bridge, reached by the kernel and by the real pods through presigned URLs as on the sandbox. The preemption by a
-higher-priority run is in test_preemption.py (its queued pool), on both clusters too."""
+higher-priority run is in test_preemption.py (its queued pool), on both clusters too. Three tests of decisions the
+kernel alone makes (a refused cell, a session's own idle timeout listed, a forged record) run on the sandbox only,
+to keep the real stage short: the releases and resumes they follow run on ``[real]`` in the others."""
 
 from __future__ import annotations
 
@@ -72,6 +74,14 @@ def where(origin: Any, api_client: Any) -> dict[str, Any]:
     if hasattr(origin, "faults"):
         return {"image": TORCH_IMAGE}
     return {"image": torch_image(api_client, nodes=len(DONORS))}
+
+
+def kernel_side_only(origin: Any) -> None:
+    """Skip on the real cluster a test whose behaviour is the kernel's alone once the release or the pod's end it
+    follows is proven there by the other tests: the real stage stays short."""
+    if not hasattr(origin, "faults"):
+        pytest.skip("the kernel's own decision (refusal, listing, a record in storage), the same on both clusters; "
+                    "the release and the resume it follows run on [real] in the other tests")
 
 
 @pytest.fixture()
@@ -183,10 +193,11 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(kube_idle: Kub
 
 
 def test_a_cell_with_other_options_does_not_resume_a_released_session_and_loses_nothing(
-        kube_idle: KubernetesBackend, namespace: str, core: Any, where: dict[str, Any]) -> None:
+        kube_idle: KubernetesBackend, namespace: str, core: Any, origin: Any, where: dict[str, Any]) -> None:
     """A session ended on its own is resumed by a cell asking for its shape; a cell asking for other GPUs would
     have started a different session silently (and a full checkpoint could be refused where it lands): it is
     refused before anything is created, the checkpoint stays, and closing the session lets it start afresh."""
+    kernel_side_only(origin)
     before = _start(kube_idle, where)
     _released(core, namespace)
     with pytest.raises(OffloadUsageError, match=r"Session `train` ran with --gpus 1 and its pod .* was ended "
@@ -206,7 +217,9 @@ def test_a_cell_with_other_options_does_not_resume_a_released_session_and_loses_
 
 
 def test_a_session_asks_for_a_shorter_idle_timeout_and_status_says_when_it_goes(
-        api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any, where: dict[str, Any]) -> None:
+        api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any, origin: Any,
+        where: dict[str, Any]) -> None:
+    kernel_side_only(origin)
     # the hub's timeout (an hour) would hold the GPU all through the test. Status is read while the session's own
     # timeout is 10 min, so no release can come before the reading however loaded the machine (with a timeout of
     # a few seconds the listing was missed at load 30); the next cell asks for 3 s and the session is released.
@@ -318,8 +331,9 @@ def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigt
 
 
 def test_a_sigterm_checkpoint_record_forged_in_storage_is_not_used(kube_s3: KubernetesBackend, core: Any,
-                                                                    namespace: str, s3: Any,
+                                                                    namespace: str, s3: Any, origin: Any,
                                                                     where: dict[str, Any]) -> None:
+    kernel_side_only(origin)
     before = _start(kube_s3, where)
     armed = kube_s3.keeper._armed["train"]
     # another writer of the bucket puts its own state and record where the runner would write at SIGTERM
