@@ -37,8 +37,8 @@ class Sessions(Pool):
             self.tally.returned += s.released[1] * (now - s.released[0])
             s.released = None
         if s.pod is None:
-            start, lower, protection = self.rules.session_class(s.user.gpus, s.user.priority)
-            s.pod = self.create(now, s, s.user.gpus, start, lower, protection)
+            waits, protected, lower, protection = self.rules.session_class(s.user.gpus, s.user.priority)
+            s.pod = self.create(now, s, s.user.gpus, waits, protected, lower, protection)
         elif s.pod.admitted is not None:
             self._close(s, now)
             self.on_start(now, s, s.epoch)

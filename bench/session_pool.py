@@ -33,15 +33,19 @@ class Pod:
     owner: Any
     gpus: int
     created: float
-    starts_at: str
+    waits_at: str
+    protected_at: str
     lowers_to: str
     protection: float
     admitted: float | None = None
 
     def priority(self, now: float) -> int:
-        if self.admitted is not None and self.protection > 0 and now >= self.admitted + self.protection:
-            return CLASSES[self.lowers_to]
-        return CLASSES[self.starts_at]
+        """The class a pod waits in line at, runs at in its protection, and runs at after."""
+        if self.admitted is None:
+            return CLASSES[self.waits_at]
+        if self.protection > 0 and now < self.admitted + self.protection:
+            return CLASSES[self.protected_at]
+        return CLASSES[self.lowers_to]
 
 
 @dataclass
@@ -146,10 +150,10 @@ class Pool(ABC):
             handler(now, *args)
             self.schedule(now)
 
-    def create(self, now: float, owner: Any, gpus: int, starts_at: str, lowers_to: str = "",
+    def create(self, now: float, owner: Any, gpus: int, waits_at: str, protected_at: str = "", lowers_to: str = "",
                protection: float = 0.0) -> Pod:
         self.seq += 1
-        pod = Pod(self.seq, owner, gpus, now, starts_at, lowers_to or starts_at, protection)
+        pod = Pod(self.seq, owner, gpus, now, waits_at, protected_at or waits_at, lowers_to or waits_at, protection)
         bisect.insort(self.pending, ((-pod.priority(now), now, pod.id), pod))
         if not isinstance(owner, Trace):
             self.asked[pod.id] = (now, None)

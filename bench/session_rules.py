@@ -5,8 +5,8 @@ tree's kernel did without it, and this module says so in :attr:`Rules.absent`:
 
 - the idle timeout: ``kube/idle.IdleTimeouts`` (the hub's timeout, a session's shorter ``--idle-timeout``);
   absent: the hub's timeout for every session (the option did not exist);
-- the class a session pod starts with and its protection: ``kube/protection.session_priority``; absent: the
-  session's own class, never protected;
+- the class a session pod waits in line at, runs at while protected and is lowered to:
+  ``kube/protection.session_priority``; absent: the session's own class, never protected;
 - a preempted one-shot cell: ``kube/requeue.after_preemption`` (rerun once or fail); absent: it fails;
 - whether a session's state outlives its pod: ``kube/resume.why_not_kept`` (with object storage); absent: its
   variables lived only in the pod, so they are gone;
@@ -78,16 +78,20 @@ class Rules:
         timeouts.ask(name, asked)
         return float(timeouts.of(name).seconds)
 
-    def session_class(self, gpus: int, own: str) -> tuple[str, str, float]:
-        """(the class a session pod starts at, the class it is lowered to, seconds until then)."""
+    def session_class(self, gpus: int, own: str) -> tuple[str, str, str, float]:
+        """(the class a session pod waits in line at, the class it runs at while protected, the class it is lowered
+        to, seconds of protection)."""
         if self._priority is None:
-            return own, own, 0.0
+            return own, own, own, 0.0
         settings = self.settings(namespace="replay", queue="gpu-offload", priority="interactive",
                                  session_protection=PROTECTION, protected_priority=PROTECTED)
         starts, protection = self._priority(self.request(gpus=gpus, priority=own), True, "gpu-offload", settings)
         if protection is None:
-            return starts, starts, 0.0
-        return protection.starts_at, protection.lowers_to, float(protection.seconds)
+            return starts, starts, starts, 0.0
+        if hasattr(protection, "starts_at"):
+            # the trees of c229887 and before: the pod waited in line at the protected class already
+            return protection.starts_at, protection.starts_at, protection.lowers_to, float(protection.seconds)
+        return starts, protection.protected, protection.own, float(protection.seconds)
 
     def rerun(self, ran: float, shown: bool, asked: bool, rerun_before: bool) -> bool:
         """Whether a one-shot cell preempted after ``ran`` seconds is queued again and rerun."""
