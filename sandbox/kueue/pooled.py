@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..fixtures import Addon, OriginPool, origin_key, wait_until
+from ..fixtures import Addon, OriginPool, donor_list, origin_key, wait_until
 from ..liqo import seed as liqo
 from ..liqo.origin import RunningOrigin
 from . import Kueue, KueueOptions
@@ -42,8 +42,9 @@ def kueue_addon(kueue: KueueOptions | None = None) -> Addon:
 
 def kueue_origin_key(donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4, gpu_model: str = "A100",
                      crds: Sequence[Path] = (), kueue: KueueOptions | None = None, **options: Any) -> str:
-    """The pool's key of that Kueue origin, for :func:`~gpu_offload.sandbox.fixtures.pooled_as`."""
-    return origin_key(list(crds), donors, gpus, gpu_model, options, kueue_addon(kueue))
+    """The pool's key of that Kueue origin, for :func:`~gpu_offload.sandbox.fixtures.pooled_as` (the donors are
+    peered per module, so they are not part of it)."""
+    return origin_key(list(crds), options, kueue_addon(kueue))
 
 
 def remove_pool(running: RunningOrigin) -> None:
@@ -70,7 +71,6 @@ def pooled_kueue_origin(pool: OriginPool, module: str, donors: int | Sequence[li
     """The session's origin with Kueue of this configuration, for ``module``: shared by every module asking for the
     same, as :func:`running_kueue_origin` gives one of its own. Afterwards the module's queue pool is deleted and the
     origin must be as the module found it (``fixtures.SharedOrigin.check``)."""
-    shared = pool.shared(list(crds), donors, gpus, gpu_model, addon=kueue_addon(kueue), **options)
-    yield shared.running, shared.addon
-    remove_pool(shared.running)
-    shared.check(module)
+    shared = pool.shared(list(crds), addon=kueue_addon(kueue), **options)
+    with shared.lent(donor_list(donors, gpus, gpu_model), module, cleanup=lambda: remove_pool(shared.running)):
+        yield shared.running, shared.addon
