@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
 
-origin = origin_fixture(donors=1, gpus=2)
+from ...origins import TWO_A100
+
+origin = TWO_A100.with_donors(liqo.donors(1, gpus=2)).fixture()  # the kubelet tests' origin, one donor of 2 A100 peered
 core, custom, namespace, offloaded_namespace = (fixtures.core, fixtures.custom, fixtures.namespace,
                                                fixtures.offloaded_namespace)
 

@@ -3,17 +3,16 @@ and really runs once the running pod finishes and frees the quota; a preempted p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.fixtures import pooled_as, wait_until
+from gpu_offload.sandbox.kueue.pooled import kueue_origin_key
+from gpu_offload.sandbox.liqo import seed as liqo
 
+from ...origins import QUEUED
 from ..kueue_setup import (
-    KUEUE_CRDS,
-    LIQO_CRDS,
     admitted,
     cluster_queue,
     condition,
@@ -24,13 +23,14 @@ from ..kueue_setup import (
     workloads,
 )
 
+ONE_DONOR = QUEUED.with_donors(liqo.donors(1, gpus=1))
+pooled = ONE_DONOR.fixture(name="pooled")  # the session's Kueue origin of default options, one donor of 1 A100 peered
+
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with running_kueue_origin(tmp_path_factory.mktemp("kueue-origin"), donors=1, gpus=1,
-                              crds=[LIQO_CRDS, KUEUE_CRDS]) as (running, _):
-        yield running.sandbox
-    assert not running.live_processes()  # every container process went with the sandbox
+@pooled_as(kueue_origin_key(**ONE_DONOR.pool_options()))
+def origin(pooled: Any) -> Any:
+    return pooled.sandbox
 
 
 def _pod(name: str, code: str) -> dict[str, Any]:
