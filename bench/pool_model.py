@@ -136,15 +136,23 @@ def _whole(seen: list[float]) -> Draw:
     return lambda rng: seen[rng.randrange(len(seen))]
 
 
-def pool_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float | None:
-    """The pool model's wait for a run of ``gpus`` behind runs asking ``ahead`` (head first); None under 3
-    durations seen."""
+def _pool_starts(pool: Pool, ahead: list[int], gpus: int, now: float, draws: int,
+                 model: str) -> list[float] | None:
+    """The pool model's ``draws`` start times of a run of ``gpus`` behind ``ahead``: each running run's end and
+    each queued run's duration drawn from the durations seen (``model`` seeds the draws); None under 3 seen."""
     seen = sorted(pool.ended)
     if len(seen) < 3:
         return None
     tails = [(_empirical(seen, now - start), g) for start, g, _ in pool.running.values()]
     line = [(need, _whole(seen)) for need in [*ahead, gpus]]
-    return _at_share(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("pool")))
+    return _starts(pool.free(), tails, line, now, draws, pool.rng(model))
+
+
+def pool_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float | None:
+    """The pool model's wait for a run of ``gpus`` behind runs asking ``ahead`` (head first); None under 3
+    durations seen."""
+    starts = _pool_starts(pool, ahead, gpus, now, DRAWS, "pool")
+    return None if starts is None else _at_share(starts)
 
 
 def asks_guess(pool: Pool, ahead: list[tuple[int, Asks]], gpus: int, asks: Asks, now: float) -> float | None:
@@ -239,12 +247,8 @@ def survival_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float
 
 def likeliest_guess(pool: Pool, ahead: list[int], gpus: int, now: float) -> float | None:
     """The pool model's draws (:data:`LIKELY_DRAWS` of them), the point the most starts lie within 30 % of."""
-    seen = sorted(pool.ended)
-    if len(seen) < 3:
-        return None
-    tails = [(_empirical(seen, now - start), g) for start, g, _ in pool.running.values()]
-    line = [(need, _whole(seen)) for need in [*ahead, gpus]]
-    return likeliest(_starts(pool.free(), tails, line, now, LIKELY_DRAWS, pool.rng("likeliest")))
+    starts = _pool_starts(pool, ahead, gpus, now, LIKELY_DRAWS, "likeliest")
+    return None if starts is None else likeliest(starts)
 
 
 def known_guess(pool: Pool, true_ends: list[tuple[float, int]], ahead: list[int], gpus: int,

@@ -6,6 +6,7 @@ needs: naming the variable that cannot be pickled, and leaving no buffer behind 
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -48,19 +49,15 @@ def build_job(
         bundle = make_bundle(
             cell,
             inputs=values,
-            input_transport=chosen.input_transport,
             modules=analysis.modules,
             outputs=analysis.outputs,
             required_outputs=analysis.required_outputs,
-            output_transport=chosen.output_transport,
-            shm_dir=chosen.shm_dir,
-            output_urls=chosen.output_urls,
             run_id=run_id,
             filename=filename,
             first_line=first_line,
             script=script,
-            log_url=chosen.log_url,
             ranks=None if ranks is None else ranks.bundle_field(),
+            **dataclasses.asdict(chosen),  # the transfer's fields are the bundle's of the same names
         )
     except Exception as exc:  # pickling raises many types; find the variable to blame
         raise _blame(values, exc) from exc

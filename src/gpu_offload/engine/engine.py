@@ -18,19 +18,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runner import buffers
-from ..runner.frames import (
-    DisplayData,
-    Done,
-    Error,
-    FrameError,
-    Hello,
-    Metrics,
-    Outputs,
-    RunnerWarning,
-    Status,
-    Stream,
-)
+from ..runner import buffers, frames
 from .backends.base import Placed, Queued, Relaunched, Run, RunnerExit
 from .errors import OffloadError, OffloadQueueTimeout, OffloadTimeout, RemoteError, RunnerDied
 from .observing import Watch
@@ -78,13 +66,13 @@ class Outcome:
     status: str = "running"
     """``running``, ``ok``, ``error``, ``interrupted``, ``cancelled``, ``timeout`` or ``died``."""
     error: OffloadError | None = None
-    outputs: Outputs | None = None
-    hello: Hello | None = None
-    metrics: Metrics | None = None
+    outputs: frames.Outputs | None = None
+    hello: frames.Hello | None = None
+    metrics: frames.Metrics | None = None
     elapsed: float = 0.0
     state: str = "starting runner"
     seen_output: bool = False
-    remote_error: Error | None = None
+    remote_error: frames.Error | None = None
     queued: bool = False
     """The run waits in a queue (Kueue) now, as its last ``Queued`` event said."""
     intake: Intake = UNTRUSTING
@@ -165,13 +153,13 @@ def _read(
             sink.notice(Progress(event.text))
             event = None
         if event is not None:
-            if isinstance(event, Status) and not outcome.queued:
+            if isinstance(event, frames.Status) and not outcome.queued:
                 # while in line the place in line says more than the pod's phase (``waiting for Kueue``), which
                 # the follower may report after it
                 outcome.state = event.state
                 quiet_since = now
             if _handle(event, sink, outcome, run):
-                if isinstance(event, Done) and event.status == "interrupted":
+                if isinstance(event, frames.Done) and event.status == "interrupted":
                     _explain_interrupt(run, outcome, settings.grace)
                 return
         if watch is not None and watch.cancel.presses:
@@ -198,15 +186,15 @@ def _time(clock: Stopwatch, event: object, now: float) -> None:
     """Mark the phase ``event`` ends (the first of each counts)."""
     if isinstance(event, Phase):
         clock.mark(event.name, event.at)
-    elif isinstance(event, Hello):
+    elif isinstance(event, frames.Hello):
         clock.mark("runner start", now)
         clock.runner_boot = event.boot
-    elif isinstance(event, Status) and event.imports is not None and not clock.has("imports"):
+    elif isinstance(event, frames.Status) and event.imports is not None and not clock.has("imports"):
         clock.mark("imports", now)
         clock.runner_imports = event.imports
-    elif isinstance(event, (Stream, DisplayData)):
+    elif isinstance(event, (frames.Stream, frames.DisplayData)):
         clock.mark("first line", now)
-    elif isinstance(event, (Done, RunnerExit)):
+    elif isinstance(event, (frames.Done, RunnerExit)):
         clock.mark("done", now)
 
 
@@ -220,7 +208,7 @@ def _explain_interrupt(run: Run, outcome: Outcome, grace: float) -> None:
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         event = run.next_event(POLL)
-        if isinstance(event, Error) and event.ename != "KeyboardInterrupt":
+        if isinstance(event, frames.Error) and event.ename != "KeyboardInterrupt":
             outcome.error = RemoteError(event.ename, event.evalue, event.traceback)
             return
         if isinstance(event, RunnerExit):
@@ -254,39 +242,39 @@ def _display(data: Mapping[str, Any], metadata: Mapping[str, Any], sink: Sink, u
                     "trust) were not shown: only plain text, images, JSON and sanitised HTML, SVG or Markdown are")
 
 
-def _take_outputs(event: Outputs, outcome: Outcome, run: Run) -> None:
+def _take_outputs(event: frames.Outputs, outcome: Outcome, run: Run) -> None:
     outcome.outputs = event
     outcome.untrusted_from = _untrusted(run, outcome)
 
 
 def _handle(event: object, sink: Sink, outcome: Outcome, run: Run) -> bool:
     """Apply one event; ``True`` when the run is over."""
-    if isinstance(event, Stream):
+    if isinstance(event, frames.Stream):
         outcome.seen_output = True
         sink.stream(event.name, event.text)
-    elif isinstance(event, DisplayData):
+    elif isinstance(event, frames.DisplayData):
         outcome.seen_output = True
         _display(event.data, event.metadata, sink, _untrusted(run, outcome))
-    elif isinstance(event, Hello):
+    elif isinstance(event, frames.Hello):
         outcome.hello = event
         outcome.state = "runner started, waiting for it to load the inputs"
-    elif isinstance(event, RunnerWarning):
+    elif isinstance(event, frames.RunnerWarning):
         sink.notice(f"warning: {event.text}")
-    elif isinstance(event, FrameError):
+    elif isinstance(event, frames.FrameError):
         # what the frame carried is lost: say so rather than let an output or a figure vanish unexplained
         sink.notice(f"warning: a frame from the runner was dropped: {event.reason}")
     elif isinstance(event, Placed):
         sink.notice(event.text)
     elif isinstance(event, Relaunched):
         sink.notice(f"warning: {event.text}")
-    elif isinstance(event, Metrics):
+    elif isinstance(event, frames.Metrics):
         outcome.metrics = event
         sink.metrics(event)
-    elif isinstance(event, Error):
+    elif isinstance(event, frames.Error):
         outcome.remote_error = event
-    elif isinstance(event, Outputs):
+    elif isinstance(event, frames.Outputs):
         _take_outputs(event, outcome, run)
-    elif isinstance(event, Done):
+    elif isinstance(event, frames.Done):
         outcome.status = event.status
         outcome.gpu_peak = event.gpu_peak
         if event.status == "error" and outcome.remote_error is not None:
@@ -323,13 +311,13 @@ def _stop(run: Run, sink: Sink, settings: FollowSettings, outcome: Outcome, stat
                     sink.notice("cancelled again: killing the runner")
                     run.kill()
                     return
-            if isinstance(event, (Done, RunnerExit)):
+            if isinstance(event, (frames.Done, RunnerExit)):
                 return
             if isinstance(event, Queued):
                 sink.notice(event.text)  # withdrawn from the queue: nothing ran
-            elif isinstance(event, (Stream, DisplayData)):
+            elif isinstance(event, (frames.Stream, frames.DisplayData)):
                 _handle(event, sink, outcome, run)
-            elif isinstance(event, Outputs):
+            elif isinstance(event, frames.Outputs):
                 _take_outputs(event, outcome, run)  # discarded below: an interrupted run copies nothing back
         sink.notice(f"the runner did not stop within {settings.grace:g} s of the interrupt; killing it")
         run.kill()

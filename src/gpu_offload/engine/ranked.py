@@ -15,18 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ..runner.frames import (
-    DisplayData,
-    Done,
-    Error,
-    FrameError,
-    Hello,
-    Metrics,
-    Outputs,
-    RunnerWarning,
-    Status,
-    Stream,
-)
+from ..runner import frames
 from .backends.base import Placed, Queued, Ranks, Relaunched, Run, RunEvent, RunnerExit
 
 LIVE = "live"
@@ -77,12 +66,12 @@ class RankedRun:
         self._first_arrival: float | None = None
         self._done: dict[int, str] = {}
         self._ready: deque[RunEvent] = deque()
-        self._held: dict[int, list[Stream | DisplayData]] = {}
+        self._held: dict[int, list[frames.Stream | frames.DisplayData]] = {}
         self._line_start: dict[tuple[int, str], bool] = {}
         self._finished = False
         self._interrupted = False
         self._settle = settle
-        self._failure: Error | None = None
+        self._failure: frames.Error | None = None
         self._settle_by: float | None = None
 
     # -- what the engine sees -------------------------------------------------------------------------
@@ -127,30 +116,31 @@ class RankedRun:
     # -- turning rank events into the run's -----------------------------------------------------------
 
     def _take(self, event: RunEvent) -> None:
-        if isinstance(event, (Placed, Metrics, Queued)):  # a queued Job's place in line is the run's
+        if isinstance(event, (Placed, frames.Metrics, Queued)):  # a queued Job's place in line is the run's
             self._ready.append(event)
         elif isinstance(event, RunnerExit):
             self._all_exited(event)
-        elif isinstance(event, Hello):
+        elif isinstance(event, frames.Hello):
             self._arrive(event)
-        elif isinstance(event, (Stream, DisplayData)):
+        elif isinstance(event, (frames.Stream, frames.DisplayData)):
             self._output(event)
-        elif isinstance(event, Status):
+        elif isinstance(event, frames.Status):
             if event.rank == self._shape.out_rank:
                 self._ready.append(event)
-        elif isinstance(event, RunnerWarning):
-            self._ready.append(RunnerWarning(event.seq, f"rank {event.rank}: {event.text}", rank=event.rank))
+        elif isinstance(event, frames.RunnerWarning):
+            self._ready.append(frames.RunnerWarning(event.seq, f"rank {event.rank}: {event.text}",
+                                                    rank=event.rank))
         elif isinstance(event, Relaunched):
             self._relaunched(event)
-        elif isinstance(event, FrameError):
-            self._ready.append(FrameError(event.seq, f"rank {event.rank}: {event.reason}", event.line,
-                                          rank=event.rank))
-        elif isinstance(event, Outputs):
+        elif isinstance(event, frames.FrameError):
+            self._ready.append(frames.FrameError(event.seq, f"rank {event.rank}: {event.reason}", event.line,
+                                                 rank=event.rank))
+        elif isinstance(event, frames.Outputs):
             if event.rank == self._shape.out_rank:  # another rank's references are never acted on
                 self._ready.append(event)
-        elif isinstance(event, Error):
+        elif isinstance(event, frames.Error):
             self._error(event)
-        elif isinstance(event, Done):
+        elif isinstance(event, frames.Done):
             self._rank_done(event)
 
     def _relaunched(self, event: Relaunched) -> None:
@@ -160,7 +150,7 @@ class RankedRun:
         self._first_arrival = None
         self._ready.append(event)
 
-    def _arrive(self, hello: Hello) -> None:
+    def _arrive(self, hello: frames.Hello) -> None:
         if not self._arrived:
             self._first_arrival = self._clock()
             self._ready.append(hello)  # the engine shows who runs the cells: the first rank stands for all
@@ -173,50 +163,50 @@ class RankedRun:
         if self._clock() - self._first_arrival <= limit:
             return
         missing = [rank for rank in range(self._shape.world_size) if rank not in self._arrived]
-        self._fail(Error(-1, "RendezvousTimeout", (
+        self._fail(frames.Error(-1, "RendezvousTimeout", (
             f"{describe_ranks(missing, self._shape)} never started within --rendezvous-timeout {limit:g} s "
             f"of the first rank; the {len(self._arrived)} rank(s) that did were stopped. Output so far is kept, "
             "no variable was copied back. Check why those nodes could not start, or raise --rendezvous-timeout."
         ), (), rank=missing[0]))
 
-    def _output(self, event: Stream | DisplayData) -> None:
+    def _output(self, event: frames.Stream | frames.DisplayData) -> None:
         rank = event.rank
         if self._show == RANK0:
             if rank == 0:
                 self._ready.append(event)
         elif self._show == GROUPED:
             self._held.setdefault(rank, []).append(event)
-        elif isinstance(event, Stream):
+        elif isinstance(event, frames.Stream):
             key = (rank, event.name)
             text, self._line_start[key] = prefix_lines(event.text, f"[rank {rank}] ",
                                                        self._line_start.get(key, True))
-            self._ready.append(Stream(event.seq, event.name, text, rank=rank))
+            self._ready.append(frames.Stream(event.seq, event.name, text, rank=rank))
         else:
             self._ready.append(event)
 
-    def _error(self, error: Error) -> None:
+    def _error(self, error: frames.Error) -> None:
         if (self._interrupted or self._failure is not None) and error.ename == "KeyboardInterrupt":
             return  # the interrupt this run was asked for, or sent after the first failure
         self._fail(error)
 
-    def _rank_done(self, done: Done) -> None:
+    def _rank_done(self, done: frames.Done) -> None:
         self._done[done.rank] = done.status
         if self._failure is not None:
             if len(self._done) == self._shape.world_size:
-                self._finish(Done(-1, "error", 0.0), self._failure)
+                self._finish(frames.Done(-1, "error", 0.0), self._failure)
         elif done.status == "error":
-            self._fail(Error(-1, "RankFailed", f"rank {done.rank} ended with an error it did not describe",
-                             (), rank=done.rank))
+            self._fail(frames.Error(-1, "RankFailed", f"rank {done.rank} ended with an error it did not describe",
+                                    (), rank=done.rank))
         elif done.status == "interrupted" and not self._interrupted:
-            self._fail(Error(-1, "KeyboardInterrupt", f"rank {done.rank} was interrupted from outside the notebook",
-                             (), rank=done.rank))
+            self._fail(frames.Error(-1, "KeyboardInterrupt",
+                                    f"rank {done.rank} was interrupted from outside the notebook", (), rank=done.rank))
         elif len(self._done) == self._shape.world_size:
-            self._finish(Done(-1, "interrupted" if self._interrupted else "ok", 0.0))
+            self._finish(frames.Done(-1, "interrupted" if self._interrupted else "ok", 0.0))
 
     def _all_exited(self, exit_: RunnerExit) -> None:
         missing = [rank for rank in range(self._shape.world_size) if rank not in self._done]
         if missing and not self._interrupted:
-            self._fail(Error(-1, "RankDied", (
+            self._fail(frames.Error(-1, "RankDied", (
                 f"{describe_ranks(missing, self._shape)} ended before finishing the cell (exit code "
                 f"{exit_.code}). {exit_.detail}".strip()), (), rank=missing[0]))
             return
@@ -224,7 +214,7 @@ class RankedRun:
         self._ready.append(exit_)
         self._finished = True
 
-    def _fail(self, error: Error) -> None:
+    def _fail(self, error: frames.Error) -> None:
         """The first failure ends the run: its error, naming the rank, then ``done``; the others stop."""
         if self._finished or self._failure is not None:
             return
@@ -232,10 +222,10 @@ class RankedRun:
         header = f"rank {rank} of {self._shape.world_size} (node {rank // self._shape.procs_per_node}) failed:\n"
         # a SystemExit's value is the script's exit status (the runner protocol): kept as it is
         evalue = error.evalue if error.ename == "SystemExit" else f"{error.evalue} [rank {rank}]"
-        failure = Error(error.seq, error.ename, evalue, (header, *error.traceback), rank=rank)
+        failure = frames.Error(error.seq, error.ename, evalue, (header, *error.traceback), rank=rank)
         self._inner.interrupt()
         if self._settle is None or len(self._done) == self._shape.world_size:
-            self._finish(Done(-1, "error", 0.0), failure)
+            self._finish(frames.Done(-1, "error", 0.0), failure)
         else:
             self._failure = failure
             self._settle_by = self._clock() + self._settle
@@ -246,13 +236,13 @@ class RankedRun:
             return
         stuck = [rank for rank in range(self._shape.world_size) if rank not in self._done]
         self._inner.kill()
-        self._ready.append(RunnerWarning(-1, (
+        self._ready.append(frames.RunnerWarning(-1, (
             f"{describe_ranks(stuck, self._shape)} did not stop within {self._settle:g} s after rank "
             f"{self._failure.rank} failed (blocked in a collective, waiting for it): the session was closed, "
             "and its state is gone; the next cell starts it anew")))
-        self._finish(Done(-1, "error", 0.0), self._failure)
+        self._finish(frames.Done(-1, "error", 0.0), self._failure)
 
-    def _finish(self, done: Done, error: Error | None = None) -> None:
+    def _finish(self, done: frames.Done, error: frames.Error | None = None) -> None:
         self._flush_held()
         if error is not None:
             self._ready.append(error)
@@ -261,6 +251,6 @@ class RankedRun:
 
     def _flush_held(self) -> None:
         for rank in sorted(self._held):
-            self._ready.append(Stream(-1, "stdout", f"[rank {rank}]\n", rank=rank))
+            self._ready.append(frames.Stream(-1, "stdout", f"[rank {rank}]\n", rank=rank))
             self._ready.extend(self._held[rank])
         self._held.clear()

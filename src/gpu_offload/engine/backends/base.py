@@ -180,7 +180,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Transfer:
-    """How one run's buffers travel between the kernel and its runner (fields of the bundle).
+    """How one run's buffers travel between the kernel and its runner: each field is the bundle's field of the
+    same name (``make_bundle`` takes them whole).
 
     The backend chooses it once per run, before the bundle is pickled, so the bundle is pickled once.
     """

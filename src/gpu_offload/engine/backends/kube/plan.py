@@ -140,15 +140,6 @@ class Offloading:
 
 
 @dataclass(frozen=True)
-class JobShape:
-    """A distributed run's Indexed Job besides its pod: how many pods, ranks per pod, rank 0's port."""
-
-    nodes: int
-    procs_per_node: int
-    master_port: int
-
-
-@dataclass(frozen=True)
 class LaunchPlan:
     """Everything one launch does, decided before anything is done."""
 
@@ -171,7 +162,8 @@ class LaunchPlan:
     """The bundle is stored in object storage (too large for stdin and the Secret), not sent on stdin."""
     pod: RunnerPodSpec
     """The runner pod (each pod of a Job); ``bundle_url`` is filled in once the bundle is stored."""
-    job: JobShape | None = None
+    job: RankJobSpec | None = None
+    """A distributed run's Indexed Job as ``rank_job`` makes it (its ``pod`` is :attr:`pod`); None: one pod."""
     waits_for: str = ""
     """What a queued pod or Job waits for, as its place in line says it (``2 x A100``, ``2 pods of 1 GPU``);
     empty: no tracking."""
@@ -182,20 +174,15 @@ class LaunchPlan:
         """The first object to create: the Pod, or the Job (the stored bundle's URL and digest, if stored)."""
         pod = dataclasses.replace(self.pod, bundle_url=bundle_url, bundle_sha256=bundle_sha256) if self.stored \
             else self.pod
-        return runner_pod(pod) if self.job is None else rank_job(self._job_spec(pod))
+        return runner_pod(pod) if self.job is None else rank_job(dataclasses.replace(self.job, pod=pod))
 
     def owned(self, owner: Mapping[str, Any], uid: str, runner: bytes) -> list[dict[str, Any]]:
         """The objects the created ``owner`` (with ``uid``) owns, in creation order: the runner's Secret, and
         a Job's headless Service of rank 0."""
         objects = [runner_secret(owner, uid, runner)]
         if self.job is not None:
-            objects.append(master_service(self._job_spec(self.pod), uid))
+            objects.append(master_service(self.job, uid))
         return objects
-
-    def _job_spec(self, pod: RunnerPodSpec) -> RankJobSpec:
-        assert self.job is not None
-        return RankJobSpec(pod, nodes=self.job.nodes, procs_per_node=self.job.procs_per_node,
-                           master_port=self.job.master_port)
 
 
 def memory_bytes(quantity: str | None) -> int:
@@ -527,7 +514,8 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
                           stored, pod, waits_for=what if queue else "", protection=protection)
     ctx = PodContext(" or ".join(where.clusters), placement.gpus, image, seen.memory, where.model)
-    shape = JobShape(ranks.nodes, ranks.procs_per_node, master_port(order.run_id))
+    job = RankJobSpec(pod, nodes=ranks.nodes, procs_per_node=ranks.procs_per_node,
+                      master_port=master_port(order.run_id))
     # Kueue admits the Job's pods together, as one Workload: its place in line is the run's
     return LaunchPlan(order.run_id, "Job", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
-                      stored, pod, job=shape, waits_for=f"{ranks.nodes} pods of {what}" if queue else "")
+                      stored, pod, job=job, waits_for=f"{ranks.nodes} pods of {what}" if queue else "")
