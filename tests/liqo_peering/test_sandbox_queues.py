@@ -197,11 +197,21 @@ def test_a_removed_donors_flavor_goes_after_the_queue_stops_naming_it(origin, ap
     core = kubernetes.client.CoreV1Api(api_client)
     # what unpeering leaves: no ForeignCluster, VirtualNode or Node of donor-3 (Liqo deletes a deleted
     # VirtualNode's Node)
-    custom.delete_namespaced_custom_object("offloading.liqo.io", "v1beta1", "liqo-tenant-donor-3", "virtualnodes",
-                                           "donor-3-gpu")
-    custom.delete_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", "donor-3")
-    if isinstance(origin, RealOrigin):  # seeded objects, no Liqo: do what its VirtualNode controller would
+    if isinstance(origin, RealOrigin):  # seeded objects, no Liqo: do what unpeering and its controllers would
+        custom.delete_namespaced_custom_object("offloading.liqo.io", "v1beta1", "liqo-tenant-donor-3", "virtualnodes",
+                                               "donor-3-gpu")
+        custom.delete_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", "donor-3")
         core.delete_node("donor-3-gpu")
+    else:
+        origin.unpeer(["donor-3"])  # the sandbox unpeers as liqoctl unpeer does
+    try:
+        _sync_after_donor_3_left(api_client, core, capsys)
+    finally:
+        if not isinstance(origin, RealOrigin):  # the origin is shared: donor-3 peered again, as the module found it
+            origin.peer([DONORS[2]])
+
+
+def _sync_after_donor_3_left(api_client, core, capsys) -> None:
     wait_until(lambda: "donor-3-gpu" not in [n.metadata.name for n in core.list_node().items], "donor-3's Node to go")
     capsys.readouterr()
     assert main(["queues", "sync"]) == 0

@@ -78,3 +78,14 @@ def test_cordoned_node_takes_no_new_pods(core, offloaded_namespace):
         core.patch_node("origin-user", {"spec": {"unschedulable": None}})
     assert wait_until(lambda: core.read_namespaced_pod("cordoned", offloaded_namespace).spec.node_name, "bound after uncordon") \
         == "origin-user"
+
+
+def test_an_uncordoned_node_reads_back_as_one_never_cordoned(core):
+    """``spec.unschedulable`` is a Go bool with omitempty: kube-apiserver stores no ``false``."""
+    core.patch_node("donor-1-gpu", {"spec": {"unschedulable": True}})
+    try:
+        assert core.read_node("donor-1-gpu").spec.unschedulable is True
+    finally:
+        core.patch_node("donor-1-gpu", {"spec": {"unschedulable": False}})
+    assert core.read_node("donor-1-gpu").spec.unschedulable is None
+    assert "unschedulable" not in (core.api_client.sanitize_for_serialization(core.read_node("donor-1-gpu")).get("spec") or {})
