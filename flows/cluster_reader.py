@@ -1,4 +1,4 @@
-"""The only module of ``gpu_offload.flows`` that talks to an API server, through ``liqo_peering``'s client.
+"""The only module of ``gpu_offload.flows`` that talks to an API server, through ``liqo_peering``'s clients.
 
 It reads the inventory placement needs and refuses a target namespace that Liqo does not offload, since a
 step pod there would stay Pending (OffloadingBackOff) instead of reaching a virtual node. Validation must
@@ -83,3 +83,45 @@ def read_local_queue(where: str, namespace: str) -> str | None:
         raise unreachable(where, exc) from exc
     except GpuOffloadError as exc:
         raise GpuOffloadFlowError(f"listing the Kueue LocalQueues of {namespace} through {where}: {exc}") from exc
+
+
+class StepJobs:
+    """A flow run's step Jobs in ``namespace`` (those labelled ``selector``) and what Kueue says of them: the I/O
+    of ``step_watch``. Reads never raise: what cannot be read is not said."""
+
+    def __init__(self, where: str, namespace: str, selector: str) -> None:
+        from gpu_offload.liqo_peering.queue_client import KueueClient
+
+        self._api = _api_client(where)
+        self._kueue = KueueClient(self._api, request_timeout=TIMEOUT_SECONDS)
+        self.namespace = namespace
+        self.collection = self._kueue.jobs(namespace, selector)
+
+    def stop_message(self, name: str, uid: str) -> str | None:
+        """The message of the ``Stopped`` event Kueue recorded on the Job, None when there is none (yet)."""
+        from gpu_offload.liqo_peering.errors import GpuOffloadError
+
+        try:
+            event = self._kueue.stop_event(self.namespace, "Job", name, uid)
+        except GpuOffloadError:
+            return None
+        return None if event is None else str(event.get("message") or "")
+
+    def place(self, queue: str, job_name: str) -> tuple[int, int] | None:
+        """The Job's place in its LocalQueue (from 0) and the queue's length, from Kueue's visibility API; None
+        when not listed (not requeued yet) or not readable."""
+        from gpu_offload.liqo_peering.errors import GpuOffloadError
+
+        try:
+            pending = self._kueue.pending_workloads(self.namespace, queue)
+        except GpuOffloadError:
+            return None
+        for item in pending:
+            owners = (item.get("metadata") or {}).get("ownerReferences") or []
+            if any(o.get("kind") == "Job" and o.get("name") == job_name for o in owners):
+                position = item.get("positionInLocalQueue")
+                return (position, len(pending)) if isinstance(position, int) and position >= 0 else None
+        return None
+
+    def close(self) -> None:
+        self._api.close()

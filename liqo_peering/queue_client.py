@@ -7,11 +7,12 @@ import json
 from typing import Any
 
 import urllib3
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from . import labels as L
 from .errors import APIForbidden, APINotFound, APIServerError, APIThrottled, GpuOffloadError, api_error
+from .kueue_stop import newest_stop_event, stop_event_selector
 from .queue_sync import Change
 from .retrying import Backoff, retry
 from .watching import Collection
@@ -38,6 +39,7 @@ class KueueClient:
         self.api_client = api_client
         self.custom = CustomObjectsApi(api_client)
         self.core = CoreV1Api(api_client)
+        self.batch = BatchV1Api(api_client)
         self.request_timeout = request_timeout
 
     def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -110,6 +112,24 @@ class KueueClient:
             raise api_error(exc, "reading", f"the pending workloads of LocalQueue {namespace}/{local_queue} (Kueue's "
                                             "visibility API)") from exc
         return list(body.get("items") or [])
+
+    def jobs(self, namespace: str, label_selector: str) -> Collection:
+        """The Jobs of ``namespace`` matching a label selector, as a list/watch collection: Kueue suspends a Job
+        it evicts, and a Job's ``spec.suspend`` says whether it holds its quota."""
+        return Collection(f"Jobs in {namespace} matching {label_selector}", self.batch.list_namespaced_job,
+                          {"namespace": namespace, "label_selector": label_selector})
+
+    def stop_event(self, namespace: str, kind: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The newest ``Stopped`` event Kueue recorded on the ``kind`` ``name`` of this ``uid``, or None."""
+        what = f"the events of {kind} {namespace}/{name}"
+        try:
+            response = self.core.list_namespaced_event(namespace, field_selector=stop_event_selector(kind, name),
+                                                       _preload_content=False, _request_timeout=self.request_timeout)
+            listed = json.loads(response.data)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise api_error(exc, "listing", what) from exc
+        event = newest_stop_event(listed.get("items") or [], uid)
+        return dict(event) if event is not None else None
 
     def workloads(self, namespace: str) -> builtins.list[dict[str, Any]]:
         """The Workloads of ``namespace`` (Kueue's own record of each queued pod, with its ``QuotaReserved``

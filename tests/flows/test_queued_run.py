@@ -13,10 +13,13 @@ node labels on its pods are the ones Kueue added from the flavor it admitted the
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,3 +233,88 @@ def test_several_localqueues_and_no_queue_setting_stop_the_flow_before_anything_
                 "should wait in; name one, e.g. `export METAFLOW_GPU_OFFLOAD_QUEUE=gpu-offload`") in said, said[-2000:]
         assert not batch.list_namespaced_job(namespace).items
         assert not core.list_namespaced_pod(namespace).items
+
+
+def _notices(out: list[str], words: str) -> list[str]:
+    return [line for line in "".join(out).splitlines() if words in line]
+
+
+def test_a_queued_step_preempted_by_a_higher_priority_run_is_told_then_reruns_and_the_flow_finishes(
+        kueue_origin: Any, user_namespace: str, s3: S3Server, step_image: dict[str, str], tmp_path: Path) -> None:
+    """Kueue preempts the running `batch` step for an `interactive` run: Metaflow waits on without a word, the
+    project's watch of the run's Jobs says it (in the step's lines, with Kueue's reason and the place in line),
+    says when Kueue admits it again, the step reruns from its start and the flow finishes; nothing stays."""
+    with kueue_origin.sandbox.api_client() as client:
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        batch = kubernetes.client.BatchV1Api(client)
+        before = {j.metadata.name for j in batch.list_namespaced_job(user_namespace).items}
+        runner = FlowRunner(tmp_path, s3)
+        (tmp_path / "preempted_flow.py").write_text((DATA / "preempted_flow.py").read_text())
+        env = runner.env({"KUBECONFIG": str(kueue_origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": NAMESPACE,
+                          "JUPYTERHUB_USER": "dora", **TRUSTING, **step_image, "GPU_OFFLOAD_QUEUE": QUEUE})
+        flow = subprocess.Popen([sys.executable, "preempted_flow.py", "run"], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.extend(iter(flow.stdout.readline, "")), daemon=True)
+        reader.start()
+        try:
+            (job,) = wait_until(lambda: [j for j in batch.list_namespaced_job(user_namespace).items
+                                         if j.metadata.name not in before], "the step's Job", timeout=240)
+            name, selector = job.metadata.name, f"job-name={job.metadata.name}"
+            (first,) = wait_until(lambda: [p for p in core.list_namespaced_pod(
+                user_namespace, label_selector=selector).items if p.status.phase == "Running"],
+                "the step's pod running", timeout=240)
+            core.create_namespaced_pod(user_namespace, _holder())  # interactive, the pool's two GPUs
+            wait_until(lambda: batch.read_namespaced_job(name, user_namespace).spec.suspend,
+                       "Kueue preempting the step (its Job suspended)", timeout=120)
+            try:
+                (said,) = wait_until(lambda: _notices(out, "was preempted"), "the run saying the step was preempted",
+                                     timeout=60)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; the run printed:\n{''.join(out)[-3000:]}") from None
+            assert flow.poll() is None  # Metaflow itself still waits
+            # Kueue admits the higher-priority run, not the step back: the step waits behind it
+            wait_until(lambda: core.read_namespaced_pod("holder", user_namespace).status.phase == "Running",
+                       "the higher-priority run running", timeout=120)
+            assert batch.read_namespaced_job(name, user_namespace).spec.suspend, [
+                (w["metadata"]["name"], w["status"].get("conditions")) for w in _workloads(custom)]
+            assert not _notices(out, "admitted by Kueue again")
+            core.delete_namespaced_pod("holder", user_namespace, grace_period_seconds=0)
+            flow.wait(timeout=400)
+            reader.join(10)
+        finally:
+            if flow.poll() is None:
+                os.killpg(flow.pid, signal.SIGKILL)
+                flow.wait()
+            with contextlib.suppress(kubernetes.client.ApiException):
+                core.delete_namespaced_pod("holder", user_namespace, grace_period_seconds=0)
+        text = "".join(out)
+        assert flow.returncode == 0, text[-3000:]
+        # said in the step's lines (Metaflow's `[run/step/task]` head), in words, with what happens next
+        assert re.search(r"\[\d+/train/\d+\] gpu-offload: step train \(task \d+, attempt 0\) was preempted by a "
+                         r"higher-priority run after \d+ s\. Its pod is gone and what it had done is lost; it waits in "
+                         r"Kueue's queue again; (1st of 1|2nd of 2) in LocalQueue gpu-offload and will rerun from its start "
+                         r"once admitted", said), said
+        assert len(_notices(out, "was preempted")) == 1
+        (again,) = _notices(out, "admitted by Kueue again after")
+        assert "gpu-offload: step train (task" in again and again.endswith("in line; it reruns from its start")
+        assert text.index("was preempted") < text.index("admitted by Kueue again")
+        # rerun from its start in a new pod (Metaflow shows the step's lines from its log in the object store,
+        # which the deleted first pod may not have written), then the flow finished
+        assert "total=45 after the rerun" in text
+        # nothing left: the Job finished, its Workload too, no pod of it but the one that succeeded, no holder,
+        # and no process of the run (its `kubernetes step` child included)
+        done = batch.read_namespaced_job(name, user_namespace)
+        assert done.status.succeeded == 1 and not done.spec.suspend
+        (workload,) = [w for w in _workloads(custom) if any(o["uid"] == done.metadata.uid
+                                                            for o in w["metadata"].get("ownerReferences") or [])]
+        assert _condition(workload, "Finished")["reason"] == "Succeeded"
+        (last,) = wait_until(lambda: [p for p in core.list_namespaced_pod(user_namespace, label_selector=selector).items
+                                      if p.status.phase == "Succeeded"] or None, "the step's finished pod", timeout=60)
+        assert last.metadata.name != first.metadata.name
+        wait_until(lambda: all(p.status.phase == "Succeeded" for p in core.list_namespaced_pod(
+            user_namespace, label_selector=selector).items), "only the step's finished pod left", timeout=60)
+        wait_until(lambda: not [p for p in core.list_namespaced_pod(user_namespace).items
+                                if p.metadata.name == "holder"], "the holder gone", timeout=60)
+        with pytest.raises(ProcessLookupError):
+            os.killpg(flow.pid, 0)

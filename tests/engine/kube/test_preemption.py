@@ -314,8 +314,9 @@ def test_a_protected_session_is_preempted_only_after_its_protection_time(
 def test_gpu_offload_run_preempted_by_an_interactive_cell_ends_saying_so_and_leaves_nothing(
         origin: Any, kernels: list[KubernetesBackend], api_client: Any, pool: str, tmp_path: Any) -> None:
     """`gpu-offload run --priority batch` holds the pool's one GPU of quota and prints; an interactive cell makes
-    Kueue preempt it. The command ends saying so, and, its script having printed, that it was not rerun and how
-    to have it rerun (`--rerun-on-preemption`); its pod and Secret are gone."""
+    Kueue preempt it. The command ends saying so in a command's words (not a cell's), and, its script having
+    printed, that it was not rerun and how to have it rerun (`--rerun-on-preemption`); its pod and Secret are
+    gone."""
     import subprocess
 
     from ...cli.helpers import argv, environment, write_project
@@ -340,6 +341,10 @@ def test_gpu_offload_run_preempted_by_an_interactive_cell_ends_saying_so_and_lea
     assert proc.returncode not in (0, None), (out, err)
     assert "Preempted: preempted after " in err and "by a higher-priority run" in err, err
     assert "it had shown output already, so it is not rerun" in err and "--rerun-on-preemption" in err, err
+    # in a command's words, not a cell's
+    assert ("its output so far is shown above. Run the command again to queue it once more, or with --priority"
+            in err), err
+    assert "to have such a run requeued" in err and "cell" not in err, err
     assert "Traceback" not in err, err
     wait_until(lambda: not leftovers(kubernetes.client.CoreV1Api(api_client), pool), "the run's pod and Secret gone",
                timeout=120)

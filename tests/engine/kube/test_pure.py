@@ -3,6 +3,7 @@ read back from object storage, and the settings read from the environment."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,19 @@ from gpu_offload.liqo_peering.specs import BUNDLE_URL_ENV, RunnerPodSpec, runner
 
 from gpu_offload.engine.backends.kube.config import DEFAULT_IMAGE, configured, from_environment
 from gpu_offload.engine.backends.kube.explain import (
+    COMMAND,
     FAILED,
     FINISHED,
     RUNNING,
     WAITING,
     PodContext,
+    front_words,
     pod_state,
     span_text,
     stopped_by_kueue,
 )
 from gpu_offload.engine.backends.kube.podspec import fetched_outputs, same_object
+from gpu_offload.engine.backends.kube.requeue import after_preemption
 from gpu_offload.engine.errors import BackendNotConfigured
 
 CTX = PodContext("donor-b", 2, "pytorch/pytorch:2.3", "16Gi")
@@ -117,6 +121,24 @@ def test_kueues_other_stops_and_reasons_are_said_in_its_words() -> None:
     assert not stopped_by_kueue("WorkloadEvictedDueToPodsReadyTimeout", "Exceeded", 30, CTX).elsewhere
     assert not stopped_by_kueue("WorkloadEvictedDueToDeactivated", "Deactivated", None, CTX).elsewhere
     assert [span_text(s) for s in (0.4, 59, 61, 3600 + 5 * 60)] == ["0 s", "59 s", "1 min", "1 h 5 min"]
+
+
+def test_a_preempted_command_is_told_in_a_commands_words_and_a_cell_in_a_cells() -> None:
+    """`gpu-offload run` and the magic share the kube backend's sentences; only the front end's words differ."""
+    command = dataclasses.replace(CTX, words=front_words(cli=True))
+    for ctx, again, kept in [(CTX, "Run the cell again", "output so far is kept, no variable was copied back"),
+                             (command, "Run the command again", "its output so far is shown above")]:
+        preempted = stopped_by_kueue("", KUEUE_MESSAGE, 30, ctx)
+        assert f"{kept}. {again} to queue it once more, or with --priority of a higher class" in preempted.text
+        evicted = stopped_by_kueue("WorkloadEvictedDueToDeactivated", "Deactivated", 30, ctx)
+        assert evicted.text.endswith(f"{kept}. {again} to queue it once more")
+    assert "cell" not in stopped_by_kueue("", KUEUE_MESSAGE, 30, command).text
+    shown = after_preemption(stopped_by_kueue("", KUEUE_MESSAGE, 30, command), 3, False, False, False, COMMAND)
+    assert shown is not None and not shown.rerun and "to have such a run requeued and rerun once" in shown.words
+    silent = after_preemption(stopped_by_kueue("", KUEUE_MESSAGE, 30, command), 0, False, False, False, COMMAND)
+    assert silent is not None and silent.rerun and "nothing of the first attempt reached the terminal" in silent.words
+    cell = after_preemption(stopped_by_kueue("", KUEUE_MESSAGE, 30, CTX), 3, False, False, False)
+    assert cell is not None and "to have such a cell requeued" in cell.words
 
 
 def _spec(**changes: Any) -> RunnerPodSpec:

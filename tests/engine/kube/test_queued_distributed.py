@@ -122,3 +122,42 @@ def test_a_distributed_run_preempted_by_kueue_ends_saying_so_and_leaves_nothing(
     assert "Kueue gave its 2 GPUs on " in words and "A distributed run is not rerun" in words, words
     wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
     wait_until(lambda: not workloads(custom, pool), "the Job's Workload gone", timeout=120)
+
+
+def _jobs(api_client: Any, pool: str) -> list[Any]:
+    return list(kubernetes.client.BatchV1Api(api_client).list_namespaced_job(pool).items)
+
+
+def test_a_distributed_session_preempted_while_idle_is_said_and_its_job_is_not_run_again_unattended(
+        api_client: Any, core: Any, custom: Any, pool: str) -> None:
+    """A ``batch`` distributed session (2 pods of 1 GPU, both GPUs) is idle between cells; an ``interactive`` cell
+    makes Kueue preempt its Job (suspended, pods deleted). The user is told (the status line, then the next
+    cell's note), the old Job is deleted instead of being admitted again by Kueue once the GPUs free (its
+    launchers would hold both GPUs with nobody attached), and the next cell starts the session anew; closing
+    leaves no Job, pod, Service, Secret or Workload."""
+    batch = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE), api_client)
+    other = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE), api_client)
+    try:
+        outcome, first, _ = run_cell(batch, "import os\nx = 41 + int(os.environ['RANK'])\n", {}, session="ddp",
+                                     ranks=ONE_EACH, priority="batch")
+        assert outcome.status == "ok", (outcome.error, first.notices)
+        (old,) = _jobs(api_client, pool)
+        outcome, interactive, _ = run_cell(other, "print('interactive ran')", {}, priority="interactive")
+        assert outcome.status == "ok", (outcome.error, interactive.notices)
+        # the old Job goes: Kueue would otherwise start its pods again once the interactive cell gave its GPU back
+        wait_until(lambda: old.metadata.name not in {j.metadata.name for j in _jobs(api_client, pool)},
+                   "the preempted session's Job deleted", timeout=120)
+        said = batch.describe()
+        assert re.search(rf"session ddp: its Job {old.metadata.name} was preempted after \S+( \S+)* by a "
+                         r"higher-priority run while idle", said), said
+        outcome, again, _ = run_cell(batch, CELL, {}, session="ddp", ranks=ONE_EACH, priority="batch")
+        assert outcome.status == "ok", (outcome.error, again.notices)
+        assert sorted(again.text.splitlines()) == ["[rank 0] rank 0 of 2", "[rank 1] rank 1 of 2"]
+        note = [n for n in again.notices if "session ddp: its Job" in n]  # a warning, through the ranks
+        assert note and f"its Job {old.metadata.name} was preempted after " in note[0], again.notices
+        assert "this cell starts the session anew and the variables of the old one are gone" in note[0], note
+    finally:
+        batch.close()
+        other.close()
+    wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
+    wait_until(lambda: not workloads(custom, pool), "the Jobs' Workloads gone", timeout=120)

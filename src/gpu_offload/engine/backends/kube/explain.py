@@ -13,6 +13,7 @@ from typing import Any
 
 from ....liqo_peering import environment as E
 from ....liqo_peering import labels as L
+from ....liqo_peering.kueue_stop import preempted_by
 from ....liqo_peering.shares import ClusterShare
 from ....liqo_peering.timestamps import parse_time
 
@@ -27,6 +28,32 @@ PODS_READY_TIMEOUT = "PodsReadyTimeout"
 """The pod condition Kueue writes on a pod it stops (reason ``WorkloadEvictedDueTo<Evicted's reason>``, message
 the eviction's), before it deletes the pod; it records the same message in a ``Stopped`` event on the pod."""
 PREEMPTED = "Preempted"
+
+
+@dataclass(frozen=True)
+class FrontWords:
+    """How the sentences name the run, by the front end that started it: the one place these words differ."""
+
+    again: str
+    """What to do to try once more, e.g. ``Run the cell again``."""
+    kept: str
+    """What a run that ended early leaves the user."""
+    such: str
+    """The run as a kind, e.g. ``such a cell``."""
+    shown_in: str
+    """Where its output appears."""
+
+
+CELL = FrontWords("Run the cell again", "output so far is kept, no variable was copied back", "such a cell",
+                  "the notebook")
+"""A cell's run (the magic, the panel)."""
+COMMAND = FrontWords("Run the command again", "its output so far is shown above", "such a run", "the terminal")
+"""A ``gpu-offload run`` script's run."""
+
+
+def front_words(cli: bool) -> FrontWords:
+    """The words of a run of ``gpu-offload run`` (``cli``) or of a cell."""
+    return COMMAND if cli else CELL
 
 
 @dataclass(frozen=True)
@@ -45,6 +72,8 @@ class PodContext:
     """Part of a GPU: per cluster the pod may land on, what it holds there and its isolation warning."""
     notice: str = ""
     """Part of a GPU on a donor that does not isolate its memory: the warning, said with where the pod runs."""
+    words: FrontWords = CELL
+    """How the sentences name the run: a cell's, or a ``gpu-offload run`` command's."""
 
     def on_cluster(self) -> PodContext:
         """This context with the share and warning of ``cluster`` once it is known (placed, or admitted by
@@ -207,15 +236,13 @@ def stopped_by_kueue(reason: str, message: str, ran: float | None, ctx: PodConte
 
     ``ran``: seconds the runner had run, None when it never started."""
     after = f" after {span_text(ran)}" if ran is not None else " before it started"
-    if reason.endswith("DueToPreempted") or message.startswith("Preempted to accommodate"):
-        why = message.partition(" due to ")[2].partition(";")[0]
-        by = ("by a higher-priority run" if not why or why.startswith("prioritization")
-              else f"by Kueue ({why})")
+    by = preempted_by(reason, message)
+    if by is not None:
         summary = f"preempted{after} {by}"
         return PodState(FAILED, (
-            f"{summary}: Kueue gave its {_gpus(ctx.gpus)} on {ctx.cluster} to another run; output so far is kept, "
-            "no variable was copied back. Run the cell again to queue it once more, or with --priority of a "
-            "higher class if you may use one"), PREEMPTED, summary=summary)
+            f"{summary}: Kueue gave its {_gpus(ctx.gpus)} on {ctx.cluster} to another run; {ctx.words.kept}. "
+            f"{ctx.words.again} to queue it once more, or with --priority of a higher class if you may use one"),
+            PREEMPTED, summary=summary)
     cause = reason.removeprefix("WorkloadEvictedDueTo") or "Evicted"
     summary = f"stopped by Kueue{after} ({cause}: {message})"
     # waitForPodsReady evicts a Workload whose pods are not ready in time; Kueue requeues a Job but deletes a
@@ -223,8 +250,8 @@ def stopped_by_kueue(reason: str, message: str, ran: float | None, ctx: PodConte
     again = (f"Kueue evicted the pod ({cause}: {message})"
              if cause == PODS_READY_TIMEOUT and ran is None else "")
     return PodState(FAILED, (
-        f"{summary} on {ctx.cluster}; output so far is kept, no variable was copied back. Run the cell again to "
-        "queue it once more"), cause, summary=summary, elsewhere=again)
+        f"{summary} on {ctx.cluster}; {ctx.words.kept}. {ctx.words.again} to queue it once more"), cause,
+        summary=summary, elsewhere=again)
 
 
 def _kueue_stop(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,9 +90,11 @@ class PodFollower:
 
     def __init__(self, pods: PodApi, pod: Mapping[str, Any], nonce: str, ctx: PodContext, *,
                  one_shot: bool = True, watch_seconds: int = 30, run_id: str | None = None,
-                 ranks: int = 1, stdin: bytes | None = None) -> None:
+                 ranks: int = 1, stdin: bytes | None = None,
+                 on_end: Callable[[PodFollower], None] | None = None) -> None:
         """``ranks``: the world size of a distributed run, whose pods' frames carry their ranks; ``stdin``: the
-        bundle, written to the runner's stdin once it runs (None: it reads no bundle there)."""
+        bundle, written to the runner's stdin once it runs (None: it reads no bundle there); ``on_end``: called
+        from the follower's thread once the pod ended (not when the follower was stopped)."""
         self.pods = pods
         self.name = str(pod["metadata"]["name"])
         self.uid = str(pod["metadata"].get("uid") or "")
@@ -126,6 +128,7 @@ class PodFollower:
         self._last_stamp: bytes | None = None
         self._done_seen = False
         self._stdin = stdin
+        self._on_end = on_end
         self._thread = threading.Thread(target=self._run, args=(dict(pod),), daemon=True,
                                         name=f"gpu-offload-follow-{self.name}")
         self._thread.start()
@@ -203,6 +206,8 @@ class PodFollower:
             self.end = state
             self.events.put(PodEnded(state))
         self.started.set()
+        if state is not None and not self._stop.is_set() and self._on_end is not None:
+            self._on_end(self)
 
     def _seen(self, pod: Mapping[str, Any]) -> PodState:
         self.gated = queued(pod)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ....liqo_peering.wording import duration
 from ....runner.frames import Error, Outputs
 from ...timing import Phase
 from ..base import Queued, RunEvent, RunnerExit
@@ -23,7 +24,7 @@ from .follow import PodFollower
 from .plan import PodOrder
 from .pods import PodApi
 from .protection import Protection
-from .queueing import Ticket, duration
+from .queueing import Ticket
 
 if TYPE_CHECKING:
     from ....liqo_peering.settings import RunDefaults

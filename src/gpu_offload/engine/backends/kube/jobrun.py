@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ....liqo_peering.errors import APIError, APIForbidden, APINotFound, APIUnauthorized
@@ -89,8 +89,12 @@ class JobPods:
     """The pods of one Indexed Job, each followed by its own :class:`~.follow.PodFollower` (told the world
     size, so the frames of every rank of that pod are accepted) as the watch on the run's pods reports them."""
 
-    def __init__(self, pods: PodApi, order: PodOrder, ranks: Ranks, job: Launched, watch_seconds: int) -> None:
+    def __init__(self, pods: PodApi, order: PodOrder, ranks: Ranks, job: Launched, watch_seconds: int,
+                 on_end: Callable[[PodFollower], None] | None = None) -> None:
+        """``on_end``: called from a follower's thread when its pod ends (a distributed session acts on it while
+        idle)."""
         self.pods = pods
+        self._on_end = on_end
         self._order = order
         self._ranks = ranks
         self._job = job
@@ -132,7 +136,8 @@ class JobPods:
                 continue
             self.followers[index] = PodFollower(
                 self.pods, pod, self._order.nonce, self._job.ctx, one_shot=False, watch_seconds=self._watch_seconds,
-                run_id=self._order.bundle_run, ranks=self._ranks.world_size, stdin=self._job.stdin or None)
+                run_id=self._order.bundle_run, ranks=self._ranks.world_size, stdin=self._job.stdin or None,
+                on_end=self._on_end)
         self._stop_watching()
 
     def _stop_watching(self) -> None:
@@ -165,6 +170,30 @@ class JobPods:
         self._stop_watching()
         for follower in self.followers.values():
             follower.stop()
+
+
+def kueue_stop(pods: PodApi, job: Launched, followers: Iterable[PodFollower], nodes: int,
+               wait: float = WHY_STOPPED_SECONDS) -> PodState | None:
+    """How Kueue stopped the Job, in words, from the ``Stopped`` event it records on a Job it suspends (looked
+    for during ``wait`` seconds: it follows the suspension); None when there is none (or events are not
+    readable: the ranks' own words stand)."""
+    uid = str((job.owner.get("metadata") or {}).get("uid") or "")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            event = pods.stop_event(job.name, uid, kind="Job")
+        except APIError:
+            return None
+        if event is not None:
+            break
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
+    started = min((f.started_at for f in followers if f.started_at), default=None)
+    stopped = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+    # the Job's GPUs, all of its pods' (a PodContext counts one pod's)
+    ctx = dataclasses.replace(job.ctx, gpus=job.ctx.gpus * nodes)
+    return stopped_by_kueue("", str(event.get("message") or ""), ran_for(started, stopped), ctx)
 
 
 def pod_failure(index: int, ended: PodEnded, diagnostics: str, ranks: Ranks, text: str | None = None) -> list[RunEvent]:
@@ -257,28 +286,13 @@ class KubeJobRun:
                 or (isinstance(item, PodEnded) and item.state.kind == FAILED))
 
     def _kueue_stopped(self) -> bool:
-        """Whether Kueue stopped the Job (its ``Stopped`` event, waited for a few seconds): then the run ends
-        saying so, as its first rank's error."""
+        """Whether Kueue stopped the Job: then the run ends saying so, as its first rank's error."""
         self._asked_why = True
-        uid = str((self.job.owner.get("metadata") or {}).get("uid") or "")
-        deadline = time.monotonic() + WHY_STOPPED_SECONDS
-        while (event := self._stop_event(uid)) is None:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.2)
-        started = min((f.started_at for f in self._nodes.followers.values() if f.started_at), default=None)
-        stopped = str(event.get("lastTimestamp") or event.get("eventTime") or "")
-        # the Job's GPUs, all of its pods' (a PodContext counts one pod's)
-        ctx = dataclasses.replace(self.job.ctx, gpus=self.job.ctx.gpus * self._ranks.nodes)
-        state = stopped_by_kueue("", str(event.get("message") or ""), ran_for(started, stopped), ctx)
+        state = kueue_stop(self.pods, self.job, self._nodes.followers.values(), self._ranks.nodes)
+        if state is None:
+            return False
         self._end_stopped(dataclasses.replace(state, text=state.text + NOT_RERUN))
         return True
-
-    def _stop_event(self, uid: str) -> Mapping[str, Any] | None:
-        try:
-            return self.pods.stop_event(self.job.name, uid, kind="Job")
-        except APIError:  # events not readable: the ranks' own words stand
-            return None
 
     def _end_stopped(self, state: PodState) -> None:
         diagnostics = "\n".join(d for f in self._nodes.followers.values() for d in f.diagnostics)

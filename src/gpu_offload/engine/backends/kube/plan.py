@@ -49,7 +49,7 @@ from ...errors import OffloadUsageError
 from ..base import Ranks, RunRequest
 from .budget import SpendReading, budget_refusal
 from .config import KubeSettings
-from .explain import MEMORY_ENV, PodContext
+from .explain import MEMORY_ENV, PodContext, front_words
 from .follow import KUEUE_PICKS
 from .protection import Protection, session_priority
 
@@ -510,10 +510,12 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
     what = f"{where.gpus} x {where.model}" if where.model else f"{where.gpus} GPU" + "s" * (where.gpus > 1)
     if ranks is None:
         ctx = PodContext(where.clusters[0], where.gpus, image, seen.memory, where.model,
-                         where.ask.describe() if where.ask else "", shares=where.shares).on_cluster()
+                         where.ask.describe() if where.ask else "", shares=where.shares,
+                         words=front_words(settings.cli)).on_cluster()
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
                           stored, pod, waits_for=what if queue else "", protection=protection)
-    ctx = PodContext(" or ".join(where.clusters), placement.gpus, image, seen.memory, where.model)
+    ctx = PodContext(" or ".join(where.clusters), placement.gpus, image, seen.memory, where.model,
+                     words=front_words(settings.cli))
     job = RankJobSpec(pod, nodes=ranks.nodes, procs_per_node=ranks.procs_per_node,
                       master_port=master_port(order.run_id))
     # Kueue admits the Job's pods together, as one Workload: its place in line is the run's

@@ -15,6 +15,7 @@ from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ....liqo_peering.errors import APIConflict, APINotFound, APIServerError, APIThrottled, api_error
+from ....liqo_peering.kueue_stop import newest_stop_event, stop_event_selector
 from ....liqo_peering.retrying import Backoff, retry
 from ....liqo_peering.watching import READ_MARGIN, Collection, Event, WatchStream
 
@@ -171,11 +172,9 @@ class PodApi:
         """The newest ``Stopped`` event on the ``kind`` (Pod or Job) ``name`` of this ``uid``, or None: Kueue
         records one with the eviction's message when it stops a pod (which it deletes) or suspends a Job."""
         listed = self._json("listing", f"events of {kind} {self.namespace}/{name}", self.core.list_namespaced_event,
-                            self.namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name},"
-                                                           "reason=Stopped")
-        mine = [e for e in listed.get("items") or [] if (e.get("involvedObject") or {}).get("uid") == uid]
-        mine.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-        return mine[-1] if mine else None
+                            self.namespace, field_selector=stop_event_selector(kind, name))
+        event = newest_stop_event(listed.get("items") or [], uid)
+        return dict(event) if event is not None else None
 
     def pods_matching(self, selector: str) -> Collection:
         """The namespace's pods matching a label selector, as a collection ``watching.ListWatch`` keeps."""

@@ -23,6 +23,7 @@ from ....liqo_peering.errors import APIError, APIForbidden
 from ....liqo_peering.queue_client import KueueClient
 from ....liqo_peering.retrying import WATCH_BACKOFF, Backoff
 from ....liqo_peering.watching import Event, ListResult, ListWatch
+from ....liqo_peering.wording import duration, ordinal
 from .wait_estimate import QUEUED_KINDS, RECENT, UNKNOWN, estimate, reason_of, waiting_messages
 
 READ_SPACING = Backoff(first=1.0, cap=30.0, factor=2.0, jitter=0.2)
@@ -32,22 +33,6 @@ QUIET_READ_SECONDS = 30.0
 changes nothing, and its visibility API's 503 is then said instead of a place that no longer moves."""
 FIRST_LIST_SECONDS = 10.0
 """How long a launch waits for the ClusterQueue's first listing (for the never-fits check)."""
-
-
-def ordinal(n: int) -> str:
-    """1 -> ``1st``, 2 -> ``2nd``, 11 -> ``11th``, 23 -> ``23rd``."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def duration(seconds: float) -> str:
-    """``72`` -> ``1 min 12 s``; ``3720`` -> ``1 h 2 min``."""
-    whole = int(max(seconds, 0))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes} min"
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
 
 
 class Ticket:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -25,7 +26,7 @@ from ..base import Ranks, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_f
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
 from .host import Attachment, Host, WarmSession
-from .jobrun import JobPods, pod_failure
+from .jobrun import JobPods, kueue_stop, pod_failure
 from .plan import PodOrder
 from .session import SessionCell
 
@@ -45,7 +46,8 @@ class KubeRankSession(WarmSession):
         nonce = secrets.token_hex(16)
         order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True, defaults=host.run_defaults())
         self.job = host.launch(order)
-        self.nodes = JobPods(self.pods, order, self.ranks, self.job, host.watch_seconds)
+        self._ending = threading.Lock()
+        self.nodes = JobPods(self.pods, order, self.ranks, self.job, host.watch_seconds, on_end=self._pod_ended)
         self._greeting = greeting(nonce, self.ranks.bundle_field())
         """Every launcher's first line: the nonce and the shape (its group rank is its pod's index)."""
         self._stdin: dict[int, Attachment] = {}
@@ -92,6 +94,23 @@ class KubeRankSession(WarmSession):
             if not stdin.send(command):
                 return index
         return None
+
+    def _pod_ended(self, follower: PodFollower) -> None:
+        """A pod of the session ended while no cell runs (a cell's own end is its own to say): the session is over
+        (its ranks lost a peer). Kueue, which preempts a Job by suspending it, would admit the Job again once GPUs
+        free and start its launchers with nobody attached, holding every GPU of the session until the idle
+        timeout: the Job is deleted now, and the next cell (and the status) says how the session ended."""
+        if self.busy or self.dead or not self._ending.acquire(blocking=False):
+            return  # a second pod's end, or a cell follows the pods itself
+        try:
+            stopped = kueue_stop(self.pods, self.job, self.nodes.followers.values(), self.ranks.nodes)
+            if stopped is not None and stopped.summary:
+                self.closed_how = (f"was {stopped.summary} while idle (its Job was deleted, so Kueue does not start "
+                                   "it again unattended)")
+            with contextlib.suppress(APIError):  # gone already
+                self.pods.delete_job(self.job.name, grace=0)
+        except Exception:  # noqa: BLE001 - a follower's thread must end; the next cell closes the session anyway
+            pass
 
     def close(self, grace: float) -> None:
         """Ask every launcher to end its ranks' sessions, then delete the Job (its pods, Secret and Service go

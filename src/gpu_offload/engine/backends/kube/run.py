@@ -13,13 +13,13 @@ import dataclasses
 import math
 import time
 
+from ....liqo_peering.wording import duration
 from ....runner.frames import DisplayData, Done, Hello, Outputs, RunnerWarning, Status, Stream
 from ..base import Queued, RunEvent, RunnerExit
 from .explain import FAILED, PODS_READY_TIMEOUT, PodState, pod_state
 from .follow import PodEnded
 from .host import WHY_STOPPED_SECONDS, Backlog, Host, InLine, failure_events, follow_pod
 from .plan import PodOrder
-from .queueing import duration
 from .requeue import after_preemption
 
 
@@ -117,7 +117,7 @@ class KubeRun:
         self._exit_code = state.exit_code
         diagnostics = "\n".join(self.current.follower.diagnostics)
         preempted = after_preemption(state, self._shown, self._order.placement.rerun_on_preemption, self._rerun,
-                                     self._done)
+                                     self._done, self.current.ctx.words)
         if preempted is not None and preempted.rerun:
             return self._requeue(preempted.words)
         if preempted is not None:
