@@ -81,7 +81,8 @@ class OriginConfig:
 
 @dataclass(frozen=True)
 class KueueConfig:
-    """An origin with Kueue: Liqo's and Kueue's CRDs, the donors, Kueue's options, the kube tests' images."""
+    """An origin with Kueue: Liqo's and Kueue's CRDs, the donors, Kueue's options, the kube tests' images. The
+    donors are peered and Kueue's options set per module, so every ``KueueConfig`` shares one origin."""
 
     donors: tuple[liqo.Donor, ...]
     kueue: KueueOptions | None = None
@@ -135,5 +136,6 @@ SAMPLED = KueueOptions(usage_sampling=36000.0)
 only the queues' (test_mixed_pool, test_whole_queued, the three fractions modules)."""
 
 QUEUED = KueueConfig(ONE_A100_PAIR_QUEUED.donors)
-"""Kueue of its default options (the same origin as ``ONE_A100_PAIR_QUEUED``), for modules that peer donors of
-their own: ``QUEUED.with_donors(...)``."""
+"""Kueue of its default options, for modules that peer donors of their own: ``QUEUED.with_donors(...)``. Every
+queued configuration here is one origin in the lane (Liqo's and Kueue's CRDs, the kube tests' image map): each
+module peers its donors into it and the pool restarts Kueue with the module's options when they differ."""
