@@ -8,6 +8,7 @@ rows into its own model of the pool; what a row says is read here once.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness import SHARED  # bench/harness.py: the script's folder is on sys.path
@@ -73,3 +74,15 @@ def read_tasks(workload: str) -> list[TraceTask]:
                       int(r["memory_mib"]), tuple(m for m in (r.get("gpu_spec") or "").split("|") if m),
                       int(r.get("creation_time") or 0), int(r.get("deletion_time") or NEVER), r.get("qos") or "")
             for r in rows if int(r["num_gpu"]) > 0]
+
+
+def peak_gpus(tasks: Iterable[tuple[float, int, float, object]]) -> int:
+    """The most GPUs held at once by ``tasks``, each ``(arrival, GPUs, hold, what it asked)``, times in seconds."""
+    changes: list[tuple[float, int]] = []
+    for arrived, gpus, hold, _ in tasks:
+        changes += [(arrived, gpus), (arrived + hold, -gpus)]
+    held = peak = 0
+    for _, change in sorted(changes):
+        held += change
+        peak = max(peak, held)
+    return peak

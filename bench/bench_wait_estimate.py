@@ -26,7 +26,7 @@ waiting cell shows first; one per run), and the estimate at a moment drawn unifo
 glancing at the cell at a random time sees; one per run). Notes per pool break the best model's error down by place
 in line and by wait.
 Run: ``.venv/bin/python bench/bench_wait_estimate.py`` (``--pools 0.9,0.8``: only those pools; the 70 % one
-takes the longest by far).
+takes the longest by far; ``--quick``: the 90 % pool alone, seconds).
 """
 
 from __future__ import annotations
@@ -39,13 +39,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 
-from alibaba_trace import NEVER, missing, read_tasks  # bench/: the script's folder is on sys.path
+from alibaba_trace import NEVER, missing, peak_gpus, read_tasks  # bench/: the script's folder is on sys.path
 from harness import Run, percentile
 from pool_model import (
     TOLERANCE,
     Asks,
     Pool,
     asks_guess,
+    class_guess,
     known_guess,
     likeliest_guess,
     pool_guess,
@@ -116,6 +117,8 @@ MODELS: dict[str, Model] = {
         pool, [(w.gpus, w.asks) for w in ahead], item.gpus, item.asks, now),
     "pool model, survival": lambda pool, ahead, item, now, _ends: survival_guess(
         pool, [w.gpus for w in ahead], item.gpus, now),
+    "pool model, survival by class": lambda pool, ahead, item, now, _ends: class_guess(
+        pool, [(w.gpus, w.asks) for w in ahead], item.gpus, item.asks, now),
     "pool model, likeliest": lambda pool, ahead, item, now, _ends: likeliest_guess(
         pool, [w.gpus for w in ahead], item.gpus, now),
     DIAGNOSTIC: lambda pool, ahead, item, now, ends: known_guess(pool, ends, [w.gpus for w in ahead], item.gpus,
@@ -238,17 +241,6 @@ def replay(tasks: list[tuple[int, int, int, Asks]], pool: int) -> Replay:
     return Replay(pool, errors, covered, without, asked, waits, relative)
 
 
-def _peak(tasks: list[tuple[int, int, int, Asks]]) -> int:
-    """The most GPUs the trace's tasks held at once."""
-    changes = sorted([(arrived, gpus) for arrived, gpus, _, _ in tasks]
-                     + [(arrived + hold, -gpus) for arrived, gpus, hold, _ in tasks])
-    held = peak = 0
-    for _, change in changes:
-        held += change
-        peak = max(peak, held)
-    return peak
-
-
 PLACES = ((0, 0, "the head"), (1, 3, "2nd-4th"), (4, 15, "5th-16th"), (16, 10**9, "17th on"))
 WAITS = ((0, 60, "under 1 min"), (60, 900, "1-15 min"), (900, 3600, "15 min-1 h"), (3600, 1e18, "over 1 h"))
 
@@ -271,8 +263,10 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--pools"] and len(argv) == 2:
         # the 70 % pool asks some 25,000 estimates of every model: on a loaded machine, the others alone
         shares = tuple(float(x) for x in argv[1].split(","))
+    elif argv[:1] == ["--quick"] and len(argv) == 1:
+        shares = (0.9,)  # the 64-GPU pool: some 40 runs wait, a few minutes
     elif argv:
-        print("usage: bench_wait_estimate.py [--pools 0.9,0.8]")
+        print("usage: bench_wait_estimate.py [--pools 0.9,0.8 | --quick]")
         return 2
     problem = missing()
     if problem:
@@ -281,7 +275,7 @@ def main(argv: list[str]) -> int:
     tasks = sorted((t.created, max(1, t.gpus), t.deleted - t.created,
                     (t.gpus, t.gpu_milli, t.cpu_milli, t.memory_mib, t.qos))
                    for t in read_tasks("default") if t.deleted < NEVER and t.deleted >= t.created)
-    peak = _peak(tasks)
+    peak = peak_gpus(tasks)
     run = Run("wait_estimate", "Start estimate of a queued run vs its actual start, Alibaba trace FIFO replay")
     run.note(f"trace: {len(tasks)} GPU tasks of the default workload, at most {peak} GPUs held at once; estimates "
              f"use the last {RECENT} admissions, no estimate under 3 admissions or 60 s")

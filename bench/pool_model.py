@@ -14,6 +14,10 @@ of the simulated starts. The models differ in how they draw and which point they
   elapsed time (the runs that ended last favour short runs: the long ones of the same days are still running).
 - :func:`likeliest_guess` ("pool model, likeliest"): the pool model's draws (41 of them), and as the estimate the
   point that the most simulated starts lie within 30 % of (the goal's own tolerance), not a quantile.
+- :func:`class_guess` ("pool model, survival by class"): as the survival model, with one Kaplan-Meier curve per
+  class of request (:func:`request_class`: GPUs, a share of one or not, QoS, CPU shape) from the last
+  :data:`HISTORY` runs of that class admitted, each running run's remaining time drawn from its class's curve past
+  its elapsed time (the overall curve for a class with fewer than :data:`SAME_ASKS` ended).
 - :func:`known_guess` (a diagnostic, no kernel or hub can run it): the running runs' true remaining times, only
   the line's durations drawn. It shows how much of the error is the running runs' unknown ends.
 """
@@ -60,6 +64,10 @@ class Pool:
     """The last :data:`HISTORY` runs admitted, ended or not (a sample of durations that no length favours)."""
     lasted: dict[int, float] = field(default_factory=dict)
     """The duration of each run of the cohort that ended."""
+    classes: dict[tuple[int, bool, str, int], deque[int]] = field(default_factory=dict)
+    """The last :data:`HISTORY` runs admitted of each :func:`request_class`, ended or not."""
+    durations: dict[int, float] = field(default_factory=dict)
+    """Every ended run's duration (the class cohorts look theirs up)."""
     rngs: dict[str, random.Random] = field(default_factory=dict)
     """One random stream per model, so each model's draws are those of the run before it whatever the others do."""
 
@@ -68,6 +76,7 @@ class Pool:
         if len(self.cohort) == self.cohort.maxlen:
             self.lasted.pop(self.cohort[0], None)
         self.cohort.append(run)
+        self.classes.setdefault(request_class(asks), deque(maxlen=HISTORY)).append(run)
 
     def end(self, run: int, now: float) -> None:
         began, _, asks = self.running.pop(run)
@@ -75,6 +84,7 @@ class Pool:
         if run in self.cohort:
             self.lasted[run] = duration
         self.ended.append(duration)
+        self.durations[run] = duration
         self.by_asks.setdefault(asks, deque(maxlen=HISTORY)).append(duration)
 
     def rng(self, model: str) -> random.Random:
@@ -82,6 +92,14 @@ class Pool:
 
     def free(self) -> int:
         return self.gpus - sum(g for _, g, _ in self.running.values())
+
+
+def request_class(asks: Asks) -> tuple[int, bool, str, int]:
+    """A coarse class of request: GPUs, whether it asks a share of one, QoS, and the CPU asked in powers of 4 cores
+    (0: under 4, 1: 4-15, 2: 16-63, ...); exact asks split the history too thin (the pool model by asks)."""
+    gpus, milli, cpu, _memory, qos = asks
+    cores = max(1, cpu // 1000)
+    return gpus, 0 < milli < 1000, qos, (cores.bit_length() - 1) // 2
 
 
 def _starts(free0: int, tails: list[tuple[Draw, int]], line: list[tuple[int, Draw]], now: float,
@@ -261,3 +279,26 @@ def known_guess(pool: Pool, true_ends: list[tuple[float, int]], ahead: list[int]
     tails = [((lambda _rng, left=end - now: left), g) for end, g in true_ends]
     line = [(need, _whole(seen)) for need in [*ahead, gpus]]
     return _at_share(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("known")))
+
+
+def class_guess(pool: Pool, ahead: list[tuple[int, Asks]], gpus: int, asks: Asks, now: float) -> float | None:
+    """The survival model by class of request (see the module's docstring); None under 3 durations seen."""
+    if len(pool.ended) < 3:
+        return None
+    cohort = [(pool.lasted.get(run), now - pool.running[run][0] if run in pool.running else None)
+              for run in pool.cohort]
+    overall = Survival.of([d for d, _ in cohort if d is not None], [e for d, e in cohort if d is None and e is not None])
+    curves: dict[tuple[int, bool, str, int], Survival] = {}
+
+    def curve(of: Asks) -> Survival:
+        key = request_class(of)
+        if key not in curves:
+            runs = pool.classes.get(key, ())
+            ended = [pool.durations[r] for r in runs if r in pool.durations]
+            curves[key] = overall if len(ended) < SAME_ASKS else Survival.of(
+                ended, [now - pool.running[r][0] for r in runs if r in pool.running])
+        return curves[key]
+
+    tails = [(curve(a).remaining(now - start), g) for start, g, a in pool.running.values()]
+    line = [(need, curve(a).remaining(0.0)) for need, a in [*ahead, (gpus, asks)]]
+    return _at_share(_starts(pool.free(), tails, line, now, DRAWS, pool.rng("class")))

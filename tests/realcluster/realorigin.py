@@ -82,14 +82,23 @@ class RealOrigin:
 
 
 TORCH_IMAGE = "localhost/gpuorc/python-torch:3.11"
-"""The image with torch that tests/realcluster/torch_image.sh puts on donor-1's node (not up.sh: about 4 GB)."""
+"""The image with torch and numpy that tests/realcluster/torch_image.sh puts on every real node (not up.sh: about
+4 GB; run.sh imports it with RC_TORCH_IMAGE=1, as CI's real-cluster stage does)."""
+TORCH_REQUIRED = os.environ.get("RC_TORCH_IMAGE") == "1"
+"""Set when the stage imported the torch image: a test that needs it then fails without it instead of skipping."""
 
 
-def torch_image(client: Any) -> str:
-    """The torch image's name if donor-1's kubelet reports it on its node; else the test is skipped, saying how."""
-    images = kubernetes.client.CoreV1Api(client).read_node(REAL_NODES[0]).status.images or []
-    if not any(TORCH_IMAGE in (image.names or []) for image in images):
-        pytest.skip(f"{TORCH_IMAGE} is not on {REAL_NODES[0]}: run tests/realcluster/torch_image.sh first")
+def torch_image(client: Any, nodes: int = 1) -> str:
+    """The torch image's name if the kubelets of the first ``nodes`` real nodes report it; else the test is skipped
+    (failed when the stage was asked to import it), saying how."""
+    core = kubernetes.client.CoreV1Api(client)
+    if nodes > len(REAL_NODES):
+        pytest.skip(f"needs {nodes} real nodes with the torch image; this cluster has {len(REAL_NODES)} "
+                    "(RC_NODE2 gives clusters other than 0 a second one)")
+    for node in REAL_NODES[:nodes]:
+        if not any(TORCH_IMAGE in (image.names or []) for image in core.read_node(node).status.images or []):
+            (pytest.fail if TORCH_REQUIRED else pytest.skip)(
+                f"{TORCH_IMAGE} is not on {node}: run tests/realcluster/torch_image.sh first")
     return TORCH_IMAGE
 
 

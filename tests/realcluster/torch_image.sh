@@ -2,7 +2,8 @@
 # An image with torch for the real cluster's nodes (bench/bench_realcluster.py --torch): the cluster's Python
 # image (Debian's python3 3.11) plus torch 2.13.0 and what `import torch` needs, copied from this checkout's
 # .venv (the files pip installed there from the same wheels; no registry is reachable and no second download of
-# torch is made). Imported into node 1's containerd only, so a torch cell is pinned to donor-1.
+# torch is made). Imported into every node's containerd (node 2's too when the cluster has one), so a session that
+# holds torch may be drained, lost or moved from one donor to the other (tests/engine/kube/test_session_survival.py).
 # Usage: sudo bash tests/realcluster/torch_image.sh   (the cluster running; a few minutes, about 4 GB)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -28,5 +29,7 @@ if [ ! -f "$TAR" ]; then
 	podman save --format docker-archive -o "$TAR.part" "$IMAGE" >/dev/null && mv "$TAR.part" "$TAR"
 	podman rmi -f "$IMAGE" >/dev/null
 fi
-ctr_ images import "$TAR" >/dev/null
-echo "$IMAGE on $RC_NODE"
+for sock in "$RC_CONTAINERD_SOCK" ${RC_NODE2:+"$RC_CONTAINERD2_SOCK"}; do
+	CTR_SOCK=$sock ctr_ images import "$TAR" >/dev/null
+done
+echo "$IMAGE on $RC_NODE${RC_NODE2:+ and $RC_NODE2}"

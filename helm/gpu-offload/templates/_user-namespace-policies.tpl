@@ -185,7 +185,7 @@ spec:
     {{- end }}
     {{- with $root.Values.queueing.kueue }}{{ if .enabled }}
     {{- $classes := list }}{{ range .priorityClasses }}{{ $classes = append $classes .name }}{{ end }}
-    {{- /* a protected session's pod starts at the protected class, which the hub adds to Kueue when the chart does
+    {{- /* a protected session's pod is raised to the protected class once it runs, which the hub adds to Kueue when the chart does
     not list it (liqo_peering/kueue.py): the kernel's, open to everyone (docs/sessions.md) */}}
     {{- if and .sessionProtection (not (has .protectedPriorityClass $classes)) }}
     {{- $classes = append $classes .protectedPriorityClass }}

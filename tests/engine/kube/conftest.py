@@ -35,7 +35,7 @@ from ...origins import (
     TWO_MODELS,
     KueueConfig,
 )
-from ...realcluster.realorigin import clusters, seeded_origin
+from ...realcluster.realorigin import clusters, node_lost, seeded_origin
 from ...sandbox.kueue_setup import workloads
 
 STOCK_IMAGE = "python:3.11-slim"
@@ -101,6 +101,23 @@ def sandbox_faults(origin: Any) -> Any:
     if faults is None:
         pytest.skip("injects API faults, which only the sandbox's API server takes")
     return faults
+
+
+@contextlib.contextmanager
+def donor_lost(origin: Any, node: str, grace: float) -> Iterator[None]:
+    """The node of a donor stops answering for the block, and answers again after it: on the real cluster its
+    kubelet is killed (its containers run on; the node controller's own grace, 50 s, applies), on the sandbox the
+    ``node-not-ready`` fault does the same with ``grace`` seconds of node-monitor grace."""
+    faults = getattr(origin, "faults", None)
+    if faults is None:
+        with node_lost(node):
+            yield
+        return
+    origin.call(faults.node_not_ready(node, grace=grace))
+    try:
+        yield
+    finally:
+        faults.node_ready(node)
 
 
 def settings(namespace: str, **changes: Any) -> KubeSettings:

@@ -9,7 +9,7 @@ node; the engine deletes it and leaves nothing behind.
 
 On ``[real]`` the node's kubelet process is killed (its containers run on, as on a donor cut off) and started
 again afterwards; on ``[sandbox]`` the ``node-not-ready`` fault does the same, with a grace of a few seconds
-instead of 50."""
+instead of 50. A session whose donor is lost resumes elsewhere from its checkpoint: test_session_survival.py."""
 
 from __future__ import annotations
 
@@ -20,14 +20,11 @@ from typing import Any
 
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.objectstore import s3_server
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
-from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import RemoteError
 
-from ...realcluster.realorigin import clusters, node_lost, seeded_origin
-from .conftest import BUCKET, DONORS, SHARED, STOCK_IMAGE, leftovers, settings
+from .conftest import STOCK_IMAGE, donor_lost, leftovers, origin_on_each_cluster, settings
 from .helpers import Sink, run_cell
 
 LOST_SECONDS = 2
@@ -37,34 +34,15 @@ SANDBOX_GRACE = 5.0
 node before it is marked unreachable, as the real cluster's 50 s are."""
 SLOW_CELL = "import time\nprint('started', flush=True)\ntime.sleep(600)\nprint('never')"
 Lose = Callable[[str], contextlib.AbstractContextManager[None]]
-_LOSE: dict[int, Lose] = {}
 
 
-@pytest.fixture(scope="module", params=clusters())
-def origin(request: pytest.FixtureRequest, origin: Any) -> Iterator[Any]:
-    """The kube tests' shared sandbox origin (conftest), or the real cluster with the same two donors, each a
-    real kubelet's node."""
-    if request.param == "real":
-        with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
-            _LOSE[id(real)] = node_lost
-            yield real
-        return
-
-    @contextlib.contextmanager
-    def sandbox_node_lost(node: str) -> Iterator[None]:
-        origin.call(origin.faults.node_not_ready(node, grace=SANDBOX_GRACE))
-        try:
-            yield
-        finally:
-            origin.faults.node_ready(node)
-    _LOSE[id(origin)] = sandbox_node_lost
-    yield origin
+origin = origin_on_each_cluster()  # on [real], the same two donors, each a real kubelet's node
 
 
 @pytest.fixture()
 def lose(origin: Any) -> Lose:
     """The node of a donor stops answering for a block (its kubelet gone), and answers again after it."""
-    return _LOSE[id(origin)]
+    return lambda node: donor_lost(origin, node, grace=SANDBOX_GRACE)
 
 
 @pytest.fixture()
@@ -135,44 +113,3 @@ def test_a_run_whose_donor_stops_answering_mid_cell_is_reported_lost_with_what_a
            "evicted" in message
     assert "after the cell had started: 1 line(s) of output arrived" in message
     assert "started" in sink.text and "never" not in sink.text
-
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint(origin: Any) -> Iterator[str]:
-    """Object storage (a moto server) on the pods' network of this module's origin: the kernel and pods reach it."""
-    with s3_server(origin.host_address) as endpoint:
-        yield endpoint
-
-
-SESSION_STATE = "n = 41\ndef double(x):\n    return 2 * x\nprint(n, double(21), flush=True)\n"
-
-
-def test_a_session_whose_donor_stops_answering_resumes_elsewhere_from_its_checkpoint(
-        api_client: Any, core: Any, namespace: str, s3: Any, s3_endpoint: str, lose: Lose) -> None:
-    """The session's pod is evicted from the silent node once its short toleration runs out (on the real cluster
-    it stays Terminating there, nobody confirming): the kernel sees the session lost, and the next cell resumes it
-    on the other donor from the checkpoint written after the first cell."""
-    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint),
-                                         trusted=("donor-1", "donor-2"), node_lost_seconds=LOST_SECONDS), api_client)
-    try:
-        outcome, sink, _ = run_cell(backend, SESSION_STATE, {}, session="kept")
-        assert outcome.status == "ok" and sink.text == "41 42\n", (outcome.error, sink.text)
-        backend.keeper.settle("kept")  # the checkpoint after the cell is written
-        [pod] = core.list_namespaced_pod(namespace).items
-        node = pod.spec.node_name
-        with lose(node):
-            wait_until(lambda: not backend.sessions(), "the session seen as lost", timeout=240)
-            outcome, sink, _ = run_cell(backend, "print(n + 1, double(n), flush=True)", {}, session="kept")
-            assert outcome.status == "ok", (outcome.error, sink.notices)
-            assert sink.text == "42 82\n", (sink.text, sink.notices)
-            [note] = [n for n in sink.notices if "resumed on" in n]
-            assert f"was lost with the virtual node of {node.removesuffix('-gpu')}" in note, note
-            assert "restored from checkpoint kept: " in note and "double" in note, note
-            assert [p.spec.node_name for p in core.list_namespaced_pod(namespace).items
-                    if not p.metadata.deletion_timestamp] != [node]
-            assert backend.close_session("kept", grace=1)
-    finally:
-        backend.close()
-    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=120)
-    assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0

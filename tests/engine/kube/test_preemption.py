@@ -288,9 +288,9 @@ def test_a_protected_session_is_listed_as_protected_until_its_protection_ends(
 
 def test_a_protected_session_is_preempted_only_after_its_protection_time(
         kernels: list[KubernetesBackend], api_client: Any, pool: str, protected: str) -> None:
-    """The hub's session protection: a queued session pod starts at the protected class, which the pool's runs
-    do not outrank; the kernel lowers it to its own class (batch) once it ran for the protection time, and only
-    then does Kueue let the interactive cell that waits for its GPU preempt it."""
+    """The hub's session protection: a session pod is raised to the protected class once its runner runs, which
+    the pool's runs do not outrank; the kernel lowers it to its own class (batch) once it ran for the protection
+    time, and only then does Kueue let the interactive cell that waits for its GPU preempt it."""
     seconds = 8.0
     first = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", session_protection=seconds,
                                        protected_priority=protected), api_client)
@@ -309,6 +309,38 @@ def test_a_protected_session_is_preempted_only_after_its_protection_time(
     finally:
         first.close()
     wait_until(lambda: not leftovers(kubernetes.client.CoreV1Api(api_client), pool), "nothing left", timeout=60)
+
+
+def test_a_protected_session_waits_in_line_at_its_own_class_and_is_raised_once_it_runs(
+        kernels: list[KubernetesBackend], api_client: Any, pool: str, protected: str) -> None:
+    """Protection is a minimum runtime, not a place in line: a session of class batch that asks for the pool's one
+    GPU while another batch run holds it waits for that run to end (it used to wait at the protected class and
+    preempted the run at once, which on a saturated pool had sessions preempting one another: the sessions trace
+    replay); once its runner runs, its pod is raised to the protected class."""
+    started = threading.Event()
+    holder_sink = Sink(on_line=lambda text: started.set() if "holder started" in text else None)
+    cell = "import time\nprint('holder started', flush=True)\ntime.sleep(6)\nprint('holder done')\n"
+    thread, holder = _in_background(lambda: run_cell(kernels[1], cell, {}, holder_sink, priority="batch"))
+    wait_until(started.is_set, "the batch run holding the GPU", timeout=120)
+    first = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", session_protection=600.0,
+                                       protected_priority=protected), api_client)
+    core = kubernetes.client.CoreV1Api(api_client)
+    try:
+        outcome, _, _ = run_cell(first, "x = 41", {}, session="work", priority="batch")
+        assert outcome.status == "ok", outcome.error
+        thread.join(120)
+        assert "error" not in holder, holder.get("error")
+        held, sink, _ = holder["value"]
+        # the holder was not preempted by the session that waited behind it
+        assert held.status == "ok", (held.error, sink.notices)
+        assert "holder done" in sink.text and not [n for n in sink.notices if "preempted" in n], sink.notices
+        [pod] = wait_until(lambda: [p for p in core.list_namespaced_pod(pool).items
+                                    if (p.metadata.labels or {}).get("kueue.x-k8s.io/priority-class") == protected],
+                           "the session's pod raised to the protected class once it runs")
+        assert pod.status.phase == "Running", pod.status.phase
+    finally:
+        first.close()
+    wait_until(lambda: not leftovers(core, pool), "nothing left", timeout=60)
 
 
 def test_gpu_offload_run_preempted_by_an_interactive_cell_ends_saying_so_and_leaves_nothing(

@@ -1,5 +1,6 @@
-"""Which priority class a runner pod starts with (pure): a queued session of a kernel with protection starts
-at the protected class and is lowered to its own later; everything else runs at its own class."""
+"""Which priority class a runner pod starts with (pure): every pod waits in line at its own class (a protected
+session too: starting at the protected class jumped the queue); a queued session of a kernel with protection is
+raised to the protected class once it runs and lowered to its own later."""
 
 from __future__ import annotations
 
@@ -18,22 +19,22 @@ PROTECTED = KubeSettings(namespace="ns", priority="interactive", session_protect
 
 @pytest.mark.parametrize("placement, session, queue, settings, expected", [
     (RunRequest(), True, "q", PROTECTED,
-     ("session-protected", Protection("session-protected", "interactive", 600.0))),
+     ("interactive", Protection("interactive", "session-protected", 600.0))),
     (RunRequest(priority="batch"), True, "q", PROTECTED,
-     ("session-protected", Protection("session-protected", "batch", 600.0))),
+     ("batch", Protection("batch", "session-protected", 600.0))),
     (RunRequest(), False, "q", PROTECTED, ("interactive", None)),  # a one-shot cell is never protected
     (RunRequest(), True, None, PROTECTED, (None, None)),  # no queue: no Kueue, no classes
     (RunRequest(ranks=Ranks(2, 1)), True, "q", PROTECTED, ("interactive", None)),  # a distributed session: not yet
     (RunRequest(), True, "q", KubeSettings(namespace="ns", priority="interactive"), ("interactive", None)),
-    # nothing to lower to (Kueue refuses removing the label from a running pod): no protection
+    # no class of its own (Kueue refuses adding the label to a running pod, and removing it): no protection
     (RunRequest(), True, "q", KubeSettings(namespace="ns", session_protection=600.0,
                                            protected_priority="session-protected"), (None, None)),
 ], ids=["session", "own-priority", "one-shot", "no-queue", "distributed", "protection-off", "no-own-class"])
-def test_a_queued_session_starts_protected_and_names_the_class_it_is_lowered_to(
+def test_a_queued_session_waits_at_its_own_class_and_names_the_class_it_is_raised_to(
         placement: RunRequest, session: bool, queue: str | None, settings: KubeSettings, expected: Any) -> None:
     assert session_priority(placement, session, queue, settings) == expected
 
 
 def test_a_cell_naming_the_protected_class_itself_is_refused() -> None:
-    with pytest.raises(OffloadUsageError, match=r"--priority session-protected is the class a session starts with"):
+    with pytest.raises(OffloadUsageError, match=r"--priority session-protected is the class a session runs at"):
         session_priority(RunRequest(priority="session-protected"), False, "q", PROTECTED)

@@ -161,3 +161,41 @@ def test_a_distributed_session_preempted_while_idle_is_said_and_its_job_is_not_r
         other.close()
     wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
     wait_until(lambda: not workloads(custom, pool), "the Jobs' Workloads gone", timeout=120)
+
+
+def test_a_distributed_session_preempted_during_a_cell_ends_it_saying_so_and_its_job_goes(
+        api_client: Any, core: Any, custom: Any, pool: str) -> None:
+    """A ``batch`` distributed session's cell runs on both GPUs when an ``interactive`` cell makes Kueue preempt the
+    session's Job: the cell ends with ``Preempted`` in words (not the ranks' bare ``KeyboardInterrupt``), says the
+    session's state is gone, the Job is deleted (Kueue would start its launchers again unattended), the next cell
+    starts the session anew saying why, and closing leaves nothing."""
+    batch = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE), api_client)
+    other = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE), api_client)
+    results: dict[str, Any] = {}
+    sink = Sink()
+    try:
+        thread = in_thread(batch, HOLD, sink, results, "ranks", session="ddp", ranks=ONE_EACH, priority="batch")
+        wait_until(lambda: "ranks" in results or sink.text.count(" started") == 2, "both ranks running",
+                   timeout=180)
+        assert "ranks" not in results, results
+        (old,) = _jobs(api_client, pool)
+        outcome, interactive, _ = run_cell(other, "print('interactive ran')", {}, priority="interactive")
+        assert outcome.status == "ok", (outcome.error, interactive.notices)
+        thread.join(180)
+        assert not thread.is_alive(), sink.notices
+        outcome, sink, _ = results["ranks"]
+        error = outcome.error
+        assert isinstance(error, RemoteError) and error.ename == "Preempted", (error, sink.notices)
+        assert "preempted after " in error.evalue and "by a higher-priority run" in error.evalue, error.evalue
+        assert "The session's state is gone with it: its Job was deleted" in error.evalue, error.evalue
+        wait_until(lambda: old.metadata.name not in {j.metadata.name for j in _jobs(api_client, pool)},
+                   "the preempted session's Job deleted", timeout=120)
+        outcome, again, _ = run_cell(batch, CELL, {}, session="ddp", ranks=ONE_EACH, priority="batch")
+        assert outcome.status == "ok", (outcome.error, again.notices)
+        note = [n for n in again.notices if "session ddp: its Job" in n]
+        assert note and f"its Job {old.metadata.name} was preempted after " in note[0], again.notices
+    finally:
+        batch.close()
+        other.close()
+    wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
+    wait_until(lambda: not workloads(custom, pool), "the Jobs' Workloads gone", timeout=120)

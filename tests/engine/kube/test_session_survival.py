@@ -4,13 +4,14 @@ cell that changed it; when its donor is lost, drained, or the session is release
 next cell sees the same values and says what happened and what was (not) restored. Nothing is left behind:
 no pod, Secret or stored object.
 
-The cases a real cluster can show run there too (``[real]``, tests/realcluster): idle release (the hub's timeout
-and a session's own), a checkpoint read
-back as data only, the state written at SIGTERM and a forged record. There the session is pinned to donor-1, the
-one node with the torch image (tests/realcluster/torch_image.sh), and the storage is a moto server on the pods'
-bridge, reached by the kernel and by the real pods through presigned URLs as on the sandbox. A lost donor needs
-the sandbox's fault injection; a drain or a move needs the torch image on a second real node: those stay on the
-sandbox (skipped on ``[real]``, saying why)."""
+Every case runs on the sandbox and on a real cluster (``[real]``, tests/realcluster): real Kubernetes and real
+Kueue, a real kubelet per donor, both with the torch image (tests/realcluster/torch_image.sh). There a lost donor
+is a killed kubelet (its containers run on, the node controller evicts the pod after its grace), a drain cordons
+the real node and deletes the pod with its grace period (SIGTERM), and the storage is a moto server on the pods'
+bridge, reached by the kernel and by the real pods through presigned URLs as on the sandbox. The preemption by a
+higher-priority run is in test_preemption.py (its queued pool), on both clusters too. Three tests of decisions the
+kernel alone makes (a refused cell, a session's own idle timeout listed, a forged record) run on the sandbox only,
+to keep the real stage short: the releases and resumes they follow run on ``[real]`` in the others."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import OffloadUsageError
 
 from ...realcluster.realorigin import torch_image
-from .conftest import BUCKET, leftovers, origin_on_each_cluster, sandbox_faults, settings
+from .conftest import BUCKET, donor_lost, leftovers, origin_on_each_cluster, settings
 from .helpers import Sink, run_cell
 
 TORCH_IMAGE = "pytorch/pytorch:2.5"
@@ -69,15 +70,18 @@ def s3_endpoint(origin: Any) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def where(origin: Any, api_client: Any) -> dict[str, Any]:
     """How the session's cells are placed: the sandbox maps a pytorch image to its torch venv on any donor; on
-    the real cluster the torch image is on donor-1's node only, so the session is pinned there."""
+    the real cluster the torch image must be on both donors' nodes (a session moves between them)."""
     if hasattr(origin, "faults"):
         return {"image": TORCH_IMAGE}
-    return {"image": torch_image(api_client), "cluster": "donor-1"}
+    return {"image": torch_image(api_client, nodes=len(DONORS))}
 
 
-def sandbox_only(origin: Any, why: str) -> None:
+def kernel_side_only(origin: Any) -> None:
+    """Skip on the real cluster a test whose behaviour is the kernel's alone once the release or the pod's end it
+    follows is proven there by the other tests: the real stage stays short."""
     if not hasattr(origin, "faults"):
-        pytest.skip(why)
+        pytest.skip("the kernel's own decision (refusal, listing, a record in storage), the same on both clusters; "
+                    "the release and the resume it follows run on [real] in the other tests")
 
 
 @pytest.fixture()
@@ -88,7 +92,8 @@ def kube_s3(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: An
                                 api_client)
     yield backend
     backend.close()
-    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=60)
+    # a pod left Terminating on a lost node goes once its kubelet is back
+    wait_until(lambda: not leftovers(core, namespace), "no pod or Secret left behind", timeout=120)
     assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount") == 0
 
 
@@ -103,7 +108,8 @@ def _start(kube: KubernetesBackend, where: dict[str, Any]) -> str:
 
 
 def _pod(core: Any, namespace: str) -> Any:
-    [pod] = core.list_namespaced_pod(namespace).items
+    """The session's one pod not being deleted (a lost node's old pod stays Terminating until its kubelet is back)."""
+    [pod] = [p for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp]
     return pod
 
 
@@ -120,16 +126,14 @@ def _check_resumed(kube: KubernetesBackend, before: str, happened: str, where: d
 
 def test_a_session_survives_its_donor_being_lost(kube_s3: KubernetesBackend, core: Any, namespace: str,
                                                   origin: Any, where: dict[str, Any]) -> None:
-    faults = sandbox_faults(origin)
     before = _start(kube_s3, where)
     node = _pod(core, namespace).spec.node_name
-    origin.call(faults.node_not_ready(node, grace=0))
-    try:
-        wait_until(lambda: not kube_s3.sessions(), "the session seen as lost")
+    with donor_lost(origin, node, grace=0):
+        # the pod is evicted once its 2 s toleration of the unreachable node runs out (on the real cluster after
+        # the node controller's 50 s; the pod then stays Terminating there, nobody on the node confirming)
+        wait_until(lambda: not kube_s3.sessions(), "the session seen as lost", timeout=240)
         sink = _check_resumed(kube_s3, before, "was lost with the virtual node of", where)
         assert _pod(core, namespace).spec.node_name != node
-    finally:
-        faults.node_ready(node)
     # the first checkpoint (after the first cell) is announced once, with its limit, at the next cell
     assert len([n for n in sink.notices if "is checkpointed after each cell that changes it" in n]) == 1
     outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", **where)
@@ -137,12 +141,8 @@ def test_a_session_survives_its_donor_being_lost(kube_s3: KubernetesBackend, cor
     assert kube_s3.close_session("train", grace=1)
 
 
-SECOND_NODE = "resumes on a second node, and the real cluster's torch image is on donor-1's node only"
-
-
 def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, core: Any, namespace: str,
-                                                    origin: Any, where: dict[str, Any]) -> None:
-    sandbox_only(origin, SECOND_NODE)
+                                                    where: dict[str, Any]) -> None:
     before = _start(kube_s3, where)
     pod = _pod(core, namespace)
     node = pod.spec.node_name
@@ -193,10 +193,11 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(kube_idle: Kub
 
 
 def test_a_cell_with_other_options_does_not_resume_a_released_session_and_loses_nothing(
-        kube_idle: KubernetesBackend, namespace: str, core: Any, where: dict[str, Any]) -> None:
+        kube_idle: KubernetesBackend, namespace: str, core: Any, origin: Any, where: dict[str, Any]) -> None:
     """A session ended on its own is resumed by a cell asking for its shape; a cell asking for other GPUs would
     have started a different session silently (and a full checkpoint could be refused where it lands): it is
     refused before anything is created, the checkpoint stays, and closing the session lets it start afresh."""
+    kernel_side_only(origin)
     before = _start(kube_idle, where)
     _released(core, namespace)
     with pytest.raises(OffloadUsageError, match=r"Session `train` ran with --gpus 1 and its pod .* was ended "
@@ -216,7 +217,9 @@ def test_a_cell_with_other_options_does_not_resume_a_released_session_and_loses_
 
 
 def test_a_session_asks_for_a_shorter_idle_timeout_and_status_says_when_it_goes(
-        api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any, where: dict[str, Any]) -> None:
+        api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any, origin: Any,
+        where: dict[str, Any]) -> None:
+    kernel_side_only(origin)
     # the hub's timeout (an hour) would hold the GPU all through the test. Status is read while the session's own
     # timeout is 10 min, so no release can come before the reading however loaded the machine (with a timeout of
     # a few seconds the listing was missed at load 30); the next cell asks for 3 s and the session is released.
@@ -261,9 +264,7 @@ def _assert_about(clock: str, expected: float) -> None:
 
 
 def test_a_session_moved_to_another_cluster_keeps_its_state(kube_s3: KubernetesBackend, core: Any,
-                                                             namespace: str, origin: Any,
-                                                             where: dict[str, Any]) -> None:
-    sandbox_only(origin, SECOND_NODE)
+                                                             namespace: str, where: dict[str, Any]) -> None:
     before = _start(kube_s3, where)
     first = _pod(core, namespace)
     here = first.spec.node_name
@@ -330,8 +331,9 @@ def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigt
 
 
 def test_a_sigterm_checkpoint_record_forged_in_storage_is_not_used(kube_s3: KubernetesBackend, core: Any,
-                                                                    namespace: str, s3: Any,
+                                                                    namespace: str, s3: Any, origin: Any,
                                                                     where: dict[str, Any]) -> None:
+    kernel_side_only(origin)
     before = _start(kube_s3, where)
     armed = kube_s3.keeper._armed["train"]
     # another writer of the bucket puts its own state and record where the runner would write at SIGTERM

@@ -168,7 +168,7 @@ class LaunchPlan:
     """What a queued pod or Job waits for, as its place in line says it (``2 x A100``, ``2 pods of 1 GPU``);
     empty: no tracking."""
     protection: Protection | None = None
-    """A session pod that starts at the protected class and is lowered to its own later (``.protection``)."""
+    """A session pod raised to the protected class once it runs and lowered to its own later (``.protection``)."""
 
     def owner(self, bundle_url: str | None = None, bundle_sha256: str = "") -> dict[str, Any]:
         """The first object to create: the Pod, or the Job (the stored bundle's URL and digest, if stored)."""

@@ -13,6 +13,7 @@ Closing deletes the Job with ``propagationPolicy: Background``, which takes its 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
 import threading
 import time
@@ -20,16 +21,19 @@ from collections.abc import Iterable
 from typing import Any
 
 from ....liqo_peering.errors import APIError
+from ....liqo_peering.labels import QUEUE_NAME_LABEL
 from ....runner.frames import Done, Error, Outputs, RunnerWarning
 from ....runner.secrecy import greeting
 from ..base import Ranks, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
 from .explain import FAILED
 from .follow import PodEnded, PodFollower
-from .host import Attachment, Host, WarmSession
+from .host import Attachment, Host, WarmSession, failure_events
 from .jobrun import JobPods, kueue_stop, pod_failure
 from .plan import PodOrder
 from .session import SessionCell
 
+SESSION_GONE = (". The session's state is gone with it: its Job was deleted, so Kueue does not start it again "
+                "unattended, and the next cell of this session starts it anew")
 SEND_WAIT = 0.25
 """Longest wait for frames between looks at whether every pod runs, before a cell's command is sent."""
 
@@ -128,6 +132,10 @@ class RankSessionRun(SessionCell[KubeRankSession]):
     def __init__(self, session: KubeRankSession, command: dict[str, Any], run_id: str) -> None:
         super().__init__(session, command, run_id)
         self._warned = False
+        self._interrupting = False
+        """This kernel interrupted the cell (Ctrl-C): an interrupted rank is no news from outside."""
+        self._asked_why = False
+        """Whether the Job's events were read for a stop from outside (once a cell)."""
 
     @property
     def cluster(self) -> str:
@@ -173,6 +181,8 @@ class RankSessionRun(SessionCell[KubeRankSession]):
         if got is None:
             return None
         index, item = got
+        if self._from_outside(item) and self._kueue_stopped():
+            return self._backlog.take()
         if isinstance(item, PodEnded):
             return self._pod_ended(index, item)
         if isinstance(item, Outputs):
@@ -184,6 +194,34 @@ class RankSessionRun(SessionCell[KubeRankSession]):
                 self._backlog.add(item)
                 return RunnerWarning(-1, stale_frames_note(self.session.name, dropped))
         return item
+
+    def _from_outside(self, item: object) -> bool:
+        """A rank interrupted, or a pod that ended, while this kernel stopped nothing, in a Job Kueue manages: asked
+        about once a cell."""
+        labels = (self.session.job.owner.get("metadata") or {}).get("labels") or {}
+        if self._interrupting or self._asked_why or QUEUE_NAME_LABEL not in labels:
+            return False
+        return ((isinstance(item, Error) and item.ename == "KeyboardInterrupt")
+                or (isinstance(item, Done) and item.status == "interrupted") or isinstance(item, PodEnded))
+
+    def _kueue_stopped(self) -> bool:
+        """Whether Kueue stopped the session's Job during the cell: then the cell ends saying so, the session is
+        over and its Job deleted (Kueue only suspended it, and would start its launchers again unattended)."""
+        self._asked_why = True
+        session = self.session
+        state = kueue_stop(session.pods, session.job, session.nodes.followers.values(), session.ranks.nodes)
+        if state is None:
+            return False
+        session.dead = True
+        session.closed_how = f"was {state.summary} during a cell"
+        diagnostics = "\n".join(d for f in session.nodes.followers.values() for d in f.diagnostics)
+        text = state.text + SESSION_GONE
+        self._backlog.end(*[dataclasses.replace(e, rank=0) if isinstance(e, Error) else e
+                            for e in failure_events(dataclasses.replace(state, text=text), None, diagnostics)])
+        session.nodes.stop()
+        with contextlib.suppress(APIError):  # gone already
+            session.pods.delete_job(session.job.name, grace=0)
+        return True
 
     def _pod_ended(self, index: int, ended: PodEnded) -> RunEvent | None:
         """A pod of the session ended during the cell: the session is over (its ranks lost a peer)."""
@@ -202,9 +240,13 @@ class RankSessionRun(SessionCell[KubeRankSession]):
             self._backlog.end(*(Done(-1, "interrupted", 0.0, rank=rank)
                                 for rank in range(self.session.ranks.world_size)))
             return
+        self._interrupting = True
         self.session.send({"op": "interrupt"})
 
     def kill(self) -> None:
         """End the session (every rank's state is lost): ranks that cannot stop would never take the next cell."""
-        self.session.closed_how = "was closed when its ranks did not stop after a failed or interrupted cell"
+        self._interrupting = True
+        # a session Kueue preempted keeps that as how it ended: its ranks were gone, not stuck
+        self.session.closed_how = (self.session.closed_how
+                                   or "was closed when its ranks did not stop after a failed or interrupted cell")
         self.session.close(grace=0)

@@ -52,6 +52,23 @@ def resume_differences(was: RunRequest, now: RunRequest) -> str:
     return "; ".join(words)
 
 
+DISTRIBUTED = "a distributed session is not checkpointed, so the variables of its ranks are gone"
+NO_STORAGE = "this kernel has no object storage to checkpoint to"
+
+
+def why_not_kept(request: RunRequest, storage: bool) -> str | None:
+    """Why a session of ``request`` does not outlive its pod, or ``None`` when it does: it is then checkpointed
+    after each cell that changed it, when its pod is told to stop and before an idle release, and the next cell
+    after its pod ended (preempted, drained, lost, released) restores the last checkpoint. ``storage``: the
+    kernel has object storage. The one rule :class:`SessionKeeper` follows; the trace replay
+    (``bench/bench_sessions_replay.py``) asks it too."""
+    if request.ranks is not None:
+        return DISTRIBUTED
+    if not storage:
+        return NO_STORAGE
+    return None
+
+
 @dataclass(frozen=True)
 class Released:
     """A session whose pod this kernel gave back while idle: since when, and how many GPUs."""
@@ -82,6 +99,9 @@ class SessionKeeper:
         self.gpu_seconds_returned = 0.0
         """GPU-seconds this kernel's sessions gave back to the pool while released for idling."""
 
+    def _why_not(self, request: RunRequest) -> str | None:
+        return why_not_kept(request, self.checkpoints is not None)
+
     # --- ordering: one checkpoint or cell at a time per session ---
 
     def _lock(self, name: str) -> threading.Lock:
@@ -97,7 +117,7 @@ class SessionKeeper:
     def after_cell(self, session: Any, then: Callable[[Any], None]) -> None:
         """A cell of ``session`` ended: checkpoint it in the background if its state changed, then ``then``."""
         limit = self.auto.get(session.name, DEFAULT_LIMIT)
-        if self.checkpoints is None or limit is None or session.request.ranks is not None:
+        if limit is None or self._why_not(session.request) is not None:
             then(session)
             return
         lock = self._lock(session.name)
@@ -179,7 +199,7 @@ class SessionKeeper:
 
     def before_release(self, session: Any) -> str:
         """The idle timer ends ``session``: checkpoint it first (if it changed); the words for the next cell."""
-        if self.checkpoints is None or session.request.ranks is not None:
+        if self.checkpoints is None or self._why_not(session.request) is not None:
             return ""
         with self._lock(session.name):
             try:
@@ -204,13 +224,12 @@ class SessionKeeper:
     def resume_words(self, name: str, was: RunRequest) -> str:
         """What a cell with the session's options does to session ``name``, ended on its own (for a refusal that
         asks for them): resume it from its checkpoint, or start it again empty, saying why nothing was kept."""
-        if was.ranks is not None:
-            return ("start the session again in a new Job, empty: a distributed session is not checkpointed, so "
-                    "the variables of its ranks are gone")
+        why = self._why_not(was)
+        if why == DISTRIBUTED:
+            return f"start the session again in a new Job, empty: {why}"
         saved = None if self.checkpoints is None else self.checkpoints.latest(name)
         if saved is None:
-            why = ("this kernel has no object storage to checkpoint to" if self.checkpoints is None
-                   else "no checkpoint of it was written")
+            why = why or "no checkpoint of it was written"
             return f"start the session again in a new pod, empty: {why}, so its variables are gone"
         return f"resume the session from its last checkpoint {saved.name} (it may land on another cluster)"
 
@@ -235,7 +254,7 @@ class SessionKeeper:
     def resume(self, session: Any) -> str | None:
         """A fresh session whose predecessor is gone (preempted, drained, lost, released): restore its last
         checkpoint; returns what the cell says, ``None`` when there is nothing to restore."""
-        if (self.checkpoints is None or session.runs or session.request.ranks is not None
+        if (self.checkpoints is None or session.runs or self._why_not(session.request) is not None
                 or not session.replaces):
             return None  # a session the user closed starts afresh
         armed = self._armed.pop(session.name, None)

@@ -27,13 +27,14 @@ from .pods import PodApi
 
 
 class Protector:
-    """Lowers a protected session pod (``.protection``) to its own priority class once it has run for its
-    protection time, so Kueue may preempt it from then on; what the next cell is told of it."""
+    """Raises a protected session pod (``.protection``) to the protected class once its runner runs and lowers it
+    to its own class again after its protection time, so Kueue may preempt it from then on (it waited in line at
+    its own class: see ``protection``); what the next cell is told of it."""
 
     def __init__(self, name: str, pods: PodApi, launched: LaunchedPod) -> None:
         self.protection = launched.protection
         self.until: float | None = None
-        """When the protection ends (wall clock), once the pod runs."""
+        """When the protection ends (wall clock), once the pod runs at the protected class."""
         self.note: tuple[str, bool] | None = None
         """Said once at the session's next cell: (text, whether it is a warning)."""
         self._stop = threading.Event()
@@ -47,20 +48,33 @@ class Protector:
         while not follower.running.wait(1.0):  # counted from the runner's start, not from the queue
             if self._stop.is_set() or follower.ended:
                 return
+        if self._stop.is_set() or not self._relabel(name, pods, launched.name, protection.protected, "raised"):
+            return
         self.until = time.time() + protection.seconds
         if self._stop.wait(protection.seconds):
             return
-        try:
-            lowered = pods.relabel_pod(launched.name, {L.PRIORITY_CLASS_LABEL: protection.lowers_to})
-        except GpuOffloadError as exc:
-            self.note = (f"session {name}: its pod could not be lowered from priority class {protection.starts_at} to "
-                         f"{protection.lowers_to} after its protection time ({exc}); it stays protected", True)
-            return
-        if lowered:
-            self.note = (f"session {name}'s protection from preemption ended after {span_text(protection.seconds)}: "
-                         f"its pod now runs at priority class {protection.lowers_to}, so Kueue may preempt it for a "
-                         "higher-priority run", False)
         self.until = None
+        if self._relabel(name, pods, launched.name, protection.own, "lowered"):
+            self.note = (f"session {name}'s protection from preemption ended after {span_text(protection.seconds)}: "
+                         f"its pod now runs at priority class {protection.own}, so Kueue may preempt it for a "
+                         "higher-priority run", False)
+
+    def _relabel(self, name: str, pods: PodApi, pod: str, to: str, how: str) -> bool:
+        """Set the pod's priority class; False (with a note when the API refused) if it could not."""
+        protection = self.protection
+        assert protection is not None
+        try:
+            return pods.relabel_pod(pod, {L.PRIORITY_CLASS_LABEL: to})
+        except GpuOffloadError as exc:
+            if how == "raised":
+                self.note = (f"session {name} is not protected from preemption: its pod could not be raised from "
+                             f"priority class {protection.own} to {protection.protected} ({exc}); Kueue may preempt "
+                             f"it as any run of class {protection.own}", True)
+            else:
+                self.note = (f"session {name}: its pod could not be lowered from priority class "
+                             f"{protection.protected} to {protection.own} after its protection time ({exc}); it "
+                             "stays protected", True)
+            return False
 
     def words(self, now: float) -> str:
         """``protected from preemption until ...`` while it is, for ``%gpu_offload sessions``."""
@@ -68,7 +82,7 @@ class Protector:
             return ""
         at = time.strftime("%H:%M:%S UTC", time.gmtime(self.until))
         return (f"protected from preemption until {at} (in {span_text(max(0.0, self.until - now))}; priority class "
-                f"{self.protection.starts_at}, then {self.protection.lowers_to})")
+                f"{self.protection.protected}, then {self.protection.own})")
 
     def stop(self) -> None:
         self._stop.set()
