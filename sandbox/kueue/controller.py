@@ -200,7 +200,7 @@ class KueueController:
             if blocker or view is None:
                 cycle.mark_pending(api, wl, blocker, names.INADMISSIBLE)
                 continue
-            queued_at = requeued["lastTransitionTime"] if requeued else meta["creationTimestamp"]
+            queued_at = _queue_time(wl)
             group = {f.name: node_labels.get(f.name, {}) for f in view.flavors}
             fits = matching_flavors([ps.get("template") or {} for ps in wl["spec"]["podSets"]], group)
             view.pending.append((Entry(meta["namespace"], meta["name"], wl["spec"].get("queueName", ""),
@@ -246,6 +246,17 @@ def _queue_blocker(api: Api, wl: dict[str, Any], lq: dict[str, Any] | None, view
     if selector is None or not label_selector_matches(selector, labels):
         return "workload namespace doesn't match ClusterQueue selector"
     return ""
+
+
+def _queue_time(wl: dict[str, Any]) -> str:
+    """Where the Workload stands among its priority, as Kueue's ``GetQueueOrderTimestamp`` (requeuing timestamp
+    ``Eviction``, its default): the eviction's time after a PodsReady timeout, else the creation time. A
+    Workload preempted within its ClusterQueue thus goes back to its own place, ahead of equal priorities
+    queued after it, not to the end of the line."""
+    evicted = names.find(wl, names.EVICTED)
+    if evicted and evicted["status"] == "True" and evicted["reason"] == names.PODS_READY_TIMEOUT:
+        return str(evicted["lastTransitionTime"])
+    return str(wl["metadata"]["creationTimestamp"])
 
 
 def _admitted(wl: dict[str, Any]) -> Admitted | None:

@@ -87,7 +87,7 @@ def admit(api: Api, view: QueueView, entry: Entry, workload: Obj, flavor: str) -
     patch_status(api, workload, {"conditions": conditions, "requeueState": state,
                                  "admission": {"clusterQueue": view.name, "podSetAssignments": assignments}})
     events.record(api, workload, "Normal", "QuotaReserved",
-                  f"Quota reserved in ClusterQueue {view.name}, wait time since queued was {_waited(entry)}s",
+                  f"Quota reserved in ClusterQueue {view.name}, wait time since queued was {_waited(workload)}s",
                   names.COMPONENT)
     events.record(api, workload, "Normal", "Admitted",
                   f"Admitted by ClusterQueue {view.name}, wait time since reservation was 0s", names.COMPONENT)
@@ -95,8 +95,11 @@ def admit(api: Api, view: QueueView, entry: Entry, workload: Obj, flavor: str) -
     owners.start(api, workload, flavor_obj, view.name)
 
 
-def _waited(entry: Entry) -> str:
-    seconds = (datetime.now(timezone.utc) - isoparse(entry.queued_at)).total_seconds()
+def _waited(workload: Obj) -> str:
+    # Kueue's QueuedWaitTime: since the last requeue, else since creation (not the queue-order time)
+    requeued = names.find(workload, names.REQUEUED)
+    since = requeued["lastTransitionTime"] if requeued else workload["metadata"]["creationTimestamp"]
+    seconds = (datetime.now(timezone.utc) - isoparse(since)).total_seconds()
     return f"{max(seconds, 0):.0f}"
 
 

@@ -2,7 +2,7 @@
 
 Order (pkg/cache/queue/cluster_queue.go ``queueOrderingFunc``): with Admission Fair Sharing, the
 LocalQueue with the lower usage first; then higher priority; then the earlier queue time (the creation
-time, or when the Workload was last requeued; whole seconds); then the lower Workload UID, so two Workloads
+time, or the eviction's after a PodsReady timeout; whole seconds: ``GetQueueOrderTimestamp``); then the lower Workload UID, so two Workloads
 queued within one second come out in an order nobody chose. Flavors (pkg/scheduler/flavorassigner): the first flavor in
 the ClusterQueue's order whose unused nominal quota holds every covered resource the Workload asks for;
 the messages are worded as Kueue words them. Simplifications: one resource group is considered (the
@@ -39,7 +39,7 @@ class Entry:
     queue: str
     priority: int
     queued_at: str
-    """RFC 3339: creation time, or the Requeued condition's lastTransitionTime."""
+    """RFC 3339: the queue-order time (creation, or the eviction's after a PodsReady timeout)."""
     requests: Amounts = field(default_factory=dict)
     uid: str = ""
     """The Workload's UID: Kueue's last tie-break (``baseCompareFunc``), so within one second (timestamps have

@@ -466,3 +466,39 @@ def test_a_running_pods_priority_class_may_change_and_its_workload_follows(core,
     # a pod still gated (suspended, waiting: the pool is full) may get a class
     core.create_namespaced_pod(ns, gpu_pod("waiting", "user-queue"))
     core.patch_namespaced_pod("waiting", ns, {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": batch}}})
+
+
+def test_a_preempted_job_goes_back_to_its_own_place_in_line_not_to_the_end(client, core, custom, pool):
+    # Kueue orders a Workload preempted within its ClusterQueue by its creation time (GetQueueOrderTimestamp),
+    # not by its requeue: once the quota frees, it goes ahead of an equal-priority Job queued after it
+    for name, value in ((f"batch-{pool.name}", 100), (f"inter-{pool.name}", 1000)):
+        create(custom, "workloadpriorityclasses", {"kind": "WorkloadPriorityClass", "metadata": {"name": name},
+                                                   "value": value})
+    pool.queue(preemption={"withinClusterQueue": "LowerPriority"})
+    ns = pool.users[0]
+    batch = kubernetes.client.BatchV1Api(client)
+
+    def job(name: str) -> None:
+        batch.create_namespaced_job(ns, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            "name": name, "labels": {"kueue.x-k8s.io/queue-name": "user-queue",
+                                     "kueue.x-k8s.io/priority-class": f"batch-{pool.name}"}},
+            "spec": {"template": {"spec": gpu_pod("x", "q", 2)["spec"]}}})
+
+    for name in ("early", "side"):  # flavor a, then flavor b
+        job(name)
+        wait_until(lambda n=name: (w := _wl_of(custom, ns, n)) and admitted(w), f"{name} admitted")
+    time.sleep(1.05 - time.time() % 1.0)  # a later second: creation times have whole seconds
+    job("later")  # the pool is full: it waits
+    wait_until(lambda: _wl_of(custom, ns, "later"), "later's Workload")
+    time.sleep(1.05 - time.time() % 1.0)
+    core.create_namespaced_pod(ns, gpu_pod("urgent", "user-queue", 2, priority=f"inter-{pool.name}"))
+    wait_until(lambda: (w := _wl_of(custom, ns, "urgent")) and admitted(w), "the interactive pod admitted")
+    early = _wl_of(custom, ns, "early")
+    assert condition(early, "Preempted")["status"] == "True" and condition(early, "Requeued")["status"] == "True"
+    assert not admitted(_wl_of(custom, ns, "later"))
+    time.sleep(1.05 - time.time() % 1.0)
+    core.delete_namespaced_pod("urgent", ns)  # flavor a frees: early was queued first
+    first = wait_until(lambda: [n for n in ("early", "later") if admitted(_wl_of(custom, ns, n) or {})],
+                       "a waiting Job admitted")
+    assert first == ["early"], [(w["metadata"]["name"], w["status"].get("conditions")) for w in workloads(custom, ns)]
+    assert not batch.read_namespaced_job("early", ns).spec.suspend and batch.read_namespaced_job("later", ns).spec.suspend
