@@ -41,7 +41,9 @@ def _pod(name: str, code: str) -> dict[str, Any]:
     return body
 
 
-def _offloaded(core: Any, custom: Any, ns: str) -> str:
+def _offloaded(core: Any, custom: Any, user: str) -> str:
+    # a name of the test's own: the origin is shared, and other modules have users of these names
+    ns = f"{user}-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
     custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings", {
         "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
