@@ -188,10 +188,12 @@ class SandboxFaults:
         return rule
 
     def active(self) -> dict[str, Any]:
-        """What is injected right now."""
+        """What is injected right now: an API rule removed from the server (``api.faults.remove``) is not, one that
+        ran out of its ``times`` still is, with how often it fired."""
+        rules = [r for r in self.rules if self.api.faults.installed(r)]
         return {"lostNodes": sorted(self.lost_nodes), "missingImages": sorted(self.images.missing),
                 "apiRules": [{"path": r.path, "methods": list(r.methods), "status": r.status, "delay": r.delay,
-                              "times": r.times, "fired": self.api.faults.fired(r)} for r in self.rules]}
+                              "times": r.times, "fired": self.api.faults.fired(r)} for r in rules]}
 
     def clear(self) -> None:
         """Undo every fault that can be undone (failed pods stay failed)."""

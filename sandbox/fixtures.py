@@ -20,7 +20,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,14 +36,18 @@ from .server import Plugin
 T = TypeVar("T")
 
 
-def origin_key(crds: Path | Sequence[Path] | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
-               options: dict[str, Any], addon: Addon | None = None) -> str:
-    """One string per distinct origin configuration: equal configurations share one origin."""
-    donor_list = liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
+def origin_key(crds: Path | Sequence[Path] | None, options: dict[str, Any], addon: Addon | None = None) -> str:
+    """One string per distinct origin configuration (CRDs, options, add-on): equal configurations share one origin.
+    The donors are not part of it: each module peers its own into the shared origin (:meth:`SharedOrigin.lent`)."""
     folders = [crds] if isinstance(crds, Path | str) else list(crds or ())
     resolved = [str(Path(folder).resolve()) for folder in folders]
     folder: Any = resolved[0] if isinstance(crds, Path | str) else tuple(resolved) if crds else None
-    return repr((folder, donor_list, sorted(options.items()), *((addon.key,) if addon else ())))
+    return repr((folder, sorted(options.items()), *((addon.key,) if addon else ())))
+
+
+def donor_list(donors: int | Sequence[liqo.Donor], gpus: int = 4, gpu_model: str = "A100") -> tuple[liqo.Donor, ...]:
+    """The donors ``origin_fixture``'s arguments name: ``donors`` as given, or that many of ``gpus`` ``gpu_model``."""
+    return liqo.donors(donors, gpus, gpu_model) if isinstance(donors, int) else tuple(donors)
 
 
 def pooled_as(key: str) -> Callable[[T], T]:
@@ -66,20 +70,28 @@ def active_faults(running: RunningOrigin) -> list[str]:
 
 
 class SharedOrigin:
-    """A pooled origin and the state every module using it must leave it in (:mod:`.leftovers`); ``addon`` is
-    what :class:`Addon` made for it (Kueue's controller, say)."""
+    """A pooled origin, started with no donors, and the state every module using it must leave it in
+    (:mod:`.leftovers`); ``addon`` is what :class:`Addon` made for it (Kueue's controller, say).
+
+    A module peers the donors it needs for its scope (:meth:`lent`) and they are unpeered after it, as Liqo peers
+    and unpeers at run time (``liqo/peering.py``), so modules with other donors share the origin."""
 
     def __init__(self, running: RunningOrigin, addon: Any = None) -> None:
         self.running = running
         self.addon = addon
         self.system = leftovers.system_namespaces(running.sandbox.api)
-        self.expected = self._settled()
+        self.bare = self._settled()
+        """The state with no donor peered: what the origin must be again after each module's donors leave."""
+        self.expected = self.bare
+        self.donors: tuple[liqo.Donor, ...] = ()
+        self.holders: list[str] = []
 
     def state(self) -> dict[str, Any]:
         return leftovers.cluster_state(self.running.sandbox.api, self.system, active_faults(self.running))
 
     def _settled(self) -> dict[str, Any]:
-        """The state once the controllers have done what start-up gave them (slices granted, nodes made)."""
+        """The state once the controllers have done what start-up or a peering gave them (slices granted, nodes
+        made)."""
         previous = self.state()
         for _ in range(200):
             time.sleep(0.1)
@@ -88,6 +100,55 @@ class SharedOrigin:
                 return current
             previous = current
         return previous
+
+    @contextmanager
+    def lent(self, donors: Sequence[liqo.Donor], module: str,
+             cleanup: Callable[[], None] | None = None) -> Iterator[RunningOrigin]:
+        """The origin with ``donors`` peered for ``module``: peered on entry (unless a wider fixture holds the
+        same donors), then ``cleanup``, the check that the module left the origin as it found it, and, when no
+        one holds them any more, the donors unpeered and the check that the origin is as it was before them."""
+        donors = tuple(donors)
+        if self.holders and donors != self.donors:
+            raise RuntimeError(f"{module} asks for donors {_names(donors)} on an origin that holds {_names(self.donors)} "
+                               f"for {self.holders[0]}: a fixture of wider scope keeps its donors peered; make it "
+                               "module-scoped, or give the module the same donors")
+        if not self.holders:
+            stray = self.running.peered()
+            if stray:  # left by a module that already failed for it: the next one starts clean
+                self.running.unpeer(stray)
+            self.running.peer(donors)
+            self.donors = donors
+            self.expected = self._settled()
+        self.holders.append(module)
+        try:
+            yield self.running
+        finally:
+            clean = False
+            try:
+                if cleanup is not None:
+                    cleanup()
+                self.check(module)
+                clean = True
+            finally:
+                self.holders.remove(module)
+                if not self.holders:
+                    self._unpeer(module, check=clean)
+
+    def _unpeer(self, module: str, check: bool = True) -> None:
+        """Unpeer the module's donors (those it did not unpeer itself) and fail if the origin is not as it was
+        before they came; after a module that already failed for what it left, the state without its donors is
+        taken as it is (the next module is judged from there, as after :meth:`check`)."""
+        peered = set(self.running.peered())
+        try:
+            self.running.unpeer([d.cluster_id for d in self.donors if d.cluster_id in peered])
+        finally:
+            self.donors = ()
+            self.expected = self.bare
+        if not check:
+            self.bare = self.expected = self._settled()
+            return
+        self.check(f"{module} (its donors unpeered)")
+        self.bare = self.expected
 
     def check(self, module: str) -> None:
         """Fail naming what ``module`` left changed on the origin; later modules then start from that state,
@@ -106,6 +167,10 @@ class SharedOrigin:
             pytest.fail(f"{module} left the shared origin changed (a test must undo what it changes, in a finally, "
                         "or the module must ask for origin_fixture(..., private=True)):\n  " + "\n  ".join(lines),
                         pytrace=False)
+
+
+def _names(donors: Sequence[liqo.Donor]) -> str:
+    return ", ".join(d.cluster_id for d in donors) or "none"
 
 
 LEFTOVER_GRACE = 60.0
@@ -129,20 +194,16 @@ class OriginPool:
         self._stack = ExitStack()
         self._origins: dict[str, SharedOrigin] = {}
 
-    def shared(self, crds: Path | Sequence[Path] | None, donors: int | Sequence[liqo.Donor], gpus: int,
-               gpu_model: str, addon: Addon | None = None, **options: Any) -> SharedOrigin:
-        key = origin_key(crds, donors, gpus, gpu_model, options, addon)
+    def shared(self, crds: Path | Sequence[Path] | None, addon: Addon | None = None, **options: Any) -> SharedOrigin:
+        """The session's origin of this configuration, started (with no donors) on first use."""
+        key = origin_key(crds, options, addon)
         if key not in self._origins:
             made, plugins = addon.make() if addon is not None else (None, None)
             running = self._stack.enter_context(running_origin(
-                self._tmp.mktemp("origin"), donors, gpus, gpu_model, crds=crds,
-                plugins=[plugins] if plugins is not None else (), **options))
+                self._tmp.mktemp("origin"), (), crds=crds, plugins=[plugins] if plugins is not None else (),
+                **options))
             self._origins[key] = SharedOrigin(running, made)
         return self._origins[key]
-
-    def get(self, crds: Path | None, donors: int | Sequence[liqo.Donor], gpus: int, gpu_model: str,
-            **options: Any) -> RunningOrigin:
-        return self.shared(crds, donors, gpus, gpu_model, **options).running
 
     def close(self) -> None:
         """Stop every origin; none may leave a container process alive."""
@@ -177,12 +238,12 @@ def origin_fixture(crds: Path | None = None, donors: int | Sequence[liqo.Donor] 
         return own
 
     def origin(origin_pool: OriginPool, request: pytest.FixtureRequest) -> Iterator[RunningOrigin]:
-        shared = origin_pool.shared(crds, donors, gpus, gpu_model, **options)
-        yield shared.running
-        shared.check(request.node.nodeid)
+        shared = origin_pool.shared(crds, **options)
+        with shared.lent(donor_list(donors, gpus, gpu_model), request.node.nodeid) as running:
+            yield running
 
-    # The suite's conftest keeps the tests of one configuration on one xdist worker, so it starts once a run.
-    origin.origin_key = origin_key(crds, donors, gpus, gpu_model, options)  # type: ignore[attr-defined]
+    # The suite's conftest keeps the tests of a configuration on one xdist worker, so it starts once a run.
+    origin.origin_key = origin_key(crds, options)  # type: ignore[attr-defined]
     return pytest.fixture(scope=scope)(origin)
 
 

@@ -19,6 +19,7 @@ from .apiserver.api import Api
 IGNORED = frozenset({("", "events"), ("events.k8s.io", "events"), ("coordination.k8s.io", "leases"),
                      ("", "namespaces"), ("discovery.k8s.io", "endpointslices"), ("", "endpoints")})
 FINISHED = ("Succeeded", "Failed")
+TENANT_LABEL = "liqo.io/tenant-namespace"
 State = Mapping[str, Any]
 
 
@@ -39,24 +40,37 @@ def _lasting(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def cluster_state(api: Api, system: Collection[str], faults: Collection[str] = ()) -> dict[str, Any]:
     """Everything outside the namespaces tests make: cluster-scoped objects and those of the ``system``
-    namespaces (:func:`system_namespaces`), each with what a later module reads; unfinished pods anywhere;
+    namespaces (:func:`system_namespaces`) and of Liqo's tenant namespaces (:func:`tenant_namespaces`, with the
+    namespaces themselves), each with what a later module reads; unfinished pods anywhere;
     active faults by name."""
     store = api.store
     objects: dict[str, Any] = {}
     pods: list[str] = []
+    tenants = tenant_namespaces(api)
+    kept = set(system) | tenants
     for key in store.storage_keys():
-        if key in IGNORED:
+        if key in IGNORED and key != ("", "namespaces"):
             continue
         for obj in store.snapshots(key)[0]:
             meta = obj["metadata"]
             namespace = meta.get("namespace", "")
             where = f"{key[1]}.{key[0] or 'core'} {namespace + '/' if namespace else ''}{meta['name']}"
-            if key == ("", "pods"):
+            if key == ("", "namespaces"):  # a test's own come and go; a peering's tenant namespace must go with it
+                if meta["name"] in tenants:
+                    objects[where] = _lasting(obj)
+            elif key == ("", "pods"):
                 if (obj.get("status") or {}).get("phase") not in FINISHED:
                     pods.append(where)
-            elif not namespace or namespace in system:
+            elif not namespace or namespace in kept:
                 objects[where] = _lasting(obj)
     return {"objects": objects, "pods": sorted(pods), "faults": sorted(faults)}
+
+
+def tenant_namespaces(api: Api) -> set[str]:
+    """The Liqo tenant namespaces there are now (one per peered donor): a donor peered for one module brings one,
+    and unpeering it must take it, and everything in it, away."""
+    return {ns["metadata"]["name"] for ns in api.store.list(("", "namespaces"))[0]
+            if (ns["metadata"].get("labels") or {}).get(TENANT_LABEL) == "true"}
 
 
 def system_namespaces(api: Api) -> frozenset[str]:

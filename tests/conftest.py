@@ -191,13 +191,17 @@ def worker_group(item: pytest.Item) -> str:
     (the pool then starts it once in the whole run, not once per worker), otherwise the test's module (its
     module-scoped fixtures are built once, as with ``--dist loadscope``)."""
     info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.get("origin") if info is not None else None
     key = None
-    for definition in reversed(defs or ()):
-        key = getattr(definition.func, "origin_key", None)
-        # a module's own ``origin`` that takes its conftest's (to add a real-cluster half, test_cells.py) still
-        # serves that pooled origin on the sandbox; one that does not is an origin of its own
-        if key is not None or "origin" not in definition.argnames:
+    # ``origin``, or another fixture marked with ``pooled_as`` (the queued flows' ``kueue_origin``)
+    for name in ("origin", *sorted(info.name2fixturedefs if info is not None else ())):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        for definition in reversed(defs or ()):
+            key = getattr(definition.func, "origin_key", None)
+            # a module's own ``origin`` that takes its conftest's (to add a real-cluster half, test_cells.py) still
+            # serves that pooled origin on the sandbox; one that does not is an origin of its own
+            if key is not None or name not in definition.argnames:
+                break
+        if key is not None or name == "origin" and defs:
             break
     if key is not None:
         return "origin-" + hashlib.sha256(key.encode()).hexdigest()[:12]

@@ -235,6 +235,8 @@ class Api:
                 meta.pop(owned, None)
         if rt.key == ("", "services") and not subresource:
             defaults.service_port_defaults(new.get("spec") or {})
+        if rt.key == ("", "nodes") and not subresource:
+            defaults.node_omitted(new.get("spec") or {})
         if rt.custom:
             crd_defaults.apply(rt.schema or {}, new)
         if not subresource and (causes := defaults.update_causes(rt, old, new)):

@@ -154,6 +154,15 @@ def _kind_defaults(rt: ResourceType, out: Obj) -> None:
             spec["clusterIP"] = next(_SERVICE_IPS)
         spec.setdefault("clusterIPs", [spec["clusterIP"]])
         service_port_defaults(spec)
+    elif rt.kind == "Node":
+        node_omitted(out.get("spec") or {})
+
+
+def node_omitted(spec: Obj) -> None:
+    """A Node's ``spec.unschedulable`` is a Go bool with ``omitempty``: kube-apiserver never stores ``false``, so
+    an uncordoned node reads back as one never cordoned."""
+    if spec.get("unschedulable") is False:
+        del spec["unschedulable"]
 
 
 def service_port_defaults(spec: Obj) -> None:

@@ -93,6 +93,11 @@ class Faults:
             fired = self._rules.get(rule)
         return fired is not None and (not rule.times or fired < rule.times)
 
+    def installed(self, rule: FaultRule) -> bool:
+        """Whether ``rule`` was added and not removed (it may have run out of its ``times``)."""
+        with self._lock:
+            return rule in self._rules
+
     def fired(self, rule: FaultRule) -> int:
         """How often ``rule`` fired so far."""
         with self._lock:

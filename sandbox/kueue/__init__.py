@@ -45,13 +45,20 @@ class Kueue:
         finally:
             self.state.down = False
 
+    def restart(self, options: KueueOptions) -> None:
+        """Kueue started again with another Configuration, as an admin applies one and restarts Kueue's manager:
+        the webhooks select namespaces by the new ``managedJobsNamespaceSelector``, and the controller's memory
+        (fair-sharing usage, queue order) starts over. Call on the server's loop."""
+        self.options = options
+        self.controller.restart(options)
+
     def plugin(self, server: ApiServer) -> None:
         """Serve the Kueue kinds, install the webhooks, the controller and the visibility endpoints."""
         api = server.api
         for crd in crds.builtin_crds():
             if api.registry.by_kind(names.API_VERSION, crd["spec"]["names"]["kind"]) is None:
                 api.registry.add_crd(crd)
-        webhook.install(api, self.options.namespace_selector, self.state)
+        webhook.install(api, lambda: self.options.namespace_selector, self.state)
         routes(server.app, api, self.controller.queue_order.get, lambda: self.state.down)
 
         async def kueue_controller(api_: object) -> None:

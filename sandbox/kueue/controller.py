@@ -51,6 +51,14 @@ class KueueController:
         """ClusterQueue name -> pending Workloads, head first, as of the last pass."""
         self._timers = False
 
+    def restart(self, options: KueueOptions) -> None:
+        """Kueue's manager started again with ``options``: what it kept in memory (usage samples, the queue order)
+        starts over; what is in the API (Workloads, queues) stays. On the server's loop, between two passes."""
+        self.options = options
+        self.ledger = UsageLedger(options.usage_half_life, options.usage_sampling, dict(options.resource_weights))
+        self.queue_order.clear()  # the visibility routes hold this dict
+        self._timers = False
+
     # ---- one pass ----------------------------------------------------------------------------------
     def managed_namespaces(self, api: Api) -> set[str]:
         items, _ = api.store.snapshots(("", "namespaces"))

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..fixtures import Addon, OriginPool, origin_key, wait_until
+from ..fixtures import Addon, OriginPool, donor_list, origin_key, wait_until
 from ..liqo import seed as liqo
 from ..liqo.origin import RunningOrigin
 from . import Kueue, KueueOptions
@@ -31,19 +31,21 @@ POOL_KINDS = ("clusterqueues", "resourceflavors", "workloadpriorityclasses")
 
 
 def kueue_addon(kueue: KueueOptions | None = None) -> Addon:
-    """Kueue with ``kueue`` options as part of a pooled origin's configuration."""
+    """Kueue as part of a pooled origin, started with ``kueue`` options. Its options are not part of the origin's
+    configuration: a module asking for others restarts it with them (:func:`pooled_kueue_origin`)."""
     options = kueue or KueueOptions()
 
     def make() -> tuple[Kueue, Any]:
         made = Kueue(options)
         return made, made.plugin
-    return Addon(f"kueue {options!r}", make)
+    return Addon("kueue", make)
 
 
 def kueue_origin_key(donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4, gpu_model: str = "A100",
                      crds: Sequence[Path] = (), kueue: KueueOptions | None = None, **options: Any) -> str:
-    """The pool's key of that Kueue origin, for :func:`~gpu_offload.sandbox.fixtures.pooled_as`."""
-    return origin_key(list(crds), donors, gpus, gpu_model, options, kueue_addon(kueue))
+    """The pool's key of that Kueue origin, for :func:`~gpu_offload.sandbox.fixtures.pooled_as`: its CRDs and
+    options; the donors (peered per module) and Kueue's options (a module's restart Kueue) are not part of it."""
+    return origin_key(list(crds), options, kueue_addon(kueue))
 
 
 def remove_pool(running: RunningOrigin) -> None:
@@ -67,10 +69,19 @@ def remove_pool(running: RunningOrigin) -> None:
 def pooled_kueue_origin(pool: OriginPool, module: str, donors: int | Sequence[liqo.Donor] = 2, gpus: int = 4,
                         gpu_model: str = "A100", crds: Sequence[Path] = (), kueue: KueueOptions | None = None,
                         **options: Any) -> Iterator[tuple[RunningOrigin, Kueue]]:
-    """The session's origin with Kueue of this configuration, for ``module``: shared by every module asking for the
-    same, as :func:`running_kueue_origin` gives one of its own. Afterwards the module's queue pool is deleted and the
-    origin must be as the module found it (``fixtures.SharedOrigin.check``)."""
-    shared = pool.shared(list(crds), donors, gpus, gpu_model, addon=kueue_addon(kueue), **options)
-    yield shared.running, shared.addon
-    remove_pool(shared.running)
-    shared.check(module)
+    """The session's origin with Kueue for these CRDs and options, for ``module``, as :func:`running_kueue_origin`
+    gives one of its own: shared by every module asking for the same, Kueue restarted with ``kueue`` options if it
+    runs with others, ``donors`` peered for the module. Afterwards the module's queue pool is deleted, the origin must
+    be as the module found it, and its donors are unpeered (``fixtures.SharedOrigin.lent``)."""
+    shared = pool.shared(list(crds), addon=kueue_addon(kueue), **options)
+    wanted = kueue or KueueOptions()
+    if shared.addon.options != wanted:
+        if shared.holders:
+            raise RuntimeError(f"{module} asks for Kueue with {wanted!r} while {shared.holders[0]} holds it with "
+                               f"{shared.addon.options!r}: make that fixture module-scoped")
+
+        async def restart() -> None:  # as an admin applies another Configuration and restarts Kueue's manager
+            shared.addon.restart(wanted)
+        shared.running.call(restart())
+    with shared.lent(donor_list(donors, gpus, gpu_model), module, cleanup=lambda: remove_pool(shared.running)):
+        yield shared.running, shared.addon

@@ -17,7 +17,7 @@ have no webhook. Not emulated: the role-hash annotation (Kueue's exact hash), de
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..apiserver.admission import AdmissionRequest
@@ -127,14 +127,15 @@ def refused(webhook: str, path: str) -> ApiError:
     return ApiError(500, "InternalError", f"Internal error occurred: {cause}", causes=(Cause("", cause),))
 
 
-def install(api: Api, namespace_selector: Mapping[str, Any] = DEFAULT_NAMESPACE_SELECTOR,
+def install(api: Api, selector: Callable[[], Mapping[str, Any]] = lambda: DEFAULT_NAMESPACE_SELECTOR,
             outage: Outage | None = None) -> None:
-    """Register the pod, Job, ClusterQueue, ResourceFlavor and Workload webhooks on ``api``."""
+    """Register the pod, Job, ClusterQueue, ResourceFlavor and Workload webhooks on ``api``; ``selector()`` is
+    Kueue's ``managedJobsNamespaceSelector`` as configured now (a restarted Kueue may have another)."""
     state = outage or Outage()
 
     def reachable(webhook: str, path: str, namespace: str | None = None) -> bool:
         """False when the webhook is not called at all (namespace not selected); raises while Kueue is down."""
-        if namespace is not None and not _managed_namespace(api, namespace, namespace_selector):
+        if namespace is not None and not _managed_namespace(api, namespace, selector()):
             return False
         if state.down:
             raise refused(webhook, path)

@@ -34,6 +34,7 @@ from ..kubelet.kubelet import Kubelet
 from ..server import ApiServer, Plugin
 from ..testing import RunningSandbox, running_sandbox
 from . import controllers as liqo_controllers
+from . import peering
 from . import seed as liqo
 from .labels import label_controller
 from .reflection import DonorCopies, ReflectionTypes, reflection_controller
@@ -83,6 +84,8 @@ class LiqoOrigin:
     faults: SandboxFaults = field(init=False)
     copies: DonorCopies = field(init=False)
     """What Liqo reflected to each donor (``reflection.py``)."""
+    donors: dict[str, liqo.Donor] = field(default_factory=dict)
+    """The donors peered now, by cluster id: seeded ones and those peered at run time (``peering.py``)."""
     server: ApiServer | None = None
 
     def plugin(self, server: ApiServer) -> None:
@@ -109,10 +112,10 @@ class LiqoOrigin:
             server.serve_socket(endpoint.sock, endpoint.ssl_context())
             self.kubelet.in_cluster = endpoint
         self.faults.routes(server.app)
-        donors = {d.cluster_id: d for d in opts.donors}
+        self.donors.update((d.cluster_id, d) for d in opts.donors)
 
         async def slices(api: Api) -> None:
-            await slice_controller(api, donors)
+            await slice_controller(api, self.donors)
 
         async def kubelet(api: Api) -> None:
             self.kubelet.start()
@@ -165,6 +168,28 @@ class RunningOrigin:
     def call(self, coro: Any, timeout: float | None = 60) -> Any:
         """Run a coroutine on the server's loop and return its result."""
         return self.origin.call(coro, timeout)
+
+    def peer(self, donors: Sequence[liqo.Donor]) -> None:
+        """Peer ``donors`` into the running origin, as ``liqoctl peer`` does (``peering.py``)."""
+        api = self.sandbox.api
+
+        async def run() -> None:
+            peering.peer(api, donors, self.origin.donors)
+        self.call(run())
+
+    def unpeer(self, cluster_ids: Sequence[str], timeout: float = peering.UNPEER_TIMEOUT) -> None:
+        """Unpeer these clusters, as ``liqoctl unpeer`` does: returns once their virtual nodes (and the pods on
+        them), slices, ForeignClusters and tenant namespaces are gone (``peering.py``)."""
+        self.call(peering.unpeer(self.sandbox.api, cluster_ids, self.origin.donors, self.origin.copies, timeout),
+                  timeout + 30)
+
+    def peered(self) -> list[str]:
+        """The cluster ids peered now."""
+        api = self.sandbox.api
+
+        async def run() -> list[str]:
+            return peering.peered(api)
+        return list(self.call(run()))
 
     def live_processes(self) -> list[int]:
         """Pids of the processes this origin's pods started that are still alive: none once it stopped

@@ -131,6 +131,14 @@ class DonorCopies:
             return [copy.deepcopy(o) for o in self.ever.get(cluster, [])]
 
 
+    def forget(self, cluster: str) -> None:
+        """The donor was unpeered: its copies went with the namespaces' twins there, and its record goes with the
+        peering (a cluster peered again under this id starts with nothing)."""
+        with self._lock:
+            self.held.pop(cluster, None)
+            self.ever.pop(cluster, None)
+            self._sent = {sent for sent in self._sent if sent[0] != cluster}
+
     def lookup(self, api: Api) -> Callable[[Mapping[str, Any]], Lookup | None]:
         """The kubelet's view for a pod on a virtual node: a Secret or ConfigMap exists for it only if Liqo's
         rules copy it to that donor, so a pod whose Secret Liqo would not copy there waits as it would on the

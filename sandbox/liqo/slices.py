@@ -68,7 +68,7 @@ class SliceController:
 
     def __init__(self, api: Api, donors: Mapping[str, liqo.Donor]) -> None:
         self.api = api
-        self.donors = dict(donors)
+        self.donors = donors  # the origin's, read when a slice needs a node: donors peered later are in it too
         self._granted: dict[str, int] = {}  # slice uid -> generation last granted or seen granted
 
     def reconcile(self, obj: dict[str, Any]) -> None:

@@ -22,9 +22,12 @@ import kubernetes_validate
 import pytest
 from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox import objectstore
-from gpu_offload.sandbox.fixtures import origin_fixture
+from gpu_offload.sandbox.fixtures import OriginPool, origin_fixture, origin_key, pooled_as
+from gpu_offload.sandbox.kueue import KueueOptions
+from gpu_offload.sandbox.kueue.pooled import kueue_origin_key, pooled_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
+from ..realcluster.realorigin import RealOrigin, clusters, seeded_origin
 from ..sandbox.kueue_setup import synced_pool
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -42,7 +45,33 @@ OFFLOADED = "gpu-jobs"
 NOT_OFFLOADED = "plain"
 # Metaflow's default image (python:3.x) runs with this interpreter: it has what Metaflow's pod bootstrap
 # installs (boto3, requests), so the bootstrap's pip finds them and needs no network.
-origin = origin_fixture(LIQO_CRDS, donors=DONORS, image_map=(("python:*", sys.executable),), scope="session")
+FLOWS_MAP = (("python:*", sys.executable),)
+# Each flows module peers DONORS into the flows' shared origin (a module with other donors, test_part_of_a_gpu.py,
+# peers its own), so what outlives a module (the object store) takes the origin without holding donors.
+origin = origin_fixture(LIQO_CRDS, donors=DONORS, image_map=FLOWS_MAP)
+KUEUE_FLOWS: dict[str, Any] = {
+    "crds": [LIQO_CRDS, LIQO_CRDS.parent / "kueue-crds"], "image_map": FLOWS_MAP,
+    # as docs/queueing.md asks Kueue to be configured: Metaflow's pods request ephemeral-storage, which the
+    # project's ClusterQueue does not cover
+    "kueue": KueueOptions(exclude_resource_prefixes=("ephemeral-storage",))}
+
+
+def queued_flows_origin(donors: tuple[liqo.Donor, ...], real_nodes: int | None = None) -> Any:
+    """The ``kueue_origin`` of a queued flows module, on each cluster: the real cluster with ``donors`` seeded (the
+    first ``real_nodes`` on the real kubelets' nodes, see ``seeded_origin``), or the session's sandbox origin with
+    Kueue of ``KUEUE_FLOWS`` (shared by the queued flows modules), ``donors`` peered for the module."""
+
+    @pytest.fixture(scope="module", params=clusters(), name="kueue_origin")
+    @pooled_as(kueue_origin_key(donors=donors, **KUEUE_FLOWS))
+    def either(request: pytest.FixtureRequest, origin_pool: OriginPool) -> Iterator[Any]:
+        if request.param == "real":  # real Kubernetes and Kueue 0.19
+            with seeded_origin(donors, LIQO_CRDS, real_nodes=real_nodes) as real:
+                yield real
+            return
+        with pooled_kueue_origin(origin_pool, request.node.nodeid, donors=donors, **KUEUE_FLOWS) as (running, _):
+            yield running
+
+    return either
 
 
 @dataclass(frozen=True)
@@ -78,10 +107,22 @@ def hub_user_namespace(origin: Any, name: str, cluster_ids: list[str]) -> str:
     return name
 
 
+def drop_sandbox_namespace(origin: Any, name: str) -> None:
+    """Delete a module's namespace on the sandbox, whose origin the next module shares (the real cluster's seeded
+    origin is left as the real-cluster stage runs it)."""
+    if isinstance(origin, RealOrigin):
+        return
+    with origin.sandbox.api_client() as client:
+        kubernetes.client.CoreV1Api(client).delete_namespace(name)
+
+
 @pytest.fixture(scope="session")
-def s3_server(origin: Any) -> Iterator[S3Server]:
-    """moto's S3 server with one bucket for the session, where Metaflow here and its step pods both reach it."""
-    with objectstore.s3_server(origin.host_address, [BUCKET]) as endpoint:
+@pooled_as(origin_key(LIQO_CRDS, {"image_map": FLOWS_MAP}))  # on the flows' origin's xdist worker
+def s3_server(origin_pool: OriginPool) -> Iterator[S3Server]:
+    """moto's S3 server with one bucket for the session, where Metaflow here and its step pods both reach it: on the
+    flows' origin's host address (the origin itself, whatever donors a module peers)."""
+    flows_origin = origin_pool.shared(LIQO_CRDS, image_map=FLOWS_MAP).running
+    with objectstore.s3_server(flows_origin.host_address, [BUCKET]) as endpoint:
         yield S3Server(endpoint)
 
 
@@ -188,9 +229,10 @@ def offload_deployment(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Se
     }
 
 
-@pytest.fixture(scope="session")
-def cluster(origin: Any) -> dict[str, str]:
-    """Environment for Metaflow to use the origin: its kubeconfig and an offloaded namespace.
+@pytest.fixture(scope="module")
+def cluster(origin: Any) -> Iterator[dict[str, str]]:
+    """Environment for Metaflow to use the origin: its kubeconfig and an offloaded namespace, for the module (its
+    donors are peered for the module; the namespaces go with it).
 
     ``gpu-jobs`` is offloaded to both donors, ``plain`` exists and is not offloaded.
     """
@@ -202,7 +244,10 @@ def cluster(origin: Any) -> dict[str, str]:
             "offloading.liqo.io", "v1beta1", OFFLOADED, "namespaceoffloadings",
             namespace_offloading(OFFLOADED, [d.cluster_id for d in DONORS]),
         )
-    return {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": OFFLOADED}
+    yield {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": OFFLOADED}
+    with origin.sandbox.api_client() as client:
+        for name in (OFFLOADED, NOT_OFFLOADED):
+            kubernetes.client.CoreV1Api(client).delete_namespace(name)
 
 
 def jobs_and_pods(origin: Any, label_selector: str, namespace: str = OFFLOADED) -> tuple[list[Any], list[Any]]:

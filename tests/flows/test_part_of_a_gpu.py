@@ -21,13 +21,14 @@ from gpu_offload.sandbox import objectstore
 from gpu_offload.sandbox.fixtures import origin_fixture
 from gpu_offload.sandbox.liqo import seed as liqo
 
-from .conftest import BUCKET, LIQO_CRDS, FlowRunner, S3Server, jobs_and_pods
+from .conftest import BUCKET, FLOWS_MAP, LIQO_CRDS, FlowRunner, S3Server, jobs_and_pods
 
 pytestmark = pytest.mark.slow
 
 DONORS = (liqo.Donor("donor-t", 1, "A100", "1.00", sharing="time-slicing", replicas=4, renamed=False),
           liqo.Donor("donor-s", 1, "A100", "0.50", sharing="mps", replicas=2))
-origin = origin_fixture(LIQO_CRDS, donors=DONORS, image_map=(("python:*", sys.executable),), private=True)
+# the flows' origin (tests/flows/conftest.py), these two donors peered for the module
+origin = origin_fixture(LIQO_CRDS, donors=DONORS, image_map=FLOWS_MAP)
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +38,16 @@ def s3_server(origin: Any) -> Iterator[S3Server]:
 
 
 @pytest.fixture(scope="module")
-def cluster(origin: Any) -> dict[str, str]:
+def cluster(origin: Any) -> Iterator[dict[str, str]]:
     with origin.sandbox.api_client() as client:
         kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": "parts"}})
         kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(
             "offloading.liqo.io", "v1beta1", "parts", "namespaceoffloadings",
             namespace_offloading("parts", [d.cluster_id for d in DONORS]))
-    return {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": "parts",
-            "GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-t,donor-s"}
+    yield {"KUBECONFIG": str(origin.sandbox.kubeconfig), "METAFLOW_KUBERNETES_NAMESPACE": "parts",
+           "GPU_OFFLOAD_TRUSTED_CLUSTERS": "donor-t,donor-s"}
+    with origin.sandbox.api_client() as client:  # the origin is shared: the module's namespace goes with it
+        kubernetes.client.CoreV1Api(client).delete_namespace("parts")
 
 
 def test_a_half_gpu_step_runs_on_one_mps_share_asked_in_the_donors_units(run_flow: FlowRunner, origin: Any,

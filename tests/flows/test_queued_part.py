@@ -31,12 +31,17 @@ import pytest
 from gpu_offload.hub_extension.accounting.usage import finished_run
 from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
-from ..realcluster.realorigin import RealCluster, clusters, seeded_origin
-from .conftest import FlowRunner, S3Server, hub_user_namespace, s3_of
+from ..realcluster.realorigin import RealCluster
+from .conftest import (
+    FlowRunner,
+    S3Server,
+    drop_sandbox_namespace,
+    hub_user_namespace,
+    queued_flows_origin,
+    s3_of,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -80,20 +85,7 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture(scope="module", params=clusters())
-def kueue_origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":  # real Kubernetes and Kueue 0.19; the donors' nodes have nothing behind them
-        with seeded_origin(DONORS, SHARED / "liqo-crds", real_nodes=0) as real:
-            yield real
-        return
-    with running_kueue_origin(tmp_path_factory.mktemp("queued-part"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"],
-                              # Metaflow's pods request ephemeral-storage, which the project's ClusterQueue does
-                              # not cover (docs/queueing.md)
-                              kueue=KueueOptions(exclude_resource_prefixes=("ephemeral-storage",)),
-                              image_map=(("python:*", sys.executable),)) as (running, _):
-        yield running
-    assert not running.live_processes()
+kueue_origin = queued_flows_origin(DONORS, real_nodes=0)  # on the real cluster, nothing behind the donors' nodes
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +94,10 @@ def s3(kueue_origin: Any) -> Iterator[S3Server]:
 
 
 @pytest.fixture(scope="module")
-def user_namespace(kueue_origin: Any) -> str:
+def user_namespace(kueue_origin: Any) -> Iterator[str]:
     """A hub user's namespace: offloaded to every donor, with its LocalQueue from `gpu-offload queues sync`."""
-    return hub_user_namespace(kueue_origin, NAMESPACE, [d.cluster_id for d in DONORS])
+    yield hub_user_namespace(kueue_origin, NAMESPACE, [d.cluster_id for d in DONORS])
+    drop_sandbox_namespace(kueue_origin, NAMESPACE)
 
 
 def _flow(tmp_path: Path, arguments: str) -> None:

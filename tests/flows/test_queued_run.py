@@ -28,12 +28,19 @@ import kubernetes
 import pytest
 from gpu_offload.liqo_peering.specs import namespace_offloading
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
-from ..realcluster.realorigin import REAL_NODES, RealCluster, clusters, seeded_origin
-from .conftest import DATA, TRUSTING, FlowRunner, S3Server, hub_user_namespace, s3_of
+from ..realcluster.realorigin import REAL_NODES, RealCluster
+from .conftest import (
+    DATA,
+    TRUSTING,
+    FlowRunner,
+    S3Server,
+    drop_sandbox_namespace,
+    hub_user_namespace,
+    queued_flows_origin,
+    s3_of,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -48,20 +55,8 @@ STEP_IMAGE = "localhost/jupyter-gpu-offload/singleuser:0.1.0"
 """The step pods' image on the real cluster (the sandbox runs them with this machine's interpreter)."""
 
 
-@pytest.fixture(scope="module", params=clusters())
-def kueue_origin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if request.param == "real":  # real Kubernetes and Kueue; the step's pod runs on the real node
-        with seeded_origin((DONOR,), SHARED / "liqo-crds") as real:
-            yield real
-        return
-    with running_kueue_origin(tmp_path_factory.mktemp("kueue-flows"), donors=(DONOR,),
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"],
-                              # as docs/queueing.md asks Kueue to be configured: Metaflow's pods request
-                              # ephemeral-storage, which the project's ClusterQueue does not cover
-                              kueue=KueueOptions(exclude_resource_prefixes=("ephemeral-storage",)),
-                              image_map=(("python:*", sys.executable),)) as (running, _):
-        yield running
-    assert not running.live_processes()
+# the step's pod runs on the real node on the real cluster
+kueue_origin = queued_flows_origin((DONOR,))
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +78,10 @@ def s3(kueue_origin: Any) -> Iterator[S3Server]:
 
 
 @pytest.fixture(scope="module")
-def user_namespace(kueue_origin: Any) -> str:
+def user_namespace(kueue_origin: Any) -> Iterator[str]:
     """A hub user's namespace: offloaded, with its LocalQueue from `gpu-offload queues sync`."""
-    return hub_user_namespace(kueue_origin, NAMESPACE, [DONOR.cluster_id])
+    yield hub_user_namespace(kueue_origin, NAMESPACE, [DONOR.cluster_id])
+    drop_sandbox_namespace(kueue_origin, NAMESPACE)
 
 
 def _holder() -> dict[str, Any]:

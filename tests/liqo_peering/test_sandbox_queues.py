@@ -12,12 +12,12 @@ import kubernetes
 import pytest
 import yaml
 from gpu_offload.liqo_peering.queue_client import KueueClient
-from gpu_offload.sandbox.fixtures import install_crds, wait_until
+from gpu_offload.sandbox.fixtures import install_crds, origin_key, pooled_as, wait_until
 from gpu_offload.sandbox.liqo import seed as liqo
-from gpu_offload.sandbox.liqo.origin import running_origin
 
 from gpu_offload.cli import main
 
+from ..origins import PEERED
 from ..realcluster.realorigin import RealOrigin, clusters, seeded_origin
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
@@ -26,23 +26,31 @@ DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 
+# the Liqo client's tests' origin (tests/origins.py), these three donors peered for the module
+sandbox_origin = PEERED.with_donors(DONORS).fixture()
+
+
 @pytest.fixture(scope="module", params=clusters())
-def origin(request, tmp_path_factory):
+@pooled_as(origin_key(PEERED.crds, PEERED.options))
+def origin(request):
     if request.param == "real":
         with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
             yield real
         return
-    with running_origin(tmp_path_factory.mktemp("origin"), donors=DONORS, crds=SHARED / "liqo-crds") as running:
-        yield running
-    assert not running.live_processes()
+    yield request.getfixturevalue("sandbox_origin")
 
 
 @pytest.fixture(scope="module")
 def api_client(origin):
     client = origin.sandbox.api_client()
+    installed = []
     if not isinstance(origin, RealOrigin):  # the real cluster has real Kueue's own CRDs
-        install_crds(client, SHARED / "kueue-crds")
+        installed = install_crds(client, SHARED / "kueue-crds")
     yield client
+    # the shared origin loses Kueue's CRDs again, and with them every object the sync wrote
+    extensions = kubernetes.client.ApiextensionsV1Api(client)
+    for name in installed:
+        extensions.delete_custom_resource_definition(name)
     client.close()
 
 
@@ -189,11 +197,21 @@ def test_a_removed_donors_flavor_goes_after_the_queue_stops_naming_it(origin, ap
     core = kubernetes.client.CoreV1Api(api_client)
     # what unpeering leaves: no ForeignCluster, VirtualNode or Node of donor-3 (Liqo deletes a deleted
     # VirtualNode's Node)
-    custom.delete_namespaced_custom_object("offloading.liqo.io", "v1beta1", "liqo-tenant-donor-3", "virtualnodes",
-                                           "donor-3-gpu")
-    custom.delete_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", "donor-3")
-    if isinstance(origin, RealOrigin):  # seeded objects, no Liqo: do what its VirtualNode controller would
+    if isinstance(origin, RealOrigin):  # seeded objects, no Liqo: do what unpeering and its controllers would
+        custom.delete_namespaced_custom_object("offloading.liqo.io", "v1beta1", "liqo-tenant-donor-3", "virtualnodes",
+                                               "donor-3-gpu")
+        custom.delete_cluster_custom_object("core.liqo.io", "v1beta1", "foreignclusters", "donor-3")
         core.delete_node("donor-3-gpu")
+    else:
+        origin.unpeer(["donor-3"])  # the sandbox unpeers as liqoctl unpeer does
+    try:
+        _sync_after_donor_3_left(api_client, core, capsys)
+    finally:
+        if not isinstance(origin, RealOrigin):  # the origin is shared: donor-3 peered again, as the module found it
+            origin.peer([DONORS[2]])
+
+
+def _sync_after_donor_3_left(api_client, core, capsys) -> None:
     wait_until(lambda: "donor-3-gpu" not in [n.metadata.name for n in core.list_node().items], "donor-3's Node to go")
     capsys.readouterr()
     assert main(["queues", "sync"]) == 0

@@ -20,11 +20,13 @@ from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.placement import PlacementRequest, place
 from gpu_offload.liqo_peering.rankjob import RankJobSpec, master_port, master_service, rank_job
 from gpu_offload.liqo_peering.specs import RunnerPodSpec, runner_secret, runner_selector
-from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.fixtures import pooled_as, wait_until
+from gpu_offload.sandbox.kueue.pooled import kueue_origin_key
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.kube.explain import FAILED, PodContext, pod_state
+
+from ..origins import QUEUED
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 LIQO_CRDS = SHARED / "liqo-crds"
@@ -157,12 +159,16 @@ def _condition(batch, namespace: str, name: str) -> str | None:
     return next((c.type for c in conditions if c.type in ("Complete", "Failed") and c.status == "True"), None)
 
 
+QUEUED_HERE = QUEUED.with_donors(DONORS)
+queued_origin = QUEUED_HERE.fixture(name="queued_origin")  # the session's Kueue origin of default options, DONORS
+
+
 @pytest.fixture(scope="module")
-def queued_client(tmp_path_factory):
-    """An origin with Kueue: a ClusterQueue of 3 GPUs on donor-1's flavor, for LocalQueues named ``q``."""
-    with running_kueue_origin(tmp_path_factory.mktemp("queued-origin"), donors=DONORS,
-                              crds=[LIQO_CRDS, SHARED / "kueue-crds"]) as (running, _):
-        client = running.sandbox.api_client()
+@pooled_as(kueue_origin_key(**QUEUED_HERE.pool_options()))  # these tests go to that origin's xdist worker
+def queued_client(queued_origin):
+    """An origin with Kueue: a ClusterQueue of 3 GPUs on donor-1's flavor, for LocalQueues named ``q`` (deleted
+    with the module's queue pool)."""
+    with queued_origin.sandbox.api_client() as client:
         custom = kubernetes.client.CustomObjectsApi(client)
         custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "donor-1"},
@@ -172,8 +178,6 @@ def queued_client(tmp_path_factory):
             "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
                 {"name": "donor-1", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 3}]}]}]}})
         yield client
-        client.close()
-    assert not running.live_processes(), "sandbox container processes still alive after shutdown"
 
 
 @pytest.fixture()

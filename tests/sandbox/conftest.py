@@ -12,18 +12,18 @@ from typing import Any, TypeVar
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox.fixtures import origin_fixture
 from gpu_offload.sandbox.testing import RunningSandbox, running_sandbox
+
+from ..origins import TWO_A100
 
 T = TypeVar("T")
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 LIQO_CRDS = SHARED / "liqo-crds"
-NODE_BIN = Path(__file__).resolve().parents[2] / ".ci" / "node" / "node_modules" / ".bin"
 
-# The kubelet's and API server's tests share the session's origin of this configuration: the built-in Liqo
-# description (the package alone, as a user installs it), two donors of 4 A100, npm's tools (hub images'
-# configurable-http-proxy) found in .ci/node. Each test leaves it as it found it.
-origin = origin_fixture(tool_dirs=(NODE_BIN,))
+# The kubelet's and API server's tests share the hub's and Liqo behaviour tests' origin (tests/origins.py): Liqo's
+# real CRDs, two donors of 4 A100, npm's tools (hub images' configurable-http-proxy) found in .ci/node. Each test
+# leaves it as it found it.
+origin = TWO_A100.fixture()
 
 
 @pytest.fixture(scope="session")

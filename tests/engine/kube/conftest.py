@@ -42,9 +42,9 @@ STOCK_IMAGE = "python:3.11-slim"
 PROJECT_IMAGE = "gpu-offload/notebook:test"
 BUCKET = "offload-test"
 DONORS = TWO_MODELS
-# One origin for all kube test modules, shared with tests/liqo_peering and the panel's: every test leaves it as it
-# found it (tests/origins.py)
-origin = PEERED.fixture(scope="session")
+# One origin for all kube test modules, shared with tests/liqo_peering and the panel's, its donors peered for each
+# module (a module with other donors peers its own): every test leaves it as it found it (tests/origins.py)
+origin = PEERED.fixture()
 # core, custom: official clients of the module's origin; namespace: fresh and not offloaded (the backend offloads it)
 __all__ = ["EVIL_IMAGE", "IMAGE_MAP", "MISMATCH_IMAGE", "OTHER_PYTHON", "core", "custom", "namespace", "origin"]
 
@@ -215,9 +215,9 @@ def neighbour_takes_first(origin: Any, core: Any, namespace: str, create: str, n
     return thread
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def s3_endpoint(origin: Any) -> Iterator[str]:
-    """A moto S3 server for the test session, where both the kernel and the pods reach it."""
+    """A moto S3 server for the module, where both the kernel and the pods reach it."""
     with s3_server(origin.host_address) as endpoint:
         yield endpoint
 

@@ -8,18 +8,16 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
-from .conftest import IMAGE_MAP, SHARED, leftovers, settings
+from ...origins import SAMPLED, KueueConfig
+from .conftest import leftovers, settings
 from .helpers import Sink, run_cell
 from .test_fractions_queued import _admitted, kernel  # noqa: F401 (the fixture, by name)
 
@@ -30,13 +28,7 @@ SEEN = ("import os\nseen = (os.environ.get('GPU_OFFLOAD_GPU_SHARING'), os.enviro
         "os.environ.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'))")
 
 
-@pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with running_kueue_origin(tmp_path_factory.mktemp("fractions-admitted"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
-        yield running
-    assert not running.live_processes()
+origin = KueueConfig(DONORS, SAMPLED).fixture()  # the session's Kueue origin of these options, DONORS peered
 
 
 def test_a_half_admitted_on_the_mps_donor_runs_and_is_told_as_mps(

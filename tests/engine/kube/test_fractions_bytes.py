@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
-import pytest
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
+from ...origins import SAMPLED, KueueConfig
 from ...runner.fake_gpu import prelude
-from .conftest import IMAGE_MAP, SHARED
 from .helpers import Sink, run_cell
 from .test_fractions_queued import _admitted, kernel  # noqa: F401 (the fixture, by name)
 
@@ -33,13 +29,7 @@ CELL = prelude(80) + ("import os, time\ngpu_alloc(30)\ntime.sleep(3)\n"
                       "os.environ.get('GPU_OFFLOAD_GPU_FRACTION'))\n")
 
 
-@pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with running_kueue_origin(tmp_path_factory.mktemp("fractions-bytes"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
-        yield running
-    assert not running.live_processes()
+origin = KueueConfig(DONORS, SAMPLED).fixture()  # the session's Kueue origin of these options, DONORS peered
 
 
 def test_a_queued_half_is_held_to_half_of_the_gpu_it_was_admitted_on(

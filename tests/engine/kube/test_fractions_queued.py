@@ -12,13 +12,12 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue import KueueOptions
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
-from .conftest import IMAGE_MAP, SHARED, leftovers, queued_user_namespace, settings
+from ...origins import SAMPLED, KueueConfig
+from .conftest import leftovers, queued_user_namespace, settings
 from .helpers import Sink, run_cell
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -28,13 +27,7 @@ DONORS = (liqo.Donor("whole", 1, "A100", "2.00"),
 HOLD = "import time\nwhile time.time() < until:\n    time.sleep(0.1)"
 
 
-@pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with running_kueue_origin(tmp_path_factory.mktemp("fractions-queued"), donors=DONORS,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP,
-                              kueue=KueueOptions(usage_sampling=36000.0)) as (running, _):
-        yield running
-    assert not running.live_processes()
+origin = KueueConfig(DONORS, SAMPLED).fixture()  # the session's Kueue origin of these options, DONORS peered
 
 
 @pytest.fixture()

@@ -9,18 +9,17 @@ could not run beside the sandbox. Three users, eight kernels each, in their own 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
-from .conftest import IMAGE_MAP, SHARED, leftovers, queued_user_namespace, settings
+from ...origins import QUEUED
+from .conftest import leftovers, queued_user_namespace, settings
 from .helpers import run_cell
 
 USERS = ("alice@example.org", "bob@example.org", "carol@example.org")
@@ -28,13 +27,8 @@ KERNELS_PER_USER = 8
 CELL = "import time\ntime.sleep(2)\nprint('done on', __import__('os').environ.get('HOSTNAME', 'a GPU'))"
 
 
-@pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    donors = (liqo.Donor("donor-1", 8, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
-    with running_kueue_origin(tmp_path_factory.mktemp("crowd"), donors=donors,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
-        yield running
-    assert not running.live_processes()
+origin = QUEUED.with_donors((liqo.Donor("donor-1", 8, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
+                            ).fixture()  # the session's Kueue origin of default options, these donors peered
 
 
 def test_24_one_gpu_cells_against_16_gpus_all_run_and_none_fails(origin: Any, monkeypatch: pytest.MonkeyPatch

@@ -20,15 +20,16 @@ import kubernetes
 import pytest
 from gpu_offload.sandbox.apiserver.admission import AdmissionRequest
 from gpu_offload.sandbox.apiserver.errors import forbidden
-from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.fixtures import pooled_as, wait_until
+from gpu_offload.sandbox.kueue.pooled import kueue_origin_key
 from gpu_offload.sandbox.liqo import seed as liqo
 
 from gpu_offload.cli import main
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 
+from ...origins import QUEUED
 from .chart_roles import rendered_chart
-from .conftest import IMAGE_MAP, SHARED, STOCK_IMAGE, leftovers, settings
+from .conftest import STOCK_IMAGE, leftovers, settings
 from .helpers import run_cell
 
 QUEUE = "gpu-offload"
@@ -50,9 +51,10 @@ def _true(expression: str, activation: dict[str, Any]) -> bool:
     return isinstance(result, celpy.celtypes.BoolType) and bool(result)
 
 
-def install_policy(origin: Any, policy: dict[str, Any]) -> None:
+def install_policy(origin: Any, policy: dict[str, Any]) -> Any:
     """Judge every pod and Job write as the API server would judge the user's server's (failurePolicy Fail:
-    a validation that is not true denies, with its message, as a 403)."""
+    a validation that is not true denies, with its message, as a 403); returns the hook, which removing takes the
+    policy away again (as deleting it would)."""
     def judge(req: AdmissionRequest) -> None:
         resource = req.resource.plural
         activation = {
@@ -72,17 +74,19 @@ def install_policy(origin: Any, policy: dict[str, Any]) -> None:
 
     for target in ("pods", "jobs.batch"):
         origin.sandbox.api.admission.add_validating(target, judge, ("CREATE",))
+    return judge
+
+
+POLICY_ORIGIN = QUEUED.with_donors((liqo.Donor("donor-1", 2, "A100", "2.00"), liqo.Donor("donor-2", 2, "L4", "0.80")))
+pooled = POLICY_ORIGIN.fixture(name="pooled")  # the session's Kueue origin of default options, these donors peered
 
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    donors = (liqo.Donor("donor-1", 2, "A100", "2.00"), liqo.Donor("donor-2", 2, "L4", "0.80"))
-    policy = rendered_policy(tmp_path_factory.mktemp("chart"))
-    with running_kueue_origin(tmp_path_factory.mktemp("policy"), donors=donors,
-                              crds=[SHARED / "liqo-crds", SHARED / "kueue-crds"], image_map=IMAGE_MAP) as (running, _):
-        install_policy(running, policy)
-        yield running
-    assert not running.live_processes()
+@pooled_as(kueue_origin_key(**POLICY_ORIGIN.pool_options()))
+def origin(pooled: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    judge = install_policy(pooled, rendered_policy(tmp_path_factory.mktemp("chart")))
+    yield pooled
+    pooled.sandbox.api.admission.remove(judge)  # the origin is shared: the policy goes with the module
 
 
 @pytest.fixture()

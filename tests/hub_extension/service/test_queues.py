@@ -18,19 +18,21 @@ from gpu_offload.liqo_peering.client import LiqoClient
 from gpu_offload.liqo_peering.kueue import QueueSettings
 from gpu_offload.liqo_peering.queue_client import KueueClient
 from gpu_offload.liqo_peering.trust import TrustPolicy
-from gpu_offload.sandbox.fixtures import install_crds, origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import install_crds, origin_key, pooled_as, wait_until
 from gpu_offload.sandbox.liqo import seed as liqo
 
+from ...origins import TWO_A100
 from ...realcluster.realorigin import clusters, seeded_origin
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 DONORS = (liqo.Donor("donor-1", 4, "A100", "2.00"), liqo.Donor("donor-2", 8, "L4", "0.80"))
-# its own origin: the controller owns the cluster-wide ClusterQueue and flavors, which the kube backend's tests
-# (the same donors, so the same pooled origin) also create with other quotas
-sandbox_origin = origin_fixture(SHARED / "liqo-crds", donors=DONORS, private=True)
+# the hub tests' origin (tests/origins.py), these donors peered for the module; Kueue's CRDs are installed through
+# the API for the module and deleted after it, which takes the ClusterQueue and flavors the controller made
+sandbox_origin = TWO_A100.with_donors(DONORS).fixture()
 
 
 @pytest.fixture(scope="module", params=clusters())
+@pooled_as(origin_key(TWO_A100.crds, TWO_A100.options))
 def origin(request: pytest.FixtureRequest) -> Iterator[Any]:
     if request.param == "real":  # real Kubernetes and Kueue (tests/realcluster), a real node per donor
         with seeded_origin(DONORS, SHARED / "liqo-crds") as real:
@@ -42,8 +44,11 @@ def origin(request: pytest.FixtureRequest) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def k8s(origin: Any) -> Iterator[Any]:
     client = origin.sandbox.api_client()
-    install_crds(client, SHARED / "kueue-crds")
+    installed = install_crds(client, SHARED / "kueue-crds")  # none on the real cluster: real Kueue serves them
     yield client
+    extensions = kubernetes.client.ApiextensionsV1Api(client)
+    for name in installed:
+        extensions.delete_custom_resource_definition(name)
     client.close()
 
 

@@ -5,28 +5,23 @@ turn it on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
 from gpu_offload.sandbox.liqo.origin import RunningOrigin
 
-from ..conftest import LIQO_CRDS, SHARED, RunningHub, offloaded_namespace
+from ...origins import QUEUED
+from ..conftest import SHARED, RunningHub, offloaded_namespace
 
 KUEUE_CRDS = SHARED / "kueue-crds"
 QUEUEING = {"kueue": {"enabled": True}}
 
 
-@pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningOrigin]:
-    """The hub tests' origin (two donors of 4 A100s) with Kueue emulated and its CRDs served."""
-    with running_kueue_origin(tmp_path_factory.mktemp("origin"), donors=2, gpus=4,
-                              crds=[LIQO_CRDS, KUEUE_CRDS]) as (running, _):
-        yield running
-    assert not running.live_processes()
+# The session's Kueue origin of default options (tests/origins.py), the hub tests' two donors of 4 A100 peered
+origin = QUEUED.with_donors(liqo.donors(2)).fixture()
 
 
 @pytest.fixture(scope="module")

@@ -173,3 +173,19 @@ def test_fault_on_a_missing_pod_or_node_names_the_fix(origin):
             control(origin, "POST", body)
         assert err.value.code == 400 and hint in json.loads(err.value.read())["error"]
     assert control(origin, "GET")["lostNodes"] == []
+
+
+def test_an_api_rule_removed_from_the_server_is_no_longer_listed_as_injected(origin, core):
+    """A shared origin's next module reads ``faults.active()``: a rule a test took off the server is not in it, and
+    one that ran out of its times still is, with how often it fired."""
+    removed = origin.faults.api_error("^/api/v1/namespaces/nowhere/pods$", status=500)
+    spent = origin.faults.api_error("^/api/v1/namespaces/nowhere/secrets$", status=500, times=1)
+    try:
+        origin.sandbox.api.faults.remove(removed)
+        with pytest.raises(kubernetes.client.ApiException) as refused:
+            core.list_namespaced_secret("nowhere")
+        assert refused.value.status == 500 and not origin.sandbox.api.faults.acting(spent)
+        listed = origin.faults.active()["apiRules"]
+        assert [(r["path"], r["fired"]) for r in listed] == [("^/api/v1/namespaces/nowhere/secrets$", 1)]
+    finally:
+        origin.faults.clear()

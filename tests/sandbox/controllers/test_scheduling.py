@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.liqo import seed as liqo
 
-origin = origin_fixture(donors=1, gpus=2)
+from ...origins import TWO_A100
+
+origin = TWO_A100.with_donors(liqo.donors(1, gpus=2)).fixture()  # the kubelet tests' origin, one donor of 2 A100 peered
 core, custom, namespace, offloaded_namespace = (fixtures.core, fixtures.custom, fixtures.namespace,
                                                fixtures.offloaded_namespace)
 
@@ -75,3 +78,14 @@ def test_cordoned_node_takes_no_new_pods(core, offloaded_namespace):
         core.patch_node("origin-user", {"spec": {"unschedulable": None}})
     assert wait_until(lambda: core.read_namespaced_pod("cordoned", offloaded_namespace).spec.node_name, "bound after uncordon") \
         == "origin-user"
+
+
+def test_an_uncordoned_node_reads_back_as_one_never_cordoned(core):
+    """``spec.unschedulable`` is a Go bool with omitempty: kube-apiserver stores no ``false``."""
+    core.patch_node("donor-1-gpu", {"spec": {"unschedulable": True}})
+    try:
+        assert core.read_node("donor-1-gpu").spec.unschedulable is True
+    finally:
+        core.patch_node("donor-1-gpu", {"spec": {"unschedulable": False}})
+    assert core.read_node("donor-1-gpu").spec.unschedulable is None
+    assert "unschedulable" not in (core.api_client.sanitize_for_serialization(core.read_node("donor-1-gpu")).get("spec") or {})

@@ -7,15 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_offload.sandbox import fixtures
-from gpu_offload.sandbox.fixtures import origin_fixture, wait_until
+from gpu_offload.sandbox.fixtures import wait_until
 from gpu_offload.sandbox.kubelet.devices import DeviceManager, device_ids
 from gpu_offload.sandbox.liqo import seed as liqo
 from kubernetes.client import ApiException
 
+from ...origins import TWO_A100
+
 DONORS = (liqo.Donor("sliced", 1, "A100", "1.00", sharing="time-slicing", replicas=2),
           liqo.Donor("mps", 1, "A100", "1.00", sharing="mps", replicas=2),
           liqo.Donor("hami", 1, "A100", "1.00", sharing="memory"))
-origin = origin_fixture(donors=DONORS)
+origin = TWO_A100.with_donors(DONORS).fixture()  # the kubelet tests' origin, these three donors peered
 core, namespace, custom, offloaded_namespace = fixtures.core, fixtures.namespace, fixtures.custom, fixtures.offloaded_namespace
 SHOW = "import os, time; print(os.environ.get('NVIDIA_VISIBLE_DEVICES'), os.environ.get({extra!r}), flush=True); time.sleep(60)"
 

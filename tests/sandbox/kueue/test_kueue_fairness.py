@@ -11,7 +11,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox.fixtures import wait_until
+from gpu_offload.sandbox.fixtures import pooled_as, wait_until
+from gpu_offload.sandbox.kueue.pooled import kueue_origin_key
 from gpu_offload.sandbox.kueue.scenario import (
     QUEUE,
     StepPool,
@@ -22,18 +23,25 @@ from gpu_offload.sandbox.kueue.scenario import (
     user_namespaces,
     workload_count,
 )
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.liqo import seed as liqo
 
-from ..kueue_setup import KUEUE_CRDS, LIQO_CRDS
+from ...origins import QUEUED
 
 USERS = ("ann", "bob", "cat")
 
 
+TWO_DONORS = QUEUED.with_donors(liqo.donors(2, gpus=2))
+pooled = TWO_DONORS.fixture(name="pooled")  # the session's Kueue origin of default options, two donors of 2 A100
+
+
 @pytest.fixture
-def origin(tmp_path: Any) -> Iterator[Any]:
-    with running_kueue_origin(tmp_path, donors=2, gpus=2, crds=[LIQO_CRDS, KUEUE_CRDS]) as (running, _):
-        yield running.sandbox
-    assert not running.live_processes()
+@pooled_as(kueue_origin_key(**TWO_DONORS.pool_options()))
+def origin(pooled: Any) -> Iterator[Any]:
+    yield pooled.sandbox
+    # the origin is shared: the users' namespaces go, and with them ann's backlog, still held
+    with pooled.sandbox.api_client() as client:
+        for user in USERS:
+            kubernetes.client.CoreV1Api(client).delete_namespace(user)
 
 
 def test_light_users_are_admitted_before_a_heavy_backlog_drains_and_share_evenly(origin):

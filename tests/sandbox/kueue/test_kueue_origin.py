@@ -3,17 +3,18 @@ and really runs once the running pod finishes and frees the quota; a preempted p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
 from typing import Any
 
 import kubernetes
 import pytest
-from gpu_offload.sandbox.fixtures import wait_until
-from gpu_offload.sandbox.kueue.testing import running_kueue_origin
+from gpu_offload.sandbox.fixtures import pooled_as, wait_until
+from gpu_offload.sandbox.kueue import KueueOptions
+from gpu_offload.sandbox.kueue.pooled import kueue_addon, kueue_origin_key
+from gpu_offload.sandbox.liqo import seed as liqo
 
+from ...origins import QUEUED
 from ..kueue_setup import (
-    KUEUE_CRDS,
-    LIQO_CRDS,
     admitted,
     cluster_queue,
     condition,
@@ -24,13 +25,14 @@ from ..kueue_setup import (
     workloads,
 )
 
+ONE_DONOR = QUEUED.with_donors(liqo.donors(1, gpus=1))
+pooled = ONE_DONOR.fixture(name="pooled")  # the session's Kueue origin of default options, one donor of 1 A100 peered
+
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with running_kueue_origin(tmp_path_factory.mktemp("kueue-origin"), donors=1, gpus=1,
-                              crds=[LIQO_CRDS, KUEUE_CRDS]) as (running, _):
-        yield running.sandbox
-    assert not running.live_processes()  # every container process went with the sandbox
+@pooled_as(kueue_origin_key(**ONE_DONOR.pool_options()))
+def origin(pooled: Any) -> Any:
+    return pooled.sandbox
 
 
 def _pod(name: str, code: str) -> dict[str, Any]:
@@ -39,7 +41,9 @@ def _pod(name: str, code: str) -> dict[str, Any]:
     return body
 
 
-def _offloaded(core: Any, custom: Any, ns: str) -> str:
+def _offloaded(core: Any, custom: Any, user: str) -> str:
+    # a name of the test's own: the origin is shared, and other modules have users of these names
+    ns = f"{user}-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
     custom.create_namespaced_custom_object("offloading.liqo.io", "v1beta1", ns, "namespaceoffloadings", {
         "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceOffloading",
@@ -115,3 +119,34 @@ def test_preempted_pod_gets_sigterm_then_goes_and_the_higher_priority_pod_runs(o
     assert state is not None and state.exit_code == 0  # it stopped on SIGTERM, not SIGKILL
     wait_until(lambda: core.read_namespaced_pod("high", ns).status.phase == "Succeeded", "the interactive pod run")
     client.close()
+
+
+def test_kueue_restarted_with_another_configuration_manages_the_namespaces_it_now_selects(origin, pooled,
+                                                                                          origin_pool):
+    """A pooled Kueue origin serves modules that configure Kueue differently by restarting Kueue with their
+    options, as an admin applies a Configuration: its webhooks then manage the namespaces the new
+    ``managedJobsNamespaceSelector`` selects, and its memory (fair-sharing usage) starts over."""
+    options = ONE_DONOR.pool_options()
+    shared = origin_pool.shared(options["crds"], addon=kueue_addon(), image_map=options["image_map"])
+    kueue = shared.addon
+    assert shared.running.sandbox is origin
+    client = origin.api_client()
+    core = kubernetes.client.CoreV1Api(client)
+    name = f"unlabelled-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    before, ledger = kueue.options, kueue.controller.ledger
+    try:
+        core.create_namespaced_pod(name, gpu_pod("managed", "user-queue"))
+        assert "kueue.x-k8s.io/admission" in [g.name for g in core.read_namespaced_pod("managed", name).spec.scheduling_gates]
+        pooled.call(_restart(kueue, KueueOptions(namespace_selector={"matchLabels": {"team": "ml"}})))
+        assert kueue.controller.ledger is not ledger
+        core.create_namespaced_pod(name, gpu_pod("unmanaged", "user-queue"))
+        assert not core.read_namespaced_pod("unmanaged", name).spec.scheduling_gates  # Kueue no longer selects it
+    finally:
+        core.delete_namespace(name)
+        pooled.call(_restart(kueue, before))
+        client.close()
+
+
+async def _restart(kueue: Any, options: KueueOptions) -> None:
+    kueue.restart(options)
