@@ -64,6 +64,11 @@ def remove_leftovers() -> list[str]:
     return removed
 
 
+def bridge_mac(index: int) -> str:
+    """The sandbox bridge's own MAC address (locally administered, one per bridge index)."""
+    return f"02:67:6f:62:72:{index:02x}"
+
+
 class PodNetwork:
     """The pod network of one sandbox: namespaces and addresses, or the host's network."""
 
@@ -102,8 +107,12 @@ class PodNetwork:
     def _claim(self) -> int:
         for index in range(FIRST, LAST + 1):
             bridge = f"gpobr{index}"
-            created = subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], capture_output=True,
-                                     timeout=30)
+            # a fixed address: a bridge without one takes its ports' lowest, so it changes when the pod whose
+            # veth has it goes, and every other pod's cached address of the gateway is then wrong until its ARP
+            # entry expires: their new connections to the host stall 35-68 s (a session's first checkpoint upload
+            # after a move did, while the moved-from pod was deleted)
+            created = subprocess.run(["ip", "link", "add", bridge, "address", bridge_mac(index), "type", "bridge"],
+                                     capture_output=True, timeout=30)
             if created.returncode != 0:
                 continue  # another sandbox's (creating a link is atomic: the first one wins)
             _ip("-batch", "-", batch=f"link set {bridge} alias \"{ALIAS}{os.getpid()}\"\n"

@@ -52,7 +52,10 @@ start_network() {
 	# The pods' bridge, made here rather than by the CNI plugin so the API server can listen on its address
 	# before the first pod exists.
 	if ! ip link show "$RC_BRIDGE" >/dev/null 2>&1; then
-		ip link add "$RC_BRIDGE" type bridge
+		# A fixed MAC: a bridge without one takes its ports' lowest, which changes when the pod whose veth has it
+		# is deleted; the other pods' ARP entries for the gateway are then wrong and their new connections to
+		# this machine (the API server, the object store) stall 35-68 s until the entries expire.
+		ip link add "$RC_BRIDGE" address "02:67:6f:72:63:$(printf %02x "$RC_INDEX")" type bridge
 		ip addr add "$RC_HOST_IP/${RC_POD_CIDR#*/}" dev "$RC_BRIDGE"
 	fi
 	ip link set "$RC_BRIDGE" up
