@@ -51,7 +51,7 @@ lane() {  # lane NAME PYTEST-ARGS...: one pytest run, its time and its slowest 5
   echo "== pytest: $name lane"
   start=$(date +%s)
   set +e
-  .venv/bin/python -m pytest --slowest-file "$ARTIFACTS/slowest-$name.txt" "$@"
+  .venv/bin/python -m pytest --slowest-file="$ARTIFACTS/slowest-$name.txt" "$@"
   rc=$?
   set -e
   echo "== pytest: $name lane took $(( $(date +%s) - start )) s (exit $rc)"
