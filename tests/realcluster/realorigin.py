@@ -131,6 +131,8 @@ def node_lost(node: str) -> Iterator[None]:
     run on and nobody reports them; Kubernetes' node controller marks the node unreachable after its grace period
     (50 s). After the block the kubelet starts again as up.sh starts it, and the node is Ready once more."""
     name, stage = KUBELETS[node]
+    with RealCluster(KUBECONFIG).api_client() as client:
+        gpus = (kubernetes.client.CoreV1Api(client).read_node_status(node).status.allocatable or {}).get("nvidia.com/gpu")
     pid = int((STATE / "pids" / f"{name}.pid").read_text())
     os.killpg(pid, signal.SIGKILL)
     try:
@@ -144,9 +146,12 @@ def node_lost(node: str) -> Iterator[None]:
             core = kubernetes.client.CoreV1Api(client)
 
             def ready() -> bool:
-                conditions = core.read_node_status(node).status.conditions or []
-                return any(c.type == "Ready" and c.status == "True" for c in conditions)
-            wait_until(ready, f"{node} Ready again", timeout=120, every=1.0)
+                status = core.read_node_status(node).status
+                # Ready comes before the device plugin has registered with the new kubelet, which until then
+                # offers no GPU: the node is back once it offers the GPUs it offered before
+                back = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+                return back and (status.allocatable or {}).get("nvidia.com/gpu") == gpus
+            wait_until(ready, f"{node} Ready again with its {gpus} GPUs", timeout=120, every=1.0)
 
 
 def require_cluster() -> RealCluster:
