@@ -69,6 +69,10 @@ def active_faults(running: RunningOrigin) -> list[str]:
             + [f"API rule on {rule.path}" for rule in rules])
 
 
+LEFTOVER_GRACE = 60.0
+"""Seconds a module's last deletions get to take effect (pods stopping, a slice's virtual node going)."""
+
+
 class SharedOrigin:
     """A pooled origin, started with no donors, and the state every module using it must leave it in
     (:mod:`.leftovers`); ``addon`` is what :class:`Addon` made for it (Kueue's controller, say).
@@ -102,8 +106,8 @@ class SharedOrigin:
         return previous
 
     @contextmanager
-    def lent(self, donors: Sequence[liqo.Donor], module: str,
-             cleanup: Callable[[], None] | None = None) -> Iterator[RunningOrigin]:
+    def lent(self, donors: Sequence[liqo.Donor], module: str, cleanup: Callable[[], None] | None = None,
+             grace: float = LEFTOVER_GRACE) -> Iterator[RunningOrigin]:
         """The origin with ``donors`` peered for ``module``: peered on entry (unless a wider fixture holds the
         same donors), then ``cleanup``, the check that the module left the origin as it found it, and, when no
         one holds them any more, the donors unpeered and the check that the origin is as it was before them."""
@@ -120,6 +124,7 @@ class SharedOrigin:
             self.donors = donors
             self.expected = self._settled()
         self.holders.append(module)
+        found = self._namespaces()
         try:
             yield self.running
         finally:
@@ -127,12 +132,42 @@ class SharedOrigin:
             try:
                 if cleanup is not None:
                     cleanup()
-                self.check(module)
+                self.check(module, grace)
                 clean = True
             finally:
-                self.holders.remove(module)
-                if not self.holders:
-                    self._unpeer(module, check=clean)
+                try:
+                    if not clean:
+                        self._sweep(found, cleanup)
+                finally:
+                    self.holders.remove(module)
+                    if not self.holders:
+                        self._unpeer(module, check=clean)
+
+    def _namespaces(self) -> set[str]:
+        return {ns["metadata"]["name"] for ns in self.running.sandbox.api.store.list(("", "namespaces"))[0]}
+
+    def _sweep(self, found: set[str], cleanup: Callable[[], None] | None) -> None:
+        """After a module that failed for what it left (or whose cleanup failed): delete the namespaces it made
+        and did not delete, wait until their pods are gone, and run its cleanup again, so the next module on the
+        origin starts from what this one found, not from its running pods holding the donors' GPUs."""
+        keep = found | self.system | leftovers.tenant_namespaces(self.running.sandbox.api)
+        made = sorted(self._namespaces() - keep)
+        client = self.running.sandbox.api_client()
+        core = kubernetes.client.CoreV1Api(client)
+        try:
+            for name in made:
+                try:
+                    core.delete_namespace(name)
+                except kubernetes.client.ApiException as error:
+                    if error.status != 404:
+                        raise
+            wait_until(lambda: not set(made) & self._namespaces(), f"the namespaces {made} a failed module left to go",
+                       timeout=LEFTOVER_GRACE)
+        finally:
+            client.close()
+        if cleanup is not None:
+            cleanup()
+        self.expected = self._settled()
 
     def _unpeer(self, module: str, check: bool = True) -> None:
         """Unpeer the module's donors (those it did not unpeer itself) and fail if the origin is not as it was
@@ -150,7 +185,7 @@ class SharedOrigin:
         self.check(f"{module} (its donors unpeered)")
         self.bare = self.expected
 
-    def check(self, module: str) -> None:
+    def check(self, module: str, grace: float = LEFTOVER_GRACE) -> None:
         """Fail naming what ``module`` left changed on the origin; later modules then start from that state,
         so only the module that left it fails."""
         lines: list[str] = []
@@ -159,7 +194,7 @@ class SharedOrigin:
             lines[:] = leftovers.differences(self.expected, self.state())
             return not lines
 
-        deadline = time.monotonic() + LEFTOVER_GRACE
+        deadline = time.monotonic() + grace
         while not same() and time.monotonic() < deadline:
             time.sleep(0.2)
         if lines:
@@ -171,10 +206,6 @@ class SharedOrigin:
 
 def _names(donors: Sequence[liqo.Donor]) -> str:
     return ", ".join(d.cluster_id for d in donors) or "none"
-
-
-LEFTOVER_GRACE = 60.0
-"""Seconds a module's last deletions get to take effect (pods stopping, a slice's virtual node going)."""
 
 
 @dataclass(frozen=True)

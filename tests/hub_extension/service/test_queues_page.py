@@ -77,36 +77,40 @@ def test_admins_see_quota_usage_waiting_and_admitted_runs_by_user_and_priorities
     core = kubernetes.client.CoreV1Api(client)
     bob_user = "bob"
     alice, bob = _user_namespace(client, "alice"), _user_namespace(client, bob_user)
-    for name in ("train-1", "train-2"):
-        core.create_namespaced_pod(alice, _runner(name, "alice", "batch"))
-    wait_until(lambda: all(core.read_namespaced_pod(n, alice).status.phase == "Running" for n in ("train-1", "train-2")),
-               "alice's two batch runs hold all 8 GPUs")
-    core.create_namespaced_pod(bob, _runner("notebook", bob_user, "interactive"))  # preempts one of alice's
-    wait_until(lambda: core.read_namespaced_pod("notebook", bob).status.phase == "Running", "bob's run admitted")
-    core.create_namespaced_pod(bob, _runner("sweep", bob_user, "batch"))  # equal to alice's: it waits
+    try:
+        for name in ("train-1", "train-2"):
+            core.create_namespaced_pod(alice, _runner(name, "alice", "batch"))
+        wait_until(lambda: all(core.read_namespaced_pod(n, alice).status.phase == "Running" for n in ("train-1", "train-2")),
+                   "alice's two batch runs hold all 8 GPUs")
+        core.create_namespaced_pod(bob, _runner("notebook", bob_user, "interactive"))  # preempts one of alice's
+        wait_until(lambda: core.read_namespaced_pod("notebook", bob).status.phase == "Running", "bob's run admitted")
+        core.create_namespaced_pod(bob, _runner("sweep", bob_user, "batch"))  # equal to alice's: it waits
 
-    def settled() -> dict[str, Any] | None:
-        v = view()
-        users = {u["user"]: (u["admitted"], u["pending"], u["gpus_admitted"]) for u in v["users"]}
-        return v if users == {"alice": (1, 0, 4), bob_user: (1, 1, 4)} else None
-    shown = wait_until(settled, "one run each admitted, bob's batch run pending")
-    assert sorted(f["used"]["nvidia.com/gpu"] for f in shown["flavors"]) == ["4", "4"]
-    pending = [w for w in shown["workloads"] if w["state"] == "pending"]
-    assert [(w["user"], w["owner"], w["priority_class"]) for w in pending] == [(bob_user, "Pod sweep", "batch")]
-    assert "insufficient unused quota for nvidia.com/gpu" in pending[0]["message"]
+        def settled() -> dict[str, Any] | None:
+            v = view()
+            users = {u["user"]: (u["admitted"], u["pending"], u["gpus_admitted"]) for u in v["users"]}
+            # Kueue says why a workload waits on its next scheduling pass, not when the Workload is made
+            waiting = [w for w in v["workloads"] if w["state"] == "pending" and w["message"]]
+            return v if users == {"alice": (1, 0, 4), bob_user: (1, 1, 4)} and waiting else None
+        shown = wait_until(settled, "one run each admitted, bob's batch run pending")
+        assert sorted(f["used"]["nvidia.com/gpu"] for f in shown["flavors"]) == ["4", "4"]
+        pending = [w for w in shown["workloads"] if w["state"] == "pending"]
+        assert [(w["user"], w["owner"], w["priority_class"]) for w in pending] == [(bob_user, "Pod sweep", "batch")]
+        assert "insufficient unused quota for nvidia.com/gpu" in pending[0]["message"]
 
-    page = queued_hub.api("GET", "queues", "vera")
-    assert page.status == 200
-    for text in (bob_user, "alice", "Pod sweep", "4 / 4", "interactive (1000)", "Admission Fair Sharing"):
-        assert text in page.text
+        page = queued_hub.api("GET", "queues", "vera")
+        assert page.status == 200
+        for text in (bob_user, "alice", "Pod sweep", "4 / 4", "interactive (1000)", "Admission Fair Sharing"):
+            assert text in page.text
 
-    # the batch run Kueue stopped is in the usage records as preempted
-    usage = wait_until(lambda: [r for r in queued_hub.api("GET", "api/me", "alice").json()["finished"]
-                                if r["preempted"]], "alice's preempted run recorded")
-    assert usage[0]["pod"] in ("train-1", "train-2") and usage[0]["namespace"] == alice
-    totals = queued_hub.api("GET", "api/admin/usage", "admin").json()["usage"]
-    assert [t["preempted"] for t in totals if t["user"] == "alice"] == [1]
-    assert "Preempted" in queued_hub.api("GET", "users", "admin").text
-    for ns in (alice, bob):
-        core.delete_namespace(ns)
-    client.close()
+        # the batch run Kueue stopped is in the usage records as preempted
+        usage = wait_until(lambda: [r for r in queued_hub.api("GET", "api/me", "alice").json()["finished"]
+                                    if r["preempted"]], "alice's preempted run recorded")
+        assert usage[0]["pod"] in ("train-1", "train-2") and usage[0]["namespace"] == alice
+        totals = queued_hub.api("GET", "api/admin/usage", "admin").json()["usage"]
+        assert [t["preempted"] for t in totals if t["user"] == "alice"] == [1]
+        assert "Preempted" in queued_hub.api("GET", "users", "admin").text
+    finally:  # the origin is shared: even a failed run leaves no pod holding the donors' GPUs
+        for ns in (alice, bob):
+            core.delete_namespace(ns)
+        client.close()

@@ -3,6 +3,7 @@ observed through the official client; and the shared origin's check naming a pee
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,21 @@ def test_a_module_asking_for_other_donors_while_a_fixture_holds_the_origin_is_re
     with shared.lent(TWO_A100.donors, "a module with the same donors") as running:  # shared, not peered again
         assert running.peered() == ["donor-1", "donor-2"]
     assert origin.peered() == ["donor-1", "donor-2"]  # still held by this module
+
+
+def test_after_a_module_that_left_a_running_pod_fails_the_next_one_finds_the_donor_free(
+        origin: Any, origin_pool: fixtures.OriginPool, core: Any, custom: Any) -> None:
+    shared = origin_pool.shared(TWO_A100.crds, **TWO_A100.options)
+    left = f"t-left-{uuid.uuid4().hex[:6]}"
+    with (pytest.raises(pytest.fail.Exception, match=f"pods.core {left}/holder is still running"),
+          shared.lent(TWO_A100.donors, "a module that fails to clean up", grace=1.0) as running):
+        core.create_namespace({"metadata": {"name": left}})
+        _offload(custom, left)
+        core.create_namespaced_pod(left, _pod_on("donor-1", "holder", "import time; time.sleep(600)"))
+        wait_until(lambda: core.read_namespaced_pod("holder", left).status.phase == "Running",
+                   "the pod holding a GPU of donor-1", timeout=120)
+    # the failing module was blamed; what it left is gone, so the next module is not judged by it or short of GPUs
+    assert _gone(lambda: core.read_namespace(left))
+    assert not [p for p in core.list_pod_for_all_namespaces().items if p.metadata.namespace == left]
+    assert leftovers.differences(shared.expected, shared.state()) == []
+    assert running.peered() == ["donor-1", "donor-2"]
