@@ -87,6 +87,19 @@ def test_node_lost_deadline_and_normal_ends() -> None:
     assert pod_state(pod("Running", state={"running": {}}), CTX).kind == RUNNING
 
 
+def test_a_pod_evicted_through_the_eviction_api_reads_as_evicted_from_its_node() -> None:
+    # the condition kube-apiserver writes before it deletes an evicted pod with its grace period (test_eviction_api)
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+              "message": "Eviction API: evicting"}
+    evicted = pod_state(pod("Running", state={"running": {}}, conditions=[target], node="donor-b-gpu"), CTX)
+    assert (evicted.kind, evicted.reason) == (FAILED, "EvictionByEvictionAPI")
+    assert evicted.summary == "evicted from donor-b (node donor-b-gpu) through the Eviction API, as a drain of the node does"
+    assert evicted.text.startswith(evicted.summary + "; output so far is kept") and "Run the cell again" in evicted.text
+    assert not evicted.lost and not evicted.elsewhere  # a cell that ran is not rerun unasked
+    # the condition False (written and withdrawn) is no eviction
+    assert pod_state(pod("Running", state={"running": {}}, conditions=[{**target, "status": "False"}]), CTX).kind == RUNNING
+
+
 KUEUE_MESSAGE = ("Preempted to accommodate a workload (UID: 5c1a, JobUID: 9f2e) due to prioritization in the "
                  "ClusterQueue; preemptor path: /gpu-offload; preemptee path: /gpu-offload")
 

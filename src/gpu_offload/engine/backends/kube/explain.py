@@ -146,6 +146,19 @@ def _evicted_from_lost_node(pod: Mapping[str, Any], ctx: PodContext) -> PodState
     return None
 
 
+def _evicted_through_api(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    """The pod was evicted through the Eviction API (``kubectl drain`` of its node, or another tool that evicts):
+    the API server marked it and deleted it with its grace period, so its runner got SIGTERM."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (cond.get("type") == L.DISRUPTION_TARGET and cond.get("status") == "True"
+                and cond.get("reason") == L.EVICTION_API):
+            node = (pod.get("spec") or {}).get("nodeName") or "its node"
+            summary = f"evicted from {ctx.cluster} (node {node}) through the Eviction API, as a drain of the node does"
+            return PodState(FAILED, f"{summary}; {ctx.words.kept}. {ctx.words.again} (placement avoids a cordoned "
+                                    "node)", L.EVICTION_API, summary=summary)
+    return None
+
+
 def _failed_pod(status: Mapping[str, Any], ctx: PodContext) -> PodState | None:
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or "")
@@ -280,7 +293,7 @@ def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     # Kueue marks the pod before deleting it: its runner may still be shutting down, or have exited 0 on SIGTERM
-    stopped = _kueue_stop(pod, ctx) or _evicted_from_lost_node(pod, ctx)
+    stopped = _kueue_stop(pod, ctx) or _evicted_from_lost_node(pod, ctx) or _evicted_through_api(pod, ctx)
     if stopped is not None:
         return stopped
     if phase in ("Failed", "Succeeded"):
