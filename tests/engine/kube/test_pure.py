@@ -13,6 +13,7 @@ import pytest
 import yaml
 from gpu_offload.liqo_peering.placement import scheduling_fragment
 from gpu_offload.liqo_peering.specs import BUNDLE_URL_ENV, RunnerPodSpec, runner_pod
+from gpu_offload.liqo_peering.wording import duration
 
 from gpu_offload.engine.backends.kube.config import DEFAULT_IMAGE, configured, from_environment
 from gpu_offload.engine.backends.kube.explain import (
@@ -24,7 +25,6 @@ from gpu_offload.engine.backends.kube.explain import (
     PodContext,
     front_words,
     pod_state,
-    span_text,
     stopped_by_kueue,
 )
 from gpu_offload.engine.backends.kube.podspec import fetched_outputs, same_object
@@ -133,7 +133,7 @@ def test_kueues_other_stops_and_reasons_are_said_in_its_words() -> None:
     # after the runner started, or for another reason, nothing is retried
     assert not stopped_by_kueue("WorkloadEvictedDueToPodsReadyTimeout", "Exceeded", 30, CTX).elsewhere
     assert not stopped_by_kueue("WorkloadEvictedDueToDeactivated", "Deactivated", None, CTX).elsewhere
-    assert [span_text(s) for s in (0.4, 59, 61, 3600 + 5 * 60)] == ["0 s", "59 s", "1 min", "1 h 5 min"]
+    assert [duration(s, "min") for s in (0.4, 59, 61, 3600 + 5 * 60)] == ["0 s", "59 s", "1 min", "1 h 5 min"]
 
 
 def test_a_preempted_command_is_told_in_a_commands_words_and_a_cell_in_a_cells() -> None:
