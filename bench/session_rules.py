@@ -15,9 +15,11 @@ tree's kernel did without it, and this module says so in :attr:`Rules.absent`:
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+_KUBE = "gpu_offload.engine.backends.kube"
 HUB_IDLE_TIMEOUT = 3600.0
 """The chart's ``offload.sessionIdleTimeout`` (its default)."""
 PROTECTION = 600.0
@@ -43,32 +45,27 @@ class Rules:
         from gpu_offload.engine.backends.kube.config import KubeSettings
 
         self.request, self.settings = RunRequest, KubeSettings
+        self._idle = self._one("idle.IdleTimeouts", "idle timeouts (--idle-timeout): the hub's for every session")
+        self._priority = self._one("protection.session_priority",
+                                   "session protection: a session pod runs at its own class from the start")
+        self._requeue = self._found(("requeue.after_preemption", "explain.PodState", "explain.PREEMPTED"),
+                                    "rerun on preemption: a preempted one-shot cell fails")
+        self._kept = self._one("resume.why_not_kept", "checkpoints: a session's variables live only in its pod")
+        self._estimate = self._found(("wait_estimate.estimate", "wait_estimate.QUOTA"),
+                                     "the start estimate: a waiting cell shows none")
+
+    def _found(self, names: tuple[str, ...], absent: str) -> tuple[Any, ...] | None:
+        """The tree's objects ``names`` (``module.name`` of ``kube/``), or None, ``absent`` noted, when it lacks one."""
         try:
-            from gpu_offload.engine.backends.kube.idle import IdleTimeouts
-            self._idle = IdleTimeouts
-        except ImportError:
-            self.absent.append("idle timeouts (--idle-timeout): the hub's for every session")
-        try:
-            from gpu_offload.engine.backends.kube.protection import session_priority
-            self._priority = session_priority
-        except ImportError:
-            self.absent.append("session protection: a session pod runs at its own class from the start")
-        try:
-            from gpu_offload.engine.backends.kube.explain import PREEMPTED, PodState
-            from gpu_offload.engine.backends.kube.requeue import after_preemption
-            self._requeue = (after_preemption, PodState, PREEMPTED)
-        except ImportError:
-            self.absent.append("rerun on preemption: a preempted one-shot cell fails")
-        try:
-            from gpu_offload.engine.backends.kube.resume import why_not_kept
-            self._kept = why_not_kept
-        except ImportError:
-            self.absent.append("checkpoints: a session's variables live only in its pod")
-        try:
-            from gpu_offload.engine.backends.kube.wait_estimate import QUOTA, estimate
-            self._estimate = (estimate, QUOTA)
-        except ImportError:
-            self.absent.append("the start estimate: a waiting cell shows none")
+            return tuple(getattr(importlib.import_module(f"{_KUBE}.{module}"), name)
+                         for module, _, name in (n.rpartition(".") for n in names))
+        except (ImportError, AttributeError):
+            self.absent.append(absent)
+            return None
+
+    def _one(self, name: str, absent: str) -> Any:
+        found = self._found((name,), absent)
+        return None if found is None else found[0]
 
     def idle_timeout(self, name: str, asked: float | None) -> float:
         """Seconds session ``name`` (whose cells ask ``--idle-timeout`` ``asked``) may sit idle; 0: never released."""

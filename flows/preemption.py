@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_offload.liqo_peering.kueue_stop import preempted_by, shown
+from gpu_offload.liqo_peering.kueue_stop import preempted_by
+from gpu_offload.liqo_peering.untrusted_text import shown
 from gpu_offload.liqo_peering.wording import duration, ordinal
 
 MAX_JOBS = 1000

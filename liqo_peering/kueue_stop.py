@@ -4,8 +4,8 @@ Kueue stops a Workload's pods when it evicts it: a plain pod is deleted, a Job i
 by the Job controller) and requeued. Either way it records a ``Stopped`` event on the object with the
 eviction's message ("Preempted to accommodate a workload ... due to prioritization in the ClusterQueue", or
 another cause's words). Events and their messages are untrusted text: anyone who may write events in the
-namespace can forge one, so what is shown is bounded and printable, and an event counts only for the uid of the
-object it names.
+namespace can forge one, so what is shown goes through ``untrusted_text.shown``, and an event counts only for the
+uid of the object it names.
 """
 
 from __future__ import annotations
@@ -13,19 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .untrusted_text import shown
+
 STOPPED = "Stopped"
 """The reason of the event Kueue records on a pod it deletes or a Job it suspends."""
-MAX_SHOWN = 300
-"""Characters of an untrusted text (an event's message, a name) shown at most."""
-
-
-def shown(text: object, limit: int = MAX_SHOWN) -> str:
-    """Untrusted ``text`` fit to print on one line: control characters become spaces, at most ``limit``
-    characters (an ellipsis says when it was cut)."""
-    raw = str(text)
-    cut = raw[:limit]
-    one_line = "".join(c if c.isprintable() else " " for c in cut)
-    return one_line + ("..." if len(raw) > limit else "")
 
 
 def stop_event_selector(kind: str, name: str) -> str:

@@ -17,6 +17,9 @@ DISRUPTION_TARGET = "DisruptionTarget"
 """The pod condition Kubernetes sets before it deletes a pod for a disruption (reason ``DeletionByTaintManager``:
 its node's NoExecute taint outlasted the pod's toleration)."""
 TAINT_EVICTION = "DeletionByTaintManager"
+EVICTION_API = "EvictionByEvictionAPI"
+"""The reason of that condition when the pod was evicted through the Eviction API (``kubectl drain``, a descheduler):
+its PodDisruptionBudgets allowed it, and it is deleted with its grace period."""
 
 # --- Liqo ---------------------------------------------------------------------------------------------
 VIRTUAL_NODE_TAINT_KEY = "virtual-node.liqo.io/not-allowed"

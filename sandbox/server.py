@@ -29,6 +29,7 @@ from .apiserver import discovery, openapi, podsecurity, quota
 from .apiserver.api import Api
 from .apiserver.errors import NOT_FOUND, ApiError
 from .apiserver.http_api import json_response, resource_handler
+from .controllers.disruption import disruption_controller
 from .controllers.jobs import indexed_completions_rule, job_controller, restart_policy_rule
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class ApiServer:
         self.api.admission.add_validating("jobs.batch", indexed_completions_rule)
         podsecurity.install(self.api)  # before quota: kube-apiserver's PodSecurity runs before ResourceQuota
         quota.install(self.api)
-        self._controllers: list[Controller] = [job_controller]
+        self._controllers: list[Controller] = [job_controller, disruption_controller]
         self._sockets: list[tuple[socket.socket, ssl.SSLContext | None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None

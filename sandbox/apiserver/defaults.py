@@ -26,7 +26,9 @@ _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SERVICE_IPS = (str(ip) for ip in itertools.islice(ipaddress.ip_network("10.96.0.0/12").hosts(), 10, None))
 # kinds whose status a create request cannot set (it is reset, as the real strategies do)
 _RESET_STATUS = {"Pod": {"phase": "Pending"}, "Job": {}, "Service": {"loadBalancer": {}},
-                 "Namespace": {"phase": "Active"}, "PersistentVolumeClaim": {"phase": "Pending"}}
+                 "Namespace": {"phase": "Active"}, "PersistentVolumeClaim": {"phase": "Pending"},
+                 "PodDisruptionBudget": {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                                         "expectedPods": 0}}
 
 
 def now() -> str:

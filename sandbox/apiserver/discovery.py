@@ -57,6 +57,9 @@ def _entry(rt: ResourceType) -> list[dict[str, Any]]:
     if rt.key == ("", "pods"):
         subs.append({"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding",
                      "verbs": ["create"]})
+        # kubectl drain evicts only when discovery lists this (else it says to use --disable-eviction)
+        subs.append({"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
+                     "version": "v1", "kind": "Eviction", "verbs": ["create"]})
     return [main, *subs]
 
 

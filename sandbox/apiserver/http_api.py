@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import fieldvalidation, paging, tables, watch_http
+from . import eviction, fieldvalidation, paging, tables, watch_http
 from .api import Api
 from .errors import NOT_FOUND, ApiError, bad_request, method_not_allowed
 from .pod_http import pod_attach_or_exec, pod_binding, pod_log, pod_port_forward
@@ -144,6 +144,8 @@ async def _object(api: Api, request: web.Request, t: Target) -> web.StreamRespon
         return await pod_log(api, request, ns, t.name)
     if t.subresource == "binding" and t.rt.key == ("", "pods") and method == "POST":
         return json_response(pod_binding(api, ns, t.name, await read_json(request)), 201)
+    if t.subresource == "eviction" and t.rt.key == ("", "pods") and method == "POST":
+        return json_response(eviction.evict(api, ns, t.name, await read_json(request)), 201)
     if t.subresource and t.subresource not in t.rt.subresources:
         raise ApiError(404, "NotFound", NOT_FOUND)  # also what a typo in a namespaced resource name meets
     if method == "GET":

@@ -37,6 +37,13 @@ def _requirement_matches(req: Mapping[str, Any], value: str | None) -> bool:
     return False
 
 
+def label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector: matchLabels and matchExpressions, all ANDed; empty matches everything."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_requirement_matches(r, labels.get(r["key"])) for r in selector.get("matchExpressions") or [])
+
+
 def term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
     """One NodeSelectorTerm: its requirements are ANDed; an empty term matches nothing."""
     exprs = term.get("matchExpressions") or []

@@ -82,6 +82,9 @@ BUILTINS: tuple[ResourceType, ...] = (
     _core("persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), sub=("status",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
     ResourceType("batch", "v1", "jobs", "Job", True, "job", (), ("status",), ("all",)),
+    # what an Eviction (pods/eviction, eviction.py) asks; the disruption controller writes its status
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, "poddisruptionbudget",
+                 ("pdb",), ("status",)),
     # written by the kubelet's EndpointSlice controller (endpointslices.py)
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice", ()),
     ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",

@@ -23,13 +23,13 @@ from dateutil.parser import isoparse
 from ..apiserver.api import Api
 from ..apiserver.defaults import now
 from ..apiserver.errors import ApiError
-from ..apiserver.matching import quantity
+from ..apiserver.matching import label_selector_matches, quantity
 from . import cycle, finalizers, names, owners, status, sync, workloads
 from .ledger import UsageLedger
 from .options import KueueOptions
 from .preemption import Admitted
 from .scheduler import Entry, add, flavors_of, matching_flavors
-from .webhook import Outage, label_selector_matches
+from .webhook import Outage
 
 log = logging.getLogger(__name__)
 IDLE_SECONDS = 5.0

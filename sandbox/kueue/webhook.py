@@ -23,20 +23,13 @@ from typing import Any
 from ..apiserver.admission import AdmissionRequest
 from ..apiserver.api import Api
 from ..apiserver.errors import ApiError, Cause
-from ..apiserver.matching import _requirement_matches
+from ..apiserver.matching import label_selector_matches
 from . import names
 
 DEFAULT_NAMESPACE_SELECTOR: Mapping[str, Any] = {
     "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                           "values": ["kube-system", "kueue-system"]}]}
 """Kueue's default ``managedJobsNamespaceSelector`` (config/components/manager/controller_manager_config)."""
-
-
-def label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector: matchLabels and matchExpressions, all ANDed; empty matches everything."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    return all(_requirement_matches(r, labels.get(r["key"])) for r in selector.get("matchExpressions") or [])
 
 
 def _managed_namespace(api: Api, namespace: str, selector: Mapping[str, Any]) -> bool:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from gpu_offload.liqo_peering.placement import scheduling_fragment
 from gpu_offload.liqo_peering.specs import BUNDLE_URL_ENV, RunnerPodSpec, runner_pod
+from gpu_offload.liqo_peering.wording import duration
 
 from gpu_offload.engine.backends.kube.config import DEFAULT_IMAGE, configured, from_environment
 from gpu_offload.engine.backends.kube.explain import (
@@ -24,7 +25,6 @@ from gpu_offload.engine.backends.kube.explain import (
     PodContext,
     front_words,
     pod_state,
-    span_text,
     stopped_by_kueue,
 )
 from gpu_offload.engine.backends.kube.podspec import fetched_outputs, same_object
@@ -87,6 +87,19 @@ def test_node_lost_deadline_and_normal_ends() -> None:
     assert pod_state(pod("Running", state={"running": {}}), CTX).kind == RUNNING
 
 
+def test_a_pod_evicted_through_the_eviction_api_reads_as_evicted_from_its_node() -> None:
+    # the condition kube-apiserver writes before it deletes an evicted pod with its grace period (test_eviction_api)
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+              "message": "Eviction API: evicting"}
+    evicted = pod_state(pod("Running", state={"running": {}}, conditions=[target], node="donor-b-gpu"), CTX)
+    assert (evicted.kind, evicted.reason) == (FAILED, "EvictionByEvictionAPI")
+    assert evicted.summary == "evicted from donor-b (node donor-b-gpu) through the Eviction API, as a drain of the node does"
+    assert evicted.text.startswith(evicted.summary + "; output so far is kept") and "Run the cell again" in evicted.text
+    assert not evicted.lost and not evicted.elsewhere  # a cell that ran is not rerun unasked
+    # the condition False (written and withdrawn) is no eviction
+    assert pod_state(pod("Running", state={"running": {}}, conditions=[{**target, "status": "False"}]), CTX).kind == RUNNING
+
+
 KUEUE_MESSAGE = ("Preempted to accommodate a workload (UID: 5c1a, JobUID: 9f2e) due to prioritization in the "
                  "ClusterQueue; preemptor path: /gpu-offload; preemptee path: /gpu-offload")
 
@@ -120,7 +133,7 @@ def test_kueues_other_stops_and_reasons_are_said_in_its_words() -> None:
     # after the runner started, or for another reason, nothing is retried
     assert not stopped_by_kueue("WorkloadEvictedDueToPodsReadyTimeout", "Exceeded", 30, CTX).elsewhere
     assert not stopped_by_kueue("WorkloadEvictedDueToDeactivated", "Deactivated", None, CTX).elsewhere
-    assert [span_text(s) for s in (0.4, 59, 61, 3600 + 5 * 60)] == ["0 s", "59 s", "1 min", "1 h 5 min"]
+    assert [duration(s, "min") for s in (0.4, 59, 61, 3600 + 5 * 60)] == ["0 s", "59 s", "1 min", "1 h 5 min"]
 
 
 def test_a_preempted_command_is_told_in_a_commands_words_and_a_cell_in_a_cells() -> None:

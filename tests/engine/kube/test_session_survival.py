@@ -7,7 +7,7 @@ no pod, Secret or stored object.
 Every case runs on the sandbox and on a real cluster (``[real]``, tests/realcluster): real Kubernetes and real
 Kueue, a real kubelet per donor, both with the torch image (tests/realcluster/torch_image.sh). There a lost donor
 is a killed kubelet (its containers run on, the node controller evicts the pod after its grace), a drain cordons
-the real node and deletes the pod with its grace period (SIGTERM), and the storage is a moto server on the pods'
+the real node and evicts the pod through the Eviction API, as `kubectl drain` does (its grace period: SIGTERM), and the storage is a moto server on the pods'
 bridge, reached by the kernel and by the real pods through presigned URLs as on the sandbox. The preemption by a
 higher-priority run is in test_preemption.py (its queued pool), on both clusters too. Three tests of decisions the
 kernel alone makes (a refused cell, a session's own idle timeout listed, a forged record) run on the sandbox only,
@@ -146,11 +146,11 @@ def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, 
     before = _start(kube_s3, where)
     pod = _pod(core, namespace)
     node = pod.spec.node_name
-    # kubectl drain: cordon, then the pod is deleted with its grace period (the sandbox serves no Eviction
-    # subresource, so as `kubectl drain --disable-eviction` does)
+    # kubectl drain: cordon, then evict each pod through the Eviction API (its grace period: SIGTERM, 60 s)
     core.patch_node(node, {"spec": {"unschedulable": True}})
     try:
-        core.delete_namespaced_pod(pod.metadata.name, namespace)
+        core.create_namespaced_pod_eviction(pod.metadata.name, namespace, {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod.metadata.name}})
         wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
         _check_resumed(kube_s3, before, f"its pod {pod.metadata.name} ", where)
         assert _pod(core, namespace).spec.node_name != node

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_offload.engine.trust.decode import SafeDecodeError, decode
+from gpu_offload.engine.trust.decode import SafeDecodeError, decode, skipped_warning
 from gpu_offload.runner.safe import MAGIC, encode
 
 
@@ -181,3 +181,11 @@ def test_compressed_arrow_data_is_refused_before_it_inflates(compression: str) -
         writer.write_table(table)
     decoded = decode(container({"x": {"t": "dataframe", "b": 0}}, [sink.getvalue().to_pybytes()]))
     assert decoded.values == {} and "compressed" in decoded.skipped[0].reason
+
+
+def test_a_type_name_the_donor_forged_is_shown_on_one_printable_line() -> None:
+    tag = "evil\x1b[2J\nforged line " + "z" * 400
+    decoded = decode(container({"x": {"t": tag, "b": 0}}, [b"abc"]))
+    (skip,) = decoded.skipped
+    assert skip.type.startswith("evil [2J forged line z") and skip.type.endswith("...")
+    assert all(c.isprintable() for c in skipped_warning(skip)) and len(skip.type) == 303

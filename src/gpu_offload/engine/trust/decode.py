@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from ...liqo_peering.untrusted_text import shown
 from ...runner.safe import ALLOWED, MAGIC, MAX_DEPTH, MAX_NODES, VERSION, Skipped
 from .loaders import LOADERS, Refused, load_tensors
 
@@ -26,6 +27,7 @@ __all__ = ["Decoded", "SafeDecodeError", "Skipped", "decode", "skipped_warning"]
 
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_TYPE_NAME = 300
+"""Characters of a text the donor wrote (a type's name, why a value was left out) shown in a warning at most."""
 MAX_HASH_COLLISIONS = 1000
 EXPANSION = 32
 """What the values decoded from one container (one run's outputs) may take, as a multiple of the container's
@@ -92,16 +94,11 @@ def decode(data: bytes | bytearray | memoryview, wanted: Collection[str] | None 
             skipped.append(Skipped(name, _type_of(node), "it is nested too deeply"))
     for entry in skipped_raw:
         if isinstance(entry, list) and len(entry) == 3 and all(isinstance(x, str) for x in entry):
-            name, kind, reason = (_printable(x) for x in entry)
+            name, kind, reason = (shown(x, MAX_TYPE_NAME) for x in entry)
             if wanted is not None and name not in wanted:
                 continue
             skipped.append(Skipped(name, kind, f"where it ran: {reason}"))
     return Decoded(values, tuple(skipped))
-
-
-def _printable(text: str) -> str:
-    """Text the donor wrote, fit to show in a warning: bounded, without control characters."""
-    return "".join(c if c.isprintable() else " " for c in text[:MAX_TYPE_NAME])
 
 
 def _manifest(view: memoryview) -> tuple[dict[str, Any], int]:
@@ -135,7 +132,7 @@ def _spans(raw: Any, available: int) -> list[tuple[int, int]]:
 
 def _type_of(node: Any) -> str:
     kind = node.get("t") if isinstance(node, dict) else None
-    return str(kind)[:MAX_TYPE_NAME] if kind is not None else "unknown"
+    return shown(kind, MAX_TYPE_NAME) if kind is not None else "unknown"
 
 
 class _Reader:
@@ -179,7 +176,7 @@ class _Reader:
         except (Refused, RecursionError, _OverBudget):
             raise
         except Exception as exc:  # noqa: BLE001 - a library parsing hostile bytes may raise anything
-            detail = _printable(f"{type(exc).__name__}: {exc}")
+            detail = shown(f"{type(exc).__name__}: {exc}", MAX_TYPE_NAME)
             raise Refused(f"its {tag[:40]} data does not load safely ({detail})") from None
 
     def _value(self, tag: str, node: dict[str, Any], depth: int) -> Any:

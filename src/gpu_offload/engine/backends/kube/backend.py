@@ -32,11 +32,11 @@ from ....liqo_peering.errors import (
 from ....liqo_peering.settings import RunDefaults, kernel_settings, run_defaults
 from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.trust import run_trusted, trusting
+from ....liqo_peering.wording import duration
 from ....runner.frames import Outputs
 from ...errors import OffloadError, OffloadUsageError
 from ..base import Job, RunRequest, SessionInfo, Transfer
 from .config import KubeSettings
-from .explain import span_text
 from .host import Launched, WarmSession
 from .hub_inventory import HubInventory
 from .idle import IdleTimeouts, release_words
@@ -316,7 +316,7 @@ class KubernetesBackend:
             del self._sessions[session.name]
             self.keeper.released(session.name, gpus)
             self._idle_ended[session.name] = IdleEnded(session.holder, (
-                f"was ended after {span_text(timeout.seconds)} idle holding {gpus} GPU"
+                f"was ended after {duration(timeout.seconds, 'min')} idle holding {gpus} GPU"
                 f"{'' if gpus == 1 else 's'} on {session.cluster} (the session idle timeout, "
                 f"{timeout.source}){kept}"), request)
         session.close(grace=1.0)

@@ -16,6 +16,7 @@ from ....liqo_peering import labels as L
 from ....liqo_peering.kueue_stop import preempted_by
 from ....liqo_peering.shares import ClusterShare
 from ....liqo_peering.timestamps import parse_time
+from ....liqo_peering.wording import duration
 
 MEMORY_ENV = E.MEMORY.name
 """Memory request and limit of runner pods (e.g. ``32Gi``), read when a cell is submitted."""
@@ -146,6 +147,19 @@ def _evicted_from_lost_node(pod: Mapping[str, Any], ctx: PodContext) -> PodState
     return None
 
 
+def _evicted_through_api(pod: Mapping[str, Any], ctx: PodContext) -> PodState | None:
+    """The pod was evicted through the Eviction API (``kubectl drain`` of its node, or another tool that evicts):
+    the API server marked it and deleted it with its grace period, so its runner got SIGTERM."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (cond.get("type") == L.DISRUPTION_TARGET and cond.get("status") == "True"
+                and cond.get("reason") == L.EVICTION_API):
+            node = (pod.get("spec") or {}).get("nodeName") or "its node"
+            summary = f"evicted from {ctx.cluster} (node {node}) through the Eviction API, as a drain of the node does"
+            return PodState(FAILED, f"{summary}; {ctx.words.kept}. {ctx.words.again} (placement avoids a cordoned "
+                                    "node)", L.EVICTION_API, summary=summary)
+    return None
+
+
 def _failed_pod(status: Mapping[str, Any], ctx: PodContext) -> PodState | None:
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or "")
@@ -215,15 +229,6 @@ def queued(pod: Mapping[str, Any]) -> bool:
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     return any(g.get("name") == L.ADMISSION_GATE for g in gates)
 
-def span_text(seconds: float) -> str:
-    """``40 s``, ``14 min``, ``2 h 5 min``: how long something ran, as a notebook says it."""
-    whole = max(0, round(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    hours, minutes = divmod(whole // 60, 60)
-    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
-
-
 def ran_for(started: str | None, stopped: str | None) -> float | None:
     """Seconds between two API timestamps (a container's start and Kueue's stop), None if one is missing."""
     first, last = parse_time(started), parse_time(stopped)
@@ -235,7 +240,7 @@ def stopped_by_kueue(reason: str, message: str, ran: float | None, ctx: PodConte
     Kueue words as "Preempted to accommodate ... due to <why>"), or evicted for another reason (its message).
 
     ``ran``: seconds the runner had run, None when it never started."""
-    after = f" after {span_text(ran)}" if ran is not None else " before it started"
+    after = f" after {duration(ran, 'min')}" if ran is not None else " before it started"
     by = preempted_by(reason, message)
     if by is not None:
         summary = f"preempted{after} {by}"
@@ -280,7 +285,7 @@ def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     # Kueue marks the pod before deleting it: its runner may still be shutting down, or have exited 0 on SIGTERM
-    stopped = _kueue_stop(pod, ctx) or _evicted_from_lost_node(pod, ctx)
+    stopped = _kueue_stop(pod, ctx) or _evicted_from_lost_node(pod, ctx) or _evicted_through_api(pod, ctx)
     if stopped is not None:
         return stopped
     if phase in ("Failed", "Succeeded"):

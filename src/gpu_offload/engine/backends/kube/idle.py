@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .explain import span_text
+from ....liqo_peering.wording import duration
 
 HUB = "the hub's offload.sessionIdleTimeout"
 ASKED = "--idle-timeout"
@@ -45,10 +45,11 @@ class IdleTimeouts:
         self._asked[name] = kept
         if before == self.of(name):
             return None  # said already
+        after = duration(kept, "min")
         if kept < seconds:
-            return (f"--idle-timeout {seconds / 60:g}: {HUB} is {span_text(self.hub)}, the longest a session may sit "
-                    f"idle holding GPUs, so session {name} is released after {span_text(kept)} idle", True)
-        return (f"session {name} is released after {span_text(kept)} idle from now on ({ASKED}; checkpointed "
+            return (f"--idle-timeout {seconds / 60:g}: {HUB} is {duration(self.hub, 'min')}, the longest a session may "
+                    f"sit idle holding GPUs, so session {name} is released after {after} idle", True)
+        return (f"session {name} is released after {after} idle from now on ({ASKED}; checkpointed "
                 "first when the cluster has object storage)", False)
 
     def forget(self, name: str) -> None:
@@ -61,8 +62,8 @@ def release_words(timeout: IdleTimeout, release_at: float | None, now: float) ->
     wall-clock time its idle timer ends (``None`` while a cell runs or before the first one ended)."""
     if timeout.seconds <= 0:
         return ""
-    rule = f"released after {span_text(timeout.seconds)} idle ({timeout.source})"
+    rule = f"released after {duration(timeout.seconds, 'min')} idle ({timeout.source})"
     if release_at is None:
         return rule
     at = time.strftime("%H:%M:%S UTC", time.gmtime(release_at))
-    return f"{rule}: at {at}, in {span_text(max(0.0, release_at - now))}, unless a cell comes first"
+    return f"{rule}: at {at}, in {duration(max(0.0, release_at - now), 'min')}, unless a cell comes first"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from ....liqo_peering.wording import duration
 from ....runner.checkpoint import DEFAULT_LIMIT
 from ...errors import OffloadUsageError
 from ..base import RunRequest
@@ -147,9 +148,7 @@ class SessionKeeper:
         timeout = self.idle_timeout(name)
         if timeout.seconds <= 0:
             return ""
-        from .explain import span_text
-
-        return (f". Idle for {span_text(timeout.seconds)} ({timeout.source}), its pod is released "
+        return (f". Idle for {duration(timeout.seconds, 'min')} ({timeout.source}), its pod is released "
                 "and the GPUs go back to the pool; the next cell resumes it from the checkpoint")
 
     def note(self, name: str) -> tuple[str, bool] | None:

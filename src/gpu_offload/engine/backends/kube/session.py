@@ -16,10 +16,11 @@ from typing import Any, Generic, TypeVar
 
 from ....liqo_peering import labels as L
 from ....liqo_peering.errors import GpuOffloadError
+from ....liqo_peering.wording import duration
 from ....runner.frames import Done, Hello, Outputs, RunnerWarning
 from ....runner.secrecy import greeting
 from ..base import Placed, RunEvent, RunnerExit, RunRequest, SessionInfo, stale_frames_note
-from .explain import FAILED, PREEMPTED, span_text
+from .explain import FAILED, PREEMPTED
 from .follow import PodEnded, PodFollower
 from .host import Attachment, Backlog, Host, InLine, LaunchedPod, WarmSession, failure_events, follow_pod
 from .plan import PodOrder
@@ -55,7 +56,8 @@ class Protector:
             return
         self.until = None
         if self._relabel(name, pods, launched.name, protection.own, "lowered"):
-            self.note = (f"session {name}'s protection from preemption ended after {span_text(protection.seconds)}: "
+            self.note = (f"session {name}'s protection from preemption ended after "
+                         f"{duration(protection.seconds, 'min')}: "
                          f"its pod now runs at priority class {protection.own}, so Kueue may preempt it for a "
                          "higher-priority run", False)
 
@@ -81,7 +83,7 @@ class Protector:
         if self.protection is None or self.until is None or self._stop.is_set():
             return ""
         at = time.strftime("%H:%M:%S UTC", time.gmtime(self.until))
-        return (f"protected from preemption until {at} (in {span_text(max(0.0, self.until - now))}; priority class "
+        return (f"protected from preemption until {at} (in {duration(max(0.0, self.until - now), 'min')}; priority class "
                 f"{self.protection.protected}, then {self.protection.own})")
 
     def stop(self) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ....liqo_peering.untrusted_text import shown
+
 QUOTA, PREEMPTING, NO_FIT, UNKNOWN = "quota", "preempting", "no-fit", "unknown"
 """The reasons a run waits, as Kueue states them (see :func:`reason_of`)."""
 REASON_WORDS = {
@@ -40,22 +42,20 @@ Z80 = 1.2816
 
 QUEUED_KINDS = ("Pod", "Job")
 """Owners of the Workloads a kernel queues: a runner pod, or the Indexed Job of a distributed run."""
-MESSAGE_LIMIT = 300
-"""Kueue's message is shown up to this many characters (its longest, for a pod set of many resources, is a few
-hundred)."""
+MESSAGE_LIMIT = 297
+"""Kueue's message is shown up to this many characters, then an ellipsis: 300 at most (its longest, for a pod set
+of many resources, is a few hundred)."""
 
 
 def kueue_message(workload: Mapping[str, Any]) -> str:
-    """Why Kueue holds a Workload back: its ``QuotaReserved=False`` condition's message, on one line, printable
-    characters only and cut at :data:`MESSAGE_LIMIT` (it reaches the notebook; nothing but Kueue writes a
+    """Why Kueue holds a Workload back: its ``QuotaReserved=False`` condition's message as ``shown`` makes it fit
+    (one printable line, cut at :data:`MESSAGE_LIMIT`: it reaches the notebook; nothing but Kueue writes a
     Workload's status, but the project shows no stored text unchecked); empty when it is not held back."""
     for condition in ((workload.get("status") or {}).get("conditions") or []):
         if isinstance(condition, Mapping) and condition.get("type") == "QuotaReserved":
             if condition.get("status") != "False":
                 return ""
-            text = " ".join(str(condition.get("message") or "").split())
-            text = "".join(c for c in text if c.isprintable())
-            return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 3] + "..."
+            return shown(condition.get("message") or "", MESSAGE_LIMIT)
     return ""
 
 
