@@ -41,21 +41,22 @@ timeouts asked per session (cee7cbf), sessions protected (fc346ba) and the start
 DAY = 86400.0
 
 
-def replay(days: float | None, share: float, check: bool) -> dict[str, Any]:
-    """One replay with the decisions of the tree imported; its tally and the checks' counts."""
-    from alibaba_trace import NEVER, peak_gpus, read_tasks
-    from session_flow import Sessions
-    from session_pool import Session, Shot, Trace
-    from session_rules import Rules
-    from session_users import users
+def load(days: float | None) -> tuple[list[tuple[int, int, int, str]], float, float]:
+    """The trace's pods (created, GPUs, hold, QoS) of the replayed span, and the span's start and end."""
+    from alibaba_trace import NEVER, read_tasks
 
-    rules = Rules()
     every = sorted((t.created, max(1, t.gpus), t.deleted - t.created, t.qos) for t in read_tasks("default")
                    if t.deleted < NEVER and t.deleted >= t.created)
     begin = _busy_from(every)
     end = begin + days * DAY if days is not None else max(t[0] for t in every)
-    tasks = [t for t in every if t[0] < end]
-    pool = Sessions(round(peak_gpus(tasks) * share), rules, check)
+    return [t for t in every if t[0] < end], begin, end
+
+
+def fill(pool: Any, tasks: list[tuple[int, int, int, str]], begin: float, end: float) -> tuple[list[Any], list[Any]]:
+    """Schedule the trace's pods and the users' sessions and one-shot cells on ``pool``; the sessions and cells."""
+    from session_pool import Session, Shot, Trace
+    from session_users import users
+
     for index, (created, gpus, hold, qos) in enumerate(tasks):
         pool.at(created, pool.on_trace_arrive, Trace(index, hold, "interactive" if qos in ("LS", "Guaranteed")
                                                      else "batch"), gpus)
@@ -66,6 +67,19 @@ def replay(days: float | None, share: float, check: bool) -> dict[str, Any]:
     shots = [Shot(u) for u in shots_users]
     for shot in shots:
         pool.at(shot.user.start, pool.on_shot, shot)
+    return sessions, shots
+
+
+def replay(days: float | None, share: float, check: bool) -> dict[str, Any]:
+    """One replay with the decisions of the tree imported; its tally and the checks' counts."""
+    from alibaba_trace import peak_gpus
+    from session_flow import Sessions
+    from session_rules import Rules
+
+    rules = Rules()
+    tasks, begin, end = load(days)
+    pool = Sessions(round(peak_gpus(tasks) * share), rules, check)
+    sessions, shots = fill(pool, tasks, begin, end)
     pool.run()
     _check(pool, sessions, shots)
     t = pool.tally

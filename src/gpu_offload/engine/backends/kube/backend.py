@@ -48,6 +48,7 @@ from .plan import PodOrder
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object, untrusted_unfetched
 from .queueing import Ticket
+from .rank_checkpoints import shape_refusal
 from .rank_session import KubeRankSession, RankSessionRun
 from .resume import IdleEnded, SessionKeeper, resume_differences, resume_key, why_not_kept
 from .run import KubeRun
@@ -368,16 +369,15 @@ class KubernetesBackend:
 
     # --- checkpoints (see .resume) ---
 
-    def _live(self, name: str) -> KubeSession:
+    def _live(self, name: str) -> KubeSession | KubeRankSession:
         self.keeper.settle(name)
         with self._lock:
             current = self._sessions.get(name)
             if current is None or not current.alive:
                 raise OffloadUsageError(f"no live session named {name!r} on the cluster; `%gpu_offload sessions` "
                                         "lists them")
-            if current.busy or not isinstance(current, KubeSession):
-                raise OffloadUsageError(f"session {name!r} is running a cell or is distributed: checkpoint it "
-                                        "between cells (a distributed session cannot be checkpointed yet)")
+            if current.busy:
+                raise OffloadUsageError(f"session {name!r} is running a cell: checkpoint it between cells")
             return current
 
     def checkpoint_session(self, name: str, checkpoint: str, limit: int | None = None,
@@ -391,13 +391,17 @@ class KubernetesBackend:
         ``placement`` asks (default: as the session was)."""
         saved = self.keeper.store().get(checkpoint)
         name = session or saved.session
+        target = placement or saved.placement
+        refusal = shape_refusal(saved.name, saved.placement.ranks, target.ranks, name)
+        if refusal is not None:  # before anything is launched
+            raise OffloadUsageError(refusal)
         with self._lock:
             current = self._sessions.get(name)
             if current is not None and current.alive:
                 raise OffloadUsageError(f"session {name!r} is running: close it first (%gpu_offload close "
                                         f"{name}) or restore into another one (--session NEW)")
             self._idle_ended.pop(name, None)
-            fresh = self._sessions[name] = self._new_session(name, placement or saved.placement, "", "")
+            fresh = self._sessions[name] = self._new_session(name, target, "", "")
         try:
             return f"session {name}: " + self.keeper.restore(fresh, saved)
         except BaseException:
