@@ -144,14 +144,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--shares", default="", help="pools as shares of the trace's peak demand (default 0.9,0.7,0.5)")
     parser.add_argument("--results", help=argparse.SUPPRESS)  # a folder for the result (a test's own)
     args = parser.parse_args(argv)
-    from alibaba_trace import missing
+    from bench_sessions_replay import pool_shares
     from harness import RESULTS
 
-    problem = missing()
-    if problem:
-        print(f"skipped: {problem}")
+    shares = pool_shares(args.shares, args.quick)
+    if shares is None:
         return 1
-    shares = [float(x) for x in args.shares.split(",")] if args.shares else [0.9] if args.quick else [0.9, 0.7, 0.5]
     run = Run("wait_bound_quick" if args.quick else "wait_bound",
               "How close a start estimate can get: oracle, best of the product's information, the kernel's estimate "
               "(sessions trace replay)" + (" (--quick: 3 days)" if args.quick else ""),

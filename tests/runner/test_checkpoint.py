@@ -109,3 +109,29 @@ def test_a_state_over_the_limit_is_refused_whole_with_its_size() -> None:
 def test_underscore_history_and_the_runners_own_names_are_not_state() -> None:
     ns = {"_": 1, "_5": 2, "__builtins__": {}, "display": print, "x": 3}
     assert checkpoint.state_names(ns) == ["x"]
+
+
+def test_what_holds_a_process_group_is_named_not_saved_and_the_rest_restores_without_a_group() -> None:
+    """A DistributedDataParallel wrapper pickles (its __getstate__ drops the group) but cannot be unpickled
+    without one, which would lose the whole checkpoint on resume: it, a ProcessGroup and a list holding a wrapper
+    are named as not saved with what to do; the module and its optimizer are saved and restore with no group."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = torch.nn.Linear(2, 1)
+        ddp = DistributedDataParallel(model)
+        ns = {"model": model, "ddp": ddp, "opt": torch.optim.SGD(ddp.parameters(), lr=0.1),
+              "group": dist.group.WORLD, "wrapped": [ddp], "dist": dist, "n": 3}
+        written = checkpoint.take(ns, "pickle", trusted=True)
+    finally:
+        dist.destroy_process_group()
+    manifest = written.manifest
+    assert manifest["saved"] == ["model", "n", "opt"] and manifest["modules"] == {"dist": "torch.distributed"}
+    assert set(manifest["skipped"]) == {"ddp", "group", "wrapped"}
+    assert manifest["skipped"]["ddp"].startswith("torch.nn.parallel.distributed.DistributedDataParallel: holds a "
+                                                 "torch.distributed process group")
+    assert "call dist.init_process_group() and wrap the module again" in manifest["skipped"]["wrapped"]
+    state = checkpoint.restore_trusted(written.data, manifest, target_trusted=True)  # no process group now
+    assert state["opt"].param_groups[0]["params"][0] is state["model"].weight and state["n"] == 3

@@ -62,9 +62,37 @@ def _restore_device(tensor: Any, device: str, parameter: bool, requires_grad: bo
     return tensor
 
 
+class HoldsProcessGroup(TypeError):
+    """A value holds a ``torch.distributed`` process group (a ``DistributedDataParallel`` wrapper, a
+    ``ProcessGroup``, a ``DTensor``'s mesh...): its communicators live in the ranks' processes and cannot be
+    written out. Refused while pickling, nested values included: such a value would pickle (DDP's own
+    ``__getstate__`` drops its group) and then fail to unpickle without a group, taking the whole checkpoint."""
+
+
+PROCESS_GROUP = ("holds a torch.distributed process group, which does not outlive the ranks' processes: after "
+                 "the resume call dist.init_process_group() and wrap the module again (keep the module in a "
+                 "variable of its own, e.g. model = ddp.module, so it is saved)")
+_GROUP_MODULES = ("torch.distributed", "torch._C._distributed", "torch.nn.parallel.distributed")
+
+
+_GROUP_KINDS: dict[type, bool] = {}
+
+
+def _holds_group(kind: type) -> bool:
+    held = _GROUP_KINDS.get(kind)
+    if held is None:  # once per type: the reducer sees every object of the state
+        held = _GROUP_KINDS[kind] = any((getattr(k, "__module__", "") or "").startswith(_GROUP_MODULES)
+                                        for k in kind.__mro__)
+    return held
+
+
 def _cuda_to_cpu_keep_device(obj: Any) -> Any:
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(obj, torch.Tensor) or not getattr(obj, "is_cuda", False):
+    if torch is None:  # nothing holds a CUDA tensor or a process group without torch imported
+        return NotImplemented
+    if _holds_group(type(obj)):
+        raise HoldsProcessGroup(PROCESS_GROUP)
+    if not isinstance(obj, torch.Tensor) or not getattr(obj, "is_cuda", False):
         return NotImplemented
     parameter = isinstance(obj, torch.nn.Parameter)
     return _restore_device, (obj.detach().cpu(), str(obj.device), parameter, bool(obj.requires_grad))

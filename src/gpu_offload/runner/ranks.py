@@ -229,10 +229,14 @@ class Node:
         for _rank, child in self.children:
             self._write(child, command)
 
+    def expect_end(self) -> None:
+        """The ranks' ends are expected from now on, not reported as lost."""
+        self._closing = True
+
     def close(self) -> None:
         """End of the session's commands: every rank's input ends, so each session ends (the ranks' ends
         are expected from now on, not reported as lost)."""
-        self._closing = True
+        self.expect_end()
         for _rank, child in self.children:
             with contextlib.suppress(OSError):
                 assert child.stdin is not None
@@ -323,7 +327,9 @@ def serve_node(nonce: str, spec: Mapping[str, Any], group_rank: int | None, pare
     _watch(node, parent_pid)
 
     def terminate(number: int, _frame: Any) -> None:
-        node.close()
+        # the ranks' input stays open: a rank whose input ended would take that as `exit`, and skip the
+        # checkpoint the kernel armed for SIGTERM (docs/sessions.md); each ends on the signal itself
+        node.expect_end()
         node.signal(number)
         raise _Terminated
 
@@ -333,7 +339,10 @@ def serve_node(nonce: str, spec: Mapping[str, Any], group_rank: int | None, pare
         with os.fdopen(0, "rb") as commands:
             for line in iter(commands.readline, b""):
                 if len(line) < 64 and _is_exit(line):  # (not parsing every large run command)
-                    break  # the ranks' input ends below, which ends their sessions as `exit` would
+                    # passed on first: a rank told `exit` writes no checkpoint at the SIGTERM that follows
+                    # (the pod's deletion); its input then ends below
+                    node.forward(line)
+                    break
                 node.forward(line)
     except _Terminated:
         node.wait()

@@ -14,6 +14,13 @@ when the pod is told to stop (SIGTERM: preemption, a drain, an eviction): the ru
 ``U`` if it changed since ``H`` (a cell that ran when SIGTERM came included) and its manifest to ``M``, signed
 with the session's frame nonce (HMAC-SHA256), which only the kernel knows: the kernel cannot read a frame of a
 pod that is going away, and another writer of the bucket cannot forge the record.
+
+In a distributed session every rank gets the same command line from its node's launcher; what differs per rank
+(its own URLs, its manifest, the sha256 of its last checkpoint) is under ``per_rank`` by global rank, and each
+rank takes its own part (:func:`for_rank`). A rank's manifest names its rank. Armed with ``always_record``, a
+rank writes its signed manifest at SIGTERM even when its state did not change (``unchanged``): the kernel uses a
+SIGTERM checkpoint of a distributed session only when every rank said what it did, so the ranks' states come
+from the same moment.
 """
 
 from __future__ import annotations
@@ -42,15 +49,27 @@ def _write_new(path: str, data: bytes) -> None:
         handle.write(data)
 
 
+def for_rank(command: dict[str, Any], rank: int | None) -> dict[str, Any]:
+    """The command as rank ``rank`` must follow it: its own part of ``per_rank`` over the common fields (a
+    runner outside a distributed run takes the command as it is). ``KeyError`` when the rank has no part."""
+    parts = command.get("per_rank")
+    if parts is None or rank is None:
+        return command
+    own = parts.get(str(rank)) if isinstance(parts, dict) else None
+    if not isinstance(own, dict):
+        raise KeyError(f"the {command.get('op')} command has no part for rank {rank}")
+    return {**{k: v for k, v in command.items() if k != "per_rank"}, **own}
+
+
 def take(runtime: Runtime, command: dict[str, Any]) -> None:
     """Answer a ``checkpoint`` command (see the module docstring)."""
     started = time.perf_counter()
     runtime.encoder.begin_run(str(command.get("run_id", "")))
     try:
+        command = for_rank(command, runtime.rank)
         fmt = checkpoint.SAFE if wants_safe({"output_format": command.get("format")}) else checkpoint.PICKLE
         limit = int(command.get("limit", checkpoint.DEFAULT_LIMIT))
-        written = checkpoint.take(runtime.namespace, fmt, limit, written_on=str(command.get("where", "")),
-                                  trusted=fmt == checkpoint.PICKLE)
+        written = _written(runtime, fmt, limit, str(command.get("where", "")))
         unchanged = bool(command.get("unless_sha256")) and command.get("unless_sha256") == written.sha256
         if unchanged:
             written.manifest["unchanged"] = True
@@ -73,6 +92,7 @@ def restore(runtime: Runtime, command: dict[str, Any]) -> None:
     started = time.perf_counter()
     runtime.encoder.begin_run(str(command.get("run_id", "")))
     try:
+        command = for_rank(command, runtime.rank)
         manifest = dict(command["manifest"])
         if "get_url" in command:
             data = bytes(buffers._get(str(command["get_url"]), int(manifest["size"])))
@@ -95,6 +115,13 @@ def restore(runtime: Runtime, command: dict[str, Any]) -> None:
     runtime.encoder.end_run()
 
 
+def _written(runtime: Runtime, fmt: str, limit: int, where: str) -> checkpoint.Checkpoint:
+    written = checkpoint.take(runtime.namespace, fmt, limit, written_on=where, trusted=fmt == checkpoint.PICKLE)
+    if runtime.rank is not None:
+        written.manifest["rank"] = runtime.rank  # whose state it is: the kernel checks it against the frame's rank
+    return written
+
+
 def manifest_signature(nonce: str, manifest: dict[str, Any]) -> str:
     """The HMAC of a manifest written at SIGTERM (without its own ``hmac`` field), keyed by the frame nonce."""
     body = json.dumps({k: v for k, v in manifest.items() if k != "hmac"}, sort_keys=True).encode()
@@ -105,13 +132,22 @@ def arm(runtime: Runtime, command: dict[str, Any]) -> None:
     """Answer an ``on_term`` command: keep it for :func:`at_term`."""
     started = time.perf_counter()
     runtime.encoder.begin_run(str(command.get("run_id", "")))
+    try:
+        command = for_rank(command, runtime.rank)
+    except KeyError as exc:
+        _fail(runtime, "CheckpointFailed", str(exc), started)
+    else:
+        _arm(runtime, command, started)
+    runtime.encoder.end_run()
+
+
+def _arm(runtime: Runtime, command: dict[str, Any], started: float) -> None:
     if not isinstance(command.get("put_url"), str) or not isinstance(command.get("manifest_url"), str):
         _fail(runtime, "CheckpointFailed", "on_term needs put_url and manifest_url", started)
     else:
         runtime.term_checkpoint = dict(command)
         runtime.emit("checkpoint", armed=True)
         runtime.emit("done", status="ok", elapsed=round(time.perf_counter() - started, 6))
-    runtime.encoder.end_run()
 
 
 def at_term(runtime: Runtime) -> None:
@@ -121,12 +157,15 @@ def at_term(runtime: Runtime) -> None:
         return
     try:
         fmt = checkpoint.SAFE if wants_safe({"output_format": command.get("format")}) else checkpoint.PICKLE
-        written = checkpoint.take(runtime.namespace, fmt, int(command.get("limit", checkpoint.DEFAULT_LIMIT)),
-                                  written_on=str(command.get("where", "")), trusted=fmt == checkpoint.PICKLE)
-        if written.sha256 == command.get("unless_sha256"):
-            return
-        buffers._put(str(command["put_url"]), memoryview(written.data))
+        written = _written(runtime, fmt, int(command.get("limit", checkpoint.DEFAULT_LIMIT)),
+                           str(command.get("where", "")))
         manifest = {**written.manifest, "at_term": True}
+        if written.sha256 == command.get("unless_sha256"):
+            if not command.get("always_record"):
+                return
+            manifest["unchanged"] = True  # a distributed session's kernel needs every rank's word
+        else:
+            buffers._put(str(command["put_url"]), memoryview(written.data))
         manifest["hmac"] = manifest_signature(runtime.encoder.nonce, manifest)
         buffers._put(str(command["manifest_url"]), memoryview(json.dumps(manifest).encode()))
     except (checkpoint.CheckpointTooLarge, KeyError, TypeError, ValueError, OSError, buffers.BufferTransportError):

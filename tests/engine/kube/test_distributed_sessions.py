@@ -143,12 +143,13 @@ def test_a_distributed_session_whose_pod_is_lost_while_idle_is_started_anew_and_
     lost = pods_of(api_client, namespace)[1].removeprefix("pod/")
     core.delete_namespaced_pod(lost, namespace, grace_period_seconds=0)  # e.g. an admin, a drain
     wait_until(lambda: not kube.sessions(), "the session seen as ended")
-    # a cell with other options is refused; the refusal says what the session's options would do: a distributed
-    # session has no checkpoint, so it starts again empty (not "resume ... from its last checkpoint")
+    # a cell with other options is refused; the refusal says what the session's options would do: this kernel has
+    # no object storage, so the session has no checkpoint and starts again empty (not "resume ... from its last
+    # checkpoint"; with storage it resumes: test_rank_session_survival.py)
     with pytest.raises(OffloadUsageError) as refused:
         run_cell(kube, "print(kept)", {}, session="fragile", **{**SHAPE, "gpus": 2})
-    assert ("Run it with the session's options to start the session again in a new Job, empty: a distributed "
-            "session is not checkpointed, so the variables of its ranks are gone, or close it with "
+    assert ("Run it with the session's options to start the session again in a new Job, empty: this kernel has no "
+            "object storage to checkpoint to, so its variables are gone, or close it with "
             "`%gpu_offload close fragile`") in str(refused.value), refused.value
     assert "checkpoint (" not in str(refused.value) and "resume" not in str(refused.value), refused.value
     outcome, sink, _ = run_cell(kube, "print(kept)", {}, session="fragile", **SHAPE)

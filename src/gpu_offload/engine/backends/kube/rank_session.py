@@ -17,7 +17,7 @@ import dataclasses
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ....liqo_peering.errors import APIError
@@ -48,7 +48,8 @@ class KubeRankSession(WarmSession):
         self.ranks: Ranks = placement.ranks
         self.request = placement
         nonce = secrets.token_hex(16)
-        order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True, defaults=host.run_defaults())
+        order = self.order = PodOrder(f"s{secrets.token_hex(7)}", nonce, placement, session=True,
+                                      defaults=host.run_defaults())
         self.job = host.launch(order)
         self._ending = threading.Lock()
         self.nodes = JobPods(self.pods, order, self.ranks, self.job, host.watch_seconds, on_end=self._pod_ended)
@@ -91,11 +92,16 @@ class KubeRankSession(WarmSession):
 
     def send(self, command: dict[str, Any]) -> int | None:
         """Write ``command`` to every node's launcher, node 0 first; the node it could not reach, else None."""
-        for index in sorted(self.nodes.followers):
+        return self.send_each({index: command for index in self.nodes.followers})
+
+    def send_each(self, commands: Mapping[int, dict[str, Any]]) -> int | None:
+        """Write each node's own command to its launcher (a checkpoint's URLs differ per rank), node 0 first; the
+        node it could not reach, else None."""
+        for index in sorted(commands):
             stdin = self._stdin.get(index)
             if stdin is None:
                 stdin = self._stdin[index] = Attachment(self.pods, self.nodes.followers[index].name, self._greeting)
-            if not stdin.send(command):
+            if not stdin.send(commands[index]):
                 return index
         return None
 
@@ -118,8 +124,14 @@ class KubeRankSession(WarmSession):
 
     def close(self, grace: float) -> None:
         """Ask every launcher to end its ranks' sessions, then delete the Job (its pods, Secret and Service go
-        with it)."""
+        with it). The launchers told ``exit`` get up to ``grace`` seconds to end their ranks first: a rank that
+        read its ``exit`` writes no checkpoint at the SIGTERM of the Job's deletion (one that had not yet would
+        write its record into storage this kernel may already have emptied)."""
+        told = not self.dead and any(stdin.attached for stdin in self._stdin.values())
         self.hang_up(self._stdin.values())
+        deadline = time.monotonic() + max(0.0, grace)
+        while told and time.monotonic() < deadline and not all(f.ended for f in self.nodes.followers.values()):
+            time.sleep(0.05)
         self.nodes.stop()
         with contextlib.suppress(APIError):  # gone already; what is left, the kernel's cleanup finds by label
             self.pods.delete_job(self.job.name, grace=max(0, int(grace)))
@@ -215,7 +227,10 @@ class RankSessionRun(SessionCell[KubeRankSession]):
         session.dead = True
         session.closed_how = f"was {state.summary} during a cell"
         diagnostics = "\n".join(d for f in session.nodes.followers.values() for d in f.diagnostics)
-        text = state.text + SESSION_GONE
+        text = state.text + (SESSION_GONE if not session.resumes_from else (
+            f". Its Job was deleted, so Kueue does not start it again unattended; session {session.name}'s next cell "
+            f"resumes it from checkpoint {session.resumes_from}, written before this cell: what this cell changed "
+            "is lost"))
         self._backlog.end(*[dataclasses.replace(e, rank=0) if isinstance(e, Error) else e
                             for e in failure_events(dataclasses.replace(state, text=text), None, diagnostics)])
         session.nodes.stop()

@@ -53,7 +53,6 @@ def resume_differences(was: RunRequest, now: RunRequest) -> str:
     return "; ".join(words)
 
 
-DISTRIBUTED = "a distributed session is not checkpointed, so the variables of its ranks are gone"
 NO_STORAGE = "this kernel has no object storage to checkpoint to"
 
 
@@ -61,10 +60,9 @@ def why_not_kept(request: RunRequest, storage: bool) -> str | None:
     """Why a session of ``request`` does not outlive its pod, or ``None`` when it does: it is then checkpointed
     after each cell that changed it, when its pod is told to stop and before an idle release, and the next cell
     after its pod ended (preempted, drained, lost, released) restores the last checkpoint. ``storage``: the
-    kernel has object storage. The one rule :class:`SessionKeeper` follows; the trace replay
+    kernel has object storage. A distributed session is kept too: each rank's state, restored into the same
+    rank of a session of the same shape. The one rule :class:`SessionKeeper` follows; the trace replay
     (``bench/bench_sessions_replay.py``) asks it too."""
-    if request.ranks is not None:
-        return DISTRIBUTED
     if not storage:
         return NO_STORAGE
     return None
@@ -224,12 +222,11 @@ class SessionKeeper:
         """What a cell with the session's options does to session ``name``, ended on its own (for a refusal that
         asks for them): resume it from its checkpoint, or start it again empty, saying why nothing was kept."""
         why = self._why_not(was)
-        if why == DISTRIBUTED:
-            return f"start the session again in a new Job, empty: {why}"
         saved = None if self.checkpoints is None else self.checkpoints.latest(name)
+        holder = "pod" if was.ranks is None else "Job"
         if saved is None:
             why = why or "no checkpoint of it was written"
-            return f"start the session again in a new pod, empty: {why}, so its variables are gone"
+            return f"start the session again in a new {holder}, empty: {why}, so its variables are gone"
         return f"resume the session from its last checkpoint {saved.name} (it may land on another cluster)"
 
     def returned(self) -> float:

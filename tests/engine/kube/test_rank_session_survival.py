@@ -1,0 +1,137 @@
+"""Distributed sessions (``--session NAME --nodes N``) outlive their pods as single sessions do (issue 27): each
+rank's state is checkpointed to the user's storage as an object of its own, with one record naming all of them;
+after an idle release, or its pods stopped during a cell (SIGTERM), the next cell restores rank r's state into
+rank r of a new Indexed Job of the same shape, and says what was not restored (a lock, the process group).
+Another shape is refused, naming the one it needs. Nothing is left behind: no Job, pod, Service, Secret or
+stored object. Small on purpose (2 nodes x 1 rank, no torch): the runner's handling of a process group is
+tested in tests/runner/test_checkpoint.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpu_offload.sandbox.fixtures import wait_until
+
+from gpu_offload.engine.backends.base import Ranks, RunRequest
+from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import StorageSettings
+from gpu_offload.engine.errors import OffloadUsageError
+
+from .conftest import BUCKET, settings
+from .helpers import Sink, run_cell
+from .test_distributed import everything_left
+
+DONORS = ("donor-1", "donor-2")
+SHAPE = {"gpus": 1, "ranks": Ranks(nodes=2, procs_per_node=1), "timeout": 600}
+SETUP = """
+import os, threading
+import numpy as np
+rank = int(os.environ["RANK"])
+mine = rank * 10 + 1
+arr = np.arange(3.0) + rank
+guard = threading.Lock()
+"""
+CHECK = "print(f\"rank {int(os.environ['RANK'])}: {rank} {mine} {arr.sum()}\", flush=True)\n"
+BEFORE = ["[rank 0] rank 0: 0 1 3.0", "[rank 1] rank 1: 1 11 6.0"]
+
+
+@pytest.fixture()
+def kube_idle(api_client: Any, namespace: str, s3: Any, s3_endpoint: str) -> Iterator[KubernetesBackend]:
+    """A backend with object storage, trusting both donors, whose sessions are released after 3 s idle;
+    afterwards no Job, pod, Service, Secret or stored object is left."""
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
+                                         session_idle_timeout=3.0), api_client)
+    try:
+        yield backend
+    finally:
+        backend.close()
+    wait_until(lambda: not everything_left(api_client, namespace), "no Job, pod, Service or Secret left",
+               timeout=120)
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])] == []
+
+
+def _lines(sink: Sink) -> list[str]:
+    return sorted(sink.text.splitlines())
+
+
+def _resumed_note(sink: Sink) -> str:
+    [note] = [n for n in sink.notices if "resumed on" in n]
+    assert "restored from checkpoint ddp: " in note and "arr" in note and "mine" in note, note
+    assert "not restored: guard (ranks 0, 1: _thread.lock" in note, note
+    assert "process group (the process group and what holds it were not restored" in note, note
+    return note
+
+
+def test_a_distributed_session_released_for_idling_resumes_each_ranks_state_in_the_same_rank(
+        kube_idle: KubernetesBackend, api_client: Any, namespace: str, s3: Any) -> None:
+    outcome, sink, _ = run_cell(kube_idle, SETUP + CHECK, {}, session="ddp", **SHAPE)
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert _lines(sink) == BEFORE
+    kube_idle.keeper.settle("ddp")  # the automatic checkpoint after the cell
+    saved = kube_idle.keeper.store().latest("ddp")
+    assert saved is not None and len(saved.rank_objs) == 2 and saved.trusted
+    assert [part["rank"] for part in saved.manifest["ranks"]] == [0, 1]
+    assert saved.manifest["shape"] == {"nodes": 2, "procs_per_node": 1}
+    # one object per rank in the user's storage (the objects of the SIGTERM checkpoint are written only then)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    assert sorted(k.rsplit("/", 1)[1] for k in keys) == sorted(saved.rank_objs), keys
+
+    wait_until(lambda: not everything_left(api_client, namespace), "the idle session's Job released", timeout=120)
+    status = kube_idle.describe()
+    assert "its next cell resumes it from checkpoint ddp (" in status, status
+
+    # another shape is refused before anything is made, naming the shape the checkpoint needs
+    with pytest.raises(OffloadUsageError, match=r"resume the session from its last checkpoint ddp"):
+        run_cell(kube_idle, CHECK, {}, session="ddp", **{**SHAPE, "ranks": Ranks(nodes=1, procs_per_node=2)})
+    with pytest.raises(OffloadUsageError, match=r"checkpoint ddp holds the states of 2 ranks \(--nodes 2 "
+                       r"--procs-per-node 1\) and session other has --nodes 1 --procs-per-node 1; restore it into "
+                       r"a session of the shape it was written with"):
+        kube_idle.restore_session("ddp", "other", RunRequest(gpus=1, ranks=Ranks(nodes=1, procs_per_node=1)))
+    assert not everything_left(api_client, namespace)
+
+    outcome, sink, _ = run_cell(kube_idle, CHECK, {}, session="ddp", **SHAPE)
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    assert _lines(sink) == BEFORE  # each rank got its own numbers and array back
+    note = _resumed_note(sink)
+    assert "was ended after 3 s idle holding 2 GPUs" in note and "its state was checkpointed first" in note, note
+    assert kube_idle.close_session("ddp", grace=1)
+
+
+def test_a_distributed_session_stopped_during_a_cell_resumes_from_what_its_ranks_wrote_at_sigterm(
+        api_client: Any, core: Any, namespace: str, s3: Any, s3_endpoint: str) -> None:
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
+                                api_client)
+    try:
+        outcome, sink, _ = run_cell(backend, SETUP + CHECK, {}, session="ddp", **SHAPE)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        backend.keeper.settle("ddp")
+        started = threading.Event()
+        seen = Sink(on_line=lambda text: started.set() if "changing" in text else None)
+        result: dict[str, Any] = {}
+        cell = "mine = 99 + rank\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
+        thread = threading.Thread(target=lambda: result.update(run=run_cell(backend, cell, {}, seen, session="ddp",
+                                                                            **SHAPE)))
+        thread.start()
+        wait_until(started.is_set, "the cell running", timeout=120)
+        pods = [p for p in core.list_namespaced_pod(namespace).items]
+        assert len(pods) == 2 and all(p.spec.termination_grace_period_seconds == 60 for p in pods)
+        for pod in pods:  # a drain of their node: each pod is deleted with its grace period (SIGTERM)
+            core.delete_namespaced_pod(pod.metadata.name, namespace)
+        thread.join(180)
+        assert result["run"][0].status != "ok"
+        wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the stopped pods gone", timeout=120)
+        outcome, sink, _ = run_cell(backend, CHECK, {}, session="ddp", **SHAPE)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        # the interrupted cell's change came back on both ranks, each its own
+        assert _lines(sink) == ["[rank 0] rank 0: 0 99 3.0", "[rank 1] rank 1: 1 100 6.0"], sink.notices
+        note = _resumed_note(sink)
+        assert "its runner wrote a checkpoint as the pod was stopped (SIGTERM)" in note, note
+        assert backend.close_session("ddp", grace=1)
+    finally:
+        backend.close()
+    wait_until(lambda: not everything_left(api_client, namespace), "no Job, pod, Service or Secret left",
+               timeout=120)
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])] == []
