@@ -135,6 +135,18 @@ def _run_tree(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def pool_shares(shares: str, quick: bool) -> list[float] | None:
+    """The pools a replay of the trace runs, as shares of its peak demand (``--shares``, else 90 % for ``--quick``,
+    else three); None, said, when the trace is not on this machine."""
+    from alibaba_trace import missing
+
+    problem = missing()
+    if problem:
+        print(f"skipped: {problem}")
+        return None
+    return [float(x) for x in shares.split(",")] if shares else [0.9] if quick else [0.9, 0.7, 0.5]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -151,16 +163,13 @@ def main(argv: list[str]) -> int:
         args.days, args.check = args.days or 3.0, True
     if args.child:
         return child(args.child, args.days, args.share, args.check)
-    from alibaba_trace import missing
     from harness import REPO, RESULTS, Run
 
-    problem = missing()
-    if problem:
-        print(f"skipped: {problem}")
+    shares = pool_shares(args.shares, args.quick)
+    if shares is None:
         return 1
     from sessions_report import record
 
-    shares = [float(x) for x in args.shares.split(",")] if args.shares else [0.9] if args.quick else [0.9, 0.7, 0.5]
     # --quick is a check, not a figure: its results go apart from the whole replay's
     run = Run("sessions_replay_quick" if args.quick else "sessions_replay",
               "Sessions, idle release, preemption and the start estimate on a trace replay, this tree against a "
