@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,7 +33,8 @@ TOLERANCE = 0.30
 
 @dataclass(frozen=True)
 class Wait:
-    """One pod that waited, as seen when it was created, and when it really started."""
+    """One pod that waited, as seen at ``created`` (when it was created, or a moment in its wait), and when it
+    really started."""
 
     pod: int
     user: bool
@@ -112,21 +114,45 @@ def oracle_start(now: float, free: int, departures: Sequence[tuple[float, int]],
 
 
 class Watched(Sessions):
-    """The replay's pool, recording every wait at its start; the ``first`` replay of the same run (when each pod was
-    admitted and left) makes the oracle."""
+    """The replay's pool, recording every wait at its start and again at a moment drawn uniformly in it (what a user
+    glancing at the waiting cell sees then); the ``first`` replay of the same run (when each pod was created,
+    admitted and left) makes the oracle and places the moments. Looking changes nothing: a moment's event takes no
+    number of the replay's (pod ids stay those of the first replay) and is followed by no admission round."""
 
-    def __init__(self, gpus: int, rules: Rules, first: Watched | None) -> None:
+    def __init__(self, gpus: int, rules: Rules, first: Watched | None, seed: int = 5) -> None:
         super().__init__(gpus, rules, check=False)
         self.departures = first.left if first is not None else {}
         self.first_admitted = first.admitted_at if first is not None else {}
         self.left: dict[int, float] = {}
         self.admitted_at: dict[int, float] = {}
+        self.created: dict[int, float] = {}
         self.fresh: list[Pod] = []
         self.waits: dict[int, Wait] = {}
+        self.moments: dict[int, Wait] = {}
+        if first is not None:
+            draws = random.Random(seed)
+            for n, (pod_id, admitted) in enumerate(sorted(first.admitted_at.items())):
+                created = first.created[pod_id]
+                if admitted > created:
+                    heapq.heappush(self.events, (created + draws.random() * (admitted - created), -1 - n,
+                                                 self.on_moment, (pod_id,)))
+
+    def run(self) -> None:
+        while self.events:
+            now, seq, handler, args = heapq.heappop(self.events)
+            handler(now, *args)
+            if seq >= 0:  # a moment only looks
+                self.schedule(now)
+
+    def on_moment(self, now: float, pod_id: int) -> None:
+        pod = next((p for _, p in self.pending if p.id == pod_id), None)
+        if pod is not None:
+            self.moments[pod_id] = self._seen(pod, now)
 
     def create(self, now: float, owner: object, gpus: int, waits_at: str, protected_at: str = "",
                lowers_to: str = "", protection: float = 0.0) -> Pod:
         pod = super().create(now, owner, gpus, waits_at, protected_at, lowers_to, protection)
+        self.created[pod.id] = now
         self.fresh.append(pod)
         return pod
 
@@ -136,9 +162,10 @@ class Watched(Sessions):
 
     def _admit(self, pod: Pod, now: float) -> None:
         self.admitted_at[pod.id] = now
-        wait = self.waits.get(pod.id)
-        if wait is not None:
-            self.waits[pod.id] = Wait(**{**wait.__dict__, "started": now})
+        for seen in (self.waits, self.moments):
+            wait = seen.get(pod.id)
+            if wait is not None:
+                seen[pod.id] = Wait(**{**wait.__dict__, "started": now})
         super()._admit(pod, now)
 
     def schedule(self, now: float) -> None:
@@ -148,14 +175,14 @@ class Watched(Sessions):
             return  # the first replay: only the departures are wanted
         for pod in fresh:
             if pod.admitted is None:
-                self._watch(pod, now)
+                self.waits[pod.id] = self._seen(pod, now)
 
     def _hold(self, pod_id: int) -> float:
         """How long a pending pod holds its GPUs once admitted (from the first replay)."""
         admitted, left = self.first_admitted.get(pod_id), self.departures.get(pod_id)
         return math.inf if admitted is None or left is None else left - admitted
 
-    def _watch(self, pod: Pod, now: float) -> None:
+    def _seen(self, pod: Pod, now: float) -> Wait:
         position = next(k for k, (_, p) in enumerate(self.pending) if p.id == pod.id)
         ahead = [p for _, p in self.pending[:position]]
         guess = self.rules.estimate_range(position, self.admissions[-21:], now)
@@ -166,8 +193,8 @@ class Watched(Sessions):
         now_free = self.free + sum(p.gpus for p in self.running.values() if p.priority(now) < mine)
         found = known_start(sum(p.gpus for p in ahead) + pod.gpus, now_free, self.known_ends(now, mine))
         known = None if found is None else max(0.0, found.at - now)
-        self.waits[pod.id] = Wait(pod.id, not isinstance(pod.owner, Trace), pod.priority(now), pod.gpus, position,
-                                  now, guess, oracle, known)
+        return Wait(pod.id, not isinstance(pod.owner, Trace), pod.priority(now), pod.gpus, position, now, guess,
+                    oracle, known)
 
     def known_ends(self, now: float, priority: int) -> list[KnownEnd]:
         """The running pods' GPUs the product knows will be free for a run of class ``priority``, and when: idle
