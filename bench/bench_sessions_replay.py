@@ -41,21 +41,22 @@ timeouts asked per session (cee7cbf), sessions protected (fc346ba) and the start
 DAY = 86400.0
 
 
-def replay(days: float | None, share: float, check: bool) -> dict[str, Any]:
-    """One replay with the decisions of the tree imported; its tally and the checks' counts."""
-    from alibaba_trace import NEVER, peak_gpus, read_tasks
-    from session_flow import Sessions
-    from session_pool import Session, Shot, Trace
-    from session_rules import Rules
-    from session_users import users
+def load(days: float | None) -> tuple[list[tuple[int, int, int, str]], float, float]:
+    """The trace's pods (created, GPUs, hold, QoS) of the replayed span, and the span's start and end."""
+    from alibaba_trace import NEVER, read_tasks
 
-    rules = Rules()
     every = sorted((t.created, max(1, t.gpus), t.deleted - t.created, t.qos) for t in read_tasks("default")
                    if t.deleted < NEVER and t.deleted >= t.created)
     begin = _busy_from(every)
     end = begin + days * DAY if days is not None else max(t[0] for t in every)
-    tasks = [t for t in every if t[0] < end]
-    pool = Sessions(round(peak_gpus(tasks) * share), rules, check)
+    return [t for t in every if t[0] < end], begin, end
+
+
+def fill(pool: Any, tasks: list[tuple[int, int, int, str]], begin: float, end: float) -> tuple[list[Any], list[Any]]:
+    """Schedule the trace's pods and the users' sessions and one-shot cells on ``pool``; the sessions and cells."""
+    from session_pool import Session, Shot, Trace
+    from session_users import users
+
     for index, (created, gpus, hold, qos) in enumerate(tasks):
         pool.at(created, pool.on_trace_arrive, Trace(index, hold, "interactive" if qos in ("LS", "Guaranteed")
                                                      else "batch"), gpus)
@@ -66,6 +67,19 @@ def replay(days: float | None, share: float, check: bool) -> dict[str, Any]:
     shots = [Shot(u) for u in shots_users]
     for shot in shots:
         pool.at(shot.user.start, pool.on_shot, shot)
+    return sessions, shots
+
+
+def replay(days: float | None, share: float, check: bool) -> dict[str, Any]:
+    """One replay with the decisions of the tree imported; its tally and the checks' counts."""
+    from alibaba_trace import peak_gpus
+    from session_flow import Sessions
+    from session_rules import Rules
+
+    rules = Rules()
+    tasks, begin, end = load(days)
+    pool = Sessions(round(peak_gpus(tasks) * share), rules, check)
+    sessions, shots = fill(pool, tasks, begin, end)
     pool.run()
     _check(pool, sessions, shots)
     t = pool.tally
@@ -121,6 +135,18 @@ def _run_tree(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def pool_shares(shares: str, quick: bool) -> list[float] | None:
+    """The pools a replay of the trace runs, as shares of its peak demand (``--shares``, else 90 % for ``--quick``,
+    else three); None, said, when the trace is not on this machine."""
+    from alibaba_trace import missing
+
+    problem = missing()
+    if problem:
+        print(f"skipped: {problem}")
+        return None
+    return [float(x) for x in shares.split(",")] if shares else [0.9] if quick else [0.9, 0.7, 0.5]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -137,16 +163,13 @@ def main(argv: list[str]) -> int:
         args.days, args.check = args.days or 3.0, True
     if args.child:
         return child(args.child, args.days, args.share, args.check)
-    from alibaba_trace import missing
     from harness import REPO, RESULTS, Run
 
-    problem = missing()
-    if problem:
-        print(f"skipped: {problem}")
+    shares = pool_shares(args.shares, args.quick)
+    if shares is None:
         return 1
     from sessions_report import record
 
-    shares = [float(x) for x in args.shares.split(",")] if args.shares else [0.9] if args.quick else [0.9, 0.7, 0.5]
     # --quick is a check, not a figure: its results go apart from the whole replay's
     run = Run("sessions_replay_quick" if args.quick else "sessions_replay",
               "Sessions, idle release, preemption and the start estimate on a trace replay, this tree against a "

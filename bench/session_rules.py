@@ -103,6 +103,15 @@ class Rules:
         """Whether a session's variables outlive its pod (with object storage, the chart's default)."""
         return self._kept is not None and self._kept(self.request(gpus=gpus), True) is None
 
+    def estimate_range(self, position: int, admissions: list[float], now: float
+                       ) -> tuple[float | None, float | None, float | None]:
+        """The wait a cell at ``position`` in line is told and its range, given the queue's admissions seen."""
+        if self._estimate is None:
+            return None, None, None
+        estimate, quota = self._estimate
+        guess = estimate(position, admissions, 0.0, now, quota)
+        return guess.seconds, guess.low, guess.high
+
     def estimate(self, position: int, admissions: list[float], now: float) -> float | None:
         """The wait a cell at ``position`` in line is told, given the queue's admissions seen; None: none."""
         if self._estimate is None:

@@ -159,6 +159,51 @@ def test_a_session_survives_its_donor_being_drained(kube_s3: KubernetesBackend, 
     assert kube_s3.close_session("train", grace=1)
 
 
+def _sees_cordon(kube: KubernetesBackend, node: str) -> None:
+    wait_until(lambda: any(vn.name == node and vn.cordoned for vn in kube.inventory().inventory().virtual_nodes),
+               f"the kernel's inventory sees {node} cordoned")
+
+
+def test_a_session_on_a_cordoned_node_moves_before_its_next_cell_or_says_it_cannot(
+        kube_s3: KubernetesBackend, core: Any, namespace: str, where: dict[str, Any]) -> None:
+    before = _start(kube_s3, where)
+    pod = _pod(core, namespace)
+    node, cluster = pod.spec.node_name, node_cluster(pod.spec.node_name)
+    cordoned = [node]
+    core.patch_node(node, {"spec": {"unschedulable": True}})  # the drain's first step (kubectl cordon, Liqo's cordon)
+    try:
+        _sees_cordon(kube_s3, node)
+        outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", **where)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        assert sink.text == before, (sink.text, sink.notices)  # the cell ran in the moved session, with its state
+        [note] = [n for n in sink.notices if "is being drained" in n]
+        assert (f"session train: donor {cluster} is being drained (its node {node} is cordoned); moved this session "
+                f"from {cluster} to ") in note, note
+        assert "before this cell (waited " in note and "the restore took " in note, note
+        assert "restored from checkpoint train: " in note and "not restored: guard (_thread.lock" in note, note
+        moved = _pod(core, namespace)
+        assert moved.spec.node_name != node and moved.metadata.name != pod.metadata.name
+
+        # the other donor drained too: nowhere else fits, so the cell runs where the session is and says so
+        cordoned.append(moved.spec.node_name)
+        core.patch_node(moved.spec.node_name, {"spec": {"unschedulable": True}})
+        _sees_cordon(kube_s3, moved.spec.node_name)
+        outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", **where)
+        assert outcome.status == "ok" and sink.text == before, (outcome.error, sink.notices)
+        [note] = [n for n in sink.notices if "is being drained" in n]
+        assert f"its node {moved.spec.node_name} is cordoned), and no other donor has room for this session" in note
+        assert _pod(core, namespace).metadata.name == moved.metadata.name
+    finally:
+        for name in cordoned:
+            core.patch_node(name, {"spec": {"unschedulable": None}})
+    assert kube_s3.close_session("train", grace=1)
+
+
+def node_cluster(node: str) -> str:
+    """The donor whose virtual node is ``node`` (``donor-1-gpu`` is donor-1's)."""
+    return node.removesuffix("-gpu")
+
+
 @pytest.fixture()
 def kube_idle(api_client: Any, namespace: str, s3: Any, s3_endpoint: str, core: Any) -> Iterator[KubernetesBackend]:
     """A backend with object storage whose sessions are released after 3 s idle (the hub's timeout); afterwards

@@ -43,7 +43,8 @@ def test_steady_pace_gives_position_plus_one_over_rate() -> None:
     guess = estimate(3, admissions, 0.0, 600.0, QUOTA)
     assert guess.seconds == pytest.approx(240.0)
     assert guess.low is not None and guess.high is not None and guess.low < 240.0 < guess.high
-    assert "starts in about 4 min" in guess.text() and "from 10 admissions in the last 10 min" in guess.text()
+    assert "it starts in about 4 min, between " in guess.text() and " if that pace holds" in guess.text()
+    assert "an estimate from the line's recent pace (10 admissions in the last 10 min)" in guess.text()
     assert "every GPU the queue may use is taken" in guess.text()
     # further back in line, the wait is proportionally longer and the range relatively narrower
     far = estimate(19, admissions, 0.0, 600.0, QUOTA)
@@ -64,6 +65,13 @@ def test_only_recent_admissions_set_the_pace() -> None:
     fast = [3600.0 + 10.0 * i for i in range(1, 21)]
     guess = estimate(0, slow + fast, 0.0, 3800.0, QUOTA)
     assert guess.seconds == pytest.approx(200.0 / 20)
+
+
+def test_a_range_from_nothing_is_said_as_within() -> None:
+    # at the head of a line with a bursty pace the range reaches down to now: "within", not "between 0 s and"
+    guess = estimate(0, [300.0] * 10, 0.0, 600.0, QUOTA)
+    assert guess.low == 0.0 and guess.high is not None
+    assert f"within {round(guess.high / 60)} min if that pace holds" in guess.text() and "between" not in guess.text()
 
 
 def test_burst_keeps_the_centre_and_widens_the_range() -> None:

@@ -36,7 +36,9 @@ from ....liqo_peering.wording import duration
 from ....runner.frames import Outputs
 from ...errors import OffloadError, OffloadUsageError
 from ..base import Job, RunRequest, SessionInfo, Transfer
+from ..checkpoint_book import SessionLost
 from .config import KubeSettings
+from .drain import drain_step
 from .host import Launched, WarmSession
 from .hub_inventory import HubInventory
 from .idle import IdleTimeouts, release_words
@@ -48,7 +50,7 @@ from .podspec import fetched_outputs, same_object, untrusted_unfetched
 from .queueing import Ticket
 from .rank_checkpoints import shape_refusal
 from .rank_session import KubeRankSession, RankSessionRun
-from .resume import IdleEnded, SessionKeeper, resume_differences, resume_key
+from .resume import IdleEnded, SessionKeeper, resume_differences, resume_key, why_not_kept
 from .run import KubeRun
 from .session import KubeSession, SessionRun
 from .storage import LOG, OUTPUT_URLS, RunStorage, StorageError
@@ -57,6 +59,10 @@ from .user_runs import UserPods
 
 class ClusterError(OffloadError):
     """The cluster refused or failed a step of launching or following a cell."""
+
+
+DRAIN_CHECK_SECONDS = 2.0
+"""How long a session's cell waits for the inventory to learn whether its node is cordoned (the first read)."""
 
 
 def _translate(exc: GpuOffloadError) -> OffloadError:
@@ -178,18 +184,57 @@ class KubernetesBackend:
     def _session_cell(self, job: Job) -> SessionRun | RankSessionRun:
         assert job.session is not None
         self.keeper.settle(job.session)  # a checkpoint still being written goes first
+        drained = self._leave_drained(job.session)
         session = self._session(job.session, job.request)
         with self._lock:
             idle = self.idle_timeouts.ask(job.session, job.request.idle_timeout)
         note, resumed = self.keeper.note(job.session), self.keeper.resume(session)
         run = session.submit(job.bundle, job.run_id)
-        for told in (idle, note):
+        for told in (drained, idle, note):
             if told is not None:
                 text, warning = told
                 (run.warn if warning else run.announce)(text)
         if resumed:
             run.warn(resumed)
         return run
+
+    def _leave_drained(self, name: str) -> tuple[str, bool] | None:
+        """A live, idle session whose node is cordoned (its donor is being drained) moves before its next cell,
+        through the move path, or says why it stays (``drain.drain_step``); what the cell is told."""
+        with self._lock:
+            current = self._sessions.get(name)
+        if not isinstance(current, KubeSession) or not current.alive or current.busy:
+            return None
+        node = current.launched.follower.node
+        if not node:
+            return None
+        try:  # a short wait: the check must not hold a cell up for long (the cache's refusal is known at once)
+            inventory = self.inventory().inventory(timeout=DRAIN_CHECK_SECONDS)
+        except GpuOffloadError:  # no inventory to read: the drain's eviction ends the session, the next cell resumes
+            return None
+        step = drain_step(node, current.request, inventory,
+                          why_not_kept(current.request, self.keeper.checkpoints is not None))
+        if step is None:
+            return None
+        if not step.move:
+            return f"session {name}: {step.text}", True
+        old = current.cluster
+        try:
+            _, restored = self.move_session(name, grace=1.0)
+        except (OffloadError, GpuOffloadError, SessionLost, StorageError) as exc:
+            with self._lock:
+                kept = name in self._sessions
+            if kept:  # the checkpoint failed: the session was not touched
+                return f"session {name}: {step.why}; it could not be moved ({exc}): the cell runs there", True
+            raise OffloadUsageError(
+                f"session {name}: {step.why}; it was checkpointed and closed, but could not be started elsewhere "
+                f"({exc}); `%gpu_offload restore {name}` starts it from that checkpoint once a donor has room") from exc
+        with self._lock:
+            moved = self._sessions.get(name)
+        where = moved.cluster if moved is not None else "another donor"
+        # the restore's words: "resumed on WHERE (waited ..., the restore took ...); restored from checkpoint ..."
+        restored = restored.removeprefix(f"session {name}: ").removeprefix(f"resumed on {where} ")
+        return f"session {name}: {step.why}; moved this session from {old} to {where} before this cell {restored}", True
 
     # --- the Host protocol: what runs and sessions ask of the backend and tell it ---
 

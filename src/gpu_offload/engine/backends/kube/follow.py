@@ -118,6 +118,8 @@ class PodFollower:
         """Where the pod runs (``placed_text``), once it was bound and its runner started."""
         self.end: PodState | None = None
         """How the pod ended, once the follower saw it (a session's next cell says why its state is gone)."""
+        self.node = ""
+        """The node the pod was bound to, once seen (a session on a cordoned node moves before its next cell)."""
         self.gated = queued(pod)
         """The pod still waits for Kueue to admit it (its admission gate is on), as last seen."""
         self._decoder = FrameDecoder(nonce, run_id=run_id, ranks=ranks)
@@ -215,6 +217,7 @@ class PodFollower:
             self.ctx = admitted_context(pod, self.ctx)
         if not self._scheduled and (pod.get("spec") or {}).get("nodeName"):
             self._scheduled = True
+            self.node = str(pod["spec"]["nodeName"])
             self.events.put(Phase("schedule", time.monotonic()))
         return pod_state(pod, self.ctx)
 

@@ -98,11 +98,16 @@ class WaitEstimate:
     """What the estimate rests on, or why there is none."""
 
     def text(self) -> str:
-        """``starts in about 4 min (2 min 30 s to 6 min), from 7 admissions in the last 10 min``."""
+        """``an estimate from the line's recent pace (7 admissions in the last 10 min): it starts in about 4 min,
+        between 2 min 30 s and 6 min if that pace holds``: the range first said as the model's, since the line's
+        pace often changes (a higher-priority run arriving, runs ahead ending at once), and then the start falls
+        outside it (bench/bench_wait_bound.py measures how often)."""
         if self.seconds is None or self.low is None or self.high is None:
             return f"{self.words}; no estimate of the start yet: {self.basis}"
-        return (f"{self.words}; starts in about {_span(self.seconds)} ({_span(self.low)} to {_span(self.high)}), "
-                f"{self.basis}")
+        span = (f"within {_span(self.high)}" if _span(self.low) == _span(0.0)
+                else f"between {_span(self.low)} and {_span(self.high)}")
+        return (f"{self.words}; an estimate from the line's recent pace ({self.basis}): it starts in about "
+                f"{_span(self.seconds)}, {span} if that pace holds")
 
 
 def _span(seconds: float) -> str:
@@ -157,4 +162,4 @@ def estimate(position: int | None, admissions: Sequence[float], watched_since: f
     low = mean * max(0.0, 1 - Z80 * spread)
     high = mean * (1 + Z80 * spread)
     return WaitEstimate(reason, words, mean, low, high,
-                        f"from {len(recent)} admissions in the last {_span(watched)}")
+                        f"{len(recent)} admissions in the last {_span(watched)}")
