@@ -36,7 +36,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness import Run
+from harness import Run, machine_line
 from wait_bound import (
     TOLERANCE,
     Online,
@@ -117,6 +117,24 @@ def _record(run: Run, tag: str, waits: list[Wait], models: list[Online]) -> None
                      f"median high / low {wide:.1f}")
 
 
+PLACES = ("head", "2-4", "5-16", "17+")
+
+
+def _by_place(run: Run, tag: str, waits: list[Wait], models: list[Online]) -> None:
+    """The oracle's, the online model's and the kernel's error by place in line: the place is what a kernel knows
+    in advance, so a place where the goal is met would be a case to promise it for."""
+    learned = {m.wait.pod: m.guess for m in models}
+    parts = []
+    for name in PLACES:
+        chosen = [w for w in waits if place(w.position) == name]
+        if chosen:
+            parts.append(f"{name} ({len(chosen)}): " + ", ".join(
+                _line(label, [relative(guess(w), w.actual) for w in chosen]) for label, guess in (
+                    ("oracle", lambda w: w.oracle), ("online", lambda w: learned[w.pod]),
+                    ("kernel", lambda w: w.rate[0]))))
+    run.note(f"{tag}: by place in line, median error / share within 30 %: " + "; ".join(parts))
+
+
 def _known(run: Run, tag: str, waits: list[Wait]) -> None:
     """The waits where the product knows an end that frees enough GPUs, and those where it does not."""
     known = [w for w in waits if w.known is not None]
@@ -154,7 +172,8 @@ def main(argv: list[str]) -> int:
               "How close a start estimate can get: oracle, best of the product's information, the kernel's estimate "
               "(sessions trace replay)" + (" (--quick: 3 days)" if args.quick else ""),
               script="bench/bench_wait_bound.py")
-    run.note("each wait estimated when it starts waiting; median error = median of |estimate - actual| / actual "
+    run.note(f"run {run.started} at {run.revision}; {machine_line(run.machine)}")
+    run.note("each wait estimated when it starts waiting and at a moment drawn in it; median error = median of |estimate - actual| / actual "
              "(a missing estimate is a miss); goal: at most 0.30, that is at least 50 % of waits within 30 %")
     for share in shares:
         gpus, *views = replay(share, 3.0 if args.quick else None)
@@ -165,6 +184,7 @@ def main(argv: list[str]) -> int:
                                 ("users' pods that waited", [w for w in waits if w.user])):
                 tag = f"pool {gpus} GPUs ({share:.0%} of peak), {who}, {when}"
                 _record(run, tag, chosen, [by_pod[w.pod] for w in chosen])
+                _by_place(run, tag, chosen, [by_pod[w.pod] for w in chosen])
                 _known(run, tag, chosen)
     run.write(Path(args.results) if args.results else RESULTS)
     return 0

@@ -94,6 +94,15 @@ def ended_deleting(pod: Mapping[str, Any], now: datetime) -> bool:
     return not running or now >= deleting
 
 
+def seen_running(pod: Mapping[str, Any], event_type: str, now: datetime) -> bool:
+    """Whether this sighting of ``pod`` is the meter seeing it run: Running, not its deletion's event, and not
+    already stopped in a deletion. A pod deleted while the meter was down and held by its finalizer was never
+    seen running: taking ``now`` as its start would start its run after its end (a run of no time, priced at
+    today's price); it is metered from its creation to its deletion instead (:func:`finished_run`)."""
+    return (event_type != "DELETED" and (pod.get("status") or {}).get("phase") == "Running"
+            and not ended_deleting(pod, now))
+
+
 def metered(pod: Mapping[str, Any], virtual_nodes: Collection[str]) -> bool:
     """Whether the meter follows ``pod``: bound to a virtual node (whoever made it and whatever its labels),
     or the project's own (labelled, or holding the meter's finalizer, which must be released even for a pod

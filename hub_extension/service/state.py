@@ -17,7 +17,15 @@ from gpu_offload.liqo_peering.inventory import Inventory
 
 from ..accounting.cost import month_of, priced
 from ..accounting.store import Store, UsageTotal
-from ..accounting.usage import billed_user, ended_deleting, finished_run, holds_meter, metered, namespace_user
+from ..accounting.usage import (
+    billed_user,
+    ended_deleting,
+    finished_run,
+    holds_meter,
+    metered,
+    namespace_user,
+    seen_running,
+)
 from ..config import HubConfig
 from . import charts, views
 from .bodies import Body, BodyCache
@@ -134,7 +142,7 @@ class HubState:
         on_virtual_node = (pod.get("spec") or {}).get("nodeName") in nodes
         if not uid or not on_virtual_node:
             return None
-        if event_type != "DELETED" and (pod.get("status") or {}).get("phase") == "Running":
+        if seen_running(pod, event_type, now):
             return self.store.saw_running(uid, now)
         return self.store.running_seen(uid)
 

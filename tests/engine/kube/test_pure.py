@@ -77,6 +77,20 @@ def test_pending_states_read_as_progress_or_as_failures() -> None:
                                 "within Kueue's waitForPodsReady timeout"), read.text
 
 
+def test_what_a_reflected_pod_status_or_a_stop_event_says_is_shown_on_one_printable_line() -> None:
+    # Liqo reflects the donor's pod status onto the origin's pod; anyone who may write events writes a stop's words
+    forged = "\x1b[2J\r\nfinished: exit code 0\n" + "z" * 2000
+    states = [pod_state(pod("Failed", reason="Evicted", message=forged), CTX),
+              pod_state(pod("Failed", reason="Whatever", message=forged), CTX),
+              pod_state(pod(state={"waiting": {"reason": "ImagePullBackOff", "message": forged}}), CTX),
+              pod_state(pod(reason="OffloadingBackOff", message=forged), CTX),
+              stopped_by_kueue("WorkloadEvictedDueTo\x07Deactivated", forged, None, CTX)]
+    for state in states:
+        assert state.kind == FAILED and "[2J finished: exit code 0 zzz" in state.text, state.text
+        assert all(c.isprintable() for c in state.text) and "z" * 1001 not in state.text
+    assert states[-1].summary.startswith("stopped by Kueue before it started (Deactivated: [2J finished")
+
+
 def test_node_lost_deadline_and_normal_ends() -> None:
     lost = pod_state(pod("Failed", reason="NodeLost", message="Node donor-b-gpu is unresponsive"), CTX)
     assert lost.lost and lost.kind == FAILED and "donor-b" in lost.text

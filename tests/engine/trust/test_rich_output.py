@@ -183,3 +183,9 @@ def test_markdown_links_to_the_web_stay() -> None:
     html = shown_in_browser("[doc](https://example.org/doc) [mail](mailto:a@b.c) [top](#top)")
     for href in ("https://example.org/doc", "mailto:a@b.c", "#top"):
         assert f'<a href="{href}" rel="noopener noreferrer nofollow">' in html
+
+
+def test_a_mime_type_the_donor_forged_is_named_on_one_printable_line() -> None:
+    shown = safe_display({"text/evil\x1b[2J\r\nforged " + "m" * 200: "x"}, {})
+    assert shown.dropped == ("text/evil [2J forged " + "m" * 79 + "...",)
+    assert all(c.isprintable() for c in shown.data["text/plain"])

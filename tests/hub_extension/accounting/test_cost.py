@@ -160,11 +160,15 @@ def test_a_run_deleted_while_the_service_was_down_is_priced_at_the_price_of_its_
         core.create_namespaced_pod(ns, held)
         wait_until(lambda: core.read_namespaced_pod("gpuo-held", ns).status.phase == "Running", "the run to start")
         core.delete_namespaced_pod("gpuo-held", ns, grace_period_seconds=0)
+        held_meta = core.read_namespaced_pod("gpuo-held", ns).metadata  # kept by the meter's finalizer
         restarted = HubState(_config(9.0), client, Store(url)).start()
         try:
             assert restarted.wait_synced(60)
             wait_until(lambda: len(restarted.store.runs("carol")) == 2, "the held run to be recorded")
             runs = {r.pod: r for r in restarted.store.runs("carol")}
+            # never seen running by the meter: from its creation to its deletion, not from the restart
+            assert (runs["gpuo-held"].started, runs["gpuo-held"].ended) == (
+                held_meta.creation_timestamp, held_meta.deletion_timestamp)
             for run in runs.values():
                 assert run.price_per_gpu_hour == 2.0
                 assert run.cost == pytest.approx(2.0 * run.gpu_seconds / 3600)

@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes
 import pytest
 from gpu_offload.hub_extension.accounting.store import Store
-from gpu_offload.hub_extension.accounting.usage import billed_user, finished_run
+from gpu_offload.hub_extension.accounting.usage import billed_user, finished_run, seen_running
 from gpu_offload.hub_extension.config import HubConfig
 from gpu_offload.hub_extension.service.state import HubState
 from gpu_offload.sandbox.fixtures import wait_until
@@ -182,6 +182,20 @@ def test_a_pod_held_by_the_meter_ends_at_its_deletion_not_when_the_hub_sees_it()
     assert run is not None and run.gpu_seconds == 2 * 20 * 60  # its deletion came before the meter saw it end
     run = finished_run(stopped, "MODIFIED", clusters, T0 + timedelta(minutes=5))
     assert run is not None and run.gpu_seconds == 2 * 5 * 60  # the donor's own finish time is information only
+
+
+def test_a_pod_first_seen_stopped_in_its_deletion_was_never_seen_running() -> None:
+    pod = _pod("Running", finished=None)
+    assert seen_running(pod, "ADDED", T0 + timedelta(minutes=1))
+    assert not seen_running(pod, "DELETED", T0 + timedelta(minutes=1))
+    pod["metadata"]["deletionTimestamp"] = "2026-11-22T01:20:00Z"
+    # in its grace period, its runner still running: it runs
+    assert seen_running(pod, "MODIFIED", T0 + timedelta(minutes=19))
+    # the hub comes back after the deletion (the status still says Running): it must not start the run now,
+    # or the run would start after its end and bill nothing, at the price of the day it came back
+    assert not seen_running(pod, "ADDED", T0 + timedelta(hours=6))
+    pod["status"]["containerStatuses"] = [{"state": {"terminated": {"exitCode": 137}}}]
+    assert not seen_running(pod, "MODIFIED", T0 + timedelta(minutes=19))
 
 
 def test_a_run_created_and_deleted_while_the_service_was_down_is_metered_when_it_returns(

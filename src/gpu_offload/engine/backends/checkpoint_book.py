@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from ...liqo_peering.untrusted_text import shown
 from ...runner import checkpoint
 from ...runner.frames import Done, Error, UnknownFrame
 from ..errors import OffloadUsageError
@@ -115,12 +116,12 @@ class Answer:
 def not_restored_as_data(skipped: Any, manifest: dict[str, Any]) -> dict[str, str]:
     """What an untrusted checkpoint read as data leaves behind, by name with the reason: what the safe decoder
     ``skipped``, what the writer said it did not save, and every module (an untrusted checkpoint imports
-    nothing: a donor the origin does not trust does not choose what a runner imports). Bounded: the writer's
-    words are a donor's."""
+    nothing: a donor the origin does not trust does not choose what a runner imports). The writer's words are a
+    donor's, so they go through ``untrusted_text.shown``."""
     dropped = {s.name: f"{s.type}: {s.reason}" for s in skipped}
-    dropped.update({str(k): str(v)[:200] for k, v in dict(manifest.get("skipped") or {}).items()})
+    dropped.update({shown(k, 80): shown(v, 200) for k, v in dict(manifest.get("skipped") or {}).items()})
     for alias, module in dict(manifest.get("modules") or {}).items():
-        dropped[str(alias)[:80]] = f"module {str(module)[:80]}: import it again (an untrusted checkpoint imports nothing)"
+        dropped[shown(alias, 80)] = f"module {shown(module, 80)}: import it again (an untrusted checkpoint imports nothing)"
     return dropped
 
 

@@ -16,6 +16,8 @@ import zipfile
 from collections.abc import Callable
 from typing import IO, Any, cast
 
+from ...liqo_peering.untrusted_text import shown
+
 NPY_MAX_HEADER = 10000
 """numpy's own default limit on an .npy header."""
 
@@ -173,7 +175,7 @@ def _load_frame(data: memoryview, tag: str, charge: Charge) -> Any:
         # every offset, view and dictionary index against the data
         table.validate(full=True)
     except pyarrow.ArrowException as exc:
-        raise Refused(f"its Arrow data is invalid ({str(exc)[:200]}); it would read outside its own "
+        raise Refused(f"its Arrow data is invalid ({shown(exc, 200)}); it would read outside its own "
                       "data, so it is refused") from None
     charge(_pandas_bytes(pyarrow, table))
     return table.to_pandas()

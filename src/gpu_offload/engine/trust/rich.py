@@ -24,6 +24,8 @@ from typing import Any
 
 import nh3
 
+from ...liqo_peering.untrusted_text import shown
+
 ALLOWED_MIME = ("text/plain", "image/png", "image/jpeg", "application/json",
                 "text/html", "image/svg+xml", "text/markdown")
 MAX_MIME_BYTES = 64 << 20
@@ -177,7 +179,7 @@ def safe_display(data: Mapping[str, Any], metadata: Mapping[str, Any]) -> SafeDi
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
         if result is None:
-            dropped.append(str(mime)[:100])
+            dropped.append(shown(mime, 100))
         else:
             kept.setdefault(_PUBLISHED_AS.get(mime, mime), result)
     if not kept:

@@ -16,6 +16,7 @@ from ....liqo_peering import labels as L
 from ....liqo_peering.kueue_stop import preempted_by
 from ....liqo_peering.shares import ClusterShare
 from ....liqo_peering.timestamps import parse_time
+from ....liqo_peering.untrusted_text import shown
 from ....liqo_peering.wording import duration
 
 MEMORY_ENV = E.MEMORY.name
@@ -103,6 +104,16 @@ class PodState:
     the retry notice starts with. Empty for failures that would repeat anywhere."""
 
 
+MAX_SAID = 1000
+"""Characters of a status message shown at most (a scheduler's over many nodes runs to a few hundred)."""
+
+
+def _said(value: object, otherwise: str = "") -> str:
+    """A message the pod's status or a Kueue stop carries, as shown: Liqo reflects a donor's pod status onto the
+    origin's pod, and anyone who may write events in the namespace writes a stop event's words."""
+    return shown(value or otherwise, MAX_SAID)
+
+
 def _runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return statuses[0] if statuses else {}
@@ -143,7 +154,7 @@ def _evicted_from_lost_node(pod: Mapping[str, Any], ctx: PodContext) -> PodState
                 and cond.get("reason") == L.TAINT_EVICTION):
             node = (pod.get("spec") or {}).get("nodeName") or "its node"
             return _node_lost(ctx, f"{node} stopped answering and Kubernetes evicted the pod: "
-                                   f"{cond.get('message') or L.TAINT_EVICTION}", L.TAINT_EVICTION)
+                                   f"{_said(cond.get('message'), L.TAINT_EVICTION)}", L.TAINT_EVICTION)
     return None
 
 
@@ -162,7 +173,7 @@ def _evicted_through_api(pod: Mapping[str, Any], ctx: PodContext) -> PodState | 
 
 def _failed_pod(status: Mapping[str, Any], ctx: PodContext) -> PodState | None:
     reason = str(status.get("reason") or "")
-    message = str(status.get("message") or "")
+    message = _said(status.get("message"))
     if reason == "NodeLost":  # what older node controllers wrote on pods of a lost node
         return _node_lost(ctx, message, reason)
     if reason == "DeadlineExceeded":
@@ -183,11 +194,11 @@ def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
         namespace = (pod.get("metadata") or {}).get("namespace")
         return PodState(FAILED, (
             f"namespace {namespace} is not offloaded, so Liqo will not send the pod to {ctx.cluster} "
-            f"(OffloadingBackOff: {status.get('message') or ''}). Ask your JupyterHub admin to offload it, or "
+            f"(OffloadingBackOff: {_said(status.get('message'))}). Ask your JupyterHub admin to offload it, or "
             "create its NamespaceOffloading with `liqoctl offload namespace`"), reason)
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
-            said = cond.get("message") or "Unschedulable"
+            said = _said(cond.get("message"), "Unschedulable")
             if _kueue_managed(pod):
                 # Kueue admitted it against its quota; what the scheduler lacks (a GPU held by a pod Kueue does not
                 # count, a node catching up) is Kueue's to judge: waitForPodsReady evicts the pod if it does not
@@ -206,11 +217,11 @@ def _pending(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     why = str(waiting.get("reason") or "")
     if why in _HOPELESS:
         if "Image" in why:
-            text = (f"the image {ctx.image} cannot be pulled on {ctx.cluster} ({why}: {waiting.get('message') or ''}); "
+            text = (f"the image {ctx.image} cannot be pulled on {ctx.cluster} ({why}: {_said(waiting.get('message'))}); "
                     "check its name and tag, or pass another with --image (it needs a Python of the "
                     "kernel's minor version)")
         else:
-            text = f"the runner container cannot be created on {ctx.cluster} ({why}: {waiting.get('message') or ''})"
+            text = f"the runner container cannot be created on {ctx.cluster} ({why}: {_said(waiting.get('message'))})"
         return PodState(FAILED, text, why)
     if queued(pod):
         return PodState(WAITING, "waiting for Kueue to admit the pod", "SchedulingGated")
@@ -240,6 +251,7 @@ def stopped_by_kueue(reason: str, message: str, ran: float | None, ctx: PodConte
     Kueue words as "Preempted to accommodate ... due to <why>"), or evicted for another reason (its message).
 
     ``ran``: seconds the runner had run, None when it never started."""
+    message = _said(message)
     after = f" after {duration(ran, 'min')}" if ran is not None else " before it started"
     by = preempted_by(reason, message)
     if by is not None:
@@ -248,7 +260,7 @@ def stopped_by_kueue(reason: str, message: str, ran: float | None, ctx: PodConte
             f"{summary}: Kueue gave its {_gpus(ctx.gpus)} on {ctx.cluster} to another run; {ctx.words.kept}. "
             f"{ctx.words.again} to queue it once more, or with --priority of a higher class if you may use one"),
             PREEMPTED, summary=summary)
-    cause = reason.removeprefix("WorkloadEvictedDueTo") or "Evicted"
+    cause = _said(reason.removeprefix("WorkloadEvictedDueTo"), "Evicted")
     summary = f"stopped by Kueue{after} ({cause}: {message})"
     # waitForPodsReady evicts a Workload whose pods are not ready in time; Kueue requeues a Job but deletes a
     # plain pod for good, so the run asks for a new pod through the retry every unstarted failure gets
@@ -296,7 +308,8 @@ def pod_state(pod: Mapping[str, Any], ctx: PodContext) -> PodState:
     if ended is not None:
         return ended
     if phase == "Failed":
-        return PodState(FAILED, f"the pod failed on {ctx.cluster}: {status.get('reason')}: {status.get('message')}",
+        return PodState(FAILED, f"the pod failed on {ctx.cluster}: {shown(status.get('reason'), MAX_SAID)}: "
+                                f"{shown(status.get('message'), MAX_SAID)}",
                         str(status.get("reason") or "PodFailed"))
     if phase == "Running" or (_runner_status(pod).get("state") or {}).get("running"):
         return PodState(RUNNING)
