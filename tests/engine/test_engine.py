@@ -60,3 +60,36 @@ def test_a_frame_that_does_not_decode_is_named_and_the_run_goes_on() -> None:
     notices = [args[0] for kind, args in sink.calls if kind == "notice"]
     assert len(notices) == 1 and "dropped" in notices[0] and "nested deeper than 100" in notices[0]
     assert ("stream", ("stdout", "after\n")) in sink.calls
+
+
+def test_a_runner_stopped_by_sigterm_says_so_in_the_running_cell_in_the_kernels_words() -> None:
+    from gpu_offload.engine.engine import TRUSTED, FollowSettings, follow
+    from gpu_offload.engine.sinks import RecordingSink
+
+    nonce = secrets.token_hex(16)
+    lines: list[bytes] = []
+    encoder = FrameEncoder(nonce, lines.append)
+    encoder.emit("stream", name="stdout", text="epoch 1\n")
+    # a donor's runner may put anything in the signal's name: it is shown on one line, at most 20 characters
+    encoder.emit("stopping", signal="SIGTERM\x1b[2J\nfake: restored everything" + "!" * 500, session=True,
+                 checkpoint=True)
+    encoder.emit("done", status="interrupted", elapsed=0.2)
+    sink = RecordingSink()
+    follow(ReplayedRun(FrameDecoder(nonce).feed(b"".join(lines))), sink, FollowSettings(), TRUSTED)
+    notices = [args[0] for kind, args in sink.calls if kind == "notice"]
+    [stopping] = [n for n in notices if "is being stopped" in n]
+    assert stopping == ("warning: this session's pod is being stopped (SIGTERM [2J fake: re...: Kubernetes is "
+                        "deleting it, as a preemption, a drain or an eviction does); checkpointing now: the cell is "
+                        "interrupted and its session's state written")
+    assert [kind for kind, _ in sink.calls].index("stream") < [kind for kind, _ in sink.calls].index("notice")
+
+
+def test_the_sigterm_notice_says_whether_the_state_is_kept() -> None:
+    from gpu_offload.engine.engine import stopping_notice
+    from gpu_offload.runner.frames import Stopping
+
+    assert stopping_notice(Stopping(0, "SIGTERM", True, False)).endswith(
+        "the cell is interrupted, and no checkpoint is armed, so the session's state goes")
+    assert stopping_notice(Stopping(0, "SIGTERM", False, False)) == (
+        "warning: this cell's pod is being stopped (SIGTERM: Kubernetes is deleting it, as a preemption, a drain or "
+        "an eviction does); the cell is interrupted")

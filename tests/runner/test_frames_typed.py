@@ -29,6 +29,9 @@ from gpu_offload.runner.frames import FrameDecoder, FrameEncoder, FrameError, Me
     ("hello", {"python": "3.11.7", "pid": 1, "boot": -1.0}),
     ("hello", {"python": "3.11.7", "pid": 1, "boot": "fast"}),
     ("status", {"state": "running", "imports": 1e300}),
+    ("stopping", {"signal": {"name": "SIGTERM"}, "session": True, "checkpoint": True}),
+    ("stopping", {"signal": "SIGTERM", "session": "yes", "checkpoint": True}),
+    ("stopping", {"signal": "SIGTERM", "session": True, "checkpoint": 1}),
 ])
 def test_a_mistyped_field_is_a_frame_error_naming_it(kind: str, payload: dict) -> None:
     nonce = secrets.token_hex(16)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from gpu_offload.runner.bundle import encode_bundle
-from gpu_offload.runner.frames import DisplayData, Done, Error, Hello, Metrics, Stream
+from gpu_offload.runner.frames import DisplayData, Done, Error, Hello, Metrics, Stopping, Stream
 from gpu_offload.runner.secrecy import greeting
 
 pytestmark = pytest.mark.e2e  # starts processes: the end-to-end lane
@@ -189,3 +190,25 @@ def test_a_cell_run_again_gets_the_name_the_notebook_gives_it_and_an_edited_one_
     again = session.run("x = 1\nx * 10\n", filename="<offloaded cell 9>")
     assert [[e.data["text/plain"] for e in run if isinstance(e, DisplayData)] for run in (first, edited, again)] == [
         ["10"], ["20"], ["10"]]
+
+
+def test_sigterm_during_a_cell_says_so_in_the_cell_before_it_is_interrupted(session) -> None:
+    # a pod's deletion (a preemption, a drain, an eviction): the notice frame comes first, then the interruption
+    session.run("x = 7\n")
+    session.start("import time\nprint('ready')\nwhile True:\n    time.sleep(0.05)\n")
+    session.until(lambda e: isinstance(e, Stream) and "ready" in e.text)
+    session.proc.send_signal(signal.SIGTERM)
+    events = session.until_done()
+    [stopping] = [e for e in events if isinstance(e, Stopping)]
+    assert (stopping.signal, stopping.session, stopping.checkpoint) == ("SIGTERM", True, False)  # none armed
+    kinds = [type(e) for e in events if isinstance(e, (Stopping, Error, Done))]
+    assert kinds == [Stopping, Error, Done] and events[-1].status == "interrupted"
+    _, code = session.finish()
+    assert code == 143 and not session.of(Stopping)[1:]  # once, and the runner ends on the signal
+
+
+def test_sigterm_between_cells_sends_no_notice(session) -> None:
+    session.run("x = 7\n")
+    session.proc.send_signal(signal.SIGTERM)
+    _, code = session.finish()
+    assert code == 143 and session.of(Stopping) == []  # no cell runs: nothing to show it in

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..liqo_peering.untrusted_text import shown
 from ..runner import buffers, frames
 from .backends.base import Placed, Queued, Relaunched, Run, RunnerExit
 from .errors import OffloadError, OffloadQueueTimeout, OffloadTimeout, RemoteError, RunnerDied
@@ -247,6 +248,23 @@ def _take_outputs(event: frames.Outputs, outcome: Outcome, run: Run) -> None:
     outcome.untrusted_from = _untrusted(run, outcome)
 
 
+SIGNAL_SHOWN = 20
+"""At most this many characters of the signal's name a runner sends (a donor's words) reach the notebook."""
+
+
+def stopping_notice(event: frames.Stopping) -> str:
+    """The line a running cell shows the moment its runner gets SIGTERM (its pod is being deleted), in the
+    kernel's words; the runner's ``signal`` is a donor's text, shown sanitized and bounded."""
+    what = "this session's pod" if event.session else "this cell's pod"
+    why = (f"{what} is being stopped ({shown(event.signal, SIGNAL_SHOWN)}: Kubernetes is deleting it, as a "
+           "preemption, a drain or an eviction does)")
+    if event.checkpoint:
+        return f"warning: {why}; checkpointing now: the cell is interrupted and its session's state written"
+    if event.session:
+        return f"warning: {why}; the cell is interrupted, and no checkpoint is armed, so the session's state goes"
+    return f"warning: {why}; the cell is interrupted"
+
+
 def _handle(event: object, sink: Sink, outcome: Outcome, run: Run) -> bool:
     """Apply one event; ``True`` when the run is over."""
     if isinstance(event, frames.Stream):
@@ -260,6 +278,8 @@ def _handle(event: object, sink: Sink, outcome: Outcome, run: Run) -> bool:
         outcome.state = "runner started, waiting for it to load the inputs"
     elif isinstance(event, frames.RunnerWarning):
         sink.notice(f"warning: {event.text}")
+    elif isinstance(event, frames.Stopping):
+        sink.notice(stopping_notice(event))
     elif isinstance(event, frames.FrameError):
         # what the frame carried is lost: say so rather than let an output or a figure vanish unexplained
         sink.notice(f"warning: a frame from the runner was dropped: {event.reason}")

@@ -124,7 +124,7 @@ class RankedRun:
             self._arrive(event)
         elif isinstance(event, (frames.Stream, frames.DisplayData)):
             self._output(event)
-        elif isinstance(event, frames.Status):
+        elif isinstance(event, (frames.Status, frames.Stopping)):  # one notice for the run, not one per rank
             if event.rank == self._shape.out_rank:
                 self._ready.append(event)
         elif isinstance(event, frames.RunnerWarning):

@@ -40,6 +40,7 @@ __all__ = [
     "Outputs",
     "RunnerWarning",
     "Status",
+    "Stopping",
     "Stream",
     "UnknownFrame",
     "check_nonce",
@@ -132,6 +133,19 @@ class RunnerWarning(_Frame):
 
 
 @dataclass(frozen=True)
+class Stopping(_Frame):
+    """The runner's pod is being stopped: SIGTERM reached it while a cell ran (a preemption, a drain, an eviction),
+    said at once, before the cell's interruption and the session's checkpoint."""
+
+    signal: str
+    """The signal's name as the runner says it (a donor's words: shown sanitized and bounded)."""
+    session: bool
+    """The runner is a session's (its state outlives the pod if it is checkpointed)."""
+    checkpoint: bool
+    """The kernel armed a checkpoint for SIGTERM: the runner writes the session's state now if it changed."""
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """One GPU at one moment, as NVML reports it."""
 
@@ -219,6 +233,7 @@ Event = (
     | DisplayData
     | Error
     | RunnerWarning
+    | Stopping
     | Metrics
     | Outputs
     | Done
@@ -302,6 +317,10 @@ _BUILDERS: dict[str, Callable[[int, Mapping[str, Any], int], Event]] = {
         _texts(p.get("traceback", []), "traceback"), rank=r,
     ),
     "warning": lambda s, p, r: RunnerWarning(s, _text(p["text"], "text"), rank=r),
+    "stopping": lambda s, p, r: Stopping(
+        s, _text(p.get("signal", "SIGTERM"), "signal"), _bool(p.get("session", False), "session"),
+        _bool(p.get("checkpoint", False), "checkpoint"), rank=r,
+    ),
     "metrics": lambda s, p, r: Metrics(
         s, tuple(_gpu_sample(g) for g in _list(p.get("gpu", []), "gpu")), _note(p.get("note")), rank=r
     ),

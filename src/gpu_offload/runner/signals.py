@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 HANDLED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -34,6 +35,9 @@ class Interrupts:
         self._expected = 0  # runs sent (session commands) that have not started or been dropped
         self._lock = threading.Lock()
         self._main = threading.main_thread().ident
+        self.on_terminate: Callable[[], None] | None = None
+        """Called once, in the handler, when SIGTERM stops a run in progress (the notice frame, before the
+        cell's KeyboardInterrupt): safe because the main thread emits frames with these signals masked."""
 
     def install(self) -> None:
         """Install the handlers (main thread only)."""
@@ -45,7 +49,10 @@ class Interrupts:
             raise KeyboardInterrupt
 
     def _on_terminate(self, signum: int, frame: FrameType | None) -> None:
+        first = not self.terminating
         self.terminating = True
+        if self.running and first and self.on_terminate is not None:
+            self.on_terminate()
         if self.running or self.one_shot:
             raise KeyboardInterrupt
 

@@ -6,11 +6,14 @@ runner imports is paid for on every cold start.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from .signals import masked
 
 MAX_FRAME_BYTES = 16 * 1024
 """Longest frame line in bytes, newline included."""
@@ -72,32 +75,43 @@ class FrameEncoder:
 
     def hold(self) -> None:
         """Keep the frames from now on (of every thread, in order) until :meth:`release` writes them at once."""
-        with self._lock:
+        with self._locked():
             if self._held is None:
                 self._held = []
 
     def release(self) -> None:
         """Write the frames kept since :meth:`hold` in one write; nothing if none are kept."""
-        with self._lock:
+        with self._locked():
             held, self._held = self._held, None
             if held:
                 self._write(b"".join(held))
 
     def begin_run(self, run_id: str) -> None:
         """Frames from now on belong to ``run_id`` (a bundle's ``run_id``)."""
-        with self._lock:
+        with self._locked():
             self._run = run_token(run_id)
 
     def end_run(self) -> None:
         """Frames from now on belong to no run (between the runs of a session)."""
-        with self._lock:
+        with self._locked():
             self._run = NO_RUN
+
+    def _locked(self) -> contextlib.AbstractContextManager[Any]:
+        """The encoder's lock; taken by the main thread with SIGINT/SIGTERM held off, so a signal handler (the
+        SIGTERM notice, ``signals.Interrupts.on_terminate``) may emit without finding the lock held by the very
+        thread it interrupted."""
+        if threading.current_thread() is not threading.main_thread():
+            return self._lock
+        stack = contextlib.ExitStack()
+        stack.enter_context(masked())
+        stack.enter_context(self._lock)
+        return stack
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Send one event; split into ``part`` frames when it would not fit in one line."""
         # default=str: a rich repr holding e.g. numpy numbers must not fail the cell that displays it
         body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True, default=str)
-        with self._lock:
+        with self._locked():
             line = self._line(kind, body)
             if len(line) <= self._limit:
                 self._send(line)

@@ -8,6 +8,7 @@ and is deleted with the grace period the Eviction asked; a missing pod is a 404,
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +33,8 @@ def ns(core: Any, custom: Any, namespace: str) -> Iterator[str]:
          "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"}})
     yield namespace
     for pod in core.list_namespaced_pod(namespace).items:
-        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        with contextlib.suppress(kubernetes.client.ApiException):  # an evicted pod may be gone since listed
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
     wait_until(lambda: not core.list_namespaced_pod(namespace).items, "no pod left", timeout=60)
 
 

@@ -363,9 +363,15 @@ def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigt
     wait_until(started.is_set, "the cell running", timeout=120)
     pod = _pod(core, namespace)
     assert pod.spec.termination_grace_period_seconds == 60  # time for the runner to write its state
-    core.delete_namespaced_pod(pod.metadata.name, namespace)  # SIGTERM, as a drain or an eviction sends it
+    # evicted as a drain evicts it: the API server deletes it with its grace period, the runner gets SIGTERM
+    core.create_namespaced_pod_eviction(pod.metadata.name, namespace, {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod.metadata.name}})
     thread.join(120)
     assert result["run"][0].status != "ok"
+    # the running cell was told at once, before it was interrupted, in the kernel's words
+    [told] = [n for n in sink.notices if "is being stopped" in n]
+    assert told.startswith("warning: this session's pod is being stopped (SIGTERM: Kubernetes is deleting it, as a "
+                           "preemption, a drain or an eviction does); checkpointing now"), told
     wait_until(lambda: not kube_s3.sessions(), "the session seen as ended")
     outcome, sink, _ = run_cell(kube_s3, "print(n, double(2), len(opt.state))", {}, session="train", **where)
     assert outcome.status == "ok", (outcome.error, sink.notices)
