@@ -36,7 +36,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness import Run
+from harness import Run, machine_line
 from wait_bound import (
     TOLERANCE,
     Online,
@@ -172,7 +172,8 @@ def main(argv: list[str]) -> int:
               "How close a start estimate can get: oracle, best of the product's information, the kernel's estimate "
               "(sessions trace replay)" + (" (--quick: 3 days)" if args.quick else ""),
               script="bench/bench_wait_bound.py")
-    run.note("each wait estimated when it starts waiting; median error = median of |estimate - actual| / actual "
+    run.note(f"run {run.started} at {run.revision}; {machine_line(run.machine)}")
+    run.note("each wait estimated when it starts waiting and at a moment drawn in it; median error = median of |estimate - actual| / actual "
              "(a missing estimate is a miss); goal: at most 0.30, that is at least 50 % of waits within 30 %")
     for share in shares:
         gpus, *views = replay(share, 3.0 if args.quick else None)

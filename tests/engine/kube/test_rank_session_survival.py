@@ -4,7 +4,11 @@ after an idle release, or its pods stopped during a cell (SIGTERM), the next cel
 rank r of a new Indexed Job of the same shape, and says what was not restored (a lock, the process group).
 Another shape is refused, naming the one it needs. Nothing is left behind: no Job, pod, Service, Secret or
 stored object. Small on purpose (2 nodes x 1 rank, no torch): the runner's handling of a process group is
-tested in tests/runner/test_checkpoint.py."""
+tested in tests/runner/test_checkpoint.py.
+
+Both cases run on the sandbox and on a real cluster (``[real]``, tests/realcluster: real Kubernetes, its Job
+controller and kubelet, the storage a moto server on the pods' bridge). The real cluster's stock image is Debian's
+Python without numpy (the torch image has it, at 4 GB per node): there each rank's array is a list."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import OffloadUsageError
 
-from .conftest import BUCKET, settings
+from .conftest import BUCKET, origin_on_each_cluster, settings
 from .helpers import Sink, run_cell
 from .test_distributed import everything_left
 
@@ -28,14 +32,29 @@ DONORS = ("donor-1", "donor-2")
 SHAPE = {"gpus": 1, "ranks": Ranks(nodes=2, procs_per_node=1), "timeout": 600}
 SETUP = """
 import os, threading
-import numpy as np
 rank = int(os.environ["RANK"])
 mine = rank * 10 + 1
-arr = np.arange(3.0) + rank
+{array}
 guard = threading.Lock()
 """
-CHECK = "print(f\"rank {int(os.environ['RANK'])}: {rank} {mine} {arr.sum()}\", flush=True)\n"
+NUMPY = "import numpy as np\narr = np.arange(3.0) + rank"
+LIST = "arr = [float(i + rank) for i in range(3)]"
+CHECK = "print(f\"rank {int(os.environ['RANK'])}: {rank} {mine} {float(sum(arr))}\", flush=True)\n"
 BEFORE = ["[rank 0] rank 0: 0 1 3.0", "[rank 1] rank 1: 1 11 6.0"]
+
+origin = origin_on_each_cluster()
+
+
+@pytest.fixture(scope="module")
+def setup(origin: Any) -> str:
+    """The first cell: each rank's numbers, an array (numpy where the image has it), a lock."""
+    return SETUP.format(array=NUMPY if hasattr(origin, "faults") else LIST)
+
+
+@pytest.fixture(scope="module")
+def shape(origin: Any) -> dict[str, Any]:
+    """The session's options: on the real cluster pinned to donor-1, the donor whose node is a real kubelet."""
+    return SHAPE if hasattr(origin, "faults") else {**SHAPE, "cluster": "donor-1"}
 
 
 @pytest.fixture()
@@ -66,8 +85,9 @@ def _resumed_note(sink: Sink) -> str:
 
 
 def test_a_distributed_session_released_for_idling_resumes_each_ranks_state_in_the_same_rank(
-        kube_idle: KubernetesBackend, api_client: Any, namespace: str, s3: Any) -> None:
-    outcome, sink, _ = run_cell(kube_idle, SETUP + CHECK, {}, session="ddp", **SHAPE)
+        kube_idle: KubernetesBackend, api_client: Any, namespace: str, s3: Any, setup: str,
+        shape: dict[str, Any]) -> None:
+    outcome, sink, _ = run_cell(kube_idle, setup + CHECK, {}, session="ddp", **shape)
     assert outcome.status == "ok", (outcome.error, sink.notices)
     assert _lines(sink) == BEFORE
     kube_idle.keeper.settle("ddp")  # the automatic checkpoint after the cell
@@ -85,14 +105,14 @@ def test_a_distributed_session_released_for_idling_resumes_each_ranks_state_in_t
 
     # another shape is refused before anything is made, naming the shape the checkpoint needs
     with pytest.raises(OffloadUsageError, match=r"resume the session from its last checkpoint ddp"):
-        run_cell(kube_idle, CHECK, {}, session="ddp", **{**SHAPE, "ranks": Ranks(nodes=1, procs_per_node=2)})
+        run_cell(kube_idle, CHECK, {}, session="ddp", **{**shape, "ranks": Ranks(nodes=1, procs_per_node=2)})
     with pytest.raises(OffloadUsageError, match=r"checkpoint ddp holds the states of 2 ranks \(--nodes 2 "
                        r"--procs-per-node 1\) and session other has --nodes 1 --procs-per-node 1; restore it into "
                        r"a session of the shape it was written with"):
         kube_idle.restore_session("ddp", "other", RunRequest(gpus=1, ranks=Ranks(nodes=1, procs_per_node=1)))
     assert not everything_left(api_client, namespace)
 
-    outcome, sink, _ = run_cell(kube_idle, CHECK, {}, session="ddp", **SHAPE)
+    outcome, sink, _ = run_cell(kube_idle, CHECK, {}, session="ddp", **shape)
     assert outcome.status == "ok", (outcome.error, sink.notices)
     assert _lines(sink) == BEFORE  # each rank got its own numbers and array back
     note = _resumed_note(sink)
@@ -101,11 +121,12 @@ def test_a_distributed_session_released_for_idling_resumes_each_ranks_state_in_t
 
 
 def test_a_distributed_session_stopped_during_a_cell_resumes_from_what_its_ranks_wrote_at_sigterm(
-        api_client: Any, core: Any, namespace: str, s3: Any, s3_endpoint: str) -> None:
+        api_client: Any, core: Any, namespace: str, s3: Any, s3_endpoint: str, setup: str,
+        shape: dict[str, Any]) -> None:
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
                                 api_client)
     try:
-        outcome, sink, _ = run_cell(backend, SETUP + CHECK, {}, session="ddp", **SHAPE)
+        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
         assert outcome.status == "ok", (outcome.error, sink.notices)
         backend.keeper.settle("ddp")
         started = threading.Event()
@@ -113,7 +134,7 @@ def test_a_distributed_session_stopped_during_a_cell_resumes_from_what_its_ranks
         result: dict[str, Any] = {}
         cell = "mine = 99 + rank\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
         thread = threading.Thread(target=lambda: result.update(run=run_cell(backend, cell, {}, seen, session="ddp",
-                                                                            **SHAPE)))
+                                                                            **shape)))
         thread.start()
         wait_until(started.is_set, "the cell running", timeout=120)
         pods = [p for p in core.list_namespaced_pod(namespace).items]
@@ -123,7 +144,7 @@ def test_a_distributed_session_stopped_during_a_cell_resumes_from_what_its_ranks
         thread.join(180)
         assert result["run"][0].status != "ok"
         wait_until(lambda: not core.list_namespaced_pod(namespace).items, "the stopped pods gone", timeout=120)
-        outcome, sink, _ = run_cell(backend, CHECK, {}, session="ddp", **SHAPE)
+        outcome, sink, _ = run_cell(backend, CHECK, {}, session="ddp", **shape)
         assert outcome.status == "ok", (outcome.error, sink.notices)
         # the interrupted cell's change came back on both ranks, each its own
         assert _lines(sink) == ["[rank 0] rank 0: 0 99 3.0", "[rank 1] rank 1: 1 100 6.0"], sink.notices
