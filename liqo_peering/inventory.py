@@ -14,6 +14,7 @@ from kubernetes.utils import parse_quantity
 
 from . import labels as L
 from .sharing import GPU_VENDOR, GpuOffer, offer_from_node
+from .untrusted_text import shown
 
 KINDS = ("ForeignCluster", "VirtualNode", "Node", "Pod")
 """The API kinds the inventory is built from (listed and watched by ``client`` and ``cache``)."""
@@ -128,8 +129,8 @@ def _conditions(holder: Obj | None) -> list[Obj]:
 
 def _describe(prefix: str, cond: Obj) -> str:
     text = f"{prefix}{cond.get('type')}={cond.get('status')}"
-    detail = cond.get("message") or cond.get("reason")
-    return f"{text} ({detail})" if detail else text
+    detail = cond.get("message") or cond.get("reason")  # Liqo's words, partly about the remote cluster
+    return f"{text} ({shown(detail)})" if detail else text
 
 
 def cluster_health(foreign_cluster: Obj) -> tuple[Health, str]:

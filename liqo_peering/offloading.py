@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import labels as L
+from .untrusted_text import shown
 
 # Phases after which waiting longer does not help: the selector or the donors must change first.
 FAILED_PHASES = ("NoClusterSelected", "AllFailed", "Terminating")
@@ -31,7 +32,7 @@ def _remote_ready(conditions: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
         return False, "not selected"  # Liqo lists only the clusters the selector picked
     for cond in conditions:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True", str(cond.get("message") or cond.get("reason") or "")
+            return cond.get("status") == "True", shown(cond.get("message") or cond.get("reason") or "")
     return False, "no Ready condition"
 
 

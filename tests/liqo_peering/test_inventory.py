@@ -26,6 +26,15 @@ def test_health_names_the_failing_module_and_condition(api) -> None:
     assert cluster_health(api.foreign_cluster("e", offloading="Pending"))[0] == "degraded"
 
 
+def test_a_conditions_message_is_shown_on_one_printable_line(api) -> None:
+    # Liqo words a module's condition partly from the remote cluster's answers
+    fc = api.foreign_cluster("b", offloading="NotReady", message="virtual kubelet\x1b[2J\r\ncrashed " + "x" * 400)
+    health, reason = cluster_health(fc)
+    assert health == "down" and reason.startswith("offloading/OffloadingVirtualNodeStatus=NotReady (virtual "
+                                                  "kubelet [2J crashed xxx")
+    assert all(c.isprintable() for c in reason) and reason.endswith("...)")
+
+
 def test_disabled_offloading_module_means_down(api) -> None:
     fc = api.foreign_cluster("a")
     fc["status"]["modules"]["offloading"] = {"enabled": False}

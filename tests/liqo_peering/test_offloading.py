@@ -28,6 +28,11 @@ def test_state_ready_only_for_the_wanted_clusters() -> None:
     assert offloading_state(nso("Ready", {"a": "True"}), ["c"]).detail == "c (not selected)"
 
 
+def test_a_remote_namespaces_condition_is_shown_on_one_printable_line() -> None:
+    state = offloading_state(nso("SomeFailed", {"a": "False\x1b[2J\nforged"}), ["a"])
+    assert state.detail == "a (a says False [2J forged)"
+
+
 def test_a_stale_status_is_not_trusted_and_failed_phases_stop_the_wait() -> None:
     stale = offloading_state(nso("Ready", {"a": "True"}, generation=2, observed=1), ["a"])
     assert (stale.ready, stale.phase) == (False, "(not reconciled yet)")

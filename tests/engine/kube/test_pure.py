@@ -11,6 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.placement import scheduling_fragment
 from gpu_offload.liqo_peering.specs import BUNDLE_URL_ENV, RunnerPodSpec, runner_pod
 from gpu_offload.liqo_peering.wording import duration
@@ -29,6 +30,7 @@ from gpu_offload.engine.backends.kube.explain import (
 )
 from gpu_offload.engine.backends.kube.podspec import fetched_outputs, same_object
 from gpu_offload.engine.backends.kube.requeue import after_preemption
+from gpu_offload.engine.backends.kube.user_runs import run_from_pod
 from gpu_offload.engine.errors import BackendNotConfigured
 
 CTX = PodContext("donor-b", 2, "pytorch/pytorch:2.3", "16Gi")
@@ -272,3 +274,10 @@ def test_the_namespace_falls_back_to_the_kubeconfig_context_as_kubectl_does(tmp_
     assert from_environment({"KUBECONFIG": f"{tmp_path / 'missing'}:{bare}"}).namespace == "default"
     with pytest.raises(BackendNotConfigured, match="GPU_OFFLOAD_NAMESPACE is not set and there is no kubeconfig"):
         from_environment({"KUBECONFIG": str(tmp_path / "missing")})
+
+
+def test_a_pending_runs_reason_in_the_panel_is_one_printable_line() -> None:
+    waiting = pod(state={"waiting": {"reason": "ErrImagePull\x1b[2J\nforged"}})
+    waiting["metadata"]["labels"] = {L.RUN_ID: "r1"}
+    run = run_from_pod(waiting)
+    assert run is not None and run.detail == "pod gpuo-1: ErrImagePull [2J forged"

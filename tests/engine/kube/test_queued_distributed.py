@@ -17,11 +17,12 @@ from gpu_offload.sandbox.fixtures import wait_until
 
 from gpu_offload.engine.backends.base import Ranks
 from gpu_offload.engine.backends.kube.backend import KubernetesBackend
+from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import RemoteError
 
 from ...origins import ONE_A100_PAIR_QUEUED
 from ...sandbox.kueue_setup import workloads
-from .conftest import STOCK_IMAGE, kueue_origin_on_each_cluster, queued_user_namespace, settings
+from .conftest import BUCKET, STOCK_IMAGE, kueue_origin_on_each_cluster, queued_user_namespace, settings
 from .helpers import Sink, run_cell
 from .test_distributed import everything_left
 from .test_queueing import QUEUE, fill, in_thread
@@ -199,3 +200,53 @@ def test_a_distributed_session_preempted_during_a_cell_ends_it_saying_so_and_its
         other.close()
     wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
     wait_until(lambda: not workloads(custom, pool), "the Jobs' Workloads gone", timeout=120)
+
+
+def test_a_distributed_session_with_storage_preempted_during_a_cell_resumes_each_ranks_state(
+        api_client: Any, core: Any, custom: Any, pool: str, s3: Any, s3_endpoint: str) -> None:
+    """With object storage, a ``batch`` distributed session Kueue preempts during a cell is not lost: the cell ends
+    ``Preempted`` saying the next cell resumes it from its checkpoint, and the next cell (a new Job, admitted once
+    the GPUs free) has each rank's own state back, the preempted cell's change included (each rank wrote its state
+    at the SIGTERM of Kueue's preemption). A queued pod's cluster is not known when it is made, so the session is
+    checkpointed as on an untrusted donor: each rank's state comes back as data only (through the kernel's safe
+    decoder, rank by rank), its modules named to import again. Nothing is left, stored objects included."""
+    batch = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE, trusted=(DONOR,),
+                                       storage=StorageSettings(BUCKET, s3_endpoint)), api_client)
+    other = KubernetesBackend(settings(pool, queue=QUEUE, priority="interactive", image=STOCK_IMAGE), api_client)
+    results: dict[str, Any] = {}
+    sink = Sink()
+    try:
+        outcome, first, _ = run_cell(batch, "import os\nmine = 41 + int(os.environ['RANK'])\n", {}, session="ddp",
+                                     ranks=ONE_EACH, priority="batch")
+        assert outcome.status == "ok", (outcome.error, first.notices)
+        batch.keeper.settle("ddp")
+        thread = in_thread(batch, "mine += 100\n" + HOLD, sink, results, "ranks", session="ddp", ranks=ONE_EACH,
+                           priority="batch")
+        wait_until(lambda: "ranks" in results or sink.text.count(" started") == 2, "both ranks running",
+                   timeout=180)
+        (old,) = _jobs(api_client, pool)
+        outcome, interactive, _ = run_cell(other, "print('interactive ran')", {}, priority="interactive")
+        assert outcome.status == "ok", (outcome.error, interactive.notices)
+        thread.join(180)
+        assert not thread.is_alive(), sink.notices
+        error = results["ranks"][0].error
+        assert isinstance(error, RemoteError) and error.ename == "Preempted", (error, sink.notices)
+        assert "session ddp's next cell resumes it from checkpoint ddp" in error.evalue, error.evalue
+        wait_until(lambda: old.metadata.name not in {j.metadata.name for j in _jobs(api_client, pool)},
+                   "the preempted session's Job deleted", timeout=120)
+        outcome, again, _ = run_cell(batch, "import os\nprint(f\"rank {os.environ['RANK']}: {mine}\", flush=True)\n", {},
+                                     session="ddp", ranks=ONE_EACH, priority="batch")
+        assert outcome.status == "ok", (outcome.error, again.notices)
+        assert sorted(again.text.splitlines()) == ["[rank 0] rank 0: 141", "[rank 1] rank 1: 142"], again.notices
+        [note] = [n for n in again.notices if "resumed on" in n]
+        assert f"its Job {old.metadata.name} was preempted after " in note, note
+        assert "its runner wrote a checkpoint as the pod was stopped (SIGTERM)" in note, note
+        assert "os (ranks 0, 1: module os: import it again (an untrusted checkpoint imports nothing))" in note, note
+        saved = batch.keeper.store().latest("ddp")
+        assert saved is not None and not saved.trusted and saved.manifest["format"] == "safe"
+    finally:
+        batch.close()
+        other.close()
+    wait_until(lambda: not everything_left(api_client, pool), "Job, pods, Service and Secret deleted", timeout=120)
+    wait_until(lambda: not workloads(custom, pool), "the Jobs' Workloads gone", timeout=120)
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])] == []

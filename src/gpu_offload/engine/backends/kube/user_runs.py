@@ -12,6 +12,7 @@ from ....liqo_peering import labels as L
 from ....liqo_peering.inventory import pod_gpus
 from ....liqo_peering.specs import runner_selector
 from ....liqo_peering.timestamps import parse_time
+from ....liqo_peering.untrusted_text import shown
 from ..base import UserRun
 from .config import user_name
 from .pods import PodApi
@@ -42,11 +43,11 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
     status = pod.get("status") or {}
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return str(cond.get("message") or cond.get("reason") or "not scheduled yet")
+            return shown(cond.get("message") or cond.get("reason") or "not scheduled yet")
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting")
         if waiting:
-            return str(waiting.get("reason") or "waiting")
+            return shown(waiting.get("reason") or "waiting")  # Liqo reflects it from the donor
     return ""
 
 
