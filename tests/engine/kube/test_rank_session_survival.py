@@ -156,3 +156,31 @@ def test_a_distributed_session_stopped_during_a_cell_resumes_from_what_its_ranks
     wait_until(lambda: not everything_left(api_client, namespace), "no Job, pod, Service or Secret left",
                timeout=120)
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])] == []
+
+
+def test_a_distributed_session_moved_to_another_cluster_keeps_each_ranks_state(
+        api_client: Any, core: Any, namespace: str, s3: Any, s3_endpoint: str, origin: Any, setup: str,
+        shape: dict[str, Any]) -> None:
+    if not hasattr(origin, "faults"):
+        pytest.skip("the real cluster here has one real kubelet: no other donor to move the session to")
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
+                                api_client)
+    try:
+        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        [here] = {p.spec.node_name for p in core.list_namespaced_pod(namespace).items}
+        [there] = [d for d in DONORS if d not in here]
+        lines = backend.move_session("ddp", cluster=there, grace=1)
+        assert lines[0].startswith("checkpoint ddp (session ddp, written on ") and "mine" in lines[0], lines
+        assert f"session ddp: resumed on {there}" in lines[1] and "restored from checkpoint ddp: " in lines[1], lines
+        nodes = {p.spec.node_name for p in core.list_namespaced_pod(namespace).items
+                 if not p.metadata.deletion_timestamp}
+        assert len(nodes) == 1 and there in nodes.pop()
+        outcome, sink, _ = run_cell(backend, CHECK, {}, session="ddp", **shape)  # the first placement still fits
+        assert outcome.status == "ok" and _lines(sink) == BEFORE, (outcome.error, sink.text, sink.notices)
+        assert backend.close_session("ddp", grace=1)
+    finally:
+        backend.close()
+    wait_until(lambda: not everything_left(api_client, namespace), "no Job, pod, Service or Secret left",
+               timeout=120)
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])] == []
