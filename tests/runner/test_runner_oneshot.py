@@ -26,6 +26,7 @@ from gpu_offload.runner.frames import (
     Metrics,
     Outputs,
     RunnerWarning,
+    Stopping,
     Stream,
 )
 
@@ -250,6 +251,8 @@ def test_interrupt_stops_the_cell_keeps_output_and_sends_nothing_back(
     assert error.ename == "KeyboardInterrupt" and re.search(r'File "<offloaded cell 1>", line [456]', text)
     assert "gpo_runner" not in text and "signals.py" not in text  # no frame of the runner's own
     assert runner.of(Outputs) == [] and runner.of(Done)[-1].status == "interrupted"
+    # no "pod being stopped" line: a one-shot pod gets SIGTERM from the kernel's own Ctrl-C as well
+    assert runner.of(Stopping) == []
 
 
 def test_display_shim_without_ipython(write_bundle, start_runner) -> None:

@@ -108,13 +108,14 @@ class Runtime:
         """A session's checkpoint armed for SIGTERM (:func:`.session_state.arm`)."""
         self.preimport: Any = None
         """A one-shot runner's ``preimport.Preimport`` (``--preimport``): the run waits for it first."""
-        self.interrupts.on_terminate = self._stopping
+        if session:  # a one-shot runner gets SIGTERM from the kernel's own Ctrl-C too (its pod deleted with a grace)
+            self.interrupts.on_terminate = self._stopping
 
     def _stopping(self) -> None:
-        """SIGTERM stopped the running cell (the pod is being deleted: a preemption, a drain, an eviction): the
-        cell is told at once, and whether this session's state is being checkpointed now."""
-        self.encoder.emit("stopping", signal="SIGTERM", session=self.session,
-                          checkpoint=self.session and self.term_checkpoint is not None)
+        """SIGTERM stopped a session's running cell (its pod is being deleted: a preemption, a drain, an eviction;
+        the kernel interrupts a session's cell with the ``interrupt`` command, never so): the cell is told at once,
+        and whether the session's state is being checkpointed now."""
+        self.encoder.emit("stopping", signal="SIGTERM", session=True, checkpoint=self.term_checkpoint is not None)
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Send a frame, after any text the cell printed before it."""
