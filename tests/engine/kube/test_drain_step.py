@@ -71,3 +71,8 @@ def test_a_session_that_is_not_checkpointed_stays_and_says_its_variables_go_with
         f"{WHY}: this session's pod will be evicted, and the session is not checkpointed (this kernel has no object "
         "storage to checkpoint to), so it cannot move without losing its variables and they go when the pod does; "
         "the cell runs there"))
+
+
+def test_the_model_asked_matches_another_donor_in_any_case_as_placement_matches_it() -> None:
+    asked = RunRequest(gpus=1, gpu_model="a100")
+    assert drain_step("donor-1-gpu", asked, pool(HERE, node("donor-2-gpu", "donor-2")), None) == DrainStep(True, WHY)

@@ -33,8 +33,8 @@ def _fits(node: VirtualNodeRecord, cluster: str, request: RunRequest) -> bool:
     session may use, of a model it takes, with its GPUs free (a part of a GPU needs one with a share free)."""
     if not node.ready or node.cordoned or request.cluster not in ("auto", cluster, node.cluster_id):
         return False
-    models = tuple(m for m in (request.gpu_model, *request.fallback_models) if m)
-    if models and node.model not in models:
+    models = {m.lower() for m in (request.gpu_model, *request.fallback_models) if m}
+    if models and (node.model or "").lower() not in models:  # as placement matches models: in any case
         return False
     return node.free >= (1 if request.fraction is not None else request.gpus) or (
         request.fraction is not None and any(a > u for _, a, u in node.devices))
