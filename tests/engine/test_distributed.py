@@ -180,13 +180,33 @@ def test_a_distributed_session_keeps_every_ranks_state_across_three_cells(shell:
         assert f"[rank {rank}] trained" in trained.stdout
 
 
+# Rank 1 gives up only once the other three are in the barrier: an interrupt reaching a rank still in Python
+# stops it at once, and the case is about ranks stuck in a collective's wait (slow starts under load had rank 1
+# fail first, the others were interrupted before the barrier and no "did not stop" came).
+GIVE_UP_IN_BARRIER = """\
+import pathlib, time
+marks = pathlib.Path({marks!r})
+if dist.get_rank() == 1:
+    deadline = time.monotonic() + 120
+    while len(list(marks.glob("in-barrier-*"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # from the mark to the barrier's own wait
+    raise ValueError('rank one gives up')
+(marks / f"in-barrier-{{dist.get_rank()}}").touch()
+dist.barrier()
+"""
+
+
 def test_a_session_whose_ranks_wait_in_a_collective_for_a_failed_rank_is_closed_and_started_anew(
-    shell: Any,
+    shell: Any, tmp_path: Any,
 ) -> None:
     line = TWO_BY_TWO + " --session broken"
+    marks = tmp_path / "marks"
+    marks.mkdir(mode=0o777)
+    marks.chmod(0o777)  # the ranks may run as another user
     offload(shell, "import torch.distributed as dist\ndist.init_process_group('gloo')", line)
     with capture_output() as failed, pytest.raises(RemoteError) as caught:
-        offload(shell, "if dist.get_rank() == 1:\n    raise ValueError('rank one gives up')\ndist.barrier()", line)
+        offload(shell, GIVE_UP_IN_BARRIER.format(marks=str(marks)), line)
     assert caught.value.ename == "ValueError" and "[rank 1]" in caught.value.evalue
     assert "did not stop within 5 s after rank 1 failed" in notices(failed)
     with capture_output() as again:
