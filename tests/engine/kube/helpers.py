@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpu_offload.sandbox.fixtures import wait_until
 
 from gpu_offload.engine.analysis import analyse_cell
 from gpu_offload.engine.backends.base import RunRequest
@@ -64,3 +67,17 @@ def run_cell(backend: Any, cell: str, namespace: dict[str, Any], sink: Sink | No
     if outcome.error is None and outcome.status == "ok":
         conclude(outcome, namespace, sink)
     return outcome, sink, run
+
+
+def cell_in_thread(backend: Any, cell: str, session: str,
+                   **placement: Any) -> tuple[threading.Thread, dict[str, Any], Sink]:
+    """Start ``cell`` of ``session`` in a thread and return once it printed ``changing`` (the cell is running);
+    ``result["run"]`` holds :func:`run_cell`'s answer once the thread ends, the sink what the cell was told."""
+    started = threading.Event()
+    sink = Sink(on_line=lambda text: started.set() if "changing" in text else None)
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.update(run=run_cell(backend, cell, {}, sink, session=session,
+                                                                        **placement)))
+    thread.start()
+    wait_until(started.is_set, "the cell running", timeout=120)
+    return thread, result, sink

@@ -12,7 +12,6 @@ Python without numpy (the torch image has it, at 4 GB per node): there each rank
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +24,7 @@ from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import OffloadUsageError
 
 from .conftest import BUCKET, origin_on_each_cluster, settings
-from .helpers import Sink, run_cell
+from .helpers import Sink, cell_in_thread, run_cell
 from .test_distributed import everything_left
 
 DONORS = ("donor-1", "donor-2")
@@ -67,6 +66,11 @@ def kube_idle(api_client: Any, namespace: str, s3: Any, s3_endpoint: str) -> Ite
         yield backend
     finally:
         backend.close()
+    _nothing_left(api_client, namespace, s3)
+
+
+def _nothing_left(api_client: Any, namespace: str, s3: Any) -> None:
+    """No Job, pod, Service or Secret left in ``namespace``, and no stored object."""
     wait_until(lambda: not everything_left(api_client, namespace), "no Job, pod, Service or Secret left",
                timeout=120)
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])] == []
@@ -134,14 +138,8 @@ def test_a_distributed_session_stopped_during_a_cell_resumes_from_what_its_ranks
         outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
         assert outcome.status == "ok", (outcome.error, sink.notices)
         backend.keeper.settle("ddp")
-        started = threading.Event()
-        seen = Sink(on_line=lambda text: started.set() if "changing" in text else None)
-        result: dict[str, Any] = {}
         cell = "mine = 99 + rank\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
-        thread = threading.Thread(target=lambda: result.update(run=run_cell(backend, cell, {}, seen, session="ddp",
-                                                                            **shape)))
-        thread.start()
-        wait_until(started.is_set, "the cell running", timeout=120)
+        thread, result, _ = cell_in_thread(backend, cell, "ddp", **shape)
         pods = [p for p in core.list_namespaced_pod(namespace).items]
         assert len(pods) == 2 and all(p.spec.termination_grace_period_seconds == 60 for p in pods)
         for pod in pods:  # a drain of their node: each pod is deleted with its grace period (SIGTERM)
@@ -158,9 +156,7 @@ def test_a_distributed_session_stopped_during_a_cell_resumes_from_what_its_ranks
         assert backend.close_session("ddp", grace=1)
     finally:
         backend.close()
-    wait_until(lambda: not everything_left(api_client, namespace), "no Job, pod, Service or Secret left",
-               timeout=120)
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])] == []
+    _nothing_left(api_client, namespace, s3)
 
 
 def test_a_distributed_session_moved_to_another_cluster_keeps_each_ranks_state(
@@ -186,6 +182,4 @@ def test_a_distributed_session_moved_to_another_cluster_keeps_each_ranks_state(
         assert backend.close_session("ddp", grace=1)
     finally:
         backend.close()
-    wait_until(lambda: not everything_left(api_client, namespace), "no Job, pod, Service or Secret left",
-               timeout=120)
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])] == []
+    _nothing_left(api_client, namespace, s3)

@@ -15,7 +15,6 @@ to keep the real stage short: the releases and resumes they follow run on ``[rea
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +29,7 @@ from gpu_offload.engine.errors import OffloadUsageError
 
 from ...realcluster.realorigin import torch_image
 from .conftest import BUCKET, donor_lost, leftovers, origin_on_each_cluster, settings
-from .helpers import Sink, run_cell
+from .helpers import Sink, cell_in_thread, run_cell
 
 TORCH_IMAGE = "pytorch/pytorch:2.5"
 """An image name the sandbox runs with torch and numpy installed (its ``*pytorch*`` mapping)."""
@@ -353,14 +352,8 @@ def test_an_untrusted_donors_checkpoint_comes_back_as_data_only(api_client: Any,
 def test_a_cell_running_when_its_pod_is_stopped_leaves_its_state_written_at_sigterm(
         kube_s3: KubernetesBackend, core: Any, namespace: str, where: dict[str, Any]) -> None:
     _start(kube_s3, where)
-    started = threading.Event()
-    sink = Sink(on_line=lambda text: started.set() if "changing" in text else None)
-    result: dict[str, Any] = {}
     cell = "n = 99\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
-    thread = threading.Thread(target=lambda: result.update(run=run_cell(kube_s3, cell, {}, sink, session="train",
-                                                                        **where)))
-    thread.start()
-    wait_until(started.is_set, "the cell running", timeout=120)
+    thread, result, sink = cell_in_thread(kube_s3, cell, "train", **where)
     pod = _pod(core, namespace)
     assert pod.spec.termination_grace_period_seconds == 60  # time for the runner to write its state
     # evicted as a drain evicts it: the API server deletes it with its grace period, the runner gets SIGTERM
