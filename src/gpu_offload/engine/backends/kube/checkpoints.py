@@ -243,8 +243,8 @@ class KubeCheckpoints(book.CheckpointBook[KubeCheckpoint]):
         of a distributed session writes its signed record even when its state did not change."""
         shape = ranks_of(holder)
         armed = Armed(saved, secrets.token_hex(12), nonce, shape.world_size if shape is not None else 0)
-        common = {"op": "on_term", "limit": saved.manifest.get("limit", checkpoint.DEFAULT_LIMIT),
-                  "format": None if saved.trusted else checkpoint.SAFE, "where": holder.cluster}
+        common = {"op": "on_term",
+                  **self._common(holder, saved.manifest.get("limit", checkpoint.DEFAULT_LIMIT), saved.trusted)}
         urls = [{"put_url": self.storage.put_url(self.folder, obj),
                  "manifest_url": self.storage.put_url(self.folder, manifest)} for obj, manifest in armed.objects()]
         if shape is None:
