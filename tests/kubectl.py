@@ -5,10 +5,12 @@ too) and skip elsewhere without one, saying how to get one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -52,9 +54,16 @@ def run(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool = Tr
     return result
 
 
-def start(kubeconfig: Path, *args: str) -> subprocess.Popen[str]:
-    """``kubectl ARGS`` left running (``kubectl wait`` while something else happens); communicate() to end it."""
+@contextlib.contextmanager
+def start(kubeconfig: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``kubectl ARGS`` left running for the block (``kubectl wait`` while something else happens; communicate()
+    to see how it ended); killed after the block if it still runs."""
     kubectl = command()
     assert kubectl is not None, f"no kubectl ({ENV} or PATH)"
-    return subprocess.Popen([*kubectl, "--kubeconfig", str(kubeconfig), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    with subprocess.Popen([*kubectl, "--kubeconfig", str(kubeconfig), *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as process:
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()

@@ -161,25 +161,25 @@ def test_kubectl_drain_evicts_through_the_eviction_api_and_kubectl_wait_follows(
     wait_until(lambda: (_budget(policy, ns).get("status") or {}).get("observedGeneration") == 1,
                "the disruption controller's first status")
     drain = ("drain", NODE, "--pod-selector=app=held", "--force", "--ignore-daemonsets", "--grace-period=1")
-    try:
-        refused = kubectl.run(config, *drain, "--timeout=3s", check=False)
-        assert refused.returncode == 1
-        assert f"node/{NODE} cordoned\n" in refused.stdout
-        assert (f'error when evicting pods/"a" -n "{ns}" (will retry after 5s): Cannot evict pod as it would violate '
-                "the pod's disruption budget.") in refused.stderr
-        assert core.read_node(NODE).spec.unschedulable
-        assert core.read_namespaced_pod("a", ns).metadata.deletion_timestamp is None
+    # started first, so its watch is open well before the pod goes
+    with kubectl.start(config, "wait", "-n", ns, "--for=delete", "pod/a", "--timeout=120s") as deleted:
+        try:
+            refused = kubectl.run(config, *drain, "--timeout=3s", check=False)
+            assert refused.returncode == 1
+            assert f"node/{NODE} cordoned\n" in refused.stdout
+            assert (f'error when evicting pods/"a" -n "{ns}" (will retry after 5s): Cannot evict pod as it would '
+                    "violate the pod's disruption budget.") in refused.stderr
+            assert core.read_node(NODE).spec.unschedulable
+            assert core.read_namespaced_pod("a", ns).metadata.deletion_timestamp is None
 
-        policy.delete_namespaced_pod_disruption_budget("held", ns)
-        deleted = kubectl.start(config, "wait", "-n", ns, "--for=delete", "pod/a", "--timeout=120s")
-        drained = kubectl.run(config, *drain, "--timeout=120s")
-        assert f"evicting pod {ns}/a\n" in drained.stderr
-        assert drained.stdout.endswith(f"pod/a evicted\nnode/{NODE} drained\n")
-        assert deleted.communicate(timeout=120) == ("pod/a condition met\n", "")
-        assert deleted.returncode == 0
-        with pytest.raises(kubernetes.client.ApiException) as gone:
-            core.read_namespaced_pod("a", ns)
-        assert gone.value.status == 404
-    finally:
-        kubectl.run(config, "uncordon", NODE)
+            policy.delete_namespaced_pod_disruption_budget("held", ns)
+            drained = kubectl.run(config, *drain, "--timeout=120s")
+            assert drained.stdout.endswith(f"evicting pod {ns}/a\npod/a evicted\nnode/{NODE} drained\n"), drained
+            assert deleted.communicate(timeout=120) == ("pod/a condition met\n", "")
+            assert deleted.returncode == 0
+            with pytest.raises(kubernetes.client.ApiException) as gone:
+                core.read_namespaced_pod("a", ns)
+            assert gone.value.status == 404
+        finally:
+            kubectl.run(config, "uncordon", NODE)
     assert not core.read_node(NODE).spec.unschedulable
