@@ -18,9 +18,9 @@ import kubernetes
 import pytest
 from kubernetes.watch.watch import iter_resp_lines
 
-from .conftest import origin_on_each_cluster
+from .conftest import api_on_each_cluster
 
-origin = origin_on_each_cluster()
+origin = api_on_each_cluster()
 SELECTOR = "watch-list=test"
 END = {"k8s.io/initial-events-end": "true"}
 WATCH_LIST = {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "allowWatchBookmarks": "true"}
@@ -90,7 +90,7 @@ def test_initial_events_without_bookmarks_allowed_come_without_the_end_bookmark(
         api_client: Any, core: Any, namespace: str) -> None:
     _cm(core, namespace, "a")
     with watching(api_client, namespace, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
-                  timeoutSeconds="2") as events:
+                  timeoutSeconds="1") as events:
         assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a")]
 
 
