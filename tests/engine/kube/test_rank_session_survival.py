@@ -3,10 +3,14 @@ rank's state is checkpointed to the user's storage as an object of its own, with
 after an idle release, or its pods stopped during a cell (SIGTERM), the next cell restores rank r's state into
 rank r of a new Indexed Job of the same shape, and says what was not restored (a lock, the process group).
 Another shape is refused, naming the one it needs. Nothing is left behind: no Job, pod, Service, Secret or
-stored object. Small on purpose (2 nodes x 1 rank, no torch): the runner's handling of a process group is
-tested in tests/runner/test_checkpoint.py.
+stored object. Small on purpose (2 nodes x 1 rank, no torch but in the one test of torch's process group made
+again after a resume): the runner's handling of a process group is tested in tests/runner/test_checkpoint.py.
 
-Both cases run on the sandbox and on a real cluster (``[real]``, tests/realcluster: real Kubernetes, its Job
+A donor lost (its node stops answering, the sandbox's ``node-not-ready`` fault, as in test_node_lost.py) while
+idle or during a cell: the next cell resumes from the last checkpoint on the other donor and says it was lost. These
+and the torch case run on the sandbox only for now (see each test's skip).
+
+The idle release and the SIGTERM case run on the sandbox and on a real cluster (``[real]``, tests/realcluster: real Kubernetes, its Job
 controller and kubelet, the storage a moto server on the pods' bridge). The real cluster's stock image is Debian's
 Python without numpy (the torch image has it, at 4 GB per node): there each rank's array is a list."""
 
