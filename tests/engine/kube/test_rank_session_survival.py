@@ -16,9 +16,11 @@ Python without numpy (the torch image has it, at 4 GB per node): there each rank
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
 
@@ -27,7 +29,7 @@ from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.config import StorageSettings
 from gpu_offload.engine.errors import OffloadUsageError, RemoteError
 
-from .conftest import BUCKET, donor_lost, origin_on_each_cluster, settings
+from .conftest import BUCKET, STOCK_IMAGE, donor_lost, origin_on_each_cluster, settings
 from .helpers import Sink, cell_in_thread, run_cell
 from .test_distributed import TORCH_IMAGE, everything_left
 
@@ -264,6 +266,66 @@ def test_a_distributed_session_whose_donor_is_lost_during_a_cell_says_so_and_res
         assert backend.close_session("ddp", grace=1)
     finally:
         backend.close()
+    _nothing_left(api_client, namespace, s3)
+
+
+def _neighbour(gpus: int, node: str) -> dict[str, Any]:
+    """Another user's pod holding ``gpus`` of ``node``'s GPUs."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "neighbour"},
+            "spec": {"nodeName": node, "containers": [{
+                "name": "c", "image": STOCK_IMAGE, "command": ["python3", "-c", "import time; time.sleep(600)"],
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+                "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists",
+                                 "effect": "NoExecute"}]}}
+
+
+def test_a_spread_session_one_of_whose_donors_is_lost_during_a_cell_resumes_from_before_the_cell(
+        api_client: Any, core: Any, namespace: str, s3: Any, s3_endpoint: str, origin: Any, setup: str,
+        shape: dict[str, Any]) -> None:
+    """One pod lost with its node, the other rank alive in the cell: the session ends at once (the live rank's pod
+    is stopped), and as the lost rank wrote no record at SIGTERM the last checkpoint of all ranks comes back."""
+    _sandbox_only(origin, "not run on the real cluster yet: it needs two real kubelets and a lost one")
+    core.create_namespaced_pod(namespace, _neighbour(5, "donor-2-gpu"))
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
+                                         node_lost_seconds=2), api_client)
+    try:
+        # donor-2 has 3 of its 8 GPUs free, donor-1 its 4: two pods of 3 GPUs fit only one on each
+        wait_until(lambda: any(vn.name == "donor-2-gpu" and vn.free == 3
+                               for vn in backend.inventory().inventory().virtual_nodes),
+                   "the kernel sees the neighbour's GPUs in use")
+        spread = {**shape, "gpus": 3, "ranks": Ranks(nodes=2, procs_per_node=1, spread=True)}
+        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **spread)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        backend.keeper.settle("ddp")
+        assert _live_nodes(core, namespace) == {"donor-1-gpu", "donor-2-gpu"}
+        core.delete_namespaced_pod("neighbour", namespace, grace_period_seconds=0)  # room for the resume
+        cell = "mine = 99 + rank\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
+        thread, result, told = cell_in_thread(backend, cell, "ddp", **spread)
+        with donor_lost(origin, "donor-1-gpu", grace=0):
+            thread.join(240)
+            assert not thread.is_alive(), "the cell did not end when one of its donors was lost"
+            failed = result["run"][0].error
+            assert isinstance(failed, RemoteError), (failed, told.notices)
+            # a spread Job's pods share one context: the cluster is named as "donor-1 or donor-2", the node exactly
+            assert " was lost (donor-1-gpu stopped answering and Kubernetes evicted" in failed.evalue, failed
+            assert not [n for n in told.notices if "did not stop" in n or "state is gone" in n], told.notices
+            wait_until(lambda: not backend.sessions(), "the session seen as lost", timeout=120)
+            # the live rank's pod ends in its grace period (SIGTERM: it writes its record), and frees donor-2's GPUs
+            wait_until(lambda: any(vn.name == "donor-2-gpu" and vn.free == 8
+                                   for vn in backend.inventory().inventory().virtual_nodes),
+                       "the live rank's pod gone from donor-2", timeout=120)
+            outcome, sink, _ = run_cell(backend, CHECK, {}, session="ddp", **spread)
+            assert outcome.status == "ok", (outcome.error, sink.notices)
+            assert _lines(sink) == BEFORE, sink.notices  # the live rank's record alone is not used
+            [note] = [n for n in sink.notices if "resumed on" in n]
+            assert "was lost with the virtual node of donor-1 or donor-2 during a cell; resumed on " in note, note
+            assert "SIGTERM" not in note, note
+            assert _live_nodes(core, namespace) == {"donor-2-gpu"}
+        assert backend.close_session("ddp", grace=1)
+    finally:
+        backend.close()
+        with contextlib.suppress(kubernetes.client.ApiException):  # deleted above unless the test failed first
+            core.delete_namespaced_pod("neighbour", namespace, grace_period_seconds=0)
     _nothing_left(api_client, namespace, s3)
 
 

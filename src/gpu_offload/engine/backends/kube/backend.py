@@ -44,7 +44,7 @@ from .hub_inventory import HubInventory
 from .idle import IdleTimeouts, release_words
 from .jobrun import KubeJobRun
 from .launcher import PodLauncher
-from .plan import PodOrder
+from .plan import EITHER, PodOrder
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object, untrusted_unfetched
 from .queueing import Ticket
@@ -161,8 +161,10 @@ class KubernetesBackend:
 
     def trusts(self, cluster: str) -> bool:
         """Whether ``cluster`` is one of the settings' trusted ids (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, which a
-        hub's spawner writes from its chart): the same policy placement and the runner pods are given."""
-        return run_trusted(self.name, cluster, self.trust)
+        hub's spawner writes from its chart): the same policy placement and the runner pods are given. A spread
+        Job's run is on ``a or b`` (its out rank may land on either): trusted when every one is, as placement
+        decided when it told the runners their output format."""
+        return all(run_trusted(self.name, one, self.trust) for one in cluster.split(EITHER))
 
     # --- the Backend protocol ---
 

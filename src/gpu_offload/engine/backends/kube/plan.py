@@ -58,6 +58,8 @@ DEADLINE_MARGIN = 30
 the backstop for a kernel that went away."""
 BUNDLE_OBJECT = "bundle.pkl"
 """The object a bundle too large for the pod's stdin and Secret is stored as, under the run's id."""
+EITHER = " or "
+"""Joins the clusters a spread Job's pods may run on into its ``ctx.cluster`` (``donor-1 or donor-2``)."""
 
 
 @dataclass(frozen=True)
@@ -514,7 +516,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
                          words=front_words(settings.cli)).on_cluster()
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
                           stored, pod, waits_for=what if queue else "", protection=protection)
-    ctx = PodContext(" or ".join(where.clusters), placement.gpus, image, seen.memory, where.model,
+    ctx = PodContext(EITHER.join(where.clusters), placement.gpus, image, seen.memory, where.model,
                      words=front_words(settings.cli))
     job = RankJobSpec(pod, nodes=ranks.nodes, procs_per_node=ranks.procs_per_node,
                       master_port=master_port(order.run_id))
