@@ -201,6 +201,7 @@ def test_a_session_on_a_cordoned_node_moves_before_its_next_cell_or_says_it_cann
 def test_an_idle_session_on_a_node_that_gets_cordoned_is_moved_before_any_cell(
         kube_s3: KubernetesBackend, core: Any, namespace: str, where: dict[str, Any]) -> None:
     before = _start(kube_s3, where)
+    written = kube_s3.keeper.store().latest("train")
     pod = _pod(core, namespace)
     node, cluster = pod.spec.node_name, node_cluster(pod.spec.node_name)
     core.patch_node(node, {"spec": {"unschedulable": True}})  # a cordon, and no cell: only the drain watch moves it
@@ -211,6 +212,8 @@ def test_an_idle_session_on_a_node_that_gets_cordoned_is_moved_before_any_cell(
                 f"{node} is cordoned)" in line), line
         moved = _pod(core, namespace)
         assert moved.spec.node_name != node and moved.metadata.name != pod.metadata.name
+        # the state had not changed since the checkpoint after the last cell: that one was restored, not a new one
+        assert written is not None and kube_s3.keeper.store().latest("train").obj == written.obj  # type: ignore[union-attr]
         outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", **where)
         assert outcome.status == "ok", (outcome.error, sink.notices)
         assert sink.text == before, (sink.text, sink.notices)  # the same values, in the moved session

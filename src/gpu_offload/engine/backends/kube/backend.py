@@ -275,7 +275,7 @@ class KubernetesBackend:
         """Move ``current`` off its drained donor (``move_session``); what is said of it. Raises ``_Unmoved``."""
         old = current.cluster
         try:
-            _, restored = self.move_session(name, grace=1.0)
+            _, restored = self.move_session(name, grace=1.0, changed_only=True)
         except (OffloadError, GpuOffloadError, SessionLost, StorageError) as exc:
             with self._lock:
                 kept = name in self._sessions
@@ -550,19 +550,21 @@ class KubernetesBackend:
             raise
 
     def move_session(self, name: str, cluster: str | None = None, gpu_model: str | None = None,
-                     grace: float = 5.0) -> list[str]:
-        """``%gpu_offload move``: checkpoint, close, restore in a new pod (on ``cluster`` or a ``gpu_model``)."""
+                     grace: float = 5.0, changed_only: bool = False) -> list[str]:
+        """``%gpu_offload move``: checkpoint, close, restore in a new pod (on ``cluster`` or a ``gpu_model``);
+        ``changed_only``: the session's last checkpoint serves when its state did not change since (a drain's)."""
         with self._gate(name):  # not while the drain watch moves it
-            return self._move(name, cluster, gpu_model, grace)
+            return self._move(name, cluster, gpu_model, grace, changed_only)
 
-    def _move(self, name: str, cluster: str | None, gpu_model: str | None, grace: float) -> list[str]:
+    def _move(self, name: str, cluster: str | None, gpu_model: str | None, grace: float,
+              changed_only: bool) -> list[str]:
         current = self._live(name)
         placement = current.request
         if cluster:
             placement = replace(placement, cluster=cluster)
         if gpu_model:
             placement = replace(placement, gpu_model=gpu_model, fallback_models=())
-        saved = self.keeper.take(current, name, None, None)
+        saved = self.keeper.take_if_changed(current) if changed_only else self.keeper.take(current, name, None, None)
         lines = [f"checkpoint {saved.describe()}"]
         self.close_session(name, grace)
         lines.append(self.restore_session(name, name, placement))
