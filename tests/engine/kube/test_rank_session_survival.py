@@ -380,3 +380,34 @@ def test_a_resumed_distributed_session_makes_its_process_group_again_and_its_ten
     assert "restored from checkpoint ddp: " in note and "total" in note and "model" in note, note
     assert "call dist.init_process_group() again" in note, note
     assert kube_idle.close_session("ddp", grace=1)
+
+
+def test_a_distributed_session_on_a_cordoned_node_is_moved_with_each_ranks_state(
+        api_client: Any, core: Any, namespace: str, s3: Any, s3_endpoint: str, origin: Any, setup: str,
+        shape: dict[str, Any]) -> None:
+    _sandbox_only(origin, "the real cluster here has one real kubelet: no other donor to move the session to")
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
+                                api_client)
+    try:
+        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        backend.keeper.settle("ddp")
+        [node] = _live_nodes(core, namespace)
+        cluster = node.removesuffix("-gpu")
+        core.patch_node(node, {"spec": {"unschedulable": True}})  # its donor drained: both pods' node cordoned
+        try:
+            wait_until(lambda: any(vn.name == node and vn.cordoned
+                                   for vn in backend.inventory().inventory().virtual_nodes), "the cordon seen")
+            outcome, sink, _ = run_cell(backend, CHECK, {}, session="ddp", **shape)
+            assert outcome.status == "ok" and _lines(sink) == BEFORE, (outcome.error, sink.text, sink.notices)
+            [note] = [n for n in sink.notices if "is being drained" in n]
+            assert (f"session ddp: donor {cluster} is being drained (its node {node} is cordoned); moved this "
+                    f"session from {cluster} to ") in note and "restored from checkpoint ddp: " in note, note
+            [there] = _live_nodes(core, namespace)
+            assert there != node
+        finally:
+            core.patch_node(node, {"spec": {"unschedulable": None}})
+        assert backend.close_session("ddp", grace=1)
+    finally:
+        backend.close()
+    _nothing_left(api_client, namespace, s3)
