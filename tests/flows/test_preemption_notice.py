@@ -13,10 +13,11 @@ from gpu_offload.flows.preemption import (
     readmitted_text,
     stopped_text,
 )
-from gpu_offload.engine.backends.kube.explain import PodContext, stopped_by_kueue
 from gpu_offload.flows.step_watch import queued_step
 from gpu_offload.liqo_peering.kueue_stop import newest_stop_event, preempted_by
 from gpu_offload.liqo_peering.untrusted_text import shown
+
+from gpu_offload.engine.backends.kube.explain import PodContext, stopped_by_kueue
 
 KUEUE_SAYS = ("Preempted to accommodate a workload (UID: 1f, JobUID: 2e) due to prioritization in the ClusterQueue; "
               "preemptor path: /gpu-offload; preemptee path: /gpu-offload")
