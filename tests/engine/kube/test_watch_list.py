@@ -40,8 +40,8 @@ def watching(api_client: Any, namespace: str, **params: str) -> Iterator[Iterato
     try:
         yield (json.loads(line) for line in iter_resp_lines(resp) if line)
     finally:
+        resp.close()  # first: a watch left open must not go back to the pool for the next request
         resp.release_conn()
-        resp.close()
 
 
 def _refusal(api_client: Any, namespace: str, **params: str) -> tuple[int, dict[str, Any]]:
