@@ -6,6 +6,10 @@ cordoned node is moved by its next cell before that cell runs (checkpoint, then 
 the move path of ``%gpu_offload move``), rather than starting work on a node about to be emptied. When no other
 donor has room it runs where it is and says the donor is being drained; when it is not checkpointed it cannot
 move without losing its variables, and says that too.
+
+A cell whose pod waits on a cordoned node (bound, its runner not started: pulling its image, or pending on the
+donor) has nothing to lose: it moves to another donor that has room (:func:`waiting_step`), through the one retry
+elsewhere a run or a session's first pod gets; with no other donor it waits there, and says so.
 """
 
 from __future__ import annotations
@@ -40,20 +44,43 @@ def _fits(node: VirtualNodeRecord, cluster: str, request: RunRequest) -> bool:
         request.fraction is not None and any(a > u for _, a, u in node.devices))
 
 
-def drain_step(node: str, request: RunRequest, inventory: Inventory, not_kept: str | None) -> DrainStep | None:
-    """The step for a session whose pod runs on ``node`` and asked ``request``, or ``None`` when its node is not
-    cordoned (or not in ``inventory``). ``not_kept``: why the session is not checkpointed (``None``: it is)."""
+def _cordoned(node: str, inventory: Inventory) -> str | None:
+    """``donor X is being drained (its node N is cordoned)`` when ``node`` is cordoned, else None."""
     here = next(((c, vn) for c in inventory.clusters for vn in c.virtual_nodes if vn.name == node), None)
     if here is None or not here[1].cordoned:
         return None
-    cluster = here[0]
-    why = f"donor {cluster.name} is being drained (its node {node} is cordoned)"
+    return f"donor {here[0].name} is being drained (its node {node} is cordoned)"
+
+
+def _fits_elsewhere(node: str, request: RunRequest, inventory: Inventory) -> bool:
+    return any(_fits(vn, c.name, request) for c in inventory.clusters if c.health != "down"
+               for vn in c.virtual_nodes if vn.name != node)
+
+
+def waiting_step(node: str, request: RunRequest, inventory: Inventory) -> DrainStep | None:
+    """The step for a pod that waits on ``node`` before its runner started, or ``None`` when ``node`` is not
+    cordoned: move when another donor has room for ``request`` (nothing ran, nothing is lost), else wait there."""
+    why = _cordoned(node, inventory)
+    if why is None:
+        return None
+    if _fits_elsewhere(node, request, inventory):
+        return DrainStep(True, why)
+    return DrainStep(False, why, (
+        f"{why}, and no other donor has room for this cell ({request.shape()}): its pod waits there; if the drain "
+        "evicts it before it starts, run the cell again"))
+
+
+def drain_step(node: str, request: RunRequest, inventory: Inventory, not_kept: str | None) -> DrainStep | None:
+    """The step for a session whose pod runs on ``node`` and asked ``request``, or ``None`` when its node is not
+    cordoned (or not in ``inventory``). ``not_kept``: why the session is not checkpointed (``None``: it is)."""
+    why = _cordoned(node, inventory)
+    if why is None:
+        return None
     if not_kept is not None:
         return DrainStep(False, why, (
             f"{why}: this session's pod will be evicted, and the session is not checkpointed ({not_kept}), so it "
             "cannot move without losing its variables and they go when the pod does; the cell runs there"))
-    if not any(_fits(vn, c.name, request) for c in inventory.clusters if c.health != "down"
-               for vn in c.virtual_nodes if vn.name != node):
+    if not _fits_elsewhere(node, request, inventory):
         return DrainStep(False, why, (
             f"{why}, and no other donor has room for this session ({request.shape()}): the cell runs there; when "
             "its pod is evicted the session's state is checkpointed and its next cell resumes it elsewhere"))
