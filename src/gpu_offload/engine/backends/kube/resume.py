@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ....liqo_peering.untrusted_text import shown
@@ -283,8 +283,9 @@ class SessionKeeper:
         guess = estimate(size, self.pace.of(RESTORE), self.pace.of(CHECKPOINT), imports_of(saved.manifest))
         return f"checkpoint {saved.name} ({size_words(size)}) once the new pod runs; {guess.text()}"
 
-    def restore(self, session: Any, saved: KubeCheckpoint) -> str:
-        """Put ``saved`` into ``session``'s new runner once it runs; what was restored, the wait and its time."""
+    def restore(self, session: Any, saved: KubeCheckpoint, since: float | None = None) -> str:
+        """Put ``saved`` into ``session``'s new runner once it runs; what was restored, the wait and its time.
+        ``since``: when the wait for the pod started (the cell's submission), if before this call."""
         assert self.checkpoints is not None
         released = self._released.pop(session.name, None)
         if released is not None:
@@ -292,6 +293,8 @@ class SessionKeeper:
         with self._lock(session.name):
             waited = wait_running(session)
             started = time.monotonic()
+            if since is not None:  # the cell restores once the pod runs: its wait began with the cell
+                waited = started - since
             restored, skipped = self.checkpoints.restore(session, saved, target_trusted=self.trusts(session.cluster))
             if saved.session == session.name:
                 session.resumes_from = saved.name
@@ -341,6 +344,8 @@ class PendingRestore:
     saved: KubeCheckpoint
     before: str
     """How the old session ended, for the restore's words."""
+    since: float = field(default_factory=time.monotonic)
+    """When the cell that restores was submitted: the wait for the pod is counted from here."""
 
     def announce(self) -> str:
         """``session train: its pod ... was lost ...; restoring checkpoint train (12.3 MiB) once the new pod runs; it
@@ -351,7 +356,7 @@ class PendingRestore:
         """Restore; what the cell says of it (what came back, the wait and the time, or why nothing did)."""
         name = self.session.name
         try:
-            return f"session {name}: {self.before}{self.keeper.restore(self.session, self.saved)}"
+            return f"session {name}: {self.before}{self.keeper.restore(self.session, self.saved, self.since)}"
         except (OffloadUsageError, SessionLost, StorageError) as exc:
             return (f"session {name}: {self.before}its last checkpoint {self.saved.name} could not be restored "
                     f"({exc}); the variables of the old session are gone, run the cells that define them again")
