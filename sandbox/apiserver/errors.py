@@ -100,8 +100,11 @@ def conflict(group: str, plural: str, name: str, why: str) -> ApiError:
 
 def invalid(group: str, kind: str, name: str, causes: tuple[Cause, ...]) -> ApiError:
     """422 Invalid with one cause per bad field, as admission and schema validation report it."""
-    text = ", ".join(f"{c.field}: {c.message}" if c.field else c.message for c in causes)
-    msg = f'{kind}.{group or ""}'.rstrip(".") + f' "{name}" is invalid: {text}'
+    # the message as apimachinery's aggregate error prints the causes: each distinct one once, in brackets when
+    # there are several
+    messages = list(dict.fromkeys(f"{c.field}: {c.message}" if c.field else c.message for c in causes))
+    text = ": " + (messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]") if messages else ""
+    msg = f'{kind}.{group or ""}'.rstrip(".") + f' "{name}" is invalid{text}'
     return ApiError(422, "Invalid", msg, name, group, kind, causes)
 
 

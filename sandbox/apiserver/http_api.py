@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import eviction, fieldvalidation, paging, tables, watch_http
+from . import eviction, fieldvalidation, listoptions, paging, tables, watch_http
 from .api import Api
 from .errors import NOT_FOUND, ApiError, bad_request, method_not_allowed
 from .pod_http import pod_attach_or_exec, pod_binding, pod_log, pod_port_forward
@@ -91,8 +91,9 @@ async def _collection(api: Api, request: web.Request, t: Target) -> web.StreamRe
     q = request.query
     if request.method == "GET":
         selector = Selector.parse(q.get("labelSelector"), q.get("fieldSelector"), t.rt.kind)
-        if t.watch or q.get("watch") in ("1", "true", "True"):
+        if t.watch or listoptions.flag(q, "watch"):
             return await watch_http.serve_watch(api, request, t.rt, t.namespace, selector)
+        listoptions.check_list(q)
         listing = api.list(t.rt, t.namespace, selector, copy=False)
         limit = q.get("limit")
         if limit is not None and not limit.lstrip("-").isdigit():

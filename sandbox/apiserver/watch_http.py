@@ -1,9 +1,12 @@
 """The watch stream: newline-delimited ``{"type", "object"}`` JSON over a chunked response.
 
-Semantics kept from kube-apiserver: no resourceVersion (or "0") first sends ADDED for every matching
-object, a resourceVersion resumes after it (410 Gone once forgotten: the Status is sent as an ERROR event,
-as a real server does for an established watch), ``timeoutSeconds`` ends the stream cleanly, and an
-object that stops (starts) matching the selector is sent as DELETED (ADDED).
+Semantics kept from kube-apiserver 1.35 (the options and their defaults are ``listoptions``'s): a watch with
+initial events (``sendInitialEvents=true``, the default from resourceVersion "" or "0") first sends ADDED for
+every matching object and, if it allows bookmarks, a BOOKMARK annotated ``k8s.io/initial-events-end`` at that
+state's resourceVersion; NotOlderThan a resourceVersion the store has not reached waits for it, then 504s. A
+resourceVersion resumes after it (410 Gone once forgotten: the Status is sent as an ERROR event, as a real server
+does for an established watch), ``timeoutSeconds`` ends the stream cleanly, and an object that stops (starts)
+matching the selector is sent as DELETED (ADDED).
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from typing import Any
 
 from aiohttp import web
 
-from . import tables
+from . import listoptions, tables
 from .api import Api
-from .errors import ApiError, bad_request
+from .errors import ApiError
 from .resources import ResourceType
 from .selectors import Selector
 from .store import Subscription, WatchEvent
@@ -30,17 +33,40 @@ def client_gone(request: web.Request) -> bool:
     return request.transport is None or request.transport.is_closing()
 
 
-def _since(value: str | None) -> int | None:
-    if value in (None, "", "0"):
-        return None
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise bad_request(f"resourceVersion={value!r} is not a resource version this server issued") from exc
-
-
 async def _send(resp: web.StreamResponse, kind: str, obj: dict[str, Any]) -> None:
     await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+
+
+async def _fresh(api: Api, rv: int) -> None:
+    """Wait, as kube-apiserver's watch cache does for a watch with initial events NotOlderThan ``rv``, until the
+    store has reached ``rv``; a 504 (sent as an ERROR event) after FRESH_SECONDS."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + listoptions.FRESH_SECONDS
+    sub = api.store.subscribe(None)
+    try:
+        while api.store.resource_version < rv:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise listoptions.too_large(rv, api.store.resource_version)
+            await sub.next(timeout=left)
+    finally:
+        sub.close()
+
+
+async def _start(api: Api, rt: ResourceType, namespace: str | None, selector: Selector,
+                 opts: listoptions.WatchOptions) -> tuple[Subscription, list[dict[str, Any]] | None, int]:
+    """The subscription, the objects to send first as ADDED (None: a watch without initial events) and the
+    resourceVersion after which events are new to the client."""
+    since = opts.since
+    if opts.send_initial_events:
+        if since is not None:
+            await _fresh(api, since)
+        sub = api.watch(rt, namespace, None)  # subscribed before listing: nothing falls between the two
+        listed = api.list(rt, namespace, selector, copy=False)
+        return sub, listed["items"], int(listed["metadata"]["resourceVersion"])
+    if since is None:  # sendInitialEvents=false from "" or "0": changes from now on
+        since = api.store.resource_version
+    return api.watch(rt, namespace, since), None, since
 
 
 async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespace: str | None,
@@ -50,6 +76,7 @@ async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespac
     A client that asked for Tables (``kubectl get -w``) gets each object as a one-row Table.
     """
     q = request.query
+    opts = listoptions.watch_options(q)
     as_table = tables.wants_table(request.headers.get("Accept", ""))
 
     async def send(kind: str, obj: dict[str, Any]) -> None:
@@ -58,40 +85,39 @@ async def serve_watch(api: Api, request: web.Request, rt: ResourceType, namespac
                                [dict(c) for c in rt.printer_columns])
         await _send(resp, kind, obj)
 
-    since = _since(q.get("resourceVersion"))
+    async def bookmark(rv: int, annotations: dict[str, str] | None = None) -> None:
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if annotations:
+            meta["annotations"] = annotations
+        await _send(resp, "BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta})
+
     timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else 1800.0
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     try:
-        sub = api.watch(rt, namespace, since)
-        listed = api.list(rt, namespace, selector, copy=False) if since is None else None
+        sub, initial, after_rv = await _start(api, rt, namespace, selector, opts)
     except ApiError as exc:
-        if exc.code != 410:
+        # past the request's checks, a real server answers 200 and sends the Status as an ERROR event
+        if exc.code not in (410, 504):
             raise
         await resp.prepare(request)
         await _send(resp, "ERROR", exc.status())
         return resp
     await resp.prepare(request)
-    seen = _Membership(resumed=since is not None)
+    seen = _Membership(resumed=initial is None)
     try:
-        # events up to the initial list's resourceVersion repeat what the list holds: skip them
-        initial = listed["items"] if listed else []
-        listed_rv = int(listed["metadata"]["resourceVersion"]) if listed else 0
-        for obj in initial:
+        for obj in initial or []:
             seen.matching.add((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
             await send("ADDED", obj)
+        if initial is not None and opts.bookmarks:
+            # the end of the initial events: what kubectl wait and client-go's informers wait for
+            await bookmark(after_rv, {listoptions.INITIAL_EVENTS_END: "true"})
 
         async def deliver(event: WatchEvent) -> None:
             kind = seen.translate(event.type, event.object, selector, event.previous)
             if kind:
                 await send(kind, dict(event.object, apiVersion=rt.api_version))
 
-        async def bookmark(rv: int) -> None:
-            await _send(resp, "BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
-                                           "metadata": {"resourceVersion": str(rv)}})
-
-        wants_bookmarks = q.get("allowWatchBookmarks") in ("1", "true", "True")
-        await _follow(request, sub, timeout, max(listed_rv, since or 0), deliver,
-                      bookmark if wants_bookmarks else None)
+        await _follow(request, sub, timeout, after_rv, deliver, bookmark if opts.bookmarks else None)
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:

@@ -15,7 +15,7 @@ from gpu_offload.engine.engine import TRUSTED, FollowSettings, follow
 from gpu_offload.engine.errors import RemoteError
 from gpu_offload.engine.ranked import RankedRun, prefix_lines
 from gpu_offload.engine.sinks import RecordingSink
-from gpu_offload.runner.frames import FrameDecoder
+from gpu_offload.runner.frames import Error, FrameDecoder
 from gpu_offload.runner.wire import MARK
 
 NONCE = "0123456789abcdef" * 2
@@ -137,3 +137,24 @@ def test_a_session_whose_ranks_cannot_stop_after_a_failure_is_closed_saying_why(
     notices = " ".join(args[0] for method, args in sink.calls if method == "notice")
     assert "ranks 1, 3 (nodes 0, 1) did not stop within 5 s after rank 2 failed" in notices
     assert "the session was closed" in notices
+
+
+def test_a_session_whose_run_ended_with_a_pod_is_closed_at_once_without_ranks_said_to_be_stuck() -> None:
+    """A session's pod lost with its node mid-cell: the backend ends the run (the pod's error, then the exit); no
+    rank is left to stop, so there is no settle wait and no word of ranks blocked in a collective."""
+    now = [0.0]
+
+    def tick() -> None:
+        now[0] += 1.0
+
+    hellos = [frame(i, rank, "hello", python="3.11.7", pid=rank, gpus=[], session=True) for i, rank in enumerate(range(2))]
+    inner = ScriptedRun(hellos + [frame(2, 1, "stream", name="stdout", text="changing\n")], 2, tick)
+    lost = "node 0: the virtual node of east was lost (east-gpu stopped answering and Kubernetes evicted the pod)"
+    inner.add(Error(-1, "DeletionByTaintManager", lost, (), rank=0), RunnerExit(None, ""))
+    run = RankedRun(inner, Ranks(2, 1), settle=60.0, clock=lambda: now[0])
+    sink = RecordingSink()
+    outcome = follow(run, sink, FollowSettings(progress_after=1e9), TRUSTED)
+    assert isinstance(outcome.error, RemoteError) and outcome.error.evalue == f"{lost} [rank 0]"
+    assert inner.killed == 1 and now[0] < 60.0  # ended at once, not after the settle time
+    notices = " ".join(args[0] for method, args in sink.calls if method == "notice")
+    assert "did not stop" not in notices and "collective" not in notices, notices

@@ -31,7 +31,10 @@ if CONTAINERS_CONF=${CONTAINERS_CONF:-$REPO/images/containers.conf} podman image
 	echo "singleuser_image $((SECONDS - image_started))s" >>"$RC_LOGS/stages.txt"
 fi
 tests_started=$SECONDS
-(cd "$REPO" && GPU_OFFLOAD_REAL_CLUSTER=1 .venv/bin/python -m pytest -m real_cluster -p no:cacheprovider "$@")
+# The tests that run kubectl (tests/kubectl.py: `kubectl drain` and `kubectl wait`, on the sandbox and on this
+# cluster) take the kubectl of the cluster binary built above.
+kubectl_cmd="$(printf '%q' "$RC_BIN/cluster") kubectl"
+(cd "$REPO" && GPU_OFFLOAD_REAL_CLUSTER=1 GPU_OFFLOAD_KUBECTL=${GPU_OFFLOAD_KUBECTL:-$kubectl_cmd} .venv/bin/python -m pytest -m real_cluster -p no:cacheprovider "$@")
 rc=$?
 echo "pytest (real_cluster) $((SECONDS - tests_started))s" >>"$RC_LOGS/stages.txt"
 echo "== real-cluster stage times"

@@ -209,6 +209,12 @@ class RankedRun:
             self._fail(frames.Error(-1, "RankDied", (
                 f"{describe_ranks(missing, self._shape)} ended before finishing the cell (exit code "
                 f"{exit_.code}). {exit_.detail}".strip()), (), rank=missing[0]))
+            if self._failure is not None and not self._finished:
+                # the backend's run is over (a session's pod ended: lost with its node, deleted, OOMKilled): no
+                # rank can still stop, nor be stuck waiting for a peer, so the session is ended now, not after
+                # the settle time with words about ranks blocked in a collective
+                self._inner.kill()
+                self._finish(frames.Done(-1, "error", 0.0), self._failure)
             return
         self._flush_held()
         self._ready.append(exit_)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from gpu_offload.liqo_peering.inventory import ClusterRecord, Inventory, VirtualNodeRecord
 
-from gpu_offload.engine.backends.base import RunRequest
+from gpu_offload.engine.backends.base import Ranks, RunRequest
 from gpu_offload.engine.backends.kube.drain import DrainStep, drain_step
 
 SESSION = RunRequest(gpus=1)
@@ -76,3 +76,23 @@ def test_a_session_that_is_not_checkpointed_stays_and_says_its_variables_go_with
 def test_the_model_asked_matches_another_donor_in_any_case_as_placement_matches_it() -> None:
     asked = RunRequest(gpus=1, gpu_model="a100")
     assert drain_step("donor-1-gpu", asked, pool(HERE, node("donor-2-gpu", "donor-2")), None) == DrainStep(True, WHY)
+
+
+def test_the_room_elsewhere_is_placements_own_rule_memory_included() -> None:
+    # GPUs free but not the pod's memory: placement would not put the session there, so it stays
+    short = replace(node("donor-2-gpu", "donor-2"), memory_free=4 * 2**30)
+    step = drain_step("donor-1-gpu", SESSION, pool(HERE, short), None, memory="8Gi")
+    assert step is not None and not step.move and "no other donor has room for this session" in step.text
+    assert drain_step("donor-1-gpu", SESSION, pool(HERE, short), None, memory="2Gi") == DrainStep(True, WHY)
+
+
+def test_a_distributed_session_moves_when_any_of_its_nodes_is_cordoned_and_all_its_pods_fit_elsewhere() -> None:
+    ddp = RunRequest(gpus=1, ranks=Ranks(nodes=2, procs_per_node=1))
+    nodes = ("donor-1-gpu", "donor-3-gpu")  # --spread: its pods on two donors, one of them drained
+    there = node("donor-3-gpu", "donor-3", free=3)
+    assert drain_step(nodes, ddp, pool(HERE, there, node("donor-2-gpu", "donor-2", free=2)), None) \
+        == DrainStep(True, WHY)
+    # two pods of one GPU on one cluster, and donor-2 has one GPU free: no room without --spread
+    step = drain_step(nodes, ddp, pool(HERE, replace(there, in_use=4), node("donor-2-gpu", "donor-2", free=1)), None)
+    assert step is not None and not step.move and "(--gpus 1 --nodes 2" in step.text, step
+    assert drain_step(nodes, ddp, pool(replace(HERE, cordoned=False), there), None) is None

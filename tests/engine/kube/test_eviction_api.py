@@ -17,6 +17,7 @@ import kubernetes
 import pytest
 from gpu_offload.sandbox.fixtures import wait_until
 
+from ... import kubectl
 from .conftest import DONORS, STOCK_IMAGE, origin_on_each_cluster
 
 origin = origin_on_each_cluster()
@@ -143,3 +144,42 @@ def test_discovery_lists_the_eviction_subresource_as_kubectl_drain_looks_for_it(
     resources = kubernetes.client.CoreV1Api(api_client).get_api_resources().resources
     [eviction] = [r for r in resources if r.name == "pods/eviction"]
     assert (eviction.group, eviction.version, eviction.kind, eviction.verbs) == ("policy", "v1", "Eviction", ["create"])
+
+
+@kubectl.needed
+def test_kubectl_drain_evicts_through_the_eviction_api_and_kubectl_wait_follows(
+        origin: Any, core: Any, api_client: Any, ns: str) -> None:
+    """kubectl 1.35 as an admin runs it: ``wait`` (whose watch waits for the initial-events-end bookmark) and
+    ``drain``, whose evictions a disruption budget refuses until it is gone."""
+    config = origin.sandbox.kubeconfig
+    policy = kubernetes.client.PolicyV1Api(api_client)
+    core.create_namespaced_pod(ns, _pod("a"))
+    assert kubectl.run(config, "wait", "-n", ns, "--for=condition=Ready", "pod/a", "--timeout=120s").stdout == \
+        "pod/a condition met\n"
+    policy.create_namespaced_pod_disruption_budget(ns, {
+        "metadata": {"name": "held"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}}})
+    wait_until(lambda: (_budget(policy, ns).get("status") or {}).get("observedGeneration") == 1,
+               "the disruption controller's first status")
+    drain = ("drain", NODE, "--pod-selector=app=held", "--force", "--ignore-daemonsets", "--grace-period=1")
+    # started first, so its watch is open well before the pod goes
+    with kubectl.start(config, "wait", "-n", ns, "--for=delete", "pod/a", "--timeout=120s") as deleted:
+        try:
+            refused = kubectl.run(config, *drain, "--timeout=3s", check=False)
+            assert refused.returncode == 1
+            assert f"node/{NODE} cordoned\n" in refused.stdout
+            assert (f'error when evicting pods/"a" -n "{ns}" (will retry after 5s): Cannot evict pod as it would '
+                    "violate the pod's disruption budget.") in refused.stderr
+            assert core.read_node(NODE).spec.unschedulable
+            assert core.read_namespaced_pod("a", ns).metadata.deletion_timestamp is None
+
+            policy.delete_namespaced_pod_disruption_budget("held", ns)
+            drained = kubectl.run(config, *drain, "--timeout=120s")
+            assert drained.stdout.endswith(f"evicting pod {ns}/a\npod/a evicted\nnode/{NODE} drained\n"), drained
+            assert deleted.communicate(timeout=120) == ("pod/a condition met\n", "")
+            assert deleted.returncode == 0
+            with pytest.raises(kubernetes.client.ApiException) as gone:
+                core.read_namespaced_pod("a", ns)
+            assert gone.value.status == 404
+        finally:
+            kubectl.run(config, "uncordon", NODE)
+    assert not core.read_node(NODE).spec.unschedulable

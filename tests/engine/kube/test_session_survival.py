@@ -205,6 +205,36 @@ def test_a_session_on_a_cordoned_node_moves_before_its_next_cell_or_says_it_cann
     assert kube_s3.close_session("train", grace=1)
 
 
+def test_an_idle_session_on_a_node_that_gets_cordoned_is_moved_before_any_cell(
+        kube_s3: KubernetesBackend, core: Any, namespace: str, where: dict[str, Any]) -> None:
+    before = _start(kube_s3, where)
+    written = kube_s3.keeper.store().latest("train")
+    pod = _pod(core, namespace)
+    node, cluster = pod.spec.node_name, node_cluster(pod.spec.node_name)
+    core.patch_node(node, {"spec": {"unschedulable": True}})  # a cordon, and no cell: only the drain watch moves it
+    try:
+        [line] = wait_until(lambda: [s.release for s in kube_s3.sessions() if "moved from" in s.release],
+                            "the idle session moved off the cordoned node without a cell", timeout=120)
+        assert (f"moved from {cluster} at " in line and f", while idle: donor {cluster} is being drained (its node "
+                f"{node} is cordoned)" in line), line
+        moved = _pod(core, namespace)
+        assert moved.spec.node_name != node and moved.metadata.name != pod.metadata.name
+        # the state had not changed since the checkpoint after the last cell: that one was restored, not a new one
+        assert written is not None and kube_s3.keeper.store().latest("train").obj == written.obj  # type: ignore[union-attr]
+        outcome, sink, _ = run_cell(kube_s3, CHECK, {}, session="train", **where)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        assert sink.text == before, (sink.text, sink.notices)  # the same values, in the moved session
+        [note] = [n for n in sink.notices if "is being drained" in n]
+        assert (f"session train: donor {cluster} is being drained (its node {node} is cordoned); moved this session "
+                f"from {cluster} to ") in note and ", while it was idle and before this cell (waited " in note, note
+        assert "restored from checkpoint train: " in note and "not restored: guard (_thread.lock" in note, note
+        assert _pod(core, namespace).metadata.name == moved.metadata.name
+        assert not [s.release for s in kube_s3.sessions() if s.release]  # said once
+    finally:
+        core.patch_node(node, {"spec": {"unschedulable": None}})
+    assert kube_s3.close_session("train", grace=1)
+
+
 def node_cluster(node: str) -> str:
     """The donor whose virtual node is ``node`` (``donor-1-gpu`` is donor-1's)."""
     return node.removesuffix("-gpu")

@@ -1,13 +1,11 @@
-"""The origin through kubectl, as an admin or a newcomer would poke at it (skipped without kubectl)."""
+"""The origin through kubectl, as an admin or a newcomer would poke at it: kubectl 1.35, whose ``wait`` waits for
+the watch's initial-events-end bookmark (in the real-cluster stage, with its built kubectl; skipped without one)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+from ... import kubectl as k
 
-import pytest
-
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl on this machine")
+pytestmark = k.MARKS
 
 POD = """
 apiVersion: v1
@@ -23,10 +21,7 @@ spec:
 
 
 def kubectl(origin, *args: str, stdin: str | None = None) -> str:
-    result = subprocess.run(["kubectl", "--kubeconfig", str(origin.sandbox.kubeconfig), *args], input=stdin,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    return k.run(origin.sandbox.kubeconfig, *args, stdin=stdin).stdout
 
 
 def test_kubectl_sees_the_donors_and_runs_logs_execs_and_deletes_a_pod(origin):

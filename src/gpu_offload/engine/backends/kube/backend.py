@@ -29,9 +29,10 @@ from ....liqo_peering.errors import (
     GpuOffloadError,
     PlacementError,
 )
+from ....liqo_peering.inventory import Inventory
 from ....liqo_peering.settings import RunDefaults, kernel_settings, run_defaults
 from ....liqo_peering.specs import runner_selector
-from ....liqo_peering.trust import run_trusted, trusting
+from ....liqo_peering.trust import apply_policy, run_trusted, trusting
 from ....liqo_peering.wording import duration
 from ....runner.frames import Outputs
 from ...errors import OffloadError, OffloadUsageError
@@ -39,12 +40,13 @@ from ..base import Job, RunRequest, SessionInfo, Transfer
 from ..checkpoint_book import SessionLost
 from .config import KubeSettings
 from .drain import DrainStep, drain_step, waiting_step
+from .drain_watch import DrainWatch
 from .host import Launched, WarmSession
 from .hub_inventory import HubInventory
 from .idle import IdleTimeouts, release_words
 from .jobrun import KubeJobRun
 from .launcher import PodLauncher
-from .plan import PodOrder
+from .plan import EITHER, PodOrder
 from .pods import PodApi
 from .podspec import fetched_outputs, same_object, untrusted_unfetched
 from .queueing import Ticket
@@ -63,6 +65,10 @@ class ClusterError(OffloadError):
 
 DRAIN_CHECK_SECONDS = 2.0
 """How long a session's cell waits for the inventory to learn whether its node is cordoned (the first read)."""
+DRAIN_SETTLE_SECONDS = 2.0
+"""How long the drain watch lets a cordon stand before moving an idle session: ``kubectl drain`` evicts right
+after its cordon, and then the pod's SIGTERM checkpoint keeps the state (its next cell resumes it); a move raced
+against that eviction would only add a second pod. A pod being deleted by then is not moved."""
 
 
 def _translate(exc: GpuOffloadError) -> OffloadError:
@@ -87,6 +93,15 @@ def _translate(exc: GpuOffloadError) -> OffloadError:
             "to end, close a session you no longer need (`%gpu_offload sessions`, `%gpu_offload close NAME`), "
             "ask for fewer GPUs, or ask your JupyterHub admin for a larger share.")
     return ClusterError(f"{exc}. Nothing is left running for this cell.")
+
+
+class _Unmoved(Exception):
+    """A drained session's move failed (``cause``): before anything was touched (``kept``), or after it was
+    checkpointed and closed, when its restore elsewhere failed."""
+
+    def __init__(self, cause: BaseException, kept: bool) -> None:
+        super().__init__(str(cause))
+        self.cause, self.kept = cause, kept
 
 
 class KubernetesBackend:
@@ -115,6 +130,18 @@ class KubernetesBackend:
         self._idle_ended: dict[str, IdleEnded] = {}
         """Sessions this kernel ended for idling: said at the next cell of that session and in ``%gpu_offload
         status`` until then."""
+        self._gates: dict[str, Any] = {}
+        """Session -> the re-entrant lock a cell's start and a move hold: the drain watch moves no session a cell
+        is being handed to, and a cell waits for a move under way."""
+        self._drain_watch: DrainWatch | None = None
+        self._drain_notes: dict[str, tuple[str, bool]] = {}
+        """Sessions the drain watch moved while idle: what their next cell is told, once."""
+        self._drain_lines: dict[str, str] = {}
+        """Sessions on a drained donor, what ``%gpu_offload sessions`` says: moved while idle, or why they stay."""
+        self._drain_tried: set[str] = set()
+        """Holders (``pod NAME``) the drain watch could not move: their next cell tries again, the watch does not."""
+        self._cordon_seen: dict[str, float] = {}
+        """Holders the drain watch saw on a cordoned node, since when (monotonic)."""
         self.cleaned: list[str] = []
         """What an earlier life of this kernel left behind, removed at start."""
         # best effort: a server account without list rights on Secrets must still be able to run cells
@@ -161,8 +188,10 @@ class KubernetesBackend:
 
     def trusts(self, cluster: str) -> bool:
         """Whether ``cluster`` is one of the settings' trusted ids (``GPU_OFFLOAD_TRUSTED_CLUSTERS``, which a
-        hub's spawner writes from its chart): the same policy placement and the runner pods are given."""
-        return run_trusted(self.name, cluster, self.trust)
+        hub's spawner writes from its chart): the same policy placement and the runner pods are given. A spread
+        Job's run is on ``a or b`` (its out rank may land on either): trusted when every one is, as placement
+        decided when it told the runners their output format."""
+        return all(run_trusted(self.name, one, self.trust) for one in cluster.split(EITHER))
 
     # --- the Backend protocol ---
 
@@ -183,14 +212,16 @@ class KubernetesBackend:
 
     def _session_cell(self, job: Job) -> SessionRun | RankSessionRun:
         assert job.session is not None
-        self.keeper.settle(job.session)  # a checkpoint still being written goes first
-        drained = self._leave_drained(job.session)
-        session = self._session(job.session, job.request)
-        with self._lock:
-            idle = self.idle_timeouts.ask(job.session, job.request.idle_timeout)
-        note = self.keeper.note(job.session)
-        pending, session.unrestored = self.keeper.resume(session) or session.unrestored, None
-        run = session.submit(job.bundle, job.run_id)
+        self._watch_drains()
+        with self._gate(job.session):  # until the session is busy with this cell: the drain watch moves it not
+            self.keeper.settle(job.session)  # a checkpoint still being written goes first
+            drained = self._leave_drained(job.session)
+            session = self._session(job.session, job.request)
+            with self._lock:
+                idle = self.idle_timeouts.ask(job.session, job.request.idle_timeout)
+            note = self.keeper.note(job.session)
+            pending, session.unrestored = self.keeper.resume(session) or session.unrestored, None
+            run = session.submit(job.bundle, job.run_id)
         for told in (drained, idle, note):
             if told is not None:
                 text, warning = told
@@ -199,43 +230,147 @@ class KubernetesBackend:
             run.restore_first(pending)
         return run
 
+    def _gate(self, name: str) -> Any:
+        with self._lock:
+            return self._gates.setdefault(name, threading.RLock())
+
     def _leave_drained(self, name: str) -> tuple[str, bool] | None:
         """A live, idle session whose node is cordoned (its donor is being drained) moves before its next cell,
-        through the move path, or says why it stays (``drain.drain_step``); what the cell is told."""
+        through the move path, or says why it stays (``drain.drain_step``); what the cell is told. A session the
+        drain watch moved while it idled says that instead."""
         with self._lock:
             current = self._sessions.get(name)
-        if not isinstance(current, KubeSession) or not current.alive or current.busy:
-            return None
-        node = current.launched.follower.node
-        if not node:
+            moved = self._drain_notes.pop(name, None)
+            self._drain_lines.pop(name, None)
+        if moved is not None:
+            return moved
+        if current is None or not current.alive or current.busy:
             return None
         try:  # a short wait: the check must not hold a cell up for long (the cache's refusal is known at once)
             inventory = self.inventory().inventory(timeout=DRAIN_CHECK_SECONDS)
         except GpuOffloadError:  # no inventory to read: the drain's eviction ends the session, the next cell resumes
             return None
-        step = drain_step(node, current.request, inventory,
-                          why_not_kept(current.request, self.keeper.checkpoints is not None))
+        step = self._drain_step(current, inventory)
         if step is None:
             return None
         if not step.move:
             return f"session {name}: {step.text}", True
+        try:
+            return self._move_drained(name, current, step, "before this cell"), True
+        except _Unmoved as failed:
+            if failed.kept:  # the checkpoint failed: the session was not touched
+                return f"session {name}: {step.why}; it could not be moved ({failed.cause}): the cell runs there", True
+            raise OffloadUsageError(
+                f"session {name}: {step.why}; it was checkpointed and closed, but could not be started elsewhere "
+                f"({failed.cause}); `%gpu_offload restore {name}` starts it from that checkpoint once a donor has "
+                "room") from failed.cause
+
+    def _drain_step(self, session: KubeSession | KubeRankSession, inventory: Inventory) -> DrainStep | None:
+        """``drain.drain_step`` for ``session``'s pod (a distributed session's pods), placed as its launch is."""
+        nodes = [f.node for f in session.followers() if f.node]
+        if not nodes:
+            return None
+        return drain_step(nodes, session.request, apply_policy(inventory, self.trust),
+                          why_not_kept(session.request, self.keeper.checkpoints is not None),
+                          self.settings.policy, session.order.defaults.memory)
+
+    def _move_drained(self, name: str, current: KubeSession | KubeRankSession, step: DrainStep, when: str) -> str:
+        """Move ``current`` off its drained donor (``move_session``); what is said of it. Raises ``_Unmoved``."""
         old = current.cluster
         try:
-            _, restored = self.move_session(name, grace=1.0)
+            _, restored = self.move_session(name, grace=1.0, changed_only=True)
         except (OffloadError, GpuOffloadError, SessionLost, StorageError) as exc:
             with self._lock:
                 kept = name in self._sessions
-            if kept:  # the checkpoint failed: the session was not touched
-                return f"session {name}: {step.why}; it could not be moved ({exc}): the cell runs there", True
-            raise OffloadUsageError(
-                f"session {name}: {step.why}; it was checkpointed and closed, but could not be started elsewhere "
-                f"({exc}); `%gpu_offload restore {name}` starts it from that checkpoint once a donor has room") from exc
+            raise _Unmoved(exc, kept) from exc
         with self._lock:
             moved = self._sessions.get(name)
         where = moved.cluster if moved is not None else "another donor"
-        # the restore's words: "resumed on WHERE (waited ..., the restore took ...); restored from checkpoint ..."
+        # the restore's words: "resumed on WHERE (waited ...)"; restored from checkpoint ..."
         restored = restored.removeprefix(f"session {name}: ").removeprefix(f"resumed on {where} ")
-        return f"session {name}: {step.why}; moved this session from {old} to {where} before this cell {restored}", True
+        return f"session {name}: {step.why}; moved this session from {old} to {where} {when} {restored}"
+
+    def _watch_drains(self) -> None:
+        """Start the drain watch with the first session cell, over the kernel's own inventory cache (a hub's
+        inventory is read on demand, not watched: there a session's next cell moves it)."""
+        with self._lock:
+            if self._drain_watch is not None:
+                return
+        source = self.inventory()
+        with self._lock:
+            if self._drain_watch is None and isinstance(source, InventoryCache):
+                self._drain_watch = DrainWatch(source, self._look_for_drains).start()
+
+    def _look_for_drains(self) -> None:
+        """The drain watch's look: each idle session whose node is cordoned is moved now, or says why it stays."""
+        with self._lock:
+            idle = [s for s in self._sessions.values() if s.alive and not s.busy]
+        if not idle:
+            return
+        inventory = self.inventory().inventory(timeout=0)  # the watch looks again at the next change
+        for session in idle:
+            self._drain_idle(session, inventory)
+
+    def _being_deleted(self, session: KubeSession | KubeRankSession) -> bool:
+        """Whether a pod of ``session`` is being deleted (evicted) as the inventory's Pod watch last saw it."""
+        source = self.inventory()
+        if not isinstance(source, InventoryCache):
+            return False
+        names = {f.name for f in session.followers()}
+        return any(meta.get("name") in names and meta.get("namespace") == self.settings.namespace
+                   and meta.get("deletionTimestamp")
+                   for meta in ((pod.get("metadata") or {}) for pod in source.objects("Pod")))
+
+    def _drain_idle(self, session: KubeSession | KubeRankSession, inventory: Inventory) -> None:
+        name = session.name
+        step = self._drain_step(session, inventory)
+        if step is None or not step.move:
+            with self._lock:
+                if step is None:
+                    self._drain_lines.pop(name, None)
+                    self._cordon_seen.pop(session.holder, None)
+                else:
+                    self._drain_lines[name] = step.idle
+            return
+        since = self._cordon_seen.setdefault(session.holder, time.monotonic())
+        wait = DRAIN_SETTLE_SECONDS - (time.monotonic() - since)
+        if wait > 0:
+            if self._drain_watch is not None:
+                self._drain_watch.again_in(wait)
+            return
+        gate = self._gate(name)
+        if session.holder in self._drain_tried or self._being_deleted(session) or not gate.acquire(blocking=False):
+            return  # a cell is being handed to it: that cell's own check moves it
+        try:
+            with self._lock:
+                if self._sessions.get(name) is not session or not session.alive or session.busy:
+                    return
+                session.claims += 1  # an idle timer set earlier ends nothing now
+                release_at = session.release_at
+            at = time.strftime("%H:%M:%S UTC", time.gmtime())
+            try:
+                text = self._move_drained(name, session, step, f"at {at}, while it was idle and before this cell")
+            except _Unmoved as failed:
+                with self._lock:
+                    if failed.kept:  # its next cell tries again; its idle release keeps its time
+                        self._drain_tried.add(session.holder)
+                        self._drain_lines[name] = f"{step.why}; it could not be moved ({failed.cause})"
+                        if release_at is not None:
+                            self._start_idle_timer(session, max(0.0, release_at - time.time()))
+                    else:  # its next cell resumes it from the checkpoint, as after an idle release
+                        self._idle_ended[name] = IdleEnded(session.holder, (
+                            f"was checkpointed and closed at {at} because {step.why}, but could not be started "
+                            f"elsewhere ({failed.cause})"), session.request)
+                return
+            with self._lock:
+                self._cordon_seen.pop(session.holder, None)
+                self._drain_notes[name] = (text, True)
+                self._drain_lines[name] = f"moved from {session.cluster} at {at}, while idle: {step.why}"
+                fresh = self._sessions.get(name)
+            if fresh is not None and release_at is not None:  # the idle release keeps its time
+                self._start_idle_timer(fresh, max(0.0, release_at - time.time()))
+        finally:
+            gate.release()
 
     # --- the Host protocol: what runs and sessions ask of the backend and tell it ---
 
@@ -249,13 +384,14 @@ class KubernetesBackend:
         run), in the one form every front end uses (``settings.run_defaults``)."""
         return run_defaults(kernel_settings())
 
-    def cordoned(self, node: str, request: RunRequest) -> DrainStep | None:
+    def cordoned(self, node: str, order: PodOrder) -> DrainStep | None:
         """See :meth:`.host.Host.cordoned`."""
         try:  # the cache answers at once once listed; a refusal is known at once too
             inventory = self.inventory().inventory(timeout=DRAIN_CHECK_SECONDS)
         except GpuOffloadError:
             return None
-        return waiting_step(node, request, inventory)
+        return waiting_step(node, order.placement, apply_policy(inventory, self.trust), self.settings.policy,
+                            order.defaults.memory)
 
     def leave(self, ticket: Ticket) -> None:
         """See :meth:`.host.Host.leave`."""
@@ -294,7 +430,13 @@ class KubernetesBackend:
         """See :meth:`.host.Host.idle`: checkpoint the session if it changed (in the background), then its idle
         timer."""
         if isinstance(session, (KubeSession, KubeRankSession)):
-            self.keeper.after_cell(session, self._start_idle_timer)
+            self.keeper.after_cell(session, self._went_idle)
+
+    def _went_idle(self, session: KubeSession | KubeRankSession) -> None:
+        """After a cell's checkpoint: the idle timer, and a look at the drains (its node may be cordoned now)."""
+        self._start_idle_timer(session)
+        if self._drain_watch is not None:
+            self._drain_watch.poke()
 
     def _session(self, name: str, placement: RunRequest) -> KubeSession | KubeRankSession:
         with self._lock:
@@ -344,14 +486,16 @@ class KubernetesBackend:
         # a distributed session: one Indexed Job of session launchers, one attachment per pod
         return KubeRankSession(name, self, placement, replaces, ended)
 
-    def _start_idle_timer(self, session: KubeSession | KubeRankSession) -> None:
-        """End the session if no cell comes within the idle timeout, so nobody keeps GPUs by forgetting a
-        session (the chart's ``offload.sessionIdleTimeout``)."""
+    def _start_idle_timer(self, session: KubeSession | KubeRankSession, seconds: float | None = None) -> None:
+        """End the session if no cell comes within the idle timeout (or ``seconds``: what was left of it when a
+        drain moved the session), so nobody keeps GPUs by forgetting a session (the chart's
+        ``offload.sessionIdleTimeout``)."""
         if session.dead or session.busy:
             return
         timeout = self.idle_timeouts.of(session.name).seconds
         if timeout <= 0:
             return
+        timeout = timeout if seconds is None else seconds
         timer = threading.Timer(timeout, self._end_idle, (session, session.claims))
         timer.daemon = True
         session.idle_timer, session.release_at = timer, time.time() + timeout
@@ -418,15 +562,21 @@ class KubernetesBackend:
             raise
 
     def move_session(self, name: str, cluster: str | None = None, gpu_model: str | None = None,
-                     grace: float = 5.0) -> list[str]:
-        """``%gpu_offload move``: checkpoint, close, restore in a new pod (on ``cluster`` or a ``gpu_model``)."""
+                     grace: float = 5.0, changed_only: bool = False) -> list[str]:
+        """``%gpu_offload move``: checkpoint, close, restore in a new pod (on ``cluster`` or a ``gpu_model``);
+        ``changed_only``: the session's last checkpoint serves when its state did not change since (a drain's)."""
+        with self._gate(name):  # not while the drain watch moves it
+            return self._move(name, cluster, gpu_model, grace, changed_only)
+
+    def _move(self, name: str, cluster: str | None, gpu_model: str | None, grace: float,
+              changed_only: bool) -> list[str]:
         current = self._live(name)
         placement = current.request
         if cluster:
             placement = replace(placement, cluster=cluster)
         if gpu_model:
             placement = replace(placement, gpu_model=gpu_model, fallback_models=())
-        saved = self.keeper.take(current, name, None, None)
+        saved = self.keeper.take_if_changed(current) if changed_only else self.keeper.take(current, name, None, None)
         lines = [f"checkpoint {saved.describe()}"]
         self.close_session(name, grace)
         lines.append(self.restore_session(name, name, placement))
@@ -439,16 +589,19 @@ class KubernetesBackend:
         with self._lock:
             return [replace(s.info(), release="; ".join(w for w in (
                         s.protector.words(now) if isinstance(s, KubeSession) else "",
-                        release_words(self.idle_timeouts.of(s.name), s.release_at, now)) if w))
+                        release_words(self.idle_timeouts.of(s.name), s.release_at, now),
+                        self._drain_lines.get(s.name, "")) if w))
                     for s in self._sessions.values() if s.alive]
 
     def close_session(self, name: str, grace: float = 5.0) -> bool:
         """End the named session and delete its pod (or forget one released while idle, so its next cell starts
         afresh); ``False`` if there is none."""
         self.keeper.settle(name)  # a checkpoint being written finishes first (its object is then removed at exit)
-        with self._lock:
+        with self._gate(name), self._lock:  # not while the drain watch moves it
             current = self._sessions.pop(name, None)
             idle = self._idle_ended.pop(name, None)
+            self._drain_notes.pop(name, None)
+            self._drain_lines.pop(name, None)
         if idle is not None:  # released while idle: its next cell would have resumed it; now it starts afresh
             self.keeper.forget(name)
         if current is None:
@@ -469,6 +622,8 @@ class KubernetesBackend:
 
     def close(self) -> None:
         """Kernel exit: end every session, delete whatever this kernel still has, stop the watches."""
+        if self._drain_watch is not None:
+            self._drain_watch.close()
         for name in list(self._sessions):
             self.close_session(name, grace=1.0)
         self.keeper.close()

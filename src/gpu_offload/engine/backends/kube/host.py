@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ....liqo_peering.wording import duration
 from ....runner.frames import Error, Outputs
 from ...timing import Phase
-from ..base import Queued, RunEvent, RunnerExit, RunRequest
+from ..base import Queued, RunEvent, RunnerExit
 from .drain import DrainStep
 from .explain import PodContext, PodState
 from .follow import PodFollower
@@ -109,9 +109,10 @@ class Host(Protocol):
         """What a run or session starting now gets where it does not say, resolved once for it."""
         ...
 
-    def cordoned(self, node: str, request: RunRequest) -> DrainStep | None:
-        """What a pod of ``request`` waiting on ``node`` (its runner not started) does when ``node`` is cordoned
-        (``drain.waiting_step``), from the kernel's inventory; None when it is not, or the inventory cannot tell."""
+    def cordoned(self, node: str, order: PodOrder) -> DrainStep | None:
+        """What ``order``'s pod waiting on ``node`` (its runner not started) does when ``node`` is cordoned
+        (``drain.waiting_step``, placed as its launch is), from the kernel's inventory; None when it is not, or the
+        inventory cannot tell."""
         ...
 
 
@@ -179,13 +180,13 @@ class Cordon:
         self._next = 0.0
         self.said = False
 
-    def step(self, launched: LaunchedPod, request: RunRequest, host: Host) -> DrainStep | None:
+    def step(self, launched: LaunchedPod, order: PodOrder, host: Host) -> DrainStep | None:
         follower = launched.follower
         now = time.monotonic()
         if (self.said or now < self._next or not follower.node or follower.gated or follower.started.is_set()):
             return None
         self._next = now + DRAIN_CHECK_EVERY
-        step = host.cordoned(follower.node, request)
+        step = host.cordoned(follower.node, order)
         if step is not None and not step.move:
             self.said = True
         return step

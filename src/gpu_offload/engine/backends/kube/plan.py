@@ -58,6 +58,8 @@ DEADLINE_MARGIN = 30
 the backstop for a kernel that went away."""
 BUNDLE_OBJECT = "bundle.pkl"
 """The object a bundle too large for the pod's stdin and Secret is stored as, under the run's id."""
+EITHER = " or "
+"""Joins the clusters a spread Job's pods may run on into its ``ctx.cluster`` (``donor-1 or donor-2``)."""
 
 
 @dataclass(frozen=True)
@@ -413,22 +415,35 @@ def _chooser(ranks: Ranks | None, avoid: frozenset[str], cpu_only: bool) -> Choo
     return choose
 
 
+def placement_request(placement: RunRequest, memory: str | None) -> PlacementRequest:
+    """What placement is asked for a run's (or each rank's) pod: its GPUs, model, cluster, memory and trust."""
+    return PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
+                            fallback_models=placement.fallback_models, memory=memory_bytes(memory),
+                            trusted_only=placement.trusted_only,
+                            cpu_only=placement.ranks is not None and placement.gpus == 0,
+                            fraction=fraction_of(placement))
+
+
+def choose_nodes(placement: RunRequest, inventory: Inventory, policy: str, memory: str | None,
+                 avoid: frozenset[str] = frozenset()) -> tuple[NodeChoice, ...]:
+    """The virtual node(s) the kernel places ``placement``'s pod (a distributed run's pods) on under ``policy``,
+    in the trust-applied ``inventory``, on none of the ``avoid`` clusters: the one fit rule of a launch and of a
+    drain's move (``drain.drain_step``). Raises the placement's error when nothing fits."""
+    chosen_policy = POLICIES.get(policy)
+    if chosen_policy is None:
+        raise OffloadUsageError(f"placement policy {policy!r} is unknown; use one of {', '.join(POLICIES)}")
+    request = placement_request(placement, memory)
+    return _chooser(placement.ranks, avoid, request.cpu_only)(inventory, request, chosen_policy)
+
+
 def placed_where(placement: RunRequest, avoid: frozenset[str], seen: Situation, settings: KubeSettings,
                  trust: TrustPolicy, inventory: Inventory) -> Where:
     """The virtual node(s) from the trust-applied ``inventory`` under the settings' policy, and the namespace's
     offloading to those not offloaded yet. ``--gpus 0`` (CPU ranks) goes to the node with the most CPU free."""
     ranks = placement.ranks
     cpu_only = ranks is not None and placement.gpus == 0
-    request = PlacementRequest(placement.gpus, placement.gpu_model, placement.cluster or "auto",
-                               fallback_models=placement.fallback_models, memory=memory_bytes(seen.memory),
-                               trusted_only=placement.trusted_only, cpu_only=cpu_only,
-                               fraction=fraction_of(placement))
-    policy = POLICIES.get(settings.policy)
-    if policy is None:
-        raise OffloadUsageError(f"placement policy {settings.policy!r} is unknown; use one of "
-                                f"{', '.join(POLICIES)}")
     try:
-        chosen = _chooser(ranks, avoid, cpu_only)(inventory, request, policy)
+        chosen = choose_nodes(placement, inventory, settings.policy, seen.memory, avoid)
     except NoFit as exc:
         if not placement.trusted_only:
             raise
@@ -441,7 +456,7 @@ def placed_where(placement: RunRequest, avoid: frozenset[str], seen: Situation, 
     clusters = tuple(c.cluster_id for c in chosen)
     if ranks is None:
         one = chosen[0]
-        shares = cluster_shares(inventory.virtual_nodes, request.fraction, (one.cluster_id,),
+        shares = cluster_shares(inventory.virtual_nodes, fraction_of(placement), (one.cluster_id,),
                                 wanted_models(placement), usable(placement, trust), one.ask) if one.ask else ()
         return Where(one.scheduling_fragment(), clusters, one.gpus, one.model, offloading, one.ask, shares)
     models = {c.model for c in chosen}
@@ -514,7 +529,7 @@ def plan_launch(order: PodOrder, avoid: frozenset[str], settings: KubeSettings, 
                          words=front_words(settings.cli)).on_cluster()
         return LaunchPlan(order.run_id, "Pod", queue, where.clusters, ctx, outputs_from, trusted, where.offloading,
                           stored, pod, waits_for=what if queue else "", protection=protection)
-    ctx = PodContext(" or ".join(where.clusters), placement.gpus, image, seen.memory, where.model,
+    ctx = PodContext(EITHER.join(where.clusters), placement.gpus, image, seen.memory, where.model,
                      words=front_words(settings.cli))
     job = RankJobSpec(pod, nodes=ranks.nodes, procs_per_node=ranks.procs_per_node,
                       master_port=master_port(order.run_id))

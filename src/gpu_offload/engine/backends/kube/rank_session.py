@@ -72,7 +72,11 @@ class KubeRankSession(WarmSession):
         return self.nodes.followers.values()
 
     def end_words(self) -> str:
-        """Closed during a cell (its ranks did not stop), or how the Job's first pod to end did."""
+        """Lost with its node (a closing during the cell that followed is that loss's doing, not ranks that did not
+        stop), else closed during a cell (its ranks did not stop), else how the Job's first pod to end did."""
+        lost = [f.end for f in self.nodes.followers.values() if f.end is not None and f.end.lost and f.end.summary]
+        if lost:
+            return f"was {lost[0].summary} " + ("during a cell" if self.closed_how else "while idle")
         return self.closed_how or super().end_words()
 
     def info(self) -> SessionInfo:

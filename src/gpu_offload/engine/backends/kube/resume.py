@@ -193,6 +193,17 @@ class SessionKeeper:
         assert saved is not None and store is not None
         return saved
 
+    def take_if_changed(self, session: Any) -> KubeCheckpoint:
+        """The session's own checkpoint (named after it), written now only if its state changed since the last
+        one (a drain's move: an idle session was checkpointed after its last cell)."""
+        store = self.store()
+        with self._lock(session.name):
+            saved = self._take(session, session.name, self.auto.get(session.name) or DEFAULT_LIMIT,
+                               only_if_changed=True)
+        saved = saved or store.latest(session.name)
+        assert saved is not None, "an unchanged state has a checkpoint it was compared with"
+        return saved
+
     def store(self) -> KubeCheckpoints:
         if self.checkpoints is None:
             raise OffloadUsageError("sessions on the cluster are checkpointed to object storage, and this kernel "

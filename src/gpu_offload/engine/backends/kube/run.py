@@ -109,7 +109,7 @@ class KubeRun:
         one retry elsewhere (nothing ran, nothing is lost); else the cell says it waits there."""
         if self._retried or self._hello:
             return None
-        step = self._cordon.step(self.current, self._order.placement, self._host)
+        step = self._cordon.step(self.current, self._order, self._host)
         if step is None:
             return None
         if not step.move:
