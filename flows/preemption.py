@@ -129,12 +129,14 @@ def stopped_text(stopped: Stopped, message: str | None, place: Place | None) -> 
     none was found, the cause is unknown)."""
     job = stopped.job
     by = preempted_by("", message or "") if message is not None else None
+    # to the minute, as the cell says how long its preempted run ran: a span said once, its seconds stale when read
+    ran = duration(stopped.ran, "min")
     if by is not None:
-        what = f"was preempted {by} after {duration(stopped.ran)}"
+        what = f"was preempted {by} after {ran}"
     elif message:
-        what = f"was stopped by Kueue after {duration(stopped.ran)} ({shown(message)})"
+        what = f"was stopped by Kueue after {ran} ({shown(message)})"
     else:
-        what = f"was stopped after {duration(stopped.ran)}: its Job {job.name} was suspended (Kueue evicted it)"
+        what = f"was stopped after {ran}: its Job {job.name} was suspended (Kueue evicted it)"
     line = f"; {place.text()}" if place is not None else ""
     return (f"gpu-offload: step {job.step} (task {job.task}, attempt {job.attempt}) {what}. Its pod is gone and "
             f"what it had done is lost; it waits in Kueue's queue again{line} and will rerun from its start once "

@@ -26,6 +26,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from .errors import APIGone, api_error, status_error
 from .retrying import WATCH_BACKOFF, Backoff
+from .untrusted_text import shown
 
 Event = dict[str, Any]
 WATCH_SECONDS = 240
@@ -54,7 +55,9 @@ def event_version(event: Mapping[str, Any]) -> str | None:
 def event_error(event: Mapping[str, Any], what: str) -> Exception:
     """The typed error of an ERROR event (its object is a ``Status``)."""
     status = event.get("object") or {}
-    detail = str(status.get("message") or status.get("reason") or status)
+    # The Status is the server's words, and the server may be a donor's or one Liqo reflects: its message can
+    # hold terminal escapes, a newline forging a line of ours, or a megabyte, and it ends up in the notebook.
+    detail = shown(status.get("message") or status.get("reason") or status)
     return status_error(int(status.get("code") or 0) or 500, "watching", what, detail)
 
 

@@ -3,7 +3,9 @@ keep (ClusterQueue, ResourceFlavors, WorkloadPriorityClasses, Workloads). Pure: 
 
 Everything shown is what Kueue itself reports (quota from the ClusterQueue's spec, usage from its status,
 a Workload's state from its conditions); nothing is recomputed, so the page agrees with ``kubectl`` and with
-what users see under their cells.
+what users see under their cells. Kueue's free texts (a Workload's message, a priority class's description, a
+flavor's annotations, an owner's name, the watches' errors) are someone else's words: the page escapes HTML, and
+``shown`` makes them one printable line of bounded length, as everywhere else they are quoted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from gpu_offload.liqo_peering import labels as L
 from gpu_offload.liqo_peering.kueue import QueueSettings
 from gpu_offload.liqo_peering.timestamps import parse_time
+from gpu_offload.liqo_peering.untrusted_text import shown
 
 Obj = Mapping[str, Any]
 RESOURCES = (L.GPU_RESOURCE, "cpu", "memory")
@@ -131,7 +134,8 @@ def _flavors(queue: Obj, flavors: Iterable[Obj]) -> tuple[FlavorRow, ...]:
             name = str(flavor.get("name"))
             quota = {str(r.get("name")): str(r.get("nominalQuota")) for r in flavor.get("resources") or []}
             note = notes.get(name, {})
-            rows.append(FlavorRow(name, note.get(L.REMOTE_CLUSTER_ID_LABEL, "?"), note.get(L.GPU_MODEL, "-"),
+            rows.append(FlavorRow(name, shown(note.get(L.REMOTE_CLUSTER_ID_LABEL, "?")),
+                                  shown(note.get(L.GPU_MODEL, "-")),
                                   {r: quota.get(r, "0") for r in RESOURCES},
                                   {r: used.get(name, {}).get(r, "0") for r in RESOURCES}))
     return tuple(rows)
@@ -151,12 +155,12 @@ def _workload_row(wl: Obj, user: str, now: datetime) -> WorkloadRow:
     since = admitted if admitted else None
     reserved = _condition(wl, "QuotaReserved") or {}
     when = parse_time((since or {}).get("lastTransitionTime") or meta.get("creationTimestamp"))
-    message = str((evicted or {}).get("message") or ("" if admitted else reserved.get("message") or ""))
+    message = shown((evicted or {}).get("message") or ("" if admitted else reserved.get("message") or ""))
     assignments = ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
     flavor = next((str(v) for a in assignments for v in (a.get("flavors") or {}).values()), "")
     return WorkloadRow(user, str(meta.get("namespace", "")), str(meta.get("name", "")),
-                       f"{owner.get('kind', '?')} {owner.get('name', '?')}",
-                       _priority_class(wl),
+                       shown(f"{owner.get('kind', '?')} {owner.get('name', '?')}"),
+                       shown(_priority_class(wl)),
                        int((wl.get("spec") or {}).get("priority") or 0), state, _gpus(wl), flavor or "-",
                        (now - when).total_seconds() if when else None, message)
 
@@ -168,11 +172,12 @@ def queues_view(settings: QueueSettings | None, queues: Iterable[Obj], flavors: 
     name when it belongs to nobody known); only Workloads of the LocalQueues of this ClusterQueue count."""
     if settings is None:
         return QueuesView(False)
+    watch_error = shown(watch_error, 600)  # the API servers' messages, one per failing watch
     name = settings.cluster_queue
     queue = next((q for q in queues if q["metadata"]["name"] == name), None)
     configured = {c.name for c in settings.priority_classes}
     classes = tuple(sorted((PriorityRow(str(c["metadata"]["name"]), int(c.get("value") or 0),
-                                        str(c.get("description") or ""), c["metadata"]["name"] == settings.default_priority)
+                                        shown(c.get("description") or ""), c["metadata"]["name"] == settings.default_priority)
                             for c in priority_classes if c["metadata"]["name"] in configured),
                            key=lambda r: (-r.value, r.name)))
     if queue is None:

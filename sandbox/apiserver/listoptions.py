@@ -25,20 +25,13 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 FRESH_SECONDS = 3.0
 """How long the watch cache waits to reach a resourceVersion asked with NotOlderThan before it answers 504."""
 
-_TRUE = ("1", "t", "T", "TRUE", "true", "True")
-_FALSE = ("0", "f", "F", "FALSE", "false", "False")
-
-
 def flag(query: Mapping[str, str], name: str) -> bool | None:
-    """A boolean query parameter as Go's strconv.ParseBool reads it; None when absent, 400 when not a boolean."""
+    """A boolean query parameter as apimachinery converts it: None when absent, False for "0" or "false" in any
+    case, True for anything else (an empty value too)."""
     value = query.get(name)
     if value is None:
         return None
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise bad_request(f"{name}={value!r} is not a boolean: send true or false")
+    return not (value == "0" or value.lower() == "false")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from gpu_offload.flows.step_watch import queued_step
 from gpu_offload.liqo_peering.kueue_stop import newest_stop_event, preempted_by
 from gpu_offload.liqo_peering.untrusted_text import shown
 
+from gpu_offload.engine.backends.kube.explain import PodContext, stopped_by_kueue
+
 KUEUE_SAYS = ("Preempted to accommodate a workload (UID: 1f, JobUID: 2e) due to prioritization in the ClusterQueue; "
               "preemptor path: /gpu-offload; preemptee path: /gpu-offload")
 
@@ -59,14 +61,18 @@ def test_the_preemption_is_said_with_kueues_reason_the_place_in_line_and_what_ha
     stopped = tracker.seen(_job(True), 72.0)
     assert isinstance(stopped, Stopped)
     assert stopped_text(stopped, KUEUE_SAYS, Place(0, 3, "gpu-offload")) == (
-        "gpu-offload: step train (task 2, attempt 0) was preempted by a higher-priority run after 1 min 12 s. Its "
+        "gpu-offload: step train (task 2, attempt 0) was preempted by a higher-priority run after 1 min. Its "
         "pod is gone and what it had done is lost; it waits in Kueue's queue again; 1st of 3 in LocalQueue "
         "gpu-offload and will rerun from its start once admitted; a higher priority (@gpu_offload(priority=...)), "
         "if you may use one, is preempted less")
     # another cause of eviction is said in Kueue's words; no event found: the suspension alone
-    assert "was stopped by Kueue after 1 min 12 s (Exceeded the PodsReady timeout" in stopped_text(
+    assert "was stopped by Kueue after 1 min (Exceeded the PodsReady timeout" in stopped_text(
         stopped, "Exceeded the PodsReady timeout", None)
-    assert "its Job t-1234-abcde was suspended (Kueue evicted it)" in stopped_text(stopped, None, None)
+    assert "was stopped after 1 min: its Job t-1234-abcde was suspended (Kueue evicted it)" in stopped_text(
+        stopped, None, None)
+    # the cell's sentence for the same span says the same, to the minute
+    cell = stopped_by_kueue("", KUEUE_SAYS, stopped.ran, PodContext("donor-1", 1, "python:3.11"))
+    assert cell.summary == "preempted after 1 min by a higher-priority run"
     readmitted = Readmitted(stopped.job, 61.0)
     assert readmitted_text(readmitted) == ("gpu-offload: step train (task 2, attempt 0) admitted by Kueue again after "
                                            "1 min 1 s in line; it reruns from its start")

@@ -10,6 +10,7 @@ import pytest
 from gpu_offload.liqo_peering.cache import InventoryCache, apply_event, object_key
 from gpu_offload.liqo_peering.client import ListResult
 from gpu_offload.liqo_peering.errors import APIError, APIGone, APIServerError, GpuOffloadError
+from gpu_offload.liqo_peering.untrusted_text import MAX_SHOWN
 
 
 def obj(name: str, rv: str, namespace: str | None = None, **extra: Any) -> dict:
@@ -43,6 +44,24 @@ def test_error_events_raise_gone_or_api_error() -> None:
         apply_event({}, {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd"}})
     with pytest.raises(ValueError, match="unknown type 'SYNC'"):
         apply_event({}, {"type": "SYNC", "object": obj("a", "1")})
+
+
+def test_an_error_event_s_status_message_is_shown_on_one_bounded_line() -> None:
+    # The Status comes from the server, which may be a donor's or one Liqo reflects: what it says reaches the
+    # notebook in the error, so escapes, a newline forging a line of ours, and 10 kB must not come through.
+    hostile = "too old resource version\x1b[2J\x1b]0;owned\x07\nwatching Pods failed: nothing, all is well\n" + "x" * 10_000
+    for code, raised in ((410, APIGone), (500, APIServerError)):
+        with pytest.raises(raised) as caught:
+            apply_event({}, {"type": "ERROR", "object": {"kind": "Status", "code": code, "message": hostile}})
+        text = str(caught.value)
+        assert text.startswith(f"watching the inventory failed (HTTP {code}: too old resource version [2J ]0;owned "
+                               "watching Pods failed: nothing, all is well xxx")
+        assert "\x1b" not in text and "\x07" not in text and "\n" not in text
+        assert len(caught.value.detail) == MAX_SHOWN + len("...") and len(text) < 600
+    # a Status without message or reason is shown as itself, bounded too
+    with pytest.raises(APIServerError) as caught:
+        apply_event({}, {"type": "ERROR", "object": {"kind": "Status", "code": 500, "details": {"x": "y" * 10_000}}})
+    assert caught.value.detail.startswith("{'kind': 'Status'") and len(caught.value.detail) == MAX_SHOWN + len("...")
 
 
 def fc(name: str, rv: str) -> dict:

@@ -35,7 +35,7 @@ from ...origins import (
     TWO_MODELS,
     KueueConfig,
 )
-from ...realcluster.realorigin import clusters, node_lost, seeded_origin
+from ...realcluster.realorigin import KUBECONFIG, RealCluster, RealOrigin, clusters, node_lost, seeded_origin
 from ...sandbox.kueue_setup import workloads
 
 STOCK_IMAGE = "python:3.11-slim"
@@ -61,6 +61,18 @@ def origin_on_each_cluster() -> Any:
                 yield real
             return
         yield origin
+
+    return either
+
+
+def api_on_each_cluster() -> Any:
+    """The ``origin`` of a module that asks only the API server (its own namespaces and objects, no pod on a donor)
+    on both clusters: the shared sandbox origin, or the real cluster as up.sh left it, with nothing seeded (which
+    takes seconds there). A module takes it as ``origin = api_on_each_cluster()``."""
+
+    @pytest.fixture(scope="module", params=clusters(), name="origin")
+    def either(request: pytest.FixtureRequest, origin: Any) -> Any:
+        return RealOrigin(RealCluster(KUBECONFIG)) if request.param == "real" else origin
 
     return either
 

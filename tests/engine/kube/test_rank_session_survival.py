@@ -411,3 +411,42 @@ def test_a_distributed_session_on_a_cordoned_node_is_moved_with_each_ranks_state
     finally:
         backend.close()
     _nothing_left(api_client, namespace, s3)
+
+
+def test_a_distributed_session_with_nowhere_else_to_go_stays_on_its_cordoned_node_and_says_so(
+        api_client: Any, core: Any, namespace: str, s3: Any, s3_endpoint: str, origin: Any, setup: str,
+        shape: dict[str, Any]) -> None:
+    backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
+                                api_client)
+    try:
+        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
+        assert outcome.status == "ok", (outcome.error, sink.notices)
+        backend.keeper.settle("ddp")
+        [node] = _live_nodes(core, namespace)
+        cluster = node.removesuffix("-gpu")
+        job = backend.sessions()[0].where
+        # every node the session may go to cordoned: its own (on the real cluster it is pinned to donor-1), and on
+        # the sandbox the other donor's too
+        cordoned = [node] if "cluster" in shape else [f"{d}-gpu" for d in DONORS]
+        for name in cordoned:
+            core.patch_node(name, {"spec": {"unschedulable": True}})
+        try:
+            # said while it idles, by the drain watch (no cell runs)
+            stays = (f"donor {cluster} is being drained (its node {node} is cordoned), and no other donor has room "
+                     "for it (--gpus 1 --nodes 2")
+            [line] = wait_until(lambda: [s.release for s in backend.sessions() if stays in s.release],
+                                "the idle session's line saying it stays", timeout=60)
+            assert "it stays until its pod is evicted; its next cell then resumes it from its checkpoint" in line
+            outcome, sink, _ = run_cell(backend, CHECK, {}, session="ddp", **shape)
+            assert outcome.status == "ok" and _lines(sink) == BEFORE, (outcome.error, sink.text, sink.notices)
+            [note] = [n for n in sink.notices if "is being drained" in n]
+            assert (f"session ddp: donor {cluster} is being drained (its node {node} is cordoned), and no other donor "
+                    "has room for this session") in note and "the cell runs there" in note, note
+            assert [s.where for s in backend.sessions()] == [job]  # not moved
+        finally:
+            for name in cordoned:
+                core.patch_node(name, {"spec": {"unschedulable": None}})
+        assert backend.close_session("ddp", grace=1)
+    finally:
+        backend.close()
+    _nothing_left(api_client, namespace, s3)

@@ -72,3 +72,40 @@ def test_the_queues_page_says_what_to_do_when_there_is_nothing_to_show() -> None
     assert "&lt;HTTP 403&gt;" in page  # the watch's error, escaped
     empty = queues_view(QueueSettings(), [{"metadata": {"name": "gpu-offload"}, "spec": {}}], [], [], [], str, now)
     assert "no donor grants GPUs" in queues_page(ctx, empty) and "Nothing waits or runs" in queues_page(ctx, empty)
+
+
+def test_the_queues_page_shows_kueue_s_texts_on_one_bounded_line() -> None:
+    # Kueue's messages and descriptions, a flavor's annotations and an owner's name are whatever was written in
+    # the objects: escapes, a newline and 10 kB must reach neither the page nor the admins' JSON API.
+    from datetime import datetime, timezone
+
+    from gpu_offload.hub_extension.service.pages import HubContext, queues_page
+    from gpu_offload.hub_extension.service.queue_page import queues_view
+    from gpu_offload.hub_extension.service.views import to_json
+    from gpu_offload.liqo_peering.kueue import QueueSettings
+    from gpu_offload.liqo_peering.untrusted_text import MAX_SHOWN
+
+    hostile = "\x1b[31mPreempted\x1b[0m\r\n<b>forged</b>\x07 line" + "z" * 10_000
+    settings = QueueSettings()
+    now, ctx = datetime.now(timezone.utc), HubContext("/services/gpu-offload/", "admin", True, "x")
+    queue = {"metadata": {"name": settings.cluster_queue}, "spec": {"resourceGroups": [{"flavors": [
+        {"name": "donor-1-a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "4"}]}]}]}}
+    flavor = {"metadata": {"name": "donor-1-a100", "annotations": {"liqo.io/remote-cluster-id": hostile,
+                                                                      "gpu-offload.io/gpu-model": hostile}}}
+    classes = [{"metadata": {"name": c.name}, "value": c.value, "description": hostile} for c in settings.priority_classes]
+    workload = {"metadata": {"name": "pod-runner-1", "namespace": "u-alice", "creationTimestamp": "2026-11-28T12:00:00Z",
+                             "ownerReferences": [{"kind": "Pod", "name": hostile}]},
+                "spec": {"queueName": settings.local_queue, "podSets": []},
+                "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "message": hostile}]}}
+    view = queues_view(settings, [queue], [flavor], classes, [workload], str, now, "Workloads (cluster-wide): " + hostile)
+    texts = [view.workloads[0].message, view.workloads[0].owner, view.flavors[0].cluster_id, view.flavors[0].model,
+             view.watch_error] + [c.description for c in view.priority_classes]
+    assert view.priority_classes and view.workloads[0].message.startswith("[31mPreempted [0m <b>forged</b> linezzz")
+    for text in texts:
+        assert not any(c in text for c in "\x1b\r\n\x07") and len(text) <= 600 + len("...") and text.endswith("...")
+    assert max(len(t) for t in texts if t is not view.watch_error) == MAX_SHOWN + len("...")
+    page = queues_page(ctx, view)
+    assert "\x1b" not in page and "\x07" not in page and "zzz..." in page and "z" * 601 not in page
+    assert "&lt;b&gt;forged&lt;/b&gt;" in page and "<b>forged" not in page  # still escaped as HTML
+    api = str(to_json(view))
+    assert "\\x1b" not in api and "z" * 601 not in api
