@@ -12,6 +12,8 @@ node-ready         the node and its ForeignCluster are healthy again (taints rem
 oom-kill           a container's process is killed: terminated, reason OOMKilled, exit code 137
 evict              the pod fails with reason Evicted (processes stopped with its grace period)
 image-pull         an image can no longer be pulled: new containers go ErrImagePull/ImagePullBackOff
+slow-pull          an image is pulled on each node before its first container there, taking ``seconds``
+                   (``size`` bytes): ``Pulling`` and ``Pulled`` events in a kubelet's words
 api-error          requests whose path matches a regex get an HTTP error (default 503), ``times`` times
 api-latency        requests whose path matches a regex are delayed by ``seconds``
 cut-logs           every open ``pods/log`` follow stream of a pod is dropped mid-way
@@ -162,6 +164,10 @@ class SandboxFaults:
         """Make ``image`` fail to pull from now on."""
         self.images.missing.add(image)
 
+    def slow_pull(self, image: str, seconds: float, size: int = 0) -> None:
+        """Have ``image`` pulled on each node before its first container there, taking ``seconds``."""
+        self.images.slow_pull(image, seconds, size)
+
     def api_error(self, path: str, status: int = 503, methods: tuple[str, ...] = (), times: int = 0,
                   message: str = "") -> FaultRule:
         """Answer requests matching ``path`` (a regex) with HTTP ``status`` (and ``message``, to stand in for an
@@ -192,6 +198,7 @@ class SandboxFaults:
         ran out of its ``times`` still is, with how often it fired."""
         rules = [r for r in self.rules if self.api.faults.installed(r)]
         return {"lostNodes": sorted(self.lost_nodes), "missingImages": sorted(self.images.missing),
+                "slowPulls": sorted(self.images.pull_times),
                 "apiRules": [{"path": r.path, "methods": list(r.methods), "status": r.status, "delay": r.delay,
                               "times": r.times, "fired": self.api.faults.fired(r)} for r in rules]}
 
@@ -201,6 +208,7 @@ class SandboxFaults:
             self.api.faults.remove(rule)
         self.rules.clear()
         self.images.missing.clear()
+        self.images.pull_times.clear()
         for name in list(self.lost_nodes):
             with contextlib.suppress(FaultError, ApiError):
                 self.node_ready(name)
@@ -223,6 +231,7 @@ class SandboxFaults:
             "evict": lambda: self.evict(ns, need("pod")),
             "cut-logs": lambda: self.cut_logs(ns, need("pod")),
             "image-pull": lambda: self.image_unavailable(need("image")),
+            "slow-pull": lambda: self.slow_pull(need("image"), float(need("seconds")), int(body.get("size", 0))),
             "api-error": lambda: self.api_error(need("path"), int(body.get("status", 503)),
                                                 tuple(body.get("methods", ())), int(body.get("times", 0))),
             "api-latency": lambda: self.api_latency(need("path"), float(need("seconds")),
@@ -260,4 +269,5 @@ class SandboxFaults:
 
 
 def _names() -> list[str]:
-    return ["node-not-ready", "node-ready", "oom-kill", "evict", "image-pull", "api-error", "api-latency", "cut-logs"]
+    return ["node-not-ready", "node-ready", "oom-kill", "evict", "image-pull", "slow-pull", "api-error", "api-latency",
+            "cut-logs"]

@@ -66,6 +66,7 @@ def active_faults(running: RunningOrigin) -> list[str]:
     rules = [rule for rule in faults.rules if running.sandbox.api.faults.acting(rule)]
     return ([f"node {name} lost" for name in sorted(faults.lost_nodes)]
             + [f"image {image} missing" for image in sorted(faults.images.missing)]
+            + [f"image {image} pulled slowly" for image in sorted(faults.images.pull_times)]
             + [f"API rule on {rule.path}" for rule in rules])
 
 

@@ -94,6 +94,28 @@ class Images:
         self._built: dict[str, Runtime] = {}
         self.missing: set[str] = set()
         """Images made unpullable on purpose (a fault), whatever the map says."""
+        self.pull_times: dict[str, tuple[float, int]] = {}
+        """Images that take a pull on each node before their first container there (a fault): seconds and bytes."""
+        self._present: set[tuple[str, str]] = set()
+        """(node, image) pulled already: the image is on that node."""
+
+    def slow_pull(self, image: str, seconds: float, size: int) -> None:
+        """From now on ``image`` is pulled on each node before its first container there, taking ``seconds``
+        (a new push of the image: no node has it)."""
+        with self._lock:
+            self.pull_times[image] = (seconds, size)
+            self._present = {(node, known) for node, known in self._present if known != image}
+
+    def pull_needed(self, node: str, image: str) -> tuple[float, int] | None:
+        """The pull ``image`` needs on ``node`` (seconds, bytes), or None when it is there or pulls at once."""
+        with self._lock:
+            if image not in self.pull_times or (node, image) in self._present:
+                return None
+            return self.pull_times[image]
+
+    def pulled(self, node: str, image: str) -> None:
+        with self._lock:
+            self._present.add((node, image))
 
     def target(self, image: str) -> str | None:
         """The map's answer for ``image`` (``project``, ``stock`` or an interpreter path), or None."""

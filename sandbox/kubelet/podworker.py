@@ -50,6 +50,33 @@ from .podstatus import ContainerRecord
 from .process import ContainerProcess, Exit
 
 COMPONENT = "kubelet"
+
+
+def default_tag(image: str) -> str:
+    """``busybox`` -> ``busybox:latest``: the name a kubelet pulls and says (``applyDefaultImageTag``)."""
+    if "@" in image or ":" in image.rsplit("/", 1)[-1]:
+        return image
+    return f"{image}:latest"
+
+
+def go_quoted(text: str) -> str:
+    """Go's ``%q`` of an image name (printable ASCII: only ``"`` and ``\\`` are escaped)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def go_duration(seconds: float) -> str:
+    """``time.Duration.Truncate(time.Millisecond).String()``: ``850ms``, ``1.234s``, ``2m3.5s``, ``1h0m0s``."""
+    ms = int(seconds * 1000)
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest // 1000}.{rest % 1000:03d}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{secs}"
+    return f"{minutes}m{secs}" if minutes else secs
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 
 
@@ -112,6 +139,8 @@ class PodWorker:
         self.start_time = now()
         self.started_monotonic = time.monotonic()
         self.task: asyncio.Task[None] | None = None
+        self.pulled: set[str] = set()
+        """Containers whose image this worker pulled (they get no "already present" event)."""
 
     # ---- status -------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -155,10 +184,28 @@ class PodWorker:
                           self.pod["spec"].get("serviceAccountName", "default"), self.pod_ip, self.host_ip,
                           meta.get("labels") or {}, meta.get("annotations") or {})
 
+    async def _pull(self, rec: ContainerRecord) -> None:
+        """Pull the container's image when it is not on this node yet (the ``slow-pull`` fault): the events a
+        kubelet's image manager writes, in its words (``pkg/kubelet/images/image_manager.go``)."""
+        pull = self.kubelet.images.pull_needed(self.node, rec.image)
+        if pull is None:
+            return
+        seconds, size = pull
+        quoted = go_quoted(default_tag(rec.image))
+        self.event("Normal", "Pulling", f"Pulling image {quoted}", rec.name)
+        started = time.monotonic()
+        await asyncio.sleep(seconds)
+        self.kubelet.images.pulled(self.node, rec.image)
+        took = go_duration(time.monotonic() - started)
+        self.event("Normal", "Pulled", f"Successfully pulled image {quoted} in {took} ({took} including waiting). "
+                                       f"Image size: {size} bytes.", rec.name)
+        self.pulled.add(rec.name)
+
     async def _prepare(self, spec: dict[str, Any], rec: ContainerRecord) -> Launch:
         delay = self.kubelet.config.backoff
         while True:
             try:
+                await self._pull(rec)
                 runtime = await asyncio.to_thread(self.kubelet.images.resolve, rec.image)
                 volumes = materialize_volumes(self.pod, self.dir, self.kubelet.lookup(self.namespace, self.pod))
                 paths = mount_volumes(spec, volumes, self.dir / "rootfs")
@@ -288,7 +335,8 @@ class PodWorker:
 
     async def _start(self, rec: ContainerRecord, launch: Launch, stdin: bool) -> ContainerProcess | None:
         # the events a kubelet writes before a container runs (KubeSpawner shows them as spawn progress)
-        self.event("Normal", "Pulled", f'Container image "{rec.image}" already present on machine', rec.name)
+        if rec.name not in self.pulled:  # a kubelet says one or the other
+            self.event("Normal", "Pulled", f'Container image "{rec.image}" already present on machine', rec.name)
         self.event("Normal", "Created", f"Created container {rec.name}", rec.name)
         try:
             proc = await ContainerProcess.start(launch.argv, dict(launch.env), launch.cwd, self._sink(rec.name),

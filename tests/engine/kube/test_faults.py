@@ -14,7 +14,7 @@ from gpu_offload.engine.backends.kube.backend import KubernetesBackend
 from gpu_offload.engine.backends.kube.explain import MEMORY_ENV
 from gpu_offload.engine.errors import OffloadError, RemoteError
 
-from .conftest import leftovers, settings
+from .conftest import STOCK_IMAGE, leftovers, settings
 from .helpers import Sink, run_cell
 
 SLOW_CELL = "import time\nprint('started', flush=True)\ntime.sleep(120)\nprint('never')"
@@ -147,3 +147,76 @@ def test_a_cell_whose_finished_log_cannot_be_read_at_once_still_completes(kube: 
     outcome, sink, _ = run_cell(kube, "import time\ntime.sleep(2)\nprint('end', flush=True)\nx = 1", {})
     assert outcome.status == "ok", outcome.error
     assert "end" in sink.text and origin.sandbox.api.faults.fired(rule) == 6
+
+
+def _pulling(sink: Sink) -> list[str]:
+    return [n for n in sink.notices if f"; pulling image {STOCK_IMAGE} for " in n]
+
+
+def test_a_pod_pulling_its_image_says_so_and_estimates_from_the_earlier_pull(kube: KubernetesBackend,
+                                                                              origin: Any) -> None:
+    """Issue 27 "why am I waiting": the kubelet's Pulling and Pulled events (the sandbox writes them in a kubelet's
+    words) are what the waiting cell shows, with an estimate once the namespace's events hold an earlier pull."""
+    origin.faults.slow_pull(STOCK_IMAGE, 6.0, 123 * 2**20)
+    outcome, sink, _ = run_cell(kube, "print('pulled')", {})
+    assert outcome.status == "ok" and sink.text == "pulled\n", (outcome.error, sink.notices)
+    words = _pulling(sink)
+    assert words and "; no earlier pull of it in this namespace to estimate from (Kubernetes keeps events about an " \
+                     "hour)" in words[0], sink.notices
+    origin.faults.slow_pull(STOCK_IMAGE, 6.0, 123 * 2**20)  # a new push of the image: no node has it
+    outcome, sink, _ = run_cell(kube, "print('pulled again')", {})
+    assert outcome.status == "ok" and sink.text == "pulled again\n", (outcome.error, sink.notices)
+    words = _pulling(sink)
+    assert words and "; earlier pulls of it in this namespace took about 6 s (one pull; 123 MiB): " in words[0], \
+        sink.notices
+    assert words[0].endswith(" s left") or words[0].endswith("the slowest took 6 s)"), words
+
+
+def _bound(core: Any, namespace: str) -> Any:
+    return wait_until(lambda: next((p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name), None),
+                      "the runner pod bound to a node")
+
+
+def _cordon_in_thread(kube: KubernetesBackend, core: Any, namespace: str, others_too: bool,
+                      cordoned: list[str]) -> threading.Thread:
+    """Once the cell's pod is bound (and pulling), cordon its node, as a drain's first step; with ``others_too``
+    every other donor's node first, so nothing else has room."""
+    def cordon() -> None:
+        node = _bound(core, namespace).spec.node_name
+        others = [n.metadata.name for n in core.list_node().items
+                  if n.metadata.name != node and n.metadata.name.endswith("-gpu")] if others_too else []
+        for name in [*others, node]:
+            cordoned.append(name)
+            core.patch_node(name, {"spec": {"unschedulable": True}})
+            wait_until(lambda name=name: any(vn.name == name and vn.cordoned
+                                             for vn in kube.inventory().inventory().virtual_nodes),
+                       f"the kernel's inventory sees {name} cordoned")
+
+    thread = threading.Thread(target=cordon)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("others_too", [False, True], ids=["moves", "waits"])
+def test_a_pod_waiting_on_a_donor_being_drained_moves_or_says_it_waits(kube: KubernetesBackend, origin: Any,
+                                                                      core: Any, namespace: str,
+                                                                      others_too: bool) -> None:
+    origin.faults.slow_pull(STOCK_IMAGE, 10.0)
+    cordoned: list[str] = []
+    thread = _cordon_in_thread(kube, core, namespace, others_too, cordoned)
+    try:
+        outcome, sink, _ = run_cell(kube, "print('ran')", {})
+    finally:
+        thread.join()
+        for name in cordoned:
+            core.patch_node(name, {"spec": {"unschedulable": None}})
+    assert outcome.status == "ok" and sink.text == "ran\n", (outcome.error, sink.notices)
+    node = cordoned[-1]
+    why = f"donor {node.removesuffix('-gpu')} is being drained (its node {node} is cordoned)"
+    [note] = [n for n in sink.notices if "is being drained" in n]
+    if others_too:
+        assert note == (f"warning: {why}, and no other donor has room for this cell (--gpus 1): its pod waits there; if "
+                        "the drain evicts it before it starts, run the cell again"), sink.notices
+    else:
+        assert note.startswith(f"warning: {why} before the cell started; moved its pod to donor-"), sink.notices
+        assert not note.endswith(node.removesuffix("-gpu")), note

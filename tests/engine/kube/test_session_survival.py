@@ -15,6 +15,7 @@ to keep the real stage short: the releases and resumes they follow run on ``[rea
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -120,6 +121,12 @@ def _check_resumed(kube: KubernetesBackend, before: str, happened: str, where: d
     assert happened in note, note
     assert "restored from checkpoint train: " in note and "model" in note and "opt" in note and "double" in note
     assert "not restored: guard (_thread.lock" in note and "waited" in note and "the restore took" in note, note
+    # said before the wait for the new pod and the restore: what comes back, its size, and how long it should take
+    [told] = [n for n in sink.notices if "restoring checkpoint train (" in n]
+    assert sink.notices.index(told) < sink.notices.index(note), sink.notices
+    assert told.startswith("session train: ") and happened in told, told
+    assert re.search(r"restoring checkpoint train \(\d+(\.\d)? (MiB|KiB|bytes)\) once the new pod runs; ", told), told
+    assert "; it should take " in told or "; no estimate of its time yet: " in told, told
     return sink
 
 
@@ -264,6 +271,29 @@ def test_an_idle_session_is_released_and_resumed_by_its_next_cell(kube_idle: Kub
     assert "its state was checkpointed first (train, " in note, note
     [told] = [n for n in sink.notices if "is checkpointed after each cell that changes it" in n]
     assert "Idle for 3 s (the hub's offload.sessionIdleTimeout), its pod is released" in told, told
+
+
+def test_a_resumed_session_says_how_long_its_restore_should_take_from_this_kernels_own(
+        kube_idle: KubernetesBackend, namespace: str, core: Any, where: dict[str, Any]) -> None:
+    """Issue 27 "why am I waiting": before the wait for the new pod, the cell says what it restores and how long
+    that should take, from the checkpoint this kernel timed (no restore yet), then from its own restore."""
+    before = _start(kube_idle, where)
+    _released(core, namespace)
+    sink = _check_resumed(kube_idle, before, "was ended after 3 s idle holding 1 GPU", where)
+    [told] = [n for n in sink.notices if "restoring checkpoint train (" in n]
+    # the checkpoint's time holds no import of torch, which the new runner does before it unpickles the state
+    assert re.search(r"; it should take (about .+|under 1 s), from this kernel's one checkpoint \(.+/s\) as it has "
+                     "restored none yet: a restore moves the bytes a checkpoint wrote; not counted: the new runner's "
+                     "import of numpy, torch$", told), told
+    _released(core, namespace)
+    # the state the first resume left (its lock was not restored) is what comes back this time
+    outcome, sink, _ = run_cell(kube_idle, CHECK, {}, session="train", **where)
+    assert outcome.status == "ok" and sink.text == before, (outcome.error, sink.notices)
+    [told] = [n for n in sink.notices if "restoring checkpoint train (" in n]
+    [note] = [n for n in sink.notices if "resumed on" in n]
+    assert sink.notices.index(told) < sink.notices.index(note), sink.notices
+    assert re.search(r"; it should take (about .+|under 1 s), from this kernel's one restore \(.+/s\)$", told), told
+    assert kube_idle.close_session("train", grace=1)
 
 
 def test_a_cell_with_other_options_does_not_resume_a_released_session_and_loses_nothing(

@@ -282,3 +282,28 @@ def test_an_exec_session_ends_with_its_pod(core, namespace):
     wait_until(lambda: not any(marker.encode() in _cmdline(pid) for pid in exec_pids),
                "the exec'd process to end with the pod")
     session.close()
+
+
+def test_a_slow_pull_writes_a_kubelets_pulling_and_pulled_events_once_per_node(origin, core, namespace):
+    """The ``slow-pull`` fault: the first container of the image on a node waits for its pull, with the events a
+    kubelet's image manager writes (the kernel reads them to say a cell's pod is pulling); later ones find it
+    present."""
+    from gpu_offload.engine.backends.kube.image_pull import pulled, pulling_image
+
+    origin.faults.slow_pull("python:3.11", 1.5, 4321)
+    try:
+        first = _finished(core, namespace, core.create_namespaced_pod(namespace, _pod("p1", "print(1)")).metadata.name)
+        second = core.create_namespaced_pod(namespace, {**_pod("p2", "print(2)"), "spec": {
+            **_pod("p2", "print(2)")["spec"], "nodeName": first.spec.node_name}})
+        _finished(core, namespace, second.metadata.name)
+    finally:
+        origin.faults.clear()
+    events = {name: [(e.reason, e.message) for e in sorted(core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}").items, key=lambda e: e.metadata.creation_timestamp)
+        if e.reason in ("Pulling", "Pulled")] for name in ("p1", "p2")}
+    (pulling, start), (done, end) = events["p1"]
+    assert (pulling, done) == ("Pulling", "Pulled") and start == 'Pulling image "python:3.11"'
+    assert pulling_image(start) == "python:3.11"
+    found = pulled(end)
+    assert found is not None and found.image == "python:3.11" and found.size == 4321 and 1.5 <= found.seconds < 10, end
+    assert events["p2"] == [("Pulled", 'Container image "python:3.11" already present on machine')]

@@ -39,7 +39,7 @@ from ...errors import OffloadError, OffloadUsageError
 from ..base import Job, RunRequest, SessionInfo, Transfer
 from ..checkpoint_book import SessionLost
 from .config import KubeSettings
-from .drain import DrainStep, drain_step
+from .drain import DrainStep, drain_step, waiting_step
 from .drain_watch import DrainWatch
 from .host import Launched, WarmSession
 from .hub_inventory import HubInventory
@@ -219,14 +219,15 @@ class KubernetesBackend:
             session = self._session(job.session, job.request)
             with self._lock:
                 idle = self.idle_timeouts.ask(job.session, job.request.idle_timeout)
-            note, resumed = self.keeper.note(job.session), self.keeper.resume(session)
+            note = self.keeper.note(job.session)
+            pending, session.unrestored = self.keeper.resume(session) or session.unrestored, None
             run = session.submit(job.bundle, job.run_id)
         for told in (drained, idle, note):
             if told is not None:
                 text, warning = told
                 (run.warn if warning else run.announce)(text)
-        if resumed:
-            run.warn(resumed)
+        if pending is not None:  # done by the cell once the new pod runs, so the wait for it is shown meanwhile
+            run.restore_first(pending)
         return run
 
     def _gate(self, name: str) -> Any:
@@ -382,6 +383,15 @@ class KubernetesBackend:
         notebook's ``%env GPU_OFFLOAD_MEMORY=...``, which an out-of-memory failure suggests, applies to the next
         run), in the one form every front end uses (``settings.run_defaults``)."""
         return run_defaults(kernel_settings())
+
+    def cordoned(self, node: str, order: PodOrder) -> DrainStep | None:
+        """See :meth:`.host.Host.cordoned`."""
+        try:  # the cache answers at once once listed; a refusal is known at once too
+            inventory = self.inventory().inventory(timeout=DRAIN_CHECK_SECONDS)
+        except GpuOffloadError:
+            return None
+        return waiting_step(node, order.placement, apply_policy(inventory, self.trust), self.settings.policy,
+                            order.defaults.memory)
 
     def leave(self, ticket: Ticket) -> None:
         """See :meth:`.host.Host.leave`."""

@@ -46,6 +46,7 @@ from .explain import (
     stopped_by_kueue,
 )
 from .pods import PodApi
+from .pulling import PULL_CHECK_SECONDS, PullWatch, may_pull
 
 DIAGNOSTIC_LINES = 30
 CHUNK = 1 << 16
@@ -225,13 +226,14 @@ class PodFollower:
         state = self._seen(pod)
         version = str(pod["metadata"].get("resourceVersion") or "")
         shown = ""
+        pulls = PullWatch(self.pods, self.name, self.uid)
         while state.kind == WAITING and not self._stop.is_set():
-            if state.text != shown:
-                shown = state.text
-                self.events.put(Status(-1, state.text))
+            said, shown = state.text, self._waiting(state, pod, pulls, shown)
             # a pod in Kueue's line may wait long and changes only when admitted: one long watch, not one per
-            # watch_seconds
+            # watch_seconds; a bound pod waiting for its container may be pulling, which changes no pod field
             seconds = max(self.watch_seconds, WATCH_SECONDS) if self.gated else self.watch_seconds
+            if may_pull(pod):
+                seconds = min(seconds, PULL_CHECK_SECONDS)
             self._stream, events = self.pods.watch_pod(self.name, version, seconds)
             try:
                 for event in events:
@@ -245,9 +247,8 @@ class PodFollower:
                     if state.kind != WAITING:
                         self._stream.stop()
                         break
-                    if state.text != shown:
-                        shown = state.text
-                        self.events.put(Status(-1, state.text))
+                    if state.text != said:  # a new state: said at once (its pull asked again)
+                        said, shown = state.text, self._waiting(state, pod, pulls, shown)
             except APIGone:  # the pod's resourceVersion is too old to watch from: read it again
                 fresh = self.pods.read_pod(self.name)
                 if fresh is None:
@@ -263,6 +264,14 @@ class PodFollower:
             self.events.put(Phase("container start", time.monotonic()))
             self.events.put(Placed(self.placed, self.ctx.cluster))
         return state
+
+    def _waiting(self, state: PodState, pod: Mapping[str, Any], pulls: PullWatch, shown: str) -> str:
+        """Say a waiting state once it changed, with its image pull when one is under way; what is shown now."""
+        pulling = pulls.words(pod)
+        text = f"{state.text}; {pulling}" if pulling else state.text
+        if text != shown:
+            self.events.put(Status(-1, text))
+        return text
 
     def _hand_bundle(self) -> PodState | None:
         """Write the bundle to the runner's stdin through one attach, whose end closes it (``stdinOnce``);

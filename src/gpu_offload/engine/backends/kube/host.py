@@ -19,6 +19,7 @@ from ....liqo_peering.wording import duration
 from ....runner.frames import Error, Outputs
 from ...timing import Phase
 from ..base import Queued, RunEvent, RunnerExit
+from .drain import DrainStep
 from .explain import PodContext, PodState
 from .follow import PodFollower
 from .plan import PodOrder
@@ -108,6 +109,12 @@ class Host(Protocol):
         """What a run or session starting now gets where it does not say, resolved once for it."""
         ...
 
+    def cordoned(self, node: str, order: PodOrder) -> DrainStep | None:
+        """What ``order``'s pod waiting on ``node`` (its runner not started) does when ``node`` is cordoned
+        (``drain.waiting_step``, placed as its launch is), from the kernel's inventory; None when it is not, or the
+        inventory cannot tell."""
+        ...
+
 
 def follow_pod(host: Host, launched: Launched, order: PodOrder) -> LaunchedPod:
     """Start following the runner pod ``launched`` made for ``order``."""
@@ -158,6 +165,31 @@ class InLine:
         ticket, launched.ticket = launched.ticket, None
         if ticket is not None:
             host.leave(ticket)
+
+
+DRAIN_CHECK_EVERY = 2.0
+"""How often a run whose pod waits on a node asks whether that node was cordoned (a read of the kernel's cache)."""
+
+
+class Cordon:
+    """Whether a pod that waits on its node before its runner started should leave it (its donor is being
+    drained): asked every :data:`DRAIN_CHECK_EVERY` seconds while it waits, once it is bound and out of any
+    queue; a pod that must stay there is told so once."""
+
+    def __init__(self) -> None:
+        self._next = 0.0
+        self.said = False
+
+    def step(self, launched: LaunchedPod, order: PodOrder, host: Host) -> DrainStep | None:
+        follower = launched.follower
+        now = time.monotonic()
+        if (self.said or now < self._next or not follower.node or follower.gated or follower.started.is_set()):
+            return None
+        self._next = now + DRAIN_CHECK_EVERY
+        step = host.cordoned(follower.node, order)
+        if step is not None and not step.move:
+            self.said = True
+        return step
 
 
 class Backlog:
@@ -259,6 +291,9 @@ class WarmSession:
         self.claims = 0
         """Cells the backend handed this session to (under its lock): an idle timer set before the last one is
         stale."""
+        self.unrestored: Any = None
+        """The restore a cell interrupted before its pod ran left undone (``resume.PendingRestore``): the next
+        cell does it."""
 
     def followers(self) -> Iterable[PodFollower]:
         """The followers of the session's pods: one, or one per node of a distributed session."""

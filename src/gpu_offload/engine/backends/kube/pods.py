@@ -176,6 +176,18 @@ class PodApi:
         event = newest_stop_event(listed.get("items") or [], uid)
         return dict(event) if event is not None else None
 
+    def pod_events(self, name: str) -> list[dict[str, Any]]:
+        """The events on pod ``name`` (any pod of that name: the caller matches the uid)."""
+        listed = self._json("listing", f"events of Pod {self.namespace}/{name}", self.core.list_namespaced_event,
+                            self.namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}")
+        return [dict(e) for e in listed.get("items") or [] if isinstance(e, dict)]
+
+    def events_of_reason(self, reason: str, limit: int = 500) -> list[dict[str, Any]]:
+        """Up to ``limit`` events of ``reason`` in the namespace (e.g. the kubelet's ``Pulled``)."""
+        listed = self._json("listing", f"{reason} events of namespace {self.namespace}", self.core.list_namespaced_event,
+                            self.namespace, field_selector=f"reason={reason}", limit=limit)
+        return [dict(e) for e in listed.get("items") or [] if isinstance(e, dict)]
+
     def pods_matching(self, selector: str) -> Collection:
         """The namespace's pods matching a label selector, as a collection ``watching.ListWatch`` keeps."""
         return Collection(f"pods in {self.namespace} matching {selector}", self.core.list_namespaced_pod,

@@ -190,6 +190,10 @@ class RankSessionRun(SessionCell[KubeRankSession]):
         after ``SEND_WAIT`` at the latest (the caller asks again, and the cell goes out once every pod runs)."""
         if self._backlog.due:
             return self._backlog.take()
+        if self._command is not None:
+            restored = self._restoring(self.session.nodes.all_running)
+            if restored is not None:
+                return restored
         failed = self._send()
         if failed is not None:
             return failed
@@ -256,6 +260,7 @@ class RankSessionRun(SessionCell[KubeRankSession]):
         """Interrupt the cell in every rank, not the session (a cell not sent yet is simply not sent)."""
         if self._command is not None:
             self._command = None
+            self._keep_restore()
             self._backlog.end(*(Done(-1, "interrupted", 0.0, rank=rank)
                                 for rank in range(self.session.ranks.world_size)))
             return

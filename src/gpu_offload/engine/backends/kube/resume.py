@@ -12,12 +12,14 @@ and was not restored. Without object storage nothing is checkpointed and session
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ....liqo_peering.untrusted_text import shown
 from ....liqo_peering.wording import duration
 from ....runner.checkpoint import DEFAULT_LIMIT
 from ...errors import OffloadUsageError
@@ -25,6 +27,7 @@ from ..base import RunRequest
 from ..checkpoint_book import SessionLost, restored_line
 from .checkpoints import Armed, KubeCheckpoint, KubeCheckpoints, wait_running
 from .idle import HUB, IdleTimeout
+from .restore_estimate import CHECKPOINT, RESTORE, Pace, estimate, size_words
 from .storage import RunStorage, StorageError
 
 
@@ -97,6 +100,8 @@ class SessionKeeper:
         """Session -> the checkpoint its runner writes at SIGTERM if its state changed since the last one."""
         self.gpu_seconds_returned = 0.0
         """GPU-seconds this kernel's sessions gave back to the pool while released for idling."""
+        self.pace = Pace()
+        """This kernel's timed restores and checkpoints: what a restore's estimate rests on."""
 
     def _why_not(self, request: RunRequest) -> str | None:
         return why_not_kept(request, self.checkpoints is not None)
@@ -156,8 +161,11 @@ class SessionKeeper:
 
     def _take(self, session: Any, name: str, limit: int, only_if_changed: bool = False) -> KubeCheckpoint | None:
         assert self.checkpoints is not None
+        started = time.monotonic()
         saved = self.checkpoints.take(session, name, session.request, trusted=self.trusts(session.cluster),
                                       limit=limit, only_if_changed=only_if_changed)
+        if saved is not None:
+            self.pace.add(CHECKPOINT, saved.manifest.get("size"), time.monotonic() - started)
         if saved is not None and name == session.name:
             session.resumes_from = name
             self._arm(session, saved)
@@ -258,9 +266,10 @@ class SessionKeeper:
 
     # --- resume ---
 
-    def resume(self, session: Any) -> str | None:
-        """A fresh session whose predecessor is gone (preempted, drained, lost, released): restore its last
-        checkpoint; returns what the cell says, ``None`` when there is nothing to restore."""
+    def resume(self, session: Any) -> PendingRestore | None:
+        """A fresh session whose predecessor is gone (preempted, drained, lost, released): the restore of its last
+        checkpoint its cell does once the new pod runs (:class:`PendingRestore`), ``None`` when there is nothing
+        to restore."""
         if (self.checkpoints is None or session.runs or self._why_not(session.request) is not None
                 or not session.replaces):
             return None  # a session the user closed starts afresh
@@ -274,15 +283,20 @@ class SessionKeeper:
         before = f"its {session.replaces} {session.ended}; "
         if at_term is not None:
             before += "its runner wrote a checkpoint as the pod was stopped (SIGTERM); "
-        session.replaces = ""  # this note says it instead, with what came back
-        try:
-            return f"session {session.name}: {before}{self.restore(session, saved)}"
-        except (OffloadUsageError, SessionLost, StorageError) as exc:
-            return (f"session {session.name}: {before}its last checkpoint {saved.name} could not be restored "
-                    f"({exc}); the variables of the old session are gone, run the cells that define them again")
+        session.replaces = ""  # the restore's notes say it instead, with what came back
+        return PendingRestore(self, session, saved, before)
 
-    def restore(self, session: Any, saved: KubeCheckpoint) -> str:
-        """Put ``saved`` into ``session``'s new runner once it runs; what was restored, the wait and its time."""
+    def expected(self, saved: KubeCheckpoint) -> str:
+        """``checkpoint train (12.3 MiB) ...; it should take about 4 s ...``: what restoring ``saved`` should take,
+        from this kernel's own timed restores and checkpoints (:mod:`.restore_estimate`)."""
+        size = saved.manifest.get("size")
+        size = size if type(size) is int and size >= 0 else 0
+        guess = estimate(size, self.pace.of(RESTORE), self.pace.of(CHECKPOINT), imports_of(saved.manifest))
+        return f"checkpoint {saved.name} ({size_words(size)}) once the new pod runs; {guess.text()}"
+
+    def restore(self, session: Any, saved: KubeCheckpoint, since: float | None = None) -> str:
+        """Put ``saved`` into ``session``'s new runner once it runs; what was restored, the wait and its time.
+        ``since``: when the wait for the pod started (the cell's submission), if before this call."""
         assert self.checkpoints is not None
         released = self._released.pop(session.name, None)
         if released is not None:
@@ -290,11 +304,14 @@ class SessionKeeper:
         with self._lock(session.name):
             waited = wait_running(session)
             started = time.monotonic()
+            if since is not None:  # the cell restores once the pod runs: its wait began with the cell
+                waited = started - since
             restored, skipped = self.checkpoints.restore(session, saved, target_trusted=self.trusts(session.cluster))
             if saved.session == session.name:
                 session.resumes_from = saved.name
                 self._arm(session, saved)
         took = time.monotonic() - started
+        self.pace.add(RESTORE, saved.manifest.get("size"), took)  # the time said below is the one estimated
         return (f"resumed on {session.cluster} (waited {waited:.1f} s for the pod, the restore took {took:.1f} s); "
                 f"{restored_line(saved, restored, skipped)}")
 
@@ -311,3 +328,46 @@ class SessionKeeper:
             self.forget(name)
         if self.checkpoints is not None:
             self.checkpoints.close()
+
+
+IMPORTS_SHOWN = 5
+"""Modules named at most where a restore's estimate says what it does not count."""
+
+
+def imports_of(manifest: dict[str, Any]) -> list[str]:
+    """The packages outside the standard library whose modules the checkpoint's state holds (``np`` -> numpy),
+    which a fresh runner imports before it restores; the manifest is the runner's word, so shown bounded."""
+    modules = manifest.get("modules")
+    if not isinstance(modules, dict):
+        return []
+    tops = {str(m).split(".", 1)[0] for m in modules.values() if isinstance(m, str)}
+    return [shown(t, 40) for t in sorted(tops - set(sys.stdlib_module_names))][:IMPORTS_SHOWN]
+
+
+@dataclass
+class PendingRestore:
+    """The restore a resuming session's cell does before the cell itself, once the new pod runs: the cell first
+    says what it restores and how long that should take (:meth:`announce`), then restores (:meth:`run`), so a
+    wait in the queue or for the pod is shown meanwhile, as for any cell."""
+
+    keeper: SessionKeeper
+    session: Any
+    saved: KubeCheckpoint
+    before: str
+    """How the old session ended, for the restore's words."""
+    since: float = field(default_factory=time.monotonic)
+    """When the cell that restores was submitted: the wait for the pod is counted from here."""
+
+    def announce(self) -> str:
+        """``session train: its pod ... was lost ...; restoring checkpoint train (12.3 MiB) once the new pod runs; it
+        should take about 4 s ...``."""
+        return f"session {self.session.name}: {self.before}restoring {self.keeper.expected(self.saved)}"
+
+    def run(self) -> str:
+        """Restore; what the cell says of it (what came back, the wait and the time, or why nothing did)."""
+        name = self.session.name
+        try:
+            return f"session {name}: {self.before}{self.keeper.restore(self.session, self.saved, self.since)}"
+        except (OffloadUsageError, SessionLost, StorageError) as exc:
+            return (f"session {name}: {self.before}its last checkpoint {self.saved.name} could not be restored "
+                    f"({exc}); the variables of the old session are gone, run the cells that define them again")

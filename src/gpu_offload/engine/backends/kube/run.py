@@ -18,7 +18,7 @@ from ....runner.frames import DisplayData, Done, Hello, Outputs, RunnerWarning, 
 from ..base import Queued, RunEvent, RunnerExit
 from .explain import FAILED, PODS_READY_TIMEOUT, PodState, pod_state
 from .follow import PodEnded
-from .host import WHY_STOPPED_SECONDS, Backlog, Host, InLine, failure_events, follow_pod
+from .host import WHY_STOPPED_SECONDS, Backlog, Cordon, Host, InLine, failure_events, follow_pod
 from .plan import PodOrder
 from .requeue import after_preemption
 
@@ -46,6 +46,7 @@ class KubeRun:
         self._waiting = "pod created"
         self._interrupting = False
         self._line = InLine()
+        self._cordon = Cordon()
 
     @property
     def cluster(self) -> str:
@@ -72,6 +73,9 @@ class KubeRun:
         queued = self._queue_event()
         if queued is not None:
             return queued
+        moved = self._leave_cordoned()
+        if moved is not None:
+            return moved
         item = self.current.follower.next(timeout)
         if item is None:
             return None
@@ -99,6 +103,31 @@ class KubeRun:
 
     def _leave_queue(self) -> None:
         self._line.leave(self.current, self._host)
+
+    def _leave_cordoned(self) -> RunEvent | None:
+        """A pod that waits on a cordoned node before its runner started moves to another donor with room, as the
+        one retry elsewhere (nothing ran, nothing is lost); else the cell says it waits there."""
+        if self._retried or self._hello:
+            return None
+        step = self._cordon.step(self.current, self._order, self._host)
+        if step is None:
+            return None
+        if not step.move:
+            return RunnerWarning(-1, step.text)
+        first = self.current
+        retry = dataclasses.replace(self._order, run_id=f"{self._order.run_id}-r")
+        try:  # the new pod first: when nothing else takes it after all, the first one keeps waiting
+            launched = self._host.launch(retry, frozenset({first.ctx.cluster}))
+        except Exception as exc:  # noqa: BLE001 - pinned, queued, or the room went meanwhile: it waits there
+            self._cordon.said = True
+            return RunnerWarning(-1, f"{step.why}; the cell's pod could not move ({exc}): it waits there; if the "
+                                     "drain evicts it before it starts, run the cell again")
+        self._retried = True
+        self._leave_queue()
+        first.follower.stop()
+        self.pods.delete_pod(first.name, grace=0)
+        self.current = follow_pod(self._host, launched, retry)
+        return RunnerWarning(-1, f"{step.why} before the cell started; moved its pod to {self.current.ctx.cluster}")
 
     def _stopped_from_outside(self, done: Done) -> RunEvent | None:
         """The runner got SIGTERM that this kernel did not send (eviction, Kueue's preemption, node drain,

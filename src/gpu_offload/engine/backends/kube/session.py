@@ -185,6 +185,8 @@ class SessionCell(Generic[S]):
         self._foreign_before = 0
         self._backlog = Backlog()
         self._since = time.monotonic()
+        self._restore: Any = None
+        """The session's checkpoint to restore before the cell is sent (``resume.PendingRestore``), until done."""
 
     def announce(self, text: str) -> None:
         """Show where the cell runs before its own events."""
@@ -193,6 +195,25 @@ class SessionCell(Generic[S]):
     def warn(self, text: str) -> None:
         """Show ``text`` as a warning before the cell's own events."""
         self._backlog.add(RunnerWarning(-1, text))
+
+    def restore_first(self, pending: Any) -> None:
+        """Restore ``pending`` (a ``resume.PendingRestore``) once the session's pods run, before the cell is sent;
+        what it restores and how long that should take is said now, before any wait."""
+        self._restore = pending
+        self._backlog.add(Placed(pending.announce()))
+
+    def _restoring(self, ready: bool) -> RunEvent | None:
+        """Once ``ready`` (the pods run), do the pending restore and say how it went; None when none is due."""
+        if self._restore is None or not ready or self.session.dead:
+            return None
+        pending, self._restore = self._restore, None
+        self._backlog.add(RunnerWarning(-1, pending.run()))
+        return self._backlog.take()
+
+    def _keep_restore(self) -> None:
+        """The cell is interrupted before it was sent: a restore not done yet is left to the next cell."""
+        if self._restore is not None:
+            self.session.unrestored, self._restore = self._restore, None
 
     def release(self, grace: float) -> int | None:
         """Mark the session idle; what holds it stays up."""
@@ -229,6 +250,10 @@ class SessionRun(SessionCell[KubeSession]):
         queued = self._line.event(self.session.launched, self.session.host)
         if queued is not None:
             return queued
+        if self._command is not None:
+            restored = self._restoring(follower.started.is_set() and follower.running.is_set())
+            if restored is not None:
+                return restored
         # a pod that ended without running (unschedulable, deleted) is not attached to: its PodEnded is read
         # below and may move the session
         if (self._command is not None and follower.started.is_set() and follower.running.is_set()
@@ -283,6 +308,7 @@ class SessionRun(SessionCell[KubeSession]):
         """Interrupt the cell, not the session (a cell not sent yet is simply not sent)."""
         if self._command is not None:
             self._command = None
+            self._keep_restore()
             self._backlog.add(Done(-1, "interrupted", 0.0))
             return
         self.session.send({"op": "interrupt"})
