@@ -105,9 +105,17 @@ class Stopwatch:
         return phase in self._marks
 
     def record(self) -> RunTiming:
-        """The marks so far, as seconds since the start, in phase order."""
-        marks = tuple((p, max(0.0, self._marks[p] - self.start)) for p in PHASES if p in self._marks)
-        return RunTiming(marks, self.runner_boot, self.runner_imports)
+        """The marks so far, as seconds since the start, in phase order. A phase that another thread marked
+        before an earlier phase's mark (the pod's scheduling, seen by the follower while ``submit`` had not yet
+        returned to mark ``submitted``) bounds it: a phase ended no later than the phases after it, so no step
+        is negative."""
+        offsets = [(p, max(0.0, self._marks[p] - self.start)) for p in PHASES if p in self._marks]
+        bounded: list[tuple[str, float]] = []
+        ceiling = float("inf")
+        for phase, offset in reversed(offsets):
+            ceiling = min(ceiling, offset)
+            bounded.append((phase, ceiling))
+        return RunTiming(tuple(reversed(bounded)), self.runner_boot, self.runner_imports)
 
 
 def describe_timing(timing: RunTiming | None) -> str:
