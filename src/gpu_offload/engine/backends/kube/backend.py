@@ -626,8 +626,24 @@ class KubernetesBackend:
             self._drain_watch.close()
         for name in list(self._sessions):
             self.close_session(name, grace=1.0)
-        self.keeper.close()
         # the cluster may be unreachable at exit: the next start of this kernel cleans up then
         with contextlib.suppress(ClusterError):
             self.cleanup()
+        if self.keeper.checkpoints is not None:
+            self._wait_runners_gone()
+        self.keeper.close()
         self.launcher.close()
+
+    def _wait_runners_gone(self) -> None:
+        """Wait, within the pods' notice, until this kernel's runner pods are gone. A session runner stopped before
+        it read its ``exit`` (a closing's grace ran out under load) writes the checkpoint armed for its SIGTERM as
+        its pod ends: the stored objects are removed after that, or the record would outlive the kernel."""
+        selector = runner_selector(self.settings.user, self.settings.kernel)
+        deadline = time.monotonic() + self.settings.session_notice + 5
+        while time.monotonic() < deadline:
+            try:
+                if not self.pods.list_pods(selector):
+                    return
+            except APIError:  # unreachable: the objects are removed now, the bucket's lifecycle rule does the rest
+                return
+            time.sleep(0.2)
