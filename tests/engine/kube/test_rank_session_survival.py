@@ -141,9 +141,7 @@ def test_a_distributed_session_stopped_during_a_cell_resumes_from_what_its_ranks
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
                                 api_client)
     try:
-        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
-        assert outcome.status == "ok", (outcome.error, sink.notices)
-        backend.keeper.settle("ddp")
+        _first_cell(backend, setup, shape)
         cell = "mine = 99 + rank\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
         thread, result, _ = cell_in_thread(backend, cell, "ddp", **shape)
         pods = [p for p in core.list_namespaced_pod(namespace).items]
@@ -196,6 +194,13 @@ def _sandbox_only(origin: Any, why: str) -> None:
         pytest.skip(why)
 
 
+def _first_cell(backend: KubernetesBackend, setup: str, shape: dict[str, Any]) -> None:
+    """The session's first cell (each rank's numbers, array and lock), and its automatic checkpoint written."""
+    outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
+    assert outcome.status == "ok", (outcome.error, sink.notices)
+    backend.keeper.settle("ddp")
+
+
 def _live_nodes(core: Any, namespace: str) -> set[str]:
     """The nodes of the session's pods not being deleted (a lost node's pods stay Terminating until it is back)."""
     return {p.spec.node_name for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp}
@@ -209,9 +214,7 @@ def test_a_distributed_session_whose_donor_is_lost_resumes_elsewhere_from_its_la
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
                                          node_lost_seconds=2), api_client)
     try:
-        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
-        assert outcome.status == "ok", (outcome.error, sink.notices)
-        backend.keeper.settle("ddp")
+        _first_cell(backend, setup, shape)
         [node] = _live_nodes(core, namespace)
         with donor_lost(origin, node, grace=0):
             # both pods are evicted once their 2 s toleration of the unreachable node runs out; no SIGTERM reaches
@@ -239,9 +242,7 @@ def test_a_distributed_session_whose_donor_is_lost_during_a_cell_says_so_and_res
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS,
                                          node_lost_seconds=2), api_client)
     try:
-        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
-        assert outcome.status == "ok", (outcome.error, sink.notices)
-        backend.keeper.settle("ddp")
+        _first_cell(backend, setup, shape)
         [node] = _live_nodes(core, namespace)
         cell = "mine = 99 + rank\nprint('changing', flush=True)\nimport time\ntime.sleep(600)\n"
         thread, result, told = cell_in_thread(backend, cell, "ddp", **shape)
@@ -389,9 +390,7 @@ def test_a_distributed_session_on_a_cordoned_node_is_moved_with_each_ranks_state
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
                                 api_client)
     try:
-        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
-        assert outcome.status == "ok", (outcome.error, sink.notices)
-        backend.keeper.settle("ddp")
+        _first_cell(backend, setup, shape)
         [node] = _live_nodes(core, namespace)
         cluster = node.removesuffix("-gpu")
         core.patch_node(node, {"spec": {"unschedulable": True}})  # its donor drained: both pods' node cordoned
@@ -419,9 +418,7 @@ def test_a_distributed_session_with_nowhere_else_to_go_stays_on_its_cordoned_nod
     backend = KubernetesBackend(settings(namespace, storage=StorageSettings(BUCKET, s3_endpoint), trusted=DONORS),
                                 api_client)
     try:
-        outcome, sink, _ = run_cell(backend, setup + CHECK, {}, session="ddp", **shape)
-        assert outcome.status == "ok", (outcome.error, sink.notices)
-        backend.keeper.settle("ddp")
+        _first_cell(backend, setup, shape)
         [node] = _live_nodes(core, namespace)
         cluster = node.removesuffix("-gpu")
         job = backend.sessions()[0].where
